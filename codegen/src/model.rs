@@ -1,0 +1,316 @@
+//! Loads the schema files, merges their `$defs` into one namespace and reads our `x-` keywords.
+//!
+//! Every file in `schema/json/` is a JSON Schema (draft 2020-12) document whose `$defs` hold named
+//! types. References name a file and a definition (`common.json#/$defs/Bytes`) or a definition of
+//! the same file (`#/$defs/AgentInfo`). Definition names are unique across files, so merged they
+//! become `#/$defs/<Name>` of one root schema.
+//!
+//! Our keywords:
+//! - `x-kind`: `action` or `response` (absent: a named type).
+//! - `x-response`: on an action, the name of its response.
+//! - `x-since`: the protocol version a definition (or a property) appeared in; default 1.
+//! - `x-transport`: `websocket` on actions that are not accepted over HTTP.
+//! - `x-discriminator`: on a `oneOf` of `$ref`s, the property whose `const` tells members apart.
+//! - `x-open`: on such a union, members not listed are kept as open values instead of refused.
+//! - `x-rust-type`: typify's keyword, naming our hand-written leaf types.
+//! - `x-protocol`, `x-min-client-protocol`: on the envelope file, the version constants.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde_json::{Map, Value as Json};
+
+use crate::Error;
+
+/// The merged schema.
+#[derive(Debug)]
+pub struct Model {
+    /// Every definition by name, references rewritten to `#/$defs/<Name>`.
+    pub defs: BTreeMap<String, Def>,
+    /// `AGENTS_PROTOCOL_VERSION` as the schema states it.
+    pub protocol: u32,
+    /// `MIN_CLIENT_PROTOCOL` as the schema states it.
+    pub min_client_protocol: u32,
+}
+
+/// One named definition.
+#[derive(Debug, Clone)]
+pub struct Def {
+    /// The definition name, also its Rust type name.
+    pub name: String,
+    /// The file it lives in (`agents.json`).
+    pub file: String,
+    /// The schema, references normalised.
+    pub schema: Json,
+}
+
+/// What a definition is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// A signed action.
+    Action,
+    /// A success or error response.
+    Response,
+    /// Any other named type.
+    Type,
+}
+
+impl Def {
+    /// Action, response or type.
+    pub fn kind(&self) -> Kind {
+        match self.schema.get("x-kind").and_then(Json::as_str) {
+            Some("action") => Kind::Action,
+            Some("response") => Kind::Response,
+            _ => Kind::Type,
+        }
+    }
+
+    /// The protocol version it appeared in.
+    pub fn since(&self) -> u32 {
+        since_of(&self.schema)
+    }
+
+    /// For an action, its response name.
+    pub fn response(&self) -> Option<&str> {
+        self.schema.get("x-response").and_then(Json::as_str)
+    }
+
+    /// Whether the action travels over HTTP.
+    pub fn http(&self) -> bool {
+        self.schema.get("x-transport").and_then(Json::as_str) != Some("websocket")
+    }
+
+    /// The description, if any.
+    pub fn description(&self) -> Option<&str> {
+        self.schema.get("description").and_then(Json::as_str)
+    }
+
+    /// For an object, its properties in file order.
+    pub fn properties(&self) -> Vec<(&str, &Json)> {
+        properties(&self.schema)
+    }
+
+    /// For an object, its required property names.
+    pub fn required(&self) -> BTreeSet<&str> {
+        required(&self.schema)
+    }
+
+    /// For a discriminated union, the tag property and member names.
+    pub fn union(&self) -> Option<Union<'_>> {
+        let tag = self.schema.get("x-discriminator")?.as_str()?;
+        let members = self
+            .schema
+            .get("oneOf")?
+            .as_array()?
+            .iter()
+            .filter_map(|member| ref_name(member).map(str::to_owned))
+            .collect();
+        let open = self.schema.get("x-open").and_then(Json::as_bool).unwrap_or(false);
+        Some(Union { tag, members, open })
+    }
+
+    /// The `const` value of property `tag`, for a member of a discriminated union.
+    pub fn tag_value(&self, tag: &str) -> Option<&str> {
+        self.schema.get("properties")?.get(tag)?.get("const")?.as_str()
+    }
+}
+
+/// A discriminated union.
+#[derive(Debug, Clone)]
+pub struct Union<'a> {
+    /// The property that tells members apart (`_`, `type`, `kind`, `action`).
+    pub tag: &'a str,
+    /// Member definition names.
+    pub members: Vec<String>,
+    /// Whether unknown members are kept as open values.
+    pub open: bool,
+}
+
+/// The protocol version a schema (definition or property) states, 1 when it says nothing.
+pub fn since_of(schema: &Json) -> u32 {
+    schema.get("x-since").and_then(Json::as_u64).map(|v| v as u32).unwrap_or(1)
+}
+
+/// Properties of an object schema in file order.
+pub fn properties(schema: &Json) -> Vec<(&str, &Json)> {
+    schema
+        .get("properties")
+        .and_then(Json::as_object)
+        .map(|props| props.iter().map(|(k, v)| (k.as_str(), v)).collect())
+        .unwrap_or_default()
+}
+
+/// Required property names of an object schema.
+pub fn required(schema: &Json) -> BTreeSet<&str> {
+    schema
+        .get("required")
+        .and_then(Json::as_array)
+        .map(|names| names.iter().filter_map(Json::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// The definition a `{"$ref": "#/$defs/X"}` schema names.
+pub fn ref_name(schema: &Json) -> Option<&str> {
+    schema.get("$ref")?.as_str()?.strip_prefix("#/$defs/")
+}
+
+/// For a property that may be null (`oneOf`/`anyOf` of a schema and `{"type": "null"}`), the
+/// non-null schema.
+pub fn nullable_inner(schema: &Json) -> Option<&Json> {
+    let alts = schema.get("oneOf").or_else(|| schema.get("anyOf"))?.as_array()?;
+    if alts.len() != 2 {
+        return None;
+    }
+    let is_null = |s: &Json| s.get("type").and_then(Json::as_str) == Some("null");
+    match (is_null(&alts[0]), is_null(&alts[1])) {
+        (false, true) => Some(&alts[0]),
+        (true, false) => Some(&alts[1]),
+        _ => None,
+    }
+}
+
+impl Model {
+    /// Loads every `*.json` file of `dir`.
+    pub fn load(dir: &Path) -> Result<Model, Error> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .map_err(|e| Error::Io(dir.display().to_string(), e))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+            .collect();
+        files.sort();
+        let mut defs = BTreeMap::new();
+        let mut protocol = None;
+        let mut min_client = None;
+        for path in files {
+            let file = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+            let text = std::fs::read_to_string(&path).map_err(|e| Error::Io(path.display().to_string(), e))?;
+            let doc: Json = serde_json::from_str(&text).map_err(|e| Error::Schema(format!("{file}: {e}")))?;
+            if let Some(v) = doc.get("x-protocol").and_then(Json::as_u64) {
+                protocol = Some(v as u32);
+            }
+            if let Some(v) = doc.get("x-min-client-protocol").and_then(Json::as_u64) {
+                min_client = Some(v as u32);
+            }
+            let Some(file_defs) = doc.get("$defs").and_then(Json::as_object) else {
+                return Err(Error::Schema(format!("{file}: no $defs")));
+            };
+            for (name, schema) in file_defs {
+                let mut schema = schema.clone();
+                normalize_refs(&mut schema, &file)?;
+                let def = Def { name: name.clone(), file: file.clone(), schema };
+                if let Some(previous) = defs.insert(name.clone(), def) {
+                    return Err(Error::Schema(format!("{name} is defined in both {} and {file}", previous.file)));
+                }
+            }
+        }
+        let model = Model {
+            defs,
+            protocol: protocol.ok_or_else(|| Error::Schema("no file states x-protocol".into()))?,
+            min_client_protocol: min_client
+                .ok_or_else(|| Error::Schema("no file states x-min-client-protocol".into()))?,
+        };
+        model.check()?;
+        Ok(model)
+    }
+
+    /// Definitions of one kind, by name.
+    pub fn of_kind(&self, kind: Kind) -> impl Iterator<Item = &Def> {
+        self.defs.values().filter(move |def| def.kind() == kind)
+    }
+
+    /// Consistency checks a schema author can get wrong.
+    fn check(&self) -> Result<(), Error> {
+        let mut problems = Vec::new();
+        for def in self.defs.values() {
+            walk_refs(&def.schema, &mut |target| {
+                if !self.defs.contains_key(target) {
+                    problems.push(format!("{} refers to missing {target}", def.name));
+                }
+            });
+            if def.kind() == Kind::Action {
+                match def.response() {
+                    Some(response) if self.defs.get(response).is_some_and(|r| r.kind() == Kind::Response) => {}
+                    Some(response) if !def.http() && response.is_empty() => {}
+                    Some(response) => problems.push(format!("{}: x-response {response} is not a response", def.name)),
+                    None if !def.http() => {}
+                    None => problems.push(format!("{}: action without x-response", def.name)),
+                }
+            }
+            if matches!(def.kind(), Kind::Action | Kind::Response) && def.tag_value("_") != Some(def.name.as_str()) {
+                problems.push(format!("{}: `_` must be const \"{}\"", def.name, def.name));
+            }
+            if let Some(union) = def.union() {
+                for member in &union.members {
+                    match self.defs.get(member) {
+                        Some(m) if m.tag_value(union.tag).is_some() => {}
+                        _ => problems.push(format!("{}: member {member} has no const `{}`", def.name, union.tag)),
+                    }
+                }
+            }
+        }
+        for (union_name, kind) in [("AgentAction", Kind::Action), ("AgentResponse", Kind::Response)] {
+            let listed: BTreeSet<String> = self
+                .defs
+                .get(union_name)
+                .and_then(Def::union)
+                .map(|u| u.members.into_iter().collect())
+                .unwrap_or_default();
+            for def in self.of_kind(kind.clone()) {
+                if !listed.contains(&def.name) {
+                    problems.push(format!("{} is not listed in {union_name}", def.name));
+                }
+            }
+        }
+        if problems.is_empty() { Ok(()) } else { Err(Error::Schema(problems.join("\n"))) }
+    }
+}
+
+fn normalize_refs(schema: &mut Json, file: &str) -> Result<(), Error> {
+    match schema {
+        Json::Object(map) => {
+            if let Some(Json::String(target)) = map.get_mut("$ref") {
+                let (ref_file, pointer) = target.split_once('#').ok_or_else(|| {
+                    Error::Schema(format!("{file}: reference {target} has no #/$defs/ pointer"))
+                })?;
+                let name = pointer
+                    .strip_prefix("/$defs/")
+                    .ok_or_else(|| Error::Schema(format!("{file}: reference {target} is not to $defs")))?;
+                if !ref_file.is_empty() && !ref_file.ends_with(".json") {
+                    return Err(Error::Schema(format!("{file}: reference {target} names no .json file")));
+                }
+                *target = format!("#/$defs/{name}");
+            }
+            for value in map.values_mut() {
+                normalize_refs(value, file)?;
+            }
+        }
+        Json::Array(items) => {
+            for item in items {
+                normalize_refs(item, file)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Calls `f` with every definition name a schema refers to.
+pub fn walk_refs<'a>(schema: &'a Json, f: &mut impl FnMut(&'a str)) {
+    match schema {
+        Json::Object(map) => {
+            if let Some(name) = ref_name(schema) {
+                f(name);
+            }
+            for value in map.values() {
+                walk_refs(value, f);
+            }
+        }
+        Json::Array(items) => items.iter().for_each(|item| walk_refs(item, f)),
+        _ => {}
+    }
+}
+
+/// An empty JSON object.
+pub fn object() -> Map<String, Json> {
+    Map::new()
+}

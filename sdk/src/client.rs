@@ -1,0 +1,271 @@
+//! The client: one hand-written `send` that signs, posts and decodes; typed calls build on it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ipld_core::ipld::Ipld;
+use seed_agents_protocol::generated::Error as ErrorResponse;
+use seed_agents_protocol::version::{AGENTS_PROTOCOL_HEADER, AGENTS_PROTOCOL_VERSION, PROTOCOL_TOO_OLD};
+use seed_agents_protocol::{Action, AgentAction, AgentResponse, Principal, Response, Signer, UnsignedEnvelope, wire};
+
+use crate::Error;
+
+/// A source of the current time in Unix milliseconds (the `ts` of each action).
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// A client of one Seed Agents server, acting for one account.
+///
+/// Cheap to clone; clones share the connection pool.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    endpoint: String,
+    signer: Arc<dyn Signer>,
+    account: Principal,
+    protocol: Option<u32>,
+    clock: Clock,
+    /// The last `X-Agents-Protocol` the server sent (0 until the first answer).
+    server_protocol: Arc<AtomicU32>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoint", &self.endpoint)
+            .field("signer", &self.signer.principal())
+            .field("account", &self.account)
+            .field("protocol", &self.protocol)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Client`] with non-default settings.
+pub struct ClientBuilder {
+    server_url: String,
+    signer: Arc<dyn Signer>,
+    account: Option<Principal>,
+    protocol: Option<u32>,
+    clock: Option<Clock>,
+    http: Option<reqwest::Client>,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder").field("server_url", &self.server_url).finish_non_exhaustive()
+    }
+}
+
+impl ClientBuilder {
+    /// Acts for `account` (an account that authorized the signer) instead of the signer's own.
+    pub fn account(mut self, account: Principal) -> Self {
+        self.account = Some(account);
+        self
+    }
+
+    /// Declares another protocol version in each envelope; `None` leaves the field out (which a
+    /// server reads as protocol 1). The default is this build's `AGENTS_PROTOCOL_VERSION`.
+    pub fn protocol(mut self, protocol: Option<u32>) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    /// Uses another clock for `ts` (tests, or a device with a known offset).
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Uses a preconfigured HTTP client (proxies, timeouts, extra root certificates).
+    pub fn http_client(mut self, http: reqwest::Client) -> Self {
+        self.http = Some(http);
+        self
+    }
+
+    /// Builds the client.
+    pub fn build(self) -> Result<Client, Error> {
+        let endpoint = message_endpoint(&self.server_url)?;
+        let http = match self.http {
+            Some(http) => http,
+            None => default_http_client()?,
+        };
+        Ok(Client {
+            http,
+            endpoint,
+            account: self.account.unwrap_or_else(|| self.signer.principal()),
+            signer: self.signer,
+            protocol: self.protocol,
+            clock: self.clock.unwrap_or_else(|| Arc::new(now_ms)),
+            server_protocol: Arc::new(AtomicU32::new(0)),
+        })
+    }
+}
+
+impl Client {
+    /// A client of the server at `server_url` (e.g. `http://127.0.0.1:3050`), acting for the
+    /// signer's own account.
+    pub fn new(server_url: &str, signer: impl Signer + 'static) -> Result<Client, Error> {
+        Client::builder(server_url, signer).build()
+    }
+
+    /// A builder for a client with non-default settings.
+    pub fn builder(server_url: &str, signer: impl Signer + 'static) -> ClientBuilder {
+        ClientBuilder {
+            server_url: server_url.to_owned(),
+            signer: Arc::new(signer),
+            account: None,
+            protocol: Some(AGENTS_PROTOCOL_VERSION),
+            clock: None,
+            http: None,
+        }
+    }
+
+    /// The account this client acts for.
+    pub fn account(&self) -> Principal {
+        self.account
+    }
+
+    /// The URL actions are posted to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The protocol version the server reported in its last answer (`None` before any answer).
+    pub fn server_protocol(&self) -> Option<u32> {
+        match self.server_protocol.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n),
+        }
+    }
+
+    /// Sends one typed action and returns its typed response.
+    pub async fn call<A: Action>(&self, action: A) -> Result<A::Response, Error> {
+        let response = self.send(&action.into_action()).await?;
+        let name = response.name();
+        let status = 200;
+        A::Response::from_response(response).ok_or_else(|| Error::Decode {
+            status,
+            bytes: bytes::Bytes::new(),
+            reason: format!("expected {}, got {name}", <A::Response as Response>::NAME),
+        })
+    }
+
+    /// Signs `action` with the current time and returns the envelope bytes (what [`Client::send`]
+    /// posts).
+    pub async fn sign(&self, action: &AgentAction) -> Result<Vec<u8>, Error> {
+        let ts = (self.clock)();
+        let mut map = match wire::to_ipld(action).map_err(|e| Error::Sign(e.into()))? {
+            Ipld::Map(map) => map,
+            _ => unreachable_action(),
+        };
+        map.insert("ts".to_owned(), Ipld::Integer(ts.into()));
+        let envelope = UnsignedEnvelope {
+            signer: self.signer.principal(),
+            account: self.account,
+            protocol: self.protocol,
+            action: Ipld::Map(map),
+        };
+        Ok(envelope.sign(self.signer.as_ref()).await?)
+    }
+
+    /// Signs and posts one action and returns whatever response the server sent.
+    pub async fn send(&self, action: &AgentAction) -> Result<AgentResponse, Error> {
+        let body = self.sign(action).await?;
+        self.post(body).await
+    }
+
+    /// Posts already signed envelope bytes and decodes the answer.
+    pub async fn post(&self, body: Vec<u8>) -> Result<AgentResponse, Error> {
+        let response = self
+            .http
+            .post(&self.endpoint)
+            .header("content-type", "application/cbor")
+            .header("accept", "application/cbor")
+            .body(body)
+            .send()
+            .await
+            .map_err(Error::Transport)?;
+        let status = response.status().as_u16();
+        let server_protocol = response
+            .headers()
+            .get(AGENTS_PROTOCOL_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|text| text.trim().parse::<u32>().ok());
+        if let Some(protocol) = server_protocol {
+            self.server_protocol.store(protocol, Ordering::Relaxed);
+        }
+        let bytes = response.bytes().await.map_err(Error::Transport)?;
+        if (200..300).contains(&status) {
+            return match wire::from_slice::<AgentResponse>(&bytes) {
+                Ok(AgentResponse::Error(error)) => Err(api_error(status, error)),
+                Ok(response) => Ok(response),
+                Err(err) => Err(Error::Decode { status, bytes, reason: err.to_string() }),
+            };
+        }
+        match wire::from_slice::<AgentResponse>(&bytes) {
+            Ok(AgentResponse::Error(error)) if status == 426 || error.code.as_deref() == Some(PROTOCOL_TOO_OLD) => {
+                Err(Error::ProtocolTooOld {
+                    client_protocol: self.protocol.unwrap_or(1),
+                    server_protocol,
+                    message: error.message,
+                })
+            }
+            Ok(AgentResponse::Error(error)) => Err(api_error(status, error)),
+            Ok(other) => Err(Error::Decode {
+                status,
+                bytes,
+                reason: format!("HTTP {status} with a success body ({})", other.name()),
+            }),
+            Err(err) => Err(Error::Decode { status, bytes, reason: err.to_string() }),
+        }
+    }
+}
+
+fn api_error(status: u16, error: ErrorResponse) -> Error {
+    Error::Api { status, message: error.message, code: error.code }
+}
+
+/// Every `AgentAction` serialises as a map (it is tagged by `_`); nothing else can come out.
+fn unreachable_action() -> ! {
+    panic!("an AgentAction always serialises to a map")
+}
+
+fn message_endpoint(server_url: &str) -> Result<String, Error> {
+    let invalid = |reason: &str| Error::InvalidUrl { url: server_url.to_owned(), reason: reason.to_owned() };
+    let url = reqwest::Url::parse(server_url).map_err(|e| invalid(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid("the scheme must be http or https"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid("the URL must not have a query or fragment"));
+    }
+    let base = url.as_str().trim_end_matches('/');
+    Ok(format!("{base}/api/message"))
+}
+
+fn default_http_client() -> Result<reqwest::Client, Error> {
+    #[cfg(feature = "tls")]
+    {
+        // reqwest is built without a bundled crypto provider; ring is ours. Installing twice is
+        // harmless (the first provider stays).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    reqwest::Client::builder().build().map_err(Error::Transport)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::message_endpoint;
+
+    #[test]
+    fn endpoint_appends_api_message_to_any_base() {
+        assert_eq!(message_endpoint("http://127.0.0.1:3050").unwrap(), "http://127.0.0.1:3050/api/message");
+        assert_eq!(message_endpoint("https://h.example/agents/").unwrap(), "https://h.example/agents/api/message");
+        assert!(message_endpoint("ftp://h.example").is_err());
+        assert!(message_endpoint("not a url").is_err());
+    }
+}

@@ -1,0 +1,34 @@
+//! Rust SDK for the Seed Agents signed action API.
+//!
+//! # Brief overview
+//!
+//! A [`Client`] talks to one server for one account. Every call builds the action, adds `ts`,
+//! signs the canonical DAG-CBOR envelope with its [`Signer`], posts it to `/api/message` and
+//! decodes the typed response. There is one typed method per action (generated from the
+//! protocol's action table, e.g. [`Client::create_session`]), all over one hand-written
+//! [`Client::call`]. Failures come back as one [`Error`] that keeps transport problems, API errors
+//! (status, message, `code`), protocol skew and undecodable bodies (raw bytes kept) apart.
+//!
+//! ```no_run
+//! use seed_agents_protocol::generated::ListAgents;
+//! use seed_agents_sdk::{Client, Ed25519Signer};
+//!
+//! # async fn run() -> Result<(), seed_agents_sdk::Error> {
+//! let signer = Ed25519Signer::from_seed(&[7; 32]);
+//! let client = Client::new("http://127.0.0.1:3050", signer)?;
+//! let agents = client.list_agents(ListAgents {}).await?;
+//! println!("{} agents", agents.agents.len());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Uploads, subscriptions and the command-line tool arrive in a later release.
+
+mod client;
+mod error;
+mod generated;
+
+pub use client::{Client, ClientBuilder, Clock};
+pub use error::Error;
+pub use seed_agents_protocol as protocol;
+pub use seed_agents_protocol::{Ed25519Signer, Principal, Signer};
