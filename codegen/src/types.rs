@@ -244,6 +244,16 @@ impl VisitMut for Fixer {
                     field.attrs.push(syn::parse_quote!(
                         #[serde(default, skip_serializing_if = "::seed_agents_protocol::Nullable::is_absent")]
                     ));
+                } else if is_open_value(&inner) {
+                    // For `unknown`, null is data: keep it as `Some(Value::NULL)`.
+                    field.ty = syn::parse_quote!(::std::option::Option<#inner>);
+                    field.attrs.push(syn::parse_quote!(
+                        #[serde(
+                            default,
+                            deserialize_with = "::seed_agents_protocol::value::deserialize_some",
+                            skip_serializing_if = "::std::option::Option::is_none"
+                        )]
+                    ));
                 } else {
                     field.ty = syn::parse_quote!(::std::option::Option<#inner>);
                     field.attrs.push(syn::parse_quote!(
@@ -306,6 +316,13 @@ fn serde_rename(attrs: &[syn::Attribute]) -> Option<String> {
         });
     }
     found
+}
+
+/// Whether a type is our open value type.
+fn is_open_value(ty: &syn::Type) -> bool {
+    let syn::Type::Path(path) = ty else { return false };
+    let names: Vec<String> = path.path.segments.iter().map(|s| s.ident.to_string()).collect();
+    names == ["seed_agents_protocol", "Value"]
 }
 
 /// `T` of `::std::option::Option<T>`.

@@ -3079,7 +3079,11 @@ pub struct InvokeSessionTool {
 pub struct InvokeSessionToolResponse {
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::seed_agents_protocol::value::deserialize_some",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub output: ::std::option::Option<::seed_agents_protocol::Value>,
     #[serde(rename = "resultEventId")]
     pub result_event_id: ::std::string::String,
@@ -5370,7 +5374,11 @@ pub struct ScreenshotBrowserCommand {
 ///`ScriptContinuation`
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ScriptContinuation {
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::seed_agents_protocol::value::deserialize_some",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub input: ::std::option::Option<::seed_agents_protocol::Value>,
     #[serde(rename = "onFailure")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -5976,7 +5984,11 @@ pub struct SetSecretResponse {
 ///`SignalRun`
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SignalRun {
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::seed_agents_protocol::value::deserialize_some",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub payload: ::std::option::Option<::seed_agents_protocol::Value>,
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
@@ -6216,7 +6228,11 @@ impl ::std::convert::TryFrom<::std::string::String> for ToolCallEventType {
 ///`ToolContinuation`
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ToolContinuation {
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::seed_agents_protocol::value::deserialize_some",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub input: ::std::option::Option<::seed_agents_protocol::Value>,
     #[serde(rename = "onFailure")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -6233,7 +6249,11 @@ pub struct ToolResultEvent {
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub meta: ::std::option::Option<SessionEventMeta>,
     pub name: ::std::string::String,
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::seed_agents_protocol::value::deserialize_some",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub output: ::std::option::Option<::seed_agents_protocol::Value>,
     #[serde(rename = "toolCallId")]
     pub tool_call_id: ::std::string::String,
@@ -6652,7 +6672,11 @@ pub struct UserMentionSource {
 ///`WakeContinuation`
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct WakeContinuation {
-    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::seed_agents_protocol::value::deserialize_some",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub payload: ::std::option::Option<::seed_agents_protocol::Value>,
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]

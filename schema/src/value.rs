@@ -308,3 +308,11 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Nullable<T> {
         })
     }
 }
+
+/// Reads an optional open value so that an explicit `null` stays a value (`Some(Value::NULL)`):
+/// for `unknown` fields null is data, and dropping it would change what the signer signed. A
+/// missing key is `None` through `#[serde(default)]`. Generated code uses it on every optional
+/// [`Value`] field.
+pub fn deserialize_some<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
+}
