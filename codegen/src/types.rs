@@ -48,16 +48,24 @@ const STRIPPED: &[&str] = &[
 
 /// Generates the protocol types as a syn file.
 pub fn generate(model: &Model) -> Result<syn::File, Error> {
-    let fixer = Fixer::new(model);
-    let mut defs = Map::new();
+    // Inline objects become named definitions first, so the fix-up pass knows every struct by a
+    // name we chose (typify would otherwise name them itself, out of our sight).
+    let mut all = BTreeMap::new();
     for def in model.defs.values() {
         let mut schema = def.schema.clone();
+        hoist(&def.name, &mut schema, &mut all)?;
+        all.insert(def.name.clone(), schema);
+    }
+    let fixer = Fixer::new(model, &all);
+    let mut defs = Map::new();
+    for (name, schema) in &all {
+        let mut schema = schema.clone();
         // A closed union carries its members' tag itself; typify must not see it twice (it would
         // also name the tag's one-value enum after the struct).
-        if let Some(tag) = fixer.structs.get(&def.name).and_then(|facts| facts.drop_tag.as_deref()) {
+        if let Some(tag) = fixer.structs.get(&key(name)).and_then(|facts| facts.drop_tag.as_deref()) {
             drop_property(&mut schema, tag);
         }
-        defs.insert(def.name.clone(), prepare(&schema));
+        defs.insert(name.clone(), prepare(&schema));
     }
     let root = json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -94,6 +102,51 @@ pub fn generate(model: &Model) -> Result<syn::File, Error> {
         )));
     }
     Ok(file)
+}
+
+/// Replaces every inline object schema below `schema` (in properties, array items and nullable
+/// alternatives) by a reference to a new definition named after its place: `RunInfo.error` becomes
+/// `RunInfoError`, `RunPlan.steps[]` would become `RunPlanStepsItem`.
+fn hoist(parent: &str, schema: &mut Json, out: &mut BTreeMap<String, Json>) -> Result<(), Error> {
+    let Some(props) = schema.get_mut("properties").and_then(Json::as_object_mut) else { return Ok(()) };
+    for (prop_name, prop) in props.iter_mut() {
+        let mut pascal = prop_name.clone();
+        if let Some(first) = pascal.get_mut(..1) {
+            first.make_ascii_uppercase();
+        }
+        let base = format!("{parent}{pascal}");
+        hoist_at(&base, prop, out)?;
+    }
+    Ok(())
+}
+
+fn hoist_at(name: &str, schema: &mut Json, out: &mut BTreeMap<String, Json>) -> Result<(), Error> {
+    if schema.get("properties").is_some() {
+        if out.contains_key(name) {
+            return Err(Error::Schema(format!("inline object {name} collides with a definition of that name")));
+        }
+        let mut inner = std::mem::replace(schema, json!({ "$ref": format!("#/$defs/{name}") }));
+        hoist(name, &mut inner, out)?;
+        out.insert(name.to_owned(), inner);
+        return Ok(());
+    }
+    if let Some(items) = schema.get_mut("items") {
+        return hoist_at(&format!("{name}Item"), items, out);
+    }
+    for key in ["oneOf", "anyOf"] {
+        if let Some(alts) = schema.get_mut(key).and_then(Json::as_array_mut) {
+            for alt in alts.iter_mut() {
+                hoist_at(name, alt, out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How a definition name and typify's Rust name for it are matched: typify re-cases names
+/// (`AgentWSEvent` becomes `AgentWsEvent`), so both sides are compared lowercased.
+fn key(name: &str) -> String {
+    name.to_ascii_lowercase()
 }
 
 /// Removes a property from an object schema and from its `required` list.
@@ -188,19 +241,18 @@ struct Fixer {
 }
 
 impl Fixer {
-    fn new(model: &Model) -> Self {
+    fn new(model: &Model, all: &BTreeMap<String, Json>) -> Self {
         let mut structs = BTreeMap::new();
         let mut unions = BTreeMap::new();
-        for def in model.defs.values() {
-            if def.schema.get("properties").is_some() {
-                let required: Vec<String> = def.required().into_iter().map(str::to_owned).collect();
-                let tristate = def
-                    .properties()
+        for (name, schema) in all {
+            if schema.get("properties").is_some() {
+                let required: Vec<String> = model::required(schema).into_iter().map(str::to_owned).collect();
+                let tristate = model::properties(schema)
                     .into_iter()
                     .filter(|(name, prop)| !required.iter().any(|r| r == name) && model::nullable_inner(prop).is_some())
                     .map(|(name, _)| name.to_owned())
                     .collect();
-                structs.insert(def.name.clone(), StructFacts { required, tristate, drop_tag: None });
+                structs.insert(key(name), StructFacts { required, tristate, drop_tag: None });
             }
         }
         for def in model.defs.values() {
@@ -208,14 +260,14 @@ impl Fixer {
             let mut members = BTreeMap::new();
             for member in &union.members {
                 let value = model.defs.get(member).and_then(|m| m.tag_value(union.tag)).unwrap_or_default();
-                members.insert(member.clone(), value.to_owned());
+                members.insert(key(member), value.to_owned());
                 if !union.open {
-                    if let Some(facts) = structs.get_mut(member) {
+                    if let Some(facts) = structs.get_mut(&key(member)) {
                         facts.drop_tag = Some(union.tag.to_owned());
                     }
                 }
             }
-            unions.insert(def.name.clone(), UnionFacts { tag: union.tag.to_owned(), open: union.open, members });
+            unions.insert(key(&def.name), UnionFacts { tag: union.tag.to_owned(), open: union.open, members });
         }
         Fixer { structs, unions }
     }
@@ -223,7 +275,7 @@ impl Fixer {
 
 impl VisitMut for Fixer {
     fn visit_item_struct_mut(&mut self, item: &mut syn::ItemStruct) {
-        let Some(facts) = self.structs.get(&item.ident.to_string()) else { return };
+        let Some(facts) = self.structs.get(&key(&item.ident.to_string())) else { return };
         strip_serde_attr(&mut item.attrs, "deny_unknown_fields");
         let syn::Fields::Named(fields) = &mut item.fields else { return };
         let old = std::mem::take(&mut fields.named);
@@ -231,6 +283,11 @@ impl VisitMut for Fixer {
             let ident = field.ident.as_ref().map(|i| i.to_string()).unwrap_or_default();
             let wire = serde_rename(&field.attrs).unwrap_or_else(|| ident.trim_start_matches("r#").to_owned());
             if facts.drop_tag.as_deref() == Some(wire.as_str()) {
+                continue;
+            }
+            if is_flatten(&field.attrs) {
+                // The `additionalProperties` map typify flattens in: keep it as typify wrote it.
+                fields.named.push(field);
                 continue;
             }
             field.attrs.retain(|attr| !attr.path().is_ident("serde"));
@@ -266,10 +323,10 @@ impl VisitMut for Fixer {
     }
 
     fn visit_item_enum_mut(&mut self, item: &mut syn::ItemEnum) {
-        let Some(facts) = self.unions.get(&item.ident.to_string()) else { return };
+        let Some(facts) = self.unions.get(&key(&item.ident.to_string())) else { return };
         strip_serde_attr(&mut item.attrs, "untagged");
         for variant in item.variants.iter_mut() {
-            let member = variant_type_name(variant).unwrap_or_default();
+            let member = key(&variant_type_name(variant).unwrap_or_default());
             variant.attrs.retain(|attr| !attr.path().is_ident("serde"));
             if !facts.open {
                 if let Some(value) = facts.members.get(&member) {
@@ -299,6 +356,11 @@ fn strip_serde_attr(attrs: &mut Vec<syn::Attribute>, word: &str) {
         let text = quote!(#attr).to_string();
         !(text.contains(word) && !text.contains(','))
     });
+}
+
+/// Whether a field is `#[serde(flatten)]`.
+fn is_flatten(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().filter(|attr| attr.path().is_ident("serde")).any(|attr| quote!(#attr).to_string().contains("flatten"))
 }
 
 /// The `rename = "..."` of a field's serde attributes.

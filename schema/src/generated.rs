@@ -2214,13 +2214,19 @@ impl ::std::convert::From<WebhookSource> for AgentTriggerSource {
 }
 ///A server-to-client WebSocket frame (JSON text), told apart by `_`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
-#[serde(untagged)]
+#[serde(tag = "_")]
 pub enum AgentWsEvent {
+    #[serde(rename = "append")]
     AppendFrame(AppendFrame),
+    #[serde(rename = "appendPartial")]
     AppendPartialFrame(AppendPartialFrame),
+    #[serde(rename = "change")]
     ChangeFrame(ChangeFrame),
+    #[serde(rename = "connected")]
     ConnectedFrame(ConnectedFrame),
+    #[serde(rename = "error")]
     ErrorFrame(ErrorFrame),
+    #[serde(rename = "subscribed")]
     SubscribedFrame(SubscribedFrame),
 }
 impl ::std::convert::From<AppendFrame> for AgentWsEvent {
@@ -4296,9 +4302,9 @@ pub struct PartialPatch {
 ///`PartialPatchProgress`
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct PartialPatchProgress {
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub fraction: ::std::option::Option<::seed_agents_protocol::Float>,
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
 }
 ///`PlanObligation`
@@ -4902,18 +4908,20 @@ pub struct RunInfo {
 ///`RunInfoError`
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RunInfoError {
-    #[serde(
-        rename = "callSeq",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(rename = "callSeq")]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub call_seq: ::std::option::Option<i64>,
     pub code: ::std::string::String,
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "::seed_agents_protocol::value::deserialize_some",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
     pub detail: ::std::option::Option<::seed_agents_protocol::Value>,
     pub message: ::std::string::String,
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub stack: ::std::option::Option<::std::string::String>,
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tool: ::std::option::Option<::std::string::String>,
 }
 ///`RunInfoKind`
@@ -5748,17 +5756,13 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionEventMetaReasonin
 ///`SessionEventMetaTurn`
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct SessionEventMetaTurn {
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub index: ::std::option::Option<i64>,
-    #[serde(
-        rename = "ttftMs",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(rename = "ttftMs")]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub ttft_ms: ::std::option::Option<i64>,
-    #[serde(
-        rename = "turnMs",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
+    #[serde(rename = "turnMs")]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub turn_ms: ::std::option::Option<i64>,
 }
 ///The payload of a durable session event, told apart by `type`. Open: kinds this build does not know are kept as open maps, never refused.

@@ -41,6 +41,7 @@ pub mod action;
 pub mod envelope;
 #[allow(clippy::all, missing_docs, missing_debug_implementations)]
 pub mod generated;
+mod ipld_de;
 pub mod principal;
 pub mod signer;
 pub mod value;

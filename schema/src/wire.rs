@@ -59,7 +59,7 @@ pub fn to_ipld<T: Serialize + ?Sized>(value: &T) -> Result<Ipld, WireError> {
 
 /// Converts a generic IPLD value into a typed value.
 pub fn from_ipld<T: DeserializeOwned>(value: Ipld) -> Result<T, WireError> {
-    ipld_core::serde::from_ipld(value).map_err(|err| WireError::Decode(err.to_string()))
+    T::deserialize(crate::ipld_de::IpldDeserializer(value)).map_err(|err| WireError::Decode(err.to_string()))
 }
 
 /// Renders DAG-CBOR bytes in CBOR diagnostic notation (RFC 8949 §8), for snapshots and logs.
