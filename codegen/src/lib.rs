@@ -66,16 +66,19 @@ pub fn outputs(root: &Path) -> Result<Vec<Output>, Error> {
         prettyplease::unparse(&syn::parse2(table::sdk_items(&model)).map_err(|e| Error::Typify(e.to_string()))?),
     );
     Ok(vec![
-        Output { path: "schema/src/generated.rs".into(), content: rustfmt(&protocol)? },
-        Output { path: "sdk/src/generated.rs".into(), content: rustfmt(&sdk)? },
+        Output { path: "schema/src/generated.rs".into(), content: rustfmt(root, &protocol)? },
+        Output { path: "sdk/src/generated.rs".into(), content: rustfmt(root, &sdk)? },
         Output { path: "snapshots/surface.json".into(), content: surface::render(&model) },
     ])
 }
 
-/// Formats Rust source with the workspace's rustfmt, so `cargo fmt --check` agrees with it.
-fn rustfmt(source: &str) -> Result<String, Error> {
+/// Formats Rust source with rustfmt and the workspace's `rustfmt.toml`, so `cargo fmt --check`
+/// agrees with it.
+fn rustfmt(root: &Path, source: &str) -> Result<String, Error> {
+    let config = root.join("rustfmt.toml");
     let mut child = Command::new(std::env::var("RUSTFMT").unwrap_or_else(|_| "rustfmt".into()))
-        .args(["--edition", "2024", "--emit", "stdout", "--quiet"])
+        .args(["--edition", "2024", "--emit", "stdout", "--quiet", "--config-path"])
+        .arg(&config)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

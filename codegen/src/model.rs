@@ -269,9 +269,9 @@ fn normalize_refs(schema: &mut Json, file: &str) -> Result<(), Error> {
     match schema {
         Json::Object(map) => {
             if let Some(Json::String(target)) = map.get_mut("$ref") {
-                let (ref_file, pointer) = target.split_once('#').ok_or_else(|| {
-                    Error::Schema(format!("{file}: reference {target} has no #/$defs/ pointer"))
-                })?;
+                let (ref_file, pointer) = target
+                    .split_once('#')
+                    .ok_or_else(|| Error::Schema(format!("{file}: reference {target} has no #/$defs/ pointer")))?;
                 let name = pointer
                     .strip_prefix("/$defs/")
                     .ok_or_else(|| Error::Schema(format!("{file}: reference {target} is not to $defs")))?;

@@ -261,10 +261,10 @@ impl Fixer {
             for member in &union.members {
                 let value = model.defs.get(member).and_then(|m| m.tag_value(union.tag)).unwrap_or_default();
                 members.insert(key(member), value.to_owned());
-                if !union.open {
-                    if let Some(facts) = structs.get_mut(&key(member)) {
-                        facts.drop_tag = Some(union.tag.to_owned());
-                    }
+                if !union.open
+                    && let Some(facts) = structs.get_mut(&key(member))
+                {
+                    facts.drop_tag = Some(union.tag.to_owned());
                 }
             }
             unions.insert(key(&def.name), UnionFacts { tag: union.tag.to_owned(), open: union.open, members });
@@ -328,10 +328,10 @@ impl VisitMut for Fixer {
         for variant in item.variants.iter_mut() {
             let member = key(&variant_type_name(variant).unwrap_or_default());
             variant.attrs.retain(|attr| !attr.path().is_ident("serde"));
-            if !facts.open {
-                if let Some(value) = facts.members.get(&member) {
-                    variant.attrs.push(syn::parse_quote!(#[serde(rename = #value)]));
-                }
+            if !facts.open
+                && let Some(value) = facts.members.get(&member)
+            {
+                variant.attrs.push(syn::parse_quote!(#[serde(rename = #value)]));
             }
         }
         let tag = &facts.tag;
@@ -354,7 +354,7 @@ fn strip_serde_attr(attrs: &mut Vec<syn::Attribute>, word: &str) {
             return true;
         }
         let text = quote!(#attr).to_string();
-        !(text.contains(word) && !text.contains(','))
+        !text.contains(word) || text.contains(',')
     });
 }
 

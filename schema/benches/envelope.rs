@@ -15,9 +15,7 @@ use ed25519_dalek::{Signature, VerifyingKey};
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::envelope::insert_signature;
 use seed_agents_protocol::generated::{MessageSession, MessageSessionContentPart, TextContentPart};
-use seed_agents_protocol::{
-    AgentAction, Ed25519Signer, SignedEnvelope, Signer, UnsignedEnvelope, wire,
-};
+use seed_agents_protocol::{AgentAction, Ed25519Signer, SignedEnvelope, Signer, UnsignedEnvelope, wire};
 
 /// 2026-01-01T00:00:00Z.
 const TS: i64 = 1_767_225_600_000;
@@ -31,13 +29,11 @@ fn typed_action() -> AgentAction {
     AgentAction::MessageSession(MessageSession {
         session_id: "session-01JH5Z8Q3V6W7X8Y9Z0A1B2C3D".into(),
         client_message_id: Some("msg-01JH5Z9R4T5U6V7W8X9Y0Z1A2B".into()),
-        content: vec![MessageSessionContentPart::TextContentPart(
-            TextContentPart {
-                blocks: None,
-                client_message_id: None,
-                text,
-            },
-        )],
+        content: vec![MessageSessionContentPart::TextContentPart(TextContentPart {
+            blocks: None,
+            client_message_id: None,
+            text,
+        })],
     })
 }
 
@@ -47,12 +43,8 @@ fn encode_sign(signer: &Ed25519Signer, action: &AgentAction) -> Vec<u8> {
     if let Ipld::Map(map) = &mut action {
         map.insert("ts".into(), TS.into());
     }
-    let envelope = UnsignedEnvelope {
-        signer: signer.principal(),
-        account: signer.principal(),
-        protocol: Some(3),
-        action,
-    };
+    let envelope =
+        UnsignedEnvelope { signer: signer.principal(), account: signer.principal(), protocol: Some(3), action };
     let mut bytes = envelope.signing_bytes().expect("envelope encodes");
     let signature = signer.sign_now(&bytes);
     insert_signature(&mut bytes, &signature).expect("sig is first");
@@ -72,36 +64,21 @@ fn benches(c: &mut Criterion) {
     let public_key = *signer.principal().public_key();
 
     // The setup must be the real thing: the bytes verify, and both paths sign the same message.
-    key.verify_strict(&signing_bytes, &signature)
-        .expect("bare verify");
-    let verified = SignedEnvelope::decode(&bytes)
-        .expect("decodes")
-        .verify(TS)
-        .expect("verifies");
+    key.verify_strict(&signing_bytes, &signature).expect("bare verify");
+    let verified = SignedEnvelope::decode(&bytes).expect("decodes").verify(TS).expect("verifies");
     assert_eq!(verified.action_name(), "MessageSession");
     eprintln!("envelope: {} bytes", bytes.len());
 
     let mut group = c.benchmark_group("envelope");
-    group.bench_function("encode_sign", |b| {
-        b.iter(|| encode_sign(black_box(&signer), black_box(&action)))
-    });
+    group.bench_function("encode_sign", |b| b.iter(|| encode_sign(black_box(&signer), black_box(&action))));
     group.bench_function("decode_verify", |b| {
-        b.iter(|| {
-            SignedEnvelope::decode(black_box(&bytes))
-                .expect("decodes")
-                .verify(black_box(TS))
-                .expect("verifies")
-        })
+        b.iter(|| SignedEnvelope::decode(black_box(&bytes)).expect("decodes").verify(black_box(TS)).expect("verifies"))
     });
     group.bench_function("bare_verify_strict", |b| {
         b.iter(|| black_box(&key).verify_strict(black_box(&signing_bytes), black_box(&signature)))
     });
-    group.bench_function("decode_only", |b| {
-        b.iter(|| SignedEnvelope::decode(black_box(&bytes)).expect("decodes"))
-    });
-    group.bench_function("signing_bytes_only", |b| {
-        b.iter(|| black_box(&decoded).signing_bytes().expect("re-encodes"))
-    });
+    group.bench_function("decode_only", |b| b.iter(|| SignedEnvelope::decode(black_box(&bytes)).expect("decodes")));
+    group.bench_function("signing_bytes_only", |b| b.iter(|| black_box(&decoded).signing_bytes().expect("re-encodes")));
     group.bench_function("verifying_key_only", |b| {
         b.iter(|| VerifyingKey::from_bytes(black_box(&public_key)).expect("valid key"))
     });

@@ -104,9 +104,7 @@ impl SignedEnvelope {
         let signer = principal_field(&map, "signer").ok_or(EnvelopeError::Signer)?;
         let account = principal_field(&map, "account").ok_or(EnvelopeError::Account)?;
         let sig: Signature = match map.get("sig") {
-            Some(Ipld::Bytes(bytes)) => {
-                bytes.as_slice().try_into().map_err(|_| EnvelopeError::SignatureBytes)?
-            }
+            Some(Ipld::Bytes(bytes)) => bytes.as_slice().try_into().map_err(|_| EnvelopeError::SignatureBytes)?,
             _ => return Err(EnvelopeError::SignatureBytes),
         };
         match map.get("action") {

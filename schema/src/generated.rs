@@ -45,18 +45,7 @@ pub struct ActivitySource {
     pub conditions: ::std::vec::Vec<AgentActivityCondition>,
 }
 ///`AgentAccessRole`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentAccessRole {
     #[serde(rename = "chatter")]
     Chatter,
@@ -97,9 +86,7 @@ impl ::std::convert::TryFrom<&str> for AgentAccessRole {
 }
 impl ::std::convert::TryFrom<::std::string::String> for AgentAccessRole {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -646,18 +633,7 @@ pub struct AgentActivityCondition {
     pub source: AgentActivitySource,
 }
 ///`AgentActivityKind`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentActivityKind {
     #[serde(rename = "agent")]
     Agent,
@@ -694,25 +670,12 @@ impl ::std::convert::TryFrom<&str> for AgentActivityKind {
 }
 impl ::std::convert::TryFrom<::std::string::String> for AgentActivityKind {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`AgentActivityMessageFrom`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentActivityMessageFrom {
     #[serde(rename = "agent")]
     Agent,
@@ -745,9 +708,7 @@ impl ::std::convert::TryFrom<&str> for AgentActivityMessageFrom {
 }
 impl ::std::convert::TryFrom<::std::string::String> for AgentActivityMessageFrom {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -804,18 +765,7 @@ pub struct AgentCollaboratorInfo {
     pub updated_at: i64,
 }
 ///`AgentCollaboratorInfoStatus`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentCollaboratorInfoStatus {
     #[serde(rename = "accepted")]
     Accepted,
@@ -848,25 +798,12 @@ impl ::std::convert::TryFrom<&str> for AgentCollaboratorInfoStatus {
 }
 impl ::std::convert::TryFrom<::std::string::String> for AgentCollaboratorInfoStatus {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`AgentCollaboratorRole`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentCollaboratorRole {
     #[serde(rename = "reader")]
     Reader,
@@ -899,9 +836,7 @@ impl ::std::convert::TryFrom<&str> for AgentCollaboratorRole {
 }
 impl ::std::convert::TryFrom<::std::string::String> for AgentCollaboratorRole {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -915,9 +850,8 @@ pub struct AgentDefinition {
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mcp_servers: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub metadata: ::std::option::Option<
-        ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
-    >,
+    pub metadata:
+        ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
     pub model: ::std::string::String,
     #[serde(rename = "modelProvider")]
     pub model_provider: ::std::string::String,
@@ -976,18 +910,7 @@ pub struct AgentInfo {
     pub updated_at: i64,
 }
 ///`AgentInfoStatus`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentInfoStatus {
     #[serde(rename = "error")]
     Error,
@@ -1028,9 +951,7 @@ impl ::std::convert::TryFrom<&str> for AgentInfoStatus {
 }
 impl ::std::convert::TryFrom<::std::string::String> for AgentInfoStatus {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -1066,18 +987,7 @@ pub struct AgentMemoryEntry {
     pub updated_at: i64,
 }
 ///`AgentMemoryEntryType`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentMemoryEntryType {
     #[serde(rename = "dir")]
     Dir,
@@ -1110,9 +1020,7 @@ impl ::std::convert::TryFrom<&str> for AgentMemoryEntryType {
 }
 impl ::std::convert::TryFrom<::std::string::String> for AgentMemoryEntryType {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -1133,18 +1041,7 @@ pub struct AgentMemoryFile {
     pub updated_at: i64,
 }
 ///`AgentMemoryFileEncoding`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentMemoryFileEncoding {
     #[serde(rename = "binary")]
     Binary,
@@ -1177,9 +1074,7 @@ impl ::std::convert::TryFrom<&str> for AgentMemoryFileEncoding {
 }
 impl ::std::convert::TryFrom<::std::string::String> for AgentMemoryFileEncoding {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -1703,18 +1598,7 @@ pub struct AgentRunActivity {
     pub tool_name: ::std::option::Option<::std::string::String>,
 }
 ///`AgentRunActivityPhase`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentRunActivityPhase {
     #[serde(rename = "finalizing")]
     Finalizing,
@@ -1759,9 +1643,7 @@ impl ::std::convert::TryFrom<&str> for AgentRunActivityPhase {
 }
 impl ::std::convert::TryFrom<::std::string::String> for AgentRunActivityPhase {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -1805,8 +1687,7 @@ impl ::std::convert::From<WeeklySchedule> for AgentScheduleTrigger {
 ///`AgentSessionTriggerContext`
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentSessionTriggerContext {
-    pub activity:
-        ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+    pub activity: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
     #[serde(rename = "activityKey")]
     pub activity_key: ::std::string::String,
     #[serde(rename = "activitySummary")]
@@ -1864,9 +1745,8 @@ pub struct AgentToolInfo {
     pub kind: AgentToolInfoKind,
     pub name: ::std::string::String,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub output: ::std::option::Option<
-        ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
-    >,
+    pub output:
+        ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
     #[serde(rename = "remoteName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub remote_name: ::std::option::Option<::std::string::String>,
@@ -1881,18 +1761,7 @@ pub struct AgentToolInfo {
     pub updated_at: i64,
 }
 ///`AgentToolInfoKind`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentToolInfoKind {
     #[serde(rename = "builtin")]
     Builtin,
@@ -1929,25 +1798,12 @@ impl ::std::convert::TryFrom<&str> for AgentToolInfoKind {
 }
 impl ::std::convert::TryFrom<::std::string::String> for AgentToolInfoKind {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`AgentToolInfoRuntime`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentToolInfoRuntime {
     #[serde(rename = "python")]
     Python,
@@ -1980,9 +1836,7 @@ impl ::std::convert::TryFrom<&str> for AgentToolInfoRuntime {
 }
 impl ::std::convert::TryFrom<::std::string::String> for AgentToolInfoRuntime {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -1993,27 +1847,15 @@ pub struct AgentToolInput {
     pub input: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
     pub name: ::std::string::String,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub output: ::std::option::Option<
-        ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
-    >,
+    pub output:
+        ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
     pub runtime: AgentToolInputRuntime,
     pub source: ::std::string::String,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub summary: ::std::option::Option<::std::string::String>,
 }
 ///`AgentToolInputRuntime`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentToolInputRuntime {
     #[serde(rename = "python")]
     Python,
@@ -2046,9 +1888,7 @@ impl ::std::convert::TryFrom<&str> for AgentToolInputRuntime {
 }
 impl ::std::convert::TryFrom<::std::string::String> for AgentToolInputRuntime {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -2283,9 +2123,8 @@ pub struct AppendFrame {
     pub created_at: ::std::option::Option<i64>,
     ///`runs/<id>` keys: the journal entry.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub entry: ::std::option::Option<
-        ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
-    >,
+    pub entry:
+        ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
     ///`sessions/<id>` keys: the durable event.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub event: ::std::option::Option<SessionEvent>,
@@ -2745,18 +2584,7 @@ pub struct Envelope {
     pub type_: EnvelopeType,
 }
 ///`EnvelopeType`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum EnvelopeType {
     AgentsAction,
 }
@@ -2784,9 +2612,7 @@ impl ::std::convert::TryFrom<&str> for EnvelopeType {
 }
 impl ::std::convert::TryFrom<::std::string::String> for EnvelopeType {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -2808,18 +2634,7 @@ pub struct ErrorEvent {
     pub type_: ErrorEventType,
 }
 ///`ErrorEventType`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ErrorEventType {
     #[serde(rename = "error")]
     Error,
@@ -2848,9 +2663,7 @@ impl ::std::convert::TryFrom<&str> for ErrorEventType {
 }
 impl ::std::convert::TryFrom<::std::string::String> for ErrorEventType {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -3008,18 +2821,7 @@ pub struct IntervalSchedule {
     pub unit: IntervalScheduleUnit,
 }
 ///`IntervalScheduleUnit`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum IntervalScheduleUnit {
     #[serde(rename = "hours")]
     Hours,
@@ -3052,9 +2854,7 @@ impl ::std::convert::TryFrom<&str> for IntervalScheduleUnit {
 }
 impl ::std::convert::TryFrom<::std::string::String> for IntervalScheduleUnit {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -3097,18 +2897,7 @@ pub struct InvokeSessionToolResponse {
     pub session_id: ::std::string::String,
 }
 ///`InvokeSessionToolVerb`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum InvokeSessionToolVerb {
     #[serde(rename = "call")]
     Call,
@@ -3145,9 +2934,7 @@ impl ::std::convert::TryFrom<&str> for InvokeSessionToolVerb {
 }
 impl ::std::convert::TryFrom<::std::string::String> for InvokeSessionToolVerb {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -3181,8 +2968,7 @@ pub struct JsonSchema {
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub minimum: ::std::option::Option<::seed_agents_protocol::Float>,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub properties:
-        ::std::option::Option<::std::collections::BTreeMap<::std::string::String, JsonSchema>>,
+    pub properties: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, JsonSchema>>,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub required: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
     #[serde(rename = "type")]
@@ -3260,18 +3046,7 @@ impl ::std::convert::From<::std::vec::Vec<JsonSchemaTypeName>> for JsonSchemaTyp
     }
 }
 ///`JsonSchemaTypeName`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeName {
     #[serde(rename = "array")]
     Array,
@@ -3324,25 +3099,12 @@ impl ::std::convert::TryFrom<&str> for JsonSchemaTypeName {
 }
 impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeName {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`JsonSchemaTypeVariant0`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant0 {
     #[serde(rename = "array")]
     Array,
@@ -3371,25 +3133,12 @@ impl ::std::convert::TryFrom<&str> for JsonSchemaTypeVariant0 {
 }
 impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant0 {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`JsonSchemaTypeVariant1`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant1 {
     #[serde(rename = "boolean")]
     Boolean,
@@ -3418,25 +3167,12 @@ impl ::std::convert::TryFrom<&str> for JsonSchemaTypeVariant1 {
 }
 impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant1 {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`JsonSchemaTypeVariant2`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant2 {
     #[serde(rename = "integer")]
     Integer,
@@ -3465,25 +3201,12 @@ impl ::std::convert::TryFrom<&str> for JsonSchemaTypeVariant2 {
 }
 impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant2 {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`JsonSchemaTypeVariant3`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant3 {
     #[serde(rename = "null")]
     Null,
@@ -3512,25 +3235,12 @@ impl ::std::convert::TryFrom<&str> for JsonSchemaTypeVariant3 {
 }
 impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant3 {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`JsonSchemaTypeVariant4`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant4 {
     #[serde(rename = "number")]
     Number,
@@ -3559,25 +3269,12 @@ impl ::std::convert::TryFrom<&str> for JsonSchemaTypeVariant4 {
 }
 impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant4 {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`JsonSchemaTypeVariant5`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant5 {
     #[serde(rename = "object")]
     Object,
@@ -3606,25 +3303,12 @@ impl ::std::convert::TryFrom<&str> for JsonSchemaTypeVariant5 {
 }
 impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant5 {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`JsonSchemaTypeVariant6`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant6 {
     #[serde(rename = "string")]
     String,
@@ -3653,9 +3337,7 @@ impl ::std::convert::TryFrom<&str> for JsonSchemaTypeVariant6 {
 }
 impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant6 {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -3860,14 +3542,10 @@ pub struct ListSigningIdentitiesResponse {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct McpServerConfig {
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub headers: ::std::option::Option<
-        ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
-    >,
+    pub headers: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
     #[serde(rename = "secretRefs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub secret_refs: ::std::option::Option<
-        ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
-    >,
+    pub secret_refs: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub transport: ::std::option::Option<McpServerTransport>,
     pub url: ::std::string::String,
@@ -3883,18 +3561,7 @@ pub struct McpServerStatus {
     pub state: McpServerStatusState,
 }
 ///`McpServerStatusState`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum McpServerStatusState {
     #[serde(rename = "error")]
     Error,
@@ -3931,25 +3598,12 @@ impl ::std::convert::TryFrom<&str> for McpServerStatusState {
 }
 impl ::std::convert::TryFrom<::std::string::String> for McpServerStatusState {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`McpServerTransport`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum McpServerTransport {
     #[serde(rename = "http")]
     Http,
@@ -3982,9 +3636,7 @@ impl ::std::convert::TryFrom<&str> for McpServerTransport {
 }
 impl ::std::convert::TryFrom<::std::string::String> for McpServerTransport {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -4036,18 +3688,7 @@ pub struct MessageEvent {
     pub type_: MessageEventType,
 }
 ///`MessageEventRole`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum MessageEventRole {
     #[serde(rename = "assistant")]
     Assistant,
@@ -4084,25 +3725,12 @@ impl ::std::convert::TryFrom<&str> for MessageEventRole {
 }
 impl ::std::convert::TryFrom<::std::string::String> for MessageEventRole {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`MessageEventType`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum MessageEventType {
     #[serde(rename = "message")]
     Message,
@@ -4131,9 +3759,7 @@ impl ::std::convert::TryFrom<&str> for MessageEventType {
 }
 impl ::std::convert::TryFrom<::std::string::String> for MessageEventType {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -4195,30 +3821,16 @@ pub struct ModelProviderConfig {
     pub base_url: ::std::option::Option<::std::string::String>,
     #[serde(rename = "modelDefaults")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub model_defaults: ::std::option::Option<
-        ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
-    >,
+    pub model_defaults:
+        ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
     #[serde(rename = "secretRefs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub secret_refs: ::std::option::Option<
-        ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
-    >,
+    pub secret_refs: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
     #[serde(rename = "type")]
     pub type_: ::std::string::String,
 }
 ///`ModelProviderConfigAuthMode`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ModelProviderConfigAuthMode {
     #[serde(rename = "api-key")]
     ApiKey,
@@ -4251,9 +3863,7 @@ impl ::std::convert::TryFrom<&str> for ModelProviderConfigAuthMode {
 }
 impl ::std::convert::TryFrom<::std::string::String> for ModelProviderConfigAuthMode {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -4327,18 +3937,7 @@ pub struct PressBrowserCommand {
     pub key: PressBrowserCommandKey,
 }
 ///`PressBrowserCommandKey`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum PressBrowserCommandKey {
     ArrowDown,
     ArrowUp,
@@ -4381,9 +3980,7 @@ impl ::std::convert::TryFrom<&str> for PressBrowserCommandKey {
 }
 impl ::std::convert::TryFrom<::std::string::String> for PressBrowserCommandKey {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -4406,18 +4003,7 @@ pub struct ProviderOAuthStatusResponse {
     pub status: ProviderOAuthStatusResponseStatus,
 }
 ///`ProviderOAuthStatusResponseStatus`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ProviderOAuthStatusResponseStatus {
     #[serde(rename = "completed")]
     Completed,
@@ -4454,9 +4040,7 @@ impl ::std::convert::TryFrom<&str> for ProviderOAuthStatusResponseStatus {
 }
 impl ::std::convert::TryFrom<::std::string::String> for ProviderOAuthStatusResponseStatus {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -4489,18 +4073,7 @@ pub struct ReadSessionAttachmentResponse {
     pub data: ::seed_agents_protocol::Bytes,
 }
 ///`ReasoningLevel`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ReasoningLevel {
     #[serde(rename = "high")]
     High,
@@ -4549,9 +4122,7 @@ impl ::std::convert::TryFrom<&str> for ReasoningLevel {
 }
 impl ::std::convert::TryFrom<::std::string::String> for ReasoningLevel {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -4596,18 +4167,7 @@ pub struct RedactedModelProvider {
     pub updated_at: i64,
 }
 ///`RedactedModelProviderAuthMode`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RedactedModelProviderAuthMode {
     #[serde(rename = "api-key")]
     ApiKey,
@@ -4640,25 +4200,12 @@ impl ::std::convert::TryFrom<&str> for RedactedModelProviderAuthMode {
 }
 impl ::std::convert::TryFrom<::std::string::String> for RedactedModelProviderAuthMode {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`RedactedModelProviderAuthStatus`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RedactedModelProviderAuthStatus {
     #[serde(rename = "needs-login")]
     NeedsLogin,
@@ -4691,9 +4238,7 @@ impl ::std::convert::TryFrom<&str> for RedactedModelProviderAuthStatus {
 }
 impl ::std::convert::TryFrom<::std::string::String> for RedactedModelProviderAuthStatus {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -4706,9 +4251,8 @@ pub struct RedactedSecret {
     pub has_value: bool,
     pub id: ::std::string::String,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub metadata: ::std::option::Option<
-        ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
-    >,
+    pub metadata:
+        ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
     pub name: ::std::string::String,
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
@@ -4755,9 +4299,8 @@ pub struct ResolveSessionBrowser {
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub output: ::std::option::Option<
-        ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
-    >,
+    pub output:
+        ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
     #[serde(rename = "requestId")]
     pub request_id: ::std::string::String,
     #[serde(rename = "sessionId")]
@@ -4790,18 +4333,7 @@ pub struct RunCompletedSource {
     pub title_match: ::std::option::Option<::std::string::String>,
 }
 ///`RunCompletedSourceStatus`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunCompletedSourceStatus {
     #[serde(rename = "canceled")]
     Canceled,
@@ -4838,9 +4370,7 @@ impl ::std::convert::TryFrom<&str> for RunCompletedSourceStatus {
 }
 impl ::std::convert::TryFrom<::std::string::String> for RunCompletedSourceStatus {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -4925,18 +4455,7 @@ pub struct RunInfoError {
     pub tool: ::std::option::Option<::std::string::String>,
 }
 ///`RunInfoKind`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunInfoKind {
     #[serde(rename = "agent")]
     Agent,
@@ -4969,25 +4488,12 @@ impl ::std::convert::TryFrom<&str> for RunInfoKind {
 }
 impl ::std::convert::TryFrom<::std::string::String> for RunInfoKind {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`RunInfoOrigin`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunInfoOrigin {
     #[serde(rename = "agent")]
     Agent,
@@ -5032,9 +4538,7 @@ impl ::std::convert::TryFrom<&str> for RunInfoOrigin {
 }
 impl ::std::convert::TryFrom<::std::string::String> for RunInfoOrigin {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -5072,18 +4576,7 @@ pub struct RunPlanStep {
     pub status: RunPlanStepStatus,
 }
 ///`RunPlanStepResolvedBy`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunPlanStepResolvedBy {
     #[serde(rename = "runtime")]
     Runtime,
@@ -5112,25 +4605,12 @@ impl ::std::convert::TryFrom<&str> for RunPlanStepResolvedBy {
 }
 impl ::std::convert::TryFrom<::std::string::String> for RunPlanStepResolvedBy {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`RunPlanStepStatus`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunPlanStepStatus {
     #[serde(rename = "done")]
     Done,
@@ -5175,25 +4655,12 @@ impl ::std::convert::TryFrom<&str> for RunPlanStepStatus {
 }
 impl ::std::convert::TryFrom<::std::string::String> for RunPlanStepStatus {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`RunStatus`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunStatus {
     #[serde(rename = "canceled")]
     Canceled,
@@ -5246,9 +4713,7 @@ impl ::std::convert::TryFrom<&str> for RunStatus {
 }
 impl ::std::convert::TryFrom<::std::string::String> for RunStatus {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -5294,18 +4759,7 @@ pub struct RunWaitInfo {
     pub wake_at: ::std::option::Option<i64>,
 }
 ///`RunWaitInfoReason`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunWaitInfoReason {
     #[serde(rename = "budget-pause")]
     BudgetPause,
@@ -5346,9 +4800,7 @@ impl ::std::convert::TryFrom<&str> for RunWaitInfoReason {
 }
 impl ::std::convert::TryFrom<::std::string::String> for RunWaitInfoReason {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -5410,18 +4862,7 @@ pub struct SessionActivity {
     pub message_from: SessionActivityMessageFrom,
 }
 ///`SessionActivityMessageFrom`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionActivityMessageFrom {
     #[serde(rename = "agent")]
     Agent,
@@ -5454,25 +4895,12 @@ impl ::std::convert::TryFrom<&str> for SessionActivityMessageFrom {
 }
 impl ::std::convert::TryFrom<::std::string::String> for SessionActivityMessageFrom {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
 ///`SessionActor`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionActor {
     #[serde(rename = "agent")]
     Agent,
@@ -5513,9 +4941,7 @@ impl ::std::convert::TryFrom<&str> for SessionActor {
 }
 impl ::std::convert::TryFrom<::std::string::String> for SessionActor {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -5563,18 +4989,7 @@ pub struct SessionContinuationLink {
     pub title: ::std::option::Option<::std::string::String>,
 }
 ///`SessionContinuationReason`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionContinuationReason {
     #[serde(rename = "context_pressure")]
     ContextPressure,
@@ -5623,9 +5038,7 @@ impl ::std::convert::TryFrom<&str> for SessionContinuationReason {
 }
 impl ::std::convert::TryFrom<::std::string::String> for SessionContinuationReason {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -5679,18 +5092,7 @@ pub struct SessionEventMetaContinuedFrom {
     pub session_id: ::std::string::String,
 }
 ///`SessionEventMetaReasoningLevel`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionEventMetaReasoningLevel {
     #[serde(rename = "default")]
     Default,
@@ -5747,9 +5149,7 @@ impl ::std::convert::TryFrom<&str> for SessionEventMetaReasoningLevel {
 }
 impl ::std::convert::TryFrom<::std::string::String> for SessionEventMetaReasoningLevel {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -5847,18 +5247,7 @@ pub struct SessionInfo {
     pub updated_at: i64,
 }
 ///`SessionInfoStatus`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionInfoStatus {
     #[serde(rename = "error")]
     Error,
@@ -5899,9 +5288,7 @@ impl ::std::convert::TryFrom<&str> for SessionInfoStatus {
 }
 impl ::std::convert::TryFrom<::std::string::String> for SessionInfoStatus {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -5974,9 +5361,8 @@ pub struct SetModelProviderResponse {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SetSecret {
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub metadata: ::std::option::Option<
-        ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
-    >,
+    pub metadata:
+        ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
     pub name: ::std::string::String,
     pub value: ::seed_agents_protocol::Bytes,
 }
@@ -6115,18 +5501,7 @@ pub struct TextContentPart {
     pub text: ::std::string::String,
 }
 ///`Thoroughness`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum Thoroughness {
     #[serde(rename = "deep")]
     Deep,
@@ -6163,9 +5538,7 @@ impl ::std::convert::TryFrom<&str> for Thoroughness {
 }
 impl ::std::convert::TryFrom<::std::string::String> for Thoroughness {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -6183,18 +5556,7 @@ pub struct ToolCallEvent {
     pub type_: ToolCallEventType,
 }
 ///`ToolCallEventType`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ToolCallEventType {
     #[serde(rename = "tool_call")]
     ToolCall,
@@ -6223,9 +5585,7 @@ impl ::std::convert::TryFrom<&str> for ToolCallEventType {
 }
 impl ::std::convert::TryFrom<::std::string::String> for ToolCallEventType {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -6265,18 +5625,7 @@ pub struct ToolResultEvent {
     pub type_: ToolResultEventType,
 }
 ///`ToolResultEventType`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ToolResultEventType {
     #[serde(rename = "tool_result")]
     ToolResult,
@@ -6305,9 +5654,7 @@ impl ::std::convert::TryFrom<&str> for ToolResultEventType {
 }
 impl ::std::convert::TryFrom<::std::string::String> for ToolResultEventType {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -6329,18 +5676,7 @@ pub struct ToolSpawnEvent {
     pub type_: ToolSpawnEventType,
 }
 ///`ToolSpawnEventType`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ToolSpawnEventType {
     #[serde(rename = "tool_spawn")]
     ToolSpawn,
@@ -6369,9 +5705,7 @@ impl ::std::convert::TryFrom<&str> for ToolSpawnEventType {
 }
 impl ::std::convert::TryFrom<::std::string::String> for ToolSpawnEventType {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -6409,18 +5743,7 @@ impl ::std::convert::From<WakeContinuation> for TriggerContinuation {
     }
 }
 ///`TriggerFailurePolicy`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum TriggerFailurePolicy {
     #[serde(rename = "none")]
     None,
@@ -6453,9 +5776,7 @@ impl ::std::convert::TryFrom<&str> for TriggerFailurePolicy {
 }
 impl ::std::convert::TryFrom<::std::string::String> for TriggerFailurePolicy {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -6540,17 +5861,11 @@ pub struct UpdateAgentTriggerResponse {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct UpdateSession {
     #[serde(rename = "modelOverride")]
-    #[serde(
-        default,
-        skip_serializing_if = "::seed_agents_protocol::Nullable::is_absent"
-    )]
+    #[serde(default, skip_serializing_if = "::seed_agents_protocol::Nullable::is_absent")]
     pub model_override: ::seed_agents_protocol::Nullable<SessionModelOverride>,
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
-    #[serde(
-        default,
-        skip_serializing_if = "::seed_agents_protocol::Nullable::is_absent"
-    )]
+    #[serde(default, skip_serializing_if = "::seed_agents_protocol::Nullable::is_absent")]
     pub thoroughness: ::seed_agents_protocol::Nullable<UpdateSessionThoroughness>,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
@@ -6561,18 +5876,7 @@ pub struct UpdateSessionResponse {
     pub session: SessionInfo,
 }
 ///`UpdateSessionThoroughness`
-#[derive(
-    ::serde::Deserialize,
-    ::serde::Serialize,
-    Clone,
-    Copy,
-    Debug,
-    Eq,
-    Hash,
-    Ord,
-    PartialEq,
-    PartialOrd,
-)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum UpdateSessionThoroughness {
     #[serde(rename = "deep")]
     Deep,
@@ -6609,9 +5913,7 @@ impl ::std::convert::TryFrom<&str> for UpdateSessionThoroughness {
 }
 impl ::std::convert::TryFrom<::std::string::String> for UpdateSessionThoroughness {
     type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
 }
@@ -6759,12 +6061,7 @@ pub const SCHEMA_PROTOCOL_VERSION: u32 = 3u32;
 pub const SCHEMA_MIN_CLIENT_PROTOCOL: u32 = 1u32;
 /// Every action of the protocol, sorted by name.
 pub const ACTIONS: &[crate::action::ActionInfo] = &[
-    crate::action::ActionInfo {
-        name: "AbortFileUpload",
-        response: "AbortFileUploadResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "AbortFileUpload", response: "AbortFileUploadResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "AcceptAgentInvite",
         response: "AcceptAgentInviteResponse",
@@ -6777,24 +6074,14 @@ pub const ACTIONS: &[crate::action::ActionInfo] = &[
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "BeginFileUpload",
-        response: "BeginFileUploadResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "BeginFileUpload", response: "BeginFileUploadResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "CancelProviderOAuth",
         response: "CancelProviderOAuthResponse",
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "CancelRun",
-        response: "CancelRunResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "CancelRun", response: "CancelRunResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "CombineAgentTriggers",
         response: "UpdateAgentTriggerResponse",
@@ -6813,24 +6100,14 @@ pub const ACTIONS: &[crate::action::ActionInfo] = &[
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "CreateAgent",
-        response: "CreateAgentResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "CreateAgent", response: "CreateAgentResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "CreateAgentTrigger",
         response: "CreateAgentTriggerResponse",
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "CreateSession",
-        response: "CreateSessionResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "CreateSession", response: "CreateSessionResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "CreateSigningIdentity",
         response: "CreateSigningIdentityResponse",
@@ -6843,48 +6120,28 @@ pub const ACTIONS: &[crate::action::ActionInfo] = &[
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "DeleteAgent",
-        response: "DeleteAgentResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "DeleteAgent", response: "DeleteAgentResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "DeleteAgentMemoryFile",
         response: "DeleteAgentMemoryFileResponse",
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "DeleteAgentTool",
-        response: "DeleteAgentToolResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "DeleteAgentTool", response: "DeleteAgentToolResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "DeleteAgentTrigger",
         response: "DeleteAgentTriggerResponse",
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "DeleteMcpServer",
-        response: "DeleteMcpServerResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "DeleteMcpServer", response: "DeleteMcpServerResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "DeleteModelProvider",
         response: "DeleteModelProviderResponse",
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "DeleteSession",
-        response: "DeleteSessionResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "DeleteSession", response: "DeleteSessionResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "DeleteSigningIdentity",
         response: "DeleteSigningIdentityResponse",
@@ -6903,48 +6160,18 @@ pub const ACTIONS: &[crate::action::ActionInfo] = &[
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "GetAgent",
-        response: "GetAgentResponse",
-        since: 1u32,
-        http: true,
-    },
-    crate::action::ActionInfo {
-        name: "GetAgentTrigger",
-        response: "GetAgentTriggerResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "GetAgent", response: "GetAgentResponse", since: 1u32, http: true },
+    crate::action::ActionInfo { name: "GetAgentTrigger", response: "GetAgentTriggerResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "GetProviderOAuthStatus",
         response: "ProviderOAuthStatusResponse",
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "GetRun",
-        response: "GetRunResponse",
-        since: 1u32,
-        http: true,
-    },
-    crate::action::ActionInfo {
-        name: "GetRunJournal",
-        response: "GetRunJournalResponse",
-        since: 1u32,
-        http: true,
-    },
-    crate::action::ActionInfo {
-        name: "GetSession",
-        response: "GetSessionResponse",
-        since: 1u32,
-        http: true,
-    },
-    crate::action::ActionInfo {
-        name: "GetSessionEvent",
-        response: "GetSessionEventResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "GetRun", response: "GetRunResponse", since: 1u32, http: true },
+    crate::action::ActionInfo { name: "GetRunJournal", response: "GetRunJournalResponse", since: 1u32, http: true },
+    crate::action::ActionInfo { name: "GetSession", response: "GetSessionResponse", since: 1u32, http: true },
+    crate::action::ActionInfo { name: "GetSessionEvent", response: "GetSessionEventResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "ImportSigningIdentity",
         response: "ImportSigningIdentityResponse",
@@ -6975,42 +6202,22 @@ pub const ACTIONS: &[crate::action::ActionInfo] = &[
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "ListAgentMemory",
-        response: "ListAgentMemoryResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "ListAgentMemory", response: "ListAgentMemoryResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "ListAgentMemoryDir",
         response: "ListAgentMemoryDirResponse",
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "ListAgentTools",
-        response: "ListAgentToolsResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "ListAgentTools", response: "ListAgentToolsResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "ListAgentTriggers",
         response: "ListAgentTriggersResponse",
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "ListAgents",
-        response: "ListAgentsResponse",
-        since: 1u32,
-        http: true,
-    },
-    crate::action::ActionInfo {
-        name: "ListMcpServers",
-        response: "ListMcpServersResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "ListAgents", response: "ListAgentsResponse", since: 1u32, http: true },
+    crate::action::ActionInfo { name: "ListMcpServers", response: "ListMcpServersResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "ListModelProviders",
         response: "ListModelProvidersResponse",
@@ -7023,30 +6230,15 @@ pub const ACTIONS: &[crate::action::ActionInfo] = &[
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "ListRuns",
-        response: "ListRunsResponse",
-        since: 1u32,
-        http: true,
-    },
-    crate::action::ActionInfo {
-        name: "ListSessions",
-        response: "ListSessionsResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "ListRuns", response: "ListRunsResponse", since: 1u32, http: true },
+    crate::action::ActionInfo { name: "ListSessions", response: "ListSessionsResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "ListSigningIdentities",
         response: "ListSigningIdentitiesResponse",
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "MessageSession",
-        response: "MessageSessionResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "MessageSession", response: "MessageSessionResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "PollSessionBrowser",
         response: "SessionBrowserResponse",
@@ -7065,18 +6257,8 @@ pub const ACTIONS: &[crate::action::ActionInfo] = &[
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "RefreshMcpServer",
-        response: "SetMcpServerResponse",
-        since: 1u32,
-        http: true,
-    },
-    crate::action::ActionInfo {
-        name: "RegisterSigner",
-        response: "RegisterSignerResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "RefreshMcpServer", response: "SetMcpServerResponse", since: 1u32, http: true },
+    crate::action::ActionInfo { name: "RegisterSigner", response: "RegisterSignerResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "RemoveAgentCollaborator",
         response: "RemoveAgentCollaboratorResponse",
@@ -7089,18 +6271,8 @@ pub const ACTIONS: &[crate::action::ActionInfo] = &[
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "RetrySession",
-        response: "RetrySessionResponse",
-        since: 1u32,
-        http: true,
-    },
-    crate::action::ActionInfo {
-        name: "SaveAgentTool",
-        response: "SaveAgentToolResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "RetrySession", response: "RetrySessionResponse", since: 1u32, http: true },
+    crate::action::ActionInfo { name: "SaveAgentTool", response: "SaveAgentToolResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "SetAgentPublicChat",
         response: "SetAgentPublicChatResponse",
@@ -7113,72 +6285,37 @@ pub const ACTIONS: &[crate::action::ActionInfo] = &[
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "SetMcpServer",
-        response: "SetMcpServerResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "SetMcpServer", response: "SetMcpServerResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "SetModelProvider",
         response: "SetModelProviderResponse",
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "SetSecret",
-        response: "SetSecretResponse",
-        since: 1u32,
-        http: true,
-    },
-    crate::action::ActionInfo {
-        name: "SignalRun",
-        response: "SignalRunResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "SetSecret", response: "SetSecretResponse", since: 1u32, http: true },
+    crate::action::ActionInfo { name: "SignalRun", response: "SignalRunResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "StartProviderOAuth",
         response: "StartProviderOAuthResponse",
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "StopSession",
-        response: "StopSessionResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "StopSession", response: "StopSessionResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "SubmitProviderOAuthCode",
         response: "SubmitProviderOAuthCodeResponse",
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "Subscribe",
-        response: "",
-        since: 1u32,
-        http: false,
-    },
-    crate::action::ActionInfo {
-        name: "UpdateAgent",
-        response: "GetAgentResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "Subscribe", response: "", since: 1u32, http: false },
+    crate::action::ActionInfo { name: "UpdateAgent", response: "GetAgentResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "UpdateAgentTrigger",
         response: "UpdateAgentTriggerResponse",
         since: 1u32,
         http: true,
     },
-    crate::action::ActionInfo {
-        name: "UpdateSession",
-        response: "UpdateSessionResponse",
-        since: 1u32,
-        http: true,
-    },
+    crate::action::ActionInfo { name: "UpdateSession", response: "UpdateSessionResponse", since: 1u32, http: true },
     crate::action::ActionInfo {
         name: "UpdateSigningIdentity",
         response: "UpdateSigningIdentityResponse",
@@ -8039,9 +7176,7 @@ impl crate::Response for AppendFileUploadChunkResponse {
     const NAME: &'static str = "AppendFileUploadChunkResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::AppendFileUploadChunkResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::AppendFileUploadChunkResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8113,9 +7248,7 @@ impl crate::Response for CreateSigningIdentityResponse {
     const NAME: &'static str = "CreateSigningIdentityResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::CreateSigningIdentityResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::CreateSigningIdentityResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8133,9 +7266,7 @@ impl crate::Response for DeleteAgentMemoryFileResponse {
     const NAME: &'static str = "DeleteAgentMemoryFileResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::DeleteAgentMemoryFileResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::DeleteAgentMemoryFileResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8198,9 +7329,7 @@ impl crate::Response for DeleteSigningIdentityResponse {
     const NAME: &'static str = "DeleteSigningIdentityResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::DeleteSigningIdentityResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::DeleteSigningIdentityResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8209,9 +7338,7 @@ impl crate::Response for DownloadAgentMemoryFileResponse {
     const NAME: &'static str = "DownloadAgentMemoryFileResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::DownloadAgentMemoryFileResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::DownloadAgentMemoryFileResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8283,9 +7410,7 @@ impl crate::Response for ImportSigningIdentityResponse {
     const NAME: &'static str = "ImportSigningIdentityResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::ImportSigningIdentityResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::ImportSigningIdentityResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8294,9 +7419,7 @@ impl crate::Response for InviteAgentCollaboratorResponse {
     const NAME: &'static str = "InviteAgentCollaboratorResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::InviteAgentCollaboratorResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::InviteAgentCollaboratorResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8314,9 +7437,7 @@ impl crate::Response for ListAgentCollaboratorsResponse {
     const NAME: &'static str = "ListAgentCollaboratorsResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::ListAgentCollaboratorsResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::ListAgentCollaboratorsResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8424,9 +7545,7 @@ impl crate::Response for ListSigningIdentitiesResponse {
     const NAME: &'static str = "ListSigningIdentitiesResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::ListSigningIdentitiesResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::ListSigningIdentitiesResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8462,9 +7581,7 @@ impl crate::Response for ReadSessionAttachmentResponse {
     const NAME: &'static str = "ReadSessionAttachmentResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::ReadSessionAttachmentResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::ReadSessionAttachmentResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8482,9 +7599,7 @@ impl crate::Response for RemoveAgentCollaboratorResponse {
     const NAME: &'static str = "RemoveAgentCollaboratorResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::RemoveAgentCollaboratorResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::RemoveAgentCollaboratorResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8592,9 +7707,7 @@ impl crate::Response for SubmitProviderOAuthCodeResponse {
     const NAME: &'static str = "SubmitProviderOAuthCodeResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::SubmitProviderOAuthCodeResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::SubmitProviderOAuthCodeResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8621,9 +7734,7 @@ impl crate::Response for UpdateSigningIdentityResponse {
     const NAME: &'static str = "UpdateSigningIdentityResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::UpdateSigningIdentityResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::UpdateSigningIdentityResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8632,9 +7743,7 @@ impl crate::Response for UploadAgentMemoryFileToIpfsResponse {
     const NAME: &'static str = "UploadAgentMemoryFileToIpfsResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::UploadAgentMemoryFileToIpfsResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::UploadAgentMemoryFileToIpfsResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8643,9 +7752,7 @@ impl crate::Response for UploadSessionAttachmentResponse {
     const NAME: &'static str = "UploadSessionAttachmentResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::UploadSessionAttachmentResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::UploadSessionAttachmentResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }
@@ -8654,9 +7761,7 @@ impl crate::Response for WriteAgentMemoryFileResponse {
     const NAME: &'static str = "WriteAgentMemoryFileResponse";
     fn from_response(response: AgentResponse) -> ::std::option::Option<Self> {
         match response {
-            AgentResponse::WriteAgentMemoryFileResponse(inner) => {
-                ::std::option::Option::Some(inner)
-            }
+            AgentResponse::WriteAgentMemoryFileResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
     }

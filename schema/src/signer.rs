@@ -67,10 +67,8 @@ impl Ed25519Signer {
     /// A signer with a fresh random key from the operating system.
     pub fn generate() -> Result<Self, SignerError> {
         let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|err| SignerError {
-            message: format!("no randomness for a new key: {err}"),
-            source: None,
-        })?;
+        getrandom::fill(&mut seed)
+            .map_err(|err| SignerError { message: format!("no randomness for a new key: {err}"), source: None })?;
         Ok(Self::from_seed(&seed))
     }
 

@@ -103,9 +103,7 @@ impl Serialize for JsIpld<'_> {
         match self.0 {
             Ipld::Float(value) if is_js_integer(*value) => serializer.serialize_i64(*value as i64),
             Ipld::List(items) => serializer.collect_seq(items.iter().map(JsIpld)),
-            Ipld::Map(entries) => {
-                serializer.collect_map(entries.iter().map(|(key, value)| (key, JsIpld(value))))
-            }
+            Ipld::Map(entries) => serializer.collect_map(entries.iter().map(|(key, value)| (key, JsIpld(value)))),
             other => other.serialize(serializer),
         }
     }
@@ -226,11 +224,7 @@ impl From<Float> for f64 {
 
 impl Serialize for Float {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if is_js_integer(self.0) {
-            serializer.serialize_i64(self.0 as i64)
-        } else {
-            serializer.serialize_f64(self.0)
-        }
+        if is_js_integer(self.0) { serializer.serialize_i64(self.0 as i64) } else { serializer.serialize_f64(self.0) }
     }
 }
 

@@ -51,8 +51,5 @@ pub fn declared_protocol_version(value: Option<&Ipld>) -> u32 {
 
 /// Reads the `X-Agents-Protocol` header value a server sent; absent or unreadable means 1.
 pub fn parse_protocol_header(value: Option<&str>) -> u32 {
-    value
-        .and_then(|text| text.trim().parse::<u32>().ok())
-        .filter(|n| *n >= 1)
-        .unwrap_or(IMPLICIT_PROTOCOL_VERSION)
+    value.and_then(|text| text.trim().parse::<u32>().ok()).filter(|n| *n >= 1).unwrap_or(IMPLICIT_PROTOCOL_VERSION)
 }

@@ -18,19 +18,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value as Json;
 
-/// The merged `$defs` of every schema file.
-fn defs() -> BTreeMap<String, Json> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("json");
-    let mut defs = BTreeMap::new();
-    for entry in std::fs::read_dir(dir).expect("schema dir") {
-        let path = entry.expect("entry").path();
-        let doc: Json = serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
-        for (name, schema) in doc["$defs"].as_object().expect("$defs") {
-            defs.insert(name.clone(), schema.clone());
-        }
-    }
-    defs
-}
+mod common;
+use common::defs;
 
 /// A small deterministic generator (xorshift64*), seeded by proptest.
 struct Gen<'a> {
@@ -60,7 +49,22 @@ impl Gen<'_> {
     }
 
     fn integer(&mut self) -> Ipld {
-        const EDGES: &[i64] = &[0, 1, -1, 23, 24, 255, 256, 65_535, 65_536, 4_294_967_295, 4_294_967_296, 9_007_199_254_740_991, -9_007_199_254_740_991, 1_767_225_600_000];
+        const EDGES: &[i64] = &[
+            0,
+            1,
+            -1,
+            23,
+            24,
+            255,
+            256,
+            65_535,
+            65_536,
+            4_294_967_295,
+            4_294_967_296,
+            9_007_199_254_740_991,
+            -9_007_199_254_740_991,
+            1_767_225_600_000,
+        ];
         if self.chance() {
             Ipld::Integer(EDGES[self.below(EDGES.len() as u64) as usize].into())
         } else {
@@ -70,11 +74,7 @@ impl Gen<'_> {
 
     fn fraction(&mut self) -> Ipld {
         // A non-integer float, or a whole number as an integer (that is how it is canonical).
-        if self.chance() {
-            Ipld::Float((self.below(1_000_000) as f64) / 7.0 + 0.5)
-        } else {
-            self.integer()
-        }
+        if self.chance() { Ipld::Float((self.below(1_000_000) as f64) / 7.0 + 0.5) } else { self.integer() }
     }
 
     fn bytes(&mut self) -> Ipld {
@@ -91,13 +91,14 @@ impl Gen<'_> {
             4 => Ipld::String(self.string()),
             5 => self.bytes(),
             6 => Ipld::List((0..self.below(3)).map(|_| self.open(depth + 1)).collect()),
-            _ => Ipld::Map((0..self.below(3)).map(|i| (format!("k{i}{}", self.string()), self.open(depth + 1))).collect()),
+            _ => Ipld::Map(
+                (0..self.below(3)).map(|i| (format!("k{i}{}", self.string()), self.open(depth + 1))).collect(),
+            ),
         }
     }
 
     fn value(&mut self, schema: &Json, depth: u32) -> Ipld {
-        if let Some(target) = schema.get("$ref").and_then(Json::as_str) {
-            let name = target.rsplit('/').next().unwrap_or_default();
+        if let Some(name) = common::ref_target(schema) {
             let def = self.defs.get(name).unwrap_or_else(|| panic!("missing {name}")).clone();
             return self.value(&def, depth + 1);
         }
@@ -141,7 +142,8 @@ impl Gen<'_> {
     }
 
     fn object(&mut self, schema: &Json, depth: u32) -> Ipld {
-        let required: Vec<&str> = schema["required"].as_array().map(|r| r.iter().filter_map(Json::as_str).collect()).unwrap_or_default();
+        let required: Vec<&str> =
+            schema["required"].as_array().map(|r| r.iter().filter_map(Json::as_str).collect()).unwrap_or_default();
         let mut map = BTreeMap::new();
         if let Some(props) = schema.get("properties").and_then(Json::as_object) {
             for (name, prop) in props {
@@ -149,7 +151,10 @@ impl Gen<'_> {
                 if !is_required && (depth > 4 || self.chance()) {
                     continue;
                 }
-                let nullable = prop.get("oneOf").and_then(Json::as_array).is_some_and(|alts| alts.iter().any(|a| a["type"] == "null"));
+                let nullable = prop
+                    .get("oneOf")
+                    .and_then(Json::as_array)
+                    .is_some_and(|alts| alts.iter().any(|a| a["type"] == "null"));
                 let value = if nullable && self.chance() { Ipld::Null } else { self.value(prop, depth + 1) };
                 map.insert(name.clone(), value);
             }
@@ -173,9 +178,13 @@ fn json_scalar(value: &Json) -> Ipld {
 }
 
 /// Checks the four round-trip properties for one generic instance of `T`.
-fn check<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(name: &str, generic: Ipld) -> Result<(), TestCaseError> {
+fn check<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(
+    name: &str,
+    generic: Ipld,
+) -> Result<(), TestCaseError> {
     let canonical = wire::ipld_to_vec(&generic).map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
-    let typed: T = wire::from_ipld(generic.clone()).map_err(|e| TestCaseError::fail(format!("{name}: typed decode of {generic:?}: {e}")))?;
+    let typed: T = wire::from_ipld(generic.clone())
+        .map_err(|e| TestCaseError::fail(format!("{name}: typed decode of {generic:?}: {e}")))?;
     let encoded = wire::to_vec(&typed).map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
     prop_assert_eq!(&encoded, &canonical, "{}: typed encoding differs from the generic one for {:?}", name, generic);
     let back = wire::decode_ipld(&encoded).map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
@@ -185,7 +194,11 @@ fn check<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(name: &s
     Ok(())
 }
 
-fn run_all(seed: u64, kind: &str, mut each: impl FnMut(&str, Ipld) -> Result<(), TestCaseError>) -> Result<usize, TestCaseError> {
+fn run_all(
+    seed: u64,
+    kind: &str,
+    mut each: impl FnMut(&str, Ipld) -> Result<(), TestCaseError>,
+) -> Result<usize, TestCaseError> {
     let defs = defs();
     let mut generator = Gen { state: seed | 1, defs: &defs };
     let mut count = 0;

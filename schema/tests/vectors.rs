@@ -84,14 +84,27 @@ fn positive_cases_sign_byte_identically_and_verify() {
             action: ipld(&case["signedAction"]).expect("signed action has an IPLD form"),
         };
         let mut bytes = envelope.signing_bytes().expect("encode");
-        assert_eq!(hex::encode(&bytes), case["signedBytesHex"].as_str().unwrap_or_default(), "signed bytes of {}", id(&case));
+        assert_eq!(
+            hex::encode(&bytes),
+            case["signedBytesHex"].as_str().unwrap_or_default(),
+            "signed bytes of {}",
+            id(&case)
+        );
         let signature = signer.sign_now(&bytes);
-        assert_eq!(hex::encode(signature), case["signatureHex"].as_str().unwrap_or_default(), "signature of {}", id(&case));
+        assert_eq!(
+            hex::encode(signature),
+            case["signatureHex"].as_str().unwrap_or_default(),
+            "signature of {}",
+            id(&case)
+        );
         insert_signature(&mut bytes, &signature).expect("insert");
         assert_eq!(hex::encode(&bytes), case["envelopeHex"].as_str().unwrap_or_default(), "envelope of {}", id(&case));
 
         let now = case["now"].as_i64().expect("now");
-        let verified = SignedEnvelope::decode(&bytes).expect("decode").verify(now).expect(id(&case));
+        let verified = SignedEnvelope::decode(&bytes)
+            .expect("decode")
+            .verify(now)
+            .unwrap_or_else(|e| panic!("{}: {e}", id(&case)));
         assert_eq!(verified.signer(), signer.principal());
         assert_eq!(verified.account(), account);
         assert_eq!(verified.declared_protocol(), case["protocol"].as_u64().unwrap_or(1) as u32);
@@ -123,9 +136,9 @@ fn negative_cases_fail_for_the_stated_reason() {
     for case in cases().into_iter().filter(|case| case["valid"] == Json::Bool(false)) {
         let bytes = hex_of(&case, &["envelopeHex"]);
         let now = case["now"].as_i64().expect("now");
-        let outcome = SignedEnvelope::decode(&bytes).map_err(Outcome::Decode).and_then(|envelope| {
-            envelope.verify(now).map(|_| ()).map_err(Outcome::Verify)
-        });
+        let outcome = SignedEnvelope::decode(&bytes)
+            .map_err(Outcome::Decode)
+            .and_then(|envelope| envelope.verify(now).map(|_| ()).map_err(Outcome::Verify));
         let expected = match id(&case) {
             "neg-signature-63-bytes" => Some(EnvelopeError::SignatureBytes),
             "neg-principal-wrong-prefix" => Some(EnvelopeError::Signer),
@@ -146,7 +159,8 @@ fn negative_cases_fail_for_the_stated_reason() {
             }
             // An explicit `undefined` (0xf7) is not DAG-CBOR: the strict decoder refuses the
             // envelope before any signature check, which the vectors allow ("or reject it").
-            (Some("signature"), Err(Outcome::Decode(DecodeError::Wire(_)))) if id(&case) == "neg-explicit-undefined" => {}
+            (Some("signature"), Err(Outcome::Decode(DecodeError::Wire(_))))
+                if id(&case) == "neg-explicit-undefined" => {}
             (reason, outcome) => panic!("{}: expected failure at {reason:?}, got {outcome:?}", id(&case)),
         }
         checked += 1;
@@ -160,7 +174,12 @@ fn timestamp_window_is_five_minutes_inclusive() {
     let bytes = hex_of(&case, &["envelopeHex"]);
     let ts = case["ts"].as_i64().expect("ts");
     let five_minutes = 5 * 60 * 1000;
-    for (now, ok) in [(ts + five_minutes, true), (ts - five_minutes, true), (ts + five_minutes + 1, false), (ts - five_minutes - 1, false)] {
+    for (now, ok) in [
+        (ts + five_minutes, true),
+        (ts - five_minutes, true),
+        (ts + five_minutes + 1, false),
+        (ts - five_minutes - 1, false),
+    ] {
         let result = SignedEnvelope::decode(&bytes).expect("decode").verify(now);
         assert_eq!(result.is_ok(), ok, "now = ts {:+}", now - ts);
     }
@@ -176,7 +195,12 @@ fn typed_actions_reencode_to_the_signed_action_bytes() {
         action.remove("ts");
         let generic = Ipld::Map(action);
         let Ok(typed) = wire::from_ipld::<AgentAction>(generic.clone()) else { continue };
-        assert_eq!(wire::to_vec(&typed).expect("encode"), wire::ipld_to_vec(&generic).expect("encode"), "{}", id(&case));
+        assert_eq!(
+            wire::to_vec(&typed).expect("encode"),
+            wire::ipld_to_vec(&generic).expect("encode"),
+            "{}",
+            id(&case)
+        );
         checked += 1;
     }
     assert!(checked >= 15, "only {checked} typed actions");

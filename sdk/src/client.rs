@@ -140,12 +140,12 @@ impl Client {
 
     /// Sends one typed action and returns its typed response.
     pub async fn call<A: Action>(&self, action: A) -> Result<A::Response, Error> {
-        let response = self.send(&action.into_action()).await?;
-        let name = response.name();
-        let status = 200;
-        A::Response::from_response(response).ok_or_else(|| Error::Decode {
-            status,
-            bytes: bytes::Bytes::new(),
+        let body = self.sign(&action.into_action()).await?;
+        let answer = self.exchange(body).await?;
+        let name = answer.response.name();
+        A::Response::from_response(answer.response).ok_or_else(|| Error::Decode {
+            status: answer.status,
+            bytes: answer.bytes,
             reason: format!("expected {}, got {name}", <A::Response as Response>::NAME),
         })
     }
@@ -176,6 +176,11 @@ impl Client {
 
     /// Posts already signed envelope bytes and decodes the answer.
     pub async fn post(&self, body: Vec<u8>) -> Result<AgentResponse, Error> {
+        Ok(self.exchange(body).await?.response)
+    }
+
+    /// Posts envelope bytes; a success answer keeps its status and raw bytes for error reports.
+    async fn exchange(&self, body: Vec<u8>) -> Result<Answer, Error> {
         let response = self
             .http
             .post(&self.endpoint)
@@ -195,30 +200,34 @@ impl Client {
             self.server_protocol.store(protocol, Ordering::Relaxed);
         }
         let bytes = response.bytes().await.map_err(Error::Transport)?;
-        if (200..300).contains(&status) {
-            return match wire::from_slice::<AgentResponse>(&bytes) {
-                Ok(AgentResponse::Error(error)) => Err(api_error(status, error)),
-                Ok(response) => Ok(response),
-                Err(err) => Err(Error::Decode { status, bytes, reason: err.to_string() }),
-            };
-        }
-        match wire::from_slice::<AgentResponse>(&bytes) {
-            Ok(AgentResponse::Error(error)) if status == 426 || error.code.as_deref() == Some(PROTOCOL_TOO_OLD) => {
+        let decoded = match wire::from_slice::<AgentResponse>(&bytes) {
+            Ok(decoded) => decoded,
+            Err(err) => return Err(Error::Decode { status, bytes, reason: err.to_string() }),
+        };
+        match decoded {
+            AgentResponse::Error(error) if status == 426 || error.code.as_deref() == Some(PROTOCOL_TOO_OLD) => {
                 Err(Error::ProtocolTooOld {
                     client_protocol: self.protocol.unwrap_or(1),
                     server_protocol,
                     message: error.message,
                 })
             }
-            Ok(AgentResponse::Error(error)) => Err(api_error(status, error)),
-            Ok(other) => Err(Error::Decode {
+            AgentResponse::Error(error) => Err(api_error(status, error)),
+            other if !(200..300).contains(&status) => Err(Error::Decode {
                 status,
                 bytes,
                 reason: format!("HTTP {status} with a success body ({})", other.name()),
             }),
-            Err(err) => Err(Error::Decode { status, bytes, reason: err.to_string() }),
+            response => Ok(Answer { status, bytes, response }),
         }
     }
+}
+
+/// A decoded success answer with what came over the wire.
+struct Answer {
+    status: u16,
+    bytes: bytes::Bytes,
+    response: AgentResponse,
 }
 
 fn api_error(status: u16, error: ErrorResponse) -> Error {

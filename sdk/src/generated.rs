@@ -41,10 +41,7 @@ impl Client {
         self.call(action).await
     }
     /// Sends `CancelRun` and returns its `CancelRunResponse`.
-    pub async fn cancel_run(
-        &self,
-        action: proto::CancelRun,
-    ) -> ::std::result::Result<proto::CancelRunResponse, Error> {
+    pub async fn cancel_run(&self, action: proto::CancelRun) -> ::std::result::Result<proto::CancelRunResponse, Error> {
         self.call(action).await
     }
     /// Sends `CombineAgentTriggers` and returns its `UpdateAgentTriggerResponse`.
@@ -174,10 +171,7 @@ impl Client {
         self.call(action).await
     }
     /// Sends `GetAgent` and returns its `GetAgentResponse`.
-    pub async fn get_agent(
-        &self,
-        action: proto::GetAgent,
-    ) -> ::std::result::Result<proto::GetAgentResponse, Error> {
+    pub async fn get_agent(&self, action: proto::GetAgent) -> ::std::result::Result<proto::GetAgentResponse, Error> {
         self.call(action).await
     }
     /// Sends `GetAgentTrigger` and returns its `GetAgentTriggerResponse`.
@@ -195,10 +189,7 @@ impl Client {
         self.call(action).await
     }
     /// Sends `GetRun` and returns its `GetRunResponse`.
-    pub async fn get_run(
-        &self,
-        action: proto::GetRun,
-    ) -> ::std::result::Result<proto::GetRunResponse, Error> {
+    pub async fn get_run(&self, action: proto::GetRun) -> ::std::result::Result<proto::GetRunResponse, Error> {
         self.call(action).await
     }
     /// Sends `GetRunJournal` and returns its `GetRunJournalResponse`.
@@ -314,10 +305,7 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ListRuns` and returns its `ListRunsResponse`.
-    pub async fn list_runs(
-        &self,
-        action: proto::ListRuns,
-    ) -> ::std::result::Result<proto::ListRunsResponse, Error> {
+    pub async fn list_runs(&self, action: proto::ListRuns) -> ::std::result::Result<proto::ListRunsResponse, Error> {
         self.call(action).await
     }
     /// Sends `ListSessions` and returns its `ListSessionsResponse`.
@@ -433,17 +421,11 @@ impl Client {
         self.call(action).await
     }
     /// Sends `SetSecret` and returns its `SetSecretResponse`.
-    pub async fn set_secret(
-        &self,
-        action: proto::SetSecret,
-    ) -> ::std::result::Result<proto::SetSecretResponse, Error> {
+    pub async fn set_secret(&self, action: proto::SetSecret) -> ::std::result::Result<proto::SetSecretResponse, Error> {
         self.call(action).await
     }
     /// Sends `SignalRun` and returns its `SignalRunResponse`.
-    pub async fn signal_run(
-        &self,
-        action: proto::SignalRun,
-    ) -> ::std::result::Result<proto::SignalRunResponse, Error> {
+    pub async fn signal_run(&self, action: proto::SignalRun) -> ::std::result::Result<proto::SignalRunResponse, Error> {
         self.call(action).await
     }
     /// Sends `StartProviderOAuth` and returns its `StartProviderOAuthResponse`.

@@ -6,9 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ipld_core::ipld::Ipld;
-use seed_agents_protocol::generated::{
-    Error as ErrorResponse, GetAgent, GetSession, ListAgents, ListAgentsResponse,
-};
+use seed_agents_protocol::generated::{Error as ErrorResponse, GetAgent, GetSession, ListAgents, ListAgentsResponse};
 use seed_agents_protocol::{AgentAction, AgentResponse, SignedEnvelope, wire};
 use seed_agents_sdk::{Client, Ed25519Signer, Error, Principal, Signer};
 use serde_json::Value as Json;
@@ -44,12 +42,7 @@ impl Reply {
 
     /// An answer with any body.
     fn raw(status: u16, content_type: &'static str, body: impl Into<Vec<u8>>) -> Reply {
-        Reply {
-            status,
-            content_type,
-            protocol: Some("3".to_owned()),
-            body: body.into(),
-        }
+        Reply { status, content_type, protocol: Some("3".to_owned()), body: body.into() }
     }
 
     /// The same answer with another (or no) `X-Agents-Protocol` header.
@@ -71,19 +64,14 @@ struct Request {
 
 impl Request {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(key, _)| key.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value.as_str())
+        self.headers.iter().find(|(key, _)| key.eq_ignore_ascii_case(name)).map(|(_, value)| value.as_str())
     }
 }
 
 /// Listens on 127.0.0.1 and answers one connection per scripted reply, in order (each answer says
 /// `Connection: close`). Returns the base URL and the requests as they arrive.
 async fn start_responder(replies: Vec<Reply>) -> (String, mpsc::UnboundedReceiver<Request>) {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind loopback");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let url = format!("http://{}", listener.local_addr().expect("local addr"));
     let (sender, receiver) = mpsc::unbounded_channel();
     tokio::spawn(async move {
@@ -137,12 +125,7 @@ async fn read_request(stream: &mut TcpStream) -> Option<Request> {
         buf.extend_from_slice(&chunk[..n]);
     }
     let body = buf[head_end..head_end + length].to_vec();
-    Some(Request {
-        method,
-        path,
-        headers,
-        body,
-    })
+    Some(Request { method, path, headers, body })
 }
 
 async fn write_reply(stream: &mut TcpStream, reply: &Reply) -> std::io::Result<()> {
@@ -170,24 +153,15 @@ fn signer(byte: u8) -> Ed25519Signer {
 }
 
 fn client_at(url: &str, signer: Ed25519Signer) -> Client {
-    Client::builder(url, signer)
-        .clock(Arc::new(|| TS))
-        .build()
-        .expect("client")
+    Client::builder(url, signer).clock(Arc::new(|| TS)).build().expect("client")
 }
 
 fn ok_reply() -> Reply {
-    Reply::cbor(
-        200,
-        &AgentResponse::ListAgentsResponse(ListAgentsResponse { agents: vec![] }),
-    )
+    Reply::cbor(200, &AgentResponse::ListAgentsResponse(ListAgentsResponse { agents: vec![] }))
 }
 
 fn error_reply(status: u16, message: &str, code: Option<&str>) -> Reply {
-    let error = ErrorResponse {
-        message: message.to_owned(),
-        code: code.map(str::to_owned),
-    };
+    let error = ErrorResponse { message: message.to_owned(), code: code.map(str::to_owned) };
     Reply::cbor(status, &AgentResponse::Error(error))
 }
 
@@ -211,9 +185,7 @@ fn action_map(envelope: &BTreeMap<String, Ipld>) -> &BTreeMap<String, Ipld> {
 }
 
 fn get_agent() -> GetAgent {
-    GetAgent {
-        agent_id: "agent-1".to_owned(),
-    }
+    GetAgent { agent_id: "agent-1".to_owned() }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -262,22 +234,18 @@ fn hex_field(case: &Json, path: &[&str]) -> Vec<u8> {
 /// reads them; the second element says which path was taken.
 fn typed_action(case: &Json) -> Result<(AgentAction, &'static str), String> {
     let unsigned = ipld(&case["unsignedAction"]).ok_or("unsignedAction holds undefined")?;
-    let original = wire::ipld_to_vec(&unsigned)
-        .map_err(|err| format!("vector action does not encode: {err}"))?;
+    let original = wire::ipld_to_vec(&unsigned).map_err(|err| format!("vector action does not encode: {err}"))?;
     let (action, path) = match wire::from_ipld::<AgentAction>(unsigned.clone()) {
         Ok(action) => (action, "from_ipld"),
         Err(ipld_err) => match wire::from_slice::<AgentAction>(&original) {
             Ok(action) => (action, "from_slice (from_ipld failed)"),
             Err(err) => {
-                return Err(format!(
-                    "does not decode as a typed AgentAction: {err} (from_ipld: {ipld_err})"
-                ));
+                return Err(format!("does not decode as a typed AgentAction: {err} (from_ipld: {ipld_err})"));
             }
         },
     };
     // The typed value must serialise back to the same action, or the envelope cannot match.
-    let typed =
-        wire::to_vec(&action).map_err(|err| format!("typed action does not encode: {err}"))?;
+    let typed = wire::to_vec(&action).map_err(|err| format!("typed action does not encode: {err}"))?;
     if typed != original {
         return Err(format!(
             "the typed round trip changes the action: {} became {}",
@@ -294,10 +262,7 @@ async fn send_posts_the_js_clients_envelope_byte_for_byte() {
     let cases = doc["cases"].as_array().expect("cases");
     let mut checked = Vec::new();
     let mut skipped = Vec::new();
-    for case in cases
-        .iter()
-        .filter(|case| case["valid"] == Json::Bool(true))
-    {
+    for case in cases.iter().filter(|case| case["valid"] == Json::Bool(true)) {
         let id = case["id"].as_str().expect("id").to_owned();
         let (action, path) = match typed_action(case) {
             Ok(typed) => typed,
@@ -306,14 +271,11 @@ async fn send_posts_the_js_clients_envelope_byte_for_byte() {
                 continue;
             }
         };
-        let seed: [u8; 32] = hex_field(case, &["signer", "seedHex"])
-            .try_into()
-            .expect("32-byte seed");
-        let account =
-            Principal::from_bytes(&hex_field(case, &["account", "principalHex"])).expect("account");
-        let protocol = case.get("protocol").map(|p| {
-            u32::try_from(p.as_u64().expect("protocol is an integer")).expect("protocol fits u32")
-        });
+        let seed: [u8; 32] = hex_field(case, &["signer", "seedHex"]).try_into().expect("32-byte seed");
+        let account = Principal::from_bytes(&hex_field(case, &["account", "principalHex"])).expect("account");
+        let protocol = case
+            .get("protocol")
+            .map(|p| u32::try_from(p.as_u64().expect("protocol is an integer")).expect("protocol fits u32"));
         let ts = case["ts"].as_i64().expect("ts is an integer");
         let expected = hex_field(case, &["envelopeHex"]);
 
@@ -324,28 +286,14 @@ async fn send_posts_the_js_clients_envelope_byte_for_byte() {
             .account(account)
             .build()
             .expect("client");
-        assert_eq!(
-            client.sign(&action).await.expect("sign"),
-            expected,
-            "{id}: sign() bytes"
-        );
-        let response = client
-            .send(&action)
-            .await
-            .unwrap_or_else(|err| panic!("{id}: send failed: {err}"));
-        assert!(
-            matches!(response, AgentResponse::ListAgentsResponse(_)),
-            "{id}: {response:?}"
-        );
+        assert_eq!(client.sign(&action).await.expect("sign"), expected, "{id}: sign() bytes");
+        let response = client.send(&action).await.unwrap_or_else(|err| panic!("{id}: send failed: {err}"));
+        assert!(matches!(response, AgentResponse::ListAgentsResponse(_)), "{id}: {response:?}");
 
         let request = next_request(&mut requests).await;
         assert_eq!(request.method, "POST", "{id}");
         assert_eq!(request.path, "/api/message", "{id}");
-        assert_eq!(
-            request.header("content-type"),
-            Some("application/cbor"),
-            "{id}"
-        );
+        assert_eq!(request.header("content-type"), Some("application/cbor"), "{id}");
         assert_eq!(
             hex::encode(&request.body),
             hex::encode(&expected),
@@ -360,11 +308,7 @@ async fn send_posts_the_js_clients_envelope_byte_for_byte() {
     for (id, reason) in &skipped {
         println!("  skipped {id}: {reason}");
     }
-    assert!(
-        checked.len() >= 15,
-        "only {} vector cases checked; skipped: {skipped:#?}",
-        checked.len()
-    );
+    assert!(checked.len() >= 15, "only {} vector cases checked; skipped: {skipped:#?}", checked.len());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -374,14 +318,7 @@ async fn send_posts_the_js_clients_envelope_byte_for_byte() {
 #[tokio::test]
 async fn typed_call_decodes_its_typed_response() {
     let text = |s: &str| Ipld::String(s.to_owned());
-    let map = |entries: Vec<(&str, Ipld)>| {
-        Ipld::Map(
-            entries
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v))
-                .collect(),
-        )
-    };
+    let map = |entries: Vec<(&str, Ipld)>| Ipld::Map(entries.into_iter().map(|(k, v)| (k.to_owned(), v)).collect());
     let definition = map(vec![
         ("name", text("Helper")),
         ("systemPrompt", text("Be brief.")),
@@ -397,24 +334,13 @@ async fn typed_call_decodes_its_typed_response() {
         ("stateDir", text("/agents/agent-1")),
         ("status", text("idle")),
     ]);
-    let response = map(vec![
-        ("_", text("GetAgentResponse")),
-        ("agent", agent),
-        ("sessionCount", Ipld::Integer(7)),
-    ]);
+    let response = map(vec![("_", text("GetAgentResponse")), ("agent", agent), ("sessionCount", Ipld::Integer(7))]);
     let body = wire::ipld_to_vec(&response).expect("encode response");
-    let (url, mut requests) =
-        start_responder(vec![Reply::raw(200, "application/cbor", body)]).await;
-    let answer = client_at(&url, signer(1))
-        .get_agent(get_agent())
-        .await
-        .expect("get agent");
+    let (url, mut requests) = start_responder(vec![Reply::raw(200, "application/cbor", body)]).await;
+    let answer = client_at(&url, signer(1)).get_agent(get_agent()).await.expect("get agent");
     assert_eq!(answer.session_count, 7);
     assert_eq!(answer.agent.id, "agent-1");
-    assert_eq!(
-        (answer.agent.created_at, answer.agent.updated_at),
-        (1_767_225_600_123, 1_767_225_700_456)
-    );
+    assert_eq!((answer.agent.created_at, answer.agent.updated_at), (1_767_225_600_123, 1_767_225_700_456));
 
     let request = next_request(&mut requests).await;
     assert_eq!(request.header("accept"), Some("application/cbor"));
@@ -425,73 +351,29 @@ async fn typed_call_decodes_its_typed_response() {
 #[tokio::test]
 async fn not_found_is_an_api_error_without_code() {
     let (url, _requests) = start_responder(vec![error_reply(404, "Agent not found", None)]).await;
-    let err = client_at(&url, signer(1))
-        .get_agent(get_agent())
-        .await
-        .expect_err("404 must fail");
-    let Error::Api {
-        status,
-        message,
-        code,
-    } = &err
-    else {
-        panic!("expected Error::Api, got {err:?}")
-    };
-    assert_eq!(
-        (*status, message.as_str(), code.as_deref()),
-        (404, "Agent not found", None)
-    );
+    let err = client_at(&url, signer(1)).get_agent(get_agent()).await.expect_err("404 must fail");
+    let Error::Api { status, message, code } = &err else { panic!("expected Error::Api, got {err:?}") };
+    assert_eq!((*status, message.as_str(), code.as_deref()), (404, "Agent not found", None));
     assert_eq!(err.status(), Some(404));
     assert_eq!(err.code(), None);
 }
 
 #[tokio::test]
 async fn conflict_keeps_the_servers_code() {
-    let (url, _requests) =
-        start_responder(vec![error_reply(409, "Already exists", Some("conflict"))]).await;
-    let err = client_at(&url, signer(1))
-        .get_agent(get_agent())
-        .await
-        .expect_err("409 must fail");
-    let Error::Api {
-        status,
-        message,
-        code,
-    } = &err
-    else {
-        panic!("expected Error::Api, got {err:?}")
-    };
-    assert_eq!(
-        (*status, message.as_str(), code.as_deref()),
-        (409, "Already exists", Some("conflict"))
-    );
+    let (url, _requests) = start_responder(vec![error_reply(409, "Already exists", Some("conflict"))]).await;
+    let err = client_at(&url, signer(1)).get_agent(get_agent()).await.expect_err("409 must fail");
+    let Error::Api { status, message, code } = &err else { panic!("expected Error::Api, got {err:?}") };
+    assert_eq!((*status, message.as_str(), code.as_deref()), (409, "Already exists", Some("conflict")));
     assert_eq!(err.code(), Some("conflict"));
 }
 
 #[tokio::test]
 async fn upgrade_required_is_protocol_too_old_with_both_versions() {
-    let reply = error_reply(
-        426,
-        "Client protocol 2 is too old",
-        Some("protocol_too_old"),
-    )
-    .protocol(Some("4"));
+    let reply = error_reply(426, "Client protocol 2 is too old", Some("protocol_too_old")).protocol(Some("4"));
     let (url, _requests) = start_responder(vec![reply]).await;
-    let client = Client::builder(&url, signer(1))
-        .clock(Arc::new(|| TS))
-        .protocol(Some(2))
-        .build()
-        .expect("client");
-    let err = client
-        .list_agents(ListAgents {})
-        .await
-        .expect_err("426 must fail");
-    let Error::ProtocolTooOld {
-        client_protocol,
-        server_protocol,
-        message,
-    } = &err
-    else {
+    let client = Client::builder(&url, signer(1)).clock(Arc::new(|| TS)).protocol(Some(2)).build().expect("client");
+    let err = client.list_agents(ListAgents {}).await.expect_err("426 must fail");
+    let Error::ProtocolTooOld { client_protocol, server_protocol, message } = &err else {
         panic!("expected Error::ProtocolTooOld, got {err:?}")
     };
     assert_eq!(*client_protocol, 2);
@@ -505,15 +387,9 @@ async fn upgrade_required_is_protocol_too_old_with_both_versions() {
 #[tokio::test]
 async fn success_status_with_garbage_is_decode_with_the_raw_bytes() {
     let garbage: &[u8] = b"\xff\x00 this is not CBOR \xfe";
-    let (url, _requests) =
-        start_responder(vec![Reply::raw(200, "application/cbor", garbage)]).await;
-    let err = client_at(&url, signer(1))
-        .list_agents(ListAgents {})
-        .await
-        .expect_err("garbage must fail");
-    let Error::Decode { status, bytes, .. } = &err else {
-        panic!("expected Error::Decode, got {err:?}")
-    };
+    let (url, _requests) = start_responder(vec![Reply::raw(200, "application/cbor", garbage)]).await;
+    let err = client_at(&url, signer(1)).list_agents(ListAgents {}).await.expect_err("garbage must fail");
+    let Error::Decode { status, bytes, .. } = &err else { panic!("expected Error::Decode, got {err:?}") };
     assert_eq!(*status, 200);
     assert_eq!(bytes.as_ref(), garbage);
 }
@@ -522,13 +398,8 @@ async fn success_status_with_garbage_is_decode_with_the_raw_bytes() {
 async fn server_error_with_text_body_is_decode_with_status_and_raw_bytes() {
     let text: &[u8] = b"Internal Server Error";
     let (url, _requests) = start_responder(vec![Reply::raw(500, "text/plain", text)]).await;
-    let err = client_at(&url, signer(1))
-        .get_agent(get_agent())
-        .await
-        .expect_err("500 must fail");
-    let Error::Decode { status, bytes, .. } = &err else {
-        panic!("expected Error::Decode, got {err:?}")
-    };
+    let err = client_at(&url, signer(1)).get_agent(get_agent()).await.expect_err("500 must fail");
+    let Error::Decode { status, bytes, .. } = &err else { panic!("expected Error::Decode, got {err:?}") };
     assert_eq!(*status, 500);
     assert_eq!(bytes.as_ref(), text);
     assert_eq!(err.status(), Some(500));
@@ -537,36 +408,20 @@ async fn server_error_with_text_body_is_decode_with_status_and_raw_bytes() {
 #[tokio::test]
 async fn typed_call_answered_with_another_response_is_decode() {
     let (url, _requests) = start_responder(vec![ok_reply()]).await;
-    let err = client_at(&url, signer(1))
-        .get_agent(get_agent())
-        .await
-        .expect_err("wrong type must fail");
-    let Error::Decode { status, reason, .. } = &err else {
-        panic!("expected Error::Decode, got {err:?}")
-    };
+    let err = client_at(&url, signer(1)).get_agent(get_agent()).await.expect_err("wrong type must fail");
+    let Error::Decode { status, reason, .. } = &err else { panic!("expected Error::Decode, got {err:?}") };
     assert_eq!(*status, 200);
-    assert!(
-        reason.contains("GetAgentResponse"),
-        "reason names the expected response: {reason}"
-    );
+    assert!(reason.contains("GetAgentResponse"), "reason names the expected response: {reason}");
 }
 
 #[tokio::test]
 async fn refused_connection_is_transport() {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind loopback");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let addr = listener.local_addr().expect("local addr");
     drop(listener);
     let client = client_at(&format!("http://{addr}"), signer(1));
-    let err = client
-        .list_agents(ListAgents {})
-        .await
-        .expect_err("nobody listens");
-    assert!(
-        matches!(err, Error::Transport(_)),
-        "expected Error::Transport, got {err:?}"
-    );
+    let err = client.list_agents(ListAgents {}).await.expect_err("nobody listens");
+    assert!(matches!(err, Error::Transport(_)), "expected Error::Transport, got {err:?}");
     assert_eq!(client.server_protocol(), None);
 }
 
@@ -574,9 +429,7 @@ async fn refused_connection_is_transport() {
 async fn invalid_urls_are_refused_when_building() {
     for url in ["ftp://x", "not a url"] {
         let err = Client::new(url, signer(1)).expect_err("invalid URL must be refused");
-        let Error::InvalidUrl { url: given, .. } = &err else {
-            panic!("{url}: expected InvalidUrl, got {err:?}")
-        };
+        let Error::InvalidUrl { url: given, .. } = &err else { panic!("{url}: expected InvalidUrl, got {err:?}") };
         assert_eq!(given, url);
         assert_eq!(err.status(), None);
     }
@@ -591,10 +444,7 @@ async fn server_protocol_is_known_only_after_an_answer() {
     let (url, _requests) = start_responder(vec![ok_reply()]).await;
     let client = client_at(&url, signer(1));
     assert_eq!(client.server_protocol(), None);
-    client
-        .list_agents(ListAgents {})
-        .await
-        .expect("list agents");
+    client.list_agents(ListAgents {}).await.expect("list agents");
     assert_eq!(client.server_protocol(), Some(3));
 }
 
@@ -604,21 +454,12 @@ async fn default_envelope_declares_protocol_3_and_verifies() {
     let signer = signer(2);
     let client = client_at(&url, signer.clone());
     assert_eq!(client.account(), signer.principal());
-    client
-        .list_agents(ListAgents {})
-        .await
-        .expect("list agents");
+    client.list_agents(ListAgents {}).await.expect("list agents");
     let request = next_request(&mut requests).await;
     let envelope = envelope_map(&request.body);
     assert_eq!(envelope.get("protocol"), Some(&Ipld::Integer(3)));
-    assert_eq!(
-        envelope.get("type"),
-        Some(&Ipld::String("AgentsAction".to_owned()))
-    );
-    let verified = SignedEnvelope::decode(&request.body)
-        .expect("decode")
-        .verify(TS)
-        .expect("signature verifies");
+    assert_eq!(envelope.get("type"), Some(&Ipld::String("AgentsAction".to_owned())));
+    let verified = SignedEnvelope::decode(&request.body).expect("decode").verify(TS).expect("signature verifies");
     assert_eq!(verified.action_name(), "ListAgents");
     assert_eq!(verified.declared_protocol(), 3);
     assert_eq!(verified.signer(), signer.principal());
@@ -628,22 +469,11 @@ async fn default_envelope_declares_protocol_3_and_verifies() {
 #[tokio::test]
 async fn protocol_none_omits_the_key() {
     let (url, mut requests) = start_responder(vec![ok_reply()]).await;
-    let client = Client::builder(&url, signer(3))
-        .clock(Arc::new(|| TS))
-        .protocol(None)
-        .build()
-        .expect("client");
-    client
-        .list_agents(ListAgents {})
-        .await
-        .expect("list agents");
+    let client = Client::builder(&url, signer(3)).clock(Arc::new(|| TS)).protocol(None).build().expect("client");
+    client.list_agents(ListAgents {}).await.expect("list agents");
     let request = next_request(&mut requests).await;
     let envelope = envelope_map(&request.body);
-    assert!(
-        !envelope.contains_key("protocol"),
-        "protocol must be absent: {:?}",
-        envelope.keys()
-    );
+    assert!(!envelope.contains_key("protocol"), "protocol must be absent: {:?}", envelope.keys());
     let mut keys: Vec<&str> = envelope.keys().map(String::as_str).collect();
     keys.sort_unstable();
     assert_eq!(keys, ["account", "action", "sig", "signer", "type"]);
@@ -652,23 +482,12 @@ async fn protocol_none_omits_the_key() {
 #[tokio::test]
 async fn optional_none_fields_are_absent_and_ts_is_the_clock() {
     let (url, mut requests) = start_responder(vec![
-        Reply::cbor(
-            200,
-            &AgentResponse::Error(ErrorResponse {
-                message: "Session not found".to_owned(),
-                code: None,
-            }),
-        )
-        .protocol(None),
+        Reply::cbor(200, &AgentResponse::Error(ErrorResponse { message: "Session not found".to_owned(), code: None }))
+            .protocol(None),
     ])
     .await;
     let client = client_at(&url, signer(4));
-    let action = GetSession {
-        session_id: "sess-1".to_owned(),
-        after_seq: None,
-        before_seq: None,
-        limit: None,
-    };
+    let action = GetSession { session_id: "sess-1".to_owned(), after_seq: None, before_seq: None, limit: None };
     // The answer does not matter here (a 200 `Error` body is still an API error).
     let err = client.get_session(action).await.expect_err("error body");
     assert!(matches!(&err, Error::Api { status: 200, .. }), "{err:?}");
@@ -685,10 +504,7 @@ async fn optional_none_fields_are_absent_and_ts_is_the_clock() {
     ]
     .into_iter()
     .collect();
-    assert_eq!(
-        action, &expected,
-        "afterSeq, beforeSeq and limit must be left out, not null"
-    );
+    assert_eq!(action, &expected, "afterSeq, beforeSeq and limit must be left out, not null");
     assert!(!action.contains_key("afterSeq"));
 }
 
@@ -697,32 +513,13 @@ async fn delegated_account_is_posted_with_the_signers_principal() {
     let (url, mut requests) = start_responder(vec![ok_reply()]).await;
     let key = signer(5);
     let account = signer(6).principal();
-    let client = Client::builder(&url, key.clone())
-        .clock(Arc::new(|| TS))
-        .account(account)
-        .build()
-        .expect("client");
+    let client = Client::builder(&url, key.clone()).clock(Arc::new(|| TS)).account(account).build().expect("client");
     assert_eq!(client.account(), account);
-    client
-        .list_agents(ListAgents {})
-        .await
-        .expect("list agents");
+    client.list_agents(ListAgents {}).await.expect("list agents");
     let request = next_request(&mut requests).await;
     let envelope = envelope_map(&request.body);
-    assert_eq!(
-        envelope.get("account"),
-        Some(&Ipld::Bytes(account.to_bytes().to_vec()))
-    );
-    assert_eq!(
-        envelope.get("signer"),
-        Some(&Ipld::Bytes(key.principal().to_bytes().to_vec()))
-    );
-    let verified = SignedEnvelope::decode(&request.body)
-        .expect("decode")
-        .verify(TS)
-        .expect("signature verifies");
-    assert_eq!(
-        (verified.signer(), verified.account()),
-        (key.principal(), account)
-    );
+    assert_eq!(envelope.get("account"), Some(&Ipld::Bytes(account.to_bytes().to_vec())));
+    assert_eq!(envelope.get("signer"), Some(&Ipld::Bytes(key.principal().to_bytes().to_vec())));
+    let verified = SignedEnvelope::decode(&request.body).expect("decode").verify(TS).expect("signature verifies");
+    assert_eq!((verified.signer(), verified.account()), (key.principal(), account));
 }
