@@ -13,7 +13,7 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use ed25519_dalek::{Signature, VerifyingKey};
 use ipld_core::ipld::Ipld;
-use seed_agents_protocol::envelope::insert_signature;
+use seed_agents_protocol::envelope::{KeyCache, TIMESTAMP_WINDOW_MS, insert_signature};
 use seed_agents_protocol::generated::{MessageSession, MessageSessionContentPart, TextContentPart};
 use seed_agents_protocol::{AgentAction, Ed25519Signer, SignedEnvelope, Signer, UnsignedEnvelope, wire};
 
@@ -74,11 +74,23 @@ fn benches(c: &mut Criterion) {
     group.bench_function("decode_verify", |b| {
         b.iter(|| SignedEnvelope::decode(black_box(&bytes)).expect("decodes").verify(black_box(TS)).expect("verifies"))
     });
+    let keys = KeyCache::new();
+    group.bench_function("decode_verify_cached_key", |b| {
+        b.iter(|| {
+            SignedEnvelope::decode(black_box(&bytes))
+                .expect("decodes")
+                .verify_with(black_box(TS), TIMESTAMP_WINDOW_MS, Some(&keys))
+                .expect("verifies")
+        })
+    });
     group.bench_function("bare_verify_strict", |b| {
         b.iter(|| black_box(&key).verify_strict(black_box(&signing_bytes), black_box(&signature)))
     });
     group.bench_function("decode_only", |b| b.iter(|| SignedEnvelope::decode(black_box(&bytes)).expect("decodes")));
     group.bench_function("signing_bytes_only", |b| b.iter(|| black_box(&decoded).signing_bytes().expect("re-encodes")));
+    group.bench_function("reencoded_signing_bytes_only", |b| {
+        b.iter(|| black_box(&decoded).reencoded_signing_bytes().expect("re-encodes"))
+    });
     group.bench_function("verifying_key_only", |b| {
         b.iter(|| VerifyingKey::from_bytes(black_box(&public_key)).expect("valid key"))
     });

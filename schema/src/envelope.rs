@@ -82,13 +82,28 @@ pub struct SignedEnvelope {
     signer: Principal,
     account: Principal,
     sig: Signature,
+    /// The received bytes, kept only when they provably equal the canonical re-encoding of `map`
+    /// (see [`SignedEnvelope::decode`]), so the signed bytes need no second encoding.
+    canonical: Option<Vec<u8>>,
 }
 
 impl SignedEnvelope {
     /// Decodes bytes and checks the envelope shape.
+    ///
+    /// The decoder is strict (shortest integers and lengths, sorted unique keys, no indefinite
+    /// lengths, no NaN), so a decoded value re-encodes to the very bytes received, with one
+    /// exception: a whole-valued float, which the JavaScript encoder (and [`wire::ipld_to_vec`])
+    /// writes as an integer. When the envelope holds no float and no link, the received bytes are
+    /// kept and [`Self::signing_bytes`] zeroes their `sig` instead of re-encoding; otherwise it
+    /// re-encodes. Both give the same bytes (a property test checks it).
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let value = wire::decode_ipld(bytes)?;
-        Ok(Self::from_ipld(value)?)
+        let reusable = !has_float_or_link(&value) && bytes.get(1..SIG_OFFSET) == Some(&SIG_PREFIX[..]);
+        let mut envelope = Self::from_ipld(value)?;
+        if reusable {
+            envelope.canonical = Some(bytes.to_vec());
+        }
+        Ok(envelope)
     }
 
     /// Checks the shape of an already decoded value, in the upstream order: map, `type`, `signer`,
@@ -111,7 +126,7 @@ impl SignedEnvelope {
             Some(Ipld::Map(action)) if matches!(action.get("_"), Some(Ipld::String(_))) => {}
             _ => return Err(EnvelopeError::Action),
         }
-        Ok(SignedEnvelope { map, signer, account, sig })
+        Ok(SignedEnvelope { map, signer, account, sig, canonical: None })
     }
 
     /// The key that signed.
@@ -157,6 +172,18 @@ impl SignedEnvelope {
 
     /// The bytes the signer signed: the canonical re-encoding with `sig` zeroed.
     pub fn signing_bytes(&self) -> Result<Vec<u8>, WireError> {
+        match &self.canonical {
+            Some(received) => {
+                let mut bytes = received.clone();
+                bytes[SIG_OFFSET..SIG_OFFSET + SIGNATURE_LEN].fill(0);
+                Ok(bytes)
+            }
+            None => self.reencoded_signing_bytes(),
+        }
+    }
+
+    /// [`Self::signing_bytes`] computed the long way, by re-encoding the decoded map.
+    pub fn reencoded_signing_bytes(&self) -> Result<Vec<u8>, WireError> {
         // Encode a borrowed view with the zero signature instead of cloning the whole map.
         let zero = Ipld::Bytes(vec![0; SIGNATURE_LEN]);
         let view: BTreeMap<&str, crate::value::JsIpld<'_>> = self
@@ -173,24 +200,80 @@ impl SignedEnvelope {
     /// Checks the timestamp against `now_ms` (within [`TIMESTAMP_WINDOW_MS`] either way), then the
     /// Ed25519 signature (`verify_strict`) over [`Self::signing_bytes`].
     pub fn verify(self, now_ms: i64) -> Result<VerifiedEnvelope, EnvelopeError> {
-        self.verify_with_window(now_ms, TIMESTAMP_WINDOW_MS)
+        self.verify_with(now_ms, TIMESTAMP_WINDOW_MS, None)
     }
 
-    /// [`Self::verify`] with another timestamp window.
-    pub fn verify_with_window(self, now_ms: i64, window_ms: i64) -> Result<VerifiedEnvelope, EnvelopeError> {
+    /// [`Self::verify`] with another timestamp window, and optionally a cache of decompressed
+    /// public keys (a server sees the same signers again and again; decompressing a key costs
+    /// about a tenth of a verification).
+    pub fn verify_with(
+        self,
+        now_ms: i64,
+        window_ms: i64,
+        keys: Option<&KeyCache>,
+    ) -> Result<VerifiedEnvelope, EnvelopeError> {
         let ts = self.timestamp_ms().ok_or(EnvelopeError::Timestamp)?;
         if (now_ms as f64 - ts).abs() > window_ms as f64 {
             return Err(EnvelopeError::OutsideWindow);
         }
-        self.verify_signature()?;
+        self.verify_signature(keys)?;
         Ok(VerifiedEnvelope { inner: self })
     }
 
-    fn verify_signature(&self) -> Result<(), EnvelopeError> {
-        let key = self.signer.verifying_key().ok_or(EnvelopeError::Signature)?;
+    fn verify_signature(&self, keys: Option<&KeyCache>) -> Result<(), EnvelopeError> {
+        let key = match keys {
+            Some(cache) => cache.get(&self.signer),
+            None => self.signer.verifying_key(),
+        }
+        .ok_or(EnvelopeError::Signature)?;
         let message = self.signing_bytes().map_err(|_| EnvelopeError::Signature)?;
         let signature = ed25519_dalek::Signature::from_bytes(&self.sig);
         key.verify_strict(&message, &signature).map_err(|_| EnvelopeError::Signature)
+    }
+}
+
+/// Whether a value holds a float or a CID link anywhere (the values whose re-encoding may differ
+/// from the received bytes).
+fn has_float_or_link(value: &Ipld) -> bool {
+    match value {
+        Ipld::Float(_) | Ipld::Link(_) => true,
+        Ipld::List(items) => items.iter().any(has_float_or_link),
+        Ipld::Map(entries) => entries.values().any(has_float_or_link),
+        _ => false,
+    }
+}
+
+/// A bounded cache of decompressed Ed25519 public keys, shared by the requests of a server.
+///
+/// Holds at most [`KeyCache::CAPACITY`] keys; when full it starts over (signers are few and
+/// recur, so a simple reset is enough and keeps memory bounded).
+#[derive(Debug, Default)]
+pub struct KeyCache {
+    keys: std::sync::Mutex<std::collections::HashMap<Principal, ed25519_dalek::VerifyingKey>>,
+}
+
+impl KeyCache {
+    /// The most keys kept at once.
+    pub const CAPACITY: usize = 4096;
+
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The verifying key of `principal`; `None` when its bytes are not a valid curve point.
+    pub fn get(&self, principal: &Principal) -> Option<ed25519_dalek::VerifyingKey> {
+        // The lock is never held across anything that can panic or wait.
+        let mut keys = self.keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(key) = keys.get(principal) {
+            return Some(*key);
+        }
+        let key = principal.verifying_key()?;
+        if keys.len() >= Self::CAPACITY {
+            keys.clear();
+        }
+        keys.insert(*principal, key);
+        Some(key)
     }
 }
 

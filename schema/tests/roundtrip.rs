@@ -279,3 +279,29 @@ fn tri_state_fields_keep_absent_null_and_value_apart() {
     assert_eq!(decode(Some(Ipld::Null)), Nullable::Null);
     assert!(matches!(decode(Some(Ipld::String("deep".into()))), Nullable::Value(_)));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// `SignedEnvelope::signing_bytes` reuses the received bytes when it can; it must always equal
+    /// the canonical re-encoding, and the signature must verify either way.
+    #[test]
+    fn received_and_reencoded_signing_bytes_agree(seed in any::<u64>()) {
+        use seed_agents_protocol::envelope::{SignedEnvelope, UnsignedEnvelope};
+        use seed_agents_protocol::{Ed25519Signer, Signer};
+        let signer = Ed25519Signer::from_seed(&[9; 32]);
+        let ts = 1_767_225_600_000i64;
+        run_all(seed, "action", |name, generic| {
+            let Ipld::Map(mut action) = generic else { return Ok(()) };
+            action.insert("ts".to_owned(), Ipld::Integer(ts.into()));
+            let envelope = UnsignedEnvelope { signer: signer.principal(), account: signer.principal(), protocol: Some(3), action: Ipld::Map(action) };
+            let mut bytes = envelope.signing_bytes().map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let signature = signer.sign_now(&bytes);
+            seed_agents_protocol::envelope::insert_signature(&mut bytes, &signature).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let decoded = SignedEnvelope::decode(&bytes).map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
+            prop_assert_eq!(decoded.signing_bytes().ok(), decoded.reencoded_signing_bytes().ok(), "{}", name);
+            prop_assert!(decoded.verify(ts).is_ok(), "{} does not verify", name);
+            Ok(())
+        })?;
+    }
+}
