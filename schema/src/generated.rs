@@ -5866,7 +5866,7 @@ pub struct UpdateSession {
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
     #[serde(default, skip_serializing_if = "::seed_agents_protocol::Nullable::is_absent")]
-    pub thoroughness: ::seed_agents_protocol::Nullable<UpdateSessionThoroughness>,
+    pub thoroughness: ::seed_agents_protocol::Nullable<Thoroughness>,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
 }
@@ -5874,48 +5874,6 @@ pub struct UpdateSession {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct UpdateSessionResponse {
     pub session: SessionInfo,
-}
-///`UpdateSessionThoroughness`
-#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
-pub enum UpdateSessionThoroughness {
-    #[serde(rename = "deep")]
-    Deep,
-    #[serde(rename = "normal")]
-    Normal,
-    #[serde(rename = "quick")]
-    Quick,
-}
-impl ::std::fmt::Display for UpdateSessionThoroughness {
-    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-        match *self {
-            Self::Deep => f.write_str("deep"),
-            Self::Normal => f.write_str("normal"),
-            Self::Quick => f.write_str("quick"),
-        }
-    }
-}
-impl ::std::str::FromStr for UpdateSessionThoroughness {
-    type Err = self::error::ConversionError;
-    fn from_str(value: &str) -> ::std::result::Result<Self, self::error::ConversionError> {
-        match value {
-            "deep" => Ok(Self::Deep),
-            "normal" => Ok(Self::Normal),
-            "quick" => Ok(Self::Quick),
-            _ => Err("invalid value".into()),
-        }
-    }
-}
-impl ::std::convert::TryFrom<&str> for UpdateSessionThoroughness {
-    type Error = self::error::ConversionError;
-    fn try_from(value: &str) -> ::std::result::Result<Self, self::error::ConversionError> {
-        value.parse()
-    }
-}
-impl ::std::convert::TryFrom<::std::string::String> for UpdateSessionThoroughness {
-    type Error = self::error::ConversionError;
-    fn try_from(value: ::std::string::String) -> ::std::result::Result<Self, self::error::ConversionError> {
-        value.parse()
-    }
 }
 ///`UpdateSigningIdentity`
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]

@@ -53,3 +53,26 @@ pub fn declared_protocol_version(value: Option<&Ipld>) -> u32 {
 pub fn parse_protocol_header(value: Option<&str>) -> u32 {
     value.and_then(|text| text.trim().parse::<u32>().ok()).filter(|n| *n >= 1).unwrap_or(IMPLICIT_PROTOCOL_VERSION)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constants_agree_with_the_schema() {
+        assert_eq!(AGENTS_PROTOCOL_VERSION, crate::generated::SCHEMA_PROTOCOL_VERSION);
+        assert_eq!(MIN_CLIENT_PROTOCOL, crate::generated::SCHEMA_MIN_CLIENT_PROTOCOL);
+    }
+
+    #[test]
+    fn nonsense_declarations_read_as_one() {
+        for value in [Ipld::Integer(-3), Ipld::Float(2.5), Ipld::Null, Ipld::Bool(true), Ipld::List(vec![])] {
+            assert_eq!(declared_protocol_version(Some(&value)), IMPLICIT_PROTOCOL_VERSION, "{value:?}");
+        }
+        assert_eq!(declared_protocol_version(Some(&Ipld::Float(2.0))), 2);
+        assert_eq!(declared_protocol_version(Some(&Ipld::Integer(1i128 << 40))), u32::MAX);
+        assert_eq!(parse_protocol_header(Some(" 3 ")), 3);
+        assert_eq!(parse_protocol_header(Some("x")), 1);
+        assert_eq!(parse_protocol_header(None), 1);
+    }
+}
