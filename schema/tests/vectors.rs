@@ -2,55 +2,20 @@
 //! positive cases sign to byte-identical bytes and verify; negative cases are refused for the
 //! stated reason.
 
-use std::collections::BTreeMap;
-
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::envelope::{DecodeError, EnvelopeError, SignedEnvelope, UnsignedEnvelope, insert_signature};
 use seed_agents_protocol::{AgentAction, Ed25519Signer, Principal, Signer, wire};
 use serde_json::Value as Json;
+
+#[path = "support/vector_notation.rs"]
+mod vector_notation;
+use vector_notation::{hex_field, ipld};
 
 const VECTORS: &str = include_str!("data/signing-vectors.json");
 
 fn cases() -> Vec<Json> {
     let doc: Json = serde_json::from_str(VECTORS).expect("vectors parse");
     doc["cases"].as_array().expect("cases").clone()
-}
-
-fn hex_of(case: &Json, path: &[&str]) -> Vec<u8> {
-    let mut value = case;
-    for key in path {
-        value = &value[*key];
-    }
-    hex::decode(value.as_str().unwrap_or_else(|| panic!("{path:?} missing"))).expect("hex")
-}
-
-/// The vectors' JSON notation as IPLD: `{"$bytes": hex}` is a byte string, integral numbers are
-/// integers, fractional numbers floats. `{"$undefined": true}` has no IPLD form (None).
-fn ipld(json: &Json) -> Option<Ipld> {
-    Some(match json {
-        Json::Null => Ipld::Null,
-        Json::Bool(b) => Ipld::Bool(*b),
-        Json::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => Ipld::Integer(i.into()),
-            (None, Some(u)) => Ipld::Integer(u.into()),
-            _ => Ipld::Float(n.as_f64()?),
-        },
-        Json::String(s) => Ipld::String(s.clone()),
-        Json::Array(items) => Ipld::List(items.iter().map(ipld).collect::<Option<_>>()?),
-        Json::Object(map) => {
-            if let Some(Json::String(hex)) = map.get("$bytes") {
-                return Some(Ipld::Bytes(hex::decode(hex).ok()?));
-            }
-            if map.contains_key("$undefined") {
-                return None;
-            }
-            let mut out = BTreeMap::new();
-            for (key, value) in map {
-                out.insert(key.clone(), ipld(value)?);
-            }
-            Ipld::Map(out)
-        }
-    })
 }
 
 fn id(case: &Json) -> &str {
@@ -60,13 +25,13 @@ fn id(case: &Json) -> &str {
 #[test]
 fn keys_and_principals_match_the_vectors() {
     for case in cases() {
-        let seed: [u8; 32] = hex_of(&case, &["signer", "seedHex"]).try_into().expect("32-byte seed");
+        let seed: [u8; 32] = hex_field(&case, &["signer", "seedHex"]).try_into().expect("32-byte seed");
         let signer = Ed25519Signer::from_seed(&seed);
         let principal = signer.principal();
-        assert_eq!(principal.to_bytes().to_vec(), hex_of(&case, &["signer", "principalHex"]), "{}", id(&case));
+        assert_eq!(principal.to_bytes().to_vec(), hex_field(&case, &["signer", "principalHex"]), "{}", id(&case));
         assert_eq!(principal.to_string(), case["signer"]["principal"].as_str().unwrap_or_default(), "{}", id(&case));
         let account: Principal = case["account"]["principal"].as_str().unwrap_or_default().parse().expect("account");
-        assert_eq!(account.to_bytes().to_vec(), hex_of(&case, &["account", "principalHex"]), "{}", id(&case));
+        assert_eq!(account.to_bytes().to_vec(), hex_field(&case, &["account", "principalHex"]), "{}", id(&case));
     }
 }
 
@@ -74,9 +39,9 @@ fn keys_and_principals_match_the_vectors() {
 fn positive_cases_sign_byte_identically_and_verify() {
     let mut checked = 0;
     for case in cases().into_iter().filter(|case| case["valid"] == Json::Bool(true)) {
-        let seed: [u8; 32] = hex_of(&case, &["signer", "seedHex"]).try_into().expect("seed");
+        let seed: [u8; 32] = hex_field(&case, &["signer", "seedHex"]).try_into().expect("seed");
         let signer = Ed25519Signer::from_seed(&seed);
-        let account = Principal::from_bytes(&hex_of(&case, &["account", "principalHex"])).expect("account");
+        let account = Principal::from_bytes(&hex_field(&case, &["account", "principalHex"])).expect("account");
         let envelope = UnsignedEnvelope {
             signer: signer.principal(),
             account,
@@ -118,7 +83,7 @@ fn positive_cases_sign_byte_identically_and_verify() {
 fn positive_cases_survive_the_async_signer() {
     // The same bytes come out of the object-safe `Signer` path the SDK uses.
     let case = cases().into_iter().find(|case| id(case) == "create-agent-key-ordering").expect("case");
-    let seed: [u8; 32] = hex_of(&case, &["signer", "seedHex"]).try_into().expect("seed");
+    let seed: [u8; 32] = hex_field(&case, &["signer", "seedHex"]).try_into().expect("seed");
     let signer: Box<dyn Signer> = Box::new(Ed25519Signer::from_seed(&seed));
     let envelope = UnsignedEnvelope {
         signer: signer.principal(),
@@ -134,7 +99,7 @@ fn positive_cases_survive_the_async_signer() {
 fn negative_cases_fail_for_the_stated_reason() {
     let mut checked = 0;
     for case in cases().into_iter().filter(|case| case["valid"] == Json::Bool(false)) {
-        let bytes = hex_of(&case, &["envelopeHex"]);
+        let bytes = hex_field(&case, &["envelopeHex"]);
         let now = case["now"].as_i64().expect("now");
         let outcome = SignedEnvelope::decode(&bytes)
             .map_err(Outcome::Decode)
@@ -171,7 +136,7 @@ fn negative_cases_fail_for_the_stated_reason() {
 #[test]
 fn timestamp_window_is_five_minutes_inclusive() {
     let case = cases().into_iter().find(|case| id(case) == "list-agents-minimal").expect("case");
-    let bytes = hex_of(&case, &["envelopeHex"]);
+    let bytes = hex_field(&case, &["envelopeHex"]);
     let ts = case["ts"].as_i64().expect("ts");
     let five_minutes = 5 * 60 * 1000;
     for (now, ok) in [

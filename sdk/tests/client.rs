@@ -16,6 +16,10 @@ use tokio::sync::mpsc;
 
 const VECTORS: &str = include_str!("../../schema/tests/data/signing-vectors.json");
 
+#[path = "../../schema/tests/support/vector_notation.rs"]
+mod vector_notation;
+use vector_notation::{hex_field, ipld};
+
 /// A fixed `ts` for the tests that do not come from the vectors.
 const TS: i64 = 1_767_225_600_000;
 
@@ -192,58 +196,13 @@ fn get_agent() -> GetAgent {
 // Signing vectors: byte-identical envelopes
 // ---------------------------------------------------------------------------------------------
 
-/// The vectors' JSON notation as IPLD: `{"$bytes": hex}` is a byte string, integral numbers are
-/// integers, fractional numbers floats. `{"$undefined": true}` has no IPLD form (`None`).
-fn ipld(json: &Json) -> Option<Ipld> {
-    Some(match json {
-        Json::Null => Ipld::Null,
-        Json::Bool(b) => Ipld::Bool(*b),
-        Json::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => Ipld::Integer(i.into()),
-            (None, Some(u)) => Ipld::Integer(u.into()),
-            _ => Ipld::Float(n.as_f64()?),
-        },
-        Json::String(s) => Ipld::String(s.clone()),
-        Json::Array(items) => Ipld::List(items.iter().map(ipld).collect::<Option<_>>()?),
-        Json::Object(map) => {
-            if let (1, Some(Json::String(hex))) = (map.len(), map.get("$bytes")) {
-                return Some(Ipld::Bytes(hex::decode(hex).expect("$bytes is hex")));
-            }
-            if map.contains_key("$undefined") {
-                return None;
-            }
-            let mut out = BTreeMap::new();
-            for (key, value) in map {
-                out.insert(key.clone(), ipld(value)?);
-            }
-            Ipld::Map(out)
-        }
-    })
-}
-
-fn hex_field(case: &Json, path: &[&str]) -> Vec<u8> {
-    let value = path.iter().fold(case, |value, key| &value[*key]);
-    hex::decode(value.as_str().unwrap_or_else(|| panic!("{path:?} missing"))).expect("hex field")
-}
-
 /// The vector's action as a typed `AgentAction`, or why it cannot be reproduced through one.
-///
-/// `wire::from_ipld` is tried first. It refuses every action holding an integer (`ipld_core`
-/// hands integers to serde as `i128`, which the buffering of the internally tagged `AgentAction`
-/// cannot hold), so such actions are decoded from their canonical bytes instead, as a server
-/// reads them; the second element says which path was taken.
 fn typed_action(case: &Json) -> Result<(AgentAction, &'static str), String> {
     let unsigned = ipld(&case["unsignedAction"]).ok_or("unsignedAction holds undefined")?;
     let original = wire::ipld_to_vec(&unsigned).map_err(|err| format!("vector action does not encode: {err}"))?;
-    let (action, path) = match wire::from_ipld::<AgentAction>(unsigned.clone()) {
-        Ok(action) => (action, "from_ipld"),
-        Err(ipld_err) => match wire::from_slice::<AgentAction>(&original) {
-            Ok(action) => (action, "from_slice (from_ipld failed)"),
-            Err(err) => {
-                return Err(format!("does not decode as a typed AgentAction: {err} (from_ipld: {ipld_err})"));
-            }
-        },
-    };
+    let action = wire::from_ipld::<AgentAction>(unsigned)
+        .map_err(|err| format!("does not decode as a typed AgentAction: {err}"))?;
+    let path = "from_ipld";
     // The typed value must serialise back to the same action, or the envelope cannot match.
     let typed = wire::to_vec(&action).map_err(|err| format!("typed action does not encode: {err}"))?;
     if typed != original {
