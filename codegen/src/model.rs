@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use serde_json::{Map, Value as Json};
+use serde_json::Value as Json;
 
 use crate::Error;
 
@@ -308,9 +308,4 @@ pub fn walk_refs<'a>(schema: &'a Json, f: &mut impl FnMut(&'a str)) {
         Json::Array(items) => items.iter().for_each(|item| walk_refs(item, f)),
         _ => {}
     }
-}
-
-/// An empty JSON object.
-pub fn object() -> Map<String, Json> {
-    Map::new()
 }

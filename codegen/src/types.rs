@@ -223,7 +223,8 @@ struct StructFacts {
     required: Vec<String>,
     /// Wire names of optional nullable properties.
     tristate: Vec<String>,
-    /// A tag property that a closed union carries instead of the struct.
+    /// A tag property that a closed union carries instead of the struct (removed from the schema
+    /// before typify sees it).
     drop_tag: Option<String>,
 }
 
@@ -282,9 +283,6 @@ impl VisitMut for Fixer {
         for mut field in old {
             let ident = field.ident.as_ref().map(|i| i.to_string()).unwrap_or_default();
             let wire = serde_rename(&field.attrs).unwrap_or_else(|| ident.trim_start_matches("r#").to_owned());
-            if facts.drop_tag.as_deref() == Some(wire.as_str()) {
-                continue;
-            }
             if is_flatten(&field.attrs) {
                 // The `additionalProperties` map typify flattens in: keep it as typify wrote it.
                 fields.named.push(field);

@@ -82,9 +82,9 @@ pub struct SignedEnvelope {
     signer: Principal,
     account: Principal,
     sig: Signature,
-    /// The received bytes, kept only when they provably equal the canonical re-encoding of `map`
-    /// (see [`SignedEnvelope::decode`]), so the signed bytes need no second encoding.
-    canonical: Option<Vec<u8>>,
+    /// The received bytes with `sig` zeroed, kept only when they provably equal the canonical
+    /// re-encoding (see [`SignedEnvelope::decode`]), so the signed bytes need no second encoding.
+    received_signing_bytes: Option<Vec<u8>>,
 }
 
 impl SignedEnvelope {
@@ -101,7 +101,9 @@ impl SignedEnvelope {
         let reusable = !has_float_or_link(&value) && bytes.get(1..SIG_OFFSET) == Some(&SIG_PREFIX[..]);
         let mut envelope = Self::from_ipld(value)?;
         if reusable {
-            envelope.canonical = Some(bytes.to_vec());
+            let mut signing = bytes.to_vec();
+            signing[SIG_OFFSET..SIG_OFFSET + SIGNATURE_LEN].fill(0);
+            envelope.received_signing_bytes = Some(signing);
         }
         Ok(envelope)
     }
@@ -126,7 +128,7 @@ impl SignedEnvelope {
             Some(Ipld::Map(action)) if matches!(action.get("_"), Some(Ipld::String(_))) => {}
             _ => return Err(EnvelopeError::Action),
         }
-        Ok(SignedEnvelope { map, signer, account, sig, canonical: None })
+        Ok(SignedEnvelope { map, signer, account, sig, received_signing_bytes: None })
     }
 
     /// The key that signed.
@@ -172,12 +174,8 @@ impl SignedEnvelope {
 
     /// The bytes the signer signed: the canonical re-encoding with `sig` zeroed.
     pub fn signing_bytes(&self) -> Result<Vec<u8>, WireError> {
-        match &self.canonical {
-            Some(received) => {
-                let mut bytes = received.clone();
-                bytes[SIG_OFFSET..SIG_OFFSET + SIGNATURE_LEN].fill(0);
-                Ok(bytes)
-            }
+        match &self.received_signing_bytes {
+            Some(bytes) => Ok(bytes.clone()),
             None => self.reencoded_signing_bytes(),
         }
     }
@@ -226,9 +224,16 @@ impl SignedEnvelope {
             None => self.signer.verifying_key(),
         }
         .ok_or(EnvelopeError::Signature)?;
-        let message = self.signing_bytes().map_err(|_| EnvelopeError::Signature)?;
+        let reencoded;
+        let message = match &self.received_signing_bytes {
+            Some(bytes) => bytes.as_slice(),
+            None => {
+                reencoded = self.reencoded_signing_bytes().map_err(|_| EnvelopeError::Signature)?;
+                reencoded.as_slice()
+            }
+        };
         let signature = ed25519_dalek::Signature::from_bytes(&self.sig);
-        key.verify_strict(&message, &signature).map_err(|_| EnvelopeError::Signature)
+        key.verify_strict(message, &signature).map_err(|_| EnvelopeError::Signature)
     }
 }
 
@@ -355,19 +360,23 @@ const SIG_PREFIX: [u8; 6] = [0x63, b's', b'i', b'g', 0x58, 0x40];
 impl UnsignedEnvelope {
     /// The canonical bytes to sign (the envelope with `sig` = 64 zero bytes).
     pub fn signing_bytes(&self) -> Result<Vec<u8>, WireError> {
-        let mut map = BTreeMap::new();
-        map.insert("type", Ipld::String(ENVELOPE_TYPE.into()));
-        map.insert("signer", Ipld::Bytes(self.signer.to_bytes().to_vec()));
-        map.insert("account", Ipld::Bytes(self.account.to_bytes().to_vec()));
-        map.insert("sig", Ipld::Bytes(vec![0; SIGNATURE_LEN]));
-        if let Some(protocol) = self.protocol {
-            map.insert("protocol", Ipld::Integer(protocol.into()));
+        use crate::value::JsIpld;
+        let kind = Ipld::String(ENVELOPE_TYPE.into());
+        let signer = Ipld::Bytes(self.signer.to_bytes().to_vec());
+        let account = Ipld::Bytes(self.account.to_bytes().to_vec());
+        let sig = Ipld::Bytes(vec![0; SIGNATURE_LEN]);
+        let protocol = self.protocol.map(|protocol| Ipld::Integer(protocol.into()));
+        // A borrowed view: the action is encoded in place, never cloned.
+        let mut view = BTreeMap::from([
+            ("type", JsIpld(&kind)),
+            ("signer", JsIpld(&signer)),
+            ("account", JsIpld(&account)),
+            ("sig", JsIpld(&sig)),
+            ("action", JsIpld(&self.action)),
+        ]);
+        if let Some(protocol) = &protocol {
+            view.insert("protocol", JsIpld(protocol));
         }
-        let view: BTreeMap<&str, crate::value::JsIpld<'_>> =
-            map.iter().map(|(key, value)| (*key, crate::value::JsIpld(value))).collect();
-        let action = crate::value::JsIpld(&self.action);
-        let mut view = view;
-        view.insert("action", action);
         wire::to_vec(&view)
     }
 
