@@ -1,1 +1,11 @@
-//! Integration tests.
+//! Black-box tests: the real server on an ephemeral loopback port, spoken to over HTTP with
+//! signed DAG-CBOR (through the SDK, or raw where the SDK would never send such bytes).
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod support;
+
+mod authorization;
+mod envelope;
+mod features;
+mod pagination;

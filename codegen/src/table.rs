@@ -50,6 +50,9 @@ pub fn protocol_items(model: &Model) -> TokenStream {
                         _ => ::std::option::Option::None,
                     }
                 }
+                fn into_response(self) -> AgentResponse {
+                    AgentResponse::#ty(self)
+                }
             }
         });
     }

@@ -28,6 +28,9 @@ pub trait Response: Serialize + DeserializeOwned + Clone + std::fmt::Debug + Sen
 
     /// Takes this response out of the [`crate::AgentResponse`] enum, when it is this one.
     fn from_response(response: crate::AgentResponse) -> Option<Self>;
+
+    /// Wraps this response in the [`crate::AgentResponse`] enum (which adds the `_` tag).
+    fn into_response(self) -> crate::AgentResponse;
 }
 
 /// One row of the action table, as data (see [`crate::generated::ACTIONS`]).

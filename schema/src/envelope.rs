@@ -131,6 +131,11 @@ impl SignedEnvelope {
         Ok(SignedEnvelope { map, signer, account, sig, received_signing_bytes: None })
     }
 
+    /// The received signature (not verified until [`Self::verify`]).
+    pub fn signature(&self) -> Signature {
+        self.sig
+    }
+
     /// The key that signed.
     pub fn signer(&self) -> Principal {
         self.signer

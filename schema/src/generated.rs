@@ -7120,6 +7120,9 @@ impl crate::Response for AbortFileUploadResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::AbortFileUploadResponse(self)
+    }
 }
 impl crate::Response for AcceptAgentInviteResponse {
     const NAME: &'static str = "AcceptAgentInviteResponse";
@@ -7128,6 +7131,9 @@ impl crate::Response for AcceptAgentInviteResponse {
             AgentResponse::AcceptAgentInviteResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::AcceptAgentInviteResponse(self)
     }
 }
 impl crate::Response for AppendFileUploadChunkResponse {
@@ -7138,6 +7144,9 @@ impl crate::Response for AppendFileUploadChunkResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::AppendFileUploadChunkResponse(self)
+    }
 }
 impl crate::Response for BeginFileUploadResponse {
     const NAME: &'static str = "BeginFileUploadResponse";
@@ -7146,6 +7155,9 @@ impl crate::Response for BeginFileUploadResponse {
             AgentResponse::BeginFileUploadResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::BeginFileUploadResponse(self)
     }
 }
 impl crate::Response for CancelProviderOAuthResponse {
@@ -7156,6 +7168,9 @@ impl crate::Response for CancelProviderOAuthResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::CancelProviderOAuthResponse(self)
+    }
 }
 impl crate::Response for CancelRunResponse {
     const NAME: &'static str = "CancelRunResponse";
@@ -7164,6 +7179,9 @@ impl crate::Response for CancelRunResponse {
             AgentResponse::CancelRunResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::CancelRunResponse(self)
     }
 }
 impl crate::Response for CommitFileUploadResponse {
@@ -7174,6 +7192,9 @@ impl crate::Response for CommitFileUploadResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::CommitFileUploadResponse(self)
+    }
 }
 impl crate::Response for CreateAgentResponse {
     const NAME: &'static str = "CreateAgentResponse";
@@ -7182,6 +7203,9 @@ impl crate::Response for CreateAgentResponse {
             AgentResponse::CreateAgentResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::CreateAgentResponse(self)
     }
 }
 impl crate::Response for CreateAgentTriggerResponse {
@@ -7192,6 +7216,9 @@ impl crate::Response for CreateAgentTriggerResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::CreateAgentTriggerResponse(self)
+    }
 }
 impl crate::Response for CreateSessionResponse {
     const NAME: &'static str = "CreateSessionResponse";
@@ -7200,6 +7227,9 @@ impl crate::Response for CreateSessionResponse {
             AgentResponse::CreateSessionResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::CreateSessionResponse(self)
     }
 }
 impl crate::Response for CreateSigningIdentityResponse {
@@ -7210,6 +7240,9 @@ impl crate::Response for CreateSigningIdentityResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::CreateSigningIdentityResponse(self)
+    }
 }
 impl crate::Response for DeclineAgentInviteResponse {
     const NAME: &'static str = "DeclineAgentInviteResponse";
@@ -7218,6 +7251,9 @@ impl crate::Response for DeclineAgentInviteResponse {
             AgentResponse::DeclineAgentInviteResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::DeclineAgentInviteResponse(self)
     }
 }
 impl crate::Response for DeleteAgentMemoryFileResponse {
@@ -7228,6 +7264,9 @@ impl crate::Response for DeleteAgentMemoryFileResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::DeleteAgentMemoryFileResponse(self)
+    }
 }
 impl crate::Response for DeleteAgentResponse {
     const NAME: &'static str = "DeleteAgentResponse";
@@ -7236,6 +7275,9 @@ impl crate::Response for DeleteAgentResponse {
             AgentResponse::DeleteAgentResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::DeleteAgentResponse(self)
     }
 }
 impl crate::Response for DeleteAgentToolResponse {
@@ -7246,6 +7288,9 @@ impl crate::Response for DeleteAgentToolResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::DeleteAgentToolResponse(self)
+    }
 }
 impl crate::Response for DeleteAgentTriggerResponse {
     const NAME: &'static str = "DeleteAgentTriggerResponse";
@@ -7254,6 +7299,9 @@ impl crate::Response for DeleteAgentTriggerResponse {
             AgentResponse::DeleteAgentTriggerResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::DeleteAgentTriggerResponse(self)
     }
 }
 impl crate::Response for DeleteMcpServerResponse {
@@ -7264,6 +7312,9 @@ impl crate::Response for DeleteMcpServerResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::DeleteMcpServerResponse(self)
+    }
 }
 impl crate::Response for DeleteModelProviderResponse {
     const NAME: &'static str = "DeleteModelProviderResponse";
@@ -7272,6 +7323,9 @@ impl crate::Response for DeleteModelProviderResponse {
             AgentResponse::DeleteModelProviderResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::DeleteModelProviderResponse(self)
     }
 }
 impl crate::Response for DeleteSessionResponse {
@@ -7282,6 +7336,9 @@ impl crate::Response for DeleteSessionResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::DeleteSessionResponse(self)
+    }
 }
 impl crate::Response for DeleteSigningIdentityResponse {
     const NAME: &'static str = "DeleteSigningIdentityResponse";
@@ -7290,6 +7347,9 @@ impl crate::Response for DeleteSigningIdentityResponse {
             AgentResponse::DeleteSigningIdentityResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::DeleteSigningIdentityResponse(self)
     }
 }
 impl crate::Response for DownloadAgentMemoryFileResponse {
@@ -7300,6 +7360,9 @@ impl crate::Response for DownloadAgentMemoryFileResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::DownloadAgentMemoryFileResponse(self)
+    }
 }
 impl crate::Response for Error {
     const NAME: &'static str = "Error";
@@ -7308,6 +7371,9 @@ impl crate::Response for Error {
             AgentResponse::Error(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::Error(self)
     }
 }
 impl crate::Response for GetAgentResponse {
@@ -7318,6 +7384,9 @@ impl crate::Response for GetAgentResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::GetAgentResponse(self)
+    }
 }
 impl crate::Response for GetAgentTriggerResponse {
     const NAME: &'static str = "GetAgentTriggerResponse";
@@ -7326,6 +7395,9 @@ impl crate::Response for GetAgentTriggerResponse {
             AgentResponse::GetAgentTriggerResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::GetAgentTriggerResponse(self)
     }
 }
 impl crate::Response for GetRunJournalResponse {
@@ -7336,6 +7408,9 @@ impl crate::Response for GetRunJournalResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::GetRunJournalResponse(self)
+    }
 }
 impl crate::Response for GetRunResponse {
     const NAME: &'static str = "GetRunResponse";
@@ -7344,6 +7419,9 @@ impl crate::Response for GetRunResponse {
             AgentResponse::GetRunResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::GetRunResponse(self)
     }
 }
 impl crate::Response for GetSessionEventResponse {
@@ -7354,6 +7432,9 @@ impl crate::Response for GetSessionEventResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::GetSessionEventResponse(self)
+    }
 }
 impl crate::Response for GetSessionResponse {
     const NAME: &'static str = "GetSessionResponse";
@@ -7362,6 +7443,9 @@ impl crate::Response for GetSessionResponse {
             AgentResponse::GetSessionResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::GetSessionResponse(self)
     }
 }
 impl crate::Response for ImportSigningIdentityResponse {
@@ -7372,6 +7456,9 @@ impl crate::Response for ImportSigningIdentityResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ImportSigningIdentityResponse(self)
+    }
 }
 impl crate::Response for InviteAgentCollaboratorResponse {
     const NAME: &'static str = "InviteAgentCollaboratorResponse";
@@ -7380,6 +7467,9 @@ impl crate::Response for InviteAgentCollaboratorResponse {
             AgentResponse::InviteAgentCollaboratorResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::InviteAgentCollaboratorResponse(self)
     }
 }
 impl crate::Response for InvokeSessionToolResponse {
@@ -7390,6 +7480,9 @@ impl crate::Response for InvokeSessionToolResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::InvokeSessionToolResponse(self)
+    }
 }
 impl crate::Response for ListAgentCollaboratorsResponse {
     const NAME: &'static str = "ListAgentCollaboratorsResponse";
@@ -7398,6 +7491,9 @@ impl crate::Response for ListAgentCollaboratorsResponse {
             AgentResponse::ListAgentCollaboratorsResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ListAgentCollaboratorsResponse(self)
     }
 }
 impl crate::Response for ListAgentInvitesResponse {
@@ -7408,6 +7504,9 @@ impl crate::Response for ListAgentInvitesResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ListAgentInvitesResponse(self)
+    }
 }
 impl crate::Response for ListAgentMemoryDirResponse {
     const NAME: &'static str = "ListAgentMemoryDirResponse";
@@ -7416,6 +7515,9 @@ impl crate::Response for ListAgentMemoryDirResponse {
             AgentResponse::ListAgentMemoryDirResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ListAgentMemoryDirResponse(self)
     }
 }
 impl crate::Response for ListAgentMemoryResponse {
@@ -7426,6 +7528,9 @@ impl crate::Response for ListAgentMemoryResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ListAgentMemoryResponse(self)
+    }
 }
 impl crate::Response for ListAgentToolsResponse {
     const NAME: &'static str = "ListAgentToolsResponse";
@@ -7434,6 +7539,9 @@ impl crate::Response for ListAgentToolsResponse {
             AgentResponse::ListAgentToolsResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ListAgentToolsResponse(self)
     }
 }
 impl crate::Response for ListAgentTriggersResponse {
@@ -7444,6 +7552,9 @@ impl crate::Response for ListAgentTriggersResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ListAgentTriggersResponse(self)
+    }
 }
 impl crate::Response for ListAgentsResponse {
     const NAME: &'static str = "ListAgentsResponse";
@@ -7452,6 +7563,9 @@ impl crate::Response for ListAgentsResponse {
             AgentResponse::ListAgentsResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ListAgentsResponse(self)
     }
 }
 impl crate::Response for ListMcpServersResponse {
@@ -7462,6 +7576,9 @@ impl crate::Response for ListMcpServersResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ListMcpServersResponse(self)
+    }
 }
 impl crate::Response for ListModelProvidersResponse {
     const NAME: &'static str = "ListModelProvidersResponse";
@@ -7470,6 +7587,9 @@ impl crate::Response for ListModelProvidersResponse {
             AgentResponse::ListModelProvidersResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ListModelProvidersResponse(self)
     }
 }
 impl crate::Response for ListProviderModelsResponse {
@@ -7480,6 +7600,9 @@ impl crate::Response for ListProviderModelsResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ListProviderModelsResponse(self)
+    }
 }
 impl crate::Response for ListRunsResponse {
     const NAME: &'static str = "ListRunsResponse";
@@ -7488,6 +7611,9 @@ impl crate::Response for ListRunsResponse {
             AgentResponse::ListRunsResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ListRunsResponse(self)
     }
 }
 impl crate::Response for ListSessionsResponse {
@@ -7498,6 +7624,9 @@ impl crate::Response for ListSessionsResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ListSessionsResponse(self)
+    }
 }
 impl crate::Response for ListSigningIdentitiesResponse {
     const NAME: &'static str = "ListSigningIdentitiesResponse";
@@ -7506,6 +7635,9 @@ impl crate::Response for ListSigningIdentitiesResponse {
             AgentResponse::ListSigningIdentitiesResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ListSigningIdentitiesResponse(self)
     }
 }
 impl crate::Response for MessageSessionResponse {
@@ -7516,6 +7648,9 @@ impl crate::Response for MessageSessionResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::MessageSessionResponse(self)
+    }
 }
 impl crate::Response for ProviderOAuthStatusResponse {
     const NAME: &'static str = "ProviderOAuthStatusResponse";
@@ -7524,6 +7659,9 @@ impl crate::Response for ProviderOAuthStatusResponse {
             AgentResponse::ProviderOAuthStatusResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ProviderOAuthStatusResponse(self)
     }
 }
 impl crate::Response for ReadAgentMemoryFileResponse {
@@ -7534,6 +7672,9 @@ impl crate::Response for ReadAgentMemoryFileResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ReadAgentMemoryFileResponse(self)
+    }
 }
 impl crate::Response for ReadSessionAttachmentResponse {
     const NAME: &'static str = "ReadSessionAttachmentResponse";
@@ -7542,6 +7683,9 @@ impl crate::Response for ReadSessionAttachmentResponse {
             AgentResponse::ReadSessionAttachmentResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::ReadSessionAttachmentResponse(self)
     }
 }
 impl crate::Response for RegisterSignerResponse {
@@ -7552,6 +7696,9 @@ impl crate::Response for RegisterSignerResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::RegisterSignerResponse(self)
+    }
 }
 impl crate::Response for RemoveAgentCollaboratorResponse {
     const NAME: &'static str = "RemoveAgentCollaboratorResponse";
@@ -7560,6 +7707,9 @@ impl crate::Response for RemoveAgentCollaboratorResponse {
             AgentResponse::RemoveAgentCollaboratorResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::RemoveAgentCollaboratorResponse(self)
     }
 }
 impl crate::Response for RetrySessionResponse {
@@ -7570,6 +7720,9 @@ impl crate::Response for RetrySessionResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::RetrySessionResponse(self)
+    }
 }
 impl crate::Response for SaveAgentToolResponse {
     const NAME: &'static str = "SaveAgentToolResponse";
@@ -7578,6 +7731,9 @@ impl crate::Response for SaveAgentToolResponse {
             AgentResponse::SaveAgentToolResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::SaveAgentToolResponse(self)
     }
 }
 impl crate::Response for SessionBrowserResponse {
@@ -7588,6 +7744,9 @@ impl crate::Response for SessionBrowserResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::SessionBrowserResponse(self)
+    }
 }
 impl crate::Response for SetAgentPublicChatResponse {
     const NAME: &'static str = "SetAgentPublicChatResponse";
@@ -7596,6 +7755,9 @@ impl crate::Response for SetAgentPublicChatResponse {
             AgentResponse::SetAgentPublicChatResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::SetAgentPublicChatResponse(self)
     }
 }
 impl crate::Response for SetAgentPublicReadResponse {
@@ -7606,6 +7768,9 @@ impl crate::Response for SetAgentPublicReadResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::SetAgentPublicReadResponse(self)
+    }
 }
 impl crate::Response for SetMcpServerResponse {
     const NAME: &'static str = "SetMcpServerResponse";
@@ -7614,6 +7779,9 @@ impl crate::Response for SetMcpServerResponse {
             AgentResponse::SetMcpServerResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::SetMcpServerResponse(self)
     }
 }
 impl crate::Response for SetModelProviderResponse {
@@ -7624,6 +7792,9 @@ impl crate::Response for SetModelProviderResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::SetModelProviderResponse(self)
+    }
 }
 impl crate::Response for SetSecretResponse {
     const NAME: &'static str = "SetSecretResponse";
@@ -7632,6 +7803,9 @@ impl crate::Response for SetSecretResponse {
             AgentResponse::SetSecretResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::SetSecretResponse(self)
     }
 }
 impl crate::Response for SignalRunResponse {
@@ -7642,6 +7816,9 @@ impl crate::Response for SignalRunResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::SignalRunResponse(self)
+    }
 }
 impl crate::Response for StartProviderOAuthResponse {
     const NAME: &'static str = "StartProviderOAuthResponse";
@@ -7650,6 +7827,9 @@ impl crate::Response for StartProviderOAuthResponse {
             AgentResponse::StartProviderOAuthResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::StartProviderOAuthResponse(self)
     }
 }
 impl crate::Response for StopSessionResponse {
@@ -7660,6 +7840,9 @@ impl crate::Response for StopSessionResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::StopSessionResponse(self)
+    }
 }
 impl crate::Response for SubmitProviderOAuthCodeResponse {
     const NAME: &'static str = "SubmitProviderOAuthCodeResponse";
@@ -7668,6 +7851,9 @@ impl crate::Response for SubmitProviderOAuthCodeResponse {
             AgentResponse::SubmitProviderOAuthCodeResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::SubmitProviderOAuthCodeResponse(self)
     }
 }
 impl crate::Response for UpdateAgentTriggerResponse {
@@ -7678,6 +7864,9 @@ impl crate::Response for UpdateAgentTriggerResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::UpdateAgentTriggerResponse(self)
+    }
 }
 impl crate::Response for UpdateSessionResponse {
     const NAME: &'static str = "UpdateSessionResponse";
@@ -7686,6 +7875,9 @@ impl crate::Response for UpdateSessionResponse {
             AgentResponse::UpdateSessionResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::UpdateSessionResponse(self)
     }
 }
 impl crate::Response for UpdateSigningIdentityResponse {
@@ -7696,6 +7888,9 @@ impl crate::Response for UpdateSigningIdentityResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::UpdateSigningIdentityResponse(self)
+    }
 }
 impl crate::Response for UploadAgentMemoryFileToIpfsResponse {
     const NAME: &'static str = "UploadAgentMemoryFileToIpfsResponse";
@@ -7704,6 +7899,9 @@ impl crate::Response for UploadAgentMemoryFileToIpfsResponse {
             AgentResponse::UploadAgentMemoryFileToIpfsResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::UploadAgentMemoryFileToIpfsResponse(self)
     }
 }
 impl crate::Response for UploadSessionAttachmentResponse {
@@ -7714,6 +7912,9 @@ impl crate::Response for UploadSessionAttachmentResponse {
             _ => ::std::option::Option::None,
         }
     }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::UploadSessionAttachmentResponse(self)
+    }
 }
 impl crate::Response for WriteAgentMemoryFileResponse {
     const NAME: &'static str = "WriteAgentMemoryFileResponse";
@@ -7722,5 +7923,8 @@ impl crate::Response for WriteAgentMemoryFileResponse {
             AgentResponse::WriteAgentMemoryFileResponse(inner) => ::std::option::Option::Some(inner),
             _ => ::std::option::Option::None,
         }
+    }
+    fn into_response(self) -> AgentResponse {
+        AgentResponse::WriteAgentMemoryFileResponse(self)
     }
 }

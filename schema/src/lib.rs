@@ -48,7 +48,7 @@ pub mod value;
 pub mod version;
 pub mod wire;
 
-pub use action::{Action, Response};
+pub use action::{Action, ActionInfo, Response};
 pub use envelope::{EnvelopeError, SignedEnvelope, UnsignedEnvelope, VerifiedEnvelope};
 pub use generated::{AgentAction, AgentResponse};
 pub use principal::{Principal, PrincipalError};

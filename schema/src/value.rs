@@ -288,7 +288,8 @@ impl<T: Serialize> Serialize for Nullable<T> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             // Only reached when a caller forgets `skip_serializing_if`; null is the closest truth.
-            Nullable::Absent | Nullable::Null => serializer.serialize_unit(),
+            // `none`, not `unit`: the IPLD serializer refuses unit; both encoders write null.
+            Nullable::Absent | Nullable::Null => serializer.serialize_none(),
             Nullable::Value(value) => value.serialize(serializer),
         }
     }
@@ -309,4 +310,26 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Nullable<T> {
 /// [`Value`] field.
 pub fn deserialize_some<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(deserializer).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Serialize)]
+    struct Update {
+        #[serde(skip_serializing_if = "Nullable::is_absent")]
+        value: Nullable<u8>,
+    }
+
+    #[test]
+    fn a_null_tri_state_is_null_through_both_encoders() {
+        let update = Update { value: Nullable::Null };
+        // 0xa1 map(1), 0x65 "value", 0xf6 null.
+        assert_eq!(crate::wire::to_vec(&update).unwrap(), [&[0xa1, 0x65][..], b"value", &[0xf6]].concat());
+        let ipld = crate::wire::to_ipld(&update).unwrap();
+        assert_eq!(crate::wire::ipld_to_vec(&ipld).unwrap(), crate::wire::to_vec(&update).unwrap());
+        let absent = Update { value: Nullable::Absent };
+        assert_eq!(crate::wire::to_vec(&absent).unwrap(), [0xa0]);
+    }
 }

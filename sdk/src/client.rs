@@ -1,7 +1,7 @@
 //! The client: one hand-written `send` that signs, posts and decodes; typed calls build on it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ipld_core::ipld::Ipld;
@@ -27,6 +27,10 @@ pub struct Client {
     clock: Clock,
     /// The last `X-Agents-Protocol` the server sent (0 until the first answer).
     server_protocol: Arc<AtomicU32>,
+    /// The last `ts` signed; the next is at least one more, so two identical actions sent in
+    /// the same millisecond are still different envelopes (servers refuse byte-identical
+    /// replays).
+    last_ts: Arc<AtomicI64>,
 }
 
 impl std::fmt::Debug for Client {
@@ -97,6 +101,7 @@ impl ClientBuilder {
             protocol: self.protocol,
             clock: self.clock.unwrap_or_else(|| Arc::new(now_ms)),
             server_protocol: Arc::new(AtomicU32::new(0)),
+            last_ts: Arc::new(AtomicI64::new(i64::MIN)),
         })
     }
 }
@@ -153,7 +158,12 @@ impl Client {
     /// Signs `action` with the current time and returns the envelope bytes (what [`Client::send`]
     /// posts).
     pub async fn sign(&self, action: &AgentAction) -> Result<Vec<u8>, Error> {
-        let ts = (self.clock)();
+        let now = (self.clock)();
+        let previous = self
+            .last_ts
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| Some(now.max(last.saturating_add(1))))
+            .unwrap_or(now);
+        let ts = now.max(previous.saturating_add(1));
         let mut map = match wire::to_ipld(action).map_err(|e| Error::Sign(e.into()))? {
             Ipld::Map(map) => map,
             _ => unreachable_action(),
@@ -252,7 +262,9 @@ fn message_endpoint(server_url: &str) -> Result<String, Error> {
     Ok(format!("{base}/api/message"))
 }
 
-fn default_http_client() -> Result<reqwest::Client, Error> {
+/// A `reqwest` client set up the way the SDK's own is (rustls with the ring provider when the
+/// `tls` feature is on). Use it for requests beside the SDK's, e.g. health checks.
+pub fn default_http_client() -> Result<reqwest::Client, Error> {
     #[cfg(feature = "tls")]
     {
         // reqwest is built without a bundled crypto provider; ring is ours. Installing twice is

@@ -28,7 +28,7 @@ mod client;
 mod error;
 mod generated;
 
-pub use client::{Client, ClientBuilder, Clock};
+pub use client::{Client, ClientBuilder, Clock, default_http_client};
 pub use error::Error;
 pub use seed_agents_protocol as protocol;
 pub use seed_agents_protocol::{Ed25519Signer, Principal, Signer};

@@ -239,14 +239,17 @@ async fn send_posts_the_js_clients_envelope_byte_for_byte() {
         let expected = hex_field(case, &["envelopeHex"]);
 
         let (url, mut requests) = start_responder(vec![ok_reply()]).await;
-        let client = Client::builder(&url, Ed25519Signer::from_seed(&seed))
-            .clock(Arc::new(move || ts))
-            .protocol(protocol)
-            .account(account)
-            .build()
-            .expect("client");
-        assert_eq!(client.sign(&action).await.expect("sign"), expected, "{id}: sign() bytes");
-        let response = client.send(&action).await.unwrap_or_else(|err| panic!("{id}: send failed: {err}"));
+        // A fresh client per signature: a client never signs the same `ts` twice.
+        let client = || {
+            Client::builder(&url, Ed25519Signer::from_seed(&seed))
+                .clock(Arc::new(move || ts))
+                .protocol(protocol)
+                .account(account)
+                .build()
+                .expect("client")
+        };
+        assert_eq!(client().sign(&action).await.expect("sign"), expected, "{id}: sign() bytes");
+        let response = client().send(&action).await.unwrap_or_else(|err| panic!("{id}: send failed: {err}"));
         assert!(matches!(response, AgentResponse::ListAgentsResponse(_)), "{id}: {response:?}");
 
         let request = next_request(&mut requests).await;
@@ -481,4 +484,21 @@ async fn delegated_account_is_posted_with_the_signers_principal() {
     assert_eq!(envelope.get("signer"), Some(&Ipld::Bytes(key.principal().to_bytes().to_vec())));
     let verified = SignedEnvelope::decode(&request.body).expect("decode").verify(TS).expect("signature verifies");
     assert_eq!((verified.signer(), verified.account()), (key.principal(), account));
+}
+
+#[tokio::test]
+async fn two_identical_actions_in_one_millisecond_sign_different_envelopes() {
+    let client = Client::builder("http://127.0.0.1:9", Ed25519Signer::from_seed(&[9; 32]))
+        .clock(Arc::new(|| 1_000))
+        .build()
+        .expect("client");
+    let action = AgentAction::ListAgents(seed_agents_protocol::generated::ListAgents {});
+    let first = client.sign(&action).await.expect("sign");
+    let second = client.sign(&action).await.expect("sign");
+    assert_ne!(first, second, "the second envelope carries ts 1001");
+    let ts = |bytes: &[u8]| {
+        let envelope = seed_agents_protocol::SignedEnvelope::decode(bytes).expect("decode");
+        envelope.timestamp_ms()
+    };
+    assert_eq!((ts(&first), ts(&second)), (Some(1000.0), Some(1001.0)));
 }

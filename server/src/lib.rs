@@ -1,7 +1,26 @@
-//! The Seed Agents server.
+//! The Seed Agents server: the signed action endpoint over a SQLite store.
 //!
-//! Not built yet: this crate exists so the workspace layout is fixed from the start. The server
-//! core (signed action endpoint, verification, SQLite store, agents and sessions) is the next
-//! issue. Until then the crate only re-exports the protocol it will serve.
+//! [`RunningServer::start`] opens a data directory and serves on an address (port 0 in tests);
+//! the `seed-agents-server` binary wraps it with flags, logging and signal handling. See
+//! `ARCHITECTURE.md` at the repository root for the map and its invariants.
 
+pub mod access;
+pub mod agents;
+pub mod app;
+pub mod auth;
+pub mod bus;
+pub mod clock;
+pub mod collaborators;
+pub mod config;
+pub mod db;
+pub mod dispatch;
+pub mod http;
+pub mod idempotency;
+pub mod providers;
+pub mod secrets;
+pub mod sessions;
+
+pub use app::{App, RunningServer, StartError};
+pub use clock::Clock;
+pub use config::Config;
 pub use seed_agents_protocol as protocol;

@@ -1,0 +1,203 @@
+//! Who may do what to an agent: the one place roles are decided (DESIGN rule 9).
+//!
+//! Roles, lowest first: reader < chatter < writer < owner. The owner is the agent's account;
+//! accepted collaborators are readers or writers; when the agent is public-read every signed
+//! account is at least a reader, and a chatter when public chat is on too. A caller with no role
+//! sees `404 Agent not found` (invisible looks missing); a role too low gets 403.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use seed_agents_protocol::generated::AgentAccessRole;
+
+use crate::http::error::{ApiError, ApiResult};
+
+/// A caller's role on one agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// May read every agent-scoped thing.
+    Reader,
+    /// A reader who may also create, message, stop and retry sessions (public chat).
+    Chatter,
+    /// May change agent-scoped things, rename and delete sessions, control runs.
+    Writer,
+    /// The agent's account: everything, including collaborators and deletion.
+    Owner,
+}
+
+impl Role {
+    /// The wire form of `accessRole`.
+    pub fn wire(self) -> AgentAccessRole {
+        match self {
+            Role::Reader => AgentAccessRole::Reader,
+            Role::Chatter => AgentAccessRole::Chatter,
+            Role::Writer => AgentAccessRole::Writer,
+            Role::Owner => AgentAccessRole::Owner,
+        }
+    }
+}
+
+/// What an action needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// At least reader.
+    Read,
+    /// At least chatter.
+    Chat,
+    /// At least writer.
+    Write,
+    /// The owner.
+    Own,
+}
+
+impl Need {
+    fn role(self) -> Role {
+        match self {
+            Need::Read => Role::Reader,
+            Need::Chat => Role::Chatter,
+            Need::Write => Role::Writer,
+            Need::Own => Role::Owner,
+        }
+    }
+}
+
+/// A caller's resolved access to an agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    /// The agent.
+    pub agent_id: String,
+    /// The agent's owner (where agent-scoped rows are stored).
+    pub owner_id: String,
+    /// The caller's effective role.
+    pub role: Role,
+    /// Whether the role comes from ownership or accepted membership (not public access).
+    pub member: bool,
+}
+
+/// The role of `account_id` on `agent_id`, or `None` when it has none (or the agent is missing).
+pub fn resolve(conn: &Connection, agent_id: &str, account_id: &str) -> ApiResult<Option<Access>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT a.account_id, a.public_read, a.public_chat, c.role
+             FROM agents a
+             LEFT JOIN agent_collaborators c
+               ON c.agent_id = a.id AND c.account_id = ?2 AND c.status = 'accepted'
+             WHERE a.id = ?1",
+        )?
+        .query_row(params![agent_id, account_id], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, bool>(1)?,
+                row.get::<_, bool>(2)?,
+                row.get::<_, Option<String>>(3)?,
+            ))
+        })
+        .optional()?;
+    let Some((owner_id, public_read, public_chat, member_role)) = row else { return Ok(None) };
+    let access =
+        |role, member| Some(Access { agent_id: agent_id.to_owned(), owner_id: owner_id.clone(), role, member });
+    if owner_id == account_id {
+        return Ok(access(Role::Owner, true));
+    }
+    let member = match member_role.as_deref() {
+        Some("writer") => Some(Role::Writer),
+        Some("reader") => Some(Role::Reader),
+        _ => None,
+    };
+    let public = match (public_read, public_chat) {
+        (true, true) => Some(Role::Chatter),
+        (true, false) => Some(Role::Reader),
+        _ => None,
+    };
+    Ok(match (member, public) {
+        (Some(member_role), public) => access(public.map_or(member_role, |public| public.max(member_role)), true),
+        (None, Some(public)) => access(public, false),
+        (None, None) => None,
+    })
+}
+
+/// [`resolve`], then require `need`: 404 `Agent not found` without a role, 403 when too low.
+pub fn require(conn: &Connection, agent_id: &str, account_id: &str, need: Need) -> ApiResult<Access> {
+    let access = resolve(conn, agent_id, account_id)?.ok_or_else(|| ApiError::not_found("Agent not found"))?;
+    check(&access, need)?;
+    Ok(access)
+}
+
+/// Whether `access` satisfies `need` (403 with the protocol's message when not).
+pub fn check(access: &Access, need: Need) -> ApiResult<()> {
+    if access.role >= need.role() {
+        return Ok(());
+    }
+    Err(match need {
+        Need::Own => ApiError::forbidden("Only the agent owner can do this"),
+        Need::Read | Need::Chat | Need::Write => ApiError::forbidden("Write access is required"),
+    })
+}
+
+/// The agent of a session, and the caller's access to it; 404 `Session not found` when the
+/// session is missing or its agent is invisible to the caller.
+pub fn require_session(conn: &Connection, session_id: &str, account_id: &str, need: Need) -> ApiResult<Access> {
+    let agent_id: Option<String> = conn
+        .prepare_cached("SELECT agent_id FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| row.get(0))
+        .optional()?;
+    let missing = || ApiError::not_found("Session not found");
+    let agent_id = agent_id.ok_or_else(missing)?;
+    let access = resolve(conn, &agent_id, account_id)?.ok_or_else(missing)?;
+    check(&access, need)?;
+    Ok(access)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE agents (id TEXT PRIMARY KEY, account_id TEXT, public_read INTEGER, public_chat INTEGER);
+             CREATE TABLE agent_collaborators (agent_id TEXT, account_id TEXT, role TEXT, status TEXT);
+             CREATE TABLE sessions (id TEXT PRIMARY KEY, agent_id TEXT);
+             INSERT INTO agents VALUES ('a', 'owner', 0, 0), ('pub', 'owner', 1, 0), ('chat', 'owner', 1, 1);
+             INSERT INTO agent_collaborators VALUES
+               ('a', 'w', 'writer', 'accepted'), ('a', 'r', 'reader', 'accepted'), ('a', 'p', 'writer', 'pending'),
+               ('chat', 'r', 'reader', 'accepted'), ('chat', 'w', 'writer', 'accepted');
+             INSERT INTO sessions VALUES ('s', 'a');",
+        )
+        .unwrap();
+        conn
+    }
+
+    fn role(conn: &Connection, agent: &str, account: &str) -> Option<Role> {
+        resolve(conn, agent, account).unwrap().map(|access| access.role)
+    }
+
+    #[test]
+    fn resolves_every_kind_of_role() {
+        let conn = db();
+        assert_eq!(role(&conn, "a", "owner"), Some(Role::Owner));
+        assert_eq!(role(&conn, "a", "w"), Some(Role::Writer));
+        assert_eq!(role(&conn, "a", "r"), Some(Role::Reader));
+        assert_eq!(role(&conn, "a", "p"), None, "a pending invite grants nothing");
+        assert_eq!(role(&conn, "a", "stranger"), None);
+        assert_eq!(role(&conn, "pub", "stranger"), Some(Role::Reader));
+        assert_eq!(role(&conn, "chat", "stranger"), Some(Role::Chatter));
+        assert_eq!(role(&conn, "chat", "r"), Some(Role::Chatter), "public chat lifts a member reader");
+        assert_eq!(role(&conn, "chat", "w"), Some(Role::Writer));
+        assert_eq!(role(&conn, "missing", "owner"), None);
+        assert!(!resolve(&conn, "pub", "stranger").unwrap().unwrap().member);
+    }
+
+    #[test]
+    fn requirements_answer_404_or_403() {
+        let conn = db();
+        assert_eq!(require(&conn, "a", "stranger", Need::Read).unwrap_err().status().as_u16(), 404);
+        let error = require(&conn, "a", "r", Need::Write).unwrap_err();
+        assert_eq!((error.status().as_u16(), error.message()), (403, "Write access is required"));
+        let error = require(&conn, "a", "w", Need::Own).unwrap_err();
+        assert_eq!((error.status().as_u16(), error.message()), (403, "Only the agent owner can do this"));
+        assert!(require(&conn, "chat", "stranger", Need::Chat).is_ok());
+        assert!(require(&conn, "pub", "stranger", Need::Chat).is_err());
+        let error = require_session(&conn, "s", "stranger", Need::Read).unwrap_err();
+        assert_eq!((error.status().as_u16(), error.message()), (404, "Session not found"));
+        assert!(require_session(&conn, "s", "r", Need::Read).is_ok());
+    }
+}

@@ -1,0 +1,149 @@
+//! The application state every handler receives, and the running server.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use seed_agents_protocol::envelope::KeyCache;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::auth::replay::ReplayGuard;
+use crate::bus::Bus;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::db::{Db, DbError};
+use crate::secrets::crypto::{SecretKey, SecretKeyError};
+
+/// Shared state: database, bus, configuration, secret key, clock, verification caches.
+#[derive(Debug)]
+pub struct App {
+    /// The database.
+    pub db: Db,
+    /// In-process events for WebSocket fan-out.
+    pub bus: Bus,
+    /// How the server was started.
+    pub config: Config,
+    /// Encrypts secrets at rest.
+    pub secrets: SecretKey,
+    /// Milliseconds since the epoch (manual in tests).
+    pub clock: Clock,
+    /// Decompressed signer keys.
+    pub keys: KeyCache,
+    /// Signatures seen within the timestamp window.
+    pub replay: ReplayGuard,
+    /// When the server started (for `uptime`).
+    pub started: Instant,
+    /// Holds the data directory's lock file for the life of the server.
+    _lock: std::fs::File,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The data directory could not be created or locked.
+    #[error("data directory {path}: {message}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The database could not be opened.
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// The secret key could not be loaded.
+    #[error(transparent)]
+    SecretKey(#[from] SecretKeyError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl App {
+    /// Opens the data directory (creating it), takes its lock, opens the database (migrating it)
+    /// and loads the secret key.
+    pub fn open(config: Config, clock: Clock) -> Result<Self, StartError> {
+        let dir = &config.data_dir;
+        let data_dir_error = |message: String| StartError::DataDir { path: dir.display().to_string(), message };
+        std::fs::create_dir_all(dir).map_err(|error| data_dir_error(error.to_string()))?;
+        std::fs::create_dir_all(config.agents_dir()).map_err(|error| data_dir_error(error.to_string()))?;
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("server.lock"))
+            .map_err(|error| data_dir_error(error.to_string()))?;
+        lock.try_lock()
+            .map_err(|_| data_dir_error("another seed-agents-server is already using this directory".to_owned()))?;
+        let secrets = SecretKey::load(dir, std::env::var(SecretKey::ENV).ok().as_deref())?;
+        let db = Db::open(&config.database_path())?;
+        Ok(Self {
+            db,
+            bus: Bus::new(),
+            config,
+            secrets,
+            clock,
+            keys: KeyCache::new(),
+            replay: ReplayGuard::new(ReplayGuard::DEFAULT_CAPACITY),
+            started: Instant::now(),
+            _lock: lock,
+        })
+    }
+}
+
+/// A server running on a Tokio runtime: its address and a way to stop it.
+#[derive(Debug)]
+pub struct RunningServer {
+    addr: SocketAddr,
+    app: Arc<App>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl RunningServer {
+    /// Opens the app and binds `config.listen` (use port 0 for an ephemeral port).
+    pub async fn start(config: Config, clock: Clock) -> Result<Self, StartError> {
+        let address = config.listen;
+        let app = Arc::new(App::open(config, clock)?);
+        let listener = TcpListener::bind(address).await.map_err(|source| StartError::Listen { address, source })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Listen { address, source })?;
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        let router = crate::http::router(app.clone());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Ok(Self { addr, app, shutdown: Some(shutdown), task })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The app (tests inspect the database or bus through it).
+    pub fn app(&self) -> &Arc<App> {
+        &self.app
+    }
+
+    /// Stops accepting connections, finishes in-flight requests, then closes the database.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        let served = (&mut self.task).await.unwrap_or_else(|error| Err(std::io::Error::other(error)));
+        let db = self.app.db.clone();
+        tokio::task::spawn_blocking(move || db.close()).await.map_err(std::io::Error::other)?;
+        served
+    }
+}

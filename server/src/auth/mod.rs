@@ -1,0 +1,146 @@
+//! Envelope verification: from request bytes to a verified [`Caller`] and its action, in the
+//! seed's order.
+//!
+//! 1. bytes decode as canonical DAG-CBOR (else 400 `Invalid CBOR request`);
+//! 2. envelope shape and type, principal and signature byte shapes (401);
+//! 3. `ts` within five minutes of the server clock (401);
+//! 4. Ed25519 `verify_strict` over the generic value with `sig` zeroed (401 `Invalid signature`);
+//! 5. the signature was not seen before in the window (401 `Replayed envelope`), unless the
+//!    action carries an idempotency key ([`replay`]);
+//! 6. signer is the account or authorized for it ([`signers`]; 401);
+//! 7. declared protocol at least `MIN_CLIENT_PROTOCOL` (426 `protocol_too_old`);
+//! 8. the action may be sent over this transport (400).
+
+pub mod replay;
+pub mod signers;
+
+use ipld_core::ipld::Ipld;
+use seed_agents_protocol::envelope::{DecodeError, SignedEnvelope, TIMESTAMP_WINDOW_MS};
+use seed_agents_protocol::version::{MIN_CLIENT_PROTOCOL, PROTOCOL_TOO_OLD};
+use seed_agents_protocol::{ActionInfo, Principal};
+
+use crate::app::App;
+use crate::http::error::{ApiError, ApiResult};
+
+/// Who is acting: the verified account, the key that signed, and the protocol it speaks.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The account the action is performed for.
+    pub account: Principal,
+    /// [`Self::account`] in its string form (`z…`), as stored and returned.
+    pub account_id: String,
+    /// The key that signed (the account itself or a delegate).
+    pub signer: Principal,
+    /// [`Self::signer`] in string form.
+    pub signer_id: String,
+    /// The client's declared protocol version.
+    pub protocol: u32,
+}
+
+/// The transport a request arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// `POST /api/message`.
+    Http,
+    /// A WebSocket frame.
+    WebSocket,
+}
+
+/// A verified request: the caller, the action's name and its generic value (the map with `_`
+/// and `ts`).
+#[derive(Debug)]
+pub struct Verified {
+    /// Who is acting.
+    pub caller: Caller,
+    /// The action's `_`.
+    pub action_name: String,
+    /// The action as decoded.
+    pub action: Ipld,
+}
+
+/// Runs every check on `bytes`; see the module doc for the order.
+pub async fn verify(app: &App, bytes: &[u8], transport: Transport) -> ApiResult<Verified> {
+    let envelope = SignedEnvelope::decode(bytes).map_err(|error| match error {
+        DecodeError::Wire(_) => ApiError::bad_request("Invalid CBOR request"),
+        DecodeError::Envelope(error) => ApiError::unauthorized(error.to_string()),
+    })?;
+    let now = app.clock.now_ms();
+    let ts = envelope.timestamp_ms();
+    let signature = envelope.signature();
+    let verified = envelope
+        .verify_with(now, TIMESTAMP_WINDOW_MS, Some(&app.keys))
+        .map_err(|error| ApiError::unauthorized(error.to_string()))?;
+    let action = verified.action();
+    let keyed = action.contains_key("clientRequestId") || action.contains_key("clientMessageId");
+    if !keyed {
+        // `ts` verified finite and inside the window above.
+        let expires = ts.map_or(now, |ts| ts as i64) + TIMESTAMP_WINDOW_MS;
+        if !app.replay.check_and_record(&signature, expires, now) {
+            return Err(ApiError::unauthorized("Replayed envelope"));
+        }
+    }
+    let account = verified.account();
+    let signer = verified.signer();
+    let caller = Caller {
+        account,
+        account_id: account.to_string(),
+        signer,
+        signer_id: signer.to_string(),
+        protocol: verified.declared_protocol(),
+    };
+    if signer != account && !signers::is_authorized(app, &caller).await? {
+        return Err(ApiError::unauthorized("Signer is not authorized for account"));
+    }
+    check_protocol_floor(caller.protocol, MIN_CLIENT_PROTOCOL)?;
+    let action_name = verified.action_name().to_owned();
+    check_transport(&action_name, transport)?;
+    Ok(Verified { caller, action_name, action: verified.into_action() })
+}
+
+/// 426 `protocol_too_old` below the minimum.
+pub fn check_protocol_floor(declared: u32, minimum: u32) -> ApiResult<()> {
+    if declared < minimum {
+        return Err(ApiError::new(
+            axum::http::StatusCode::UPGRADE_REQUIRED,
+            format!("Client protocol {declared} is older than the minimum this server accepts ({minimum}); update the client"),
+        )
+        .with_code(PROTOCOL_TOO_OLD));
+    }
+    Ok(())
+}
+
+fn check_transport(action_name: &str, transport: Transport) -> ApiResult<()> {
+    let Some(info) = ActionInfo::find(action_name) else {
+        return Ok(()); // dispatch answers `Unsupported action`
+    };
+    match transport {
+        Transport::Http if !info.http => {
+            Err(ApiError::bad_request(format!("{action_name} is only supported over WebSocket")))
+        }
+        Transport::WebSocket if info.http => {
+            Err(ApiError::bad_request(format!("{action_name} is only supported over HTTP")))
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_floor_answers_426_with_the_code() {
+        assert!(check_protocol_floor(1, 1).is_ok());
+        let error = check_protocol_floor(1, 2).unwrap_err();
+        assert_eq!(error.status().as_u16(), 426);
+        assert_eq!(error.code(), Some("protocol_too_old"));
+    }
+
+    #[test]
+    fn subscribe_is_websocket_only() {
+        let error = check_transport("Subscribe", Transport::Http).unwrap_err();
+        assert_eq!(error.message(), "Subscribe is only supported over WebSocket");
+        assert!(check_transport("ListAgents", Transport::Http).is_ok());
+        assert!(check_transport("NoSuchAction", Transport::Http).is_ok());
+    }
+}

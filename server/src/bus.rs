@@ -1,0 +1,130 @@
+//! The in-process event bus: account changes and entity changes, published after the database
+//! commit, for WebSocket fan-out.
+//!
+//! Publishing never blocks and never fails: with no subscriber the event is dropped (the
+//! durable state is already in the database); a subscriber that falls behind loses the oldest
+//! events and is told so by `broadcast`'s `Lagged`, after which it re-reads state.
+
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+
+/// Why an account's view changed (the `reason` of an `account/<id>` change frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeReason {
+    /// `agent-created`
+    AgentCreated,
+    /// `agent-updated`
+    AgentUpdated,
+    /// `agent-deleted`
+    AgentDeleted,
+    /// `agent-collaborators-changed`
+    AgentCollaboratorsChanged,
+    /// `agent-invites-changed`
+    AgentInvitesChanged,
+    /// `model-provider-changed`
+    ModelProviderChanged,
+    /// `session-created`
+    SessionCreated,
+    /// `session-updated`
+    SessionUpdated,
+    /// `session-deleted`
+    SessionDeleted,
+    /// `session-event`
+    SessionEvent,
+}
+
+impl ChangeReason {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AgentCreated => "agent-created",
+            Self::AgentUpdated => "agent-updated",
+            Self::AgentDeleted => "agent-deleted",
+            Self::AgentCollaboratorsChanged => "agent-collaborators-changed",
+            Self::AgentInvitesChanged => "agent-invites-changed",
+            Self::ModelProviderChanged => "model-provider-changed",
+            Self::SessionCreated => "session-created",
+            Self::SessionUpdated => "session-updated",
+            Self::SessionDeleted => "session-deleted",
+            Self::SessionEvent => "session-event",
+        }
+    }
+}
+
+/// One published event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Something changed for `account_id`.
+    AccountChange {
+        /// The account to notify.
+        account_id: String,
+        /// What changed.
+        reason: ChangeReason,
+        /// The agent concerned, when there is one.
+        agent_id: Option<String>,
+        /// The session concerned, when there is one.
+        session_id: Option<String>,
+    },
+    /// An agent's record changed (or it was deleted).
+    AgentChanged {
+        /// The agent.
+        agent_id: String,
+    },
+    /// A session's record changed (or it was deleted).
+    SessionChanged {
+        /// The session.
+        session_id: String,
+        /// Its agent.
+        agent_id: String,
+    },
+}
+
+/// The bus; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Bus {
+    sender: broadcast::Sender<Arc<Event>>,
+}
+
+impl Default for Bus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Bus {
+    /// Events kept for slow subscribers.
+    pub const CAPACITY: usize = 4096;
+
+    /// A bus with no subscribers.
+    pub fn new() -> Self {
+        Self { sender: broadcast::channel(Self::CAPACITY).0 }
+    }
+
+    /// Publishes `event` to current subscribers.
+    pub fn publish(&self, event: Event) {
+        // An error only means nobody listens.
+        let _ = self.sender.send(Arc::new(event));
+    }
+
+    /// An account change.
+    pub fn account_change(
+        &self,
+        account_id: impl Into<String>,
+        reason: ChangeReason,
+        agent_id: Option<&str>,
+        session_id: Option<&str>,
+    ) {
+        self.publish(Event::AccountChange {
+            account_id: account_id.into(),
+            reason,
+            agent_id: agent_id.map(str::to_owned),
+            session_id: session_id.map(str::to_owned),
+        });
+    }
+
+    /// Receives events published from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.sender.subscribe()
+    }
+}

@@ -1,0 +1,649 @@
+//! Collaborators: invitations, membership and the public flags of an agent, with their SQL.
+//!
+//! A row of `agent_collaborators` is `pending` from the owner's invite until the invitee accepts
+//! it; only `accepted` rows grant a role, and [`access`] decides what that role allows. Managing
+//! members and the public flags is owner-only; listing, accepting and declining invites act on
+//! the signed account's own rows. Invariant: public chat is never on while public read is off.
+
+use std::str::FromStr;
+
+use rusqlite::types::Type;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use seed_agents_protocol::generated::{
+    AcceptAgentInvite, AcceptAgentInviteResponse, AgentAccessRole, AgentCollaboratorInfo, AgentCollaboratorInfoStatus,
+    AgentCollaboratorRole, AgentDefinition, AgentInfo, AgentInviteInfo, DeclineAgentInvite, DeclineAgentInviteResponse,
+    InviteAgentCollaborator, InviteAgentCollaboratorResponse, ListAgentCollaborators, ListAgentCollaboratorsResponse,
+    ListAgentInvites, ListAgentInvitesResponse, RemoveAgentCollaborator, RemoveAgentCollaboratorResponse,
+    SetAgentPublicChat, SetAgentPublicChatResponse, SetAgentPublicRead, SetAgentPublicReadResponse,
+};
+use seed_agents_protocol::{Principal, wire};
+
+use crate::access::{self, Need, Role};
+use crate::agents;
+use crate::app::App;
+use crate::auth::Caller;
+use crate::bus::{ChangeReason, Event};
+use crate::http::error::{ApiError, ApiResult};
+use crate::providers::registry::bounded_string;
+
+/// The longest collaborator account id accepted, in bytes (upstream's name limit).
+const MAX_ACCOUNT_BYTES: usize = 256;
+
+/// Parses a collaborator role's wire string: `reader` or `writer`, nothing else (400).
+///
+/// Typed decoding of `InviteAgentCollaborator` already refuses other roles; this gives the
+/// protocol's message to a caller that checks the raw action first.
+pub fn collaborator_role(text: &str) -> ApiResult<AgentCollaboratorRole> {
+    AgentCollaboratorRole::from_str(text)
+        .map_err(|_| ApiError::bad_request("Collaborator role must be reader or writer"))
+}
+
+/// Trims `value` and requires the canonical string form of a Seed account (`z…`), as upstream's
+/// `normalizeAccountId` does: 400 `Collaborator account is required` / `… is too large` /
+/// `Collaborator account must be a valid Seed account ID`.
+pub fn collaborator_account(value: &str) -> ApiResult<String> {
+    let account = bounded_string(value, "Collaborator account", MAX_ACCOUNT_BYTES)?;
+    match Principal::from_str(&account) {
+        Ok(principal) if principal.to_string() == account => Ok(account),
+        _ => Err(ApiError::bad_request("Collaborator account must be a valid Seed account ID")),
+    }
+}
+
+/// A member role as `accessRole` spells it.
+fn access_role(role: AgentCollaboratorRole) -> AgentAccessRole {
+    match role {
+        AgentCollaboratorRole::Reader => AgentAccessRole::Reader,
+        AgentCollaboratorRole::Writer => AgentAccessRole::Writer,
+    }
+}
+
+/// An agent's public access flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PublicFlags {
+    read: bool,
+    chat: bool,
+}
+
+impl PublicFlags {
+    /// After `SetAgentPublicRead`: turning read off turns chat off too.
+    fn with_read(self, read: bool) -> Self {
+        Self { read, chat: read && self.chat }
+    }
+
+    /// After `SetAgentPublicChat`: enabling chat needs read on (400).
+    fn with_chat(self, chat: bool) -> ApiResult<Self> {
+        if chat && !self.read {
+            return Err(ApiError::bad_request("Public chat requires public read access"));
+        }
+        Ok(Self { read: self.read, chat })
+    }
+}
+
+/// What the collaborator list needs of the agent row.
+#[derive(Debug)]
+struct AgentSummary {
+    created_at: i64,
+    updated_at: i64,
+    flags: PublicFlags,
+}
+
+fn agent_summary(conn: &Connection, agent_id: &str) -> ApiResult<AgentSummary> {
+    conn.prepare_cached("SELECT created_at, updated_at, public_read, public_chat FROM agents WHERE id = ?1")?
+        .query_row(params![agent_id], |row| {
+            Ok(AgentSummary {
+                created_at: row.get(0)?,
+                updated_at: row.get(1)?,
+                flags: PublicFlags { read: row.get(2)?, chat: row.get(3)? },
+            })
+        })
+        .optional()?
+        .ok_or_else(|| ApiError::not_found("Agent not found"))
+}
+
+/// A text column parsed into a generated enum; a value we never write is a conversion failure.
+fn parsed<T>(row: &Row<'_>, index: usize) -> rusqlite::Result<T>
+where
+    T: FromStr,
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    let text: String = row.get(index)?;
+    text.parse().map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, Type::Text, Box::new(error)))
+}
+
+/// The columns [`collaborator_from_row`] reads, in order.
+const COLLABORATOR_COLUMNS: &str = "account_id, role, status, created_at, updated_at";
+
+fn collaborator_from_row(row: &Row<'_>) -> rusqlite::Result<AgentCollaboratorInfo> {
+    Ok(AgentCollaboratorInfo {
+        account_id: row.get(0)?,
+        role: access_role(parsed(row, 1)?),
+        status: parsed(row, 2)?,
+        created_at: row.get(3)?,
+        updated_at: row.get(4)?,
+    })
+}
+
+/// The agent's members, accepted first then newest update first; pending ones only when asked.
+fn members(conn: &Connection, agent_id: &str, with_pending: bool) -> ApiResult<Vec<AgentCollaboratorInfo>> {
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {COLLABORATOR_COLUMNS} FROM agent_collaborators
+         WHERE agent_id = ?1 AND (?2 OR status = 'accepted')
+         ORDER BY status, updated_at DESC, account_id"
+    ))?;
+    let rows = statement.query_map(params![agent_id, with_pending], collaborator_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// `ListAgentInvites {}`: the signed account's pending invitations, newest update first. An
+/// invite shows only the agent's id and name, its owner, the role and the timestamps.
+pub async fn list_agent_invites(
+    app: &App,
+    caller: &Caller,
+    _action: ListAgentInvites,
+) -> ApiResult<ListAgentInvitesResponse> {
+    let account = caller.account_id.clone();
+    let invites = app.db.read(move |conn| pending_invites(conn, &account)).await?;
+    Ok(ListAgentInvitesResponse { invites })
+}
+
+fn pending_invites(conn: &Connection, account_id: &str) -> ApiResult<Vec<AgentInviteInfo>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT c.agent_id, a.account_id, a.definition_cbor, c.role, c.created_at, c.updated_at
+         FROM agent_collaborators c JOIN agents a ON a.id = c.agent_id
+         WHERE c.account_id = ?1 AND c.status = 'pending'
+         ORDER BY c.updated_at DESC, c.agent_id",
+    )?;
+    let rows = statement.query_map(params![account_id], |row| {
+        Ok(AgentInviteInfo {
+            agent_id: row.get(0)?,
+            owner_account_id: row.get(1)?,
+            agent_name: definition_name(row, 2)?,
+            role: parsed(row, 3)?,
+            created_at: row.get(4)?,
+            updated_at: row.get(5)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+fn definition_name(row: &Row<'_>, index: usize) -> rusqlite::Result<String> {
+    let bytes: Vec<u8> = row.get(index)?;
+    let definition: AgentDefinition = wire::from_slice(&bytes)
+        .map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, Type::Blob, Box::new(error)))?;
+    Ok(definition.name)
+}
+
+/// `ListAgentCollaborators {agentId}` (reader): the owner, then the members, with the public
+/// flags. Only the owner sees pending invitations.
+pub async fn list_agent_collaborators(
+    app: &App,
+    caller: &Caller,
+    action: ListAgentCollaborators,
+) -> ApiResult<ListAgentCollaboratorsResponse> {
+    let account = caller.account_id.clone();
+    app.db
+        .read(move |conn| {
+            let access = access::require(conn, &action.agent_id, &account, Need::Read)?;
+            let agent = agent_summary(conn, &access.agent_id)?;
+            let owner = AgentCollaboratorInfo {
+                account_id: access.owner_id.clone(),
+                role: AgentAccessRole::Owner,
+                status: AgentCollaboratorInfoStatus::Accepted,
+                created_at: agent.created_at,
+                updated_at: agent.updated_at,
+            };
+            let mut collaborators = vec![owner];
+            collaborators.extend(members(conn, &access.agent_id, access.role == Role::Owner)?);
+            Ok(ListAgentCollaboratorsResponse {
+                agent_id: access.agent_id,
+                collaborators,
+                public_chat: agent.flags.chat,
+                public_read: agent.flags.read,
+            })
+        })
+        .await
+}
+
+/// `InviteAgentCollaborator {agentId, accountId, role}` (owner): invites an account, or changes
+/// an existing member's role (it stays accepted). Re-inviting a pending account updates its role.
+pub async fn invite_agent_collaborator(
+    app: &App,
+    caller: &Caller,
+    action: InviteAgentCollaborator,
+) -> ApiResult<InviteAgentCollaboratorResponse> {
+    let account = caller.account_id.clone();
+    let now = app.clock.now_ms();
+    let (collaborator, agent_id, owner) = app
+        .db
+        .write(move |conn| {
+            let access = access::require(conn, &action.agent_id, &account, Need::Own)?;
+            let member = collaborator_account(&action.account_id)?;
+            if member == access.owner_id {
+                return Err(ApiError::bad_request("The agent owner is already a member"));
+            }
+            let collaborator = upsert_invite(conn, &access.agent_id, &member, action.role, now)?;
+            Ok((collaborator, access.agent_id, access.owner_id))
+        })
+        .await?;
+    announce(app, &owner, &collaborator.account_id, &agent_id);
+    Ok(InviteAgentCollaboratorResponse { collaborator })
+}
+
+/// Creates a pending invitation, or updates the role of an existing row; returns the row.
+fn upsert_invite(
+    conn: &Connection,
+    agent_id: &str,
+    account_id: &str,
+    role: AgentCollaboratorRole,
+    now: i64,
+) -> ApiResult<AgentCollaboratorInfo> {
+    conn.prepare_cached("INSERT INTO accounts (id, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
+        .execute(params![account_id, now])?;
+    // The status expression keeps an accepted member accepted; anything else is pending.
+    Ok(conn
+        .prepare_cached(&format!(
+            "INSERT INTO agent_collaborators (agent_id, account_id, role, status, created_at, updated_at)
+             VALUES (?1, ?2, ?3, 'pending', ?4, ?4)
+             ON CONFLICT (agent_id, account_id) DO UPDATE SET
+               role = excluded.role,
+               status = CASE WHEN agent_collaborators.status = 'accepted' THEN 'accepted' ELSE 'pending' END,
+               updated_at = excluded.updated_at
+             RETURNING {COLLABORATOR_COLUMNS}"
+        ))?
+        .query_row(params![agent_id, account_id, role.to_string(), now], collaborator_from_row)?)
+}
+
+/// After a membership change: `agent-collaborators-changed` to the owner and
+/// `agent-invites-changed` to the member concerned.
+fn announce(app: &App, owner: &str, member: &str, agent_id: &str) {
+    app.bus.account_change(owner, ChangeReason::AgentCollaboratorsChanged, Some(agent_id), None);
+    app.bus.account_change(member, ChangeReason::AgentInvitesChanged, Some(agent_id), None);
+}
+
+/// `RemoveAgentCollaborator {agentId, accountId}` (owner): revokes a member or cancels a pending
+/// invitation; 404 `Collaborator not found` when there is neither.
+pub async fn remove_agent_collaborator(
+    app: &App,
+    caller: &Caller,
+    action: RemoveAgentCollaborator,
+) -> ApiResult<RemoveAgentCollaboratorResponse> {
+    let account = caller.account_id.clone();
+    let (response, owner) = app
+        .db
+        .write(move |conn| {
+            let access = access::require(conn, &action.agent_id, &account, Need::Own)?;
+            let member = collaborator_account(&action.account_id)?;
+            let removed = conn
+                .prepare_cached("DELETE FROM agent_collaborators WHERE agent_id = ?1 AND account_id = ?2")?
+                .execute(params![access.agent_id, member])?;
+            if removed == 0 {
+                return Err(ApiError::not_found("Collaborator not found"));
+            }
+            Ok((RemoveAgentCollaboratorResponse { account_id: member, agent_id: access.agent_id }, access.owner_id))
+        })
+        .await?;
+    announce(app, &owner, &response.account_id, &response.agent_id);
+    Ok(response)
+}
+
+/// The owner of the agent on which `account_id` has a pending invitation; 404
+/// `Agent invitation not found` otherwise.
+fn pending_invite_owner(conn: &Connection, agent_id: &str, account_id: &str) -> ApiResult<String> {
+    conn.prepare_cached(
+        "SELECT a.account_id FROM agent_collaborators c JOIN agents a ON a.id = c.agent_id
+         WHERE c.agent_id = ?1 AND c.account_id = ?2 AND c.status = 'pending'",
+    )?
+    .query_row(params![agent_id, account_id], |row| row.get(0))
+    .optional()?
+    .ok_or_else(|| ApiError::not_found("Agent invitation not found"))
+}
+
+/// `AcceptAgentInvite {agentId}`: accepts the signed account's pending invitation and returns
+/// the agent as the new member sees it.
+pub async fn accept_agent_invite(
+    app: &App,
+    caller: &Caller,
+    action: AcceptAgentInvite,
+) -> ApiResult<AcceptAgentInviteResponse> {
+    let account = caller.account_id.clone();
+    let now = app.clock.now_ms();
+    let (agent, owner) = app
+        .db
+        .write(move |conn| {
+            let owner = pending_invite_owner(conn, &action.agent_id, &account)?;
+            conn.prepare_cached(
+                "UPDATE agent_collaborators SET status = 'accepted', accepted_at = ?3, updated_at = ?3
+                 WHERE agent_id = ?1 AND account_id = ?2 AND status = 'pending'",
+            )?
+            .execute(params![action.agent_id, account, now])?;
+            let access = access::require(conn, &action.agent_id, &account, Need::Read)?;
+            Ok((agents::load_info(conn, &access.agent_id, access.role)?, owner))
+        })
+        .await?;
+    announce(app, &owner, &caller.account_id, &agent.id);
+    Ok(AcceptAgentInviteResponse { agent })
+}
+
+/// `DeclineAgentInvite {agentId}`: deletes the signed account's pending invitation.
+pub async fn decline_agent_invite(
+    app: &App,
+    caller: &Caller,
+    action: DeclineAgentInvite,
+) -> ApiResult<DeclineAgentInviteResponse> {
+    let account = caller.account_id.clone();
+    let (agent_id, owner) = app
+        .db
+        .write(move |conn| {
+            let owner = pending_invite_owner(conn, &action.agent_id, &account)?;
+            conn.prepare_cached(
+                "DELETE FROM agent_collaborators WHERE agent_id = ?1 AND account_id = ?2 AND status = 'pending'",
+            )?
+            .execute(params![action.agent_id, account])?;
+            Ok((action.agent_id, owner))
+        })
+        .await?;
+    announce(app, &owner, &caller.account_id, &agent_id);
+    Ok(DeclineAgentInviteResponse { agent_id })
+}
+
+/// `SetAgentPublicRead {agentId, publicRead}` (owner); turning it off also clears public chat.
+pub async fn set_agent_public_read(
+    app: &App,
+    caller: &Caller,
+    action: SetAgentPublicRead,
+) -> ApiResult<SetAgentPublicReadResponse> {
+    let public_read = action.public_read;
+    let agent = set_public_flags(app, caller, action.agent_id, move |flags| Ok(flags.with_read(public_read))).await?;
+    Ok(SetAgentPublicReadResponse { agent })
+}
+
+/// `SetAgentPublicChat {agentId, publicChat}` (owner); enabling needs public read on (400).
+pub async fn set_agent_public_chat(
+    app: &App,
+    caller: &Caller,
+    action: SetAgentPublicChat,
+) -> ApiResult<SetAgentPublicChatResponse> {
+    let public_chat = action.public_chat;
+    let agent = set_public_flags(app, caller, action.agent_id, move |flags| flags.with_chat(public_chat)).await?;
+    Ok(SetAgentPublicChatResponse { agent })
+}
+
+/// Applies `change` to the agent's flags (owner-only), bumps `updated_at`, and announces it: an
+/// agent change, and `agent-collaborators-changed` to the owner and each accepted member.
+async fn set_public_flags<F>(app: &App, caller: &Caller, agent_id: String, change: F) -> ApiResult<AgentInfo>
+where
+    F: FnOnce(PublicFlags) -> ApiResult<PublicFlags> + Send + 'static,
+{
+    let account = caller.account_id.clone();
+    let now = app.clock.now_ms();
+    let (agent, audience) = app
+        .db
+        .write(move |conn| {
+            let access = access::require(conn, &agent_id, &account, Need::Own)?;
+            let flags = change(agent_summary(conn, &access.agent_id)?.flags)?;
+            conn.prepare_cached("UPDATE agents SET public_read = ?2, public_chat = ?3, updated_at = ?4 WHERE id = ?1")?
+                .execute(params![access.agent_id, flags.read, flags.chat, now])?;
+            let mut audience = vec![access.owner_id];
+            audience.extend(members(conn, &access.agent_id, false)?.into_iter().map(|member| member.account_id));
+            Ok((agents::load_info(conn, &access.agent_id, Role::Owner)?, audience))
+        })
+        .await?;
+    app.bus.publish(Event::AgentChanged { agent_id: agent.id.clone() });
+    for account in audience {
+        app.bus.account_change(account, ChangeReason::AgentCollaboratorsChanged, Some(&agent.id), None);
+    }
+    Ok(agent)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::bus::Event;
+    use crate::clock::Clock;
+    use crate::config::Config;
+
+    fn account(n: u8) -> Caller {
+        let principal = Principal::from_public_key(&[n; 32]);
+        Caller {
+            account: principal,
+            account_id: principal.to_string(),
+            signer: principal,
+            signer_id: principal.to_string(),
+            protocol: 3,
+        }
+    }
+
+    #[test]
+    fn roles_and_accounts_are_validated() {
+        assert_eq!(collaborator_role("reader").unwrap(), AgentCollaboratorRole::Reader);
+        assert_eq!(collaborator_role("writer").unwrap(), AgentCollaboratorRole::Writer);
+        for bad in ["owner", "chatter", "Reader", ""] {
+            assert_eq!(collaborator_role(bad).unwrap_err().message(), "Collaborator role must be reader or writer");
+        }
+        let id = account(7).account_id;
+        assert_eq!(collaborator_account(&id).unwrap(), id);
+        assert_eq!(collaborator_account(&format!("  {id}\n")).unwrap(), id, "trimmed like upstream");
+        let invalid = "Collaborator account must be a valid Seed account ID";
+        let short = format!("z{}", "1".repeat(3));
+        for bad in [&id[1..], &format!("Z{}", &id[1..]), &format!("{id}0"), "zzzz", short.as_str()] {
+            let error = collaborator_account(bad).unwrap_err();
+            assert_eq!((error.status().as_u16(), error.message()), (400, invalid), "{bad}");
+        }
+        assert_eq!(collaborator_account("  ").unwrap_err().message(), "Collaborator account is required");
+        assert_eq!(collaborator_account(&"z".repeat(300)).unwrap_err().message(), "Collaborator account is too large");
+    }
+
+    #[test]
+    fn public_chat_needs_public_read() {
+        let off = PublicFlags { read: false, chat: false };
+        let open = PublicFlags { read: true, chat: true };
+        assert_eq!(open.with_read(false), off, "turning read off clears chat");
+        assert_eq!(off.with_read(true), PublicFlags { read: true, chat: false });
+        assert_eq!(open.with_read(true), open);
+        assert_eq!(off.with_chat(true).unwrap_err().message(), "Public chat requires public read access");
+        assert_eq!(off.with_chat(false).unwrap(), off);
+        assert_eq!(off.with_read(true).with_chat(true).unwrap(), open);
+        assert_eq!(open.with_chat(false).unwrap(), PublicFlags { read: true, chat: false });
+    }
+
+    struct Fixture {
+        app: Arc<App>,
+        _dir: tempfile::TempDir,
+        owner: Caller,
+        agent_id: String,
+    }
+
+    async fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::new(dir.path(), "127.0.0.1:0".parse().unwrap());
+        let app = Arc::new(App::open(config, Clock::manual(1_000)).unwrap());
+        let owner = account(1);
+        let definition: AgentDefinition = serde_json::from_value(serde_json::json!({
+            "name": "Shared Agent", "systemPrompt": "Share carefully.", "modelProvider": "openai", "model": "gpt"
+        }))
+        .unwrap();
+        let (bytes, owner_id) = (wire::to_vec(&definition).unwrap(), owner.account_id.clone());
+        let insert = "INSERT INTO agents (id, account_id, definition_cbor, state_dir, status, created_at, updated_at)
+                      VALUES ('agent', ?1, ?2, '/tmp/agent', 'idle', 500, 500)";
+        app.db.write(move |conn| Ok(conn.execute(insert, params![owner_id, bytes])?)).await.unwrap();
+        Fixture { app, _dir: dir, owner, agent_id: "agent".into() }
+    }
+
+    impl Fixture {
+        async fn invite(
+            &self,
+            by: &Caller,
+            member: &str,
+            role: AgentCollaboratorRole,
+        ) -> ApiResult<AgentCollaboratorInfo> {
+            let action = InviteAgentCollaborator { account_id: member.into(), agent_id: self.agent_id.clone(), role };
+            Ok(invite_agent_collaborator(&self.app, by, action).await?.collaborator)
+        }
+
+        async fn remove(&self, by: &Caller, member: &str) -> ApiResult<RemoveAgentCollaboratorResponse> {
+            let action = RemoveAgentCollaborator { account_id: member.into(), agent_id: self.agent_id.clone() };
+            remove_agent_collaborator(&self.app, by, action).await
+        }
+
+        async fn collaborators(&self, caller: &Caller) -> ApiResult<ListAgentCollaboratorsResponse> {
+            list_agent_collaborators(&self.app, caller, ListAgentCollaborators { agent_id: self.agent_id.clone() })
+                .await
+        }
+
+        async fn invites(&self, caller: &Caller) -> Vec<AgentInviteInfo> {
+            list_agent_invites(&self.app, caller, ListAgentInvites {}).await.unwrap().invites
+        }
+
+        async fn accept(&self, caller: &Caller) -> ApiResult<AgentInfo> {
+            Ok(accept_agent_invite(&self.app, caller, AcceptAgentInvite { agent_id: self.agent_id.clone() })
+                .await?
+                .agent)
+        }
+
+        async fn decline(&self, caller: &Caller) -> ApiResult<DeclineAgentInviteResponse> {
+            decline_agent_invite(&self.app, caller, DeclineAgentInvite { agent_id: self.agent_id.clone() }).await
+        }
+
+        async fn public_read(&self, caller: &Caller, public_read: bool) -> ApiResult<AgentInfo> {
+            let action = SetAgentPublicRead { agent_id: self.agent_id.clone(), public_read };
+            Ok(set_agent_public_read(&self.app, caller, action).await?.agent)
+        }
+
+        async fn public_chat(&self, caller: &Caller, public_chat: bool) -> ApiResult<AgentInfo> {
+            let action = SetAgentPublicChat { agent_id: self.agent_id.clone(), public_chat };
+            Ok(set_agent_public_chat(&self.app, caller, action).await?.agent)
+        }
+    }
+
+    fn drain(events: &mut tokio::sync::broadcast::Receiver<Arc<Event>>) -> Vec<(String, &'static str)> {
+        let mut seen = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            match &*event {
+                Event::AccountChange { account_id, reason, .. } => seen.push((account_id.clone(), reason.as_str())),
+                Event::AgentChanged { agent_id } => seen.push((agent_id.clone(), "agent-changed")),
+                Event::SessionChanged { .. } => {}
+            }
+        }
+        seen
+    }
+
+    /// The status and message of a failure.
+    fn failure<T: std::fmt::Debug>(result: ApiResult<T>) -> (u16, String) {
+        let error = result.unwrap_err();
+        (error.status().as_u16(), error.message().to_owned())
+    }
+
+    const READER: AgentCollaboratorRole = AgentCollaboratorRole::Reader;
+    const WRITER: AgentCollaboratorRole = AgentCollaboratorRole::Writer;
+
+    #[tokio::test]
+    async fn invite_accept_promote_and_remove() {
+        let f = fixture().await;
+        let (app, owner, member) = (&f.app, &f.owner, account(2));
+        let (owner_id, member_id) = (owner.account_id.clone(), member.account_id.clone());
+        let mut events = app.bus.subscribe();
+        let announced =
+            [(owner_id.clone(), "agent-collaborators-changed"), (member_id.clone(), "agent-invites-changed")];
+
+        let invited = f.invite(owner, &member_id, READER).await.unwrap();
+        assert_eq!((invited.status, invited.role), (AgentCollaboratorInfoStatus::Pending, AgentAccessRole::Reader));
+        assert_eq!(drain(&mut events), announced);
+        let invites = f.invites(&member).await;
+        assert_eq!(invites.len(), 1);
+        assert_eq!(
+            (invites[0].agent_name.as_str(), invites[0].owner_account_id.as_str()),
+            ("Shared Agent", &*owner_id)
+        );
+        assert_eq!(failure(f.collaborators(&member).await), (404, "Agent not found".into()));
+        let listed = f.collaborators(owner).await.unwrap().collaborators;
+        assert_eq!(listed.len(), 2, "the owner sees the pending invite");
+        assert_eq!((listed[0].role, listed[0].created_at), (AgentAccessRole::Owner, 500));
+
+        app.clock.set(2_000);
+        assert_eq!(f.accept(&member).await.unwrap().access_role, Some(AgentAccessRole::Reader));
+        assert!(f.invites(&member).await.is_empty());
+        assert_eq!(failure(f.accept(&member).await), (404, "Agent invitation not found".into()));
+        let seen = f.collaborators(&member).await.unwrap().collaborators;
+        assert_eq!(
+            (seen[1].status, seen[1].created_at, seen[1].updated_at),
+            (AgentCollaboratorInfoStatus::Accepted, 1_000, 2_000)
+        );
+
+        let promoted = f.invite(owner, &member_id, WRITER).await.unwrap();
+        assert_eq!((promoted.status, promoted.role), (AgentCollaboratorInfoStatus::Accepted, AgentAccessRole::Writer));
+        assert_eq!(failure(f.invite(&member, &account(3).account_id, READER).await).0, 403);
+
+        assert_eq!(failure(f.remove(&member, &member_id).await).0, 403);
+        drain(&mut events);
+        f.remove(owner, &member_id).await.unwrap();
+        assert_eq!(drain(&mut events), announced);
+        assert_eq!(failure(f.remove(owner, &member_id).await), (404, "Collaborator not found".into()));
+        assert_eq!(failure(f.collaborators(&member).await).0, 404);
+    }
+
+    #[tokio::test]
+    async fn invitations_are_refused_or_declined() {
+        let f = fixture().await;
+        let (owner, member, stranger) = (&f.owner, account(2), account(3));
+        let owner_error = (400, "The agent owner is already a member".into());
+        assert_eq!(failure(f.invite(owner, &owner.account_id, READER).await), owner_error);
+        let invalid = (400, "Collaborator account must be a valid Seed account ID".into());
+        assert_eq!(failure(f.invite(owner, "not-an-account", READER).await), invalid);
+        assert_eq!(failure(f.remove(owner, "not-an-account").await), invalid);
+        assert_eq!(failure(f.invite(&stranger, &member.account_id, READER).await).0, 404, "invisible looks missing");
+
+        f.invite(owner, &member.account_id, READER).await.unwrap();
+        let again = f.invite(owner, &member.account_id, WRITER).await.unwrap();
+        assert_eq!((again.status, again.role), (AgentCollaboratorInfoStatus::Pending, AgentAccessRole::Writer));
+        assert_eq!(f.invites(&member).await[0].role, WRITER, "a re-invite updates the role");
+        assert_eq!(failure(f.decline(&stranger).await), (404, "Agent invitation not found".into()));
+        assert_eq!(f.decline(&member).await.unwrap().agent_id, f.agent_id);
+        assert_eq!(failure(f.decline(&member).await).0, 404);
+        assert_eq!(f.collaborators(owner).await.unwrap().collaborators.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn public_flags() {
+        let f = fixture().await;
+        let (app, owner, member, stranger) = (&f.app, &f.owner, account(2), account(3));
+        f.invite(owner, &member.account_id, READER).await.unwrap();
+        f.accept(&member).await.unwrap();
+        let mut events = app.bus.subscribe();
+
+        assert_eq!(failure(f.public_chat(owner, true).await), (400, "Public chat requires public read access".into()));
+        assert_eq!(failure(f.public_read(&member, true).await).0, 403);
+        assert_eq!(failure(f.public_read(&stranger, true).await).0, 404);
+        assert!(drain(&mut events).is_empty(), "refusals change nothing");
+
+        app.clock.set(3_000);
+        let agent = f.public_read(owner, true).await.unwrap();
+        assert_eq!((agent.public_read, agent.public_chat, agent.updated_at), (Some(true), Some(false), 3_000));
+        assert_eq!(agent.access_role, Some(AgentAccessRole::Owner));
+        let changed = "agent-collaborators-changed";
+        let expected = [
+            (f.agent_id.clone(), "agent-changed"),
+            (owner.account_id.clone(), changed),
+            (member.account_id.clone(), changed),
+        ];
+        assert_eq!(drain(&mut events), expected);
+        let public = f.collaborators(&stranger).await.unwrap();
+        assert_eq!((public.public_read, public.public_chat, public.collaborators.len()), (true, false, 2));
+
+        let agent = f.public_chat(owner, true).await.unwrap();
+        assert_eq!((agent.public_read, agent.public_chat), (Some(true), Some(true)));
+        let agent = f.public_read(owner, false).await.unwrap();
+        assert_eq!((agent.public_read, agent.public_chat), (Some(false), Some(false)), "read off clears chat");
+        assert_eq!(failure(f.collaborators(&stranger).await).0, 404);
+
+        // A member accepting on a public-chat agent reports the lifted role; the list keeps the invited one.
+        let late = account(4);
+        f.public_read(owner, true).await.unwrap();
+        f.public_chat(owner, true).await.unwrap();
+        f.invite(owner, &late.account_id, READER).await.unwrap();
+        assert_eq!(f.accept(&late).await.unwrap().access_role, Some(AgentAccessRole::Chatter));
+        let listed = f.collaborators(&late).await.unwrap().collaborators;
+        assert!(listed.iter().any(|row| row.account_id == late.account_id && row.role == AgentAccessRole::Reader));
+    }
+}

@@ -1,0 +1,62 @@
+//! Server configuration: command line flags with environment equivalents and embedded defaults.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+/// Default listen address (loopback: exposing the server is a deliberate choice).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:3050";
+/// Default data directory (database, secret key, agent state).
+pub const DEFAULT_DATA_DIR: &str = "./seed-agents-data";
+
+/// `seed-agents-server`: the Seed Agents signed action API.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "seed-agents-server", version, about)]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "SEED_AGENTS_LISTEN", default_value = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+
+    /// Directory for the database, the secret key file and agent state.
+    #[arg(long, env = "SEED_AGENTS_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+
+    /// Log line format.
+    #[arg(long, env = "SEED_AGENTS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Largest request body accepted on the message route, in bytes (actions enforce their own,
+    /// smaller limits; memory writes may be large).
+    #[arg(long, env = "SEED_AGENTS_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+}
+
+/// Default bound on one request body: 1 GiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 30;
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Config {
+    /// The defaults, with another data directory and listen address (tests bind `127.0.0.1:0`).
+    pub fn new(data_dir: impl Into<PathBuf>, listen: SocketAddr) -> Self {
+        Self { listen, data_dir: data_dir.into(), log_format: LogFormat::Text, max_body_bytes: DEFAULT_MAX_BODY_BYTES }
+    }
+
+    /// The SQLite database file.
+    pub fn database_path(&self) -> PathBuf {
+        self.data_dir.join("seed-agents.sqlite")
+    }
+
+    /// Where agents' state directories live.
+    pub fn agents_dir(&self) -> PathBuf {
+        self.data_dir.join("agents")
+    }
+}

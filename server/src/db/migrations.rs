@@ -1,0 +1,160 @@
+//! Versioned schema migrations, tracked in SQLite's `user_version`.
+//!
+//! Each entry of [`MIGRATIONS`] moves the schema one version up and runs in its own transaction.
+//! Never edit a released migration: add a new one. A database whose version is newer than this
+//! build is refused (an older server must not write a schema it does not understand).
+
+use rusqlite::Connection;
+
+use super::DbError;
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+const MIGRATIONS: &[&str] = &[
+    // 1: accounts, signers, secrets, providers, agents, collaborators, sessions, events,
+    // idempotency.
+    r#"
+    CREATE TABLE accounts (
+        id TEXT PRIMARY KEY,
+        created_at INTEGER NOT NULL
+    ) STRICT;
+
+    CREATE TABLE account_authorizations (
+        account_id TEXT NOT NULL,
+        signer TEXT NOT NULL,
+        role TEXT NOT NULL,
+        capability BLOB NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (account_id, signer)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE secrets (
+        id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        ciphertext BLOB NOT NULL,
+        metadata_cbor BLOB,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        UNIQUE (account_id, name)
+    ) STRICT;
+
+    CREATE TABLE model_providers (
+        id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        type TEXT NOT NULL,
+        config_cbor BLOB NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        UNIQUE (account_id, name)
+    ) STRICT;
+
+    CREATE TABLE agents (
+        id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL,
+        definition_cbor BLOB NOT NULL,
+        state_dir TEXT NOT NULL,
+        status TEXT NOT NULL,
+        public_read INTEGER NOT NULL DEFAULT 0,
+        public_chat INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX agents_by_account ON agents (account_id, updated_at DESC, id DESC);
+
+    CREATE TABLE agent_collaborators (
+        agent_id TEXT NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+        account_id TEXT NOT NULL,
+        role TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        accepted_at INTEGER,
+        PRIMARY KEY (agent_id, account_id)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX agent_collaborators_by_account
+        ON agent_collaborators (account_id, status, updated_at DESC);
+
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+        title TEXT,
+        title_source TEXT NOT NULL,
+        status TEXT NOT NULL,
+        parent_session_id TEXT REFERENCES sessions (id) ON DELETE SET NULL,
+        run_id TEXT,
+        model_override_cbor BLOB,
+        thoroughness TEXT,
+        description TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX sessions_by_agent ON sessions (agent_id, updated_at DESC, id DESC);
+    CREATE INDEX sessions_by_account ON sessions (account_id, updated_at DESC, id DESC);
+    CREATE INDEX sessions_by_parent ON sessions (parent_session_id, created_at);
+
+    CREATE TABLE session_events (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        event_cbor BLOB NOT NULL,
+        created_at INTEGER NOT NULL,
+        UNIQUE (session_id, seq)
+    ) STRICT;
+
+    CREATE TABLE action_idempotency (
+        account_id TEXT NOT NULL,
+        action TEXT NOT NULL,
+        client_request_id TEXT NOT NULL,
+        request_cbor BLOB NOT NULL,
+        response_cbor BLOB NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (account_id, action, client_request_id)
+    ) STRICT, WITHOUT ROWID;
+    "#,
+];
+
+/// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.
+pub(super) fn apply(conn: &mut Connection, path: &str) -> Result<(), DbError> {
+    let sqlite = |source| DbError::Sqlite { path: path.to_owned(), source };
+    let found: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0)).map_err(sqlite)?;
+    if found > SCHEMA_VERSION {
+        return Err(DbError::TooNew { path: path.to_owned(), found, supported: SCHEMA_VERSION });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let version = index as i64 + 1;
+        let tx = conn.transaction().map_err(sqlite)?;
+        tx.execute_batch(sql).map_err(sqlite)?;
+        tx.pragma_update(None, "user_version", version).map_err(sqlite)?;
+        tx.commit().map_err(sqlite)?;
+        tracing::info!(version, "applied database migration");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrates_a_new_database_and_is_idempotent() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        apply(&mut conn, ":memory:").unwrap();
+        apply(&mut conn, ":memory:").unwrap();
+        let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0)).unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn refuses_a_newer_database() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
+        let error = apply(&mut conn, "x.db").unwrap_err();
+        assert!(matches!(error, DbError::TooNew { .. }), "{error}");
+        assert!(error.to_string().contains("newer than this server"));
+    }
+}

@@ -1,0 +1,240 @@
+//! The database: one SQLite file in WAL mode, one writer connection on its own thread with group
+//! commit, and a small pool of read-only connections used from blocking threads.
+//!
+//! Invariants:
+//! - Every write runs on the writer thread inside a transaction, and its caller hears back only
+//!   after that transaction committed (`synchronous=FULL`: the commit is on disk).
+//! - Writes queued while the writer is busy are committed together (group commit): each runs in
+//!   its own savepoint, so a failing write rolls back alone and the others still commit.
+//! - No database work runs on the async executor's threads.
+
+mod migrations;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::{Semaphore, oneshot};
+
+use crate::http::error::{ApiError, ApiResult};
+
+pub use migrations::SCHEMA_VERSION;
+
+/// The most writes committed in one transaction.
+const MAX_BATCH: usize = 256;
+
+/// Read connections kept open.
+const READERS: usize = 4;
+
+/// Why the database could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// SQLite refused.
+    #[error("database {path}: {source}")]
+    Sqlite {
+        /// The database file.
+        path: String,
+        /// What SQLite said.
+        source: rusqlite::Error,
+    },
+    /// The file was written by a newer server.
+    #[error(
+        "database {path} has schema version {found}, newer than this server understands ({supported}); \
+         run the newer server, or point --data-dir at another directory"
+    )]
+    TooNew {
+        /// The database file.
+        path: String,
+        /// The version in the file.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// The writer thread could not start.
+    #[error("could not start the database writer thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A write: given the connection inside the batch's transaction (or `None` when the transaction
+/// could not begin, so the work must not run), it does its work and says how to complete.
+type Job = Box<dyn FnOnce(Option<&Connection>) -> Completion + Send>;
+/// Runs after the batch's commit (with `None`) or its failure (with the error).
+type Completion = Box<dyn FnOnce(Option<&ApiError>) + Send>;
+
+/// Handle to the database; cheap to clone.
+#[derive(Clone)]
+pub struct Db {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    writer: Mutex<Option<mpsc::Sender<Job>>>,
+    writer_thread: Mutex<Option<thread::JoinHandle<()>>>,
+    readers: Mutex<Vec<Connection>>,
+    permits: Semaphore,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").finish_non_exhaustive()
+    }
+}
+
+impl Db {
+    /// Opens (creating if needed) the database at `path`, applies pending migrations, and starts
+    /// the writer thread.
+    pub fn open(path: &Path) -> Result<Self, DbError> {
+        let display = path.display().to_string();
+        let sqlite = |source| DbError::Sqlite { path: display.clone(), source };
+        let mut writer = Connection::open(path).map_err(sqlite)?;
+        configure(&writer, false).map_err(sqlite)?;
+        migrations::apply(&mut writer, &display)?;
+        let mut readers = Vec::with_capacity(READERS);
+        for _ in 0..READERS {
+            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            let reader = Connection::open_with_flags(path, flags).map_err(sqlite)?;
+            configure(&reader, true).map_err(sqlite)?;
+            readers.push(reader);
+        }
+        let (sender, receiver) = mpsc::channel::<Job>();
+        let thread = thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || writer_loop(writer, receiver))
+            .map_err(DbError::Thread)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                writer: Mutex::new(Some(sender)),
+                writer_thread: Mutex::new(Some(thread)),
+                readers: Mutex::new(readers),
+                permits: Semaphore::new(READERS),
+            }),
+        })
+    }
+
+    /// Runs `work` on the writer connection inside a transaction; answers after the commit.
+    ///
+    /// An `Err` from `work` rolls back what it wrote (and only that).
+    pub async fn write<T, F>(&self, work: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> ApiResult<T> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel::<ApiResult<T>>();
+        let job: Job = Box::new(move |conn: Option<&Connection>| {
+            let outcome = match conn {
+                Some(conn) => run_in_savepoint(conn, work),
+                None => Err(ApiError::internal("the write transaction could not begin")),
+            };
+            Box::new(move |commit_error: Option<&ApiError>| {
+                let outcome = match (outcome, commit_error) {
+                    (Ok(_), Some(error)) => Err(error.clone()),
+                    (outcome, _) => outcome,
+                };
+                // The caller may have gone away (client disconnected); the write stands.
+                let _ = reply.send(outcome);
+            })
+        });
+        let sender = lock(&self.inner.writer).clone();
+        let sender = sender.ok_or_else(|| ApiError::internal("database writer is closed"))?;
+        sender.send(job).map_err(|_| ApiError::internal("database writer stopped"))?;
+        answer.await.map_err(|_| ApiError::internal("database writer dropped a write"))?
+    }
+
+    /// Runs `work` on a read-only connection on a blocking thread.
+    pub async fn read<T, F>(&self, work: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> ApiResult<T> + Send + 'static,
+    {
+        let _permit = self.inner.permits.acquire().await.map_err(ApiError::internal)?;
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = lock(&inner.readers).pop().ok_or_else(|| ApiError::internal("no read connection free"))?;
+            let outcome = work(&conn);
+            lock(&inner.readers).push(conn);
+            outcome
+        })
+        .await
+        .map_err(ApiError::internal)?
+    }
+
+    /// Stops accepting writes, lets the writer finish what is queued, and waits for it.
+    pub fn close(&self) {
+        lock(&self.inner.writer).take();
+        if let Some(thread) = lock(&self.inner.writer_thread).take()
+            && thread.join().is_err()
+        {
+            tracing::error!("database writer thread panicked");
+        }
+        lock(&self.inner.readers).clear();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Nothing panics while these locks are held; recover the data if it ever did.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn configure(conn: &Connection, read_only: bool) -> rusqlite::Result<()> {
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    if !read_only {
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+    }
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+fn run_in_savepoint<T>(conn: &Connection, work: impl FnOnce(&Connection) -> ApiResult<T>) -> ApiResult<T> {
+    conn.execute_batch("SAVEPOINT job")?;
+    // A panic in one write must not take the writer thread (and every later write) with it.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(conn)))
+        .unwrap_or_else(|_| Err(ApiError::internal("a database write panicked")));
+    let end = if outcome.is_ok() { "RELEASE job" } else { "ROLLBACK TO job; RELEASE job" };
+    conn.execute_batch(end)?;
+    outcome
+}
+
+fn writer_loop(conn: Connection, jobs: mpsc::Receiver<Job>) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let commit = run_batch(&conn, batch);
+        let error = commit.result.err().map(ApiError::internal);
+        for completion in commit.completions {
+            completion(error.as_ref());
+        }
+    }
+    if let Err(error) = conn.execute_batch("PRAGMA optimize") {
+        tracing::warn!(%error, "PRAGMA optimize at shutdown failed");
+    }
+    if let Err((_, error)) = conn.close() {
+        tracing::error!(%error, "closing the database writer failed");
+    }
+}
+
+struct BatchOutcome {
+    result: rusqlite::Result<()>,
+    completions: Vec<Completion>,
+}
+
+fn run_batch(conn: &Connection, batch: Vec<Job>) -> BatchOutcome {
+    if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
+        // Run nothing; every job hears the failure.
+        let failed: Vec<Completion> = batch.into_iter().map(|job| job(None)).collect();
+        return BatchOutcome { result: Err(error), completions: failed };
+    }
+    let completions: Vec<Completion> = batch.into_iter().map(|job| job(Some(conn))).collect();
+    let result = conn.execute_batch("COMMIT");
+    if result.is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    BatchOutcome { result, completions }
+}

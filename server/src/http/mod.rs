@@ -1,0 +1,180 @@
+//! Routes: the signed message endpoint (and its `/agents` alias), health, version, CORS, and the
+//! protocol header on every response.
+
+pub mod error;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use seed_agents_protocol::version::{AGENTS_PROTOCOL_VERSION, MIN_CLIENT_PROTOCOL};
+use seed_agents_protocol::wire;
+use tracing::Instrument;
+
+use crate::app::App;
+use crate::auth::{self, Transport};
+use error::ApiError;
+
+/// The protocol header, lower-cased for `http`.
+static PROTOCOL_HEADER: HeaderName = HeaderName::from_static("x-agents-protocol");
+
+/// The server's routes.
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/api/message", post(message).options(preflight))
+        .route("/agents/api/message", post(message).options(preflight))
+        .route("/api/health", get(health))
+        .route("/agents/api/health", get(health))
+        .route("/api/version", get(version))
+        .route("/agents/api/version", get(version))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn(protocol_header))
+        .with_state(app)
+}
+
+/// Adds `X-Agents-Protocol` (and exposes it to browsers) on every response.
+async fn protocol_header(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(PROTOCOL_HEADER.clone(), HeaderValue::from(AGENTS_PROTOCOL_VERSION));
+    headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static("X-Agents-Protocol"));
+    response
+}
+
+async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "Not Found").into_response()
+}
+
+async fn preflight() -> Response {
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    cors(response.headers_mut(), "POST, OPTIONS");
+    response
+}
+
+fn cors(headers: &mut HeaderMap, methods: &'static str) {
+    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("Content-Type, Accept"));
+    headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static(methods));
+}
+
+/// `POST /api/message`: one signed action in, one response out.
+async fn message(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let span = tracing::info_span!(
+        "request",
+        action = tracing::field::Empty,
+        account = tracing::field::Empty,
+        status = tracing::field::Empty,
+        duration_us = tracing::field::Empty,
+    );
+    async move {
+        let started = Instant::now();
+        let outcome = handle_message(&app, &headers, body).await;
+        let response = match outcome {
+            Ok(bytes) => cbor(StatusCode::OK, bytes),
+            Err(error) => error_response(&error),
+        };
+        let span = tracing::Span::current();
+        let status = response.status().as_u16();
+        span.record("status", status);
+        span.record("duration_us", started.elapsed().as_micros() as u64);
+        if status >= 500 {
+            tracing::warn!("request failed");
+        } else {
+            tracing::debug!("request done");
+        }
+        response
+    }
+    .instrument(span)
+    .await
+}
+
+async fn handle_message(app: &Arc<App>, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, ApiError> {
+    if !is_cbor(headers) {
+        return Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/cbor"));
+    }
+    let bytes = read_body(body, app.config.max_body_bytes).await?;
+    let verified = auth::verify(app, &bytes, Transport::Http).await?;
+    drop(bytes);
+    let span = tracing::Span::current();
+    span.record("action", verified.action_name.as_str());
+    span.record("account", verified.caller.account_id.as_str());
+    crate::dispatch::dispatch(app, &verified.caller, &verified.action_name, verified.action).await
+}
+
+fn is_cbor(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/cbor"))
+}
+
+/// Reads the body as it arrives, refusing it as soon as it passes `limit` bytes.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    use http_body_util::BodyExt as _;
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+            Err(ApiError::too_large("Request body is too large"))
+        }
+        Err(_) => Err(ApiError::bad_request("Invalid CBOR request")),
+    }
+}
+
+fn cbor(status: StatusCode, bytes: Vec<u8>) -> Response {
+    let mut response = (status, bytes).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/cbor"));
+    cors(headers, "POST, OPTIONS");
+    response
+}
+
+/// The CBOR error body `{_: 'Error', message, code?}` with its status.
+pub fn error_response(error: &ApiError) -> Response {
+    let body = seed_agents_protocol::generated::Error {
+        message: error.message().to_owned(),
+        code: error.code().map(str::to_owned),
+    };
+    let bytes = wire::to_vec(&seed_agents_protocol::AgentResponse::Error(body)).unwrap_or_default();
+    cbor(error.status(), bytes)
+}
+
+fn json(value: serde_json::Value) -> Response {
+    let mut response = axum::Json(value).into_response();
+    cors(response.headers_mut(), "GET, POST, OPTIONS");
+    response
+}
+
+/// `GET /api/health`: liveness plus what this build offers.
+async fn health(State(app): State<Arc<App>>) -> Response {
+    json(serde_json::json!({
+        "status": "ok",
+        "uptime": app.started.elapsed().as_secs_f64(),
+        "version": env!("CARGO_PKG_VERSION"),
+        "protocol": AGENTS_PROTOCOL_VERSION,
+        "minClientProtocol": MIN_CLIENT_PROTOCOL,
+        "webTools": {"search": false, "readBrowser": false},
+        "subscriptionAuth": false,
+        "codeExec": false,
+        "codeExecReason": "Code execution is not built into this server yet",
+        "codeExecReasonCode": "not-built",
+        "codeExecRuntimes": [],
+    }))
+}
+
+/// `GET /api/version`: build information.
+async fn version() -> Response {
+    json(serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "commit": option_env!("SEED_AGENTS_COMMIT").unwrap_or("unknown"),
+        "protocol": AGENTS_PROTOCOL_VERSION,
+        "minClientProtocol": MIN_CLIENT_PROTOCOL,
+    }))
+}

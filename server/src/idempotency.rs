@@ -1,0 +1,123 @@
+//! Idempotent creates: `(account, action, key)` → the request bytes and the response bytes.
+//!
+//! The same key with the same request bytes replays the stored response; with other bytes it is
+//! 409. The lookup, the work and the row are one transaction on the writer, so two concurrent
+//! retries cannot both create. The request bytes are the canonical CBOR of the action's
+//! identifying fields (never `ts`), so a re-signed retry with a fresh timestamp replays.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use seed_agents_protocol::{AgentResponse, Response, wire};
+use serde::Serialize;
+
+use crate::http::error::{ApiError, ApiResult};
+use crate::providers::registry::bounded_string;
+
+/// One idempotency key, ready to check.
+#[derive(Debug, Clone)]
+pub struct Key {
+    account_id: String,
+    action: &'static str,
+    id: String,
+    request: Vec<u8>,
+    mismatch: &'static str,
+}
+
+impl Key {
+    /// A `clientRequestId` key for `action`; `None` when the client sent none.
+    pub fn request<T: Serialize>(
+        account_id: &str,
+        action: &'static str,
+        client_request_id: Option<&str>,
+        request: &T,
+    ) -> ApiResult<Option<Self>> {
+        Self::build(
+            account_id,
+            action,
+            client_request_id,
+            request,
+            "Client request ID",
+            "Client request ID payload mismatch",
+        )
+    }
+
+    /// A `clientMessageId` key (MessageSession), scoped to the acting account.
+    pub fn message<T: Serialize>(
+        account_id: &str,
+        action: &'static str,
+        client_message_id: Option<&str>,
+        request: &T,
+    ) -> ApiResult<Option<Self>> {
+        Self::build(
+            account_id,
+            action,
+            client_message_id,
+            request,
+            "Client message ID",
+            "Client message ID payload mismatch",
+        )
+    }
+
+    fn build<T: Serialize>(
+        account_id: &str,
+        action: &'static str,
+        id: Option<&str>,
+        request: &T,
+        label: &str,
+        mismatch: &'static str,
+    ) -> ApiResult<Option<Self>> {
+        let Some(id) = id else { return Ok(None) };
+        let id = bounded_string(id, label, 256)?;
+        let request = wire::to_vec(request).map_err(ApiError::internal)?;
+        Ok(Some(Self { account_id: account_id.to_owned(), action, id, request, mismatch }))
+    }
+
+    /// The stored response when this key was used before with the same request (409 when with
+    /// another). Call inside the write transaction that will [`Key::store`].
+    pub fn replay<R: Response>(&self, conn: &Connection) -> ApiResult<Option<R>> {
+        let row: Option<(Vec<u8>, Vec<u8>)> = conn
+            .prepare_cached(
+                "SELECT request_cbor, response_cbor FROM action_idempotency
+                 WHERE account_id = ?1 AND action = ?2 AND client_request_id = ?3",
+            )?
+            .query_row(params![self.account_id, self.action, self.id], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?;
+        let Some((request, response)) = row else { return Ok(None) };
+        if request != self.request {
+            return Err(ApiError::conflict(self.mismatch));
+        }
+        let response: AgentResponse = wire::from_slice(&response).map_err(ApiError::internal)?;
+        R::from_response(response)
+            .map(Some)
+            .ok_or_else(|| ApiError::internal("stored idempotent response has another type"))
+    }
+
+    /// Records `response` for this key.
+    pub fn store<R: Response>(&self, conn: &Connection, response: &R, now_ms: i64) -> ApiResult<()> {
+        let bytes = wire::to_vec(&response.clone().into_response()).map_err(ApiError::internal)?;
+        conn.prepare_cached(
+            "INSERT INTO action_idempotency (account_id, action, client_request_id, request_cbor, response_cbor, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![self.account_id, self.action, self.id, self.request, bytes, now_ms])?;
+        Ok(())
+    }
+}
+
+/// Runs `create` unless `key` replays; stores its response under `key`. For use inside a write.
+pub fn once<R: Response>(
+    conn: &Connection,
+    key: Option<&Key>,
+    now_ms: i64,
+    create: impl FnOnce() -> ApiResult<R>,
+) -> ApiResult<(R, bool)> {
+    if let Some(key) = key
+        && let Some(response) = key.replay(conn)?
+    {
+        return Ok((response, true));
+    }
+    let response = create()?;
+    if let Some(key) = key {
+        key.store(conn, &response, now_ms)?;
+    }
+    Ok((response, false))
+}

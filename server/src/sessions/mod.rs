@@ -1,0 +1,405 @@
+//! Sessions: create, list (keyset pages), read with events, update, delete — with their SQL.
+//!
+//! Session rows are stored under the agent owner's account even when a collaborator or chatter
+//! creates them. Pages are ordered `(updated_at DESC, id DESC)` and the cursor is that pair, so
+//! sessions sharing a millisecond are neither skipped nor repeated across pages.
+
+use std::collections::BTreeSet;
+
+use rusqlite::{Connection, Row, params};
+use seed_agents_protocol::generated::{
+    AgentDefinitionSystemPrompt, CreateSession, CreateSessionResponse, DeleteSession, DeleteSessionResponse,
+    GetSession, GetSessionResponse, ListSessions, ListSessionsResponse, SessionEvent, SessionInfo, SessionInfoStatus,
+    SessionListCursor, SessionModelOverride, Thoroughness, UpdateSession, UpdateSessionResponse,
+};
+use seed_agents_protocol::{Nullable, wire};
+use serde::Serialize;
+
+use crate::access::{self, Need};
+use crate::agents;
+use crate::app::App;
+use crate::auth::Caller;
+use crate::bus::{ChangeReason, Event};
+use crate::http::error::{ApiError, ApiResult};
+use crate::idempotency::{self, Key};
+use crate::providers::registry::{self, MAX_NAME_BYTES, bounded_string};
+
+/// Sessions per page when the client does not say.
+pub const DEFAULT_PAGE: i64 = 50;
+/// The most sessions per page.
+pub const MAX_PAGE: i64 = 200;
+/// The most events per `GetSession` page when the client asks for a tail page.
+pub const MAX_EVENT_PAGE: i64 = 1000;
+
+const SESSION_COLUMNS: &str = "s.id, s.account_id, s.agent_id, s.title, s.status, s.parent_session_id, s.run_id, \
+     s.model_override_cbor, s.thoroughness, s.description, \
+     (SELECT COUNT(*) FROM sessions c WHERE c.parent_session_id = s.id), s.created_at, s.updated_at";
+
+fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
+    let blob_error = |index, error: wire::WireError| {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Blob, Box::new(error))
+    };
+    let model_override: Option<Vec<u8>> = row.get(7)?;
+    let model_override = match model_override {
+        Some(bytes) => Some(wire::from_slice::<SessionModelOverride>(&bytes).map_err(|error| blob_error(7, error))?),
+        None => None,
+    };
+    let status: String = row.get(4)?;
+    let thoroughness: Option<String> = row.get(8)?;
+    Ok(SessionInfo {
+        account: row.get(1)?,
+        activity: None,
+        agent_id: row.get(2)?,
+        child_session_count: Some(row.get(10)?),
+        continued_from: None,
+        continued_to: None,
+        created_at: row.get(11)?,
+        description: row.get(9)?,
+        id: row.get(0)?,
+        model_override,
+        parent_session_id: row.get(5)?,
+        plan: None,
+        run_id: row.get(6)?,
+        started_by_trigger: None,
+        status: match status.as_str() {
+            "streaming" => SessionInfoStatus::Streaming,
+            "stopped" => SessionInfoStatus::Stopped,
+            "error" => SessionInfoStatus::Error,
+            _ => SessionInfoStatus::Idle,
+        },
+        thoroughness: thoroughness.as_deref().and_then(parse_thoroughness),
+        title: row.get(3)?,
+        updated_at: row.get(12)?,
+    })
+}
+
+fn parse_thoroughness(value: &str) -> Option<Thoroughness> {
+    match value {
+        "quick" => Some(Thoroughness::Quick),
+        "normal" => Some(Thoroughness::Normal),
+        "deep" => Some(Thoroughness::Deep),
+        _ => None,
+    }
+}
+
+/// One session; 404 `Session not found` when missing.
+pub fn load_info(conn: &Connection, session_id: &str) -> ApiResult<SessionInfo> {
+    use rusqlite::OptionalExtension as _;
+    conn.prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?1"))?
+        .query_row(params![session_id], info_from_row)
+        .optional()?
+        .ok_or_else(|| ApiError::not_found("Session not found"))
+}
+
+/// Titles clients sent as display placeholders; stored as no title.
+fn is_placeholder_title(title: &str) -> bool {
+    ["untitled session", "untitled sub-session", "new chat"]
+        .iter()
+        .any(|placeholder| title.eq_ignore_ascii_case(placeholder))
+}
+
+/// A session model override checked against the owner's providers (`None` clears).
+fn check_model_override(
+    conn: &Connection,
+    owner_id: &str,
+    model_override: &SessionModelOverride,
+) -> ApiResult<SessionModelOverride> {
+    use rusqlite::OptionalExtension as _;
+    let provider = bounded_string(&model_override.provider, "Model provider", MAX_NAME_BYTES)?;
+    let model = bounded_string(&model_override.model, "Model", agents::definition::MAX_MODEL_BYTES)?;
+    let provider_type: String = conn
+        .prepare_cached("SELECT type FROM model_providers WHERE account_id = ?1 AND name = ?2")?
+        .query_row(params![owner_id, provider], |row| row.get(0))
+        .optional()?
+        .ok_or_else(|| ApiError::bad_request("Model provider not found"))?;
+    registry::check_override_reasoning_level(&provider_type, &model, model_override.reasoning_level)?;
+    Ok(SessionModelOverride { provider, model, reasoning_level: model_override.reasoning_level })
+}
+
+#[derive(Serialize)]
+struct CreateSessionRequest<'a> {
+    #[serde(rename = "agentId")]
+    agent_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    title: Option<&'a str>,
+}
+
+/// `CreateSession {agentId, title?, clientRequestId?, modelOverride?, thoroughness?}` (writer, or
+/// chatter on a public-chat agent).
+pub async fn create_session(app: &App, caller: &Caller, action: CreateSession) -> ApiResult<CreateSessionResponse> {
+    let key = Key::request(
+        &caller.account_id,
+        "CreateSession",
+        action.client_request_id.as_deref(),
+        &CreateSessionRequest { agent_id: &action.agent_id, title: action.title.as_deref() },
+    )?;
+    let title = match &action.title {
+        Some(title) => Some(bounded_string(title, "Session title", MAX_NAME_BYTES)?),
+        None => None,
+    }
+    .filter(|title| !is_placeholder_title(title));
+    let account = caller.account_id.clone();
+    let now = app.clock.now_ms();
+    let (response, agent_id, owner, replayed) = app
+        .db
+        .write(move |conn| {
+            let access = access::require(conn, &action.agent_id, &account, Need::Chat)?;
+            let model_override = match &action.model_override {
+                Some(model_override) => Some(check_model_override(conn, &access.owner_id, model_override)?),
+                None => None,
+            };
+            let (response, replayed) = idempotency::once(conn, key.as_ref(), now, || {
+                let id = uuid::Uuid::new_v4().to_string();
+                let model_override = match &model_override {
+                    Some(value) => Some(wire::to_vec(value).map_err(ApiError::internal)?),
+                    None => None,
+                };
+                conn.prepare_cached(
+                    "INSERT INTO sessions (id, account_id, agent_id, title, title_source, status, model_override_cbor,
+                                           thoroughness, created_at, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, 'system', 'idle', ?5, ?6, ?7, ?7)",
+                )?
+                .execute(params![
+                    id,
+                    access.owner_id,
+                    access.agent_id,
+                    title,
+                    model_override,
+                    action.thoroughness.map(|value| value.to_string()),
+                    now
+                ])?;
+                Ok(CreateSessionResponse { session_id: id })
+            })?;
+            Ok((response, access.agent_id, access.owner_id, replayed))
+        })
+        .await?;
+    if !replayed {
+        let session_id = response.session_id.clone();
+        app.bus.publish(Event::SessionChanged { session_id: session_id.clone(), agent_id: agent_id.clone() });
+        app.bus.account_change(owner, ChangeReason::SessionCreated, Some(&agent_id), Some(&session_id));
+    }
+    Ok(response)
+}
+
+/// `ListSessions`: the caller's sessions across agents it owns or collaborates on, or one agent's
+/// (reader, public read included) — newest update first, keyset-paged.
+pub async fn list_sessions(app: &App, caller: &Caller, action: ListSessions) -> ApiResult<ListSessionsResponse> {
+    let limit = action.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
+    if let Some(cursor) = &action.cursor {
+        bounded_string(&cursor.id_before, "Cursor idBefore", MAX_NAME_BYTES)?;
+    }
+    let account = caller.account_id.clone();
+    app.db
+        .read(move |conn| {
+            if let Some(agent_id) = &action.agent_id {
+                access::require(conn, agent_id, &account, Need::Read)?;
+            }
+            let mut rows = page(conn, &account, &action, limit)?;
+            let more = rows.len() as i64 > limit;
+            rows.truncate(limit as usize);
+            let next_cursor = match (more, rows.last()) {
+                (true, Some(last)) => {
+                    Some(SessionListCursor { updated_before: last.updated_at, id_before: last.id.clone() })
+                }
+                _ => None,
+            };
+            let referenced: BTreeSet<&str> = rows.iter().map(|session| session.agent_id.as_str()).collect();
+            let mut agents: Vec<_> = agents::visible_agents(conn, &account)?
+                .into_iter()
+                .filter(|agent| referenced.contains(agent.id.as_str()))
+                .collect();
+            // A public agent listed by id is not among the caller's agents; show it as its viewer sees it.
+            if let Some(agent_id) = &action.agent_id
+                && !rows.is_empty()
+                && !agents.iter().any(|agent| &agent.id == agent_id)
+                && let Some(access) = access::resolve(conn, agent_id, &account)?
+            {
+                agents.push(agents::load_info(conn, agent_id, access.role)?);
+            }
+            Ok(ListSessionsResponse { agents, next_cursor, sessions: rows })
+        })
+        .await
+}
+
+/// One page (plus one row, to tell whether more exist).
+fn page(conn: &Connection, account: &str, action: &ListSessions, limit: i64) -> ApiResult<Vec<SessionInfo>> {
+    let mut sql = format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE ");
+    let mut values: Vec<rusqlite::types::Value> = Vec::new();
+    let mut bind = |value: rusqlite::types::Value| {
+        values.push(value);
+        format!("?{}", values.len())
+    };
+    match &action.agent_id {
+        Some(agent_id) => sql.push_str(&format!("s.agent_id = {}", bind(agent_id.clone().into()))),
+        None => {
+            let account = bind(account.to_owned().into());
+            sql.push_str(&format!(
+                "(s.account_id = {account} OR s.agent_id IN (SELECT agent_id FROM agent_collaborators
+                   WHERE account_id = {account} AND status = 'accepted'))"
+            ));
+        }
+    }
+    if let Some(parent) = &action.parent_session_id {
+        sql.push_str(&format!(" AND s.parent_session_id = {}", bind(parent.clone().into())));
+    } else if action.include_children == Some(false) {
+        sql.push_str(" AND s.parent_session_id IS NULL");
+    }
+    if let Some(cursor) = &action.cursor {
+        let updated = bind(cursor.updated_before.into());
+        let id = bind(cursor.id_before.clone().into());
+        sql.push_str(&format!(" AND (s.updated_at < {updated} OR (s.updated_at = {updated} AND s.id < {id}))"));
+    }
+    sql.push_str(&format!(" ORDER BY s.updated_at DESC, s.id DESC LIMIT {}", bind((limit + 1).into())));
+    let mut statement = conn.prepare_cached(&sql)?;
+    let rows = statement.query_map(rusqlite::params_from_iter(values.iter()), info_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// `GetSession {sessionId, afterSeq?, beforeSeq?, limit?}` (reader): the session, its events with
+/// `seq > afterSeq` (and `< beforeSeq`), oldest first; with `limit`, the newest `limit` of those
+/// and whether older ones remain.
+pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiResult<GetSessionResponse> {
+    let after = action.after_seq.unwrap_or(0);
+    if after < 0 {
+        return Err(ApiError::bad_request("afterSeq must be a non-negative integer"));
+    }
+    if action.before_seq.is_some_and(|before| before < 0) {
+        return Err(ApiError::bad_request("beforeSeq must be a non-negative integer"));
+    }
+    let limit = action.limit.map(|limit| limit.clamp(1, MAX_EVENT_PAGE));
+    let account = caller.account_id.clone();
+    app.db
+        .read(move |conn| {
+            let access = access::require_session(conn, &action.session_id, &account, Need::Read)?;
+            let session = load_info(conn, &action.session_id)?;
+            let before = action.before_seq.unwrap_or(i64::MAX);
+            let mut statement = conn.prepare_cached(
+                "SELECT id, seq, event_cbor, created_at FROM session_events
+                 WHERE session_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq DESC LIMIT ?4",
+            )?;
+            let fetch = limit.map_or(-1, |limit| limit + 1);
+            let mut events = statement
+                .query_map(params![action.session_id, after, before, fetch], |row| {
+                    let bytes: Vec<u8> = row.get(2)?;
+                    Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?, bytes, row.get::<_, i64>(3)?))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let has_more_before = limit.map(|limit| events.len() as i64 > limit);
+            if let Some(limit) = limit {
+                events.truncate(limit as usize);
+            }
+            events.reverse();
+            let events = events
+                .into_iter()
+                .map(|(id, seq, bytes, created_at)| {
+                    let event = wire::from_slice(&bytes).map_err(ApiError::internal)?;
+                    Ok(SessionEvent {
+                        created_at,
+                        event,
+                        id,
+                        seq,
+                        session_id: action.session_id.clone(),
+                        truncated: None,
+                    })
+                })
+                .collect::<ApiResult<Vec<_>>>()?;
+            let agent = agents::load_info(conn, &access.agent_id, access.role)?;
+            let system_prompt_markdown = match &agent.definition.system_prompt {
+                AgentDefinitionSystemPrompt::Array(blocks) => agents::prompt::blocks_to_markdown(blocks),
+                AgentDefinitionSystemPrompt::String(text) => text.clone(),
+            };
+            Ok(GetSessionResponse {
+                context_window: None,
+                events,
+                has_more_before: has_more_before.filter(|_| limit.is_some() || action.before_seq.is_some()),
+                session,
+                system_prompt_markdown,
+                trigger_context: None,
+            })
+        })
+        .await
+}
+
+/// `UpdateSession {sessionId, title?, modelOverride?, thoroughness?}` (writer).
+pub async fn update_session(app: &App, caller: &Caller, action: UpdateSession) -> ApiResult<UpdateSessionResponse> {
+    if action.title.is_none() && action.model_override.is_absent() && action.thoroughness.is_absent() {
+        return Err(ApiError::bad_request("Nothing to update: provide a title or a model override"));
+    }
+    let title = match &action.title {
+        Some(title) => Some(bounded_string(title, "Session title", MAX_NAME_BYTES)?),
+        None => None,
+    };
+    let account = caller.account_id.clone();
+    let now = app.clock.now_ms();
+    let (session, owner) = app
+        .db
+        .write(move |conn| {
+            let access = access::require_session(conn, &action.session_id, &account, Need::Write)?;
+            if let Some(title) = &title {
+                conn.prepare_cached(
+                    "UPDATE sessions SET title = ?2, title_source = 'user', updated_at = ?3 WHERE id = ?1",
+                )?
+                .execute(params![action.session_id, title, now])?;
+            }
+            let model_override = match &action.model_override {
+                Nullable::Absent => None,
+                Nullable::Null => Some(None),
+                Nullable::Value(value) => {
+                    let checked = check_model_override(conn, &access.owner_id, value)?;
+                    Some(Some(wire::to_vec(&checked).map_err(ApiError::internal)?))
+                }
+            };
+            if let Some(model_override) = model_override {
+                conn.prepare_cached("UPDATE sessions SET model_override_cbor = ?2, updated_at = ?3 WHERE id = ?1")?
+                    .execute(params![action.session_id, model_override, now])?;
+            }
+            let thoroughness = match &action.thoroughness {
+                Nullable::Absent => None,
+                Nullable::Null => Some(None),
+                Nullable::Value(value) => Some(Some(value.to_string())),
+            };
+            if let Some(thoroughness) = thoroughness {
+                conn.prepare_cached("UPDATE sessions SET thoroughness = ?2, updated_at = ?3 WHERE id = ?1")?
+                    .execute(params![action.session_id, thoroughness, now])?;
+            }
+            Ok((load_info(conn, &action.session_id)?, access.owner_id))
+        })
+        .await?;
+    app.bus.publish(Event::SessionChanged { session_id: session.id.clone(), agent_id: session.agent_id.clone() });
+    app.bus.account_change(owner, ChangeReason::SessionUpdated, Some(&session.agent_id), Some(&session.id));
+    Ok(UpdateSessionResponse { session })
+}
+
+/// `DeleteSession {sessionId}` (writer): deletes the session and its events; its child sessions
+/// become top-level.
+pub async fn delete_session(app: &App, caller: &Caller, action: DeleteSession) -> ApiResult<DeleteSessionResponse> {
+    let account = caller.account_id.clone();
+    let (response, owner) = app
+        .db
+        .write(move |conn| {
+            let access = access::require_session(conn, &action.session_id, &account, Need::Write)?;
+            // Events go by cascade; children are promoted by ON DELETE SET NULL.
+            conn.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute(params![action.session_id])?;
+            Ok((DeleteSessionResponse { agent_id: access.agent_id, session_id: action.session_id }, access.owner_id))
+        })
+        .await?;
+    app.bus.publish(Event::SessionChanged {
+        session_id: response.session_id.clone(),
+        agent_id: response.agent_id.clone(),
+    });
+    app.bus.account_change(owner, ChangeReason::SessionDeleted, Some(&response.agent_id), Some(&response.session_id));
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholder_titles_are_recognised_in_any_case() {
+        assert!(is_placeholder_title("Untitled session"));
+        assert!(is_placeholder_title("NEW CHAT"));
+        assert!(is_placeholder_title("untitled sub-session"));
+        assert!(!is_placeholder_title("New chat about cats"));
+    }
+}

@@ -1,0 +1,177 @@
+//! Test support: a real server on an ephemeral loopback port with a temporary data directory,
+//! users with their own keys and SDK clients, and raw HTTP for what the SDK would never send.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ipld_core::ipld::Ipld;
+use seed_agents_protocol::generated::{
+    AgentDefinition, AgentDefinitionSystemPrompt, CreateAgent, ModelProviderConfig, SetModelProvider,
+};
+use seed_agents_protocol::{Action, AgentResponse, Ed25519Signer, Principal, Signer, UnsignedEnvelope, wire};
+use seed_agents_sdk::{Client, Error};
+use seed_agents_server::{Clock, Config, RunningServer};
+
+/// A server on 127.0.0.1:0 with its own data directory (removed on drop).
+pub struct TestServer {
+    pub server: Option<RunningServer>,
+    pub url: String,
+    pub dir: tempfile::TempDir,
+    pub http: reqwest::Client,
+}
+
+impl TestServer {
+    pub async fn start() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        Self::start_in(dir).await
+    }
+
+    pub async fn start_in(dir: tempfile::TempDir) -> Self {
+        let config = Config::new(dir.path(), "127.0.0.1:0".parse().expect("address"));
+        let server = RunningServer::start(config, Clock::system()).await.expect("server starts");
+        let url = format!("http://{}", server.addr());
+        Self { server: Some(server), url, dir, http: seed_agents_sdk::default_http_client().expect("http client") }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("{}/api/message", self.url)
+    }
+
+    /// A new user with a fresh key.
+    pub fn user(&self) -> User {
+        let signer = Ed25519Signer::generate().expect("key");
+        User::new(&self.url, signer, None)
+    }
+
+    /// Posts raw bytes with a content type; returns status, headers and body.
+    pub async fn post_raw(&self, content_type: &str, body: Vec<u8>) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
+        let response = self
+            .http
+            .post(self.endpoint())
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .expect("request");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.expect("body").to_vec();
+        (status, headers, bytes)
+    }
+
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        if let Some(server) = self.server.take() {
+            server.shutdown().await.expect("clean shutdown");
+        }
+        self.dir
+    }
+}
+
+/// One account: a key, its principal string, and an SDK client acting for it.
+#[derive(Clone)]
+pub struct User {
+    pub signer: Arc<Ed25519Signer>,
+    pub id: String,
+    pub principal: Principal,
+    pub client: Arc<Client>,
+}
+
+impl User {
+    pub fn new(url: &str, signer: Ed25519Signer, account: Option<Principal>) -> Self {
+        let principal = signer.principal();
+        let seed = signer.seed();
+        let mut builder = Client::builder(url, Ed25519Signer::from_seed(&seed));
+        if let Some(account) = account {
+            builder = builder.account(account);
+        }
+        let client = builder.build().expect("client");
+        let acting = account.unwrap_or(principal);
+        Self { signer: Arc::new(signer), id: acting.to_string(), principal: acting, client: Arc::new(client) }
+    }
+
+    pub async fn call<A: Action>(&self, action: A) -> Result<A::Response, Error> {
+        self.client.call(action).await
+    }
+
+    /// Signs an arbitrary action map (`_` included; `ts` added when missing) as this user.
+    pub async fn sign_map(&self, mut action: BTreeMap<String, Ipld>, ts: i64, protocol: Option<u32>) -> Vec<u8> {
+        action.entry("ts".to_owned()).or_insert(Ipld::Integer(ts.into()));
+        let envelope = UnsignedEnvelope {
+            signer: self.signer.principal(),
+            account: self.principal,
+            protocol,
+            action: Ipld::Map(action),
+        };
+        envelope.sign(self.signer.as_ref()).await.expect("sign")
+    }
+
+    /// Creates a provider `main` (type openai) and an agent using it; returns the agent id.
+    pub async fn create_agent(&self, name: &str) -> String {
+        self.ensure_provider().await;
+        self.call(CreateAgent { client_request_id: None, definition: definition(name) })
+            .await
+            .expect("create agent")
+            .agent_id
+    }
+
+    pub async fn ensure_provider(&self) {
+        self.call(SetModelProvider { name: "main".into(), provider: provider_config() }).await.expect("provider");
+    }
+}
+
+pub fn provider_config() -> ModelProviderConfig {
+    ModelProviderConfig {
+        auth_mode: None,
+        base_url: None,
+        model_defaults: None,
+        secret_refs: Some([("apiKey".to_owned(), "openai-key".to_owned())].into()),
+        type_: "openai".into(),
+    }
+}
+
+pub fn definition(name: &str) -> AgentDefinition {
+    AgentDefinition {
+        enabled_models: None,
+        mcp_servers: None,
+        metadata: None,
+        model: "gpt-4.1".into(),
+        model_provider: "main".into(),
+        name: name.into(),
+        reasoning_level: None,
+        signing_key: None,
+        signing_keys: None,
+        system_prompt: AgentDefinitionSystemPrompt::String("You are helpful.".into()),
+        thoroughness: None,
+        tools: None,
+    }
+}
+
+/// The status and message of an API error (panics on anything else).
+pub fn api_error<T: std::fmt::Debug>(result: Result<T, Error>) -> (u16, String) {
+    match result {
+        Err(Error::Api { status, message, .. }) => (status, message),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// Decodes an error body.
+pub fn error_body(bytes: &[u8]) -> (String, Option<String>) {
+    match wire::from_slice::<AgentResponse>(bytes).expect("CBOR error body") {
+        AgentResponse::Error(error) => (error.message, error.code),
+        other => panic!("expected an error body, got {other:?}"),
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64
+}
+
+/// An action map with `_`.
+pub fn action_map(name: &str, fields: &[(&str, Ipld)]) -> BTreeMap<String, Ipld> {
+    let mut map = BTreeMap::new();
+    map.insert("_".to_owned(), Ipld::String(name.to_owned()));
+    for (key, value) in fields {
+        map.insert((*key).to_owned(), value.clone());
+    }
+    map
+}
