@@ -90,6 +90,20 @@ async fn every_envelope_rejection_has_its_status_and_message() {
     let (status, message) = refused(&server, bytes).await;
     assert_eq!(status, 400);
     assert!(message.starts_with("Invalid GetAgent: "), "{message}");
+    let bytes = user.sign_map(action_map("GetAgent", &[]), now_ms(), Some(3)).await;
+    assert_eq!(refused(&server, bytes).await, (400, "Agent ID is required".into()));
+    let bytes = user.sign_map(action_map("SetSecret", &[("name", Ipld::String("k".into()))]), now_ms(), Some(3)).await;
+    assert_eq!(refused(&server, bytes).await, (400, "Secret value is required".into()));
+    let invite = action_map(
+        "InviteAgentCollaborator",
+        &[
+            ("agentId", Ipld::String("a".into())),
+            ("accountId", Ipld::String(user.id.clone())),
+            ("role", Ipld::String("owner".into())),
+        ],
+    );
+    let bytes = user.sign_map(invite, now_ms(), Some(3)).await;
+    assert_eq!(refused(&server, bytes).await, (400, "Collaborator role must be reader or writer".into()));
     server.stop().await;
 }
 

@@ -10,7 +10,7 @@ use seed_agents_protocol::{AgentResponse, Response, wire};
 use serde::Serialize;
 
 use crate::http::error::{ApiError, ApiResult};
-use crate::providers::registry::bounded_string;
+use crate::validate::bounded_string;
 
 /// One idempotency key, ready to check.
 #[derive(Debug, Clone)]

@@ -19,6 +19,7 @@ pub mod idempotency;
 pub mod providers;
 pub mod secrets;
 pub mod sessions;
+pub mod validate;
 
 pub use app::{App, RunningServer, StartError};
 pub use clock::Clock;

@@ -24,7 +24,7 @@ use crate::app::App;
 use crate::auth::Caller;
 use crate::bus::{ChangeReason, Event};
 use crate::http::error::{ApiError, ApiResult};
-use crate::providers::registry::bounded_string;
+use crate::validate::bounded_string;
 
 /// The longest collaborator account id accepted, in bytes (upstream's name limit).
 const MAX_ACCOUNT_BYTES: usize = 256;

@@ -160,14 +160,17 @@ impl Db {
     }
 
     /// Stops accepting writes, lets the writer finish what is queued, and waits for it.
+    ///
+    /// Readers close first, so the writer's connection is the last one: SQLite then checkpoints
+    /// the write-ahead log into the database file and removes it.
     pub fn close(&self) {
+        lock(&self.inner.readers).clear();
         lock(&self.inner.writer).take();
         if let Some(thread) = lock(&self.inner.writer_thread).take()
             && thread.join().is_err()
         {
             tracing::error!("database writer thread panicked");
         }
-        lock(&self.inner.readers).clear();
     }
 }
 

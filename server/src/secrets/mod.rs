@@ -21,7 +21,7 @@ use seed_agents_protocol::{Value, wire};
 use crate::app::App;
 use crate::auth::Caller;
 use crate::http::error::{ApiError, ApiResult};
-use crate::providers::registry::{MAX_NAME_BYTES, MAX_OPEN_MAP_CBOR_BYTES, bounded_string, cbor_len};
+use crate::validate::{MAX_NAME_BYTES, MAX_OPEN_MAP_CBOR_BYTES, bounded_string, cbor_len};
 use crypto::SecretKey;
 
 /// The largest secret value, in bytes.

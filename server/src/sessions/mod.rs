@@ -22,7 +22,8 @@ use crate::auth::Caller;
 use crate::bus::{ChangeReason, Event};
 use crate::http::error::{ApiError, ApiResult};
 use crate::idempotency::{self, Key};
-use crate::providers::registry::{self, MAX_NAME_BYTES, bounded_string};
+use crate::providers::registry;
+use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
 /// Sessions per page when the client does not say.
 pub const DEFAULT_PAGE: i64 = 50;

@@ -14,6 +14,8 @@ use crate::auth::Caller;
 use crate::http::error::{ApiError, ApiResult};
 use crate::{agents, auth, collaborators, providers, secrets, sessions};
 
+mod shape;
+
 /// Decodes `action` as the action named `name` and runs its handler.
 pub async fn dispatch(app: &App, caller: &Caller, name: &str, action: Ipld) -> ApiResult<Vec<u8>> {
     macro_rules! route {
@@ -55,7 +57,12 @@ pub async fn dispatch(app: &App, caller: &Caller, name: &str, action: Ipld) -> A
 }
 
 fn decode<A: protocol::Action>(name: &str, action: Ipld) -> ApiResult<A> {
-    wire::from_ipld(action).map_err(|error| ApiError::bad_request(format!("Invalid {name}: {error}")))
+    if let Ipld::Map(fields) = &action {
+        shape::check(name, fields)?;
+    }
+    wire::from_ipld(action).map_err(|error| match error {
+        wire::WireError::Decode(reason) | wire::WireError::Encode(reason) => shape::decode_error(name, &reason),
+    })
 }
 
 fn encode<R: Response>(response: R) -> ApiResult<Vec<u8>> {

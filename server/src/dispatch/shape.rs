@@ -1,0 +1,125 @@
+//! Upstream's messages for fields whose wrong type typed decoding would otherwise report in
+//! serde's words.
+//!
+//! Typed decoding refuses a map that does not fit the generated type, with a message such as
+//! ``invalid type: string "x", expected a boolean``. Where upstream checks a field by hand and
+//! clients may show its message, the same check runs here first on the generic value, with
+//! upstream's text. Everything else falls back to `<field> is required` (a missing field) or
+//! `Invalid <Action>: <reason>`.
+
+use std::collections::BTreeMap;
+
+use ipld_core::ipld::Ipld;
+
+use crate::http::error::{ApiError, ApiResult};
+
+/// What a field must hold.
+#[derive(Debug, Clone, Copy)]
+enum Want {
+    /// A byte string (present).
+    Bytes,
+    /// A boolean (present).
+    Bool,
+    /// One of these strings (present).
+    OneOf(&'static [&'static str]),
+    /// Absent, or an integer ≥ 0.
+    OptionalNonNegative,
+}
+
+/// (action, field, what it must hold, upstream's message).
+const RULES: &[(&str, &str, Want, &str)] = &[
+    ("SetSecret", "value", Want::Bytes, "Secret value is required"),
+    (
+        "InviteAgentCollaborator",
+        "role",
+        Want::OneOf(&["reader", "writer"]),
+        "Collaborator role must be reader or writer",
+    ),
+    ("SetAgentPublicRead", "publicRead", Want::Bool, "publicRead must be a boolean"),
+    ("SetAgentPublicChat", "publicChat", Want::Bool, "publicChat must be a boolean"),
+    ("GetSession", "afterSeq", Want::OptionalNonNegative, "afterSeq must be a non-negative integer"),
+    ("GetSession", "beforeSeq", Want::OptionalNonNegative, "beforeSeq must be a non-negative integer"),
+];
+
+/// Labels upstream uses for `<label> is required`.
+const LABELS: &[(&str, &str)] = &[
+    ("agentId", "Agent ID"),
+    ("sessionId", "Session ID"),
+    ("definition", "Agent definition"),
+    ("provider", "Provider config"),
+    ("accountId", "Collaborator account"),
+    ("name", "Name"),
+    ("capability", "Invalid capability bytes"),
+];
+
+/// Runs the hand checks for `action`.
+pub fn check(action: &str, fields: &BTreeMap<String, Ipld>) -> ApiResult<()> {
+    for (name, field, want, message) in RULES {
+        if *name != action {
+            continue;
+        }
+        let value = fields.get(*field);
+        let fits = match (want, value) {
+            (Want::Bytes, Some(Ipld::Bytes(_))) | (Want::Bool, Some(Ipld::Bool(_))) => true,
+            (Want::OneOf(allowed), Some(Ipld::String(text))) => allowed.contains(&text.as_str()),
+            (Want::OptionalNonNegative, None) => true,
+            (Want::OptionalNonNegative, Some(Ipld::Integer(n))) => *n >= 0,
+            _ => false,
+        };
+        if !fits {
+            return Err(ApiError::bad_request(*message));
+        }
+    }
+    Ok(())
+}
+
+/// The 400 for a map that typed decoding refused.
+pub fn decode_error(action: &str, reason: &str) -> ApiError {
+    if let Some(field) = reason.strip_prefix("missing field `").and_then(|rest| rest.split('`').next()) {
+        return match LABELS.iter().find(|(name, _)| *name == field) {
+            Some((_, label)) if label.starts_with("Invalid") => ApiError::bad_request(*label),
+            Some((_, label)) => ApiError::bad_request(format!("{label} is required")),
+            None => ApiError::bad_request(format!("{field} is required")),
+        };
+    }
+    ApiError::bad_request(format!("Invalid {action}: {reason}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(entries: &[(&str, Ipld)]) -> BTreeMap<String, Ipld> {
+        entries.iter().map(|(key, value)| ((*key).to_owned(), value.clone())).collect()
+    }
+
+    #[test]
+    fn hand_checks_use_upstream_messages() {
+        let message = |action, fields| check(action, &fields).unwrap_err().message().to_owned();
+        assert_eq!(message("SetSecret", map(&[("value", Ipld::String("x".into()))])), "Secret value is required");
+        assert_eq!(message("SetSecret", map(&[])), "Secret value is required");
+        assert!(check("SetSecret", &map(&[("value", Ipld::Bytes(vec![]))])).is_ok());
+        let role = map(&[("role", Ipld::String("owner".into()))]);
+        assert_eq!(message("InviteAgentCollaborator", role), "Collaborator role must be reader or writer");
+        let flag = map(&[("publicRead", Ipld::Integer(1))]);
+        assert_eq!(message("SetAgentPublicRead", flag), "publicRead must be a boolean");
+        let seq = map(&[("afterSeq", Ipld::Integer(-1))]);
+        assert_eq!(message("GetSession", seq), "afterSeq must be a non-negative integer");
+        assert_eq!(
+            message("GetSession", map(&[("afterSeq", Ipld::Float(1.5))])),
+            "afterSeq must be a non-negative integer"
+        );
+        assert!(check("GetSession", &map(&[])).is_ok());
+        assert!(check("ListAgents", &map(&[("anything", Ipld::Null)])).is_ok());
+    }
+
+    #[test]
+    fn missing_fields_are_named_with_upstream_labels() {
+        assert_eq!(decode_error("GetAgent", "missing field `agentId`").message(), "Agent ID is required");
+        assert_eq!(decode_error("X", "missing field `zeta`").message(), "zeta is required");
+        assert_eq!(
+            decode_error("X", "invalid type: integer `5`, expected a string").message(),
+            "Invalid X: invalid type: integer `5`, expected a string"
+        );
+    }
+}
