@@ -9,3 +9,4 @@ mod authorization;
 mod envelope;
 mod features;
 mod pagination;
+mod versions;

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
+use seed_agents_protocol::version::MIN_CLIENT_PROTOCOL;
 
 /// Default listen address (loopback: exposing the server is a deliberate choice).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:3050";
@@ -30,6 +31,11 @@ pub struct Config {
     /// smaller limits; memory writes may be large).
     #[arg(long, env = "SEED_AGENTS_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+
+    /// The oldest client protocol answered (not a flag: the build's `MIN_CLIENT_PROTOCOL`; tests
+    /// raise it to exercise the 426 answer).
+    #[arg(skip = MIN_CLIENT_PROTOCOL)]
+    pub min_client_protocol: u32,
 }
 
 /// Default bound on one request body: 1 GiB.
@@ -47,7 +53,13 @@ pub enum LogFormat {
 impl Config {
     /// The defaults, with another data directory and listen address (tests bind `127.0.0.1:0`).
     pub fn new(data_dir: impl Into<PathBuf>, listen: SocketAddr) -> Self {
-        Self { listen, data_dir: data_dir.into(), log_format: LogFormat::Text, max_body_bytes: DEFAULT_MAX_BODY_BYTES }
+        Self {
+            listen,
+            data_dir: data_dir.into(),
+            log_format: LogFormat::Text,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            min_client_protocol: MIN_CLIENT_PROTOCOL,
+        }
     }
 
     /// The SQLite database file.

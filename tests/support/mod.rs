@@ -27,7 +27,13 @@ impl TestServer {
     }
 
     pub async fn start_in(dir: tempfile::TempDir) -> Self {
-        let config = Config::new(dir.path(), "127.0.0.1:0".parse().expect("address"));
+        Self::start_with(dir, |_| {}).await
+    }
+
+    /// A server whose configuration `adjust` changed first.
+    pub async fn start_with(dir: tempfile::TempDir, adjust: impl FnOnce(&mut Config)) -> Self {
+        let mut config = Config::new(dir.path(), "127.0.0.1:0".parse().expect("address"));
+        adjust(&mut config);
         let server = RunningServer::start(config, Clock::system()).await.expect("server starts");
         let url = format!("http://{}", server.addr());
         Self { server: Some(server), url, dir, http: seed_agents_sdk::default_http_client().expect("http client") }

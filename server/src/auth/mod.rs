@@ -8,7 +8,7 @@
 //! 5. the signature was not seen before in the window (401 `Replayed envelope`), unless the
 //!    action carries an idempotency key ([`replay`]);
 //! 6. signer is the account or authorized for it ([`signers`]; 401);
-//! 7. declared protocol at least `MIN_CLIENT_PROTOCOL` (426 `protocol_too_old`);
+//! 7. declared protocol at least the minimum (426 `protocol_too_old`, `seed_agents_compat`);
 //! 8. the action may be sent over this transport (400).
 
 pub mod replay;
@@ -16,7 +16,6 @@ pub mod signers;
 
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::envelope::{DecodeError, SignedEnvelope, TIMESTAMP_WINDOW_MS};
-use seed_agents_protocol::version::{MIN_CLIENT_PROTOCOL, PROTOCOL_TOO_OLD};
 use seed_agents_protocol::{ActionInfo, Principal};
 
 use crate::app::App;
@@ -91,22 +90,10 @@ pub async fn verify(app: &App, bytes: &[u8], transport: Transport) -> ApiResult<
     if signer != account && !signers::is_authorized(app, &caller).await? {
         return Err(ApiError::unauthorized("Signer is not authorized for account"));
     }
-    check_protocol_floor(caller.protocol, MIN_CLIENT_PROTOCOL)?;
+    seed_agents_compat::check_floor(caller.protocol, app.config.min_client_protocol).map_err(crate::http::refusal)?;
     let action_name = verified.action_name().to_owned();
     check_transport(&action_name, transport)?;
     Ok(Verified { caller, action_name, action: verified.into_action() })
-}
-
-/// 426 `protocol_too_old` below the minimum.
-pub fn check_protocol_floor(declared: u32, minimum: u32) -> ApiResult<()> {
-    if declared < minimum {
-        return Err(ApiError::new(
-            axum::http::StatusCode::UPGRADE_REQUIRED,
-            format!("Client protocol {declared} is older than the minimum this server accepts ({minimum}); update the client"),
-        )
-        .with_code(PROTOCOL_TOO_OLD));
-    }
-    Ok(())
 }
 
 fn check_transport(action_name: &str, transport: Transport) -> ApiResult<()> {
@@ -127,14 +114,6 @@ fn check_transport(action_name: &str, transport: Transport) -> ApiResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn protocol_floor_answers_426_with_the_code() {
-        assert!(check_protocol_floor(1, 1).is_ok());
-        let error = check_protocol_floor(1, 2).unwrap_err();
-        assert_eq!(error.status().as_u16(), 426);
-        assert_eq!(error.code(), Some("protocol_too_old"));
-    }
 
     #[test]
     fn subscribe_is_websocket_only() {

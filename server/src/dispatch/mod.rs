@@ -7,7 +7,8 @@
 
 use axum::http::StatusCode;
 use ipld_core::ipld::Ipld;
-use seed_agents_protocol::{self as protocol, ActionInfo, Response, wire};
+use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
+use seed_agents_protocol::{self as protocol, ActionInfo, AgentResponse, Response, wire};
 
 use crate::app::App;
 use crate::auth::Caller;
@@ -18,12 +19,13 @@ mod shape;
 
 /// Decodes `action` as the action named `name` and runs its handler.
 pub async fn dispatch(app: &App, caller: &Caller, name: &str, action: Ipld) -> ApiResult<Vec<u8>> {
+    let action = seed_agents_compat::upgrade_action(caller.protocol, name, action).map_err(crate::http::refusal)?;
     macro_rules! route {
         ($($action:ident => $handler:path,)*) => {
             match name {
                 $(stringify!($action) => {
                     let action: protocol::generated::$action = decode(name, action)?;
-                    encode($handler(app, caller, action).await?)
+                    encode(app, caller, $handler(app, caller, action).await?).await
                 })*
                 other => Err(unrouted(other)),
             }
@@ -65,8 +67,27 @@ fn decode<A: protocol::Action>(name: &str, action: Ipld) -> ApiResult<A> {
     })
 }
 
-fn encode<R: Response>(response: R) -> ApiResult<Vec<u8>> {
-    wire::to_vec(&response.into_response()).map_err(ApiError::internal)
+/// Encodes a response in the shape the caller's protocol reads.
+async fn encode<R: Response>(app: &App, caller: &Caller, response: R) -> ApiResult<Vec<u8>> {
+    let response = response.into_response();
+    if caller.protocol >= AGENTS_PROTOCOL_VERSION {
+        return wire::to_vec(&response).map_err(ApiError::internal);
+    }
+    let needs = seed_agents_compat::needs(caller.protocol, response.name());
+    let mut legacy = seed_agents_compat::Legacy::default();
+    if needs.agent_sessions
+        && let AgentResponse::GetAgentResponse(get) = &response
+    {
+        let sessions = match get.session_count {
+            0 => Vec::new(),
+            _ => sessions::newest_top_level(app, &get.agent.id, seed_agents_compat::LEGACY_AGENT_SESSIONS).await?,
+        };
+        legacy.agent_sessions = Some(sessions);
+    }
+    let value = wire::to_ipld(&response).map_err(ApiError::internal)?;
+    let value =
+        seed_agents_compat::downgrade_response(caller.protocol, value, &legacy).map_err(crate::http::refusal)?;
+    wire::ipld_to_vec(&value).map_err(ApiError::internal)
 }
 
 fn unrouted(name: &str) -> ApiError {

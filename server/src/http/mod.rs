@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use seed_agents_protocol::version::{AGENTS_PROTOCOL_VERSION, MIN_CLIENT_PROTOCOL};
+use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
 use seed_agents_protocol::wire;
 use tracing::Instrument;
 
@@ -75,10 +75,11 @@ async fn message(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) ->
     );
     async move {
         let started = Instant::now();
-        let outcome = handle_message(&app, &headers, body).await;
+        let mut protocol = AGENTS_PROTOCOL_VERSION;
+        let outcome = handle_message(&app, &headers, body, &mut protocol).await;
         let response = match outcome {
             Ok(bytes) => cbor(StatusCode::OK, bytes),
-            Err(error) => error_response(&error),
+            Err(error) => error_response(&error, protocol),
         };
         let span = tracing::Span::current();
         let status = response.status().as_u16();
@@ -95,13 +96,21 @@ async fn message(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) ->
     .await
 }
 
-async fn handle_message(app: &Arc<App>, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, ApiError> {
+/// Verifies and dispatches one request; `protocol` is set to the client's declared protocol once
+/// the envelope verified (errors are shaped for it).
+async fn handle_message(
+    app: &Arc<App>,
+    headers: &HeaderMap,
+    body: Body,
+    protocol: &mut u32,
+) -> Result<Vec<u8>, ApiError> {
     if !is_cbor(headers) {
         return Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/cbor"));
     }
     let bytes = read_body(body, app.config.max_body_bytes).await?;
     let verified = auth::verify(app, &bytes, Transport::Http).await?;
     drop(bytes);
+    *protocol = verified.caller.protocol;
     let span = tracing::Span::current();
     span.record("action", verified.action_name.as_str());
     span.record("account", verified.caller.account_id.as_str());
@@ -136,14 +145,24 @@ fn cbor(status: StatusCode, bytes: Vec<u8>) -> Response {
     response
 }
 
-/// The CBOR error body `{_: 'Error', message, code?}` with its status.
-pub fn error_response(error: &ApiError) -> Response {
+/// The CBOR error body `{_: 'Error', message, code?}` with its status, in the shape a client of
+/// `protocol` reads.
+pub fn error_response(error: &ApiError, protocol: u32) -> Response {
     let body = seed_agents_protocol::generated::Error {
         message: error.message().to_owned(),
         code: error.code().map(str::to_owned),
     };
-    let bytes = wire::to_vec(&seed_agents_protocol::AgentResponse::Error(body)).unwrap_or_default();
+    let bytes = wire::to_ipld(&seed_agents_protocol::AgentResponse::Error(body))
+        .map(|value| seed_agents_compat::downgrade_error(protocol, value))
+        .and_then(|value| wire::ipld_to_vec(&value))
+        .unwrap_or_default();
     cbor(error.status(), bytes)
+}
+
+/// A compat refusal as an API error.
+pub fn refusal(refusal: seed_agents_compat::Refusal) -> ApiError {
+    let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::UPGRADE_REQUIRED);
+    ApiError::new(status, refusal.message).with_code(refusal.code)
 }
 
 fn json(value: serde_json::Value) -> Response {
@@ -159,7 +178,7 @@ async fn health(State(app): State<Arc<App>>) -> Response {
         "uptime": app.started.elapsed().as_secs_f64(),
         "version": env!("CARGO_PKG_VERSION"),
         "protocol": AGENTS_PROTOCOL_VERSION,
-        "minClientProtocol": MIN_CLIENT_PROTOCOL,
+        "minClientProtocol": app.config.min_client_protocol,
         "webTools": {"search": false, "readBrowser": false},
         "subscriptionAuth": false,
         "codeExec": false,
@@ -170,11 +189,11 @@ async fn health(State(app): State<Arc<App>>) -> Response {
 }
 
 /// `GET /api/version`: build information.
-async fn version() -> Response {
+async fn version(State(app): State<Arc<App>>) -> Response {
     json(serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "commit": option_env!("SEED_AGENTS_COMMIT").unwrap_or("unknown"),
         "protocol": AGENTS_PROTOCOL_VERSION,
-        "minClientProtocol": MIN_CLIENT_PROTOCOL,
+        "minClientProtocol": app.config.min_client_protocol,
     }))
 }

@@ -92,6 +92,21 @@ pub fn load_info(conn: &Connection, session_id: &str) -> ApiResult<SessionInfo> 
         .ok_or_else(|| ApiError::not_found("Session not found"))
 }
 
+/// An agent's newest top-level sessions (for protocol 1 clients' `GetAgentResponse.sessions`).
+pub async fn newest_top_level(app: &App, agent_id: &str, limit: usize) -> ApiResult<Vec<SessionInfo>> {
+    let agent_id = agent_id.to_owned();
+    app.db
+        .read(move |conn| {
+            let mut statement = conn.prepare_cached(&format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.agent_id = ?1 AND s.parent_session_id IS NULL
+                 ORDER BY s.updated_at DESC, s.id DESC LIMIT ?2"
+            ))?;
+            let rows = statement.query_map(params![agent_id, limit as i64], info_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+        .await
+}
+
 /// Titles clients sent as display placeholders; stored as no title.
 fn is_placeholder_title(title: &str) -> bool {
     ["untitled session", "untitled sub-session", "new chat"]
