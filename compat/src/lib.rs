@@ -17,6 +17,7 @@
 //! IPLD values: an old shape is not a current type. Retiring a version (raising the minimum) is
 //! deleting its module. `schema/PROTOCOL.md` has the changelog entry each shim serves.
 
+pub mod classify;
 mod v2;
 mod v3;
 mod walk;
@@ -106,7 +107,18 @@ pub fn downgrade_response(protocol: u32, response: Ipld, legacy: &Legacy) -> Res
         response = v3::downgrade_response(response)?;
     }
     if protocol < 2 {
-        response = v2::downgrade_response(response, legacy);
+        // Legacy facts are current shapes: bring them down through the newer steps first.
+        let mut sessions: Vec<Ipld> = legacy
+            .agent_sessions
+            .iter()
+            .flatten()
+            .take(LEGACY_AGENT_SESSIONS)
+            .filter_map(|session| seed_agents_protocol::wire::to_ipld(session).ok())
+            .collect();
+        if protocol < 3 {
+            sessions.iter_mut().for_each(v3::simplify_attributions);
+        }
+        response = v2::downgrade_response(response, sessions);
     }
     Ok(response)
 }

@@ -11,21 +11,15 @@ use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{AgentWsEvent, ErrorFrame};
 use seed_agents_protocol::version::PROTOCOL_TOO_OLD;
 
-use crate::Legacy;
 use crate::walk::tag;
 
 /// Rewrites a response for a protocol 1 client.
-pub fn downgrade_response(response: Ipld, legacy: &Legacy) -> Ipld {
+///
+/// `sessions` are the agent's newest top-level sessions, already in protocol 2 shape.
+pub fn downgrade_response(response: Ipld, sessions: Vec<Ipld>) -> Ipld {
     let Ipld::Map(mut map) = response else { return response };
     if tag(&map, "_") == Some("GetAgentResponse") {
         map.remove("sessionCount");
-        let sessions = legacy
-            .agent_sessions
-            .iter()
-            .flatten()
-            .take(crate::LEGACY_AGENT_SESSIONS)
-            .filter_map(|session| seed_agents_protocol::wire::to_ipld(session).ok())
-            .collect();
         map.insert("sessions".to_owned(), Ipld::List(sessions));
     }
     Ipld::Map(map)
@@ -67,7 +61,7 @@ mod tests {
             ("agent".to_owned(), Ipld::Map(BTreeMap::new())),
             ("sessionCount".to_owned(), Ipld::Integer(0)),
         ]));
-        let Ipld::Map(out) = downgrade_response(response, &Legacy::default()) else { panic!("a map") };
+        let Ipld::Map(out) = downgrade_response(response, Vec::new()) else { panic!("a map") };
         assert!(!out.contains_key("sessionCount"));
         assert_eq!(out.get("sessions"), Some(&Ipld::List(vec![])));
     }

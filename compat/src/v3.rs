@@ -85,7 +85,7 @@ pub fn downgrade_frame(frame: AgentWsEvent) -> AgentWsEvent {
 }
 
 /// Replaces compound sources in `startedByTrigger` / `triggerContext` maps with one simple source.
-fn simplify_attributions(value: &mut Ipld) {
+pub fn simplify_attributions(value: &mut Ipld) {
     each_map(value, &mut |key, map| {
         if !matches!(key, Some("startedByTrigger" | "triggerContext")) || !is_compound(map.get("source")) {
             return;

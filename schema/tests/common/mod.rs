@@ -1,4 +1,5 @@
-//! Shared by the schema-driven tests: the merged schema definitions.
+//! Shared by the schema-driven tests: the merged schema definitions. The compat crate's
+//! `tests/versions.rs` includes this file (and `example.rs` beside it) with `#[path]`.
 
 use std::collections::BTreeMap;
 
@@ -6,7 +7,9 @@ use serde_json::Value as Json;
 
 /// The merged `$defs` of every schema file, by name.
 pub fn defs() -> BTreeMap<String, Json> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("json");
+    // `../schema/json` from any workspace member's manifest directory, so that other crates'
+    // tests can include this file.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../schema/json");
     let mut defs = BTreeMap::new();
     let mut paths: Vec<_> =
         std::fs::read_dir(dir).expect("schema dir").map(|entry| entry.expect("entry").path()).collect();
