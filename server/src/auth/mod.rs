@@ -80,13 +80,9 @@ pub async fn verify(app: &App, bytes: &[u8], transport: Transport) -> ApiResult<
     }
     let account = verified.account();
     let signer = verified.signer();
-    let caller = Caller {
-        account,
-        account_id: account.to_string(),
-        signer,
-        signer_id: signer.to_string(),
-        protocol: verified.declared_protocol(),
-    };
+    let account_id = account.to_string();
+    let signer_id = if signer == account { account_id.clone() } else { signer.to_string() };
+    let caller = Caller { account, account_id, signer, signer_id, protocol: verified.declared_protocol() };
     if signer != account && !signers::is_authorized(app, &caller).await? {
         return Err(ApiError::unauthorized("Signer is not authorized for account"));
     }

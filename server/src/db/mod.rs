@@ -1,5 +1,6 @@
 //! The database: one SQLite file in WAL mode, one writer connection on its own thread with group
-//! commit, and a small pool of read-only connections used from blocking threads.
+//! commit, and a few read-only connections, each on its own thread, taking read jobs from one
+//! queue.
 //!
 //! Invariants:
 //! - Every write runs on the writer thread inside a transaction, and its caller hears back only
@@ -15,7 +16,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 
 use rusqlite::{Connection, OpenFlags};
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::oneshot;
 
 use crate::http::error::{ApiError, ApiResult};
 
@@ -24,8 +25,16 @@ pub use migrations::SCHEMA_VERSION;
 /// The most writes committed in one transaction.
 const MAX_BATCH: usize = 256;
 
-/// Read connections kept open.
+/// Read connections (and reader threads) kept open.
 const READERS: usize = 4;
+
+/// A read: given a reader's connection, it does its work and replies itself.
+type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
+
+enum ReadMessage {
+    Job(ReadJob),
+    Stop,
+}
 
 /// Why the database could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -71,8 +80,8 @@ pub struct Db {
 struct Inner {
     writer: Mutex<Option<mpsc::Sender<Job>>>,
     writer_thread: Mutex<Option<thread::JoinHandle<()>>>,
-    readers: Mutex<Vec<Connection>>,
-    permits: Semaphore,
+    reads: crossbeam_channel::Sender<ReadMessage>,
+    reader_threads: Mutex<Vec<thread::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Db {
@@ -90,12 +99,18 @@ impl Db {
         let mut writer = Connection::open(path).map_err(sqlite)?;
         configure(&writer, false).map_err(sqlite)?;
         migrations::apply(&mut writer, &display)?;
-        let mut readers = Vec::with_capacity(READERS);
-        for _ in 0..READERS {
+        let (reads, read_queue) = crossbeam_channel::unbounded::<ReadMessage>();
+        let mut reader_threads = Vec::with_capacity(READERS);
+        for index in 0..READERS {
             let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
             let reader = Connection::open_with_flags(path, flags).map_err(sqlite)?;
             configure(&reader, true).map_err(sqlite)?;
-            readers.push(reader);
+            let queue = read_queue.clone();
+            let thread = thread::Builder::new()
+                .name(format!("sqlite-reader-{index}"))
+                .spawn(move || reader_loop(reader, queue))
+                .map_err(DbError::Thread)?;
+            reader_threads.push(thread);
         }
         let (sender, receiver) = mpsc::channel::<Job>();
         let thread = thread::Builder::new()
@@ -106,8 +121,8 @@ impl Db {
             inner: Arc::new(Inner {
                 writer: Mutex::new(Some(sender)),
                 writer_thread: Mutex::new(Some(thread)),
-                readers: Mutex::new(readers),
-                permits: Semaphore::new(READERS),
+                reads,
+                reader_threads: Mutex::new(reader_threads),
             }),
         })
     }
@@ -141,22 +156,21 @@ impl Db {
         answer.await.map_err(|_| ApiError::internal("database writer dropped a write"))?
     }
 
-    /// Runs `work` on a read-only connection on a blocking thread.
+    /// Runs `work` on a read-only connection, on one of the reader threads.
     pub async fn read<T, F>(&self, work: F) -> ApiResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> ApiResult<T> + Send + 'static,
     {
-        let _permit = self.inner.permits.acquire().await.map_err(ApiError::internal)?;
-        let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || {
-            let conn = lock(&inner.readers).pop().ok_or_else(|| ApiError::internal("no read connection free"))?;
-            let outcome = work(&conn);
-            lock(&inner.readers).push(conn);
-            outcome
-        })
-        .await
-        .map_err(ApiError::internal)?
+        let (reply, answer) = oneshot::channel::<ApiResult<T>>();
+        let job: ReadJob = Box::new(move |conn: &Connection| {
+            // A panic in one read must not take its reader thread with it.
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(conn)))
+                .unwrap_or_else(|_| Err(ApiError::internal("a database read panicked")));
+            let _ = reply.send(outcome);
+        });
+        self.inner.reads.send(ReadMessage::Job(job)).map_err(|_| ApiError::internal("database readers stopped"))?;
+        answer.await.map_err(|_| ApiError::internal("database reader dropped a read"))?
     }
 
     /// Stops accepting writes, lets the writer finish what is queued, and waits for it.
@@ -164,7 +178,15 @@ impl Db {
     /// Readers close first, so the writer's connection is the last one: SQLite then checkpoints
     /// the write-ahead log into the database file and removes it.
     pub fn close(&self) {
-        lock(&self.inner.readers).clear();
+        let readers: Vec<_> = lock(&self.inner.reader_threads).drain(..).collect();
+        for _ in &readers {
+            let _ = self.inner.reads.send(ReadMessage::Stop);
+        }
+        for reader in readers {
+            if reader.join().is_err() {
+                tracing::error!("database reader thread panicked");
+            }
+        }
         lock(&self.inner.writer).take();
         if let Some(thread) = lock(&self.inner.writer_thread).take()
             && thread.join().is_err()
@@ -186,6 +208,10 @@ fn configure(conn: &Connection, read_only: bool) -> rusqlite::Result<()> {
     }
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    if read_only {
+        // Readers share the OS page cache; a small private cache each keeps memory flat (1 MiB).
+        conn.pragma_update(None, "cache_size", -1024)?;
+    }
     conn.set_prepared_statement_cache_capacity(64);
     Ok(())
 }
@@ -198,6 +224,13 @@ fn run_in_savepoint<T>(conn: &Connection, work: impl FnOnce(&Connection) -> ApiR
     let end = if outcome.is_ok() { "RELEASE job" } else { "ROLLBACK TO job; RELEASE job" };
     conn.execute_batch(end)?;
     outcome
+}
+
+fn reader_loop(conn: Connection, queue: crossbeam_channel::Receiver<ReadMessage>) {
+    while let Ok(ReadMessage::Job(job)) = queue.recv() {
+        job(&conn);
+    }
+    drop(conn);
 }
 
 fn writer_loop(conn: Connection, jobs: mpsc::Receiver<Job>) {

@@ -32,6 +32,10 @@ pub const MAX_PAGE: i64 = 200;
 /// The most events per `GetSession` page when the client asks for a tail page.
 pub const MAX_EVENT_PAGE: i64 = 1000;
 
+// Every `LIMIT` binds as `LIMIT +?n`: SQLite reads a plainly bound LIMIT while compiling and
+// recompiles the cached statement whenever the value changes; the unary `+` keeps it a runtime
+// expression (the test `limits_do_not_recompile_cached_statements` checks it).
+
 const SESSION_COLUMNS: &str = "s.id, s.account_id, s.agent_id, s.title, s.status, s.parent_session_id, s.run_id, \
      s.model_override_cbor, s.thoroughness, s.description, \
      (SELECT COUNT(*) FROM sessions c WHERE c.parent_session_id = s.id), s.created_at, s.updated_at";
@@ -99,7 +103,7 @@ pub async fn newest_top_level(app: &App, agent_id: &str, limit: usize) -> ApiRes
         .read(move |conn| {
             let mut statement = conn.prepare_cached(&format!(
                 "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.agent_id = ?1 AND s.parent_session_id IS NULL
-                 ORDER BY s.updated_at DESC, s.id DESC LIMIT ?2"
+                 ORDER BY s.updated_at DESC, s.id DESC LIMIT +?2"
             ))?;
             let rows = statement.query_map(params![agent_id, limit as i64], info_from_row)?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
@@ -165,7 +169,9 @@ pub async fn create_session(app: &App, caller: &Caller, action: CreateSession) -
                 None => None,
             };
             let (response, replayed) = idempotency::once(conn, key.as_ref(), now, || {
-                let id = uuid::Uuid::new_v4().to_string();
+                // A time-ordered UUID (v7): inserts append to the primary key's index instead of
+                // touching a random page each.
+                let id = uuid::Uuid::now_v7().to_string();
                 let model_override = match &model_override {
                     Some(value) => Some(wire::to_vec(value).map_err(ApiError::internal)?),
                     None => None,
@@ -265,7 +271,7 @@ fn page(conn: &Connection, account: &str, action: &ListSessions, limit: i64) -> 
         let id = bind(cursor.id_before.clone().into());
         sql.push_str(&format!(" AND (s.updated_at < {updated} OR (s.updated_at = {updated} AND s.id < {id}))"));
     }
-    sql.push_str(&format!(" ORDER BY s.updated_at DESC, s.id DESC LIMIT {}", bind((limit + 1).into())));
+    sql.push_str(&format!(" ORDER BY s.updated_at DESC, s.id DESC LIMIT +{}", bind((limit + 1).into())));
     let mut statement = conn.prepare_cached(&sql)?;
     let rows = statement.query_map(rusqlite::params_from_iter(values.iter()), info_from_row)?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
@@ -291,7 +297,7 @@ pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiR
             let before = action.before_seq.unwrap_or(i64::MAX);
             let mut statement = conn.prepare_cached(
                 "SELECT id, seq, event_cbor, created_at FROM session_events
-                 WHERE session_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq DESC LIMIT ?4",
+                 WHERE session_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq DESC LIMIT +?4",
             )?;
             let fetch = limit.map_or(-1, |limit| limit + 1);
             let mut events = statement
@@ -410,6 +416,27 @@ pub async fn delete_session(app: &App, caller: &Caller, action: DeleteSession) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_do_not_recompile_cached_statements() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (n INTEGER); INSERT INTO t VALUES (1), (2), (3);").unwrap();
+        for sql in ["SELECT n FROM t ORDER BY n LIMIT +?1", "SELECT n FROM t ORDER BY n LIMIT ?1"] {
+            for limit in [1, 2, 3] {
+                let mut statement = conn.prepare_cached(sql).unwrap();
+                let rows: Vec<i64> =
+                    statement.query_map([limit], |row| row.get(0)).unwrap().collect::<Result<_, _>>().unwrap();
+                assert_eq!(rows.len(), limit as usize);
+            }
+            let statement = conn.prepare_cached(sql).unwrap();
+            let reprepared = statement.get_status(rusqlite::StatementStatus::RePrepare);
+            if sql.contains('+') {
+                assert_eq!(reprepared, 0, "{sql}");
+            } else {
+                assert!(reprepared > 0, "the plain form does recompile (this test's premise): {sql}");
+            }
+        }
+    }
 
     #[test]
     fn placeholder_titles_are_recognised_in_any_case() {
