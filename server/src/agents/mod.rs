@@ -187,8 +187,7 @@ fn insert_agent(
     now: i64,
 ) -> ApiResult<()> {
     let definition = wire::to_vec(definition).map_err(ApiError::internal)?;
-    conn.prepare_cached("INSERT INTO accounts (id, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
-        .execute(params![account, now])?;
+    crate::db::ensure_account(conn, account, now)?;
     conn.prepare_cached(
         "INSERT INTO agents (id, account_id, definition_cbor, state_dir, status, created_at, updated_at)
          VALUES (?1, ?2, ?3, ?4, 'idle', ?5, ?5)",

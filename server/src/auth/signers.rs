@@ -44,8 +44,7 @@ pub async fn register_signer(app: &App, caller: &Caller, action: RegisterSigner)
     let (account, signer) = (issuer_id.clone(), delegate_id.clone());
     app.db
         .write(move |conn| {
-            conn.prepare_cached("INSERT INTO accounts (id, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
-                .execute(params![account, now])?;
+            crate::db::ensure_account(conn, &account, now)?;
             conn.prepare_cached(
                 "INSERT INTO account_authorizations (account_id, signer, role, capability, created_at, updated_at)
                  VALUES (?1, ?2, 'AGENT', ?3, ?4, ?4)

@@ -237,8 +237,7 @@ fn upsert_invite(
     role: AgentCollaboratorRole,
     now: i64,
 ) -> ApiResult<AgentCollaboratorInfo> {
-    conn.prepare_cached("INSERT INTO accounts (id, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
-        .execute(params![account_id, now])?;
+    crate::db::ensure_account(conn, account_id, now)?;
     // The status expression keeps an accepted member accepted; anything else is pending.
     Ok(conn
         .prepare_cached(&format!(

@@ -196,6 +196,14 @@ impl Db {
     }
 }
 
+/// Records that `account_id` exists (every account the server has seen has a row). Call inside a
+/// write.
+pub fn ensure_account(conn: &Connection, account_id: &str, now_ms: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT INTO accounts (id, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
+        .execute(rusqlite::params![account_id, now_ms])?;
+    Ok(())
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Nothing panics while these locks are held; recover the data if it ever did.
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -190,8 +190,7 @@ fn upsert(
         .query_row(params![account_id, name], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
     let (id, created_at) = existing.unwrap_or_else(|| (uuid::Uuid::new_v4().to_string(), now));
-    conn.prepare_cached("INSERT INTO accounts (id, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
-        .execute(params![account_id, now])?;
+    crate::db::ensure_account(conn, account_id, now)?;
     conn.prepare_cached(
         "INSERT INTO model_providers (id, account_id, name, type, config_cbor, created_at, updated_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
