@@ -33,6 +33,8 @@ pub struct App {
     pub keys: KeyCache,
     /// Signatures seen within the timestamp window.
     pub replay: ReplayGuard,
+    /// The outbound HTTP client (provider model lists, downloads, the Hypermedia server).
+    pub http: reqwest::Client,
     /// When the server started (for `uptime`).
     pub started: Instant,
     /// Holds the data directory's lock file for the life of the server.
@@ -56,6 +58,9 @@ pub enum StartError {
     /// The secret key could not be loaded.
     #[error(transparent)]
     SecretKey(#[from] SecretKeyError),
+    /// The outbound HTTP client could not be built (TLS setup).
+    #[error("cannot build the outbound HTTP client: {0}")]
+    HttpClient(String),
     /// The listen address could not be bound.
     #[error("cannot listen on {address}: {source}")]
     Listen {
@@ -84,6 +89,7 @@ impl App {
             .map_err(|_| data_dir_error("another seed-agents-server is already using this directory".to_owned()))?;
         let secrets = SecretKey::load(dir, std::env::var(SecretKey::ENV).ok().as_deref())?;
         let db = Db::open(&config.database_path())?;
+        let http = outbound_http_client().map_err(|error| StartError::HttpClient(error.to_string()))?;
         Ok(Self {
             db,
             bus: Bus::new(),
@@ -92,10 +98,22 @@ impl App {
             clock,
             keys: KeyCache::new(),
             replay: ReplayGuard::new(ReplayGuard::DEFAULT_CAPACITY),
+            http,
             started: Instant::now(),
             _lock: lock,
         })
     }
+}
+
+/// The outbound client: rustls with the ring provider, redirects followed (up to 10), a connect
+/// timeout; per-request timeouts are the caller's (downloads use an idle timeout).
+fn outbound_http_client() -> reqwest::Result<reqwest::Client> {
+    // Installing twice is harmless (the first provider stays).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(15))
+        .user_agent(concat!("seed-agents-server/", env!("CARGO_PKG_VERSION")))
+        .build()
 }
 
 /// A server running on a Tokio runtime: its address and a way to stop it.

@@ -32,6 +32,11 @@ pub struct Config {
     #[arg(long, env = "SEED_AGENTS_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
 
+    /// Let server-side fetches (memory downloads) reach loopback, private and link-local
+    /// addresses. Off by default, so the server cannot be turned against its own network.
+    #[arg(long, env = "SEED_AGENTS_ALLOW_PRIVATE_NETWORK")]
+    pub allow_private_network: bool,
+
     /// The oldest client protocol answered (not a flag: the build's `MIN_CLIENT_PROTOCOL`; tests
     /// raise it to exercise the 426 answer).
     #[arg(skip = MIN_CLIENT_PROTOCOL)]
@@ -58,6 +63,7 @@ impl Config {
             data_dir: data_dir.into(),
             log_format: LogFormat::Text,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            allow_private_network: false,
             min_client_protocol: MIN_CLIENT_PROTOCOL,
         }
     }
