@@ -164,10 +164,7 @@ impl Db {
     {
         let (reply, answer) = oneshot::channel::<ApiResult<T>>();
         let job: ReadJob = Box::new(move |conn: &Connection| {
-            // A panic in one read must not take its reader thread with it.
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(conn)))
-                .unwrap_or_else(|_| Err(ApiError::internal("a database read panicked")));
-            let _ = reply.send(outcome);
+            let _ = reply.send(run_in_snapshot(conn, work));
         });
         self.inner.reads.send(ReadMessage::Job(job)).map_err(|_| ApiError::internal("database readers stopped"))?;
         answer.await.map_err(|_| ApiError::internal("database reader dropped a read"))?
@@ -224,13 +221,36 @@ fn configure(conn: &Connection, read_only: bool) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Runs a statement without parameters through the statement cache (no parse per call).
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
+}
+
+/// Runs a read inside one read transaction, so every statement of it sees the same snapshot
+/// (an access check and the rows it guards agree), and the WAL read lock is taken once.
+fn run_in_snapshot<T>(conn: &Connection, work: impl FnOnce(&Connection) -> ApiResult<T>) -> ApiResult<T> {
+    if let Err(error) = run_cached(conn, "BEGIN") {
+        return Err(ApiError::internal(error));
+    }
+    // A panic in one read must not take its reader thread with it.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(conn)))
+        .unwrap_or_else(|_| Err(ApiError::internal("a database read panicked")));
+    if let Err(error) = run_cached(conn, "COMMIT") {
+        tracing::warn!(%error, "ending a read transaction failed");
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    outcome
+}
+
 fn run_in_savepoint<T>(conn: &Connection, work: impl FnOnce(&Connection) -> ApiResult<T>) -> ApiResult<T> {
-    conn.execute_batch("SAVEPOINT job")?;
+    run_cached(conn, "SAVEPOINT job")?;
     // A panic in one write must not take the writer thread (and every later write) with it.
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(conn)))
         .unwrap_or_else(|_| Err(ApiError::internal("a database write panicked")));
-    let end = if outcome.is_ok() { "RELEASE job" } else { "ROLLBACK TO job; RELEASE job" };
-    conn.execute_batch(end)?;
+    if outcome.is_err() {
+        run_cached(conn, "ROLLBACK TO job")?;
+    }
+    run_cached(conn, "RELEASE job")?;
     outcome
 }
 
@@ -281,4 +301,47 @@ fn run_batch(conn: &Connection, batch: Vec<Job>) -> BatchOutcome {
         let _ = conn.execute_batch("ROLLBACK");
     }
     BatchOutcome { result, completions }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(conn: &Connection) -> ApiResult<i64> {
+        Ok(conn.query_row("SELECT COUNT(*) FROM accounts", [], |row| row.get(0))?)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_write_rolls_back_alone_within_a_group_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("test.sqlite")).unwrap();
+        let mut writes = Vec::new();
+        for index in 0..64 {
+            let db = db.clone();
+            writes.push(tokio::spawn(async move {
+                db.write(move |conn| {
+                    ensure_account(conn, &format!("account-{index}"), 1)?;
+                    if index % 4 == 0 {
+                        return Err(ApiError::bad_request("refused after writing"));
+                    }
+                    Ok(index)
+                })
+                .await
+            }));
+        }
+        let mut refused = 0;
+        for write in writes {
+            if write.await.unwrap().is_err() {
+                refused += 1;
+            }
+        }
+        assert_eq!(refused, 16);
+        assert_eq!(db.read(count).await.unwrap(), 48, "only the refused writes were rolled back");
+        // A panicking write is contained and the writer keeps serving.
+        let panicked = db.write(|_| -> ApiResult<()> { panic!("boom") }).await;
+        assert_eq!(panicked.unwrap_err().status().as_u16(), 500);
+        db.write(|conn| Ok(ensure_account(conn, "after", 1)?)).await.unwrap();
+        assert_eq!(db.read(count).await.unwrap(), 49);
+        db.close();
+    }
 }
