@@ -8,5 +8,8 @@ mod support;
 mod authorization;
 mod envelope;
 mod features;
+mod memory;
 mod pagination;
+mod provider_models;
+mod uploads;
 mod versions;

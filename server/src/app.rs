@@ -123,6 +123,8 @@ pub struct RunningServer {
     app: Arc<App>,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
+    /// Expires idle uploads (`uploads::sweep`).
+    upload_sweeper: JoinHandle<()>,
 }
 
 impl RunningServer {
@@ -141,7 +143,8 @@ impl RunningServer {
                 })
                 .await
         });
-        Ok(Self { addr, app, shutdown: Some(shutdown), task })
+        let upload_sweeper = crate::uploads::spawn_sweeper(&app);
+        Ok(Self { addr, app, shutdown: Some(shutdown), task, upload_sweeper })
     }
 
     /// The bound address.
@@ -160,6 +163,7 @@ impl RunningServer {
             let _ = shutdown.send(());
         }
         let served = (&mut self.task).await.unwrap_or_else(|error| Err(std::io::Error::other(error)));
+        self.upload_sweeper.abort();
         let db = self.app.db.clone();
         tokio::task::spawn_blocking(move || db.close()).await.map_err(std::io::Error::other)?;
         served

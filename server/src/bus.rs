@@ -32,6 +32,8 @@ pub enum ChangeReason {
     SessionDeleted,
     /// `session-event`
     SessionEvent,
+    /// `agent-memory-changed`
+    AgentMemoryChanged,
 }
 
 impl ChangeReason {
@@ -48,6 +50,7 @@ impl ChangeReason {
             Self::SessionUpdated => "session-updated",
             Self::SessionDeleted => "session-deleted",
             Self::SessionEvent => "session-event",
+            Self::AgentMemoryChanged => "agent-memory-changed",
         }
     }
 }

@@ -7,6 +7,7 @@
 pub mod access;
 pub mod agents;
 pub mod app;
+pub mod attachments;
 pub mod auth;
 pub mod bus;
 pub mod clock;
@@ -16,9 +17,11 @@ pub mod db;
 pub mod dispatch;
 pub mod http;
 pub mod idempotency;
+pub mod memory;
 pub mod providers;
 pub mod secrets;
 pub mod sessions;
+pub mod uploads;
 pub mod validate;
 
 pub use app::{App, RunningServer, StartError};

@@ -228,10 +228,14 @@ pub async fn update_agent(app: &App, caller: &Caller, action: UpdateAgent) -> Ap
 /// state directory; sub-sessions of other agents under its sessions become top-level.
 pub async fn delete_agent(app: &App, caller: &Caller, action: DeleteAgent) -> ApiResult<DeleteAgentResponse> {
     let account = caller.account_id.clone();
-    let (agent_id, state_dir, members) = app
+    let (agent_id, state_dir, members, sessions) = app
         .db
         .write(move |conn| {
             let access = access::require(conn, &action.agent_id, &account, Need::Own)?;
+            let sessions = conn
+                .prepare_cached("SELECT id FROM sessions WHERE agent_id = ?1")?
+                .query_map(params![access.agent_id], |row| row.get::<_, String>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
             let state_dir: String = conn
                 .prepare_cached("SELECT state_dir FROM agents WHERE id = ?1")?
                 .query_row(params![access.agent_id], |row| row.get(0))?;
@@ -242,10 +246,11 @@ pub async fn delete_agent(app: &App, caller: &Caller, action: DeleteAgent) -> Ap
             // Sessions, their events and collaborator rows go by foreign-key cascade; children of
             // the agent's sessions that belong to other agents are promoted by ON DELETE SET NULL.
             conn.prepare_cached("DELETE FROM agents WHERE id = ?1")?.execute(params![access.agent_id])?;
-            Ok((access.agent_id, PathBuf::from(state_dir), members))
+            Ok((access.agent_id, PathBuf::from(state_dir), members, sessions))
         })
         .await?;
     remove_state_dir(state_dir).await;
+    crate::attachments::remove_for_sessions(app, sessions).await;
     app.bus.publish(Event::AgentChanged { agent_id: agent_id.clone() });
     app.bus.account_change(&caller.account_id, ChangeReason::AgentDeleted, Some(&agent_id), None);
     for member in members {

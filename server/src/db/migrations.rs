@@ -116,6 +116,22 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (account_id, action, client_request_id)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 2: chunked uploads, durable across restarts. `target_cbor` is the `FileUploadTarget`;
+    // `received` moves only after the staged bytes are on disk; `updated_at` drives idle expiry.
+    r#"
+    CREATE TABLE uploads (
+        id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL,
+        target_cbor BLOB NOT NULL,
+        size INTEGER NOT NULL,
+        received INTEGER NOT NULL DEFAULT 0,
+        staging_path TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX uploads_by_account ON uploads (account_id, updated_at);
+    CREATE INDEX uploads_by_updated ON uploads (updated_at);
+    "#,
 ];
 
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.

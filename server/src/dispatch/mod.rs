@@ -13,7 +13,7 @@ use seed_agents_protocol::{self as protocol, ActionInfo, AgentResponse, Response
 use crate::app::App;
 use crate::auth::Caller;
 use crate::http::error::{ApiError, ApiResult};
-use crate::{agents, auth, collaborators, providers, secrets, sessions};
+use crate::{agents, auth, collaborators, memory, providers, secrets, sessions};
 
 mod shape;
 
@@ -37,6 +37,7 @@ pub async fn dispatch(app: &App, caller: &Caller, name: &str, action: Ipld) -> A
         SetModelProvider => providers::set_model_provider,
         ListModelProviders => providers::list_model_providers,
         DeleteModelProvider => providers::delete_model_provider,
+        ListProviderModels => providers::models::list_provider_models,
         ListAgents => agents::list_agents,
         GetAgent => agents::get_agent,
         CreateAgent => agents::create_agent,
@@ -55,6 +56,18 @@ pub async fn dispatch(app: &App, caller: &Caller, name: &str, action: Ipld) -> A
         GetSession => sessions::get_session,
         UpdateSession => sessions::update_session,
         DeleteSession => sessions::delete_session,
+        ListAgentMemory => memory::list_agent_memory,
+        ListAgentMemoryDir => memory::list_agent_memory_dir,
+        ReadAgentMemoryFile => memory::read_agent_memory_file,
+        WriteAgentMemoryFile => memory::write_agent_memory_file,
+        DeleteAgentMemoryFile => memory::delete_agent_memory_file,
+        DownloadAgentMemoryFile => memory::download_agent_memory_file,
+        UploadSessionAttachment => crate::attachments::upload_session_attachment,
+        ReadSessionAttachment => crate::attachments::read_session_attachment,
+        BeginFileUpload => crate::uploads::begin_file_upload,
+        AppendFileUploadChunk => crate::uploads::append_file_upload_chunk,
+        CommitFileUpload => crate::uploads::commit_file_upload,
+        AbortFileUpload => crate::uploads::abort_file_upload,
     }
 }
 

@@ -24,6 +24,8 @@ enum Want {
     OneOf(&'static [&'static str]),
     /// Absent, or an integer ≥ 0.
     OptionalNonNegative,
+    /// A string or a byte string (present).
+    TextOrBytes,
 }
 
 /// (action, field, what it must hold, upstream's message).
@@ -39,6 +41,7 @@ const RULES: &[(&str, &str, Want, &str)] = &[
     ("SetAgentPublicChat", "publicChat", Want::Bool, "publicChat must be a boolean"),
     ("GetSession", "afterSeq", Want::OptionalNonNegative, "afterSeq must be a non-negative integer"),
     ("GetSession", "beforeSeq", Want::OptionalNonNegative, "beforeSeq must be a non-negative integer"),
+    ("WriteAgentMemoryFile", "content", Want::TextOrBytes, "Memory file content must be a string or bytes"),
 ];
 
 /// Labels upstream uses for `<label> is required`.
@@ -64,6 +67,7 @@ pub fn check(action: &str, fields: &BTreeMap<String, Ipld>) -> ApiResult<()> {
             (Want::OneOf(allowed), Some(Ipld::String(text))) => allowed.contains(&text.as_str()),
             (Want::OptionalNonNegative, None) => true,
             (Want::OptionalNonNegative, Some(Ipld::Integer(n))) => *n >= 0,
+            (Want::TextOrBytes, Some(Ipld::String(_) | Ipld::Bytes(_))) => true,
             _ => false,
         };
         if !fits {
@@ -110,6 +114,9 @@ mod tests {
             "afterSeq must be a non-negative integer"
         );
         assert!(check("GetSession", &map(&[])).is_ok());
+        let content = map(&[("content", Ipld::Integer(1))]);
+        assert_eq!(message("WriteAgentMemoryFile", content), "Memory file content must be a string or bytes");
+        assert!(check("WriteAgentMemoryFile", &map(&[("content", Ipld::Bytes(vec![1]))])).is_ok());
         assert!(check("ListAgents", &map(&[("anything", Ipld::Null)])).is_ok());
     }
 

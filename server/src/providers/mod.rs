@@ -9,6 +9,7 @@
 //! Deleting a provider deletes the secrets it referenced that no remaining provider of the account
 //! still references (subscription providers of one type share one OAuth secret).
 
+pub mod models;
 pub mod registry;
 
 use std::collections::BTreeSet;

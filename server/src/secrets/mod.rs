@@ -179,6 +179,15 @@ pub fn open_secret(conn: &Connection, key: &SecretKey, account_id: &str, name: &
     key.open(account_id, name, &sealed).map(Some).map_err(ApiError::internal)
 }
 
+/// The sealed (still encrypted) value of secret `name` of `account_id`, for callers that open it
+/// with [`SecretKey::open`] outside the database thread; `None` when there is no such secret.
+pub fn load_sealed(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<Vec<u8>>> {
+    Ok(conn
+        .prepare_cached("SELECT ciphertext FROM secrets WHERE account_id = ?1 AND name = ?2")?
+        .query_row(params![account_id, name], |row| row.get(0))
+        .optional()?)
+}
+
 /// [`open_secret`], or 400 `Required secret is not configured` when it does not exist (the
 /// upstream answer when a provider or tool references a missing secret).
 pub fn require_secret(conn: &Connection, key: &SecretKey, account_id: &str, name: &str) -> ApiResult<Vec<u8>> {

@@ -409,6 +409,7 @@ pub async fn delete_session(app: &App, caller: &Caller, action: DeleteSession) -
         session_id: response.session_id.clone(),
         agent_id: response.agent_id.clone(),
     });
+    crate::attachments::remove_for_sessions(app, vec![response.session_id.clone()]).await;
     app.bus.account_change(owner, ChangeReason::SessionDeleted, Some(&response.agent_id), Some(&response.session_id));
     Ok(response)
 }

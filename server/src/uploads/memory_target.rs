@@ -1,0 +1,40 @@
+//! Memory-file targets of uploads, on top of `crate::memory`'s path rules: checked at begin
+//! without touching the disk, and committed by renaming the staged file into place.
+
+use std::path::{Path, PathBuf};
+
+use seed_agents_protocol::generated::AgentMemoryEntry;
+
+use crate::attachments::store::move_file;
+use crate::http::error::{ApiError, ApiResult};
+use crate::memory::path::{self, Found, MemoryPath};
+use crate::memory::store;
+
+/// The memory root of an agent's state directory.
+pub fn root(state_dir: &Path) -> PathBuf {
+    state_dir.join(path::MEMORY_DIR)
+}
+
+/// Refuses, before any byte is sent, a path that could not be written at commit: a directory,
+/// a symlink, or a symlink or file above it. Creates nothing.
+pub fn check(root: &Path, path: &MemoryPath) -> ApiResult<()> {
+    match path::inspect(root, path).map_err(ApiError::internal)? {
+        Found::Missing | Found::File(_) => Ok(()),
+        Found::Dir(_) => {
+            Err(ApiError::bad_request(format!("Memory path is a directory, not a file: {}", path.as_str())))
+        }
+        Found::Link | Found::BlockedParent => {
+            Err(ApiError::bad_request(format!("Memory path is not writable: {}", path.as_str())))
+        }
+    }
+}
+
+/// Moves the complete staged file into the agent's memory at `path`: into a temp file beside
+/// the target, then one rename onto it (the memory module re-checks the path first).
+pub fn commit(root: &Path, path: &MemoryPath, staged: &Path) -> ApiResult<AgentMemoryEntry> {
+    let dir = store::prepare_target(root, path)?;
+    let (temp, file) = store::TempFile::create(&dir).map_err(ApiError::internal)?;
+    drop(file);
+    move_file(staged, temp.path()).map_err(ApiError::internal)?;
+    store::commit(root, path, temp)
+}

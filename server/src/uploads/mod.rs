@@ -1,0 +1,326 @@
+//! Chunked uploads into agent memory or session attachments: begin, append, commit, abort.
+//!
+//! Beyond upstream (whose registry lived in memory), an upload is durable: its row in `uploads`
+//! and its staging file `<dataDir>/uploads/<id>.part` survive a restart, and appending continues
+//! at the recorded offset.
+//!
+//! Invariants:
+//! - `received` in the row never exceeds the durable length of the staging file: a chunk is
+//!   written and fsynced first, then `received` moves. A longer file (a crash between the two) is
+//!   cut back to `received` by the next append.
+//! - Every operation takes the staging file's lock before reading the row (see `staging`).
+//! - Chunks go straight from the request to the file; nothing buffers more than the chunk.
+//! - A committed file appears at its target by one rename, so it is never seen half-written.
+
+pub mod memory_target;
+mod staging;
+mod sweep;
+
+use std::path::PathBuf;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use seed_agents_protocol::generated::{
+    AbortFileUpload, AbortFileUploadResponse, AppendFileUploadChunk, AppendFileUploadChunkResponse, BeginFileUpload,
+    BeginFileUploadResponse, CommitFileUpload, CommitFileUploadResponse, FileUploadTarget,
+};
+use seed_agents_protocol::wire;
+
+use crate::access::{self, Need};
+use crate::app::App;
+use crate::attachments::{self, blocking};
+use crate::auth::Caller;
+use crate::bus::ChangeReason;
+use crate::http::error::{ApiError, ApiResult};
+use crate::memory::path::MemoryPath;
+
+pub use sweep::{spawn_sweeper, sweep};
+
+/// The largest chunk: 8 MiB.
+pub const MAX_CHUNK_BYTES: i64 = 8 * 1024 * 1024;
+/// The largest upload into memory: 2 GiB.
+pub const MAX_MEMORY_UPLOAD_BYTES: i64 = 2 * 1024 * 1024 * 1024;
+/// Uploads untouched this long expire.
+pub const TTL_MS: i64 = 60 * 60 * 1000;
+/// Unexpired uploads one account may have open.
+pub const MAX_ACTIVE_PER_ACCOUNT: i64 = 8;
+
+/// One upload's row.
+#[derive(Debug, Clone)]
+struct Upload {
+    target: FileUploadTarget,
+    size: i64,
+    received: i64,
+    /// For memory targets, the agent's state directory.
+    state_dir: Option<PathBuf>,
+    /// The target agent's owner (who hears `agent-memory-changed`).
+    owner_id: String,
+}
+
+/// `BeginFileUpload {target, size}`: validates the target now, so a long upload cannot fail at
+/// the end; answers the id and the chunk size.
+pub async fn begin_file_upload(
+    app: &App,
+    caller: &Caller,
+    action: BeginFileUpload,
+) -> ApiResult<BeginFileUploadResponse> {
+    if action.size <= 0 {
+        return Err(ApiError::bad_request("Upload size must be a positive integer"));
+    }
+    match &action.target {
+        FileUploadTarget::MemoryUploadTarget(target) => {
+            let (agent_id, account) = (target.agent_id.clone(), caller.account_id.clone());
+            let state_dir = app.db.read(move |conn| memory_state_dir(conn, &agent_id, &account)).await?;
+            let path = MemoryPath::parse(&target.path)?;
+            blocking(move || memory_target::check(&memory_target::root(&state_dir), &path)).await?;
+            if action.size > MAX_MEMORY_UPLOAD_BYTES {
+                return Err(ApiError::too_large("Upload exceeds the maximum file size"));
+            }
+        }
+        FileUploadTarget::SessionAttachmentUploadTarget(target) => {
+            attachments::require_session(app, caller, &target.session_id, Need::Chat).await?;
+            if crate::validate::js_trim(&target.name).is_empty() {
+                return Err(ApiError::bad_request("Attachment name is required"));
+            }
+            if action.size as u64 > attachments::MAX_ATTACHMENT_BYTES {
+                return Err(ApiError::too_large("Upload exceeds the maximum attachment size"));
+            }
+        }
+    }
+    let id = uuid::Uuid::new_v4().to_string();
+    let part = staging::part_path(&app.config, &id);
+    let created = part.clone();
+    blocking(move || staging::create(&created).map_err(ApiError::internal)).await?;
+    let target = wire::to_vec(&action.target).map_err(ApiError::internal)?;
+    let (row_id, account, now, size) = (id.clone(), caller.account_id.clone(), app.clock.now_ms(), action.size);
+    let inserted = app
+        .db
+        .write(move |conn| {
+            let active: i64 = conn
+                .prepare_cached("SELECT COUNT(*) FROM uploads WHERE account_id = ?1 AND updated_at >= ?2")?
+                .query_row(params![account, now - TTL_MS], |row| row.get(0))?;
+            if active >= MAX_ACTIVE_PER_ACCOUNT {
+                return Err(ApiError::new(axum::http::StatusCode::TOO_MANY_REQUESTS, "Too many uploads in progress"));
+            }
+            conn.prepare_cached(
+                "INSERT INTO uploads (id, account_id, target_cbor, size, received, staging_path, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?6)",
+            )?
+            .execute(params![row_id, account, target, size, staging::relative_path(&row_id), now])?;
+            Ok(())
+        })
+        .await;
+    if let Err(error) = inserted {
+        blocking(move || {
+            staging::remove(&part);
+            Ok(())
+        })
+        .await?;
+        return Err(error);
+    }
+    Ok(BeginFileUploadResponse { max_chunk_bytes: MAX_CHUNK_BYTES, upload_id: id })
+}
+
+/// `AppendFileUploadChunk {uploadId, offset, content}`: chunks in order, each durable before the
+/// answer.
+pub async fn append_file_upload_chunk(
+    app: &App,
+    caller: &Caller,
+    action: AppendFileUploadChunk,
+) -> ApiResult<AppendFileUploadChunkResponse> {
+    let (file, upload) = locked(app, caller, &action.upload_id).await?;
+    let chunk = action.content.0;
+    if chunk.is_empty() {
+        return Err(ApiError::bad_request("Chunk content must be non-empty bytes"));
+    }
+    if chunk.len() as i64 > MAX_CHUNK_BYTES {
+        return Err(ApiError::too_large("Chunk is too large"));
+    }
+    if action.offset != upload.received {
+        return Err(ApiError::conflict(format!(
+            "Chunk offset {} does not match {} bytes received",
+            action.offset, upload.received
+        )));
+    }
+    let received = upload.received + chunk.len() as i64;
+    if received > upload.size {
+        return Err(ApiError::bad_request("Upload exceeds its declared size"));
+    }
+    let offset = upload.received as u64;
+    let file = blocking(move || {
+        staging::append(&file, offset, &chunk).map_err(ApiError::internal)?;
+        Ok(file)
+    })
+    .await?;
+    let (id, now, before) = (action.upload_id.clone(), app.clock.now_ms(), upload.received);
+    app.db
+        .write(move |conn| {
+            let changed = conn
+                .prepare_cached("UPDATE uploads SET received = ?2, updated_at = ?3 WHERE id = ?1 AND received = ?4")?
+                .execute(params![id, received, now, before])?;
+            match changed {
+                1 => Ok(()),
+                _ => Err(ApiError::internal("an upload's row changed while its staging file was locked")),
+            }
+        })
+        .await?;
+    drop(file);
+    Ok(AppendFileUploadChunkResponse { received, upload_id: action.upload_id })
+}
+
+/// `CommitFileUpload {uploadId}`: moves the complete file to its target. Memory answers
+/// `entry`, a session attachment `attachment`. A refused commit discards the upload, as
+/// upstream does; an internal failure keeps it, so the commit can be retried.
+pub async fn commit_file_upload(
+    app: &App,
+    caller: &Caller,
+    action: CommitFileUpload,
+) -> ApiResult<CommitFileUploadResponse> {
+    let (file, upload) = locked(app, caller, &action.upload_id).await?;
+    if upload.received != upload.size {
+        return Err(ApiError::bad_request(format!(
+            "Upload has {} of {} bytes; cannot commit",
+            upload.received, upload.size
+        )));
+    }
+    let part = staging::part_path(&app.config, &action.upload_id);
+    let now = app.clock.now_ms();
+    let staged = part.clone();
+    let size = upload.size as u64;
+    // Bytes past the recorded size (a chunk written before a crash) never reach the target.
+    let file = blocking(move || {
+        staging::trim(&file, size).map_err(ApiError::internal)?;
+        Ok(file)
+    })
+    .await?;
+    let committed = match upload.target {
+        FileUploadTarget::MemoryUploadTarget(target) => {
+            let state_dir = upload.state_dir.ok_or_else(|| ApiError::internal("memory upload without a state dir"))?;
+            let agent_id = target.agent_id.clone();
+            let committed = blocking(move || {
+                let path = MemoryPath::parse(&target.path)?;
+                memory_target::commit(&memory_target::root(&state_dir), &path, &staged)
+            })
+            .await;
+            if committed.is_ok() {
+                let owner = upload.owner_id.clone();
+                app.bus.account_change(owner, ChangeReason::AgentMemoryChanged, Some(&agent_id), None);
+            }
+            committed.map(|entry| CommitFileUploadResponse { attachment: None, entry: Some(entry) })
+        }
+        FileUploadTarget::SessionAttachmentUploadTarget(target) => {
+            let root = attachments::root(&app.config);
+            blocking(move || {
+                let dir = attachments::session_dir(&root, &target.session_id)?;
+                let name = attachments::normalize_name(&target.name);
+                attachments::store_staged(&dir, &target.session_id, &name, target.mime_type.as_deref(), &staged, now)
+            })
+            .await
+            .map(|attachment| CommitFileUploadResponse { attachment: Some(attachment), entry: None })
+        }
+    };
+    if committed.as_ref().is_err_and(|error| error.status().is_server_error()) {
+        return committed;
+    }
+    forget(app, &action.upload_id).await?;
+    blocking(move || {
+        staging::remove(&part);
+        drop(file);
+        Ok(())
+    })
+    .await?;
+    committed
+}
+
+/// `AbortFileUpload {uploadId}`: discards the staged bytes.
+pub async fn abort_file_upload(
+    app: &App,
+    caller: &Caller,
+    action: AbortFileUpload,
+) -> ApiResult<AbortFileUploadResponse> {
+    let (file, _) = locked(app, caller, &action.upload_id).await?;
+    forget(app, &action.upload_id).await?;
+    let part = staging::part_path(&app.config, &action.upload_id);
+    blocking(move || {
+        staging::remove(&part);
+        drop(file);
+        Ok(())
+    })
+    .await?;
+    Ok(AbortFileUploadResponse { upload_id: action.upload_id })
+}
+
+/// Locks the caller's upload and reads it, checking the caller still has access to its target:
+/// 404 `Upload not found` for a malformed, unknown, expired or another account's id.
+async fn locked(app: &App, caller: &Caller, upload_id: &str) -> ApiResult<(std::fs::File, Upload)> {
+    if upload_id.is_empty() {
+        return Err(ApiError::bad_request("Upload id is required"));
+    }
+    let not_found = || ApiError::not_found("Upload not found");
+    let canonical = uuid::Uuid::parse_str(upload_id).is_ok_and(|id| id.hyphenated().to_string() == upload_id);
+    if !canonical {
+        return Err(not_found());
+    }
+    let file = staging::open_locked(staging::part_path(&app.config, upload_id)).await.map_err(ApiError::internal)?;
+    let Some(file) = file else {
+        // A row without its staging file is left over from a commit interrupted after its
+        // rename: the file is at its target, so the upload is finished.
+        forget(app, upload_id).await?;
+        return Err(not_found());
+    };
+    let (id, account, cutoff) = (upload_id.to_owned(), caller.account_id.clone(), app.clock.now_ms() - TTL_MS);
+    let upload = app
+        .db
+        .read(move |conn| {
+            let row = conn
+                .prepare_cached(
+                    "SELECT target_cbor, size, received FROM uploads
+                     WHERE id = ?1 AND account_id = ?2 AND updated_at >= ?3",
+                )?
+                .query_row(params![id, account, cutoff], |row| {
+                    Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
+                })
+                .optional()?;
+            let (target, size, received) = row.ok_or_else(not_found)?;
+            let target: FileUploadTarget = wire::from_slice(&target).map_err(ApiError::internal)?;
+            let (state_dir, owner_id) = match &target {
+                FileUploadTarget::MemoryUploadTarget(memory) => {
+                    let (state_dir, owner_id) = memory_access(conn, &memory.agent_id, &account)?;
+                    (Some(state_dir), owner_id)
+                }
+                FileUploadTarget::SessionAttachmentUploadTarget(session) => {
+                    (None, access::require_session(conn, &session.session_id, &account, Need::Chat)?.owner_id)
+                }
+            };
+            Ok(Upload { target, size, received, state_dir, owner_id })
+        })
+        .await?;
+    Ok((file, upload))
+}
+
+/// The agent's state directory, when the account may write to it.
+fn memory_state_dir(conn: &Connection, agent_id: &str, account: &str) -> ApiResult<PathBuf> {
+    memory_access(conn, agent_id, account).map(|(state_dir, _)| state_dir)
+}
+
+/// The agent's state directory and owner, when the account may write to it.
+fn memory_access(conn: &Connection, agent_id: &str, account: &str) -> ApiResult<(PathBuf, String)> {
+    let access = access::require(conn, agent_id, account, Need::Write)?;
+    let state_dir: String = conn
+        .prepare_cached("SELECT state_dir FROM agents WHERE id = ?1")?
+        .query_row(params![access.agent_id], |row| row.get(0))?;
+    Ok((PathBuf::from(state_dir), access.owner_id))
+}
+
+/// Deletes an upload's row.
+async fn forget(app: &App, upload_id: &str) -> ApiResult<()> {
+    let id = upload_id.to_owned();
+    app.db
+        .write(move |conn| {
+            conn.prepare_cached("DELETE FROM uploads WHERE id = ?1")?.execute(params![id])?;
+            Ok(())
+        })
+        .await
+}
+
+#[cfg(test)]
+mod tests;
