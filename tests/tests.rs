@@ -12,4 +12,5 @@ mod memory;
 mod pagination;
 mod provider_models;
 mod uploads;
+mod verbs;
 mod versions;

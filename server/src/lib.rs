@@ -23,6 +23,7 @@ pub mod secrets;
 pub mod sessions;
 pub mod uploads;
 pub mod validate;
+pub mod verbs;
 
 pub use app::{App, RunningServer, StartError};
 pub use clock::Clock;

@@ -56,6 +56,7 @@ pub async fn dispatch(app: &App, caller: &Caller, name: &str, action: Ipld) -> A
         GetSession => sessions::get_session,
         UpdateSession => sessions::update_session,
         DeleteSession => sessions::delete_session,
+        InvokeSessionTool => crate::verbs::invoke_session_tool,
         ListAgentMemory => memory::list_agent_memory,
         ListAgentMemoryDir => memory::list_agent_memory_dir,
         ReadAgentMemoryFile => memory::read_agent_memory_file,

@@ -42,6 +42,7 @@ const RULES: &[(&str, &str, Want, &str)] = &[
     ("GetSession", "afterSeq", Want::OptionalNonNegative, "afterSeq must be a non-negative integer"),
     ("GetSession", "beforeSeq", Want::OptionalNonNegative, "beforeSeq must be a non-negative integer"),
     ("WriteAgentMemoryFile", "content", Want::TextOrBytes, "Memory file content must be a string or bytes"),
+    ("InvokeSessionTool", "verb", Want::OneOf(&["read", "write", "call"]), "verb must be read, write, or call"),
 ];
 
 /// Labels upstream uses for `<label> is required`.
@@ -118,6 +119,8 @@ mod tests {
         assert_eq!(message("WriteAgentMemoryFile", content), "Memory file content must be a string or bytes");
         assert!(check("WriteAgentMemoryFile", &map(&[("content", Ipld::Bytes(vec![1]))])).is_ok());
         assert!(check("ListAgents", &map(&[("anything", Ipld::Null)])).is_ok());
+        let verb = map(&[("verb", Ipld::String("delegate".into()))]);
+        assert_eq!(message("InvokeSessionTool", verb), "verb must be read, write, or call");
     }
 
     #[test]

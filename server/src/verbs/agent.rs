@@ -1,0 +1,141 @@
+//! `~/self`: what the agent may know about its own configuration, as far as this server keeps it
+//! (no triggers or callable tools exist here yet, so those lists are empty).
+
+use std::collections::BTreeMap;
+
+use rusqlite::{OptionalExtension, params};
+use seed_agents_protocol::Value;
+use seed_agents_protocol::generated::{AgentDefinitionSystemPrompt, AgentMemoryEntryType, ReasoningLevel};
+use serde::Serialize;
+
+use super::{Context, plural, record};
+use crate::agents;
+use crate::http::error::ApiResult;
+use crate::memory::download::blocking;
+use crate::memory::store;
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Provider {
+    Known { id: String, name: String, r#type: String },
+    Missing(String),
+}
+
+#[derive(Serialize)]
+struct Grants {
+    #[serde(rename = "callableTools")]
+    callable_tools: Vec<String>,
+    publish: bool,
+}
+
+#[derive(Serialize)]
+struct Memory {
+    #[serde(rename = "totalFiles")]
+    total_files: usize,
+    #[serde(rename = "topLevel")]
+    top_level: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct SelfSummary<'a> {
+    #[serde(rename = "agentId")]
+    agent_id: &'a str,
+    name: &'a str,
+    model: &'a str,
+    #[serde(rename = "modelProvider")]
+    model_provider: Provider,
+    #[serde(rename = "reasoningLevel", skip_serializing_if = "Option::is_none")]
+    reasoning_level: Option<ReasoningLevel>,
+    #[serde(rename = "systemPrompt")]
+    system_prompt: String,
+    grants: Grants,
+    #[serde(rename = "signingKeys", skip_serializing_if = "Vec::is_empty")]
+    signing_keys: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<&'a BTreeMap<String, Value>>,
+    triggers: Vec<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory: Option<Memory>,
+    #[serde(rename = "sessionCount")]
+    session_count: i64,
+    guidance: &'static str,
+}
+
+const GUIDANCE: &str = "Memory lives under ~/memory/: read and write it freely.\n\
+Read another conversation of this agent with thread:<id>.\n\
+The definition (name, model, system prompt, grants, signing keys) is edited by the user; the agent cannot change it.";
+
+pub(super) async fn read(context: &Context<'_>) -> ApiResult<Value> {
+    let definition = &context.definition;
+    let (owner, provider_id, agent_id) =
+        (context.owner_id.clone(), definition.model_provider.clone(), context.agent_id.clone());
+    let (provider, session_count) = context
+        .app
+        .db
+        .read(move |conn| {
+            let provider = conn
+                .prepare_cached("SELECT id, name, type FROM model_providers WHERE account_id = ?1 AND id = ?2")?
+                .query_row(params![owner, provider_id], |row| {
+                    Ok(Provider::Known { id: row.get(0)?, name: row.get(1)?, r#type: row.get(2)? })
+                })
+                .optional()?;
+            let sessions: i64 = conn
+                .prepare_cached("SELECT COUNT(*) FROM sessions WHERE agent_id = ?1")?
+                .query_row(params![agent_id], |row| row.get(0))?;
+            Ok((provider, sessions))
+        })
+        .await?;
+    let root = context.memory_root.clone();
+    // A memory that cannot be listed leaves the field out rather than failing the read.
+    let memory = blocking(move || store::list_all(&root)).await.ok().map(|(entries, _)| {
+        let files: Vec<&str> = entries
+            .iter()
+            .filter(|entry| entry.type_ == AgentMemoryEntryType::File)
+            .map(|entry| entry.path.as_str())
+            .collect();
+        let top_level = entries
+            .iter()
+            .filter(|entry| !entry.path.contains('/'))
+            .map(|entry| match entry.type_ {
+                AgentMemoryEntryType::Dir => {
+                    let prefix = format!("{}/", entry.path);
+                    let count = files.iter().filter(|file| file.starts_with(&prefix)).count();
+                    format!("{}/ ({count} files)", entry.path)
+                }
+                _ => entry.path.clone(),
+            })
+            .collect();
+        Memory { total_files: files.len(), top_level }
+    });
+    let system_prompt = match &definition.system_prompt {
+        AgentDefinitionSystemPrompt::String(text) => text.clone(),
+        AgentDefinitionSystemPrompt::Array(blocks) => agents::prompt::blocks_to_markdown(blocks),
+    };
+    let signing_keys = match (&definition.signing_keys, &definition.signing_key) {
+        (Some(keys), _) => keys.clone(),
+        (None, Some(key)) => vec![key.clone()],
+        (None, None) => Vec::new(),
+    };
+    let summary = format!(
+        "You are \"{}\" ({}) with 0 triggers and {}.",
+        definition.name,
+        definition.model,
+        plural(usize::try_from(session_count).unwrap_or(0), "conversation", "conversations")
+    );
+    let output = SelfSummary {
+        agent_id: &context.agent_id,
+        name: &definition.name,
+        model: &definition.model,
+        model_provider: provider.unwrap_or_else(|| Provider::Missing(definition.model_provider.clone())),
+        reasoning_level: definition.reasoning_level,
+        system_prompt,
+        grants: Grants { callable_tools: Vec::new(), publish: false },
+        signing_keys,
+        metadata: definition.metadata.as_ref(),
+        triggers: Vec::new(),
+        memory,
+        session_count,
+        guidance: GUIDANCE,
+    };
+    record(summary, &output)
+}

@@ -1,0 +1,68 @@
+//! `attachment:<id>`: one of the session's attachments; text is shown inline, anything else is
+//! described (a user verb has no model that could look at an image).
+
+use seed_agents_protocol::Value;
+use serde::Serialize;
+
+use super::{Context, MAX_RESULT_BYTES, record};
+use crate::attachments;
+use crate::http::error::ApiResult;
+use crate::memory::download::blocking;
+
+#[derive(Serialize)]
+struct Shown<'a> {
+    id: &'a str,
+    name: &'a str,
+    #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
+    mime_type: Option<&'a str>,
+    size: i64,
+    #[serde(rename = "shownAsImage")]
+    shown_as_image: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<String>,
+}
+
+/// Whether a MIME type is text a reader can take as is.
+fn is_text(mime_type: Option<&str>) -> bool {
+    let Some(mime_type) = mime_type else { return false };
+    let essence = mime_type.split(';').next().unwrap_or("").trim();
+    mime_type.starts_with("text/")
+        || ["application/json", "application/xml", "application/x-yaml", "application/javascript"].contains(&essence)
+}
+
+pub(super) async fn read(context: &Context<'_>, id: String) -> ApiResult<Value> {
+    let dir = attachments::session_dir(&attachments::root(&context.app.config), &context.session_id)?;
+    let (info, data) = blocking(move || attachments::read(&dir, &id)).await?;
+    let mime_type = info.mime_type.as_deref();
+    let mut shown =
+        Shown { id: &info.id, name: &info.name, mime_type, size: info.size, shown_as_image: false, content: None };
+    let summary = if is_text(mime_type) && data.len() <= MAX_RESULT_BYTES {
+        shown.content = Some(String::from_utf8_lossy(&data).into_owned());
+        format!("Read {} ({} bytes).", info.name, info.size)
+    } else {
+        let reason = match mime_type {
+            Some(mime) if mime.starts_with("image/") => "images are not shown inline here",
+            _ => "the content is not viewable inline",
+        };
+        format!(
+            "{} ({}, {} bytes); {reason}. Save it to memory with write ~/memory/<path> and options.fromAttachment.",
+            info.name,
+            mime_type.unwrap_or("unknown type"),
+            info.size
+        )
+    };
+    record(summary, &shown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_types_are_recognised() {
+        assert!(is_text(Some("text/plain")));
+        assert!(is_text(Some("application/json; charset=utf-8")));
+        assert!(!is_text(Some("image/png")));
+        assert!(!is_text(None));
+    }
+}

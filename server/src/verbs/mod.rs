@@ -1,0 +1,251 @@
+//! User verbs: `InvokeSessionTool` runs `read`, `write` or `call` as the user against a session's
+//! shared log, and appends the call and its result as durable events stamped `actor: user`.
+//!
+//! Pre-checks (the verb, writer access to the session's agent) fail the request; a failure while
+//! executing the verb is itself part of the log and comes back in the response's `error` with
+//! HTTP 200. Both events are appended in one write transaction after the verb ran, with gap-free
+//! per-session `seq`, and published only after that commit (DESIGN rule 5).
+//!
+//! [`address`] parses addresses; each noun has its file: [`memory`] (`~/memory/…`), [`agent`]
+//! (`~/self`), [`attachment`] (`attachment:<id>`), [`thread`] (`thread:<id>`).
+
+pub mod address;
+mod agent;
+mod attachment;
+mod memory;
+mod thread;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use axum::http::StatusCode;
+use ipld_core::ipld::Ipld;
+use rusqlite::{Connection, params};
+use seed_agents_protocol::generated::{
+    AgentDefinition, InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, SessionActor,
+    SessionEventPayload, ToolCallEvent, ToolCallEventType, ToolResultEvent, ToolResultEventType,
+};
+use seed_agents_protocol::{Value, wire};
+use serde::Serialize;
+
+use crate::access::{self, Need};
+use crate::agents;
+use crate::app::App;
+use crate::auth::Caller;
+use crate::bus::{ChangeReason, Event};
+use crate::http::error::{ApiError, ApiResult};
+use address::Address;
+
+/// The largest text a verb returns inline (upstream's tool-result bound): 256 KiB.
+pub const MAX_RESULT_BYTES: usize = 256 * 1024;
+
+/// What a verb runs against: the session, its agent, and who asked.
+pub(crate) struct Context<'a> {
+    app: &'a App,
+    session_id: String,
+    agent_id: String,
+    owner_id: String,
+    definition: AgentDefinition,
+    /// `<stateDir>/memory`.
+    memory_root: PathBuf,
+}
+
+impl Context<'_> {
+    /// Tells the owner's account the agent's memory changed (call after the change is on disk).
+    fn memory_changed(&self) {
+        self.app.bus.account_change(&self.owner_id, ChangeReason::AgentMemoryChanged, Some(&self.agent_id), None);
+    }
+}
+
+/// `InvokeSessionTool {sessionId, verb, input}` (writer on the session's agent).
+pub async fn invoke_session_tool(
+    app: &App,
+    caller: &Caller,
+    action: InvokeSessionTool,
+) -> ApiResult<InvokeSessionToolResponse> {
+    // The verb itself was checked while decoding (400 `verb must be read, write, or call`).
+    let context = open(app, caller, &action.session_id).await?;
+    // Upstream also refuses (409 `The agent is working in this thread right now; wait for its turn
+    // to finish`) while the session has a live run. Runs do not exist in this server yet (no runs
+    // table): add that check here, before executing, when they do.
+    let outcome = match action.verb {
+        InvokeSessionToolVerb::Read => read(&context, &action.input).await,
+        InvokeSessionToolVerb::Write => write(&context, &action.input).await,
+        InvokeSessionToolVerb::Call => call(&action.input),
+    };
+    let (output, error) = match outcome {
+        Ok(output) => (Some(output), None),
+        // Our own fault is not the user's failed attempt: answer 500, append nothing.
+        Err(error) if error.status() == StatusCode::INTERNAL_SERVER_ERROR => return Err(error),
+        Err(error) => (None, Some(error.message().to_owned())),
+    };
+    let verb = action.verb.to_string();
+    let tool_call_id = format!("user-{}", uuid::Uuid::now_v7());
+    let call_event = SessionEventPayload::ToolCallEvent(ToolCallEvent {
+        actor: Some(SessionActor::User),
+        id: tool_call_id.clone(),
+        input: action.input,
+        meta: None,
+        name: verb.clone(),
+        type_: ToolCallEventType::ToolCall,
+    });
+    let result_event = SessionEventPayload::ToolResultEvent(ToolResultEvent {
+        actor: Some(SessionActor::User),
+        error: error.clone(),
+        meta: None,
+        name: verb,
+        output: output.clone(),
+        tool_call_id,
+        type_: ToolResultEventType::ToolResult,
+    });
+    let (account, session_id, now) = (caller.account_id.clone(), action.session_id.clone(), app.clock.now_ms());
+    let (result_event_id, agent_id, owner_id) = app
+        .db
+        .write(move |conn| {
+            // Re-checked on the writer: the session may have gone since the verb started.
+            let access = access::require_session(conn, &session_id, &account, Need::Write)?;
+            append_event(conn, &session_id, &call_event, now)?;
+            let result_event_id = append_event(conn, &session_id, &result_event, now)?;
+            conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
+                .execute(params![session_id, now])?;
+            Ok((result_event_id, access.agent_id, access.owner_id))
+        })
+        .await?;
+    let session_id = action.session_id;
+    app.bus.publish(Event::SessionChanged { session_id: session_id.clone(), agent_id: agent_id.clone() });
+    for _ in 0..2 {
+        // One `session-event` per appended event, as every append announces itself.
+        app.bus.account_change(&owner_id, ChangeReason::SessionEvent, Some(&agent_id), Some(&session_id));
+    }
+    Ok(InvokeSessionToolResponse { error, output, result_event_id, session_id })
+}
+
+/// Checks writer access and loads what the verbs need.
+async fn open<'a>(app: &'a App, caller: &Caller, session_id: &str) -> ApiResult<Context<'a>> {
+    let (account, session) = (caller.account_id.clone(), session_id.to_owned());
+    let (access, agent) = app
+        .db
+        .read(move |conn| {
+            let access = access::require_session(conn, &session, &account, Need::Write)?;
+            let agent = agents::load_info(conn, &access.agent_id, access.role)?;
+            Ok((access, agent))
+        })
+        .await?;
+    Ok(Context {
+        app,
+        session_id: session_id.to_owned(),
+        agent_id: access.agent_id,
+        owner_id: access.owner_id,
+        memory_root: PathBuf::from(&agent.state_dir).join(crate::memory::path::MEMORY_DIR),
+        definition: agent.definition,
+    })
+}
+
+/// Appends one event with the next `seq` (inside the caller's write transaction, so no gap and
+/// no duplicate); returns its id.
+fn append_event(conn: &Connection, session_id: &str, event: &SessionEventPayload, now: i64) -> ApiResult<String> {
+    let seq: i64 = conn
+        .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_id = ?1")?
+        .query_row(params![session_id], |row| row.get(0))?;
+    let id = uuid::Uuid::now_v7().to_string();
+    let bytes = wire::to_vec(event).map_err(ApiError::internal)?;
+    conn.prepare_cached(
+        "INSERT INTO session_events (id, session_id, seq, event_cbor, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![id, session_id, seq, bytes, now])?;
+    Ok(id)
+}
+
+/// The verb's input fields (a non-map input reads as empty, as upstream treats it).
+struct Input<'a> {
+    fields: Option<&'a BTreeMap<String, Ipld>>,
+}
+
+impl<'a> Input<'a> {
+    fn new(input: &'a Value) -> Self {
+        match input.as_ipld() {
+            Ipld::Map(fields) => Self { fields: Some(fields) },
+            _ => Self { fields: None },
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&'a Ipld> {
+        self.fields.and_then(|fields| fields.get(key))
+    }
+
+    /// A string field, trimmed; `None` when absent, not a string, or blank.
+    fn text(&self, key: &str) -> Option<&'a str> {
+        match self.get(key) {
+            Some(Ipld::String(text)) => Some(text.trim()).filter(|text| !text.is_empty()),
+            _ => None,
+        }
+    }
+
+    /// `options` when it is a map.
+    fn options(&self) -> Option<&'a BTreeMap<String, Ipld>> {
+        match self.get("options") {
+            Some(Ipld::Map(options)) => Some(options),
+            _ => None,
+        }
+    }
+}
+
+async fn read(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
+    let input = Input::new(input);
+    let raw = input.text("address").ok_or_else(|| ApiError::bad_request("read requires an address"))?;
+    match Address::parse(raw) {
+        Address::Memory(path) => memory::read(context, path).await,
+        Address::SelfSummary => agent::read(context).await,
+        Address::Attachment(id) => attachment::read(context, id).await,
+        Address::Thread(Some(id)) => thread::read(context, id).await,
+        Address::Thread(None) => Err(not_yet("The thread: listing is")),
+        Address::Unsupported(label) => Err(not_yet(&format!("{label} addresses are"))),
+        Address::Unrecognized => Err(ApiError::bad_request(format!(
+            "Unrecognized address: {raw}. Supported here: ~/memory/…, ~/self, attachment:<id>, thread:<id>."
+        ))),
+    }
+}
+
+async fn write(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
+    let fields = Input::new(input);
+    let raw = fields.text("address").ok_or_else(|| ApiError::bad_request("write requires an address"))?;
+    match Address::parse(raw) {
+        Address::Memory(path) => memory::write(context, path, &fields).await,
+        Address::Unsupported(label @ ("~/tools" | "~/triggers" | "hm://" | "ipfs://")) => {
+            Err(not_yet(&format!("Writing {label} addresses is")))
+        }
+        _ => Err(ApiError::bad_request(format!("Unrecognized write address: {raw}. Supported here: ~/memory/…."))),
+    }
+}
+
+/// `call`: no callable tools exist on this server yet. A user can never reach delegation.
+fn call(input: &Value) -> ApiResult<Value> {
+    let input = Input::new(input);
+    Err(match input.text("tool") {
+        Some("delegate") => ApiError::bad_request("Delegation is a conversational ask; message the agent instead"),
+        Some(tool) => ApiError::bad_request(format!(
+            "No callable tool named {tool}: there are no callable tools on this server yet"
+        )),
+        None => ApiError::bad_request("call requires a tool name; there are no callable tools on this server yet"),
+    })
+}
+
+/// An address form upstream serves and this server does not yet (an execution failure: 400).
+fn not_yet(what: &str) -> ApiError {
+    ApiError::bad_request(format!("{what} not supported by this server yet"))
+}
+
+/// A verb's output record: `data`'s fields (it must serialize as a map) plus `summary`.
+fn record(summary: String, data: &impl Serialize) -> ApiResult<Value> {
+    let mut fields = match wire::to_ipld(data).map_err(ApiError::internal)? {
+        Ipld::Map(fields) => fields,
+        other => return Err(ApiError::internal(format!("a verb output is not a map: {other:?}"))),
+    };
+    fields.insert("summary".to_owned(), Ipld::String(summary));
+    Ok(Value(Ipld::Map(fields)))
+}
+
+/// `n thing` or `n things`.
+fn plural(count: usize, one: &str, many: &str) -> String {
+    format!("{count} {}", if count == 1 { one } else { many })
+}

@@ -1,0 +1,236 @@
+//! `InvokeSessionTool`: user verbs over memory, `~/self`, attachments and threads, the errors that
+//! come back in `error` versus those that fail the request, and the durable events each call
+//! appends (read back through `GetSession`).
+
+use ipld_core::ipld::Ipld;
+use seed_agents_protocol::generated::{
+    AcceptAgentInvite, AgentCollaboratorRole, CreateSession, GetSession, InviteAgentCollaborator, InvokeSessionTool,
+    InvokeSessionToolResponse, InvokeSessionToolVerb, ReadAgentMemoryFile, SessionActor, SessionEventPayload,
+    UploadSessionAttachment,
+};
+use seed_agents_protocol::{Bytes, Value};
+use seed_agents_server::bus::{ChangeReason, Event};
+
+use crate::support::{TestServer, User, action_map, api_error, error_body, now_ms};
+
+fn map(fields: &[(&str, Ipld)]) -> Value {
+    Value(Ipld::Map(fields.iter().map(|(key, value)| ((*key).to_owned(), value.clone())).collect()))
+}
+
+fn text(value: &str) -> Ipld {
+    Ipld::String(value.to_owned())
+}
+
+fn invoke(session_id: &str, verb: InvokeSessionToolVerb, input: Value) -> InvokeSessionTool {
+    InvokeSessionTool { input, session_id: session_id.into(), verb }
+}
+
+fn read(session_id: &str, address: &str) -> InvokeSessionTool {
+    invoke(session_id, InvokeSessionToolVerb::Read, map(&[("address", text(address))]))
+}
+
+fn write(session_id: &str, address: &str, content: &str) -> InvokeSessionTool {
+    invoke(session_id, InvokeSessionToolVerb::Write, map(&[("address", text(address)), ("content", text(content))]))
+}
+
+/// A field of the response's output map.
+fn field<'a>(response: &'a InvokeSessionToolResponse, key: &str) -> &'a Ipld {
+    let Some(Ipld::Map(fields)) = response.output.as_ref().map(Value::as_ipld) else {
+        panic!("no output map: {response:?}")
+    };
+    fields.get(key).unwrap_or_else(|| panic!("no {key} in {fields:?}"))
+}
+
+fn field_text<'a>(response: &'a InvokeSessionToolResponse, key: &str) -> &'a str {
+    match field(response, key) {
+        Ipld::String(text) => text,
+        other => panic!("{key} is not a string: {other:?}"),
+    }
+}
+
+async fn session(user: &User, agent_id: &str, title: &str) -> String {
+    let create = CreateSession {
+        agent_id: agent_id.into(),
+        client_request_id: None,
+        model_override: None,
+        thoroughness: None,
+        title: Some(title.into()),
+    };
+    user.call(create).await.unwrap().session_id
+}
+
+async fn member(server: &TestServer, owner: &User, agent_id: &str, role: AgentCollaboratorRole) -> User {
+    let user = server.user();
+    let invite = InviteAgentCollaborator { agent_id: agent_id.into(), account_id: user.id.clone(), role };
+    owner.call(invite).await.unwrap();
+    user.call(AcceptAgentInvite { agent_id: agent_id.into() }).await.unwrap();
+    user
+}
+
+#[tokio::test]
+async fn memory_is_written_and_read_through_verbs() {
+    let server = TestServer::start().await;
+    let owner = server.user();
+    let agent = owner.create_agent("Verbs").await;
+    let session_id = session(&owner, &agent, "Work").await;
+    let app = server.server.as_ref().unwrap().app().clone();
+    let mut bus = app.bus.subscribe();
+
+    let written = owner.call(write(&session_id, "~/memory/notes/todo.md", "- ship\n")).await.unwrap();
+    assert_eq!(written.error, None);
+    assert_eq!(written.session_id, session_id);
+    assert_eq!(field_text(&written, "summary"), "Wrote notes/todo.md (7 bytes).");
+    assert_eq!(field_text(&written, "path"), "notes/todo.md");
+    let memory_event = bus.recv().await.unwrap();
+    assert_eq!(
+        *memory_event,
+        Event::AccountChange {
+            account_id: owner.id.clone(),
+            reason: ChangeReason::AgentMemoryChanged,
+            agent_id: Some(agent.clone()),
+            session_id: None,
+        }
+    );
+    let mut reasons = Vec::new();
+    for _ in 0..3 {
+        reasons.push((*bus.recv().await.unwrap()).clone());
+    }
+    assert!(reasons.contains(&Event::SessionChanged { session_id: session_id.clone(), agent_id: agent.clone() }));
+    assert!(reasons.iter().any(|event| matches!(event,
+        Event::AccountChange { reason: ChangeReason::SessionEvent, session_id: Some(id), .. } if *id == session_id)));
+
+    let file = owner.call(ReadAgentMemoryFile { agent_id: agent.clone(), path: "notes/todo.md".into() }).await.unwrap();
+    assert_eq!(file.file.content.as_deref(), Some("- ship\n"));
+
+    let read_back = owner.call(read(&session_id, "~/memory/notes/todo.md")).await.unwrap();
+    assert_eq!(field_text(&read_back, "content"), "- ship\n");
+    assert_eq!(field_text(&read_back, "summary"), "Read notes/todo.md (7 bytes).");
+    let listing = owner.call(read(&session_id, "~/memory/")).await.unwrap();
+    assert_eq!(
+        field_text(&listing, "summary"),
+        "Memory root holds 0 files (0 bytes) and 1 directory (read a directory address to look inside)."
+    );
+    let dir = owner.call(read(&session_id, "~/memory/notes")).await.unwrap();
+    assert_eq!(field_text(&dir, "path"), "notes", "a directory read without a slash lists it");
+    let Ipld::List(entries) = field(&dir, "entries") else { panic!("entries") };
+    assert_eq!(entries.len(), 1);
+
+    let missing = owner.call(read(&session_id, "~/memory/nope.md")).await.unwrap();
+    assert_eq!(missing.error.as_deref(), Some("Memory file not found: nope.md"));
+    let escape = owner.call(write(&session_id, "~/memory/../x", "x")).await.unwrap();
+    assert_eq!(escape.error.as_deref(), Some("Memory path cannot contain \"..\""));
+}
+
+#[tokio::test]
+async fn self_attachment_and_thread_addresses() {
+    let server = TestServer::start().await;
+    let owner = server.user();
+    let agent = owner.create_agent("Selfie").await;
+    let session_id = session(&owner, &agent, "Main").await;
+    let other = session(&owner, &agent, "Elsewhere").await;
+
+    let me = owner.call(read(&session_id, "~/self")).await.unwrap();
+    assert_eq!(me.error, None);
+    assert!(field_text(&me, "summary").starts_with("You are \"Selfie\""), "{me:?}");
+    assert_eq!(field_text(&me, "agentId"), agent);
+    assert_eq!(field(&me, "sessionCount"), &Ipld::Integer(2));
+    let refused = owner.call(write(&session_id, "~/self", "x")).await.unwrap();
+    assert!(refused.error.as_deref().unwrap().starts_with("Unrecognized write address: ~/self"), "{refused:?}");
+    assert_eq!(refused.output, None);
+
+    let upload = UploadSessionAttachment {
+        session_id: session_id.clone(),
+        name: "notes.txt".into(),
+        mime_type: None,
+        content: Bytes(b"attached words".to_vec()),
+    };
+    let attachment = owner.call(upload).await.unwrap().attachment;
+    let shown = owner.call(read(&session_id, &format!("attachment:{}", attachment.id))).await.unwrap();
+    assert_eq!(field_text(&shown, "content"), "attached words");
+    assert_eq!(field_text(&shown, "name"), "notes.txt");
+    let absent = owner.call(read(&other, &format!("attachment:{}", attachment.id))).await.unwrap();
+    assert!(absent.error.is_some(), "attachments are private to their session: {absent:?}");
+
+    owner.call(read(&other, "~/self")).await.unwrap();
+    let thread = owner.call(read(&session_id, &format!("thread:{other}"))).await.unwrap();
+    assert_eq!(field_text(&thread, "summary"), "Thread \"Elsewhere\": 4 recent events.");
+    assert_eq!(field_text(&thread, "markdown"), ["→ tool call read", "← tool result read"].repeat(2).join("\n\n"));
+    let unknown = owner.call(read(&session_id, "thread:not-a-session")).await.unwrap();
+    assert_eq!(unknown.error.as_deref(), Some("No thread not-a-session"));
+    let foreign_agent = owner.create_agent("Other").await;
+    let foreign = session(&owner, &foreign_agent, "Foreign").await;
+    let hidden = owner.call(read(&session_id, &format!("thread:{foreign}"))).await.unwrap();
+    assert_eq!(hidden.error, Some(format!("No thread {foreign}")), "only the same agent's threads");
+}
+
+#[tokio::test]
+async fn execution_errors_come_back_in_error_and_pre_checks_fail() {
+    let server = TestServer::start().await;
+    let owner = server.user();
+    let agent = owner.create_agent("Errors").await;
+    let session_id = session(&owner, &agent, "E").await;
+
+    let unknown = owner.call(read(&session_id, "gopher://x")).await.unwrap();
+    assert!(unknown.error.as_deref().unwrap().starts_with("Unrecognized address: gopher://x"), "{unknown:?}");
+    let no_address = owner.call(invoke(&session_id, InvokeSessionToolVerb::Read, map(&[]))).await.unwrap();
+    assert_eq!(no_address.error.as_deref(), Some("read requires an address"));
+    let call = invoke(&session_id, InvokeSessionToolVerb::Call, map(&[("tool", text("search"))]));
+    let called = owner.call(call).await.unwrap();
+    assert!(called.error.as_deref().unwrap().contains("no callable tools on this server yet"), "{called:?}");
+    let delegate = invoke(&session_id, InvokeSessionToolVerb::Call, map(&[("tool", text("delegate"))]));
+    let delegated = owner.call(delegate).await.unwrap();
+    assert_eq!(delegated.error.as_deref(), Some("Delegation is a conversational ask; message the agent instead"));
+
+    for verb in ["delegate", "plan", "execute"] {
+        let action = action_map(
+            "InvokeSessionTool",
+            &[("sessionId", text(&session_id)), ("verb", text(verb)), ("input", Ipld::Map(Default::default()))],
+        );
+        let bytes = owner.sign_map(action, now_ms(), Some(3)).await;
+        let (status, _, body) = server.post_raw("application/cbor", bytes).await;
+        assert_eq!((status, error_body(&body).0.as_str()), (400, "verb must be read, write, or call"), "{verb}");
+    }
+
+    let reader = member(&server, &owner, &agent, AgentCollaboratorRole::Reader).await;
+    assert_eq!(api_error(reader.call(read(&session_id, "~/self")).await), (403, "Write access is required".into()));
+    let stranger = server.user();
+    assert_eq!(api_error(stranger.call(read(&session_id, "~/self")).await), (404, "Session not found".into()));
+    let writer = member(&server, &owner, &agent, AgentCollaboratorRole::Writer).await;
+    assert_eq!(writer.call(read(&session_id, "~/self")).await.unwrap().error, None);
+
+    // Four successful invocations above appended two events each; the refused ones appended none.
+    let events = owner.call(GetSession { session_id, after_seq: None, before_seq: None, limit: None }).await.unwrap();
+    assert_eq!(events.events.iter().map(|event| event.seq).collect::<Vec<_>>(), (1..=10).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn each_invocation_appends_a_call_and_its_result() {
+    let server = TestServer::start().await;
+    let owner = server.user();
+    let agent = owner.create_agent("Log").await;
+    let session_id = session(&owner, &agent, "L").await;
+
+    let first = owner.call(write(&session_id, "~/memory/a.txt", "one")).await.unwrap();
+    let second = owner.call(read(&session_id, "~/memory/missing")).await.unwrap();
+    assert!(second.error.is_some());
+    let get = |after_seq| GetSession { session_id: session_id.clone(), after_seq, before_seq: None, limit: None };
+    let all = owner.call(get(None)).await.unwrap().events;
+    assert_eq!(all.iter().map(|event| event.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+    assert_eq!(all[1].id, first.result_event_id);
+    assert_eq!(all[3].id, second.result_event_id);
+    let SessionEventPayload::ToolCallEvent(call) = &all[0].event else { panic!("tool_call: {:?}", all[0].event) };
+    assert_eq!((call.name.as_str(), call.actor), ("write", Some(SessionActor::User)));
+    assert!(call.id.starts_with("user-"));
+    assert_eq!(call.input, map(&[("address", text("~/memory/a.txt")), ("content", text("one"))]));
+    let SessionEventPayload::ToolResultEvent(result) = &all[1].event else { panic!("tool_result") };
+    assert_eq!((result.tool_call_id.as_str(), result.actor), (call.id.as_str(), Some(SessionActor::User)));
+    assert_eq!(result.output, first.output);
+    assert_eq!(result.error, None);
+    let SessionEventPayload::ToolResultEvent(failed) = &all[3].event else { panic!("tool_result") };
+    assert_eq!((failed.error.clone(), failed.output.clone()), (second.error.clone(), None));
+    assert_eq!(failed.name, "read");
+
+    let tail = owner.call(get(Some(2))).await.unwrap().events;
+    assert_eq!(tail.iter().map(|event| event.seq).collect::<Vec<_>>(), vec![3, 4]);
+    assert_eq!(tail[1].id, second.result_event_id);
+}
