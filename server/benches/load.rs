@@ -57,14 +57,17 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "../tests/common/fixtures.rs"]
+mod fixtures;
+
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
+use fixtures::{definition, provider_config};
 use seed_agents_protocol::envelope::{KeyCache, SignedEnvelope, TIMESTAMP_WINDOW_MS};
 use seed_agents_protocol::generated::{
-    AgentDefinition, AgentDefinitionSystemPrompt, CreateAgent, CreateSession, GetSession, ListAgents,
-    ListAgentsResponse, ModelProviderConfig, SetModelProvider,
+    CreateAgent, CreateSession, GetSession, ListAgents, ListAgentsResponse, SetModelProvider,
 };
 use seed_agents_protocol::{Action, AgentAction, AgentResponse, Ed25519Signer, Response, wire};
 use seed_agents_sdk::Client;
@@ -259,39 +262,15 @@ async fn create_accounts(http: &reqwest::Client, server: &Server, count: usize) 
         let client =
             Client::builder(&format!("http://{}", server.addr), signer).http_client(http.clone()).build().unwrap();
         client.call(SetModelProvider { name: "main".into(), provider: provider_config() }).await.unwrap();
-        let agent_id =
-            client.call(CreateAgent { client_request_id: None, definition: definition() }).await.unwrap().agent_id;
+        let agent_id = client
+            .call(CreateAgent { client_request_id: None, definition: definition("Load bench") })
+            .await
+            .unwrap()
+            .agent_id;
         let session_id = client.call(create_session(&agent_id)).await.unwrap().session_id;
         accounts.push(Account { client, agent_id, session_id });
     }
     accounts
-}
-
-fn provider_config() -> ModelProviderConfig {
-    ModelProviderConfig {
-        auth_mode: None,
-        base_url: None,
-        model_defaults: None,
-        secret_refs: Some([("apiKey".to_owned(), "openai-key".to_owned())].into()),
-        type_: "openai".into(),
-    }
-}
-
-fn definition() -> AgentDefinition {
-    AgentDefinition {
-        enabled_models: None,
-        mcp_servers: None,
-        metadata: None,
-        model: "gpt-4.1".into(),
-        model_provider: "main".into(),
-        name: "Load".into(),
-        reasoning_level: None,
-        signing_key: None,
-        signing_keys: None,
-        system_prompt: AgentDefinitionSystemPrompt::String("You are helpful.".into()),
-        thoroughness: None,
-        tools: None,
-    }
 }
 
 fn create_session(agent_id: &str) -> CreateSession {

@@ -19,10 +19,14 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../tests/common/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{definition, provider_config};
 use seed_agents_protocol::Bytes;
 use seed_agents_protocol::generated::{
-    AgentDefinition, AgentDefinitionSystemPrompt, AppendFileUploadChunk, BeginFileUpload, CommitFileUpload,
-    CreateAgent, FileUploadTarget, MemoryUploadTarget, ModelProviderConfig, SetModelProvider,
+    AppendFileUploadChunk, BeginFileUpload, CommitFileUpload, CreateAgent, FileUploadTarget, MemoryUploadTarget,
+    SetModelProvider,
 };
 use seed_agents_sdk::{Client, Ed25519Signer};
 
@@ -65,8 +69,11 @@ fn main() {
 async fn upload(server: &ServerProcess, addr: SocketAddr, mib: usize) -> (f64, (f64, f64)) {
     let client = Client::builder(&format!("http://{addr}"), Ed25519Signer::generate().unwrap()).build().unwrap();
     client.call(SetModelProvider { name: "main".into(), provider: provider_config() }).await.unwrap();
-    let agent_id =
-        client.call(CreateAgent { client_request_id: None, definition: definition() }).await.unwrap().agent_id;
+    let agent_id = client
+        .call(CreateAgent { client_request_id: None, definition: definition("Upload bench") })
+        .await
+        .unwrap()
+        .agent_id;
     let size = mib * 1024 * 1024;
     let target = FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget { agent_id, path: "bench/blob.bin".into() });
     let before = memory(server.child.id());
@@ -164,32 +171,5 @@ impl Drop for ServerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-fn provider_config() -> ModelProviderConfig {
-    ModelProviderConfig {
-        auth_mode: None,
-        base_url: None,
-        model_defaults: None,
-        secret_refs: Some([("apiKey".to_owned(), "openai-key".to_owned())].into()),
-        type_: "openai".into(),
-    }
-}
-
-fn definition() -> AgentDefinition {
-    AgentDefinition {
-        enabled_models: None,
-        mcp_servers: None,
-        metadata: None,
-        model: "gpt-4.1".into(),
-        model_provider: "main".into(),
-        name: "Upload bench".into(),
-        reasoning_level: None,
-        signing_key: None,
-        signing_keys: None,
-        system_prompt: AgentDefinitionSystemPrompt::String("You are helpful.".into()),
-        thoroughness: None,
-        tools: None,
     }
 }

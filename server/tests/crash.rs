@@ -27,11 +27,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+#[path = "common/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{definition, provider_config};
 use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OpenFlags};
 use seed_agents_protocol::generated::{
-    AgentDefinition, AgentDefinitionSystemPrompt, CreateAgent, CreateSession, CreateSessionResponse, GetSession,
-    ListSessions, ModelProviderConfig, SetModelProvider,
+    CreateAgent, CreateSession, CreateSessionResponse, GetSession, ListSessions, SetModelProvider,
 };
 use seed_agents_protocol::{AgentResponse, Ed25519Signer, Response as _, Signer as _, wire};
 use seed_agents_sdk::{Client, Error};
@@ -174,33 +177,6 @@ impl Drop for ServerProcess {
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
-}
-
-fn provider_config() -> ModelProviderConfig {
-    ModelProviderConfig {
-        auth_mode: None,
-        base_url: None,
-        model_defaults: None,
-        secret_refs: Some([("apiKey".to_owned(), "openai-key".to_owned())].into()),
-        type_: "openai".into(),
-    }
-}
-
-fn definition(name: &str) -> AgentDefinition {
-    AgentDefinition {
-        enabled_models: None,
-        mcp_servers: None,
-        metadata: None,
-        model: "gpt-4.1".into(),
-        model_provider: "main".into(),
-        name: name.into(),
-        reasoning_level: None,
-        signing_key: None,
-        signing_keys: None,
-        system_prompt: AgentDefinitionSystemPrompt::String("You are helpful.".into()),
-        thoroughness: None,
-        tools: None,
-    }
 }
 
 fn create(agent_id: &str, request_id: &str, title: &str) -> CreateSession {

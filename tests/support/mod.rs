@@ -1,13 +1,14 @@
 //! Test support: a real server on an ephemeral loopback port with a temporary data directory,
 //! users with their own keys and SDK clients, and raw HTTP for what the SDK would never send.
 
+#[path = "../../server/tests/common/fixtures.rs"]
+mod fixtures;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ipld_core::ipld::Ipld;
-use seed_agents_protocol::generated::{
-    AgentDefinition, AgentDefinitionSystemPrompt, CreateAgent, ModelProviderConfig, SetModelProvider,
-};
+use seed_agents_protocol::generated::{CreateAgent, SetModelProvider};
 use seed_agents_protocol::{Action, AgentResponse, Ed25519Signer, Principal, Signer, UnsignedEnvelope, wire};
 use seed_agents_sdk::{Client, Error};
 use seed_agents_server::{Clock, Config, RunningServer};
@@ -125,32 +126,7 @@ impl User {
     }
 }
 
-pub fn provider_config() -> ModelProviderConfig {
-    ModelProviderConfig {
-        auth_mode: None,
-        base_url: None,
-        model_defaults: None,
-        secret_refs: Some([("apiKey".to_owned(), "openai-key".to_owned())].into()),
-        type_: "openai".into(),
-    }
-}
-
-pub fn definition(name: &str) -> AgentDefinition {
-    AgentDefinition {
-        enabled_models: None,
-        mcp_servers: None,
-        metadata: None,
-        model: "gpt-4.1".into(),
-        model_provider: "main".into(),
-        name: name.into(),
-        reasoning_level: None,
-        signing_key: None,
-        signing_keys: None,
-        system_prompt: AgentDefinitionSystemPrompt::String("You are helpful.".into()),
-        thoroughness: None,
-        tools: None,
-    }
-}
+pub use fixtures::{definition, provider_config};
 
 /// The status and message of an API error (panics on anything else).
 pub fn api_error<T: std::fmt::Debug>(result: Result<T, Error>) -> (u16, String) {

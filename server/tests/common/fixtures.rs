@@ -1,0 +1,36 @@
+//! Fixed inputs shared by the server's process-level tests, its benchmarks and the workspace's
+//! integration tests (included with `#[path]`; each user compiles its own copy).
+
+#![allow(dead_code)] // not every includer uses every fixture
+
+use seed_agents_protocol::generated::{AgentDefinition, AgentDefinitionSystemPrompt, ModelProviderConfig};
+
+/// An OpenAI provider referring to the secret `openai-key` (which need not exist: nothing here
+/// calls the vendor).
+pub fn provider_config() -> ModelProviderConfig {
+    ModelProviderConfig {
+        auth_mode: None,
+        base_url: None,
+        model_defaults: None,
+        secret_refs: Some([("apiKey".to_owned(), "openai-key".to_owned())].into()),
+        type_: "openai".into(),
+    }
+}
+
+/// An agent named `name` on the provider `main`.
+pub fn definition(name: &str) -> AgentDefinition {
+    AgentDefinition {
+        enabled_models: None,
+        mcp_servers: None,
+        metadata: None,
+        model: "gpt-4.1".into(),
+        model_provider: "main".into(),
+        name: name.into(),
+        reasoning_level: None,
+        signing_key: None,
+        signing_keys: None,
+        system_prompt: AgentDefinitionSystemPrompt::String("You are helpful.".into()),
+        thoroughness: None,
+        tools: None,
+    }
+}
