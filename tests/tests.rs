@@ -8,6 +8,7 @@ mod support;
 mod authorization;
 mod envelope;
 mod features;
+mod identities;
 mod memory;
 mod pagination;
 mod provider_models;

@@ -37,10 +37,27 @@ pub struct Config {
     #[arg(long, env = "SEED_AGENTS_ALLOW_PRIVATE_NETWORK")]
     pub allow_private_network: bool,
 
+    /// Origin of the Hypermedia server the server publishes to (signing identity profiles):
+    /// an http(s) URL, one trailing `/` dropped.
+    #[arg(long, env = "SEED_AGENTS_HM_SERVER_URL", default_value = DEFAULT_HM_SERVER_URL, value_parser = parse_hm_server_url)]
+    pub hm_server_url: String,
+
     /// The oldest client protocol answered (not a flag: the build's `MIN_CLIENT_PROTOCOL`; tests
     /// raise it to exercise the 426 answer).
     #[arg(skip = MIN_CLIENT_PROTOCOL)]
     pub min_client_protocol: u32,
+}
+
+/// Default Hypermedia server.
+pub const DEFAULT_HM_SERVER_URL: &str = "https://hyper.media";
+
+/// Checks a Hypermedia server URL is http(s) and drops one trailing `/`.
+pub fn parse_hm_server_url(value: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(value).map_err(|error| format!("invalid URL: {error}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err("the Hypermedia server URL must be http(s)".to_owned());
+    }
+    Ok(value.strip_suffix('/').unwrap_or(value).to_owned())
 }
 
 /// Default bound on one request body: 1 GiB.
@@ -64,6 +81,7 @@ impl Config {
             log_format: LogFormat::Text,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             allow_private_network: false,
+            hm_server_url: DEFAULT_HM_SERVER_URL.to_owned(),
             min_client_protocol: MIN_CLIENT_PROTOCOL,
         }
     }
@@ -76,5 +94,29 @@ impl Config {
     /// Where agents' state directories live.
     pub fn agents_dir(&self) -> PathBuf {
         self.data_dir.join("agents")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hm_server_url_is_checked_and_normalised() {
+        let parse =
+            |args: &[&str]| Config::try_parse_from(std::iter::once("seed-agents-server").chain(args.iter().copied()));
+        assert_eq!(parse(&[]).unwrap().hm_server_url, DEFAULT_HM_SERVER_URL);
+        assert_eq!(
+            parse(&["--hm-server-url", "http://127.0.0.1:58004/"]).unwrap().hm_server_url,
+            "http://127.0.0.1:58004"
+        );
+        assert_eq!(
+            parse(&["--hm-server-url", "https://hm.example/base"]).unwrap().hm_server_url,
+            "https://hm.example/base"
+        );
+        for bad in ["ftp://hm.example", "not a url", "file:///tmp/x"] {
+            assert!(parse(&["--hm-server-url", bad]).is_err(), "{bad}");
+        }
+        assert_eq!(Config::new("d", "127.0.0.1:0".parse().unwrap()).hm_server_url, DEFAULT_HM_SERVER_URL);
     }
 }

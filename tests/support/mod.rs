@@ -3,6 +3,7 @@
 
 #[path = "../../server/tests/common/fixtures.rs"]
 mod fixtures;
+pub mod hm;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

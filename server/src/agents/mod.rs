@@ -3,6 +3,7 @@
 //! Agent rows live under the owner's account; collaborators act on them through [`access`].
 //! The definition is stored normalised ([`definition`]): the system prompt as Seed blocks.
 
+pub mod default_trigger;
 pub mod definition;
 pub mod prompt;
 
@@ -164,9 +165,14 @@ pub async fn create_agent(app: &App, caller: &Caller, action: CreateAgent) -> Ap
                 // A time-ordered UUID (v7): inserts append to the primary key's index instead of
                 // touching a random page each.
                 let id = uuid::Uuid::now_v7().to_string();
+                // Built before any write; never fails the create (best effort).
+                let trigger = default_trigger::build_or_skip(conn, &account, &id, &definition);
                 let state_dir = agents_dir.join(&id);
                 std::fs::create_dir_all(&state_dir).map_err(ApiError::internal)?;
                 insert_agent(conn, &id, &account, &definition, &state_dir, now)?;
+                if let Some(trigger) = &trigger {
+                    default_trigger::insert_or_skip(conn, &account, &id, trigger, now);
+                }
                 Ok(CreateAgentResponse { agent_id: id })
             })
         })

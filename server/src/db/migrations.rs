@@ -132,6 +132,28 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX uploads_by_account ON uploads (account_id, updated_at);
     CREATE INDEX uploads_by_updated ON uploads (updated_at);
     "#,
+    // 3: agent triggers (rows only; the engine that fires them comes later). `source_cbor` is the
+    // `AgentTriggerSource`, `prompt` JSON prompt blocks or legacy text, `continuation_cbor` the
+    // optional continuation.
+    r#"
+    CREATE TABLE agent_triggers (
+        id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        enabled INTEGER NOT NULL,
+        source_cbor BLOB NOT NULL,
+        prompt TEXT NOT NULL,
+        continuation_cbor BLOB,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        last_checked_at INTEGER,
+        last_fired_at INTEGER,
+        last_error TEXT
+    ) STRICT;
+    CREATE INDEX agent_triggers_by_agent ON agent_triggers (agent_id, updated_at DESC, id DESC);
+    CREATE INDEX agent_triggers_by_account ON agent_triggers (account_id, enabled);
+    "#,
 ];
 
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.

@@ -1,0 +1,117 @@
+//! The trigger every new agent with a Seed account gets (the seed's version, PROTOCOL-NOTES §C.2):
+//! when the primary signing key is an `hm-account-key`, an enabled activity trigger named
+//! `Mentions, replies, and comments for <name>` with three conditions on that account —
+//! mentioned, replied to, commented on a document it authored.
+//!
+//! Best effort: building or storing it never fails `CreateAgent`. The row is built before the
+//! agent's writes, and stored under a savepoint that is rolled back on error.
+
+use rusqlite::{Connection, params};
+use seed_agents_protocol::generated::{
+    ActivitySource, AgentActivityCondition, AgentActivitySource, AgentDefinition, AgentTriggerSource,
+    CommentReplySource, DocumentAuthorCommentSource, UserMentionSource,
+};
+use seed_agents_protocol::wire;
+
+use crate::http::error::{ApiError, ApiResult};
+
+/// The prompt of the default trigger.
+pub const PROMPT: &str = "Respond to the mention, reply, or comment on your document, performing any action requested.";
+
+/// A trigger row ready to insert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TriggerRow {
+    /// The trigger's id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// Canonical CBOR of its `AgentTriggerSource`.
+    pub source_cbor: Vec<u8>,
+    /// Its prompt.
+    pub prompt: String,
+}
+
+/// The default trigger's source for the identity account `account`.
+pub fn source(account: &str) -> AgentTriggerSource {
+    let accounts = vec![account.to_owned()];
+    let condition = |id: &str, source| AgentActivityCondition { id: id.to_owned(), source };
+    AgentTriggerSource::ActivitySource(ActivitySource {
+        conditions: vec![
+            condition(
+                "user-mention",
+                AgentActivitySource::UserMentionSource(UserMentionSource {
+                    mentioned_accounts: accounts.clone(),
+                    resource_prefix: None,
+                }),
+            ),
+            condition(
+                "comment-reply",
+                AgentActivitySource::CommentReplySource(CommentReplySource {
+                    replied_to_accounts: accounts.clone(),
+                    resource_prefix: None,
+                }),
+            ),
+            condition(
+                "document-author-comment",
+                AgentActivitySource::DocumentAuthorCommentSource(DocumentAuthorCommentSource {
+                    document_authors: accounts,
+                    resource_prefix: None,
+                }),
+            ),
+        ],
+    })
+}
+
+/// The default trigger of a (normalised) definition in `owner`'s account, or `None` when its
+/// primary signing key is not an identity with an account id. Errors are the caller's to log.
+pub fn build(conn: &Connection, owner: &str, definition: &AgentDefinition) -> ApiResult<Option<TriggerRow>> {
+    let Some(key) = super::definition::primary_signing_key(definition) else { return Ok(None) };
+    let Some(account) = crate::identities::identity_account(conn, owner, key)? else { return Ok(None) };
+    let source_cbor = wire::to_vec(&source(&account)).map_err(ApiError::internal)?;
+    Ok(Some(TriggerRow {
+        id: uuid::Uuid::now_v7().to_string(),
+        name: format!("Mentions, replies, and comments for {}", definition.name),
+        source_cbor,
+        prompt: PROMPT.to_owned(),
+    }))
+}
+
+/// [`build`], logging and dropping any error.
+pub fn build_or_skip(
+    conn: &Connection,
+    owner: &str,
+    agent_id_hint: &str,
+    definition: &AgentDefinition,
+) -> Option<TriggerRow> {
+    build(conn, owner, definition).unwrap_or_else(|error| {
+        tracing::warn!(agent = agent_id_hint, %error, "could not build the default trigger; the agent gets none");
+        None
+    })
+}
+
+/// Inserts `row` for `agent_id` under a savepoint: on failure the savepoint is rolled back, a
+/// warning logged, and the surrounding transaction goes on.
+pub fn insert_or_skip(conn: &Connection, owner: &str, agent_id: &str, row: &TriggerRow, now: i64) {
+    let inserted = (|| -> rusqlite::Result<()> {
+        conn.execute_batch("SAVEPOINT default_trigger")?;
+        let result = conn
+            .prepare_cached(
+                "INSERT INTO agent_triggers
+                   (id, account_id, agent_id, name, enabled, source_cbor, prompt, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?7)",
+            )
+            .and_then(|mut statement| {
+                statement.execute(params![row.id, owner, agent_id, row.name, row.source_cbor, row.prompt, now])
+            });
+        match result {
+            Ok(_) => conn.execute_batch("RELEASE default_trigger"),
+            Err(error) => {
+                conn.execute_batch("ROLLBACK TO default_trigger; RELEASE default_trigger")?;
+                Err(error)
+            }
+        }
+    })();
+    if let Err(error) = inserted {
+        tracing::warn!(agent = agent_id, %error, "could not store the default trigger; the agent gets none");
+    }
+}

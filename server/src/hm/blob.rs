@@ -1,0 +1,152 @@
+//! Seed blobs the server signs itself: canonical DAG-CBOR, the zero-signature rule, and CIDs.
+//!
+//! A blob is signed by encoding it with `sig` = 64 zero bytes, signing those bytes (Ed25519,
+//! RFC 8032), putting the signature in `sig` and encoding again. Client-computed CIDs are CIDv1
+//! over the final bytes with multihash sha2-256; the string form is multibase base32 lower (`b…`).
+
+use std::collections::BTreeMap;
+
+use ed25519_dalek::{Signer as _, SigningKey};
+use ipld_core::ipld::Ipld;
+use seed_agents_protocol::{Principal, wire};
+use sha2::{Digest, Sha256};
+
+/// Multicodec of DAG-CBOR.
+pub const DAG_CBOR: u64 = 0x71;
+/// Multicodec of raw bytes (UnixFS raw leaves).
+pub const RAW: u64 = 0x55;
+/// Multicodec of dag-pb (UnixFS interior nodes).
+pub const DAG_PB: u64 = 0x70;
+/// Multihash code of sha2-256.
+const SHA2_256: u64 = 0x12;
+
+/// One blob ready for `PublishBlobs`: its bytes and, when the client computes it, its CID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blob {
+    /// The CID string (`b…`), absent for blobs the server names.
+    pub cid: Option<String>,
+    /// The encoded bytes.
+    pub data: Vec<u8>,
+}
+
+/// Why a blob could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot encode blob: {0}")]
+pub struct BlobError(String);
+
+fn varint(mut value: u64, out: &mut Vec<u8>) {
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// The binary CIDv1 of `data` under `codec`, hashed with sha2-256.
+pub fn cid_v1_sha256(codec: u64, data: &[u8]) -> Vec<u8> {
+    let digest = Sha256::digest(data);
+    let mut cid = Vec::with_capacity(36);
+    varint(1, &mut cid);
+    varint(codec, &mut cid);
+    varint(SHA2_256, &mut cid);
+    varint(digest.len() as u64, &mut cid);
+    cid.extend_from_slice(&digest);
+    cid
+}
+
+/// The multibase base32 (lower, unpadded, `b` prefix) string of a binary CID.
+pub fn cid_string(cid: &[u8]) -> String {
+    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+    let mut out = String::with_capacity(1 + cid.len().div_ceil(5) * 8);
+    out.push('b');
+    let (mut buffer, mut bits) = (0u32, 0u32);
+    for &byte in cid {
+        buffer = (buffer << 8) | u32::from(byte);
+        bits += 8;
+        while bits >= 5 {
+            bits -= 5;
+            out.push(ALPHABET[((buffer >> bits) & 31) as usize] as char);
+        }
+    }
+    if bits > 0 {
+        out.push(ALPHABET[((buffer << (5 - bits)) & 31) as usize] as char);
+    }
+    out
+}
+
+/// The principal (`ed01` + public key) of a signing key.
+pub fn principal(key: &SigningKey) -> Principal {
+    Principal::from_public_key(&key.verifying_key().to_bytes())
+}
+
+/// Signs `fields` (without `signer` and `sig`, which this adds) by the zero-signature rule and
+/// returns the final canonical DAG-CBOR bytes.
+pub fn sign(key: &SigningKey, mut fields: BTreeMap<String, Ipld>) -> Result<Vec<u8>, BlobError> {
+    fields.insert("signer".to_owned(), Ipld::Bytes(principal(key).to_bytes().to_vec()));
+    fields.insert("sig".to_owned(), Ipld::Bytes(vec![0; 64]));
+    let mut value = Ipld::Map(fields);
+    let unsigned = wire::ipld_to_vec(&value).map_err(|error| BlobError(error.to_string()))?;
+    let signature = key.sign(&unsigned).to_bytes().to_vec();
+    if let Ipld::Map(fields) = &mut value {
+        fields.insert("sig".to_owned(), Ipld::Bytes(signature));
+    }
+    wire::ipld_to_vec(&value).map_err(|error| BlobError(error.to_string()))
+}
+
+/// A signed `Profile` blob with its sha2-256 CID: `{type, signer, sig, ts, name, avatar?,
+/// description?}`.
+pub fn profile(
+    key: &SigningKey,
+    ts_ms: i64,
+    name: &str,
+    avatar: Option<&str>,
+    description: Option<&str>,
+) -> Result<Blob, BlobError> {
+    let mut fields = BTreeMap::from([
+        ("type".to_owned(), Ipld::String("Profile".to_owned())),
+        ("ts".to_owned(), Ipld::Integer(i128::from(ts_ms))),
+        ("name".to_owned(), Ipld::String(name.to_owned())),
+    ]);
+    if let Some(avatar) = avatar {
+        fields.insert("avatar".to_owned(), Ipld::String(avatar.to_owned()));
+    }
+    if let Some(description) = description {
+        fields.insert("description".to_owned(), Ipld::String(description.to_owned()));
+    }
+    let data = sign(key, fields)?;
+    Ok(Blob { cid: Some(cid_string(&cid_v1_sha256(DAG_CBOR, &data))), data })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
+    /// The golden Profile vector of HM-INTEGRATION.md §2.2 (made with the upstream JS libraries).
+    #[test]
+    fn profile_matches_the_upstream_vector() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        assert_eq!(principal(&key).to_string(), "z6MkvDqGT54cXesYGvABpF1UapVNwjCqRcafi4Px6Thv5T3Z");
+        let blob = profile(&key, 1_700_000_000_000, "Test Agent", None, None).unwrap();
+        assert_eq!(
+            hex(&blob.data),
+            "a56274731b0000018bcfe568006373696758409851742dfb4d4fd58fa719c666b264d8427bef4c0b53a3301ff1424636267e8b15b613e6a6fe26d81e5f48fd4c1f373ed8ad0f4dc8abd7661b7d406ae465c20e646e616d656a54657374204167656e7464747970656750726f66696c65667369676e65725822ed01ea4a6c63e29c520abef5507b132ec5f9954776aebebe7b92421eea691446d22c"
+        );
+        assert_eq!(blob.cid.as_deref(), Some("bafyreierjjrmllcumbks77hhj4niubp5vqr3wsledzclfxrxdbuz2itdwu"));
+    }
+
+    #[test]
+    fn cid_strings() {
+        // CIDv1 raw sha2-256 strings start `bafkrei`, dag-cbor ones `bafyrei`.
+        assert!(cid_string(&cid_v1_sha256(RAW, b"icon")).starts_with("bafkrei"));
+        assert!(cid_string(&cid_v1_sha256(DAG_CBOR, b"x")).starts_with("bafyrei"));
+        assert_eq!(cid_string(&[]), "b");
+    }
+}

@@ -1,0 +1,144 @@
+//! The client of the configured Hypermedia server (`--hm-server-url`).
+//!
+//! One route family, `/api/<Key>`: actions are `POST` with a DAG-CBOR body, and every success is
+//! a SuperJSON envelope `{"json": <payload>}`; failures are non-2xx `{"error": "…"}`. The server
+//! only writes through `PublishBlobs` (`{blobs: [{cid?, data}]}` → `{cids}` in request order).
+//! Blob building and CIDs live in [`blob`], UnixFS file blocks in [`unixfs`].
+
+pub mod blob;
+pub mod unixfs;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ipld_core::ipld::Ipld;
+use seed_agents_protocol::wire;
+
+pub use blob::Blob;
+
+/// How long one request to the Hypermedia server may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a call to the Hypermedia server failed. The message never carries key material: blobs
+/// are public and the key never reaches this module.
+#[derive(Debug, thiserror::Error)]
+pub enum HmError {
+    /// Connecting, sending or reading failed (including the timeout).
+    #[error("{0}")]
+    Transport(String),
+    /// The server answered non-2xx; the text mirrors the upstream client's.
+    #[error("HTTP {status} from {key}: {reason}: {message}")]
+    Status {
+        /// The route key.
+        key: &'static str,
+        /// The HTTP status code.
+        status: u16,
+        /// The status line's reason phrase.
+        reason: String,
+        /// The server's `error`, or the body text.
+        message: String,
+    },
+    /// A 2xx answer that is not the expected SuperJSON shape.
+    #[error("unexpected response from {key}: {message}")]
+    Response {
+        /// The route key.
+        key: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+    /// The request could not be encoded.
+    #[error("{0}")]
+    Encode(String),
+}
+
+/// A client of one Hypermedia server, over the app's outbound HTTP client.
+#[derive(Debug, Clone)]
+pub struct HmClient<'a> {
+    http: &'a reqwest::Client,
+    base: &'a str,
+}
+
+impl<'a> HmClient<'a> {
+    /// A client of `base` (an origin without a trailing `/`).
+    pub fn new(http: &'a reqwest::Client, base: &'a str) -> Self {
+        Self { http, base }
+    }
+
+    /// The server's origin.
+    pub fn base(&self) -> &str {
+        self.base
+    }
+
+    /// `POST /api/PublishBlobs`: stores `blobs` atomically; their CIDs in request order.
+    pub async fn publish_blobs(&self, blobs: &[Blob]) -> Result<Vec<String>, HmError> {
+        let list = blobs
+            .iter()
+            .map(|blob| {
+                let mut entry = BTreeMap::from([("data".to_owned(), Ipld::Bytes(blob.data.clone()))]);
+                if let Some(cid) = &blob.cid {
+                    entry.insert("cid".to_owned(), Ipld::String(cid.clone()));
+                }
+                Ipld::Map(entry)
+            })
+            .collect();
+        let body = wire::ipld_to_vec(&Ipld::Map(BTreeMap::from([("blobs".to_owned(), Ipld::List(list))])))
+            .map_err(|error| HmError::Encode(error.to_string()))?;
+        let json = self.action("PublishBlobs", body).await?;
+        let bad = |message: &str| HmError::Response { key: "PublishBlobs", message: message.to_owned() };
+        let cids = json.get("cids").and_then(serde_json::Value::as_array).ok_or_else(|| bad("no cids"))?;
+        let cids = cids
+            .iter()
+            .map(|cid| cid.as_str().map(str::to_owned).ok_or_else(|| bad("a cid is not a string")))
+            .collect::<Result<Vec<_>, _>>()?;
+        if cids.len() != blobs.len() {
+            return Err(bad("cids do not match the blobs"));
+        }
+        Ok(cids)
+    }
+
+    /// Posts an action and unwraps the SuperJSON `json` payload of its answer.
+    async fn action(&self, key: &'static str, body: Vec<u8>) -> Result<serde_json::Value, HmError> {
+        let response = self
+            .http
+            .post(format!("{}/api/{key}", self.base))
+            .header(reqwest::header::ACCEPT, "application/json")
+            .header(reqwest::header::CONTENT_TYPE, "application/cbor")
+            .timeout(REQUEST_TIMEOUT)
+            .body(body)
+            .send()
+            .await
+            .map_err(|error| HmError::Transport(transport_message(&error)))?;
+        let status = response.status();
+        let text = response.text().await.map_err(|error| HmError::Transport(transport_message(&error)))?;
+        if !status.is_success() {
+            let message = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|value| value.get("error").and_then(|error| error.as_str().map(str::to_owned)))
+                .unwrap_or_else(|| text.chars().take(512).collect());
+            return Err(HmError::Status {
+                key,
+                status: status.as_u16(),
+                reason: status.canonical_reason().unwrap_or("").to_owned(),
+                message,
+            });
+        }
+        let mut envelope: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|error| HmError::Response { key, message: format!("not JSON: {error}") })?;
+        envelope
+            .get_mut("json")
+            .map(serde_json::Value::take)
+            .ok_or_else(|| HmError::Response { key, message: "not a SuperJSON envelope".to_owned() })
+    }
+}
+
+/// A transport error's text with its sources (reqwest's own `Display` hides the cause).
+fn transport_message(error: &reqwest::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}

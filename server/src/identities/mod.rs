@@ -1,0 +1,391 @@
+//! Signing identities: Seed (Hypermedia) account keys the server holds for an account, with
+//! their SQL. Each is a secret named `hm-account-<first 16 chars of the account id>` whose value
+//! is the raw 32-byte Ed25519 seed (sealed like every secret) and whose metadata says
+//! `{kind: 'hm-account-key', accountId, label?, icon?, serverUrl, …}`.
+//!
+//! Create and Update publish a signed `Profile` blob to the configured Hypermedia server
+//! ([`crate::hm`]); Import publishes nothing (the account usually exists already). Responses
+//! carry [`SigningIdentity`], built from metadata only: the seed never leaves (design rule 8).
+
+use std::collections::BTreeMap;
+
+use ed25519_dalek::SigningKey;
+use ipld_core::ipld::Ipld;
+use rusqlite::{Connection, OptionalExtension, params};
+use seed_agents_protocol::generated::{
+    CreateSigningIdentity, CreateSigningIdentityResponse, DeleteSigningIdentity, DeleteSigningIdentityResponse,
+    ImportSigningIdentity, ImportSigningIdentityResponse, ListSigningIdentities, ListSigningIdentitiesResponse,
+    SigningIdentity, UpdateSigningIdentity, UpdateSigningIdentityResponse,
+};
+use seed_agents_protocol::wire;
+use serde::Serialize;
+use zeroize::Zeroizing;
+
+use crate::access::{self, Need, Role};
+use crate::app::App;
+use crate::auth::Caller;
+use crate::hm::{self, Blob, HmClient};
+use crate::http::error::{ApiError, ApiResult};
+use crate::idempotency::{self, Key};
+use crate::secrets::{self, SIGNING_KEY_KIND};
+use crate::validate::{MAX_NAME_BYTES, bounded_string};
+
+/// The length of an Ed25519 seed.
+pub const SEED_LEN: usize = 32;
+
+/// The idempotency request of Create and Import: only the label (the seed is never stored).
+#[derive(Serialize)]
+struct LabelRequest<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    label: Option<&'a str>,
+}
+
+/// The secret name of the identity whose account id is `account_id`.
+pub fn secret_name(account_id: &str) -> String {
+    format!("hm-account-{}", account_id.chars().take(16).collect::<String>())
+}
+
+fn label_of(raw: Option<&str>) -> ApiResult<Option<String>> {
+    raw.map(|label| bounded_string(label, "Signing identity label", MAX_NAME_BYTES)).transpose()
+}
+
+fn text(value: &str) -> Ipld {
+    Ipld::String(value.to_owned())
+}
+
+fn publish_error(app: &App, what: &str, error: impl std::fmt::Display) -> ApiError {
+    ApiError::bad_gateway(format!("Failed to publish {what} to {}: {error}", app.config.hm_server_url))
+}
+
+/// `CreateSigningIdentity {label?, clientRequestId?}`: a new key, its Profile published with the
+/// label as name (502 when the Hypermedia server fails), then its seed stored.
+pub async fn create_signing_identity(
+    app: &App,
+    caller: &Caller,
+    action: CreateSigningIdentity,
+) -> ApiResult<CreateSigningIdentityResponse> {
+    let key = Key::request(
+        &caller.account_id,
+        "CreateSigningIdentity",
+        action.client_request_id.as_deref(),
+        &LabelRequest { label: action.label.as_deref() },
+    )?;
+    if let Some(key) = key.clone() {
+        let replayed = app.db.read(move |conn| key.replay::<CreateSigningIdentityResponse>(conn)).await?;
+        if let Some(response) = replayed {
+            return Ok(response);
+        }
+    }
+    let label = label_of(action.label.as_deref())?;
+    let mut seed = Zeroizing::new([0u8; SEED_LEN]);
+    getrandom::fill(seed.as_mut()).map_err(ApiError::internal)?;
+    let signing_key = SigningKey::from_bytes(&seed);
+    let identity_account = hm::blob::principal(&signing_key).to_string();
+    let name = secret_name(&identity_account);
+    let display_name =
+        label.unwrap_or_else(|| format!("Agent account {}", identity_account.chars().take(10).collect::<String>()));
+    let profile =
+        hm::blob::profile(&signing_key, app.clock.now_ms(), &display_name, None, None).map_err(ApiError::internal)?;
+    HmClient::new(&app.http, &app.config.hm_server_url)
+        .publish_blobs(&[profile])
+        .await
+        .map_err(|error| publish_error(app, "agent account", error))?;
+    drop(signing_key);
+    let server_url = app.config.hm_server_url.clone();
+    let metadata = BTreeMap::from([
+        ("kind".to_owned(), text(SIGNING_KEY_KIND)),
+        ("accountId".to_owned(), text(&identity_account)),
+        ("label".to_owned(), text(&display_name)),
+        ("serverUrl".to_owned(), text(&server_url)),
+        ("generatedBy".to_owned(), text("seed-agents-server")),
+    ]);
+    let ciphertext = app.secrets.seal(&caller.account_id, &name, seed.as_ref()).map_err(ApiError::internal)?;
+    drop(seed);
+    let account = caller.account_id.clone();
+    let now = app.clock.now_ms();
+    let (response, _) = app
+        .db
+        .write(move |conn| {
+            idempotency::once(conn, key.as_ref(), now, || {
+                let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata.clone())).map_err(ApiError::internal)?;
+                let id = insert(conn, &account, &name, &ciphertext, &metadata_cbor, now)?;
+                Ok(CreateSigningIdentityResponse { identity: identity(id, name, &metadata, now, now) })
+            })
+        })
+        .await?;
+    Ok(response)
+}
+
+/// `ImportSigningIdentity {seed, label?, clientRequestId?}`: stores an existing key (exactly 32
+/// bytes); 409 when the same account is already here. Publishes nothing.
+pub async fn import_signing_identity(
+    app: &App,
+    caller: &Caller,
+    action: ImportSigningIdentity,
+) -> ApiResult<ImportSigningIdentityResponse> {
+    let key = Key::request(
+        &caller.account_id,
+        "ImportSigningIdentity",
+        action.client_request_id.as_deref(),
+        &LabelRequest { label: action.label.as_deref() },
+    )?;
+    let seed = Zeroizing::new(action.seed.into_vec());
+    // Everything that needs the seed happens here; the write only sees ciphertext.
+    let prepared = (|| -> ApiResult<_> {
+        let seed: &[u8; SEED_LEN] =
+            seed.as_slice().try_into().map_err(|_| ApiError::bad_request("Key seed must be exactly 32 bytes"))?;
+        let label = label_of(action.label.as_deref())?;
+        let identity_account = hm::blob::principal(&SigningKey::from_bytes(seed)).to_string();
+        let name = secret_name(&identity_account);
+        let ciphertext = app.secrets.seal(&caller.account_id, &name, seed).map_err(ApiError::internal)?;
+        let mut metadata = BTreeMap::from([
+            ("kind".to_owned(), text(SIGNING_KEY_KIND)),
+            ("accountId".to_owned(), text(&identity_account)),
+            ("serverUrl".to_owned(), text(&app.config.hm_server_url)),
+            ("importedBy".to_owned(), text("user")),
+        ]);
+        if let Some(label) = label {
+            metadata.insert("label".to_owned(), Ipld::String(label));
+        }
+        Ok((identity_account, name, ciphertext, metadata))
+    })();
+    drop(seed);
+    let account = caller.account_id.clone();
+    let now = app.clock.now_ms();
+    let (response, _) = app
+        .db
+        .write(move |conn| {
+            idempotency::once(conn, key.as_ref(), now, || {
+                let (identity_account, name, ciphertext, metadata) = prepared?;
+                if secrets::load_metadata(conn, &account, &name)?.is_some() {
+                    return Err(ApiError::conflict(format!(
+                        "This account key is already on the server ({identity_account})"
+                    )));
+                }
+                let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata.clone())).map_err(ApiError::internal)?;
+                let id = insert(conn, &account, &name, &ciphertext, &metadata_cbor, now)?;
+                Ok(ImportSigningIdentityResponse { identity: identity(id, name, &metadata, now, now) })
+            })
+        })
+        .await?;
+    Ok(response)
+}
+
+/// `UpdateSigningIdentity {name, label, icon?}`: publishes the icon (UnixFS blocks) when
+/// given, republishes the Profile `{name: label, avatar?}`, then updates the metadata.
+pub async fn update_signing_identity(
+    app: &App,
+    caller: &Caller,
+    action: UpdateSigningIdentity,
+) -> ApiResult<UpdateSigningIdentityResponse> {
+    let name = bounded_string(&action.name, "Signing key", MAX_NAME_BYTES)?;
+    let label = bounded_string(&action.label, "Signing identity label", MAX_NAME_BYTES)?;
+    let icon = action.icon;
+    let account = caller.account_id.clone();
+    let lookup = name.clone();
+    let (id, sealed, mut metadata, created_at) = app
+        .db
+        .read(move |conn| {
+            let row: Option<KeyRow> = conn
+                .prepare_cached(
+                    "SELECT id, ciphertext, metadata_cbor, created_at FROM secrets WHERE account_id = ?1 AND name = ?2",
+                )?
+                .query_row(params![account, lookup], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+                .optional()?;
+            let (id, sealed, metadata, created_at) = row.ok_or_else(not_found)?;
+            let metadata = identity_metadata(metadata.as_deref()).ok_or_else(not_found)?;
+            Ok((id, sealed, metadata, created_at))
+        })
+        .await?;
+    let seed = Zeroizing::new(app.secrets.open(&caller.account_id, &name, &sealed).map_err(ApiError::internal)?);
+    let seed: &[u8; SEED_LEN] =
+        seed.as_slice().try_into().map_err(|_| ApiError::internal("a stored account key is not 32 bytes"))?;
+    let signing_key = SigningKey::from_bytes(seed);
+    let client = HmClient::new(&app.http, &app.config.hm_server_url);
+    let mut icon_url = match metadata.get("icon") {
+        Some(Ipld::String(icon)) => Some(icon.clone()),
+        _ => None,
+    };
+    if let Some(icon) = icon {
+        let file = hm::unixfs::file(&icon.data.into_vec());
+        client.publish_blobs(&file.blocks).await.map_err(|error| publish_error(app, "agent account icon", error))?;
+        icon_url = Some(format!("ipfs://{}", file.root));
+    }
+    let profile: Blob = hm::blob::profile(&signing_key, app.clock.now_ms(), &label, icon_url.as_deref(), None)
+        .map_err(ApiError::internal)?;
+    client.publish_blobs(&[profile]).await.map_err(|error| publish_error(app, "agent account profile", error))?;
+    let identity_account = hm::blob::principal(&signing_key).to_string();
+    drop(signing_key);
+    metadata.insert("accountId".to_owned(), text(&identity_account));
+    metadata.insert("label".to_owned(), text(&label));
+    metadata.insert("serverUrl".to_owned(), text(&app.config.hm_server_url));
+    if let Some(icon_url) = &icon_url {
+        metadata.insert("icon".to_owned(), text(icon_url));
+    }
+    let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata.clone())).map_err(ApiError::internal)?;
+    let account = caller.account_id.clone();
+    let now = app.clock.now_ms();
+    let stored_name = name.clone();
+    app.db
+        .write(move |conn| {
+            let updated = conn
+                .prepare_cached(
+                    "UPDATE secrets SET metadata_cbor = ?3, updated_at = ?4 WHERE account_id = ?1 AND name = ?2",
+                )?
+                .execute(params![account, stored_name, metadata_cbor, now])?;
+            if updated == 0 {
+                return Err(not_found());
+            }
+            Ok(())
+        })
+        .await?;
+    Ok(UpdateSigningIdentityResponse { identity: identity(id, name, &metadata, created_at, now) })
+}
+
+/// A key secret's id, sealed value, metadata CBOR and creation time.
+type KeyRow = (String, Vec<u8>, Option<Vec<u8>>, i64);
+
+/// `DeleteSigningIdentity {name}`: deletes the key secret (published blobs stay on the network).
+pub async fn delete_signing_identity(
+    app: &App,
+    caller: &Caller,
+    action: DeleteSigningIdentity,
+) -> ApiResult<DeleteSigningIdentityResponse> {
+    let name = bounded_string(&action.name, "Signing key", MAX_NAME_BYTES)?;
+    let account = caller.account_id.clone();
+    app.db
+        .write(move |conn| {
+            let metadata = secrets::load_metadata(conn, &account, &name)?.flatten();
+            if identity_metadata(metadata.as_deref()).is_none() {
+                return Err(not_found());
+            }
+            secrets::delete_secret(conn, &account, &name)?;
+            Ok(DeleteSigningIdentityResponse { name })
+        })
+        .await
+}
+
+/// `ListSigningIdentities {agentId?}`: the caller's identities, newest first. With `agentId`,
+/// those of the agent's owner: all of them for the owner, only the keys the agent's definition
+/// grants (`signingKey`, `signingKeys`) for anyone else with access.
+pub async fn list_signing_identities(
+    app: &App,
+    caller: &Caller,
+    action: ListSigningIdentities,
+) -> ApiResult<ListSigningIdentitiesResponse> {
+    let account = caller.account_id.clone();
+    app.db
+        .read(move |conn| {
+            let (owner, granted) = match &action.agent_id {
+                None => (account, None),
+                Some(agent_id) => {
+                    let access = access::require(conn, agent_id, &account, Need::Read)?;
+                    let granted = match access.role {
+                        Role::Owner => None,
+                        role => {
+                            let definition = crate::agents::load_info(conn, &access.agent_id, role)?.definition;
+                            Some(crate::agents::definition::signing_key_set(&definition))
+                        }
+                    };
+                    (access.owner_id, granted)
+                }
+            };
+            let identities = list(conn, &owner)?
+                .into_iter()
+                .filter(|identity| granted.as_ref().is_none_or(|granted| granted.contains(&identity.name)))
+                .collect();
+            Ok(ListSigningIdentitiesResponse { identities })
+        })
+        .await
+}
+
+/// Every signing identity of `account_id`, newest first.
+pub fn list(conn: &Connection, account_id: &str) -> ApiResult<Vec<SigningIdentity>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT id, name, metadata_cbor, created_at, updated_at FROM secrets
+         WHERE account_id = ?1 AND metadata_cbor IS NOT NULL ORDER BY created_at DESC, rowid DESC",
+    )?;
+    let rows = statement.query_map(params![account_id], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, String>(1)?,
+            row.get::<_, Vec<u8>>(2)?,
+            row.get::<_, i64>(3)?,
+            row.get::<_, i64>(4)?,
+        ))
+    })?;
+    let mut identities = Vec::new();
+    for row in rows {
+        let (id, name, metadata, created_at, updated_at) = row?;
+        if let Some(metadata) = identity_metadata(Some(&metadata)) {
+            identities.push(identity(id, name, &metadata, created_at, updated_at));
+        }
+    }
+    Ok(identities)
+}
+
+/// The account id of signing key `name` of `account_id`, when it is an identity with one.
+pub fn identity_account(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<String>> {
+    let metadata = secrets::load_metadata(conn, account_id, name)?.flatten();
+    Ok(identity_metadata(metadata.as_deref()).and_then(|mut metadata| match metadata.remove("accountId") {
+        Some(Ipld::String(id)) => Some(id),
+        _ => None,
+    }))
+}
+
+fn not_found() -> ApiError {
+    ApiError::not_found("Signing identity not found")
+}
+
+/// Stored metadata decoded as a map, when it marks a signing identity.
+fn identity_metadata(bytes: Option<&[u8]>) -> Option<BTreeMap<String, Ipld>> {
+    let metadata = secrets::decode_metadata(bytes?)?;
+    matches!(metadata.get("kind"), Some(Ipld::String(kind)) if kind == SIGNING_KEY_KIND).then_some(metadata)
+}
+
+/// The redacted view of an identity: metadata fields of the right type, never the value.
+fn identity(
+    id: String,
+    name: String,
+    metadata: &BTreeMap<String, Ipld>,
+    created_at: i64,
+    updated_at: i64,
+) -> SigningIdentity {
+    let string = |key: &str| match metadata.get(key) {
+        Some(Ipld::String(value)) => Some(value.clone()),
+        _ => None,
+    };
+    SigningIdentity {
+        account_id: string("accountId"),
+        created_at,
+        dev: match metadata.get("dev") {
+            Some(Ipld::Bool(dev)) => Some(*dev),
+            _ => None,
+        },
+        icon: string("icon"),
+        id,
+        label: string("label"),
+        name,
+        server_url: string("serverUrl"),
+        updated_at,
+    }
+}
+
+/// Inserts a new identity secret; its id.
+fn insert(
+    conn: &Connection,
+    account_id: &str,
+    name: &str,
+    ciphertext: &[u8],
+    metadata_cbor: &[u8],
+    now: i64,
+) -> ApiResult<String> {
+    let id = uuid::Uuid::new_v4().to_string();
+    crate::db::ensure_account(conn, account_id, now)?;
+    conn.prepare_cached(
+        "INSERT INTO secrets (id, account_id, name, ciphertext, metadata_cbor, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+    )?
+    .execute(params![id, account_id, name, ciphertext, metadata_cbor, now])?;
+    Ok(id)
+}
