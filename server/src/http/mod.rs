@@ -179,6 +179,7 @@ async fn health(State(app): State<Arc<App>>) -> Response {
         "version": env!("CARGO_PKG_VERSION"),
         "protocol": AGENTS_PROTOCOL_VERSION,
         "minClientProtocol": app.config.min_client_protocol,
+        "hmServerUrl": app.config.hm_server_url,
         "webTools": {"search": false, "readBrowser": false},
         "subscriptionAuth": false,
         "codeExec": false,
