@@ -9,6 +9,7 @@ mod authorization;
 mod envelope;
 mod features;
 mod identities;
+mod ipfs;
 mod memory;
 mod pagination;
 mod provider_models;

@@ -68,6 +68,7 @@ pub async fn dispatch(app: &App, caller: &Caller, name: &str, action: Ipld) -> A
         WriteAgentMemoryFile => memory::write_agent_memory_file,
         DeleteAgentMemoryFile => memory::delete_agent_memory_file,
         DownloadAgentMemoryFile => memory::download_agent_memory_file,
+        UploadAgentMemoryFileToIpfs => memory::upload_agent_memory_file_to_ipfs,
         UploadSessionAttachment => crate::attachments::upload_session_attachment,
         ReadSessionAttachment => crate::attachments::read_session_attachment,
         BeginFileUpload => crate::uploads::begin_file_upload,

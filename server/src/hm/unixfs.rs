@@ -1,7 +1,8 @@
 //! Bytes as UnixFS blocks, the way the upstream importer lays them out with its defaults
 //! (HM-INTEGRATION.md §3): 256 KiB fixed-size chunks as raw leaves (CIDv1 raw sha2-256); a file
 //! of one chunk is that leaf; otherwise a balanced tree of dag-pb nodes with at most 174 links,
-//! built level by level (a trailing group of one still gets its own parent).
+//! built level by level (a trailing group of one still gets its own parent). [`Builder`] makes the
+//! same tree from a stream of chunks.
 
 use super::blob::{Blob, DAG_PB, RAW, cid_string, cid_v1_sha256};
 
@@ -19,6 +20,7 @@ pub struct File {
     pub blocks: Vec<Blob>,
 }
 
+#[derive(Debug)]
 struct Child {
     cid: Vec<u8>,
     /// Bytes of file content below (a leaf's length, a node's filesize).
@@ -27,46 +29,92 @@ struct Child {
     tsize: u64,
 }
 
-/// Splits `data` into UnixFS blocks.
+/// Splits `data` into UnixFS blocks (through [`Builder`]; a block repeated in the file is kept
+/// once).
 pub fn file(data: &[u8]) -> File {
     let mut blocks: Vec<Blob> = Vec::new();
-    let mut push = |cid: &[u8], bytes: Vec<u8>| {
-        let cid = cid_string(cid);
-        if !blocks.iter().any(|block| block.cid.as_deref() == Some(cid.as_str())) {
-            blocks.push(Blob { cid: Some(cid), data: bytes });
-        }
-    };
-    let chunks: Vec<&[u8]> = if data.is_empty() { vec![data] } else { data.chunks(CHUNK_BYTES).collect() };
-    let mut level: Vec<Child> = chunks
-        .into_iter()
-        .map(|chunk| {
-            let cid = cid_v1_sha256(RAW, chunk);
-            push(&cid, chunk.to_vec());
-            Child { cid, file_size: chunk.len() as u64, tsize: chunk.len() as u64 }
-        })
-        .collect();
-    if level.len() > 1 {
-        loop {
-            level = level
-                .chunks(MAX_CHILDREN)
-                .map(|group| {
-                    let node = node(group);
-                    let cid = cid_v1_sha256(DAG_PB, &node);
-                    let child = Child {
-                        cid: cid.clone(),
-                        file_size: group.iter().map(|child| child.file_size).sum(),
-                        tsize: node.len() as u64 + group.iter().map(|child| child.tsize).sum::<u64>(),
-                    };
-                    push(&cid, node);
-                    child
-                })
-                .collect();
-            if level.len() == 1 {
-                break;
+    let mut keep = |new: Vec<Blob>| {
+        for blob in new {
+            if !blocks.iter().any(|block| block.cid == blob.cid) {
+                blocks.push(blob);
             }
         }
+    };
+    let mut builder = Builder::default();
+    for chunk in data.chunks(CHUNK_BYTES) {
+        keep(builder.push(chunk));
     }
-    File { root: cid_string(&level[0].cid), blocks }
+    let (root, rest) = builder.finish();
+    keep(rest);
+    File { root, blocks }
+}
+
+/// Builds the same tree as [`file`] from leaves fed one at a time, holding only the pending links
+/// of each level (at most [`MAX_CHILDREN`] per level): a level that fills up gets its parent at
+/// once; [`Builder::finish`] closes the partial groups from the bottom up.
+#[derive(Debug, Default)]
+pub struct Builder {
+    /// `levels[0]` pending leaves, `levels[1]` pending nodes over them, and so on.
+    levels: Vec<Vec<Child>>,
+    leaves: u64,
+}
+
+impl Builder {
+    /// Adds the next chunk of the file (exactly [`CHUNK_BYTES`] unless it is the last); returns
+    /// its raw leaf and any interior node it completed, children before parents.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<Blob> {
+        let cid = cid_v1_sha256(RAW, chunk);
+        let mut blocks = vec![Blob { cid: Some(cid_string(&cid)), data: chunk.to_vec() }];
+        self.leaves += 1;
+        self.add(0, Child { cid, file_size: chunk.len() as u64, tsize: chunk.len() as u64 });
+        let mut level = 0;
+        while self.levels[level].len() == MAX_CHILDREN {
+            let group = std::mem::take(&mut self.levels[level]);
+            let parent = parent(&group, &mut blocks);
+            self.add(level + 1, parent);
+            level += 1;
+        }
+        blocks
+    }
+
+    /// Closes the tree: its root CID and the blocks not returned yet (the remaining interior
+    /// nodes, or the empty leaf of an empty file).
+    pub fn finish(mut self) -> (String, Vec<Blob>) {
+        let mut blocks = if self.leaves == 0 { self.push(&[]) } else { Vec::new() };
+        let mut level = 0;
+        loop {
+            let top = self.levels[level + 1..].iter().all(Vec::is_empty);
+            let pending = std::mem::take(&mut self.levels[level]);
+            if top && pending.len() == 1 {
+                return (cid_string(&pending[0].cid), blocks);
+            }
+            if !pending.is_empty() {
+                let parent = parent(&pending, &mut blocks);
+                self.add(level + 1, parent);
+            }
+            level += 1;
+        }
+    }
+
+    fn add(&mut self, level: usize, child: Child) {
+        if self.levels.len() <= level {
+            self.levels.resize_with(level + 1, Vec::new);
+        }
+        self.levels[level].push(child);
+    }
+}
+
+/// The dag-pb node over `group`, appended to `blocks`, as a child of the level above.
+fn parent(group: &[Child], blocks: &mut Vec<Blob>) -> Child {
+    let node = node(group);
+    let cid = cid_v1_sha256(DAG_PB, &node);
+    let child = Child {
+        cid: cid.clone(),
+        file_size: group.iter().map(|child| child.file_size).sum(),
+        tsize: node.len() as u64 + group.iter().map(|child| child.tsize).sum::<u64>(),
+    };
+    blocks.push(Blob { cid: Some(cid_string(&cid)), data: node });
+    child
 }
 
 fn varint(mut value: u64, out: &mut Vec<u8>) {
@@ -131,6 +179,63 @@ mod tests {
         for (data, root, blocks) in cases {
             let file = file(&data);
             assert_eq!((file.root.as_str(), file.blocks.len()), (root, blocks), "{} bytes", data.len());
+        }
+    }
+
+    /// The streaming builder, fed leaf by leaf, gives the vectors' roots, the same blocks in the
+    /// same order as the batch layout of the level-by-level algorithm, and never holds more than
+    /// one group per level.
+    #[test]
+    fn the_builder_streams_the_same_tree() {
+        let cases = [
+            (0, "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku"),
+            (262_144, "bafkreibruh455iawsviqslif5c7uurdcfdemh22mtnytyzvnzn75kpejxy"),
+            (262_145, "bafybeiexg2oqkfnj56l7fcmawswqbijt5shq4b5rg6a546uwpkqqzwjioi"),
+            (1_000_000, "bafybeibx62obrkybp46hx3ivh53q4rnptgkunpgtwiib5lfelfgt2ekihm"),
+            (45_875_200, "bafybeie73j3heycdgkdsehpoe6cxh2y3iywtf6djpi3dzqrywevvjmazny"),
+        ];
+        for (len, root) in cases {
+            let data = pattern(len);
+            let mut builder = Builder::default();
+            let mut blocks = Vec::new();
+            for chunk in data.chunks(CHUNK_BYTES) {
+                blocks.extend(builder.push(chunk));
+                assert!(builder.levels.iter().all(|level| level.len() < MAX_CHILDREN));
+            }
+            let (streamed, rest) = builder.finish();
+            blocks.extend(rest);
+            assert_eq!(streamed, root, "{len} bytes");
+            assert_eq!(blocks.last().and_then(|block| block.cid.as_deref()), Some(root), "root last");
+            assert_eq!(blocks, file(&data).blocks, "{len} bytes");
+        }
+    }
+
+    /// Deeper trees (a full group, one more leaf, a full second level) match the level-by-level
+    /// layout, built here independently from leaf CIDs alone.
+    #[test]
+    fn the_builder_matches_level_by_level_grouping() {
+        fn reference(leaves: &[Vec<u8>]) -> String {
+            let mut level: Vec<Child> = leaves
+                .iter()
+                .map(|leaf| Child {
+                    cid: cid_v1_sha256(RAW, leaf),
+                    file_size: leaf.len() as u64,
+                    tsize: leaf.len() as u64,
+                })
+                .collect();
+            while level.len() > 1 {
+                level = level.chunks(MAX_CHILDREN).map(|group| parent(group, &mut Vec::new())).collect();
+            }
+            cid_string(&level[0].cid)
+        }
+        // Tiny distinct leaves stand in for full chunks: the layout only depends on their count.
+        for count in [2, 173, 174, 175, 348, 349, MAX_CHILDREN * MAX_CHILDREN, MAX_CHILDREN * MAX_CHILDREN + 1] {
+            let leaves: Vec<Vec<u8>> = (0..count as u32).map(|i| i.to_le_bytes().to_vec()).collect();
+            let mut builder = Builder::default();
+            for leaf in &leaves {
+                builder.push(leaf);
+            }
+            assert_eq!(builder.finish().0, reference(&leaves), "{count} leaves");
         }
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod download;
 pub mod guard;
+pub mod ipfs;
 pub mod mime;
 pub mod path;
 pub mod store;
@@ -18,7 +19,8 @@ use rusqlite::params;
 use seed_agents_protocol::generated::{
     DeleteAgentMemoryFile, DeleteAgentMemoryFileResponse, DownloadAgentMemoryFile, DownloadAgentMemoryFileResponse,
     ListAgentMemory, ListAgentMemoryDir, ListAgentMemoryDirResponse, ListAgentMemoryResponse, ReadAgentMemoryFile,
-    ReadAgentMemoryFileResponse, WriteAgentMemoryFile, WriteAgentMemoryFileContent, WriteAgentMemoryFileResponse,
+    ReadAgentMemoryFileResponse, UploadAgentMemoryFileToIpfs, UploadAgentMemoryFileToIpfsResponse,
+    WriteAgentMemoryFile, WriteAgentMemoryFileContent, WriteAgentMemoryFileResponse,
 };
 
 use crate::access::{self, Need};
@@ -130,6 +132,26 @@ pub async fn delete_agent_memory_file(
         changed(app, &memory);
     }
     Ok(DeleteAgentMemoryFileResponse { agent_id: memory.agent_id, deleted, path: path.as_str().to_owned() })
+}
+
+/// `UploadAgentMemoryFileToIpfs {agentId, path}` (writer): see [`ipfs`].
+pub async fn upload_agent_memory_file_to_ipfs(
+    app: &App,
+    caller: &Caller,
+    action: UploadAgentMemoryFileToIpfs,
+) -> ApiResult<UploadAgentMemoryFileToIpfsResponse> {
+    let memory = open(app, caller, &action.agent_id, Need::Write).await?;
+    let path = MemoryPath::parse(&action.path)?;
+    let client = crate::hm::HmClient::new(&app.http, &app.config.hm_server_url);
+    let published = ipfs::publish(&client, memory.root.clone(), path.clone()).await?;
+    Ok(UploadAgentMemoryFileToIpfsResponse {
+        agent_id: memory.agent_id,
+        url: format!("ipfs://{}", published.cid),
+        cid: published.cid,
+        mime_type: mime::infer(path.as_str()),
+        path: path.as_str().to_owned(),
+        size: published.size,
+    })
 }
 
 /// `DownloadAgentMemoryFile {agentId, url, path?}` (writer): see [`download`].

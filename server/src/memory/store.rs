@@ -83,19 +83,7 @@ pub fn list_dir(root: &Path, path: Option<&MemoryPath>) -> ApiResult<(String, Ve
 /// Reads one file: clean UTF-8 (no NUL byte) as text, anything else as bytes.
 pub fn read(root: &Path, path: &MemoryPath) -> ApiResult<AgentMemoryFile> {
     let rel = path.as_str();
-    let meta = match path::inspect(root, path).map_err(ApiError::internal)? {
-        Found::File(meta) => meta,
-        Found::Dir(_) => return Err(ApiError::bad_request(format!("Memory path is a directory, not a file: {rel}"))),
-        Found::Missing | Found::BlockedParent | Found::Link => {
-            return Err(ApiError::not_found(format!("Memory file not found: {rel}")));
-        }
-    };
-    let mut file = std::fs::File::open(path.under(root)).map_err(ApiError::internal)?;
-    let opened = file.metadata().map_err(ApiError::internal)?;
-    if !same_file(&meta, &opened) {
-        // Swapped for something else (a symlink?) between the check and the open.
-        return Err(ApiError::not_found(format!("Memory file not found: {rel}")));
-    }
+    let (mut file, opened) = open_file(root, path)?;
     let mut bytes = Vec::with_capacity(usize::try_from(opened.len()).unwrap_or(0));
     io::Read::read_to_end(&mut file, &mut bytes).map_err(ApiError::internal)?;
     let mime_type = mime::infer(rel);
@@ -112,6 +100,27 @@ pub fn read(root: &Path, path: &MemoryPath) -> ApiResult<AgentMemoryFile> {
         size: size_of(&opened),
         updated_at: mtime_ms(&opened),
     })
+}
+
+/// Opens a regular file for reading with upstream's messages: 404 `Memory file not found` when
+/// missing or a symlink (or under one), 400 when a directory. The open file is checked to be the
+/// one inspected, so a swap in between cannot smuggle a symlink in.
+pub fn open_file(root: &Path, path: &MemoryPath) -> ApiResult<(std::fs::File, std::fs::Metadata)> {
+    let rel = path.as_str();
+    let meta = match path::inspect(root, path).map_err(ApiError::internal)? {
+        Found::File(meta) => meta,
+        Found::Dir(_) => return Err(ApiError::bad_request(format!("Memory path is a directory, not a file: {rel}"))),
+        Found::Missing | Found::BlockedParent | Found::Link => {
+            return Err(ApiError::not_found(format!("Memory file not found: {rel}")));
+        }
+    };
+    let file = std::fs::File::open(path.under(root)).map_err(ApiError::internal)?;
+    let opened = file.metadata().map_err(ApiError::internal)?;
+    if !same_file(&meta, &opened) {
+        // Swapped for something else (a symlink?) between the check and the open.
+        return Err(ApiError::not_found(format!("Memory file not found: {rel}")));
+    }
+    Ok((file, opened))
 }
 
 /// Text iff no NUL byte and strict UTF-8; a leading byte-order mark is dropped (as the
