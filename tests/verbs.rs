@@ -134,6 +134,10 @@ async fn self_attachment_and_thread_addresses() {
     assert!(field_text(&me, "summary").starts_with("You are \"Selfie\""), "{me:?}");
     assert_eq!(field_text(&me, "agentId"), agent);
     assert_eq!(field(&me, "sessionCount"), &Ipld::Integer(2));
+    // The provider the definition names is found (by name) and shown with its id and type.
+    let Ipld::Map(provider) = field(&me, "modelProvider") else { panic!("modelProvider is a map: {me:?}") };
+    assert_eq!(provider.get("name"), Some(&Ipld::String("main".into())));
+    assert_eq!(provider.get("type"), Some(&Ipld::String("openai".into())));
     let refused = owner.call(write(&session_id, "~/self", "x")).await.unwrap();
     assert!(refused.error.as_deref().unwrap().starts_with("Unrecognized write address: ~/self"), "{refused:?}");
     assert_eq!(refused.output, None);

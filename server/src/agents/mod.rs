@@ -109,10 +109,15 @@ pub async fn get_agent(app: &App, caller: &Caller, action: GetAgent) -> ApiResul
 
 fn agent_response(conn: &Connection, agent_id: &str, role: Role) -> ApiResult<GetAgentResponse> {
     let agent = load_info(conn, agent_id, role)?;
-    let session_count: i64 = conn
-        .prepare_cached("SELECT COUNT(*) FROM sessions WHERE agent_id = ?1")?
-        .query_row(params![agent_id], |row| row.get(0))?;
+    let session_count = session_count(conn, agent_id)?;
     Ok(GetAgentResponse { agent, session_count })
+}
+
+/// How many sessions an agent has (children included).
+pub fn session_count(conn: &Connection, agent_id: &str) -> ApiResult<i64> {
+    Ok(conn
+        .prepare_cached("SELECT COUNT(*) FROM sessions WHERE agent_id = ?1")?
+        .query_row(params![agent_id], |row| row.get(0))?)
 }
 
 /// Looks up providers and signing keys in one account, for [`definition::normalize_definition`].

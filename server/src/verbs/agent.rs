@@ -67,21 +67,20 @@ The definition (name, model, system prompt, grants, signing keys) is edited by t
 
 pub(super) async fn read(context: &Context<'_>) -> ApiResult<Value> {
     let definition = &context.definition;
-    let (owner, provider_id, agent_id) =
+    let (owner, provider_name, agent_id) =
         (context.owner_id.clone(), definition.model_provider.clone(), context.agent_id.clone());
     let (provider, session_count) = context
         .app
         .db
         .read(move |conn| {
             let provider = conn
-                .prepare_cached("SELECT id, name, type FROM model_providers WHERE account_id = ?1 AND id = ?2")?
-                .query_row(params![owner, provider_id], |row| {
+                // `definition.modelProvider` names the provider (as CreateAgent checked it).
+                .prepare_cached("SELECT id, name, type FROM model_providers WHERE account_id = ?1 AND name = ?2")?
+                .query_row(params![owner, provider_name], |row| {
                     Ok(Provider::Known { id: row.get(0)?, name: row.get(1)?, r#type: row.get(2)? })
                 })
                 .optional()?;
-            let sessions: i64 = conn
-                .prepare_cached("SELECT COUNT(*) FROM sessions WHERE agent_id = ?1")?
-                .query_row(params![agent_id], |row| row.get(0))?;
+            let sessions = crate::agents::session_count(conn, &agent_id)?;
             Ok((provider, sessions))
         })
         .await?;
