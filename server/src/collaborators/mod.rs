@@ -24,25 +24,13 @@ use crate::app::App;
 use crate::auth::Caller;
 use crate::bus::{ChangeReason, Event};
 use crate::http::error::{ApiError, ApiResult};
-use crate::validate::bounded_string;
-
-/// The longest collaborator account id accepted, in bytes (upstream's name limit).
-const MAX_ACCOUNT_BYTES: usize = 256;
-
-/// Parses a collaborator role's wire string: `reader` or `writer`, nothing else (400).
-///
-/// Typed decoding of `InviteAgentCollaborator` already refuses other roles; this gives the
-/// protocol's message to a caller that checks the raw action first.
-pub fn collaborator_role(text: &str) -> ApiResult<AgentCollaboratorRole> {
-    AgentCollaboratorRole::from_str(text)
-        .map_err(|_| ApiError::bad_request("Collaborator role must be reader or writer"))
-}
+use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
 /// Trims `value` and requires the canonical string form of a Seed account (`z…`), as upstream's
 /// `normalizeAccountId` does: 400 `Collaborator account is required` / `… is too large` /
 /// `Collaborator account must be a valid Seed account ID`.
 pub fn collaborator_account(value: &str) -> ApiResult<String> {
-    let account = bounded_string(value, "Collaborator account", MAX_ACCOUNT_BYTES)?;
+    let account = bounded_string(value, "Collaborator account", MAX_NAME_BYTES)?;
     match Principal::from_str(&account) {
         Ok(principal) if principal.to_string() == account => Ok(account),
         _ => Err(ApiError::bad_request("Collaborator account must be a valid Seed account ID")),
@@ -416,11 +404,6 @@ mod tests {
 
     #[test]
     fn roles_and_accounts_are_validated() {
-        assert_eq!(collaborator_role("reader").unwrap(), AgentCollaboratorRole::Reader);
-        assert_eq!(collaborator_role("writer").unwrap(), AgentCollaboratorRole::Writer);
-        for bad in ["owner", "chatter", "Reader", ""] {
-            assert_eq!(collaborator_role(bad).unwrap_err().message(), "Collaborator role must be reader or writer");
-        }
         let id = account(7).account_id;
         assert_eq!(collaborator_account(&id).unwrap(), id);
         assert_eq!(collaborator_account(&format!("  {id}\n")).unwrap(), id, "trimmed like upstream");

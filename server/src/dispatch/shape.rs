@@ -104,8 +104,13 @@ mod tests {
         assert_eq!(message("SetSecret", map(&[("value", Ipld::String("x".into()))])), "Secret value is required");
         assert_eq!(message("SetSecret", map(&[])), "Secret value is required");
         assert!(check("SetSecret", &map(&[("value", Ipld::Bytes(vec![]))])).is_ok());
-        let role = map(&[("role", Ipld::String("owner".into()))]);
-        assert_eq!(message("InviteAgentCollaborator", role), "Collaborator role must be reader or writer");
+        for bad in ["owner", "chatter", "Reader", ""] {
+            let role = map(&[("role", Ipld::String(bad.into()))]);
+            assert_eq!(message("InviteAgentCollaborator", role), "Collaborator role must be reader or writer");
+        }
+        for good in ["reader", "writer"] {
+            assert!(check("InviteAgentCollaborator", &map(&[("role", Ipld::String(good.into()))])).is_ok());
+        }
         let flag = map(&[("publicRead", Ipld::Integer(1))]);
         assert_eq!(message("SetAgentPublicRead", flag), "publicRead must be a boolean");
         let seq = map(&[("afterSeq", Ipld::Integer(-1))]);

@@ -108,7 +108,7 @@ pub async fn create_signing_identity(
         .write(move |conn| {
             idempotency::once(conn, key.as_ref(), now, || {
                 let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata.clone())).map_err(ApiError::internal)?;
-                let id = insert(conn, &account, &name, &ciphertext, &metadata_cbor, now)?;
+                let id = secrets::insert(conn, &account, &name, &ciphertext, &metadata_cbor, now)?;
                 Ok(CreateSigningIdentityResponse { identity: identity(id, name, &metadata, now, now) })
             })
         })
@@ -163,7 +163,7 @@ pub async fn import_signing_identity(
                     )));
                 }
                 let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata.clone())).map_err(ApiError::internal)?;
-                let id = insert(conn, &account, &name, &ciphertext, &metadata_cbor, now)?;
+                let id = secrets::insert(conn, &account, &name, &ciphertext, &metadata_cbor, now)?;
                 Ok(ImportSigningIdentityResponse { identity: identity(id, name, &metadata, now, now) })
             })
         })
@@ -369,23 +369,4 @@ fn identity(
         server_url: string("serverUrl"),
         updated_at,
     }
-}
-
-/// Inserts a new identity secret; its id.
-fn insert(
-    conn: &Connection,
-    account_id: &str,
-    name: &str,
-    ciphertext: &[u8],
-    metadata_cbor: &[u8],
-    now: i64,
-) -> ApiResult<String> {
-    let id = uuid::Uuid::new_v4().to_string();
-    crate::db::ensure_account(conn, account_id, now)?;
-    conn.prepare_cached(
-        "INSERT INTO secrets (id, account_id, name, ciphertext, metadata_cbor, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
-    )?
-    .execute(params![id, account_id, name, ciphertext, metadata_cbor, now])?;
-    Ok(id)
 }

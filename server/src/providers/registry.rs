@@ -15,12 +15,6 @@ use crate::validate::{MAX_NAME_BYTES, MAX_OPEN_MAP_CBOR_BYTES, bounded_string, c
 /// The byte limit of a provider base URL.
 pub const MAX_BASE_URL_BYTES: usize = 2048;
 
-/// The message for an `authMode` that is neither `api-key` nor `subscription`.
-///
-/// The typed config cannot hold such a value, so this is for the layer that decodes the action: it
-/// may answer with this text when the `authMode` field is what failed to decode.
-pub const AUTH_MODE_INVALID: &str = "Provider auth mode must be 'api-key' or 'subscription'";
-
 /// A supported model provider type (`ModelProviderConfig.type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ProviderType {

@@ -22,7 +22,6 @@ use crate::app::App;
 use crate::auth::Caller;
 use crate::http::error::{ApiError, ApiResult};
 use crate::validate::{MAX_NAME_BYTES, MAX_OPEN_MAP_CBOR_BYTES, bounded_string, cbor_len};
-use crypto::SecretKey;
 
 /// The largest secret value, in bytes.
 pub const MAX_SECRET_BYTES: usize = 64 * 1024;
@@ -166,19 +165,6 @@ pub fn load_metadata(conn: &Connection, account_id: &str, name: &str) -> ApiResu
         .optional()?)
 }
 
-/// Decrypts secret `name` of `account_id`; `None` when there is no such secret.
-///
-/// A value that does not open (another key, moved or corrupted ciphertext) is a 500: the cause is
-/// logged (it never contains plaintext), the client sees the generic message.
-pub fn open_secret(conn: &Connection, key: &SecretKey, account_id: &str, name: &str) -> ApiResult<Option<Vec<u8>>> {
-    let sealed: Option<Vec<u8>> = conn
-        .prepare_cached("SELECT ciphertext FROM secrets WHERE account_id = ?1 AND name = ?2")?
-        .query_row(params![account_id, name], |row| row.get(0))
-        .optional()?;
-    let Some(sealed) = sealed else { return Ok(None) };
-    key.open(account_id, name, &sealed).map(Some).map_err(ApiError::internal)
-}
-
 /// The sealed (still encrypted) value of secret `name` of `account_id`, for callers that open it
 /// with [`SecretKey::open`] outside the database thread; `None` when there is no such secret.
 pub fn load_sealed(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<Vec<u8>>> {
@@ -188,10 +174,24 @@ pub fn load_sealed(conn: &Connection, account_id: &str, name: &str) -> ApiResult
         .optional()?)
 }
 
-/// [`open_secret`], or 400 `Required secret is not configured` when it does not exist (the
-/// upstream answer when a provider or tool references a missing secret).
-pub fn require_secret(conn: &Connection, key: &SecretKey, account_id: &str, name: &str) -> ApiResult<Vec<u8>> {
-    open_secret(conn, key, account_id, name)?.ok_or_else(|| ApiError::bad_request("Required secret is not configured"))
+/// Inserts a new secret (a name already taken is an error, never an overwrite); its id.
+/// Registers the account when it is new.
+pub fn insert(
+    conn: &Connection,
+    account_id: &str,
+    name: &str,
+    ciphertext: &[u8],
+    metadata_cbor: &[u8],
+    now: i64,
+) -> ApiResult<String> {
+    let id = uuid::Uuid::new_v4().to_string();
+    crate::db::ensure_account(conn, account_id, now)?;
+    conn.prepare_cached(
+        "INSERT INTO secrets (id, account_id, name, ciphertext, metadata_cbor, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+    )?
+    .execute(params![id, account_id, name, ciphertext, metadata_cbor, now])?;
+    Ok(id)
 }
 
 /// Deletes secret `name` of `account_id`; whether it existed.
@@ -304,19 +304,19 @@ mod tests {
     #[test]
     fn open_and_delete() {
         let conn = memory_db();
-        let key = SecretKey::from_bytes([3; 32]);
+        let key = crypto::SecretKey::from_bytes([3; 32]);
         let sealed = key.seal("acct", "KEY", b"plain").unwrap();
         upsert(&conn, "acct", "KEY", &sealed, None, 1).unwrap();
-        assert_eq!(open_secret(&conn, &key, "acct", "KEY").unwrap().as_deref(), Some(&b"plain"[..]));
-        assert_eq!(open_secret(&conn, &key, "acct", "OTHER").unwrap(), None);
-        rejects(require_secret(&conn, &key, "acct", "OTHER"), "Required secret is not configured");
-        // Ciphertext copied to another account does not open: a 500 that says nothing.
+        let loaded = load_sealed(&conn, "acct", "KEY").unwrap().unwrap();
+        assert_eq!(key.open("acct", "KEY", &loaded).unwrap(), b"plain");
+        assert_eq!(load_sealed(&conn, "acct", "OTHER").unwrap(), None);
+        // Ciphertext copied to another account does not open.
         upsert(&conn, "acct-2", "KEY", &sealed, None, 1).unwrap();
-        let error = open_secret(&conn, &key, "acct-2", "KEY").unwrap_err();
-        assert_eq!(error.message(), "Internal server error");
+        let copied = load_sealed(&conn, "acct-2", "KEY").unwrap().unwrap();
+        assert!(key.open("acct-2", "KEY", &copied).is_err());
         assert!(delete_secret(&conn, "acct", "KEY").unwrap());
         assert!(!delete_secret(&conn, "acct", "KEY").unwrap());
-        assert_eq!(open_secret(&conn, &key, "acct", "KEY").unwrap(), None);
+        assert_eq!(load_sealed(&conn, "acct", "KEY").unwrap(), None);
     }
 
     #[test]
