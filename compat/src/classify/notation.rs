@@ -5,38 +5,61 @@
 //! when it is a union of string literals, its values (to say which values came or went). Whether
 //! two notations differ at all is a plain string comparison.
 
-/// Every identifier in `notation` outside string literals, in order. The caller keeps those that
-/// name a definition. Identifiers inside a `/pattern/` are returned too: a pattern that happens to
-/// spell a definition's name only widens reachability, which errs on the safe side.
-pub fn identifiers(notation: &str) -> Vec<&str> {
-    let mut out = Vec::new();
+/// One piece of a notation: a string literal (quotes and escapes included), an identifier, or
+/// any other single character.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Token<'a> {
+    Literal(&'a str),
+    Name(&'a str),
+    Other(char),
+}
+
+/// Splits `notation` into [`Token`]s with their end offsets.
+fn tokens(notation: &str) -> impl Iterator<Item = (Token<'_>, usize)> + '_ {
     let mut chars = notation.char_indices().peekable();
-    while let Some((start, c)) = chars.next() {
+    std::iter::from_fn(move || {
+        let (start, c) = chars.next()?;
+        let mut end = start + c.len_utf8();
         if c == '"' {
-            // Skip a JSON string literal, escapes included.
-            while let Some((_, c)) = chars.next() {
+            // A JSON string literal, escapes included.
+            while let Some((i, c)) = chars.next() {
+                end = i + c.len_utf8();
                 match c {
                     '\\' => {
-                        chars.next();
+                        if let Some((i, c)) = chars.next() {
+                            end = i + c.len_utf8();
+                        }
                     }
                     '"' => break,
                     _ => {}
                 }
             }
+            Some((Token::Literal(&notation[start..end]), end))
         } else if c.is_alphabetic() || c == '_' {
-            let mut end = start + c.len_utf8();
             while let Some(&(i, c)) = chars.peek() {
-                if c.is_alphanumeric() || c == '_' {
-                    end = i + c.len_utf8();
-                    chars.next();
-                } else {
+                if !(c.is_alphanumeric() || c == '_') {
                     break;
                 }
+                end = i + c.len_utf8();
+                chars.next();
             }
-            out.push(&notation[start..end]);
+            Some((Token::Name(&notation[start..end]), end))
+        } else {
+            Some((Token::Other(c), end))
         }
-    }
-    out
+    })
+}
+
+/// Every identifier in `notation` outside string literals, in order. The caller keeps those that
+/// name a definition. Identifiers inside a `/pattern/` are returned too: a pattern that happens to
+/// spell a definition's name only widens reachability, which errs on the safe side.
+pub fn identifiers(notation: &str) -> Vec<&str> {
+    tokens(notation)
+        .filter_map(|(token, _)| match token {
+            Token::Name(name) => Some(name),
+            _ => None,
+        })
+        .collect()
 }
 
 /// `notation` with every name that `alias` resolves replaced by what it stands for, recursively
@@ -48,30 +71,11 @@ pub fn expand<'a>(notation: &str, alias: &dyn Fn(&str) -> Option<&'a str>) -> St
 
 fn expand_at<'a>(notation: &str, alias: &dyn Fn(&str) -> Option<&'a str>, depth: u32) -> String {
     let mut out = String::with_capacity(notation.len());
-    let mut chars = notation.char_indices().peekable();
-    while let Some((start, c)) = chars.next() {
-        if c == '"' {
-            out.push(c);
-            while let Some((_, c)) = chars.next() {
-                out.push(c);
-                match c {
-                    '\\' => out.extend(chars.next().map(|(_, c)| c)),
-                    '"' => break,
-                    _ => {}
-                }
-            }
-        } else if c.is_alphabetic() || c == '_' {
-            let mut end = start + c.len_utf8();
-            while let Some(&(i, c)) = chars.peek() {
-                if c.is_alphanumeric() || c == '_' {
-                    end = i + c.len_utf8();
-                    chars.next();
-                } else {
-                    break;
-                }
-            }
-            let name = &notation[start..end];
-            match alias(name).filter(|_| depth > 0) {
+    for (token, end) in tokens(notation) {
+        match token {
+            Token::Literal(literal) => out.push_str(literal),
+            Token::Other(c) => out.push(c),
+            Token::Name(name) => match alias(name).filter(|_| depth > 0) {
                 Some(target) => {
                     let inner = expand_at(target, alias, depth - 1);
                     if notation[end..].starts_with("[]") && inner.contains(' ') {
@@ -83,9 +87,7 @@ fn expand_at<'a>(notation: &str, alias: &dyn Fn(&str) -> Option<&'a str>, depth:
                     }
                 }
                 None => out.push_str(name),
-            }
-        } else {
-            out.push(c);
+            },
         }
     }
     out
