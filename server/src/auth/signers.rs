@@ -63,11 +63,10 @@ fn check_capability(bytes: &[u8], envelope_signer: &Principal) -> ApiResult<Prin
     if bytes.is_empty() {
         return Err(ApiError::bad_request("Invalid capability bytes"));
     }
-    let Ok(Ipld::Map(map)) = wire::decode_ipld(bytes) else {
-        return match wire::decode_ipld(bytes) {
-            Ok(_) => Err(ApiError::bad_request("Blob is not a Capability")),
-            Err(_) => Err(ApiError::bad_request("Capability is not valid CBOR")),
-        };
+    let map = match wire::decode_ipld(bytes) {
+        Ok(Ipld::Map(map)) => map,
+        Ok(_) => return Err(ApiError::bad_request("Blob is not a Capability")),
+        Err(_) => return Err(ApiError::bad_request("Capability is not valid CBOR")),
     };
     if !matches!(map.get("type"), Some(Ipld::String(kind)) if kind == "Capability") {
         return Err(ApiError::bad_request("Blob is not a Capability"));

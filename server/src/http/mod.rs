@@ -152,10 +152,16 @@ pub fn error_response(error: &ApiError, protocol: u32) -> Response {
         message: error.message().to_owned(),
         code: error.code().map(str::to_owned),
     };
-    let bytes = wire::to_ipld(&seed_agents_protocol::AgentResponse::Error(body))
-        .map(|value| seed_agents_compat::downgrade_error(protocol, value))
-        .and_then(|value| wire::ipld_to_vec(&value))
-        .unwrap_or_default();
+    let response = seed_agents_protocol::AgentResponse::Error(body);
+    // Current clients read the current shape: encode directly, as dispatch does for successes.
+    let bytes = if protocol >= AGENTS_PROTOCOL_VERSION {
+        wire::to_vec(&response)
+    } else {
+        wire::to_ipld(&response)
+            .map(|value| seed_agents_compat::downgrade_error(protocol, value))
+            .and_then(|value| wire::ipld_to_vec(&value))
+    }
+    .unwrap_or_default();
     cbor(error.status(), bytes)
 }
 

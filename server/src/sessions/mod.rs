@@ -213,9 +213,10 @@ pub async fn list_sessions(app: &App, caller: &Caller, action: ListSessions) -> 
     let account = caller.account_id.clone();
     app.db
         .read(move |conn| {
-            if let Some(agent_id) = &action.agent_id {
-                access::require(conn, agent_id, &account, Need::Read)?;
-            }
+            let scoped = match &action.agent_id {
+                Some(agent_id) => Some(access::require(conn, agent_id, &account, Need::Read)?),
+                None => None,
+            };
             let mut rows = page(conn, &account, &action, limit)?;
             let more = rows.len() as i64 > limit;
             rows.truncate(limit as usize);
@@ -231,12 +232,11 @@ pub async fn list_sessions(app: &App, caller: &Caller, action: ListSessions) -> 
                 .filter(|agent| referenced.contains(agent.id.as_str()))
                 .collect();
             // A public agent listed by id is not among the caller's agents; show it as its viewer sees it.
-            if let Some(agent_id) = &action.agent_id
+            if let Some(access) = scoped
                 && !rows.is_empty()
-                && !agents.iter().any(|agent| &agent.id == agent_id)
-                && let Some(access) = access::resolve(conn, agent_id, &account)?
+                && !agents.iter().any(|agent| agent.id == access.agent_id)
             {
-                agents.push(agents::load_info(conn, agent_id, access.role)?);
+                agents.push(agents::load_info(conn, &access.agent_id, access.role)?);
             }
             Ok(ListSessionsResponse { agents, next_cursor, sessions: rows })
         })
