@@ -2,6 +2,8 @@
 //! `DeleteSigningIdentity`, `ListSigningIdentities`) against a fake Hypermedia server that checks
 //! every published blob's CID and signature, and the default trigger `CreateAgent` stores.
 
+use std::collections::BTreeMap;
+
 use ipld_core::ipld::Ipld;
 use rusqlite::{OptionalExtension, params};
 use seed_agents_protocol::generated::{
@@ -12,7 +14,7 @@ use seed_agents_protocol::generated::{
 use seed_agents_protocol::{Bytes, Ed25519Signer, Signer as _, Value, wire};
 use seed_agents_sdk::Error;
 
-use crate::support::hm::FakeHm;
+use crate::support::hm::{FakeHm, Published};
 use crate::support::{TestServer, User, api_error, definition};
 
 async fn start(hm_url: &str) -> TestServer {
@@ -59,8 +61,87 @@ fn seed_account(seed: [u8; 32]) -> String {
     Ed25519Signer::from_seed(&seed).principal().to_string()
 }
 
+/// The ops of a Change blob's body.
+fn ops(change: &Published) -> Vec<BTreeMap<String, Ipld>> {
+    let Some(Ipld::Map(body)) = change.field("body") else { panic!("no body: {:?}", change.value) };
+    let Some(Ipld::List(ops)) = body.get("ops") else { panic!("no ops: {body:?}") };
+    ops.iter().map(|op| if let Ipld::Map(op) = op { op.clone() } else { panic!("op {op:?}") }).collect()
+}
+
+fn string(text: &str) -> Ipld {
+    Ipld::String(text.to_owned())
+}
+
+/// Checks what creating identity `account` named `name` published in one request: its Profile,
+/// then its home document (genesis Change, content Change, version Ref), all signed by the new
+/// key (the fake already checked CIDs, signatures and links).
+fn check_account_blobs(blobs: &[Published], account: &str, name: &str) {
+    let types: Vec<_> = blobs.iter().map(|blob| blob.text("type")).collect();
+    assert_eq!(types, [Some("Profile"), Some("Change"), Some("Change"), Some("Ref")]);
+    for blob in blobs {
+        assert_eq!(blob.codec, 0x71);
+        assert_eq!(blob.signer().as_deref(), Some(account), "{:?}", blob.text("type"));
+    }
+    let [profile, genesis, change, version] = blobs else { unreachable!() };
+
+    assert_eq!(profile.text("name"), Some(name));
+    assert!(profile.cid.starts_with("bafyrei"), "{}", profile.cid);
+    assert!(matches!(profile.field("ts"), Some(Ipld::Integer(_))));
+    assert_eq!(profile.field("avatar"), None);
+
+    // The genesis is {type, signer, sig, ts: 0}: the same for every document of this key.
+    assert!(genesis.cid.starts_with("bafyrei"), "{}", genesis.cid);
+    assert_eq!(genesis.integer("ts"), Some(0));
+    assert_eq!(genesis.value.as_ref().unwrap().len(), 4);
+
+    // The content change: deps = [genesis], depth 1, the name then one paragraph at the top.
+    assert!(change.cid.starts_with("bafyrei"), "{}", change.cid);
+    assert_eq!(change.link("genesis"), Some(genesis.cid.clone()));
+    assert_eq!(change.links("deps"), Some(vec![genesis.cid.clone()]));
+    assert_eq!(change.integer("depth"), Some(1));
+    let ts = change.integer("ts").unwrap();
+    assert!(ts > 0);
+    let ops = ops(change);
+    assert_eq!(ops.len(), 3);
+    let Some(Ipld::Map(body)) = change.field("body") else { unreachable!() };
+    assert_eq!(body.get("opCount"), Some(&Ipld::Integer(3)));
+    let name_attr = Ipld::Map(BTreeMap::from([
+        ("key".to_owned(), Ipld::List(vec![string("name")])),
+        ("value".to_owned(), string(name)),
+    ]));
+    assert_eq!(ops[0].get("type"), Some(&string("SetAttributes")));
+    assert_eq!(ops[0].get("attrs"), Some(&Ipld::List(vec![name_attr])));
+    assert_eq!(ops[1].get("type"), Some(&string("ReplaceBlock")));
+    let Some(Ipld::Map(block)) = ops[1].get("block") else { panic!("{:?}", ops[1]) };
+    let Some(Ipld::String(block_id)) = block.get("id") else { panic!("{block:?}") };
+    assert_eq!(block_id.len(), 8);
+    assert!(block_id.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-'), "{block_id}");
+    let expected_block = BTreeMap::from([
+        ("type".to_owned(), string("Paragraph")),
+        ("id".to_owned(), string(block_id)),
+        ("text".to_owned(), string("This is an agentic account.")),
+        ("annotations".to_owned(), Ipld::List(Vec::new())),
+    ]);
+    assert_eq!(block, &expected_block);
+    let expected_move = BTreeMap::from([
+        ("type".to_owned(), string("MoveBlocks")),
+        ("blocks".to_owned(), Ipld::List(vec![string(block_id)])),
+        ("parent".to_owned(), string("")),
+    ]);
+    assert_eq!(ops[2], expected_move);
+
+    // The version Ref: sent without a CID, so the server named it (BLAKE2b-256); home document
+    // of the signer's own space, so no `space` and no `path`.
+    assert!(version.cid.starts_with("bafy2bza"), "{}", version.cid);
+    assert_eq!(version.link("genesisBlob"), Some(genesis.cid.clone()));
+    assert_eq!(version.links("heads"), Some(vec![change.cid.clone()]));
+    assert_eq!(version.integer("generation"), Some(ts));
+    assert_eq!(version.integer("ts"), Some(ts));
+    assert_eq!((version.field("space"), version.field("path")), (None, None));
+}
+
 #[tokio::test]
-async fn create_publishes_a_signed_profile_and_stores_the_seed_sealed() {
+async fn create_publishes_the_profile_and_home_document_and_stores_the_seed_sealed() {
     let hm = FakeHm::start().await;
     let server = start(&hm.url).await;
     let user = server.user();
@@ -74,28 +155,34 @@ async fn create_publishes_a_signed_profile_and_stores_the_seed_sealed() {
     assert_eq!((identity.icon.as_deref(), identity.dev), (None, None));
     assert_eq!(identity.created_at, identity.updated_at);
 
-    // One Profile, signed by the new key (the fake checked its CID and signature).
+    // One PublishBlobs call: the Profile and the home document, signed by the new key.
+    assert_eq!(hm.requests(), 1);
+    check_account_blobs(&hm.blobs(), &account, "Ada");
+
+    // A second identity has its own genesis (it is per signer) and its own block id.
+    let other = create(&user, Some("Bob")).await;
     let blobs = hm.blobs();
-    assert_eq!(blobs.len(), 1);
-    let profile = &blobs[0];
-    assert_eq!((profile.codec, profile.text("type"), profile.text("name")), (0x71, Some("Profile"), Some("Ada")));
-    assert!(profile.cid.starts_with("bafyrei"), "{}", profile.cid);
-    assert_eq!(profile.signer().as_deref(), Some(account.as_str()));
-    assert!(matches!(profile.field("ts"), Some(Ipld::Integer(_))));
-    assert_eq!(profile.field("avatar"), None);
+    check_account_blobs(&blobs[4..], other.account_id.as_deref().unwrap(), "Bob");
+    assert_ne!(blobs[1].cid, blobs[5].cid);
 
     // The stored value is the seed of that account; it never appears in a response.
     let seed: [u8; 32] = stored_seed(&server, &user.id, &identity.name).await.try_into().unwrap();
     assert_eq!(seed_account(seed), account);
     let listed = list(&user, None).await.unwrap();
-    assert_eq!(listed, vec![identity.clone()]);
+    assert_eq!(listed, vec![other, identity.clone()]);
     for response in [wire::to_vec(&identity).unwrap(), wire::to_vec(&listed).unwrap()] {
         assert!(!contains(&response, &seed));
     }
     // Nor is it readable through the database as plaintext.
     let app = server.server.as_ref().unwrap().app().clone();
-    let rows: Vec<u8> =
-        app.db.read(|conn| Ok(conn.query_row("SELECT ciphertext FROM secrets", [], |row| row.get(0))?)).await.unwrap();
+    let name = identity.name.clone();
+    let rows: Vec<u8> = app
+        .db
+        .read(move |conn| {
+            Ok(conn.query_row("SELECT ciphertext FROM secrets WHERE name = ?1", params![name], |row| row.get(0))?)
+        })
+        .await
+        .unwrap();
     assert!(!contains(&rows, &seed));
 }
 
@@ -108,13 +195,13 @@ async fn create_without_a_label_names_the_account_and_rejects_a_blank_label() {
     let account = identity.account_id.clone().unwrap();
     let expected = format!("Agent account {}", &account[..10]);
     assert_eq!(identity.label.as_deref(), Some(expected.as_str()));
-    assert_eq!(hm.blobs()[0].text("name"), Some(expected.as_str()));
+    check_account_blobs(&hm.blobs(), &account, &expected);
 
     let blank = user.call(CreateSigningIdentity { client_request_id: None, label: Some("  ".into()) }).await;
     assert_eq!(api_error(blank), (400, "Signing identity label is required".to_owned()));
     let long = user.call(CreateSigningIdentity { client_request_id: None, label: Some("x".repeat(257)) }).await;
     assert_eq!(api_error(long), (400, "Signing identity label is too large".to_owned()));
-    assert_eq!(hm.blobs().len(), 1);
+    assert_eq!(hm.blobs().len(), 4);
 }
 
 #[tokio::test]
@@ -127,7 +214,7 @@ async fn create_is_idempotent_with_a_client_request_id() {
     let first = user.call(call("Ada")).await.unwrap().identity;
     let again = user.call(call("Ada")).await.unwrap().identity;
     assert_eq!(first, again);
-    assert_eq!(hm.blobs().len(), 1, "a replay publishes nothing");
+    assert_eq!(hm.blobs().len(), 4, "a replay publishes nothing");
     let other = user.call(call("Bob")).await;
     assert_eq!(api_error(other), (409, "Client request ID payload mismatch".to_owned()));
     assert_eq!(list(&user, None).await.unwrap().len(), 1);
@@ -150,6 +237,17 @@ async fn publish_failures_are_502_and_store_nothing() {
     assert!(message.contains("HTTP 500 from PublishBlobs"), "{message}");
     assert!(message.contains("node is reindexing"), "{message}");
     assert_eq!(list(&user, None).await.unwrap(), vec![]);
+    assert_eq!(secret_rows(&server).await, 0, "no key is kept for an account that was not published");
+    assert_eq!((hm.requests(), hm.blobs().len()), (1, 0), "one all-or-nothing request");
+
+    // Once the server is back, the same request (and client request id) goes through.
+    let retried = CreateSigningIdentity { client_request_id: Some("retry".into()), label: Some("Ada".into()) };
+    let failed = user.call(retried.clone()).await;
+    assert_eq!(api_error(failed).0, 502);
+    hm.fail_with(None);
+    let identity = user.call(retried).await.unwrap().identity;
+    check_account_blobs(&hm.blobs(), identity.account_id.as_deref().unwrap(), "Ada");
+    assert_eq!(secret_rows(&server).await, 1);
 
     // A server that is not there at all.
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
@@ -159,6 +257,13 @@ async fn publish_failures_are_502_and_store_nothing() {
     assert_eq!(status, 502);
     assert!(message.starts_with(&format!("Failed to publish agent account to http://{closed}: ")), "{message}");
     assert_eq!(list(&user, None).await.unwrap(), vec![]);
+    assert_eq!(secret_rows(&gone).await, 0);
+}
+
+/// How many secret rows the server holds, of any account.
+async fn secret_rows(server: &TestServer) -> i64 {
+    let app = server.server.as_ref().unwrap().app().clone();
+    app.db.read(|conn| Ok(conn.query_row("SELECT count(*) FROM secrets", [], |row| row.get(0))?)).await.unwrap()
 }
 
 #[tokio::test]
@@ -236,37 +341,37 @@ async fn update_republishes_the_profile_with_icon() {
     assert_eq!((renamed.id.as_str(), renamed.created_at), (created.id.as_str(), created.created_at));
     assert_eq!(renamed.icon, None);
     let blobs = hm.blobs();
-    assert_eq!(blobs.len(), 2);
-    assert_eq!(blobs[1].text("name"), Some("Ada Lovelace"));
-    assert_eq!(blobs[1].signer().as_deref(), Some(account.as_str()));
-    assert_eq!(blobs[1].field("avatar"), None);
+    assert_eq!(blobs.len(), 5);
+    assert_eq!(blobs[4].text("name"), Some("Ada Lovelace"));
+    assert_eq!(blobs[4].signer().as_deref(), Some(account.as_str()));
+    assert_eq!(blobs[4].field("avatar"), None);
 
     let icon = b"\x89PNG fake icon bytes";
     let with_icon = user.call(update("Ada", Some(icon))).await.unwrap().identity;
     let blobs = hm.blobs();
-    assert_eq!(blobs.len(), 4);
-    assert_eq!((blobs[2].codec, blobs[2].data.as_slice()), (0x55, &icon[..]));
-    let avatar = format!("ipfs://{}", blobs[2].cid);
+    assert_eq!(blobs.len(), 7);
+    assert_eq!((blobs[5].codec, blobs[5].data.as_slice()), (0x55, &icon[..]));
+    let avatar = format!("ipfs://{}", blobs[5].cid);
     assert_eq!(with_icon.icon.as_deref(), Some(avatar.as_str()));
-    assert_eq!(blobs[3].text("avatar"), Some(avatar.as_str()));
-    assert_eq!(blobs[3].signer().as_deref(), Some(account.as_str()));
+    assert_eq!(blobs[6].text("avatar"), Some(avatar.as_str()));
+    assert_eq!(blobs[6].signer().as_deref(), Some(account.as_str()));
 
     // A later rename keeps the icon.
     let kept = user.call(update("Ada L.", None)).await.unwrap().identity;
     assert_eq!(kept.icon.as_deref(), Some(avatar.as_str()));
-    assert_eq!(hm.blobs()[4].text("avatar"), Some(avatar.as_str()));
+    assert_eq!(hm.blobs()[7].text("avatar"), Some(avatar.as_str()));
     assert_eq!(list(&user, None).await.unwrap(), vec![kept]);
 
     // An icon of more than one chunk: two raw leaves and a dag-pb root, in one publish.
     let big: Vec<u8> = (0..262_145).map(|i| (i % 251) as u8).collect();
     let with_big = user.call(update("Ada", Some(&big))).await.unwrap().identity;
     let blobs = hm.blobs();
-    assert_eq!(blobs.len(), 9);
-    let codecs: Vec<u8> = blobs[5..8].iter().map(|blob| blob.codec).collect();
+    assert_eq!(blobs.len(), 12);
+    let codecs: Vec<u8> = blobs[8..11].iter().map(|blob| blob.codec).collect();
     assert_eq!(codecs, [0x55, 0x55, 0x70]);
     let root = "ipfs://bafybeiexg2oqkfnj56l7fcmawswqbijt5shq4b5rg6a546uwpkqqzwjioi";
     assert_eq!(with_big.icon.as_deref(), Some(root));
-    assert_eq!(blobs[8].text("avatar"), Some(root));
+    assert_eq!(blobs[11].text("avatar"), Some(root));
     let blank = user.call(update(" ", None)).await;
     assert_eq!(api_error(blank), (400, "Signing identity label is required".to_owned()));
 
@@ -307,7 +412,7 @@ async fn update_and_delete_need_an_identity() {
     assert_eq!(deleted.name, identity.name);
     assert_eq!(list(&user, None).await.unwrap(), vec![]);
     assert_eq!(api_error(user.call(delete).await), (404, "Signing identity not found".to_owned()));
-    assert_eq!(hm.blobs().len(), 1, "delete publishes nothing");
+    assert_eq!(hm.blobs().len(), 4, "delete publishes nothing");
 }
 
 #[tokio::test]

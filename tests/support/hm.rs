@@ -1,12 +1,20 @@
 //! A fake Hypermedia server on loopback: `POST /api/PublishBlobs` with a DAG-CBOR body, answered
 //! in SuperJSON (`{"json": …}`), checked the way HM-INTEGRATION.md §1.4/§2.1 describe: a given
-//! CID is recomputed from the data with the CID's own prefix (sha2-256; dag-cbor, raw or dag-pb), and a
+//! CID is recomputed from the data with the CID's own prefix (sha2-256; dag-cbor, raw or dag-pb),
+//! a blob without one is named CIDv1 dag-cbor BLAKE2b-256 as the real server does, and a
 //! DAG-CBOR blob must be canonical and carry a valid Ed25519 signature under the zero-sig rule.
-//! Every accepted blob is recorded; a switch makes every request fail.
+//! `Change` and `Ref` blobs must also link what §2.4/§2.5 say, to blobs accepted before them
+//! (earlier in the same request or in an earlier one): a content Change its genesis and its
+//! `deps` with `depth` one more than theirs, a Ref its genesis and head Changes of that genesis.
+//! Every accepted blob is recorded, in order; a switch makes every request fail.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use blake2::Blake2b;
+use blake2::digest::consts::U32;
+use ipld_core::cid::Cid;
+use ipld_core::cid::multihash::Multihash;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::{Principal, wire};
 use sha2::{Digest, Sha256};
@@ -34,6 +42,26 @@ impl Published {
             Ipld::String(text) => Some(text),
             _ => None,
         }
+    }
+
+    pub fn integer(&self, key: &str) -> Option<i128> {
+        match self.field(key)? {
+            Ipld::Integer(value) => Some(*value),
+            _ => None,
+        }
+    }
+
+    /// The CID string of a link field (`genesis`, `genesisBlob`).
+    pub fn link(&self, key: &str) -> Option<String> {
+        match self.field(key)? {
+            Ipld::Link(cid) => Some(cid.to_string()),
+            _ => None,
+        }
+    }
+
+    /// The CID strings of a list-of-links field (`deps`, `heads`).
+    pub fn links(&self, key: &str) -> Option<Vec<String>> {
+        link_list(self.field(key)?).map(|cids| cids.iter().map(Cid::to_string).collect())
     }
 
     /// The signer's account id.
@@ -137,10 +165,11 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         if headers.get("content-type").map(String::as_str) != Some("application/cbor") {
             (400, serde_json::json!({ "error": "expected application/cbor" }))
         } else {
-            match publish(body) {
+            let mut state = state.lock().unwrap();
+            match publish(body, &state.blobs) {
                 Ok(published) => {
                     let cids: Vec<String> = published.iter().map(|blob| blob.cid.clone()).collect();
-                    state.lock().unwrap().blobs.extend(published);
+                    state.blobs.extend(published);
                     (200, serde_json::json!({ "json": { "cids": cids } }))
                 }
                 Err(message) => (500, serde_json::json!({ "error": message })),
@@ -165,11 +194,26 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
     let _ = stream.shutdown().await;
 }
 
-/// Checks every blob of a `PublishBlobs` body; all or nothing.
-fn publish(body: &[u8]) -> Result<Vec<Published>, String> {
+/// Checks every blob of a `PublishBlobs` body, in order, against those `stored` before; all or
+/// nothing.
+fn publish(body: &[u8], stored: &[Published]) -> Result<Vec<Published>, String> {
     let Ok(Ipld::Map(mut input)) = wire::decode_ipld(body) else { return Err("body is not a CBOR map".into()) };
     let Some(Ipld::List(blobs)) = input.remove("blobs") else { return Err("blobs must be a list".into()) };
-    blobs.into_iter().map(check_blob).collect()
+    let mut accepted: Vec<Published> = Vec::new();
+    for blob in blobs {
+        let blob = check_blob(blob)?;
+        let known = |cid: &Cid| {
+            let cid = cid.to_string();
+            stored.iter().chain(&accepted).find(|blob| blob.cid == cid).cloned()
+        };
+        match blob.text("type") {
+            Some("Change") => check_change(&blob, known)?,
+            Some("Ref") => check_ref(&blob, known)?,
+            _ => {}
+        }
+        accepted.push(blob);
+    }
+    Ok(accepted)
 }
 
 fn check_blob(blob: Ipld) -> Result<Published, String> {
@@ -180,8 +224,7 @@ fn check_blob(blob: Ipld) -> Result<Published, String> {
             let codec = check_cid(&cid, &data)?;
             (cid, codec)
         }
-        // The real server assigns a BLAKE2b-256 CID; a marked sha2 stand-in is enough here.
-        None => (format!("unnamed-{}", hex::encode(Sha256::digest(&data))), 0x71),
+        None => (blake2b_cid(&data), 0x71),
         Some(_) => return Err("cid must be a string".into()),
     };
     let value = match codec {
@@ -189,6 +232,94 @@ fn check_blob(blob: Ipld) -> Result<Published, String> {
         _ => None,
     };
     Ok(Published { cid, codec, data, value })
+}
+
+/// The CID the real server gives a blob sent without one: CIDv1, dag-cbor, BLAKE2b-256
+/// (multihash code 0xb220), so the string starts `bafy2bza`.
+pub fn blake2b_cid(data: &[u8]) -> String {
+    let digest = Blake2b::<U32>::digest(data);
+    let hash = Multihash::<64>::wrap(0xb220, &digest).expect("a 32-byte digest fits");
+    Cid::new_v1(0x71, hash).to_string()
+}
+
+/// A `Change`: the genesis is `{type, signer, sig, ts: 0}`; any other links a genesis Change
+/// (no `genesis` of its own) and `deps` Changes of that genesis, has `depth` = max dep depth + 1
+/// (the genesis has depth 0) and a body whose `opCount` counts its `ops`.
+fn check_change(blob: &Published, known: impl Fn(&Cid) -> Option<Published>) -> Result<(), String> {
+    let Some(genesis) = blob.field("genesis") else {
+        let mut keys: Vec<&str> = blob.value.iter().flat_map(|fields| fields.keys()).map(String::as_str).collect();
+        keys.sort_unstable();
+        if keys != ["sig", "signer", "ts", "type"] || blob.integer("ts") != Some(0) {
+            return Err(format!("a genesis Change must be {{type, signer, sig, ts: 0}}, got {keys:?}"));
+        }
+        return Ok(());
+    };
+    let Ipld::Link(genesis) = genesis else { return Err("Change genesis must be a link".into()) };
+    let genesis_blob = known_change(&known, genesis, "genesis")?;
+    if genesis_blob.field("genesis").is_some() {
+        return Err(format!("Change genesis {genesis} is not a genesis Change"));
+    }
+    let deps = blob.field("deps").and_then(link_list).ok_or("Change deps must be a list of links")?;
+    if deps.is_empty() {
+        return Err("a content Change needs deps".into());
+    }
+    let mut max_dep_depth = 0;
+    for dep in &deps {
+        let dep_blob = known_change(&known, dep, "dep")?;
+        let dep_depth = match dep_blob.link("genesis") {
+            None if dep == genesis => 0,
+            Some(dep_genesis) if dep_genesis == genesis.to_string() => {
+                dep_blob.integer("depth").ok_or("a dep has no depth")?
+            }
+            _ => return Err(format!("Change dep {dep} belongs to another document")),
+        };
+        max_dep_depth = max_dep_depth.max(dep_depth);
+    }
+    if blob.integer("depth") != Some(max_dep_depth + 1) {
+        return Err(format!("Change depth must be {}", max_dep_depth + 1));
+    }
+    let Some(Ipld::Map(body)) = blob.field("body") else { return Err("Change body must be a map".into()) };
+    let Some(Ipld::List(ops)) = body.get("ops") else { return Err("Change body.ops must be a list".into()) };
+    if body.get("opCount") != Some(&Ipld::Integer(ops.len() as i128)) {
+        return Err("Change body.opCount must count the ops".into());
+    }
+    if blob.integer("ts").is_none_or(|ts| ts <= 0) {
+        return Err("a content Change needs a positive ts".into());
+    }
+    Ok(())
+}
+
+/// A `Ref`: `genesisBlob` links a genesis Change and every head a Change of that genesis.
+fn check_ref(blob: &Published, known: impl Fn(&Cid) -> Option<Published>) -> Result<(), String> {
+    let Some(Ipld::Link(genesis)) = blob.field("genesisBlob") else {
+        return Err("Ref genesisBlob must be a link".into());
+    };
+    if known_change(&known, genesis, "genesisBlob")?.field("genesis").is_some() {
+        return Err(format!("Ref genesisBlob {genesis} is not a genesis Change"));
+    }
+    let heads = blob.field("heads").and_then(link_list).ok_or("Ref heads must be a list of links")?;
+    for head in &heads {
+        if known_change(&known, head, "head")?.link("genesis") != Some(genesis.to_string()) {
+            return Err(format!("Ref head {head} is not a Change of genesis {genesis}"));
+        }
+    }
+    if blob.integer("generation") == Some(0) {
+        return Err("Ref generation 0 must be omitted".into());
+    }
+    Ok(())
+}
+
+fn known_change(known: &impl Fn(&Cid) -> Option<Published>, cid: &Cid, what: &str) -> Result<Published, String> {
+    let blob = known(cid).ok_or_else(|| format!("{what} {cid} was not published before"))?;
+    if blob.text("type") != Some("Change") {
+        return Err(format!("{what} {cid} is not a Change"));
+    }
+    Ok(blob)
+}
+
+fn link_list(value: &Ipld) -> Option<Vec<Cid>> {
+    let Ipld::List(items) = value else { return None };
+    items.iter().map(|item| if let Ipld::Link(cid) = item { Some(*cid) } else { None }).collect()
 }
 
 /// Recomputes a `b…` CIDv1 sha2-256 from the data; returns its codec.
@@ -241,4 +372,70 @@ fn base32_decode(text: &str) -> Option<Vec<u8>> {
         }
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use ed25519_dalek::SigningKey;
+    use seed_agents_server::hm::Blob;
+    use seed_agents_server::hm::blob::principal;
+    use seed_agents_server::hm::document;
+
+    use super::*;
+
+    fn body(blobs: &[&Blob]) -> Vec<u8> {
+        let list = blobs
+            .iter()
+            .map(|blob| {
+                let mut entry = BTreeMap::from([("data".to_owned(), Ipld::Bytes(blob.data.clone()))]);
+                if let Some(cid) = &blob.cid {
+                    entry.insert("cid".to_owned(), Ipld::String(cid.clone()));
+                }
+                Ipld::Map(entry)
+            })
+            .collect();
+        wire::ipld_to_vec(&Ipld::Map(BTreeMap::from([("blobs".to_owned(), Ipld::List(list))]))).unwrap()
+    }
+
+    #[test]
+    fn changes_and_refs_must_link_what_was_published_before() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let ops = document::new_document_ops("Doc", Vec::new());
+        let new = document::new_document(&key, 5, principal(&key), "", &ops).unwrap();
+        let (genesis, change, version) = (&new.genesis.blob, &new.change.blob, &new.version_ref);
+
+        let rejected = |blobs: &[&Blob], stored: &[Published]| publish(&body(blobs), stored).unwrap_err();
+        assert!(rejected(&[genesis, version], &[]).contains("was not published before"));
+        assert!(rejected(&[change], &[]).contains("was not published before"));
+        let deep = document::content_change(&key, 5, &new.genesis.cid, &[new.genesis.cid], 2, &ops).unwrap();
+        assert!(rejected(&[genesis, &deep.blob], &[]).contains("depth must be 1"));
+
+        let stored = publish(&body(&[genesis, change, version]), &[]).unwrap();
+        assert!(stored[2].cid.starts_with("bafy2bza"), "{}", stored[2].cid);
+        // A later change builds on the stored head, one level deeper.
+        let next = document::content_change(&key, 6, &new.genesis.cid, &[new.change.cid], 2, &[]).unwrap();
+        publish(&body(&[&next.blob]), &stored).unwrap();
+        let flat = document::content_change(&key, 6, &new.genesis.cid, &[new.change.cid], 1, &[]).unwrap();
+        assert!(rejected(&[&flat.blob], &stored).contains("depth must be 2"));
+        // A Ref's heads must be Changes of its own genesis.
+        let other = SigningKey::from_bytes(&[8; 32]);
+        let foreign = document::genesis(&other).unwrap();
+        let input = document::VersionRef {
+            ts_ms: 6,
+            space: principal(&key),
+            path: "",
+            genesis: &foreign.cid,
+            heads: &[new.change.cid],
+            generation: 6,
+        };
+        let bad_ref = document::version_ref(&other, &input).unwrap();
+        assert!(rejected(&[&foreign.blob, &bad_ref], &stored).contains("is not a Change of genesis"));
+    }
+
+    /// A home-document Ref (key of seed 32 x 0x07) and the CID `@multiformats/blake2` gives it.
+    #[test]
+    fn unnamed_blobs_get_the_blake2b_cid_the_real_server_gives() {
+        let home_ref = hex::decode("a76274731b0000018bcfe56800637369675840cf95930ca91c41f9b20d5be11f0374347fc98d218e4e127eb2185ef05a2448cde22898d39d8e3cea52641413d8dd56096ceef7df2c74a0de58b8ef943a86610864747970656352656665686561647381d82a58250001711220ba8c50ed1dd60d0cdc48e9cf35160babe3c55d45fc92421c9e63a7c6dbb735df667369676e65725822ed01ea4a6c63e29c520abef5507b132ec5f9954776aebebe7b92421eea691446d22c6a67656e65726174696f6e1b0000018bcfe568006b67656e65736973426c6f62d82a5825000171122012248d52510a53c1f7c9ec84476cafa99142f7d58020b36d0cb9e885da9f7175").unwrap();
+        assert_eq!(blake2b_cid(&home_ref), "bafy2bzaceaujrva66vbei2py23r7pvoje7cw7a6pwylc7cbjeluybfpr6wm32");
+    }
 }

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use ed25519_dalek::{Signer as _, SigningKey};
+use ipld_core::cid::Cid;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::{Principal, wire};
 use sha2::{Digest, Sha256};
@@ -97,6 +98,15 @@ pub fn sign(key: &SigningKey, mut fields: BTreeMap<String, Ipld>) -> Result<Vec<
     wire::ipld_to_vec(&value).map_err(|error| BlobError(error.to_string()))
 }
 
+/// Signs `fields` like [`sign`] and names the bytes with their sha2-256 DAG-CBOR CID, returned
+/// both in the blob (as a string) and as a [`Cid`] that later blobs can link to.
+pub fn sign_named(key: &SigningKey, fields: BTreeMap<String, Ipld>) -> Result<(Blob, Cid), BlobError> {
+    let data = sign(key, fields)?;
+    let cid_bytes = cid_v1_sha256(DAG_CBOR, &data);
+    let cid = Cid::try_from(cid_bytes.as_slice()).map_err(|error| BlobError(error.to_string()))?;
+    Ok((Blob { cid: Some(cid_string(&cid_bytes)), data }, cid))
+}
+
 /// A signed `Profile` blob with its sha2-256 CID: `{type, signer, sig, ts, name, avatar?,
 /// description?}`.
 pub fn profile(
@@ -117,8 +127,7 @@ pub fn profile(
     if let Some(description) = description {
         fields.insert("description".to_owned(), Ipld::String(description.to_owned()));
     }
-    let data = sign(key, fields)?;
-    Ok(Blob { cid: Some(cid_string(&cid_v1_sha256(DAG_CBOR, &data))), data })
+    sign_named(key, fields).map(|(blob, _)| blob)
 }
 
 #[cfg(test)]
@@ -148,5 +157,14 @@ mod tests {
         assert!(cid_string(&cid_v1_sha256(RAW, b"icon")).starts_with("bafkrei"));
         assert!(cid_string(&cid_v1_sha256(DAG_CBOR, b"x")).starts_with("bafyrei"));
         assert_eq!(cid_string(&[]), "b");
+    }
+
+    #[test]
+    fn a_named_blob_links_to_its_own_cid() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let fields = BTreeMap::from([("type".to_owned(), Ipld::String("Change".to_owned()))]);
+        let (blob, cid) = sign_named(&key, fields).unwrap();
+        assert_eq!(blob.cid, Some(cid_string(&cid.to_bytes())));
+        assert_eq!((cid.version(), cid.codec()), (ipld_core::cid::Version::V1, DAG_CBOR));
     }
 }

@@ -3,9 +3,11 @@
 //! One route family, `/api/<Key>`: actions are `POST` with a DAG-CBOR body, and every success is
 //! a SuperJSON envelope `{"json": <payload>}`; failures are non-2xx `{"error": "…"}`. The server
 //! only writes through `PublishBlobs` (`{blobs: [{cid?, data}]}` → `{cids}` in request order).
-//! Blob building and CIDs live in [`blob`], UnixFS file blocks in [`unixfs`].
+//! Blob building and CIDs live in [`blob`], document Changes and Refs in [`document`], UnixFS
+//! file blocks in [`unixfs`].
 
 pub mod blob;
+pub mod document;
 pub mod unixfs;
 
 use std::collections::BTreeMap;

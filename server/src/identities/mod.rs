@@ -3,9 +3,11 @@
 //! is the raw 32-byte Ed25519 seed (sealed like every secret) and whose metadata says
 //! `{kind: 'hm-account-key', accountId, label?, icon?, serverUrl, …}`.
 //!
-//! Create and Update publish a signed `Profile` blob to the configured Hypermedia server
-//! ([`crate::hm`]); Import publishes nothing (the account usually exists already). Responses
-//! carry [`SigningIdentity`], built from metadata only: the seed never leaves (design rule 8).
+//! Create publishes, in one `PublishBlobs` call to the configured Hypermedia server
+//! ([`crate::hm`]), the new account's signed `Profile` and its home document (genesis Change,
+//! content Change, version Ref); Update republishes the Profile; Import publishes nothing (the
+//! account usually exists already). Responses carry [`SigningIdentity`], built from metadata
+//! only: the seed never leaves (design rule 8).
 
 use std::collections::BTreeMap;
 
@@ -24,6 +26,8 @@ use zeroize::Zeroizing;
 use crate::access::{self, Need, Role};
 use crate::app::App;
 use crate::auth::Caller;
+use crate::hm::blob::BlobError;
+use crate::hm::document::TextBlock;
 use crate::hm::{self, Blob, HmClient};
 use crate::http::error::{ApiError, ApiResult};
 use crate::idempotency::{self, Key};
@@ -32,6 +36,9 @@ use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
 /// The length of an Ed25519 seed.
 pub const SEED_LEN: usize = 32;
+
+/// The one paragraph of a created identity's home document.
+pub const HOME_TEXT: &str = "This is an agentic account.";
 
 /// The idempotency request of Create and Import: only the label (the seed is never stored).
 #[derive(Serialize)]
@@ -57,8 +64,8 @@ fn publish_error(app: &App, what: &str, error: impl std::fmt::Display) -> ApiErr
     ApiError::bad_gateway(format!("Failed to publish {what} to {}: {error}", app.config.hm_server_url))
 }
 
-/// `CreateSigningIdentity {label?, clientRequestId?}`: a new key, its Profile published with the
-/// label as name (502 when the Hypermedia server fails), then its seed stored.
+/// `CreateSigningIdentity {label?, clientRequestId?}`: a new key, its Profile and home document
+/// published with the label as name (502 when the Hypermedia server fails), then its seed stored.
 pub async fn create_signing_identity(
     app: &App,
     caller: &Caller,
@@ -84,10 +91,12 @@ pub async fn create_signing_identity(
     let name = secret_name(&identity_account);
     let display_name =
         label.unwrap_or_else(|| format!("Agent account {}", identity_account.chars().take(10).collect::<String>()));
-    let profile =
-        hm::blob::profile(&signing_key, app.clock.now_ms(), &display_name, None, None).map_err(ApiError::internal)?;
+    let mut random_id = [0u8; 8];
+    getrandom::fill(&mut random_id).map_err(ApiError::internal)?;
+    let blobs = account_blobs(&signing_key, app.clock.now_ms(), &display_name, hm::document::block_id(random_id))
+        .map_err(ApiError::internal)?;
     HmClient::new(&app.http, &app.config.hm_server_url)
-        .publish_blobs(&[profile])
+        .publish_blobs(&blobs)
         .await
         .map_err(|error| publish_error(app, "agent account", error))?;
     drop(signing_key);
@@ -114,6 +123,19 @@ pub async fn create_signing_identity(
         })
         .await?;
     Ok(response)
+}
+
+/// What creating an account publishes, in order: its `Profile {name}`, then its home document
+/// (genesis, a content Change that sets `name` and writes [`HOME_TEXT`] in block `block_id`, and
+/// the version Ref), all signed by `key` at `now_ms`.
+fn account_blobs(key: &SigningKey, now_ms: i64, name: &str, block_id: String) -> Result<Vec<Blob>, BlobError> {
+    let profile = hm::blob::profile(key, now_ms, name, None, None)?;
+    let paragraph = TextBlock { kind: "Paragraph".to_owned(), id: block_id, text: HOME_TEXT.to_owned() };
+    let ops = hm::document::new_document_ops(name, vec![paragraph]);
+    let home = hm::document::new_document(key, now_ms, hm::blob::principal(key), "", &ops)?;
+    let mut blobs = vec![profile];
+    blobs.extend(home.into_blobs());
+    Ok(blobs)
 }
 
 /// `ImportSigningIdentity {seed, label?, clientRequestId?}`: stores an existing key (exactly 32
