@@ -1,12 +1,14 @@
 //! `InvokeSessionTool`: user verbs over memory, `~/self`, attachments and threads, the errors that
 //! come back in `error` versus those that fail the request, and the durable events each call
-//! appends (read back through `GetSession`).
+//! appends (read back through `GetSession`), and the refusal while an agent turn holds the
+//! session (run rows written straight into the live database).
 
 use ipld_core::ipld::Ipld;
+use rusqlite::{Connection, params};
 use seed_agents_protocol::generated::{
-    AcceptAgentInvite, AgentCollaboratorRole, CreateSession, GetSession, InviteAgentCollaborator, InvokeSessionTool,
-    InvokeSessionToolResponse, InvokeSessionToolVerb, ReadAgentMemoryFile, SessionActor, SessionEventPayload,
-    UploadSessionAttachment,
+    AcceptAgentInvite, AgentCollaboratorRole, CreateSession, DeleteAgent, DeleteSession, GetSession,
+    InviteAgentCollaborator, InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, ReadAgentMemoryFile,
+    SessionActor, SessionEventPayload, UploadSessionAttachment,
 };
 use seed_agents_protocol::{Bytes, Value};
 use seed_agents_server::bus::{ChangeReason, Event};
@@ -237,4 +239,101 @@ async fn each_invocation_appends_a_call_and_its_result() {
     let tail = owner.call(get(Some(2))).await.unwrap().events;
     assert_eq!(tail.iter().map(|event| event.seq).collect::<Vec<_>>(), vec![3, 4]);
     assert_eq!(tail[1].id, second.result_event_id);
+}
+
+const AGENT_IS_WORKING: &str = "The agent is working in this thread right now; wait for its turn to finish";
+
+/// A read-write connection to the running server's database (WAL lets both write).
+fn database(server: &TestServer) -> Connection {
+    let conn = Connection::open(server.dir.path().join("seed-agents.sqlite")).unwrap();
+    conn.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+    conn.pragma_update(None, "foreign_keys", "ON").unwrap();
+    conn
+}
+
+/// Puts run `id` of the agent's session in `status` (inserting it the first time).
+fn set_run(conn: &Connection, id: &str, owner: &User, agent_id: &str, session_id: &str, kind: &str, status: &str) {
+    conn.execute(
+        "INSERT INTO runs (id, account_id, root_run_id, kind, origin, agent_id, session_id, input_cbor, status,
+                           queue, created_at, updated_at)
+         VALUES (?1, ?2, ?1, ?3, 'user', ?4, ?5, x'a0', ?6, 'interactive', 1, 1)
+         ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, status = excluded.status",
+        params![id, owner.id, kind, agent_id, session_id, status],
+    )
+    .unwrap();
+}
+
+/// The run's `(agent_id, session_id)`.
+fn run_owners(conn: &Connection, id: &str) -> (Option<String>, Option<String>) {
+    conn.query_row("SELECT agent_id, session_id FROM runs WHERE id = ?1", params![id], |row| {
+        Ok((row.get(0)?, row.get(1)?))
+    })
+    .unwrap()
+}
+
+async fn event_count(user: &User, session_id: &str) -> usize {
+    let get = GetSession { session_id: session_id.into(), after_seq: None, before_seq: None, limit: None };
+    user.call(get).await.unwrap().events.len()
+}
+
+#[tokio::test]
+async fn an_agent_turn_holding_the_session_refuses_user_verbs() {
+    let server = TestServer::start().await;
+    let owner = server.user();
+    let agent = owner.create_agent("Busy").await;
+    let session_id = session(&owner, &agent, "Turns").await;
+    let db = database(&server);
+
+    // (kind, status, refused): upstream counts queued, claimed and running agent runs only; a
+    // parked (`waiting`) parent still converses, and workflow runs never hold the session.
+    let cases = [
+        ("agent", "running", true),
+        ("agent", "succeeded", false),
+        ("agent", "queued", true),
+        ("agent", "claimed", true),
+        ("agent", "waiting", false),
+        ("agent", "failed", false),
+        ("workflow", "running", false),
+        ("agent", "canceled", false),
+    ];
+    for (kind, status, refused) in cases {
+        set_run(&db, "run-1", &owner, &agent, &session_id, kind, status);
+        let before = event_count(&owner, &session_id).await;
+        let answer = owner.call(read(&session_id, "~/self")).await;
+        if refused {
+            assert_eq!(api_error(answer), (409, AGENT_IS_WORKING.into()), "{kind} {status}");
+            assert_eq!(event_count(&owner, &session_id).await, before, "{kind} {status}: nothing appended");
+        } else {
+            assert_eq!(answer.unwrap().error, None, "{kind} {status}");
+            assert_eq!(event_count(&owner, &session_id).await, before + 2, "{kind} {status}");
+        }
+    }
+
+    // A refused write changes nothing: the verb never ran.
+    set_run(&db, "run-1", &owner, &agent, &session_id, "agent", "running");
+    let refused = owner.call(write(&session_id, "~/memory/late.md", "x")).await;
+    assert_eq!(api_error(refused), (409, AGENT_IS_WORKING.into()));
+    let file = owner.call(ReadAgentMemoryFile { agent_id: agent.clone(), path: "late.md".into() }).await;
+    assert_eq!(api_error(file).0, 404);
+    // Access is decided first: a stranger still sees the session as missing.
+    let stranger = server.user();
+    assert_eq!(api_error(stranger.call(read(&session_id, "~/self")).await), (404, "Session not found".into()));
+    // Another session of the same agent is not held.
+    let other = session(&owner, &agent, "Free").await;
+    assert_eq!(owner.call(read(&other, "~/self")).await.unwrap().error, None);
+}
+
+#[tokio::test]
+async fn runs_outlive_their_session_and_agent() {
+    let server = TestServer::start().await;
+    let owner = server.user();
+    let agent = owner.create_agent("Mortal").await;
+    let session_id = session(&owner, &agent, "Gone").await;
+    let db = database(&server);
+    set_run(&db, "run-1", &owner, &agent, &session_id, "agent", "succeeded");
+
+    owner.call(DeleteSession { session_id: session_id.clone() }).await.unwrap();
+    assert_eq!(run_owners(&db, "run-1"), (Some(agent.clone()), None), "session_id is nulled");
+    owner.call(DeleteAgent { agent_id: agent.clone() }).await.unwrap();
+    assert_eq!(run_owners(&db, "run-1"), (None, None), "agent_id is nulled");
 }

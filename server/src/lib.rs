@@ -21,6 +21,7 @@ pub mod idempotency;
 pub mod identities;
 pub mod memory;
 pub mod providers;
+pub mod runs;
 pub mod secrets;
 pub mod sessions;
 pub mod uploads;

@@ -154,6 +154,58 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX agent_triggers_by_agent ON agent_triggers (agent_id, updated_at DESC, id DESC);
     CREATE INDEX agent_triggers_by_account ON agent_triggers (account_id, enabled);
     "#,
+    // 4: runs, the durable queue (rows only; the engine that claims and executes them comes later).
+    // A run outlives its agent and session: deleting either nulls `agent_id` / `session_id`.
+    // `trigger_firing_id` has no foreign key yet because `trigger_firings` does not exist; the
+    // migration that creates it must rebuild this table to add one (SQLite cannot add it in place).
+    // Runs are never deleted, so `parent_run_id` keeps the default (refuse) delete action.
+    r#"
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL,
+        root_run_id TEXT NOT NULL,
+        parent_run_id TEXT REFERENCES runs (id),
+        parent_tool_call_id TEXT,
+        continued_from_run_id TEXT,
+        depth INTEGER NOT NULL DEFAULT 0 CHECK (depth >= 0),
+        kind TEXT NOT NULL CHECK (kind IN ('agent', 'workflow')),
+        origin TEXT NOT NULL CHECK (origin IN ('user', 'trigger', 'agent', 'workflow', 'system')),
+        agent_id TEXT REFERENCES agents (id) ON DELETE SET NULL,
+        session_id TEXT REFERENCES sessions (id) ON DELETE SET NULL,
+        trigger_firing_id TEXT,
+        title TEXT,
+        model TEXT,
+        source_cid TEXT,
+        source_text TEXT,
+        input_cbor BLOB NOT NULL,
+        output_cbor BLOB,
+        error_cbor BLOB,
+        wait_cbor BLOB,
+        budget_cbor BLOB,
+        usage_cbor BLOB,
+        plan_cbor BLOB,
+        status TEXT NOT NULL CHECK (
+            status IN ('queued', 'claimed', 'running', 'waiting', 'succeeded', 'failed', 'canceled')
+        ),
+        queue TEXT NOT NULL DEFAULT 'background' CHECK (queue IN ('interactive', 'background')),
+        attempt INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+        max_attempts INTEGER NOT NULL DEFAULT 1 CHECK (max_attempts >= 1),
+        not_before INTEGER,
+        lease_owner TEXT,
+        lease_expires_at INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        started_at INTEGER,
+        finished_at INTEGER
+    ) STRICT;
+    CREATE INDEX runs_dispatch ON runs (status, queue, not_before, created_at);
+    CREATE INDEX runs_by_root ON runs (root_run_id, created_at);
+    CREATE INDEX runs_by_parent ON runs (parent_run_id);
+    CREATE INDEX runs_by_session ON runs (session_id, created_at DESC);
+    CREATE INDEX runs_by_session_status ON runs (session_id, status);
+    CREATE INDEX runs_by_agent ON runs (agent_id, created_at DESC);
+    CREATE INDEX runs_by_account ON runs (account_id, created_at DESC);
+    "#,
 ];
 
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.
@@ -185,6 +237,32 @@ mod tests {
         apply(&mut conn, ":memory:").unwrap();
         let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0)).unwrap();
         assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn upgrades_a_version_3_database_with_data_to_runs() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "foreign_keys", "ON").unwrap();
+        for (index, sql) in MIGRATIONS[..3].iter().enumerate() {
+            conn.execute_batch(sql).unwrap();
+            conn.pragma_update(None, "user_version", index as i64 + 1).unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO agents (id, account_id, definition_cbor, state_dir, status, created_at, updated_at)
+                 VALUES ('a', 'owner', x'a0', '/tmp/a', 'active', 1, 1);
+             INSERT INTO sessions (id, account_id, agent_id, title_source, status, created_at, updated_at)
+                 VALUES ('s', 'owner', 'a', 'system', 'idle', 1, 1);",
+        )
+        .unwrap();
+        apply(&mut conn, ":memory:").unwrap();
+        let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0)).unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        conn.execute_batch(
+            "INSERT INTO runs (id, account_id, root_run_id, kind, origin, agent_id, session_id, input_cbor,
+                               status, created_at, updated_at)
+                 VALUES ('r', 'owner', 'r', 'agent', 'user', 'a', 's', x'a0', 'queued', 2, 2);",
+        )
+        .unwrap();
     }
 
     #[test]

@@ -201,6 +201,15 @@ pub fn ensure_account(conn: &Connection, account_id: &str, now_ms: i64) -> rusql
     Ok(())
 }
 
+/// A migrated in-memory database with foreign keys on, for unit tests of the features' SQL.
+#[cfg(test)]
+pub(crate) fn migrated_in_memory() -> Connection {
+    let mut conn = Connection::open_in_memory().expect("in-memory database");
+    conn.pragma_update(None, "foreign_keys", "ON").expect("foreign keys on");
+    migrations::apply(&mut conn, ":memory:").expect("migrations apply");
+    conn
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Nothing panics while these locks are held; recover the data if it ever did.
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())

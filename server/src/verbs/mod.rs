@@ -1,10 +1,11 @@
 //! User verbs: `InvokeSessionTool` runs `read`, `write` or `call` as the user against a session's
 //! shared log, and appends the call and its result as durable events stamped `actor: user`.
 //!
-//! Pre-checks (the verb, writer access to the session's agent) fail the request; a failure while
-//! executing the verb is itself part of the log and comes back in the response's `error` with
-//! HTTP 200. Both events are appended in one write transaction after the verb ran, with gap-free
-//! per-session `seq`, and published only after that commit (DESIGN rule 5).
+//! Pre-checks fail the request, in upstream's order: the verb (while decoding), writer access to
+//! the session's agent, then no agent turn holding the session (409). A failure while executing
+//! the verb is itself part of the log and comes back in the response's `error` with HTTP 200. Both
+//! events are appended in one write transaction after the verb ran, with gap-free per-session
+//! `seq`, and published only after that commit (DESIGN rule 5).
 //!
 //! [`address`] parses addresses; each noun has its file: [`memory`] (`~/memory/…`), [`agent`]
 //! (`~/self`), [`attachment`] (`attachment:<id>`), [`thread`] (`thread:<id>`).
@@ -34,10 +35,14 @@ use crate::app::App;
 use crate::auth::Caller;
 use crate::bus::{ChangeReason, Event};
 use crate::http::error::{ApiError, ApiResult};
+use crate::runs;
 use address::Address;
 
 /// The largest text a verb returns inline (upstream's tool-result bound): 256 KiB.
 pub const MAX_RESULT_BYTES: usize = 256 * 1024;
+
+/// The refusal while an agent turn holds the session (upstream's words).
+const AGENT_IS_WORKING: &str = "The agent is working in this thread right now; wait for its turn to finish";
 
 /// What a verb runs against: the session, its agent, and who asked.
 pub(crate) struct Context<'a> {
@@ -65,9 +70,6 @@ pub async fn invoke_session_tool(
 ) -> ApiResult<InvokeSessionToolResponse> {
     // The verb itself was checked while decoding (400 `verb must be read, write, or call`).
     let context = open(app, caller, &action.session_id).await?;
-    // Upstream also refuses (409 `The agent is working in this thread right now; wait for its turn
-    // to finish`) while the session has a live run. Runs do not exist in this server yet (no runs
-    // table): add that check here, before executing, when they do.
     let outcome = match action.verb {
         InvokeSessionToolVerb::Read => read(&context, &action.input).await,
         InvokeSessionToolVerb::Write => write(&context, &action.input).await,
@@ -104,6 +106,12 @@ pub async fn invoke_session_tool(
         .write(move |conn| {
             // Re-checked on the writer: the session may have gone since the verb started.
             let access = access::require_session(conn, &session_id, &account, Need::Write)?;
+            // Checked again in the transaction that appends, so no event lands while a turn holds
+            // the session (runs are written only on this writer, so none can start in between).
+            // A turn that started while the verb ran makes this 409 too, and nothing is logged,
+            // though a `write` verb's change is already on disk then. That window closes when
+            // MessageSession refuses while a user verb is in flight (RUNTIME-NOTES §4.8).
+            refuse_during_agent_turn(conn, &session_id)?;
             append_event(conn, &session_id, &call_event, now)?;
             let result_event_id = append_event(conn, &session_id, &result_event, now)?;
             conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
@@ -120,13 +128,15 @@ pub async fn invoke_session_tool(
     Ok(InvokeSessionToolResponse { error, output, result_event_id, session_id })
 }
 
-/// Checks writer access and loads what the verbs need.
+/// Checks writer access and that no agent turn holds the session (before the verb runs, so a
+/// refusal changes nothing), and loads what the verbs need.
 async fn open<'a>(app: &'a App, caller: &Caller, session_id: &str) -> ApiResult<Context<'a>> {
     let (account, session) = (caller.account_id.clone(), session_id.to_owned());
     let (access, agent) = app
         .db
         .read(move |conn| {
             let access = access::require_session(conn, &session, &account, Need::Write)?;
+            refuse_during_agent_turn(conn, &session)?;
             let agent = agents::load_info(conn, &access.agent_id, access.role)?;
             Ok((access, agent))
         })
@@ -139,6 +149,14 @@ async fn open<'a>(app: &'a App, caller: &Caller, session_id: &str) -> ApiResult<
         memory_root: PathBuf::from(&agent.state_dir).join(crate::memory::path::MEMORY_DIR),
         definition: agent.definition,
     })
+}
+
+/// 409 while an agent run of the session is queued, claimed or running.
+fn refuse_during_agent_turn(conn: &Connection, session_id: &str) -> ApiResult<()> {
+    if runs::session_has_active_turn(conn, session_id)? {
+        return Err(ApiError::conflict(AGENT_IS_WORKING));
+    }
+    Ok(())
 }
 
 /// Appends one event with the next `seq` (inside the caller's write transaction, so no gap and
