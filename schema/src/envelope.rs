@@ -97,15 +97,29 @@ impl SignedEnvelope {
     /// kept and [`Self::signing_bytes`] zeroes their `sig` instead of re-encoding; otherwise it
     /// re-encodes. Both give the same bytes (a property test checks it).
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let value = wire::decode_ipld(bytes)?;
-        let reusable = !has_float_or_link(&value) && bytes.get(1..SIG_OFFSET) == Some(&SIG_PREFIX[..]);
-        let mut envelope = Self::from_ipld(value)?;
+        let (mut envelope, reusable) = Self::decode_shape(bytes)?;
         if reusable {
-            let mut signing = bytes.to_vec();
-            signing[SIG_OFFSET..SIG_OFFSET + SIGNATURE_LEN].fill(0);
-            envelope.received_signing_bytes = Some(signing);
+            envelope.received_signing_bytes = Some(zero_sig(bytes.to_vec()));
         }
         Ok(envelope)
+    }
+
+    /// [`Self::decode`] taking the bytes, which become the signing bytes in place: a large
+    /// envelope (an upload chunk) is then held once, not twice.
+    pub fn decode_owned(bytes: Vec<u8>) -> Result<Self, DecodeError> {
+        let (mut envelope, reusable) = Self::decode_shape(&bytes)?;
+        if reusable {
+            envelope.received_signing_bytes = Some(zero_sig(bytes));
+        }
+        Ok(envelope)
+    }
+
+    /// Decodes and checks the shape; also says whether the received bytes can be signed as they
+    /// are (with `sig` zeroed).
+    fn decode_shape(bytes: &[u8]) -> Result<(Self, bool), DecodeError> {
+        let value = wire::decode_ipld(bytes)?;
+        let reusable = !has_float_or_link(&value) && bytes.get(1..SIG_OFFSET) == Some(&SIG_PREFIX[..]);
+        Ok((Self::from_ipld(value)?, reusable))
     }
 
     /// Checks the shape of an already decoded value, in the upstream order: map, `type`, `signer`,
@@ -189,15 +203,9 @@ impl SignedEnvelope {
     pub fn reencoded_signing_bytes(&self) -> Result<Vec<u8>, WireError> {
         // Encode a borrowed view with the zero signature instead of cloning the whole map.
         let zero = Ipld::Bytes(vec![0; SIGNATURE_LEN]);
-        let view: BTreeMap<&str, crate::value::JsIpld<'_>> = self
-            .map
-            .iter()
-            .map(|(key, value)| {
-                let value = if key == "sig" { &zero } else { value };
-                (key.as_str(), crate::value::JsIpld(value))
-            })
-            .collect();
-        wire::to_vec(&view)
+        let mut view: Vec<(&str, &Ipld)> =
+            self.map.iter().map(|(key, value)| (key.as_str(), if key == "sig" { &zero } else { value })).collect();
+        wire::encode::map_to_vec(&mut view)
     }
 
     /// Checks the timestamp against `now_ms` (within [`TIMESTAMP_WINDOW_MS`] either way), then the
@@ -240,6 +248,14 @@ impl SignedEnvelope {
         let signature = ed25519_dalek::Signature::from_bytes(&self.sig);
         key.verify_strict(message, &signature).map_err(|_| EnvelopeError::Signature)
     }
+}
+
+/// Envelope bytes whose `sig` (at its fixed place, see [`SIG_PREFIX`]) is zeroed.
+fn zero_sig(mut bytes: Vec<u8>) -> Vec<u8> {
+    if let Some(sig) = bytes.get_mut(SIG_OFFSET..SIG_OFFSET + SIGNATURE_LEN) {
+        sig.fill(0);
+    }
+    bytes
 }
 
 /// Whether a value holds a float or a CID link anywhere (the values whose re-encoding may differ
@@ -365,24 +381,25 @@ const SIG_PREFIX: [u8; 6] = [0x63, b's', b'i', b'g', 0x58, 0x40];
 impl UnsignedEnvelope {
     /// The canonical bytes to sign (the envelope with `sig` = 64 zero bytes).
     pub fn signing_bytes(&self) -> Result<Vec<u8>, WireError> {
-        use crate::value::JsIpld;
         let kind = Ipld::String(ENVELOPE_TYPE.into());
         let signer = Ipld::Bytes(self.signer.to_bytes().to_vec());
         let account = Ipld::Bytes(self.account.to_bytes().to_vec());
         let sig = Ipld::Bytes(vec![0; SIGNATURE_LEN]);
         let protocol = self.protocol.map(|protocol| Ipld::Integer(protocol.into()));
-        // A borrowed view: the action is encoded in place, never cloned.
-        let mut view = BTreeMap::from([
-            ("type", JsIpld(&kind)),
-            ("signer", JsIpld(&signer)),
-            ("account", JsIpld(&account)),
-            ("sig", JsIpld(&sig)),
-            ("action", JsIpld(&self.action)),
+        // A borrowed view: the action is encoded in place, never cloned, into one buffer of the
+        // exact size.
+        let mut view: Vec<(&str, &Ipld)> = Vec::with_capacity(6);
+        view.extend([
+            ("type", &kind),
+            ("signer", &signer),
+            ("account", &account),
+            ("sig", &sig),
+            ("action", &self.action),
         ]);
         if let Some(protocol) = &protocol {
-            view.insert("protocol", JsIpld(protocol));
+            view.push(("protocol", protocol));
         }
-        wire::to_vec(&view)
+        wire::encode::map_to_vec(&mut view)
     }
 
     /// Signs with `signer` and returns the bytes to send.

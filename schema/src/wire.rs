@@ -11,7 +11,7 @@ use ipld_core::ipld::Ipld;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::value::JsIpld;
+pub(crate) mod encode;
 
 /// Why bytes could not be encoded or decoded.
 #[derive(Debug, thiserror::Error)]
@@ -38,8 +38,12 @@ pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, WireError> {
 }
 
 /// Encodes a generic IPLD value canonically, with JavaScript number semantics.
+///
+/// Gives the same bytes as `to_vec(&JsIpld(value))` (see [`crate::value::JsIpld`]), written
+/// directly into one buffer of the exact size: a large byte string is copied once, not once per
+/// enclosing map.
 pub fn ipld_to_vec(value: &Ipld) -> Result<Vec<u8>, WireError> {
-    to_vec(&JsIpld(value))
+    encode::to_vec(value)
 }
 
 /// Decodes canonical DAG-CBOR into a typed value.

@@ -284,7 +284,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
 
     /// `SignedEnvelope::signing_bytes` reuses the received bytes when it can; it must always equal
-    /// the canonical re-encoding, and the signature must verify either way.
+    /// the canonical re-encoding, whether the bytes were borrowed or taken (`decode_owned`), and
+    /// the signature must verify either way.
     #[test]
     fn received_and_reencoded_signing_bytes_agree(seed in any::<u64>()) {
         use seed_agents_protocol::envelope::{SignedEnvelope, UnsignedEnvelope};
@@ -300,7 +301,10 @@ proptest! {
             seed_agents_protocol::envelope::insert_signature(&mut bytes, &signature).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let decoded = SignedEnvelope::decode(&bytes).map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
             prop_assert_eq!(decoded.signing_bytes().ok(), decoded.reencoded_signing_bytes().ok(), "{}", name);
+            let owned = SignedEnvelope::decode_owned(bytes).map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
+            prop_assert_eq!(owned.signing_bytes().ok(), decoded.signing_bytes().ok(), "{} (owned)", name);
             prop_assert!(decoded.verify(ts).is_ok(), "{} does not verify", name);
+            prop_assert!(owned.verify(ts).is_ok(), "{} does not verify (owned)", name);
             Ok(())
         })?;
     }
