@@ -285,3 +285,104 @@ async fn an_upload_survives_a_restart_and_resumes_at_the_received_offset() {
     assert!(written == content, "the committed file is exactly the uploaded bytes");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_chunk_ahead_of_its_predecessor_waits_for_it() {
+    let server = TestServer::start().await;
+    let user = server.user();
+    let agent_id = user.create_agent("Pipelined").await;
+    let content: Vec<u8> = (0..3 * MIB).map(|n| (n % 253) as u8).collect();
+    let id = begin(&user, memory(&agent_id, "pipelined.bin"), content.len()).await.upload_id;
+
+    // The second chunk arrives first: it waits (it would be a 409 without the wait).
+    let second = {
+        let client = user.client.clone();
+        let action = chunk(&id, MIB, &content[MIB..2 * MIB]);
+        tokio::spawn(async move { client.call(action).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // A third chunk while the second holds the upload's one waiting place is refused at once
+    // (were the second not waiting, this one would wait its 30 s instead).
+    let third =
+        tokio::time::timeout(std::time::Duration::from_secs(10), user.call(chunk(&id, 2 * MIB, &content[2 * MIB..])))
+            .await
+            .expect("the third chunk is answered without waiting");
+    assert_eq!(api_error(third), (409, format!("Chunk offset {} does not match 0 bytes received", 2 * MIB)));
+
+    assert_eq!(user.call(chunk(&id, 0, &content[..MIB])).await.unwrap().received, MIB as i64);
+    assert_eq!(second.await.unwrap().unwrap().received, 2 * MIB as i64, "the waiting chunk went in after the first");
+    assert_eq!(user.call(chunk(&id, 2 * MIB, &content[2 * MIB..])).await.unwrap().received, 3 * MIB as i64);
+    user.call(CommitFileUpload { upload_id: id }).await.unwrap();
+    let written = std::fs::read(server.dir.path().join("agents").join(&agent_id).join("memory/pipelined.bin")).unwrap();
+    assert!(written == content, "the committed file is exactly the uploaded bytes");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_sdk_uploads_in_pipelined_chunks_with_progress() {
+    let server = TestServer::start().await;
+    let user = server.user();
+    let (agent_id, session_id) = agent_and_session(&user).await;
+    let content: Vec<u8> = (0..20 * MIB + 12_345).map(|n| (n * 7 % 256) as u8).collect();
+
+    let mut seen = Vec::new();
+    let done = user
+        .client
+        .upload(memory(&agent_id, "sdk/big.bin"), content.len() as u64, &content[..], |progress| seen.push(progress))
+        .await
+        .unwrap();
+    assert_eq!(done.entry.unwrap().size, content.len() as i64);
+    let received: Vec<u64> = seen.iter().map(|progress| progress.received).collect();
+    assert_eq!(received, [8 * MIB as u64, 16 * MIB as u64, content.len() as u64], "one report per acknowledged chunk");
+    assert!(seen.iter().all(|progress| progress.size == content.len() as u64));
+    let written = std::fs::read(server.dir.path().join("agents").join(&agent_id).join("memory/sdk/big.bin")).unwrap();
+    assert!(written == content, "the committed file is exactly the uploaded bytes");
+
+    // From a file on disk, into a session attachment.
+    let file = server.dir.path().join("to-attach.bin");
+    std::fs::write(&file, &content[..9 * MIB]).unwrap();
+    let done = user.client.upload_file(attachment_target(&session_id, "notes.bin"), &file, |_| {}).await.unwrap();
+    assert_eq!(done.attachment.unwrap().id, sha256_hex(&content[..9 * MIB]));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_sdk_upload_that_stops_can_be_resumed() {
+    let server = TestServer::start().await;
+    let user = server.user();
+    let agent_id = user.create_agent("Resumer").await;
+    let content: Vec<u8> = (0..10 * MIB).map(|n| (n % 241) as u8).collect();
+
+    // The source ends early: the upload stops after the first chunk, saying where.
+    let error = user
+        .client
+        .upload(memory(&agent_id, "resumed.bin"), content.len() as u64, &content[..9 * MIB], |_| {})
+        .await
+        .unwrap_err();
+    let seed_agents_sdk::Error::Upload { upload_id, received, source } = error else {
+        panic!("expected Error::Upload, got {error:?}");
+    };
+    assert_eq!(received, 8 * MIB as u64);
+    assert!(matches!(*source, seed_agents_sdk::Error::Source(_)), "{source:?}");
+
+    // Resuming from an offset the server has passed skips what it has (it says so in a 409).
+    let mut first = None;
+    let done = user
+        .client
+        .resume_upload(upload_id, content.len() as u64, 0, &content[..], |progress| {
+            first.get_or_insert(progress.received);
+        })
+        .await
+        .unwrap();
+    // Both first chunks were in flight: the first is refused (the server has it), the second
+    // lands; either way the report starts at or past the server's offset.
+    assert!(first >= Some(8 * MIB as u64), "{first:?}");
+    assert_eq!(done.entry.unwrap().size, content.len() as i64);
+    let written = std::fs::read(server.dir.path().join("agents").join(&agent_id).join("memory/resumed.bin")).unwrap();
+    assert!(written == content, "the committed file is exactly the uploaded bytes");
+
+    // Failures before anything was sent are plain API errors.
+    let (status, message) = api_error(user.client.upload(memory("no-such-agent", "x.bin"), 1, &b"x"[..], |_| {}).await);
+    assert_eq!((status, message.as_str()), (404, "Agent not found"));
+    server.stop().await;
+}

@@ -42,6 +42,20 @@ pub enum Error {
     /// The envelope could not be built or signed.
     #[error("cannot sign the action: {0}")]
     Sign(#[from] SignError),
+    /// An upload's source could not be read (or ended before its declared size).
+    #[error("cannot read the upload's source: {0}")]
+    Source(#[source] std::io::Error),
+    /// An upload stopped. The server keeps what it acknowledged for an hour;
+    /// [`Client::resume_upload`](crate::Client::resume_upload) continues from `received`.
+    #[error("upload {upload_id} stopped at {received} bytes: {source}")]
+    Upload {
+        /// The upload, for `resume_upload` or `AbortFileUpload`.
+        upload_id: String,
+        /// Bytes the server acknowledged.
+        received: u64,
+        /// Why it stopped.
+        source: Box<Error>,
+    },
     /// The server URL is not an absolute http(s) URL.
     #[error("invalid server URL {url:?}: {reason}")]
     InvalidUrl {
@@ -59,7 +73,8 @@ impl Error {
             Error::Api { status, .. } | Error::Decode { status, .. } => Some(*status),
             Error::ProtocolTooOld { .. } => Some(426),
             Error::Transport(err) => err.status().map(|s| s.as_u16()),
-            Error::Sign(_) | Error::InvalidUrl { .. } => None,
+            Error::Upload { source, .. } => source.status(),
+            Error::Sign(_) | Error::InvalidUrl { .. } | Error::Source(_) => None,
         }
     }
 
@@ -68,6 +83,7 @@ impl Error {
         match self {
             Error::Api { code, .. } => code.as_deref(),
             Error::ProtocolTooOld { .. } => Some(seed_agents_protocol::version::PROTOCOL_TOO_OLD),
+            Error::Upload { source, .. } => source.code(),
             _ => None,
         }
     }

@@ -22,13 +22,18 @@
 //! # }
 //! ```
 //!
-//! Uploads, subscriptions and the command-line tool arrive in a later release.
+//! [`Client::upload`] sends a file of any size in signed chunks with progress, two chunks in
+//! flight, retrying transient failures; an upload that stops can be resumed
+//! ([`Client::resume_upload`]). Subscriptions and the command-line tool arrive in a later
+//! release.
 
 mod client;
 mod error;
 mod generated;
+mod upload;
 
 pub use client::{Client, ClientBuilder, Clock, default_http_client};
 pub use error::Error;
 pub use seed_agents_protocol as protocol;
 pub use seed_agents_protocol::{Ed25519Signer, Principal, Signer};
+pub use upload::{MAX_ATTEMPTS, Progress, WINDOW};

@@ -2,21 +2,31 @@
 //!
 //! Starts the real server binary as a child process (its memory is its own) with a data
 //! directory under Cargo's target tmp directory (a real disk, unless `UPLOAD_DATA_DIR` says
-//! otherwise), uploads `UPLOAD_MIB` MiB (default 1024) into an agent's memory in 8 MiB chunks
-//! over loopback, one signed `AppendFileUploadChunk` after another, and commits. It prints the
-//! throughput next to `dd if=/dev/zero bs=8M conv=fsync` writing the same size into the same
-//! directory, and the server's resident memory before the upload (`VmRSS`) and its peak since
-//! start (`VmHWM`). The targets: at least 70% of `dd`, RSS growth under 64 MiB.
+//! otherwise) and uploads `UPLOAD_MIB` MiB (default 1024) into an agent's memory in 8 MiB chunks
+//! over loopback, twice:
+//!
+//! - `sdk`: `Client::upload`, the way an app uploads (two chunks in flight; the next chunk is
+//!   signed and sent while the server writes and fsyncs the previous one);
+//! - `serial`: one signed `AppendFileUploadChunk` after another, each awaited (the baseline the
+//!   pipeline is measured against).
+//!
+//! It prints each throughput next to `dd if=/dev/zero bs=8M conv=fsync` writing the same size
+//! into the same directory (run before and after, since this disk's speed drifts; the ratio uses
+//! their mean), the server's CPU time, and its resident memory before the first upload (`VmRSS`)
+//! and its peak (`VmHWM`) after the `sdk` upload. The targets: at least 70% of `dd`, RSS
+//! growth under 64 MiB.
 //!
 //! Every chunk is fsynced and recorded in SQLite before it is answered, while `dd` syncs once at
 //! the end, so the comparison is deliberately unfavourable to the server. Run without `--bench`
-//! (by `cargo test --benches`) it uploads 16 MiB as a smoke test.
+//! (by `cargo test --benches`) it uploads 24 MiB each way as a smoke test and checks the bytes.
 
 #![allow(clippy::unwrap_used)]
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
+use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 #[path = "../tests/common/fixtures.rs"]
@@ -37,7 +47,7 @@ fn main() {
     let mib: usize = match std::env::var("UPLOAD_MIB") {
         Ok(value) => value.parse().unwrap(),
         Err(_) if measured => 1024,
-        Err(_) => 16,
+        Err(_) => 24,
     };
     let parent = std::env::var("UPLOAD_DATA_DIR").unwrap_or_else(|_| env!("CARGO_TARGET_TMPDIR").to_owned());
     std::fs::create_dir_all(&parent).unwrap();
@@ -46,27 +56,58 @@ fn main() {
     let mut server = ServerProcess::spawn(dir.path(), addr);
     server.wait_ready();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let cpu_before = cpu_seconds(server.child.id());
-    let (seconds, before) = runtime.block_on(upload(&server, addr, mib));
-    let server_cpu = cpu_seconds(server.child.id()) - cpu_before;
-    let after = memory(server.child.id());
-    let server_mbps = mib as f64 * 1.048576 / seconds;
-    let dd_seconds = dd(dir.path(), mib);
-    let dd_mbps = mib as f64 * 1.048576 / dd_seconds;
+    let (client, agent_id) = runtime.block_on(setup(addr));
+    let pid = server.child.id();
+    let size = mib * 1024 * 1024;
+    let dd_before = dd(dir.path(), mib);
+
+    let me = std::process::id();
+    let before = memory(pid);
+    let (cpu, client_cpu) = (cpu_seconds(pid), cpu_seconds(me));
+    let started = Instant::now();
+    runtime.block_on(upload_sdk(&client, &agent_id, "bench/sdk.bin", size));
+    let sdk = (started.elapsed().as_secs_f64(), cpu_seconds(pid) - cpu, cpu_seconds(me) - client_cpu);
+    let peak = memory(pid).1;
+
+    let (cpu, client_cpu) = (cpu_seconds(pid), cpu_seconds(me));
+    let started = Instant::now();
+    runtime.block_on(upload_serial(&client, &agent_id, "bench/serial.bin", size));
+    let serial = (started.elapsed().as_secs_f64(), cpu_seconds(pid) - cpu, cpu_seconds(me) - client_cpu);
+
+    let dd_after = dd(dir.path(), mib);
+    if !measured {
+        let memory_dir = state_dir(dir.path()).join("memory/bench");
+        for name in ["sdk.bin", "serial.bin"] {
+            let bytes = std::fs::read(memory_dir.join(name)).unwrap();
+            assert_eq!(bytes.len(), size, "{name}");
+            assert!(bytes.iter().enumerate().all(|(n, byte)| *byte == pattern(n as u64)), "{name} differs");
+        }
+    }
+    let rate = |seconds: f64| mib as f64 * 1.048576 / seconds;
+    let dd_mbps = (rate(dd_before) + rate(dd_after)) / 2.0;
     println!("upload of {mib} MiB in {} MiB chunks, data dir {}", CHUNK >> 20, dir.path().display());
-    println!("  server: {seconds:.2} s, {server_mbps:.0} MB/s");
-    println!("  dd:     {dd_seconds:.2} s, {dd_mbps:.0} MB/s (conv=fsync)");
-    println!("  ratio:  {:.0}% of dd", 100.0 * server_mbps / dd_mbps);
-    println!("  server CPU: {server_cpu:.2} s ({:.0}% of the wall time)", 100.0 * server_cpu / seconds);
     println!(
-        "  server memory: VmRSS {:.1} MiB before the upload, VmHWM {:.1} MiB peak; growth {:.1} MiB",
+        "  dd:     {:.0} MB/s before, {:.0} MB/s after (conv=fsync); mean {dd_mbps:.0} MB/s",
+        rate(dd_before),
+        rate(dd_after)
+    );
+    for (name, (seconds, cpu, client_cpu)) in [("sdk", sdk), ("serial", serial)] {
+        println!(
+            "  {name:<7} {seconds:.2} s, {:.0} MB/s = {:.0}% of dd; CPU: server {cpu:.2} s, client {client_cpu:.2} s ({:.0}% of the wall time)",
+            rate(seconds),
+            100.0 * rate(seconds) / dd_mbps,
+            100.0 * (cpu + client_cpu) / seconds
+        );
+    }
+    println!("  sdk/serial: {:.2}x", serial.0 / sdk.0);
+    println!(
+        "  server memory: VmRSS {:.1} MiB before the uploads, VmHWM {peak:.1} MiB after the sdk upload; growth {:.1} MiB",
         before.0,
-        after.1,
-        after.1 - before.0
+        peak - before.0
     );
 }
 
-async fn upload(server: &ServerProcess, addr: SocketAddr, mib: usize) -> (f64, (f64, f64)) {
+async fn setup(addr: SocketAddr) -> (Client, String) {
     let client = Client::builder(&format!("http://{addr}"), Ed25519Signer::generate().unwrap()).build().unwrap();
     client.call(SetModelProvider { name: "main".into(), provider: provider_config() }).await.unwrap();
     let agent_id = client
@@ -74,25 +115,85 @@ async fn upload(server: &ServerProcess, addr: SocketAddr, mib: usize) -> (f64, (
         .await
         .unwrap()
         .agent_id;
-    let size = mib * 1024 * 1024;
-    let target = FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget { agent_id, path: "bench/blob.bin".into() });
-    let before = memory(server.child.id());
-    let started = Instant::now();
+    (client, agent_id)
+}
+
+fn target(agent_id: &str, path: &str) -> FileUploadTarget {
+    FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget { agent_id: agent_id.to_owned(), path: path.into() })
+}
+
+/// The byte at offset `n` of every uploaded file.
+fn pattern(n: u64) -> u8 {
+    (n % 251) as u8
+}
+
+/// Fills `buf` with the [`pattern`] bytes from offset `start` on, copying from one period-long
+/// table (as fast as reading a cached file, so the source does not slow the upload down).
+fn fill_pattern(start: u64, buf: &mut [u8]) {
+    static TABLE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| (0..251 * 4096).map(pattern).collect());
+    let mut done = 0;
+    while done < buf.len() {
+        let from = ((start + done as u64) % 251) as usize;
+        let len = (table.len() - from).min(buf.len() - done);
+        buf[done..done + len].copy_from_slice(&table[from..from + len]);
+        done += len;
+    }
+}
+
+/// An endless source of [`pattern`] bytes.
+struct Pattern(u64);
+
+impl tokio::io::AsyncRead for Pattern {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let start = self.0;
+        let unfilled = buf.initialize_unfilled();
+        fill_pattern(start, unfilled);
+        let len = unfilled.len();
+        buf.advance(len);
+        self.0 += len as u64;
+        Poll::Ready(Ok(()))
+    }
+}
+
+async fn upload_sdk(client: &Client, agent_id: &str, path: &str, size: usize) {
+    let mut last = 0;
+    let done = client
+        .upload(target(agent_id, path), size as u64, Pattern(0), |progress| {
+            assert!(progress.received > last, "progress moves forward");
+            last = progress.received;
+        })
+        .await
+        .unwrap();
+    assert_eq!(last as usize, size);
+    assert_eq!(done.entry.unwrap().size as usize, size);
+}
+
+async fn upload_serial(client: &Client, agent_id: &str, path: &str, size: usize) {
+    let target = target(agent_id, path);
     let upload_id = client.call(BeginFileUpload { size: size as i64, target }).await.unwrap().upload_id;
-    let chunk: Vec<u8> = (0..CHUNK).map(|n| (n % 251) as u8).collect();
     let mut offset = 0;
     while offset < size {
         let len = CHUNK.min(size - offset);
-        let action = AppendFileUploadChunk {
-            content: Bytes(chunk[..len].to_vec()),
-            offset: offset as i64,
-            upload_id: upload_id.clone(),
-        };
+        let mut content = vec![0; len];
+        fill_pattern(offset as u64, &mut content);
+        let content = Bytes(content);
+        let action = AppendFileUploadChunk { content, offset: offset as i64, upload_id: upload_id.clone() };
         offset = client.call(action).await.unwrap().received as usize;
     }
     let entry = client.call(CommitFileUpload { upload_id }).await.unwrap().entry.unwrap();
     assert_eq!(entry.size as usize, size);
-    (started.elapsed().as_secs_f64(), before)
+}
+
+/// The one agent's state directory (the smoke run reads the uploaded files back).
+fn state_dir(data_dir: &Path) -> std::path::PathBuf {
+    let agents = data_dir.join("agents");
+    let entry = std::fs::read_dir(&agents).unwrap().next().unwrap().unwrap();
+    entry.path()
 }
 
 /// `dd` writing the same size into the same directory, fsynced; wall seconds.

@@ -37,6 +37,8 @@ pub struct App {
     pub http: reqwest::Client,
     /// When the server started (for `uptime`).
     pub started: Instant,
+    /// Upload chunks that arrived ahead of their predecessor (pipelined clients).
+    pub upload_order: crate::uploads::AppendOrder,
     /// Holds the data directory's lock file for the life of the server.
     _lock: std::fs::File,
 }
@@ -100,6 +102,7 @@ impl App {
             replay: ReplayGuard::new(ReplayGuard::DEFAULT_CAPACITY),
             http,
             started: Instant::now(),
+            upload_order: crate::uploads::AppendOrder::default(),
             _lock: lock,
         })
     }

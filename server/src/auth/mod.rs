@@ -58,8 +58,10 @@ pub struct Verified {
 }
 
 /// Runs every check on `bytes`; see the module doc for the order.
-pub async fn verify(app: &App, bytes: &[u8], transport: Transport) -> ApiResult<Verified> {
-    let envelope = SignedEnvelope::decode(bytes).map_err(|error| match error {
+///
+/// Takes the body: its bytes become the signing bytes in place, so a large action is held once.
+pub async fn verify(app: &App, bytes: Vec<u8>, transport: Transport) -> ApiResult<Verified> {
+    let envelope = SignedEnvelope::decode_owned(bytes).map_err(|error| match error {
         DecodeError::Wire(_) => ApiError::bad_request("Invalid CBOR request"),
         DecodeError::Envelope(error) => ApiError::unauthorized(error.to_string()),
     })?;

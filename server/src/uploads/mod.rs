@@ -10,9 +10,12 @@
 //!   cut back to `received` by the next append.
 //! - Every operation takes the staging file's lock before reading the row (see `staging`).
 //! - Chunks go straight from the request to the file; nothing buffers more than the chunk.
+//! - A chunk that arrives ahead of the one before it (a pipelining client) waits for it once
+//!   (see `order`), so a client may keep two appends in flight.
 //! - A committed file appears at its target by one rename, so it is never seen half-written.
 
 pub mod memory_target;
+mod order;
 mod staging;
 mod sweep;
 
@@ -33,6 +36,7 @@ use crate::bus::ChangeReason;
 use crate::http::error::{ApiError, ApiResult};
 use crate::memory::path::MemoryPath;
 
+pub use order::AppendOrder;
 pub use sweep::{spawn_sweeper, sweep};
 
 /// The largest chunk: 8 MiB.
@@ -127,7 +131,21 @@ pub async fn append_file_upload_chunk(
     caller: &Caller,
     action: AppendFileUploadChunk,
 ) -> ApiResult<AppendFileUploadChunkResponse> {
-    let (file, upload) = locked(app, caller, &action.upload_id).await?;
+    let (mut file, mut upload) = locked(app, caller, &action.upload_id).await?;
+    if action.offset > upload.received
+        && let Some(waiter) = app.upload_order.reserve(&action.upload_id)
+    {
+        // Ahead of `received`: let the chunk before this one (if it is coming) take the lock.
+        drop(file);
+        waiter.wait(order::WAIT).await;
+        (file, upload) = locked(app, caller, &action.upload_id).await?;
+    }
+    // When this is the chunk the upload expects, a chunk waiting behind it looks again once it
+    // is done, whatever the outcome. (The waiter took its slot before this append could take the
+    // lock, so the news cannot arrive too early.) A misplaced chunk wakes nobody.
+    let upload_id = action.upload_id;
+    let _finished =
+        (action.offset == upload.received).then(|| Finished { order: &app.upload_order, upload_id: &upload_id });
     let chunk = action.content.0;
     if chunk.is_empty() {
         return Err(ApiError::bad_request("Chunk content must be non-empty bytes"));
@@ -151,7 +169,7 @@ pub async fn append_file_upload_chunk(
         Ok(file)
     })
     .await?;
-    let (id, now, before) = (action.upload_id.clone(), app.clock.now_ms(), upload.received);
+    let (id, now, before) = (upload_id.clone(), app.clock.now_ms(), upload.received);
     app.db
         .write(move |conn| {
             let changed = conn
@@ -164,7 +182,19 @@ pub async fn append_file_upload_chunk(
         })
         .await?;
     drop(file);
-    Ok(AppendFileUploadChunkResponse { received, upload_id: action.upload_id })
+    Ok(AppendFileUploadChunkResponse { received, upload_id: upload_id.clone() })
+}
+
+/// Tells a chunk waiting behind an append that it finished, when dropped.
+struct Finished<'a> {
+    order: &'a AppendOrder,
+    upload_id: &'a str,
+}
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.order.finished(self.upload_id);
+    }
 }
 
 /// `CommitFileUpload {uploadId}`: moves the complete file to its target. Memory answers
