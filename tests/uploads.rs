@@ -8,6 +8,7 @@ use seed_agents_protocol::generated::{
 };
 use seed_agents_protocol::{Bytes, Ed25519Signer};
 use sha2::{Digest, Sha256};
+use std::time::Duration;
 
 use crate::support::{TestServer, User, api_error};
 
@@ -288,7 +289,9 @@ async fn an_upload_survives_a_restart_and_resumes_at_the_received_offset() {
 
 #[tokio::test]
 async fn a_chunk_ahead_of_its_predecessor_waits_for_it() {
-    let server = TestServer::start().await;
+    // The first chunk is sent 300 ms after the second; a long grace keeps that deterministic.
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with(dir, |config| config.upload_arrival_grace = Duration::from_secs(60)).await;
     let user = server.user();
     let agent_id = user.create_agent("Pipelined").await;
     let content: Vec<u8> = (0..3 * MIB).map(|n| (n % 253) as u8).collect();

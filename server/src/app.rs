@@ -91,6 +91,7 @@ impl App {
             .map_err(|_| data_dir_error("another seed-agents-server is already using this directory".to_owned()))?;
         let secrets = SecretKey::load(dir, std::env::var(SecretKey::ENV).ok().as_deref())?;
         let db = Db::open(&config.database_path())?;
+        let upload_order = crate::uploads::AppendOrder::with_grace(config.upload_arrival_grace);
         let http = outbound_http_client().map_err(|error| StartError::HttpClient(error.to_string()))?;
         Ok(Self {
             db,
@@ -102,7 +103,7 @@ impl App {
             replay: ReplayGuard::new(ReplayGuard::DEFAULT_CAPACITY),
             http,
             started: Instant::now(),
-            upload_order: crate::uploads::AppendOrder::default(),
+            upload_order,
             _lock: lock,
         })
     }

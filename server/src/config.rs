@@ -46,6 +46,10 @@ pub struct Config {
     /// raise it to exercise the 426 answer).
     #[arg(skip = MIN_CLIENT_PROTOCOL)]
     pub min_client_protocol: u32,
+    /// How long an upload chunk that arrived ahead of its predecessor waits for it to arrive
+    /// (not a flag: tests that skip ahead on purpose shorten it, tests of pipelining lengthen it).
+    #[arg(skip = crate::uploads::ARRIVAL_GRACE)]
+    pub upload_arrival_grace: std::time::Duration,
 }
 
 /// Default Hypermedia server.
@@ -83,6 +87,7 @@ impl Config {
             allow_private_network: false,
             hm_server_url: DEFAULT_HM_SERVER_URL.to_owned(),
             min_client_protocol: MIN_CLIENT_PROTOCOL,
+            upload_arrival_grace: crate::uploads::ARRIVAL_GRACE,
         }
     }
 

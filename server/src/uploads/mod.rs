@@ -36,7 +36,7 @@ use crate::bus::ChangeReason;
 use crate::http::error::{ApiError, ApiResult};
 use crate::memory::path::MemoryPath;
 
-pub use order::AppendOrder;
+pub use order::{ARRIVAL_GRACE, AppendOrder};
 pub use sweep::{spawn_sweeper, sweep};
 
 /// The largest chunk: 8 MiB.
@@ -131,13 +131,14 @@ pub async fn append_file_upload_chunk(
     caller: &Caller,
     action: AppendFileUploadChunk,
 ) -> ApiResult<AppendFileUploadChunkResponse> {
+    let _in_flight = app.upload_order.enter(&action.upload_id);
     let (mut file, mut upload) = locked(app, caller, &action.upload_id).await?;
     if action.offset > upload.received
         && let Some(waiter) = app.upload_order.reserve(&action.upload_id)
     {
         // Ahead of `received`: let the chunk before this one (if it is coming) take the lock.
         drop(file);
-        waiter.wait(order::WAIT).await;
+        waiter.wait().await;
         (file, upload) = locked(app, caller, &action.upload_id).await?;
     }
     // When this is the chunk the upload expects, a chunk waiting behind it looks again once it

@@ -7,13 +7,16 @@
 //! expected offset finishes (successfully or not; a misplaced chunk's 409 does not count), then
 //! looks again — and only then answers 409 if the offset still does not match.
 //!
-//! Bounds: one waiter per upload (a second chunk ahead, or a chunk further ahead while one
-//! waits, gets the 409 at once), and the wait ends after [`WAIT`] even if nothing finished (a
-//! predecessor that never arrives). So at most one extra chunk per upload is held in memory.
+//! How long it waits depends on whether its predecessor is plausibly coming: while another
+//! append on the upload is in the server (verified, not yet answered), up to [`WAIT`]; when none
+//! is, only the short arrival grace (the predecessor may still be on the wire or being
+//! verified), so a client that skips ahead by mistake hears its 409 quickly.
 //!
-//! No wakeup is lost: the waiter takes its slot while it holds the staging lock, and an append
-//! reports that it finished while it holds that lock, so every finish after the waiter looked
-//! at `received` is seen.
+//! Bounds: one waiter per upload (a second chunk ahead, or a chunk further ahead while one
+//! waits, gets the 409 at once), so at most one extra chunk per upload is held in memory.
+//!
+//! No wakeup is lost: the waiter takes its slot while it holds the staging lock, and the append
+//! it waits for takes that lock after it, so its finish is always seen.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -21,62 +24,118 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-/// How long a chunk that is ahead waits for its predecessor.
+/// How long a chunk that is ahead waits while another append on its upload is in the server.
 pub const WAIT: Duration = Duration::from_secs(30);
 
-/// Uploads with a chunk waiting for its predecessor.
-#[derive(Debug, Default)]
+/// How long it waits when no other append is in the server yet (its predecessor may be on the
+/// wire, or being verified).
+pub const ARRIVAL_GRACE: Duration = Duration::from_secs(2);
+
+/// Appends in the server, per upload, and the chunks waiting for a predecessor.
+#[derive(Debug)]
 pub struct AppendOrder {
-    /// Upload id → how many appends on it finished since its waiter arrived.
-    waiting: Mutex<HashMap<String, watch::Sender<u64>>>,
+    uploads: Mutex<HashMap<String, Slot>>,
+    /// [`ARRIVAL_GRACE`], shorter in tests of sequences that skip ahead on purpose.
+    grace: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    /// Appends between verification and their answer.
+    in_flight: usize,
+    /// The waiting chunk's wakeup: how many appends at the expected offset finished.
+    waiter: Option<watch::Sender<u64>>,
+}
+
+impl Default for AppendOrder {
+    fn default() -> Self {
+        AppendOrder::with_grace(ARRIVAL_GRACE)
+    }
 }
 
 impl AppendOrder {
-    /// Takes the upload's waiting slot; `None` when another chunk already holds it. Call with
-    /// the staging lock held.
+    /// An order with another arrival grace.
+    pub fn with_grace(grace: Duration) -> Self {
+        AppendOrder { uploads: Mutex::default(), grace }
+    }
+
+    /// Counts an append as in the server until the returned guard drops.
+    pub fn enter<'a>(&'a self, upload_id: &str) -> InFlight<'a> {
+        self.lock().entry(upload_id.to_owned()).or_default().in_flight += 1;
+        InFlight { order: self, upload_id: upload_id.to_owned() }
+    }
+
+    /// Takes the upload's waiting place; `None` when another chunk already holds it. Call with
+    /// the staging lock held, from an append that [`entered`](Self::enter).
     pub fn reserve<'a>(&'a self, upload_id: &str) -> Option<Waiter<'a>> {
-        let mut waiting = self.lock();
-        if waiting.contains_key(upload_id) {
+        let mut uploads = self.lock();
+        let slot = uploads.entry(upload_id.to_owned()).or_default();
+        if slot.waiter.is_some() {
             return None;
         }
-        let (sender, receiver) = watch::channel(0);
-        waiting.insert(upload_id.to_owned(), sender);
-        Some(Waiter { order: self, upload_id: upload_id.to_owned(), finished: receiver })
+        let (sender, finished) = watch::channel(0);
+        slot.waiter = Some(sender);
+        let bound = if slot.in_flight > 1 { WAIT } else { self.grace };
+        Some(Waiter { order: self, upload_id: upload_id.to_owned(), finished, bound })
     }
 
     /// Records that an append at the upload's expected offset finished (either way).
     pub fn finished(&self, upload_id: &str) {
-        if let Some(sender) = self.lock().get(upload_id) {
-            sender.send_modify(|count| *count += 1);
+        if let Some(waiter) = self.lock().get(upload_id).and_then(|slot| slot.waiter.as_ref()) {
+            waiter.send_modify(|count| *count += 1);
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
-        // The map is only ever left consistent (single inserts and removals), so a panic
-        // elsewhere while it was held does not make it unusable.
-        self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+        // Every change leaves the map consistent, so a panic elsewhere while it was held does
+        // not make it unusable.
+        self.uploads.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Applies `change` to the upload's slot and forgets the slot once it is idle.
+    fn update(&self, upload_id: &str, change: impl FnOnce(&mut Slot)) {
+        let mut uploads = self.lock();
+        if let Some(slot) = uploads.get_mut(upload_id) {
+            change(slot);
+            if slot.in_flight == 0 && slot.waiter.is_none() {
+                uploads.remove(upload_id);
+            }
+        }
     }
 }
 
-/// A chunk's place in line; dropping it frees the upload's slot.
+/// An append in the server; dropping it ends that.
+#[derive(Debug)]
+pub struct InFlight<'a> {
+    order: &'a AppendOrder,
+    upload_id: String,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.order.update(&self.upload_id, |slot| slot.in_flight = slot.in_flight.saturating_sub(1));
+    }
+}
+
+/// A chunk's waiting place; dropping it frees the place.
 #[derive(Debug)]
 pub struct Waiter<'a> {
     order: &'a AppendOrder,
     upload_id: String,
     finished: watch::Receiver<u64>,
+    bound: Duration,
 }
 
 impl Waiter<'_> {
-    /// Waits until an append on the upload finishes, or `bound` ([`WAIT`] in the server)
-    /// passes.
-    pub async fn wait(mut self, bound: Duration) {
-        let _ = tokio::time::timeout(bound, self.finished.wait_for(|count| *count > 0)).await;
+    /// Waits until an append at the expected offset finishes, or the bound passes.
+    pub async fn wait(mut self) {
+        let _ = tokio::time::timeout(self.bound, self.finished.wait_for(|count| *count > 0)).await;
     }
 }
 
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
-        self.order.lock().remove(&self.upload_id);
+        self.order.update(&self.upload_id, |slot| slot.waiter = None);
     }
 }
 
@@ -87,22 +146,36 @@ mod tests {
     #[tokio::test]
     async fn one_waiter_per_upload_woken_by_a_finish() {
         let order = AppendOrder::default();
-        let waiter = order.reserve("u").expect("the slot is free");
+        let (_first, _second) = (order.enter("u"), order.enter("u"));
+        let waiter = order.reserve("u").expect("the place is free");
+        assert_eq!(waiter.bound, WAIT, "another append is in the server");
         assert!(order.reserve("u").is_none(), "a second chunk ahead is refused");
+        let _other = order.enter("v");
         assert!(order.reserve("v").is_some(), "other uploads are independent");
         order.finished("u");
-        waiter.wait(WAIT).await; // returns at once: the finish was recorded before waiting
-        assert!(order.reserve("u").is_some(), "the slot is free again after the wait");
+        waiter.wait().await; // returns at once: the finish was recorded before waiting
+        assert!(order.reserve("u").is_some(), "the place is free again after the wait");
     }
 
     #[tokio::test]
-    async fn a_wait_with_no_finish_ends_after_the_bound() {
-        let order = AppendOrder::default();
-        let bound = Duration::from_millis(20);
+    async fn alone_a_chunk_ahead_waits_only_the_grace() {
+        let order = AppendOrder::with_grace(Duration::from_millis(20));
+        let _me = order.enter("u");
+        let waiter = order.reserve("u").expect("free");
+        assert_eq!(waiter.bound, Duration::from_millis(20));
         let started = std::time::Instant::now();
-        order.reserve("u").expect("free").wait(bound).await;
-        assert!(started.elapsed() >= bound);
+        waiter.wait().await;
+        assert!(started.elapsed() >= Duration::from_millis(20));
         order.finished("nobody waits"); // a finish with no waiter is a no-op
-        assert!(order.reserve("u").is_some());
+    }
+
+    #[test]
+    fn idle_uploads_are_forgotten() {
+        let order = AppendOrder::default();
+        {
+            let _append = order.enter("u");
+            let _waiter = order.reserve("u");
+        }
+        assert!(order.lock().is_empty());
     }
 }
