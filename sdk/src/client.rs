@@ -1,5 +1,6 @@
 //! The client: one hand-written `send` that signs, posts and decodes; typed calls build on it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -158,16 +159,25 @@ impl Client {
     /// Signs `action` with the current time and returns the envelope bytes (what [`Client::send`]
     /// posts).
     pub async fn sign(&self, action: &AgentAction) -> Result<Vec<u8>, Error> {
+        let map = match wire::to_ipld(action).map_err(|e| Error::Sign(e.into()))? {
+            Ipld::Map(map) => map,
+            _ => unreachable_action(),
+        };
+        Ok(self.sign_map(map).await?.0)
+    }
+
+    /// Signs an action given as its map (`_` included), adding `ts`; gives the map back (with
+    /// `ts`), so a large field can be taken out again instead of copied before signing.
+    pub(crate) async fn sign_map(
+        &self,
+        mut map: BTreeMap<String, Ipld>,
+    ) -> Result<(Vec<u8>, BTreeMap<String, Ipld>), Error> {
         let now = (self.clock)();
         let previous = self
             .last_ts
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| Some(now.max(last.saturating_add(1))))
             .unwrap_or(now);
         let ts = now.max(previous.saturating_add(1));
-        let mut map = match wire::to_ipld(action).map_err(|e| Error::Sign(e.into()))? {
-            Ipld::Map(map) => map,
-            _ => unreachable_action(),
-        };
         map.insert("ts".to_owned(), Ipld::Integer(ts.into()));
         let envelope = UnsignedEnvelope {
             signer: self.signer.principal(),
@@ -175,7 +185,11 @@ impl Client {
             protocol: self.protocol,
             action: Ipld::Map(map),
         };
-        Ok(envelope.sign(self.signer.as_ref()).await?)
+        let body = envelope.sign(self.signer.as_ref()).await?;
+        match envelope.action {
+            Ipld::Map(map) => Ok((body, map)),
+            _ => unreachable_action(),
+        }
     }
 
     /// Signs and posts one action and returns whatever response the server sent.

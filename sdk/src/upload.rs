@@ -11,15 +11,16 @@
 //! anyway, [`Error::Upload`] says how far it got: the server keeps the staged bytes for an hour,
 //! and [`Client::resume_upload`] continues from there.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::time::Duration;
 
+use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{
     AppendFileUploadChunk, AppendFileUploadChunkResponse, BeginFileUpload, CommitFileUpload, CommitFileUploadResponse,
     FileUploadTarget,
 };
-use seed_agents_protocol::{Action, AgentResponse, Bytes};
+use seed_agents_protocol::{Action, AgentResponse};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinHandle;
 
@@ -241,7 +242,9 @@ impl<R: AsyncRead + Unpin, P: FnMut(Progress)> Sender<'_, R, P> {
                 None => return Ok(()),
             };
             let chunk = &mut self.queue[index];
-            let body = sign_off_thread(self.client, self.upload_id, chunk.offset, &chunk.data).await?;
+            let data = std::mem::take(&mut chunk.data);
+            let (body, data) = sign_off_thread(self.client, self.upload_id, chunk.offset, data).await?;
+            chunk.data = data;
             let client = self.client.clone();
             chunk.request = Some(tokio::spawn(async move { append_answer(client.post(body).await) }));
         }
@@ -328,14 +331,32 @@ impl<R: AsyncRead + Unpin, P: FnMut(Progress)> Sender<'_, R, P> {
 }
 
 /// Signs one chunk on a blocking thread (hashing 8 MiB twice would stall the async workers).
-async fn sign_off_thread(client: &Client, upload_id: &str, offset: u64, data: &[u8]) -> Result<Vec<u8>, Error> {
-    let action =
-        AppendFileUploadChunk { content: Bytes(data.to_vec()), offset: offset as i64, upload_id: upload_id.to_owned() }
-            .into_action();
+/// The chunk moves into the action and comes back out after signing, so it is not copied.
+async fn sign_off_thread(
+    client: &Client,
+    upload_id: &str,
+    offset: u64,
+    data: Vec<u8>,
+) -> Result<(Vec<u8>, Vec<u8>), Error> {
+    let map = chunk_action(upload_id, offset, data);
     let (client, runtime) = (client.clone(), tokio::runtime::Handle::current());
-    tokio::task::spawn_blocking(move || runtime.block_on(client.sign(&action)))
+    let (body, mut map) = tokio::task::spawn_blocking(move || runtime.block_on(client.sign_map(map)))
         .await
-        .map_err(|error| Error::Source(std::io::Error::other(error)))?
+        .map_err(|error| Error::Source(std::io::Error::other(error)))??;
+    match map.remove("content") {
+        Some(Ipld::Bytes(data)) => Ok((body, data)),
+        _ => Err(Error::Source(std::io::Error::other("the signed chunk lost its content"))),
+    }
+}
+
+/// `AppendFileUploadChunk` as the map the typed action serialises to (a test checks they agree).
+fn chunk_action(upload_id: &str, offset: u64, data: Vec<u8>) -> BTreeMap<String, Ipld> {
+    BTreeMap::from([
+        ("_".to_owned(), Ipld::String(AppendFileUploadChunk::NAME.to_owned())),
+        ("content".to_owned(), Ipld::Bytes(data)),
+        ("offset".to_owned(), Ipld::Integer(offset.into())),
+        ("uploadId".to_owned(), Ipld::String(upload_id.to_owned())),
+    ])
 }
 
 fn append_answer(response: Result<AgentResponse, Error>) -> Result<AppendFileUploadChunkResponse, Error> {
@@ -378,6 +399,18 @@ mod tests {
 
     fn api(status: u16, message: &str) -> Error {
         Error::Api { status, message: message.to_owned(), code: None }
+    }
+
+    #[test]
+    fn the_hand_built_chunk_action_is_the_typed_one() {
+        let typed = AppendFileUploadChunk {
+            content: seed_agents_protocol::Bytes(vec![1, 2, 3]),
+            offset: 8_388_608,
+            upload_id: "u-1".into(),
+        }
+        .into_action();
+        let typed = seed_agents_protocol::wire::to_ipld(&typed).expect("serialises");
+        assert_eq!(Ipld::Map(chunk_action("u-1", 8_388_608, vec![1, 2, 3])), typed);
     }
 
     #[test]
