@@ -45,13 +45,15 @@ pub enum Error {
     /// An upload's source could not be read (or ended before its declared size).
     #[error("cannot read the upload's source: {0}")]
     Source(#[source] std::io::Error),
-    /// An upload stopped. The server keeps what it acknowledged for an hour;
-    /// [`Client::resume_upload`](crate::Client::resume_upload) continues from `received`.
+    /// An upload stopped. The server keeps what it received for an hour;
+    /// [`Client::resume_upload`](crate::Client::resume_upload) continues from `received` (the
+    /// server may have a little more: chunks in flight when it stopped can still land, and
+    /// resuming skips them).
     #[error("upload {upload_id} stopped at {received} bytes: {source}")]
     Upload {
         /// The upload, for `resume_upload` or `AbortFileUpload`.
         upload_id: String,
-        /// Bytes the server acknowledged.
+        /// Bytes the server acknowledged (at least this many are there).
         received: u64,
         /// Why it stopped.
         source: Box<Error>,

@@ -36,6 +36,10 @@ pub const MAX_ATTEMPTS: u32 = 4;
 /// The chunk size when the server does not suggest one (its limit: 8 MiB).
 const DEFAULT_CHUNK: u64 = 8 * 1024 * 1024;
 
+/// The largest chunk used whatever the server suggests (each is held in memory until
+/// acknowledged).
+const MAX_CHUNK: u64 = 64 * 1024 * 1024;
+
 /// How far an upload has got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
@@ -74,7 +78,8 @@ impl Client {
     {
         let size_field = i64::try_from(size).map_err(|_| Error::Source(std::io::Error::other("file too large")))?;
         let begun = self.call(BeginFileUpload { size: size_field, target }).await?;
-        let chunk = u64::try_from(begun.max_chunk_bytes).ok().filter(|n| *n > 0).unwrap_or(DEFAULT_CHUNK);
+        let chunk =
+            u64::try_from(begun.max_chunk_bytes).ok().filter(|n| *n > 0).map_or(DEFAULT_CHUNK, |n| n.min(MAX_CHUNK));
         self.finish_upload(begun.upload_id, size, 0, chunk, source, on_progress).await
     }
 
@@ -119,26 +124,25 @@ impl Client {
     where
         R: AsyncRead + Unpin,
     {
-        let mut sender = Sender {
-            client: self,
-            upload_id: &upload_id,
-            size,
-            chunk,
-            source,
-            read_to: start,
-            acked: start,
-            queue: VecDeque::new(),
-            on_progress,
+        let (outcome, received) = {
+            let mut sender = Sender {
+                client: self,
+                upload_id: &upload_id,
+                size,
+                chunk,
+                source,
+                read_to: start,
+                acked: start,
+                queue: VecDeque::new(),
+                on_progress,
+            };
+            let outcome = sender.run().await;
+            // Dropping the sender stops any request still in flight.
+            (outcome, sender.acked)
         };
-        match sender.run().await {
-            Ok(()) => {}
-            Err(source) => {
-                let received = sender.acked;
-                sender.cancel();
-                return Err(Error::Upload { upload_id, received, source: Box::new(source) });
-            }
+        if let Err(source) = outcome {
+            return Err(Error::Upload { upload_id, received, source: Box::new(source) });
         }
-        let received = sender.acked;
         self.call(CommitFileUpload { upload_id: upload_id.clone() }).await.map_err(|source| Error::Upload {
             upload_id,
             received,
@@ -215,7 +219,9 @@ impl<R: AsyncRead + Unpin, P: FnMut(Progress)> Sender<'_, R, P> {
                         return Err(error);
                     }
                     let known = self.drain(conflict_received(&error)).await;
-                    self.rewind(known).await?;
+                    if self.rewind(known).await? {
+                        attempts = 0;
+                    }
                     tokio::time::sleep(Duration::from_millis(100 << attempts)).await;
                 }
             }
@@ -279,13 +285,16 @@ impl<R: AsyncRead + Unpin, P: FnMut(Progress)> Sender<'_, R, P> {
     }
 
     /// Drops what the server has (`known`, or what was acknowledged) from the queue, so sending
-    /// resumes there; skips source bytes the server has beyond what was read.
-    async fn rewind(&mut self, known: Option<u64>) -> Result<(), Error> {
-        let server = known.unwrap_or(self.acked);
-        if server < self.acked || server > self.size {
+    /// resumes there; skips source bytes the server has beyond what was read. Answers whether
+    /// that was progress.
+    async fn rewind(&mut self, known: Option<u64>) -> Result<bool, Error> {
+        // A conflict reports the offset when that chunk was refused; a later acknowledgement
+        // may have passed it, so an older figure is stale, not a loss.
+        let server = known.map_or(self.acked, |known| known.max(self.acked));
+        if server > self.size {
             return Err(Error::Source(std::io::Error::other(format!(
-                "the server reports {server} bytes, but {} were acknowledged of {}",
-                self.acked, self.size
+                "the server reports {server} bytes of a {}-byte upload",
+                self.size
             ))));
         }
         while let Some(front) = self.queue.front_mut() {
@@ -309,19 +318,23 @@ impl<R: AsyncRead + Unpin, P: FnMut(Progress)> Sender<'_, R, P> {
             }
             self.read_to = server;
         }
-        if server > self.acked {
+        let progressed = server > self.acked;
+        if progressed {
             self.acknowledge(server);
         }
-        Ok(())
+        Ok(progressed)
     }
 
     fn acknowledge(&mut self, received: u64) {
         self.acked = received;
         (self.on_progress)(Progress { received, size: self.size });
     }
+}
 
-    /// Stops requests still in flight (after a failure).
-    fn cancel(&mut self) {
+impl<R, P> Drop for Sender<'_, R, P> {
+    /// Stops requests still in flight: after a failure, and when an upload future is dropped
+    /// midway (a timeout around it), no posts keep running.
+    fn drop(&mut self) {
         for chunk in &mut self.queue {
             if let Some(request) = chunk.request.take() {
                 request.abort();
@@ -332,6 +345,8 @@ impl<R: AsyncRead + Unpin, P: FnMut(Progress)> Sender<'_, R, P> {
 
 /// Signs one chunk on a blocking thread (hashing 8 MiB twice would stall the async workers).
 /// The chunk moves into the action and comes back out after signing, so it is not copied.
+/// The signer's future is driven there with `block_on`: a signer that itself waits for a
+/// blocking task needs a runtime with more than one blocking thread.
 async fn sign_off_thread(
     client: &Client,
     upload_id: &str,
@@ -411,6 +426,36 @@ mod tests {
         .into_action();
         let typed = seed_agents_protocol::wire::to_ipld(&typed).expect("serialises");
         assert_eq!(Ipld::Map(chunk_action("u-1", 8_388_608, vec![1, 2, 3])), typed);
+    }
+
+    #[tokio::test]
+    async fn rewind_trims_what_the_server_has_and_ignores_stale_offsets() {
+        let client = Client::new("http://127.0.0.1:9", crate::Ed25519Signer::from_seed(&[3; 32])).expect("client");
+        let mut reports = Vec::new();
+        let mut sender = Sender {
+            client: &client,
+            upload_id: "u",
+            size: 30,
+            chunk: 10,
+            source: &[0u8; 0][..],
+            read_to: 30,
+            acked: 10,
+            queue: VecDeque::from([
+                Chunk { offset: 10, data: (10..20).collect(), request: None },
+                Chunk { offset: 20, data: (20..30).collect(), request: None },
+            ]),
+            on_progress: |progress: Progress| reports.push(progress.received),
+        };
+        // A 409 older than an acknowledgement that came later: stale, nothing lost.
+        assert!(!sender.rewind(Some(4)).await.expect("stale is fine"));
+        assert_eq!((sender.acked, sender.queue.len()), (10, 2));
+        // The server has 3 bytes of the next chunk's range beyond that (a shorter chunk landed).
+        assert!(sender.rewind(Some(13)).await.expect("progress"));
+        assert_eq!(sender.acked, 13);
+        assert_eq!((sender.queue[0].offset, sender.queue[0].data[0]), (13, 13));
+        assert!(sender.rewind(Some(31)).await.is_err(), "more than the upload's size");
+        drop(sender);
+        assert_eq!(reports, [13]);
     }
 
     #[test]

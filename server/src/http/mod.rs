@@ -124,6 +124,10 @@ fn is_cbor(headers: &HeaderMap) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/cbor"))
 }
 
+/// The most a request's `Content-Length` reserves before its bytes arrive: an 8 MiB upload
+/// chunk in its envelope, with room to spare.
+const MAX_PREALLOCATION: usize = 16 * 1024 * 1024;
+
 /// Reads the body as it arrives into one buffer (sized by `Content-Length` when it is sent),
 /// refusing it as soon as it passes `limit` bytes. One buffer, not a list of frames joined at
 /// the end: an 8 MiB upload chunk is held once while it arrives.
@@ -137,8 +141,9 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<
     if declared.is_some_and(|length| length > limit) {
         return Err(too_large());
     }
-    // A declared length is a hint for the allocation only; the bytes are still counted.
-    let mut bytes = Vec::with_capacity(declared.unwrap_or(0).min(limit));
+    // A declared length is a hint for the first allocation only (capped: it is unauthenticated,
+    // and the body may never come); the bytes are still counted.
+    let mut bytes = Vec::with_capacity(declared.unwrap_or(0).min(limit).min(MAX_PREALLOCATION));
     let mut body = body;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|_| ApiError::bad_request("Invalid CBOR request"))?;

@@ -133,6 +133,13 @@ pub async fn append_file_upload_chunk(
 ) -> ApiResult<AppendFileUploadChunkResponse> {
     let _in_flight = app.upload_order.enter(&action.upload_id);
     let (mut file, mut upload) = locked(app, caller, &action.upload_id).await?;
+    let chunk = action.content.0;
+    if chunk.is_empty() {
+        return Err(ApiError::bad_request("Chunk content must be non-empty bytes"));
+    }
+    if chunk.len() as i64 > MAX_CHUNK_BYTES {
+        return Err(ApiError::too_large("Chunk is too large"));
+    }
     if action.offset > upload.received
         && let Some(waiter) = app.upload_order.reserve(&action.upload_id)
     {
@@ -147,13 +154,6 @@ pub async fn append_file_upload_chunk(
     let upload_id = action.upload_id;
     let _finished =
         (action.offset == upload.received).then(|| Finished { order: &app.upload_order, upload_id: &upload_id });
-    let chunk = action.content.0;
-    if chunk.is_empty() {
-        return Err(ApiError::bad_request("Chunk content must be non-empty bytes"));
-    }
-    if chunk.len() as i64 > MAX_CHUNK_BYTES {
-        return Err(ApiError::too_large("Chunk is too large"));
-    }
     if action.offset != upload.received {
         return Err(ApiError::conflict(format!(
             "Chunk offset {} does not match {} bytes received",
@@ -171,13 +171,17 @@ pub async fn append_file_upload_chunk(
     })
     .await?;
     let (id, now, before) = (upload_id.clone(), app.clock.now_ms(), upload.received);
-    app.db
+    // The staging lock travels with the write and is released only once `received` is committed
+    // (even if this request is dropped meanwhile: a client that disconnects must not let the next
+    // append read the old offset while the new one is still on its way to the database).
+    let file = app
+        .db
         .write(move |conn| {
             let changed = conn
                 .prepare_cached("UPDATE uploads SET received = ?2, updated_at = ?3 WHERE id = ?1 AND received = ?4")?
                 .execute(params![id, received, now, before])?;
             match changed {
-                1 => Ok(()),
+                1 => Ok(file),
                 _ => Err(ApiError::internal("an upload's row changed while its staging file was locked")),
             }
         })

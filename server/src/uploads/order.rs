@@ -13,7 +13,12 @@
 //! verified), so a client that skips ahead by mistake hears its 409 quickly.
 //!
 //! Bounds: one waiter per upload (a second chunk ahead, or a chunk further ahead while one
-//! waits, gets the 409 at once), so at most one extra chunk per upload is held in memory.
+//! waits, gets the 409 at once), and a chunk is checked (non-empty, at most 8 MiB) before it may
+//! wait. Other appends to the same upload queue on its staging lock, as any concurrent requests
+//! do; the waiting place only decides who may wait for a predecessor instead of failing.
+//!
+//! A waiter whose grace ends while its predecessor has meanwhile entered the server keeps
+//! waiting, up to [`WAIT`] in all.
 //!
 //! No wakeup is lost: the waiter takes its slot while it holds the staging lock, and the append
 //! it waits for takes that lock after it, so its finish is always seen.
@@ -79,6 +84,11 @@ impl AppendOrder {
         Some(Waiter { order: self, upload_id: upload_id.to_owned(), finished, bound })
     }
 
+    /// Appends on the upload in the server now (the asking waiter's own included).
+    fn in_flight(&self, upload_id: &str) -> usize {
+        self.lock().get(upload_id).map_or(0, |slot| slot.in_flight)
+    }
+
     /// Records that an append at the upload's expected offset finished (either way).
     pub fn finished(&self, upload_id: &str) {
         if let Some(waiter) = self.lock().get(upload_id).and_then(|slot| slot.waiter.as_ref()) {
@@ -127,9 +137,22 @@ pub struct Waiter<'a> {
 }
 
 impl Waiter<'_> {
-    /// Waits until an append at the expected offset finishes, or the bound passes.
+    /// Waits until an append at the expected offset finishes, or the bound passes. When the
+    /// grace ends with another append now in the server, waits on for it, up to [`WAIT`] in all.
     pub async fn wait(mut self) {
-        let _ = tokio::time::timeout(self.bound, self.finished.wait_for(|count| *count > 0)).await;
+        let started = tokio::time::Instant::now();
+        let mut bound = self.bound;
+        loop {
+            let finished = self.finished.wait_for(|count| *count > 0);
+            if tokio::time::timeout(bound, finished).await.is_ok() {
+                return;
+            }
+            let elapsed = started.elapsed();
+            if elapsed >= WAIT || self.order.in_flight(&self.upload_id) <= 1 {
+                return;
+            }
+            bound = WAIT - elapsed;
+        }
     }
 }
 
@@ -167,6 +190,20 @@ mod tests {
         waiter.wait().await;
         assert!(started.elapsed() >= Duration::from_millis(20));
         order.finished("nobody waits"); // a finish with no waiter is a no-op
+    }
+
+    #[tokio::test]
+    async fn a_predecessor_entering_during_the_grace_extends_the_wait() {
+        let order = AppendOrder::with_grace(Duration::from_millis(20));
+        let _me = order.enter("u");
+        let waiter = order.reserve("u").expect("free");
+        let _predecessor = order.enter("u"); // arrived after the waiter took its place
+        let wait = waiter.wait();
+        tokio::pin!(wait);
+        // Well past the grace, the waiter still waits (for the predecessor's finish).
+        assert!(tokio::time::timeout(Duration::from_millis(200), &mut wait).await.is_err());
+        order.finished("u");
+        wait.await;
     }
 
     #[test]
