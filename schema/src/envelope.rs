@@ -105,7 +105,8 @@ impl SignedEnvelope {
     }
 
     /// [`Self::decode`] taking the bytes, which become the signing bytes in place: a large
-    /// envelope (an upload chunk) is then held once, not twice.
+    /// envelope (an upload chunk) is then held twice while it is verified (the received bytes
+    /// and the decoded field), not three times.
     pub fn decode_owned(bytes: Vec<u8>) -> Result<Self, DecodeError> {
         let (mut envelope, reusable) = Self::decode_shape(&bytes)?;
         if reusable {
