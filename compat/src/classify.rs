@@ -3,7 +3,7 @@
 //! the table of `schema/PROTOCOL.md` ("What counts as breaking") to every difference, separately
 //! for what clients write and what they read, and ([`check`]) fails when a breaking change lands
 //! without a protocol bump and a changelog entry. `surface-check` (`src/bin/surface-check.rs`)
-//! runs it in CI against the previous commit's surface.
+//! runs it in CI over every commit that changed the surface (`--history`).
 //!
 //! # Who writes and who reads a definition
 //!

@@ -607,3 +607,57 @@ fn removing_a_real_response_field_fails_without_a_bump_and_passes_with_one() {
     let summary = check(&base, &current, &with_entry).unwrap();
     assert_eq!(summary.report.breaking().count(), 1);
 }
+
+/// `surface-check --history` over a throwaway repository: a breaking change in a middle commit
+/// fails the check even when a later commit is fine.
+#[test]
+fn history_catches_a_breaking_change_in_any_commit() {
+    let repo = tempfile::tempdir().expect("temp dir");
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"])
+            .args(args)
+            .current_dir(repo.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("git runs");
+        assert!(status.success(), "git {args:?}");
+    };
+    let commit = |surface: &Value, md: &str, message: &str| {
+        std::fs::create_dir_all(repo.path().join("snapshots")).expect("dir");
+        std::fs::create_dir_all(repo.path().join("schema")).expect("dir");
+        std::fs::write(repo.path().join("snapshots/surface.json"), surface.to_string()).expect("write");
+        std::fs::write(repo.path().join("schema/PROTOCOL.md"), md).expect("write");
+        git(&["add", "-A"]);
+        git(&["commit", "-q", "-m", message]);
+    };
+    let run = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_surface-check"))
+            .arg("--history")
+            .current_dir(repo.path())
+            .output()
+            .expect("surface-check runs");
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    git(&["init", "-q"]);
+    commit(&base(), &changelog(&[3]), "first");
+    let compatible = edited(|s| {
+        fields(s, "Output").insert("extra".into(), field("string", false));
+    });
+    commit(&compatible, &changelog(&[3]), "a compatible change");
+    let (code, out) = run();
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("1 snapshot changes in history, every one classified ok"), "{out}");
+
+    let mut broken = compatible.clone();
+    breaking_edit(&mut broken);
+    commit(&broken, &changelog(&[3]), "a breaking change without a bump");
+    let mut later = broken.clone();
+    fields(&mut later, "Output").insert("another".into(), field("string", false));
+    commit(&later, &changelog(&[3]), "a later compatible change");
+    let (code, out) = run();
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("FAILED (a breaking change without a bump)"), "{out}");
+    assert!(out.contains("a later compatible change"), "every commit is checked: {out}");
+}
