@@ -384,17 +384,7 @@ mod tests {
     use super::*;
 
     fn body(blobs: &[&Blob]) -> Vec<u8> {
-        let list = blobs
-            .iter()
-            .map(|blob| {
-                let mut entry = BTreeMap::from([("data".to_owned(), Ipld::Bytes(blob.data.clone()))]);
-                if let Some(cid) = &blob.cid {
-                    entry.insert("cid".to_owned(), Ipld::String(cid.clone()));
-                }
-                Ipld::Map(entry)
-            })
-            .collect();
-        wire::ipld_to_vec(&Ipld::Map(BTreeMap::from([("blobs".to_owned(), Ipld::List(list))]))).unwrap()
+        seed_agents_server::hm::publish_blobs_body(blobs.iter().copied()).unwrap()
     }
 
     #[test]

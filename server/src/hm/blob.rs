@@ -35,7 +35,8 @@ pub struct Blob {
 #[error("cannot encode blob: {0}")]
 pub struct BlobError(String);
 
-fn varint(mut value: u64, out: &mut Vec<u8>) {
+/// Appends `value` as an unsigned LEB128 varint (multiformats and protobuf both use it).
+pub(crate) fn varint(mut value: u64, out: &mut Vec<u8>) {
     loop {
         let byte = (value & 0x7f) as u8;
         value >>= 7;

@@ -73,18 +73,7 @@ impl<'a> HmClient<'a> {
 
     /// `POST /api/PublishBlobs`: stores `blobs` atomically; their CIDs in request order.
     pub async fn publish_blobs(&self, blobs: &[Blob]) -> Result<Vec<String>, HmError> {
-        let list = blobs
-            .iter()
-            .map(|blob| {
-                let mut entry = BTreeMap::from([("data".to_owned(), Ipld::Bytes(blob.data.clone()))]);
-                if let Some(cid) = &blob.cid {
-                    entry.insert("cid".to_owned(), Ipld::String(cid.clone()));
-                }
-                Ipld::Map(entry)
-            })
-            .collect();
-        let body = wire::ipld_to_vec(&Ipld::Map(BTreeMap::from([("blobs".to_owned(), Ipld::List(list))])))
-            .map_err(|error| HmError::Encode(error.to_string()))?;
+        let body = publish_blobs_body(blobs).map_err(|error| HmError::Encode(error.to_string()))?;
         let json = self.action("PublishBlobs", body).await?;
         let bad = |message: &str| HmError::Response { key: "PublishBlobs", message: message.to_owned() };
         let cids = json.get("cids").and_then(serde_json::Value::as_array).ok_or_else(|| bad("no cids"))?;
@@ -143,4 +132,19 @@ fn transport_message(error: &reqwest::Error) -> String {
         source = cause.source();
     }
     message
+}
+
+/// The DAG-CBOR body of `PublishBlobs`: `{blobs: [{data, cid?}]}` in the given order.
+pub fn publish_blobs_body<'a>(blobs: impl IntoIterator<Item = &'a Blob>) -> Result<Vec<u8>, wire::WireError> {
+    let list = blobs
+        .into_iter()
+        .map(|blob| {
+            let mut entry = BTreeMap::from([("data".to_owned(), Ipld::Bytes(blob.data.clone()))]);
+            if let Some(cid) = &blob.cid {
+                entry.insert("cid".to_owned(), Ipld::String(cid.clone()));
+            }
+            Ipld::Map(entry)
+        })
+        .collect();
+    wire::ipld_to_vec(&Ipld::Map(BTreeMap::from([("blobs".to_owned(), Ipld::List(list))])))
 }

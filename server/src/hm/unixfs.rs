@@ -4,7 +4,7 @@
 //! built level by level (a trailing group of one still gets its own parent). [`Builder`] makes the
 //! same tree from a stream of chunks.
 
-use super::blob::{Blob, DAG_PB, RAW, cid_string, cid_v1_sha256};
+use super::blob::{Blob, DAG_PB, RAW, cid_string, cid_v1_sha256, varint};
 
 /// Bytes per leaf.
 pub const CHUNK_BYTES: usize = 256 * 1024;
@@ -115,14 +115,6 @@ fn parent(group: &[Child], blocks: &mut Vec<Blob>) -> Child {
     };
     blocks.push(Blob { cid: Some(cid_string(&cid)), data: node });
     child
-}
-
-fn varint(mut value: u64, out: &mut Vec<u8>) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
 }
 
 fn field_bytes(field: u64, bytes: &[u8], out: &mut Vec<u8>) {
