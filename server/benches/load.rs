@@ -51,20 +51,23 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[path = "../tests/common/fixtures.rs"]
 mod fixtures;
+#[path = "support/process.rs"]
+mod process;
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use fixtures::{definition, provider_config};
+use process::{CLOCK_TICKS_PER_SECOND, Memory, Server, cpu_ticks, free_port, server_command};
 use seed_agents_protocol::envelope::{KeyCache, SignedEnvelope, TIMESTAMP_WINDOW_MS};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, ListAgents, ListAgentsResponse, SetModelProvider,
@@ -75,9 +78,6 @@ use seed_agents_server::Clock;
 
 /// Set (to the address to listen on) when this binary runs as the verify-only baseline.
 const BASELINE_ENV: &str = "SEED_AGENTS_LOAD_BASELINE_LISTEN";
-
-/// Linux's `USER_HZ`: the unit of the CPU times in `/proc/<pid>/stat`.
-const CLOCK_TICKS_PER_SECOND: u64 = 100;
 
 fn main() {
     if let Ok(listen) = std::env::var(BASELINE_ENV) {
@@ -184,64 +184,11 @@ async fn verify_only(State(baseline): State<Arc<Baseline>>, body: Bytes) -> axum
 // ---------------------------------------------------------------------------------------------
 // Child processes.
 
-/// A server running as a child process; killed when dropped.
-struct Server {
-    name: &'static str,
-    addr: SocketAddr,
-    child: Child,
-}
-
-impl Server {
-    fn spawn(name: &'static str, (mut command, addr): (Command, SocketAddr)) -> Self {
-        let child = command.stdin(Stdio::null()).stdout(Stdio::null()).spawn().unwrap();
-        Server { name, addr, child }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/api/message", self.addr)
-    }
-
-    /// Waits until the server accepts connections (panics if it exits or takes over 30 s).
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect_timeout(&self.addr, Duration::from_millis(100)).is_err() {
-            assert!(Instant::now() < deadline, "{} did not start listening on {}", self.name, self.addr);
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("{} exited: {status}", self.name);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn server_command(data_dir: &Path) -> (Command, SocketAddr) {
-    let addr = free_port();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_seed-agents-server"));
-    command.arg("--data-dir").arg(data_dir).arg("--listen").arg(addr.to_string()).env("RUST_LOG", "warn");
-    (command, addr)
-}
-
 fn baseline_command() -> (Command, SocketAddr) {
     let addr = free_port();
     let mut command = Command::new(std::env::current_exe().unwrap());
     command.env(BASELINE_ENV, addr.to_string());
     (command, addr)
-}
-
-/// A loopback address nobody listens on right now.
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -464,42 +411,6 @@ async fn post(http: &reqwest::Client, url: &str, body: Vec<u8>) -> Result<(), St
 
 // ---------------------------------------------------------------------------------------------
 // Reading the machine and the processes.
-
-/// Resident memory of a process, in MiB.
-struct Memory {
-    rss: f64,
-    peak: f64,
-}
-
-impl Memory {
-    fn of(pid: u32) -> Self {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix(name))
-                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-                .map_or(f64::NAN, |kib| kib / 1024.0)
-        };
-        Memory { rss: field("VmRSS:"), peak: field("VmHWM:") }
-    }
-}
-
-impl std::fmt::Display for Memory {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "VmRSS {:.1} MiB, VmHWM {:.1} MiB", self.rss, self.peak)
-    }
-}
-
-/// User plus system CPU time of a process (all its threads, living or not), in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the `(comm)`, which may hold spaces: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |index: usize| fields.get(index).and_then(|value| value.parse::<u64>().ok()).unwrap_or(0);
-    field(11) + field(12)
-}
 
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg").map_or_else(|_| "unknown".to_owned(), |text| text.trim().to_owned())

@@ -23,17 +23,20 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 #[path = "../tests/common/fixtures.rs"]
 mod fixtures;
+#[path = "support/process.rs"]
+mod process;
 
 use fixtures::{definition, provider_config};
+use process::{CLOCK_TICKS_PER_SECOND, Memory, Server, cpu_ticks, server_command};
 use seed_agents_protocol::Bytes;
 use seed_agents_protocol::generated::{
     AppendFileUploadChunk, BeginFileUpload, CommitFileUpload, CreateAgent, FileUploadTarget, MemoryUploadTarget,
@@ -53,27 +56,26 @@ fn main() {
     let parent = std::env::var("UPLOAD_DATA_DIR").unwrap_or_else(|_| env!("CARGO_TARGET_TMPDIR").to_owned());
     std::fs::create_dir_all(&parent).unwrap();
     let dir = tempfile::tempdir_in(&parent).unwrap();
-    let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let mut server = ServerProcess::spawn(dir.path(), addr);
+    let mut server = Server::spawn("seed-agents-server", server_command(dir.path()));
     server.wait_ready();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let (client, agent_id) = runtime.block_on(setup(addr));
-    let pid = server.child.id();
+    let (client, agent_id) = runtime.block_on(setup(server.addr));
+    let pid = server.pid();
     let size = mib * 1024 * 1024;
     let mut dd_runs: Vec<f64> = (0..3).map(|_| dd(dir.path(), mib)).collect();
 
     let me = std::process::id();
-    let before = memory(pid);
-    let (cpu, client_cpu) = (cpu_seconds(pid), cpu_seconds(me));
+    let before = Memory::of(pid);
+    let (cpu, client_cpu) = (cpu_seconds_of(pid), cpu_seconds_of(me));
     let started = Instant::now();
     runtime.block_on(upload_sdk(&client, &agent_id, "bench/sdk.bin", size));
-    let sdk = (started.elapsed().as_secs_f64(), cpu_seconds(pid) - cpu, cpu_seconds(me) - client_cpu);
-    let peak = memory(pid).1;
+    let sdk = (started.elapsed().as_secs_f64(), cpu_seconds_of(pid) - cpu, cpu_seconds_of(me) - client_cpu);
+    let peak = Memory::of(pid).peak;
 
-    let (cpu, client_cpu) = (cpu_seconds(pid), cpu_seconds(me));
+    let (cpu, client_cpu) = (cpu_seconds_of(pid), cpu_seconds_of(me));
     let started = Instant::now();
     runtime.block_on(upload_serial(&client, &agent_id, "bench/serial.bin", size));
-    let serial = (started.elapsed().as_secs_f64(), cpu_seconds(pid) - cpu, cpu_seconds(me) - client_cpu);
+    let serial = (started.elapsed().as_secs_f64(), cpu_seconds_of(pid) - cpu, cpu_seconds_of(me) - client_cpu);
 
     dd_runs.extend((0..3).map(|_| dd(dir.path(), mib)));
     if !measured {
@@ -104,8 +106,8 @@ fn main() {
     println!("  sdk/serial: {:.2}x", serial.0 / sdk.0);
     println!(
         "  server memory: VmRSS {:.1} MiB before the uploads, VmHWM {peak:.1} MiB after the sdk upload; growth {:.1} MiB",
-        before.0,
-        peak - before.0
+        before.rss,
+        peak - before.rss
     );
 }
 
@@ -217,62 +219,7 @@ fn dd(dir: &Path, mib: usize) -> f64 {
     seconds
 }
 
-/// User plus system CPU seconds a process has used (`/proc/<pid>/stat`, in `USER_HZ` = 100).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks = |index: usize| fields.get(index).and_then(|value| value.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-/// (`VmRSS`, `VmHWM`) of a process, in MiB.
-fn memory(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(name))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .map_or(0.0, |kib| kib / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-struct ServerProcess {
-    addr: SocketAddr,
-    child: Child,
-}
-
-impl ServerProcess {
-    fn spawn(data_dir: &Path, addr: SocketAddr) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_seed-agents-server"))
-            .arg("--data-dir")
-            .arg(data_dir)
-            .arg("--listen")
-            .arg(addr.to_string())
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        Self { addr, child }
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect_timeout(&self.addr, Duration::from_millis(100)).is_err() {
-            assert!(Instant::now() < deadline, "the server did not start listening on {}", self.addr);
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("the server exited: {status}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// User plus system CPU seconds a process has used.
+fn cpu_seconds_of(pid: u32) -> f64 {
+    cpu_ticks(pid) as f64 / CLOCK_TICKS_PER_SECOND as f64
 }
