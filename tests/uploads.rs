@@ -2,9 +2,9 @@
 //! deletion with the session or agent, and an upload resumed across a server restart.
 
 use seed_agents_protocol::generated::{
-    AbortFileUpload, AppendFileUploadChunk, BeginFileUpload, BeginFileUploadResponse, CommitFileUpload, CreateSession,
-    DeleteAgent, DeleteSession, FileUploadTarget, MemoryUploadTarget, ReadSessionAttachment,
-    SessionAttachmentUploadTarget, SetAgentPublicChat, SetAgentPublicRead, UploadSessionAttachment,
+    AbortFileUpload, AppendFileUploadChunk, BeginFileUpload, BeginFileUploadResponse, CommitFileUpload, DeleteAgent,
+    DeleteSession, FileUploadTarget, MemoryUploadTarget, ReadSessionAttachment, SessionAttachmentUploadTarget,
+    SetAgentPublicChat, SetAgentPublicRead, UploadSessionAttachment,
 };
 use seed_agents_protocol::{Bytes, Ed25519Signer};
 use sha2::{Digest, Sha256};
@@ -16,17 +16,7 @@ const MIB: usize = 1024 * 1024;
 
 async fn agent_and_session(user: &User) -> (String, String) {
     let agent_id = user.create_agent("Uploader").await;
-    let session_id = user
-        .call(CreateSession {
-            agent_id: agent_id.clone(),
-            client_request_id: None,
-            model_override: None,
-            thoroughness: None,
-            title: None,
-        })
-        .await
-        .unwrap()
-        .session_id;
+    let session_id = user.create_session(&agent_id, None).await;
     (agent_id, session_id)
 }
 
@@ -138,17 +128,7 @@ async fn attachments_are_deleted_with_their_session_and_agent() {
     user.call(DeleteSession { session_id: session_id.clone() }).await.unwrap();
     assert!(!root.join(&session_id).exists());
 
-    let second = user
-        .call(CreateSession {
-            agent_id: agent_id.clone(),
-            client_request_id: None,
-            model_override: None,
-            thoroughness: None,
-            title: None,
-        })
-        .await
-        .unwrap()
-        .session_id;
+    let second = user.create_session(&agent_id, None).await;
     // Attached through a chunked upload this time.
     let begun = begin(&user, attachment_target(&second, "b.md"), 6).await;
     user.call(chunk(&begun.upload_id, 0, b"second")).await.unwrap();

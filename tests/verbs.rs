@@ -6,9 +6,9 @@
 use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, params};
 use seed_agents_protocol::generated::{
-    AcceptAgentInvite, AgentCollaboratorRole, CreateSession, DeleteAgent, DeleteSession, GetSession,
-    InviteAgentCollaborator, InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, ReadAgentMemoryFile,
-    SessionActor, SessionEventPayload, UploadSessionAttachment,
+    AcceptAgentInvite, AgentCollaboratorRole, DeleteAgent, DeleteSession, GetSession, InviteAgentCollaborator,
+    InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, ReadAgentMemoryFile, SessionActor,
+    SessionEventPayload, UploadSessionAttachment,
 };
 use seed_agents_protocol::{Bytes, Value};
 use seed_agents_server::bus::{ChangeReason, Event};
@@ -50,17 +50,6 @@ fn field_text<'a>(response: &'a InvokeSessionToolResponse, key: &str) -> &'a str
     }
 }
 
-async fn session(user: &User, agent_id: &str, title: &str) -> String {
-    let create = CreateSession {
-        agent_id: agent_id.into(),
-        client_request_id: None,
-        model_override: None,
-        thoroughness: None,
-        title: Some(title.into()),
-    };
-    user.call(create).await.unwrap().session_id
-}
-
 async fn member(server: &TestServer, owner: &User, agent_id: &str, role: AgentCollaboratorRole) -> User {
     let user = server.user();
     let invite = InviteAgentCollaborator { agent_id: agent_id.into(), account_id: user.id.clone(), role };
@@ -74,7 +63,7 @@ async fn memory_is_written_and_read_through_verbs() {
     let server = TestServer::start().await;
     let owner = server.user();
     let agent = owner.create_agent("Verbs").await;
-    let session_id = session(&owner, &agent, "Work").await;
+    let session_id = owner.create_session(&agent, Some("Work")).await;
     let app = server.server.as_ref().unwrap().app().clone();
     let mut bus = app.bus.subscribe();
 
@@ -128,8 +117,8 @@ async fn self_attachment_and_thread_addresses() {
     let server = TestServer::start().await;
     let owner = server.user();
     let agent = owner.create_agent("Selfie").await;
-    let session_id = session(&owner, &agent, "Main").await;
-    let other = session(&owner, &agent, "Elsewhere").await;
+    let session_id = owner.create_session(&agent, Some("Main")).await;
+    let other = owner.create_session(&agent, Some("Elsewhere")).await;
 
     let me = owner.call(read(&session_id, "~/self")).await.unwrap();
     assert_eq!(me.error, None);
@@ -164,7 +153,7 @@ async fn self_attachment_and_thread_addresses() {
     let unknown = owner.call(read(&session_id, "thread:not-a-session")).await.unwrap();
     assert_eq!(unknown.error.as_deref(), Some("No thread not-a-session"));
     let foreign_agent = owner.create_agent("Other").await;
-    let foreign = session(&owner, &foreign_agent, "Foreign").await;
+    let foreign = owner.create_session(&foreign_agent, Some("Foreign")).await;
     let hidden = owner.call(read(&session_id, &format!("thread:{foreign}"))).await.unwrap();
     assert_eq!(hidden.error, Some(format!("No thread {foreign}")), "only the same agent's threads");
 }
@@ -174,7 +163,7 @@ async fn execution_errors_come_back_in_error_and_pre_checks_fail() {
     let server = TestServer::start().await;
     let owner = server.user();
     let agent = owner.create_agent("Errors").await;
-    let session_id = session(&owner, &agent, "E").await;
+    let session_id = owner.create_session(&agent, Some("E")).await;
 
     let unknown = owner.call(read(&session_id, "gopher://x")).await.unwrap();
     assert!(unknown.error.as_deref().unwrap().starts_with("Unrecognized address: gopher://x"), "{unknown:?}");
@@ -214,7 +203,7 @@ async fn each_invocation_appends_a_call_and_its_result() {
     let server = TestServer::start().await;
     let owner = server.user();
     let agent = owner.create_agent("Log").await;
-    let session_id = session(&owner, &agent, "L").await;
+    let session_id = owner.create_session(&agent, Some("L")).await;
 
     let first = owner.call(write(&session_id, "~/memory/a.txt", "one")).await.unwrap();
     let second = owner.call(read(&session_id, "~/memory/missing")).await.unwrap();
@@ -281,7 +270,7 @@ async fn an_agent_turn_holding_the_session_refuses_user_verbs() {
     let server = TestServer::start().await;
     let owner = server.user();
     let agent = owner.create_agent("Busy").await;
-    let session_id = session(&owner, &agent, "Turns").await;
+    let session_id = owner.create_session(&agent, Some("Turns")).await;
     let db = database(&server);
 
     // (kind, status, refused): upstream counts queued, claimed and running agent runs only; a
@@ -319,7 +308,7 @@ async fn an_agent_turn_holding_the_session_refuses_user_verbs() {
     let stranger = server.user();
     assert_eq!(api_error(stranger.call(read(&session_id, "~/self")).await), (404, "Session not found".into()));
     // Another session of the same agent is not held.
-    let other = session(&owner, &agent, "Free").await;
+    let other = owner.create_session(&agent, Some("Free")).await;
     assert_eq!(owner.call(read(&other, "~/self")).await.unwrap().error, None);
 }
 
@@ -328,7 +317,7 @@ async fn runs_outlive_their_session_and_agent() {
     let server = TestServer::start().await;
     let owner = server.user();
     let agent = owner.create_agent("Mortal").await;
-    let session_id = session(&owner, &agent, "Gone").await;
+    let session_id = owner.create_session(&agent, Some("Gone")).await;
     let db = database(&server);
     set_run(&db, "run-1", &owner, &agent, &session_id, "agent", "succeeded");
 

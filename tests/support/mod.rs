@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ipld_core::ipld::Ipld;
-use seed_agents_protocol::generated::{CreateAgent, SetModelProvider};
+use seed_agents_protocol::generated::{CreateAgent, CreateSession, SetModelProvider};
 use seed_agents_protocol::{Action, AgentResponse, Ed25519Signer, Principal, Signer, UnsignedEnvelope, wire};
 use seed_agents_sdk::{Client, Error};
 use seed_agents_server::{Clock, Config, RunningServer};
@@ -120,6 +120,18 @@ impl User {
             .await
             .expect("create agent")
             .agent_id
+    }
+
+    /// Creates a session of `agent_id` (no model override); returns the session id.
+    pub async fn create_session(&self, agent_id: &str, title: Option<&str>) -> String {
+        let create = CreateSession {
+            agent_id: agent_id.to_owned(),
+            client_request_id: None,
+            model_override: None,
+            thoroughness: None,
+            title: title.map(str::to_owned),
+        };
+        self.call(create).await.expect("create session").session_id
     }
 
     pub async fn ensure_provider(&self) {
