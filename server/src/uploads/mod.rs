@@ -152,8 +152,7 @@ pub async fn append_file_upload_chunk(
     // is done, whatever the outcome. (The waiter took its slot before this append could take the
     // lock, so the news cannot arrive too early.) A misplaced chunk wakes nobody.
     let upload_id = action.upload_id;
-    let _finished =
-        (action.offset == upload.received).then(|| Finished { order: &app.upload_order, upload_id: &upload_id });
+    let _finished = (action.offset == upload.received).then(|| app.upload_order.on_finish(&upload_id));
     if action.offset != upload.received {
         return Err(ApiError::conflict(format!(
             "Chunk offset {} does not match {} bytes received",
@@ -188,18 +187,6 @@ pub async fn append_file_upload_chunk(
         .await?;
     drop(file);
     Ok(AppendFileUploadChunkResponse { received, upload_id: upload_id.clone() })
-}
-
-/// Tells a chunk waiting behind an append that it finished, when dropped.
-struct Finished<'a> {
-    order: &'a AppendOrder,
-    upload_id: &'a str,
-}
-
-impl Drop for Finished<'_> {
-    fn drop(&mut self) {
-        self.order.finished(self.upload_id);
-    }
 }
 
 /// `CommitFileUpload {uploadId}`: moves the complete file to its target. Memory answers

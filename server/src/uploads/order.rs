@@ -89,8 +89,14 @@ impl AppendOrder {
         self.lock().get(upload_id).map_or(0, |slot| slot.in_flight)
     }
 
+    /// A guard that, when dropped, records that this append at the upload's expected offset
+    /// finished (either way).
+    pub fn on_finish<'a>(&'a self, upload_id: &'a str) -> Finished<'a> {
+        Finished { order: self, upload_id }
+    }
+
     /// Records that an append at the upload's expected offset finished (either way).
-    pub fn finished(&self, upload_id: &str) {
+    fn finished(&self, upload_id: &str) {
         if let Some(waiter) = self.lock().get(upload_id).and_then(|slot| slot.waiter.as_ref()) {
             waiter.send_modify(|count| *count += 1);
         }
@@ -124,6 +130,19 @@ pub struct InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.order.update(&self.upload_id, |slot| slot.in_flight = slot.in_flight.saturating_sub(1));
+    }
+}
+
+/// Wakes the chunk waiting behind an append when dropped (see [`AppendOrder::on_finish`]).
+#[derive(Debug)]
+pub struct Finished<'a> {
+    order: &'a AppendOrder,
+    upload_id: &'a str,
+}
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.order.finished(self.upload_id);
     }
 }
 
