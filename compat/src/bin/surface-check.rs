@@ -84,7 +84,8 @@ fn git(args: &[&str]) -> std::io::Result<std::process::Output> {
     Command::new("git").args(args).output()
 }
 
-/// The file at `path` in `rev`, or `Err(notice)` when git cannot give it.
+/// The file at `path` in `rev`, or `Err(notice)` when git cannot give it (no git, no such
+/// revision, no such file).
 fn file_at(rev: &str, path: &str) -> Result<String, String> {
     match git(&["rev-parse", "--git-dir"]) {
         Err(err) => return Err(format!("cannot run git ({err})")),
@@ -99,6 +100,11 @@ fn file_at(rev: &str, path: &str) -> Result<String, String> {
         }
         Ok(_) => {}
     }
+    show(rev, path)
+}
+
+/// `git show <rev>:<path>`, for a revision known to exist.
+fn show(rev: &str, path: &str) -> Result<String, String> {
     let spec = format!("{rev}:{path}");
     match git(&["show", &spec]) {
         Err(err) => Err(format!("cannot run git ({err})")),
@@ -133,8 +139,9 @@ fn history() -> Result<ExitCode, String> {
             }
         };
         let base = json(&base, &format!("{SNAPSHOT} at {short}^"))?;
-        let current = json(&file_at(commit, SNAPSHOT)?, &format!("{SNAPSHOT} at {short}"))?;
-        let protocol_md = file_at(commit, PROTOCOL_MD)?;
+        // `commit` came from git log, so only its files are looked up.
+        let current = json(&show(commit, SNAPSHOT)?, &format!("{SNAPSHOT} at {short}"))?;
+        let protocol_md = show(commit, PROTOCOL_MD)?;
         checked += 1;
         match classify::check(&base, &current, &protocol_md) {
             Ok(_) => println!("surface-check: {short} ok ({subject:.60})"),
