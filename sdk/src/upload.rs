@@ -199,7 +199,7 @@ impl<R: AsyncRead + Unpin, P: FnMut(Progress)> Sender<'_, R, P> {
                 None => Err(Error::Source(std::io::Error::other("a chunk was not sent"))),
             };
             match outcome {
-                Ok(answer) if answer.received >= 0 && answer.received as u64 == end => {
+                Ok(answer) if acknowledges(&answer, end) => {
                     self.queue.pop_front();
                     self.acknowledge(end);
                     attempts = 0;
@@ -261,7 +261,7 @@ impl<R: AsyncRead + Unpin, P: FnMut(Progress)> Sender<'_, R, P> {
         while let Some(request) = self.queue.front_mut().and_then(|chunk| chunk.request.take()) {
             let end = self.queue.front().map_or(0, Chunk::end);
             match joined(request.await) {
-                Ok(answer) if answer.received >= 0 && answer.received as u64 == end => {
+                Ok(answer) if acknowledges(&answer, end) => {
                     self.queue.pop_front();
                     self.acknowledge(end);
                 }
@@ -383,6 +383,11 @@ fn append_answer(response: Result<AgentResponse, Error>) -> Result<AppendFileUpl
             reason: format!("expected AppendFileUploadChunkResponse, got {}", other.name()),
         }),
     }
+}
+
+/// Whether an append's answer acknowledges exactly the bytes up to `end`.
+fn acknowledges(answer: &AppendFileUploadChunkResponse, end: u64) -> bool {
+    u64::try_from(answer.received) == Ok(end)
 }
 
 fn joined<T>(result: Result<Result<T, Error>, tokio::task::JoinError>) -> Result<T, Error> {
