@@ -186,21 +186,22 @@ fn upsert(
     config_cbor: &[u8],
     now: i64,
 ) -> ApiResult<ProviderRow> {
-    let existing: Option<(String, i64)> = conn
-        .prepare_cached("SELECT id, created_at FROM model_providers WHERE account_id = ?1 AND name = ?2")?
-        .query_row(params![account_id, name], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?;
-    let (id, created_at) = existing.unwrap_or_else(|| (uuid::Uuid::new_v4().to_string(), now));
     crate::db::ensure_account(conn, account_id, now)?;
-    conn.prepare_cached(
-        "INSERT INTO model_providers (id, account_id, name, type, config_cbor, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-         ON CONFLICT (account_id, name) DO UPDATE SET
-           type = excluded.type,
-           config_cbor = excluded.config_cbor,
-           updated_at = excluded.updated_at",
-    )?
-    .execute(params![id, account_id, name, config.type_, config_cbor, created_at, now])?;
+    // On a conflict the row keeps its id and creation time, and RETURNING reports them.
+    let (id, created_at): (String, i64) = conn
+        .prepare_cached(
+            "INSERT INTO model_providers (id, account_id, name, type, config_cbor, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+             ON CONFLICT (account_id, name) DO UPDATE SET
+               type = excluded.type,
+               config_cbor = excluded.config_cbor,
+               updated_at = excluded.updated_at
+             RETURNING id, created_at",
+        )?
+        .query_row(
+            params![uuid::Uuid::new_v4().to_string(), account_id, name, config.type_, config_cbor, now],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
     Ok(ProviderRow {
         id,
         name: name.to_owned(),

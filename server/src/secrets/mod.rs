@@ -100,21 +100,22 @@ fn upsert(
     metadata_cbor: Option<&[u8]>,
     now: i64,
 ) -> ApiResult<StoredRow> {
-    let existing: Option<(String, i64)> = conn
-        .prepare_cached("SELECT id, created_at FROM secrets WHERE account_id = ?1 AND name = ?2")?
-        .query_row(params![account_id, name], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?;
-    let (id, created_at) = existing.unwrap_or_else(|| (uuid::Uuid::new_v4().to_string(), now));
     crate::db::ensure_account(conn, account_id, now)?;
-    conn.prepare_cached(
-        "INSERT INTO secrets (id, account_id, name, ciphertext, metadata_cbor, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-         ON CONFLICT (account_id, name) DO UPDATE SET
-           ciphertext = excluded.ciphertext,
-           metadata_cbor = excluded.metadata_cbor,
-           updated_at = excluded.updated_at",
-    )?
-    .execute(params![id, account_id, name, ciphertext, metadata_cbor, created_at, now])?;
+    // On a conflict the row keeps its id and creation time, and RETURNING reports them.
+    let (id, created_at): (String, i64) = conn
+        .prepare_cached(
+            "INSERT INTO secrets (id, account_id, name, ciphertext, metadata_cbor, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+             ON CONFLICT (account_id, name) DO UPDATE SET
+               ciphertext = excluded.ciphertext,
+               metadata_cbor = excluded.metadata_cbor,
+               updated_at = excluded.updated_at
+             RETURNING id, created_at",
+        )?
+        .query_row(
+            params![uuid::Uuid::new_v4().to_string(), account_id, name, ciphertext, metadata_cbor, now],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
     Ok(StoredRow { id, created_at, updated_at: now })
 }
 
