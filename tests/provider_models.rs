@@ -15,6 +15,7 @@ use seed_agents_protocol::generated::{
     AcceptAgentInvite, AgentCollaboratorRole, InviteAgentCollaborator, ListProviderModels, ModelProviderConfig,
     ModelProviderConfigAuthMode, ProviderModelInfo, SetModelProvider, SetSecret,
 };
+use seed_agents_server::error::ErrorKind;
 use seed_agents_server::providers::models::fetch_models;
 use seed_agents_server::providers::registry::ModelListStyle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -340,14 +341,14 @@ async fn anthropic_and_google_styles_over_loopback() {
     // Failures name the vendor's label, never the key (Google's sits in the URL).
     let error =
         fetch_models(&http, ModelListStyle::Google, &fixture.url("fail"), Some(KEY), timeout).await.unwrap_err();
-    assert_eq!((error.status().as_u16(), error.message()), (502, "Google models request failed: HTTP 500"));
+    assert_eq!((error.kind(), error.message()), (ErrorKind::Upstream, "Google models request failed: HTTP 500"));
     let error =
         fetch_models(&http, ModelListStyle::Anthropic, &fixture.url("garbage"), Some(KEY), timeout).await.unwrap_err();
-    assert_eq!((error.status().as_u16(), error.message()), (502, "Anthropic models response is invalid"));
+    assert_eq!((error.kind(), error.message()), (ErrorKind::Upstream, "Anthropic models response is invalid"));
     let error =
         fetch_models(&http, ModelListStyle::Google, &fixture.url("slow"), Some(KEY), Duration::from_millis(300))
             .await
             .unwrap_err();
-    assert_eq!((error.status().as_u16(), error.message()), (502, "Google models request failed: timed out"));
+    assert_eq!((error.kind(), error.message()), (ErrorKind::Upstream, "Google models request failed: timed out"));
     assert!(!format!("{error} {error:?}").contains(KEY));
 }

@@ -8,7 +8,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use seed_agents_protocol::generated::AgentAccessRole;
 
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 
 /// A caller's role on one agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -149,6 +149,7 @@ pub fn require_session(conn: &Connection, session_id: &str, account_id: &str, ne
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     fn db() -> Connection {
         let conn = Connection::open_in_memory().unwrap();
@@ -189,15 +190,15 @@ mod tests {
     #[test]
     fn requirements_answer_404_or_403() {
         let conn = db();
-        assert_eq!(require(&conn, "a", "stranger", Need::Read).unwrap_err().status().as_u16(), 404);
+        assert_eq!(require(&conn, "a", "stranger", Need::Read).unwrap_err().kind(), ErrorKind::NotFound);
         let error = require(&conn, "a", "r", Need::Write).unwrap_err();
-        assert_eq!((error.status().as_u16(), error.message()), (403, "Write access is required"));
+        assert_eq!((error.kind(), error.message()), (ErrorKind::Forbidden, "Write access is required"));
         let error = require(&conn, "a", "w", Need::Own).unwrap_err();
-        assert_eq!((error.status().as_u16(), error.message()), (403, "Only the agent owner can do this"));
+        assert_eq!((error.kind(), error.message()), (ErrorKind::Forbidden, "Only the agent owner can do this"));
         assert!(require(&conn, "chat", "stranger", Need::Chat).is_ok());
         assert!(require(&conn, "pub", "stranger", Need::Chat).is_err());
         let error = require_session(&conn, "s", "stranger", Need::Read).unwrap_err();
-        assert_eq!((error.status().as_u16(), error.message()), (404, "Session not found"));
+        assert_eq!((error.kind(), error.message()), (ErrorKind::NotFound, "Session not found"));
         assert!(require_session(&conn, "s", "r", Need::Read).is_ok());
     }
 }

@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use seed_agents_protocol::{AgentResponse, Response, wire};
 use serde::Serialize;
 
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::validate::bounded_string;
 
 /// One idempotency key, ready to check.

@@ -1,7 +1,7 @@
 //! The checks every action shares, with upstream's wording: trimmed bounded strings and encoded
 //! size limits.
 
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 
 /// The byte limit of names, ids, provider types, secret names and secret reference keys.
 pub const MAX_NAME_BYTES: usize = 256;
@@ -38,10 +38,10 @@ fn is_js_whitespace(c: char) -> bool {
 pub fn bounded_string(value: &str, label: &str, max_bytes: usize) -> ApiResult<String> {
     let trimmed = js_trim(value);
     if trimmed.is_empty() {
-        return Err(ApiError::bad_request(format!("{label} is required")));
+        return Err(ApiError::invalid(format!("{label} is required")));
     }
     if trimmed.len() > max_bytes {
-        return Err(ApiError::bad_request(format!("{label} is too large")));
+        return Err(ApiError::invalid(format!("{label} is too large")));
     }
     Ok(trimmed.to_owned())
 }

@@ -13,7 +13,7 @@ use seed_agents_protocol::generated::{
 };
 use seed_agents_protocol::wire;
 
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 
 /// The prompt of the default trigger.
 pub const PROMPT: &str = "Respond to the mention, reply, or comment on your document, performing any action requested.";

@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashSet};
 use seed_agents_protocol::generated::{AgentDefinition, AgentDefinitionSystemPrompt, AgentModelRef};
 
 use crate::agents::prompt::normalize_prompt;
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::providers::registry::check_reasoning_level_for;
 use crate::validate::{MAX_NAME_BYTES, MAX_OPEN_MAP_CBOR_BYTES, bounded_string, cbor_len, js_trim};
 
@@ -64,7 +64,7 @@ pub fn normalize_definition(def: &AgentDefinition, ctx: &dyn DefinitionContext) 
     if let Some(metadata) = &def.metadata
         && cbor_len(metadata)? > MAX_OPEN_MAP_CBOR_BYTES
     {
-        return Err(ApiError::bad_request("Metadata is too large"));
+        return Err(ApiError::invalid("Metadata is too large"));
     }
     let mcp_servers = def.mcp_servers.as_deref().map(normalize_mcp_servers).transpose()?;
 
@@ -84,12 +84,12 @@ pub fn normalize_definition(def: &AgentDefinition, ctx: &dyn DefinitionContext) 
     };
 
     let Some(provider_type) = ctx.provider_type(&definition.model_provider)? else {
-        return Err(ApiError::bad_request("Model provider not found"));
+        return Err(ApiError::invalid("Model provider not found"));
     };
     check_reasoning_level_for(&provider_type, &definition.model, definition.reasoning_level)?;
     for key in signing_key_set(&definition) {
         if !ctx.is_signing_key(&key)? {
-            return Err(ApiError::bad_request("Signing key not found"));
+            return Err(ApiError::invalid("Signing key not found"));
         }
     }
     Ok(definition)
@@ -113,7 +113,7 @@ fn signing_key_name(key: &str) -> ApiResult<String> {
 
 fn normalize_enabled_models(entries: &[AgentModelRef]) -> ApiResult<Vec<AgentModelRef>> {
     if entries.len() > MAX_ENABLED_MODELS {
-        return Err(ApiError::bad_request("Too many enabled models"));
+        return Err(ApiError::invalid("Too many enabled models"));
     }
     let mut seen = HashSet::new();
     let mut models = Vec::new();
@@ -130,21 +130,21 @@ fn normalize_enabled_models(entries: &[AgentModelRef]) -> ApiResult<Vec<AgentMod
 /// Tool names are taken as written: blank or padded names are an error, not something to trim.
 fn normalize_tools(tools: &[String]) -> ApiResult<Vec<String>> {
     if tools.len() > MAX_TOOLS {
-        return Err(ApiError::bad_request("Too many tools"));
+        return Err(ApiError::invalid("Too many tools"));
     }
     let mut total = 0;
     for tool in tools {
         if tool.is_empty() || js_trim(tool) != tool {
-            return Err(ApiError::bad_request("Tools must be non-empty trimmed strings"));
+            return Err(ApiError::invalid("Tools must be non-empty trimmed strings"));
         }
         if tool.len() > MAX_TOOL_NAME_BYTES {
-            return Err(ApiError::bad_request("Tool name is too large"));
+            return Err(ApiError::invalid("Tool name is too large"));
         }
         // With the count and per-name limits this cannot trip (32 × 128 B = 4 KiB); it stays so
         // the total holds if either of those limits is ever raised.
         total += tool.len();
         if total > MAX_TOOLS_TOTAL_BYTES {
-            return Err(ApiError::bad_request("Tools are too large"));
+            return Err(ApiError::invalid("Tools are too large"));
         }
     }
     Ok(tools.to_vec())
@@ -154,7 +154,7 @@ fn normalize_tools(tools: &[String]) -> ApiResult<Vec<String>> {
 /// for shape only: a name with no server behind it grants nothing.
 fn normalize_mcp_servers(names: &[String]) -> ApiResult<Vec<String>> {
     if names.len() > MAX_MCP_SERVERS {
-        return Err(ApiError::bad_request("Too many MCP servers"));
+        return Err(ApiError::invalid("Too many MCP servers"));
     }
     let mut seen = HashSet::new();
     let mut servers = Vec::new();
@@ -172,12 +172,12 @@ mod tests {
     use std::cell::RefCell;
     use std::collections::{BTreeMap, HashMap};
 
-    use axum::http::StatusCode;
     use ipld_core::ipld::Ipld;
     use seed_agents_protocol::Value;
     use seed_agents_protocol::generated::{ReasoningLevel, Thoroughness};
 
     use super::*;
+    use crate::error::ErrorKind;
 
     /// An owner account with some providers (name -> type) and secrets (name -> is account key).
     #[derive(Default)]
@@ -247,7 +247,7 @@ mod tests {
     #[track_caller]
     fn rejects(def: &AgentDefinition, message: &str) {
         let error = normalize(def).expect_err("expected an error");
-        assert_eq!(error.status(), StatusCode::BAD_REQUEST, "{error}");
+        assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
         assert_eq!(error.message(), message);
     }
 
@@ -506,7 +506,7 @@ mod tests {
         let error = normalize_definition(&def, &Broken).expect_err("invalid");
         assert_eq!(error.message(), "Tools must be non-empty trimmed strings");
         let error = normalize_definition(&base(), &Broken).expect_err("lookup fails");
-        assert_eq!(error.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(error.kind(), ErrorKind::Internal);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::access::{self, Need, Role};
 use crate::app::App;
 use crate::auth::Caller;
 use crate::bus::{ChangeReason, Event};
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::idempotency::{self, Key};
 use definition::DefinitionContext;
 

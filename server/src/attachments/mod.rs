@@ -25,7 +25,7 @@ use crate::access::{self, Need};
 use crate::app::App;
 use crate::auth::Caller;
 use crate::config::Config;
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 
 pub use store::{infer_mime_type, read, store_bytes, store_staged};
 
@@ -47,7 +47,7 @@ pub fn session_dir(root: &Path, session_id: &str) -> ApiResult<PathBuf> {
     let valid = (1..=128).contains(&session_id.len())
         && session_id.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_');
     if !valid {
-        return Err(ApiError::bad_request("Invalid session id"));
+        return Err(ApiError::invalid("Invalid session id"));
     }
     Ok(root.join(session_id))
 }

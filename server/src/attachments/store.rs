@@ -9,7 +9,7 @@ use seed_agents_protocol::generated::SessionAttachmentInfo;
 use sha2::{Digest, Sha256};
 
 use super::{MAX_ATTACHMENT_BYTES, MAX_ATTACHMENTS_PER_SESSION, mime_type_for};
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 
 /// The MIME type of a file name's extension (the memory module's table, as upstream shares it).
 pub fn infer_mime_type(name: &str) -> Option<String> {
@@ -73,7 +73,7 @@ pub fn read(dir: &Path, attachment_id: &str) -> ApiResult<(SessionAttachmentInfo
 
 fn check_size(size: u64) -> ApiResult<()> {
     if size == 0 {
-        return Err(ApiError::bad_request("Attachment content must be non-empty bytes"));
+        return Err(ApiError::invalid("Attachment content must be non-empty bytes"));
     }
     if size > MAX_ATTACHMENT_BYTES {
         return Err(ApiError::too_large(format!("Attachment exceeds the {} MiB limit", MAX_ATTACHMENT_BYTES >> 20)));
@@ -85,7 +85,7 @@ fn check_id(id: &str) -> ApiResult<()> {
     if id.len() == 64 && id.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')) {
         Ok(())
     } else {
-        Err(ApiError::bad_request(format!("Invalid attachment id: {id}")))
+        Err(ApiError::invalid(format!("Invalid attachment id: {id}")))
     }
 }
 
@@ -225,6 +225,7 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     #[test]
     fn identical_bytes_keep_the_first_record_and_the_cap_holds() {
@@ -241,7 +242,7 @@ mod tests {
             store_bytes(&session, "s", "n", None, n.to_string().as_bytes(), 3).unwrap();
         }
         let error = store_bytes(&session, "s", "n", None, b"one too many", 4).unwrap_err();
-        assert_eq!((error.status().as_u16(), error.message()), (413, "Session already has 200 attachments"));
+        assert_eq!((error.kind(), error.message()), (ErrorKind::TooLarge, "Session already has 200 attachments"));
         assert!(store_bytes(&session, "s", "n", None, b"hello", 5).is_ok(), "a known id is still answered");
         let leftovers = fs::read_dir(&session).unwrap().filter_map(Result::ok);
         assert!(leftovers.into_iter().all(|entry| !entry.file_name().to_string_lossy().ends_with(".tmp")));
@@ -251,10 +252,10 @@ mod tests {
     fn reads_check_the_id_and_report_what_is_missing() {
         let dir = tempfile::tempdir().unwrap();
         let error = read(dir.path(), "../x").unwrap_err();
-        assert_eq!((error.status().as_u16(), error.message()), (400, "Invalid attachment id: ../x"));
+        assert_eq!((error.kind(), error.message()), (ErrorKind::Invalid, "Invalid attachment id: ../x"));
         let id = "0".repeat(64);
         assert_eq!(read(dir.path(), &id).unwrap_err().message(), format!("Attachment not found: {id}"));
         let error = store_bytes(dir.path(), "s", "x", None, b"", 1).unwrap_err();
-        assert_eq!((error.status().as_u16(), error.message()), (400, "Attachment content must be non-empty bytes"));
+        assert_eq!((error.kind(), error.message()), (ErrorKind::Invalid, "Attachment content must be non-empty bytes"));
     }
 }

@@ -19,7 +19,7 @@ use seed_agents_protocol::envelope::{DecodeError, SignedEnvelope, TIMESTAMP_WIND
 use seed_agents_protocol::{ActionInfo, Principal};
 
 use crate::app::App;
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 
 /// Who is acting: the verified account, the key that signed, and the protocol it speaks.
 #[derive(Debug, Clone)]
@@ -62,7 +62,7 @@ pub struct Verified {
 /// Takes the body: its bytes become the signing bytes in place, so a large action is held once.
 pub async fn verify(app: &App, bytes: Vec<u8>, transport: Transport) -> ApiResult<Verified> {
     let envelope = SignedEnvelope::decode_owned(bytes).map_err(|error| match error {
-        DecodeError::Wire(_) => ApiError::bad_request("Invalid CBOR request"),
+        DecodeError::Wire(_) => ApiError::invalid("Invalid CBOR request"),
         DecodeError::Envelope(error) => ApiError::unauthorized(error.to_string()),
     })?;
     let now = app.clock.now_ms();
@@ -88,7 +88,7 @@ pub async fn verify(app: &App, bytes: Vec<u8>, transport: Transport) -> ApiResul
     if signer != account && !signers::is_authorized(app, &caller).await? {
         return Err(ApiError::unauthorized("Signer is not authorized for account"));
     }
-    seed_agents_compat::check_floor(caller.protocol, app.config.min_client_protocol).map_err(crate::http::refusal)?;
+    seed_agents_compat::check_floor(caller.protocol, app.config.min_client_protocol)?;
     let action_name = verified.action_name().to_owned();
     check_transport(&action_name, transport)?;
     Ok(Verified { caller, action_name, action: verified.into_action() })
@@ -100,10 +100,10 @@ fn check_transport(action_name: &str, transport: Transport) -> ApiResult<()> {
     };
     match transport {
         Transport::Http if !info.http => {
-            Err(ApiError::bad_request(format!("{action_name} is only supported over WebSocket")))
+            Err(ApiError::invalid(format!("{action_name} is only supported over WebSocket")))
         }
         Transport::WebSocket if info.http => {
-            Err(ApiError::bad_request(format!("{action_name} is only supported over HTTP")))
+            Err(ApiError::invalid(format!("{action_name} is only supported over HTTP")))
         }
         _ => Ok(()),
     }

@@ -13,7 +13,7 @@ use seed_agents_protocol::{Principal, wire};
 
 use super::Caller;
 use crate::app::App;
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 
 /// Whether `caller.signer` may act for `caller.account`.
 pub async fn is_authorized(app: &App, caller: &Caller) -> ApiResult<bool> {
@@ -61,29 +61,29 @@ pub async fn register_signer(app: &App, caller: &Caller, action: RegisterSigner)
 /// Checks a Capability blob in upstream's order; returns its issuer.
 fn check_capability(bytes: &[u8], envelope_signer: &Principal) -> ApiResult<Principal> {
     if bytes.is_empty() {
-        return Err(ApiError::bad_request("Invalid capability bytes"));
+        return Err(ApiError::invalid("Invalid capability bytes"));
     }
     let map = match wire::decode_ipld(bytes) {
         Ok(Ipld::Map(map)) => map,
-        Ok(_) => return Err(ApiError::bad_request("Blob is not a Capability")),
-        Err(_) => return Err(ApiError::bad_request("Capability is not valid CBOR")),
+        Ok(_) => return Err(ApiError::invalid("Blob is not a Capability")),
+        Err(_) => return Err(ApiError::invalid("Capability is not valid CBOR")),
     };
     if !matches!(map.get("type"), Some(Ipld::String(kind)) if kind == "Capability") {
-        return Err(ApiError::bad_request("Blob is not a Capability"));
+        return Err(ApiError::invalid("Blob is not a Capability"));
     }
-    let issuer = principal(&map, "signer").ok_or_else(|| ApiError::bad_request("Invalid capability signer"))?;
-    let delegate = principal(&map, "delegate").ok_or_else(|| ApiError::bad_request("Invalid capability delegate"))?;
+    let issuer = principal(&map, "signer").ok_or_else(|| ApiError::invalid("Invalid capability signer"))?;
+    let delegate = principal(&map, "delegate").ok_or_else(|| ApiError::invalid("Invalid capability delegate"))?;
     if !blob_signature_verifies(&map, &issuer) {
-        return Err(ApiError::bad_request("Invalid capability signature"));
+        return Err(ApiError::invalid("Invalid capability signature"));
     }
     if delegate != *envelope_signer {
-        return Err(ApiError::bad_request("Capability delegate does not match envelope signer"));
+        return Err(ApiError::invalid("Capability delegate does not match envelope signer"));
     }
     if !matches!(map.get("role"), Some(Ipld::String(role)) if role == "AGENT" || role == "WRITER") {
-        return Err(ApiError::bad_request("Capability role does not permit agent actions"));
+        return Err(ApiError::invalid("Capability role does not permit agent actions"));
     }
     if issuer == delegate {
-        return Err(ApiError::bad_request("Capability delegates to its own issuer"));
+        return Err(ApiError::invalid("Capability delegates to its own issuer"));
     }
     Ok(issuer)
 }

@@ -23,7 +23,7 @@ use crate::agents;
 use crate::app::App;
 use crate::auth::Caller;
 use crate::bus::{ChangeReason, Event};
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
 /// Trims `value` and requires the canonical string form of a Seed account (`z…`), as upstream's
@@ -33,7 +33,7 @@ pub fn collaborator_account(value: &str) -> ApiResult<String> {
     let account = bounded_string(value, "Collaborator account", MAX_NAME_BYTES)?;
     match Principal::from_str(&account) {
         Ok(principal) if principal.to_string() == account => Ok(account),
-        _ => Err(ApiError::bad_request("Collaborator account must be a valid Seed account ID")),
+        _ => Err(ApiError::invalid("Collaborator account must be a valid Seed account ID")),
     }
 }
 
@@ -61,7 +61,7 @@ impl PublicFlags {
     /// After `SetAgentPublicChat`: enabling chat needs read on (400).
     fn with_chat(self, chat: bool) -> ApiResult<Self> {
         if chat && !self.read {
-            return Err(ApiError::bad_request("Public chat requires public read access"));
+            return Err(ApiError::invalid("Public chat requires public read access"));
         }
         Ok(Self { read: self.read, chat })
     }
@@ -207,7 +207,7 @@ pub async fn invite_agent_collaborator(
             let access = access::require(conn, &action.agent_id, &account, Need::Own)?;
             let member = collaborator_account(&action.account_id)?;
             if member == access.owner_id {
-                return Err(ApiError::bad_request("The agent owner is already a member"));
+                return Err(ApiError::invalid("The agent owner is already a member"));
             }
             let collaborator = upsert_invite(conn, &access.agent_id, &member, action.role, now)?;
             Ok((collaborator, access.agent_id, access.owner_id))
@@ -390,6 +390,7 @@ mod tests {
     use crate::bus::Event;
     use crate::clock::Clock;
     use crate::config::Config;
+    use crate::error::ErrorKind;
 
     fn account(n: u8) -> Caller {
         let principal = Principal::from_public_key(&[n; 32]);
@@ -411,7 +412,7 @@ mod tests {
         let short = format!("z{}", "1".repeat(3));
         for bad in [&id[1..], &format!("Z{}", &id[1..]), &format!("{id}0"), "zzzz", short.as_str()] {
             let error = collaborator_account(bad).unwrap_err();
-            assert_eq!((error.status().as_u16(), error.message()), (400, invalid), "{bad}");
+            assert_eq!((error.kind(), error.message()), (ErrorKind::Invalid, invalid), "{bad}");
         }
         assert_eq!(collaborator_account("  ").unwrap_err().message(), "Collaborator account is required");
         assert_eq!(collaborator_account(&"z".repeat(300)).unwrap_err().message(), "Collaborator account is too large");
@@ -511,10 +512,10 @@ mod tests {
         seen
     }
 
-    /// The status and message of a failure.
-    fn failure<T: std::fmt::Debug>(result: ApiResult<T>) -> (u16, String) {
+    /// The kind and message of a failure.
+    fn failure<T: std::fmt::Debug>(result: ApiResult<T>) -> (ErrorKind, String) {
         let error = result.unwrap_err();
-        (error.status().as_u16(), error.message().to_owned())
+        (error.kind(), error.message().to_owned())
     }
 
     const READER: AgentCollaboratorRole = AgentCollaboratorRole::Reader;
@@ -538,7 +539,7 @@ mod tests {
             (invites[0].agent_name.as_str(), invites[0].owner_account_id.as_str()),
             ("Shared Agent", &*owner_id)
         );
-        assert_eq!(failure(f.collaborators(&member).await), (404, "Agent not found".into()));
+        assert_eq!(failure(f.collaborators(&member).await), (ErrorKind::NotFound, "Agent not found".into()));
         let listed = f.collaborators(owner).await.unwrap().collaborators;
         assert_eq!(listed.len(), 2, "the owner sees the pending invite");
         assert_eq!((listed[0].role, listed[0].created_at), (AgentAccessRole::Owner, 500));
@@ -546,7 +547,7 @@ mod tests {
         app.clock.set(2_000);
         assert_eq!(f.accept(&member).await.unwrap().access_role, Some(AgentAccessRole::Reader));
         assert!(f.invites(&member).await.is_empty());
-        assert_eq!(failure(f.accept(&member).await), (404, "Agent invitation not found".into()));
+        assert_eq!(failure(f.accept(&member).await), (ErrorKind::NotFound, "Agent invitation not found".into()));
         let seen = f.collaborators(&member).await.unwrap().collaborators;
         assert_eq!(
             (seen[1].status, seen[1].created_at, seen[1].updated_at),
@@ -555,34 +556,38 @@ mod tests {
 
         let promoted = f.invite(owner, &member_id, WRITER).await.unwrap();
         assert_eq!((promoted.status, promoted.role), (AgentCollaboratorInfoStatus::Accepted, AgentAccessRole::Writer));
-        assert_eq!(failure(f.invite(&member, &account(3).account_id, READER).await).0, 403);
+        assert_eq!(failure(f.invite(&member, &account(3).account_id, READER).await).0, ErrorKind::Forbidden);
 
-        assert_eq!(failure(f.remove(&member, &member_id).await).0, 403);
+        assert_eq!(failure(f.remove(&member, &member_id).await).0, ErrorKind::Forbidden);
         drain(&mut events);
         f.remove(owner, &member_id).await.unwrap();
         assert_eq!(drain(&mut events), announced);
-        assert_eq!(failure(f.remove(owner, &member_id).await), (404, "Collaborator not found".into()));
-        assert_eq!(failure(f.collaborators(&member).await).0, 404);
+        assert_eq!(failure(f.remove(owner, &member_id).await), (ErrorKind::NotFound, "Collaborator not found".into()));
+        assert_eq!(failure(f.collaborators(&member).await).0, ErrorKind::NotFound);
     }
 
     #[tokio::test]
     async fn invitations_are_refused_or_declined() {
         let f = fixture().await;
         let (owner, member, stranger) = (&f.owner, account(2), account(3));
-        let owner_error = (400, "The agent owner is already a member".into());
+        let owner_error = (ErrorKind::Invalid, "The agent owner is already a member".into());
         assert_eq!(failure(f.invite(owner, &owner.account_id, READER).await), owner_error);
-        let invalid = (400, "Collaborator account must be a valid Seed account ID".into());
+        let invalid = (ErrorKind::Invalid, "Collaborator account must be a valid Seed account ID".into());
         assert_eq!(failure(f.invite(owner, "not-an-account", READER).await), invalid);
         assert_eq!(failure(f.remove(owner, "not-an-account").await), invalid);
-        assert_eq!(failure(f.invite(&stranger, &member.account_id, READER).await).0, 404, "invisible looks missing");
+        assert_eq!(
+            failure(f.invite(&stranger, &member.account_id, READER).await).0,
+            ErrorKind::NotFound,
+            "invisible looks missing"
+        );
 
         f.invite(owner, &member.account_id, READER).await.unwrap();
         let again = f.invite(owner, &member.account_id, WRITER).await.unwrap();
         assert_eq!((again.status, again.role), (AgentCollaboratorInfoStatus::Pending, AgentAccessRole::Writer));
         assert_eq!(f.invites(&member).await[0].role, WRITER, "a re-invite updates the role");
-        assert_eq!(failure(f.decline(&stranger).await), (404, "Agent invitation not found".into()));
+        assert_eq!(failure(f.decline(&stranger).await), (ErrorKind::NotFound, "Agent invitation not found".into()));
         assert_eq!(f.decline(&member).await.unwrap().agent_id, f.agent_id);
-        assert_eq!(failure(f.decline(&member).await).0, 404);
+        assert_eq!(failure(f.decline(&member).await).0, ErrorKind::NotFound);
         assert_eq!(f.collaborators(owner).await.unwrap().collaborators.len(), 1);
     }
 
@@ -594,9 +599,12 @@ mod tests {
         f.accept(&member).await.unwrap();
         let mut events = app.bus.subscribe();
 
-        assert_eq!(failure(f.public_chat(owner, true).await), (400, "Public chat requires public read access".into()));
-        assert_eq!(failure(f.public_read(&member, true).await).0, 403);
-        assert_eq!(failure(f.public_read(&stranger, true).await).0, 404);
+        assert_eq!(
+            failure(f.public_chat(owner, true).await),
+            (ErrorKind::Invalid, "Public chat requires public read access".into())
+        );
+        assert_eq!(failure(f.public_read(&member, true).await).0, ErrorKind::Forbidden);
+        assert_eq!(failure(f.public_read(&stranger, true).await).0, ErrorKind::NotFound);
         assert!(drain(&mut events).is_empty(), "refusals change nothing");
 
         app.clock.set(3_000);
@@ -617,7 +625,7 @@ mod tests {
         assert_eq!((agent.public_read, agent.public_chat), (Some(true), Some(true)));
         let agent = f.public_read(owner, false).await.unwrap();
         assert_eq!((agent.public_read, agent.public_chat), (Some(false), Some(false)), "read off clears chat");
-        assert_eq!(failure(f.collaborators(&stranger).await).0, 404);
+        assert_eq!(failure(f.collaborators(&stranger).await).0, ErrorKind::NotFound);
 
         // A member accepting on a public-chat agent reports the lifted role; the list keeps the invited one.
         let late = account(4);

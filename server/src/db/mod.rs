@@ -18,7 +18,7 @@ use std::thread;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 
 pub use migrations::SCHEMA_VERSION;
 
@@ -315,6 +315,7 @@ fn run_batch(conn: &Connection, batch: Vec<Job>) -> BatchOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     fn count(conn: &Connection) -> ApiResult<i64> {
         Ok(conn.query_row("SELECT COUNT(*) FROM accounts", [], |row| row.get(0))?)
@@ -331,7 +332,7 @@ mod tests {
                 db.write(move |conn| {
                     ensure_account(conn, &format!("account-{index}"), 1)?;
                     if index % 4 == 0 {
-                        return Err(ApiError::bad_request("refused after writing"));
+                        return Err(ApiError::invalid("refused after writing"));
                     }
                     Ok(index)
                 })
@@ -348,7 +349,7 @@ mod tests {
         assert_eq!(db.read(count).await.unwrap(), 48, "only the refused writes were rolled back");
         // A panicking write is contained and the writer keeps serving.
         let panicked = db.write(|_| -> ApiResult<()> { panic!("boom") }).await;
-        assert_eq!(panicked.unwrap_err().status().as_u16(), 500);
+        assert_eq!(panicked.unwrap_err().kind(), ErrorKind::Internal);
         db.write(|conn| Ok(ensure_account(conn, "after", 1)?)).await.unwrap();
         assert_eq!(db.read(count).await.unwrap(), 49);
         db.close();

@@ -5,21 +5,20 @@
 //! Actions of the protocol this build does not implement yet answer 501 and say so; names the
 //! protocol does not know answer 400 `Unsupported action: <name>`.
 
-use axum::http::StatusCode;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
 use seed_agents_protocol::{self as protocol, ActionInfo, AgentResponse, Response, wire};
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::{agents, auth, collaborators, memory, providers, secrets, sessions};
 
 mod shape;
 
 /// Decodes `action` as the action named `name` and runs its handler.
 pub async fn dispatch(app: &App, caller: &Caller, name: &str, action: Ipld) -> ApiResult<Vec<u8>> {
-    let action = seed_agents_compat::upgrade_action(caller.protocol, name, action).map_err(crate::http::refusal)?;
+    let action = seed_agents_compat::upgrade_action(caller.protocol, name, action)?;
     macro_rules! route {
         ($($action:ident => $handler:path,)*) => {
             match name {
@@ -105,14 +104,13 @@ async fn encode<R: Response>(app: &App, caller: &Caller, response: R) -> ApiResu
         legacy.agent_sessions = Some(sessions);
     }
     let value = wire::to_ipld(&response).map_err(ApiError::internal)?;
-    let value =
-        seed_agents_compat::downgrade_response(caller.protocol, value, &legacy).map_err(crate::http::refusal)?;
+    let value = seed_agents_compat::downgrade_response(caller.protocol, value, &legacy)?;
     wire::ipld_to_vec(&value).map_err(ApiError::internal)
 }
 
 fn unrouted(name: &str) -> ApiError {
     match ActionInfo::find(name) {
-        Some(_) => ApiError::new(StatusCode::NOT_IMPLEMENTED, format!("{name} is not supported by this server yet")),
-        None => ApiError::bad_request(format!("Unsupported action: {name}")),
+        Some(_) => ApiError::not_implemented(format!("{name} is not supported by this server yet")),
+        None => ApiError::invalid(format!("Unsupported action: {name}")),
     }
 }

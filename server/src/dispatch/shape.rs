@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use ipld_core::ipld::Ipld;
 
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 
 /// What a field must hold.
 #[derive(Debug, Clone, Copy)]
@@ -72,7 +72,7 @@ pub fn check(action: &str, fields: &BTreeMap<String, Ipld>) -> ApiResult<()> {
             _ => false,
         };
         if !fits {
-            return Err(ApiError::bad_request(*message));
+            return Err(ApiError::invalid(*message));
         }
     }
     Ok(())
@@ -82,12 +82,12 @@ pub fn check(action: &str, fields: &BTreeMap<String, Ipld>) -> ApiResult<()> {
 pub fn decode_error(action: &str, reason: &str) -> ApiError {
     if let Some(field) = reason.strip_prefix("missing field `").and_then(|rest| rest.split('`').next()) {
         return match LABELS.iter().find(|(name, _)| *name == field) {
-            Some((_, label)) if label.starts_with("Invalid") => ApiError::bad_request(*label),
-            Some((_, label)) => ApiError::bad_request(format!("{label} is required")),
-            None => ApiError::bad_request(format!("{field} is required")),
+            Some((_, label)) if label.starts_with("Invalid") => ApiError::invalid(*label),
+            Some((_, label)) => ApiError::invalid(format!("{label} is required")),
+            None => ApiError::invalid(format!("{field} is required")),
         };
     }
-    ApiError::bad_request(format!("Invalid {action}: {reason}"))
+    ApiError::invalid(format!("Invalid {action}: {reason}"))
 }
 
 #[cfg(test)]

@@ -1,8 +1,6 @@
 //! Routes: the signed message endpoint (and its `/agents` alias), health, version, CORS, and the
 //! protocol header on every response.
 
-pub mod error;
-
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,7 +17,7 @@ use tracing::Instrument;
 
 use crate::app::App;
 use crate::auth::{self, Transport};
-use error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 
 /// The protocol header, lower-cased for `http`.
 static PROTOCOL_HEADER: HeaderName = HeaderName::from_static("x-agents-protocol");
@@ -105,7 +103,7 @@ async fn handle_message(
     protocol: &mut u32,
 ) -> Result<Vec<u8>, ApiError> {
     if !is_cbor(headers) {
-        return Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/cbor"));
+        return Err(ApiError::new(ErrorKind::UnsupportedMediaType, "Content-Type must be application/cbor"));
     }
     let bytes = read_body(headers, body, app.config.max_body_bytes).await?;
     let verified = auth::verify(app, bytes, Transport::Http).await?;
@@ -146,7 +144,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<
     let mut bytes = Vec::with_capacity(declared.unwrap_or(0).min(limit).min(MAX_PREALLOCATION));
     let mut body = body;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|_| ApiError::bad_request("Invalid CBOR request"))?;
+        let frame = frame.map_err(|_| ApiError::invalid("Invalid CBOR request"))?;
         if let Ok(data) = frame.into_data() {
             if bytes.len() + data.len() > limit {
                 return Err(too_large());
@@ -182,13 +180,30 @@ pub fn error_response(error: &ApiError, protocol: u32) -> Response {
             .and_then(|value| wire::ipld_to_vec(&value))
     }
     .unwrap_or_default();
-    cbor(error.status(), bytes)
+    let mut response = cbor(status(error.kind()), bytes);
+    if error.kind() == ErrorKind::Unavailable {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
 }
 
-/// A compat refusal as an API error.
-pub fn refusal(refusal: seed_agents_compat::Refusal) -> ApiError {
-    let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::UPGRADE_REQUIRED);
-    ApiError::new(status, refusal.message).with_code(refusal.code)
+/// The HTTP status of each kind of failure: the one place the server decides it.
+pub fn status(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::Invalid => StatusCode::BAD_REQUEST,
+        ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
+        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Conflict => StatusCode::CONFLICT,
+        ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ErrorKind::TooMany => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::UpdateRequired => StatusCode::UPGRADE_REQUIRED,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Upstream => StatusCode::BAD_GATEWAY,
+        ErrorKind::NotImplemented => StatusCode::NOT_IMPLEMENTED,
+        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
 }
 
 fn json(value: serde_json::Value) -> Response {

@@ -26,10 +26,10 @@ use zeroize::Zeroizing;
 use crate::access::{self, Need, Role};
 use crate::app::App;
 use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
 use crate::hm::blob::BlobError;
 use crate::hm::document::TextBlock;
 use crate::hm::{self, Blob, HmClient};
-use crate::http::error::{ApiError, ApiResult};
 use crate::idempotency::{self, Key};
 use crate::secrets::{self, SIGNING_KEY_KIND};
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
@@ -61,7 +61,7 @@ fn text(value: &str) -> Ipld {
 }
 
 fn publish_error(app: &App, what: &str, error: impl std::fmt::Display) -> ApiError {
-    ApiError::bad_gateway(format!("Failed to publish {what} to {}: {error}", app.config.hm_server_url))
+    ApiError::upstream(format!("Failed to publish {what} to {}: {error}", app.config.hm_server_url))
 }
 
 /// `CreateSigningIdentity {label?, clientRequestId?}`: a new key, its Profile and home document
@@ -155,7 +155,7 @@ pub async fn import_signing_identity(
     // Everything that needs the seed happens here; the write only sees ciphertext.
     let prepared = (|| -> ApiResult<_> {
         let seed: &[u8; SEED_LEN] =
-            seed.as_slice().try_into().map_err(|_| ApiError::bad_request("Key seed must be exactly 32 bytes"))?;
+            seed.as_slice().try_into().map_err(|_| ApiError::invalid("Key seed must be exactly 32 bytes"))?;
         let label = label_of(action.label.as_deref())?;
         let identity_account = hm::blob::principal(&SigningKey::from_bytes(seed)).to_string();
         let name = secret_name(&identity_account);

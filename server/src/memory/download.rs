@@ -13,7 +13,7 @@ use super::guard;
 use super::mime;
 use super::path::MemoryPath;
 use super::store::{self, TempFile};
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::validate::js_trim;
 
 /// Abort a download when no bytes arrive for this long (an idle timeout, not a total cap).
@@ -103,11 +103,11 @@ pub async fn blocking<T: Send + 'static>(work: impl FnOnce() -> ApiResult<T> + S
 fn parse_url(raw: &str) -> ApiResult<Url> {
     let trimmed = js_trim(raw);
     if trimmed.is_empty() {
-        return Err(ApiError::bad_request("Download URL is required"));
+        return Err(ApiError::invalid("Download URL is required"));
     }
-    let url = Url::parse(trimmed).map_err(|_| ApiError::bad_request(format!("Invalid download URL: {raw}")))?;
+    let url = Url::parse(trimmed).map_err(|_| ApiError::invalid(format!("Invalid download URL: {raw}")))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(ApiError::bad_request("Download URL must use http or https"));
+        return Err(ApiError::invalid("Download URL must use http or https"));
     }
     Ok(url)
 }
@@ -163,15 +163,15 @@ fn with_extension(path: MemoryPath, content_type: Option<&str>) -> ApiResult<Mem
 }
 
 fn refused(blocked: &guard::Blocked) -> ApiError {
-    ApiError::bad_request(format!("Download URL is not allowed: {blocked}"))
+    ApiError::invalid(format!("Download URL is not allowed: {blocked}"))
 }
 
 fn could_not(url: &Url, reason: &str) -> ApiError {
-    ApiError::bad_gateway(format!("Could not download {url}: {reason}"))
+    ApiError::upstream(format!("Could not download {url}: {reason}"))
 }
 
 fn failed(url: &Url, reason: &str) -> ApiError {
-    ApiError::bad_gateway(format!("Download of {url} failed: {reason}"))
+    ApiError::upstream(format!("Download of {url} failed: {reason}"))
 }
 
 /// An error and its causes, as one line.
@@ -196,6 +196,7 @@ fn seconds(duration: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     fn url(text: &str) -> Url {
         Url::parse(text).unwrap()
@@ -259,7 +260,7 @@ mod tests {
         let root = dir.path().join("memory");
         let options = Options { allow_private_network: true, idle_timeout: Duration::from_millis(300), now_ms: 1 };
         let error = download(root.clone(), &format!("http://{addr}/slow.txt"), None, options).await.unwrap_err();
-        assert_eq!(error.status().as_u16(), 502);
+        assert_eq!(error.kind(), ErrorKind::Upstream);
         assert_eq!(error.message(), format!("Download of http://{addr}/slow.txt failed: no data received for 300 ms"));
         // The temp file is removed on drop (on the blocking pool).
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -280,8 +281,11 @@ mod tests {
         ] {
             let error = download(dir.path().join("memory"), target, None, options).await.unwrap_err();
             assert_eq!(
-                (error.status().as_u16(), error.message()),
-                (400, format!("Download URL is not allowed: {host} is a private or local network address").as_str()),
+                (error.kind(), error.message()),
+                (
+                    ErrorKind::Invalid,
+                    format!("Download URL is not allowed: {host} is a private or local network address").as_str()
+                ),
                 "{target}"
             );
         }

@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use super::download::blocking;
 use super::path::MemoryPath;
 use super::store;
+use crate::error::{ApiError, ApiResult};
 use crate::hm::unixfs::{Builder, CHUNK_BYTES};
 use crate::hm::{Blob, HmClient};
-use crate::http::error::{ApiError, ApiResult};
 
 /// Most bytes of block data in one `PublishBlobs` request.
 pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
@@ -116,7 +116,7 @@ async fn flush(client: &HmClient<'_>, batch: &mut Vec<Blob>) -> ApiResult<()> {
     if batch.is_empty() {
         return Ok(());
     }
-    client.publish_blobs(batch).await.map_err(|error| ApiError::bad_gateway(error.to_string()))?;
+    client.publish_blobs(batch).await.map_err(|error| ApiError::upstream(error.to_string()))?;
     batch.clear();
     Ok(())
 }

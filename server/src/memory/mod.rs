@@ -27,7 +27,7 @@ use crate::access::{self, Need};
 use crate::app::App;
 use crate::auth::Caller;
 use crate::bus::ChangeReason;
-use crate::http::error::ApiResult;
+use crate::error::ApiResult;
 use download::blocking;
 use path::MemoryPath;
 

@@ -8,7 +8,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 
 /// Name of the memory directory inside an agent's state directory.
 pub const MEMORY_DIR: &str = "memory";
@@ -27,25 +27,25 @@ impl MemoryPath {
     /// Validates and normalises a client's path, with upstream's messages (all 400).
     pub fn parse(raw: &str) -> ApiResult<Self> {
         if raw.contains('\0') {
-            return Err(ApiError::bad_request("Memory path contains an invalid character"));
+            return Err(ApiError::invalid("Memory path contains an invalid character"));
         }
         let slashed = raw.replace('\\', "/");
         if slashed.starts_with('/') {
-            return Err(ApiError::bad_request("Memory path must be relative"));
+            return Err(ApiError::invalid("Memory path must be relative"));
         }
         let segments: Vec<&str> = slashed.split('/').filter(|segment| !segment.is_empty() && *segment != ".").collect();
         if segments.is_empty() {
-            return Err(ApiError::bad_request("Memory path is required"));
+            return Err(ApiError::invalid("Memory path is required"));
         }
         if segments.len() > MAX_DEPTH {
-            return Err(ApiError::bad_request("Memory path is nested too deeply"));
+            return Err(ApiError::invalid("Memory path is nested too deeply"));
         }
         if segments.contains(&"..") {
-            return Err(ApiError::bad_request("Memory path cannot contain \"..\""));
+            return Err(ApiError::invalid("Memory path cannot contain \"..\""));
         }
         let rel = segments.join("/");
         if rel.len() > MAX_BYTES {
-            return Err(ApiError::bad_request("Memory path is too long"));
+            return Err(ApiError::invalid("Memory path is too long"));
         }
         Ok(Self { rel })
     }

@@ -13,7 +13,7 @@ use seed_agents_protocol::generated::{
 
 use super::mime;
 use super::path::{self, Found, MemoryPath};
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 
 /// Temp files start with this and end with [`TEMP_SUFFIX`]; listings hide them.
 const TEMP_PREFIX: &str = ".seed-memory-";
@@ -52,7 +52,7 @@ pub fn list_dir(root: &Path, path: Option<&MemoryPath>) -> ApiResult<(String, Ve
             match path::inspect(root, path).map_err(ApiError::internal)? {
                 Found::Dir(_) => (rel, path.under(root)),
                 Found::File(_) => {
-                    return Err(ApiError::bad_request(format!(
+                    return Err(ApiError::invalid(format!(
                         "Memory path is a file, not a directory: {rel}. Use memory_read for files."
                     )));
                 }
@@ -109,7 +109,7 @@ pub fn open_file(root: &Path, path: &MemoryPath) -> ApiResult<(std::fs::File, st
     let rel = path.as_str();
     let meta = match path::inspect(root, path).map_err(ApiError::internal)? {
         Found::File(meta) => meta,
-        Found::Dir(_) => return Err(ApiError::bad_request(format!("Memory path is a directory, not a file: {rel}"))),
+        Found::Dir(_) => return Err(ApiError::invalid(format!("Memory path is a directory, not a file: {rel}"))),
         Found::Missing | Found::BlockedParent | Found::Link => {
             return Err(ApiError::not_found(format!("Memory file not found: {rel}")));
         }
@@ -156,9 +156,7 @@ pub fn prepare_target(root: &Path, path: &MemoryPath) -> ApiResult<PathBuf> {
 fn check_target(root: &Path, path: &MemoryPath) -> ApiResult<()> {
     match path::inspect(root, path).map_err(ApiError::internal)? {
         Found::Missing | Found::File(_) => Ok(()),
-        Found::Dir(_) => {
-            Err(ApiError::bad_request(format!("Memory path is a directory, not a file: {}", path.as_str())))
-        }
+        Found::Dir(_) => Err(ApiError::invalid(format!("Memory path is a directory, not a file: {}", path.as_str()))),
         Found::Link | Found::BlockedParent => Err(not_writable(path)),
     }
 }
@@ -166,13 +164,13 @@ fn check_target(root: &Path, path: &MemoryPath) -> ApiResult<()> {
 /// A segment longer than the filesystem's name limit (255 bytes on most) is the client's error.
 fn write_error(error: io::Error) -> ApiError {
     match error.kind() {
-        io::ErrorKind::InvalidFilename => ApiError::bad_request("Memory path is too long"),
+        io::ErrorKind::InvalidFilename => ApiError::invalid("Memory path is too long"),
         _ => ApiError::internal(error),
     }
 }
 
 fn not_writable(path: &MemoryPath) -> ApiError {
-    ApiError::bad_request(format!("Memory path is not writable: {}", path.as_str()))
+    ApiError::invalid(format!("Memory path is not writable: {}", path.as_str()))
 }
 
 /// Renames `temp` (written and synced by the caller) onto `path`, re-checked first, then syncs

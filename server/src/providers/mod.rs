@@ -27,7 +27,7 @@ use crate::access::{self, Need};
 use crate::app::App;
 use crate::auth::Caller;
 use crate::bus::ChangeReason;
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::secrets;
 
 /// The 404 for a provider name the account does not have.
@@ -325,6 +325,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::error::ErrorKind;
 
     fn config(type_: &str, refs: &[(&str, &str)]) -> ModelProviderConfig {
         ModelProviderConfig {
@@ -507,7 +508,7 @@ mod tests {
         delete("sub2").await.unwrap();
         assert!(!secret_exists("openai-subscription-oauth").await.unwrap());
         let missing = delete("sub2").await.unwrap_err();
-        assert_eq!((missing.status().as_u16(), missing.message()), (404, PROVIDER_NOT_FOUND));
+        assert_eq!((missing.kind(), missing.message()), (ErrorKind::NotFound, PROVIDER_NOT_FOUND));
         assert!(list(None).await.unwrap().providers.is_empty());
 
         let mut changes = 0;

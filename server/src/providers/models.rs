@@ -34,7 +34,7 @@ use super::{PROVIDER_NOT_FOUND, load};
 use crate::access::{self, Need};
 use crate::app::App;
 use crate::auth::Caller;
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::secrets;
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
@@ -128,7 +128,7 @@ fn plan(conn: &Connection, account_id: &str, agent_id: Option<&str>, name: &str)
     let sealed_key = match key_name {
         Some(key_name) => {
             let sealed = secrets::load_sealed(conn, &owner, key_name)?
-                .ok_or_else(|| ApiError::bad_request("Required secret is not configured"))?;
+                .ok_or_else(|| ApiError::invalid("Required secret is not configured"))?;
             Some(SealedKey { account_id: owner.clone(), name: key_name.clone(), sealed })
         }
         None if provider_type.requires_api_key() => return Err(provider_type.api_key_not_configured()),
@@ -142,7 +142,7 @@ fn plan(conn: &Connection, account_id: &str, agent_id: Option<&str>, name: &str)
 /// space allowed), the only bytes an HTTP header value may carry.
 fn api_key_text(provider_type: ProviderType, key: &[u8]) -> ApiResult<&str> {
     let printable = key.iter().all(|byte| *byte == b'\t' || (0x20..0x7f).contains(byte));
-    let invalid = || ApiError::bad_request(format!("{} API key is invalid", provider_type.as_str()));
+    let invalid = || ApiError::invalid(format!("{} API key is invalid", provider_type.as_str()));
     if !printable {
         return Err(invalid());
     }
@@ -201,14 +201,14 @@ pub fn build_request(style: ModelListStyle, base_url: &str, api_key: Option<&str
 }
 
 fn sensitive(value: &str) -> ApiResult<HeaderValue> {
-    let mut header = HeaderValue::from_str(value).map_err(|_| ApiError::bad_request("API key is invalid"))?;
+    let mut header = HeaderValue::from_str(value).map_err(|_| ApiError::invalid("API key is invalid"))?;
     header.set_sensitive(true);
     Ok(header)
 }
 
 /// `base_url` with `path` appended to its path, without query or fragment.
 pub fn join_url_path(base_url: &str, path: &str) -> ApiResult<Url> {
-    let mut url = Url::parse(base_url).map_err(|_| ApiError::bad_request("Provider base URL is invalid"))?;
+    let mut url = Url::parse(base_url).map_err(|_| ApiError::invalid("Provider base URL is invalid"))?;
     let joined = format!("{}/{}", url.path().trim_end_matches('/'), path.trim_start_matches('/'));
     url.set_path(&joined);
     url.set_query(None);
@@ -269,7 +269,7 @@ pub async fn fetch_models(
         let reason = if error.is_timeout() { "timed out" } else { "unreachable" };
         // The URL may hold the key (Google): log the error without it.
         tracing::warn!(label = style.label(), error = %error.without_url(), "model list request failed");
-        ApiError::bad_gateway(format!("{} request failed: {reason}", style.label()))
+        ApiError::upstream(format!("{} request failed: {reason}", style.label()))
     };
     let mut response = http.get(url).headers(headers).timeout(timeout).send().await.map_err(unreachable)?;
     let status = response.status();
@@ -289,6 +289,7 @@ pub async fn fetch_models(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     fn header<'a>(request: &'a ModelListRequest, name: &str) -> Option<&'a str> {
         request.headers.get(name).map(|value| value.to_str().unwrap())
@@ -343,13 +344,13 @@ mod tests {
         assert_eq!(join("http://h/a//", "v1/models"), "http://h/a/v1/models");
         assert_eq!(join("http://h/a?x=1#f", "models"), "http://h/a/models");
         let error = join_url_path("not a url", "models").unwrap_err();
-        assert_eq!((error.status().as_u16(), error.message()), (400, "Provider base URL is invalid"));
+        assert_eq!((error.kind(), error.message()), (ErrorKind::Invalid, "Provider base URL is invalid"));
     }
 
     #[test]
     fn keys_that_cannot_be_headers_are_refused_without_echo() {
         let error = build_request(ModelListStyle::OpenAi, "http://h", Some("sk\nsecret")).unwrap_err();
-        assert_eq!((error.status().as_u16(), error.message()), (400, "API key is invalid"));
+        assert_eq!((error.kind(), error.message()), (ErrorKind::Invalid, "API key is invalid"));
         for bad in [&[0xff, b's'][..], b"sk\nx", "ké".as_bytes()] {
             let error = api_key_text(ProviderType::Groq, bad).unwrap_err();
             assert_eq!(error.message(), "groq API key is invalid");
@@ -403,7 +404,7 @@ mod tests {
             (ModelListStyle::Google, br#"{"data":[]}"#, "Google models response is invalid"),
         ] {
             let error = parse_models(style, body).unwrap_err();
-            assert_eq!((error.status().as_u16(), error.message()), (502, message));
+            assert_eq!((error.kind(), error.message()), (ErrorKind::Upstream, message));
         }
     }
 

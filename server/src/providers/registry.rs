@@ -9,7 +9,7 @@
 
 use seed_agents_protocol::generated::{ModelProviderConfig, ModelProviderConfigAuthMode, ReasoningLevel};
 
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::validate::{MAX_NAME_BYTES, MAX_OPEN_MAP_CBOR_BYTES, bounded_string, cbor_len, js_trim};
 
 /// The byte limit of a provider base URL.
@@ -69,12 +69,12 @@ impl ModelListStyle {
 
     /// 502 for a non-success HTTP status from the model-list endpoint.
     pub fn request_failed(self, status: u16) -> ApiError {
-        ApiError::bad_gateway(format!("{} request failed: HTTP {status}", self.label()))
+        ApiError::upstream(format!("{} request failed: HTTP {status}", self.label()))
     }
 
     /// 502 for a model-list answer that does not have the expected shape.
     pub fn invalid_response(self) -> ApiError {
-        ApiError::bad_gateway(format!("{} response is invalid", self.label()))
+        ApiError::upstream(format!("{} response is invalid", self.label()))
     }
 }
 
@@ -99,7 +99,7 @@ impl ProviderType {
 
     /// The type for a stored or requested name, or 400 `Unsupported model provider type: X`.
     pub fn require(name: &str) -> ApiResult<Self> {
-        Self::parse(name).ok_or_else(|| ApiError::bad_request(format!("Unsupported model provider type: {name}")))
+        Self::parse(name).ok_or_else(|| ApiError::invalid(format!("Unsupported model provider type: {name}")))
     }
 
     /// The wire name.
@@ -165,7 +165,7 @@ impl ProviderType {
 
     /// 400 `<type> API key is not configured`, for an api-key provider without `secretRefs.apiKey`.
     pub fn api_key_not_configured(self) -> ApiError {
-        ApiError::bad_request(format!("{} API key is not configured", self.as_str()))
+        ApiError::invalid(format!("{} API key is not configured", self.as_str()))
     }
 
     /// The base URL requests go to: the record's own (trimmed, non-blank) URL when the type allows
@@ -184,7 +184,7 @@ impl ProviderType {
     }
 
     fn base_url_required(self) -> ApiError {
-        ApiError::bad_request(format!("Base URL is required for provider type: {}", self.as_str()))
+        ApiError::invalid(format!("Base URL is required for provider type: {}", self.as_str()))
     }
 }
 
@@ -211,16 +211,12 @@ pub fn validate_provider(name: &str, config: &ModelProviderConfig) -> ApiResult<
 
     if config.auth_mode == Some(ModelProviderConfigAuthMode::Subscription) {
         if !provider_type.supports_subscription() {
-            return Err(ApiError::bad_request(format!(
-                "Provider type does not support subscription auth: {type_name}"
-            )));
+            return Err(ApiError::invalid(format!("Provider type does not support subscription auth: {type_name}")));
         }
         let has_oauth_ref =
             config.secret_refs.as_ref().and_then(|refs| refs.get("oauth")).is_some_and(|r| !r.is_empty());
         if !has_oauth_ref {
-            return Err(ApiError::bad_request(
-                "Subscription providers require a secretRefs.oauth credential reference",
-            ));
+            return Err(ApiError::invalid("Subscription providers require a secretRefs.oauth credential reference"));
         }
     }
 
@@ -228,7 +224,7 @@ pub fn validate_provider(name: &str, config: &ModelProviderConfig) -> ApiResult<
     if let Some(raw) = &config.base_url {
         let url = bounded_string(raw, "Provider base URL", MAX_BASE_URL_BYTES)?;
         if !is_http_url(&url) {
-            return Err(ApiError::bad_request("Provider base URL is invalid"));
+            return Err(ApiError::invalid("Provider base URL is invalid"));
         }
         if provider_type.allows_custom_base_url() {
             base_url = Some(url);
@@ -241,7 +237,7 @@ pub fn validate_provider(name: &str, config: &ModelProviderConfig) -> ApiResult<
     if let Some(defaults) = &config.model_defaults
         && cbor_len(defaults)? > MAX_OPEN_MAP_CBOR_BYTES
     {
-        return Err(ApiError::bad_request("Model defaults are too large"));
+        return Err(ApiError::invalid("Model defaults are too large"));
     }
 
     let secret_refs = match &config.secret_refs {
@@ -402,13 +398,13 @@ fn check_reasoning_support(
         return Ok(());
     };
     let Some(support) = support else {
-        return Err(ApiError::bad_request(format!("Model {model} does not support a reasoning level")));
+        return Err(ApiError::invalid(format!("Model {model} does not support a reasoning level")));
     };
     if support.levels.contains(&level) {
         return Ok(());
     }
     let valid: Vec<String> = support.levels.iter().map(ToString::to_string).collect();
-    Err(ApiError::bad_request(format!(
+    Err(ApiError::invalid(format!(
         "Model {model} does not support reasoning level '{level}' (valid: {})",
         valid.join(", ")
     )))
@@ -427,7 +423,7 @@ pub fn check_override_reasoning_level(
     };
     match reasoning_support_for(provider_type, model) {
         Some(support) if support.levels.contains(&level) => Ok(()),
-        _ => Err(ApiError::bad_request(format!("Model {model} does not support reasoning level '{level}'"))),
+        _ => Err(ApiError::invalid(format!("Model {model} does not support reasoning level '{level}'"))),
     }
 }
 
@@ -507,11 +503,11 @@ fn google_reasoning(model: &str) -> Option<ReasoningSupport> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use axum::http::StatusCode;
     use ipld_core::ipld::Ipld;
     use seed_agents_protocol::Value;
 
     use super::*;
+    use crate::error::ErrorKind;
 
     fn config(type_: &str) -> ModelProviderConfig {
         ModelProviderConfig {
@@ -530,7 +526,7 @@ mod tests {
     #[track_caller]
     fn rejects(result: ApiResult<impl std::fmt::Debug>, message: &str) {
         let error = result.expect_err("expected an error");
-        assert_eq!(error.status(), StatusCode::BAD_REQUEST, "{error}");
+        assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
         assert_eq!(error.message(), message);
     }
 
@@ -578,10 +574,10 @@ mod tests {
         assert_eq!(ModelListStyle::Google.path(), "models");
 
         let failed = ProviderType::Anthropic.model_list_style().request_failed(401);
-        assert_eq!(failed.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(failed.kind(), ErrorKind::Upstream);
         assert_eq!(failed.message(), "Anthropic models request failed: HTTP 401");
         let invalid = ModelListStyle::OpenAi.invalid_response();
-        assert_eq!(invalid.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(invalid.kind(), ErrorKind::Upstream);
         assert_eq!(invalid.message(), "OpenAI models response is invalid");
         rejects(Err::<(), _>(ProviderType::DeepSeek.api_key_not_configured()), "deepseek API key is not configured");
     }

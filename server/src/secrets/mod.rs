@@ -20,7 +20,7 @@ use seed_agents_protocol::{Value, wire};
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::validate::{MAX_NAME_BYTES, MAX_OPEN_MAP_CBOR_BYTES, bounded_string, cbor_len};
 
 /// The largest secret value, in bytes.
@@ -68,13 +68,13 @@ pub async fn set_secret(app: &App, caller: &Caller, action: SetSecret) -> ApiRes
 fn check_set_secret(name: &str, value: &[u8], metadata: Option<&Metadata>) -> ApiResult<(String, Option<Vec<u8>>)> {
     let name = bounded_string(name, "Secret name", MAX_NAME_BYTES)?;
     if value.len() > MAX_SECRET_BYTES {
-        return Err(ApiError::bad_request("Secret value is too large"));
+        return Err(ApiError::invalid("Secret value is too large"));
     }
     let metadata_cbor = match metadata {
         None => None,
         Some(metadata) => {
             if cbor_len(metadata)? > MAX_OPEN_MAP_CBOR_BYTES {
-                return Err(ApiError::bad_request("Metadata is too large"));
+                return Err(ApiError::invalid("Metadata is too large"));
             }
             Some(wire::to_vec(metadata).map_err(ApiError::internal)?)
         }
@@ -206,6 +206,7 @@ pub fn delete_secret(conn: &Connection, account_id: &str, name: &str) -> ApiResu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     fn cbor(value: Ipld) -> Vec<u8> {
         wire::ipld_to_vec(&value).unwrap()
@@ -230,7 +231,7 @@ mod tests {
 
     fn rejects<T: std::fmt::Debug>(result: ApiResult<T>, message: &str) {
         let error = result.unwrap_err();
-        assert_eq!(error.status(), axum::http::StatusCode::BAD_REQUEST);
+        assert_eq!(error.kind(), ErrorKind::Invalid);
         assert_eq!(error.message(), message);
     }
 

@@ -20,7 +20,7 @@ use crate::agents;
 use crate::app::App;
 use crate::auth::Caller;
 use crate::bus::{ChangeReason, Event};
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::idempotency::{self, Key};
 use crate::providers::registry;
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
@@ -131,7 +131,7 @@ fn check_model_override(
         .prepare_cached("SELECT type FROM model_providers WHERE account_id = ?1 AND name = ?2")?
         .query_row(params![owner_id, provider], |row| row.get(0))
         .optional()?
-        .ok_or_else(|| ApiError::bad_request("Model provider not found"))?;
+        .ok_or_else(|| ApiError::invalid("Model provider not found"))?;
     registry::check_override_reasoning_level(&provider_type, &model, model_override.reasoning_level)?;
     Ok(SessionModelOverride { provider, model, reasoning_level: model_override.reasoning_level })
 }
@@ -283,10 +283,10 @@ fn page(conn: &Connection, account: &str, action: &ListSessions, limit: i64) -> 
 pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiResult<GetSessionResponse> {
     let after = action.after_seq.unwrap_or(0);
     if after < 0 {
-        return Err(ApiError::bad_request("afterSeq must be a non-negative integer"));
+        return Err(ApiError::invalid("afterSeq must be a non-negative integer"));
     }
     if action.before_seq.is_some_and(|before| before < 0) {
-        return Err(ApiError::bad_request("beforeSeq must be a non-negative integer"));
+        return Err(ApiError::invalid("beforeSeq must be a non-negative integer"));
     }
     let limit = action.limit.map(|limit| limit.clamp(1, MAX_EVENT_PAGE));
     let account = caller.account_id.clone();
@@ -345,7 +345,7 @@ pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiR
 /// `UpdateSession {sessionId, title?, modelOverride?, thoroughness?}` (writer).
 pub async fn update_session(app: &App, caller: &Caller, action: UpdateSession) -> ApiResult<UpdateSessionResponse> {
     if action.title.is_none() && action.model_override.is_absent() && action.thoroughness.is_absent() {
-        return Err(ApiError::bad_request("Nothing to update: provide a title or a model override"));
+        return Err(ApiError::invalid("Nothing to update: provide a title or a model override"));
     }
     let title = match &action.title {
         Some(title) => Some(bounded_string(title, "Session title", MAX_NAME_BYTES)?),

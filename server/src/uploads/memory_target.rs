@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use seed_agents_protocol::generated::AgentMemoryEntry;
 
 use crate::attachments::store::move_file;
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::memory::path::{self, Found, MemoryPath};
 use crate::memory::store;
 
@@ -20,11 +20,9 @@ pub fn root(state_dir: &Path) -> PathBuf {
 pub fn check(root: &Path, path: &MemoryPath) -> ApiResult<()> {
     match path::inspect(root, path).map_err(ApiError::internal)? {
         Found::Missing | Found::File(_) => Ok(()),
-        Found::Dir(_) => {
-            Err(ApiError::bad_request(format!("Memory path is a directory, not a file: {}", path.as_str())))
-        }
+        Found::Dir(_) => Err(ApiError::invalid(format!("Memory path is a directory, not a file: {}", path.as_str()))),
         Found::Link | Found::BlockedParent => {
-            Err(ApiError::bad_request(format!("Memory path is not writable: {}", path.as_str())))
+            Err(ApiError::invalid(format!("Memory path is not writable: {}", path.as_str())))
         }
     }
 }

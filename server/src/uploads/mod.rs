@@ -33,7 +33,7 @@ use crate::app::App;
 use crate::attachments::{self, blocking};
 use crate::auth::Caller;
 use crate::bus::ChangeReason;
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::memory::path::MemoryPath;
 
 pub use order::{ARRIVAL_GRACE, AppendOrder};
@@ -68,7 +68,7 @@ pub async fn begin_file_upload(
     action: BeginFileUpload,
 ) -> ApiResult<BeginFileUploadResponse> {
     if action.size <= 0 {
-        return Err(ApiError::bad_request("Upload size must be a positive integer"));
+        return Err(ApiError::invalid("Upload size must be a positive integer"));
     }
     match &action.target {
         FileUploadTarget::MemoryUploadTarget(target) => {
@@ -83,7 +83,7 @@ pub async fn begin_file_upload(
         FileUploadTarget::SessionAttachmentUploadTarget(target) => {
             attachments::require_session(app, caller, &target.session_id, Need::Chat).await?;
             if crate::validate::js_trim(&target.name).is_empty() {
-                return Err(ApiError::bad_request("Attachment name is required"));
+                return Err(ApiError::invalid("Attachment name is required"));
             }
             if action.size as u64 > attachments::MAX_ATTACHMENT_BYTES {
                 return Err(ApiError::too_large("Upload exceeds the maximum attachment size"));
@@ -103,7 +103,7 @@ pub async fn begin_file_upload(
                 .prepare_cached("SELECT COUNT(*) FROM uploads WHERE account_id = ?1 AND updated_at >= ?2")?
                 .query_row(params![account, now - TTL_MS], |row| row.get(0))?;
             if active >= MAX_ACTIVE_PER_ACCOUNT {
-                return Err(ApiError::new(axum::http::StatusCode::TOO_MANY_REQUESTS, "Too many uploads in progress"));
+                return Err(ApiError::too_many("Too many uploads in progress"));
             }
             conn.prepare_cached(
                 "INSERT INTO uploads (id, account_id, target_cbor, size, received, staging_path, created_at, updated_at)
@@ -135,7 +135,7 @@ pub async fn append_file_upload_chunk(
     let (mut file, mut upload) = locked(app, caller, &action.upload_id).await?;
     let chunk = action.content.0;
     if chunk.is_empty() {
-        return Err(ApiError::bad_request("Chunk content must be non-empty bytes"));
+        return Err(ApiError::invalid("Chunk content must be non-empty bytes"));
     }
     if chunk.len() as i64 > MAX_CHUNK_BYTES {
         return Err(ApiError::too_large("Chunk is too large"));
@@ -161,7 +161,7 @@ pub async fn append_file_upload_chunk(
     }
     let received = upload.received + chunk.len() as i64;
     if received > upload.size {
-        return Err(ApiError::bad_request("Upload exceeds its declared size"));
+        return Err(ApiError::invalid("Upload exceeds its declared size"));
     }
     let offset = upload.received as u64;
     let file = blocking(move || {
@@ -199,7 +199,7 @@ pub async fn commit_file_upload(
 ) -> ApiResult<CommitFileUploadResponse> {
     let (file, upload) = locked(app, caller, &action.upload_id).await?;
     if upload.received != upload.size {
-        return Err(ApiError::bad_request(format!(
+        return Err(ApiError::invalid(format!(
             "Upload has {} of {} bytes; cannot commit",
             upload.received, upload.size
         )));
@@ -240,7 +240,7 @@ pub async fn commit_file_upload(
             .map(|attachment| CommitFileUploadResponse { attachment: Some(attachment), entry: None })
         }
     };
-    if committed.as_ref().is_err_and(|error| error.status().is_server_error()) {
+    if committed.as_ref().is_err_and(|error| error.kind().is_server_side()) {
         return committed;
     }
     forget(app, &action.upload_id).await?;
@@ -275,7 +275,7 @@ pub async fn abort_file_upload(
 /// 404 `Upload not found` for a malformed, unknown, expired or another account's id.
 async fn locked(app: &App, caller: &Caller, upload_id: &str) -> ApiResult<(std::fs::File, Upload)> {
     if upload_id.is_empty() {
-        return Err(ApiError::bad_request("Upload id is required"));
+        return Err(ApiError::invalid("Upload id is required"));
     }
     let not_found = || ApiError::not_found("Upload not found");
     let canonical = uuid::Uuid::parse_str(upload_id).is_ok_and(|id| id.hyphenated().to_string() == upload_id);

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use super::{TTL_MS, staging};
 use crate::app::App;
 use crate::attachments::{self, blocking};
-use crate::http::error::ApiResult;
+use crate::error::ApiResult;
 
 /// How often the sweep runs (it also runs once at start).
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
@@ -53,7 +53,7 @@ pub async fn sweep(app: &App) -> ApiResult<usize> {
         let held = part.clone();
         // Skip an upload someone holds right now: it is being used, so it will not stay expired.
         let Some(lock) =
-            blocking(move || staging::try_open_locked(&held).map_err(crate::http::error::ApiError::internal)).await?
+            blocking(move || staging::try_open_locked(&held).map_err(crate::error::ApiError::internal)).await?
         else {
             if !part.exists() {
                 removed += delete_expired(app, &id, cutoff).await?;

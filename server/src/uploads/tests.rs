@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 use super::*;
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::error::ErrorKind;
 
 struct Fixture {
     dir: PathBuf,
@@ -120,11 +121,15 @@ fn idle_uploads_expire_and_are_swept() {
         assert_eq!(sweep(app).await.unwrap(), 0, "an append resets the idle time");
         fixture.clock.advance(2);
         let error = append_file_upload_chunk(app, caller, append(2)).await.unwrap_err();
-        assert_eq!((error.status().as_u16(), error.message()), (404, "Upload not found"), "expired before the sweep");
+        assert_eq!(
+            (error.kind(), error.message()),
+            (ErrorKind::NotFound, "Upload not found"),
+            "expired before the sweep"
+        );
         assert_eq!(sweep(app).await.unwrap(), 1);
         assert!(!part.exists());
         let error = abort_file_upload(app, caller, AbortFileUpload { upload_id: id.clone() }).await.unwrap_err();
-        assert_eq!(error.status().as_u16(), 404);
+        assert_eq!(error.kind(), ErrorKind::NotFound);
     });
 }
 
@@ -197,7 +202,7 @@ async fn run(fixture: &mut Fixture, ops: Vec<Op>) {
                 let outcome =
                     begin_file_upload(app, caller, BeginFileUpload { size: size.into(), target: wire_target }).await;
                 if open.len() >= MAX_ACTIVE_PER_ACCOUNT as usize {
-                    assert_eq!(outcome.unwrap_err().status().as_u16(), 429);
+                    assert_eq!(outcome.unwrap_err().kind(), ErrorKind::TooMany);
                 } else {
                     let id = outcome.unwrap().upload_id;
                     open.push(Open { id, target, size: size.into(), received: 0, seed });
@@ -212,7 +217,7 @@ async fn run(fixture: &mut Fixture, ops: Vec<Op>) {
                 let action = AppendFileUploadChunk { content: Bytes(chunk), offset, upload_id: upload.id.clone() };
                 let outcome = append_file_upload_chunk(app, caller, action).await;
                 if skew != 0 {
-                    assert_eq!(outcome.unwrap_err().status().as_u16(), 409);
+                    assert_eq!(outcome.unwrap_err().kind(), ErrorKind::Conflict);
                 } else if upload.received + len > upload.size {
                     assert_eq!(outcome.unwrap_err().message(), "Upload exceeds its declared size");
                 } else {
@@ -225,7 +230,7 @@ async fn run(fixture: &mut Fixture, ops: Vec<Op>) {
                 let action = CommitFileUpload { upload_id: open[index].id.clone() };
                 let outcome = commit_file_upload(app, caller, action).await;
                 if open[index].received != open[index].size {
-                    assert_eq!(outcome.unwrap_err().status().as_u16(), 400);
+                    assert_eq!(outcome.unwrap_err().kind(), ErrorKind::Invalid);
                     continue;
                 }
                 let done = open.remove(index);
@@ -246,7 +251,7 @@ async fn run(fixture: &mut Fixture, ops: Vec<Op>) {
                 let done = open.remove(index);
                 abort_file_upload(app, caller, AbortFileUpload { upload_id: done.id.clone() }).await.unwrap();
                 let error = commit_file_upload(app, caller, CommitFileUpload { upload_id: done.id }).await.unwrap_err();
-                assert_eq!(error.status().as_u16(), 404);
+                assert_eq!(error.kind(), ErrorKind::NotFound);
             }
             Op::Tear { upload, junk } => {
                 let Some(index) = pick(upload, &open) else { continue };

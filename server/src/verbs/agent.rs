@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::{Context, plural, record};
 use crate::agents;
-use crate::http::error::ApiResult;
+use crate::error::ApiResult;
 use crate::memory::download::blocking;
 use crate::memory::store;
 

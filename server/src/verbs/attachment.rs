@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::{Context, MAX_RESULT_BYTES, record};
 use crate::attachments;
-use crate::http::error::ApiResult;
+use crate::error::ApiResult;
 use crate::memory::download::blocking;
 
 #[derive(Serialize)]

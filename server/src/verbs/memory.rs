@@ -7,7 +7,7 @@ use seed_agents_protocol::generated::{AgentMemoryEntry, AgentMemoryEntryType, Ag
 use serde::Serialize;
 
 use super::{Context, Input, plural, record};
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use crate::memory::download::{self, blocking};
 use crate::memory::path::MemoryPath;
 use crate::memory::store;
@@ -92,7 +92,7 @@ pub(super) async fn write(context: &Context<'_>, raw: String, input: &Input<'_>)
             .map(|key| format!("\"{key}\""))
             .collect();
         if !unknown.is_empty() {
-            return Err(ApiError::bad_request(format!(
+            return Err(ApiError::invalid(format!(
                 "write ~/memory/<path> does not understand option{} {}. Supported options: {}.",
                 if unknown.len() == 1 { "" } else { "s" },
                 unknown.join(", "),
@@ -127,7 +127,7 @@ pub(super) async fn write(context: &Context<'_>, raw: String, input: &Input<'_>)
         let content = match input.get("content") {
             Some(Ipld::String(content)) => content.clone().into_bytes(),
             _ => {
-                return Err(ApiError::bad_request(
+                return Err(ApiError::invalid(
                     "write to ~/memory requires content (or options.delete / options.fromUrl / options.fromAttachment)",
                 ));
             }

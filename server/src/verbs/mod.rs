@@ -19,7 +19,6 @@ mod thread;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use axum::http::StatusCode;
 use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, params};
 use seed_agents_protocol::generated::{
@@ -34,7 +33,7 @@ use crate::agents;
 use crate::app::App;
 use crate::auth::Caller;
 use crate::bus::{ChangeReason, Event};
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::runs;
 use address::Address;
 
@@ -78,7 +77,7 @@ pub async fn invoke_session_tool(
     let (output, error) = match outcome {
         Ok(output) => (Some(output), None),
         // Our own fault is not the user's failed attempt: answer 500, append nothing.
-        Err(error) if error.status() == StatusCode::INTERNAL_SERVER_ERROR => return Err(error),
+        Err(error) if error.kind() == ErrorKind::Internal => return Err(error),
         Err(error) => (None, Some(error.message().to_owned())),
     };
     let verb = action.verb.to_string();
@@ -210,7 +209,7 @@ impl<'a> Input<'a> {
 
 async fn read(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
     let input = Input::new(input);
-    let raw = input.text("address").ok_or_else(|| ApiError::bad_request("read requires an address"))?;
+    let raw = input.text("address").ok_or_else(|| ApiError::invalid("read requires an address"))?;
     match Address::parse(raw) {
         Address::Memory(path) => memory::read(context, path).await,
         Address::SelfSummary => agent::read(context).await,
@@ -218,7 +217,7 @@ async fn read(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
         Address::Thread(Some(id)) => thread::read(context, id).await,
         Address::Thread(None) => Err(not_yet("The thread: listing is")),
         Address::Unsupported(label) => Err(not_yet(&format!("{label} addresses are"))),
-        Address::Unrecognized => Err(ApiError::bad_request(format!(
+        Address::Unrecognized => Err(ApiError::invalid(format!(
             "Unrecognized address: {raw}. Supported here: ~/memory/…, ~/self, attachment:<id>, thread:<id>."
         ))),
     }
@@ -226,13 +225,13 @@ async fn read(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
 
 async fn write(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
     let fields = Input::new(input);
-    let raw = fields.text("address").ok_or_else(|| ApiError::bad_request("write requires an address"))?;
+    let raw = fields.text("address").ok_or_else(|| ApiError::invalid("write requires an address"))?;
     match Address::parse(raw) {
         Address::Memory(path) => memory::write(context, path, &fields).await,
         Address::Unsupported(label @ ("~/tools" | "~/triggers" | "hm://" | "ipfs://")) => {
             Err(not_yet(&format!("Writing {label} addresses is")))
         }
-        _ => Err(ApiError::bad_request(format!("Unrecognized write address: {raw}. Supported here: ~/memory/…."))),
+        _ => Err(ApiError::invalid(format!("Unrecognized write address: {raw}. Supported here: ~/memory/…."))),
     }
 }
 
@@ -240,17 +239,17 @@ async fn write(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
 fn call(input: &Value) -> ApiResult<Value> {
     let input = Input::new(input);
     Err(match input.text("tool") {
-        Some("delegate") => ApiError::bad_request("Delegation is a conversational ask; message the agent instead"),
-        Some(tool) => ApiError::bad_request(format!(
-            "No callable tool named {tool}: there are no callable tools on this server yet"
-        )),
-        None => ApiError::bad_request("call requires a tool name; there are no callable tools on this server yet"),
+        Some("delegate") => ApiError::invalid("Delegation is a conversational ask; message the agent instead"),
+        Some(tool) => {
+            ApiError::invalid(format!("No callable tool named {tool}: there are no callable tools on this server yet"))
+        }
+        None => ApiError::invalid("call requires a tool name; there are no callable tools on this server yet"),
     })
 }
 
 /// An address form upstream serves and this server does not yet (an execution failure: 400).
 fn not_yet(what: &str) -> ApiError {
-    ApiError::bad_request(format!("{what} not supported by this server yet"))
+    ApiError::invalid(format!("{what} not supported by this server yet"))
 }
 
 /// A verb's output record: `data`'s fields (it must serialize as a map) plus `summary`.

@@ -6,7 +6,7 @@ use seed_agents_protocol::{Value, wire};
 use serde::Serialize;
 
 use super::{Context, MAX_RESULT_BYTES, record};
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 
 /// The most events a transcript shows.
 const MAX_EVENTS: i64 = 200;

@@ -52,7 +52,7 @@ use ipld_core::ipld::Ipld;
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated as proto;
 
-use crate::http::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult};
 use render::{render_node, strip_id_comments};
 use text::js_trim;
 use tree::parse_markdown;
@@ -78,14 +78,14 @@ pub fn normalize_prompt(
         proto::AgentDefinitionSystemPrompt::String(text) => {
             let text = js_trim(text);
             if text.is_empty() {
-                return Err(ApiError::bad_request(format!("{label} is required")));
+                return Err(ApiError::invalid(format!("{label} is required")));
             }
             if text.len() > MAX_PROMPT_BYTES {
-                return Err(ApiError::bad_request(format!("{label} is too large")));
+                return Err(ApiError::invalid(format!("{label} is too large")));
             }
             let (blocks, fits) = parse_markdown(text);
             if !fits {
-                return Err(ApiError::bad_request(format!("{label} is too large")));
+                return Err(ApiError::invalid(format!("{label} is too large")));
             }
             blocks
         }
@@ -93,17 +93,17 @@ pub fn normalize_prompt(
             nodes.iter().try_for_each(|node| check_node(node, label))?;
             // Rendering dense tables costs rows x columns: refuse the hopeless ones first.
             if table_cells(nodes) > MAX_TABLE_CELLS {
-                return Err(ApiError::bad_request(format!("{label} is too large")));
+                return Err(ApiError::invalid(format!("{label} is too large")));
             }
             nodes.clone()
         }
     };
     let markdown = blocks_to_markdown(&blocks);
     if markdown.is_empty() {
-        return Err(ApiError::bad_request(format!("{label} is required")));
+        return Err(ApiError::invalid(format!("{label} is required")));
     }
     if markdown.len() > MAX_PROMPT_BYTES {
-        return Err(ApiError::bad_request(format!("{label} is too large")));
+        return Err(ApiError::invalid(format!("{label} is too large")));
     }
     Ok(blocks)
 }
@@ -119,7 +119,7 @@ pub fn prompt_from_ipld(value: &Ipld, label: &str) -> ApiResult<proto::AgentDefi
             let nodes = nodes.iter().map(|node| node_from_ipld(node, label)).collect::<ApiResult<_>>()?;
             Ok(proto::AgentDefinitionSystemPrompt::Array(nodes))
         }
-        _ => Err(ApiError::bad_request(format!("{label} must be blocks"))),
+        _ => Err(ApiError::invalid(format!("{label} must be blocks"))),
     }
 }
 
@@ -153,13 +153,13 @@ fn table_cells(nodes: &[proto::AgentPromptBlock]) -> usize {
 
 fn check_node(node: &proto::AgentPromptBlock, label: &str) -> ApiResult<()> {
     if node.block.id.is_empty() || node.block.type_.is_empty() {
-        return Err(ApiError::bad_request(format!("{label} blocks are invalid")));
+        return Err(ApiError::invalid(format!("{label} blocks are invalid")));
     }
     node.children.iter().flatten().try_for_each(|child| check_node(child, label))
 }
 
 fn node_from_ipld(value: &Ipld, label: &str) -> ApiResult<proto::AgentPromptBlock> {
-    let invalid = || ApiError::bad_request(format!("{label} blocks are invalid"));
+    let invalid = || ApiError::invalid(format!("{label} blocks are invalid"));
     let Ipld::Map(node) = value else { return Err(invalid()) };
     let Some(Ipld::Map(block)) = node.get("block") else { return Err(invalid()) };
     let (Some(Ipld::String(id)), Some(Ipld::String(type_))) = (block.get("id"), block.get("type")) else {
@@ -173,7 +173,7 @@ fn node_from_ipld(value: &Ipld, label: &str) -> ApiResult<proto::AgentPromptBloc
         Some(Ipld::List(children)) => {
             Some(children.iter().map(|child| node_from_ipld(child, label)).collect::<ApiResult<_>>()?)
         }
-        Some(_) => return Err(ApiError::bad_request(format!("{label} block children are invalid"))),
+        Some(_) => return Err(ApiError::invalid(format!("{label} block children are invalid"))),
     };
     let extra = block
         .iter()
