@@ -10,6 +10,7 @@
 //! - `x-response`: on an action, the name of its response.
 //! - `x-since`: the protocol version a definition (or a property) appeared in; default 1.
 //! - `x-transport`: `websocket` on actions that are not accepted over HTTP.
+//! - `x-effect`: on every action, required: `read` (changes no state) or `write` (anything else).
 //! - `x-discriminator`: on a `oneOf` of `$ref`s, the property whose `const` tells members apart.
 //! - `x-open`: on such a union, members not listed are kept as open values instead of refused.
 //! - `x-rust-type`: typify's keyword, naming our hand-written leaf types.
@@ -44,6 +45,25 @@ pub struct Def {
     pub schema: Json,
 }
 
+/// What an action does to the server's state (`x-effect`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// `read`: changes no state.
+    Read,
+    /// `write`: changes state, starts work or publishes.
+    Write,
+}
+
+impl Effect {
+    /// The schema's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::Read => "read",
+            Effect::Write => "write",
+        }
+    }
+}
+
 /// What a definition is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
@@ -73,6 +93,16 @@ impl Def {
     /// For an action, its response name.
     pub fn response(&self) -> Option<&str> {
         self.schema.get("x-response").and_then(Json::as_str)
+    }
+
+    /// For an action, its `x-effect`; `None` when absent or neither `read` nor `write` (which
+    /// [`Model::load`] refuses, so every action of a loaded model has one).
+    pub fn effect(&self) -> Option<Effect> {
+        match self.schema.get("x-effect").and_then(Json::as_str) {
+            Some("read") => Some(Effect::Read),
+            Some("write") => Some(Effect::Write),
+            _ => None,
+        }
     }
 
     /// Whether the action travels over HTTP.
@@ -172,19 +202,15 @@ pub fn nullable_inner(schema: &Json) -> Option<&Json> {
 impl Model {
     /// Loads every `*.json` file of `dir`.
     pub fn load(dir: &Path) -> Result<Model, Error> {
-        let mut files: Vec<_> = std::fs::read_dir(dir)
-            .map_err(|e| Error::Io(dir.display().to_string(), e))?
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-            .collect();
-        files.sort();
+        Model::from_documents(read_documents(dir)?)
+    }
+
+    /// Builds the model from parsed schema files, each with its file name, in file-name order.
+    pub fn from_documents(documents: Vec<(String, Json)>) -> Result<Model, Error> {
         let mut defs = BTreeMap::new();
         let mut protocol = None;
         let mut min_client = None;
-        for path in files {
-            let file = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
-            let text = std::fs::read_to_string(&path).map_err(|e| Error::Io(path.display().to_string(), e))?;
-            let doc: Json = serde_json::from_str(&text).map_err(|e| Error::Schema(format!("{file}: {e}")))?;
+        for (file, doc) in documents {
             if let Some(v) = doc.get("x-protocol").and_then(Json::as_u64) {
                 protocol = Some(v as u32);
             }
@@ -228,6 +254,16 @@ impl Model {
                 }
             });
             if def.kind() == Kind::Action {
+                if def.effect().is_none() {
+                    let found = match def.schema.get("x-effect") {
+                        None => "none".to_owned(),
+                        Some(value) => value.to_string(),
+                    };
+                    problems.push(format!(
+                        "{}: every action needs x-effect \"read\" (changes no state) or \"write\"; found {found}",
+                        def.name
+                    ));
+                }
                 match def.response() {
                     Some(response) if self.defs.get(response).is_some_and(|r| r.kind() == Kind::Response) => {}
                     Some(response) if !def.http() && response.is_empty() => {}
@@ -263,6 +299,24 @@ impl Model {
         }
         if problems.is_empty() { Ok(()) } else { Err(Error::Schema(problems.join("\n"))) }
     }
+}
+
+/// Every `*.json` file of `dir`, parsed, with its file name, sorted by name.
+pub fn read_documents(dir: &Path) -> Result<Vec<(String, Json)>, Error> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| Error::Io(dir.display().to_string(), e))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    files.sort();
+    let mut documents = Vec::with_capacity(files.len());
+    for path in files {
+        let file = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::Io(path.display().to_string(), e))?;
+        let doc: Json = serde_json::from_str(&text).map_err(|e| Error::Schema(format!("{file}: {e}")))?;
+        documents.push((file, doc));
+    }
+    Ok(documents)
 }
 
 fn normalize_refs(schema: &mut Json, file: &str) -> Result<(), Error> {
@@ -307,5 +361,49 @@ pub fn walk_refs<'a>(schema: &'a Json, f: &mut impl FnMut(&'a str)) {
         }
         Json::Array(items) => items.iter().for_each(|item| walk_refs(item, f)),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn documents() -> Vec<(String, Json)> {
+        read_documents(&crate::workspace_root().join("schema/json")).expect("schema files")
+    }
+
+    /// The `$defs` entry `name`, wherever it lives.
+    fn definition<'a>(documents: &'a mut [(String, Json)], name: &str) -> &'a mut serde_json::Map<String, Json> {
+        documents
+            .iter_mut()
+            .find_map(|(_, doc)| doc.get_mut("$defs")?.get_mut(name)?.as_object_mut())
+            .expect("definition exists")
+    }
+
+    #[test]
+    fn every_action_of_the_schema_has_an_effect() {
+        let model = Model::from_documents(documents()).expect("the schema loads");
+        assert_eq!(model.defs["ListAgents"].effect(), Some(Effect::Read));
+        assert_eq!(model.defs["CreateAgent"].effect(), Some(Effect::Write));
+        assert!(model.of_kind(Kind::Action).all(|def| def.effect().is_some()));
+    }
+
+    #[test]
+    fn an_action_without_a_valid_effect_fails_generation_naming_it() {
+        let mut documents = documents();
+        assert!(definition(&mut documents, "CreateAgent").remove("x-effect").is_some());
+        definition(&mut documents, "ListAgents").insert("x-effect".into(), Json::from("readonly"));
+        let Err(Error::Schema(message)) = Model::from_documents(documents) else {
+            panic!("a schema with an action lacking x-effect must not load");
+        };
+        assert!(
+            message.contains(
+                "CreateAgent: every action needs x-effect \"read\" (changes no state) or \"write\"; found none"
+            ),
+            "{message}"
+        );
+        assert!(message.contains("ListAgents: every action needs x-effect"), "{message}");
+        assert!(message.contains("found \"readonly\""), "{message}");
+        assert_eq!(message.matches("x-effect").count(), 2, "only the two broken actions: {message}");
     }
 }

@@ -1,10 +1,10 @@
 //! `snapshots/surface.json`: our normalised listing of the protocol surface, for review diffs and
 //! the breaking-change classifier.
 //!
-//! Every action, response and named type with its fields (type, whether required, `since`), or its
-//! union members, or its alias. Keys are sorted; types are written in one short notation:
-//! `string`, `integer`, `float`, `boolean`, `bytes`, `value` (open IPLD), `Name`, `T[]`,
-//! `map<T>`, `"a" | "b"`, `T | null`, `{a: T; b?: U}`.
+//! Every action (with its response, transport and effect), response and named type with its
+//! fields (type, whether required, `since`), or its union members, or its alias. Keys are sorted;
+//! types are written in one short notation: `string`, `integer`, `float`, `boolean`, `bytes`,
+//! `value` (open IPLD), `Name`, `T[]`, `map<T>`, `"a" | "b"`, `T | null`, `{a: T; b?: U}`.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +23,9 @@ pub fn render(model: &Model) -> String {
             Kind::Action => {
                 entry.insert("response".into(), json!(def.response().unwrap_or_default()));
                 entry.insert("transport".into(), json!(if def.http() { "http" } else { "websocket" }));
+                if let Some(effect) = def.effect() {
+                    entry.insert("effect".into(), json!(effect.as_str()));
+                }
                 actions.insert(def.name.clone(), entry);
             }
             Kind::Response => {

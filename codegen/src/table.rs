@@ -1,9 +1,10 @@
-//! The action table: `Action`/`Response` impls, name lookups, and the SDK's typed calls.
+//! The action table (name, response, `since`, transport and effect of every action), the
+//! `Action`/`Response` impls, name lookups, and the SDK's typed calls.
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use crate::model::{Kind, Model};
+use crate::model::{Effect, Kind, Model};
 
 /// Items appended to the generated protocol module.
 pub fn protocol_items(model: &Model) -> TokenStream {
@@ -18,8 +19,15 @@ pub fn protocol_items(model: &Model) -> TokenStream {
         let since = def.since();
         let http = def.http();
         let response = def.response().unwrap_or_default();
+        // `Model::load` refused any action without a valid `x-effect`; a write is the safe side.
+        let effect = match def.effect() {
+            Some(Effect::Read) => quote!(crate::action::Effect::Read),
+            Some(Effect::Write) | None => quote!(crate::action::Effect::Write),
+        };
         action_names.push(quote!(Self::#ty(_) => #name));
-        infos.push(quote!(crate::action::ActionInfo { name: #name, response: #response, since: #since, http: #http }));
+        infos.push(quote!(crate::action::ActionInfo {
+            name: #name, response: #response, since: #since, http: #http, effect: #effect
+        }));
         if response.is_empty() {
             continue;
         }
@@ -29,6 +37,7 @@ pub fn protocol_items(model: &Model) -> TokenStream {
                 const NAME: &'static str = #name;
                 const SINCE: u32 = #since;
                 const HTTP: bool = #http;
+                const EFFECT: crate::action::Effect = #effect;
                 type Response = #response_ty;
                 fn into_action(self) -> AgentAction {
                     AgentAction::#ty(self)

@@ -29,6 +29,7 @@ const STRIPPED: &[&str] = &[
     "x-response",
     "x-since",
     "x-transport",
+    "x-effect",
     "x-discriminator",
     "x-open",
     "x-protocol",

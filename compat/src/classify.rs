@@ -70,6 +70,15 @@
 //!   field type change, breaking both ways.
 //! - **Only the order** of union members or literal values changed ([`Kind::Reordered`]), or only
 //!   an `x-since` ([`Kind::SinceChanged`]): not a wire change, compatible.
+//! - **An action's effect changed** (`"effect"`, the schema's `x-effect`: `read` or `write`;
+//!   [`Kind::EffectChanged`]): compatible, but reported. The effect is server behaviour, not wire
+//!   shape: every client sends and reads the same bytes as before. What changes is how the server
+//!   treats a byte-identical envelope (a write is refused as a replay, a read answered again), so
+//!   the report names it for the reviewer. A listing that states no effect (written before actions
+//!   stated one) is not compared: gaining the key is not a change of any action, and a new action
+//!   shows its effect in the "new action" line.
+//! - **A key this classifier does not know** on an action, response or type: ignored, so the
+//!   listing can grow new per-definition facts without a format change.
 //! - **A type written differently** that means the same on the wire ([`Kind::Restated`]): before
 //!   two field types (or aliases) are compared, every alias name in them is replaced by what it
 //!   stands for, each side with its own aliases; when they then read the same, only the writing
@@ -197,6 +206,8 @@ pub enum Kind {
     Restated,
     /// Only an `x-since` changed.
     SinceChanged,
+    /// An action's effect (`read` or `write`) changed: server behaviour, not wire shape.
+    EffectChanged,
 }
 
 impl Kind {
@@ -209,7 +220,8 @@ impl Kind {
             | Kind::TypeAdded
             | Kind::Reordered
             | Kind::Restated
-            | Kind::SinceChanged => (false, false),
+            | Kind::SinceChanged
+            | Kind::EffectChanged => (false, false),
             Kind::FieldAdded => (false, required),
             Kind::FieldBecameOptional | Kind::MemberAdded => (true, false),
             Kind::FieldBecameRequired => (false, true),
@@ -386,7 +398,8 @@ impl<'a> Diff<'_, 'a> {
         let (kind, detail) = match def.section {
             Section::Action => {
                 let answer = def.response.map_or_else(|| "no response".to_owned(), |r| format!("answered with {r}"));
-                (Kind::ActionAdded, format!("new action ({answer}, since {})", def.since))
+                let effect = def.effect.map(|e| format!(", {e}")).unwrap_or_default();
+                (Kind::ActionAdded, format!("new action ({answer}{effect}, since {})", def.since))
             }
             Section::Response => (Kind::ResponseAdded, format!("new response type (since {})", def.since)),
             Section::Type => (
@@ -432,6 +445,16 @@ impl<'a> Diff<'_, 'a> {
             let show = |t: Option<&str>| t.unwrap_or("(none)").to_owned();
             let detail = format!("transport {} -> {}", show(before.transport), show(after.transport));
             self.push(name.to_owned(), Kind::TransportChanged, direction, false, detail);
+        }
+        if let (Some(old_effect), Some(new_effect)) = (before.effect, after.effect)
+            && old_effect != new_effect
+        {
+            let detail = format!(
+                "effect {old_effect} -> {new_effect} (server behaviour, not wire shape: byte-identical envelopes \
+                 are {} now)",
+                if new_effect == "read" { "answered again" } else { "refused as replays" }
+            );
+            self.push(name.to_owned(), Kind::EffectChanged, direction, false, detail);
         }
         match (&before.shape, &after.shape) {
             (Shape::Fields { fields: old, extra: old_extra }, Shape::Fields { fields: new, extra: new_extra }) => {

@@ -32,6 +32,7 @@ fn base() -> Value {
         "minClientProtocol": 1,
         "actions": {
             "Put": {
+                "effect": "write",
                 "fields": {"_": tag("Put"), "input": field("Input", true), "shared": field("Shared", false)},
                 "response": "PutResponse",
                 "since": 1,
@@ -178,6 +179,7 @@ fn row_new_response_type_is_compatible_for_reads() {
 fn row_new_action_is_compatible_for_writes() {
     let current = edited(|s| {
         s["actions"]["Poke"] = json!({
+            "effect": "read",
             "fields": {"_": tag("Poke"), "input": field("Input", true)},
             "response": "PutResponse",
             "since": 3,
@@ -188,6 +190,7 @@ fn row_new_action_is_compatible_for_writes() {
     let change = only(&changes(&current), "Poke", Kind::ActionAdded);
     assert_eq!(change.direction, Direction::Write);
     assert_compatible(&change);
+    assert_eq!(change.detail, "new action (answered with PutResponse, read, since 3)");
     assert!(check(&base(), &current, "").is_ok());
 }
 
@@ -469,6 +472,29 @@ fn order_and_since_alone_are_compatible() {
     assert!(all.iter().all(|c| !c.breaking && matches!(c.kind, Kind::Reordered | Kind::SinceChanged)), "{all:#?}");
 }
 
+// Where the table is silent: an action's effect is server behaviour, not wire shape.
+
+#[test]
+fn an_effect_change_is_reported_but_compatible() {
+    let to_read = edited(|s| def(s, "Put")["effect"] = json!("read"));
+    let change = only(&changes(&to_read), "Put", Kind::EffectChanged);
+    assert_compatible(&change);
+    assert_eq!(change.direction, Direction::Write);
+    assert!(change.detail.starts_with("effect write -> read (server behaviour"), "{change}");
+    assert!(check(&base(), &to_read, "").is_ok());
+    let back = classify(&to_read, &base()).changes;
+    let change = only(&back, "Put", Kind::EffectChanged);
+    assert!(change.detail.contains("refused as replays"), "{change}");
+    assert!(!change.breaking);
+}
+
+#[test]
+fn a_listing_that_starts_stating_effects_has_no_changes() {
+    let unstated = edited(|s| drop(def(s, "Put").as_object_mut().unwrap().remove("effect")));
+    assert_eq!(classify(&unstated, &base()).changes, vec![]);
+    assert_eq!(classify(&base(), &unstated).changes, vec![]);
+}
+
 // The verdict.
 
 fn changelog(versions: &[u64]) -> String {
@@ -560,6 +586,17 @@ fn identical_surfaces_have_no_changes() {
     assert_eq!(classify(&surface, &surface).changes, vec![]);
     let summary = check(&surface, &surface, &real("schema/PROTOCOL.md")).unwrap();
     assert!(summary.report.changes.is_empty());
+}
+
+#[test]
+fn every_real_action_states_its_effect() {
+    let surface = real_surface();
+    let actions = surface["actions"].as_object().unwrap();
+    for (name, action) in actions {
+        assert!(matches!(action["effect"].as_str(), Some("read" | "write")), "{name}: {}", action["effect"]);
+    }
+    assert_eq!(actions["ListAgents"]["effect"], "read");
+    assert_eq!(actions["CreateAgent"]["effect"], "write");
 }
 
 #[test]

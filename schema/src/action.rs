@@ -1,7 +1,8 @@
-//! The action table: which response each action answers with, and under which name.
+//! The action table: which response each action answers with, under which name, and whether the
+//! action changes state.
 //!
-//! The implementations are generated (one per action, from the schema's `x-response`); the SDK's
-//! typed calls and the server's dispatch are built on this trait.
+//! The implementations are generated (one per action, from the schema's `x-response` and
+//! `x-effect`); the SDK's typed calls and the server's dispatch are built on this trait.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -14,6 +15,8 @@ pub trait Action: Serialize + DeserializeOwned + Clone + std::fmt::Debug + Send 
     const SINCE: u32;
     /// Whether the action may be sent over HTTP (`Subscribe` is WebSocket-only).
     const HTTP: bool;
+    /// Whether the action only reads or changes state (the schema's `x-effect`).
+    const EFFECT: Effect;
     /// The response a server answers with.
     type Response: Response;
 
@@ -44,6 +47,40 @@ pub struct ActionInfo {
     pub since: u32,
     /// Whether the action may be sent over HTTP.
     pub http: bool,
+    /// Whether the action only reads or changes state.
+    pub effect: Effect,
+}
+
+/// What an action does to the server's state, as the schema's `x-effect` states it.
+///
+/// Every action states one. A server may treat reads more freely than writes: ours answers a
+/// byte-identical replay of a read again instead of refusing it, because a replayed read changes
+/// nothing (over HTTP; a WebSocket `Subscribe` is always guarded, see `schema/PROTOCOL.md`).
+///
+/// ```
+/// use seed_agents_protocol::action::{Action, Effect};
+/// use seed_agents_protocol::generated::{CreateAgent, ListAgents};
+///
+/// assert_eq!(ListAgents::EFFECT, Effect::Read);
+/// assert_eq!(CreateAgent::EFFECT, Effect::Write);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Effect {
+    /// Changes no state: lists, gets and reads (`ListAgents`, `GetSession`).
+    Read,
+    /// May change state, start work or publish (`CreateAgent`, `MessageSession`); when in doubt,
+    /// an action is a write.
+    Write,
+}
+
+impl Effect {
+    /// The schema's spelling: `read` or `write`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::Read => "read",
+            Effect::Write => "write",
+        }
+    }
 }
 
 impl ActionInfo {
@@ -53,5 +90,46 @@ impl ActionInfo {
             .binary_search_by(|info| info.name.cmp(name))
             .ok()
             .map(|index| &crate::generated::ACTIONS[index])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_action_states_its_effect_and_known_ones_are_classified_right() {
+        let reads = crate::generated::ACTIONS.iter().filter(|info| info.effect == Effect::Read).count();
+        let writes = crate::generated::ACTIONS.iter().filter(|info| info.effect == Effect::Write).count();
+        assert_eq!(reads + writes, crate::generated::ACTIONS.len());
+        assert!(reads > 0 && writes > 0, "{reads} reads, {writes} writes");
+        for (name, effect) in [
+            ("ListAgents", Effect::Read),
+            ("GetSession", Effect::Read),
+            ("ReadAgentMemoryFile", Effect::Read),
+            ("Subscribe", Effect::Read),
+            ("CreateAgent", Effect::Write),
+            ("MessageSession", Effect::Write),
+            ("AppendFileUploadChunk", Effect::Write),
+            ("DownloadAgentMemoryFile", Effect::Write),
+            ("RegisterSigner", Effect::Write),
+        ] {
+            assert_eq!(ActionInfo::find(name).map(|info| info.effect), Some(effect), "{name}");
+        }
+        use crate::generated as proto;
+        assert_eq!(<proto::ListAgents as Action>::EFFECT, Effect::Read);
+        assert_eq!(<proto::MessageSession as Action>::EFFECT, Effect::Write);
+    }
+
+    /// A guard rail for new actions: reads are named `List*`, `Get*` or `Read*` (and `Subscribe`),
+    /// and every action so named is a read. Change this test when an action deliberately breaks
+    /// the naming rule.
+    #[test]
+    fn reads_are_the_list_get_and_read_actions() {
+        for info in crate::generated::ACTIONS {
+            let named_read =
+                ["List", "Get", "Read"].iter().any(|prefix| info.name.starts_with(prefix)) || info.name == "Subscribe";
+            assert_eq!(info.effect == Effect::Read, named_read, "{} is a {}", info.name, info.effect.as_str());
+        }
     }
 }

@@ -6019,284 +6019,523 @@ pub const SCHEMA_PROTOCOL_VERSION: u32 = 3u32;
 pub const SCHEMA_MIN_CLIENT_PROTOCOL: u32 = 1u32;
 /// Every action of the protocol, sorted by name.
 pub const ACTIONS: &[crate::action::ActionInfo] = &[
-    crate::action::ActionInfo { name: "AbortFileUpload", response: "AbortFileUploadResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "AbortFileUpload",
+        response: "AbortFileUploadResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "AcceptAgentInvite",
         response: "AcceptAgentInviteResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "AppendFileUploadChunk",
         response: "AppendFileUploadChunkResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "BeginFileUpload", response: "BeginFileUploadResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "BeginFileUpload",
+        response: "BeginFileUploadResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "CancelProviderOAuth",
         response: "CancelProviderOAuthResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "CancelRun", response: "CancelRunResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "CancelRun",
+        response: "CancelRunResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "CombineAgentTriggers",
         response: "UpdateAgentTriggerResponse",
         since: 3u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "CommitFileUpload",
         response: "CommitFileUploadResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "ConnectSessionBrowser",
         response: "SessionBrowserResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "CreateAgent", response: "CreateAgentResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "CreateAgent",
+        response: "CreateAgentResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "CreateAgentTrigger",
         response: "CreateAgentTriggerResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "CreateSession", response: "CreateSessionResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "CreateSession",
+        response: "CreateSessionResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "CreateSigningIdentity",
         response: "CreateSigningIdentityResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "DeclineAgentInvite",
         response: "DeclineAgentInviteResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "DeleteAgent", response: "DeleteAgentResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "DeleteAgent",
+        response: "DeleteAgentResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "DeleteAgentMemoryFile",
         response: "DeleteAgentMemoryFileResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "DeleteAgentTool", response: "DeleteAgentToolResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "DeleteAgentTool",
+        response: "DeleteAgentToolResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "DeleteAgentTrigger",
         response: "DeleteAgentTriggerResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "DeleteMcpServer", response: "DeleteMcpServerResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "DeleteMcpServer",
+        response: "DeleteMcpServerResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "DeleteModelProvider",
         response: "DeleteModelProviderResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "DeleteSession", response: "DeleteSessionResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "DeleteSession",
+        response: "DeleteSessionResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "DeleteSigningIdentity",
         response: "DeleteSigningIdentityResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "DisconnectSessionBrowser",
         response: "SessionBrowserResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "DownloadAgentMemoryFile",
         response: "DownloadAgentMemoryFileResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "GetAgent", response: "GetAgentResponse", since: 1u32, http: true },
-    crate::action::ActionInfo { name: "GetAgentTrigger", response: "GetAgentTriggerResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "GetAgent",
+        response: "GetAgentResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Read,
+    },
+    crate::action::ActionInfo {
+        name: "GetAgentTrigger",
+        response: "GetAgentTriggerResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Read,
+    },
     crate::action::ActionInfo {
         name: "GetProviderOAuthStatus",
         response: "ProviderOAuthStatusResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Read,
     },
-    crate::action::ActionInfo { name: "GetRun", response: "GetRunResponse", since: 1u32, http: true },
-    crate::action::ActionInfo { name: "GetRunJournal", response: "GetRunJournalResponse", since: 1u32, http: true },
-    crate::action::ActionInfo { name: "GetSession", response: "GetSessionResponse", since: 1u32, http: true },
-    crate::action::ActionInfo { name: "GetSessionEvent", response: "GetSessionEventResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "GetRun",
+        response: "GetRunResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Read,
+    },
+    crate::action::ActionInfo {
+        name: "GetRunJournal",
+        response: "GetRunJournalResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Read,
+    },
+    crate::action::ActionInfo {
+        name: "GetSession",
+        response: "GetSessionResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Read,
+    },
+    crate::action::ActionInfo {
+        name: "GetSessionEvent",
+        response: "GetSessionEventResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Read,
+    },
     crate::action::ActionInfo {
         name: "ImportSigningIdentity",
         response: "ImportSigningIdentityResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "InviteAgentCollaborator",
         response: "InviteAgentCollaboratorResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "InvokeSessionTool",
         response: "InvokeSessionToolResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "ListAgentCollaborators",
         response: "ListAgentCollaboratorsResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Read,
     },
     crate::action::ActionInfo {
         name: "ListAgentInvites",
         response: "ListAgentInvitesResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Read,
     },
-    crate::action::ActionInfo { name: "ListAgentMemory", response: "ListAgentMemoryResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "ListAgentMemory",
+        response: "ListAgentMemoryResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Read,
+    },
     crate::action::ActionInfo {
         name: "ListAgentMemoryDir",
         response: "ListAgentMemoryDirResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Read,
     },
-    crate::action::ActionInfo { name: "ListAgentTools", response: "ListAgentToolsResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "ListAgentTools",
+        response: "ListAgentToolsResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Read,
+    },
     crate::action::ActionInfo {
         name: "ListAgentTriggers",
         response: "ListAgentTriggersResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Read,
     },
-    crate::action::ActionInfo { name: "ListAgents", response: "ListAgentsResponse", since: 1u32, http: true },
-    crate::action::ActionInfo { name: "ListMcpServers", response: "ListMcpServersResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "ListAgents",
+        response: "ListAgentsResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Read,
+    },
+    crate::action::ActionInfo {
+        name: "ListMcpServers",
+        response: "ListMcpServersResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Read,
+    },
     crate::action::ActionInfo {
         name: "ListModelProviders",
         response: "ListModelProvidersResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Read,
     },
     crate::action::ActionInfo {
         name: "ListProviderModels",
         response: "ListProviderModelsResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Read,
     },
-    crate::action::ActionInfo { name: "ListRuns", response: "ListRunsResponse", since: 1u32, http: true },
-    crate::action::ActionInfo { name: "ListSessions", response: "ListSessionsResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "ListRuns",
+        response: "ListRunsResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Read,
+    },
+    crate::action::ActionInfo {
+        name: "ListSessions",
+        response: "ListSessionsResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Read,
+    },
     crate::action::ActionInfo {
         name: "ListSigningIdentities",
         response: "ListSigningIdentitiesResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Read,
     },
-    crate::action::ActionInfo { name: "MessageSession", response: "MessageSessionResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "MessageSession",
+        response: "MessageSessionResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "PollSessionBrowser",
         response: "SessionBrowserResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "ReadAgentMemoryFile",
         response: "ReadAgentMemoryFileResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Read,
     },
     crate::action::ActionInfo {
         name: "ReadSessionAttachment",
         response: "ReadSessionAttachmentResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Read,
     },
-    crate::action::ActionInfo { name: "RefreshMcpServer", response: "SetMcpServerResponse", since: 1u32, http: true },
-    crate::action::ActionInfo { name: "RegisterSigner", response: "RegisterSignerResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "RefreshMcpServer",
+        response: "SetMcpServerResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
+    crate::action::ActionInfo {
+        name: "RegisterSigner",
+        response: "RegisterSignerResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "RemoveAgentCollaborator",
         response: "RemoveAgentCollaboratorResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "ResolveSessionBrowser",
         response: "SessionBrowserResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "RetrySession", response: "RetrySessionResponse", since: 1u32, http: true },
-    crate::action::ActionInfo { name: "SaveAgentTool", response: "SaveAgentToolResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "RetrySession",
+        response: "RetrySessionResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
+    crate::action::ActionInfo {
+        name: "SaveAgentTool",
+        response: "SaveAgentToolResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "SetAgentPublicChat",
         response: "SetAgentPublicChatResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "SetAgentPublicRead",
         response: "SetAgentPublicReadResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "SetMcpServer", response: "SetMcpServerResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "SetMcpServer",
+        response: "SetMcpServerResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "SetModelProvider",
         response: "SetModelProviderResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "SetSecret", response: "SetSecretResponse", since: 1u32, http: true },
-    crate::action::ActionInfo { name: "SignalRun", response: "SignalRunResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "SetSecret",
+        response: "SetSecretResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
+    crate::action::ActionInfo {
+        name: "SignalRun",
+        response: "SignalRunResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "StartProviderOAuth",
         response: "StartProviderOAuthResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "StopSession", response: "StopSessionResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "StopSession",
+        response: "StopSessionResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "SubmitProviderOAuthCode",
         response: "SubmitProviderOAuthCodeResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "Subscribe", response: "", since: 1u32, http: false },
-    crate::action::ActionInfo { name: "UpdateAgent", response: "GetAgentResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "Subscribe",
+        response: "",
+        since: 1u32,
+        http: false,
+        effect: crate::action::Effect::Read,
+    },
+    crate::action::ActionInfo {
+        name: "UpdateAgent",
+        response: "GetAgentResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "UpdateAgentTrigger",
         response: "UpdateAgentTriggerResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
-    crate::action::ActionInfo { name: "UpdateSession", response: "UpdateSessionResponse", since: 1u32, http: true },
+    crate::action::ActionInfo {
+        name: "UpdateSession",
+        response: "UpdateSessionResponse",
+        since: 1u32,
+        http: true,
+        effect: crate::action::Effect::Write,
+    },
     crate::action::ActionInfo {
         name: "UpdateSigningIdentity",
         response: "UpdateSigningIdentityResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "UploadAgentMemoryFileToIpfs",
         response: "UploadAgentMemoryFileToIpfsResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "UploadSessionAttachment",
         response: "UploadSessionAttachmentResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
     crate::action::ActionInfo {
         name: "WriteAgentMemoryFile",
         response: "WriteAgentMemoryFileResponse",
         since: 1u32,
         http: true,
+        effect: crate::action::Effect::Write,
     },
 ];
 impl AgentAction {
@@ -6459,6 +6698,7 @@ impl crate::Action for AbortFileUpload {
     const NAME: &'static str = "AbortFileUpload";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = AbortFileUploadResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::AbortFileUpload(self)
@@ -6468,6 +6708,7 @@ impl crate::Action for AcceptAgentInvite {
     const NAME: &'static str = "AcceptAgentInvite";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = AcceptAgentInviteResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::AcceptAgentInvite(self)
@@ -6477,6 +6718,7 @@ impl crate::Action for AppendFileUploadChunk {
     const NAME: &'static str = "AppendFileUploadChunk";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = AppendFileUploadChunkResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::AppendFileUploadChunk(self)
@@ -6486,6 +6728,7 @@ impl crate::Action for BeginFileUpload {
     const NAME: &'static str = "BeginFileUpload";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = BeginFileUploadResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::BeginFileUpload(self)
@@ -6495,6 +6738,7 @@ impl crate::Action for CancelProviderOAuth {
     const NAME: &'static str = "CancelProviderOAuth";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = CancelProviderOAuthResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CancelProviderOAuth(self)
@@ -6504,6 +6748,7 @@ impl crate::Action for CancelRun {
     const NAME: &'static str = "CancelRun";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = CancelRunResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CancelRun(self)
@@ -6513,6 +6758,7 @@ impl crate::Action for CombineAgentTriggers {
     const NAME: &'static str = "CombineAgentTriggers";
     const SINCE: u32 = 3u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = UpdateAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CombineAgentTriggers(self)
@@ -6522,6 +6768,7 @@ impl crate::Action for CommitFileUpload {
     const NAME: &'static str = "CommitFileUpload";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = CommitFileUploadResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CommitFileUpload(self)
@@ -6531,6 +6778,7 @@ impl crate::Action for ConnectSessionBrowser {
     const NAME: &'static str = "ConnectSessionBrowser";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = SessionBrowserResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ConnectSessionBrowser(self)
@@ -6540,6 +6788,7 @@ impl crate::Action for CreateAgent {
     const NAME: &'static str = "CreateAgent";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = CreateAgentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CreateAgent(self)
@@ -6549,6 +6798,7 @@ impl crate::Action for CreateAgentTrigger {
     const NAME: &'static str = "CreateAgentTrigger";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = CreateAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CreateAgentTrigger(self)
@@ -6558,6 +6808,7 @@ impl crate::Action for CreateSession {
     const NAME: &'static str = "CreateSession";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = CreateSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CreateSession(self)
@@ -6567,6 +6818,7 @@ impl crate::Action for CreateSigningIdentity {
     const NAME: &'static str = "CreateSigningIdentity";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = CreateSigningIdentityResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CreateSigningIdentity(self)
@@ -6576,6 +6828,7 @@ impl crate::Action for DeclineAgentInvite {
     const NAME: &'static str = "DeclineAgentInvite";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = DeclineAgentInviteResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeclineAgentInvite(self)
@@ -6585,6 +6838,7 @@ impl crate::Action for DeleteAgent {
     const NAME: &'static str = "DeleteAgent";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = DeleteAgentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteAgent(self)
@@ -6594,6 +6848,7 @@ impl crate::Action for DeleteAgentMemoryFile {
     const NAME: &'static str = "DeleteAgentMemoryFile";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = DeleteAgentMemoryFileResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteAgentMemoryFile(self)
@@ -6603,6 +6858,7 @@ impl crate::Action for DeleteAgentTool {
     const NAME: &'static str = "DeleteAgentTool";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = DeleteAgentToolResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteAgentTool(self)
@@ -6612,6 +6868,7 @@ impl crate::Action for DeleteAgentTrigger {
     const NAME: &'static str = "DeleteAgentTrigger";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = DeleteAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteAgentTrigger(self)
@@ -6621,6 +6878,7 @@ impl crate::Action for DeleteMcpServer {
     const NAME: &'static str = "DeleteMcpServer";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = DeleteMcpServerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteMcpServer(self)
@@ -6630,6 +6888,7 @@ impl crate::Action for DeleteModelProvider {
     const NAME: &'static str = "DeleteModelProvider";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = DeleteModelProviderResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteModelProvider(self)
@@ -6639,6 +6898,7 @@ impl crate::Action for DeleteSession {
     const NAME: &'static str = "DeleteSession";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = DeleteSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteSession(self)
@@ -6648,6 +6908,7 @@ impl crate::Action for DeleteSigningIdentity {
     const NAME: &'static str = "DeleteSigningIdentity";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = DeleteSigningIdentityResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteSigningIdentity(self)
@@ -6657,6 +6918,7 @@ impl crate::Action for DisconnectSessionBrowser {
     const NAME: &'static str = "DisconnectSessionBrowser";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = SessionBrowserResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DisconnectSessionBrowser(self)
@@ -6666,6 +6928,7 @@ impl crate::Action for DownloadAgentMemoryFile {
     const NAME: &'static str = "DownloadAgentMemoryFile";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = DownloadAgentMemoryFileResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DownloadAgentMemoryFile(self)
@@ -6675,6 +6938,7 @@ impl crate::Action for GetAgent {
     const NAME: &'static str = "GetAgent";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = GetAgentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetAgent(self)
@@ -6684,6 +6948,7 @@ impl crate::Action for GetAgentTrigger {
     const NAME: &'static str = "GetAgentTrigger";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = GetAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetAgentTrigger(self)
@@ -6693,6 +6958,7 @@ impl crate::Action for GetProviderOAuthStatus {
     const NAME: &'static str = "GetProviderOAuthStatus";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ProviderOAuthStatusResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetProviderOAuthStatus(self)
@@ -6702,6 +6968,7 @@ impl crate::Action for GetRun {
     const NAME: &'static str = "GetRun";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = GetRunResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetRun(self)
@@ -6711,6 +6978,7 @@ impl crate::Action for GetRunJournal {
     const NAME: &'static str = "GetRunJournal";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = GetRunJournalResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetRunJournal(self)
@@ -6720,6 +6988,7 @@ impl crate::Action for GetSession {
     const NAME: &'static str = "GetSession";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = GetSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetSession(self)
@@ -6729,6 +6998,7 @@ impl crate::Action for GetSessionEvent {
     const NAME: &'static str = "GetSessionEvent";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = GetSessionEventResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetSessionEvent(self)
@@ -6738,6 +7008,7 @@ impl crate::Action for ImportSigningIdentity {
     const NAME: &'static str = "ImportSigningIdentity";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = ImportSigningIdentityResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ImportSigningIdentity(self)
@@ -6747,6 +7018,7 @@ impl crate::Action for InviteAgentCollaborator {
     const NAME: &'static str = "InviteAgentCollaborator";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = InviteAgentCollaboratorResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::InviteAgentCollaborator(self)
@@ -6756,6 +7028,7 @@ impl crate::Action for InvokeSessionTool {
     const NAME: &'static str = "InvokeSessionTool";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = InvokeSessionToolResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::InvokeSessionTool(self)
@@ -6765,6 +7038,7 @@ impl crate::Action for ListAgentCollaborators {
     const NAME: &'static str = "ListAgentCollaborators";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ListAgentCollaboratorsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentCollaborators(self)
@@ -6774,6 +7048,7 @@ impl crate::Action for ListAgentInvites {
     const NAME: &'static str = "ListAgentInvites";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ListAgentInvitesResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentInvites(self)
@@ -6783,6 +7058,7 @@ impl crate::Action for ListAgentMemory {
     const NAME: &'static str = "ListAgentMemory";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ListAgentMemoryResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentMemory(self)
@@ -6792,6 +7068,7 @@ impl crate::Action for ListAgentMemoryDir {
     const NAME: &'static str = "ListAgentMemoryDir";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ListAgentMemoryDirResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentMemoryDir(self)
@@ -6801,6 +7078,7 @@ impl crate::Action for ListAgentTools {
     const NAME: &'static str = "ListAgentTools";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ListAgentToolsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentTools(self)
@@ -6810,6 +7088,7 @@ impl crate::Action for ListAgentTriggers {
     const NAME: &'static str = "ListAgentTriggers";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ListAgentTriggersResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentTriggers(self)
@@ -6819,6 +7098,7 @@ impl crate::Action for ListAgents {
     const NAME: &'static str = "ListAgents";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ListAgentsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgents(self)
@@ -6828,6 +7108,7 @@ impl crate::Action for ListMcpServers {
     const NAME: &'static str = "ListMcpServers";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ListMcpServersResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListMcpServers(self)
@@ -6837,6 +7118,7 @@ impl crate::Action for ListModelProviders {
     const NAME: &'static str = "ListModelProviders";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ListModelProvidersResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListModelProviders(self)
@@ -6846,6 +7128,7 @@ impl crate::Action for ListProviderModels {
     const NAME: &'static str = "ListProviderModels";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ListProviderModelsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListProviderModels(self)
@@ -6855,6 +7138,7 @@ impl crate::Action for ListRuns {
     const NAME: &'static str = "ListRuns";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ListRunsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListRuns(self)
@@ -6864,6 +7148,7 @@ impl crate::Action for ListSessions {
     const NAME: &'static str = "ListSessions";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ListSessionsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListSessions(self)
@@ -6873,6 +7158,7 @@ impl crate::Action for ListSigningIdentities {
     const NAME: &'static str = "ListSigningIdentities";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ListSigningIdentitiesResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListSigningIdentities(self)
@@ -6882,6 +7168,7 @@ impl crate::Action for MessageSession {
     const NAME: &'static str = "MessageSession";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = MessageSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::MessageSession(self)
@@ -6891,6 +7178,7 @@ impl crate::Action for PollSessionBrowser {
     const NAME: &'static str = "PollSessionBrowser";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = SessionBrowserResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::PollSessionBrowser(self)
@@ -6900,6 +7188,7 @@ impl crate::Action for ReadAgentMemoryFile {
     const NAME: &'static str = "ReadAgentMemoryFile";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ReadAgentMemoryFileResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ReadAgentMemoryFile(self)
@@ -6909,6 +7198,7 @@ impl crate::Action for ReadSessionAttachment {
     const NAME: &'static str = "ReadSessionAttachment";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Read;
     type Response = ReadSessionAttachmentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ReadSessionAttachment(self)
@@ -6918,6 +7208,7 @@ impl crate::Action for RefreshMcpServer {
     const NAME: &'static str = "RefreshMcpServer";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = SetMcpServerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::RefreshMcpServer(self)
@@ -6927,6 +7218,7 @@ impl crate::Action for RegisterSigner {
     const NAME: &'static str = "RegisterSigner";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = RegisterSignerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::RegisterSigner(self)
@@ -6936,6 +7228,7 @@ impl crate::Action for RemoveAgentCollaborator {
     const NAME: &'static str = "RemoveAgentCollaborator";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = RemoveAgentCollaboratorResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::RemoveAgentCollaborator(self)
@@ -6945,6 +7238,7 @@ impl crate::Action for ResolveSessionBrowser {
     const NAME: &'static str = "ResolveSessionBrowser";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = SessionBrowserResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ResolveSessionBrowser(self)
@@ -6954,6 +7248,7 @@ impl crate::Action for RetrySession {
     const NAME: &'static str = "RetrySession";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = RetrySessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::RetrySession(self)
@@ -6963,6 +7258,7 @@ impl crate::Action for SaveAgentTool {
     const NAME: &'static str = "SaveAgentTool";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = SaveAgentToolResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SaveAgentTool(self)
@@ -6972,6 +7268,7 @@ impl crate::Action for SetAgentPublicChat {
     const NAME: &'static str = "SetAgentPublicChat";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = SetAgentPublicChatResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetAgentPublicChat(self)
@@ -6981,6 +7278,7 @@ impl crate::Action for SetAgentPublicRead {
     const NAME: &'static str = "SetAgentPublicRead";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = SetAgentPublicReadResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetAgentPublicRead(self)
@@ -6990,6 +7288,7 @@ impl crate::Action for SetMcpServer {
     const NAME: &'static str = "SetMcpServer";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = SetMcpServerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetMcpServer(self)
@@ -6999,6 +7298,7 @@ impl crate::Action for SetModelProvider {
     const NAME: &'static str = "SetModelProvider";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = SetModelProviderResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetModelProvider(self)
@@ -7008,6 +7308,7 @@ impl crate::Action for SetSecret {
     const NAME: &'static str = "SetSecret";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = SetSecretResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetSecret(self)
@@ -7017,6 +7318,7 @@ impl crate::Action for SignalRun {
     const NAME: &'static str = "SignalRun";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = SignalRunResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SignalRun(self)
@@ -7026,6 +7328,7 @@ impl crate::Action for StartProviderOAuth {
     const NAME: &'static str = "StartProviderOAuth";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = StartProviderOAuthResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::StartProviderOAuth(self)
@@ -7035,6 +7338,7 @@ impl crate::Action for StopSession {
     const NAME: &'static str = "StopSession";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = StopSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::StopSession(self)
@@ -7044,6 +7348,7 @@ impl crate::Action for SubmitProviderOAuthCode {
     const NAME: &'static str = "SubmitProviderOAuthCode";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = SubmitProviderOAuthCodeResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SubmitProviderOAuthCode(self)
@@ -7053,6 +7358,7 @@ impl crate::Action for UpdateAgent {
     const NAME: &'static str = "UpdateAgent";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = GetAgentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UpdateAgent(self)
@@ -7062,6 +7368,7 @@ impl crate::Action for UpdateAgentTrigger {
     const NAME: &'static str = "UpdateAgentTrigger";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = UpdateAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UpdateAgentTrigger(self)
@@ -7071,6 +7378,7 @@ impl crate::Action for UpdateSession {
     const NAME: &'static str = "UpdateSession";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = UpdateSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UpdateSession(self)
@@ -7080,6 +7388,7 @@ impl crate::Action for UpdateSigningIdentity {
     const NAME: &'static str = "UpdateSigningIdentity";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = UpdateSigningIdentityResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UpdateSigningIdentity(self)
@@ -7089,6 +7398,7 @@ impl crate::Action for UploadAgentMemoryFileToIpfs {
     const NAME: &'static str = "UploadAgentMemoryFileToIpfs";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = UploadAgentMemoryFileToIpfsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UploadAgentMemoryFileToIpfs(self)
@@ -7098,6 +7408,7 @@ impl crate::Action for UploadSessionAttachment {
     const NAME: &'static str = "UploadSessionAttachment";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = UploadSessionAttachmentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UploadSessionAttachment(self)
@@ -7107,6 +7418,7 @@ impl crate::Action for WriteAgentMemoryFile {
     const NAME: &'static str = "WriteAgentMemoryFile";
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
+    const EFFECT: crate::action::Effect = crate::action::Effect::Write;
     type Response = WriteAgentMemoryFileResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::WriteAgentMemoryFile(self)

@@ -8,7 +8,8 @@
 //!
 //! - [`generated`]: one Rust type per action, response and named type of the protocol, generated
 //!   from the JSON Schema in `schema/json/` (never edit it by hand), with the [`AgentAction`] and
-//!   [`AgentResponse`] enums and the [`Action`] table linking each action to its response.
+//!   [`AgentResponse`] enums and the [`Action`] table linking each action to its response and its
+//!   [`Effect`] (read or write).
 //! - [`wire`]: canonical DAG-CBOR encoding and strict decoding.
 //! - [`Value`], [`Bytes`], [`Float`], [`Nullable`]: wire distinctions plain Rust types would lose.
 //! - [`Principal`]: account and signer identities.
@@ -48,7 +49,7 @@ pub mod value;
 pub mod version;
 pub mod wire;
 
-pub use action::{Action, ActionInfo, Response};
+pub use action::{Action, ActionInfo, Effect, Response};
 pub use envelope::{EnvelopeError, SignedEnvelope, UnsignedEnvelope, VerifiedEnvelope};
 pub use generated::{AgentAction, AgentResponse};
 pub use principal::{Principal, PrincipalError};

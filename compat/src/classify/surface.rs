@@ -63,6 +63,8 @@ pub struct Def<'a> {
     pub response: Option<&'a str>,
     /// Actions: `http` or `websocket`.
     pub transport: Option<&'a str>,
+    /// Actions: `read` or `write` (`None` in listings written before actions stated one).
+    pub effect: Option<&'a str>,
 }
 
 /// A parsed `snapshots/surface.json`. Missing parts read as empty, so a partial fragment works.
@@ -213,5 +215,6 @@ fn parse_def<'a>(section: Section, entry: &'a Value) -> Def<'a> {
         shape,
         response: entry.get("response").and_then(Value::as_str).filter(|r| !r.is_empty()),
         transport: entry.get("transport").and_then(Value::as_str),
+        effect: entry.get("effect").and_then(Value::as_str),
     }
 }
