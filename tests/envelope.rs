@@ -1,13 +1,14 @@
-//! Every rejection class of the message endpoint, with its status and exact message, and the
-//! routes around it (health, version, CORS, the protocol header, 404).
+//! Every rejection class of the message endpoint, with its status and exact message, replays (of
+//! reads, of writes, of keyed writes), and the routes around it (health, version, CORS, the
+//! protocol header, 404).
 
 use std::collections::BTreeMap;
 
 use ipld_core::ipld::Ipld;
-use seed_agents_protocol::generated::{CreateSession, ListAgents, RegisterSigner};
-use seed_agents_protocol::{Bytes, Ed25519Signer, Signer, wire};
+use seed_agents_protocol::generated::{CreateAgent, CreateSession, ListAgents, RegisterSigner};
+use seed_agents_protocol::{Action, Bytes, Ed25519Signer, Signer, wire};
 
-use crate::support::{TestServer, User, action_map, api_error, error_body, now_ms};
+use crate::support::{TestServer, User, action_map, api_error, definition, error_body, now_ms};
 
 /// An envelope map signed by `user` for `action`, then edited by `edit` (after signing).
 async fn edited(
@@ -108,12 +109,29 @@ async fn every_envelope_rejection_has_its_status_and_message() {
 }
 
 #[tokio::test]
-async fn a_replayed_envelope_is_refused_but_a_keyed_retry_replays_its_answer() {
+async fn a_replayed_read_is_answered_again() {
     let server = TestServer::start().await;
     let user = server.user();
+    user.create_agent("Listed").await;
     let bytes = user.sign_map(action_map("ListAgents", &[]), now_ms(), Some(3)).await;
+    let (first_status, _, first) = server.post_raw("application/cbor", bytes.clone()).await;
+    let (second_status, _, second) = server.post_raw("application/cbor", bytes).await;
+    assert_eq!((first_status, second_status), (200, 200));
+    assert_eq!(first, second, "the same read answers the same body");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_replayed_write_is_refused_but_a_keyed_retry_replays_its_answer() {
+    let server = TestServer::start().await;
+    let user = server.user();
+    user.ensure_provider().await;
+    let create = CreateAgent { client_request_id: None, definition: definition("Once") };
+    let Ipld::Map(create) = wire::to_ipld(&create.into_action()).unwrap() else { panic!("an action is a map") };
+    let bytes = user.sign_map(create, now_ms(), Some(3)).await;
     assert_eq!(server.post_raw("application/cbor", bytes.clone()).await.0, 200);
     assert_eq!(refused(&server, bytes).await, (401, "Replayed envelope".into()));
+    assert_eq!(user.call(ListAgents {}).await.unwrap().agents.len(), 1, "the replay created nothing");
 
     let agent_id = user.create_agent("Replay").await;
     let create = action_map(

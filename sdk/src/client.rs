@@ -30,7 +30,7 @@ pub struct Client {
     server_protocol: Arc<AtomicU32>,
     /// The last `ts` signed; the next is at least one more, so two identical actions sent in
     /// the same millisecond are still different envelopes (servers refuse byte-identical
-    /// replays).
+    /// replays of writes).
     last_ts: Arc<AtomicI64>,
 }
 

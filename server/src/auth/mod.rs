@@ -5,18 +5,34 @@
 //! 2. envelope shape and type, principal and signature byte shapes (401);
 //! 3. `ts` within five minutes of the server clock (401);
 //! 4. Ed25519 `verify_strict` over the generic value with `sig` zeroed (401 `Invalid signature`);
-//! 5. the signature was not seen before in the window (401 `Replayed envelope`), unless the
-//!    action carries an idempotency key ([`replay`]);
+//! 5. the signature was not seen before in the window (401 `Replayed envelope`), for writes only
+//!    ([`replay`]; see "Which envelopes are guarded" below);
 //! 6. signer is the account or authorized for it ([`signers`]; 401);
 //! 7. declared protocol at least the minimum (426 `protocol_too_old`, `seed_agents_compat`);
 //! 8. the action may be sent over this transport (400).
+//!
+//! # Which envelopes are guarded
+//!
+//! The action table says whether an action reads or writes (`ActionInfo::effect`, the schema's
+//! `x-effect`). Over HTTP:
+//!
+//! - a **read** is never refused as a replay: answering the same read twice changes nothing, and
+//!   a client that signs with a millisecond `ts` may well send the same read twice in one
+//!   millisecond;
+//! - a **write** is guarded, unless it carries `clientRequestId` or `clientMessageId`: a retry of
+//!   those replays the stored answer through idempotency instead;
+//! - an action name the table does not know counts as a write (dispatch refuses it with 400
+//!   anyway).
+//!
+//! Over WebSocket every envelope is guarded, reads included: a replayed `Subscribe` would hand the
+//! stream it opens to whoever replays it.
 
 pub mod replay;
 pub mod signers;
 
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::envelope::{DecodeError, SignedEnvelope, TIMESTAMP_WINDOW_MS};
-use seed_agents_protocol::{ActionInfo, Principal};
+use seed_agents_protocol::{ActionInfo, Effect, Principal};
 
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
@@ -73,7 +89,7 @@ pub async fn verify(app: &App, bytes: Vec<u8>, transport: Transport) -> ApiResul
         .map_err(|error| ApiError::unauthorized(error.to_string()))?;
     let action = verified.action();
     let keyed = action.contains_key("clientRequestId") || action.contains_key("clientMessageId");
-    if !keyed {
+    if replay_guarded(verified.action_name(), keyed, transport) {
         // `ts` verified finite and inside the window above.
         let expires = ts.map_or(now, |ts| ts as i64) + TIMESTAMP_WINDOW_MS;
         if !app.replay.check_and_record(&signature, expires, now) {
@@ -92,6 +108,18 @@ pub async fn verify(app: &App, bytes: Vec<u8>, transport: Transport) -> ApiResul
     let action_name = verified.action_name().to_owned();
     check_transport(&action_name, transport)?;
     Ok(Verified { caller, action_name, action: verified.into_action() })
+}
+
+/// Whether the replay guard applies to an envelope carrying `action_name` (with an idempotency
+/// key when `keyed`) that arrived over `transport`; see the module doc.
+fn replay_guarded(action_name: &str, keyed: bool, transport: Transport) -> bool {
+    match transport {
+        Transport::WebSocket => true,
+        Transport::Http => {
+            let effect = ActionInfo::find(action_name).map_or(Effect::Write, |info| info.effect);
+            effect == Effect::Write && !keyed
+        }
+    }
 }
 
 fn check_transport(action_name: &str, transport: Transport) -> ApiResult<()> {
@@ -119,5 +147,24 @@ mod tests {
         assert_eq!(error.message(), "Subscribe is only supported over WebSocket");
         assert!(check_transport("ListAgents", Transport::Http).is_ok());
         assert!(check_transport("NoSuchAction", Transport::Http).is_ok());
+    }
+
+    #[test]
+    fn over_http_only_unkeyed_writes_are_guarded_and_over_websocket_everything_is() {
+        for (action, keyed, guarded) in [
+            ("ListAgents", false, false),
+            ("GetSession", false, false),
+            ("CreateAgent", false, true),
+            ("CreateAgent", true, false),
+            ("MessageSession", true, false),
+            ("AppendFileUploadChunk", false, true),
+            ("NoSuchAction", false, true),
+            ("NoSuchAction", true, false),
+        ] {
+            assert_eq!(replay_guarded(action, keyed, Transport::Http), guarded, "{action} keyed={keyed}");
+        }
+        for (action, keyed) in [("Subscribe", false), ("ListAgents", false), ("CreateAgent", true)] {
+            assert!(replay_guarded(action, keyed, Transport::WebSocket), "{action} over WebSocket");
+        }
     }
 }

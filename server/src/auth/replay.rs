@@ -1,5 +1,6 @@
-//! The replay guard: refuses a byte-identical signed envelope seen before within the timestamp
-//! window (upstream has no such guard; a captured request could be replayed for five minutes).
+//! The replay guard: refuses a byte-identical signed write envelope seen before within the
+//! timestamp window (upstream has no such guard; a captured request could be replayed for five
+//! minutes).
 //!
 //! Ed25519 signatures are deterministic, so the same signature means the same signed bytes. We
 //! keep the first 8 bytes of each accepted signature (a false "replay" among a million remembered
@@ -11,8 +12,12 @@
 //! of fresh signed requests can then shorten protection for the oldest envelopes, never refuse a
 //! new one).
 //!
-//! Actions carrying `clientRequestId` / `clientMessageId` are not guarded here: a retry of those
-//! is answered by idempotency replay instead.
+//! Which envelopes reach the guard is decided in [`super::verify`] (see "Which envelopes are
+//! guarded" there): over HTTP only writes, and of those only ones without `clientRequestId` /
+//! `clientMessageId` (a retry of those is answered by idempotency replay instead); reads are
+//! answered again, since replaying one changes nothing. Over WebSocket every envelope is guarded,
+//! so a captured `Subscribe` cannot be replayed to take over its stream. Reads over HTTP therefore
+//! take no room here.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
