@@ -39,6 +39,8 @@ pub struct App {
     pub started: Instant,
     /// Upload chunks that arrived ahead of their predecessor (pipelined clients).
     pub upload_order: crate::uploads::AppendOrder,
+    /// Bytes held by request bodies whose envelope has not verified yet.
+    pub bodies: crate::http::body::BodyBudget,
     /// Holds the data directory's lock file for the life of the server.
     _lock: std::fs::File,
 }
@@ -90,7 +92,15 @@ impl App {
         lock.try_lock()
             .map_err(|_| data_dir_error("another seed-agents-server is already using this directory".to_owned()))?;
         let secrets = SecretKey::load(dir, std::env::var(SecretKey::ENV).ok().as_deref())?;
-        let db = Db::open(&config.database_path())?;
+        let db = Db::open_with(&config.database_path(), config.db_queues)?;
+        if config.max_body_bytes > config.body_budget_bytes {
+            tracing::warn!(
+                max_body_bytes = config.max_body_bytes,
+                body_budget_bytes = config.body_budget_bytes,
+                "--max-body-bytes is over --body-budget-bytes: bodies larger than the budget are refused"
+            );
+        }
+        let bodies = crate::http::body::BodyBudget::new(config.body_budget_bytes);
         let upload_order = crate::uploads::AppendOrder::with_grace(config.upload_arrival_grace);
         let http = outbound_http_client().map_err(|error| StartError::HttpClient(error.to_string()))?;
         Ok(Self {
@@ -104,8 +114,21 @@ impl App {
             http,
             started: Instant::now(),
             upload_order,
+            bodies,
             _lock: lock,
         })
+    }
+}
+
+impl App {
+    /// How request bodies are bounded, from the configuration.
+    pub fn body_limits(&self) -> crate::http::body::BodyLimits {
+        crate::http::body::BodyLimits {
+            // A body the budget can never hold is too large, not "busy".
+            max_body_bytes: self.config.max_body_bytes.min(self.config.body_budget_bytes),
+            body_timeout: self.config.body_timeout,
+            body_min_rate: self.config.body_min_rate,
+        }
     }
 }
 
@@ -140,13 +163,13 @@ impl RunningServer {
         let addr = listener.local_addr().map_err(|source| StartError::Listen { address, source })?;
         let (shutdown, stopped) = oneshot::channel::<()>();
         let router = crate::http::router(app.clone());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
+        let limits = crate::http::serve::ConnectionLimits {
+            max_connections: app.config.max_connections,
+            header_timeout: app.config.header_timeout,
+        };
+        let task = tokio::spawn(crate::http::serve::serve(listener, router, limits, async move {
+            let _ = stopped.await;
+        }));
         let upload_sweeper = crate::uploads::spawn_sweeper(&app);
         Ok(Self { addr, app, shutdown: Some(shutdown), task, upload_sweeper })
     }

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use seed_agents_protocol::version::MIN_CLIENT_PROTOCOL;
@@ -27,10 +28,40 @@ pub struct Config {
     #[arg(long, env = "SEED_AGENTS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// Largest request body accepted on the message route, in bytes (actions enforce their own,
-    /// smaller limits; memory writes may be large).
+    /// Largest request body, in bytes: the limit of the actions that carry a file inline
+    /// (`WriteAgentMemoryFile`, `InvokeSessionTool`, an identity's icon). Upload chunks and
+    /// attachments have their own smaller limits and every other action 1 MiB; larger files go
+    /// through chunked uploads. Raise `--body-budget-bytes` with it.
     #[arg(long, env = "SEED_AGENTS_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+
+    /// Bytes held at once by request bodies whose signature has not been checked yet; a body
+    /// that would pass it is answered 503 with `Retry-After`.
+    #[arg(long, env = "SEED_AGENTS_BODY_BUDGET_BYTES", default_value_t = DEFAULT_BODY_BUDGET_BYTES)]
+    pub body_budget_bytes: usize,
+
+    /// Seconds a client has to send a request's headers. hyper starts the same clock when a
+    /// kept-alive connection waits for its next request, so it is also the idle keep-alive limit.
+    #[arg(long, env = "SEED_AGENTS_HEADER_TIMEOUT", default_value = "10", value_parser = parse_seconds)]
+    pub header_timeout: Duration,
+
+    /// Seconds for a body's first bytes and between any two of its frames; past that allowance a
+    /// body must also keep up `--body-min-rate` on average.
+    #[arg(long, env = "SEED_AGENTS_BODY_TIMEOUT", default_value = "10", value_parser = parse_seconds)]
+    pub body_timeout: Duration,
+
+    /// The average rate, in bytes per second, a request body must keep up past `--body-timeout`.
+    #[arg(long, env = "SEED_AGENTS_BODY_MIN_RATE", default_value_t = DEFAULT_BODY_MIN_RATE)]
+    pub body_min_rate: u64,
+
+    /// Seconds to answer a request once its body arrived; a slower answer is abandoned with 503.
+    #[arg(long, env = "SEED_AGENTS_REQUEST_TIMEOUT", default_value = "300", value_parser = parse_seconds)]
+    pub request_timeout: Duration,
+
+    /// HTTP connections served at once; more wait in the kernel's queue until one closes.
+    /// WebSockets, once upgraded, count against `--ws-max-sockets` instead.
+    #[arg(long, env = "SEED_AGENTS_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
 
     /// Let server-side fetches (memory downloads) reach loopback, private and link-local
     /// addresses. Off by default, so the server cannot be turned against its own network.
@@ -49,7 +80,10 @@ pub struct Config {
     /// How long an upload chunk that arrived ahead of its predecessor waits for it to arrive
     /// (not a flag: tests that skip ahead on purpose shorten it, tests of pipelining lengthen it).
     #[arg(skip = crate::uploads::ARRIVAL_GRACE)]
-    pub upload_arrival_grace: std::time::Duration,
+    pub upload_arrival_grace: Duration,
+    /// How much work may wait for the database (not a flag: tests shrink it to show the 503).
+    #[arg(skip)]
+    pub db_queues: crate::db::Queues,
 }
 
 /// Default Hypermedia server.
@@ -64,8 +98,20 @@ pub fn parse_hm_server_url(value: &str) -> Result<String, String> {
     Ok(value.strip_suffix('/').unwrap_or(value).to_owned())
 }
 
-/// Default bound on one request body: 1 GiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 30;
+/// Default bound on one request body: 128 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 128 << 20;
+/// Default budget of unverified body bytes: 128 MiB.
+pub const DEFAULT_BODY_BUDGET_BYTES: usize = 128 << 20;
+/// Default minimum body rate: 16 KiB/s.
+pub const DEFAULT_BODY_MIN_RATE: u64 = 16 * 1024;
+/// Default bound on concurrent HTTP connections.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// Parses a number of seconds (fractions allowed) as a duration.
+pub fn parse_seconds(value: &str) -> Result<Duration, String> {
+    let seconds: f64 = value.trim().parse().map_err(|_| format!("not a number of seconds: {value}"))?;
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("not a duration in seconds: {value}"))
+}
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -84,10 +130,17 @@ impl Config {
             data_dir: data_dir.into(),
             log_format: LogFormat::Text,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            body_budget_bytes: DEFAULT_BODY_BUDGET_BYTES,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            body_min_rate: DEFAULT_BODY_MIN_RATE,
+            request_timeout: Duration::from_secs(300),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             allow_private_network: false,
             hm_server_url: DEFAULT_HM_SERVER_URL.to_owned(),
             min_client_protocol: MIN_CLIENT_PROTOCOL,
             upload_arrival_grace: crate::uploads::ARRIVAL_GRACE,
+            db_queues: crate::db::Queues::default(),
         }
     }
 

@@ -27,6 +27,8 @@ pub enum ErrorKind {
     UnsupportedMediaType,
     /// Too many of something in progress for this caller (uploads).
     TooMany,
+    /// The request did not arrive in time (a body that stalls or trickles).
+    TimedOut,
     /// The client's protocol cannot be served: it must update (`protocol_too_old`,
     /// `update_required`).
     UpdateRequired,

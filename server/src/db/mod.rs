@@ -8,6 +8,9 @@
 //! - Writes queued while the writer is busy are committed together (group commit): each runs in
 //!   its own savepoint, so a failing write rolls back alone and the others still commit.
 //! - No database work runs on the async executor's threads.
+//! - Both queues are bounded ([`Queues`]): when one is full the caller hears
+//!   [`ErrorKind::Unavailable`](crate::error::ErrorKind) at once (503 with `Retry-After` over
+//!   HTTP) instead of waiting behind an unbounded backlog.
 
 mod migrations;
 
@@ -27,6 +30,28 @@ const MAX_BATCH: usize = 256;
 
 /// Read connections (and reader threads) kept open.
 const READERS: usize = 4;
+
+/// What a caller hears when a queue is full.
+pub const BUSY: &str = "The server is busy; try again in a moment";
+
+/// How many jobs may wait for the writer and for the readers. Past these, new work is refused
+/// with [`BUSY`] instead of queueing: a saturated server answers quickly and its memory stays
+/// bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Queues {
+    /// Writes waiting for the writer thread (a batch being committed is not counted).
+    pub writes: usize,
+    /// Reads waiting for a reader thread.
+    pub reads: usize,
+}
+
+impl Default for Queues {
+    /// 4,096 writes (sixteen full group commits) and 4,096 reads: seconds of work at the rates
+    /// the load bench measures, far above what a healthy server holds.
+    fn default() -> Self {
+        Self { writes: 4096, reads: 4096 }
+    }
+}
 
 /// A read: given a reader's connection, it does its work and replies itself.
 type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
@@ -78,9 +103,11 @@ pub struct Db {
 }
 
 struct Inner {
-    writer: Mutex<Option<mpsc::Sender<Job>>>,
+    writer: Mutex<Option<mpsc::SyncSender<Job>>>,
     writer_thread: Mutex<Option<thread::JoinHandle<()>>>,
     reads: crossbeam_channel::Sender<ReadMessage>,
+    /// Reads allowed to wait (the channel holds `READERS` more, for `Stop`).
+    read_bound: usize,
     reader_threads: Mutex<Vec<thread::JoinHandle<()>>>,
 }
 
@@ -92,14 +119,20 @@ impl std::fmt::Debug for Db {
 
 impl Db {
     /// Opens (creating if needed) the database at `path`, applies pending migrations, and starts
-    /// the writer thread.
+    /// the writer thread, with the default [`Queues`].
     pub fn open(path: &Path) -> Result<Self, DbError> {
+        Self::open_with(path, Queues::default())
+    }
+
+    /// [`Db::open`] with other queue bounds.
+    pub fn open_with(path: &Path, queues: Queues) -> Result<Self, DbError> {
         let display = path.display().to_string();
         let sqlite = |source| DbError::Sqlite { path: display.clone(), source };
         let mut writer = Connection::open(path).map_err(sqlite)?;
         configure(&writer, false).map_err(sqlite)?;
         migrations::apply(&mut writer, &display)?;
-        let (reads, read_queue) = crossbeam_channel::unbounded::<ReadMessage>();
+        // `Stop` messages at shutdown must fit too: room for one per reader beyond the bound.
+        let (reads, read_queue) = crossbeam_channel::bounded::<ReadMessage>(queues.reads.max(1) + READERS);
         let mut reader_threads = Vec::with_capacity(READERS);
         for index in 0..READERS {
             let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -112,7 +145,7 @@ impl Db {
                 .map_err(DbError::Thread)?;
             reader_threads.push(thread);
         }
-        let (sender, receiver) = mpsc::channel::<Job>();
+        let (sender, receiver) = mpsc::sync_channel::<Job>(queues.writes.max(1));
         let thread = thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn(move || writer_loop(writer, receiver))
@@ -122,6 +155,7 @@ impl Db {
                 writer: Mutex::new(Some(sender)),
                 writer_thread: Mutex::new(Some(thread)),
                 reads,
+                read_bound: queues.reads.max(1),
                 reader_threads: Mutex::new(reader_threads),
             }),
         })
@@ -129,8 +163,9 @@ impl Db {
 
     /// Runs `work` on the writer connection inside a transaction; answers after the commit.
     ///
-    /// An `Err` from `work` rolls back what it wrote (and only that).
-    pub async fn write<T, F>(&self, work: F) -> ApiResult<T>
+    /// An `Err` from `work` rolls back what it wrote (and only that). The write is queued when
+    /// this is called (or refused then, when the queue is full), not when the future is polled.
+    pub fn write<T, F>(&self, work: F) -> impl Future<Output = ApiResult<T>> + Send + use<T, F>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> ApiResult<T> + Send + 'static,
@@ -150,14 +185,22 @@ impl Db {
                 let _ = reply.send(outcome);
             })
         });
-        let sender = lock(&self.inner.writer).clone();
-        let sender = sender.ok_or_else(|| ApiError::internal("database writer is closed"))?;
-        sender.send(job).map_err(|_| ApiError::internal("database writer stopped"))?;
-        answer.await.map_err(|_| ApiError::internal("database writer dropped a write"))?
+        let queued = match lock(&self.inner.writer).as_ref() {
+            None => Err(ApiError::internal("database writer is closed")),
+            Some(sender) => sender.try_send(job).map_err(|error| match error {
+                mpsc::TrySendError::Full(_) => ApiError::unavailable(BUSY),
+                mpsc::TrySendError::Disconnected(_) => ApiError::internal("database writer stopped"),
+            }),
+        };
+        async move {
+            queued?;
+            answer.await.map_err(|_| ApiError::internal("database writer dropped a write"))?
+        }
     }
 
-    /// Runs `work` on a read-only connection, on one of the reader threads.
-    pub async fn read<T, F>(&self, work: F) -> ApiResult<T>
+    /// Runs `work` on a read-only connection, on one of the reader threads. Like [`Db::write`],
+    /// the read is queued (or refused) when this is called.
+    pub fn read<T, F>(&self, work: F) -> impl Future<Output = ApiResult<T>> + Send + use<T, F>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> ApiResult<T> + Send + 'static,
@@ -166,8 +209,19 @@ impl Db {
         let job: ReadJob = Box::new(move |conn: &Connection| {
             let _ = reply.send(run_in_snapshot(conn, work));
         });
-        self.inner.reads.send(ReadMessage::Job(job)).map_err(|_| ApiError::internal("database readers stopped"))?;
-        answer.await.map_err(|_| ApiError::internal("database reader dropped a read"))?
+        // Leave the last places to the shutdown messages.
+        let queued = if self.inner.reads.len() >= self.inner.read_bound {
+            Err(ApiError::unavailable(BUSY))
+        } else {
+            self.inner.reads.try_send(ReadMessage::Job(job)).map_err(|error| match error {
+                crossbeam_channel::TrySendError::Full(_) => ApiError::unavailable(BUSY),
+                crossbeam_channel::TrySendError::Disconnected(_) => ApiError::internal("database readers stopped"),
+            })
+        };
+        async move {
+            queued?;
+            answer.await.map_err(|_| ApiError::internal("database reader dropped a read"))?
+        }
     }
 
     /// Stops accepting writes, lets the writer finish what is queued, and waits for it.
@@ -352,6 +406,70 @@ mod tests {
         assert_eq!(panicked.unwrap_err().kind(), ErrorKind::Internal);
         db.write(|conn| Ok(ensure_account(conn, "after", 1)?)).await.unwrap();
         assert_eq!(db.read(count).await.unwrap(), 49);
+        db.close();
+    }
+
+    /// A job that says when it started, then holds its thread until `release` is passed.
+    fn blocker(
+        started: &std::sync::mpsc::Sender<()>,
+        release: &std::sync::Arc<std::sync::Barrier>,
+    ) -> impl FnOnce(&Connection) -> ApiResult<()> + Send + 'static {
+        let (started, release) = (started.clone(), release.clone());
+        move |_| {
+            let _ = started.send(());
+            release.wait();
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn full_queues_refuse_at_once_and_recover() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open_with(&dir.path().join("test.sqlite"), Queues { writes: 2, reads: 3 }).unwrap();
+        let (started, starts) = std::sync::mpsc::channel();
+        let starts = std::sync::Arc::new(std::sync::Mutex::new(starts));
+        let wait_started = |count: usize| {
+            let starts = starts.clone();
+            tokio::task::spawn_blocking(move || {
+                for _ in 0..count {
+                    starts.lock().unwrap().recv_timeout(std::time::Duration::from_secs(30)).expect("the job started");
+                }
+            })
+        };
+
+        // The writer runs one job while two wait; a third waiting write is refused.
+        let release = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let running = db.write(blocker(&started, &release));
+        wait_started(1).await.unwrap();
+        let waiting: Vec<_> =
+            (0..2).map(|index| db.write(move |conn| Ok(ensure_account(conn, &format!("w{index}"), 1)?))).collect();
+        let refused = db.write(|conn| Ok(ensure_account(conn, "refused", 1)?)).await.unwrap_err();
+        assert_eq!((refused.kind(), refused.message()), (ErrorKind::Unavailable, BUSY));
+        tokio::task::spawn_blocking(move || release.wait()).await.unwrap();
+        running.await.unwrap();
+        for write in waiting {
+            write.await.unwrap();
+        }
+        assert_eq!(db.read(count).await.unwrap(), 2, "the waiting writes committed, the refused one did not");
+
+        // Every reader busy, three reads waiting: the next read is refused.
+        let release = std::sync::Arc::new(std::sync::Barrier::new(READERS + 1));
+        let mut busy = Vec::new();
+        for _ in 0..READERS {
+            // One at a time: each is taken off the queue before the next is queued.
+            busy.push(db.read(blocker(&started, &release)));
+            wait_started(1).await.unwrap();
+        }
+        let queued: Vec<_> = (0..3).map(|_| db.read(count)).collect();
+        assert_eq!(db.read(count).await.unwrap_err().kind(), ErrorKind::Unavailable);
+        tokio::task::spawn_blocking(move || release.wait()).await.unwrap();
+        for read in busy {
+            read.await.unwrap();
+        }
+        for read in queued {
+            assert_eq!(read.await.unwrap(), 2);
+        }
+        assert_eq!(db.read(count).await.unwrap(), 2, "a drained queue takes reads again");
         db.close();
     }
 }

@@ -1,5 +1,9 @@
 //! Routes: the signed message endpoint (and its `/agents` alias), health, version, CORS, and the
-//! protocol header on every response.
+//! protocol header on every response; the accept loop ([`serve`]) and the bounded reading of
+//! unauthenticated bodies ([`body`]). The only place that knows HTTP statuses ([`status`]).
+
+pub mod body;
+pub mod serve;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -73,11 +77,18 @@ async fn message(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) ->
     );
     async move {
         let started = Instant::now();
-        let mut protocol = AGENTS_PROTOCOL_VERSION;
-        let outcome = handle_message(&app, &headers, body, &mut protocol).await;
+        let mut progress = Progress { protocol: AGENTS_PROTOCOL_VERSION, body_read: false };
+        let outcome = handle_message(&app, &headers, body, &mut progress).await;
         let response = match outcome {
             Ok(bytes) => cbor(StatusCode::OK, bytes),
-            Err(error) => error_response(&error, protocol),
+            Err(error) => {
+                let mut response = error_response(&error, progress.protocol);
+                if !progress.body_read {
+                    // The rest of the body is not wanted: do not keep the connection for it.
+                    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                response
+            }
         };
         let span = tracing::Span::current();
         let status = response.status().as_u16();
@@ -94,24 +105,46 @@ async fn message(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) ->
     .await
 }
 
-/// Verifies and dispatches one request; `protocol` is set to the client's declared protocol once
-/// the envelope verified (errors are shaped for it).
+/// How far a request got: what an error answer depends on.
+struct Progress {
+    /// The client's declared protocol, once its envelope verified (errors are shaped for it).
+    protocol: u32,
+    /// Whether the whole body was read (else the connection is closed after the answer).
+    body_read: bool,
+}
+
+/// What a request that took longer than `--request-timeout` hears.
+const TOO_LONG: &str = "The server could not answer in time; try again later";
+
+/// Reads, verifies and dispatches one request.
 async fn handle_message(
     app: &Arc<App>,
     headers: &HeaderMap,
     body: Body,
-    protocol: &mut u32,
+    progress: &mut Progress,
 ) -> Result<Vec<u8>, ApiError> {
     if !is_cbor(headers) {
         return Err(ApiError::new(ErrorKind::UnsupportedMediaType, "Content-Type must be application/cbor"));
     }
-    let bytes = read_body(headers, body, app.config.max_body_bytes).await?;
-    let verified = auth::verify(app, bytes, Transport::Http).await?;
-    *protocol = verified.caller.protocol;
-    let span = tracing::Span::current();
-    span.record("action", verified.action_name.as_str());
-    span.record("account", verified.caller.account_id.as_str());
-    crate::dispatch::dispatch(app, &verified.caller, &verified.action_name, verified.action).await
+    let (bytes, reservation) = body::read(headers, body, &app.body_limits(), &app.bodies).await?;
+    progress.body_read = true;
+    let answer = async {
+        let verified = auth::verify(app, bytes, Transport::Http).await?;
+        // Verified: the body is the caller's now, not a stranger's.
+        drop(reservation);
+        progress.protocol = verified.caller.protocol;
+        let span = tracing::Span::current();
+        span.record("action", verified.action_name.as_str());
+        span.record("account", verified.caller.account_id.as_str());
+        crate::dispatch::dispatch(app, &verified.caller, &verified.action_name, verified.action).await
+    };
+    match tokio::time::timeout(app.config.request_timeout, answer).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            tracing::warn!(timeout_s = app.config.request_timeout.as_secs_f64(), "request abandoned: too slow");
+            Err(ApiError::unavailable(TOO_LONG))
+        }
+    }
 }
 
 fn is_cbor(headers: &HeaderMap) -> bool {
@@ -120,39 +153,6 @@ fn is_cbor(headers: &HeaderMap) -> bool {
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.split(';').next())
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/cbor"))
-}
-
-/// The most a request's `Content-Length` reserves before its bytes arrive: an 8 MiB upload
-/// chunk in its envelope, with room to spare.
-const MAX_PREALLOCATION: usize = 16 * 1024 * 1024;
-
-/// Reads the body as it arrives into one buffer (sized by `Content-Length` when it is sent),
-/// refusing it as soon as it passes `limit` bytes. One buffer, not a list of frames joined at
-/// the end: an 8 MiB upload chunk is held once while it arrives.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
-    use http_body_util::BodyExt as _;
-    let too_large = || ApiError::too_large("Request body is too large");
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<usize>().ok());
-    if declared.is_some_and(|length| length > limit) {
-        return Err(too_large());
-    }
-    // A declared length is a hint for the first allocation only (capped: it is unauthenticated,
-    // and the body may never come); the bytes are still counted.
-    let mut bytes = Vec::with_capacity(declared.unwrap_or(0).min(limit).min(MAX_PREALLOCATION));
-    let mut body = body;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|_| ApiError::invalid("Invalid CBOR request"))?;
-        if let Ok(data) = frame.into_data() {
-            if bytes.len() + data.len() > limit {
-                return Err(too_large());
-            }
-            bytes.extend_from_slice(&data);
-        }
-    }
-    Ok(bytes)
 }
 
 fn cbor(status: StatusCode, bytes: Vec<u8>) -> Response {
@@ -198,6 +198,7 @@ pub fn status(kind: ErrorKind) -> StatusCode {
         ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         ErrorKind::TooMany => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::TimedOut => StatusCode::REQUEST_TIMEOUT,
         ErrorKind::UpdateRequired => StatusCode::UPGRADE_REQUIRED,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Upstream => StatusCode::BAD_GATEWAY,
