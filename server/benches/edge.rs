@@ -128,7 +128,13 @@ struct Outcome {
 
 impl std::fmt::Display for Outcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "answer {} after {:.1} MB sent, {:.2} s", self.status, self.sent as f64 / 1e6, self.elapsed.as_secs_f64())
+        write!(
+            f,
+            "answer {} after {:.1} MB sent, {:.2} s",
+            self.status,
+            self.sent as f64 / 1e6,
+            self.elapsed.as_secs_f64()
+        )
     }
 }
 
