@@ -13,12 +13,14 @@
 //! - no error message and no `Debug` output contains key bytes or plaintext.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::fs::{self, File};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+
+use crate::durable::{self, TempOptions};
 
 /// The version byte that starts every sealed value this build writes.
 const SEALED_VERSION: u8 = 1;
@@ -30,6 +32,8 @@ const TAG_LEN: usize = 16;
 const KEY_LEN: usize = 32;
 /// Domain separation for the associated data, so these ciphertexts mean nothing elsewhere.
 const AAD_DOMAIN: &[u8] = b"seed-agents/secret";
+/// The new key file's temp file: hidden, beside it, owner-only from the start.
+const KEY_TEMP: TempOptions = TempOptions { prefix: ".secret.key.tmp-", suffix: "", owner_only: true };
 
 /// The server's secret-encryption key (XChaCha20-Poly1305, 32 bytes).
 ///
@@ -297,61 +301,23 @@ fn check_permissions(_metadata: &fs::Metadata, _path: &Path) -> Result<(), Secre
     Ok(())
 }
 
-/// Generates a new key and publishes it at `path`: written to a 0600 temporary file beside it,
-/// fsynced, then renamed into place, so the key file is never seen half-written.
+/// Generates a new key and publishes it at `path` with [`durable::write`]: a 0600 temp file beside
+/// it, fsynced, renamed into place and the directory fsynced, so the key file is never seen
+/// half-written.
 fn create_key_file(path: &Path) -> Result<SecretKey, SecretKeyError> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     fs::create_dir_all(dir).map_err(io_error("create the directory for", path))?;
     let mut bytes = [0u8; KEY_LEN];
     getrandom::fill(&mut bytes).map_err(SecretKeyError::Random)?;
-    let temp = temp_path(path)?;
-    let written = write_new_file(&temp, &bytes).and_then(|()| fs::rename(&temp, path));
-    if let Err(source) = written {
+    if let Err(source) = durable::write(path, &bytes, &KEY_TEMP) {
         wipe(&mut bytes);
-        // Best-effort cleanup; the original error is the one worth reporting.
-        let _ = fs::remove_file(&temp);
         return Err(SecretKeyError::Io { action: "create", path: path.to_path_buf(), source });
     }
-    sync_dir(dir);
     tracing::info!(
         path = %path.display(),
         "generated a new secret key file; back it up: stored secrets cannot be decrypted without it"
     );
     Ok(SecretKey::from_bytes(bytes))
-}
-
-/// A unique temporary path beside `path` (hidden, same directory so the rename is atomic).
-fn temp_path(path: &Path) -> Result<PathBuf, SecretKeyError> {
-    let mut suffix = [0u8; 8];
-    getrandom::fill(&mut suffix).map_err(SecretKeyError::Random)?;
-    let suffix: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
-    let name = format!(".{}.tmp-{}-{suffix}", SecretKey::FILE_NAME, std::process::id());
-    Ok(path.with_file_name(name))
-}
-
-/// Creates `path` (which must not exist) readable and writable by the owner only, writes `bytes`
-/// and flushes them to disk.
-fn write_new_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
-}
-
-/// Flushes the directory entry of a freshly renamed file (best-effort; not possible everywhere).
-fn sync_dir(dir: &Path) {
-    #[cfg(unix)]
-    if let Err(err) = File::open(dir).and_then(|d| d.sync_all()) {
-        tracing::warn!(dir = %dir.display(), error = %err, "could not fsync the secret key file's directory");
-    }
-    #[cfg(not(unix))]
-    let _ = dir;
 }
 
 #[cfg(test)]
