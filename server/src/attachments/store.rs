@@ -35,7 +35,7 @@ pub fn store_bytes(
     now_ms: i64,
 ) -> ApiResult<SessionAttachmentInfo> {
     check_size(content.len() as u64)?;
-    let id = hex(&Sha256::digest(content));
+    let id = hex::encode(Sha256::digest(content));
     let session = SessionFiles::open(dir)?;
     if let Some(existing) = session.existing(&id) {
         return Ok(existing);
@@ -184,11 +184,7 @@ fn hash_file(path: &Path) -> io::Result<String> {
         }
         hasher.update(&buffer[..read]);
     }
-    Ok(hex(&hasher.finalize()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    Ok(hex::encode(hasher.finalize()))
 }
 
 #[cfg(test)]
