@@ -50,7 +50,7 @@ pub fn write(path: &Path, bytes: &[u8], options: &TempOptions) -> io::Result<()>
 
 /// Moves the complete file `from` to `to` durably, replacing any file there: `from` is fsynced,
 /// renamed, and `to`'s directory fsynced. Across filesystems (where a rename cannot go) the bytes
-/// are copied with [`write`]'s steps into a temp file beside `to`, and `from` is removed only once
+/// are copied with [`write()`]'s steps into a temp file beside `to`, and `from` is removed only once
 /// the copy is in place. On an error before the move, `from` is left where it was.
 pub fn move_into_place(from: &Path, to: &Path, options: &TempOptions) -> io::Result<()> {
     File::open(from)?.sync_all()?;

@@ -17,8 +17,7 @@ use super::path::{self, Found, MemoryPath};
 use crate::durable::{self, TempFile, TempOptions};
 use crate::error::{ApiError, ApiResult};
 
-/// Temp files beside their targets: `.seed-memory-<random>.tmp`, which listings hide (see
-/// [`is_temp_name`]).
+/// Temp files beside their targets: `.seed-memory-<random>.tmp`, which listings hide.
 pub const TEMP: TempOptions = TempOptions { prefix: ".seed-memory-", suffix: ".tmp", owner_only: false };
 
 /// Every file and directory, sorted by path, and the total size of the files.
