@@ -15,6 +15,7 @@ pub mod collaborators;
 pub mod config;
 pub mod db;
 pub mod dispatch;
+pub mod durable;
 pub mod error;
 pub mod hm;
 pub mod http;

@@ -1,15 +1,23 @@
 //! The attachment files themselves: blocking, crash-safe writes and reads of one session's
-//! directory. Callers run these on a blocking thread.
+//! directory. Callers run these on a blocking thread. Each `<id>.bin` and its `<id>.json` sidecar
+//! is written or moved into place with [`crate::durable`]; the sidecar comes last, so a record
+//! never names bytes that are not there.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use seed_agents_protocol::generated::SessionAttachmentInfo;
 use sha2::{Digest, Sha256};
 
 use super::{MAX_ATTACHMENT_BYTES, MAX_ATTACHMENTS_PER_SESSION, mime_type_for};
+use crate::durable::{self, TempOptions};
 use crate::error::{ApiError, ApiResult};
+
+/// Temp files of the bytes and of the sidecar: hidden, and not ending in `.json`, so
+/// [`SessionFiles::check_room`] does not count them.
+const BIN_TEMP: TempOptions = TempOptions { prefix: ".", suffix: ".bin.tmp", owner_only: false };
+const JSON_TEMP: TempOptions = TempOptions { prefix: ".", suffix: ".json.tmp", owner_only: false };
 
 /// The MIME type of a file name's extension (the memory module's table, as upstream shares it).
 pub fn infer_mime_type(name: &str) -> Option<String> {
@@ -27,20 +35,19 @@ pub fn store_bytes(
     now_ms: i64,
 ) -> ApiResult<SessionAttachmentInfo> {
     check_size(content.len() as u64)?;
-    let id = hex(&Sha256::digest(content));
+    let id = hex::encode(Sha256::digest(content));
     let session = SessionFiles::open(dir)?;
     if let Some(existing) = session.existing(&id) {
         return Ok(existing);
     }
     session.check_room()?;
-    let temp = session.temp_path("bin");
-    write_synced(&temp, content).map_err(ApiError::internal)?;
-    session.finish(&id, &temp, session_id, name, given_mime, content.len() as u64, now_ms)
+    durable::write(&session.bin_path(&id), content, &BIN_TEMP).map_err(ApiError::internal)?;
+    session.finish(&id, session_id, name, given_mime, content.len() as u64, now_ms)
 }
 
 /// Stores the complete staged file `staged` as an attachment (moving it: the staged file is gone
-/// afterwards, also when the same bytes were already attached). The hash is computed by
-/// streaming, so memory stays flat whatever the size.
+/// afterwards, also when the same bytes were already attached; it stays when the move fails).
+/// The hash is computed by streaming, so memory stays flat whatever the size.
 pub fn store_staged(
     dir: &Path,
     session_id: &str,
@@ -58,7 +65,8 @@ pub fn store_staged(
         return Ok(existing);
     }
     session.check_room()?;
-    session.finish(&id, staged, session_id, name, given_mime, size, now_ms)
+    durable::move_into_place(staged, &session.bin_path(&id), &BIN_TEMP).map_err(ApiError::internal)?;
+    session.finish(&id, session_id, name, given_mime, size, now_ms)
 }
 
 /// One attachment's record and bytes: 400 for a malformed id, 404 when missing.
@@ -124,16 +132,14 @@ impl<'a> SessionFiles<'a> {
         Ok(())
     }
 
-    fn temp_path(&self, extension: &str) -> PathBuf {
-        self.dir.join(format!(".{}.{extension}.tmp", uuid::Uuid::new_v4()))
+    fn bin_path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.bin"))
     }
 
-    /// Moves the complete bytes at `bytes` (already fsynced) into place, then writes the sidecar.
-    #[allow(clippy::too_many_arguments)]
+    /// Writes the sidecar of the bytes already in place at `<id>.bin`.
     fn finish(
         &self,
         id: &str,
-        bytes: &Path,
         session_id: &str,
         name: &str,
         given_mime: Option<&str>,
@@ -149,18 +155,7 @@ impl<'a> SessionFiles<'a> {
             size: size as i64,
         };
         let meta = serde_json::to_vec(&info).map_err(ApiError::internal)?;
-        let meta_temp = self.temp_path("json");
-        let outcome = (|| -> io::Result<()> {
-            move_file(bytes, &self.dir.join(format!("{id}.bin")))?;
-            write_synced(&meta_temp, &meta)?;
-            fs::rename(&meta_temp, self.dir.join(format!("{id}.json")))?;
-            sync_dir(self.dir)
-        })();
-        if let Err(error) = outcome {
-            remove_quietly(bytes);
-            remove_quietly(&meta_temp);
-            return Err(ApiError::internal(error));
-        }
+        durable::write(&self.dir.join(format!("{id}.json")), &meta, &JSON_TEMP).map_err(ApiError::internal)?;
         Ok(info)
     }
 }
@@ -168,32 +163,6 @@ impl<'a> SessionFiles<'a> {
 fn read_meta(path: &Path) -> Option<SessionAttachmentInfo> {
     // A corrupt sidecar counts as missing, so the same bytes can be attached again.
     serde_json::from_slice(&fs::read(path).ok()?).ok()
-}
-
-/// Writes `bytes` to a new file at `path` and fsyncs it.
-pub(crate) fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut file = OpenOptions::new().create_new(true).write(true).open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
-}
-
-/// Renames `from` to `to`; across filesystems, copies (fsynced) and removes instead.
-pub(crate) fn move_file(from: &Path, to: &Path) -> io::Result<()> {
-    match fs::rename(from, to) {
-        Err(error) if error.kind() == io::ErrorKind::CrossesDevices => {
-            let temp = to.with_extension("crossdev.tmp");
-            fs::copy(from, &temp)?;
-            File::open(&temp)?.sync_all()?;
-            fs::rename(&temp, to)?;
-            fs::remove_file(from)
-        }
-        other => other,
-    }
-}
-
-/// Fsyncs a directory, so renames into it survive a crash.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 fn remove_quietly(path: &Path) {
@@ -215,11 +184,7 @@ fn hash_file(path: &Path) -> io::Result<String> {
         }
         hasher.update(&buffer[..read]);
     }
-    Ok(hex(&hasher.finalize()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    Ok(hex::encode(hasher.finalize()))
 }
 
 #[cfg(test)]

@@ -2,12 +2,14 @@
 //!
 //! A blob is signed by encoding it with `sig` = 64 zero bytes, signing those bytes (Ed25519,
 //! RFC 8032), putting the signature in `sig` and encoding again. Client-computed CIDs are CIDv1
-//! over the final bytes with multihash sha2-256; the string form is multibase base32 lower (`b…`).
+//! over the final bytes with multihash sha2-256 (the `cid` crate); the string form is multibase
+//! base32 lower (`b…`), `Cid`'s `Display`.
 
 use std::collections::BTreeMap;
 
+use cid::Cid;
+use cid::multihash::Multihash;
 use ed25519_dalek::{Signer as _, SigningKey};
-use ipld_core::cid::Cid;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::{Principal, wire};
 use sha2::{Digest, Sha256};
@@ -35,49 +37,13 @@ pub struct Blob {
 #[error("cannot encode blob: {0}")]
 pub struct BlobError(String);
 
-/// Appends `value` as an unsigned LEB128 varint (multiformats and protobuf both use it).
-pub(crate) fn varint(mut value: u64, out: &mut Vec<u8>) {
-    loop {
-        let byte = (value & 0x7f) as u8;
-        value >>= 7;
-        if value == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
-    }
-}
-
-/// The binary CIDv1 of `data` under `codec`, hashed with sha2-256.
-pub fn cid_v1_sha256(codec: u64, data: &[u8]) -> Vec<u8> {
+/// The CIDv1 of `data` under `codec`, hashed with sha2-256. `to_bytes` is the binary form,
+/// `to_string` the `b…` string.
+pub fn cid_v1_sha256(codec: u64, data: &[u8]) -> Cid {
     let digest = Sha256::digest(data);
-    let mut cid = Vec::with_capacity(36);
-    varint(1, &mut cid);
-    varint(codec, &mut cid);
-    varint(SHA2_256, &mut cid);
-    varint(digest.len() as u64, &mut cid);
-    cid.extend_from_slice(&digest);
-    cid
-}
-
-/// The multibase base32 (lower, unpadded, `b` prefix) string of a binary CID.
-pub fn cid_string(cid: &[u8]) -> String {
-    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
-    let mut out = String::with_capacity(1 + cid.len().div_ceil(5) * 8);
-    out.push('b');
-    let (mut buffer, mut bits) = (0u32, 0u32);
-    for &byte in cid {
-        buffer = (buffer << 8) | u32::from(byte);
-        bits += 8;
-        while bits >= 5 {
-            bits -= 5;
-            out.push(ALPHABET[((buffer >> bits) & 31) as usize] as char);
-        }
-    }
-    if bits > 0 {
-        out.push(ALPHABET[((buffer << (5 - bits)) & 31) as usize] as char);
-    }
-    out
+    // A sha2-256 digest is 32 bytes; a `Cid`'s multihash holds up to 64.
+    let hash = Multihash::wrap(SHA2_256, &digest).expect("a 32-byte digest fits a 64-byte multihash");
+    Cid::new_v1(codec, hash)
 }
 
 /// The principal (`ed01` + public key) of a signing key.
@@ -103,9 +69,8 @@ pub fn sign(key: &SigningKey, mut fields: BTreeMap<String, Ipld>) -> Result<Vec<
 /// both in the blob (as a string) and as a [`Cid`] that later blobs can link to.
 pub fn sign_named(key: &SigningKey, fields: BTreeMap<String, Ipld>) -> Result<(Blob, Cid), BlobError> {
     let data = sign(key, fields)?;
-    let cid_bytes = cid_v1_sha256(DAG_CBOR, &data);
-    let cid = Cid::try_from(cid_bytes.as_slice()).map_err(|error| BlobError(error.to_string()))?;
-    Ok((Blob { cid: Some(cid_string(&cid_bytes)), data }, cid))
+    let cid = cid_v1_sha256(DAG_CBOR, &data);
+    Ok((Blob { cid: Some(cid.to_string()), data }, cid))
 }
 
 /// A signed `Profile` blob with its sha2-256 CID: `{type, signer, sig, ts, name, avatar?,
@@ -135,10 +100,6 @@ pub fn profile(
 mod tests {
     use super::*;
 
-    fn hex(bytes: &[u8]) -> String {
-        bytes.iter().map(|byte| format!("{byte:02x}")).collect()
-    }
-
     /// The golden Profile vector of HM-INTEGRATION.md §2.2 (made with the upstream JS libraries).
     #[test]
     fn profile_matches_the_upstream_vector() {
@@ -146,7 +107,7 @@ mod tests {
         assert_eq!(principal(&key).to_string(), "z6MkvDqGT54cXesYGvABpF1UapVNwjCqRcafi4Px6Thv5T3Z");
         let blob = profile(&key, 1_700_000_000_000, "Test Agent", None, None).unwrap();
         assert_eq!(
-            hex(&blob.data),
+            hex::encode(&blob.data),
             "a56274731b0000018bcfe568006373696758409851742dfb4d4fd58fa719c666b264d8427bef4c0b53a3301ff1424636267e8b15b613e6a6fe26d81e5f48fd4c1f373ed8ad0f4dc8abd7661b7d406ae465c20e646e616d656a54657374204167656e7464747970656750726f66696c65667369676e65725822ed01ea4a6c63e29c520abef5507b132ec5f9954776aebebe7b92421eea691446d22c"
         );
         assert_eq!(blob.cid.as_deref(), Some("bafyreierjjrmllcumbks77hhj4niubp5vqr3wsledzclfxrxdbuz2itdwu"));
@@ -155,9 +116,13 @@ mod tests {
     #[test]
     fn cid_strings() {
         // CIDv1 raw sha2-256 strings start `bafkrei`, dag-cbor ones `bafyrei`.
-        assert!(cid_string(&cid_v1_sha256(RAW, b"icon")).starts_with("bafkrei"));
-        assert!(cid_string(&cid_v1_sha256(DAG_CBOR, b"x")).starts_with("bafyrei"));
-        assert_eq!(cid_string(&[]), "b");
+        assert!(cid_v1_sha256(RAW, b"icon").to_string().starts_with("bafkrei"));
+        assert!(cid_v1_sha256(DAG_CBOR, b"x").to_string().starts_with("bafyrei"));
+        // The binary form: version 1, codec, sha2-256, 32 bytes, the digest.
+        let cid = cid_v1_sha256(DAG_PB, b"x");
+        let mut expected = vec![0x01, 0x70, 0x12, 0x20];
+        expected.extend_from_slice(&Sha256::digest(b"x"));
+        assert_eq!(cid.to_bytes(), expected);
     }
 
     #[test]
@@ -165,7 +130,7 @@ mod tests {
         let key = SigningKey::from_bytes(&[7; 32]);
         let fields = BTreeMap::from([("type".to_owned(), Ipld::String("Change".to_owned()))]);
         let (blob, cid) = sign_named(&key, fields).unwrap();
-        assert_eq!(blob.cid, Some(cid_string(&cid.to_bytes())));
+        assert_eq!(blob.cid, Some(cid.to_string()));
         assert_eq!((cid.version(), cid.codec()), (ipld_core::cid::Version::V1, DAG_CBOR));
     }
 }

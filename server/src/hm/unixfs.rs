@@ -4,7 +4,9 @@
 //! built level by level (a trailing group of one still gets its own parent). [`Builder`] makes the
 //! same tree from a stream of chunks.
 
-use super::blob::{Blob, DAG_PB, RAW, cid_string, cid_v1_sha256, varint};
+use cid::Cid;
+
+use super::blob::{Blob, DAG_PB, RAW, cid_v1_sha256};
 
 /// Bytes per leaf.
 pub const CHUNK_BYTES: usize = 256 * 1024;
@@ -22,7 +24,7 @@ pub struct File {
 
 #[derive(Debug)]
 struct Child {
-    cid: Vec<u8>,
+    cid: Cid,
     /// Bytes of file content below (a leaf's length, a node's filesize).
     file_size: u64,
     /// Cumulative encoded size (a leaf's length; a node's length plus its links' Tsize).
@@ -64,7 +66,7 @@ impl Builder {
     /// its raw leaf and any interior node it completed, children before parents.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<Blob> {
         let cid = cid_v1_sha256(RAW, chunk);
-        let mut blocks = vec![Blob { cid: Some(cid_string(&cid)), data: chunk.to_vec() }];
+        let mut blocks = vec![Blob { cid: Some(cid.to_string()), data: chunk.to_vec() }];
         self.leaves += 1;
         self.add(0, Child { cid, file_size: chunk.len() as u64, tsize: chunk.len() as u64 });
         let mut level = 0;
@@ -86,7 +88,7 @@ impl Builder {
             let top = self.levels[level + 1..].iter().all(Vec::is_empty);
             let pending = std::mem::take(&mut self.levels[level]);
             if top && pending.len() == 1 {
-                return (cid_string(&pending[0].cid), blocks);
+                return (pending[0].cid.to_string(), blocks);
             }
             if !pending.is_empty() {
                 let parent = parent(&pending, &mut blocks);
@@ -109,12 +111,18 @@ fn parent(group: &[Child], blocks: &mut Vec<Blob>) -> Child {
     let node = node(group);
     let cid = cid_v1_sha256(DAG_PB, &node);
     let child = Child {
-        cid: cid.clone(),
+        cid,
         file_size: group.iter().map(|child| child.file_size).sum(),
         tsize: node.len() as u64 + group.iter().map(|child| child.tsize).sum::<u64>(),
     };
-    blocks.push(Blob { cid: Some(cid_string(&cid)), data: node });
+    blocks.push(Blob { cid: Some(cid.to_string()), data: node });
     child
+}
+
+/// Appends `value` as a protobuf varint (base 128, low group first; the same bytes as a
+/// multiformats unsigned varint, which is what the crate is named for).
+fn varint(value: u64, out: &mut Vec<u8>) {
+    out.extend_from_slice(unsigned_varint::encode::u64(value, &mut unsigned_varint::encode::u64_buffer()));
 }
 
 fn field_bytes(field: u64, bytes: &[u8], out: &mut Vec<u8>) {
@@ -140,7 +148,7 @@ fn node(children: &[Child]) -> Vec<u8> {
     let mut node = Vec::new();
     for child in children {
         let mut link = Vec::new();
-        field_bytes(1, &child.cid, &mut link);
+        field_bytes(1, &child.cid.to_bytes(), &mut link);
         field_bytes(2, b"", &mut link);
         field_varint(3, child.tsize, &mut link);
         field_bytes(2, &link, &mut node);
@@ -155,6 +163,19 @@ mod tests {
 
     fn pattern(len: usize) -> Vec<u8> {
         (0..len).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn varints_are_protobuf_varints() {
+        let encode = |value| {
+            let mut out = Vec::new();
+            varint(value, &mut out);
+            out
+        };
+        // The protobuf documentation's example, and the full 64-bit range protobuf allows.
+        assert_eq!(encode(0), [0x00]);
+        assert_eq!(encode(300), [0xAC, 0x02]);
+        assert_eq!(encode(u64::MAX), [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01]);
     }
 
     /// The root-CID vectors of HM-INTEGRATION.md §3 (made with the pinned upstream importer).
@@ -218,7 +239,7 @@ mod tests {
             while level.len() > 1 {
                 level = level.chunks(MAX_CHILDREN).map(|group| parent(group, &mut Vec::new())).collect();
             }
-            cid_string(&level[0].cid)
+            level[0].cid.to_string()
         }
         // Tiny distinct leaves stand in for full chunks: the layout only depends on their count.
         for count in [2, 173, 174, 175, 348, 349, MAX_CHILDREN * MAX_CHILDREN, MAX_CHILDREN * MAX_CHILDREN + 1] {

@@ -12,7 +12,8 @@ use tokio::io::AsyncWriteExt;
 use super::guard;
 use super::mime;
 use super::path::MemoryPath;
-use super::store::{self, TempFile};
+use super::store;
+use crate::durable::TempFile;
 use crate::error::{ApiError, ApiResult};
 use crate::validate::js_trim;
 
@@ -72,7 +73,9 @@ pub async fn download(root: PathBuf, raw_url: &str, raw_path: Option<&str>, opti
     let (target_root, target) = (root.clone(), path.clone());
     let (temp, file) = blocking(move || {
         let dir = store::prepare_target(&target_root, &target)?;
-        TempFile::create(&dir).map_err(ApiError::internal)
+        let temp = TempFile::create(&dir, &store::TEMP).map_err(ApiError::internal)?;
+        let file = temp.file().try_clone().map_err(ApiError::internal)?;
+        Ok((temp, file))
     })
     .await?;
     let mut file = tokio::fs::File::from_std(file);
@@ -88,8 +91,8 @@ pub async fn download(root: PathBuf, raw_url: &str, raw_path: Option<&str>, opti
         };
         file.write_all(&chunk).await.map_err(ApiError::internal)?;
     }
+    // Wait for tokio's last background write; `commit` fsyncs and renames on the blocking pool.
     file.flush().await.map_err(ApiError::internal)?;
-    file.sync_all().await.map_err(ApiError::internal)?;
     drop(file);
     let entry = blocking(move || store::commit(&root, &path, temp)).await?;
     Ok(Downloaded { entry, final_url, content_type })

@@ -1,6 +1,7 @@
 //! The memory filesystem itself: blocking operations on `<stateDir>/memory`, run off the async
-//! threads by the handlers. Nothing here follows a symlink; writes go through a temp file in the
-//! target's directory, fsync and rename, so a crash never leaves half a file.
+//! threads by the handlers. Nothing here follows a symlink; writes go through
+//! [`crate::durable`] (a temp file in the target's directory, fsync, rename, directory fsync), so
+//! a crash never leaves half a file.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -13,11 +14,11 @@ use seed_agents_protocol::generated::{
 
 use super::mime;
 use super::path::{self, Found, MemoryPath};
+use crate::durable::{self, TempFile, TempOptions};
 use crate::error::{ApiError, ApiResult};
 
-/// Temp files start with this and end with [`TEMP_SUFFIX`]; listings hide them.
-const TEMP_PREFIX: &str = ".seed-memory-";
-const TEMP_SUFFIX: &str = ".tmp";
+/// Temp files beside their targets: `.seed-memory-<random>.tmp`, which listings hide.
+pub const TEMP: TempOptions = TempOptions { prefix: ".seed-memory-", suffix: ".tmp", owner_only: false };
 
 /// Every file and directory, sorted by path, and the total size of the files.
 pub fn list_all(root: &Path) -> ApiResult<(Vec<AgentMemoryEntry>, i64)> {
@@ -136,9 +137,8 @@ pub fn decode_text(bytes: &[u8]) -> Option<&str> {
 /// Writes a whole file (creating parents): temp file, fsync, rename.
 pub fn write(root: &Path, path: &MemoryPath, content: &[u8]) -> ApiResult<AgentMemoryEntry> {
     let dir = prepare_target(root, path)?;
-    let (temp, mut file) = TempFile::create(&dir).map_err(ApiError::internal)?;
-    file.write_all(content).and_then(|()| file.sync_all()).map_err(ApiError::internal)?;
-    drop(file);
+    let temp = TempFile::create(&dir, &TEMP).map_err(ApiError::internal)?;
+    temp.file().write_all(content).map_err(ApiError::internal)?;
     commit(root, path, temp)
 }
 
@@ -173,18 +173,28 @@ fn not_writable(path: &MemoryPath) -> ApiError {
     ApiError::invalid(format!("Memory path is not writable: {}", path.as_str()))
 }
 
-/// Renames `temp` (written and synced by the caller) onto `path`, re-checked first, then syncs
-/// the directory.
+/// Persists `temp` (written by the caller) at `path`, re-checked first: fsync, rename, directory
+/// fsync. The bytes are flushed before the re-check, so only a rename separates check and write
+/// (the persist's own fsync then finds nothing left to flush).
 pub fn commit(root: &Path, path: &MemoryPath, temp: TempFile) -> ApiResult<AgentMemoryEntry> {
+    temp.file().sync_all().map_err(ApiError::internal)?;
     check_target(root, path)?;
     let target = path.under(root);
-    std::fs::rename(temp.path(), &target).map_err(write_error)?;
-    temp.persisted();
-    if let Some(dir) = target.parent() {
-        // Durability of the rename itself; not every platform can sync a directory.
-        let _ = std::fs::File::open(dir).and_then(|dir| dir.sync_all());
-    }
-    let meta = std::fs::symlink_metadata(&target).map_err(ApiError::internal)?;
+    temp.persist(&target).map_err(write_error)?;
+    entry_at(path, &target)
+}
+
+/// Moves the complete file `staged` to `path`, re-checked first (see
+/// [`durable::move_into_place`]); `staged` stays where it was when the move fails.
+pub fn commit_staged(root: &Path, path: &MemoryPath, staged: &Path) -> ApiResult<AgentMemoryEntry> {
+    check_target(root, path)?;
+    let target = path.under(root);
+    durable::move_into_place(staged, &target, &TEMP).map_err(write_error)?;
+    entry_at(path, &target)
+}
+
+fn entry_at(path: &MemoryPath, target: &Path) -> ApiResult<AgentMemoryEntry> {
+    let meta = std::fs::symlink_metadata(target).map_err(ApiError::internal)?;
     Ok(file_entry(path.as_str().to_owned(), &meta))
 }
 
@@ -205,42 +215,9 @@ pub fn delete(root: &Path, path: &MemoryPath) -> ApiResult<bool> {
     }
 }
 
-/// A temp file beside its target; removed on drop unless [`TempFile::persisted`].
-#[derive(Debug)]
-pub struct TempFile {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl TempFile {
-    /// Creates an empty temp file in `dir` (blocking), open for writing.
-    pub fn create(dir: &Path) -> io::Result<(Self, std::fs::File)> {
-        let path = dir.join(format!("{TEMP_PREFIX}{}{TEMP_SUFFIX}", uuid::Uuid::new_v4().simple()));
-        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
-        Ok((Self { path, keep: false }, file))
-    }
-
-    /// Its path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn persisted(mut self) {
-        self.keep = true;
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if self.keep {
-            return;
-        }
-        let path = std::mem::take(&mut self.path);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn_blocking(move || std::fs::remove_file(path))),
-            Err(_) => drop(std::fs::remove_file(path)),
-        }
-    }
+/// Whether a directory entry is one of our temp files (a write in flight, or left by a crash).
+fn is_temp_name(name: &str) -> bool {
+    name.starts_with(TEMP.prefix) && name.ends_with(TEMP.suffix)
 }
 
 /// The readable children of a directory: no symlinks, no temp files, no names that are not UTF-8.
@@ -254,7 +231,7 @@ fn children(dir: &Path) -> ApiResult<Vec<(String, std::fs::Metadata)>> {
     for entry in reader {
         let entry = entry.map_err(ApiError::internal)?;
         let Ok(name) = entry.file_name().into_string() else { continue };
-        if name.starts_with(TEMP_PREFIX) && name.ends_with(TEMP_SUFFIX) {
+        if is_temp_name(&name) {
             continue;
         }
         // `DirEntry::metadata` does not traverse symlinks.
@@ -339,8 +316,12 @@ mod tests {
         assert_eq!((entry.size, entry.mime_type.as_deref()), (6, Some("text/plain")));
         assert_eq!(std::fs::read(root.join("a/b/c.txt")).unwrap(), b"second");
         assert_eq!(std::fs::read_dir(root.join("a/b")).unwrap().count(), 1);
+        // A write in flight (or a temp file a crash left) is hidden from listings.
+        let in_flight = TempFile::create(&root.join("a/b"), &TEMP).unwrap();
         let (entries, total) = list_all(&root).unwrap();
         let paths: Vec<_> = entries.iter().map(|entry| entry.path.as_str()).collect();
         assert_eq!((paths, total), (vec!["a", "a/b", "a/b/c.txt"], 6));
+        assert_eq!(list_dir(&root, Some(&MemoryPath::parse("a/b").unwrap())).unwrap().1.len(), 1);
+        drop(in_flight);
     }
 }

@@ -13,12 +13,15 @@
 //! - no error message and no `Debug` output contains key bytes or plaintext.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::fs::{self, File};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use zeroize::{Zeroize, Zeroizing};
+
+use crate::durable::{self, TempOptions};
 
 /// The version byte that starts every sealed value this build writes.
 const SEALED_VERSION: u8 = 1;
@@ -30,13 +33,16 @@ const TAG_LEN: usize = 16;
 const KEY_LEN: usize = 32;
 /// Domain separation for the associated data, so these ciphertexts mean nothing elsewhere.
 const AAD_DOMAIN: &[u8] = b"seed-agents/secret";
+/// The new key file's temp file: hidden, beside it, owner-only from the start.
+const KEY_TEMP: TempOptions = TempOptions { prefix: ".secret.key.tmp-", suffix: "", owner_only: true };
 
 /// The server's secret-encryption key (XChaCha20-Poly1305, 32 bytes).
 ///
 /// The key bytes are held only inside the cipher, which zeroes them when dropped (the
 /// `chacha20poly1305` crate zeroizes its key on drop). Intermediate copies made while loading are
-/// overwritten as soon as the cipher is built; that part is best-effort, since the compiler and
-/// the OS may have left copies elsewhere (registers, moved stack frames, swap).
+/// zeroized (the `zeroize` crate) once the cipher is built or loading fails; that part is
+/// best-effort, since the compiler and the OS may have left copies elsewhere (registers, moved
+/// stack frames, swap).
 pub struct SecretKey {
     cipher: XChaCha20Poly1305,
 }
@@ -62,7 +68,7 @@ impl SecretKey {
     /// fix; it is never silently replaced, because secrets sealed with it would be lost.
     pub fn load(data_dir: &Path, env_value: Option<&str>) -> Result<Self, SecretKeyError> {
         match env_value {
-            Some(value) => Ok(Self::from_bytes(parse_hex_key(value)?)),
+            Some(value) => Ok(Self::from_bytes(*parse_hex_key(value)?)),
             None => load_or_create_file(&data_dir.join(Self::FILE_NAME)),
         }
     }
@@ -71,7 +77,7 @@ impl SecretKey {
     #[must_use]
     pub fn from_bytes(mut bytes: [u8; KEY_LEN]) -> Self {
         let cipher = XChaCha20Poly1305::new(&bytes.into());
-        wipe(&mut bytes);
+        bytes.zeroize();
         Self { cipher }
     }
 
@@ -209,41 +215,20 @@ fn associated_data(version: u8, account_id: &str, name: &str) -> Vec<u8> {
     aad
 }
 
-/// Parses 64 hex characters (surrounding whitespace ignored) into a key.
-fn parse_hex_key(value: &str) -> Result<[u8; KEY_LEN], SecretKeyError> {
-    let digits = value.trim().as_bytes();
+/// Parses 64 hex characters (either case, surrounding whitespace ignored) into a key.
+fn parse_hex_key(value: &str) -> Result<Zeroizing<[u8; KEY_LEN]>, SecretKeyError> {
+    let digits = value.trim();
     if digits.is_empty() {
         return Err(SecretKeyError::InvalidEnv { problem: "the value is empty" });
     }
     if digits.len() != KEY_LEN * 2 {
         return Err(SecretKeyError::InvalidEnv { problem: "the value has the wrong length" });
     }
-    let mut key = [0u8; KEY_LEN];
-    for (byte, pair) in key.iter_mut().zip(digits.chunks_exact(2)) {
-        match (hex_digit(pair[0]), hex_digit(pair[1])) {
-            (Some(high), Some(low)) => *byte = (high << 4) | low,
-            _ => {
-                wipe(&mut key);
-                return Err(SecretKeyError::InvalidEnv { problem: "the value contains a non-hex character" });
-            }
-        }
-    }
+    let mut key = Zeroizing::new([0u8; KEY_LEN]);
+    // With the length checked, a bad character is the only way decoding can fail.
+    hex::decode_to_slice(digits, &mut key[..])
+        .map_err(|_| SecretKeyError::InvalidEnv { problem: "the value contains a non-hex character" })?;
     Ok(key)
-}
-
-fn hex_digit(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
-}
-
-/// Overwrites key material (best-effort: the compiler may keep other copies).
-fn wipe(bytes: &mut [u8; KEY_LEN]) {
-    *bytes = [0u8; KEY_LEN];
-    std::hint::black_box(bytes);
 }
 
 fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> SecretKeyError {
@@ -270,16 +255,15 @@ fn read_key_file(mut file: File, path: &Path) -> Result<SecretKey, SecretKeyErro
     if metadata.len() != KEY_LEN as u64 {
         return Err(SecretKeyError::WrongLength { path: path.to_path_buf(), len: metadata.len() });
     }
-    let mut bytes = [0u8; KEY_LEN];
-    file.read_exact(&mut bytes).map_err(io_error("read", path))?;
+    let mut bytes = Zeroizing::new([0u8; KEY_LEN]);
+    file.read_exact(&mut bytes[..]).map_err(io_error("read", path))?;
     // A file that grew between the length check and the read is not a key we can trust.
     let mut extra = [0u8; 1];
     if file.read(&mut extra).map_err(io_error("read", path))? != 0 {
-        wipe(&mut bytes);
         let len = file.metadata().map_or(KEY_LEN as u64 + 1, |m| m.len());
         return Err(SecretKeyError::WrongLength { path: path.to_path_buf(), len });
     }
-    Ok(SecretKey::from_bytes(bytes))
+    Ok(SecretKey::from_bytes(*bytes))
 }
 
 #[cfg(unix)]
@@ -297,61 +281,20 @@ fn check_permissions(_metadata: &fs::Metadata, _path: &Path) -> Result<(), Secre
     Ok(())
 }
 
-/// Generates a new key and publishes it at `path`: written to a 0600 temporary file beside it,
-/// fsynced, then renamed into place, so the key file is never seen half-written.
+/// Generates a new key and publishes it at `path` with [`durable::write`]: a 0600 temp file beside
+/// it, fsynced, renamed into place and the directory fsynced, so the key file is never seen
+/// half-written.
 fn create_key_file(path: &Path) -> Result<SecretKey, SecretKeyError> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     fs::create_dir_all(dir).map_err(io_error("create the directory for", path))?;
-    let mut bytes = [0u8; KEY_LEN];
-    getrandom::fill(&mut bytes).map_err(SecretKeyError::Random)?;
-    let temp = temp_path(path)?;
-    let written = write_new_file(&temp, &bytes).and_then(|()| fs::rename(&temp, path));
-    if let Err(source) = written {
-        wipe(&mut bytes);
-        // Best-effort cleanup; the original error is the one worth reporting.
-        let _ = fs::remove_file(&temp);
-        return Err(SecretKeyError::Io { action: "create", path: path.to_path_buf(), source });
-    }
-    sync_dir(dir);
+    let mut bytes = Zeroizing::new([0u8; KEY_LEN]);
+    getrandom::fill(&mut bytes[..]).map_err(SecretKeyError::Random)?;
+    durable::write(path, &bytes[..], &KEY_TEMP).map_err(io_error("create", path))?;
     tracing::info!(
         path = %path.display(),
         "generated a new secret key file; back it up: stored secrets cannot be decrypted without it"
     );
-    Ok(SecretKey::from_bytes(bytes))
-}
-
-/// A unique temporary path beside `path` (hidden, same directory so the rename is atomic).
-fn temp_path(path: &Path) -> Result<PathBuf, SecretKeyError> {
-    let mut suffix = [0u8; 8];
-    getrandom::fill(&mut suffix).map_err(SecretKeyError::Random)?;
-    let suffix: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
-    let name = format!(".{}.tmp-{}-{suffix}", SecretKey::FILE_NAME, std::process::id());
-    Ok(path.with_file_name(name))
-}
-
-/// Creates `path` (which must not exist) readable and writable by the owner only, writes `bytes`
-/// and flushes them to disk.
-fn write_new_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
-}
-
-/// Flushes the directory entry of a freshly renamed file (best-effort; not possible everywhere).
-fn sync_dir(dir: &Path) {
-    #[cfg(unix)]
-    if let Err(err) = File::open(dir).and_then(|d| d.sync_all()) {
-        tracing::warn!(dir = %dir.display(), error = %err, "could not fsync the secret key file's directory");
-    }
-    #[cfg(not(unix))]
-    let _ = dir;
+    Ok(SecretKey::from_bytes(*bytes))
 }
 
 #[cfg(test)]
@@ -553,6 +496,21 @@ mod tests {
             }
         }
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn bad_env_values_name_their_problem() {
+        let problem = |value: &str| match parse_hex_key(value) {
+            Err(SecretKeyError::InvalidEnv { problem }) => problem,
+            other => panic!("{value:?} gave {other:?}"),
+        };
+        assert_eq!(problem(" \n"), "the value is empty");
+        assert_eq!(problem(&"a".repeat(63)), "the value has the wrong length");
+        assert_eq!(problem(&"a".repeat(65)), "the value has the wrong length");
+        assert_eq!(problem(&"zz".repeat(32)), "the value contains a non-hex character");
+        // 64 bytes, but one of the characters takes two of them.
+        assert_eq!(problem(&format!("{}\u{e9}", "a".repeat(62))), "the value contains a non-hex character");
+        assert_eq!(*parse_hex_key(&"aB".repeat(32)).unwrap(), [0xAB; 32]);
     }
 
     #[test]

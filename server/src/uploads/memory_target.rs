@@ -1,11 +1,10 @@
 //! Memory-file targets of uploads, on top of `crate::memory`'s path rules: checked at begin
-//! without touching the disk, and committed by renaming the staged file into place.
+//! without touching the disk, and committed by moving the staged file into place.
 
 use std::path::{Path, PathBuf};
 
 use seed_agents_protocol::generated::AgentMemoryEntry;
 
-use crate::attachments::store::move_file;
 use crate::error::{ApiError, ApiResult};
 use crate::memory::path::{self, Found, MemoryPath};
 use crate::memory::store;
@@ -27,12 +26,10 @@ pub fn check(root: &Path, path: &MemoryPath) -> ApiResult<()> {
     }
 }
 
-/// Moves the complete staged file into the agent's memory at `path`: into a temp file beside
-/// the target, then one rename onto it (the memory module re-checks the path first).
+/// Moves the complete staged file into the agent's memory at `path` with one rename onto it
+/// (across filesystems, a copy through a temp file beside it); the memory module creates the
+/// parents and re-checks the path first. A failed move leaves the staged file for a retry.
 pub fn commit(root: &Path, path: &MemoryPath, staged: &Path) -> ApiResult<AgentMemoryEntry> {
-    let dir = store::prepare_target(root, path)?;
-    let (temp, file) = store::TempFile::create(&dir).map_err(ApiError::internal)?;
-    drop(file);
-    move_file(staged, temp.path()).map_err(ApiError::internal)?;
-    store::commit(root, path, temp)
+    store::prepare_target(root, path)?;
+    store::commit_staged(root, path, staged)
 }

@@ -9,8 +9,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::attachments::store::sync_dir;
 use crate::config::Config;
+use crate::durable;
 
 /// Where staging files live.
 pub fn dir(config: &Config) -> PathBuf {
@@ -31,8 +31,7 @@ pub fn part_path(config: &Config, id: &str) -> PathBuf {
 pub fn create(path: &Path) -> io::Result<()> {
     let parent = path.parent().ok_or_else(|| io::Error::other("staging path has no parent"))?;
     fs::create_dir_all(parent)?;
-    OpenOptions::new().create_new(true).write(true).open(path)?.sync_all()?;
-    sync_dir(parent)
+    durable::create_empty(path)
 }
 
 /// Opens and locks the staging file (waiting for another holder); `None` when it is gone.
