@@ -11,7 +11,7 @@ use seed_agents_protocol::generated::AgentAccessRole;
 use crate::error::{ApiError, ApiResult};
 
 /// A caller's role on one agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Role {
     /// May read every agent-scoped thing.
     Reader,

@@ -41,6 +41,8 @@ pub struct App {
     pub upload_order: crate::uploads::AppendOrder,
     /// Bytes held by request bodies whose envelope has not verified yet.
     pub bodies: crate::http::body::BodyBudget,
+    /// WebSocket subscriptions.
+    pub live: crate::ws::Live,
     /// Holds the data directory's lock file for the life of the server.
     _lock: std::fs::File,
 }
@@ -103,7 +105,9 @@ impl App {
         let bodies = crate::http::body::BodyBudget::new(config.body_budget_bytes);
         let upload_order = crate::uploads::AppendOrder::with_grace(config.upload_arrival_grace);
         let http = outbound_http_client().map_err(|error| StartError::HttpClient(error.to_string()))?;
+        let live = crate::ws::Live::new(config.ws_limits());
         Ok(Self {
+            live,
             db,
             bus: Bus::new(),
             config,
@@ -152,6 +156,8 @@ pub struct RunningServer {
     task: JoinHandle<std::io::Result<()>>,
     /// Expires idle uploads (`uploads::sweep`).
     upload_sweeper: JoinHandle<()>,
+    /// Fans bus events out to WebSockets (`ws::hub`).
+    hub: JoinHandle<()>,
 }
 
 impl RunningServer {
@@ -167,11 +173,12 @@ impl RunningServer {
             max_connections: app.config.max_connections,
             header_timeout: app.config.header_timeout,
         };
+        let hub = crate::ws::spawn_hub(&app);
         let task = tokio::spawn(crate::http::serve::serve(listener, router, limits, async move {
             let _ = stopped.await;
         }));
         let upload_sweeper = crate::uploads::spawn_sweeper(&app);
-        Ok(Self { addr, app, shutdown: Some(shutdown), task, upload_sweeper })
+        Ok(Self { addr, app, shutdown: Some(shutdown), task, upload_sweeper, hub })
     }
 
     /// The bound address.
@@ -184,8 +191,11 @@ impl RunningServer {
         &self.app
     }
 
-    /// Stops accepting connections, finishes in-flight requests, then closes the database.
+    /// Closes WebSockets (1001), stops accepting connections, finishes in-flight requests, then
+    /// closes the database.
     pub async fn shutdown(mut self) -> std::io::Result<()> {
+        self.app.live.shut_down(std::time::Duration::from_secs(5)).await;
+        let _ = (&mut self.hub).await;
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }

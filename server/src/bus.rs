@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use seed_agents_protocol::generated::SessionEvent;
 use tokio::sync::broadcast;
 
 /// Why an account's view changed (the `reason` of an `account/<id>` change frame).
@@ -37,6 +38,21 @@ pub enum ChangeReason {
 }
 
 impl ChangeReason {
+    /// Whether an agent-scoped change of this kind is copied to every accepted member of the
+    /// agent (upstream's `#emit`); membership, invitation and deletion changes go only to the
+    /// accounts they are published for.
+    pub fn reaches_members(self) -> bool {
+        matches!(
+            self,
+            Self::AgentUpdated
+                | Self::AgentMemoryChanged
+                | Self::SessionCreated
+                | Self::SessionUpdated
+                | Self::SessionDeleted
+                | Self::SessionEvent
+        )
+    }
+
     /// The wire string.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -56,7 +72,7 @@ impl ChangeReason {
 }
 
 /// One published event.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// Something changed for `account_id`.
     AccountChange {
@@ -80,6 +96,15 @@ pub enum Event {
         session_id: String,
         /// Its agent.
         agent_id: String,
+    },
+    /// A durable event was appended to a session (`sessions::events::announce`).
+    SessionAppended {
+        /// The account the session is stored under (the agent's owner).
+        owner_id: String,
+        /// The session's agent.
+        agent_id: String,
+        /// The event, with its `seq` and `sessionId`.
+        event: Arc<SessionEvent>,
     },
 }
 

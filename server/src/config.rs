@@ -58,6 +58,28 @@ pub struct Config {
     #[arg(long, env = "SEED_AGENTS_REQUEST_TIMEOUT", default_value = "300", value_parser = parse_seconds)]
     pub request_timeout: Duration,
 
+    /// WebSockets open at once (`/agents/ws`); more are answered 503.
+    #[arg(long, env = "SEED_AGENTS_WS_MAX_SOCKETS", default_value_t = 10_000)]
+    pub ws_max_sockets: usize,
+
+    /// WebSockets one account may have subscribed at once.
+    #[arg(long, env = "SEED_AGENTS_WS_PER_ACCOUNT", default_value_t = 64)]
+    pub ws_per_account: usize,
+
+    /// Subscriptions one WebSocket may hold.
+    #[arg(long, env = "SEED_AGENTS_WS_SUBSCRIPTIONS", default_value_t = 64)]
+    pub ws_subscriptions: usize,
+
+    /// Frames waiting for one WebSocket before its client counts as too slow and is disconnected
+    /// (it resumes from its last `seq`).
+    #[arg(long, env = "SEED_AGENTS_WS_QUEUE", default_value_t = 1024)]
+    pub ws_queue: usize,
+
+    /// Seconds between pings to a WebSocket's peer; a peer silent for two and a half intervals is
+    /// dropped.
+    #[arg(long, env = "SEED_AGENTS_WS_PING_INTERVAL", default_value = "20", value_parser = parse_seconds)]
+    pub ws_ping_interval: Duration,
+
     /// HTTP connections served at once; more wait in the kernel's queue until one closes.
     /// WebSockets, once upgraded, count against `--ws-max-sockets` instead.
     #[arg(long, env = "SEED_AGENTS_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
@@ -136,11 +158,28 @@ impl Config {
             body_min_rate: DEFAULT_BODY_MIN_RATE,
             request_timeout: Duration::from_secs(300),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            ws_max_sockets: 10_000,
+            ws_per_account: 64,
+            ws_subscriptions: 64,
+            ws_queue: 1024,
+            ws_ping_interval: Duration::from_secs(20),
             allow_private_network: false,
             hm_server_url: DEFAULT_HM_SERVER_URL.to_owned(),
             min_client_protocol: MIN_CLIENT_PROTOCOL,
             upload_arrival_grace: crate::uploads::ARRIVAL_GRACE,
             db_queues: crate::db::Queues::default(),
+        }
+    }
+
+    /// How WebSockets are bounded.
+    pub fn ws_limits(&self) -> crate::ws::WsLimits {
+        crate::ws::WsLimits {
+            max_sockets: self.ws_max_sockets,
+            per_account: self.ws_per_account,
+            subscriptions: self.ws_subscriptions,
+            queue_frames: self.ws_queue,
+            ping_interval: self.ws_ping_interval,
+            send_timeout: self.body_timeout,
         }
     }
 

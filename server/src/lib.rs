@@ -29,6 +29,7 @@ pub mod sessions;
 pub mod uploads;
 pub mod validate;
 pub mod verbs;
+pub mod ws;
 
 pub use app::{App, RunningServer, StartError};
 pub use clock::Clock;

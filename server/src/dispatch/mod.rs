@@ -77,7 +77,8 @@ pub async fn dispatch(app: &App, caller: &Caller, name: &str, action: Ipld) -> A
     }
 }
 
-fn decode<A: protocol::Action>(name: &str, action: Ipld) -> ApiResult<A> {
+/// Decodes a verified action map as `A`, with the shape checks and messages of [`shape`].
+pub(crate) fn decode<A: serde::de::DeserializeOwned>(name: &str, action: Ipld) -> ApiResult<A> {
     if let Ipld::Map(fields) = &action {
         shape::check(name, fields)?;
     }

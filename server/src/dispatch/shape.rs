@@ -41,6 +41,7 @@ const RULES: &[(&str, &str, Want, &str)] = &[
     ("SetAgentPublicChat", "publicChat", Want::Bool, "publicChat must be a boolean"),
     ("GetSession", "afterSeq", Want::OptionalNonNegative, "afterSeq must be a non-negative integer"),
     ("GetSession", "beforeSeq", Want::OptionalNonNegative, "beforeSeq must be a non-negative integer"),
+    ("Subscribe", "afterSeq", Want::OptionalNonNegative, "afterSeq must be a non-negative integer"),
     ("WriteAgentMemoryFile", "content", Want::TextOrBytes, "Memory file content must be a string or bytes"),
     ("InvokeSessionTool", "verb", Want::OneOf(&["read", "write", "call"]), "verb must be read, write, or call"),
 ];

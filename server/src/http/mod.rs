@@ -35,6 +35,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/agents/api/health", get(health))
         .route("/api/version", get(version))
         .route("/agents/api/version", get(version))
+        .merge(crate::ws::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(protocol_header))

@@ -2,7 +2,10 @@
 //!
 //! The `runs` table exists (migration 4) with its statuses, kinds, origins and queues enforced by
 //! CHECK constraints; the queue itself (enqueue, claim with a lease, boot sweep, executor) comes
-//! with the run engine. Until then this module holds the queries other features need.
+//! with the run engine. Until then this module holds the queries other features need, and
+//! [`info`] reads rows back as `RunInfo` (for `runs/<root>` subscriptions).
+
+pub mod info;
 
 use rusqlite::{Connection, params};
 

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use rusqlite::{Connection, Row, params};
 use seed_agents_protocol::generated::{
     AgentDefinitionSystemPrompt, CreateSession, CreateSessionResponse, DeleteSession, DeleteSessionResponse,
-    GetSession, GetSessionResponse, ListSessions, ListSessionsResponse, SessionEvent, SessionInfo, SessionInfoStatus,
+    GetSession, GetSessionResponse, ListSessions, ListSessionsResponse, SessionInfo, SessionInfoStatus,
     SessionListCursor, SessionModelOverride, Thoroughness, UpdateSession, UpdateSessionResponse,
 };
 use seed_agents_protocol::{Nullable, wire};
@@ -24,6 +24,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::idempotency::{self, Key};
 use crate::providers::registry;
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
+
+pub mod events;
 
 /// Sessions per page when the client does not say.
 pub const DEFAULT_PAGE: i64 = 50;
@@ -295,36 +297,13 @@ pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiR
             let access = access::require_session(conn, &action.session_id, &account, Need::Read)?;
             let session = load_info(conn, &action.session_id)?;
             let before = action.before_seq.unwrap_or(i64::MAX);
-            let mut statement = conn.prepare_cached(
-                "SELECT id, seq, event_cbor, created_at FROM session_events
-                 WHERE session_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq DESC LIMIT +?4",
-            )?;
-            let fetch = limit.map_or(-1, |limit| limit + 1);
-            let mut events = statement
-                .query_map(params![action.session_id, after, before, fetch], |row| {
-                    let bytes: Vec<u8> = row.get(2)?;
-                    Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?, bytes, row.get::<_, i64>(3)?))
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            let has_more_before = limit.map(|limit| events.len() as i64 > limit);
-            if let Some(limit) = limit {
-                events.truncate(limit as usize);
-            }
-            events.reverse();
-            let events = events
-                .into_iter()
-                .map(|(id, seq, bytes, created_at)| {
-                    let event = wire::from_slice(&bytes).map_err(ApiError::internal)?;
-                    Ok(SessionEvent {
-                        created_at,
-                        event,
-                        id,
-                        seq,
-                        session_id: action.session_id.clone(),
-                        truncated: None,
-                    })
-                })
-                .collect::<ApiResult<Vec<_>>>()?;
+            let (events, has_more_before) = match limit {
+                Some(limit) => {
+                    let (events, more) = events::tail(conn, &action.session_id, after, before, limit)?;
+                    (events, Some(more))
+                }
+                None => (events::after(conn, &action.session_id, after, before, None)?, None),
+            };
             let agent = agents::load_info(conn, &access.agent_id, access.role)?;
             let system_prompt_markdown = match &agent.definition.system_prompt {
                 AgentDefinitionSystemPrompt::Array(blocks) => agents::prompt::blocks_to_markdown(blocks),

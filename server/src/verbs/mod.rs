@@ -32,9 +32,10 @@ use crate::access::{self, Need};
 use crate::agents;
 use crate::app::App;
 use crate::auth::Caller;
-use crate::bus::{ChangeReason, Event};
+use crate::bus::ChangeReason;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::runs;
+use crate::sessions::events;
 use address::Address;
 
 /// The largest text a verb returns inline (upstream's tool-result bound): 256 KiB.
@@ -100,7 +101,7 @@ pub async fn invoke_session_tool(
         type_: ToolResultEventType::ToolResult,
     });
     let (account, session_id, now) = (caller.account_id.clone(), action.session_id.clone(), app.clock.now_ms());
-    let (result_event_id, agent_id, owner_id) = app
+    let (appended, agent_id, owner_id) = app
         .db
         .write(move |conn| {
             // Re-checked on the writer: the session may have gone since the verb started.
@@ -111,20 +112,16 @@ pub async fn invoke_session_tool(
             // though a `write` verb's change is already on disk then. That window closes when
             // MessageSession refuses while a user verb is in flight (RUNTIME-NOTES §4.8).
             refuse_during_agent_turn(conn, &session_id)?;
-            append_event(conn, &session_id, &call_event, now)?;
-            let result_event_id = append_event(conn, &session_id, &result_event, now)?;
+            let call = events::append(conn, &session_id, call_event, now)?;
+            let result = events::append(conn, &session_id, result_event, now)?;
             conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
                 .execute(params![session_id, now])?;
-            Ok((result_event_id, access.agent_id, access.owner_id))
+            Ok((vec![call, result], access.agent_id, access.owner_id))
         })
         .await?;
-    let session_id = action.session_id;
-    app.bus.publish(Event::SessionChanged { session_id: session_id.clone(), agent_id: agent_id.clone() });
-    for _ in 0..2 {
-        // One `session-event` per appended event, as every append announces itself.
-        app.bus.account_change(&owner_id, ChangeReason::SessionEvent, Some(&agent_id), Some(&session_id));
-    }
-    Ok(InvokeSessionToolResponse { error, output, result_event_id, session_id })
+    let result_event_id = appended.last().map(|event| event.id.clone()).unwrap_or_default();
+    events::announce(app, &owner_id, &agent_id, appended);
+    Ok(InvokeSessionToolResponse { error, output, result_event_id, session_id: action.session_id })
 }
 
 /// Checks writer access and that no agent turn holds the session (before the verb runs, so a
@@ -156,21 +153,6 @@ fn refuse_during_agent_turn(conn: &Connection, session_id: &str) -> ApiResult<()
         return Err(ApiError::conflict(AGENT_IS_WORKING));
     }
     Ok(())
-}
-
-/// Appends one event with the next `seq` (inside the caller's write transaction, so no gap and
-/// no duplicate); returns its id.
-fn append_event(conn: &Connection, session_id: &str, event: &SessionEventPayload, now: i64) -> ApiResult<String> {
-    let seq: i64 = conn
-        .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_id = ?1")?
-        .query_row(params![session_id], |row| row.get(0))?;
-    let id = uuid::Uuid::now_v7().to_string();
-    let bytes = wire::to_vec(event).map_err(ApiError::internal)?;
-    conn.prepare_cached(
-        "INSERT INTO session_events (id, session_id, seq, event_cbor, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![id, session_id, seq, bytes, now])?;
-    Ok(id)
 }
 
 /// The verb's input fields (a non-map input reads as empty, as upstream treats it).

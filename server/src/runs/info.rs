@@ -1,0 +1,115 @@
+//! Run rows as the protocol shows them (`RunInfo`), and the trees they form.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use seed_agents_protocol::generated::RunInfo;
+use seed_agents_protocol::wire;
+use serde::de::DeserializeOwned;
+
+use crate::error::{ApiError, ApiResult};
+
+/// The columns [`info_from_row`] reads, in order.
+const RUN_COLUMNS: &str = "r.id, r.account_id, r.root_run_id, r.parent_run_id, r.parent_tool_call_id, \
+     r.continued_from_run_id, r.depth, r.kind, r.origin, r.agent_id, r.session_id, r.title, r.source_text, \
+     r.error_cbor, r.wait_cbor, r.usage_cbor, r.plan_cbor, r.status, r.created_at, r.updated_at, r.started_at, \
+     r.finished_at, (SELECT COUNT(*) FROM runs c WHERE c.parent_run_id = r.id)";
+
+/// A stored enum or CBOR column that does not read back is a broken invariant, not bad input.
+fn column<T: std::str::FromStr>(row: &Row<'_>, index: usize) -> rusqlite::Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    let text: String = row.get(index)?;
+    text.parse().map_err(|error: T::Err| {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, error.to_string().into())
+    })
+}
+
+fn cbor<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<T>> {
+    let Some(bytes) = row.get::<_, Option<Vec<u8>>>(index)? else { return Ok(None) };
+    wire::from_slice(&bytes)
+        .map(Some)
+        .map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Blob, Box::new(error)))
+}
+
+/// A run row selected with [`RUN_COLUMNS`].
+fn info_from_row(row: &Row<'_>) -> rusqlite::Result<RunInfo> {
+    Ok(RunInfo {
+        id: row.get(0)?,
+        account: row.get(1)?,
+        root_run_id: row.get(2)?,
+        parent_run_id: row.get(3)?,
+        parent_tool_call_id: row.get(4)?,
+        continued_from_run_id: row.get(5)?,
+        depth: row.get(6)?,
+        kind: column(row, 7)?,
+        origin: column(row, 8)?,
+        agent_id: row.get(9)?,
+        session_id: row.get(10)?,
+        title: row.get::<_, Option<String>>(11)?.unwrap_or_default(),
+        source_text: row.get(12)?,
+        error: cbor(row, 13)?,
+        wait: cbor(row, 14)?,
+        usage: cbor(row, 15)?,
+        plan: cbor(row, 16)?,
+        status: column(row, 17)?,
+        created_at: row.get(18)?,
+        updated_at: row.get(19)?,
+        started_at: row.get(20)?,
+        finished_at: row.get(21)?,
+        child_run_count: Some(row.get(22)?),
+        plan_step_id: None,
+        step_label: None,
+        unmet_obligations: None,
+    })
+}
+
+/// The root and the agent of run `run_id`, when it exists and still has an agent (runs outlive
+/// their agent, and a run without one is visible to nobody).
+pub fn root_and_agent(conn: &Connection, run_id: &str) -> ApiResult<Option<(String, String)>> {
+    Ok(conn
+        .prepare_cached("SELECT root_run_id, agent_id FROM runs WHERE id = ?1 AND agent_id IS NOT NULL")?
+        .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?)
+}
+
+/// Every run of the tree rooted at `root`, oldest first.
+pub fn tree(conn: &Connection, root: &str) -> ApiResult<Vec<RunInfo>> {
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs r WHERE r.root_run_id = ?1 ORDER BY r.created_at, r.id"
+    ))?;
+    let runs = statement.query_map(params![root], info_from_row)?.collect::<rusqlite::Result<Vec<_>>>();
+    runs.map_err(ApiError::internal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::migrated_in_memory;
+
+    #[test]
+    fn a_tree_reads_back_oldest_first_with_child_counts() {
+        let conn = migrated_in_memory();
+        conn.execute_batch(
+            "INSERT INTO agents (id, account_id, definition_cbor, state_dir, status, created_at, updated_at)
+                 VALUES ('a', 'owner', x'a0', '/tmp/a', 'active', 1, 1);
+             INSERT INTO runs (id, account_id, root_run_id, parent_run_id, depth, kind, origin, agent_id,
+                               title, input_cbor, status, queue, created_at, updated_at)
+                 VALUES ('root', 'owner', 'root', NULL, 0, 'agent', 'user', 'a', 'Turn', x'a0', 'waiting',
+                         'interactive', 1, 1),
+                        ('child', 'owner', 'root', 'root', 1, 'agent', 'agent', 'a', NULL, x'a0', 'succeeded',
+                         'background', 2, 3),
+                        ('orphan', 'owner', 'orphan', NULL, 0, 'workflow', 'system', NULL, 'x', x'a0', 'failed',
+                         'background', 1, 1);",
+        )
+        .unwrap();
+        let runs = tree(&conn, "root").unwrap();
+        let summary: Vec<_> = runs
+            .iter()
+            .map(|run| (run.id.as_str(), run.status.to_string(), run.child_run_count, run.title.as_str()))
+            .collect();
+        assert_eq!(summary, [("root", "waiting".into(), Some(1), "Turn"), ("child", "succeeded".into(), Some(0), "")]);
+        assert_eq!(root_and_agent(&conn, "child").unwrap(), Some(("root".into(), "a".into())));
+        assert_eq!(root_and_agent(&conn, "orphan").unwrap(), None, "no agent: visible to nobody");
+        assert_eq!(root_and_agent(&conn, "missing").unwrap(), None);
+    }
+}

@@ -1,0 +1,76 @@
+//! Server frames as the socket sends them: JSON text, built once and shared by every subscriber
+//! that reads the same shape.
+//!
+//! The one place a failure becomes an `error` frame ([`error`]); frames for clients of an older
+//! protocol go through `seed_agents_compat::downgrade_frame` here and nowhere else.
+
+use std::sync::Arc;
+
+use axum::extract::ws::Utf8Bytes;
+use seed_agents_protocol::generated::{AgentWsEvent, ErrorFrame};
+use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
+
+use crate::error::ApiError;
+
+/// A frame ready to send, shared by the sockets it goes to.
+#[derive(Debug)]
+pub struct OutFrame {
+    /// The JSON text.
+    pub text: Utf8Bytes,
+    /// For a session `append`: the session and the event's `seq`, so a socket can drop what its
+    /// replay already sent.
+    pub append: Option<(Arc<str>, i64)>,
+}
+
+impl OutFrame {
+    /// A frame with no `seq` to dedupe by.
+    pub fn plain(text: Utf8Bytes) -> Arc<Self> {
+        Arc::new(Self { text, append: None })
+    }
+}
+
+/// Which shape of a frame a client of `protocol` reads: the current one, or an older protocol's.
+pub fn shape(protocol: u32) -> u32 {
+    protocol.min(AGENTS_PROTOCOL_VERSION)
+}
+
+/// The frame as JSON text for a client of `protocol`.
+pub fn encode(frame: &AgentWsEvent, protocol: u32) -> Utf8Bytes {
+    let text = if shape(protocol) >= AGENTS_PROTOCOL_VERSION {
+        serde_json::to_string(frame)
+    } else {
+        serde_json::to_string(&seed_agents_compat::downgrade_frame(protocol, frame.clone()))
+    };
+    // Frames hold strings, integers, finite floats and maps: serialising cannot fail. Should it
+    // ever, the client hears a generic error rather than nothing.
+    text.unwrap_or_else(|error| {
+        tracing::error!(%error, "a WebSocket frame could not be encoded");
+        r#"{"_":"error","message":"Internal server error"}"#.to_owned()
+    })
+    .into()
+}
+
+/// The `error` frame for a failure, as a client of `protocol` reads it: the same message and
+/// `code` the HTTP answer carries; the socket stays open.
+pub fn error(error: &ApiError, protocol: u32) -> Utf8Bytes {
+    let frame = AgentWsEvent::ErrorFrame(ErrorFrame {
+        code: error.code().map(str::to_owned),
+        message: error.message().to_owned(),
+    });
+    encode(&frame, protocol)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    #[test]
+    fn errors_keep_message_and_code_and_older_clients_lose_codes_they_do_not_know() {
+        let refused = ApiError::new(ErrorKind::UpdateRequired, "Update the app").with_code("update_required");
+        assert_eq!(error(&refused, 3).as_str(), r#"{"_":"error","code":"update_required","message":"Update the app"}"#);
+        assert_eq!(error(&refused, 1).as_str(), r#"{"_":"error","message":"Update the app"}"#);
+        let plain = ApiError::not_found("Agent not found");
+        assert_eq!(error(&plain, 2).as_str(), r#"{"_":"error","message":"Agent not found"}"#);
+    }
+}

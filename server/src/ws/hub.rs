@@ -1,0 +1,449 @@
+//! The hub: one task that turns bus events into frames and hands each to the sockets that
+//! should see it (PROTOCOL-NOTES §D.6 fan-out).
+//!
+//! | event | frame | keys that receive it |
+//! |---|---|---|
+//! | a session event appended | `append`, key `sessions/<id>` | `sessions/<id>`; `account/<a>` for the owner and every member |
+//! | a session changed | `change` (SessionInfo), key `sessions/<id>` | `sessions/<id>`, `agents/<agent>`, the account keys above |
+//! | an agent changed | `change` (AgentInfo, `accessRole` the receiver's own), key `agents/<id>` | `agents/<id>`, the account keys above |
+//! | an account change for `a` | `change` (`{reason, agentId?, sessionId?}`), key `account/<a>` | `account/<a>`; `agents/<agent>` sockets of `a` (and public ones when `a` owns the agent) |
+//!
+//! Agent-scoped account changes (`agent-updated`, `session-event`, …) are also sent to every
+//! member under their own `account/<member>` key, as upstream copies them; membership and
+//! invitation changes go only to the accounts they name. Public readers see the owner's events
+//! for the keys they subscribed to, and agent snapshots with their own `accessRole`.
+//!
+//! Each frame is encoded once per shape its receivers read (a protocol, and for agent snapshots
+//! a role) and shared. A session or agent that no longer exists, or a membership change that
+//! leaves a subscriber without access, ends those subscriptions with an `error` frame (upstream
+//! keeps sending to them). If the hub falls behind the bus, every bound socket is closed so its
+//! client resumes from its cursor instead of silently missing events.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use seed_agents_protocol::generated::{
+    AccountChangeHint, AgentInfo, AgentWsEvent, AppendFrame, ChangeFrame, SessionEvent,
+};
+use seed_agents_protocol::wire;
+use tokio::sync::{broadcast, watch};
+
+use super::frames::{self, OutFrame};
+use super::registry::{Registry, SocketId, Sub};
+use crate::access::{self, Role};
+use crate::app::App;
+use crate::bus::{ChangeReason, Event};
+use crate::error::{ApiError, ApiResult};
+
+/// Runs the hub until the bus closes or shutdown starts.
+pub async fn run(app: Arc<App>, mut events: broadcast::Receiver<Arc<Event>>, mut shutdown: watch::Receiver<bool>) {
+    let mut hub = Hub { app, audiences: HashMap::new() };
+    loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Ok(event) => {
+                    if let Err(error) = hub.on_event(&event).await {
+                        tracing::warn!(%error, "a live event could not be delivered");
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(missed)) => hub.fell_behind(missed),
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// Who shares an agent's account-wide events: its owner and accepted members, with their roles.
+#[derive(Debug, Clone)]
+struct Audience {
+    owner: Arc<str>,
+    /// Owner first, then members.
+    accounts: Vec<(Arc<str>, Role)>,
+}
+
+struct Hub {
+    app: Arc<App>,
+    /// Per agent, until a membership change or deletion invalidates it.
+    audiences: HashMap<Arc<str>, Arc<Audience>>,
+}
+
+/// What a frame is made of.
+enum Source {
+    /// The same frame for every receiver.
+    Frame(AgentWsEvent),
+    /// An agent snapshot under `key`: each receiver sees its own `accessRole`.
+    Agent { key: String, info: AgentInfo },
+}
+
+/// A frame to deliver and the shapes it is encoded in, built lazily per `(protocol, role)`.
+struct Outgoing {
+    source: Source,
+    append: Option<(Arc<str>, i64)>,
+    encoded: HashMap<(u32, Option<Role>), Arc<OutFrame>>,
+}
+
+impl Outgoing {
+    fn new(frame: AgentWsEvent) -> Self {
+        Self { source: Source::Frame(frame), append: None, encoded: HashMap::new() }
+    }
+
+    fn for_receiver(&mut self, protocol: u32, role: Role) -> Arc<OutFrame> {
+        let shape = frames::shape(protocol);
+        let role = matches!(self.source, Source::Agent { .. }).then_some(role);
+        let (source, append) = (&self.source, &self.append);
+        self.encoded
+            .entry((shape, role))
+            .or_insert_with(|| {
+                let text = match source {
+                    Source::Frame(frame) => frames::encode(frame, protocol),
+                    Source::Agent { key, info } => {
+                        let mut info = info.clone();
+                        info.access_role = role.map(Role::wire);
+                        match wire::to_ipld(&info) {
+                            Ok(value) => frames::encode(
+                                &AgentWsEvent::ChangeFrame(ChangeFrame { key: key.clone(), value: value.into() }),
+                                protocol,
+                            ),
+                            Err(error) => frames::error(&ApiError::internal(error), protocol),
+                        }
+                    }
+                };
+                Arc::new(OutFrame { text, append: append.clone() })
+            })
+            .clone()
+    }
+}
+
+impl Hub {
+    async fn on_event(&mut self, event: &Event) -> ApiResult<()> {
+        match event {
+            Event::SessionAppended { agent_id, event, .. } => self.appended(agent_id, event).await,
+            Event::SessionChanged { session_id, agent_id } => self.session_changed(session_id, agent_id).await,
+            Event::AgentChanged { agent_id } => self.agent_changed(agent_id).await,
+            Event::AccountChange { account_id, reason, agent_id, session_id } => {
+                self.account_change(account_id, *reason, agent_id.as_deref(), session_id.as_deref()).await
+            }
+        }
+    }
+
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.app.live.registry()
+    }
+
+    /// The owner and members of `agent` when some socket listens account-wide (`None` otherwise,
+    /// or when the agent is gone).
+    async fn audience(&mut self, agent: &str) -> ApiResult<Option<Arc<Audience>>> {
+        if !self.registry().has_account_keys() {
+            return Ok(None);
+        }
+        self.load_audience(agent).await
+    }
+
+    /// The owner and members of `agent` (`None` when it is gone), from the cache or the database.
+    async fn load_audience(&mut self, agent: &str) -> ApiResult<Option<Arc<Audience>>> {
+        if let Some(audience) = self.audiences.get(agent) {
+            return Ok(Some(audience.clone()));
+        }
+        let id = agent.to_owned();
+        let loaded = self.app.db.read(move |conn| load_audience(conn, &id)).await?;
+        let Some(audience) = loaded.map(Arc::new) else { return Ok(None) };
+        if self.audiences.len() >= 16_384 {
+            self.audiences.clear();
+        }
+        self.audiences.insert(Arc::from(agent), audience.clone());
+        Ok(Some(audience))
+    }
+
+    async fn appended(&mut self, agent: &str, event: &Arc<SessionEvent>) -> ApiResult<()> {
+        let key = format!("sessions/{}", event.session_id);
+        let audience = self.audience(agent).await?;
+        let mut outgoing = Outgoing::new(AgentWsEvent::AppendFrame(AppendFrame {
+            created_at: None,
+            entry: None,
+            event: Some((**event).clone()),
+            key: key.clone(),
+            run_id: None,
+            seq: None,
+        }));
+        outgoing.append = Some((Arc::from(event.session_id.as_str()), event.seq));
+        let registry = self.registry();
+        let mut targets = Targets::default();
+        targets.key(&registry, &key);
+        targets.accounts(&registry, audience.as_deref());
+        targets.send(&registry, &mut outgoing);
+        Ok(())
+    }
+
+    async fn session_changed(&mut self, session_id: &str, agent: &str) -> ApiResult<()> {
+        let key = format!("sessions/{session_id}");
+        let audience = self.audience(agent).await?;
+        let interested = {
+            let registry = self.registry();
+            registry.has(&key) || registry.has(&format!("agents/{agent}")) || audience.is_some()
+        };
+        if !interested {
+            return Ok(());
+        }
+        let id = session_id.to_owned();
+        let session = self
+            .app
+            .db
+            .read(move |conn| match crate::sessions::load_info(conn, &id) {
+                Ok(info) => Ok(Some(info)),
+                Err(error) if error.kind() == crate::error::ErrorKind::NotFound => Ok(None),
+                Err(error) => Err(error),
+            })
+            .await?;
+        let Some(session) = session else {
+            // Deleted: its subscribers hear so and stop; the account hears `session-deleted`.
+            self.end(&key, &ApiError::not_found("Session not found"));
+            return Ok(());
+        };
+        let value = wire::to_ipld(&session).map_err(ApiError::internal)?;
+        let mut outgoing =
+            Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame { key: key.clone(), value: value.into() }));
+        let registry = self.registry();
+        let mut targets = Targets::default();
+        targets.key(&registry, &key);
+        targets.key(&registry, &format!("agents/{agent}"));
+        targets.accounts(&registry, audience.as_deref());
+        targets.send(&registry, &mut outgoing);
+        Ok(())
+    }
+
+    async fn agent_changed(&mut self, agent: &str) -> ApiResult<()> {
+        let key = format!("agents/{agent}");
+        let audience = self.audience(agent).await?;
+        if !self.registry().has(&key) && audience.is_none() {
+            return Ok(());
+        }
+        let id = agent.to_owned();
+        let info = self
+            .app
+            .db
+            .read(move |conn| match crate::agents::load_info(conn, &id, Role::Owner) {
+                Ok(info) => Ok(Some(info)),
+                Err(error) if error.kind() == crate::error::ErrorKind::NotFound => Ok(None),
+                Err(error) => Err(error),
+            })
+            .await?;
+        let Some(info) = info else {
+            self.audiences.remove(agent);
+            self.revoke_agent(agent).await?;
+            return Ok(());
+        };
+        let mut outgoing =
+            Outgoing { source: Source::Agent { key: key.clone(), info }, append: None, encoded: HashMap::new() };
+        let registry = self.registry();
+        let mut targets = Targets::default();
+        targets.key(&registry, &key);
+        targets.accounts(&registry, audience.as_deref());
+        targets.send(&registry, &mut outgoing);
+        Ok(())
+    }
+
+    async fn account_change(
+        &mut self,
+        account: &str,
+        reason: ChangeReason,
+        agent: Option<&str>,
+        session: Option<&str>,
+    ) -> ApiResult<()> {
+        if let Some(agent) = agent
+            && matches!(
+                reason,
+                ChangeReason::AgentCollaboratorsChanged
+                    | ChangeReason::AgentInvitesChanged
+                    | ChangeReason::AgentDeleted
+            )
+        {
+            self.audiences.remove(agent);
+            if reason != ChangeReason::AgentInvitesChanged {
+                self.revoke_agent(agent).await?;
+            }
+        }
+        // Agent-scoped changes reach every member under their own key, as upstream copies them;
+        // an agent's public subscribers hear the owner's copy, so the owner must be known.
+        let audience = match agent {
+            Some(agent) if self.registry().has(&format!("agents/{agent}")) => self.load_audience(agent).await?,
+            Some(agent) if reason.reaches_members() => self.audience(agent).await?,
+            _ => None,
+        };
+        let mut receivers: Vec<Arc<str>> = vec![Arc::from(account)];
+        if let Some(audience) = audience.as_ref().filter(|_| reason.reaches_members()) {
+            receivers.extend(audience.accounts.iter().map(|(id, _)| id.clone()).filter(|id| **id != *account));
+        }
+        let owner = audience.as_ref().map(|audience| audience.owner.clone());
+        let registry = self.registry();
+        for receiver in receivers {
+            let key = format!("account/{receiver}");
+            let hint = AccountChangeHint {
+                agent_id: agent.map(str::to_owned),
+                reason: reason.as_str().to_owned(),
+                references: None,
+                session_id: session.map(str::to_owned),
+            };
+            let Ok(value) = wire::to_ipld(&hint) else { continue };
+            let mut outgoing =
+                Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame { key: key.clone(), value: value.into() }));
+            let mut targets = Targets::default();
+            targets.key(&registry, &key);
+            if let Some(agent) = agent {
+                // An agent's subscribers hear the copy addressed to them; public ones the owner's.
+                let is_owner = owner.as_deref() == Some(&*receiver);
+                targets.filtered(&registry, &format!("agents/{agent}"), |bound_account, sub| {
+                    bound_account == &*receiver || (is_owner && !sub.member)
+                });
+            }
+            targets.send(&registry, &mut outgoing);
+        }
+        Ok(())
+    }
+
+    /// Re-checks every subscription that depends on access to `agent`: a subscriber left without
+    /// a role gets an `error` frame and loses the key; one whose role changed keeps it with the
+    /// new role.
+    async fn revoke_agent(&mut self, agent: &str) -> ApiResult<()> {
+        let subscriptions: Vec<(SocketId, Arc<str>, Sub, Arc<str>)> = {
+            let registry = self.registry();
+            registry
+                .of_agent(agent)
+                .into_iter()
+                .filter_map(|(socket, key, sub)| {
+                    let account = registry.socket(socket)?.account_id.clone();
+                    Some((socket, key, sub, account))
+                })
+                .collect()
+        };
+        if subscriptions.is_empty() {
+            return Ok(());
+        }
+        let accounts: HashSet<Arc<str>> = subscriptions.iter().map(|(_, _, _, account)| account.clone()).collect();
+        let id = agent.to_owned();
+        let access = self
+            .app
+            .db
+            .read(move |conn| {
+                accounts
+                    .into_iter()
+                    .map(|account| Ok((account.clone(), access::resolve(conn, &id, &account)?)))
+                    .collect::<ApiResult<HashMap<_, _>>>()
+            })
+            .await?;
+        let mut registry = self.registry();
+        for (socket, key, sub, account) in subscriptions {
+            match access.get(&account).cloned().flatten() {
+                Some(now) => {
+                    let refreshed = Sub { agent_id: sub.agent_id.clone(), role: now.role, member: now.member };
+                    if refreshed != sub {
+                        let _ = registry.subscribe(socket, &key, refreshed, usize::MAX);
+                    }
+                }
+                None => {
+                    let error = ApiError::not_found(not_found_message(&key));
+                    if let Some(bound) = registry.socket(socket) {
+                        bound.send(&OutFrame::plain(frames::error(&error, bound.protocol)));
+                    }
+                    registry.unsubscribe(socket, &key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends every subscription to `key` with `error`.
+    fn end(&self, key: &str, error: &ApiError) {
+        let mut registry = self.registry();
+        let sockets: Vec<SocketId> = registry.subscribers(key).map(|(socket, _)| socket).collect();
+        for socket in sockets {
+            if let Some(bound) = registry.socket(socket) {
+                bound.send(&OutFrame::plain(frames::error(error, bound.protocol)));
+            }
+            registry.unsubscribe(socket, key);
+        }
+    }
+
+    /// The hub missed `missed` events: every bound socket may have missed some, so each is closed
+    /// and its client resumes from its cursor.
+    fn fell_behind(&mut self, missed: u64) {
+        tracing::warn!(missed, "the WebSocket hub fell behind the event bus; closing bound sockets");
+        self.audiences.clear();
+        for (_, bound) in self.registry().sockets() {
+            bound.signal.overflow();
+        }
+    }
+}
+
+/// The message a fresh `Subscribe` to `key` would now get.
+fn not_found_message(key: &str) -> &'static str {
+    match key.split_once('/').map(|(kind, _)| kind) {
+        Some("sessions") => "Session not found",
+        Some("runs") => "Run not found",
+        _ => "Agent not found",
+    }
+}
+
+fn load_audience(conn: &rusqlite::Connection, agent: &str) -> ApiResult<Option<Audience>> {
+    use rusqlite::{OptionalExtension, params};
+    let Some((owner, public_read, public_chat)) = conn
+        .prepare_cached("SELECT account_id, public_read, public_chat FROM agents WHERE id = ?1")?
+        .query_row(params![agent], |row| Ok((row.get::<_, String>(0)?, row.get::<_, bool>(1)?, row.get::<_, bool>(2)?)))
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    let owner: Arc<str> = Arc::from(owner);
+    let mut accounts = vec![(owner.clone(), Role::Owner)];
+    let mut statement = conn.prepare_cached(
+        "SELECT account_id, role FROM agent_collaborators WHERE agent_id = ?1 AND status = 'accepted'",
+    )?;
+    let members =
+        statement.query_map(params![agent], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
+    for member in members {
+        let (account, role) = member?;
+        accounts.push((Arc::from(account), crate::agents::member_role(&role, public_read, public_chat)));
+    }
+    Ok(Some(Audience { owner, accounts }))
+}
+
+/// The sockets one frame goes to, each once, with the role it sees.
+#[derive(Default)]
+struct Targets {
+    sockets: HashMap<SocketId, Role>,
+}
+
+impl Targets {
+    /// Every subscriber of `key`.
+    fn key(&mut self, registry: &Registry, key: &str) {
+        self.filtered(registry, key, |_, _| true);
+    }
+
+    /// The subscribers of `key` that `keep` accepts (given the socket's account and subscription).
+    fn filtered(&mut self, registry: &Registry, key: &str, keep: impl Fn(&str, &Sub) -> bool) {
+        for (socket, sub) in registry.subscribers(key) {
+            let Some(bound) = registry.socket(socket) else { continue };
+            if keep(&bound.account_id, sub) {
+                self.sockets.entry(socket).or_insert(sub.role);
+            }
+        }
+    }
+
+    /// The account-wide subscribers of every account in `audience`.
+    fn accounts(&mut self, registry: &Registry, audience: Option<&Audience>) {
+        let Some(audience) = audience else { return };
+        for (account, role) in &audience.accounts {
+            for (socket, _) in registry.subscribers(&format!("account/{account}")) {
+                self.sockets.entry(socket).or_insert(*role);
+            }
+        }
+    }
+
+    fn send(self, registry: &Registry, outgoing: &mut Outgoing) {
+        for (socket, role) in self.sockets {
+            if let Some(bound) = registry.socket(socket) {
+                bound.send(&outgoing.for_receiver(bound.protocol, role));
+            }
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Live updates: `GET /agents/ws`, signed `Subscribe` frames, replay, then live frames.
+//!
+//! - [`subscribe`]: verifying a `Subscribe` and authorizing its key (the same checks and messages
+//!   as an HTTP action), and what each key replays;
+//! - [`socket`]: one task per socket: `connected`, subscriptions, replay, queued live frames,
+//!   ping/pong, closing;
+//! - [`registry`]: which bound socket listens to which key;
+//! - [`hub`]: one task turning bus events into frames for the registry's sockets;
+//! - [`frames`]: JSON text frames, encoded once per shape, and the one mapping from a failure to an
+//!   `error` frame.
+//!
+//! Beyond upstream (which has none of these): sockets are pinged and a silent peer is dropped;
+//! each socket's outgoing queue is bounded and a client that falls behind is disconnected (1013)
+//! to resume from its cursor; sockets per server, sockets per account and subscriptions per
+//! socket are limited; read and write buffers are small; losing access to an agent ends the
+//! subscriptions that depended on it.
+
+pub mod frames;
+pub mod hub;
+pub mod registry;
+pub mod socket;
+pub mod subscribe;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::extract::ws::{WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
+
+use crate::app::App;
+use registry::Registry;
+
+/// The largest frame a client may send: a `Subscribe` envelope is a few hundred bytes.
+pub const MAX_CLIENT_FRAME: usize = 64 * 1024;
+
+/// Bytes a socket reads from its connection at a time (tungstenite's default is 128 KiB, held by
+/// every socket for its whole life).
+pub const READ_BUFFER: usize = 4 * 1024;
+
+/// How sockets are bounded (from the configuration).
+#[derive(Debug, Clone, Copy)]
+pub struct WsLimits {
+    /// Sockets open at once on the server.
+    pub max_sockets: usize,
+    /// Sockets one account may have bound at once.
+    pub per_account: usize,
+    /// Subscriptions one socket may hold.
+    pub subscriptions: usize,
+    /// Frames queued for one socket before it counts as fallen behind.
+    pub queue_frames: usize,
+    /// How often a socket pings its peer.
+    pub ping_interval: Duration,
+    /// How long one frame may take to go out before the peer counts as gone.
+    pub send_timeout: Duration,
+}
+
+/// The live-update state shared by the upgrade route, the sockets and the hub.
+#[derive(Debug)]
+pub struct Live {
+    registry: Mutex<Registry>,
+    /// How sockets are bounded.
+    pub limits: WsLimits,
+    /// One permit per open socket.
+    sockets: Arc<Semaphore>,
+    next_id: AtomicU64,
+    /// `true` once shutdown started: sockets close with 1001.
+    shutdown: watch::Sender<bool>,
+}
+
+impl Live {
+    /// No sockets yet.
+    pub fn new(limits: WsLimits) -> Self {
+        let max_sockets = limits.max_sockets.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+        Self {
+            registry: Mutex::default(),
+            limits: WsLimits { max_sockets, ..limits },
+            sockets: Arc::new(Semaphore::new(max_sockets)),
+            next_id: AtomicU64::new(1),
+            shutdown: watch::channel(false).0,
+        }
+    }
+
+    /// The registry (held briefly; never across an `.await`).
+    pub fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Changes to `true` when the server starts shutting down.
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// Sockets open right now.
+    pub fn open_sockets(&self) -> usize {
+        self.limits.max_sockets - self.sockets.available_permits()
+    }
+
+    /// Closes every socket with 1001 and waits (at most `wait`) for them to finish.
+    pub async fn shut_down(&self, wait: Duration) {
+        self.shutdown.send_replace(true);
+        let all = self.limits.max_sockets as u32;
+        if tokio::time::timeout(wait, self.sockets.acquire_many(all)).await.is_err() {
+            tracing::warn!(open = self.open_sockets(), "WebSockets still open after the shutdown wait");
+        }
+    }
+}
+
+/// The route: `GET /agents/ws`.
+pub fn routes() -> Router<Arc<App>> {
+    Router::new().route("/agents/ws", get(upgrade))
+}
+
+/// Starts the hub (before any socket can subscribe).
+pub fn spawn_hub(app: &Arc<App>) -> JoinHandle<()> {
+    tokio::spawn(hub::run(app.clone(), app.bus.subscribe(), app.live.shutdown_signal()))
+}
+
+async fn upgrade(
+    State(app): State<Arc<App>>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    let text = |status, body: &'static str| {
+        (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+    };
+    let Ok(upgrade) = upgrade else {
+        return text(StatusCode::BAD_REQUEST, "WebSocket upgrade failed");
+    };
+    if *app.live.shutdown.borrow() {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "Server shutting down");
+    }
+    let Ok(permit) = app.live.sockets.clone().try_acquire_owned() else {
+        tracing::warn!(max = app.live.limits.max_sockets, "WebSocket refused: the server has as many as it may");
+        return text(StatusCode::SERVICE_UNAVAILABLE, "Too many live connections");
+    };
+    let id = app.live.next_id.fetch_add(1, Ordering::Relaxed);
+    upgrade
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(0)
+        .max_write_buffer_size(1 << 20)
+        .max_message_size(MAX_CLIENT_FRAME)
+        .max_frame_size(MAX_CLIENT_FRAME)
+        .on_upgrade(move |socket| socket::run(app, socket, id, permit))
+}

@@ -1,0 +1,304 @@
+//! One WebSocket: its task reads `Subscribe` frames, sends replays and queued live frames, pings
+//! its peer, and closes when told to.
+//!
+//! Everything a socket does happens on this one task, so its frames go out in one order:
+//! `connected`; per subscription `subscribed`, the replay, then live frames. Live frames for a
+//! key start queueing the moment the subscription is registered, which is before the replay is
+//! read; a queued `append` whose `seq` the replay already sent is dropped, so there is neither a
+//! gap nor a duplicate between the two. The queue is bounded: a socket whose client does not read
+//! fast enough is closed (1013) rather than buffered without limit, and its client resumes from
+//! its last `seq`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
+use seed_agents_protocol::generated::{
+    AgentWsEvent, AppendFrame, ChangeFrame, ConnectedFrame, SessionEvent, SubscribedFrame,
+};
+use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
+use seed_agents_protocol::wire;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::time::Instant;
+
+use super::frames::{self, OutFrame};
+use super::registry::{Bound, Signal, SocketId};
+use super::subscribe::{self, Accepted, Replay};
+use super::{Live, WsLimits};
+use crate::app::App;
+use crate::error::ApiError;
+
+/// Why a socket closes, as the close frame says it.
+const SHUTTING_DOWN: &str = "Server shutting down";
+const TOO_SLOW: &str = "Subscriber fell behind; reconnect and resume from the last seq";
+const NO_PONG: &str = "No answer to ping";
+const ACCOUNT_FULL: &str = "Too many live connections for this account";
+
+/// The error when a socket has as many subscriptions as it may.
+pub fn too_many_subscriptions(limit: usize) -> ApiError {
+    ApiError::too_many(format!("Too many subscriptions on this connection (limit {limit})"))
+}
+
+/// Serves one upgraded socket until it closes.
+pub async fn run(app: Arc<App>, socket: WebSocket, id: SocketId, permit: OwnedSemaphorePermit) {
+    let live = &app.live;
+    let limits = live.limits;
+    let (queue, frames) = mpsc::channel(limits.queue_frames.max(1));
+    let mut task = Socket {
+        app: &app,
+        live,
+        limits,
+        id,
+        ws: socket,
+        queue: Some(queue),
+        frames,
+        signal: Arc::new(Signal::default()),
+        account: None,
+        replayed: HashMap::new(),
+        last_heard: Instant::now(),
+    };
+    let reason = task.serve().await;
+    live.registry().remove_socket(id);
+    if let Some((code, reason)) = reason {
+        let close = CloseFrame { code, reason: reason.into() };
+        let _ = tokio::time::timeout(limits.send_timeout, task.ws.send(Message::Close(Some(close)))).await;
+    }
+    drop(permit);
+}
+
+struct Socket<'a> {
+    app: &'a App,
+    live: &'a Live,
+    limits: WsLimits,
+    id: SocketId,
+    ws: WebSocket,
+    /// Given to the registry when the socket binds to an account.
+    queue: Option<mpsc::Sender<Arc<OutFrame>>>,
+    frames: mpsc::Receiver<Arc<OutFrame>>,
+    signal: Arc<Signal>,
+    /// The account and protocol of the first accepted `Subscribe`.
+    account: Option<(Arc<str>, u32)>,
+    /// Per session, the highest `seq` a replay sent: queued appends up to it are duplicates.
+    replayed: HashMap<Arc<str>, i64>,
+    /// When the peer last sent anything (a pong, a frame).
+    last_heard: Instant,
+}
+
+/// Why the loop ended: a close frame to send, or none (the peer is gone).
+type Ending = Option<(u16, &'static str)>;
+
+impl Socket<'_> {
+    async fn serve(&mut self) -> Ending {
+        let connected = AgentWsEvent::ConnectedFrame(ConnectedFrame { connected_at: self.app.clock.now_ms() });
+        if self.send(frames::encode(&connected, AGENTS_PROTOCOL_VERSION)).await.is_err() {
+            return None;
+        }
+        let mut shutdown = self.live.shutdown_signal();
+        let mut ping = tokio::time::interval_at(Instant::now() + self.limits.ping_interval, self.limits.ping_interval);
+        loop {
+            tokio::select! {
+                message = self.ws.recv() => match message {
+                    Some(Ok(message)) => {
+                        self.last_heard = Instant::now();
+                        if let Err(ending) = self.on_message(message).await {
+                            return ending;
+                        }
+                    }
+                    Some(Err(error)) => {
+                        tracing::debug!(%error, "WebSocket read failed");
+                        return Some((close_code::PROTOCOL, "Invalid WebSocket frame"));
+                    }
+                    None => return None,
+                },
+                Some(frame) = self.frames.recv() => {
+                    if self.forward(&frame).await.is_err() {
+                        return None;
+                    }
+                }
+                () = self.signal.notify.notified() => {
+                    if self.signal.overflowed() {
+                        tracing::info!(socket = self.id, "closing a WebSocket that fell behind");
+                        return Some((close_code::AGAIN, TOO_SLOW));
+                    }
+                }
+                _ = ping.tick() => {
+                    if self.last_heard.elapsed() > silence_limit(self.limits.ping_interval) {
+                        return Some((close_code::AWAY, NO_PONG));
+                    }
+                    if self.send_message(Message::Ping(Default::default())).await.is_err() {
+                        return None;
+                    }
+                }
+                _ = shutdown.changed() => return Some((close_code::AWAY, SHUTTING_DOWN)),
+            }
+        }
+    }
+
+    /// Handles one message from the peer; `Err` ends the socket.
+    async fn on_message(&mut self, message: Message) -> Result<(), Ending> {
+        let Some(bytes) = subscribe::frame_bytes(message) else { return Ok(()) };
+        let outcome = match bytes {
+            Ok(bytes) => self.subscribe(bytes).await,
+            Err(error) => Err(Failure::Refused(error)),
+        };
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(Failure::Refused(error)) => {
+                let protocol = self.account.as_ref().map_or(AGENTS_PROTOCOL_VERSION, |(_, protocol)| *protocol);
+                self.send(frames::error(&error, protocol)).await.map_err(|()| None)
+            }
+            Err(Failure::Close(ending)) => Err(ending),
+        }
+    }
+
+    async fn subscribe(&mut self, bytes: Vec<u8>) -> Result<(), Failure> {
+        let accepted = subscribe::accept(self.app, bytes).await?;
+        let account: Arc<str> = Arc::from(accepted.caller.account_id.as_str());
+        match &self.account {
+            Some((bound, _)) if **bound != *account => {
+                return Err(ApiError::forbidden("WebSocket account switch is not allowed").into());
+            }
+            Some(_) => {}
+            None => self.bind(account, accepted.caller.protocol).await?,
+        }
+        let limit = self.limits.subscriptions;
+        self.live
+            .registry()
+            .subscribe(self.id, &accepted.registered, accepted.sub.clone(), limit)
+            .map_err(|_| subscribe_refused(limit))?;
+        self.replay(accepted).await
+    }
+
+    /// Binds the socket to `account` (its first accepted subscription).
+    async fn bind(&mut self, account: Arc<str>, protocol: u32) -> Result<(), Failure> {
+        let queue = self.queue.take().ok_or(Failure::Close(None))?;
+        let bound = Bound { account_id: account.clone(), protocol, queue, signal: self.signal.clone() };
+        let outcome = self.live.registry().bind(self.id, bound, self.limits.per_account);
+        match outcome {
+            Ok(()) => {
+                self.account = Some((account, protocol));
+                Ok(())
+            }
+            Err(_) => {
+                let error = ApiError::too_many(ACCOUNT_FULL);
+                let _ = self.send(frames::error(&error, protocol)).await;
+                Err(Failure::Close(Some((close_code::AGAIN, ACCOUNT_FULL))))
+            }
+        }
+    }
+
+    /// `subscribed`, then what the key replays.
+    async fn replay(&mut self, accepted: Accepted) -> Result<(), Failure> {
+        let protocol = accepted.caller.protocol;
+        let key = accepted.key;
+        let subscribed =
+            AgentWsEvent::SubscribedFrame(SubscribedFrame { account_id: accepted.caller.account_id, key: key.clone() });
+        self.send(frames::encode(&subscribed, protocol)).await.map_err(|()| Failure::Close(None))?;
+        match accepted.replay {
+            Replay::Nothing => Ok(()),
+            Replay::Runs(runs) => {
+                for run in runs {
+                    self.send_change(&accepted.registered, &run, protocol).await?;
+                }
+                Ok(())
+            }
+            Replay::Session { session, events } => {
+                let session_id: Arc<str> = Arc::from(session.id.as_str());
+                self.send_change(&key, &*session, protocol).await?;
+                let mut page = events;
+                loop {
+                    let last = page.last().map(|event| event.seq);
+                    let full = page.len() as i64 >= subscribe::REPLAY_PAGE;
+                    for event in page {
+                        self.send_append(&key, &session_id, event, protocol).await?;
+                    }
+                    match last {
+                        Some(last) if full => page = subscribe::more_events(self.app, &session_id, last).await?,
+                        _ => return Ok(()),
+                    }
+                }
+            }
+        }
+    }
+
+    async fn send_change<T: serde::Serialize>(&mut self, key: &str, value: &T, protocol: u32) -> Result<(), Failure> {
+        let value = wire::to_ipld(value).map_err(ApiError::internal)?;
+        let frame = AgentWsEvent::ChangeFrame(ChangeFrame { key: key.to_owned(), value: value.into() });
+        self.send(frames::encode(&frame, protocol)).await.map_err(|()| Failure::Close(None))
+    }
+
+    async fn send_append(
+        &mut self,
+        key: &str,
+        session_id: &Arc<str>,
+        event: SessionEvent,
+        protocol: u32,
+    ) -> Result<(), Failure> {
+        let seq = event.seq;
+        let frame = AgentWsEvent::AppendFrame(AppendFrame {
+            created_at: None,
+            entry: None,
+            event: Some(event),
+            key: key.to_owned(),
+            run_id: None,
+            seq: None,
+        });
+        self.send(frames::encode(&frame, protocol)).await.map_err(|()| Failure::Close(None))?;
+        let through = self.replayed.entry(session_id.clone()).or_default();
+        *through = (*through).max(seq);
+        Ok(())
+    }
+
+    /// Sends a queued live frame, unless a replay already sent it.
+    async fn forward(&mut self, frame: &OutFrame) -> Result<(), ()> {
+        if let Some((session, seq)) = &frame.append
+            && self.replayed.get(session).is_some_and(|through| seq <= through)
+        {
+            return Ok(());
+        }
+        self.send(frame.text.clone()).await
+    }
+
+    async fn send(&mut self, text: Utf8Bytes) -> Result<(), ()> {
+        self.send_message(Message::Text(text)).await
+    }
+
+    /// Sends one message; a peer that does not take it within `send_timeout` is gone.
+    async fn send_message(&mut self, message: Message) -> Result<(), ()> {
+        match tokio::time::timeout(self.limits.send_timeout, self.ws.send(message)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "WebSocket write failed");
+                Err(())
+            }
+            Err(_) => {
+                tracing::debug!(socket = self.id, "WebSocket write timed out");
+                Err(())
+            }
+        }
+    }
+}
+
+/// Why a subscription did not go through: an `error` frame (the socket stays open), or the end of
+/// the socket.
+enum Failure {
+    Refused(ApiError),
+    Close(Ending),
+}
+
+impl From<ApiError> for Failure {
+    fn from(error: ApiError) -> Self {
+        Failure::Refused(error)
+    }
+}
+
+fn subscribe_refused(limit: usize) -> Failure {
+    Failure::Refused(too_many_subscriptions(limit))
+}
+
+/// How long a peer may stay silent (pongs count) before it is taken for dead: two and a half
+/// ping intervals, so one lost pong is forgiven.
+pub fn silence_limit(interval: Duration) -> Duration {
+    interval * 5 / 2
+}

@@ -1,0 +1,146 @@
+//! One `Subscribe`: from the frame's bytes to a verified caller, an authorized key and what to
+//! replay (PROTOCOL-NOTES §D.6).
+//!
+//! The envelope goes through `auth::verify` exactly as an HTTP action does (window, signature,
+//! delegated signer, replay guard, protocol floor), with the same messages. Then the key:
+//!
+//! | key | who may | replay |
+//! |---|---|---|
+//! | `account/<id>` | that account only | nothing |
+//! | `agents/<id>` | any role on the agent (owner, member, public reader or chatter) | nothing |
+//! | `sessions/<id>` | any role on the session's agent | the session (`change`), then its events with `seq > afterSeq` |
+//! | `runs/<id>` | any role on the run's agent | one `change` per run of the tree, oldest first |
+//!
+//! A run id that is not a root subscribes to its root's tree (live run events are published
+//! under the root). Anything else is `Subscription key is not authorized`.
+
+use std::sync::Arc;
+
+use axum::extract::ws::Message;
+use ipld_core::ipld::Ipld;
+use seed_agents_protocol::generated::{RunInfo, SessionEvent, SessionInfo, Subscribe};
+
+use super::registry::Sub;
+use crate::access::{self, Need, Role};
+use crate::app::App;
+use crate::auth::{self, Caller, Transport};
+use crate::error::{ApiError, ApiResult};
+use crate::{runs, sessions};
+
+/// The refusal of a key this socket may not have.
+pub const NOT_AUTHORIZED: &str = "Subscription key is not authorized";
+/// A verified action that is not a `Subscribe`.
+pub const NOT_SUBSCRIBE: &str = "Expected Subscribe action";
+/// A text frame that is not a JSON array of bytes.
+pub const BAD_TEXT: &str = "Subscribe frames are DAG-CBOR: send a binary frame (or a JSON array of byte values)";
+
+/// Session events replayed per database read.
+pub const REPLAY_PAGE: i64 = 500;
+
+/// A verified, authorized subscription and what it replays first.
+#[derive(Debug)]
+pub struct Accepted {
+    /// Who subscribed.
+    pub caller: Caller,
+    /// The key as the client sent it (echoed in `subscribed`).
+    pub key: String,
+    /// The key frames are published under (the root for a `runs/` key).
+    pub registered: String,
+    /// The subscriber's access.
+    pub sub: Sub,
+    /// What to send after `subscribed`.
+    pub replay: Replay,
+}
+
+/// What a subscription replays before live frames.
+#[derive(Debug)]
+pub enum Replay {
+    /// `account/` and `agents/` keys replay nothing.
+    Nothing,
+    /// The session, then its first page of events (more are read by [`more_events`]).
+    Session {
+        /// The session as it is now.
+        session: Box<SessionInfo>,
+        /// Events with `seq > afterSeq`, oldest first, at most [`REPLAY_PAGE`].
+        events: Vec<SessionEvent>,
+    },
+    /// Every run of the tree, oldest first.
+    Runs(Vec<RunInfo>),
+}
+
+/// The bytes of a `Subscribe` frame: a binary frame as it is, a text frame only as a JSON array
+/// of byte values (upstream accepts that form; anything looser is refused).
+pub fn frame_bytes(message: Message) -> Option<Result<Vec<u8>, ApiError>> {
+    match message {
+        Message::Binary(bytes) => Some(Ok(bytes.into())),
+        Message::Text(text) => {
+            Some(serde_json::from_str::<Vec<u8>>(text.as_str()).map_err(|_| ApiError::invalid(BAD_TEXT)))
+        }
+        Message::Ping(_) | Message::Pong(_) | Message::Close(_) => None,
+    }
+}
+
+/// Verifies a `Subscribe` envelope and authorizes its key.
+pub async fn accept(app: &App, bytes: Vec<u8>) -> ApiResult<Accepted> {
+    let verified = auth::verify(app, bytes, Transport::WebSocket).await?;
+    if verified.action_name != "Subscribe" {
+        return Err(ApiError::invalid(NOT_SUBSCRIBE));
+    }
+    let action = seed_agents_compat::upgrade_action(verified.caller.protocol, "Subscribe", verified.action)?;
+    if !matches!(&action, Ipld::Map(fields) if matches!(fields.get("key"), Some(Ipld::String(_)))) {
+        return Err(ApiError::invalid(NOT_AUTHORIZED));
+    }
+    let action: Subscribe = crate::dispatch::decode("Subscribe", action)?;
+    let caller = verified.caller;
+    let after = action.after_seq.unwrap_or(0);
+    let Some((kind, id)) = action.key.split_once('/').filter(|(_, id)| !id.is_empty() && !id.contains('/')) else {
+        return Err(ApiError::invalid(NOT_AUTHORIZED));
+    };
+    let (id, account) = (id.to_owned(), caller.account_id.clone());
+    let (registered, sub, replay) = match kind {
+        "account" if id == caller.account_id => {
+            (action.key.clone(), Sub { agent_id: None, role: Role::Owner, member: true }, Replay::Nothing)
+        }
+        "agents" => {
+            app.db
+                .read(move |conn| {
+                    let access = access::require(conn, &id, &account, Need::Read)?;
+                    Ok((format!("agents/{id}"), sub_of(&access), Replay::Nothing))
+                })
+                .await?
+        }
+        "sessions" => {
+            app.db
+                .read(move |conn| {
+                    let access = access::require_session(conn, &id, &account, Need::Read)?;
+                    let session = Box::new(sessions::load_info(conn, &id)?);
+                    let events = sessions::events::after(conn, &id, after, i64::MAX, Some(REPLAY_PAGE))?;
+                    Ok((format!("sessions/{id}"), sub_of(&access), Replay::Session { session, events }))
+                })
+                .await?
+        }
+        "runs" => {
+            app.db
+                .read(move |conn| {
+                    let missing = || ApiError::not_found("Run not found");
+                    let (root, agent) = runs::info::root_and_agent(conn, &id)?.ok_or_else(missing)?;
+                    let access = access::resolve(conn, &agent, &account)?.ok_or_else(missing)?;
+                    let tree = runs::info::tree(conn, &root)?;
+                    Ok((format!("runs/{root}"), sub_of(&access), Replay::Runs(tree)))
+                })
+                .await?
+        }
+        _ => return Err(ApiError::invalid(NOT_AUTHORIZED)),
+    };
+    Ok(Accepted { caller, key: action.key, registered, sub, replay })
+}
+
+/// The next page of a session's events after `after`.
+pub async fn more_events(app: &App, session_id: &str, after: i64) -> ApiResult<Vec<SessionEvent>> {
+    let session_id = session_id.to_owned();
+    app.db.read(move |conn| sessions::events::after(conn, &session_id, after, i64::MAX, Some(REPLAY_PAGE))).await
+}
+
+fn sub_of(access: &access::Access) -> Sub {
+    Sub { agent_id: Some(Arc::from(access.agent_id.as_str())), role: access.role, member: access.member }
+}
