@@ -37,8 +37,8 @@ pub fn downgrade_error(error: Ipld) -> Ipld {
 /// Drops `code` from an error frame (except `protocol_too_old`).
 pub fn downgrade_frame(frame: AgentWsEvent) -> AgentWsEvent {
     match frame {
-        AgentWsEvent::ErrorFrame(ErrorFrame { code, message }) => {
-            AgentWsEvent::ErrorFrame(ErrorFrame { code: code.filter(|code| code == PROTOCOL_TOO_OLD), message })
+        AgentWsEvent::ErrorFrame(ErrorFrame { code, key, message }) => {
+            AgentWsEvent::ErrorFrame(ErrorFrame { code: code.filter(|code| code == PROTOCOL_TOO_OLD), key, message })
         }
         other => other,
     }
@@ -78,7 +78,14 @@ mod tests {
         let Ipld::Map(out) = downgrade_error(error("update_required")) else { panic!("a map") };
         assert!(!out.contains_key("code"));
         assert_eq!(downgrade_error(error("protocol_too_old")), error("protocol_too_old"));
-        let frame = AgentWsEvent::ErrorFrame(ErrorFrame { code: Some("update_required".into()), message: "m".into() });
-        assert_eq!(downgrade_frame(frame), AgentWsEvent::ErrorFrame(ErrorFrame { code: None, message: "m".into() }));
+        let frame = AgentWsEvent::ErrorFrame(ErrorFrame {
+            code: Some("update_required".into()),
+            key: None,
+            message: "m".into(),
+        });
+        assert_eq!(
+            downgrade_frame(frame),
+            AgentWsEvent::ErrorFrame(ErrorFrame { code: None, key: None, message: "m".into() })
+        );
     }
 }

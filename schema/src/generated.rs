@@ -2673,6 +2673,9 @@ pub struct ErrorFrame {
     ///`protocol_too_old` when the client is below the server minimum.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub code: ::std::option::Option<::std::string::String>,
+    ///The subscription key the error refuses or ends, when it concerns one (a refused `Subscribe`, or a subscription ended because its resource is gone or access was revoked). Absent for errors about the frame itself.
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    pub key: ::std::option::Option<::std::string::String>,
     pub message: ::std::string::String,
 }
 ///`FileUploadTarget`

@@ -51,10 +51,12 @@ pub fn encode(frame: &AgentWsEvent, protocol: u32) -> Utf8Bytes {
 }
 
 /// The `error` frame for a failure, as a client of `protocol` reads it: the same message and
-/// `code` the HTTP answer carries; the socket stays open.
-pub fn error(error: &ApiError, protocol: u32) -> Utf8Bytes {
+/// `code` the HTTP answer carries, and the subscription `key` it concerns, when it concerns one;
+/// the socket stays open.
+pub fn error(error: &ApiError, key: Option<&str>, protocol: u32) -> Utf8Bytes {
     let frame = AgentWsEvent::ErrorFrame(ErrorFrame {
         code: error.code().map(str::to_owned),
+        key: key.map(str::to_owned),
         message: error.message().to_owned(),
     });
     encode(&frame, protocol)
@@ -68,9 +70,15 @@ mod tests {
     #[test]
     fn errors_keep_message_and_code_and_older_clients_lose_codes_they_do_not_know() {
         let refused = ApiError::new(ErrorKind::UpdateRequired, "Update the app").with_code("update_required");
-        assert_eq!(error(&refused, 3).as_str(), r#"{"_":"error","code":"update_required","message":"Update the app"}"#);
-        assert_eq!(error(&refused, 1).as_str(), r#"{"_":"error","message":"Update the app"}"#);
+        assert_eq!(
+            error(&refused, None, 3).as_str(),
+            r#"{"_":"error","code":"update_required","message":"Update the app"}"#
+        );
+        assert_eq!(error(&refused, None, 1).as_str(), r#"{"_":"error","message":"Update the app"}"#);
         let plain = ApiError::not_found("Agent not found");
-        assert_eq!(error(&plain, 2).as_str(), r#"{"_":"error","message":"Agent not found"}"#);
+        assert_eq!(
+            error(&plain, Some("agents/a"), 2).as_str(),
+            r#"{"_":"error","key":"agents/a","message":"Agent not found"}"#
+        );
     }
 }

@@ -105,7 +105,7 @@ impl Outgoing {
                                 &AgentWsEvent::ChangeFrame(ChangeFrame { key: key.clone(), value: value.into() }),
                                 protocol,
                             ),
-                            Err(error) => frames::error(&ApiError::internal(error), protocol),
+                            Err(error) => frames::error(&ApiError::internal(error), None, protocol),
                         }
                     }
                 };
@@ -343,7 +343,7 @@ impl Hub {
                 None => {
                     let error = ApiError::not_found(not_found_message(&key));
                     if let Some(bound) = registry.socket(socket) {
-                        bound.send(&OutFrame::plain(frames::error(&error, bound.protocol)));
+                        bound.send(&OutFrame::plain(frames::error(&error, Some(&key), bound.protocol)));
                     }
                     registry.unsubscribe(socket, &key);
                 }
@@ -358,7 +358,7 @@ impl Hub {
         let sockets: Vec<SocketId> = registry.subscribers(key).map(|(socket, _)| socket).collect();
         for socket in sockets {
             if let Some(bound) = registry.socket(socket) {
-                bound.send(&OutFrame::plain(frames::error(error, bound.protocol)));
+                bound.send(&OutFrame::plain(frames::error(error, Some(key), bound.protocol)));
             }
             registry.unsubscribe(socket, key);
         }

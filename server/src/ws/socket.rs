@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::frames::{self, OutFrame};
 use super::registry::{Bound, Signal, SocketId};
-use super::subscribe::{self, Accepted, Replay};
+use super::subscribe::{self, Accepted, Refused, Replay};
 use super::{Live, WsLimits};
 use crate::app::App;
 use crate::error::ApiError;
@@ -140,33 +140,32 @@ impl Socket<'_> {
         let Some(bytes) = subscribe::frame_bytes(message) else { return Ok(()) };
         let outcome = match bytes {
             Ok(bytes) => self.subscribe(bytes).await,
-            Err(error) => Err(Failure::Refused(error)),
+            Err(error) => Err(Failure::Refused(error.into())),
         };
         match outcome {
             Ok(()) => Ok(()),
-            Err(Failure::Refused(error)) => {
+            Err(Failure::Refused(Refused { error, key })) => {
                 let protocol = self.account.as_ref().map_or(AGENTS_PROTOCOL_VERSION, |(_, protocol)| *protocol);
-                self.send(frames::error(&error, protocol)).await.map_err(|()| None)
+                self.send(frames::error(&error, key.as_deref(), protocol)).await.map_err(|()| None)
             }
             Err(Failure::Close(ending)) => Err(ending),
         }
     }
 
     async fn subscribe(&mut self, bytes: Vec<u8>) -> Result<(), Failure> {
-        let accepted = subscribe::accept(self.app, bytes).await?;
+        let accepted = subscribe::accept(self.app, bytes).await.map_err(Failure::Refused)?;
         let account: Arc<str> = Arc::from(accepted.caller.account_id.as_str());
+        let refuse = |error: ApiError| Failure::Refused(Refused { error, key: Some(accepted.key.clone()) });
         match &self.account {
             Some((bound, _)) if **bound != *account => {
-                return Err(ApiError::forbidden("WebSocket account switch is not allowed").into());
+                return Err(refuse(ApiError::forbidden("WebSocket account switch is not allowed")));
             }
             Some(_) => {}
             None => self.bind(account, accepted.caller.protocol).await?,
         }
         let limit = self.limits.subscriptions;
-        self.live
-            .registry()
-            .subscribe(self.id, &accepted.registered, accepted.sub.clone(), limit)
-            .map_err(|_| subscribe_refused(limit))?;
+        let registered = self.live.registry().subscribe(self.id, &accepted.registered, accepted.sub.clone(), limit);
+        registered.map_err(|_| refuse(too_many_subscriptions(limit)))?;
         self.replay(accepted).await
     }
 
@@ -182,7 +181,7 @@ impl Socket<'_> {
             }
             Err(_) => {
                 let error = ApiError::too_many(ACCOUNT_FULL);
-                let _ = self.send(frames::error(&error, protocol)).await;
+                let _ = self.send(frames::error(&error, None, protocol)).await;
                 Err(Failure::Close(Some((close_code::AGAIN, ACCOUNT_FULL))))
             }
         }
@@ -283,18 +282,14 @@ impl Socket<'_> {
 /// Why a subscription did not go through: an `error` frame (the socket stays open), or the end of
 /// the socket.
 enum Failure {
-    Refused(ApiError),
+    Refused(Refused),
     Close(Ending),
 }
 
 impl From<ApiError> for Failure {
     fn from(error: ApiError) -> Self {
-        Failure::Refused(error)
+        Failure::Refused(error.into())
     }
-}
-
-fn subscribe_refused(limit: usize) -> Failure {
-    Failure::Refused(too_many_subscriptions(limit))
 }
 
 /// How long a peer may stay silent (pongs count) before it is taken for dead: two and a half

@@ -80,18 +80,42 @@ pub fn frame_bytes(message: Message) -> Option<Result<Vec<u8>, ApiError>> {
     }
 }
 
+/// A refused `Subscribe`: the failure, and the key it named once that could be read.
+#[derive(Debug)]
+pub struct Refused {
+    /// What went wrong.
+    pub error: ApiError,
+    /// The key, when the action got that far.
+    pub key: Option<String>,
+}
+
+impl From<ApiError> for Refused {
+    fn from(error: ApiError) -> Self {
+        Self { error, key: None }
+    }
+}
+
 /// Verifies a `Subscribe` envelope and authorizes its key.
-pub async fn accept(app: &App, bytes: Vec<u8>) -> ApiResult<Accepted> {
+pub async fn accept(app: &App, bytes: Vec<u8>) -> Result<Accepted, Refused> {
     let verified = auth::verify(app, bytes, Transport::WebSocket).await?;
     if verified.action_name != "Subscribe" {
-        return Err(ApiError::invalid(NOT_SUBSCRIBE));
+        return Err(ApiError::invalid(NOT_SUBSCRIBE).into());
     }
-    let action = seed_agents_compat::upgrade_action(verified.caller.protocol, "Subscribe", verified.action)?;
-    if !matches!(&action, Ipld::Map(fields) if matches!(fields.get("key"), Some(Ipld::String(_)))) {
-        return Err(ApiError::invalid(NOT_AUTHORIZED));
-    }
+    let action = seed_agents_compat::upgrade_action(verified.caller.protocol, "Subscribe", verified.action)
+        .map_err(ApiError::from)?;
+    let key = match &action {
+        Ipld::Map(fields) => match fields.get("key") {
+            Some(Ipld::String(key)) => key.clone(),
+            _ => return Err(ApiError::invalid(NOT_AUTHORIZED).into()),
+        },
+        _ => return Err(ApiError::invalid(NOT_AUTHORIZED).into()),
+    };
+    authorize(app, verified.caller, action).await.map_err(|error| Refused { error, key: Some(key) })
+}
+
+/// Decodes a verified `Subscribe` action and authorizes its key for `caller`.
+async fn authorize(app: &App, caller: Caller, action: Ipld) -> ApiResult<Accepted> {
     let action: Subscribe = crate::dispatch::decode("Subscribe", action)?;
-    let caller = verified.caller;
     let after = action.after_seq.unwrap_or(0);
     let Some((kind, id)) = action.key.split_once('/').filter(|(_, id)| !id.is_empty() && !id.contains('/')) else {
         return Err(ApiError::invalid(NOT_AUTHORIZED));
