@@ -10,6 +10,7 @@ mod envelope;
 mod features;
 mod identities;
 mod ipfs;
+mod live;
 mod memory;
 mod pagination;
 mod provider_models;

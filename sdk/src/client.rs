@@ -198,6 +198,11 @@ impl Client {
         self.post(body).await
     }
 
+    /// The server's WebSocket endpoint (`ws(s)://…/agents/ws`), from the server URL.
+    pub fn socket_url(&self) -> Result<String, Error> {
+        socket_endpoint(&self.endpoint)
+    }
+
     /// Posts already signed envelope bytes and decodes the answer.
     pub async fn post(&self, body: Vec<u8>) -> Result<AgentResponse, Error> {
         Ok(self.exchange(body).await?.response)
@@ -276,6 +281,18 @@ fn message_endpoint(server_url: &str) -> Result<String, Error> {
     Ok(format!("{base}/api/message"))
 }
 
+/// The WebSocket endpoint beside a message endpoint (`…/api/message`): the same host with
+/// `ws`/`wss`, and the path `/agents/ws` (a base that already ends in `/agents` keeps one).
+fn socket_endpoint(message_endpoint: &str) -> Result<String, Error> {
+    let base = message_endpoint.strip_suffix("/api/message").unwrap_or(message_endpoint);
+    let base = base.strip_suffix("/agents").unwrap_or(base);
+    let (scheme, rest) = base
+        .split_once("://")
+        .ok_or_else(|| Error::InvalidUrl { url: message_endpoint.to_owned(), reason: "no scheme".to_owned() })?;
+    let scheme = if scheme == "https" { "wss" } else { "ws" };
+    Ok(format!("{scheme}://{rest}/agents/ws"))
+}
+
 /// A `reqwest` client set up the way the SDK's own is (rustls with the ring provider when the
 /// `tls` feature is on). Use it for requests beside the SDK's, e.g. health checks.
 pub fn default_http_client() -> Result<reqwest::Client, Error> {
@@ -294,7 +311,7 @@ fn now_ms() -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::message_endpoint;
+    use super::{message_endpoint, socket_endpoint};
 
     #[test]
     fn endpoint_appends_api_message_to_any_base() {
@@ -302,5 +319,13 @@ mod tests {
         assert_eq!(message_endpoint("https://h.example/agents/").unwrap(), "https://h.example/agents/api/message");
         assert!(message_endpoint("ftp://h.example").is_err());
         assert!(message_endpoint("not a url").is_err());
+    }
+
+    #[test]
+    fn the_socket_lives_at_agents_ws_beside_the_message_endpoint() {
+        let socket = |base: &str| socket_endpoint(&message_endpoint(base).unwrap()).unwrap();
+        assert_eq!(socket("http://127.0.0.1:3050"), "ws://127.0.0.1:3050/agents/ws");
+        assert_eq!(socket("https://h.example/agents/"), "wss://h.example/agents/ws");
+        assert_eq!(socket("https://h.example/base"), "wss://h.example/base/agents/ws");
     }
 }

@@ -30,10 +30,12 @@
 mod client;
 mod error;
 mod generated;
+pub mod subscription;
 mod upload;
 
 pub use client::{Client, ClientBuilder, Clock, default_http_client};
 pub use error::Error;
 pub use seed_agents_protocol as protocol;
 pub use seed_agents_protocol::{Ed25519Signer, Principal, Signer};
+pub use subscription::{Event, Subscription, SubscriptionBuilder};
 pub use upload::{MAX_ATTEMPTS, Progress, WINDOW};

@@ -130,9 +130,8 @@ fn check_transport(action_name: &str, transport: Transport) -> ApiResult<()> {
         Transport::Http if !info.http => {
             Err(ApiError::invalid(format!("{action_name} is only supported over WebSocket")))
         }
-        Transport::WebSocket if info.http => {
-            Err(ApiError::invalid(format!("{action_name} is only supported over HTTP")))
-        }
+        // The socket carries only `Subscribe`; upstream's words for anything else.
+        Transport::WebSocket if info.http => Err(ApiError::invalid(crate::ws::subscribe::NOT_SUBSCRIBE)),
         _ => Ok(()),
     }
 }

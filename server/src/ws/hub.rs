@@ -71,9 +71,9 @@ struct Hub {
 /// What a frame is made of.
 enum Source {
     /// The same frame for every receiver.
-    Frame(AgentWsEvent),
+    Frame(Box<AgentWsEvent>),
     /// An agent snapshot under `key`: each receiver sees its own `accessRole`.
-    Agent { key: String, info: AgentInfo },
+    Agent { key: String, info: Box<AgentInfo> },
 }
 
 /// A frame to deliver and the shapes it is encoded in, built lazily per `(protocol, role)`.
@@ -85,12 +85,17 @@ struct Outgoing {
 
 impl Outgoing {
     fn new(frame: AgentWsEvent) -> Self {
-        Self { source: Source::Frame(frame), append: None, encoded: HashMap::new() }
+        Self { source: Source::Frame(Box::new(frame)), append: None, encoded: HashMap::new() }
     }
 
-    fn for_receiver(&mut self, protocol: u32, role: Role) -> Arc<OutFrame> {
+    /// The frame for a receiver of `protocol` with `role`; `None` when the agent snapshot says the
+    /// receiver no longer sees the agent (its subscription ends a moment later).
+    fn for_receiver(&mut self, protocol: u32, role: Role, member: bool) -> Option<Arc<OutFrame>> {
         let shape = frames::shape(protocol);
-        let role = matches!(self.source, Source::Agent { .. }).then_some(role);
+        let role = match &self.source {
+            Source::Frame(_) => None,
+            Source::Agent { info, .. } => Some(current_role(role, member, info)?),
+        };
         let (source, append) = (&self.source, &self.append);
         self.encoded
             .entry((shape, role))
@@ -98,7 +103,7 @@ impl Outgoing {
                 let text = match source {
                     Source::Frame(frame) => frames::encode(frame, protocol),
                     Source::Agent { key, info } => {
-                        let mut info = info.clone();
+                        let mut info = (**info).clone();
                         info.access_role = role.map(Role::wire);
                         match wire::to_ipld(&info) {
                             Ok(value) => frames::encode(
@@ -112,6 +117,21 @@ impl Outgoing {
                 Arc::new(OutFrame { text, append: append.clone() })
             })
             .clone()
+            .into()
+    }
+}
+
+/// A receiver's role as the agent snapshot `info` makes it now. Owners and writers keep theirs;
+/// a reader is a chatter exactly while public chat is on; a public receiver sees the agent only
+/// while public read is on. (The snapshot is published before the membership change that would
+/// refresh the registry's roles.)
+fn current_role(role: Role, member: bool, info: &AgentInfo) -> Option<Role> {
+    let (public_read, public_chat) = (info.public_read == Some(true), info.public_chat == Some(true));
+    match role {
+        Role::Owner | Role::Writer if member => Some(role),
+        _ if !member && !public_read => None,
+        _ if public_read && public_chat => Some(Role::Chatter),
+        _ => Some(Role::Reader),
     }
 }
 
@@ -233,8 +253,11 @@ impl Hub {
             self.revoke_agent(agent).await?;
             return Ok(());
         };
-        let mut outgoing =
-            Outgoing { source: Source::Agent { key: key.clone(), info }, append: None, encoded: HashMap::new() };
+        let mut outgoing = Outgoing {
+            source: Source::Agent { key: key.clone(), info: Box::new(info) },
+            append: None,
+            encoded: HashMap::new(),
+        };
         let registry = self.registry();
         let mut targets = Targets::default();
         targets.key(&registry, &key);
@@ -407,10 +430,10 @@ fn load_audience(conn: &rusqlite::Connection, agent: &str) -> ApiResult<Option<A
     Ok(Some(Audience { owner, accounts }))
 }
 
-/// The sockets one frame goes to, each once, with the role it sees.
+/// The sockets one frame goes to, each once, with the role it sees and whether it is a member.
 #[derive(Default)]
 struct Targets {
-    sockets: HashMap<SocketId, Role>,
+    sockets: HashMap<SocketId, (Role, bool)>,
 }
 
 impl Targets {
@@ -424,7 +447,7 @@ impl Targets {
         for (socket, sub) in registry.subscribers(key) {
             let Some(bound) = registry.socket(socket) else { continue };
             if keep(&bound.account_id, sub) {
-                self.sockets.entry(socket).or_insert(sub.role);
+                self.sockets.entry(socket).or_insert((sub.role, sub.member));
             }
         }
     }
@@ -434,15 +457,17 @@ impl Targets {
         let Some(audience) = audience else { return };
         for (account, role) in &audience.accounts {
             for (socket, _) in registry.subscribers(&format!("account/{account}")) {
-                self.sockets.entry(socket).or_insert(*role);
+                self.sockets.insert(socket, (*role, true));
             }
         }
     }
 
     fn send(self, registry: &Registry, outgoing: &mut Outgoing) {
-        for (socket, role) in self.sockets {
-            if let Some(bound) = registry.socket(socket) {
-                bound.send(&outgoing.for_receiver(bound.protocol, role));
+        for (socket, (role, member)) in self.sockets {
+            if let Some(bound) = registry.socket(socket)
+                && let Some(frame) = outgoing.for_receiver(bound.protocol, role, member)
+            {
+                bound.send(&frame);
             }
         }
     }

@@ -35,9 +35,15 @@ const TOO_SLOW: &str = "Subscriber fell behind; reconnect and resume from the la
 const NO_PONG: &str = "No answer to ping";
 const ACCOUNT_FULL: &str = "Too many live connections for this account";
 
+/// The `code` of the refusal when a socket has as many subscriptions as it may.
+pub const SUBSCRIPTION_LIMIT: &str = "subscription_limit";
+/// The `code` of the refusal when an account has as many sockets as it may.
+pub const SOCKET_LIMIT: &str = "socket_limit";
+
 /// The error when a socket has as many subscriptions as it may.
 pub fn too_many_subscriptions(limit: usize) -> ApiError {
     ApiError::too_many(format!("Too many subscriptions on this connection (limit {limit})"))
+        .with_code(SUBSCRIPTION_LIMIT)
 }
 
 /// Serves one upgraded socket until it closes.
@@ -166,7 +172,16 @@ impl Socket<'_> {
         let limit = self.limits.subscriptions;
         let registered = self.live.registry().subscribe(self.id, &accepted.registered, accepted.sub.clone(), limit);
         registered.map_err(|_| refuse(too_many_subscriptions(limit)))?;
-        self.replay(accepted).await
+        // Registered first, read second: an event committed after this read is queued live, one
+        // committed before it is in the replay, and one in both is dropped from the queue.
+        let replay = match subscribe::load(self.app, accepted.plan.clone()).await {
+            Ok(replay) => replay,
+            Err(error) => {
+                self.live.registry().unsubscribe(self.id, &accepted.registered);
+                return Err(refuse(error));
+            }
+        };
+        self.replay(accepted, replay).await
     }
 
     /// Binds the socket to `account` (its first accepted subscription).
@@ -180,7 +195,7 @@ impl Socket<'_> {
                 Ok(())
             }
             Err(_) => {
-                let error = ApiError::too_many(ACCOUNT_FULL);
+                let error = ApiError::too_many(ACCOUNT_FULL).with_code(SOCKET_LIMIT);
                 let _ = self.send(frames::error(&error, None, protocol)).await;
                 Err(Failure::Close(Some((close_code::AGAIN, ACCOUNT_FULL))))
             }
@@ -188,13 +203,13 @@ impl Socket<'_> {
     }
 
     /// `subscribed`, then what the key replays.
-    async fn replay(&mut self, accepted: Accepted) -> Result<(), Failure> {
+    async fn replay(&mut self, accepted: Accepted, replay: Replay) -> Result<(), Failure> {
         let protocol = accepted.caller.protocol;
         let key = accepted.key;
         let subscribed =
             AgentWsEvent::SubscribedFrame(SubscribedFrame { account_id: accepted.caller.account_id, key: key.clone() });
         self.send(frames::encode(&subscribed, protocol)).await.map_err(|()| Failure::Close(None))?;
-        match accepted.replay {
+        match replay {
             Replay::Nothing => Ok(()),
             Replay::Runs(runs) => {
                 for run in runs {

@@ -48,14 +48,34 @@ pub struct Accepted {
     pub registered: String,
     /// The subscriber's access.
     pub sub: Sub,
-    /// What to send after `subscribed`.
-    pub replay: Replay,
+    /// What to replay after `subscribed`: read by [`load`] only once the subscription is
+    /// registered, so whatever commits after that read also arrives live.
+    pub plan: Plan,
+}
+
+/// What a subscription will replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// `account/` and `agents/` keys replay nothing.
+    Nothing,
+    /// The session, then its events with `seq > after`.
+    Session {
+        /// The session.
+        id: String,
+        /// The client's `afterSeq` (0 when absent).
+        after: i64,
+    },
+    /// Every run of the tree rooted at `root`.
+    Runs {
+        /// The root run.
+        root: String,
+    },
 }
 
 /// What a subscription replays before live frames.
 #[derive(Debug)]
 pub enum Replay {
-    /// `account/` and `agents/` keys replay nothing.
+    /// Nothing to replay.
     Nothing,
     /// The session, then its first page of events (more are read by [`more_events`]).
     Session {
@@ -66,6 +86,23 @@ pub enum Replay {
     },
     /// Every run of the tree, oldest first.
     Runs(Vec<RunInfo>),
+}
+
+/// Reads what `plan` replays (its first page, for a session).
+pub async fn load(app: &App, plan: Plan) -> ApiResult<Replay> {
+    match plan {
+        Plan::Nothing => Ok(Replay::Nothing),
+        Plan::Session { id, after } => {
+            app.db
+                .read(move |conn| {
+                    let session = Box::new(sessions::load_info(conn, &id)?);
+                    let events = sessions::events::after(conn, &id, after, i64::MAX, Some(REPLAY_PAGE))?;
+                    Ok(Replay::Session { session, events })
+                })
+                .await
+        }
+        Plan::Runs { root } => app.db.read(move |conn| Ok(Replay::Runs(runs::info::tree(conn, &root)?))).await,
+    }
 }
 
 /// The bytes of a `Subscribe` frame: a binary frame as it is, a text frame only as a JSON array
@@ -121,15 +158,15 @@ async fn authorize(app: &App, caller: Caller, action: Ipld) -> ApiResult<Accepte
         return Err(ApiError::invalid(NOT_AUTHORIZED));
     };
     let (id, account) = (id.to_owned(), caller.account_id.clone());
-    let (registered, sub, replay) = match kind {
+    let (registered, sub, plan) = match kind {
         "account" if id == caller.account_id => {
-            (action.key.clone(), Sub { agent_id: None, role: Role::Owner, member: true }, Replay::Nothing)
+            (action.key.clone(), Sub { agent_id: None, role: Role::Owner, member: true }, Plan::Nothing)
         }
         "agents" => {
             app.db
                 .read(move |conn| {
                     let access = access::require(conn, &id, &account, Need::Read)?;
-                    Ok((format!("agents/{id}"), sub_of(&access), Replay::Nothing))
+                    Ok((format!("agents/{id}"), sub_of(&access), Plan::Nothing))
                 })
                 .await?
         }
@@ -137,9 +174,7 @@ async fn authorize(app: &App, caller: Caller, action: Ipld) -> ApiResult<Accepte
             app.db
                 .read(move |conn| {
                     let access = access::require_session(conn, &id, &account, Need::Read)?;
-                    let session = Box::new(sessions::load_info(conn, &id)?);
-                    let events = sessions::events::after(conn, &id, after, i64::MAX, Some(REPLAY_PAGE))?;
-                    Ok((format!("sessions/{id}"), sub_of(&access), Replay::Session { session, events }))
+                    Ok((format!("sessions/{id}"), sub_of(&access), Plan::Session { id, after }))
                 })
                 .await?
         }
@@ -149,14 +184,13 @@ async fn authorize(app: &App, caller: Caller, action: Ipld) -> ApiResult<Accepte
                     let missing = || ApiError::not_found("Run not found");
                     let (root, agent) = runs::info::root_and_agent(conn, &id)?.ok_or_else(missing)?;
                     let access = access::resolve(conn, &agent, &account)?.ok_or_else(missing)?;
-                    let tree = runs::info::tree(conn, &root)?;
-                    Ok((format!("runs/{root}"), sub_of(&access), Replay::Runs(tree)))
+                    Ok((format!("runs/{root}"), sub_of(&access), Plan::Runs { root }))
                 })
                 .await?
         }
         _ => return Err(ApiError::invalid(NOT_AUTHORIZED)),
     };
-    Ok(Accepted { caller, key: action.key, registered, sub, replay })
+    Ok(Accepted { caller, key: action.key, registered, sub, plan })
 }
 
 /// The next page of a session's events after `after`.
