@@ -39,6 +39,7 @@ pub enum Expect {
 pub const OK: Expect = Expect::Allowed;
 pub const NO_AGENT: Expect = Expect::Refused(404, "Agent not found");
 pub const NO_SESSION: Expect = Expect::Refused(404, "Session not found");
+pub const NO_UPLOAD: Expect = Expect::Refused(404, "Upload not found");
 pub const NO_INVITE: Expect = Expect::Refused(404, "Agent invitation not found");
 pub const NO_PROVIDER: Expect = Expect::Refused(404, "Model provider not found");
 pub const NO_IDENTITY: Expect = Expect::Refused(404, "Signing identity not found");
@@ -437,16 +438,13 @@ pub fn table() -> Vec<Row> {
             },
             [OK, OK, WRITE, OK, WRITE, NO_SESSION, NO_SESSION],
         ),
-        // FIXME: an invisible parent should read `404 Upload not found` here (PROTOCOL-NOTES §C.0:
-        // an upload-scoped action re-labels the parent check's 404 with its own message); the
-        // server answers the agent's or the session's.
-        row("AppendFileUploadChunk (into memory)", append, [OK, OK, WRITE, WRITE, WRITE, NO_AGENT, NO_AGENT])
+        row("AppendFileUploadChunk (into memory)", append, [OK, OK, WRITE, WRITE, WRITE, NO_UPLOAD, NO_UPLOAD])
             .staged(false, false)
             .shape(|_, _, answer| same("received", response::<AppendFileUploadChunkResponse>(answer)?.received, 4)),
-        row("AppendFileUploadChunk (into a session)", append, [OK, OK, WRITE, OK, WRITE, NO_SESSION, NO_SESSION])
+        row("AppendFileUploadChunk (into a session)", append, [OK, OK, WRITE, OK, WRITE, NO_UPLOAD, NO_UPLOAD])
             .staged(true, false)
             .shape(|_, _, answer| same("received", response::<AppendFileUploadChunkResponse>(answer)?.received, 4)),
-        row("CommitFileUpload (into memory)", commit, [OK, OK, WRITE, WRITE, WRITE, NO_AGENT, NO_AGENT])
+        row("CommitFileUpload (into memory)", commit, [OK, OK, WRITE, WRITE, WRITE, NO_UPLOAD, NO_UPLOAD])
             .staged(false, true)
             .shape(|_, _, answer| {
                 same(
@@ -455,7 +453,7 @@ pub fn table() -> Vec<Row> {
                     Some("staged/file.bin".into()),
                 )
             }),
-        row("CommitFileUpload (into a session)", commit, [OK, OK, WRITE, OK, WRITE, NO_SESSION, NO_SESSION])
+        row("CommitFileUpload (into a session)", commit, [OK, OK, WRITE, OK, WRITE, NO_UPLOAD, NO_UPLOAD])
             .staged(true, true)
             .shape(|_, _, answer| {
                 same(
@@ -464,9 +462,9 @@ pub fn table() -> Vec<Row> {
                     Some("staged.txt".into()),
                 )
             }),
-        row("AbortFileUpload (into memory)", abort, [OK, OK, WRITE, WRITE, WRITE, NO_AGENT, NO_AGENT])
+        row("AbortFileUpload (into memory)", abort, [OK, OK, WRITE, WRITE, WRITE, NO_UPLOAD, NO_UPLOAD])
             .staged(false, false),
-        row("AbortFileUpload (into a session)", abort, [OK, OK, WRITE, OK, WRITE, NO_SESSION, NO_SESSION])
+        row("AbortFileUpload (into a session)", abort, [OK, OK, WRITE, OK, WRITE, NO_UPLOAD, NO_UPLOAD])
             .staged(true, false),
         // Account-scoped reads with `agentId`: the owner's providers and the identities the agent is granted.
         row(
