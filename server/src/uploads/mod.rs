@@ -33,7 +33,7 @@ use crate::app::App;
 use crate::attachments::{self, blocking};
 use crate::auth::Caller;
 use crate::bus::ChangeReason;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::memory::path::MemoryPath;
 
 pub use order::{ARRIVAL_GRACE, AppendOrder};
@@ -272,7 +272,8 @@ pub async fn abort_file_upload(
 }
 
 /// Locks the caller's upload and reads it, checking the caller still has access to its target:
-/// 404 `Upload not found` for a malformed, unknown, expired or another account's id.
+/// 404 `Upload not found` for a malformed, unknown, expired or another account's id, and for a
+/// target the caller can no longer see; 403 when its role there became too low.
 async fn locked(app: &App, caller: &Caller, upload_id: &str) -> ApiResult<(std::fs::File, Upload)> {
     if upload_id.is_empty() {
         return Err(ApiError::invalid("Upload id is required"));
@@ -304,13 +305,18 @@ async fn locked(app: &App, caller: &Caller, upload_id: &str) -> ApiResult<(std::
                 .optional()?;
             let (target, size, received) = row.ok_or_else(not_found)?;
             let target: FileUploadTarget = wire::from_slice(&target).map_err(ApiError::internal)?;
+            // A target the caller can no longer see (or that is gone) makes the upload look
+            // missing too, with the upload's own message (PROTOCOL-NOTES §C.0); a role too low
+            // keeps its 403.
+            let invisible = |error: ApiError| if error.kind() == ErrorKind::NotFound { not_found() } else { error };
             let (state_dir, owner_id) = match &target {
                 FileUploadTarget::MemoryUploadTarget(memory) => {
-                    let (state_dir, owner_id) = memory_access(conn, &memory.agent_id, &account)?;
+                    let (state_dir, owner_id) = memory_access(conn, &memory.agent_id, &account).map_err(invisible)?;
                     (Some(state_dir), owner_id)
                 }
                 FileUploadTarget::SessionAttachmentUploadTarget(session) => {
-                    (None, access::require_session(conn, &session.session_id, &account, Need::Chat)?.owner_id)
+                    let access = access::require_session(conn, &session.session_id, &account, Need::Chat);
+                    (None, access.map_err(invisible)?.owner_id)
                 }
             };
             Ok(Upload { target, size, received, state_dir, owner_id })

@@ -1,0 +1,546 @@
+//! No secret leaks: the real `seed-agents-server` binary, logging at `debug`, runs a whole scripted
+//! session, and then everything it produced is searched for the secrets it was given or made.
+//!
+//! The secrets: an API key (a UTF-8 `sk-…` string, sent to the fake vendor), a 48-byte binary
+//! secret, the 32-byte seed of an imported signing identity, the seed the server generated for a
+//! created one (read back after the run by decrypting its row), and the server's own
+//! `secret.key`. Each is looked for as raw bytes, lower and upper hex, base64 (standard and
+//! URL-safe), base58btc, base32 and Rust's `{:?}` of a byte list; any 16-byte window of a form
+//! counts (32 or 40 for the low-entropy `{:?}` forms), so a truncated print is found too
+//! (`common/needles.rs`).
+//!
+//! Where: every HTTP response (status, headers, body, refusals included), the server's whole
+//! stderr at `RUST_LOG=debug`, every file under the data directory (read while the server runs,
+//! so the WAL is there, and again after a clean SIGTERM stop; only `secret.key` may hold the
+//! server key), and every request the fake Hypermedia server received (public keys may go there,
+//! seeds never). The fake vendor must receive the API key in its `Authorization` header, the one
+//! place it may go, and no other secret; one of its paths answers 500 with the whole request
+//! (key included) echoed in the body, which must not travel on.
+
+#![cfg(unix)]
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+#[path = "common/fixtures.rs"]
+mod fixtures;
+#[path = "common/needles.rs"]
+mod needles;
+#[path = "common/recorder.rs"]
+mod recorder;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use ipld_core::ipld::Ipld;
+use rusqlite::{Connection, OpenFlags, params};
+use seed_agents_protocol::generated::{
+    AgentDefinition, AppendFileUploadChunk, BeginFileUpload, CommitFileUpload, CreateAgent, CreateSession,
+    CreateSigningIdentity, FileUploadTarget, GetAgent, GetSession, ImportSigningIdentity, InvokeSessionTool,
+    InvokeSessionToolVerb, ListAgentMemory, ListAgents, ListModelProviders, ListProviderModels, ListSessions,
+    ListSigningIdentities, MemoryUploadTarget, ModelProviderConfig, ReadAgentMemoryFile, ReadSessionAttachment,
+    SessionAttachmentUploadTarget, SetModelProvider, SetSecret, UpdateSigningIdentity, UploadAgentMemoryFileToIpfs,
+    WriteAgentMemoryFile, WriteAgentMemoryFileContent,
+};
+use seed_agents_protocol::{
+    Action, AgentResponse, Bytes, Ed25519Signer, Principal, Response, Signer as _, Value, wire,
+};
+use seed_agents_sdk::Client;
+use seed_agents_server::secrets::crypto::SecretKey;
+
+use needles::Needles;
+use recorder::Fake;
+
+/// How long the server may take to answer `/api/health`.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+
+#[tokio::test]
+async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server() {
+    let secrets = Secrets::generate();
+    let vendor = Fake::start(vendor_answer).await;
+    let hm = Fake::start(hm_answer).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let log = dir.path().join("stderr.log");
+    let server = ServerProcess::start(&data_dir, &log, &hm.url).await;
+    let mut script = Script::new(&server.url);
+
+    let created = run_session(&mut script, &secrets, &vendor.url).await;
+
+    // The vendor got the key where it belongs, and the scan can see it there.
+    let vendor_requests = vendor.requests();
+    let bearer = format!("authorization: Bearer {}", secrets.api_key);
+    assert!(
+        vendor_requests
+            .iter()
+            .any(|request| String::from_utf8_lossy(request).to_lowercase().contains(&bearer.to_lowercase())),
+        "the vendor never got the key in its Authorization header"
+    );
+    // The fake Hypermedia server got the created identity's blobs, signed by its public key.
+    let created_account = Principal::from_str(created.account_id.as_deref().unwrap()).unwrap();
+    let hm_requests = hm.requests();
+    assert!(
+        hm_requests.iter().any(|request| contains(request, created_account.as_bytes())),
+        "the created identity's blobs (with its public key) never reached the Hypermedia server"
+    );
+
+    let running = read_tree(&data_dir);
+    assert!(
+        running.iter().any(|(path, _)| path.to_string_lossy().ends_with("-wal")),
+        "no WAL file to scan while the server runs: {:?}",
+        running.iter().map(|(path, _)| path).collect::<Vec<_>>()
+    );
+    let status = server.terminate().await;
+    assert!(status.success(), "the server did not stop cleanly: {status}");
+    let stopped = read_tree(&data_dir);
+
+    // Secrets the server made or keeps: its key, and the seeds as stored (decrypted here).
+    let server_key = std::fs::read(data_dir.join(SecretKey::FILE_NAME)).unwrap();
+    let key = SecretKey::load(&data_dir, None).unwrap();
+    let stored = |name: &str| {
+        let db =
+            Connection::open_with_flags(data_dir.join("seed-agents.sqlite"), OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let sealed: Vec<u8> = db
+            .query_row(
+                "SELECT ciphertext FROM secrets WHERE account_id = ?1 AND name = ?2",
+                params![script.account, name],
+                |row| row.get(0),
+            )
+            .unwrap();
+        key.open(&script.account, name, &sealed).unwrap()
+    };
+    let created_seed: [u8; 32] = stored(&created.name).try_into().unwrap();
+    assert_eq!(
+        Ed25519Signer::from_seed(&created_seed).principal(),
+        created_account,
+        "the decrypted seed is the created identity's"
+    );
+    assert_eq!(stored(&secrets.imported_name), secrets.imported_seed, "the imported seed is stored sealed");
+
+    let mut all = secrets.needles();
+    all.add("the created identity's seed", &created_seed);
+    let mut with_server_key = all.clone();
+    with_server_key.add("the server's secret key", &server_key);
+    let mut found = Vec::new();
+    for (label, bytes) in &script.responses {
+        found.extend(with_server_key.scan(&format!("the response to {label}"), bytes));
+    }
+    let log_text = std::fs::read(&log).unwrap();
+    assert!(
+        String::from_utf8_lossy(&log_text).contains("DEBUG"),
+        "the log has no debug lines; was RUST_LOG=debug honoured?"
+    );
+    found.extend(with_server_key.scan("the server's stderr", &log_text));
+    for (when, files) in [("while running", &running), ("after the stop", &stopped)] {
+        for (path, bytes) in files {
+            let needles = if path.ends_with(SecretKey::FILE_NAME) { &all } else { &with_server_key };
+            found.extend(needles.scan(&format!("{} ({when})", path.display()), bytes));
+        }
+    }
+    for (number, request) in hm_requests.iter().enumerate() {
+        found.extend(with_server_key.scan(&format!("Hypermedia request {}", number + 1), request));
+    }
+    let mut not_the_key = with_server_key.clone();
+    not_the_key.remove("the API key");
+    for (number, request) in vendor_requests.iter().enumerate() {
+        found.extend(not_the_key.scan(&format!("vendor request {}", number + 1), request));
+    }
+    // The scan does find a secret where one is.
+    assert!(!with_server_key.scan("vendor requests", &vendor_requests.concat()).is_empty());
+
+    println!(
+        "scanned {} responses, {} log bytes, {} + {} data files, {} Hypermedia and {} vendor requests",
+        script.responses.len(),
+        log_text.len(),
+        running.len(),
+        stopped.len(),
+        hm_requests.len(),
+        vendor_requests.len()
+    );
+    assert!(found.is_empty(), "secrets leaked:\n{}", found.join("\n"));
+}
+
+/// The identity the server created.
+struct Created {
+    name: String,
+    account_id: Option<String>,
+}
+
+/// The scripted session: secrets, providers and their models, identities, an agent, memory,
+/// chunked uploads, user verbs, and the reads of all of it; refusals on the way are expected.
+async fn run_session(script: &mut Script, secrets: &Secrets, vendor_url: &str) -> Created {
+    let metadata = |pairs: &[(&str, &str)]| {
+        Some(pairs.iter().map(|(key, value)| ((*key).to_owned(), Value(Ipld::String((*value).to_owned())))).collect())
+    };
+    let api_key = SetSecret {
+        name: "vendor-key".into(),
+        value: Bytes(secrets.api_key.as_bytes().to_vec()),
+        metadata: metadata(&[("kind", "api-key"), ("note", "scanned for")]),
+    };
+    script.ok(api_key).await;
+    let raw = SetSecret {
+        name: "raw-secret".into(),
+        value: Bytes(secrets.raw.clone()),
+        metadata: metadata(&[("purpose", "binary")]),
+    };
+    script.ok(raw).await;
+    let too_large = SetSecret { name: "huge".into(), value: Bytes(secrets.raw.repeat(1400)), metadata: None };
+    assert_eq!(script.refused(too_large).await, (400, "Secret value is too large".into()));
+
+    let provider = |base: &str, key: &str| ModelProviderConfig {
+        auth_mode: None,
+        base_url: Some(format!("{vendor_url}{base}")),
+        model_defaults: None,
+        secret_refs: Some(BTreeMap::from([("apiKey".to_owned(), key.to_owned())])),
+        type_: "custom".into(),
+    };
+    for (name, base, key) in
+        [("vendor", "/v1", "vendor-key"), ("echo", "/fail/v1", "vendor-key"), ("binary", "/v1", "raw-secret")]
+    {
+        script.ok(SetModelProvider { name: name.into(), provider: provider(base, key) }).await;
+    }
+    script.ok(ListModelProviders { agent_id: None }).await;
+    let models = |provider: &str, agent_id: Option<&str>| ListProviderModels {
+        provider: provider.into(),
+        agent_id: agent_id.map(str::to_owned),
+    };
+    assert!(!script.ok(models("vendor", None)).await.models.is_empty());
+    assert_eq!(script.refused(models("echo", None)).await, (502, "OpenAI models request failed: HTTP 500".into()));
+    assert_eq!(script.refused(models("binary", None)).await, (400, "custom API key is invalid".into()));
+
+    let import = ImportSigningIdentity {
+        client_request_id: Some("import-1".into()),
+        label: Some("Imported".into()),
+        seed: Bytes(secrets.imported_seed.to_vec()),
+    };
+    assert_eq!(script.ok(import).await.identity.name, secrets.imported_name);
+    let mut long_seed = secrets.imported_seed.to_vec();
+    long_seed.push(0);
+    let long = ImportSigningIdentity { client_request_id: None, label: None, seed: Bytes(long_seed) };
+    assert_eq!(script.refused(long).await, (400, "Key seed must be exactly 32 bytes".into()));
+    let create = CreateSigningIdentity { client_request_id: Some("create-1".into()), label: Some("Made here".into()) };
+    let created = script.ok(create).await.identity;
+    let update = UpdateSigningIdentity { name: created.name.clone(), label: "Renamed".into(), icon: None };
+    script.ok(update).await;
+    script.ok(ListSigningIdentities { agent_id: None }).await;
+
+    let definition = AgentDefinition {
+        model_provider: "vendor".into(),
+        model: "gpt-5".into(),
+        signing_key: Some(created.name.clone()),
+        ..fixtures::definition("Scanned")
+    };
+    let agent_id = script.ok(CreateAgent { client_request_id: None, definition }).await.agent_id;
+    script.ok(ListModelProviders { agent_id: Some(agent_id.clone()) }).await;
+    script.ok(models("vendor", Some(&agent_id))).await;
+    script.ok(ListSigningIdentities { agent_id: Some(agent_id.clone()) }).await;
+
+    let note = WriteAgentMemoryFile {
+        agent_id: agent_id.clone(),
+        path: "notes.md".into(),
+        content: WriteAgentMemoryFileContent::String("# Notes\nNothing secret here.".into()),
+    };
+    script.ok(note).await;
+    script.ok(ReadAgentMemoryFile { agent_id: agent_id.clone(), path: "notes.md".into() }).await;
+    let session = CreateSession {
+        agent_id: agent_id.clone(),
+        client_request_id: None,
+        model_override: None,
+        thoroughness: None,
+        title: Some("Scanned thread".into()),
+    };
+    let session_id = script.ok(session).await.session_id;
+
+    let into_memory = FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget {
+        agent_id: agent_id.clone(),
+        path: "uploads/data.bin".into(),
+    });
+    script.upload(into_memory, &[b"first chunk, ", b"second chunk"]).await;
+    let into_session = FileUploadTarget::SessionAttachmentUploadTarget(SessionAttachmentUploadTarget {
+        session_id: session_id.clone(),
+        name: "brief.txt".into(),
+        mime_type: Some("text/plain".into()),
+    });
+    let attachment = script.upload(into_session, &[b"an attached brief"]).await.attachment.unwrap();
+    script.ok(ReadSessionAttachment { session_id: session_id.clone(), attachment_id: attachment.id }).await;
+
+    let verb = |verb, fields: &[(&str, &str)]| InvokeSessionTool {
+        session_id: session_id.clone(),
+        verb,
+        input: Value(Ipld::Map(
+            fields.iter().map(|(key, value)| ((*key).to_owned(), Ipld::String((*value).to_owned()))).collect(),
+        )),
+    };
+    for call in [
+        verb(InvokeSessionToolVerb::Read, &[("address", "~/self")]),
+        verb(InvokeSessionToolVerb::Read, &[("address", "~/memory/notes.md")]),
+        verb(InvokeSessionToolVerb::Write, &[("address", "~/memory/verb.md"), ("content", "written by a verb")]),
+        verb(InvokeSessionToolVerb::Read, &[("address", "~/memory/")]),
+    ] {
+        assert_eq!(script.ok(call).await.error, None);
+    }
+    script.ok(UploadAgentMemoryFileToIpfs { agent_id: agent_id.clone(), path: "notes.md".into() }).await;
+
+    script.ok(GetAgent { agent_id: agent_id.clone() }).await;
+    script.ok(ListAgents {}).await;
+    script.ok(ListAgentMemory { agent_id: agent_id.clone() }).await;
+    let list = ListSessions {
+        agent_id: Some(agent_id),
+        cursor: None,
+        exclude_triggered: None,
+        include_children: None,
+        limit: None,
+        parent_session_id: None,
+    };
+    script.ok(list).await;
+    script.ok(GetSession { session_id, after_seq: None, before_seq: None, limit: None }).await;
+    Created { name: created.name, account_id: created.account_id }
+}
+
+/// The secrets the test hands the server.
+struct Secrets {
+    /// A UTF-8 key in the shape vendors use.
+    api_key: String,
+    /// 48 random bytes, most of them not printable.
+    raw: Vec<u8>,
+    imported_seed: [u8; 32],
+    /// The imported identity's secret name.
+    imported_name: String,
+}
+
+impl Secrets {
+    fn generate() -> Self {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        let suffix: String =
+            random::<48>().iter().map(|byte| ALPHABET[*byte as usize % ALPHABET.len()] as char).collect();
+        let imported_seed = random::<32>();
+        let account = Ed25519Signer::from_seed(&imported_seed).principal().to_string();
+        Self {
+            api_key: format!("sk-proj-{suffix}"),
+            raw: random::<48>().to_vec(),
+            imported_seed,
+            imported_name: format!("hm-account-{}", &account[..16]),
+        }
+    }
+
+    fn needles(&self) -> Needles {
+        let mut needles = Needles::default();
+        needles.add("the API key", self.api_key.as_bytes());
+        needles.add("the binary secret", &self.raw);
+        needles.add("the imported seed", &self.imported_seed);
+        needles
+    }
+}
+
+fn random<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).unwrap();
+    bytes
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|window| window == needle)
+}
+
+/// Every file under `dir`, with its bytes.
+fn read_tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                files.push((path, bytes));
+            }
+        }
+    }
+    files
+}
+
+/// A client that keeps every response it got, byte for byte.
+struct Script {
+    client: Client,
+    http: reqwest::Client,
+    endpoint: String,
+    account: String,
+    /// What was asked, then the status, headers and body answered.
+    responses: Vec<(String, Vec<u8>)>,
+}
+
+impl Script {
+    fn new(url: &str) -> Self {
+        let signer = Ed25519Signer::generate().unwrap();
+        let account = signer.principal().to_string();
+        let client = Client::builder(url, signer).build().unwrap();
+        let http = seed_agents_sdk::default_http_client().unwrap();
+        Self { client, http, endpoint: format!("{url}/api/message"), account, responses: Vec::new() }
+    }
+
+    /// Sends `action`; its response or the refusal's status and message.
+    async fn send<A: Action>(&mut self, action: A) -> Result<A::Response, (u16, String)> {
+        let body = self.client.sign(&action.into_action()).await.unwrap();
+        let answer =
+            self.http.post(&self.endpoint).header("content-type", "application/cbor").body(body).send().await.unwrap();
+        let status = answer.status().as_u16();
+        let mut raw = format!("HTTP {status}\r\n").into_bytes();
+        for (name, value) in answer.headers() {
+            raw.extend_from_slice(format!("{name}: ").as_bytes());
+            raw.extend_from_slice(value.as_bytes());
+            raw.extend_from_slice(b"\r\n");
+        }
+        let bytes = answer.bytes().await.unwrap();
+        raw.extend_from_slice(&bytes);
+        self.responses.push((format!("{} (HTTP {status})", A::NAME), raw));
+        match wire::from_slice::<AgentResponse>(&bytes).unwrap() {
+            AgentResponse::Error(error) => Err((status, error.message)),
+            answer => Ok(A::Response::from_response(answer).unwrap()),
+        }
+    }
+
+    async fn ok<A: Action>(&mut self, action: A) -> A::Response {
+        let name = A::NAME;
+        self.send(action).await.unwrap_or_else(|refusal| panic!("{name} was refused: {refusal:?}"))
+    }
+
+    async fn refused<A: Action>(&mut self, action: A) -> (u16, String) {
+        let name = A::NAME;
+        match self.send(action).await {
+            Ok(answer) => panic!("{name} was allowed: {answer:?}"),
+            Err(refusal) => refusal,
+        }
+    }
+
+    /// Begin, one append per chunk, commit.
+    async fn upload(
+        &mut self,
+        target: FileUploadTarget,
+        chunks: &[&[u8]],
+    ) -> seed_agents_protocol::generated::CommitFileUploadResponse {
+        let size = chunks.iter().map(|chunk| chunk.len() as i64).sum();
+        let upload_id = self.ok(BeginFileUpload { size, target }).await.upload_id;
+        let mut offset = 0;
+        for chunk in chunks {
+            let append = AppendFileUploadChunk { upload_id: upload_id.clone(), offset, content: Bytes(chunk.to_vec()) };
+            offset = self.ok(append).await.received;
+        }
+        self.ok(CommitFileUpload { upload_id }).await
+    }
+}
+
+/// The vendor: an OpenAI-style model list, or under `/fail/` a 500 that echoes the whole
+/// request, credentials included.
+fn vendor_answer(path: &str, request: &[u8]) -> (u16, String) {
+    if path.starts_with("/fail/") {
+        let echoed = serde_json::json!({ "error": String::from_utf8_lossy(request) });
+        return (500, echoed.to_string());
+    }
+    (200, r#"{"object":"list","data":[{"id":"gpt-5","object":"model"}]}"#.to_owned())
+}
+
+/// The Hypermedia server: `PublishBlobs` answers one placeholder CID per blob.
+fn hm_answer(path: &str, request: &[u8]) -> (u16, String) {
+    let body = request.windows(4).position(|window| window == b"\r\n\r\n").map_or(&[][..], |at| &request[at + 4..]);
+    let blobs = match wire::decode_ipld(body) {
+        Ok(Ipld::Map(fields)) if path == "/api/publishblobs" => match fields.get("blobs") {
+            Some(Ipld::List(blobs)) => blobs.len(),
+            _ => return (400, r#"{"error":"no blobs"}"#.to_owned()),
+        },
+        _ => return (400, r#"{"error":"expected PublishBlobs with a CBOR body"}"#.to_owned()),
+    };
+    let cids: Vec<String> = (0..blobs).map(|n| format!("bafyplaceholder{n}")).collect();
+    (200, serde_json::json!({ "json": { "cids": cids } }).to_string())
+}
+
+/// The server binary on a free loopback port, logging at `debug` into a file; killed and reaped
+/// when dropped, so a failing test leaves nothing behind.
+struct ServerProcess {
+    child: Option<Child>,
+    url: String,
+    log: PathBuf,
+}
+
+impl ServerProcess {
+    async fn start(data_dir: &Path, log: &Path, hm_url: &str) -> Self {
+        let mut last_failure = String::new();
+        // A port picked as free can be taken before the server binds it; try a few.
+        for _ in 0..3 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let child = Command::new(env!("CARGO_BIN_EXE_seed-agents-server"))
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{port}"))
+                .arg("--data-dir")
+                .arg(data_dir)
+                .arg("--hm-server-url")
+                .arg(hm_url)
+                .env_remove("SEED_AGENTS_SECRET_KEY")
+                .env_remove("SEED_AGENTS_LISTEN")
+                .env_remove("SEED_AGENTS_DATA_DIR")
+                .env_remove("SEED_AGENTS_LOG_FORMAT")
+                .env("RUST_LOG", "debug")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(std::fs::File::create(log).unwrap()))
+                .spawn()
+                .unwrap();
+            let mut server = Self { child: Some(child), url: format!("http://127.0.0.1:{port}"), log: log.to_owned() };
+            match server.wait_healthy().await {
+                Ok(()) => return server,
+                Err(failure) => last_failure = failure,
+            }
+        }
+        panic!("the server did not start: {last_failure}");
+    }
+
+    async fn wait_healthy(&mut self) -> Result<(), String> {
+        let http = seed_agents_sdk::default_http_client().unwrap();
+        let health = format!("{}/api/health", self.url);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                return Err(format!("it exited with {status}; log:\n{log}"));
+            }
+            if let Ok(response) = http.get(&health).timeout(Duration::from_secs(2)).send().await
+                && response.status().as_u16() == 200
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("no healthy answer within {START_TIMEOUT:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// SIGTERM, then wait (bounded) for the graceful shutdown to finish.
+    async fn terminate(mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let sent = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+        assert!(sent.success(), "kill -TERM {} failed: {sent}", child.id());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the server did not stop within 10 s of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The state one matrix cell runs against, built fresh for every cell: an owner with two signing
+//! identities and two providers, an agent granted one of the identities, a session, a memory file,
+//! an attachment, a pending invitation of a bystander, and the actor related to the agent as its
+//! column says. A row may also ask for a chunked upload the actor began while it could.
+
+use std::collections::BTreeMap;
+
+use seed_agents_protocol::generated::{
+    AcceptAgentInvite, AgentCollaboratorRole, AgentDefinition, AppendFileUploadChunk, BeginFileUpload, CreateAgent,
+    FileUploadTarget, ImportSigningIdentity, InviteAgentCollaborator, MemoryUploadTarget, ModelProviderConfig,
+    ModelProviderConfigAuthMode, RemoveAgentCollaborator, SessionAttachmentUploadTarget, SetAgentPublicChat,
+    SetAgentPublicRead, SetModelProvider, UploadSessionAttachment, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
+};
+use seed_agents_protocol::{Bytes, Ed25519Signer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use super::Caller;
+use crate::support::hm::FakeHm;
+use crate::support::{TestServer, User, definition};
+
+/// The memory file every agent starts with, and its content.
+pub const MEMORY_FILE: &str = "notes.md";
+pub const MEMORY_TEXT: &str = "remember this";
+/// The attachment every session starts with.
+pub const ATTACHMENT_TEXT: &[u8] = b"attached words";
+/// A staged upload's size and content (one chunk).
+pub const UPLOAD_BYTES: &[u8] = b"four";
+/// The subscription provider every owner has (its model list needs no vendor).
+pub const SUBSCRIPTION_PROVIDER: &str = "chatgpt";
+/// The labels of the owner's two signing identities.
+pub const GRANTED_LABEL: &str = "Granted";
+pub const UNGRANTED_LABEL: &str = "Ungranted";
+
+/// One server for the whole matrix, with a fake Hypermedia server (identity updates, IPFS
+/// uploads) and a loopback origin for downloads (private networks allowed for it).
+pub struct Env {
+    pub server: TestServer,
+    /// Kept alive for the cells that publish (identity updates, IPFS uploads).
+    _hm: FakeHm,
+    /// A URL the origin answers with a small text file.
+    pub download_url: String,
+    origin: tokio::task::JoinHandle<()>,
+}
+
+impl Env {
+    pub async fn start() -> Self {
+        let hm = FakeHm::start().await;
+        let hm_url = hm.url.clone();
+        let server = TestServer::start_with(tempfile::tempdir().expect("temp dir"), move |config| {
+            config.hm_server_url = hm_url;
+            config.allow_private_network = true;
+        })
+        .await;
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
+        let download_url = format!("http://{}/files/report.txt", listener.local_addr().expect("origin address"));
+        let origin = tokio::spawn(serve_origin(listener));
+        Self { server, _hm: hm, download_url, origin }
+    }
+
+    pub async fn stop(self) {
+        self.origin.abort();
+        self.server.stop().await;
+    }
+}
+
+/// Answers every request with `200 text/plain` and a short body, one request per connection.
+async fn serve_origin(listener: TcpListener) {
+    while let Ok((mut socket, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let mut request = Vec::new();
+            let mut buffer = [0u8; 2048];
+            while !request.windows(4).any(|window| window == b"\r\n\r\n") {
+                match socket.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => request.extend_from_slice(&buffer[..n]),
+                }
+            }
+            let body = "downloaded";
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(answer.as_bytes()).await;
+            let _ = socket.shutdown().await;
+        });
+    }
+}
+
+/// A chunked upload the actor began (as a writer, before its role was set) for the row to go on
+/// with: into memory or into the session, with none or all of its bytes received.
+#[derive(Debug, Clone, Copy)]
+pub struct Staged {
+    pub into_session: bool,
+    pub full: bool,
+}
+
+/// The fresh state of one cell.
+pub struct Cell {
+    pub owner: User,
+    /// Who performs the cell's action (the owner in the owner column).
+    pub actor: User,
+    pub agent_id: String,
+    /// The agent's definition as created (it grants [`Cell::granted`]).
+    pub definition: AgentDefinition,
+    pub session_id: String,
+    pub attachment_id: String,
+    /// An account with a pending reader invitation (someone every cell can remove).
+    pub bystander: String,
+    /// The owner's signing identity the agent's definition grants (its secret name).
+    pub granted: String,
+    /// The owner's other signing identity, granted to no agent.
+    pub ungranted: String,
+    /// The staged upload's id, when the row asked for one.
+    pub upload_id: Option<String>,
+    pub download_url: String,
+}
+
+impl Cell {
+    /// The staged upload's id (a row that uses it asks for one).
+    pub fn upload(&self) -> String {
+        self.upload_id.clone().expect("the row stages an upload")
+    }
+}
+
+/// Builds a cell's state for `caller`.
+pub async fn cell(env: &Env, caller: Caller, staged: Option<Staged>) -> Cell {
+    let server = &env.server;
+    let owner = server.user();
+    owner.ensure_provider().await;
+    ok(owner.call(SetModelProvider { name: SUBSCRIPTION_PROVIDER.into(), provider: subscription() }).await, "provider");
+    let granted = import_identity(&owner, GRANTED_LABEL).await;
+    let ungranted = import_identity(&owner, UNGRANTED_LABEL).await;
+    let definition = AgentDefinition { signing_key: Some(granted.clone()), ..definition("Matrix") };
+    let create = CreateAgent { client_request_id: None, definition: definition.clone() };
+    let agent_id = ok(owner.call(create).await, "create agent").agent_id;
+    let session_id = owner.create_session(&agent_id, Some("Shared thread")).await;
+    let write = WriteAgentMemoryFile {
+        agent_id: agent_id.clone(),
+        path: MEMORY_FILE.into(),
+        content: WriteAgentMemoryFileContent::String(MEMORY_TEXT.into()),
+    };
+    ok(owner.call(write).await, "memory file");
+    let attach = UploadSessionAttachment {
+        session_id: session_id.clone(),
+        name: "brief.txt".into(),
+        mime_type: Some("text/plain".into()),
+        content: Bytes(ATTACHMENT_TEXT.to_vec()),
+    };
+    let attachment_id = ok(owner.call(attach).await, "attachment").attachment.id;
+    let bystander = server.user().id;
+    invite(&owner, &agent_id, &bystander, AgentCollaboratorRole::Reader).await;
+
+    let actor = match caller {
+        Caller::Owner => owner.clone(),
+        _ => server.user(),
+    };
+    let mut cell = Cell {
+        owner,
+        actor,
+        agent_id,
+        definition,
+        session_id,
+        attachment_id,
+        bystander,
+        granted,
+        ungranted,
+        upload_id: None,
+        download_url: env.download_url.clone(),
+    };
+    match staged {
+        None => relate(&cell, caller).await,
+        Some(staged) => {
+            // The actor begins the upload while it may (as a writer), then gets its column's role.
+            if caller != Caller::Owner {
+                invite(&cell.owner, &cell.agent_id, &cell.actor.id, AgentCollaboratorRole::Writer).await;
+                ok(cell.actor.call(AcceptAgentInvite { agent_id: cell.agent_id.clone() }).await, "accept");
+            }
+            cell.upload_id = Some(stage(&cell, staged).await);
+            if caller != Caller::Owner && caller != Caller::Writer {
+                let remove =
+                    RemoveAgentCollaborator { agent_id: cell.agent_id.clone(), account_id: cell.actor.id.clone() };
+                ok(cell.owner.call(remove).await, "remove the actor");
+                relate(&cell, caller).await;
+            }
+        }
+    }
+    cell
+}
+
+/// Relates the actor (no relation yet) to the agent as `caller` says.
+async fn relate(cell: &Cell, caller: Caller) {
+    let (owner, agent_id, actor) = (&cell.owner, &cell.agent_id, &cell.actor);
+    match caller {
+        Caller::Owner | Caller::Stranger => {}
+        Caller::Writer | Caller::Reader => {
+            let role =
+                if caller == Caller::Writer { AgentCollaboratorRole::Writer } else { AgentCollaboratorRole::Reader };
+            invite(owner, agent_id, &actor.id, role).await;
+            ok(actor.call(AcceptAgentInvite { agent_id: agent_id.clone() }).await, "accept");
+        }
+        Caller::Invitee => invite(owner, agent_id, &actor.id, AgentCollaboratorRole::Writer).await,
+        Caller::Chatter | Caller::PublicReader => {
+            ok(owner.call(SetAgentPublicRead { agent_id: agent_id.clone(), public_read: true }).await, "public read");
+            if caller == Caller::Chatter {
+                let chat = SetAgentPublicChat { agent_id: agent_id.clone(), public_chat: true };
+                ok(owner.call(chat).await, "public chat");
+            }
+        }
+    }
+}
+
+/// Begins (and fills, when asked) an upload as the actor; returns its id.
+async fn stage(cell: &Cell, staged: Staged) -> String {
+    let target = if staged.into_session {
+        FileUploadTarget::SessionAttachmentUploadTarget(SessionAttachmentUploadTarget {
+            session_id: cell.session_id.clone(),
+            name: "staged.txt".into(),
+            mime_type: Some("text/plain".into()),
+        })
+    } else {
+        FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget {
+            agent_id: cell.agent_id.clone(),
+            path: "staged/file.bin".into(),
+        })
+    };
+    let begin = BeginFileUpload { size: UPLOAD_BYTES.len() as i64, target };
+    let upload_id = ok(cell.actor.call(begin).await, "begin upload").upload_id;
+    if staged.full {
+        let chunk =
+            AppendFileUploadChunk { upload_id: upload_id.clone(), offset: 0, content: Bytes(UPLOAD_BYTES.to_vec()) };
+        ok(cell.actor.call(chunk).await, "fill upload");
+    }
+    upload_id
+}
+
+pub async fn invite(owner: &User, agent_id: &str, account: &str, role: AgentCollaboratorRole) {
+    let invite = InviteAgentCollaborator { agent_id: agent_id.into(), account_id: account.into(), role };
+    ok(owner.call(invite).await, "invite");
+}
+
+/// Imports a fresh key as a signing identity of `owner`; returns its secret name.
+async fn import_identity(owner: &User, label: &str) -> String {
+    let seed = Ed25519Signer::generate().expect("key").seed();
+    let import =
+        ImportSigningIdentity { client_request_id: None, label: Some(label.into()), seed: Bytes(seed.to_vec()) };
+    ok(owner.call(import).await, "import identity").identity.name
+}
+
+/// An OpenAI subscription provider: its model list is fixed, so listing it calls no vendor.
+pub fn subscription() -> ModelProviderConfig {
+    ModelProviderConfig {
+        auth_mode: Some(ModelProviderConfigAuthMode::Subscription),
+        base_url: None,
+        model_defaults: None,
+        secret_refs: Some(BTreeMap::from([("oauth".to_owned(), "openai-subscription-oauth".to_owned())])),
+        type_: "openai".into(),
+    }
+}
+
+/// A fixture step's answer (a failing step is a broken fixture, not a matrix finding).
+fn ok<T, E: std::fmt::Debug>(result: Result<T, E>, step: &str) -> T {
+    result.unwrap_or_else(|error| panic!("matrix fixture, {step}: {error:?}"))
+}
