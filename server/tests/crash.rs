@@ -20,18 +20,19 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 #[path = "common/fixtures.rs"]
 mod fixtures;
+#[path = "common/process.rs"]
+mod process;
 
 use fixtures::{definition, provider_config};
 use ipld_core::ipld::Ipld;
+use process::{Launch, ServerProcess};
 use rusqlite::{Connection, OpenFlags};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, CreateSessionResponse, GetSession, ListSessions, SetModelProvider,
@@ -45,8 +46,6 @@ const SEED: [u8; 32] = [7; 32];
 const ROUNDS: u32 = 8;
 /// Clients creating sessions concurrently in each round.
 const WRITERS: u32 = 4;
-/// How long the server may take to answer `/api/health` after a start.
-const START_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The SQLite file inside the data directory (`Config::database_path`).
 const DATABASE_FILE: &str = "seed-agents.sqlite";
@@ -69,114 +68,13 @@ struct WriterOutcome {
     unexpected: Vec<String>,
 }
 
-/// The spawned server binary; killed (SIGKILL) and reaped on drop so a failing test leaves
-/// nothing behind.
-struct ServerProcess {
-    child: Option<Child>,
-    url: String,
-    log: PathBuf,
+/// Starts the binary over `data_dir`, logging into `<log_dir>/<label>.log`.
+async fn start(data_dir: &Path, log_dir: &Path, label: &str) -> ServerProcess {
+    ServerProcess::start(&Launch::new(data_dir, &log_dir.join(format!("{label}.log")))).await
 }
 
-impl ServerProcess {
-    /// Starts the binary on a free loopback port over `data_dir` and waits for `/api/health`.
-    async fn start(data_dir: &Path, log_dir: &Path, label: &str) -> Self {
-        let mut last_failure = String::new();
-        // A port picked as free can be taken before the server binds it; try a few.
-        for attempt in 0..3 {
-            let port = free_port();
-            let log = log_dir.join(format!("{label}-{attempt}.log"));
-            let log_file = std::fs::File::create(&log).unwrap();
-            let child = Command::new(env!("CARGO_BIN_EXE_seed-agents-server"))
-                .arg("--listen")
-                .arg(format!("127.0.0.1:{port}"))
-                .arg("--data-dir")
-                .arg(data_dir)
-                .env_remove("SEED_AGENTS_SECRET_KEY")
-                .env_remove("SEED_AGENTS_LISTEN")
-                .env_remove("SEED_AGENTS_DATA_DIR")
-                .env("RUST_LOG", "warn")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::from(log_file))
-                .spawn()
-                .unwrap_or_else(|error| panic!("cannot spawn the server binary: {error}"));
-            let mut server = Self { child: Some(child), url: format!("http://127.0.0.1:{port}"), log };
-            match server.wait_healthy().await {
-                Ok(()) => return server,
-                Err(failure) => last_failure = failure,
-            }
-        }
-        panic!("{label}: the server did not start: {last_failure}");
-    }
-
-    async fn wait_healthy(&mut self) -> Result<(), String> {
-        let http = seed_agents_sdk::default_http_client().unwrap();
-        let health = format!("{}/api/health", self.url);
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                self.child = None;
-                return Err(format!("it exited with {status}; log:\n{}", self.log_text()));
-            }
-            if let Ok(response) = http.get(&health).timeout(Duration::from_secs(2)).send().await
-                && response.status().as_u16() == 200
-            {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!("no healthy answer within {START_TIMEOUT:?}; log:\n{}", self.log_text()));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    fn client(&self) -> Client {
-        Client::builder(&self.url, Ed25519Signer::from_seed(&SEED)).build().unwrap()
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_else(|error| format!("(no log: {error})"))
-    }
-
-    /// SIGKILL (what `Child::kill` sends on unix), then reap.
-    fn kill(mut self) -> ExitStatus {
-        let mut child = self.child.take().unwrap();
-        child.kill().unwrap();
-        child.wait().unwrap()
-    }
-
-    /// SIGTERM, then wait (bounded) for the graceful shutdown to finish.
-    async fn terminate(mut self) -> ExitStatus {
-        let mut child = self.child.take().unwrap();
-        let sent = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
-        assert!(sent.success(), "kill -TERM {} failed: {sent}", child.id());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the server did not stop within 10 s of SIGTERM; log:\n{}", self.log_text());
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
+fn client_of(server: &ServerProcess) -> Client {
+    Client::builder(&server.url, Ed25519Signer::from_seed(&SEED)).build().unwrap()
 }
 
 fn create(agent_id: &str, request_id: &str, title: &str) -> CreateSession {
@@ -283,8 +181,8 @@ async fn acknowledged_session_creates_survive_sigkill() {
     let account = Ed25519Signer::from_seed(&SEED).principal().to_string();
 
     // Setup: a provider and an agent, acknowledged, then the first crash.
-    let server = ServerProcess::start(data.path(), logs.path(), "setup").await;
-    let client = server.client();
+    let server = start(data.path(), logs.path(), "setup").await;
+    let client = client_of(&server);
     client.call(SetModelProvider { name: "main".into(), provider: provider_config() }).await.unwrap();
     let agent_id = client
         .call(CreateAgent { client_request_id: None, definition: definition("Crash agent") })
@@ -298,9 +196,9 @@ async fn acknowledged_session_creates_survive_sigkill() {
     let mut cut_off: Vec<(String, String)> = Vec::new();
     let mut unexpected: Vec<String> = Vec::new();
     for round in 0..ROUNDS {
-        let server = ServerProcess::start(data.path(), logs.path(), &format!("round-{round}")).await;
+        let server = start(data.path(), logs.path(), &format!("round-{round}")).await;
         // A fresh client (and connection pool) per server process.
-        let client = Arc::new(server.client());
+        let client = Arc::new(client_of(&server));
         let stop = Arc::new(AtomicBool::new(false));
         let tasks: Vec<_> = (0..WRITERS)
             .map(|w| tokio::spawn(writer(client.clone(), agent_id.clone(), round, w, stop.clone())))
@@ -331,8 +229,8 @@ async fn acknowledged_session_creates_survive_sigkill() {
     assert!(acked.len() >= ROUNDS as usize, "too few creates were acknowledged ({}) to prove anything", acked.len());
 
     // A clean start over what the crashes left.
-    let server = ServerProcess::start(data.path(), logs.path(), "final").await;
-    let client = Arc::new(server.client());
+    let server = start(data.path(), logs.path(), "final").await;
+    let client = Arc::new(client_of(&server));
 
     // Every acknowledged create is there, with its title.
     let missing = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));

@@ -24,14 +24,14 @@
 mod fixtures;
 #[path = "common/needles.rs"]
 mod needles;
+#[path = "common/process.rs"]
+mod process;
 #[path = "common/recorder.rs"]
 mod recorder;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::str::FromStr;
-use std::time::{Duration, Instant};
 
 use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OpenFlags, params};
@@ -50,10 +50,8 @@ use seed_agents_sdk::Client;
 use seed_agents_server::secrets::crypto::SecretKey;
 
 use needles::Needles;
+use process::{Launch, ServerProcess};
 use recorder::Fake;
-
-/// How long the server may take to answer `/api/health`.
-const START_TIMEOUT: Duration = Duration::from_secs(15);
 
 #[tokio::test]
 async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server() {
@@ -63,7 +61,8 @@ async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let log = dir.path().join("stderr.log");
-    let server = ServerProcess::start(&data_dir, &log, &hm.url).await;
+    let launch = Launch::new(&data_dir, &log).arg("--hm-server-url").arg(hm.url.clone()).log_level("debug");
+    let server = ServerProcess::start(&launch).await;
     let mut script = Script::new(&server.url);
 
     let created = run_session(&mut script, &secrets, &vendor.url).await;
@@ -452,95 +451,4 @@ fn hm_answer(path: &str, request: &[u8]) -> (u16, String) {
     };
     let cids: Vec<String> = (0..blobs).map(|n| format!("bafyplaceholder{n}")).collect();
     (200, serde_json::json!({ "json": { "cids": cids } }).to_string())
-}
-
-/// The server binary on a free loopback port, logging at `debug` into a file; killed and reaped
-/// when dropped, so a failing test leaves nothing behind.
-struct ServerProcess {
-    child: Option<Child>,
-    url: String,
-    log: PathBuf,
-}
-
-impl ServerProcess {
-    async fn start(data_dir: &Path, log: &Path, hm_url: &str) -> Self {
-        let mut last_failure = String::new();
-        // A port picked as free can be taken before the server binds it; try a few.
-        for _ in 0..3 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-            let child = Command::new(env!("CARGO_BIN_EXE_seed-agents-server"))
-                .arg("--listen")
-                .arg(format!("127.0.0.1:{port}"))
-                .arg("--data-dir")
-                .arg(data_dir)
-                .arg("--hm-server-url")
-                .arg(hm_url)
-                .env_remove("SEED_AGENTS_SECRET_KEY")
-                .env_remove("SEED_AGENTS_LISTEN")
-                .env_remove("SEED_AGENTS_DATA_DIR")
-                .env_remove("SEED_AGENTS_LOG_FORMAT")
-                .env("RUST_LOG", "debug")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::from(std::fs::File::create(log).unwrap()))
-                .spawn()
-                .unwrap();
-            let mut server = Self { child: Some(child), url: format!("http://127.0.0.1:{port}"), log: log.to_owned() };
-            match server.wait_healthy().await {
-                Ok(()) => return server,
-                Err(failure) => last_failure = failure,
-            }
-        }
-        panic!("the server did not start: {last_failure}");
-    }
-
-    async fn wait_healthy(&mut self) -> Result<(), String> {
-        let http = seed_agents_sdk::default_http_client().unwrap();
-        let health = format!("{}/api/health", self.url);
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                self.child = None;
-                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-                return Err(format!("it exited with {status}; log:\n{log}"));
-            }
-            if let Ok(response) = http.get(&health).timeout(Duration::from_secs(2)).send().await
-                && response.status().as_u16() == 200
-            {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!("no healthy answer within {START_TIMEOUT:?}"));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// SIGTERM, then wait (bounded) for the graceful shutdown to finish.
-    async fn terminate(mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().unwrap();
-        let sent = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
-        assert!(sent.success(), "kill -TERM {} failed: {sent}", child.id());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the server did not stop within 10 s of SIGTERM");
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }

@@ -1,0 +1,234 @@
+//! Live updates against the real binary:
+//!
+//! - an SDK subscription delivers every `seq` of a session exactly once, in order, while the
+//!   server is SIGKILLed and restarted (on the same port) three times under a stream of appended
+//!   events;
+//! - a client that stops reading is disconnected instead of buffered, and the server's memory
+//!   stays flat while it happens.
+//!
+//! Run with `cargo test -p seed-agents-server --test live_restart -- --nocapture` to see the
+//! figures.
+
+#![cfg(unix)]
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+#[path = "common/fixtures.rs"]
+mod fixtures;
+#[path = "common/process.rs"]
+mod process;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use fixtures::{definition, provider_config};
+use futures_util::{SinkExt as _, StreamExt as _};
+use ipld_core::ipld::Ipld;
+use process::{Launch, ServerProcess, rss_kib};
+use seed_agents_protocol::generated::{
+    CreateAgent, CreateSession, GetSession, InvokeSessionTool, InvokeSessionToolVerb, SetModelProvider, Subscribe,
+};
+use seed_agents_protocol::{AgentAction, Value};
+use seed_agents_sdk::subscription::Reconnect;
+use seed_agents_sdk::{Client, Ed25519Signer, Event};
+
+const SEED: [u8; 32] = [9; 32];
+
+fn client(url: &str) -> Client {
+    Client::builder(url, Ed25519Signer::from_seed(&SEED)).build().unwrap()
+}
+
+/// An agent and a session of it; returns the session id.
+async fn session(client: &Client) -> String {
+    client.set_model_provider(SetModelProvider { name: "main".into(), provider: provider_config() }).await.unwrap();
+    let agent =
+        client.create_agent(CreateAgent { client_request_id: None, definition: definition("live") }).await.unwrap();
+    let create = CreateSession {
+        agent_id: agent.agent_id,
+        client_request_id: None,
+        model_override: None,
+        thoroughness: None,
+        title: None,
+    };
+    client.create_session(create).await.unwrap().session_id
+}
+
+fn write(session_id: &str, path: &str, content: &str) -> InvokeSessionTool {
+    let input = [("address", format!("~/memory/{path}")), ("content", content.to_owned())]
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), Ipld::String(value)))
+        .collect();
+    InvokeSessionTool {
+        input: Value(Ipld::Map(input)),
+        session_id: session_id.into(),
+        verb: InvokeSessionToolVerb::Write,
+    }
+}
+
+/// Appends through `InvokeSessionTool` (two events per call) until `stop`, riding out restarts.
+fn appender(url: String, session_id: String, content: String, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let client = client(&url);
+        let mut acknowledged = 0;
+        let mut index = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            index += 1;
+            match client.invoke_session_tool(write(&session_id, &format!("n/{index}.md"), &content)).await {
+                Ok(_) => acknowledged += 1,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        acknowledged
+    })
+}
+
+/// A small deterministic generator for the kill points.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next_in(&mut self, low: u64, high: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        low + (self.0 >> 33) % (high - low)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_survives_three_sigkills_with_every_seq_once_in_order() {
+    let data = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let port = process::free_port();
+    let launch = |round: u32| Launch::new(data.path(), &logs.path().join(format!("round-{round}.log"))).port(port);
+    let mut server = ServerProcess::start(&launch(0)).await;
+    let url = server.url.clone();
+    let session_id = session(&client(&url)).await;
+
+    let subscriber = client(&url);
+    let fast = Reconnect {
+        min_delay: Duration::from_millis(20),
+        max_delay: Duration::from_millis(200),
+        ..Reconnect::default()
+    };
+    let mut events = subscriber.subscribe(format!("sessions/{session_id}")).reconnect(fast).start();
+    let delivered = Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
+    let resumed = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let collector = {
+        let (delivered, resumed) = (delivered.clone(), resumed.clone());
+        tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                match event.unwrap() {
+                    Event::Append { event, .. } => delivered.lock().unwrap().push(event.seq),
+                    Event::Resumed { .. } => {
+                        resumed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {}
+                }
+            }
+        })
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let writes = appender(url.clone(), session_id.clone(), "x".into(), stop.clone());
+
+    let mut random = Lcg(u64::from(std::process::id()));
+    for round in 1..=3 {
+        tokio::time::sleep(Duration::from_millis(random.next_in(300, 900))).await;
+        let before = delivered.lock().unwrap().len();
+        server.kill();
+        tokio::time::sleep(Duration::from_millis(random.next_in(50, 400))).await;
+        server = ServerProcess::start(&launch(round)).await;
+        println!("round {round}: killed after {before} events delivered; restarted");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let acknowledged = writes.await.unwrap();
+
+    // Everything the database holds, every event once, in order.
+    let log = client(&url)
+        .get_session(GetSession { after_seq: None, before_seq: None, limit: None, session_id: session_id.clone() })
+        .await
+        .unwrap();
+    let stored: Vec<i64> = log.events.iter().map(|event| event.seq).collect();
+    let last = *stored.last().unwrap();
+    assert_eq!(stored, (1..=last).collect::<Vec<_>>(), "the log itself is gap-free");
+    assert!(last >= acknowledged as i64 * 2, "every acknowledged write is in the log");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while delivered.lock().unwrap().last() != Some(&last) {
+        assert!(Instant::now() < deadline, "the subscription did not catch up: {:?}", delivered.lock().unwrap().last());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    collector.abort();
+    let delivered = delivered.lock().unwrap().clone();
+    println!(
+        "{acknowledged} writes acknowledged, {last} events stored, {} delivered, {} resumptions",
+        delivered.len(),
+        resumed.load(Ordering::Relaxed)
+    );
+    assert_eq!(delivered, stored, "every seq delivered exactly once, in order");
+    assert_eq!(resumed.load(Ordering::Relaxed), 3, "one resumption per restart");
+    server.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_disconnected_and_memory_stays_flat() {
+    let data = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let launch = Launch::new(data.path(), &logs.path().join("server.log"))
+        .arg("--ws-queue")
+        .arg("64")
+        .arg("--body-timeout")
+        .arg("2");
+    let server = ServerProcess::start(&launch).await;
+    let owner = client(&server.url);
+    let session_id = session(&owner).await;
+
+    // A raw socket that subscribes and then never reads again.
+    let socket_url = format!("{}/agents/ws", server.url.replacen("http", "ws", 1));
+    let (mut socket, _) = tokio_tungstenite::connect_async(socket_url).await.unwrap();
+    let subscribe = AgentAction::Subscribe(Subscribe { after_seq: None, key: format!("sessions/{session_id}") });
+    socket
+        .send(tokio_tungstenite::tungstenite::Message::Binary(owner.sign(&subscribe).await.unwrap().into()))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let idle = rss_kib(server.pid());
+
+    // 32 KiB of content per write: each tool_call frame carries it.
+    let content = "y".repeat(32 * 1024);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> =
+        (0..2).map(|_| appender(server.url.clone(), session_id.clone(), content.clone(), stop.clone())).collect();
+    let mut peak = idle;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(8) {
+        peak = peak.max(rss_kib(server.pid()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut writes = 0;
+    for writer in writers {
+        writes += writer.await.unwrap();
+    }
+    let stream_bytes = writes * 2 * 32 * 1024;
+    println!(
+        "{writes} writes (~{} MiB of frames for the stalled socket); server RSS idle {} MiB, peak {} MiB, growth {} MiB",
+        stream_bytes >> 20,
+        idle / 1024,
+        peak / 1024,
+        (peak - idle) / 1024
+    );
+    assert!(stream_bytes > 64 << 20, "enough was sent to overflow any buffer ({writes} writes)");
+    assert!(peak - idle < 64 * 1024, "memory stayed flat: grew {} KiB", peak - idle);
+
+    // Reading again: what the kernel held, then the close (the server gave up on this client).
+    let mut frames = 0;
+    let closed = loop {
+        match tokio::time::timeout(Duration::from_secs(20), socket.next()).await.unwrap() {
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Close(frame))) => break frame.map(|f| u16::from(f.code)),
+            Some(Ok(_)) => frames += 1,
+            Some(Err(_)) | None => break None,
+        }
+    };
+    println!("the stalled socket got {frames} frames, then {closed:?}");
+    assert!((frames as u64) < writes * 2, "it was cut off, not served everything");
+    server.terminate().await;
+}
