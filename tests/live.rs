@@ -327,11 +327,15 @@ async fn live_frames_reach_agent_and_account_subscribers_with_their_own_role() {
     assert_eq!(public_agent.subscribe(&public, &format!("agents/{agent}")).await["_"], "subscribed");
 
     owner.call(write(&session, "a.md", "hello")).await.unwrap();
-    // A write verb makes: the memory hint, two appends with a session-event hint each, and the
-    // session change. The owner's account stream carries all six.
-    let session_key = format!("sessions/{session}");
-    let session_changed = |frames: &[Json]| frames.iter().any(|f| f["_"] == "change" && f["key"] == session_key);
-    let owner_frames = owner_account.until(session_changed).await;
+    // A write verb makes: the memory hint, then two appends with a session-event hint each. The
+    // owner's account stream carries all five.
+    let hints_of = |account: &str| {
+        let key = format!("account/{account}");
+        move |frames: &[Json]| {
+            frames.iter().filter(|f| f["key"] == key && f["value"]["reason"] == "session-event").count() == 2
+        }
+    };
+    let owner_frames = owner_account.until(hints_of(&owner.id)).await;
     let appends: Vec<_> =
         owner_frames.iter().filter(|f| f["_"] == "append").map(|f| f["event"]["seq"].clone()).collect();
     assert_eq!(appends, [json!(1), json!(2)], "{owner_frames:?}");
@@ -350,11 +354,11 @@ async fn live_frames_reach_agent_and_account_subscribers_with_their_own_role() {
     assert_eq!(reasons, ["agent-memory-changed", "session-event", "session-event"], "{owner_frames:?}");
     assert_eq!(hints[1], json!({"reason": "session-event", "agentId": agent, "sessionId": session}));
     // The member hears the same, with its hints under its own key.
-    let reader_frames = reader_account.until(session_changed).await;
+    let reader_frames = reader_account.until(hints_of(&reader.id)).await;
     assert_eq!(reader_frames.iter().filter(|f| f["_"] == "append").count(), 2, "{reader_frames:?}");
     assert_eq!(write_hints(&reader_frames, &reader.id).len(), 3, "{reader_frames:?}");
-    // A public agent subscriber: the owner's hints and the session change, no transcript.
-    let public_frames = public_agent.until(session_changed).await;
+    // A public agent subscriber: the owner's hints, no transcript.
+    let public_frames = public_agent.until(hints_of(&owner.id)).await;
     assert!(public_frames.iter().all(|f| f["_"] == "change"), "{public_frames:?}");
     assert_eq!(write_hints(&public_frames, &owner.id).len(), 3, "{public_frames:?}");
     public_agent.quiet(Duration::from_millis(200)).await;

@@ -45,10 +45,15 @@ fn main() {
     }
     println!("server args: {extra:?}");
 
-    for shape in [Shape::Zeros, Shape::Crafted("WriteAgentMemoryFile")] {
+    for (shape, chunked) in [
+        (Shape::Zeros, false),
+        (Shape::Crafted("WriteAgentMemoryFile"), false),
+        (Shape::Crafted("WriteAgentMemoryFile"), true),
+    ] {
         let run = Scenario::start(&extra);
-        let outcome = send_body(run.server.addr, shape, huge_mb * 1_000_000);
-        run.report(&format!("1 body of {huge_mb} MB, {shape}"), &outcome.to_string());
+        let outcome = send_body(run.server.addr, shape, huge_mb * 1_000_000, chunked);
+        let framing = if chunked { "chunked" } else { "Content-Length" };
+        run.report(&format!("1 body of {huge_mb} MB, {shape}, {framing}"), &outcome.to_string());
     }
 
     let run = Scenario::start(&extra);
@@ -57,7 +62,7 @@ fn main() {
         .map(|index| {
             let addr = run.server.addr;
             let action = actions[index % actions.len()];
-            std::thread::spawn(move || send_body(addr, Shape::Crafted(action), 16 << 20))
+            std::thread::spawn(move || send_body(addr, Shape::Crafted(action), 16 << 20, false))
         })
         .collect();
     let mut statuses = std::collections::BTreeMap::<String, usize>::new();
@@ -183,9 +188,9 @@ fn crafted(action: &str, size: u64) -> (Vec<u8>, Vec<u8>) {
     (prefix, suffix)
 }
 
-/// Posts one body of about `size` bytes as fast as the server takes it; stops sending when the
-/// server answers or closes.
-fn send_body(addr: SocketAddr, shape: Shape, size: u64) -> Outcome {
+/// Posts one body of about `size` bytes as fast as the server takes it (with a `Content-Length`,
+/// or `chunked` without one); stops sending when the server answers or closes.
+fn send_body(addr: SocketAddr, shape: Shape, size: u64, chunked: bool) -> Outcome {
     let (prefix, suffix) = match shape {
         Shape::Zeros => (Vec::new(), Vec::new()),
         Shape::Crafted(action) => crafted(action, size),
@@ -193,12 +198,18 @@ fn send_body(addr: SocketAddr, shape: Shape, size: u64) -> Outcome {
     let total = prefix.len() as u64 + size + suffix.len() as u64;
     let started = Instant::now();
     let mut stream = TcpStream::connect(addr).unwrap();
-    let headers = format!(
-        "POST /api/message HTTP/1.1\r\nHost: x\r\nContent-Type: application/cbor\r\nContent-Length: {total}\r\n\r\n"
-    );
+    let framing = if chunked { "Transfer-Encoding: chunked".to_owned() } else { format!("Content-Length: {total}") };
+    let headers =
+        format!("POST /api/message HTTP/1.1\r\nHost: x\r\nContent-Type: application/cbor\r\n{framing}\r\n\r\n");
     let mut sent = 0u64;
     let mut write = |stream: &mut TcpStream, bytes: &[u8]| -> bool {
-        match stream.write_all(bytes) {
+        // The headers go first and as they are; every later write is one chunk when chunked.
+        let framed = if chunked && !bytes.is_empty() && sent > 0 {
+            [format!("{:x}\r\n", bytes.len()).as_bytes(), bytes, b"\r\n"].concat()
+        } else {
+            bytes.to_vec()
+        };
+        match stream.write_all(&framed) {
             Ok(()) => {
                 sent += bytes.len() as u64;
                 true
@@ -218,6 +229,9 @@ fn send_body(addr: SocketAddr, shape: Shape, size: u64) -> Outcome {
     }
     if open && !answer.is_finished() {
         write(&mut stream, &suffix);
+        if chunked {
+            let _ = stream.write_all(b"0\r\n\r\n");
+        }
     }
     let status = answer.join().unwrap();
     Outcome { status, sent: sent.saturating_sub(headers.len() as u64), elapsed: started.elapsed() }

@@ -39,7 +39,7 @@ pub struct App {
     pub started: Instant,
     /// Upload chunks that arrived ahead of their predecessor (pipelined clients).
     pub upload_order: crate::uploads::AppendOrder,
-    /// Bytes held by request bodies whose envelope has not verified yet.
+    /// Bytes held by request bodies until their request is answered.
     pub bodies: crate::http::body::BodyBudget,
     /// WebSocket subscriptions.
     pub live: crate::ws::Live,

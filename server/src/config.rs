@@ -35,8 +35,8 @@ pub struct Config {
     #[arg(long, env = "SEED_AGENTS_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
 
-    /// Bytes held at once by request bodies whose signature has not been checked yet; a body
-    /// that would pass it is answered 503 with `Retry-After`.
+    /// Bytes held at once by request bodies (from before they are read until their request is
+    /// answered); a body that would pass it is answered 503 with `Retry-After`.
     #[arg(long, env = "SEED_AGENTS_BODY_BUDGET_BYTES", default_value_t = DEFAULT_BODY_BUDGET_BYTES)]
     pub body_budget_bytes: usize,
 
@@ -120,9 +120,11 @@ pub fn parse_hm_server_url(value: &str) -> Result<String, String> {
     Ok(value.strip_suffix('/').unwrap_or(value).to_owned())
 }
 
-/// Default bound on one request body: 128 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 128 << 20;
-/// Default budget of unverified body bytes: 128 MiB.
+/// Default bound on one request body: 32 MiB. Clients send files larger than a few MiB in
+/// chunks (the desktop app above 2 MiB, the SDK's upload helpers always), so this bounds what one
+/// unauthenticated body can make the server hold without refusing any client's upload.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 32 << 20;
+/// Default budget of body bytes held at once: 128 MiB.
 pub const DEFAULT_BODY_BUDGET_BYTES: usize = 128 << 20;
 /// Default minimum body rate: 16 KiB/s.
 pub const DEFAULT_BODY_MIN_RATE: u64 = 16 * 1024;

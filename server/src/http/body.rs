@@ -9,9 +9,11 @@
 //!   actions [`ORDINARY_LIMIT`] and only the actions that carry a file inline more
 //!   ([`action_limit`]). A declared `Content-Length` over the limit is refused before a byte is
 //!   read; a body that runs past it, as soon as it does.
-//! - **a server-wide budget of unverified bytes** ([`BodyBudget`]): a body reserves its declared
-//!   length (or each frame as it comes) and holds the reservation until its envelope verified.
-//!   Over budget the request is answered 503 with `Retry-After`, not with more memory.
+//! - **a server-wide budget of body bytes** ([`BodyBudget`]): a body reserves its declared
+//!   length (or each frame as it comes) before its bytes are read, and holds the reservation
+//!   until its request is answered (a valid signature costs an attacker nothing: any key signs,
+//!   so verified bytes are not free either). Over budget the request is answered 503 with
+//!   `Retry-After`, not with more memory.
 //! - **time**: after the headers, the first body bytes must come within `body_timeout`, every
 //!   later frame too, and the whole body must keep up an average of `body_min_rate` bytes per
 //!   second past that allowance (the deadline is `start + body_timeout + received / min_rate`,
@@ -29,11 +31,12 @@ use tokio::time::Instant;
 
 use crate::error::{ApiError, ErrorKind};
 
-/// The largest body of an action that carries no file: 1 MiB. The largest legitimate ones are
-/// well under it: a `CreateAgent`/`UpdateAgent` whose 64 KiB system prompt is sent as blocks,
-/// a `MessageSession` with 64 KiB of text and 64 context lines of 2 KiB, a `SetSecret` of 64 KiB
-/// with 16 KiB of metadata (the `largest_ordinary_actions_fit` test measures them).
-pub const ORDINARY_LIMIT: usize = 1 << 20;
+/// The largest body of an action that carries no file: 4 MiB. The largest legitimate ones fit
+/// with room: the worst is a `CreateAgent`/`UpdateAgent` whose 64 KiB system prompt is sent as
+/// one block per character (about 1.5 MiB with 16 KiB of metadata); a `MessageSession` with
+/// 64 KiB of text, 64 context lines of 2 KiB and 16 attachments, or a 64 KiB `SetSecret`, are
+/// far smaller (the `largest_ordinary_actions_fit` test measures them).
+pub const ORDINARY_LIMIT: usize = 4 << 20;
 
 /// Room for an envelope around a file: principals, signature, names, paths, ids.
 pub const ENVELOPE_SLACK: usize = 64 * 1024;
@@ -45,7 +48,7 @@ const PREFIX_BYTES: usize = 512;
 pub const TOO_LARGE: &str = "Request body is too large";
 /// The answer to a body that stalls or trickles.
 pub const TOO_SLOW: &str = "Request body arrived too slowly";
-/// The answer when the budget of unverified bytes is spent.
+/// The answer when the budget of body bytes is spent.
 pub const BUSY: &str = "The server is receiving too much right now; try again in a moment";
 
 /// How bodies are bounded (from the server's configuration).
@@ -179,7 +182,8 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The server-wide budget of bytes held by bodies whose envelope has not verified yet.
+/// The server-wide budget of bytes held by request bodies (from before they are read until their
+/// request is answered).
 #[derive(Debug, Clone)]
 pub struct BodyBudget {
     /// One permit per KiB.
@@ -188,7 +192,7 @@ pub struct BodyBudget {
     bytes: usize,
 }
 
-/// Budget held by one body until its envelope verified (dropping it gives the bytes back).
+/// Budget held by one body until its request is answered (dropping it gives the bytes back).
 #[derive(Debug)]
 pub struct Reservation {
     permit: Option<OwnedSemaphorePermit>,
@@ -228,7 +232,7 @@ impl Reservation {
             return Ok(());
         }
         let more = self.budget.permits.clone().try_acquire_many_owned(wanted - self.kib).map_err(|_| {
-            tracing::warn!(bytes, budget = self.budget.bytes, "unverified body budget spent; answering 503");
+            tracing::debug!(bytes, budget = self.budget.bytes, "body budget spent; answering 503");
             ApiError::unavailable(BUSY)
         })?;
         match &mut self.permit {
@@ -241,7 +245,7 @@ impl Reservation {
 }
 
 /// Reads a body under the rules of the module doc. The returned [`Reservation`] holds its
-/// bytes' share of the budget: keep it until the envelope verified.
+/// bytes' share of the budget: keep it until the request is answered.
 pub async fn read(
     headers: &HeaderMap,
     body: Body,
@@ -356,6 +360,72 @@ mod tests {
         assert_eq!(limit_for(&[0u8; 600], &limits), ORDINARY_LIMIT, "not an envelope: the ordinary limit");
         let small = BodyLimits { max_body_bytes: 4096, ..limits };
         assert_eq!(limit_for(&envelope_prefix("AppendFileUploadChunk"), &small), 4096, "the flag is the ceiling");
+    }
+
+    /// The worst legitimate ordinary actions, signed as a client sends them, fit the limit.
+    #[tokio::test]
+    async fn largest_ordinary_actions_fit() {
+        use ipld_core::ipld::Ipld;
+        use seed_agents_protocol::generated::{
+            AgentDefinition, AgentDefinitionSystemPrompt, AttachmentContentPart, ContextContentPart, CreateAgent,
+            MessageSession, MessageSessionContentPart, TextContentPart,
+        };
+        use seed_agents_protocol::{AgentAction, Ed25519Signer, Signer, UnsignedEnvelope, Value, wire};
+        let signer = Ed25519Signer::from_seed(&[1; 32]);
+        let signed = async |action: AgentAction| {
+            let envelope = UnsignedEnvelope {
+                signer: signer.principal(),
+                account: signer.principal(),
+                protocol: Some(3),
+                action: wire::to_ipld(&action).unwrap(),
+            };
+            envelope.sign(&signer).await.unwrap().len()
+        };
+        // 64 KiB of markdown as one-character paragraphs (the most blocks a prompt can have),
+        // the full 16 KiB of metadata, the most tools.
+        let blocks = crate::agents::prompt::markdown_to_blocks(&"a\n\n".repeat(64 * 1024 / 3));
+        let metadata =
+            (0..16 * 1024 / 32).map(|index| (format!("key-{index:08}"), Value(Ipld::String("v".repeat(16)))));
+        let definition = AgentDefinition {
+            enabled_models: None,
+            mcp_servers: Some(vec!["m".repeat(32); 16]),
+            metadata: Some(metadata.collect()),
+            model: "m".repeat(256),
+            model_provider: "p".repeat(256),
+            name: "n".repeat(256),
+            reasoning_level: None,
+            signing_key: None,
+            signing_keys: None,
+            system_prompt: AgentDefinitionSystemPrompt::Array(blocks),
+            thoroughness: None,
+            tools: Some(vec!["t".repeat(128); 32]),
+        };
+        let create =
+            signed(AgentAction::CreateAgent(CreateAgent { client_request_id: Some("r".repeat(64)), definition })).await;
+        // 64 KiB of text, 64 context lines of 2 KiB, 16 attachments.
+        let mut content = vec![MessageSessionContentPart::TextContentPart(TextContentPart {
+            blocks: None,
+            client_message_id: None,
+            text: "x".repeat(64 * 1024),
+        })];
+        content.push(MessageSessionContentPart::ContextContentPart(ContextContentPart {
+            lines: vec!["l".repeat(2048); 64],
+        }));
+        content.extend(
+            (0..16).map(|_| {
+                MessageSessionContentPart::AttachmentContentPart(AttachmentContentPart { id: "0".repeat(64) })
+            }),
+        );
+        let message = signed(AgentAction::MessageSession(MessageSession {
+            client_message_id: Some("m".repeat(64)),
+            content,
+            session_id: "s".repeat(36),
+        }))
+        .await;
+        println!(
+            "CreateAgent with the most prompt blocks: {create} bytes; the largest MessageSession: {message} bytes"
+        );
+        assert!(create < ORDINARY_LIMIT / 2 && message < ORDINARY_LIMIT / 2, "{create} / {message}");
     }
 
     #[test]

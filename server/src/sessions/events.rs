@@ -82,11 +82,12 @@ fn decode(session_id: &str, (id, seq, bytes, created_at): RawEvent) -> ApiResult
 }
 
 /// After the commit that appended `events` to a session of `agent_id` (stored under `owner_id`):
-/// each goes out as an append, the session as changed, and the owner hears `session-event` once
-/// per event.
+/// each goes out as an append and the owner hears `session-event` once per event. An append is
+/// not a session change (upstream sends none for it either: its clients refetch on every
+/// `change`); status and title changes are announced where they happen.
 pub fn announce(app: &App, owner_id: &str, agent_id: &str, events: Vec<SessionEvent>) {
-    let Some(session_id) = events.first().map(|event| event.session_id.clone()) else { return };
     for event in events {
+        let session_id = event.session_id.clone();
         app.bus.publish(Event::SessionAppended {
             owner_id: owner_id.to_owned(),
             agent_id: agent_id.to_owned(),
@@ -94,5 +95,4 @@ pub fn announce(app: &App, owner_id: &str, agent_id: &str, events: Vec<SessionEv
         });
         app.bus.account_change(owner_id, ChangeReason::SessionEvent, Some(agent_id), Some(&session_id));
     }
-    app.bus.publish(Event::SessionChanged { session_id, agent_id: agent_id.to_owned() });
 }

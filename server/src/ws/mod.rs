@@ -40,9 +40,13 @@ use registry::Registry;
 /// The largest frame a client may send: a `Subscribe` envelope is a few hundred bytes.
 pub const MAX_CLIENT_FRAME: usize = 64 * 1024;
 
-/// Bytes a socket reads from its connection at a time (tungstenite's default is 128 KiB, held by
-/// every socket for its whole life).
-pub const READ_BUFFER: usize = 4 * 1024;
+/// Bytes a socket reads from its connection at a time: a `Subscribe` frame is a few hundred bytes
+/// and pongs are tiny (tungstenite's default is 128 KiB, held by every socket for its life; a
+/// larger frame still arrives whole, the buffer grows for it).
+pub const READ_BUFFER: usize = 512;
+
+/// Bytes of frames gathered before a write when several go out together (see `socket::BATCH`).
+pub const WRITE_BUFFER: usize = 4 * 1024;
 
 /// How sockets are bounded (from the configuration).
 #[derive(Debug, Clone, Copy)]
@@ -142,7 +146,8 @@ async fn upgrade(
     let id = app.live.next_id.fetch_add(1, Ordering::Relaxed);
     upgrade
         .read_buffer_size(READ_BUFFER)
-        .write_buffer_size(0)
+        // Frames sent together (a burst of queued live frames) share a write up to this size.
+        .write_buffer_size(WRITE_BUFFER)
         .max_write_buffer_size(1 << 20)
         .max_message_size(MAX_CLIENT_FRAME)
         .max_frame_size(MAX_CLIENT_FRAME)

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
+use futures_util::SinkExt as _;
 use seed_agents_protocol::generated::{
     AgentWsEvent, AppendFrame, ChangeFrame, ConnectedFrame, SessionEvent, SubscribedFrame,
 };
@@ -28,6 +29,9 @@ use super::subscribe::{self, Accepted, Refused, Replay};
 use super::{Live, WsLimits};
 use crate::app::App;
 use crate::error::ApiError;
+
+/// Queued frames sent together, at most.
+const BATCH: usize = 32;
 
 /// Why a socket closes, as the close frame says it.
 const SHUTTING_DOWN: &str = "Server shutting down";
@@ -107,7 +111,9 @@ impl Socket<'_> {
                 message = self.ws.recv() => match message {
                     Some(Ok(message)) => {
                         self.last_heard = Instant::now();
-                        if let Err(ending) = self.on_message(message).await {
+                        // Boxed: subscribing (verification, database reads, replay) takes far more
+                        // state than waiting does, and an idle socket should not carry it.
+                        if let Err(ending) = Box::pin(self.on_message(message)).await {
                             return ending;
                         }
                     }
@@ -118,7 +124,7 @@ impl Socket<'_> {
                     None => return None,
                 },
                 Some(frame) = self.frames.recv() => {
-                    if self.forward(&frame).await.is_err() {
+                    if self.forward(frame).await.is_err() {
                         return None;
                     }
                 }
@@ -264,14 +270,38 @@ impl Socket<'_> {
         Ok(())
     }
 
-    /// Sends a queued live frame, unless a replay already sent it.
-    async fn forward(&mut self, frame: &OutFrame) -> Result<(), ()> {
-        if let Some((session, seq)) = &frame.append
-            && self.replayed.get(session).is_some_and(|through| seq <= through)
-        {
-            return Ok(());
+    /// Sends a queued live frame and those queued behind it (up to [`BATCH`]), flushed once, so a
+    /// burst costs one write; frames a replay already sent are skipped.
+    async fn forward(&mut self, first: Arc<OutFrame>) -> Result<(), ()> {
+        let send = async {
+            let mut next = Some(first);
+            let mut taken = 0;
+            while let Some(frame) = next.take() {
+                let replayed = frame
+                    .append
+                    .as_ref()
+                    .is_some_and(|(session, seq)| self.replayed.get(session).is_some_and(|through| seq <= through));
+                if !replayed {
+                    self.ws.feed(Message::Text(frame.text.clone())).await?;
+                }
+                taken += 1;
+                if taken < BATCH {
+                    next = self.frames.try_recv().ok();
+                }
+            }
+            self.ws.flush().await
+        };
+        match tokio::time::timeout(self.limits.send_timeout, send).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "WebSocket write failed");
+                Err(())
+            }
+            Err(_) => {
+                tracing::debug!(socket = self.id, "WebSocket write timed out");
+                Err(())
+            }
         }
-        self.send(frame.text.clone()).await
     }
 
     async fn send(&mut self, text: Utf8Bytes) -> Result<(), ()> {
