@@ -151,7 +151,7 @@ async fn run(count: usize, rounds: usize) {
     let (server_cpu, own_cpu) =
         (per_round(cpu_ticks(server.pid()) - server_cpu), per_round(cpu_ticks(std::process::id()) - own_cpu));
     for reader in readers {
-        reader.abort();
+        reader.task.abort();
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let closed = Memory::of(server.pid());
@@ -193,7 +193,7 @@ async fn reader(
     key: String,
     arrivals: mpsc::UnboundedSender<(usize, Instant)>,
     ready: Arc<Barrier>,
-) -> tokio::task::JoinHandle<()> {
+) -> Reading {
     let (mut socket, _) = tokio_tungstenite::connect_async(url).await.unwrap();
     let mut seed = [0u8; 32];
     seed[..8].copy_from_slice(&(index as u64 + 1000).to_le_bytes());
@@ -205,7 +205,7 @@ async fn reader(
         let frame = socket.next().await.unwrap().unwrap();
         assert!(!frame.to_text().unwrap_or_default().contains("\"error\""), "{frame}");
     }
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         ready.wait().await;
         while let Some(Ok(message)) = socket.next().await {
             if let Message::Text(text) = message
@@ -215,5 +215,11 @@ async fn reader(
                 let _ = arrivals.send((index, Instant::now()));
             }
         }
-    })
+    });
+    Reading { task }
+}
+
+/// A subscribed socket's reading task.
+struct Reading {
+    task: tokio::task::JoinHandle<()>,
 }
