@@ -24,8 +24,9 @@
 //!
 //! [`Client::upload`] sends a file of any size in signed chunks with progress, two chunks in
 //! flight, retrying transient failures; an upload that stops can be resumed
-//! ([`Client::resume_upload`]). Subscriptions and the command-line tool arrive in a later
-//! release.
+//! ([`Client::resume_upload`]). [`Client::subscribe`] follows sessions, agents, run trees or the
+//! whole account live over one WebSocket, resuming after drops with every session event once and
+//! in order (see [`subscription`]). The command-line tool arrives in a later release.
 
 mod client;
 mod error;
