@@ -48,7 +48,50 @@ pub fn ipld_to_vec(value: &Ipld) -> Result<Vec<u8>, WireError> {
 
 /// Decodes canonical DAG-CBOR into a typed value.
 pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
+    definite_lengths_only(bytes)?;
     serde_ipld_dagcbor::from_slice(bytes).map_err(|err| WireError::Decode(err.to_string()))
+}
+
+/// Refuses an indefinite length (or a reserved head) anywhere in the first item of `bytes`.
+///
+/// `serde_ipld_dagcbor` 0.7 refuses them where a generic value starts, but takes an
+/// indefinite-length text string as a map key (and as a typed string or byte string field), so a
+/// map could decode from bytes that are not its canonical encoding: an envelope's received bytes
+/// would then differ from the bytes its signature must cover. One pass over the heads, skipping
+/// string contents; truncated input is left to the decoder, which reports it.
+fn definite_lengths_only(bytes: &[u8]) -> Result<(), WireError> {
+    let mut at = 0usize;
+    // Items still to read: the first, then every element, key, value and tagged item it holds.
+    let mut remaining: u64 = 1;
+    while remaining > 0 {
+        let Some(&initial) = bytes.get(at) else { return Ok(()) };
+        let (major, info) = (initial >> 5, initial & 0x1f);
+        let width = match info {
+            0..=23 => 0,
+            24 => 1,
+            25 => 2,
+            26 => 4,
+            27 => 8,
+            _ => return Err(WireError::Decode(format!("indefinite length or reserved head at byte {at}"))),
+        };
+        let Some(raw) = bytes.get(at + 1..at + 1 + width) else { return Ok(()) };
+        let argument =
+            if width == 0 { u64::from(info) } else { raw.iter().fold(0, |acc, byte| acc << 8 | u64::from(*byte)) };
+        at += 1 + width;
+        remaining -= 1;
+        match major {
+            2 | 3 => match usize::try_from(argument).ok().and_then(|len| at.checked_add(len)) {
+                Some(end) if end <= bytes.len() => at = end,
+                _ => return Ok(()),
+            },
+            4 => remaining = remaining.saturating_add(argument),
+            5 => remaining = remaining.saturating_add(argument.saturating_mul(2)),
+            6 => remaining = remaining.saturating_add(1),
+            // Integers and simple values: the head is the whole item.
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Decodes canonical DAG-CBOR into a generic IPLD value.
@@ -135,4 +178,88 @@ fn hex_string(bytes: &[u8]) -> String {
         let _ = write!(acc, "{byte:02x}");
         acc
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// Found by the `envelope` fuzz target: `{"": -1627395072}` with its key written as an
+    /// indefinite-length text string (`7f ff`) decoded, and re-encoded to other bytes.
+    #[test]
+    fn an_indefinite_length_map_key_is_refused() {
+        let bytes = [0xa1, 0x7f, 0xff, 0x3a, 0x61, 0x00, 0x13, 0xff];
+        assert!(decode_ipld(&bytes).is_err());
+        // The key "ab" in two chunks, and in one: only the definite form decodes.
+        assert!(decode_ipld(&[0xa1, 0x7f, 0x61, b'a', 0x61, b'b', 0xff, 0x01]).is_err());
+        let definite = [0xa1, 0x62, b'a', b'b', 0x01];
+        let value = decode_ipld(&definite).expect("canonical bytes decode");
+        assert_eq!(value, Ipld::Map(BTreeMap::from([("ab".to_owned(), Ipld::Integer(1))])));
+    }
+
+    /// Why it mattered: an envelope whose signer signed non-canonical bytes (an indefinite-length
+    /// key in the action) decoded, kept those bytes as its signing bytes and verified, although
+    /// its canonical encoding (what upstream checks the signature over) is other bytes.
+    #[test]
+    fn an_envelope_signed_over_non_canonical_bytes_is_refused() {
+        use crate::envelope::{SignedEnvelope, UnsignedEnvelope, insert_signature};
+        use crate::signer::{Ed25519Signer, Signer};
+
+        let signer = Ed25519Signer::from_seed(&[3; 32]);
+        let action = Ipld::Map(BTreeMap::from([
+            ("_".to_owned(), Ipld::String("ListAgents".into())),
+            ("ts".to_owned(), Ipld::Integer(1_000)),
+            ("zz".to_owned(), Ipld::Null),
+        ]));
+        let unsigned =
+            UnsignedEnvelope { signer: signer.principal(), account: signer.principal(), protocol: Some(3), action };
+        let canonical = unsigned.signing_bytes().unwrap();
+        // The key "zz" (62 7a 7a) written as an indefinite-length string (7f 62 7a 7a ff).
+        let at = canonical.windows(3).position(|window| window == [0x62, b'z', b'z']).unwrap();
+        let mut bytes = canonical[..at].to_vec();
+        bytes.extend([0x7f, 0x62, b'z', b'z', 0xff]);
+        bytes.extend(&canonical[at + 3..]);
+        let signature = signer.sign_now(&bytes);
+        insert_signature(&mut bytes, &signature).unwrap();
+        assert!(SignedEnvelope::decode(&bytes).is_err());
+
+        let mut canonical = canonical;
+        let signature = signer.sign_now(&canonical);
+        insert_signature(&mut canonical, &signature).unwrap();
+        assert!(SignedEnvelope::decode(&canonical).unwrap().verify(1_000).is_ok());
+    }
+
+    #[test]
+    fn indefinite_lengths_are_refused_everywhere() {
+        for bytes in [
+            &[0x7f, 0x61, b'a', 0xff][..],
+            &[0x5f, 0x41, 0x01, 0xff],
+            &[0x9f, 0x01, 0xff],
+            &[0xbf, 0x61, b'a', 0x01, 0xff],
+            &[0x82, 0x01, 0x7f, 0xff],
+            &[0xa1, 0x61, b'a', 0x81, 0xa1, 0x7f, 0xff, 0x01],
+            &[0xd8, 0x2a, 0x5f, 0xff],
+            &[0xff],
+            &[0x1c],
+        ] {
+            assert!(decode_ipld(bytes).is_err(), "{bytes:02x?}");
+        }
+        // Typed decoding too: a string field read straight from the bytes.
+        assert!(from_slice::<String>(&[0x7f, 0x61, b'a', 0xff]).is_err());
+        assert!(from_slice::<BTreeMap<String, u8>>(&[0xa1, 0x7f, 0x61, b'a', 0xff, 0x01]).is_err());
+        assert_eq!(from_slice::<String>(&[0x61, b'a']).ok().as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn truncated_input_is_still_reported_by_the_decoder() {
+        for bytes in [&[][..], &[0x82, 0x01], &[0x5a, 0xff, 0xff, 0xff, 0xff, 0x00], &[0x9b, 0xff]] {
+            assert!(matches!(decode_ipld(bytes), Err(WireError::Decode(_))), "{bytes:02x?}");
+        }
+        // A long string's contents are skipped, not read as heads.
+        let mut long = vec![0x59, 0x01, 0x00];
+        long.extend([0xff; 256]);
+        assert_eq!(decode_ipld(&long).ok(), Some(Ipld::Bytes(vec![0xff; 256])));
+    }
 }
