@@ -110,6 +110,7 @@ fn decode<A: protocol::Action>(name: &str, action: Ipld) -> ApiResult<A> {
     if let Ipld::Map(fields) = &action {
         shape::check(name, fields)?;
     }
+    shape::integers_fit(name, &action)?;
     wire::from_ipld(action).map_err(|error| match error {
         wire::WireError::Decode(reason) | wire::WireError::Encode(reason) => shape::decode_error(name, &reason),
     })
@@ -170,6 +171,10 @@ mod tests {
         // Known to the protocol but not routed yet: 501, as `dispatch` answers.
         assert_eq!(kind(3, "CancelRun", action("CancelRun", &[])), ErrorKind::NotImplemented);
         assert_eq!(kind(3, "Nope", action("Nope", &[])), ErrorKind::Invalid);
+        // An integer no union can read back, deep in an open value.
+        let metadata = Ipld::Map(BTreeMap::from([("n".to_owned(), Ipld::Integer(i128::from(i64::MIN) - 1))]));
+        let secret = [("name", Ipld::String("k".into())), ("value", Ipld::Bytes(vec![1])), ("metadata", metadata)];
+        assert_eq!(kind(3, "SetSecret", action("SetSecret", &secret)), ErrorKind::Invalid);
         // The compat upgrade runs first.
         let combine = action("CombineAgentTriggers", &[]);
         assert_eq!(kind(2, "CombineAgentTriggers", combine), ErrorKind::UpdateRequired);
