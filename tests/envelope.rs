@@ -1,6 +1,6 @@
 //! Every rejection class of the message endpoint, with its status and exact message, replays (of
 //! reads, of writes, of keyed writes), and the routes around it (health, version, CORS, the
-//! protocol header, 404).
+//! protocol header, 404), and the action name the body limit is chosen by.
 
 use std::collections::BTreeMap;
 
@@ -238,4 +238,54 @@ async fn routes_headers_and_cors() {
     assert_eq!(response.headers().get("x-agents-protocol").unwrap(), "3");
     assert_eq!(response.headers().get("access-control-allow-origin").unwrap(), "*");
     server.stop().await;
+}
+
+/// The body limit is chosen from the action name `http::body::parse_prefix` finds in the first
+/// bytes (512 of them) before the envelope is verified. On real signed envelopes of every action's
+/// full example (`snapshots/payloads/v3`), for an account's own key and a delegate, with and
+/// without `protocol`, it must find the name there, so each action gets its own limit.
+#[test]
+fn the_body_prefix_names_the_action_of_every_signed_envelope() {
+    use seed_agents_protocol::envelope::{UnsignedEnvelope, insert_signature};
+    use seed_agents_server::http::body::{self, BodyLimits, Prefix};
+
+    let limits = BodyLimits {
+        max_body_bytes: 128 << 20,
+        body_timeout: std::time::Duration::from_secs(10),
+        body_min_rate: 16 * 1024,
+    };
+    let owner = Ed25519Signer::from_seed(&[1; 32]);
+    let delegate = Ed25519Signer::from_seed(&[2; 32]);
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../snapshots/payloads/v3");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&folder).unwrap() {
+        let path = entry.unwrap().path();
+        let file = path.file_name().unwrap().to_str().unwrap().to_owned();
+        if !file.starts_with("action-") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let Some((_, after)) = text.split_once(" bytes):\n") else { continue };
+        let hex: String = after.lines().take_while(|line| !line.is_empty()).collect();
+        let action = wire::decode_ipld(&hex::decode(hex).unwrap()).unwrap();
+        let Ipld::Map(fields) = &action else { panic!("{file}: an action is a map") };
+        let Some(Ipld::String(name)) = fields.get("_") else { panic!("{file}: no `_`") };
+        for (signer, protocol) in [(&owner, Some(3)), (&delegate, Some(3)), (&owner, None), (&delegate, Some(1))] {
+            let envelope = UnsignedEnvelope {
+                signer: signer.principal(),
+                account: owner.principal(),
+                protocol,
+                action: action.clone(),
+            };
+            let mut bytes = envelope.signing_bytes().unwrap();
+            let signature = signer.sign_now(&bytes);
+            insert_signature(&mut bytes, &signature).unwrap();
+            let first = &bytes[..bytes.len().min(512)];
+            assert_eq!(body::parse_prefix(first), Prefix::Action(name), "{file} ({protocol:?})");
+            assert_eq!(body::parse_prefix(&bytes), Prefix::Action(name), "{file} ({protocol:?})");
+            assert_eq!(body::limit_for(first, &limits), body::action_limit(name, limits.max_body_bytes), "{file}");
+        }
+        checked += 1;
+    }
+    assert!(checked > 70, "only {checked} action snapshots in {}", folder.display());
 }

@@ -28,6 +28,26 @@ fn get(session_id: &str) -> GetSession {
     GetSession { session_id: session_id.into(), after_seq: None, before_seq: None, limit: None }
 }
 
+/// Found by the `actions` fuzz target: the server took an integer below -2^63 in an open value
+/// (CBOR allows down to -2^64) and stored it, but no response carrying it could be decoded, since
+/// serde buffers union members without 128-bit integers. Here the SDK got `Error::Decode` for the
+/// very `SetSecret` that saved it; every later read of such metadata failed the same way.
+#[tokio::test]
+async fn an_integer_no_response_could_carry_is_refused_before_it_is_stored() {
+    let server = TestServer::start().await;
+    let user = server.user();
+    let value = |n: i128| seed_agents_protocol::Value::from(ipld_core::ipld::Ipld::Integer(n));
+    let secret = |n: i128| SetSecret {
+        name: "k".into(),
+        value: Bytes(vec![1]),
+        metadata: Some([("n".to_owned(), value(n))].into()),
+    };
+    let (status, message) = api_error(user.call(secret(i128::from(i64::MIN) - 1)).await);
+    assert_eq!((status, message.as_str()), (400, "Invalid SetSecret: integer -9223372036854775809 is below -2^63"));
+    let saved = user.call(secret(i64::MIN.into())).await.unwrap();
+    assert_eq!(saved.secret.metadata, Some([("n".to_owned(), value(i64::MIN.into()))].into()));
+}
+
 #[tokio::test]
 async fn secrets_and_providers_are_redacted_and_cleaned_up() {
     let server = TestServer::start().await;

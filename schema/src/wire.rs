@@ -2,10 +2,11 @@
 //!
 //! Encoding sorts map keys canonically (length first, then bytewise), writes integers in their
 //! shortest form and floats as 64-bit, exactly as DAG-CBOR and the upstream JavaScript encoder do.
-//! Decoding is strict: indefinite lengths, `undefined`, non-minimal integers, half and single
-//! floats, unordered or duplicate map keys and trailing bytes are all rejected. A value that decodes
-//! therefore re-encodes to the same bytes, except for whole-valued floats, which are re-encoded as
-//! integers (see [`crate::Value`]).
+//! Decoding is strict: indefinite lengths (map keys included), `undefined`, non-minimal integers,
+//! half and single floats, unordered or duplicate map keys, bytes after a link's CID and trailing
+//! bytes are all rejected. A value that decodes therefore re-encodes to the same bytes, except for
+//! whole-valued floats, which are re-encoded as integers (see [`crate::Value`]); the `envelope` fuzz
+//! target checks it.
 
 use ipld_core::ipld::Ipld;
 use serde::Serialize;
@@ -48,7 +49,86 @@ pub fn ipld_to_vec(value: &Ipld) -> Result<Vec<u8>, WireError> {
 
 /// Decodes canonical DAG-CBOR into a typed value.
 pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
+    canonical_forms_only(bytes)?;
     serde_ipld_dagcbor::from_slice(bytes).map_err(|err| WireError::Decode(err.to_string()))
+}
+
+/// Refuses what `serde_ipld_dagcbor` 0.7 lets through although it is not canonical DAG-CBOR,
+/// anywhere in the first item of `bytes`:
+/// - an indefinite length (or a reserved head): the decoder refuses them where a generic value
+///   starts, but takes an indefinite-length text string as a map key (and as a typed string or
+///   byte string field);
+/// - a link (tag 42) whose byte string holds bytes after the CID: the decoder reads the CID and
+///   drops the rest.
+///
+/// Either way a value would decode from bytes that are not its encoding, so an envelope's received
+/// bytes could differ from the bytes its signature covers. One pass over the heads, skipping string
+/// contents; truncated or otherwise malformed input is left to the decoder, which reports it.
+fn canonical_forms_only(bytes: &[u8]) -> Result<(), WireError> {
+    let mut at = 0;
+    // Items still to read: the first, then every element, key, value and tagged item it holds.
+    let mut remaining: u64 = 1;
+    while remaining > 0 {
+        let Some((major, argument, next)) = head(bytes, at)? else { return Ok(()) };
+        remaining -= 1;
+        at = next;
+        match major {
+            2 | 3 => match string_end(bytes, at, argument) {
+                Some(end) => at = end,
+                None => return Ok(()),
+            },
+            4 => remaining = remaining.saturating_add(argument),
+            5 => remaining = remaining.saturating_add(argument.saturating_mul(2)),
+            6 => {
+                if argument == encode::CID_TAG {
+                    link_without_trailing_bytes(bytes, at)?;
+                }
+                remaining = remaining.saturating_add(1);
+            }
+            // Integers and simple values: the head is the whole item.
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The head at `at`: its major type, its argument and where the item's content starts; `None`
+/// when the bytes end first.
+fn head(bytes: &[u8], at: usize) -> Result<Option<(u8, u64, usize)>, WireError> {
+    let Some(&initial) = bytes.get(at) else { return Ok(None) };
+    let (major, info) = (initial >> 5, initial & 0x1f);
+    let width = match info {
+        0..=23 => 0,
+        24 => 1,
+        25 => 2,
+        26 => 4,
+        27 => 8,
+        _ => return Err(WireError::Decode(format!("indefinite length or reserved head at byte {at}"))),
+    };
+    let Some(raw) = bytes.get(at + 1..at + 1 + width) else { return Ok(None) };
+    let argument = match width {
+        0 => u64::from(info),
+        _ => raw.iter().fold(0, |value, byte| value << 8 | u64::from(*byte)),
+    };
+    Ok(Some((major, argument, at + 1 + width)))
+}
+
+/// Where a string of `len` bytes starting at `at` ends, if it lies within the bytes.
+fn string_end(bytes: &[u8], at: usize, len: u64) -> Option<usize> {
+    usize::try_from(len).ok().and_then(|len| at.checked_add(len)).filter(|end| *end <= bytes.len())
+}
+
+/// Refuses a link whose byte string (at `at`, after the tag) holds more than `0x00` and one CID.
+fn link_without_trailing_bytes(bytes: &[u8], at: usize) -> Result<(), WireError> {
+    let Some((2, len, start)) = head(bytes, at)? else { return Ok(()) };
+    let Some(end) = string_end(bytes, start, len) else { return Ok(()) };
+    if let [0, cid @ ..] = &bytes[start..end] {
+        let mut rest = cid;
+        if ipld_core::cid::Cid::read_bytes(&mut rest).is_ok() && !rest.is_empty() {
+            return Err(WireError::Decode(format!("the link at byte {at} holds {} bytes after its CID", rest.len())));
+        }
+    }
+    Ok(())
 }
 
 /// Decodes canonical DAG-CBOR into a generic IPLD value.
@@ -135,4 +215,130 @@ fn hex_string(bytes: &[u8]) -> String {
         let _ = write!(acc, "{byte:02x}");
         acc
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// Found by the `envelope` fuzz target: `{"": -1627395072}` with its key written as an
+    /// indefinite-length text string (`7f ff`) decoded, and re-encoded to other bytes.
+    #[test]
+    fn an_indefinite_length_map_key_is_refused() {
+        let bytes = [0xa1, 0x7f, 0xff, 0x3a, 0x61, 0x00, 0x13, 0xff];
+        assert!(decode_ipld(&bytes).is_err());
+        // The key "ab" in two chunks, and in one: only the definite form decodes.
+        assert!(decode_ipld(&[0xa1, 0x7f, 0x61, b'a', 0x61, b'b', 0xff, 0x01]).is_err());
+        let definite = [0xa1, 0x62, b'a', b'b', 0x01];
+        let value = decode_ipld(&definite).expect("canonical bytes decode");
+        assert_eq!(value, Ipld::Map(BTreeMap::from([("ab".to_owned(), Ipld::Integer(1))])));
+    }
+
+    /// Why it mattered: an envelope whose signer signed non-canonical bytes (an indefinite-length
+    /// key in the action) decoded, kept those bytes as its signing bytes and verified, although
+    /// its canonical encoding (what upstream checks the signature over) is other bytes.
+    #[test]
+    fn an_envelope_signed_over_non_canonical_bytes_is_refused() {
+        use crate::envelope::{SignedEnvelope, UnsignedEnvelope, insert_signature};
+        use crate::signer::{Ed25519Signer, Signer};
+
+        let signer = Ed25519Signer::from_seed(&[3; 32]);
+        let action = Ipld::Map(BTreeMap::from([
+            ("_".to_owned(), Ipld::String("ListAgents".into())),
+            ("ts".to_owned(), Ipld::Integer(1_000)),
+            ("zz".to_owned(), Ipld::Null),
+        ]));
+        let unsigned =
+            UnsignedEnvelope { signer: signer.principal(), account: signer.principal(), protocol: Some(3), action };
+        let canonical = unsigned.signing_bytes().unwrap();
+        // The key "zz" (62 7a 7a) written as an indefinite-length string (7f 62 7a 7a ff).
+        let at = canonical.windows(3).position(|window| window == [0x62, b'z', b'z']).unwrap();
+        let mut bytes = canonical[..at].to_vec();
+        bytes.extend([0x7f, 0x62, b'z', b'z', 0xff]);
+        bytes.extend(&canonical[at + 3..]);
+        let signature = signer.sign_now(&bytes);
+        insert_signature(&mut bytes, &signature).unwrap();
+        assert!(SignedEnvelope::decode(&bytes).is_err());
+
+        let mut canonical = canonical;
+        let signature = signer.sign_now(&canonical);
+        insert_signature(&mut canonical, &signature).unwrap();
+        assert!(SignedEnvelope::decode(&canonical).unwrap().verify(1_000).is_ok());
+    }
+
+    #[test]
+    fn indefinite_lengths_are_refused_everywhere() {
+        for bytes in [
+            &[0x7f, 0x61, b'a', 0xff][..],
+            &[0x5f, 0x41, 0x01, 0xff],
+            &[0x9f, 0x01, 0xff],
+            &[0xbf, 0x61, b'a', 0x01, 0xff],
+            &[0x82, 0x01, 0x7f, 0xff],
+            &[0xa1, 0x61, b'a', 0x81, 0xa1, 0x7f, 0xff, 0x01],
+            &[0xd8, 0x2a, 0x5f, 0xff],
+            &[0xff],
+            &[0x1c],
+        ] {
+            assert!(decode_ipld(bytes).is_err(), "{bytes:02x?}");
+        }
+        // Typed decoding too: a string field read straight from the bytes.
+        assert!(from_slice::<String>(&[0x7f, 0x61, b'a', 0xff]).is_err());
+        assert!(from_slice::<BTreeMap<String, u8>>(&[0xa1, 0x7f, 0x61, b'a', 0xff, 0x01]).is_err());
+        assert_eq!(from_slice::<String>(&[0x61, b'a']).ok().as_deref(), Some("a"));
+    }
+
+    /// Found by the `envelope` fuzz target: a link whose byte string held three bytes after its CID
+    /// decoded (the CID read, the rest dropped) and re-encoded without them.
+    #[test]
+    fn a_link_with_bytes_after_its_cid_is_refused() {
+        let padded = [0xd8, 0x2a, 0x49, 0x00, 0x01, 0x48, 0x00, 0x01, 0xff, 0xed, 0xee, 0xee];
+        assert!(decode_ipld(&padded).is_err());
+        assert!(decode_ipld(&[&[0x81][..], &padded].concat()).is_err(), "inside a list");
+        let exact = [0xd8, 0x2a, 0x46, 0x00, 0x01, 0x48, 0x00, 0x01, 0xff];
+        let value = decode_ipld(&exact).expect("a link decodes");
+        assert_eq!(ipld_to_vec(&value).ok().as_deref(), Some(&exact[..]));
+    }
+
+    /// Why it mattered: an envelope holding a link is verified over its re-encoding, so padding a
+    /// link of a captured envelope gave other bytes that verified with the same signature.
+    #[test]
+    fn a_padded_link_does_not_make_a_second_valid_envelope() {
+        use crate::envelope::{SignedEnvelope, UnsignedEnvelope, insert_signature};
+        use crate::signer::{Ed25519Signer, Signer};
+
+        let signer = Ed25519Signer::from_seed(&[4; 32]);
+        let link = decode_ipld(&[0xd8, 0x2a, 0x46, 0x00, 0x01, 0x48, 0x00, 0x01, 0xff]).unwrap();
+        let action = Ipld::Map(BTreeMap::from([
+            ("_".to_owned(), Ipld::String("ListAgents".into())),
+            ("ts".to_owned(), Ipld::Integer(1_000)),
+            ("x".to_owned(), link),
+        ]));
+        let unsigned =
+            UnsignedEnvelope { signer: signer.principal(), account: signer.principal(), protocol: Some(3), action };
+        let mut bytes = unsigned.signing_bytes().unwrap();
+        let signature = signer.sign_now(&bytes);
+        insert_signature(&mut bytes, &signature).unwrap();
+        assert!(SignedEnvelope::decode(&bytes).unwrap().verify(1_000).is_ok());
+
+        let at = bytes.windows(3).position(|window| window == [0xd8, 0x2a, 0x46]).unwrap();
+        let mut padded = bytes[..at].to_vec();
+        padded.extend([0xd8, 0x2a, 0x47]);
+        padded.extend(&bytes[at + 3..at + 9]);
+        padded.push(0x00);
+        padded.extend(&bytes[at + 9..]);
+        assert!(SignedEnvelope::decode(&padded).is_err());
+    }
+
+    #[test]
+    fn truncated_input_is_still_reported_by_the_decoder() {
+        for bytes in [&[][..], &[0x82, 0x01], &[0x5a, 0xff, 0xff, 0xff, 0xff, 0x00], &[0x9b, 0xff]] {
+            assert!(matches!(decode_ipld(bytes), Err(WireError::Decode(_))), "{bytes:02x?}");
+        }
+        // A long string's contents are skipped, not read as heads.
+        let mut long = vec![0x59, 0x01, 0x00];
+        long.extend([0xff; 256]);
+        assert_eq!(decode_ipld(&long).ok(), Some(Ipld::Bytes(vec![0xff; 256])));
+    }
 }

@@ -33,7 +33,7 @@ const NULL: u8 = 0xf6;
 const FLOAT64: u8 = 0xfb;
 
 /// The CBOR tag of a CID link.
-const CID_TAG: u64 = 42;
+pub(crate) const CID_TAG: u64 = 42;
 
 /// Encodes a value into a new vector allocated once, at its exact size.
 pub(crate) fn to_vec(value: &Ipld) -> Result<Vec<u8>, WireError> {

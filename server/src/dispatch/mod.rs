@@ -16,6 +16,59 @@ use crate::{agents, auth, collaborators, memory, providers, secrets, sessions};
 
 mod shape;
 
+/// The actions this server routes, each with its handler: the one list [`dispatch`] and
+/// [`decode_for_fuzzing`] are both built from. `$then` names a local macro taking
+/// `Action => handler,` lines.
+macro_rules! routes {
+    ($then:ident) => {
+        $then! {
+            RegisterSigner => auth::signers::register_signer,
+            SetSecret => secrets::set_secret,
+            SetModelProvider => providers::set_model_provider,
+            ListModelProviders => providers::list_model_providers,
+            DeleteModelProvider => providers::delete_model_provider,
+            ListProviderModels => providers::models::list_provider_models,
+            ListSigningIdentities => crate::identities::list_signing_identities,
+            CreateSigningIdentity => crate::identities::create_signing_identity,
+            ImportSigningIdentity => crate::identities::import_signing_identity,
+            UpdateSigningIdentity => crate::identities::update_signing_identity,
+            DeleteSigningIdentity => crate::identities::delete_signing_identity,
+            ListAgents => agents::list_agents,
+            GetAgent => agents::get_agent,
+            CreateAgent => agents::create_agent,
+            UpdateAgent => agents::update_agent,
+            DeleteAgent => agents::delete_agent,
+            ListAgentInvites => collaborators::list_agent_invites,
+            ListAgentCollaborators => collaborators::list_agent_collaborators,
+            InviteAgentCollaborator => collaborators::invite_agent_collaborator,
+            RemoveAgentCollaborator => collaborators::remove_agent_collaborator,
+            AcceptAgentInvite => collaborators::accept_agent_invite,
+            DeclineAgentInvite => collaborators::decline_agent_invite,
+            SetAgentPublicRead => collaborators::set_agent_public_read,
+            SetAgentPublicChat => collaborators::set_agent_public_chat,
+            CreateSession => sessions::create_session,
+            ListSessions => sessions::list_sessions,
+            GetSession => sessions::get_session,
+            UpdateSession => sessions::update_session,
+            DeleteSession => sessions::delete_session,
+            InvokeSessionTool => crate::verbs::invoke_session_tool,
+            ListAgentMemory => memory::list_agent_memory,
+            ListAgentMemoryDir => memory::list_agent_memory_dir,
+            ReadAgentMemoryFile => memory::read_agent_memory_file,
+            WriteAgentMemoryFile => memory::write_agent_memory_file,
+            DeleteAgentMemoryFile => memory::delete_agent_memory_file,
+            DownloadAgentMemoryFile => memory::download_agent_memory_file,
+            UploadAgentMemoryFileToIpfs => memory::upload_agent_memory_file_to_ipfs,
+            UploadSessionAttachment => crate::attachments::upload_session_attachment,
+            ReadSessionAttachment => crate::attachments::read_session_attachment,
+            BeginFileUpload => crate::uploads::begin_file_upload,
+            AppendFileUploadChunk => crate::uploads::append_file_upload_chunk,
+            CommitFileUpload => crate::uploads::commit_file_upload,
+            AbortFileUpload => crate::uploads::abort_file_upload,
+        }
+    };
+}
+
 /// Decodes `action` as the action named `name` and runs its handler.
 pub async fn dispatch(app: &App, caller: &Caller, name: &str, action: Ipld) -> ApiResult<Vec<u8>> {
     let action = seed_agents_compat::upgrade_action(caller.protocol, name, action)?;
@@ -30,51 +83,27 @@ pub async fn dispatch(app: &App, caller: &Caller, name: &str, action: Ipld) -> A
             }
         };
     }
-    route! {
-        RegisterSigner => auth::signers::register_signer,
-        SetSecret => secrets::set_secret,
-        SetModelProvider => providers::set_model_provider,
-        ListModelProviders => providers::list_model_providers,
-        DeleteModelProvider => providers::delete_model_provider,
-        ListProviderModels => providers::models::list_provider_models,
-        ListSigningIdentities => crate::identities::list_signing_identities,
-        CreateSigningIdentity => crate::identities::create_signing_identity,
-        ImportSigningIdentity => crate::identities::import_signing_identity,
-        UpdateSigningIdentity => crate::identities::update_signing_identity,
-        DeleteSigningIdentity => crate::identities::delete_signing_identity,
-        ListAgents => agents::list_agents,
-        GetAgent => agents::get_agent,
-        CreateAgent => agents::create_agent,
-        UpdateAgent => agents::update_agent,
-        DeleteAgent => agents::delete_agent,
-        ListAgentInvites => collaborators::list_agent_invites,
-        ListAgentCollaborators => collaborators::list_agent_collaborators,
-        InviteAgentCollaborator => collaborators::invite_agent_collaborator,
-        RemoveAgentCollaborator => collaborators::remove_agent_collaborator,
-        AcceptAgentInvite => collaborators::accept_agent_invite,
-        DeclineAgentInvite => collaborators::decline_agent_invite,
-        SetAgentPublicRead => collaborators::set_agent_public_read,
-        SetAgentPublicChat => collaborators::set_agent_public_chat,
-        CreateSession => sessions::create_session,
-        ListSessions => sessions::list_sessions,
-        GetSession => sessions::get_session,
-        UpdateSession => sessions::update_session,
-        DeleteSession => sessions::delete_session,
-        InvokeSessionTool => crate::verbs::invoke_session_tool,
-        ListAgentMemory => memory::list_agent_memory,
-        ListAgentMemoryDir => memory::list_agent_memory_dir,
-        ReadAgentMemoryFile => memory::read_agent_memory_file,
-        WriteAgentMemoryFile => memory::write_agent_memory_file,
-        DeleteAgentMemoryFile => memory::delete_agent_memory_file,
-        DownloadAgentMemoryFile => memory::download_agent_memory_file,
-        UploadAgentMemoryFileToIpfs => memory::upload_agent_memory_file_to_ipfs,
-        UploadSessionAttachment => crate::attachments::upload_session_attachment,
-        ReadSessionAttachment => crate::attachments::read_session_attachment,
-        BeginFileUpload => crate::uploads::begin_file_upload,
-        AppendFileUploadChunk => crate::uploads::append_file_upload_chunk,
-        CommitFileUpload => crate::uploads::commit_file_upload,
-        AbortFileUpload => crate::uploads::abort_file_upload,
+    routes!(route)
+}
+
+/// Everything [`dispatch`] does to an action before its handler runs (the compat upgrade for
+/// `protocol`, the shape checks, typed decoding, the answer for an unrouted name), without
+/// running it.
+///
+/// Exists for the fuzzer (`fuzz/fuzz_targets/actions.rs`), which must reach this path without
+/// an `App`; not part of the server's API.
+#[doc(hidden)]
+pub fn decode_for_fuzzing(protocol: u32, name: &str, action: Ipld) -> ApiResult<()> {
+    let action = seed_agents_compat::upgrade_action(protocol, name, action)?;
+    macro_rules! decode_only {
+        ($($action:ident => $handler:path,)*) => {
+            match name {
+                $(stringify!($action) => decode::<protocol::generated::$action>(name, action).map(drop),)*
+                other => Err(unrouted(other)),
+            }
+        };
     }
+    routes!(decode_only)
 }
 
 /// Decodes a verified action map as `A`, with the shape checks and messages of [`shape`].
@@ -82,6 +111,7 @@ pub(crate) fn decode<A: serde::de::DeserializeOwned>(name: &str, action: Ipld) -
     if let Ipld::Map(fields) = &action {
         shape::check(name, fields)?;
     }
+    shape::integers_fit(name, &action)?;
     wire::from_ipld(action).map_err(|error| match error {
         wire::WireError::Decode(reason) | wire::WireError::Encode(reason) => shape::decode_error(name, &reason),
     })
@@ -113,5 +143,41 @@ fn unrouted(name: &str) -> ApiError {
     match ActionInfo::find(name) {
         Some(_) => ApiError::not_implemented(format!("{name} is not supported by this server yet")),
         None => ApiError::invalid(format!("Unsupported action: {name}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn action(name: &str, fields: &[(&str, Ipld)]) -> Ipld {
+        let mut map: BTreeMap<String, Ipld> =
+            fields.iter().map(|(key, value)| ((*key).to_owned(), value.clone())).collect();
+        map.insert("_".into(), Ipld::String(name.into()));
+        map.insert("ts".into(), Ipld::Integer(1));
+        Ipld::Map(map)
+    }
+
+    #[test]
+    fn decoding_without_a_handler_answers_as_dispatch_would() {
+        let kind = |protocol, name, value| decode_for_fuzzing(protocol, name, value).unwrap_err().kind();
+        assert!(decode_for_fuzzing(3, "ListAgents", action("ListAgents", &[])).is_ok());
+        let missing = decode_for_fuzzing(3, "GetAgent", action("GetAgent", &[])).unwrap_err();
+        assert_eq!((missing.kind(), missing.message()), (ErrorKind::Invalid, "Agent ID is required"));
+        let flag = [("agentId", Ipld::String("a".into())), ("publicRead", Ipld::Integer(1))];
+        assert_eq!(kind(3, "SetAgentPublicRead", action("SetAgentPublicRead", &flag)), ErrorKind::Invalid);
+        // Known to the protocol but not routed yet: 501, as `dispatch` answers.
+        assert_eq!(kind(3, "CancelRun", action("CancelRun", &[])), ErrorKind::NotImplemented);
+        assert_eq!(kind(3, "Nope", action("Nope", &[])), ErrorKind::Invalid);
+        // An integer no union can read back, deep in an open value.
+        let metadata = Ipld::Map(BTreeMap::from([("n".to_owned(), Ipld::Integer(i128::from(i64::MIN) - 1))]));
+        let secret = [("name", Ipld::String("k".into())), ("value", Ipld::Bytes(vec![1])), ("metadata", metadata)];
+        assert_eq!(kind(3, "SetSecret", action("SetSecret", &secret)), ErrorKind::Invalid);
+        // The compat upgrade runs first.
+        let combine = action("CombineAgentTriggers", &[]);
+        assert_eq!(kind(2, "CombineAgentTriggers", combine), ErrorKind::UpdateRequired);
     }
 }

@@ -5,7 +5,8 @@
 //! ``invalid type: string "x", expected a boolean``. Where upstream checks a field by hand and
 //! clients may show its message, the same check runs here first on the generic value, with
 //! upstream's text. Everything else falls back to `<field> is required` (a missing field) or
-//! `Invalid <Action>: <reason>`.
+//! `Invalid <Action>: <reason>`. One check of our own comes first too: [`integers_fit`] refuses
+//! integers below -2^63, which the protocol's unions cannot read back.
 
 use std::collections::BTreeMap;
 
@@ -79,6 +80,28 @@ pub fn check(action: &str, fields: &BTreeMap<String, Ipld>) -> ApiResult<()> {
     Ok(())
 }
 
+/// Refuses an action holding, anywhere, an integer below `i64::MIN` (CBOR goes down to -2^64).
+///
+/// Typed decoding of the action itself takes one, into an open `Value`, but serde buffers the
+/// members of a union (`AgentResponse`, `SessionEventPayload`, …) in a form without 128-bit
+/// integers (serde issue 1682), so every response or event that later carried the stored value
+/// would fail to decode: in the SDK, for every reader of a shared agent, and in the server's own
+/// idempotent replays.
+pub fn integers_fit(action: &str, value: &Ipld) -> ApiResult<()> {
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        match value {
+            Ipld::Integer(n) if *n < i128::from(i64::MIN) => {
+                return Err(ApiError::invalid(format!("Invalid {action}: integer {n} is below -2^63")));
+            }
+            Ipld::List(items) => pending.extend(items),
+            Ipld::Map(entries) => pending.extend(entries.values()),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// The 400 for a map that typed decoding refused.
 pub fn decode_error(action: &str, reason: &str) -> ApiError {
     if let Some(field) = reason.strip_prefix("missing field `").and_then(|rest| rest.split('`').next()) {
@@ -127,6 +150,18 @@ mod tests {
         assert!(check("ListAgents", &map(&[("anything", Ipld::Null)])).is_ok());
         let verb = map(&[("verb", Ipld::String("delegate".into()))]);
         assert_eq!(message("InvokeSessionTool", verb), "verb must be read, write, or call");
+    }
+
+    #[test]
+    fn integers_below_i64_are_refused_at_any_depth() {
+        let below = Ipld::Integer(i128::from(i64::MIN) - 1);
+        let nested = Ipld::Map(map(&[("a", Ipld::List(vec![Ipld::Null, Ipld::Map(map(&[("b", below.clone())]))]))]));
+        let error = integers_fit("SetSecret", &nested).unwrap_err();
+        assert_eq!(error.message(), "Invalid SetSecret: integer -9223372036854775809 is below -2^63");
+        assert_eq!(error.kind(), crate::error::ErrorKind::Invalid);
+        assert!(integers_fit("SetSecret", &below).is_err());
+        let fits = [Ipld::Integer(i64::MIN.into()), Ipld::Integer(u64::MAX.into()), Ipld::Float(-1e30)];
+        assert!(integers_fit("SetSecret", &Ipld::List(fits.to_vec())).is_ok());
     }
 
     #[test]

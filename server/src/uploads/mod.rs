@@ -36,7 +36,7 @@ use crate::bus::ChangeReason;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::memory::path::MemoryPath;
 
-pub use order::{ARRIVAL_GRACE, AppendOrder};
+pub use order::{ARRIVAL_GRACE, AppendOrder, WAIT};
 pub use sweep::{spawn_sweeper, sweep};
 
 /// The largest chunk: 8 MiB.
