@@ -82,7 +82,11 @@ impl ModelError {
 /// `N s` with at most one decimal (`120 s`, `0.3 s`).
 pub(crate) fn seconds(duration: Duration) -> String {
     let millis = duration.as_millis();
-    if millis % 1000 == 0 { format!("{} s", millis / 1000) } else { format!("{:.1} s", duration.as_secs_f64()) }
+    if millis.is_multiple_of(1000) {
+        format!("{} s", millis / 1000)
+    } else {
+        format!("{:.1} s", duration.as_secs_f64())
+    }
 }
 
 /// An error with its sources, which `reqwest`'s own `Display` leaves out.
