@@ -187,3 +187,39 @@ fn secret_header(value: &str) -> Result<HeaderValue, ModelError> {
     header.set_sensitive(true);
     Ok(header)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Message, UserPart, endpoint_for};
+
+    fn is_send<T: Send>(_: &T) {}
+
+    #[test]
+    fn a_step_can_run_on_any_worker() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = Client::new(reqwest::Client::new(), Timeouts::default());
+        let endpoint = endpoint_for("ollama", "http://127.0.0.1:9/v1".into(), None, "m".into()).expect("supported");
+        let request = ModelRequest {
+            messages: vec![Message::User(vec![UserPart::Text("hi".into())])],
+            ..ModelRequest::default()
+        };
+        let mut events = |_: crate::model::StreamEvent| {};
+        // Never polled: only its type is checked.
+        let step = client.step(&endpoint, &request, &mut events);
+        is_send(&step);
+        is_send(&client);
+    }
+
+    #[test]
+    fn prepared_requests() {
+        let endpoint = endpoint_for("anthropic", "https://api.anthropic.com/".into(), None, "c".into()).expect("ok");
+        let prepared = prepare(&endpoint, &ModelRequest::default()).expect("prepared");
+        assert_eq!(prepared.url.as_str(), "https://api.anthropic.com/v1/messages");
+        assert_eq!(prepared.headers["x-api-key"], "local");
+        assert!(prepared.headers["x-api-key"].is_sensitive());
+        let bad = endpoint_for("custom", "not a url".into(), None, "m".into()).expect("ok");
+        let error = prepare(&bad, &ModelRequest::default()).expect_err("invalid URL");
+        assert_eq!(error.kind, ModelErrorKind::Connect);
+    }
+}

@@ -112,8 +112,9 @@ pub(crate) mod test_support {
         replay_chunks(wire, vec![text.as_bytes().to_vec()]).await
     }
 
-    /// Decodes `text` split in two at every byte, and one byte per chunk, and checks that every
-    /// way gives the same events and outcome as the whole text; returns that.
+    /// Decodes `text` split in two at every byte, one byte per chunk, and with CRLF line ends one
+    /// byte per chunk, and checks that every way gives the same events and outcome as the whole
+    /// text; returns that.
     pub(crate) async fn decode_every_split(wire: Wire, text: &str) -> (Vec<StreamEvent>, Result<Step, ModelError>) {
         let bytes = text.as_bytes();
         let whole = replay(wire, text).await;
@@ -123,6 +124,10 @@ pub(crate) mod test_support {
         }
         let single = replay_chunks(wire, bytes.iter().map(|byte| vec![*byte]).collect()).await;
         assert_eq!(single, whole, "one byte per chunk");
+        // CRLF line ends (JSON data holds no raw newline, so only line ends change).
+        let crlf = text.replace('\n', "\r\n");
+        let crlf_single = replay_chunks(wire, crlf.as_bytes().iter().map(|byte| vec![*byte]).collect()).await;
+        assert_eq!(crlf_single, whole, "CRLF, one byte per chunk");
         whole
     }
 }
