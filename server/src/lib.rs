@@ -22,6 +22,7 @@ pub mod http;
 pub mod idempotency;
 pub mod identities;
 pub mod memory;
+pub mod model;
 pub mod providers;
 pub mod runs;
 pub mod secrets;

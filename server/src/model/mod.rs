@@ -1,0 +1,466 @@
+//! The model-provider room: one model step against a vendor's streaming API.
+//!
+//! The runtime speaks one neutral conversation ([`ModelRequest`]: a system prompt, [`Message`]s,
+//! [`ToolSpec`]s) and gets back one assembled [`Step`] (text, tool calls, why it stopped, token
+//! usage), with [`StreamEvent`]s pushed to a callback while the answer streams in. Two codecs
+//! translate: `openai` writes OpenAI-compatible chat completions (provider types openai,
+//! openrouter, deepseek, groq, xai, ollama, custom) and `anthropic` writes Anthropic Messages.
+//! Each codec has a request half (neutral conversation to vendor JSON) and a stream half (vendor
+//! SSE events to neutral events and a step); neither touches the network.
+//!
+//! [`Client`] owns the network: the HTTP request, our own retry layer (a few quick retries before
+//! any byte of an answer was consumed), the connect / first-byte / idle timeouts, and the
+//! classification of every failure into one [`ModelError`]. Nothing here knows sessions, runs or
+//! the database; the runtime decides what a failure means for a turn.
+//!
+//! Layout: `client` (requests, retries, streaming), `retry` (which answers are retried and when),
+//! `sse` (response bytes under timeouts, framed as SSE events by `sseer`), `assemble` (the step
+//! being built: text, tool-call fragments, usage), `ids` (tool-call id rules per vendor),
+//! `error`, `openai/` and `anthropic/` (request and stream halves of each codec).
+
+mod anthropic;
+mod assemble;
+mod client;
+mod error;
+mod ids;
+mod openai;
+mod retry;
+mod sse;
+
+use std::fmt;
+use std::ops::{Add, AddAssign};
+
+use zeroize::Zeroizing;
+
+use crate::providers::registry::reasoning_support_for;
+
+pub use client::{Client, Timeouts};
+pub use error::{ModelError, ModelErrorKind};
+pub use retry::Retry;
+
+/// The callback a step pushes its [`StreamEvent`]s to.
+pub(crate) type StepEvents<'a> = dyn FnMut(StreamEvent) + Send + 'a;
+
+/// The `max_tokens`-class limit sent on every request (RUNTIME-NOTES §1.10).
+pub const MAX_TOKENS: u32 = 16_384;
+
+/// Which wire format an endpoint speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Wire {
+    /// OpenAI-compatible chat completions: `POST {base}/chat/completions`.
+    OpenAiChat,
+    /// Anthropic Messages: `POST {base}/v1/messages`.
+    Anthropic,
+}
+
+/// Where one model step goes: the wire format, the provider type (which tunes a few fields), the
+/// base URL, the key and the model id. Its `Debug` never shows the key.
+#[derive(Clone)]
+pub struct Endpoint {
+    /// The wire format, from the provider type ([`endpoint_for`]).
+    pub wire: Wire,
+    /// The provider type's wire name: `openai`, `anthropic`, `ollama`, …
+    pub provider_type: String,
+    /// The base URL: `https://api.openai.com/v1` style for chat completions (the path
+    /// `chat/completions` is appended), `https://api.anthropic.com` for Anthropic (`v1/messages`).
+    pub base_url: String,
+    /// The API key; `None` sends the placeholder `local` (keyless types such as ollama and custom).
+    pub api_key: Option<Zeroizing<String>>,
+    /// The model id sent as `model`.
+    pub model: String,
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("wire", &self.wire)
+            .field("provider_type", &self.provider_type)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("model", &self.model)
+            .finish()
+    }
+}
+
+/// One model step's input: the whole conversation as the provider should see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelRequest {
+    /// The system prompt.
+    pub system: String,
+    /// The conversation, oldest first.
+    pub messages: Vec<Message>,
+    /// The tools offered, in the order the provider should list them.
+    pub tools: Vec<ToolSpec>,
+    /// The reasoning level name (`minimal` … `xhigh`); `None`, `off`, `none` and `default` mean no
+    /// level. Only Anthropic budget thinking is sent in this build; on OpenAI gpt-5.1 and later,
+    /// no level sends `reasoning_effort: "none"`, and a level on an OpenAI reasoning model is
+    /// refused as [`ModelErrorKind::Unsupported`] (it needs the Responses API).
+    pub reasoning: Option<String>,
+    /// The output token limit ([`MAX_TOKENS`] by default).
+    pub max_tokens: u32,
+    /// The provider's `modelDefaults`, shallow-merged over the finished payload last, so its keys
+    /// win over ours (RUNTIME-NOTES §1.10).
+    pub model_defaults: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl Default for ModelRequest {
+    fn default() -> Self {
+        Self {
+            system: String::new(),
+            messages: Vec::new(),
+            tools: Vec::new(),
+            reasoning: None,
+            max_tokens: MAX_TOKENS,
+            model_defaults: None,
+        }
+    }
+}
+
+/// One message of the neutral conversation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Message {
+    /// A user turn: text and images, in order.
+    User(Vec<UserPart>),
+    /// An assistant turn: its text and the tool calls it made. One with neither is not sent.
+    Assistant {
+        /// The assistant's text (may be empty when it only called tools).
+        text: String,
+        /// The calls it made, in order.
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The results of the preceding assistant message's calls, in call order.
+    ToolResults(Vec<ToolResult>),
+}
+
+/// A piece of a user message.
+#[derive(Clone, PartialEq)]
+pub enum UserPart {
+    /// Plain text.
+    Text(String),
+    /// An image, sent inline (a data URL or a base64 block).
+    Image {
+        /// Its media type, such as `image/png`.
+        mime: String,
+        /// Its bytes.
+        data: Vec<u8>,
+    },
+}
+
+impl fmt::Debug for UserPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Text(text) => f.debug_tuple("Text").field(text).finish(),
+            Self::Image { mime, data } => {
+                f.debug_struct("Image").field("mime", mime).field("bytes", &data.len()).finish()
+            }
+        }
+    }
+}
+
+/// A tool call, as the model made it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolCall {
+    /// The provider's call id, as it sent it (codecs normalise ids only on the way out).
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The parsed arguments. Streamed fragments are joined and parsed once at the end: an empty
+    /// argument string becomes `{}`, and text that is not valid JSON (a truncated or garbled call)
+    /// becomes `Value::String(<the raw text>)`, so schema validation fails with the model's own
+    /// text in the report instead of a guessed object.
+    pub arguments: serde_json::Value,
+}
+
+/// The result of one tool call, sent back to the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolResult {
+    /// The id of the call it answers.
+    pub call_id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The text the model sees.
+    pub text: String,
+    /// Whether the call failed (Anthropic `is_error`; chat completions has no such flag).
+    pub is_error: bool,
+}
+
+/// A tool the model may call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    /// Its name.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// Its arguments as JSON Schema (Anthropic gets only `type`, `properties` and `required`).
+    pub parameters: serde_json::Value,
+}
+
+/// Something the provider streamed, pushed to the caller as it arrives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// A piece of answer text, exactly as the provider sent it.
+    TextDelta(String),
+    /// A piece of reasoning ("thinking") text; never part of the answer.
+    ReasoningDelta(String),
+    /// A tool call began (its arguments are still streaming).
+    ToolCallStarted {
+        /// The provider's call id.
+        id: String,
+        /// The tool's name.
+        name: String,
+    },
+}
+
+/// One model step's outcome: what the model said and did, and why it stopped.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// The answer text (all text deltas joined).
+    pub text: String,
+    /// The tool calls, in the order the provider started them.
+    pub tool_calls: Vec<ToolCall>,
+    /// Why the model stopped.
+    pub stop: StopReason,
+    /// Token usage of this step.
+    pub usage: Usage,
+}
+
+/// Why a step ended. Refusals and filters are errors ([`ModelErrorKind::FinishReason`]), not
+/// stop reasons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StopReason {
+    /// The model finished its answer.
+    Stop,
+    /// The output limit cut the answer; the text so far is kept as the answer.
+    Length,
+    /// The model wants its tool calls run.
+    ToolUse,
+}
+
+/// Token counts of a step (or a sum of steps, with `+=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Usage {
+    /// Input tokens not read from or written to the prompt cache.
+    pub input: u64,
+    /// Output tokens (reasoning included).
+    pub output: u64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read: u64,
+    /// Input tokens written to the prompt cache.
+    pub cache_write: u64,
+    /// The sum of the four.
+    pub total: u64,
+}
+
+impl AddAssign for Usage {
+    fn add_assign(&mut self, other: Self) {
+        self.input += other.input;
+        self.output += other.output;
+        self.cache_read += other.cache_read;
+        self.cache_write += other.cache_write;
+        self.total += other.total;
+    }
+}
+
+impl Add for Usage {
+    type Output = Self;
+
+    fn add(mut self, other: Self) -> Self {
+        self += other;
+        self
+    }
+}
+
+/// The endpoint for a provider type, or [`ModelErrorKind::Unsupported`] when this build has no
+/// codec for it (google, and any unknown type).
+pub fn endpoint_for(
+    provider_type: &str,
+    base_url: String,
+    api_key: Option<Zeroizing<String>>,
+    model: String,
+) -> Result<Endpoint, ModelError> {
+    let wire = match provider_type {
+        "anthropic" => Wire::Anthropic,
+        "openai" | "openrouter" | "deepseek" | "groq" | "xai" | "ollama" | "custom" => Wire::OpenAiChat,
+        "google" => {
+            return Err(ModelError::unsupported("Provider type google is not supported by this server's runtime yet"));
+        }
+        other => return Err(ModelError::unsupported(format!("Unsupported model provider type: {other}"))),
+    };
+    Ok(Endpoint { wire, provider_type: provider_type.to_owned(), base_url, api_key, model })
+}
+
+/// Whether a step needs OpenAI's Responses API, which this build does not speak: an `openai`
+/// model with reasoning control and a level set (RUNTIME-NOTES §1.3, §1.9). gpt-5.1 and later
+/// without a level stay on chat completions with `reasoning_effort: "none"` (§7); a level on a
+/// model without reasoning control sends nothing, as upstream does.
+pub fn needs_responses_api(provider_type: &str, model: &str, reasoning: Option<&str>) -> bool {
+    provider_type == "openai"
+        && reasoning_level(reasoning).is_some()
+        && reasoning_support_for(provider_type, model).is_some()
+}
+
+/// The level name when one is really set (`off`, `none`, `default` and blank mean none).
+fn reasoning_level(reasoning: Option<&str>) -> Option<&str> {
+    reasoning.map(str::trim).filter(|level| !matches!(*level, "" | "off" | "none" | "default"))
+}
+
+/// Shallow-merges the provider's `modelDefaults` over a finished payload: its keys win.
+pub(crate) fn merge_defaults(
+    body: &mut serde_json::Map<String, serde_json::Value>,
+    defaults: Option<&serde_json::Map<String, serde_json::Value>>,
+) {
+    for (key, value) in defaults.into_iter().flatten() {
+        body.insert(key.clone(), value.clone());
+    }
+}
+
+/// `data:<mime>;base64,<data>`.
+pub(crate) fn data_url(mime: &str, data: &[u8]) -> String {
+    format!("data:{mime};base64,{}", base64_text(data))
+}
+
+/// Standard padded base64, as both vendors expect for inline images.
+pub(crate) fn base64_text(data: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// A conversation that exercises every message shape, shared by the codecs' golden tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use serde_json::json;
+
+    use super::*;
+
+    /// An endpoint of `provider_type` on a loopback base URL.
+    pub(crate) fn endpoint(provider_type: &str, model: &str) -> Endpoint {
+        endpoint_for(provider_type, "http://127.0.0.1:9/v1".into(), None, model.into()).expect("supported type")
+    }
+
+    /// System prompt, a user message with the sender prefix and an image, an assistant message
+    /// with two calls (a composite id and an id over 40 characters), their results (one an
+    /// error), an assistant message with nothing in it (dropped), a call whose arguments never
+    /// parsed, its empty result, a plain user message, two tools and a `modelDefaults` key.
+    pub(crate) fn sample_request() -> ModelRequest {
+        let long_id = "toolu_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGH";
+        let mut defaults = serde_json::Map::new();
+        defaults.insert("temperature".into(), json!(0.2));
+        ModelRequest {
+            system: "You are terse.".into(),
+            messages: vec![
+                Message::User(vec![
+                    UserPart::Text(
+                        "<message_sender>\n{\"accountId\":\"z6Mk1\"}\n</message_sender>\n\nWhat is in my notes?".into(),
+                    ),
+                    UserPart::Image { mime: "image/png".into(), data: vec![0x89, 0x50, 0x4e, 0x47] },
+                ]),
+                Message::Assistant {
+                    text: "Let me look.".into(),
+                    tool_calls: vec![
+                        ToolCall {
+                            id: "call_9|fc_123".into(),
+                            name: "read".into(),
+                            arguments: json!({"address": "~/memory/"}),
+                        },
+                        ToolCall { id: long_id.into(), name: "status".into(), arguments: json!({"title": "Notes"}) },
+                    ],
+                },
+                Message::ToolResults(vec![
+                    ToolResult {
+                        call_id: "call_9|fc_123".into(),
+                        name: "read".into(),
+                        text: "notes.md".into(),
+                        is_error: false,
+                    },
+                    ToolResult {
+                        call_id: long_id.into(),
+                        name: "status".into(),
+                        text: "Title must be short".into(),
+                        is_error: true,
+                    },
+                ]),
+                Message::Assistant { text: String::new(), tool_calls: Vec::new() },
+                Message::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![ToolCall { id: "call_2".into(), name: "read".into(), arguments: json!("{\"bad") }],
+                },
+                Message::ToolResults(vec![ToolResult {
+                    call_id: "call_2".into(),
+                    name: "read".into(),
+                    text: String::new(),
+                    is_error: false,
+                }]),
+                Message::User(vec![UserPart::Text("Thanks".into())]),
+            ],
+            tools: vec![
+                ToolSpec {
+                    name: "read".into(),
+                    description: "Read anything you can address.".into(),
+                    parameters: json!({"type": "object", "additionalProperties": false,
+                        "properties": {"address": {"type": "string", "minLength": 1}}, "required": ["address"]}),
+                },
+                ToolSpec {
+                    name: "status".into(),
+                    description: "Set the session title.".into(),
+                    parameters: json!({"type": "object", "properties": {"title": {"type": "string"}}}),
+                },
+            ],
+            reasoning: None,
+            max_tokens: MAX_TOKENS,
+            model_defaults: Some(defaults),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_by_provider_type() {
+        for type_ in ["openai", "openrouter", "deepseek", "groq", "xai", "ollama", "custom"] {
+            let endpoint = endpoint_for(type_, "http://x/v1".into(), None, "m".into()).expect("supported");
+            assert_eq!(endpoint.wire, Wire::OpenAiChat, "{type_}");
+        }
+        let anthropic = endpoint_for("anthropic", "https://api.anthropic.com".into(), None, "c".into());
+        assert_eq!(anthropic.expect("supported").wire, Wire::Anthropic);
+
+        let google = endpoint_for("google", String::new(), None, "gemini-2.5-flash".into()).expect_err("unsupported");
+        assert_eq!(google.kind, ModelErrorKind::Unsupported);
+        assert_eq!(google.message, "Provider type google is not supported by this server's runtime yet");
+        let unknown = endpoint_for("mistral", String::new(), None, "m".into()).expect_err("unsupported");
+        assert_eq!(unknown.message, "Unsupported model provider type: mistral");
+    }
+
+    #[test]
+    fn endpoint_debug_hides_the_key() {
+        let key = Zeroizing::new("sk-very-secret".to_owned());
+        let endpoint = endpoint_for("openai", "https://api.openai.com/v1".into(), Some(key), "gpt-4.1".into());
+        let shown = format!("{:?}", endpoint.expect("supported"));
+        assert!(!shown.contains("sk-very-secret"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn responses_api_only_for_a_level_on_an_openai_reasoning_model() {
+        assert!(needs_responses_api("openai", "o3", Some("high")));
+        assert!(needs_responses_api("openai", "gpt-5", Some("minimal")));
+        assert!(needs_responses_api("openai", "gpt-5.2", Some("xhigh")));
+        // No level: chat completions (gpt-5.1+ get reasoning_effort "none" there).
+        assert!(!needs_responses_api("openai", "gpt-5.2", None));
+        assert!(!needs_responses_api("openai", "gpt-5.1", Some("off")));
+        assert!(!needs_responses_api("openai", "o4-mini", Some("")));
+        // No reasoning control, or not OpenAI: nothing to switch for.
+        assert!(!needs_responses_api("openai", "gpt-4.1", Some("high")));
+        assert!(!needs_responses_api("anthropic", "claude-sonnet-4-5", Some("high")));
+        assert!(!needs_responses_api("openrouter", "openai/o3", Some("high")));
+    }
+
+    #[test]
+    fn usage_adds_up() {
+        let mut sum = Usage { input: 1, output: 2, cache_read: 3, cache_write: 4, total: 10 };
+        sum += Usage { input: 10, output: 20, cache_read: 30, cache_write: 40, total: 100 };
+        assert_eq!(sum, Usage { input: 11, output: 22, cache_read: 33, cache_write: 44, total: 110 });
+        assert_eq!(Usage::default() + sum, sum);
+    }
+}
