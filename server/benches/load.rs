@@ -67,7 +67,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use fixtures::{definition, provider_config};
-use process::{CLOCK_TICKS_PER_SECOND, Memory, Server, cpu_ticks, free_port, server_command};
+use process::{CLOCK_TICKS_PER_SECOND, Memory, Server, cpu_ticks, free_port, load_average, server_command};
 use seed_agents_protocol::envelope::{KeyCache, SignedEnvelope, TIMESTAMP_WINDOW_MS};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, ListAgents, ListAgentsResponse, SetModelProvider,
@@ -411,10 +411,6 @@ async fn post(http: &reqwest::Client, url: &str, body: Vec<u8>) -> Result<(), St
 
 // ---------------------------------------------------------------------------------------------
 // Reading the machine and the processes.
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg").map_or_else(|_| "unknown".to_owned(), |text| text.trim().to_owned())
-}
 
 /// The type of the filesystem holding `path` (the longest mount point that prefixes it).
 fn filesystem_of(path: &Path) -> String {

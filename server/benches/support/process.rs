@@ -20,7 +20,7 @@ pub struct Server {
 
 impl Server {
     pub fn spawn(name: &'static str, (mut command, addr): (Command, SocketAddr)) -> Self {
-        let child = command.stdin(Stdio::null()).stdout(Stdio::null()).spawn().unwrap();
+        let child = command.stdin(Stdio::null()).stdout(Stdio::null()).spawn().expect("the server binary starts");
         Server { name, addr, child }
     }
 
@@ -62,13 +62,15 @@ pub fn server_command(data_dir: &Path) -> (Command, SocketAddr) {
 
 /// A loopback address nobody listens on right now.
 pub fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    TcpListener::bind("127.0.0.1:0").and_then(|listener| listener.local_addr()).expect("a free loopback port")
 }
 
 /// Resident memory of a process, in MiB.
 pub struct Memory {
     pub rss: f64,
     pub peak: f64,
+    /// The anonymous part of `rss` (heap and stacks; the rest is mapped files and shared memory).
+    pub anon: f64,
 }
 
 impl Memory {
@@ -81,7 +83,7 @@ impl Memory {
                 .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
                 .map_or(f64::NAN, |kib| kib / 1024.0)
         };
-        Memory { rss: field("VmRSS:"), peak: field("VmHWM:") }
+        Memory { rss: field("VmRSS:"), peak: field("VmHWM:"), anon: field("RssAnon:") }
     }
 }
 
@@ -99,4 +101,9 @@ pub fn cpu_ticks(pid: u32) -> u64 {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let field = |index: usize| fields.get(index).and_then(|value| value.parse::<u64>().ok()).unwrap_or(0);
     field(11) + field(12)
+}
+
+/// The machine's load averages (`/proc/loadavg`): other work moves every figure a bench prints.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(|_| "unknown".to_owned(), |text| text.trim().to_owned())
 }
