@@ -14,7 +14,7 @@ use super::queue::Changes;
 use crate::access::{self, Need};
 use crate::app::App;
 use crate::auth::Caller;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
 /// Runs per `ListRuns` page when the client does not say.
@@ -43,36 +43,45 @@ pub async fn get_run(app: &App, caller: &Caller, action: GetRun) -> ApiResult<Ge
 /// oldest first (not limited by the query), a session's root runs newest first, or an agent's
 /// runs newest first. `status` filters what was fetched and the page is cut to `limit` (default
 /// 50, clamped to 1..=200; a non-integer number is floored and anything else means the default,
-/// see `dispatch::shape`), as upstream does. Every selector given must be visible to the caller,
-/// checked in upstream's order (agent, session, run), so naming a visible agent never reveals
-/// another agent's tree.
+/// see `dispatch::shape`), as upstream does.
+///
+/// Access is checked as upstream checks it, on the first selector present of agentId, sessionId,
+/// rootRunId (its 404 or 403). When that is not the selector that chooses the runs, the chosen
+/// one must be visible too, else the list is empty: upstream answers that way for another
+/// owner's runs, and would list another agent of the same owner, which we do not.
 pub async fn list_runs(app: &App, caller: &Caller, action: ListRuns) -> ApiResult<ListRunsResponse> {
     let limit = action.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
     let account = caller.account_id.clone();
     app.db
         .read(move |conn| {
-            if let Some(agent_id) = &action.agent_id {
-                access::require(conn, agent_id, &account, Need::Read)?;
+            let selector = match (&action.root_run_id, &action.session_id, &action.agent_id) {
+                (Some(root), _, _) => Selector::Root(root),
+                (None, Some(session), _) => Selector::Session(session),
+                (None, None, Some(agent)) => Selector::Agent(agent),
+                (None, None, None) => return Err(ApiError::invalid(NO_SELECTOR)),
+            };
+            let checked = match (&action.agent_id, &action.session_id, &action.root_run_id) {
+                (Some(agent), _, _) => Selector::Agent(agent),
+                (None, Some(session), _) => Selector::Session(session),
+                (None, None, Some(root)) => Selector::Root(root),
+                (None, None, None) => return Err(ApiError::invalid(NO_SELECTOR)),
+            };
+            checked.require(conn, &account)?;
+            if selector != checked && !selector.visible(conn, &account)? {
+                return Ok(ListRunsResponse { runs: Vec::new() });
             }
-            if let Some(session_id) = &action.session_id {
-                access::require_session(conn, session_id, &account, Need::Read)?;
-            }
-            if let Some(root) = &action.root_run_id {
-                access::require_run(conn, root, &account, Need::Read)?;
-            }
-            let mut runs = match (&action.root_run_id, &action.session_id, &action.agent_id) {
-                (Some(root), _, _) => info::select(conn, "r.root_run_id = ?1", "r.created_at, r.id", -1, &[root])?,
-                (None, Some(session), _) => info::select(
+            let mut runs = match selector {
+                Selector::Root(root) => info::select(conn, "r.root_run_id = ?1", "r.created_at, r.id", -1, &[root])?,
+                Selector::Session(session) => info::select(
                     conn,
                     "r.session_id = ?1 AND r.id = r.root_run_id",
                     "r.created_at DESC, r.id DESC",
                     limit,
                     &[session],
                 )?,
-                (None, None, Some(agent)) => {
+                Selector::Agent(agent) => {
                     info::select(conn, "r.agent_id = ?1", "r.created_at DESC, r.id DESC", limit, &[agent])?
                 }
-                (None, None, None) => return Err(ApiError::invalid(NO_SELECTOR)),
             };
             if let Some(status) = action.status {
                 runs.retain(|run| run.status == status);
@@ -81,6 +90,34 @@ pub async fn list_runs(app: &App, caller: &Caller, action: ListRuns) -> ApiResul
             Ok(ListRunsResponse { runs })
         })
         .await
+}
+
+/// One of `ListRuns`'s selectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Selector<'a> {
+    Root(&'a String),
+    Session(&'a String),
+    Agent(&'a String),
+}
+
+impl Selector<'_> {
+    /// Reader access to what the selector names, with the protocol's 404/403.
+    fn require(self, conn: &rusqlite::Connection, account: &str) -> ApiResult<access::Access> {
+        match self {
+            Selector::Root(root) => access::require_run(conn, root, account, Need::Read),
+            Selector::Session(session) => access::require_session(conn, session, account, Need::Read),
+            Selector::Agent(agent) => access::require(conn, agent, account, Need::Read),
+        }
+    }
+
+    /// Whether the caller may read what the selector names.
+    fn visible(self, conn: &rusqlite::Connection, account: &str) -> ApiResult<bool> {
+        match self.require(conn, account) {
+            Ok(_) => Ok(true),
+            Err(error) if matches!(error.kind(), ErrorKind::NotFound | ErrorKind::Forbidden) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
 }
 
 /// `CancelRun {runId}` (writer): cancels the run's tree; `canceled` says whether anything was
