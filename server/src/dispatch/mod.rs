@@ -117,6 +117,18 @@ pub fn decode_for_fuzzing(protocol: u32, name: &str, action: Ipld) -> ApiResult<
     routes!(decode_only)
 }
 
+/// What [`dispatch`] does to a few fields before typed decoding, as upstream reads them leniently
+/// (`ListRuns.limit`: a fraction is floored, a non-number ignored; see `shape::lenient`).
+///
+/// Exists for the fuzzer, which compares what the server accepts with what the protocol's
+/// `AgentAction` union decodes; not part of the server's API.
+#[doc(hidden)]
+pub fn lenient_for_fuzzing(name: &str, action: &mut Ipld) {
+    if let Ipld::Map(fields) = action {
+        shape::lenient(name, fields);
+    }
+}
+
 /// Decodes a verified action map as `A`, with the shape checks and messages of [`shape`].
 pub(crate) fn decode<A: serde::de::DeserializeOwned>(name: &str, mut action: Ipld) -> ApiResult<A> {
     if let Ipld::Map(fields) = &mut action {

@@ -495,6 +495,11 @@ impl Engine {
                 let stop = StopSignal::new();
                 let live = Live { stop: stop.clone(), claim, done: watch::channel(None).0 };
                 lock(&inner.live).insert(claimed.id.clone(), live);
+                // A shutdown that began meanwhile may have signaled the runs before this one was
+                // registered: signal it here (it then never starts; the boot sweep resumes it).
+                if inner.closing.load(Ordering::SeqCst) {
+                    stop.stop(StopReason::Shutdown);
+                }
                 Ok(Some((claimed, stop, changes)))
             })
             .await;
@@ -558,21 +563,34 @@ async fn sweep(app: &App) {
     }
 }
 
-/// One dispatcher pass: wake parked runs that are due, then claim while there is room.
+/// One dispatcher pass: wake parked runs that are due, then claim while there is room. A read
+/// first tells whether either has anything to do, so an idle server does not queue writes.
 async fn pass(app: &Arc<App>) {
     let engine = &app.runs;
-    let now = app.clock.now_ms();
-    let woken = app
-        .db
-        .write(move |conn| {
-            let mut changes = Changes::default();
-            queue::wake_due(conn, now, &mut changes)?;
-            Ok(changes)
-        })
-        .await;
-    match woken {
-        Ok(changes) => changes.publish(app),
-        Err(error) => tracing::warn!(%error, "waking parked runs failed"),
+    let (now, owner) = (app.clock.now_ms(), engine.inner.owner.clone());
+    let due = match app.db.read(move |conn| Ok(queue::due(conn, &owner, now)?)).await {
+        Ok(due) => due,
+        Err(error) => {
+            tracing::warn!(%error, "looking for due runs failed");
+            return;
+        }
+    };
+    if due.wake {
+        let woken = app
+            .db
+            .write(move |conn| {
+                let mut changes = Changes::default();
+                queue::wake_due(conn, now, &mut changes)?;
+                Ok(changes)
+            })
+            .await;
+        match woken {
+            Ok(changes) => changes.publish(app),
+            Err(error) => tracing::warn!(%error, "waking parked runs failed"),
+        }
+    }
+    if !due.wake && !due.claim {
+        return;
     }
     while engine.executing() < engine.inner.limits.max_in_flight {
         match engine.claim(app, None).await {
@@ -618,6 +636,9 @@ async fn execute_claimed(app: &Arc<App>, claimed: Claimed, stop: &StopSignal) ->
     changes.publish(app);
     if !started {
         return Ok(Settled::Ignored);
+    }
+    if stop.reason() == Some(StopReason::Shutdown) {
+        return Ok(Settled::Requeued);
     }
     let outcome = match engine.executor() {
         Some(executor) => {

@@ -245,24 +245,50 @@ fn claimed_from_row(row: &Row<'_>) -> rusqlite::Result<Claimed> {
     })
 }
 
+/// Whether the dispatcher has work: parked runs to wake, runs to claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Due {
+    /// A parked run's wake time came.
+    pub wake: bool,
+    /// A queued run is due, or another owner's lease expired.
+    pub claim: bool,
+}
+
+/// [`due`]'s query (`?1` the owner, `?2` now).
+const DUE: &str = "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'waiting' AND not_before IS NOT NULL AND not_before <= ?2),
+        EXISTS (SELECT 1 FROM runs WHERE status = 'queued' AND kind = 'agent' AND (not_before IS NULL OR not_before <= ?2))
+        OR EXISTS (SELECT 1 FROM runs WHERE status IN ('claimed', 'running') AND kind = 'agent'
+                     AND lease_owner IS NOT ?1 AND lease_expires_at <= ?2)";
+
+/// What the dispatcher would find to do at `now_ms` (a read, so an idle tick writes nothing).
+pub fn due(conn: &Connection, owner: &str, now_ms: i64) -> rusqlite::Result<Due> {
+    conn.prepare_cached(DUE)?.query_row(params![owner, now_ms], |row| Ok(Due { wake: row.get(0)?, claim: row.get(1)? }))
+}
+
 /// Claims the next run for `owner` until `lease_until`: queued runs whose `not_before` passed,
 /// and runs of another owner whose lease expired; interactive before background, then oldest
 /// first; never a second claimed or running agent run in one session.
 pub fn claim_next(conn: &Connection, owner: &str, now_ms: i64, lease_until: i64) -> rusqlite::Result<Option<Claimed>> {
     conn.prepare_cached(&format!(
-        "UPDATE runs SET {CLAIM_SET} WHERE id = (
-           SELECT id FROM (
-             SELECT r.id, r.queue, r.created_at FROM runs r
-              WHERE r.status = 'queued' AND (r.not_before IS NULL OR r.not_before <= ?3) AND {ELIGIBLE}
-             UNION ALL
-             SELECT r.id, r.queue, r.created_at FROM runs r
-              WHERE r.status IN ('claimed', 'running') AND r.lease_owner IS NOT ?1 AND r.lease_expires_at <= ?3
-                AND {ELIGIBLE}
-           ) ORDER BY CASE queue WHEN 'interactive' THEN 0 ELSE 1 END, created_at, id LIMIT 1)
-         RETURNING {CLAIMED_COLUMNS}"
+        "UPDATE runs SET {CLAIM_SET} WHERE id = ({}) RETURNING {CLAIMED_COLUMNS}",
+        next_candidate()
     ))?
     .query_row(params![owner, lease_until, now_ms], claimed_from_row)
     .optional()
+}
+
+/// The id of the run [`claim_next`] takes (`?1` the owner, `?3` now).
+fn next_candidate() -> String {
+    format!(
+        "SELECT id FROM (
+           SELECT r.id, r.queue, r.created_at FROM runs r
+            WHERE r.status = 'queued' AND (r.not_before IS NULL OR r.not_before <= ?3) AND {ELIGIBLE}
+           UNION ALL
+           SELECT r.id, r.queue, r.created_at FROM runs r
+            WHERE r.status IN ('claimed', 'running') AND r.lease_owner IS NOT ?1 AND r.lease_expires_at <= ?3
+              AND {ELIGIBLE}
+         ) ORDER BY CASE queue WHEN 'interactive' THEN 0 ELSE 1 END, created_at, id LIMIT 1"
+    )
 }
 
 /// Claims run `run_id` for `owner` when it is queued, due, its session is free, and no older run
@@ -366,4 +392,35 @@ fn requeue(
         }
     }
     Ok(moved.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::migrated_in_memory;
+
+    /// The query plan of `sql` (its `detail` column).
+    fn plan(conn: &Connection, sql: &str) -> Vec<String> {
+        let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let count = statement.parameter_count();
+        let values: Vec<rusqlite::types::Value> = (0..count).map(|_| rusqlite::types::Value::Integer(1)).collect();
+        statement
+            .query_map(rusqlite::params_from_iter(values), |row| row.get::<_, String>(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_dispatcher_searches_indexes_and_never_scans_the_runs_table() {
+        let conn = migrated_in_memory();
+        let claim = next_candidate();
+        for sql in [claim.as_str(), DUE] {
+            let steps = plan(&conn, sql);
+            assert!(
+                steps.iter().all(|step| !(step.starts_with("SCAN r") && !step.contains("INDEX"))),
+                "a full scan of runs: {steps:?}"
+            );
+        }
+    }
 }
