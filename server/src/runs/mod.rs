@@ -7,8 +7,9 @@
 //! - [`finish`]: the one place an executor's outcome is written (retries with backoff, the final
 //!   failure's `error` event, usage);
 //! - [`cancel`]: a run's tree, a session's or an agent's live runs, a budget pause lifted;
-//! - [`engine`]: the [`Engine`] in `App` (dispatcher, inline runs, stop signals, shutdown) and the
-//!   [`Executor`] interface the model loop implements;
+//! - [`engine`]: the [`Engine`] in `App` (dispatcher, inline runs, leases, shutdown);
+//! - [`executor`]: the [`Executor`] interface the model loop implements, with what it is given
+//!   ([`Claimed`], [`StopSignal`]) and reports ([`Outcome`]);
 //! - [`wait`]: what a parked run waits for; [`info`]: rows read back as `RunInfo`;
 //! - [`actions`]: `GetRun`, `ListRuns`, `CancelRun`, `SignalRun`, `GetRunJournal`.
 //!
@@ -19,6 +20,7 @@
 pub mod actions;
 pub mod cancel;
 pub mod engine;
+pub mod executor;
 pub mod finish;
 pub mod info;
 pub mod queue;
