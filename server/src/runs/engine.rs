@@ -5,7 +5,7 @@
 //! [`Engine::notify`] and at least once per tick (1 s), requeues parked runs whose wake time came
 //! and claims runs while fewer than `max_in_flight` (8) execute in this process. Each claimed run
 //! executes on its own task: claimed → running, the executor's future (its lease renewed every
-//! 20 s), then [`finish`](super::finish). [`Engine::run_inline`] claims one given run for a
+//! 20 s), then [`finish`]. [`Engine::run_inline`] claims one given run for a
 //! caller who waits for it (MessageSession, RetrySession); it executes on a task of its own too,
 //! so a caller that goes away (a closed connection, the request timeout) never strands a claimed
 //! run.

@@ -1,7 +1,7 @@
 //! Finishing a run: the one place an executor's [`Outcome`] is written.
 //!
 //! - `Succeeded` and `Canceled` store the output and end the run.
-//! - `Parked` stores the [`Wait`](super::Wait) in `wait_cbor` (and its wake time in `not_before`).
+//! - `Parked` stores the [`Wait`] in `wait_cbor` (and its wake time in `not_before`).
 //! - `Failed` that is retryable while `attempt < max_attempts` goes back to `queued` with
 //!   `not_before` = now + min(base·2^(attempt−1), cap) + jitter below min(1 s, that delay), and
 //!   `attempt` counts the next execution; any other failure ends the run `failed`, appends a
