@@ -84,9 +84,12 @@ async fn every_envelope_rejection_has_its_status_and_message() {
     assert_eq!(refused(&server, bytes).await, (400, "Subscribe is only supported over WebSocket".into()));
     let bytes = user.sign_map(action_map("FlyToTheMoon", &[]), now_ms(), Some(3)).await;
     assert_eq!(refused(&server, bytes).await, (400, "Unsupported action: FlyToTheMoon".into()));
-    let bytes =
-        user.sign_map(action_map("ListRuns", &[("agentId", Ipld::String("x".into()))]), now_ms(), Some(3)).await;
-    assert_eq!(refused(&server, bytes).await, (501, "ListRuns is not supported by this server yet".into()));
+    let connect = [("sessionId", Ipld::String("x".into())), ("connectionId", Ipld::String("c".into()))];
+    let bytes = user.sign_map(action_map("ConnectSessionBrowser", &connect), now_ms(), Some(3)).await;
+    assert_eq!(
+        refused(&server, bytes).await,
+        (501, "ConnectSessionBrowser is not supported by this server yet".into())
+    );
     let bytes = user.sign_map(action_map("GetAgent", &[("agentId", Ipld::Integer(5))]), now_ms(), Some(3)).await;
     let (status, message) = refused(&server, bytes).await;
     assert_eq!(status, 400);

@@ -546,3 +546,49 @@ async fn silent_peers_are_dropped_and_shutdown_closes_with_1001() {
     assert_eq!(socket.next().await, json!({"_": "closed", "code": 1001}));
     stop.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_and_session_status_changes_reach_their_subscribers_live() {
+    use crate::support::runs::{Scripted, Stage, stage};
+    use seed_agents_protocol::generated::SignalRun;
+    use seed_agents_server::runs::engine::Outcome;
+
+    let server = TestServer::start().await;
+    let scripted = Scripted::install(&server);
+    let owner = server.user();
+    let agent = owner.create_agent("Live runs").await;
+    let session = owner.create_session(&agent, None).await;
+    let paused = stage(&server, &owner.id, &agent, &session, Stage::Paused).await;
+    let key = format!("runs/{paused}");
+    let mut tree = Socket::open(&server).await;
+    assert_eq!(tree.subscribe(&owner, &key).await["_"], "subscribed");
+    let replay = tree.next().await;
+    assert_eq!((replay["key"].as_str(), replay["value"]["status"].as_str()), (Some(key.as_str()), Some("waiting")));
+    let mut watcher = Socket::open(&server).await;
+    assert_eq!(watcher.subscribe(&owner, &format!("sessions/{session}")).await["_"], "subscribed");
+    let mut account = Socket::open(&server).await;
+    assert_eq!(account.subscribe(&owner, &format!("account/{}", owner.id)).await["_"], "subscribed");
+    watcher.until(|frames| frames.iter().any(|frame| frame["_"] == "change")).await;
+
+    let signal = SignalRun { run_id: paused.clone(), signal: "resume".into(), payload: None };
+    assert!(owner.call(signal).await.unwrap().delivered);
+    let execution = scripted.next().await;
+    execution.finish(Outcome::Succeeded(Ipld::Null));
+    let statuses = |frames: &[Json], key: &str| -> Vec<String> {
+        frames
+            .iter()
+            .filter(|frame| frame["_"] == "change" && frame["key"] == key)
+            .map(|frame| frame["value"]["status"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let expected = ["queued", "claimed", "running", "succeeded"];
+    let frames = tree.until(|frames| statuses(frames, &key).len() == expected.len()).await;
+    assert_eq!(statuses(&frames, &key), expected);
+    let frames = account.until(|frames| statuses(frames, &key).len() == expected.len()).await;
+    assert_eq!(statuses(&frames, &key), expected, "account-wide subscribers hear run changes too");
+    // The session streamed while its resumed run was queued and running, then went idle.
+    let session_key = format!("sessions/{session}");
+    let frames = watcher.until(|frames| statuses(frames, &session_key).len() == 2).await;
+    assert_eq!(statuses(&frames, &session_key), ["streaming", "idle"]);
+    server.stop().await;
+}

@@ -14,6 +14,7 @@ mod live;
 mod memory;
 mod pagination;
 mod provider_models;
+mod runs;
 mod uploads;
 mod verbs;
 mod versions;

@@ -6,9 +6,10 @@
 //! `dispatch::decode_for_fuzzing` runs what `dispatch` runs before a handler: the compat upgrade,
 //! the shape checks of `dispatch/shape.rs` and typed decoding. It must not panic and may only
 //! refuse as a client error (400), a 426 for an old protocol, or a 501 for an unrouted action.
-//! The same value also goes through the protocol's `AgentAction` union (the SDK's decoding): what
-//! the server accepts must decode there too, and a typed value's encoding must survive a second
-//! round trip byte for byte.
+//! The same value also goes through the protocol's `AgentAction` union (the SDK's decoding), after
+//! the leniency the server applies to a few fields (`ListRuns.limit`): what the server accepts
+//! must decode there too, and a typed value's encoding must survive a second round trip byte for
+//! byte.
 
 #![no_main]
 
@@ -16,7 +17,7 @@ use ipld_core::ipld::Ipld;
 use libfuzzer_sys::fuzz_target;
 use seed_agents_protocol::generated::ACTIONS;
 use seed_agents_protocol::{AGENTS_PROTOCOL_VERSION, AgentAction, wire};
-use seed_agents_server::dispatch::decode_for_fuzzing;
+use seed_agents_server::dispatch::{decode_for_fuzzing, lenient_for_fuzzing};
 use seed_agents_server::error::ErrorKind;
 
 fuzz_target!(|data: &[u8]| {
@@ -38,7 +39,9 @@ fuzz_target!(|data: &[u8]| {
         assert!(!error.message().is_empty());
     }
 
-    let typed = wire::from_ipld::<AgentAction>(value.clone());
+    let mut lenient = value.clone();
+    lenient_for_fuzzing(name, &mut lenient);
+    let typed = wire::from_ipld::<AgentAction>(lenient);
     if server.is_ok() && protocol == AGENTS_PROTOCOL_VERSION && matches!(value, Ipld::Map(_)) {
         assert!(typed.is_ok(), "{name}: the server accepts what AgentAction refuses: {typed:?}");
     }

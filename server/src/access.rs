@@ -146,6 +146,21 @@ pub fn require_session(conn: &Connection, session_id: &str, account_id: &str, ne
     Ok(access)
 }
 
+/// The agent of a run, and the caller's access to it; 404 `Run not found` when the run is
+/// missing, has no agent any more (runs outlive their agent, and then nobody sees them), or its
+/// agent is invisible to the caller.
+pub fn require_run(conn: &Connection, run_id: &str, account_id: &str, need: Need) -> ApiResult<Access> {
+    let agent_id: Option<Option<String>> = conn
+        .prepare_cached("SELECT agent_id FROM runs WHERE id = ?1")?
+        .query_row(params![run_id], |row| row.get(0))
+        .optional()?;
+    let missing = || ApiError::not_found("Run not found");
+    let agent_id = agent_id.flatten().ok_or_else(missing)?;
+    let access = resolve(conn, &agent_id, account_id)?.ok_or_else(missing)?;
+    check(&access, need)?;
+    Ok(access)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +172,8 @@ mod tests {
             "CREATE TABLE agents (id TEXT PRIMARY KEY, account_id TEXT, public_read INTEGER, public_chat INTEGER);
              CREATE TABLE agent_collaborators (agent_id TEXT, account_id TEXT, role TEXT, status TEXT);
              CREATE TABLE sessions (id TEXT PRIMARY KEY, agent_id TEXT);
+             CREATE TABLE runs (id TEXT PRIMARY KEY, agent_id TEXT);
+             INSERT INTO runs VALUES ('run', 'a'), ('detached', NULL);
              INSERT INTO agents VALUES ('a', 'owner', 0, 0), ('pub', 'owner', 1, 0), ('chat', 'owner', 1, 1);
              INSERT INTO agent_collaborators VALUES
                ('a', 'w', 'writer', 'accepted'), ('a', 'r', 'reader', 'accepted'), ('a', 'p', 'writer', 'pending'),
@@ -200,5 +217,15 @@ mod tests {
         let error = require_session(&conn, "s", "stranger", Need::Read).unwrap_err();
         assert_eq!((error.kind(), error.message()), (ErrorKind::NotFound, "Session not found"));
         assert!(require_session(&conn, "s", "r", Need::Read).is_ok());
+        assert!(require_run(&conn, "run", "r", Need::Read).is_ok());
+        let run_error = |run, account, need| {
+            let error = require_run(&conn, run, account, need).unwrap_err();
+            (error.kind(), error.message().to_owned())
+        };
+        let missing = (ErrorKind::NotFound, "Run not found".to_owned());
+        assert_eq!(run_error("run", "stranger", Need::Read), missing);
+        assert_eq!(run_error("detached", "owner", Need::Read), missing, "a run without an agent is nobody's");
+        assert_eq!(run_error("nope", "owner", Need::Read), missing);
+        assert_eq!(run_error("run", "r", Need::Write), (ErrorKind::Forbidden, "Write access is required".to_owned()));
     }
 }

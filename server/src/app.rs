@@ -43,6 +43,8 @@ pub struct App {
     pub bodies: crate::http::body::BodyBudget,
     /// WebSocket subscriptions.
     pub live: crate::ws::Live,
+    /// The run engine: claims, executes, cancels and finishes runs.
+    pub runs: crate::runs::Engine,
     /// Holds the data directory's lock file for the life of the server.
     _lock: std::fs::File,
 }
@@ -106,8 +108,10 @@ impl App {
         let upload_order = crate::uploads::AppendOrder::with_grace(config.upload_arrival_grace);
         let http = outbound_http_client().map_err(|error| StartError::HttpClient(error.to_string()))?;
         let live = crate::ws::Live::new(config.ws_limits());
+        let runs = crate::runs::Engine::new(config.run_limits);
         Ok(Self {
             live,
+            runs,
             db,
             bus: Bus::new(),
             config,
@@ -158,6 +162,8 @@ pub struct RunningServer {
     upload_sweeper: JoinHandle<()>,
     /// Fans bus events out to WebSockets (`ws::hub`).
     hub: JoinHandle<()>,
+    /// The run dispatcher (`runs::engine`).
+    dispatcher: JoinHandle<()>,
 }
 
 impl RunningServer {
@@ -178,7 +184,8 @@ impl RunningServer {
             let _ = stopped.await;
         }));
         let upload_sweeper = crate::uploads::spawn_sweeper(&app);
-        Ok(Self { addr, app, shutdown: Some(shutdown), task, upload_sweeper, hub })
+        let dispatcher = crate::runs::Engine::start(&app);
+        Ok(Self { addr, app, shutdown: Some(shutdown), task, upload_sweeper, hub, dispatcher })
     }
 
     /// The bound address.
@@ -191,11 +198,14 @@ impl RunningServer {
         &self.app
     }
 
-    /// Closes WebSockets (1001), stops accepting connections, finishes in-flight requests, then
-    /// closes the database.
+    /// Closes WebSockets (1001), asks executing runs to end (the next start requeues them), stops
+    /// accepting connections, finishes in-flight requests, then closes the database.
     pub async fn shutdown(mut self) -> std::io::Result<()> {
         self.app.live.shut_down(std::time::Duration::from_secs(5)).await;
         let _ = (&mut self.hub).await;
+        // Before the requests: an inline run's request answers once its run stopped.
+        self.app.runs.shutdown().await;
+        let _ = (&mut self.dispatcher).await;
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use seed_agents_protocol::generated::SessionEvent;
+use seed_agents_protocol::generated::{RunInfo, SessionEvent};
 use tokio::sync::broadcast;
 
 /// Why an account's view changed (the `reason` of an `account/<id>` change frame).
@@ -105,6 +105,13 @@ pub enum Event {
         agent_id: String,
         /// The event, with its `seq` and `sessionId`.
         event: Arc<SessionEvent>,
+    },
+    /// A run changed state (`runs::Changes::publish`): a `change` for `runs/<rootRunId>` and the
+    /// account-wide subscribers of its agent's owner and members.
+    RunChanged {
+        /// The run as it is after the change (its agent is set: runs without one are not
+        /// published).
+        run: Arc<RunInfo>,
     },
 }
 

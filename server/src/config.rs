@@ -106,6 +106,10 @@ pub struct Config {
     /// How much work may wait for the database (not a flag: tests shrink it to show the 503).
     #[arg(skip)]
     pub db_queues: crate::db::Queues,
+    /// The run engine's leases, tick, retry delays and concurrency (not a flag: upstream's
+    /// constants; tests shorten them).
+    #[arg(skip)]
+    pub run_limits: crate::runs::Limits,
 }
 
 /// Default Hypermedia server.
@@ -170,6 +174,7 @@ impl Config {
             min_client_protocol: MIN_CLIENT_PROTOCOL,
             upload_arrival_grace: crate::uploads::ARRIVAL_GRACE,
             db_queues: crate::db::Queues::default(),
+            run_limits: crate::runs::Limits::default(),
         }
     }
 

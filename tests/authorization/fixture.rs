@@ -12,11 +12,13 @@ use seed_agents_protocol::generated::{
     SetAgentPublicRead, SetModelProvider, UploadSessionAttachment, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
 use seed_agents_protocol::{Bytes, Ed25519Signer};
+use seed_agents_server::runs::engine::Outcome;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use super::Caller;
 use crate::support::hm::FakeHm;
+use crate::support::runs::{self, Stage};
 use crate::support::{TestServer, User, definition};
 
 /// The memory file every agent starts with, and its content.
@@ -55,6 +57,9 @@ impl Env {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
         let download_url = format!("http://{}/files/report.txt", listener.local_addr().expect("origin address"));
         let origin = tokio::spawn(serve_origin(listener));
+        // Retried turns end at once with this answer.
+        let executor = runs::Scripted::install(&server);
+        executor.answer(Some(Outcome::Succeeded(runs::turn_output("retried"))));
         Self { server, _hm: hm, download_url, origin }
     }
 
@@ -113,6 +118,8 @@ pub struct Cell {
     pub ungranted: String,
     /// The staged upload's id, when the row asked for one.
     pub upload_id: Option<String>,
+    /// The staged run's id, when the row asked for one (else empty).
+    pub run_id: String,
     pub download_url: String,
 }
 
@@ -123,8 +130,8 @@ impl Cell {
     }
 }
 
-/// Builds a cell's state for `caller`.
-pub async fn cell(env: &Env, caller: Caller, staged: Option<Staged>) -> Cell {
+/// Builds a cell's state for `caller`, with the upload and the run the row asks for.
+pub async fn cell(env: &Env, caller: Caller, staged: Option<Staged>, run: Option<Stage>) -> Cell {
     let server = &env.server;
     let owner = server.user();
     owner.ensure_provider().await;
@@ -166,6 +173,7 @@ pub async fn cell(env: &Env, caller: Caller, staged: Option<Staged>) -> Cell {
         granted,
         ungranted,
         upload_id: None,
+        run_id: String::new(),
         download_url: env.download_url.clone(),
     };
     match staged {
@@ -184,6 +192,9 @@ pub async fn cell(env: &Env, caller: Caller, staged: Option<Staged>) -> Cell {
                 relate(&cell, caller).await;
             }
         }
+    }
+    if let Some(stage) = run {
+        cell.run_id = runs::stage(server, &cell.owner.id, &cell.agent_id, &cell.session_id, stage).await;
     }
     cell
 }

@@ -92,7 +92,7 @@ impl fmt::Display for Got {
 
 /// Runs one cell against fresh state; the mismatch, if any, described.
 async fn check(env: &Env, row: &Row, caller: Caller, column: usize) -> Result<(), String> {
-    let cell = fixture::cell(env, caller, row.staged).await;
+    let cell = fixture::cell(env, caller, row.staged, row.run).await;
     let action = (row.build)(&cell);
     if action.name() != row.action() {
         return Err(format!("the row builds {}, not {}", action.name(), row.action()));
@@ -155,11 +155,11 @@ async fn owner_keeps(cell: &Cell, kept: OwnerKeeps) -> Result<(), String> {
     }
 }
 
-/// The actions `server/src/dispatch/mod.rs` routes (its `route!` table).
+/// The actions `server/src/dispatch/mod.rs` routes (the table inside its `routes!` macro).
 fn routed_actions() -> Vec<&'static str> {
     let source = include_str!("../../server/src/dispatch/mod.rs");
-    let table = source.split_once("route! {").expect("the route! table").1;
-    let table = table.split_once('}').expect("the end of the route! table").0;
+    let table = source.split_once("$then! {").expect("the routes! table").1;
+    let table = table.split_once('}').expect("the end of the routes! table").0;
     table.lines().filter_map(|line| line.trim().split_once(" => ")).map(|(action, _)| action).collect()
 }
 
@@ -181,8 +181,8 @@ fn cell_code(expect: Expect) -> String {
     }
 }
 
-/// The whole matrix: 46 rows over 43 routed actions (39 in the table, 4 [`UNRELATED`]) × 7
-/// callers = 322 cells, each against fresh state. Every mismatching cell is reported, with the
+/// The whole matrix: 56 rows over 51 routed actions (47 in the table, 4 [`UNRELATED`]) × 7
+/// callers = 392 cells, each against fresh state. Every mismatching cell is reported, with the
 /// action, the caller, what was expected and what came back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authorization_matrix() {
@@ -207,7 +207,7 @@ async fn authorization_matrix() {
         let codes: Vec<String> = row.expect.iter().map(|expect| format!("{:>5}", cell_code(*expect))).collect();
         println!("{:<62} {}", row.label, codes.join(" "));
     }
-    assert_eq!((rows.len(), actions, cells), (46, 39, 322), "the doc comment states the matrix size; update it");
+    assert_eq!((rows.len(), actions, cells), (56, 47, 392), "the doc comment states the matrix size; update it");
 
     let env = Arc::new(Env::start().await);
     let rows = Arc::new(rows);

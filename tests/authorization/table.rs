@@ -22,12 +22,18 @@ use seed_agents_protocol::generated::{
     UpdateSessionResponse, UpdateSigningIdentity, UploadAgentMemoryFileToIpfs, UploadAgentMemoryFileToIpfsResponse,
     UploadSessionAttachment, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
+use seed_agents_protocol::generated::{
+    CancelRun, CancelRunResponse, GetRun, GetRunJournal, GetRunJournalResponse, GetRunResponse, GetSessionEvent,
+    GetSessionEventResponse, ListRuns, ListRunsResponse, RetrySession, RetrySessionResponse, SignalRun,
+    SignalRunResponse, StopSession, StopSessionResponse,
+};
 use seed_agents_protocol::{
     Action, AgentAction, AgentResponse, Bytes, Ed25519Signer, Nullable, Response, Signer as _, Value,
 };
 
 use super::Caller;
 use super::fixture::{self, Cell, Staged};
+use crate::support::runs::Stage;
 
 /// What a cell must answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +46,7 @@ pub const OK: Expect = Expect::Allowed;
 pub const NO_AGENT: Expect = Expect::Refused(404, "Agent not found");
 pub const NO_SESSION: Expect = Expect::Refused(404, "Session not found");
 pub const NO_UPLOAD: Expect = Expect::Refused(404, "Upload not found");
+pub const NO_RUN: Expect = Expect::Refused(404, "Run not found");
 pub const NO_INVITE: Expect = Expect::Refused(404, "Agent invitation not found");
 pub const NO_PROVIDER: Expect = Expect::Refused(404, "Model provider not found");
 pub const NO_IDENTITY: Expect = Expect::Refused(404, "Signing identity not found");
@@ -80,10 +87,12 @@ pub struct Row {
     pub shape: Option<Shape>,
     pub staged: Option<Staged>,
     pub owner_keeps: Option<OwnerKeeps>,
+    /// A run staged in the cell's session (as the owner's), for the run rows.
+    pub run: Option<Stage>,
 }
 
 fn row(label: &'static str, build: fn(&Cell) -> AgentAction, expect: [Expect; 7]) -> Row {
-    Row { label, build, expect, shape: None, staged: None, owner_keeps: None }
+    Row { label, build, expect, shape: None, staged: None, owner_keeps: None, run: None }
 }
 
 impl Row {
@@ -97,6 +106,10 @@ impl Row {
 
     fn owner_keeps(self, kept: OwnerKeeps) -> Self {
         Self { owner_keeps: Some(kept), ..self }
+    }
+
+    fn with_run(self, stage: Stage) -> Self {
+        Self { run: Some(stage), ..self }
     }
 
     /// The action's wire name.
@@ -337,6 +350,63 @@ pub fn table() -> Vec<Row> {
         .shape(|_, _, answer| {
             same("data", response::<ReadSessionAttachmentResponse>(answer)?.data.0, fixture::ATTACHMENT_TEXT.to_vec())
         }),
+        // Turn control and runs (a run staged in the session: parked on a budget pause, or failed).
+        row(
+            "GetSessionEvent",
+            |c| GetSessionEvent { session_id: c.session_id.clone(), seq: 1 }.into_action(),
+            [OK, OK, OK, OK, OK, NO_SESSION, NO_SESSION],
+        )
+        .with_run(Stage::Failed)
+        .shape(|_, _, answer| same("seq", response::<GetSessionEventResponse>(answer)?.event.seq, 1)),
+        row(
+            "StopSession",
+            |c| StopSession { session_id: c.session_id.clone() }.into_action(),
+            [OK, OK, WRITE, OK, WRITE, NO_SESSION, NO_SESSION],
+        )
+        .with_run(Stage::Paused)
+        .shape(|_, _, answer| same("stopped", response::<StopSessionResponse>(answer)?.stopped, true)),
+        row(
+            "RetrySession",
+            |c| RetrySession { session_id: c.session_id.clone() }.into_action(),
+            [OK, OK, WRITE, OK, WRITE, NO_SESSION, NO_SESSION],
+        )
+        .with_run(Stage::Failed)
+        .shape(|_, _, answer| {
+            same("assistantEventId", response::<RetrySessionResponse>(answer)?.assistant_event_id, "retried".into())
+        }),
+        row("GetRun", |c| GetRun { run_id: c.run_id.clone() }.into_action(), [OK, OK, OK, OK, OK, NO_RUN, NO_RUN])
+            .with_run(Stage::Paused)
+            .shape(|cell, _, answer| same("run", response::<GetRunResponse>(answer)?.run.id, cell.run_id.clone())),
+        row("ListRuns (agentId)", |c| list_runs(None, None, Some(c)), [OK, OK, OK, OK, OK, NO_AGENT, NO_AGENT])
+            .with_run(Stage::Paused)
+            .shape(listed_run),
+        row("ListRuns (sessionId)", |c| list_runs(None, Some(c), None), [OK, OK, OK, OK, OK, NO_SESSION, NO_SESSION])
+            .with_run(Stage::Paused)
+            .shape(listed_run),
+        row("ListRuns (rootRunId)", |c| list_runs(Some(c), None, None), [OK, OK, OK, OK, OK, NO_RUN, NO_RUN])
+            .with_run(Stage::Paused)
+            .shape(listed_run),
+        row(
+            "CancelRun",
+            |c| CancelRun { run_id: c.run_id.clone() }.into_action(),
+            [OK, OK, WRITE, WRITE, WRITE, NO_RUN, NO_RUN],
+        )
+        .with_run(Stage::Paused)
+        .shape(|_, _, answer| same("canceled", response::<CancelRunResponse>(answer)?.canceled, true)),
+        row(
+            "SignalRun",
+            |c| SignalRun { run_id: c.run_id.clone(), signal: "resume".into(), payload: None }.into_action(),
+            [OK, OK, WRITE, WRITE, WRITE, NO_RUN, NO_RUN],
+        )
+        .with_run(Stage::Paused)
+        .shape(|_, _, answer| same("delivered", response::<SignalRunResponse>(answer)?.delivered, true)),
+        row(
+            "GetRunJournal",
+            |c| GetRunJournal { run_id: c.run_id.clone(), after_seq: None }.into_action(),
+            [OK, OK, OK, OK, OK, NO_RUN, NO_RUN],
+        )
+        .with_run(Stage::Paused)
+        .shape(|_, _, answer| same("entries", response::<GetRunJournalResponse>(answer)?.entries.len(), 0)),
         // Memory.
         row(
             "ListAgentMemory",
@@ -552,6 +622,24 @@ pub fn table() -> Vec<Row> {
         )
         .owner_keeps(OwnerKeeps::GrantedIdentity),
     ]
+}
+
+/// `ListRuns` by the cell's staged run's tree, its session or its agent.
+fn list_runs(root: Option<&Cell>, session: Option<&Cell>, agent: Option<&Cell>) -> AgentAction {
+    ListRuns {
+        root_run_id: root.map(|c| c.run_id.clone()),
+        session_id: session.map(|c| c.session_id.clone()),
+        agent_id: agent.map(|c| c.agent_id.clone()),
+        limit: None,
+        status: None,
+    }
+    .into_action()
+}
+
+/// The staged run is listed.
+fn listed_run(cell: &Cell, _: Caller, answer: &AgentResponse) -> Result<(), String> {
+    let runs = response::<ListRunsResponse>(answer)?.runs;
+    same("staged run listed", runs.iter().any(|run| run.id == cell.run_id), true)
 }
 
 fn update_agent(cell: &Cell, definition: AgentDefinition) -> AgentAction {

@@ -4,6 +4,7 @@
 #[path = "../../server/tests/common/fixtures.rs"]
 mod fixtures;
 pub mod hm;
+pub mod runs;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -235,14 +235,19 @@ pub async fn update_agent(app: &App, caller: &Caller, action: UpdateAgent) -> Ap
     Ok(response)
 }
 
-/// `DeleteAgent {agentId}` (owner): deletes the agent, its sessions, events, collaborators and
-/// state directory; sub-sessions of other agents under its sessions become top-level.
+/// `DeleteAgent {agentId}` (owner): cancels the agent's live runs with their descendants (an
+/// executing one is asked to stop), then deletes the agent, its sessions, events, collaborators
+/// and state directory; sub-sessions of other agents under its sessions become top-level, and its
+/// runs stay, detached.
 pub async fn delete_agent(app: &App, caller: &Caller, action: DeleteAgent) -> ApiResult<DeleteAgentResponse> {
-    let account = caller.account_id.clone();
-    let (agent_id, state_dir, members, sessions) = app
+    let (account, now, is_live) = (caller.account_id.clone(), app.clock.now_ms(), app.runs.live_check());
+    let (agent_id, state_dir, members, sessions, canceled) = app
         .db
         .write(move |conn| {
             let access = access::require(conn, &action.agent_id, &account, Need::Own)?;
+            // Live runs end first (executing ones are asked to stop after the commit).
+            let mut changes = crate::runs::Changes::default();
+            let canceled = crate::runs::cancel::cancel_agent(conn, &access.agent_id, now, &is_live, &mut changes)?;
             let sessions = conn
                 .prepare_cached("SELECT id FROM sessions WHERE agent_id = ?1")?
                 .query_map(params![access.agent_id], |row| row.get::<_, String>(0))?
@@ -257,9 +262,11 @@ pub async fn delete_agent(app: &App, caller: &Caller, action: DeleteAgent) -> Ap
             // Sessions, their events and collaborator rows go by foreign-key cascade; children of
             // the agent's sessions that belong to other agents are promoted by ON DELETE SET NULL.
             conn.prepare_cached("DELETE FROM agents WHERE id = ?1")?.execute(params![access.agent_id])?;
-            Ok((access.agent_id, PathBuf::from(state_dir), members, sessions))
+            Ok((access.agent_id, PathBuf::from(state_dir), members, sessions, (canceled, changes)))
         })
         .await?;
+    let (canceled, changes) = canceled;
+    app.runs.after_cancel(app, canceled, changes, None);
     remove_state_dir(state_dir).await;
     crate::attachments::remove_for_sessions(app, sessions).await;
     app.bus.publish(Event::AgentChanged { agent_id: agent_id.clone() });

@@ -5,6 +5,8 @@
 //! Actions of the protocol this build does not implement yet answer 501 and say so; names the
 //! protocol does not know answer 400 `Unsupported action: <name>`.
 
+use std::sync::Arc;
+
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
 use seed_agents_protocol::{self as protocol, ActionInfo, AgentResponse, Response, wire};
@@ -12,7 +14,7 @@ use seed_agents_protocol::{self as protocol, ActionInfo, AgentResponse, Response
 use crate::app::App;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::{agents, auth, collaborators, memory, providers, secrets, sessions};
+use crate::{agents, auth, collaborators, memory, providers, runs, secrets, sessions};
 
 mod shape;
 
@@ -65,12 +67,21 @@ macro_rules! routes {
             AppendFileUploadChunk => crate::uploads::append_file_upload_chunk,
             CommitFileUpload => crate::uploads::commit_file_upload,
             AbortFileUpload => crate::uploads::abort_file_upload,
+            GetSessionEvent => sessions::get_session_event,
+            StopSession => sessions::control::stop_session,
+            RetrySession => sessions::control::retry_session,
+            GetRun => runs::actions::get_run,
+            ListRuns => runs::actions::list_runs,
+            CancelRun => runs::actions::cancel_run,
+            SignalRun => runs::actions::signal_run,
+            GetRunJournal => runs::actions::get_run_journal,
         }
     };
 }
 
-/// Decodes `action` as the action named `name` and runs its handler.
-pub async fn dispatch(app: &App, caller: &Caller, name: &str, action: Ipld) -> ApiResult<Vec<u8>> {
+/// Decodes `action` as the action named `name` and runs its handler. (Handlers take `&App`; the
+/// few that start tasks outliving the request, such as an inline run, take `&Arc<App>`.)
+pub async fn dispatch(app: &Arc<App>, caller: &Caller, name: &str, action: Ipld) -> ApiResult<Vec<u8>> {
     let action = seed_agents_compat::upgrade_action(caller.protocol, name, action)?;
     macro_rules! route {
         ($($action:ident => $handler:path,)*) => {
@@ -106,9 +117,22 @@ pub fn decode_for_fuzzing(protocol: u32, name: &str, action: Ipld) -> ApiResult<
     routes!(decode_only)
 }
 
+/// What [`dispatch`] does to a few fields before typed decoding, as upstream reads them leniently
+/// (`ListRuns.limit`: a fraction is floored, a non-number ignored; see `shape::lenient`).
+///
+/// Exists for the fuzzer, which compares what the server accepts with what the protocol's
+/// `AgentAction` union decodes; not part of the server's API.
+#[doc(hidden)]
+pub fn lenient_for_fuzzing(name: &str, action: &mut Ipld) {
+    if let Ipld::Map(fields) = action {
+        shape::lenient(name, fields);
+    }
+}
+
 /// Decodes a verified action map as `A`, with the shape checks and messages of [`shape`].
-pub(crate) fn decode<A: serde::de::DeserializeOwned>(name: &str, action: Ipld) -> ApiResult<A> {
-    if let Ipld::Map(fields) = &action {
+pub(crate) fn decode<A: serde::de::DeserializeOwned>(name: &str, mut action: Ipld) -> ApiResult<A> {
+    if let Ipld::Map(fields) = &mut action {
+        shape::lenient(name, fields);
         shape::check(name, fields)?;
     }
     shape::integers_fit(name, &action)?;
@@ -170,7 +194,8 @@ mod tests {
         let flag = [("agentId", Ipld::String("a".into())), ("publicRead", Ipld::Integer(1))];
         assert_eq!(kind(3, "SetAgentPublicRead", action("SetAgentPublicRead", &flag)), ErrorKind::Invalid);
         // Known to the protocol but not routed yet: 501, as `dispatch` answers.
-        assert_eq!(kind(3, "CancelRun", action("CancelRun", &[])), ErrorKind::NotImplemented);
+        let browser = action("ConnectSessionBrowser", &[]);
+        assert_eq!(kind(3, "ConnectSessionBrowser", browser), ErrorKind::NotImplemented);
         assert_eq!(kind(3, "Nope", action("Nope", &[])), ErrorKind::Invalid);
         // An integer no union can read back, deep in an open value.
         let metadata = Ipld::Map(BTreeMap::from([("n".to_owned(), Ipld::Integer(i128::from(i64::MIN) - 1))]));

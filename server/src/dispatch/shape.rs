@@ -25,6 +25,8 @@ enum Want {
     OneOf(&'static [&'static str]),
     /// Absent, or an integer ≥ 0.
     OptionalNonNegative,
+    /// An integer ≥ 0 (present).
+    NonNegative,
     /// A string or a byte string (present).
     TextOrBytes,
 }
@@ -43,6 +45,8 @@ const RULES: &[(&str, &str, Want, &str)] = &[
     ("GetSession", "afterSeq", Want::OptionalNonNegative, "afterSeq must be a non-negative integer"),
     ("GetSession", "beforeSeq", Want::OptionalNonNegative, "beforeSeq must be a non-negative integer"),
     ("Subscribe", "afterSeq", Want::OptionalNonNegative, "afterSeq must be a non-negative integer"),
+    ("GetRunJournal", "afterSeq", Want::OptionalNonNegative, "afterSeq must be a non-negative integer"),
+    ("GetSessionEvent", "seq", Want::NonNegative, "seq must be a non-negative integer"),
     ("WriteAgentMemoryFile", "content", Want::TextOrBytes, "Memory file content must be a string or bytes"),
     ("InvokeSessionTool", "verb", Want::OneOf(&["read", "write", "call"]), "verb must be read, write, or call"),
 ];
@@ -69,7 +73,7 @@ pub fn check(action: &str, fields: &BTreeMap<String, Ipld>) -> ApiResult<()> {
             (Want::Bytes, Some(Ipld::Bytes(_))) | (Want::Bool, Some(Ipld::Bool(_))) => true,
             (Want::OneOf(allowed), Some(Ipld::String(text))) => allowed.contains(&text.as_str()),
             (Want::OptionalNonNegative, None) => true,
-            (Want::OptionalNonNegative, Some(Ipld::Integer(n))) => *n >= 0,
+            (Want::OptionalNonNegative | Want::NonNegative, Some(Ipld::Integer(n))) => *n >= 0,
             (Want::TextOrBytes, Some(Ipld::String(_) | Ipld::Bytes(_))) => true,
             _ => false,
         };
@@ -78,6 +82,30 @@ pub fn check(action: &str, fields: &BTreeMap<String, Ipld>) -> ApiResult<()> {
         }
     }
     Ok(())
+}
+
+/// Fields upstream reads leniently with its `boundedInteger`: a non-integer number is floored, and
+/// anything that is not a finite number counts as absent (the default applies).
+const LENIENT_INTEGERS: &[(&str, &str)] = &[("ListRuns", "limit")];
+
+/// Applies [`LENIENT_INTEGERS`] to `action`'s fields before typed decoding.
+pub fn lenient(action: &str, fields: &mut BTreeMap<String, Ipld>) {
+    for (name, field) in LENIENT_INTEGERS {
+        if *name != action {
+            continue;
+        }
+        match fields.get(*field) {
+            None | Some(Ipld::Integer(_)) => {}
+            Some(Ipld::Float(value)) if value.is_finite() => {
+                // Saturating: a huge limit is clamped later anyway.
+                let floored = value.floor().clamp(i64::MIN as f64, i64::MAX as f64) as i64;
+                fields.insert((*field).to_owned(), Ipld::Integer(floored.into()));
+            }
+            Some(_) => {
+                fields.remove(*field);
+            }
+        }
+    }
 }
 
 /// Refuses an action holding, anywhere, an integer below `i64::MIN` (CBOR goes down to -2^64).
@@ -150,6 +178,30 @@ mod tests {
         assert!(check("ListAgents", &map(&[("anything", Ipld::Null)])).is_ok());
         let verb = map(&[("verb", Ipld::String("delegate".into()))]);
         assert_eq!(message("InvokeSessionTool", verb), "verb must be read, write, or call");
+    }
+
+    #[test]
+    fn lenient_integers_are_floored_or_dropped() {
+        let limit = |value: Ipld| {
+            let mut fields = map(&[("limit", value), ("other", Ipld::Float(1.5))]);
+            lenient("ListRuns", &mut fields);
+            assert_eq!(fields.get("other"), Some(&Ipld::Float(1.5)), "other fields are left alone");
+            fields.get("limit").cloned()
+        };
+        assert_eq!(limit(Ipld::Float(7.9)), Some(Ipld::Integer(7)));
+        assert_eq!(limit(Ipld::Float(-2.5)), Some(Ipld::Integer(-3)));
+        assert_eq!(limit(Ipld::Integer(20)), Some(Ipld::Integer(20)));
+        assert_eq!(limit(Ipld::String("20".into())), None);
+        assert_eq!(limit(Ipld::Null), None);
+        assert_eq!(limit(Ipld::Float(f64::INFINITY)), None);
+        let mut untouched = map(&[("limit", Ipld::Float(2.5))]);
+        lenient("ListSessions", &mut untouched);
+        assert_eq!(untouched.get("limit"), Some(&Ipld::Float(2.5)));
+        let seq = |value| check("GetSessionEvent", &map(&[("seq", value)])).map_err(|error| error.message().to_owned());
+        assert_eq!(seq(Ipld::Integer(-1)), Err("seq must be a non-negative integer".into()));
+        assert_eq!(seq(Ipld::Float(1.5)), Err("seq must be a non-negative integer".into()));
+        assert!(seq(Ipld::Integer(3)).is_ok());
+        assert!(check("GetSessionEvent", &map(&[])).is_err(), "seq is required");
     }
 
     #[test]

@@ -5,6 +5,7 @@ use seed_agents_protocol::generated::RunInfo;
 use seed_agents_protocol::wire;
 use serde::de::DeserializeOwned;
 
+use super::Wait;
 use crate::error::{ApiError, ApiResult};
 
 /// The columns [`info_from_row`] reads, in order.
@@ -48,7 +49,7 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<RunInfo> {
         title: row.get::<_, Option<String>>(11)?.unwrap_or_default(),
         source_text: row.get(12)?,
         error: cbor(row, 13)?,
-        wait: cbor(row, 14)?,
+        wait: cbor::<Wait>(row, 14)?.map(|wait| wait.to_info()),
         usage: cbor(row, 15)?,
         plan: cbor(row, 16)?,
         status: column(row, 17)?,
@@ -56,7 +57,8 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<RunInfo> {
         updated_at: row.get(19)?,
         started_at: row.get(20)?,
         finished_at: row.get(21)?,
-        child_run_count: Some(row.get(22)?),
+        // Upstream adds the count only when the run has children.
+        child_run_count: Some(row.get::<_, i64>(22)?).filter(|count| *count > 0),
         plan_step_id: None,
         step_label: None,
         unmet_obligations: None,
@@ -70,6 +72,32 @@ pub fn root_and_agent(conn: &Connection, run_id: &str) -> ApiResult<Option<(Stri
         .prepare_cached("SELECT root_run_id, agent_id FROM runs WHERE id = ?1 AND agent_id IS NOT NULL")?
         .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?)
+}
+
+/// Run `run_id` as clients see it, when it exists.
+pub fn load(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunInfo>> {
+    conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs r WHERE r.id = ?1"))?
+        .query_row(params![run_id], info_from_row)
+        .optional()
+}
+
+/// Runs selected by `condition` (over the alias `r`, with `params` bound as `?1`, `?2`, …), in
+/// `order`, at most `limit` of them (`-1`: all).
+pub(super) fn select(
+    conn: &Connection,
+    condition: &str,
+    order: &str,
+    limit: i64,
+    params: &[&dyn rusqlite::ToSql],
+) -> rusqlite::Result<Vec<RunInfo>> {
+    // `LIMIT +?n` keeps one cached statement for every limit (see `sessions`).
+    let limit_param = params.len() + 1;
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs r WHERE {condition} ORDER BY {order} LIMIT +?{limit_param}"
+    ))?;
+    let mut bound: Vec<&dyn rusqlite::ToSql> = params.to_vec();
+    bound.push(&limit);
+    statement.query_map(bound.as_slice(), info_from_row)?.collect()
 }
 
 /// Every run of the tree rooted at `root`, oldest first.
@@ -107,7 +135,7 @@ mod tests {
             .iter()
             .map(|run| (run.id.as_str(), run.status.to_string(), run.child_run_count, run.title.as_str()))
             .collect();
-        assert_eq!(summary, [("root", "waiting".into(), Some(1), "Turn"), ("child", "succeeded".into(), Some(0), "")]);
+        assert_eq!(summary, [("root", "waiting".into(), Some(1), "Turn"), ("child", "succeeded".into(), None, "")]);
         assert_eq!(root_and_agent(&conn, "child").unwrap(), Some(("root".into(), "a".into())));
         assert_eq!(root_and_agent(&conn, "orphan").unwrap(), None, "no agent: visible to nobody");
         assert_eq!(root_and_agent(&conn, "missing").unwrap(), None);

@@ -1,11 +1,38 @@
 //! Runs: the durable queue every agent turn, child and script goes through (DESIGN rule 6).
 //!
-//! The `runs` table exists (migration 4) with its statuses, kinds, origins and queues enforced by
-//! CHECK constraints; the queue itself (enqueue, claim with a lease, boot sweep, executor) comes
-//! with the run engine. Until then this module holds the queries other features need, and
-//! [`info`] reads rows back as `RunInfo` (for `runs/<root>` subscriptions).
+//! Layout:
+//! - [`queue`]: enqueueing (`insert_run`, `enqueue`), claiming under a lease, the boot sweep,
+//!   waking parked runs, the session status mirror, and [`Changes`] (what a transaction changed,
+//!   published after its commit);
+//! - [`finish`]: the one place an executor's outcome is written (retries with backoff, the final
+//!   failure's `error` event, usage);
+//! - [`cancel`]: a run's tree, a session's or an agent's live runs, a budget pause lifted;
+//! - [`engine`]: the [`Engine`] in `App` (dispatcher, inline runs, leases, shutdown);
+//! - [`executor`]: the [`Executor`] interface the model loop implements, with what it is given
+//!   ([`Claimed`], [`StopSignal`]) and reports ([`Outcome`]);
+//! - [`wait`]: what a parked run waits for; [`info`]: rows read back as `RunInfo`;
+//! - [`actions`]: `GetRun`, `ListRuns`, `CancelRun`, `SignalRun`, `GetRunJournal`.
+//!
+//! Invariants: a run changes state only inside a write transaction that also recomputes its
+//! session's status mirror, and every change is published after that commit; at most one agent
+//! run per session is claimed or running; `attempt` counts executions, never resumptions.
 
+pub mod actions;
+pub mod cancel;
+pub mod engine;
+pub mod executor;
+pub mod finish;
 pub mod info;
+pub mod queue;
+pub mod wait;
+
+#[cfg(test)]
+mod engine_tests;
+
+pub use engine::{Claimed, Engine, Executor, InlineOutcome, Limits, Outcome, RunFailure, StopReason, StopSignal};
+pub use finish::{Usage, add_usage};
+pub use queue::{Changes, NewRun, Queue, enqueue, insert_run};
+pub use wait::Wait;
 
 use rusqlite::{Connection, params};
 

@@ -9,8 +9,9 @@ use std::collections::BTreeSet;
 use rusqlite::{Connection, Row, params};
 use seed_agents_protocol::generated::{
     AgentDefinitionSystemPrompt, CreateSession, CreateSessionResponse, DeleteSession, DeleteSessionResponse,
-    GetSession, GetSessionResponse, ListSessions, ListSessionsResponse, SessionInfo, SessionInfoStatus,
-    SessionListCursor, SessionModelOverride, Thoroughness, UpdateSession, UpdateSessionResponse,
+    GetSession, GetSessionEvent, GetSessionEventResponse, GetSessionResponse, ListSessions, ListSessionsResponse,
+    SessionInfo, SessionInfoStatus, SessionListCursor, SessionModelOverride, Thoroughness, UpdateSession,
+    UpdateSessionResponse,
 };
 use seed_agents_protocol::{Nullable, wire};
 use serde::Serialize;
@@ -25,6 +26,7 @@ use crate::idempotency::{self, Key};
 use crate::providers::registry;
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
+pub mod control;
 pub mod events;
 
 /// Sessions per page when the client does not say.
@@ -321,6 +323,26 @@ pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiR
         .await
 }
 
+/// `GetSessionEvent {sessionId, seq}` (reader): one durable event by its `seq` (checked while
+/// decoding: 400 `seq must be a non-negative integer`); 404 `Session event not found` when the
+/// session has none with that `seq`.
+pub async fn get_session_event(
+    app: &App,
+    caller: &Caller,
+    action: GetSessionEvent,
+) -> ApiResult<GetSessionEventResponse> {
+    let account = caller.account_id.clone();
+    app.db
+        .read(move |conn| {
+            access::require_session(conn, &action.session_id, &account, Need::Read)?;
+            let (after, before) = (action.seq.saturating_sub(1), action.seq.saturating_add(1));
+            let event = events::after(conn, &action.session_id, after, before, Some(1))?.pop();
+            let event = event.ok_or_else(|| ApiError::not_found("Session event not found"))?;
+            Ok(GetSessionEventResponse { event })
+        })
+        .await
+}
+
 /// `UpdateSession {sessionId, title?, modelOverride?, thoroughness?}` (writer).
 pub async fn update_session(app: &App, caller: &Caller, action: UpdateSession) -> ApiResult<UpdateSessionResponse> {
     if action.title.is_none() && action.model_override.is_absent() && action.thoroughness.is_absent() {
@@ -371,19 +393,24 @@ pub async fn update_session(app: &App, caller: &Caller, action: UpdateSession) -
     Ok(UpdateSessionResponse { session })
 }
 
-/// `DeleteSession {sessionId}` (writer): deletes the session and its events; its child sessions
-/// become top-level.
+/// `DeleteSession {sessionId}` (writer): cancels the session's live runs with their
+/// descendants (an executing turn is asked to stop), then deletes the session and its events in
+/// the same transaction; its child sessions become top-level and its runs stay, detached.
 pub async fn delete_session(app: &App, caller: &Caller, action: DeleteSession) -> ApiResult<DeleteSessionResponse> {
-    let account = caller.account_id.clone();
-    let (response, owner) = app
+    let (account, now, is_live) = (caller.account_id.clone(), app.clock.now_ms(), app.runs.live_check());
+    let (response, owner, canceled, changes) = app
         .db
         .write(move |conn| {
             let access = access::require_session(conn, &action.session_id, &account, Need::Write)?;
-            // Events go by cascade; children are promoted by ON DELETE SET NULL.
+            let mut changes = crate::runs::Changes::default();
+            let canceled = crate::runs::cancel::cancel_session(conn, &action.session_id, now, &is_live, &mut changes)?;
+            // Events go by cascade; children are promoted and runs detached by ON DELETE SET NULL.
             conn.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute(params![action.session_id])?;
-            Ok((DeleteSessionResponse { agent_id: access.agent_id, session_id: action.session_id }, access.owner_id))
+            let response = DeleteSessionResponse { agent_id: access.agent_id, session_id: action.session_id };
+            Ok((response, access.owner_id, canceled, changes))
         })
         .await?;
+    app.runs.after_cancel(app, canceled, changes, None);
     app.bus.publish(Event::SessionChanged {
         session_id: response.session_id.clone(),
         agent_id: response.agent_id.clone(),

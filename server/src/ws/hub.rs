@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | a session event appended | `append`, key `sessions/<id>` | `sessions/<id>`; `account/<a>` for the owner and every member |
 //! | a session changed | `change` (SessionInfo), key `sessions/<id>` | `sessions/<id>`, `agents/<agent>`, the account keys above |
+//! | a run changed | `change` (RunInfo), key `runs/<root>` | `runs/<root>`; the account keys of its agent's owner and members |
 //! | an agent changed | `change` (AgentInfo, `accessRole` the receiver's own), key `agents/<id>` | `agents/<id>`, the account keys above |
 //! | an account change for `a` | `change` (`{reason, agentId?, sessionId?}`), key `account/<a>` | `account/<a>`; `agents/<agent>` sockets of `a` (and public ones when `a` owns the agent) |
 //!
@@ -23,7 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use seed_agents_protocol::generated::{
-    AccountChangeHint, AgentInfo, AgentWsEvent, AppendFrame, ChangeFrame, SessionEvent,
+    AccountChangeHint, AgentInfo, AgentWsEvent, AppendFrame, ChangeFrame, RunInfo, SessionEvent,
 };
 use seed_agents_protocol::wire;
 use tokio::sync::{broadcast, watch};
@@ -141,6 +142,7 @@ impl Hub {
             Event::SessionAppended { agent_id, event, .. } => self.appended(agent_id, event).await,
             Event::SessionChanged { session_id, agent_id } => self.session_changed(session_id, agent_id).await,
             Event::AgentChanged { agent_id } => self.agent_changed(agent_id).await,
+            Event::RunChanged { run } => self.run_changed(run).await,
             Event::AccountChange { account_id, reason, agent_id, session_id } => {
                 self.account_change(account_id, *reason, agent_id.as_deref(), session_id.as_deref()).await
             }
@@ -227,6 +229,26 @@ impl Hub {
         let mut targets = Targets::default();
         targets.key(&registry, &key);
         targets.key(&registry, &format!("agents/{agent}"));
+        targets.accounts(&registry, audience.as_deref());
+        targets.send(&registry, &mut outgoing);
+        Ok(())
+    }
+
+    /// A run's new state goes to its tree's key and, as upstream's `run-change`, to the
+    /// account-wide subscribers of its agent's owner and members.
+    async fn run_changed(&mut self, run: &RunInfo) -> ApiResult<()> {
+        let Some(agent) = run.agent_id.as_deref() else { return Ok(()) };
+        let key = format!("runs/{}", run.root_run_id);
+        let audience = self.audience(agent).await?;
+        if !self.registry().has(&key) && audience.is_none() {
+            return Ok(());
+        }
+        let value = wire::to_ipld(run).map_err(ApiError::internal)?;
+        let mut outgoing =
+            Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame { key: key.clone(), value: value.into() }));
+        let registry = self.registry();
+        let mut targets = Targets::default();
+        targets.key(&registry, &key);
         targets.accounts(&registry, audience.as_deref());
         targets.send(&registry, &mut outgoing);
         Ok(())

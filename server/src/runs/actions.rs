@@ -1,0 +1,173 @@
+//! The run actions: `GetRun`, `ListRuns`, `CancelRun`, `SignalRun`, `GetRunJournal`.
+//!
+//! A run is visible through its agent: a caller who may read the agent may read its runs, a
+//! writer may cancel and signal them; a run whose agent is gone (or invisible) is `404 Run not
+//! found`. `RunInfo.childRunCount` is present when the run has children.
+
+use seed_agents_protocol::generated::{
+    CancelRun, CancelRunResponse, GetRun, GetRunJournal, GetRunJournalResponse, GetRunResponse, ListRuns,
+    ListRunsResponse, SignalRun, SignalRunResponse,
+};
+
+use super::info;
+use super::queue::Changes;
+use crate::access::{self, Need};
+use crate::app::App;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult, ErrorKind};
+use crate::validate::{MAX_NAME_BYTES, bounded_string};
+
+/// Runs per `ListRuns` page when the client does not say.
+pub const DEFAULT_PAGE: i64 = 50;
+/// The most runs per `ListRuns` page.
+pub const MAX_PAGE: i64 = 200;
+
+/// `ListRuns` without a selector (upstream's words).
+const NO_SELECTOR: &str = "ListRuns requires rootRunId, sessionId, or agentId";
+
+/// `GetRun {runId}` (reader of the run's agent).
+pub async fn get_run(app: &App, caller: &Caller, action: GetRun) -> ApiResult<GetRunResponse> {
+    let account = caller.account_id.clone();
+    app.db
+        .read(move |conn| {
+            access::require_run(conn, &action.run_id, &account, Need::Read)?;
+            let run = info::load(conn, &action.run_id)?.ok_or_else(|| ApiError::not_found("Run not found"))?;
+            Ok(GetRunResponse { run })
+        })
+        .await
+}
+
+/// `ListRuns {rootRunId? | sessionId? | agentId?, status?, limit?}` (reader).
+///
+/// The first selector present of rootRunId, sessionId, agentId chooses the runs: a whole tree
+/// oldest first (not limited by the query), a session's root runs newest first, or an agent's
+/// runs newest first. `status` filters what was fetched and the page is cut to `limit` (default
+/// 50, clamped to 1..=200; a non-integer number is floored and anything else means the default,
+/// see `dispatch::shape`), as upstream does.
+///
+/// Access is checked as upstream checks it, on the first selector present of agentId, sessionId,
+/// rootRunId (its 404 or 403). When that is not the selector that chooses the runs, the chosen
+/// one must be visible too, else the list is empty: upstream answers that way for another
+/// owner's runs, and would list another agent of the same owner, which we do not.
+pub async fn list_runs(app: &App, caller: &Caller, action: ListRuns) -> ApiResult<ListRunsResponse> {
+    let limit = action.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
+    let account = caller.account_id.clone();
+    app.db
+        .read(move |conn| {
+            let selector = match (&action.root_run_id, &action.session_id, &action.agent_id) {
+                (Some(root), _, _) => Selector::Root(root),
+                (None, Some(session), _) => Selector::Session(session),
+                (None, None, Some(agent)) => Selector::Agent(agent),
+                (None, None, None) => return Err(ApiError::invalid(NO_SELECTOR)),
+            };
+            let checked = match (&action.agent_id, &action.session_id, &action.root_run_id) {
+                (Some(agent), _, _) => Selector::Agent(agent),
+                (None, Some(session), _) => Selector::Session(session),
+                (None, None, Some(root)) => Selector::Root(root),
+                (None, None, None) => return Err(ApiError::invalid(NO_SELECTOR)),
+            };
+            checked.require(conn, &account)?;
+            if selector != checked && !selector.visible(conn, &account)? {
+                return Ok(ListRunsResponse { runs: Vec::new() });
+            }
+            let mut runs = match selector {
+                Selector::Root(root) => info::select(conn, "r.root_run_id = ?1", "r.created_at, r.id", -1, &[root])?,
+                Selector::Session(session) => info::select(
+                    conn,
+                    "r.session_id = ?1 AND r.id = r.root_run_id",
+                    "r.created_at DESC, r.id DESC",
+                    limit,
+                    &[session],
+                )?,
+                Selector::Agent(agent) => {
+                    info::select(conn, "r.agent_id = ?1", "r.created_at DESC, r.id DESC", limit, &[agent])?
+                }
+            };
+            if let Some(status) = action.status {
+                runs.retain(|run| run.status == status);
+            }
+            runs.truncate(limit as usize);
+            Ok(ListRunsResponse { runs })
+        })
+        .await
+}
+
+/// One of `ListRuns`'s selectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Selector<'a> {
+    Root(&'a String),
+    Session(&'a String),
+    Agent(&'a String),
+}
+
+impl Selector<'_> {
+    /// Reader access to what the selector names, with the protocol's 404/403.
+    fn require(self, conn: &rusqlite::Connection, account: &str) -> ApiResult<access::Access> {
+        match self {
+            Selector::Root(root) => access::require_run(conn, root, account, Need::Read),
+            Selector::Session(session) => access::require_session(conn, session, account, Need::Read),
+            Selector::Agent(agent) => access::require(conn, agent, account, Need::Read),
+        }
+    }
+
+    /// Whether the caller may read what the selector names.
+    fn visible(self, conn: &rusqlite::Connection, account: &str) -> ApiResult<bool> {
+        match self.require(conn, account) {
+            Ok(_) => Ok(true),
+            Err(error) if matches!(error.kind(), ErrorKind::NotFound | ErrorKind::Forbidden) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// `CancelRun {runId}` (writer): cancels the run's tree; `canceled` says whether anything was
+/// canceled or asked to stop.
+pub async fn cancel_run(app: &App, caller: &Caller, action: CancelRun) -> ApiResult<CancelRunResponse> {
+    let (account, now, is_live) = (caller.account_id.clone(), app.clock.now_ms(), app.runs.live_check());
+    let run_id = action.run_id.clone();
+    let (canceled, changes) = app
+        .db
+        .write(move |conn| {
+            access::require_run(conn, &run_id, &account, Need::Write)?;
+            let mut changes = Changes::default();
+            let canceled = super::cancel::cancel_tree(conn, &run_id, now, &is_live, &mut changes)?;
+            Ok((canceled, changes))
+        })
+        .await?;
+    let canceled = app.runs.after_cancel(app, canceled, changes, None);
+    Ok(CancelRunResponse { canceled, run_id: action.run_id })
+}
+
+/// `SignalRun {runId, signal, payload?}` (writer). A run parked on a budget pause resumes (any
+/// signal is the permission it waits for) and `delivered` is true. Event waits are not
+/// implemented (no run parks on one yet, and there is no run journal to deliver a payload into),
+/// so every other signal answers `delivered: false`, as upstream does when no wait matches.
+pub async fn signal_run(app: &App, caller: &Caller, action: SignalRun) -> ApiResult<SignalRunResponse> {
+    let (account, now) = (caller.account_id.clone(), app.clock.now_ms());
+    let run_id = action.run_id.clone();
+    let (resumed, changes) = app
+        .db
+        .write(move |conn| {
+            access::require_run(conn, &run_id, &account, Need::Write)?;
+            bounded_string(&action.signal, "Signal", MAX_NAME_BYTES)?;
+            let mut changes = Changes::default();
+            let resumed = super::cancel::resume_budget_pause(conn, &run_id, now, &mut changes)?;
+            Ok((resumed, changes))
+        })
+        .await?;
+    changes.publish(app);
+    if resumed {
+        app.runs.notify();
+    }
+    Ok(SignalRunResponse { delivered: resumed, run_id: action.run_id })
+}
+
+/// `GetRunJournal {runId, afterSeq?}` (reader): workflow journal entries after `afterSeq`
+/// (checked while decoding: 400 `afterSeq must be a non-negative integer`). Only workflow runs
+/// keep a journal and this server runs none, so the list is empty.
+pub async fn get_run_journal(app: &App, caller: &Caller, action: GetRunJournal) -> ApiResult<GetRunJournalResponse> {
+    let account = caller.account_id.clone();
+    let run_id = action.run_id.clone();
+    app.db.read(move |conn| access::require_run(conn, &run_id, &account, Need::Read)).await?;
+    Ok(GetRunJournalResponse { entries: Vec::new(), run_id: action.run_id })
+}

@@ -1,0 +1,165 @@
+//! What the executor (the model loop) sees of the engine: the [`Claimed`] run it is given, the
+//! [`StopSignal`] that asks it to end, the [`Outcome`] it reports, and the [`Executor`] trait it
+//! implements. Re-exported from `engine`.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use ipld_core::ipld::Ipld;
+use tokio::sync::watch;
+
+use super::queue::Queue;
+use super::wait::Wait;
+use crate::app::App;
+use crate::error::{ApiError, ErrorKind};
+
+/// A run claimed for execution, as the executor receives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claimed {
+    /// The run.
+    pub id: String,
+    /// The root of its tree (`runs/<root>` is where its changes are published).
+    pub root_run_id: String,
+    /// The account it is stored under (the agent's owner).
+    pub account_id: String,
+    /// Its agent.
+    pub agent_id: String,
+    /// Its session.
+    pub session_id: String,
+    /// What it was enqueued with.
+    pub input: Ipld,
+    /// The execution this is, from 1 (see `queue`'s `CLAIM_SET`: a resumed execution keeps its
+    /// number).
+    pub attempt: u32,
+    /// Executions allowed before a retryable failure becomes final.
+    pub max_attempts: u32,
+    /// Its queue.
+    pub queue: Queue,
+    /// Who started it (`user`, `trigger`, `agent`, `workflow`, `system`).
+    pub origin: String,
+}
+
+/// How an execution ended, as the executor reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Done; `output` is what an inline caller reads (`{assistantEventId}` for a turn).
+    Succeeded(Ipld),
+    /// Failed; retried when retryable and executions remain.
+    Failed(RunFailure),
+    /// Ended because it was asked to stop or was canceled; the output as for `Succeeded`.
+    Canceled(Ipld),
+    /// Parked until what [`Wait`] says happens.
+    Parked(Wait),
+}
+
+/// Why an execution failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFailure {
+    /// `provider-error`, `config-error`, … (`RunInfo.error.code`).
+    pub code: String,
+    /// The message the session's `error` event and an inline caller show.
+    pub message: String,
+    /// Whether another execution may succeed (upstream: provider failures and unexpected errors).
+    pub retryable: bool,
+    /// The HTTP status an inline caller answers with (502 when `None`).
+    pub http_status: Option<u16>,
+}
+
+impl RunFailure {
+    /// The error an inline caller answers with: the run's message under its HTTP status
+    /// (`http_status`, 502 by default), as upstream throws `APIError(httpStatus ?? 502, message)`.
+    /// A status our error kinds cannot say exactly answers 400 (below 500) or 502 (from 500).
+    pub fn to_api_error(&self) -> ApiError {
+        let kind = match self.http_status.unwrap_or(502) {
+            403 => ErrorKind::Forbidden,
+            404 => ErrorKind::NotFound,
+            409 => ErrorKind::Conflict,
+            413 => ErrorKind::TooLarge,
+            429 => ErrorKind::TooMany,
+            501 => ErrorKind::NotImplemented,
+            503 => ErrorKind::Unavailable,
+            status if status < 500 => ErrorKind::Invalid,
+            _ => ErrorKind::Upstream,
+        };
+        ApiError::new(kind, self.message.clone())
+    }
+}
+
+/// Why an execution is asked to end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// StopSession: keep the partial text, append "Stopped.", end `canceled`.
+    Stop,
+    /// CancelRun, a parent's cancellation, a deleted session or agent: end `canceled`.
+    Cancel,
+    /// The server is stopping: end quickly; the next boot sweep requeues the run, so a `Failed`
+    /// or `Canceled` outcome is not written.
+    Shutdown,
+}
+
+/// A cheap cloneable stop signal handed to the executor. The first reason given wins.
+#[derive(Debug, Clone)]
+pub struct StopSignal {
+    reason: Arc<watch::Sender<Option<StopReason>>>,
+}
+
+impl Default for StopSignal {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StopSignal {
+    /// A signal nobody gave yet.
+    pub fn new() -> Self {
+        Self { reason: Arc::new(watch::channel(None).0) }
+    }
+
+    /// Asks the execution to end (no effect once a reason was given).
+    pub fn stop(&self, reason: StopReason) {
+        self.reason.send_if_modified(|current| {
+            if current.is_some() {
+                return false;
+            }
+            *current = Some(reason);
+            true
+        });
+    }
+
+    /// Why the execution was asked to end, if it was.
+    pub fn reason(&self) -> Option<StopReason> {
+        *self.reason.borrow()
+    }
+
+    /// Resolves when the execution is asked to end, with why.
+    pub async fn stopped(&self) -> StopReason {
+        let mut receiver = self.reason.subscribe();
+        // Copied out at once: the borrow holds a lock that must not live across an await.
+        let reason = receiver.wait_for(Option::is_some).await.map(|reason| *reason);
+        match reason {
+            Ok(reason) => reason.unwrap_or(StopReason::Cancel),
+            // The sender lives in `self`, so this cannot happen; wait forever rather than lie.
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+/// Executes claimed agent runs (the model loop). Installed once at start.
+pub trait Executor: Send + Sync + 'static {
+    /// Runs `run` to an [`Outcome`], ending early when `stop` says so.
+    fn execute(&self, app: Arc<App>, run: Claimed, stop: StopSignal) -> BoxFuture<'static, Outcome>;
+}
+
+/// What [`Engine::run_inline`](super::Engine::run_inline) came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InlineOutcome {
+    /// The run executed here and its outcome is stored (for an ended run, what it ended with,
+    /// which a cancellation may have decided).
+    Finished(Outcome),
+    /// Another turn holds the session (or no executor is installed, or the server is stopping):
+    /// the run stays queued.
+    NotClaimed,
+    /// The run went back to the queue: a retryable failure waits for its retry, or the server
+    /// stopped under it and the next boot sweep requeues it.
+    Requeued,
+}
