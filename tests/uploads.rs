@@ -59,7 +59,13 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 #[tokio::test]
 async fn attachments_are_stored_by_hash_read_back_and_limited() {
-    let server = TestServer::start().await;
+    // Inline bodies up to 128 MiB, so the attachment's own 100 MiB limit is what refuses below
+    // (with the default 32 MiB the edge refuses such a body before it is read).
+    let server = TestServer::start_with(tempfile::tempdir().unwrap(), |config| {
+        config.max_body_bytes = 128 << 20;
+        config.body_budget_bytes = 256 << 20;
+    })
+    .await;
     let user = server.user();
     let (agent_id, session_id) = agent_and_session(&user).await;
 

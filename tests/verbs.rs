@@ -86,7 +86,9 @@ async fn memory_is_written_and_read_through_verbs() {
     for _ in 0..3 {
         reasons.push((*bus.recv().await.unwrap()).clone());
     }
-    assert!(reasons.contains(&Event::SessionChanged { session_id: session_id.clone(), agent_id: agent.clone() }));
+    // An append is announced as an append (and `session-event`), not as a session change.
+    assert!(reasons.iter().any(|event| matches!(event,
+        Event::SessionAppended { agent_id, event, .. } if *agent_id == agent && event.session_id == session_id)));
     assert!(reasons.iter().any(|event| matches!(event,
         Event::AccountChange { reason: ChangeReason::SessionEvent, session_id: Some(id), .. } if *id == session_id)));
 
