@@ -5,9 +5,47 @@ use seed_agents_server::config::LogFormat;
 use seed_agents_server::{Clock, Config, RunningServer};
 use tracing_subscriber::EnvFilter;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let config = Config::parse();
+    tune_allocator();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("seed-agents-server: cannot start the async runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(serve(config))
+}
+
+/// glibc's allocator keeps up to eight arenas per core and grows its mmap threshold as large
+/// blocks are freed, so a server whose threads allocate and free large short-lived buffers
+/// (request bodies, upload chunks, model streams) holds on to freed memory for good: the soak
+/// bench saw RSS climb from 46 to 70 MiB over ten minutes with nothing live. Two arenas, and
+/// blocks of 128 KiB or more from mmap (returned to the system when freed), keep it level. An
+/// operator's `MALLOC_ARENA_MAX` / `MALLOC_MMAP_THRESHOLD_` still win.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn tune_allocator() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: `mallopt` only sets a glibc allocator parameter from a plain integer; it runs
+        // once, before the async runtime (or any other thread) exists.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 2);
+        }
+    }
+    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+        // SAFETY: as above.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        }
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn tune_allocator() {}
+
+async fn serve(config: Config) -> std::process::ExitCode {
     init_logging(config.log_format);
     let server = match RunningServer::start(config.clone(), Clock::system()).await {
         Ok(server) => server,
