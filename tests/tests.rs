@@ -15,6 +15,7 @@ mod memory;
 mod pagination;
 mod provider_models;
 mod runs;
+mod runtime;
 mod uploads;
 mod verbs;
 mod versions;

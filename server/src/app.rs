@@ -35,6 +35,12 @@ pub struct App {
     pub replay: ReplayGuard,
     /// The outbound HTTP client (provider model lists, downloads, the Hypermedia server).
     pub http: reqwest::Client,
+    /// Model providers, over [`Self::http`].
+    pub model: crate::model::Client,
+    /// Automatic session titles in progress.
+    pub titles: crate::runtime::title::Titler,
+    /// User verbs executing now, by session.
+    pub user_verbs: crate::verbs::InFlight,
     /// When the server started (for `uptime`).
     pub started: Instant,
     /// Upload chunks that arrived ahead of their predecessor (pipelined clients).
@@ -109,6 +115,14 @@ impl App {
         let http = outbound_http_client().map_err(|error| StartError::HttpClient(error.to_string()))?;
         let live = crate::ws::Live::new(config.ws_limits());
         let runs = crate::runs::Engine::new(config.run_limits);
+        let model = crate::model::Client::new(
+            http.clone(),
+            crate::model::Timeouts {
+                connect: std::time::Duration::from_secs(10),
+                first_byte: config.provider_timeout,
+                idle: config.provider_timeout,
+            },
+        );
         Ok(Self {
             live,
             runs,
@@ -119,6 +133,9 @@ impl App {
             clock,
             keys: KeyCache::new(),
             replay: ReplayGuard::new(ReplayGuard::DEFAULT_CAPACITY),
+            model,
+            titles: crate::runtime::title::Titler::default(),
+            user_verbs: crate::verbs::InFlight::default(),
             http,
             started: Instant::now(),
             upload_order,
@@ -184,6 +201,7 @@ impl RunningServer {
             let _ = stopped.await;
         }));
         let upload_sweeper = crate::uploads::spawn_sweeper(&app);
+        app.runs.install(Arc::new(crate::runtime::AgentExecutor));
         let dispatcher = crate::runs::Engine::start(&app);
         Ok(Self { addr, app, shutdown: Some(shutdown), task, upload_sweeper, hub, dispatcher })
     }

@@ -50,6 +50,33 @@ pub struct Config {
     #[arg(long, env = "SEED_AGENTS_BODY_TIMEOUT", default_value = "10", value_parser = parse_seconds)]
     pub body_timeout: Duration,
 
+    /// Seconds a model provider may take to start answering, and to send the next piece of a
+    /// streaming answer, before the step fails with a timeout error.
+    #[arg(long, env = "SEED_AGENTS_PROVIDER_TIMEOUT", default_value = "120", value_parser = parse_seconds)]
+    pub provider_timeout: Duration,
+
+    /// Where every provider of one type sends its requests instead of the vendor's default, as
+    /// `<type>=<url>` (repeat the flag, or separate with commas): a gateway or proxy in front of
+    /// the vendor. A provider record's own base URL (ollama, custom) still wins.
+    #[arg(
+        long = "provider-url",
+        env = "SEED_AGENTS_PROVIDER_URLS",
+        value_delimiter = ',',
+        value_parser = crate::providers::registry::parse_provider_url
+    )]
+    pub provider_urls: Vec<crate::providers::registry::ProviderUrl>,
+
+    /// Whether a conversation with a provisional title gets one from the model when a turn
+    /// starts (one tool-less call; never replaces a title the agent or a person gave).
+    #[arg(
+        long,
+        env = "SEED_AGENTS_SESSION_TITLE_GENERATION",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub session_title_generation: bool,
+
     /// The average rate, in bytes per second, a request body must keep up past `--body-timeout`.
     #[arg(long, env = "SEED_AGENTS_BODY_MIN_RATE", default_value_t = DEFAULT_BODY_MIN_RATE)]
     pub body_min_rate: u64,
@@ -162,6 +189,9 @@ impl Config {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
             body_min_rate: DEFAULT_BODY_MIN_RATE,
+            provider_timeout: Duration::from_secs(120),
+            session_title_generation: true,
+            provider_urls: Vec::new(),
             request_timeout: Duration::from_secs(300),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             ws_max_sockets: 10_000,

@@ -103,6 +103,20 @@ impl Key {
     }
 }
 
+impl Key {
+    /// Replaces the response stored for this key (a reservation made before the work was done,
+    /// now that it is).
+    pub fn update<R: Response>(&self, conn: &Connection, response: &R) -> ApiResult<()> {
+        let bytes = wire::to_vec(&response.clone().into_response()).map_err(ApiError::internal)?;
+        conn.prepare_cached(
+            "UPDATE action_idempotency SET response_cbor = ?4
+             WHERE account_id = ?1 AND action = ?2 AND client_request_id = ?3",
+        )?
+        .execute(params![self.account_id, self.action, self.id, bytes])?;
+        Ok(())
+    }
+}
+
 /// Runs `create` unless `key` replays; stores its response under `key`. For use inside a write.
 pub fn once<R: Response>(
     conn: &Connection,

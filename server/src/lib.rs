@@ -25,6 +25,7 @@ pub mod memory;
 pub mod model;
 pub mod providers;
 pub mod runs;
+pub mod runtime;
 pub mod secrets;
 pub mod sessions;
 pub mod uploads;

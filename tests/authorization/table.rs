@@ -24,8 +24,9 @@ use seed_agents_protocol::generated::{
 };
 use seed_agents_protocol::generated::{
     CancelRun, CancelRunResponse, GetRun, GetRunJournal, GetRunJournalResponse, GetRunResponse, GetSessionEvent,
-    GetSessionEventResponse, ListRuns, ListRunsResponse, RetrySession, RetrySessionResponse, SignalRun,
-    SignalRunResponse, StopSession, StopSessionResponse,
+    GetSessionEventResponse, ListRuns, ListRunsResponse, MessageSession, MessageSessionContentPart,
+    MessageSessionResponse, RetrySession, RetrySessionResponse, SignalRun, SignalRunResponse, StopSession,
+    StopSessionResponse, TextContentPart,
 };
 use seed_agents_protocol::{
     Action, AgentAction, AgentResponse, Bytes, Ed25519Signer, Nullable, Response, Signer as _, Value,
@@ -358,6 +359,25 @@ pub fn table() -> Vec<Row> {
         )
         .with_run(Stage::Failed)
         .shape(|_, _, answer| same("seq", response::<GetSessionEventResponse>(answer)?.event.seq, 1)),
+        row(
+            "MessageSession",
+            |c| {
+                MessageSession {
+                    client_message_id: None,
+                    content: vec![MessageSessionContentPart::TextContentPart(TextContentPart {
+                        blocks: None,
+                        client_message_id: None,
+                        text: "hello".into(),
+                    })],
+                    session_id: c.session_id.clone(),
+                }
+                .into_action()
+            },
+            [OK, OK, WRITE, OK, WRITE, NO_SESSION, NO_SESSION],
+        )
+        .shape(|_, _, answer| {
+            same("assistantEventId", response::<MessageSessionResponse>(answer)?.assistant_event_id, "retried".into())
+        }),
         row(
             "StopSession",
             |c| StopSession { session_id: c.session_id.clone() }.into_action(),

@@ -4,6 +4,8 @@
 #[path = "../../server/tests/common/fixtures.rs"]
 mod fixtures;
 pub mod hm;
+#[path = "../../server/tests/common/provider.rs"]
+pub mod provider;
 pub mod runs;
 
 use std::collections::BTreeMap;

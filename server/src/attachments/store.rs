@@ -69,6 +69,13 @@ pub fn store_staged(
     session.finish(&id, session_id, name, given_mime, size, now_ms)
 }
 
+/// One attachment's record: 400 for a malformed id, 404 `Attachment not found: <id>` when missing.
+pub fn info(dir: &Path, attachment_id: &str) -> ApiResult<SessionAttachmentInfo> {
+    check_id(attachment_id)?;
+    read_meta(&dir.join(format!("{attachment_id}.json")))
+        .ok_or_else(|| ApiError::not_found(format!("Attachment not found: {attachment_id}")))
+}
+
 /// One attachment's record and bytes: 400 for a malformed id, 404 when missing.
 pub fn read(dir: &Path, attachment_id: &str) -> ApiResult<(SessionAttachmentInfo, Vec<u8>)> {
     check_id(attachment_id)?;

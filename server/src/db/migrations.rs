@@ -206,6 +206,10 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX runs_by_agent ON runs (agent_id, created_at DESC);
     CREATE INDEX runs_by_account ON runs (account_id, created_at DESC);
     "#,
+    // 5: the session checklist the `plan` verb keeps (a `RunPlan`, canonical CBOR; NULL = none).
+    r#"
+    ALTER TABLE sessions ADD COLUMN plan_cbor BLOB;
+    "#,
 ];
 
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.

@@ -54,6 +54,7 @@ macro_rules! routes {
             UpdateSession => sessions::update_session,
             DeleteSession => sessions::delete_session,
             InvokeSessionTool => crate::verbs::invoke_session_tool,
+            MessageSession => crate::runtime::message::message_session,
             ListAgentMemory => memory::list_agent_memory,
             ListAgentMemoryDir => memory::list_agent_memory_dir,
             ReadAgentMemoryFile => memory::read_agent_memory_file,

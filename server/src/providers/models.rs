@@ -75,7 +75,8 @@ pub async fn list_provider_models(
     let name = bounded_string(&action.provider, "Model provider", MAX_NAME_BYTES)?;
     let account = caller.account_id.clone();
     let agent_id = action.agent_id;
-    let listing = app.db.read(move |conn| plan(conn, &account, agent_id.as_deref(), &name)).await?;
+    let overrides = app.config.provider_urls.clone();
+    let listing = app.db.read(move |conn| plan(conn, &account, agent_id.as_deref(), &name, &overrides)).await?;
     let models = match listing {
         Listing::Subscription => subscription_models(),
         Listing::Vendor { provider_type, base_url, sealed_key } => {
@@ -114,7 +115,13 @@ impl SealedKey {
 }
 
 /// Resolves the account, loads the provider and its sealed key, in upstream's order of checks.
-fn plan(conn: &Connection, account_id: &str, agent_id: Option<&str>, name: &str) -> ApiResult<Listing> {
+fn plan(
+    conn: &Connection,
+    account_id: &str,
+    agent_id: Option<&str>,
+    name: &str,
+    overrides: &[super::registry::ProviderUrl],
+) -> ApiResult<Listing> {
     let owner = match agent_id {
         Some(agent_id) => access::require(conn, agent_id, account_id, Need::Read)?.owner_id,
         None => account_id.to_owned(),
@@ -134,7 +141,7 @@ fn plan(conn: &Connection, account_id: &str, agent_id: Option<&str>, name: &str)
         None if provider_type.requires_api_key() => return Err(provider_type.api_key_not_configured()),
         None => None,
     };
-    let base_url = provider_type.resolve_base_url(&row.config)?;
+    let base_url = provider_type.resolve_base_url_with(&row.config, overrides)?;
     Ok(Listing::Vendor { provider_type, base_url, sealed_key })
 }
 

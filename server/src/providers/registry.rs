@@ -183,6 +183,20 @@ impl ProviderType {
         self.effective_base_url(config).ok_or_else(|| self.base_url_required())
     }
 
+    /// [`Self::resolve_base_url`], with the operator's `--provider-url` for this type in place
+    /// of the type's default (a gateway or proxy in front of the vendor). A record's own URL,
+    /// where the type allows one, still wins.
+    pub fn resolve_base_url_with(self, config: &ModelProviderConfig, overrides: &[ProviderUrl]) -> ApiResult<String> {
+        let own = config.base_url.as_deref().map(js_trim).filter(|url| !url.is_empty());
+        if own.is_some() && self.allows_custom_base_url() {
+            return self.resolve_base_url(config);
+        }
+        match overrides.iter().rev().find(|entry| entry.provider_type == self) {
+            Some(entry) => Ok(entry.url.clone()),
+            None => self.resolve_base_url(config),
+        }
+    }
+
     fn base_url_required(self) -> ApiError {
         ApiError::invalid(format!("Base URL is required for provider type: {}", self.as_str()))
     }
@@ -192,6 +206,27 @@ impl std::fmt::Display for ProviderType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// An operator's base URL for every provider of one type (`--provider-url anthropic=https://…`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderUrl {
+    /// The type it applies to.
+    pub provider_type: ProviderType,
+    /// Where that type's requests go instead of the vendor's default.
+    pub url: String,
+}
+
+/// Parses `type=url` (an http(s) URL; one trailing `/` dropped).
+pub fn parse_provider_url(value: &str) -> Result<ProviderUrl, String> {
+    let (name, url) = value.split_once('=').ok_or_else(|| format!("expected <type>=<url>, got {value}"))?;
+    let provider_type =
+        ProviderType::parse(name.trim()).ok_or_else(|| format!("unknown provider type: {}", name.trim()))?;
+    let url = url.trim();
+    if !is_http_url(url) {
+        return Err(format!("not an http(s) URL: {url}"));
+    }
+    Ok(ProviderUrl { provider_type, url: url.strip_suffix('/').unwrap_or(url).to_owned() })
 }
 
 /// Checks and trims a provider name (`Provider name is required` / `… is too large`).

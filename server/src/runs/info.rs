@@ -1,7 +1,7 @@
 //! Run rows as the protocol shows them (`RunInfo`), and the trees they form.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use seed_agents_protocol::generated::RunInfo;
+use seed_agents_protocol::generated::{RunInfo, UnmetObligation};
 use seed_agents_protocol::wire;
 use serde::de::DeserializeOwned;
 
@@ -12,7 +12,7 @@ use crate::error::{ApiError, ApiResult};
 const RUN_COLUMNS: &str = "r.id, r.account_id, r.root_run_id, r.parent_run_id, r.parent_tool_call_id, \
      r.continued_from_run_id, r.depth, r.kind, r.origin, r.agent_id, r.session_id, r.title, r.source_text, \
      r.error_cbor, r.wait_cbor, r.usage_cbor, r.plan_cbor, r.status, r.created_at, r.updated_at, r.started_at, \
-     r.finished_at, (SELECT COUNT(*) FROM runs c WHERE c.parent_run_id = r.id)";
+     r.finished_at, (SELECT COUNT(*) FROM runs c WHERE c.parent_run_id = r.id), r.output_cbor";
 
 /// A stored enum or CBOR column that does not read back is a broken invariant, not bad input.
 fn column<T: std::str::FromStr>(row: &Row<'_>, index: usize) -> rusqlite::Result<T>
@@ -61,8 +61,20 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<RunInfo> {
         child_run_count: Some(row.get::<_, i64>(22)?).filter(|count| *count > 0),
         plan_step_id: None,
         step_label: None,
-        unmet_obligations: None,
+        unmet_obligations: unmet_obligations(row, 23)?,
     })
+}
+
+/// `output.unmetObligations` of a run that ended owing work (RUNTIME-NOTES §5.8).
+fn unmet_obligations(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Vec<UnmetObligation>>> {
+    #[derive(serde::Deserialize)]
+    struct Output {
+        #[serde(rename = "unmetObligations")]
+        unmet_obligations: Option<Vec<UnmetObligation>>,
+    }
+    // Outputs are free-form: one without the field (or not a map) owes nothing.
+    let Some(bytes) = row.get::<_, Option<Vec<u8>>>(index)? else { return Ok(None) };
+    Ok(wire::from_slice::<Output>(&bytes).ok().and_then(|output| output.unmet_obligations))
 }
 
 /// The root and the agent of run `run_id`, when it exists and still has an agent (runs outlive

@@ -8,10 +8,9 @@ use std::collections::BTreeSet;
 
 use rusqlite::{Connection, Row, params};
 use seed_agents_protocol::generated::{
-    AgentDefinitionSystemPrompt, CreateSession, CreateSessionResponse, DeleteSession, DeleteSessionResponse,
-    GetSession, GetSessionEvent, GetSessionEventResponse, GetSessionResponse, ListSessions, ListSessionsResponse,
-    SessionInfo, SessionInfoStatus, SessionListCursor, SessionModelOverride, Thoroughness, UpdateSession,
-    UpdateSessionResponse,
+    CreateSession, CreateSessionResponse, DeleteSession, DeleteSessionResponse, GetSession, GetSessionEvent,
+    GetSessionEventResponse, GetSessionResponse, ListSessions, ListSessionsResponse, RunPlan, SessionInfo,
+    SessionInfoStatus, SessionListCursor, SessionModelOverride, Thoroughness, UpdateSession, UpdateSessionResponse,
 };
 use seed_agents_protocol::{Nullable, wire};
 use serde::Serialize;
@@ -42,7 +41,7 @@ pub const MAX_EVENT_PAGE: i64 = 1000;
 
 const SESSION_COLUMNS: &str = "s.id, s.account_id, s.agent_id, s.title, s.status, s.parent_session_id, s.run_id, \
      s.model_override_cbor, s.thoroughness, s.description, \
-     (SELECT COUNT(*) FROM sessions c WHERE c.parent_session_id = s.id), s.created_at, s.updated_at";
+     (SELECT COUNT(*) FROM sessions c WHERE c.parent_session_id = s.id), s.created_at, s.updated_at, s.plan_cbor";
 
 fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
     let blob_error = |index, error: wire::WireError| {
@@ -55,6 +54,11 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
     };
     let status: String = row.get(4)?;
     let thoroughness: Option<String> = row.get(8)?;
+    let plan: Option<Vec<u8>> = row.get(13)?;
+    let plan = match plan {
+        Some(bytes) => Some(wire::from_slice::<RunPlan>(&bytes).map_err(|error| blob_error(13, error))?),
+        None => None,
+    };
     Ok(SessionInfo {
         account: row.get(1)?,
         activity: None,
@@ -67,7 +71,7 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
         id: row.get(0)?,
         model_override,
         parent_session_id: row.get(5)?,
-        plan: None,
+        plan,
         run_id: row.get(6)?,
         started_by_trigger: None,
         status: match status.as_str() {
@@ -293,7 +297,7 @@ pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiR
         return Err(ApiError::invalid("beforeSeq must be a non-negative integer"));
     }
     let limit = action.limit.map(|limit| limit.clamp(1, MAX_EVENT_PAGE));
-    let account = caller.account_id.clone();
+    let (account, now) = (caller.account_id.clone(), app.clock.now_ms());
     app.db
         .read(move |conn| {
             let access = access::require_session(conn, &action.session_id, &account, Need::Read)?;
@@ -307,10 +311,16 @@ pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiR
                 None => (events::after(conn, &action.session_id, after, before, None)?, None),
             };
             let agent = agents::load_info(conn, &access.agent_id, access.role)?;
-            let system_prompt_markdown = match &agent.definition.system_prompt {
-                AgentDefinitionSystemPrompt::Array(blocks) => agents::prompt::blocks_to_markdown(blocks),
-                AgentDefinitionSystemPrompt::String(text) => text.clone(),
+            // What the agent's next pass is told (the live parts: time, members, `<space>`).
+            let memory_root = std::path::Path::new(&agent.state_dir).join(crate::memory::path::MEMORY_DIR);
+            let inputs = crate::runtime::prompt::Inputs {
+                definition: &agent.definition,
+                owner_id: &access.owner_id,
+                agent_id: &access.agent_id,
+                memory_root: &memory_root,
+                now_ms: now,
             };
+            let system_prompt_markdown = crate::runtime::prompt::system(conn, &inputs)?;
             Ok(GetSessionResponse {
                 context_window: None,
                 events,

@@ -55,6 +55,27 @@ pub(crate) struct Context<'a> {
     memory_root: PathBuf,
 }
 
+impl<'a> Context<'a> {
+    /// The context of the session's agent itself (a model pass), rather than of a user.
+    pub(crate) fn for_agent(
+        app: &'a App,
+        session_id: &str,
+        agent_id: &str,
+        owner_id: &str,
+        definition: AgentDefinition,
+        memory_root: PathBuf,
+    ) -> Self {
+        Self {
+            app,
+            session_id: session_id.to_owned(),
+            agent_id: agent_id.to_owned(),
+            owner_id: owner_id.to_owned(),
+            definition,
+            memory_root,
+        }
+    }
+}
+
 impl Context<'_> {
     /// Tells the owner's account the agent's memory changed (call after the change is on disk).
     fn memory_changed(&self) {
@@ -70,6 +91,7 @@ pub async fn invoke_session_tool(
 ) -> ApiResult<InvokeSessionToolResponse> {
     // The verb itself was checked while decoding (400 `verb must be read, write, or call`).
     let context = open(app, caller, &action.session_id).await?;
+    let _in_flight = app.user_verbs.enter(&action.session_id);
     let outcome = match action.verb {
         InvokeSessionToolVerb::Read => read(&context, &action.input).await,
         InvokeSessionToolVerb::Write => write(&context, &action.input).await,
@@ -189,7 +211,8 @@ impl<'a> Input<'a> {
     }
 }
 
-async fn read(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
+/// `read {address, …}` by address.
+pub(crate) async fn read(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
     let input = Input::new(input);
     let raw = input.text("address").ok_or_else(|| ApiError::invalid("read requires an address"))?;
     match Address::parse(raw) {
@@ -205,7 +228,8 @@ async fn read(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
     }
 }
 
-async fn write(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
+/// `write {address, …}` by address.
+pub(crate) async fn write(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
     let fields = Input::new(input);
     let raw = fields.text("address").ok_or_else(|| ApiError::invalid("write requires an address"))?;
     match Address::parse(raw) {
@@ -229,6 +253,25 @@ fn call(input: &Value) -> ApiResult<Value> {
     })
 }
 
+/// `call` from a model pass: a miss is a successful result that shows what can be called
+/// (nothing yet), so the model corrects itself instead of failing (RUNTIME-NOTES §4.4).
+pub(crate) fn call_as_agent(input: &Value) -> ApiResult<Value> {
+    let input = Input::new(input);
+    let summary = match input.text("tool") {
+        Some(tool) => format!("No callable tool named {tool}. There are no callable tools on this server yet."),
+        None => "call requires a tool name. There are no callable tools on this server yet.".to_owned(),
+    };
+    #[derive(Serialize)]
+    struct Listing {
+        tools: Vec<String>,
+        markdown: String,
+    }
+    let markdown = "# ~/tools\n\n## Verbs (always available)\n\n- read: read anything by address\n- write: write \
+                    by address\n- call: run a callable tool\n- plan: keep the task checklist\n- status: name the \
+                    conversation and say where it stands\n\n## Callable with the call verb\n\nNone on this server yet.";
+    record(summary, &Listing { tools: Vec::new(), markdown: markdown.to_owned() })
+}
+
 /// An address form upstream serves and this server does not yet (an execution failure: 400).
 fn not_yet(what: &str) -> ApiError {
     ApiError::invalid(format!("{what} not supported by this server yet"))
@@ -247,4 +290,54 @@ fn record(summary: String, data: &impl Serialize) -> ApiResult<Value> {
 /// `n thing` or `n things`.
 fn plural(count: usize, one: &str, many: &str) -> String {
     format!("{count} {}", if count == 1 { one } else { many })
+}
+
+/// The sessions where a user verb is executing right now (in memory: a crash clears it, and
+/// nothing durable is left half-done by a verb that never logged). `MessageSession` refuses
+/// while a session has one, so a turn never starts between a verb's work and its log entry.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    sessions: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+}
+
+impl InFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, usize>> {
+        // A panic while counting cannot leave the map inconsistent: take it over.
+        self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts a verb on `session_id` until the guard drops.
+    pub fn enter(&self, session_id: &str) -> InFlightGuard<'_> {
+        *self.lock().entry(session_id.to_owned()).or_insert(0) += 1;
+        InFlightGuard { in_flight: self, session_id: session_id.to_owned() }
+    }
+
+    /// 409 while a user verb executes on `session_id`.
+    pub fn refuse_message(&self, session_id: &str) -> ApiResult<()> {
+        if self.lock().get(session_id).is_some_and(|count| *count > 0) {
+            return Err(ApiError::conflict(
+                "A user tool action is still running in this thread; wait for it to finish",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One user verb in flight.
+#[derive(Debug)]
+pub struct InFlightGuard<'a> {
+    in_flight: &'a InFlight,
+    session_id: String,
+}
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        let mut sessions = self.in_flight.lock();
+        if let Some(count) = sessions.get_mut(&self.session_id) {
+            *count -= 1;
+            if *count == 0 {
+                sessions.remove(&self.session_id);
+            }
+        }
+    }
 }

@@ -24,7 +24,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use seed_agents_protocol::generated::{
-    AccountChangeHint, AgentInfo, AgentWsEvent, AppendFrame, ChangeFrame, RunInfo, SessionEvent,
+    AccountChangeHint, AgentInfo, AgentWsEvent, AppendFrame, AppendPartialFrame, ChangeFrame, PartialPatch, RunInfo,
+    SessionEvent,
 };
 use seed_agents_protocol::wire;
 use tokio::sync::{broadcast, watch};
@@ -140,6 +141,10 @@ impl Hub {
     async fn on_event(&mut self, event: &Event) -> ApiResult<()> {
         match event {
             Event::SessionAppended { agent_id, event, .. } => self.appended(agent_id, event).await,
+            Event::SessionPartial { session_id, partial_id, patch, .. } => {
+                self.partial(session_id, partial_id, patch);
+                Ok(())
+            }
             Event::SessionChanged { session_id, agent_id } => self.session_changed(session_id, agent_id).await,
             Event::AgentChanged { agent_id } => self.agent_changed(agent_id).await,
             Event::RunChanged { run } => self.run_changed(run).await,
@@ -195,6 +200,24 @@ impl Hub {
         targets.accounts(&registry, audience.as_deref());
         targets.send(&registry, &mut outgoing);
         Ok(())
+    }
+
+    /// A partial goes to the session's own subscribers only (account keys hear durable events).
+    fn partial(&mut self, session_id: &str, partial_id: &str, patch: &PartialPatch) {
+        let key = format!("sessions/{session_id}");
+        let registry = self.registry();
+        let mut targets = Targets::default();
+        targets.key(&registry, &key);
+        if targets.is_empty() {
+            return;
+        }
+        let mut outgoing = Outgoing::new(AgentWsEvent::AppendPartialFrame(AppendPartialFrame {
+            key,
+            partial_id: partial_id.to_owned(),
+            patch: patch.clone(),
+            run_id: None,
+        }));
+        targets.send(&registry, &mut outgoing);
     }
 
     async fn session_changed(&mut self, session_id: &str, agent: &str) -> ApiResult<()> {
@@ -459,6 +482,10 @@ struct Targets {
 }
 
 impl Targets {
+    fn is_empty(&self) -> bool {
+        self.sockets.is_empty()
+    }
+
     /// Every subscriber of `key`.
     fn key(&mut self, registry: &Registry, key: &str) {
         self.filtered(registry, key, |_, _| true);

@@ -51,9 +51,18 @@ pub struct Recorded {
     pub headers: HeaderMap,
     /// The JSON body (`Value::Null` when it was not JSON).
     pub body: Value,
+    /// When the request arrived.
+    pub received: std::time::Instant,
+    /// When the first byte of a streamed answer went out (see [`Recorded::first_byte`]).
+    first_byte: Arc<Mutex<Option<std::time::Instant>>>,
 }
 
 impl Recorded {
+    /// When the first byte of a streamed answer went out (`None` for errors, or not yet).
+    pub fn first_byte(&self) -> Option<std::time::Instant> {
+        *self.first_byte.lock().expect("first byte")
+    }
+
     /// A header's value as text (empty when absent).
     pub fn header(&self, name: &str) -> String {
         self.headers.get(name).and_then(|value| value.to_str().ok()).unwrap_or_default().to_owned()
@@ -67,6 +76,8 @@ pub enum Fallback {
     Echo,
     /// Always this text.
     Text(String),
+    /// Always this text, one character per delta.
+    Pieces(String),
 }
 
 /// Which vendor format a request came in (and its answer goes out) in.
@@ -263,6 +274,11 @@ impl Provider {
         self.state.requests.lock().expect("requests").clone()
     }
 
+    /// Every request received so far, removed from the record (long benchmarks drain it).
+    pub fn take_requests(&self) -> Vec<Recorded> {
+        std::mem::take(&mut *self.state.requests.lock().expect("requests"))
+    }
+
     /// How many requests were received.
     pub fn request_count(&self) -> usize {
         self.state.requests.lock().expect("requests").len()
@@ -287,11 +303,19 @@ fn answer(state: &Shared, vendor: Vendor, uri: Uri, headers: HeaderMap, body: &[
     let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let model = body.get("model").and_then(Value::as_str).unwrap_or("scripted").to_owned();
     let echo = last_user_text(vendor, &body);
-    state.requests.lock().expect("requests").push(Recorded { path: uri.path().to_owned(), headers, body });
+    let first_byte = Arc::new(Mutex::new(None));
+    state.requests.lock().expect("requests").push(Recorded {
+        path: uri.path().to_owned(),
+        headers,
+        body,
+        received: std::time::Instant::now(),
+        first_byte: first_byte.clone(),
+    });
     let script = state.scripts.lock().expect("scripts").pop_front().or_else(|| {
         state.fallback.lock().expect("fallback").clone().map(|fallback| match fallback {
             Fallback::Echo => Script::text(&echo),
             Fallback::Text(text) => Script::text(&text),
+            Fallback::Pieces(text) => Script::text(&text).split(),
         })
     });
     let Some(script) = script else {
@@ -306,7 +330,7 @@ fn answer(state: &Shared, vendor: Vendor, uri: Uri, headers: HeaderMap, body: &[
                 Vendor::OpenAi => openai_events(reply, &model, script.split),
                 Vendor::Anthropic => anthropic_events(reply, &model, script.split),
             };
-            stream_response(events, &script)
+            stream_response(events, &script, first_byte)
         }
     }
 }
@@ -336,14 +360,24 @@ fn error_response(
     response.body(Body::from(body)).expect("error response")
 }
 
-fn stream_response(events: Vec<String>, script: &Script) -> Response {
+fn stream_response(
+    events: Vec<String>,
+    script: &Script,
+    first_byte: Arc<Mutex<Option<std::time::Instant>>>,
+) -> Response {
     let delay = script.delay;
     let cut = script.drop_after.or(script.hang_after).unwrap_or(events.len());
-    let head = stream::iter(events.into_iter().take(cut)).then(move |event| async move {
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
+    let head = stream::iter(events.into_iter().take(cut).enumerate()).then(move |(position, event)| {
+        let first_byte = first_byte.clone();
+        async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            if position == 0 {
+                *first_byte.lock().expect("first byte") = Some(std::time::Instant::now());
+            }
+            Ok::<Bytes, std::io::Error>(Bytes::from(event))
         }
-        Ok::<Bytes, std::io::Error>(Bytes::from(event))
     });
     let tail: BoxStream<'static, Result<Bytes, std::io::Error>> = if script.drop_after.is_some() {
         // A pause first, so what came before is flushed and the client sees a stream break off.

@@ -1,0 +1,242 @@
+//! Agent turns: `cargo bench -p seed-agents-server --bench turns`.
+//!
+//! The real server binary runs as a child process; a scripted provider in this process answers
+//! every model request at once with a four-chunk streamed reply (chat completions wire format).
+//! `TURNS_SESSIONS` workers (default 16) each send `MessageSession` one after another on their own
+//! session (a fresh session every 25 turns, so conversations stay the size of real ones) until
+//! `TURNS` turns (default 20,000; the figure is 100,000) are done. Reported:
+//!
+//! - **turns per second** over the whole run;
+//! - **turn latency**: from sending `MessageSession` to its answer (the assistant message is
+//!   durable by then), p50 / p99 / max;
+//! - **server-added streaming latency**: for each turn, from the provider writing the first byte
+//!   of its answer to the worker's WebSocket subscription receiving the turn's first `textDelta`
+//!   (both clocks are this process's), p50 / p99;
+//! - **server memory**: resident memory after setup and at every tenth of the run.
+//!
+//! The load generator, the provider and the server share the machine's cores; absolute figures
+//! move with the machine's load. Without `--bench` (as `cargo test --benches` runs it) it does a
+//! small smoke run.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../tests/common/fixtures.rs"]
+mod fixtures;
+#[path = "support/process.rs"]
+mod process;
+#[path = "../tests/common/provider.rs"]
+mod provider;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fixtures::definition;
+use futures_util::StreamExt as _;
+use process::{Memory, Server, server_command};
+use provider::{Fallback, Provider};
+use seed_agents_protocol::generated::{
+    CreateAgent, CreateSession, MessageSession, MessageSessionContentPart, ModelProviderConfig, SetModelProvider,
+    TextContentPart,
+};
+use seed_agents_sdk::subscription::Event as Live;
+use seed_agents_sdk::{Client, Ed25519Signer};
+
+const SEED: [u8; 32] = [3; 32];
+const TURNS_PER_SESSION: usize = 25;
+
+fn main() {
+    let smoke = !std::env::args().any(|arg| arg == "--bench");
+    let env = |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let turns = env("TURNS", if smoke { 200 } else { 20_000 });
+    let workers = env("TURNS_SESSIONS", 16);
+    if smoke {
+        println!("smoke run (no --bench): figures are not meaningful; use `cargo bench --bench turns`");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(run(turns, workers));
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index].as_secs_f64() * 1000.0
+}
+
+fn say(session_id: &str, text: String) -> MessageSession {
+    MessageSession {
+        client_message_id: None,
+        content: vec![MessageSessionContentPart::TextContentPart(TextContentPart {
+            blocks: None,
+            client_message_id: None,
+            text,
+        })],
+        session_id: session_id.to_owned(),
+    }
+}
+
+/// The tag (`turn w-k`) at the end of a request's last user message.
+fn tag_of(body: &serde_json::Value) -> Option<String> {
+    let messages = body["messages"].as_array()?;
+    let last = messages.iter().rev().find(|message| message["role"] == "user")?;
+    let content = last["content"].as_str()?;
+    content.rfind("turn ").map(|at| content[at..].to_owned())
+}
+
+async fn new_session(client: &Client, agent_id: &str) -> String {
+    let create = CreateSession {
+        agent_id: agent_id.to_owned(),
+        client_request_id: None,
+        model_override: None,
+        thoroughness: None,
+        title: None,
+    };
+    client.create_session(create).await.unwrap().session_id
+}
+
+async fn run(turns: usize, workers: usize) {
+    let provider = Arc::new(Provider::start().await);
+    provider.set_fallback(Fallback::Pieces("Hi!!".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let (mut command, addr) = server_command(dir.path());
+    command.arg("--session-title-generation").arg("false");
+    let mut server = Server::spawn("turns", (command, addr));
+    server.wait_ready();
+    let client = Client::builder(&server.url(), Ed25519Signer::from_seed(&SEED)).build().unwrap();
+    let custom = ModelProviderConfig {
+        auth_mode: None,
+        base_url: Some(provider.openai_base()),
+        model_defaults: None,
+        secret_refs: None,
+        type_: "custom".into(),
+    };
+    client.set_model_provider(SetModelProvider { name: "main".into(), provider: custom }).await.unwrap();
+    let agent_id = client
+        .create_agent(CreateAgent { client_request_id: None, definition: definition("bench") })
+        .await
+        .unwrap()
+        .agent_id;
+
+    // The provider's first-byte instants, by turn tag, drained as the run goes.
+    let first_bytes: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let drain = {
+        let (provider, first_bytes) = (provider.clone(), first_bytes.clone());
+        move || {
+            let mut first_bytes = first_bytes.lock().unwrap();
+            for request in provider.take_requests() {
+                if let (Some(tag), Some(at)) = (tag_of(&request.body), request.first_byte()) {
+                    first_bytes.insert(tag, at);
+                }
+            }
+        }
+    };
+    let drainer = {
+        let drain = drain.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                drain();
+            }
+        })
+    };
+
+    let idle = Memory::of(server.pid()).rss;
+    let done = Arc::new(AtomicUsize::new(0));
+    let samples: Arc<Mutex<Vec<(usize, f64)>>> = Arc::new(Mutex::new(vec![(0, idle)]));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..workers {
+        let (client, agent_id, done, samples) = (client.clone(), agent_id.clone(), done.clone(), samples.clone());
+        let pid = server.pid();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut partials: Vec<(String, Instant)> = Vec::new();
+            let mut turn = 0;
+            'sessions: loop {
+                let session_id = new_session(&client, &agent_id).await;
+                // A reader task stamps each first text delta as it arrives.
+                let (sender, mut firsts) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+                let mut live = client.subscribe(format!("sessions/{session_id}")).start();
+                assert!(matches!(live.next().await, Some(Ok(Live::Subscribed { .. }))));
+                let reader = tokio::spawn(async move {
+                    let mut streaming = None::<String>;
+                    while let Some(Ok(event)) = live.next().await {
+                        if let Live::Partial { partial_id, patch, .. } = event
+                            && patch.text_delta.is_some()
+                            && streaming.as_deref() != Some(&partial_id)
+                        {
+                            streaming = Some(partial_id);
+                            let _ = sender.send(Instant::now());
+                        }
+                    }
+                });
+                for _ in 0..TURNS_PER_SESSION {
+                    let index = done.fetch_add(1, Ordering::Relaxed);
+                    if index >= turns {
+                        reader.abort();
+                        break 'sessions;
+                    }
+                    if (index + 1) % (turns / 10).max(1) == 0 {
+                        samples.lock().unwrap().push((index + 1, Memory::of(pid).rss));
+                    }
+                    let tag = format!("turn {worker}-{turn}");
+                    turn += 1;
+                    let sent = Instant::now();
+                    let answer = client.message_session(say(&session_id, tag.clone())).await.unwrap();
+                    latencies.push(sent.elapsed());
+                    assert!(!answer.assistant_event_id.is_empty(), "answered inline");
+                    if let Ok(Some(at)) = tokio::time::timeout(Duration::from_secs(5), firsts.recv()).await {
+                        partials.push((tag, at));
+                    }
+                }
+                reader.abort();
+            }
+            (latencies, partials)
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut partials = Vec::new();
+    for task in tasks {
+        let (mut worker_latencies, mut worker_partials) = task.await.unwrap();
+        latencies.append(&mut worker_latencies);
+        partials.append(&mut worker_partials);
+    }
+    let elapsed = started.elapsed();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drainer.abort();
+    drain();
+    let last = Memory::of(server.pid()).rss;
+    latencies.sort();
+    let first_bytes = first_bytes.lock().unwrap();
+    let mut added: Vec<Duration> = partials
+        .iter()
+        .filter_map(|(tag, at)| first_bytes.get(tag).map(|first| at.saturating_duration_since(*first)))
+        .collect();
+    added.sort();
+    println!(
+        "{} turns, {workers} sessions at once: {:.0} turns/s; turn p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        latencies.len(),
+        latencies.len() as f64 / elapsed.as_secs_f64(),
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        percentile(&latencies, 1.0),
+    );
+    println!(
+        "provider first byte -> first textDelta at the client ({} turns matched): p50 {:.2} ms, p99 {:.2} ms",
+        added.len(),
+        percentile(&added, 0.5),
+        percentile(&added, 0.99),
+    );
+    let samples = samples.lock().unwrap();
+    let line: Vec<String> = samples.iter().map(|(turn, rss)| format!("{turn}:{rss:.1}")).collect();
+    println!("server RSS MiB by turns done: {} (end {last:.1})", line.join(" "));
+    if let (Some(first), Some(&(_, peak))) =
+        (samples.iter().find(|(turn, _)| *turn > 0), samples.iter().max_by(|a, b| a.1.total_cmp(&b.1)))
+    {
+        println!("RSS after the first tenth {:.1} MiB, at the end {last:.1} MiB, peak {peak:.1} MiB", first.1);
+    }
+    drop(server);
+}

@@ -1,0 +1,420 @@
+//! The agent runtime: what a claimed agent run does (RUNTIME-NOTES §1).
+//!
+//! [`AgentExecutor`] is the run engine's executor for agent runs. One execution:
+//!
+//! 1. **prepare** ([`Turn::prepare`]): the agent, its provider and key, the model; a problem
+//!    here is a configuration error (not retried);
+//! 2. **repair**: an agent tool call with no result (the server died while it ran) gets an error
+//!    result saying so, so the log is whole again;
+//! 3. **passes** ([`pass`]): one model pass replays the log into a provider conversation, streams
+//!    the reply (partials on the bus), makes each step durable, runs the step's tools and loops
+//!    until the model stops;
+//! 4. **obligations**: a pass that ends with open plan steps gets a system continuation (at most
+//!    [`MAX_CONTINUATIONS`]); past that, a visible notice, and the run succeeds owing them
+//!    (`unmetObligations`).
+//!
+//! Invariants: every durable event is appended through `sessions::events` on the writer and
+//! announced after its commit; partials are never stored; nothing here decides by parsing an
+//! error's text; a stopped turn keeps what it streamed.
+
+pub mod message;
+pub mod pass;
+pub mod plan;
+pub mod prompt;
+pub mod replay;
+pub mod title;
+pub mod tools;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use ipld_core::ipld::Ipld;
+use rusqlite::{OptionalExtension, params};
+use seed_agents_protocol::generated::{
+    AgentDefinition, MessageEvent, MessageEventRole, MessageEventType, ModelProviderConfigAuthMode, SessionActor,
+    SessionEventPayload, SessionModelOverride, ToolResultEvent, ToolResultEventType,
+};
+use seed_agents_protocol::wire;
+use zeroize::Zeroizing;
+
+use crate::app::App;
+use crate::error::{ApiError, ApiResult, ErrorKind};
+use crate::model::{self, Endpoint};
+use crate::providers::registry::ProviderType;
+use crate::runs::engine::{Claimed, Executor, Outcome, RunFailure, StopSignal};
+use crate::sessions::events;
+
+/// System continuations per execution before a run ends owing its plan.
+pub const MAX_CONTINUATIONS: u32 = 3;
+/// The `max_tokens` of every model request.
+pub const MAX_TOKENS: u32 = 16_384;
+
+/// The error text of a tool call the server never saw finish.
+pub const INTERRUPTED: &str = "Interrupted by a service restart before this tool finished; whether its side effects \
+                               happened is unknown. Verify state before retrying.";
+
+/// Runs agent runs (installed into the run engine at startup).
+#[derive(Debug, Default)]
+pub struct AgentExecutor;
+
+impl Executor for AgentExecutor {
+    fn execute(&self, app: Arc<App>, run: Claimed, stop: StopSignal) -> BoxFuture<'static, Outcome> {
+        Box::pin(async move { execute(app, run, stop).await })
+    }
+}
+
+/// Everything a pass needs, loaded once per execution.
+pub struct Turn {
+    /// The server.
+    pub app: Arc<App>,
+    /// The run being executed.
+    pub run_id: String,
+    /// The session it answers in.
+    pub session_id: String,
+    /// The session's agent.
+    pub agent_id: String,
+    /// The agent's owner (where its rows live).
+    pub owner_id: String,
+    /// The agent's definition.
+    pub definition: AgentDefinition,
+    /// `<stateDir>/memory`.
+    pub memory_root: PathBuf,
+    /// Where the model is.
+    pub endpoint: Endpoint,
+    /// The reasoning level to ask for, if any.
+    pub reasoning: Option<String>,
+    /// The provider record's `modelDefaults`.
+    pub model_defaults: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The user messages this run answers when it was queued behind another turn.
+    pub queued_behind: Option<Vec<String>>,
+    /// Asks the run to end.
+    pub stop: StopSignal,
+}
+
+impl std::fmt::Debug for Turn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Turn").field("run_id", &self.run_id).field("session_id", &self.session_id).finish()
+    }
+}
+
+/// Why a run ends, from the runtime's side.
+fn failure(error: &ApiError, code: &str) -> RunFailure {
+    let status = crate::http::status(error.kind()).as_u16();
+    RunFailure {
+        code: code.to_owned(),
+        message: error.message().to_owned(),
+        retryable: error.kind() == ErrorKind::Upstream || status >= 500,
+        http_status: Some(status),
+    }
+}
+
+async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
+    let turn = match Turn::prepare(app, &run, stop).await {
+        Ok(turn) => turn,
+        Err(error) => return Outcome::Failed(failure(&error, "config-error")),
+    };
+    if let Err(error) = turn.repair().await {
+        return Outcome::Failed(failure(&error, "internal"));
+    }
+    title::start(&turn);
+    let mut continuations = 0;
+    loop {
+        let ended = pass::run(&turn).await;
+        let assistant_event_id = match ended {
+            pass::Ended::Stopped { assistant_event_id } => {
+                return Outcome::Canceled(output(&assistant_event_id, &[]));
+            }
+            pass::Ended::Failed(failure) => return Outcome::Failed(failure),
+            pass::Ended::Answered { assistant_event_id } => assistant_event_id,
+        };
+        let session_id = turn.session_id.clone();
+        let open = match turn.app.db.read(move |conn| plan::load(conn, &session_id)).await {
+            Ok(plan) => plan::open_steps(plan.as_ref()),
+            Err(error) => return Outcome::Failed(failure(&error, "internal")),
+        };
+        if open.is_empty() {
+            return Outcome::Succeeded(output(&assistant_event_id, &[]));
+        }
+        let bullets: String = open.iter().map(|label| format!("\n- {label}")).collect();
+        if continuations < MAX_CONTINUATIONS {
+            continuations += 1;
+            let text = format!(
+                "This turn is ending with work you committed to still open:\n- Plan steps not finished:{}\nContinue \
+                 them now, or set honest final statuses (failed or skipped) with the plan tool. Finish the work or \
+                 say plainly why you cannot.",
+                bullets.replace("\n- ", "\n  - ")
+            );
+            if let Err(error) = turn.append_system(text).await {
+                return Outcome::Failed(failure(&error, "internal"));
+            }
+            continue;
+        }
+        let notice = format!(
+            "This run ended with work still open:\n- Unfinished plan steps:{}\nNothing was completed on the agent's \
+             behalf; ask it again to continue.",
+            bullets.replace("\n- ", "\n  - ")
+        );
+        if let Err(error) = turn.append_system(notice).await {
+            return Outcome::Failed(failure(&error, "internal"));
+        }
+        return Outcome::Succeeded(output(&assistant_event_id, &open));
+    }
+}
+
+/// A run's output: `{assistantEventId, unmetObligations?}`.
+fn output(assistant_event_id: &str, open_steps: &[String]) -> Ipld {
+    let mut fields = std::collections::BTreeMap::new();
+    fields.insert("assistantEventId".to_owned(), Ipld::String(assistant_event_id.to_owned()));
+    if !open_steps.is_empty() {
+        let steps = open_steps.iter().map(|label| Ipld::String(label.clone())).collect();
+        let obligation = Ipld::Map(
+            [("kind".to_owned(), Ipld::String("plan".to_owned())), ("steps".to_owned(), Ipld::List(steps))]
+                .into_iter()
+                .collect(),
+        );
+        fields.insert("unmetObligations".to_owned(), Ipld::List(vec![obligation]));
+    }
+    Ipld::Map(fields)
+}
+
+/// What the database says about a run's agent and model.
+struct Loaded {
+    owner_id: String,
+    definition: AgentDefinition,
+    state_dir: String,
+    provider_type: ProviderType,
+    base_url: String,
+    model: String,
+    reasoning: Option<String>,
+    model_defaults: Option<serde_json::Map<String, serde_json::Value>>,
+    sealed_key: Option<(String, Vec<u8>)>,
+}
+
+impl Turn {
+    /// Loads the agent and resolves its model (RUNTIME-NOTES §1.3): the session's override
+    /// replaces the agent's provider, model and reasoning level when its provider still exists.
+    async fn prepare(app: Arc<App>, run: &Claimed, stop: StopSignal) -> ApiResult<Self> {
+        let (agent_id, session_id) = (run.agent_id.clone(), run.session_id.clone());
+        let overrides = app.config.provider_urls.clone();
+        let loaded = app.db.read(move |conn| load(conn, &agent_id, &session_id, &overrides)).await?;
+        let api_key = match loaded.sealed_key {
+            Some((name, sealed)) => {
+                let opened = app.secrets.open(&loaded.owner_id, &name, &sealed).map_err(ApiError::internal)?;
+                let opened = Zeroizing::new(opened);
+                let printable = opened.iter().all(|byte| *byte == b'\t' || (0x20..0x7f).contains(byte));
+                let text = std::str::from_utf8(&opened).ok().filter(|_| printable).ok_or_else(|| {
+                    ApiError::invalid(format!("{} API key is invalid", loaded.provider_type.as_str()))
+                })?;
+                Some(Zeroizing::new(text.to_owned()))
+            }
+            None => None,
+        };
+        let provider = loaded.provider_type.as_str();
+        if model::needs_responses_api(provider, &loaded.model, loaded.reasoning.as_deref()) {
+            return Err(ApiError::invalid(format!(
+                "Model {} with a reasoning level needs the OpenAI Responses API, which this server's runtime does not \
+                 speak yet; clear the reasoning level or choose another model",
+                loaded.model
+            )));
+        }
+        let endpoint = model::endpoint_for(provider, loaded.base_url, api_key, loaded.model)
+            .map_err(|error| ApiError::invalid(error.message))?;
+        let queued_behind = queued_behind(&run.input);
+        Ok(Self {
+            memory_root: PathBuf::from(&loaded.state_dir).join(crate::memory::path::MEMORY_DIR),
+            app,
+            run_id: run.id.clone(),
+            session_id: run.session_id.clone(),
+            agent_id: run.agent_id.clone(),
+            owner_id: loaded.owner_id,
+            definition: loaded.definition,
+            endpoint,
+            reasoning: loaded.reasoning,
+            model_defaults: loaded.model_defaults,
+            queued_behind,
+            stop,
+        })
+    }
+
+    /// Appends an error result for every agent tool call of the session that has none.
+    async fn repair(&self) -> ApiResult<()> {
+        let (session_id, now) = (self.session_id.clone(), self.app.clock.now_ms());
+        let appended = self
+            .app
+            .db
+            .write(move |conn| {
+                let all = events::after(conn, &session_id, 0, i64::MAX, None)?;
+                let mut answered = std::collections::HashSet::new();
+                for event in &all {
+                    if let SessionEventPayload::ToolResultEvent(result) = &event.event {
+                        answered.insert(result.tool_call_id.clone());
+                    }
+                }
+                let mut appended = Vec::new();
+                for event in &all {
+                    let SessionEventPayload::ToolCallEvent(call) = &event.event else { continue };
+                    if call.actor == Some(SessionActor::User) || answered.contains(&call.id) {
+                        continue;
+                    }
+                    let result = SessionEventPayload::ToolResultEvent(ToolResultEvent {
+                        actor: None,
+                        error: Some(INTERRUPTED.to_owned()),
+                        meta: None,
+                        name: call.name.clone(),
+                        output: None,
+                        tool_call_id: call.id.clone(),
+                        type_: ToolResultEventType::ToolResult,
+                    });
+                    appended.push(events::append(conn, &session_id, result, now)?);
+                }
+                Ok(appended)
+            })
+            .await?;
+        events::announce(&self.app, &self.owner_id, &self.agent_id, appended);
+        Ok(())
+    }
+
+    /// Appends a user message from the system (continuations, notices).
+    async fn append_system(&self, text: String) -> ApiResult<String> {
+        let payload = SessionEventPayload::MessageEvent(MessageEvent {
+            actor: Some(SessionActor::System),
+            attachments: None,
+            blocks: None,
+            client_message_id: None,
+            content: text,
+            context_lines: None,
+            meta: None,
+            raw_markdown: None,
+            role: MessageEventRole::User,
+            tool_call_id: None,
+            type_: MessageEventType::Message,
+        });
+        self.append(payload).await
+    }
+
+    /// Appends one durable event, announces it, and returns its id.
+    pub async fn append(&self, payload: SessionEventPayload) -> ApiResult<String> {
+        let (session_id, now) = (self.session_id.clone(), self.app.clock.now_ms());
+        let event = self
+            .app
+            .db
+            .write(move |conn| {
+                let event = events::append(conn, &session_id, payload, now)?;
+                conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
+                    .execute(params![session_id, now])?;
+                Ok(event)
+            })
+            .await?;
+        let id = event.id.clone();
+        events::announce(&self.app, &self.owner_id, &self.agent_id, vec![event]);
+        Ok(id)
+    }
+}
+
+impl Turn {
+    /// Adds a step's usage to the run's total (accumulated, never overwritten: a run that
+    /// continues or is retried keeps what its earlier passes used).
+    pub async fn add_usage(&self, usage: &model::Usage) -> ApiResult<()> {
+        let count = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+        let usage = crate::runs::Usage {
+            input: count(usage.input),
+            output: count(usage.output),
+            cache_read: count(usage.cache_read),
+            cache_write: count(usage.cache_write),
+            total: count(usage.total),
+        };
+        let run_id = self.run_id.clone();
+        self.app.db.write(move |conn| crate::runs::add_usage(conn, &run_id, &usage)).await
+    }
+}
+
+/// `input.userEventIds` when `input.queuedBehindAnotherTurn` is true.
+fn queued_behind(input: &Ipld) -> Option<Vec<String>> {
+    let Ipld::Map(fields) = input else { return None };
+    if fields.get("queuedBehindAnotherTurn") != Some(&Ipld::Bool(true)) {
+        return None;
+    }
+    match fields.get("userEventIds") {
+        Some(Ipld::List(ids)) => Some(
+            ids.iter()
+                .filter_map(|id| match id {
+                    Ipld::String(id) => Some(id.clone()),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+fn load(
+    conn: &rusqlite::Connection,
+    agent_id: &str,
+    session_id: &str,
+    overrides: &[crate::providers::registry::ProviderUrl],
+) -> ApiResult<Loaded> {
+    let row: Option<(String, Vec<u8>, String)> = conn
+        .prepare_cached("SELECT account_id, definition_cbor, state_dir FROM agents WHERE id = ?1")?
+        .query_row(params![agent_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?;
+    let (owner_id, definition, state_dir) = row.ok_or_else(|| ApiError::not_found("Agent not found"))?;
+    let definition: AgentDefinition = wire::from_slice(&definition).map_err(ApiError::internal)?;
+    let override_bytes: Option<Option<Vec<u8>>> = conn
+        .prepare_cached("SELECT model_override_cbor FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| row.get(0))
+        .optional()?;
+    let session_override = match override_bytes.ok_or_else(|| ApiError::not_found("Session not found"))? {
+        Some(bytes) => Some(wire::from_slice::<SessionModelOverride>(&bytes).map_err(ApiError::internal)?),
+        None => None,
+    };
+    // The override applies only while its provider still exists; it replaces the level too.
+    let mut chosen = (definition.model_provider.clone(), definition.model.clone(), definition.reasoning_level);
+    let mut provider = None;
+    if let Some(session_override) = session_override
+        && let Some(row) = crate::providers::load(conn, &owner_id, &session_override.provider)?
+    {
+        chosen = (session_override.provider, session_override.model, session_override.reasoning_level);
+        provider = Some(row);
+    }
+    let provider = match provider {
+        Some(row) => row,
+        None => crate::providers::load(conn, &owner_id, &chosen.0)?
+            .ok_or_else(|| ApiError::invalid(crate::providers::PROVIDER_NOT_FOUND))?,
+    };
+    let provider_type = ProviderType::require(&provider.config.type_)?;
+    if provider.config.auth_mode == Some(ModelProviderConfigAuthMode::Subscription) {
+        return Err(ApiError::invalid(
+            "Subscription sign-in providers are not supported by this server's runtime yet; use an API key provider",
+        ));
+    }
+    let key_name =
+        provider.config.secret_refs.as_ref().and_then(|refs| refs.get("apiKey")).filter(|name| !name.is_empty());
+    let sealed_key = match key_name {
+        Some(name) => {
+            let sealed = crate::secrets::load_sealed(conn, &owner_id, name)?
+                .ok_or_else(|| ApiError::invalid("Required secret is not configured"))?;
+            Some((name.clone(), sealed))
+        }
+        None if provider_type.requires_api_key() => return Err(provider_type.api_key_not_configured()),
+        None => None,
+    };
+    let base_url = provider_type.resolve_base_url_with(&provider.config, overrides)?;
+    let model_defaults = provider.config.model_defaults.as_ref().map(|defaults| {
+        defaults
+            .iter()
+            .filter_map(|(key, value)| serde_json::to_value(value).ok().map(|value| (key.clone(), value)))
+            .collect()
+    });
+    Ok(Loaded {
+        owner_id,
+        definition,
+        state_dir,
+        provider_type,
+        base_url,
+        model: chosen.1,
+        reasoning: chosen.2.map(|level| level.to_string()),
+        model_defaults,
+        sealed_key,
+    })
+}

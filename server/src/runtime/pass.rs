@@ -1,0 +1,435 @@
+//! One model pass (RUNTIME-NOTES §1.2–§1.8, §3): the log replayed into a conversation, then
+//! model steps until the model stops calling tools.
+//!
+//! Per step, in this order: the reply streams out as `appendPartial` patches (never stored);
+//! its text becomes a durable assistant message (`done` is sent just before); each tool call
+//! becomes a durable `tool_call` in call order (`plan` calls leave no trace), the calls run
+//! concurrently, and each `tool_result` is appended as it completes; the results go back to the
+//! model in call order with the next request.
+//!
+//! Stop: a stream in flight is dropped and what it streamed is kept as the assistant message
+//! (`Stopped.` when the pass said nothing at all); running tools finish and are recorded, then
+//! no further request is made. A provider failure discards the unfinished step's text; the run
+//! engine turns the failure into the durable `error` event.
+
+use std::time::Instant;
+
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesUnordered;
+use seed_agents_protocol::generated::{
+    AgentRunActivity, AgentRunActivityPhase, AgentRunUsage, MessageEvent, MessageEventRole, MessageEventType,
+    PartialPatch, SessionEventMeta, SessionEventMetaTurn, SessionEventPayload, ToolCallEvent, ToolCallEventType,
+    ToolResultEvent, ToolResultEventType,
+};
+use seed_agents_protocol::{Value, wire};
+use serde_json::Value as Json;
+
+use super::tools::{self, Tool};
+use super::{MAX_TOKENS, Turn, plan, prompt, replay};
+use crate::bus::Event;
+use crate::error::{ApiError, ApiResult, ErrorKind};
+use crate::model::{self, Message, ModelRequest, StreamEvent, ToolCall, ToolResult, Usage};
+use crate::runs::engine::{RunFailure, StopReason};
+use crate::sessions::events;
+
+/// The most model steps one pass may take before it is stopped as runaway.
+pub const MAX_STEPS: u32 = 100;
+
+/// How a pass ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// The model stopped calling tools; its last durable message (or `""`).
+    Answered {
+        /// The last assistant message appended by the pass, or `""`.
+        assistant_event_id: String,
+    },
+    /// The run was asked to stop; the message that keeps what was said.
+    Stopped {
+        /// The message appended at the stop (or the last one before it), or `""`.
+        assistant_event_id: String,
+    },
+    /// The provider failed (or the server did).
+    Failed(RunFailure),
+}
+
+/// The streaming state of the assistant message being written.
+struct Partial {
+    id: String,
+    responding: bool,
+}
+
+impl Partial {
+    fn new() -> Self {
+        Self { id: uuid::Uuid::new_v4().to_string(), responding: false }
+    }
+}
+
+fn activity(phase: AgentRunActivityPhase) -> AgentRunActivity {
+    AgentRunActivity { detail: None, output_tail: None, phase, tool_call_id: None, tool_name: None }
+}
+
+fn usage_info(usage: &Usage) -> AgentRunUsage {
+    let count = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+    AgentRunUsage {
+        cache_read: count(usage.cache_read),
+        cache_write: count(usage.cache_write),
+        input: count(usage.input),
+        output: count(usage.output),
+        total: count(usage.total),
+    }
+}
+
+fn provider_failure(error: &model::ModelError) -> RunFailure {
+    // Every provider failure is the provider's, seen through us: 502, retryable where the run
+    // allows retries (RUNTIME-NOTES §2.8).
+    RunFailure {
+        code: "provider-error".to_owned(),
+        message: error.message.clone(),
+        retryable: true,
+        http_status: Some(502),
+    }
+}
+
+fn server_failure(error: &ApiError) -> RunFailure {
+    RunFailure {
+        code: "internal".to_owned(),
+        message: error.message().to_owned(),
+        retryable: error.kind() == ErrorKind::Unavailable,
+        http_status: Some(crate::http::status(error.kind()).as_u16()),
+    }
+}
+
+impl Turn {
+    /// Publishes one partial patch on `sessions/<id>`.
+    fn partial(&self, partial: &Partial, patch: PartialPatch) {
+        self.app.bus.publish(Event::SessionPartial {
+            agent_id: self.agent_id.clone(),
+            session_id: self.session_id.clone(),
+            partial_id: partial.id.clone(),
+            patch: Box::new(patch),
+        });
+    }
+
+    fn activity(&self, partial: &Partial, activity: AgentRunActivity) {
+        self.partial(partial, PartialPatch { activity: Some(activity), ..Default::default() });
+    }
+
+    /// The request of the pass's first step: prompt, replayed log, tools.
+    async fn request(&self) -> ApiResult<ModelRequest> {
+        let (session_id, run_id, agent_id, owner_id) =
+            (self.session_id.clone(), self.run_id.clone(), self.agent_id.clone(), self.owner_id.clone());
+        let (definition, memory_root, now) =
+            (self.definition.clone(), self.memory_root.clone(), self.app.clock.now_ms());
+        let queued_behind = self.queued_behind.clone();
+        let (system, messages, retired) = self
+            .app
+            .db
+            .write(move |conn| {
+                let (plan, retired) = plan::current(conn, &session_id, &run_id, now)?;
+                let log = events::after(conn, &session_id, 0, i64::MAX, None)?;
+                let inputs = prompt::Inputs {
+                    definition: &definition,
+                    owner_id: &owner_id,
+                    agent_id: &agent_id,
+                    memory_root: &memory_root,
+                    now_ms: now,
+                };
+                let system = prompt::system(conn, &inputs)?;
+                let tail = replay::Tail { queued_behind: queued_behind.as_deref(), plan: plan.as_ref() };
+                Ok((system, replay::conversation(&log, &tail), retired))
+            })
+            .await?;
+        if retired {
+            self.session_updated();
+        }
+        Ok(ModelRequest {
+            system,
+            messages,
+            tools: tools::offered(),
+            reasoning: self.reasoning.clone(),
+            max_tokens: MAX_TOKENS,
+            model_defaults: self.model_defaults.clone(),
+        })
+    }
+
+    /// Appends the assistant message of a step (after `done`), returning its id.
+    async fn say(&self, partial: &Partial, text: String, meta: SessionEventMeta) -> ApiResult<String> {
+        self.partial(partial, PartialPatch { done: Some(true), ..Default::default() });
+        self.append(SessionEventPayload::MessageEvent(MessageEvent {
+            actor: None,
+            attachments: None,
+            blocks: None,
+            client_message_id: None,
+            content: text,
+            context_lines: None,
+            meta: Some(meta),
+            raw_markdown: None,
+            role: MessageEventRole::Assistant,
+            tool_call_id: None,
+            type_: MessageEventType::Message,
+        }))
+        .await
+    }
+
+    fn meta(&self, usage: Option<&Usage>, duration_ms: i64, turn: Option<SessionEventMetaTurn>) -> SessionEventMeta {
+        SessionEventMeta {
+            model: Some(self.endpoint.model.clone()),
+            provider: Some(self.endpoint.provider_type.clone()),
+            usage: usage.map(usage_info),
+            duration_ms: Some(duration_ms),
+            turn,
+            ..Default::default()
+        }
+    }
+}
+
+/// Runs one pass of `turn`.
+pub async fn run(turn: &Turn) -> Ended {
+    match pass(turn).await {
+        Ok(ended) => ended,
+        Err(error) => Ended::Failed(server_failure(&error)),
+    }
+}
+
+async fn pass(turn: &Turn) -> ApiResult<Ended> {
+    let mut partial = Partial::new();
+    turn.partial(
+        &partial,
+        PartialPatch {
+            activity: Some(activity(AgentRunActivityPhase::Starting)),
+            usage: Some(usage_info(&Usage::default())),
+            ..Default::default()
+        },
+    );
+    match turn.stop.reason() {
+        None => {}
+        Some(StopReason::Shutdown) => return Ok(Ended::Stopped { assistant_event_id: String::new() }),
+        Some(_) => {
+            let id = turn.say(&partial, "Stopped.".to_owned(), turn.meta(None, 0, None)).await?;
+            return Ok(Ended::Stopped { assistant_event_id: id });
+        }
+    }
+    let mut request = turn.request().await?;
+    let client = &turn.app.model;
+    let mut pass_usage = Usage::default();
+    let mut last_said = String::new();
+    let mut said_anything = false;
+    let mut since = Instant::now();
+    for step_index in 1..=MAX_STEPS {
+        let step_started = Instant::now();
+        let mut streamed = String::new();
+        let mut first_token: Option<Instant> = None;
+        let outcome = {
+            let mut sink = |event: StreamEvent| match event {
+                StreamEvent::TextDelta(delta) => {
+                    first_token.get_or_insert_with(Instant::now);
+                    if !partial.responding {
+                        partial.responding = true;
+                        turn.activity(&partial, activity(AgentRunActivityPhase::Responding));
+                    }
+                    streamed.push_str(&delta);
+                    turn.partial(&partial, PartialPatch { text_delta: Some(delta), ..Default::default() });
+                }
+                StreamEvent::ToolCallStarted { .. } => {
+                    first_token.get_or_insert_with(Instant::now);
+                }
+                StreamEvent::ReasoningDelta(_) => {}
+            };
+            let step = client.step(&turn.endpoint, &request, &mut sink);
+            tokio::select! {
+                result = step => Some(result),
+                _ = turn.stop.stopped() => None,
+            }
+        };
+        let step = match outcome {
+            None if turn.stop.reason() == Some(StopReason::Shutdown) => {
+                // The server is stopping: the boot sweep runs this turn again, from the log.
+                return Ok(Ended::Stopped { assistant_event_id: last_said });
+            }
+            None => {
+                // Stopped mid-stream: keep what was said.
+                let text = if !streamed.trim().is_empty() {
+                    streamed
+                } else if said_anything {
+                    return Ok(Ended::Stopped { assistant_event_id: last_said });
+                } else {
+                    "Stopped.".to_owned()
+                };
+                let duration = since.elapsed().as_millis() as i64;
+                let id = turn.say(&partial, text, turn.meta(None, duration, None)).await?;
+                return Ok(Ended::Stopped { assistant_event_id: id });
+            }
+            Some(Err(error)) => {
+                tracing::debug!(run = %turn.run_id, kind = ?error.kind, status = ?error.status, "provider step failed");
+                return Ok(Ended::Failed(provider_failure(&error)));
+            }
+            Some(Ok(step)) => step,
+        };
+        pass_usage += step.usage;
+        turn.add_usage(&step.usage).await?;
+        turn.partial(
+            &partial,
+            PartialPatch {
+                usage: Some(usage_info(&pass_usage)),
+                activity: Some(activity(AgentRunActivityPhase::Thinking)),
+                ..Default::default()
+            },
+        );
+        let text = if streamed.trim().is_empty() { step.text.clone() } else { streamed };
+        if !text.trim().is_empty() {
+            let step_ms = step_started.elapsed().as_millis() as i64;
+            let turn_meta = SessionEventMetaTurn {
+                index: Some(i64::from(step_index)),
+                ttft_ms: first_token.map(|at| at.duration_since(step_started).as_millis() as i64),
+                turn_ms: Some(step_ms),
+            };
+            let duration = since.elapsed().as_millis() as i64;
+            last_said =
+                turn.say(&partial, text.clone(), turn.meta(Some(&step.usage), duration, Some(turn_meta))).await?;
+            said_anything = true;
+            since = Instant::now();
+            partial = Partial::new();
+        }
+        if step.tool_calls.is_empty() {
+            if !said_anything {
+                return Ok(Ended::Failed(RunFailure {
+                    code: "provider-error".to_owned(),
+                    message: "The model ended its turn without a reply".to_owned(),
+                    retryable: true,
+                    http_status: Some(502),
+                }));
+            }
+            return Ok(Ended::Answered { assistant_event_id: last_said });
+        }
+        let results = run_tools(turn, &partial, &step.tool_calls).await?;
+        request.messages.push(Message::Assistant { text, tool_calls: step.tool_calls });
+        request.messages.push(Message::ToolResults(results));
+        if let Some(reason) = turn.stop.reason() {
+            let assistant_event_id = if said_anything || reason == StopReason::Shutdown {
+                last_said
+            } else {
+                turn.say(&partial, "Stopped.".to_owned(), turn.meta(None, since.elapsed().as_millis() as i64, None))
+                    .await?
+            };
+            return Ok(Ended::Stopped { assistant_event_id });
+        }
+    }
+    Ok(Ended::Failed(RunFailure {
+        code: "step-limit".to_owned(),
+        message: format!("The model took more than {MAX_STEPS} steps in one turn; stopped it"),
+        retryable: false,
+        http_status: Some(502),
+    }))
+}
+
+/// Records the step's calls, runs them concurrently, records each result as it completes, and
+/// returns the results in call order.
+async fn run_tools(turn: &Turn, partial: &Partial, calls: &[ToolCall]) -> ApiResult<Vec<ToolResult>> {
+    for call in calls {
+        if call.name == Tool::Plan.name() {
+            continue;
+        }
+        let input = wire::to_ipld(&call.arguments).map(Value).map_err(ApiError::internal)?;
+        turn.append(SessionEventPayload::ToolCallEvent(ToolCallEvent {
+            actor: None,
+            id: call.id.clone(),
+            input,
+            meta: None,
+            name: call.name.clone(),
+            type_: ToolCallEventType::ToolCall,
+        }))
+        .await?;
+    }
+    let mut running: FuturesUnordered<_> = calls
+        .iter()
+        .enumerate()
+        .map(|(index, call)| async move {
+            let started = Instant::now();
+            if call.name != Tool::Plan.name() {
+                turn.activity(
+                    partial,
+                    AgentRunActivity {
+                        detail: detail(&call.arguments),
+                        output_tail: None,
+                        phase: AgentRunActivityPhase::Tool,
+                        tool_call_id: Some(call.id.clone()),
+                        tool_name: Some(call.name.clone()),
+                    },
+                );
+            }
+            let outcome = execute(turn, call).await;
+            (index, outcome, started.elapsed().as_millis() as i64)
+        })
+        .collect();
+    let mut results: Vec<Option<ToolResult>> = vec![None; calls.len()];
+    while let Some((index, outcome, duration)) = running.next().await {
+        let call = &calls[index];
+        let (text, is_error, output, error) = match outcome {
+            Ok(output) => {
+                let text = replay::bound(&serde_json::to_string(&output).unwrap_or_else(|_| "{}".to_owned()));
+                (text, false, Some(output), None)
+            }
+            Err(message) => (replay::bound(&message), true, None, Some(message)),
+        };
+        if call.name != Tool::Plan.name() {
+            let output =
+                output.map(|output| wire::to_ipld(&output).map(Value)).transpose().map_err(ApiError::internal)?;
+            turn.append(SessionEventPayload::ToolResultEvent(ToolResultEvent {
+                actor: None,
+                error,
+                meta: Some(SessionEventMeta { duration_ms: Some(duration), ..Default::default() }),
+                name: call.name.clone(),
+                output,
+                tool_call_id: call.id.clone(),
+                type_: ToolResultEventType::ToolResult,
+            }))
+            .await?;
+            turn.activity(partial, activity(AgentRunActivityPhase::Thinking));
+        }
+        results[index] = Some(ToolResult { call_id: call.id.clone(), name: call.name.clone(), text, is_error });
+    }
+    Ok(results.into_iter().flatten().collect())
+}
+
+/// The first string among a few telling input keys, shown beside the tool's activity.
+fn detail(arguments: &Json) -> Option<String> {
+    ["id", "url", "query", "path", "command", "name", "title", "address", "tool"]
+        .iter()
+        .find_map(|key| arguments.get(key).and_then(Json::as_str))
+        .map(|text| text.chars().take(200).collect())
+}
+
+/// Runs one call: its output, or the error text the model reads.
+async fn execute(turn: &Turn, call: &ToolCall) -> Result<Json, String> {
+    let Some(tool) = Tool::named(&call.name) else { return Err(tools::unknown(&call.name)) };
+    let arguments = tools::check(tool, call.arguments.clone())?;
+    let result = match tool {
+        Tool::Plan => plan::apply(turn, &arguments).await,
+        Tool::Status => plan::status(turn, &arguments).await,
+        Tool::Read | Tool::Write | Tool::Call => {
+            let input = wire::to_ipld(&arguments).map(Value).map_err(|error| error.to_string())?;
+            let context = crate::verbs::Context::for_agent(
+                &turn.app,
+                &turn.session_id,
+                &turn.agent_id,
+                &turn.owner_id,
+                turn.definition.clone(),
+                turn.memory_root.clone(),
+            );
+            let output = match tool {
+                Tool::Read => crate::verbs::read(&context, &input).await,
+                Tool::Write => crate::verbs::write(&context, &input).await,
+                _ => crate::verbs::call_as_agent(&input),
+            };
+            output.map(|value| serde_json::to_value(&value).unwrap_or(Json::Null))
+        }
+    };
+    result.map_err(|error| {
+        if error.kind() == ErrorKind::Internal {
+            tracing::warn!(tool = %call.name, error = %error.message(), "tool failed on the server's side");
+            "The tool failed on the server's side; try again, or tell the user it is not working".to_owned()
+        } else {
+            error.message().to_owned()
+        }
+    })
+}

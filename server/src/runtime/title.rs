@@ -1,0 +1,209 @@
+//! Automatic titles (RUNTIME-NOTES §5.9): when a turn starts on a session whose title is still
+//! provisional (`title_source = 'system'`), one tool-less model call names it from the start of
+//! the conversation. It never overwrites a title the agent (the `status` verb) or a person
+//! gave: the update applies only while the source is still `system`. At most
+//! [`MAX_ATTEMPTS`] tries per session per process, one at a time.
+//!
+//! Unlike the existing server, the call uses the session's model override when there is one
+//! (the model the person chose for this conversation), and `--session-title-generation false`
+//! turns it off.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rusqlite::params;
+use seed_agents_protocol::generated::{MessageEventRole, SessionEventPayload};
+
+use super::Turn;
+use super::plan::{MAX_DESCRIPTION_BYTES, MAX_TITLE_BYTES};
+use crate::app::App;
+use crate::bus::{ChangeReason, Event};
+use crate::error::ApiResult;
+use crate::model::{Endpoint, Message, ModelRequest, UserPart};
+use crate::sessions::events;
+
+/// Tries per session per process.
+pub const MAX_ATTEMPTS: u8 = 3;
+/// Events the digest is made from.
+const DIGEST_EVENTS: i64 = 12;
+const USER_CHARS: usize = 1200;
+const ASSISTANT_CHARS: usize = 600;
+const DIGEST_CHARS: usize = 4000;
+
+const INSTRUCTION: &str = "\
+Name the conversation below. Answer with two lines and nothing else:
+Title: a specific title of at most eight words
+Description: one or two sentences on what the conversation is about";
+
+/// Attempts made, and whether one is running, per session.
+#[derive(Debug, Default)]
+pub struct Titler {
+    attempts: Mutex<HashMap<String, (u8, bool)>>,
+}
+
+impl Titler {
+    /// Takes a try for `session_id` if one is left and none is running.
+    fn begin(&self, session_id: &str) -> bool {
+        let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = attempts.entry(session_id.to_owned()).or_insert((0, false));
+        if entry.1 || entry.0 >= MAX_ATTEMPTS {
+            return false;
+        }
+        *entry = (entry.0 + 1, true);
+        true
+    }
+
+    fn end(&self, session_id: &str) {
+        let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = attempts.get_mut(session_id) {
+            entry.1 = false;
+        }
+    }
+}
+
+/// Starts naming the turn's session in the background when it still has a provisional title.
+pub fn start(turn: &Turn) {
+    if !turn.app.config.session_title_generation || !turn.app.titles.begin(&turn.session_id) {
+        return;
+    }
+    let app = turn.app.clone();
+    let (session_id, agent_id, owner_id) = (turn.session_id.clone(), turn.agent_id.clone(), turn.owner_id.clone());
+    let endpoint = turn.endpoint.clone();
+    let model_defaults = turn.model_defaults.clone();
+    tokio::spawn(async move {
+        if let Err(error) = name(&app, &session_id, &agent_id, &owner_id, &endpoint, model_defaults).await {
+            tracing::debug!(session = %session_id, error = %error.message(), "session title not generated");
+        }
+        app.titles.end(&session_id);
+    });
+}
+
+async fn name(
+    app: &Arc<App>,
+    session_id: &str,
+    agent_id: &str,
+    owner_id: &str,
+    endpoint: &Endpoint,
+    model_defaults: Option<serde_json::Map<String, serde_json::Value>>,
+) -> ApiResult<()> {
+    let id = session_id.to_owned();
+    let digest = app
+        .db
+        .read(move |conn| {
+            let source: String =
+                conn.query_row("SELECT title_source FROM sessions WHERE id = ?1", params![id], |row| row.get(0))?;
+            if source != "system" {
+                return Ok(None);
+            }
+            let first = events::after(conn, &id, 0, DIGEST_EVENTS + 1, None)?;
+            Ok(Some(digest(&first)))
+        })
+        .await?;
+    let Some(digest) = digest.filter(|digest| !digest.is_empty()) else { return Ok(()) };
+    let request = ModelRequest {
+        system: INSTRUCTION.to_owned(),
+        messages: vec![Message::User(vec![UserPart::Text(digest)])],
+        tools: Vec::new(),
+        reasoning: None,
+        max_tokens: 256,
+        model_defaults,
+    };
+    let step = app
+        .model
+        .step(endpoint, &request, &mut |_| {})
+        .await
+        .map_err(|error| crate::error::ApiError::upstream(error.message))?;
+    let Some((title, description)) = parse(&step.text) else { return Ok(()) };
+    let (id, now) = (session_id.to_owned(), app.clock.now_ms());
+    let changed = app
+        .db
+        .write(move |conn| {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE sessions SET title = ?2, title_source = 'agent', updated_at = ?4,
+                         description = CASE WHEN description IS NULL OR description = '' THEN ?3 ELSE description END
+                     WHERE id = ?1 AND title_source = 'system'",
+                )?
+                .execute(params![id, title, description, now])?;
+            Ok(changed > 0)
+        })
+        .await?;
+    if changed {
+        app.bus.publish(Event::SessionChanged { session_id: session_id.to_owned(), agent_id: agent_id.to_owned() });
+        app.bus.account_change(owner_id, ChangeReason::SessionUpdated, Some(agent_id), Some(session_id));
+    }
+    Ok(())
+}
+
+/// `User: …` / `Assistant: …` paragraphs from the first messages.
+fn digest(events: &[seed_agents_protocol::generated::SessionEvent]) -> String {
+    let mut digest = String::new();
+    for event in events {
+        let SessionEventPayload::MessageEvent(message) = &event.event else { continue };
+        let (label, limit) = match message.role {
+            MessageEventRole::User => ("User", USER_CHARS),
+            MessageEventRole::Assistant => ("Assistant", ASSISTANT_CHARS),
+            MessageEventRole::Tool => continue,
+        };
+        let text: String = message.raw_markdown.as_deref().unwrap_or(&message.content).chars().take(limit).collect();
+        if !digest.is_empty() {
+            digest.push_str("\n\n");
+        }
+        digest.push_str(&format!("{label}: {text}"));
+    }
+    digest.chars().take(DIGEST_CHARS).collect()
+}
+
+/// The title and description in a titling answer: the first non-empty line (without a
+/// `Title:` label, quotes or trailing periods), then the rest.
+pub fn parse(answer: &str) -> Option<(String, String)> {
+    let mut lines = answer.lines().map(str::trim).filter(|line| !line.is_empty());
+    let title = strip_label(lines.next()?, "title:");
+    let title = title.trim_matches(|c| matches!(c, '"' | '\'' | '“' | '”' | '*')).trim_end_matches('.').trim();
+    if title.is_empty() || title.len() > MAX_TITLE_BYTES {
+        return None;
+    }
+    let description: Vec<&str> = lines.map(|line| strip_label(line, "description:")).collect();
+    let mut description = description.join(" ");
+    while description.len() > MAX_DESCRIPTION_BYTES {
+        description.pop();
+    }
+    Some((title.to_owned(), description))
+}
+
+fn strip_label<'a>(line: &'a str, label: &str) -> &'a str {
+    match line.get(..label.len()) {
+        Some(head) if head.eq_ignore_ascii_case(label) => line[label.len()..].trim(),
+        _ => line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_parse_into_a_title_and_a_description() {
+        assert_eq!(
+            parse("Title: \"Trip to Lisbon.\"\nDescription: Planning a week away.\n"),
+            Some(("Trip to Lisbon".to_owned(), "Planning a week away.".to_owned()))
+        );
+        assert_eq!(parse("\n  Budget review  \n"), Some(("Budget review".to_owned(), String::new())));
+        assert_eq!(parse("   \n"), None);
+        assert_eq!(parse(&"x".repeat(300)), None, "a title that does not fit is dropped");
+    }
+
+    #[test]
+    fn a_session_gets_three_tries_one_at_a_time() {
+        let titler = Titler::default();
+        assert!(titler.begin("s"));
+        assert!(!titler.begin("s"), "one at a time");
+        titler.end("s");
+        assert!(titler.begin("s"));
+        titler.end("s");
+        assert!(titler.begin("s"));
+        titler.end("s");
+        assert!(!titler.begin("s"), "three tries per process");
+        assert!(titler.begin("other"));
+    }
+}

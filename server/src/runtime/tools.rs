@@ -1,0 +1,292 @@
+//! The tools a model pass offers, with their JSON Schemas, and the argument check every call
+//! goes through before it runs (RUNTIME-NOTES §1.8).
+//!
+//! The verbs are always offered, in this order: `read`, `write`, `call`, `plan`, `status`.
+//! `delegate` is not offered: child runs do not exist on this server yet, and a tool the model
+//! can see must work. Callables (reached through `call`) are not promoted to provider tools
+//! while none exists; `call` answers with the honest listing.
+//!
+//! The descriptions are ours. Each says what the tool is for and what its input means, in the
+//! few lines a model reads before choosing a tool.
+
+use std::sync::LazyLock;
+
+use serde_json::{Value as Json, json};
+
+use crate::model::ToolSpec;
+
+/// A tool the runtime can execute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    /// `read {address, format?, options?}`.
+    Read,
+    /// `write {address, content?, options?, dryRun?}`.
+    Write,
+    /// `call {tool, input?}`.
+    Call,
+    /// `plan {title?, steps}`: the session checklist (no durable events).
+    Plan,
+    /// `status {title?, description?}`: the session's title and description.
+    Status,
+}
+
+impl Tool {
+    /// Every tool, in the order they are offered.
+    pub const ALL: [Tool; 5] = [Tool::Read, Tool::Write, Tool::Call, Tool::Plan, Tool::Status];
+
+    /// The tool called `name`.
+    pub fn named(name: &str) -> Option<Tool> {
+        Self::ALL.into_iter().find(|tool| tool.name() == name)
+    }
+
+    /// Its name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::Read => "read",
+            Tool::Write => "write",
+            Tool::Call => "call",
+            Tool::Plan => "plan",
+            Tool::Status => "status",
+        }
+    }
+
+    /// One line for the `~/tools` listing.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Tool::Read => "Read anything by address: memory, your own settings, attachments, threads, runs.",
+            Tool::Write => "Write by address: files in your memory (create, replace, delete).",
+            Tool::Call => "Run a callable tool by name with an input object.",
+            Tool::Plan => "Keep the visible checklist of a multi-step task.",
+            Tool::Status => "Set this conversation's title and a short description of where it stands.",
+        }
+    }
+
+    fn description(self) -> &'static str {
+        match self {
+            Tool::Read => {
+                "Read something by its address and get it back as text or JSON.\n\
+                 Addresses:\n\
+                 - ~/memory/ lists your private memory; ~/memory/<path>/ lists a folder; ~/memory/<path> reads a file.\n\
+                 - ~/self describes you: your model, prompt, grants and memory at a glance.\n\
+                 - ~/tools/ lists what you can call; ~/tools/<name> gives one tool's contract.\n\
+                 - attachment:<id> reads a file the user attached to this conversation.\n\
+                 - thread:<id> reads another conversation of this account.\n\
+                 - run:<id> describes a run.\n\
+                 format: \"markdown\" (default) or \"json\". options: extra settings some addresses take."
+            }
+            Tool::Write => {
+                "Write something by its address.\n\
+                 - ~/memory/<path> with content replaces the whole file (folders are created). Read a file first and \
+                 write it back whole when you change part of it.\n\
+                 - options.delete: true removes the file; options.fromUrl downloads a URL into it; \
+                 options.fromAttachment copies an attachment of this conversation into it.\n\
+                 Memory persists across conversations and the user can browse it: keep it small, organised and in \
+                 plain text."
+            }
+            Tool::Call => {
+                "Run a callable tool: {tool: <name>, input: {...}}. read ~/tools/ first to see what exists and \
+                 ~/tools/<name> for its input contract. An unknown name or an input that does not fit answers \
+                 with the listing or the contract so you can try again."
+            }
+            Tool::Plan => {
+                "Keep a checklist for a task of three or more steps. Send the whole list every time, each step \
+                 with a stable id, a short label and its status (pending, running, done, failed, skipped). Start \
+                 a fresh plan for a new task. Before you finish, every step must be done, failed or skipped: a \
+                 turn that ends with open steps is sent back to you."
+            }
+            Tool::Status => {
+                "Name this conversation and say where it stands. Set a specific title of at most eight words \
+                 early on; keep the description (one or two sentences) current; give the outcome at the end. A \
+                 title the user chose is kept."
+            }
+        }
+    }
+
+    /// Its input schema.
+    pub fn schema(self) -> &'static Json {
+        &SCHEMAS[self as usize]
+    }
+
+    /// The provider-facing spec.
+    pub fn spec(self) -> ToolSpec {
+        ToolSpec {
+            name: self.name().to_owned(),
+            description: self.description().to_owned(),
+            parameters: self.schema().clone(),
+        }
+    }
+}
+
+static SCHEMAS: LazyLock<[Json; 5]> = LazyLock::new(|| {
+    [
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "address": {"type": "string", "minLength": 1},
+                "format": {"type": "string", "enum": ["markdown", "json"]},
+                "options": {"type": "object"}
+            },
+            "required": ["address"]
+        }),
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "address": {"type": "string", "minLength": 1},
+                "content": {"type": "string"},
+                "options": {"type": "object"},
+                "dryRun": {"type": "boolean"}
+            },
+            "required": ["address"]
+        }),
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "tool": {"type": "string", "minLength": 1},
+                "input": {"type": "object"}
+            },
+            "required": ["tool"]
+        }),
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "title": {"type": "string"},
+                "steps": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "properties": {
+                            "id": {"type": "string", "minLength": 1},
+                            "label": {"type": "string", "minLength": 1},
+                            "status": {"type": "string", "enum": ["pending", "running", "done", "failed", "skipped"]}
+                        },
+                        "required": ["id", "label", "status"]
+                    }
+                }
+            },
+            "required": ["steps"]
+        }),
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "title": {"type": "string", "minLength": 1},
+                "description": {"type": "string"}
+            }
+        }),
+    ]
+});
+
+static VALIDATORS: LazyLock<Vec<jsonschema::Validator>> = LazyLock::new(|| {
+    Tool::ALL
+        .into_iter()
+        .map(|tool| jsonschema::validator_for(tool.schema()).expect("the built-in tool schemas are valid JSON Schema"))
+        .collect()
+});
+
+/// The tools offered to every pass, in order.
+pub fn offered() -> Vec<ToolSpec> {
+    Tool::ALL.into_iter().map(Tool::spec).collect()
+}
+
+/// Checks `arguments` against `tool`'s schema, first as given and then with string primitives
+/// coerced where the schema wants a boolean or a number (models often quote them). Returns the
+/// arguments to run with, or the error text the model gets as the call's result.
+pub fn check(tool: Tool, arguments: Json) -> Result<Json, String> {
+    let validator = &VALIDATORS[tool as usize];
+    if validator.is_valid(&arguments) {
+        return Ok(arguments);
+    }
+    let coerced = coerce(tool.schema(), arguments.clone());
+    if validator.is_valid(&coerced) {
+        return Ok(coerced);
+    }
+    let mut text = format!("Validation failed for tool \"{}\":", tool.name());
+    for error in validator.iter_errors(&arguments) {
+        let path = error.instance_path().to_string();
+        let path = if path.is_empty() { "root".to_owned() } else { path };
+        text.push_str(&format!("\n  - {path}: {error}"));
+    }
+    let received = serde_json::to_string_pretty(&arguments).unwrap_or_else(|_| arguments.to_string());
+    text.push_str(&format!("\n\nReceived arguments:\n{received}"));
+    Err(text)
+}
+
+/// The error text for a tool name the pass does not offer.
+pub fn unknown(name: &str) -> String {
+    format!("Tool {name} not found")
+}
+
+/// Top-level string values turned into the boolean or number their property's schema asks for.
+fn coerce(schema: &Json, arguments: Json) -> Json {
+    let Json::Object(mut fields) = arguments else { return arguments };
+    let Some(properties) = schema.get("properties").and_then(Json::as_object) else { return Json::Object(fields) };
+    for (key, value) in fields.iter_mut() {
+        let (Some(wanted), Json::String(text)) = (properties.get(key).and_then(|p| p.get("type")), &*value) else {
+            continue;
+        };
+        let text = text.trim();
+        let replacement = match wanted.as_str() {
+            Some("boolean") => match text {
+                "true" => Some(Json::Bool(true)),
+                "false" => Some(Json::Bool(false)),
+                _ => None,
+            },
+            Some("integer") => text.parse::<i64>().ok().map(Json::from),
+            Some("number") => text.parse::<f64>().ok().and_then(serde_json::Number::from_f64).map(Json::Number),
+            _ => None,
+        };
+        if let Some(replacement) = replacement {
+            *value = replacement;
+        }
+    }
+    Json::Object(fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_is_offered_once_in_order_with_an_object_schema() {
+        let names: Vec<String> = offered().into_iter().map(|spec| spec.name).collect();
+        assert_eq!(names, ["read", "write", "call", "plan", "status"]);
+        for tool in Tool::ALL {
+            assert_eq!(Tool::named(tool.name()), Some(tool));
+            assert_eq!(tool.schema()["type"], "object");
+            assert_eq!(tool.schema()["additionalProperties"], false, "{}", tool.name());
+        }
+        assert_eq!(Tool::named("delegate"), None, "not offered until children exist");
+    }
+
+    #[test]
+    fn valid_arguments_pass_unchanged() {
+        let arguments = json!({"address": "~/memory/notes.md"});
+        assert_eq!(check(Tool::Read, arguments.clone()), Ok(arguments));
+        let plan = json!({"steps": [{"id": "1", "label": "Look", "status": "pending"}]});
+        assert_eq!(check(Tool::Plan, plan.clone()), Ok(plan));
+        assert_eq!(check(Tool::Status, json!({})), Ok(json!({})), "status checks its fields itself");
+    }
+
+    #[test]
+    fn quoted_primitives_are_coerced() {
+        let arguments = json!({"address": "hm://x", "dryRun": "true"});
+        assert_eq!(check(Tool::Write, arguments), Ok(json!({"address": "hm://x", "dryRun": true})));
+    }
+
+    #[test]
+    fn invalid_arguments_say_what_and_where_and_echo_the_input() {
+        let error = check(Tool::Read, json!({"adress": "~/memory/"})).unwrap_err();
+        assert!(error.starts_with("Validation failed for tool \"read\":\n  - "), "{error}");
+        assert!(error.contains("address"), "{error}");
+        assert!(error.ends_with("Received arguments:\n{\n  \"adress\": \"~/memory/\"\n}"), "{error}");
+        let error = check(Tool::Plan, json!({"steps": [{"id": "1", "label": "", "status": "maybe"}]})).unwrap_err();
+        assert!(error.contains("/steps/0/status"), "{error}");
+        assert!(error.contains("/steps/0/label"), "{error}");
+        assert_eq!(unknown("bash"), "Tool bash not found");
+    }
+}

@@ -1,0 +1,183 @@
+//! Turns survive crashes, against the real binary: the server is SIGKILLed 50 times at random
+//! moments while several sessions stream answers (some with tool calls) from a scripted provider,
+//! and restarted on the same data directory each time. After every restart the log of each
+//! session still holds every event seen before the kill, with gap-free seqs and no event twice;
+//! at the end no session is left streaming and every run ended (the interrupted ones re-ran from
+//! the boot sweep, or failed by the rules).
+//!
+//! `cargo test -p seed-agents-server --test runtime_crash -- --nocapture` prints the figures;
+//! `CRASH_KILLS=n` changes the number of kills.
+
+#![cfg(unix)]
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+#[path = "common/fixtures.rs"]
+mod fixtures;
+#[path = "common/process.rs"]
+mod process;
+#[path = "common/provider.rs"]
+mod provider;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use fixtures::definition;
+use process::{Launch, ServerProcess, free_port};
+use provider::{Provider, Script};
+use seed_agents_protocol::generated::{
+    CreateAgent, CreateSession, GetSession, ListRuns, MessageSession, MessageSessionContentPart, ModelProviderConfig,
+    RunStatus, SessionEvent, SessionInfoStatus, SetModelProvider, TextContentPart,
+};
+use seed_agents_sdk::{Client, Ed25519Signer};
+
+const SEED: [u8; 32] = [7; 32];
+const SESSIONS: usize = 4;
+
+fn client(url: &str) -> Client {
+    Client::builder(url, Ed25519Signer::from_seed(&SEED)).build().unwrap()
+}
+
+fn say(session_id: &str, text: String) -> MessageSession {
+    MessageSession {
+        client_message_id: None,
+        content: vec![MessageSessionContentPart::TextContentPart(TextContentPart {
+            blocks: None,
+            client_message_id: None,
+            text,
+        })],
+        session_id: session_id.to_owned(),
+    }
+}
+
+async fn log(client: &Client, session_id: &str) -> (Vec<SessionEvent>, SessionInfoStatus) {
+    let got = client
+        .get_session(GetSession { session_id: session_id.to_owned(), after_seq: None, before_seq: None, limit: None })
+        .await
+        .unwrap();
+    (got.events, got.session.status)
+}
+
+/// A small deterministic generator (no dependency needed for a test's randomness).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % below
+    }
+}
+
+fn scripts(provider: &Provider, count: usize, random: &mut Lcg) {
+    for index in 0..count {
+        let script = if random.next(3) == 0 {
+            Script::tool_call(
+                &format!("call_{index}"),
+                "write",
+                &format!(r#"{{"address":"~/memory/n{index}.md","content":"note {index}"}}"#),
+            )
+        } else {
+            Script::text("A streamed answer in several small pieces, slowly.")
+        };
+        provider.push(script.split().delay(Duration::from_millis(2)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_survive_sigkill_at_random_points() {
+    let kills: usize = std::env::var("CRASH_KILLS").ok().and_then(|n| n.parse().ok()).unwrap_or(50);
+    let provider = Provider::start().await;
+    provider.set_fallback(provider::Fallback::Text("Done.".into()));
+    let mut random = Lcg(0x5eed);
+    scripts(&provider, kills * SESSIONS * 3, &mut random);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let launch = Launch::new(&dir.path().join("data"), &dir.path().join("server.log"))
+        .port(port)
+        .arg("--session-title-generation")
+        .arg("false");
+    let mut server = ServerProcess::start(&launch).await;
+    let owner = client(&server.url);
+    let custom = ModelProviderConfig {
+        auth_mode: None,
+        base_url: Some(provider.openai_base()),
+        model_defaults: None,
+        secret_refs: None,
+        type_: "custom".into(),
+    };
+    owner.set_model_provider(SetModelProvider { name: "main".into(), provider: custom }).await.unwrap();
+    let agent = owner
+        .create_agent(CreateAgent { client_request_id: None, definition: definition("crash") })
+        .await
+        .unwrap()
+        .agent_id;
+    let mut sessions = Vec::new();
+    for _ in 0..SESSIONS {
+        let create = CreateSession {
+            agent_id: agent.clone(),
+            client_request_id: None,
+            model_override: None,
+            thoroughness: None,
+            title: None,
+        };
+        sessions.push(owner.create_session(create).await.unwrap().session_id);
+    }
+    let mut seen: Vec<Vec<SessionEvent>> = vec![Vec::new(); SESSIONS];
+    let started = Instant::now();
+    for kill in 0..kills {
+        let url = server.url.clone();
+        for (index, session) in sessions.iter().enumerate() {
+            let (client, message) = (client(&url), say(session, format!("message {kill}.{index}")));
+            // Answered or cut off by the kill: either is fine, the log says what happened.
+            tokio::spawn(async move { client.message_session(message).await });
+        }
+        tokio::time::sleep(Duration::from_millis(20 + random.next(250))).await;
+        server.kill();
+        server = ServerProcess::start(&launch).await;
+        let owner = client(&server.url);
+        for (index, session) in sessions.iter().enumerate() {
+            let (events, _) = log(&owner, session).await;
+            let seqs: Vec<i64> = events.iter().map(|event| event.seq).collect();
+            assert_eq!(seqs, (1..=events.len() as i64).collect::<Vec<_>>(), "gap-free seqs after kill {kill}");
+            let ids: HashSet<&str> = events.iter().map(|event| event.id.as_str()).collect();
+            assert_eq!(ids.len(), events.len(), "no event twice after kill {kill}");
+            assert!(events.len() >= seen[index].len(), "events lost after kill {kill}");
+            assert_eq!(&events[..seen[index].len()], &seen[index][..], "an event changed after kill {kill}");
+            seen[index] = events;
+        }
+    }
+    // Let the boot sweep finish what the last kill interrupted.
+    let owner = client(&server.url);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for session in &sessions {
+        loop {
+            let (_, status) = log(&owner, session).await;
+            if status != SessionInfoStatus::Streaming {
+                break;
+            }
+            assert!(Instant::now() < deadline, "session {session} still streaming");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let runs = owner
+            .list_runs(ListRuns {
+                agent_id: None,
+                limit: Some(200),
+                root_run_id: None,
+                session_id: Some(session.clone()),
+                status: None,
+            })
+            .await
+            .unwrap()
+            .runs;
+        let live: Vec<_> = runs
+            .iter()
+            .filter(|run| !matches!(run.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Canceled))
+            .collect();
+        assert!(live.is_empty(), "runs left unfinished: {live:?}");
+    }
+    let total: usize = seen.iter().map(Vec::len).sum();
+    println!(
+        "{kills} kills in {:.1} s; {total} durable events checked after every restart",
+        started.elapsed().as_secs_f64()
+    );
+    server.terminate().await;
+}

@@ -1,0 +1,565 @@
+//! Agent turns end to end: a real server, the SDK, and a scripted model provider on loopback that
+//! streams exactly as the vendors do (`server/tests/common/provider.rs`).
+
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use ipld_core::ipld::Ipld;
+use seed_agents_protocol::generated::{
+    AgentDefinition, CreateAgent, GetSession, MessageEventRole, MessageSession, MessageSessionContentPart,
+    ModelProviderConfig, SessionActor, SessionEvent, SessionEventPayload, SessionInfoStatus, SetModelProvider,
+    StopSession, TextContentPart,
+};
+use seed_agents_sdk::subscription::Event as Live;
+
+use crate::support::provider::{Provider, Script};
+use crate::support::{TestServer, User, api_error, definition};
+
+/// A server whose turns go to `provider`: a `custom` (chat completions) provider `main` at the
+/// scripted server, automatic titles off unless `titles` (they would take scripted answers).
+async fn setup(provider: &Provider, titles: bool) -> (TestServer, User, String, String) {
+    let anthropic = provider.anthropic_base();
+    let server = TestServer::start_with(tempfile::tempdir().unwrap(), |config| {
+        config.session_title_generation = titles;
+        config.provider_timeout = Duration::from_secs(2);
+        config.provider_urls.push(
+            seed_agents_server::providers::registry::parse_provider_url(&format!("anthropic={anthropic}")).unwrap(),
+        );
+    })
+    .await;
+    let user = server.user();
+    let custom = ModelProviderConfig {
+        auth_mode: None,
+        base_url: Some(provider.openai_base()),
+        model_defaults: None,
+        secret_refs: None,
+        type_: "custom".into(),
+    };
+    user.call(SetModelProvider { name: "main".into(), provider: custom }).await.unwrap();
+    let agent_id =
+        user.call(CreateAgent { client_request_id: None, definition: definition("Scout") }).await.unwrap().agent_id;
+    let session_id = user.create_session(&agent_id, None).await;
+    (server, user, agent_id, session_id)
+}
+
+fn say(session_id: &str, text: &str) -> MessageSession {
+    MessageSession {
+        client_message_id: None,
+        content: vec![MessageSessionContentPart::TextContentPart(TextContentPart {
+            blocks: None,
+            client_message_id: None,
+            text: text.into(),
+        })],
+        session_id: session_id.into(),
+    }
+}
+
+async fn events(user: &User, session_id: &str) -> Vec<SessionEvent> {
+    user.call(GetSession { session_id: session_id.into(), after_seq: None, before_seq: None, limit: None })
+        .await
+        .unwrap()
+        .events
+}
+
+/// The log as short lines: `user: hi`, `assistant: hello`, `call read`, `result read`, …
+fn transcript(events: &[SessionEvent]) -> Vec<String> {
+    events
+        .iter()
+        .map(|event| match &event.event {
+            SessionEventPayload::MessageEvent(message) => {
+                let who = match (message.role, message.actor) {
+                    (_, Some(SessionActor::System)) => "system",
+                    (MessageEventRole::User, _) => "user",
+                    (MessageEventRole::Assistant, _) => "assistant",
+                    (MessageEventRole::Tool, _) => "tool",
+                };
+                format!("{who}: {}", message.content.lines().next().unwrap_or_default())
+            }
+            SessionEventPayload::ToolCallEvent(call) => format!("call {}", call.name),
+            SessionEventPayload::ToolResultEvent(result) => match &result.error {
+                Some(error) => format!("error {}: {error}", result.name),
+                None => format!("result {}", result.name),
+            },
+            SessionEventPayload::ErrorEvent(error) => format!("error: {}", error.message),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+fn seqs_are_gap_free(events: &[SessionEvent]) {
+    let seqs: Vec<i64> = events.iter().map(|event| event.seq).collect();
+    assert_eq!(seqs, (1..=events.len() as i64).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_text_turn_streams_partials_and_stores_the_answer_with_its_meta() {
+    let provider = Provider::start().await;
+    let (server, user, _agent, session_id) = setup(&provider, false).await;
+    let mut live = user.client.subscribe(format!("sessions/{session_id}")).start();
+    assert!(matches!(live.next().await, Some(Ok(Live::Subscribed { .. }))));
+    provider.push(Script::text("Hello there, friend.").split().usage(120, 7, 100, 0));
+
+    let answer = user.call(say(&session_id, "  hi  ")).await.unwrap();
+    let log = events(&user, &session_id).await;
+    assert_eq!(transcript(&log), ["user: hi", "assistant: Hello there, friend."]);
+    assert_eq!(answer.assistant_event_id, log[1].id);
+    seqs_are_gap_free(&log);
+    let SessionEventPayload::MessageEvent(question) = &log[0].event else { panic!() };
+    let meta = question.meta.as_ref().unwrap();
+    assert_eq!((meta.account_id.as_deref(), meta.signer_id.as_deref()), (Some(&*user.id), Some(&*user.id)));
+    assert_eq!(question.raw_markdown.as_deref(), Some("hi"));
+    let SessionEventPayload::MessageEvent(reply) = &log[1].event else { panic!() };
+    let meta = reply.meta.as_ref().unwrap();
+    assert_eq!((meta.model.as_deref(), meta.provider.as_deref()), (Some("gpt-4.1"), Some("custom")));
+    let usage = meta.usage.as_ref().unwrap();
+    assert_eq!((usage.input, usage.output, usage.cache_read), (120, 7, 100));
+
+    // What the provider was asked: our prompt (no server path), the sender-tagged message, the verbs.
+    let request = &provider.requests()[0];
+    let body = &request.body;
+    let system = body["messages"][0]["content"].as_str().unwrap();
+    assert!(system.starts_with("You are helpful."), "{system}");
+    assert!(system.contains("<space>") && system.contains("memory/ — empty"), "{system}");
+    let data_dir = server.dir.path().to_string_lossy().into_owned();
+    assert!(!system.contains(&data_dir), "the prompt names no server path");
+    let sent = body["messages"][1]["content"].as_str().unwrap();
+    assert_eq!(sent, format!("<message_sender>\n{{\"accountId\":\"{}\"}}\n</message_sender>\n\nhi", user.id));
+    let tools: Vec<&str> =
+        body["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(tools, ["read", "write", "call", "plan", "status"]);
+    assert_eq!(body["stream"], true);
+
+    // Live: the user message, the partials in order, `done` just before the durable answer.
+    let mut seen = Vec::new();
+    while seen.last().map(String::as_str) != Some("append assistant") {
+        match tokio::time::timeout(Duration::from_secs(10), live.next()).await.unwrap().unwrap().unwrap() {
+            Live::Append { event, .. } => seen.push(match &event.event {
+                SessionEventPayload::MessageEvent(message) => format!("append {}", message.role),
+                other => format!("append {other:?}"),
+            }),
+            Live::Partial { patch, .. } => {
+                if let Some(delta) = patch.text_delta {
+                    seen.push(format!("delta {delta}"));
+                }
+                if patch.done == Some(true) {
+                    seen.push("done".into());
+                }
+                if let Some(activity) = patch.activity {
+                    seen.push(format!("activity {}", activity.phase));
+                }
+            }
+            Live::Change { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    let text: String = seen.iter().filter_map(|line| line.strip_prefix("delta ")).collect();
+    assert_eq!(text, "Hello there, friend.");
+    assert!(seen.iter().filter(|line| line.starts_with("delta ")).count() > 5, "split into small deltas: {seen:?}");
+    let position = |wanted: &str| seen.iter().position(|line| line == wanted).unwrap_or(usize::MAX);
+    assert!(position("append user") < position("activity starting"), "{seen:?}");
+    assert!(position("activity responding") < position("delta H"), "{seen:?}");
+    assert!(position("activity starting") < position("activity responding"), "{seen:?}");
+    assert_eq!(position("activity thinking") + 1, position("done"), "the step ended, then done: {seen:?}");
+    assert_eq!(position("done") + 1, seen.len() - 1, "done immediately before the append: {seen:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_turn_writes_then_reads_its_memory_with_tools() {
+    let provider = Provider::start().await;
+    let (server, user, agent_id, session_id) = setup(&provider, false).await;
+    provider.push(
+        Script::tool_call("call_1", "write", r#"{"address":"~/memory/notes.md","content":"milk, eggs"}"#)
+            .with_text("Saving that.")
+            .split(),
+    );
+    provider.push(Script::tool_call("call_2", "read", r#"{"address":"~/memory/notes.md"}"#).split());
+    provider.push(Script::text("Your list: milk, eggs."));
+    user.call(say(&session_id, "remember milk and eggs")).await.unwrap();
+    let log = events(&user, &session_id).await;
+    assert_eq!(
+        transcript(&log),
+        [
+            "user: remember milk and eggs",
+            "assistant: Saving that.",
+            "call write",
+            "result write",
+            "call read",
+            "result read",
+            "assistant: Your list: milk, eggs.",
+        ]
+    );
+    seqs_are_gap_free(&log);
+    let agent = user.call(seed_agents_protocol::generated::GetAgent { agent_id }).await.unwrap().agent;
+    let stored = std::fs::read_to_string(std::path::Path::new(&agent.state_dir).join("memory/notes.md")).unwrap();
+    assert_eq!(stored, "milk, eggs");
+    // The third request carries both calls and their results, in call order.
+    let third = &provider.requests()[2].body["messages"];
+    let roles: Vec<&str> = third.as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant", "tool"]);
+    assert_eq!(third[3]["tool_call_id"], "call_1");
+    assert!(third[5]["content"].as_str().unwrap().contains("milk, eggs"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_arguments_and_unknown_tools_come_back_as_errors_the_model_can_fix() {
+    let provider = Provider::start().await;
+    let (server, user, _agent, session_id) = setup(&provider, false).await;
+    provider.push(Script::tool_call("c1", "read", r#"{"adress":"~/memory/"}"#).and_tool_call(
+        "c2",
+        "bash",
+        r#"{"cmd":"ls"}"#,
+    ));
+    provider.push(Script::text("Sorry about that."));
+    user.call(say(&session_id, "look around")).await.unwrap();
+    let lines = transcript(&events(&user, &session_id).await);
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert!(lines[3].starts_with("error read: Validation failed for tool \"read\":"), "{lines:?}");
+    assert_eq!(lines[4], "error bash: Tool bash not found");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_open_plan_is_sent_back_and_settles_and_status_names_the_session() {
+    let provider = Provider::start().await;
+    let (server, user, _agent, session_id) = setup(&provider, false).await;
+    let plan = |status: &str| format!(r#"{{"steps":[{{"id":"1","label":"Find the notes","status":"{status}"}}]}}"#);
+    provider.push(Script::tool_call("p1", "plan", &plan("running")).and_tool_call(
+        "s1",
+        "status",
+        r#"{"title":"Notes hunt","description":"Looking for notes."}"#,
+    ));
+    provider.push(Script::text("Working on it."));
+    // The continuation: the model settles the step and answers.
+    provider.push(Script::tool_call("p2", "plan", &plan("done")));
+    provider.push(Script::text("Found them."));
+    user.call(say(&session_id, "find my notes")).await.unwrap();
+    let log = events(&user, &session_id).await;
+    assert_eq!(
+        transcript(&log),
+        [
+            "user: find my notes",
+            "call status",
+            "result status",
+            "assistant: Working on it.",
+            "system: This turn is ending with work you committed to still open:",
+            "assistant: Found them.",
+        ],
+        "plan calls leave no trace"
+    );
+    let session = user
+        .call(GetSession { session_id: session_id.clone(), after_seq: None, before_seq: None, limit: None })
+        .await
+        .unwrap()
+        .session;
+    assert_eq!(session.title.as_deref(), Some("Notes hunt"));
+    assert_eq!(session.description.as_deref(), Some("Looking for notes."));
+    let plan = session.plan.unwrap();
+    assert!(plan.settled_at.is_some());
+    // The model saw its plan as the last message of the continuation pass.
+    let requests = provider.requests();
+    let last = requests[2].body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_owned();
+    assert!(last.starts_with("<plan_state>\n1 · Find the notes · running"), "{last}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_plan_never_finished_ends_with_a_notice_and_unmet_obligations() {
+    let provider = Provider::start().await;
+    let (server, user, _agent, session_id) = setup(&provider, false).await;
+    provider.push(Script::tool_call("p1", "plan", r#"{"steps":[{"id":"a","label":"Write it","status":"pending"}]}"#));
+    for _ in 0..4 {
+        provider.push(Script::text("Not yet."));
+    }
+    user.call(say(&session_id, "write it")).await.unwrap();
+    let lines = transcript(&events(&user, &session_id).await);
+    let continuations = lines.iter().filter(|line| line.starts_with("system: This turn is ending")).count();
+    assert_eq!(continuations, 3, "{lines:?}");
+    assert_eq!(lines.last().unwrap(), "system: This run ended with work still open:");
+    let app = server.server.as_ref().unwrap().app().clone();
+    let output: Vec<u8> =
+        app.db.read(|conn| Ok(conn.query_row("SELECT output_cbor FROM runs", [], |row| row.get(0))?)).await.unwrap();
+    let output = seed_agents_protocol::wire::decode_ipld(&output).unwrap();
+    let Ipld::Map(fields) = output else { panic!() };
+    assert_eq!(
+        fields.get("unmetObligations"),
+        Some(&Ipld::List(vec![Ipld::Map(
+            [
+                ("kind".to_owned(), Ipld::String("plan".into())),
+                ("steps".to_owned(), Ipld::List(vec![Ipld::String("Write it".into())]))
+            ]
+            .into()
+        )]))
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_provider_failure_is_an_error_event_and_a_502_and_a_hang_times_out() {
+    let provider = Provider::start().await;
+    let (server, user, _agent, session_id) = setup(&provider, false).await;
+    for _ in 0..3 {
+        provider.push(Script::status(500).message("upstream broke"));
+    }
+    let (status, message) = api_error(user.call(say(&session_id, "hi")).await);
+    assert_eq!(status, 502);
+    assert!(message.contains("500"), "{message}");
+    assert_eq!(provider.request_count(), 3, "two quick retries, then the failure");
+    provider.push(Script::text("Half an ans").hang_after(3));
+    let (status, message) = api_error(user.call(say(&session_id, "again")).await);
+    assert_eq!(status, 502);
+    assert!(message.to_lowercase().contains("idle"), "{message}");
+    let lines = transcript(&events(&user, &session_id).await);
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(lines[1].starts_with("error: 500"), "{lines:?}");
+    assert!(lines[3].starts_with("error: "), "{lines:?}");
+    let session = user
+        .call(GetSession { session_id: session_id.clone(), after_seq: None, before_seq: None, limit: None })
+        .await
+        .unwrap()
+        .session;
+    assert_eq!(session.status, SessionInfoStatus::Error);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn stop_mid_stream_keeps_the_partial_text() {
+    let provider = Provider::start().await;
+    let (server, user, _agent, session_id) = setup(&provider, false).await;
+    provider.push(Script::text("One two three four five six").split().delay(Duration::from_millis(150)));
+    let mut live = user.client.subscribe(format!("sessions/{session_id}")).start();
+    let sending = {
+        let (client, session_id) = (user.client.clone(), session_id.clone());
+        tokio::spawn(async move { client.call(say(&session_id, "count")).await })
+    };
+    // Once a few deltas are out, stop.
+    let mut deltas = 0;
+    while deltas < 4 {
+        if let Live::Partial { patch, .. } = live.next().await.unwrap().unwrap()
+            && patch.text_delta.is_some()
+        {
+            deltas += 1;
+        }
+    }
+    let stopped = user.call(StopSession { session_id: session_id.clone() }).await.unwrap();
+    assert!(stopped.stopped);
+    let answer = sending.await.unwrap().unwrap();
+    let log = events(&user, &session_id).await;
+    let SessionEventPayload::MessageEvent(kept) = &log.last().unwrap().event else { panic!() };
+    assert_eq!(answer.assistant_event_id, log.last().unwrap().id);
+    assert!(kept.content.starts_with("One ") && kept.content.len() < "One two three four five six".len(), "{kept:?}");
+    let status = user
+        .call(GetSession { session_id, after_seq: None, before_seq: None, limit: None })
+        .await
+        .unwrap()
+        .session
+        .status;
+    assert_eq!(status, SessionInfoStatus::Idle);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_duplicate_message_sent_mid_stream_posts_once() {
+    let provider = Provider::start().await;
+    let (server, user, _agent, session_id) = setup(&provider, false).await;
+    provider.push(Script::text("slow answer").split().delay(Duration::from_millis(100)));
+    let mut keyed = say(&session_id, "only once");
+    keyed.client_message_id = Some("m-1".into());
+    let first = {
+        let (client, keyed) = (user.client.clone(), keyed.clone());
+        tokio::spawn(async move { client.call(keyed).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let duplicate = user.call(keyed.clone()).await.unwrap();
+    assert_eq!(duplicate.assistant_event_id, "", "still streaming: nothing new posted, nothing to show yet");
+    let first = first.await.unwrap().unwrap();
+    assert!(!first.assistant_event_id.is_empty());
+    let again = user.call(keyed).await.unwrap();
+    assert_eq!(again.assistant_event_id, first.assistant_event_id, "after the turn: its answer");
+    let lines = transcript(&events(&user, &session_id).await);
+    assert_eq!(lines, ["user: only once", "assistant: slow answer"]);
+    assert_eq!(provider.request_count(), 1);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn anthropic_wire_turns_work_through_a_provider_url() {
+    let provider = Provider::start().await;
+    let (server, user, _agent, _) = setup(&provider, false).await;
+    user.call(seed_agents_protocol::generated::SetSecret {
+        name: "claude".into(),
+        value: seed_agents_protocol::Bytes(b"sk-ant-test".to_vec()),
+        metadata: None,
+    })
+    .await
+    .unwrap();
+    let anthropic = ModelProviderConfig {
+        auth_mode: None,
+        base_url: None,
+        model_defaults: None,
+        secret_refs: Some([("apiKey".to_owned(), "claude".to_owned())].into()),
+        type_: "anthropic".into(),
+    };
+    user.call(SetModelProvider { name: "claude".into(), provider: anthropic }).await.unwrap();
+    let definition =
+        AgentDefinition { model: "claude-sonnet-4-5".into(), model_provider: "claude".into(), ..definition("Claude") };
+    let agent_id = user.call(CreateAgent { client_request_id: None, definition }).await.unwrap().agent_id;
+    let session_id = user.create_session(&agent_id, None).await;
+    provider.push(Script::tool_call("toolu_1", "read", r#"{"address":"~/memory/"}"#).split());
+    provider.push(Script::text("Your memory is empty.").split());
+    user.call(say(&session_id, "what do you remember?")).await.unwrap();
+    assert_eq!(
+        transcript(&events(&user, &session_id).await),
+        ["user: what do you remember?", "call read", "result read", "assistant: Your memory is empty."]
+    );
+    let requests = provider.requests();
+    assert_eq!(requests[0].path, "/v1/messages");
+    assert_eq!(requests[0].header("x-api-key"), "sk-ant-test");
+    let second = &requests[1].body["messages"];
+    assert_eq!(second[2]["content"][0]["type"], "tool_result");
+    assert_eq!(second[2]["content"][0]["tool_use_id"], "toolu_1");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_automatic_title_names_a_new_session_once() {
+    let provider = Provider::start().await;
+    let (server, user, _agent, session_id) = setup(&provider, true).await;
+    // The titling call races the answer, so both get the same text (a titling answer).
+    provider.set_fallback(crate::support::provider::Fallback::Text(
+        "Title: \"Grocery planning.\"\nDescription: A shopping list.".into(),
+    ));
+    user.call(say(&session_id, "plan my groceries")).await.unwrap();
+    let get = || GetSession { session_id: session_id.clone(), after_seq: None, before_seq: None, limit: None };
+    let mut session = user.call(get()).await.unwrap().session;
+    for _ in 0..200 {
+        if session.title.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        session = user.call(get()).await.unwrap().session;
+    }
+    assert_eq!(session.title.as_deref(), Some("Grocery planning"));
+    assert_eq!(session.description.as_deref(), Some("A shopping list."));
+    let requests = provider.requests();
+    let titling: Vec<_> = requests.iter().filter(|request| request.body.get("tools").is_none()).collect();
+    assert_eq!(titling.len(), 1, "one titling call");
+    let digest = titling[0].body["messages"][1]["content"].as_str().unwrap();
+    assert_eq!(digest, "User: plan my groceries");
+    // Titled now: the next turn does not ask again.
+    user.call(say(&session_id, "and drinks")).await.unwrap();
+    let requests = provider.requests();
+    assert_eq!(requests.iter().filter(|request| request.body.get("tools").is_none()).count(), 1);
+    server.stop().await;
+}
+
+async fn wait_idle(user: &User, session_id: &str) {
+    for _ in 0..400 {
+        let status = user
+            .call(GetSession { session_id: session_id.into(), after_seq: None, before_seq: None, limit: None })
+            .await
+            .unwrap()
+            .session
+            .status;
+        if status != SessionInfoStatus::Streaming {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("session {session_id} still streaming");
+}
+
+#[tokio::test]
+async fn two_writers_at_once_are_answered_in_turn() {
+    use seed_agents_protocol::generated::{AcceptAgentInvite, AgentCollaboratorRole, InviteAgentCollaborator};
+    let provider = Provider::start().await;
+    let (server, owner, agent_id, session_id) = setup(&provider, false).await;
+    let friend = server.user();
+    let invite = InviteAgentCollaborator {
+        agent_id: agent_id.clone(),
+        account_id: friend.id.clone(),
+        role: AgentCollaboratorRole::Writer,
+    };
+    owner.call(invite).await.unwrap();
+    friend.call(AcceptAgentInvite { agent_id: agent_id.clone() }).await.unwrap();
+    provider.push(Script::text("First answer.").split().delay(Duration::from_millis(40)));
+    provider.push(Script::text("Second answer."));
+    let first = {
+        let (client, session_id) = (owner.client.clone(), session_id.clone());
+        tokio::spawn(async move { client.call(say(&session_id, "from the owner")).await })
+    };
+    // Once the first turn is streaming, the friend writes.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = friend.call(say(&session_id, "from the friend")).await.unwrap();
+    assert_eq!(second.assistant_event_id, "", "queued behind the owner's turn, not refused");
+    let first = first.await.unwrap().unwrap();
+    assert!(!first.assistant_event_id.is_empty());
+    wait_idle(&owner, &session_id).await;
+    let log = events(&owner, &session_id).await;
+    assert_eq!(
+        transcript(&log),
+        ["user: from the owner", "user: from the friend", "assistant: First answer.", "assistant: Second answer."]
+    );
+    // The second turn was told which messages it answers, and who sent them.
+    let requests = provider.requests();
+    let last = requests[1].body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_owned();
+    assert!(last.starts_with("<concurrent_user_messages>"), "{last}");
+    assert!(last.contains(&format!("\"accountId\":\"{}\"", friend.id)) && last.contains(&log[1].id), "{last}");
+    let SessionEventPayload::MessageEvent(by_friend) = &log[1].event else { panic!() };
+    assert_eq!(by_friend.meta.as_ref().unwrap().account_id.as_deref(), Some(&*friend.id));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn retry_after_a_provider_failure_answers_and_cancel_ends_a_queued_run() {
+    use seed_agents_protocol::generated::{CancelRun, ListRuns, RetrySession, RunStatus};
+    let provider = Provider::start().await;
+    let (server, user, _agent, session_id) = setup(&provider, false).await;
+    for _ in 0..3 {
+        provider.push(Script::status(500).message("overloaded"));
+    }
+    let (status, _) = api_error(user.call(say(&session_id, "hi")).await);
+    assert_eq!(status, 502);
+    provider.push(Script::text("Better now."));
+    let retried = user.call(RetrySession { session_id: session_id.clone() }).await.unwrap();
+    let log = events(&user, &session_id).await;
+    assert_eq!(transcript(&log), ["user: hi", "error: 500 overloaded", "assistant: Better now."]);
+    assert_eq!(retried.assistant_event_id, log[2].id);
+    // The retried pass replayed the log without the error event.
+    let retry_request = &provider.requests()[3].body["messages"];
+    assert_eq!(retry_request.as_array().unwrap().len(), 2, "system and the user message only");
+
+    // A run queued behind a streaming turn is canceled before it starts.
+    provider.push(Script::text("Long answer here.").split().delay(Duration::from_millis(40)));
+    let first = {
+        let (client, session_id) = (user.client.clone(), session_id.clone());
+        tokio::spawn(async move { client.call(say(&session_id, "first")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(user.call(say(&session_id, "second")).await.unwrap().assistant_event_id, "");
+    let runs = user
+        .call(ListRuns {
+            agent_id: None,
+            limit: None,
+            root_run_id: None,
+            session_id: Some(session_id.clone()),
+            status: None,
+        })
+        .await
+        .unwrap()
+        .runs;
+    let queued = runs.iter().find(|run| run.status == RunStatus::Queued).expect("the second turn is queued");
+    let canceled = user.call(CancelRun { run_id: queued.id.clone() }).await.unwrap();
+    assert!(canceled.canceled);
+    first.await.unwrap().unwrap();
+    wait_idle(&user, &session_id).await;
+    let lines = transcript(&events(&user, &session_id).await);
+    assert_eq!(
+        &lines[3..],
+        ["user: first", "user: second", "assistant: Long answer here."],
+        "nothing answered the canceled run"
+    );
+    assert_eq!(provider.request_count(), 5);
+    server.stop().await;
+}
