@@ -105,7 +105,7 @@ async fn run(turns: usize, workers: usize) {
     command.arg("--session-title-generation").arg("false");
     let mut server = Server::spawn("turns", (command, addr));
     server.wait_ready();
-    let client = Client::builder(&server.url(), Ed25519Signer::from_seed(&SEED)).build().unwrap();
+    let client = Client::builder(&format!("http://{addr}"), Ed25519Signer::from_seed(&SEED)).build().unwrap();
     let custom = ModelProviderConfig {
         auth_mode: None,
         base_url: Some(provider.openai_base()),

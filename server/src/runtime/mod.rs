@@ -295,11 +295,24 @@ impl Turn {
 
     /// Appends one durable event, announces it, and returns its id.
     pub async fn append(&self, payload: SessionEventPayload) -> ApiResult<String> {
+        self.append_with_usage(payload, None).await
+    }
+
+    /// [`Self::append`], adding a step's usage to the run in the same transaction.
+    pub async fn append_with_usage(
+        &self,
+        payload: SessionEventPayload,
+        usage: Option<&model::Usage>,
+    ) -> ApiResult<String> {
         let (session_id, now) = (self.session_id.clone(), self.app.clock.now_ms());
+        let (run_id, usage) = (self.run_id.clone(), usage.map(run_usage));
         let event = self
             .app
             .db
             .write(move |conn| {
+                if let Some(usage) = &usage {
+                    crate::runs::add_usage(conn, &run_id, usage)?;
+                }
                 let event = events::append(conn, &session_id, payload, now)?;
                 conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
                     .execute(params![session_id, now])?;
@@ -316,16 +329,21 @@ impl Turn {
     /// Adds a step's usage to the run's total (accumulated, never overwritten: a run that
     /// continues or is retried keeps what its earlier passes used).
     pub async fn add_usage(&self, usage: &model::Usage) -> ApiResult<()> {
-        let count = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
-        let usage = crate::runs::Usage {
-            input: count(usage.input),
-            output: count(usage.output),
-            cache_read: count(usage.cache_read),
-            cache_write: count(usage.cache_write),
-            total: count(usage.total),
-        };
+        let usage = run_usage(usage);
         let run_id = self.run_id.clone();
         self.app.db.write(move |conn| crate::runs::add_usage(conn, &run_id, &usage)).await
+    }
+}
+
+/// A step's token counts as the run row keeps them.
+fn run_usage(usage: &model::Usage) -> crate::runs::Usage {
+    let count = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+    crate::runs::Usage {
+        input: count(usage.input),
+        output: count(usage.output),
+        cache_read: count(usage.cache_read),
+        cache_write: count(usage.cache_write),
+        total: count(usage.total),
     }
 }
 

@@ -121,11 +121,17 @@ impl Turn {
         let (definition, memory_root, now) =
             (self.definition.clone(), self.memory_root.clone(), self.app.clock.now_ms());
         let queued_behind = self.queued_behind.clone();
-        let (system, messages, retired) = self
+        // Everything is read on a reader: the writer is taken only to retire a plan settled
+        // under an earlier run, which happens once per plan.
+        let read_run = run_id.clone();
+        let (system, messages, retire) = self
             .app
             .db
-            .write(move |conn| {
-                let (plan, retired) = plan::current(conn, &session_id, &run_id, now)?;
+            .read(move |conn| {
+                let plan = plan::load(conn, &session_id)?;
+                if plan.as_ref().is_some_and(|plan| plan::retirable(plan, &read_run)) {
+                    return Ok((String::new(), Vec::new(), true));
+                }
                 let log = events::after(conn, &session_id, 0, i64::MAX, None)?;
                 let inputs = prompt::Inputs {
                     definition: &definition,
@@ -136,11 +142,14 @@ impl Turn {
                 };
                 let system = prompt::system(conn, &inputs)?;
                 let tail = replay::Tail { queued_behind: queued_behind.as_deref(), plan: plan.as_ref() };
-                Ok((system, replay::conversation(&log, &tail), retired))
+                Ok((system, replay::conversation(&log, &tail), false))
             })
             .await?;
-        if retired {
+        if retire {
+            let session_id = self.session_id.clone();
+            self.app.db.write(move |conn| plan::current(conn, &session_id, &run_id, now).map(drop)).await?;
             self.session_updated();
+            return Box::pin(self.request()).await;
         }
         Ok(ModelRequest {
             system,
@@ -154,20 +163,34 @@ impl Turn {
 
     /// Appends the assistant message of a step (after `done`), returning its id.
     async fn say(&self, partial: &Partial, text: String, meta: SessionEventMeta) -> ApiResult<String> {
+        self.say_with_usage(partial, text, meta, None).await
+    }
+
+    /// [`Self::say`], adding the step's usage to the run in the same write.
+    async fn say_with_usage(
+        &self,
+        partial: &Partial,
+        text: String,
+        meta: SessionEventMeta,
+        usage: Option<&Usage>,
+    ) -> ApiResult<String> {
         self.partial(partial, PartialPatch { done: Some(true), ..Default::default() });
-        self.append(SessionEventPayload::MessageEvent(MessageEvent {
-            actor: None,
-            attachments: None,
-            blocks: None,
-            client_message_id: None,
-            content: text,
-            context_lines: None,
-            meta: Some(meta),
-            raw_markdown: None,
-            role: MessageEventRole::Assistant,
-            tool_call_id: None,
-            type_: MessageEventType::Message,
-        }))
+        self.append_with_usage(
+            SessionEventPayload::MessageEvent(MessageEvent {
+                actor: None,
+                attachments: None,
+                blocks: None,
+                client_message_id: None,
+                content: text,
+                context_lines: None,
+                meta: Some(meta),
+                raw_markdown: None,
+                role: MessageEventRole::Assistant,
+                tool_call_id: None,
+                type_: MessageEventType::Message,
+            }),
+            usage,
+        )
         .await
     }
 
@@ -266,7 +289,6 @@ async fn pass(turn: &Turn) -> ApiResult<Ended> {
             Some(Ok(step)) => step,
         };
         pass_usage += step.usage;
-        turn.add_usage(&step.usage).await?;
         turn.partial(
             &partial,
             PartialPatch {
@@ -284,11 +306,19 @@ async fn pass(turn: &Turn) -> ApiResult<Ended> {
                 turn_ms: Some(step_ms),
             };
             let duration = since.elapsed().as_millis() as i64;
-            last_said =
-                turn.say(&partial, text.clone(), turn.meta(Some(&step.usage), duration, Some(turn_meta))).await?;
+            last_said = turn
+                .say_with_usage(
+                    &partial,
+                    text.clone(),
+                    turn.meta(Some(&step.usage), duration, Some(turn_meta)),
+                    Some(&step.usage),
+                )
+                .await?;
             said_anything = true;
             since = Instant::now();
             partial = Partial::new();
+        } else {
+            turn.add_usage(&step.usage).await?;
         }
         if step.tool_calls.is_empty() {
             if !said_anything {

@@ -55,12 +55,16 @@ fn copy_to_run(conn: &Connection, plan: &RunPlan) -> ApiResult<()> {
     Ok(())
 }
 
+/// Whether `plan` was fully settled under a run other than `run_id` (the next pass retires it).
+pub fn retirable(plan: &RunPlan, run_id: &str) -> bool {
+    plan.owner_run_id.as_deref().is_some_and(|owner| owner != run_id) && plan.steps.iter().all(settled)
+}
+
 /// At the start of a pass of `run_id`: the plan to show, after retiring one that was fully
 /// settled under an earlier run (copied onto that run, cleared from the session).
 pub fn current(conn: &Connection, session_id: &str, run_id: &str, now: i64) -> ApiResult<(Option<RunPlan>, bool)> {
     let Some(plan) = load(conn, session_id)? else { return Ok((None, false)) };
-    let earlier = plan.owner_run_id.as_deref().is_some_and(|owner| owner != run_id);
-    if earlier && plan.steps.iter().all(settled) {
+    if retirable(&plan, run_id) {
         copy_to_run(conn, &plan)?;
         store(conn, session_id, None, now)?;
         return Ok((None, true));
