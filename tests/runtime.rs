@@ -13,7 +13,7 @@ use seed_agents_protocol::generated::{
 use seed_agents_sdk::subscription::Event as Live;
 
 use crate::support::provider::{Provider, Script};
-use crate::support::{TestServer, User, api_error, definition};
+use crate::support::{TestServer, User, api_error, custom_provider_config, definition};
 
 /// A server whose turns go to `provider`: a `custom` (chat completions) provider `main` at the
 /// scripted server, automatic titles off unless `titles` (they would take scripted answers).
@@ -28,13 +28,7 @@ async fn setup(provider: &Provider, titles: bool) -> (TestServer, User, String, 
     })
     .await;
     let user = server.user();
-    let custom = ModelProviderConfig {
-        auth_mode: None,
-        base_url: Some(provider.openai_base()),
-        model_defaults: None,
-        secret_refs: None,
-        type_: "custom".into(),
-    };
+    let custom = custom_provider_config(provider.openai_base());
     user.call(SetModelProvider { name: "main".into(), provider: custom }).await.unwrap();
     let agent_id =
         user.call(CreateAgent { client_request_id: None, definition: definition("Scout") }).await.unwrap().agent_id;

@@ -32,13 +32,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fixtures::definition;
+use fixtures::{custom_provider_config, definition};
 use futures_util::StreamExt as _;
 use process::{Memory, Server, server_command};
 use provider::{Fallback, Provider};
 use seed_agents_protocol::generated::{
-    CreateAgent, CreateSession, MessageSession, MessageSessionContentPart, ModelProviderConfig, SetModelProvider,
-    TextContentPart,
+    CreateAgent, CreateSession, MessageSession, MessageSessionContentPart, SetModelProvider, TextContentPart,
 };
 use seed_agents_sdk::subscription::Event as Live;
 use seed_agents_sdk::{Client, Ed25519Signer};
@@ -106,13 +105,7 @@ async fn run(turns: usize, workers: usize) {
     let mut server = Server::spawn("turns", (command, addr));
     server.wait_ready();
     let client = Client::builder(&format!("http://{addr}"), Ed25519Signer::from_seed(&SEED)).build().unwrap();
-    let custom = ModelProviderConfig {
-        auth_mode: None,
-        base_url: Some(provider.openai_base()),
-        model_defaults: None,
-        secret_refs: None,
-        type_: "custom".into(),
-    };
+    let custom = custom_provider_config(provider.openai_base());
     client.set_model_provider(SetModelProvider { name: "main".into(), provider: custom }).await.unwrap();
     let agent_id = client
         .create_agent(CreateAgent { client_request_id: None, definition: definition("bench") })

@@ -21,12 +21,12 @@ mod provider;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use fixtures::definition;
+use fixtures::{custom_provider_config, definition};
 use process::{Launch, ServerProcess, free_port};
 use provider::{Provider, Script};
 use seed_agents_protocol::generated::{
-    CreateAgent, CreateSession, GetSession, ListRuns, MessageSession, MessageSessionContentPart, ModelProviderConfig,
-    RunStatus, SessionEvent, SessionInfoStatus, SetModelProvider, TextContentPart,
+    CreateAgent, CreateSession, GetSession, ListRuns, MessageSession, MessageSessionContentPart, RunStatus,
+    SessionEvent, SessionInfoStatus, SetModelProvider, TextContentPart,
 };
 use seed_agents_sdk::{Client, Ed25519Signer};
 
@@ -97,13 +97,7 @@ async fn turns_survive_sigkill_at_random_points() {
         .arg("false");
     let mut server = ServerProcess::start(&launch).await;
     let owner = client(&server.url);
-    let custom = ModelProviderConfig {
-        auth_mode: None,
-        base_url: Some(provider.openai_base()),
-        model_defaults: None,
-        secret_refs: None,
-        type_: "custom".into(),
-    };
+    let custom = custom_provider_config(provider.openai_base());
     owner.set_model_provider(SetModelProvider { name: "main".into(), provider: custom }).await.unwrap();
     let agent = owner
         .create_agent(CreateAgent { client_request_id: None, definition: definition("crash") })

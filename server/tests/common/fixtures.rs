@@ -34,3 +34,15 @@ pub fn definition(name: &str) -> AgentDefinition {
         tools: None,
     }
 }
+
+/// A keyless `custom` (OpenAI-compatible) provider at `base_url`: the scripted provider of
+/// `common/provider.rs` in the tests and benchmarks that run turns.
+pub fn custom_provider_config(base_url: String) -> ModelProviderConfig {
+    ModelProviderConfig {
+        auth_mode: None,
+        base_url: Some(base_url),
+        model_defaults: None,
+        secret_refs: None,
+        type_: "custom".into(),
+    }
+}
