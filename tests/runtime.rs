@@ -555,5 +555,21 @@ async fn retry_after_a_provider_failure_answers_and_cancel_ends_a_queued_run() {
         "nothing answered the canceled run"
     );
     assert_eq!(provider.request_count(), 5);
+
+    // The user (and the model) can read a run by its address; another agent's run is not there.
+    let input = |address: String| {
+        seed_agents_protocol::Value(Ipld::Map([("address".to_owned(), Ipld::String(address))].into()))
+    };
+    let read = |address: String| seed_agents_protocol::generated::InvokeSessionTool {
+        session_id: session_id.clone(),
+        verb: seed_agents_protocol::generated::InvokeSessionToolVerb::Read,
+        input: input(address),
+    };
+    let answer = user.call(read(format!("run:{}", queued.id))).await.unwrap();
+    let output = serde_json::to_value(answer.output.unwrap()).unwrap();
+    assert_eq!(output["status"], "canceled");
+    assert_eq!(output["summary"], "Run \"second\" is canceled.");
+    let answer = user.call(read("run:nope".into())).await.unwrap();
+    assert_eq!(answer.error.as_deref(), Some("No run nope"));
     server.stop().await;
 }

@@ -1,6 +1,7 @@
 //! The addresses the `read` and `write` verbs understand, parsed from a client's string.
 //!
-//! The forms are upstream's: `~/memory[/<path>]`, `~/self`, `attachment:<id>`, `thread:<id>`.
+//! The forms are upstream's: `~/memory[/<path>]`, `~/self`, `attachment:<id>`, `thread:<id>`,
+//! `run:<id>`.
 //! Forms upstream serves that this server does not yet (`~/tools`, `~/triggers`, `hm://`, …)
 //! parse as [`Address::Unsupported`] so the error can say so instead of "unrecognized".
 
@@ -16,6 +17,8 @@ pub enum Address {
     Attachment(String),
     /// `thread:<id>`: another session's transcript; `None` for the bare `thread:` listing.
     Thread(Option<String>),
+    /// `run:<id>`.
+    Run(String),
     /// A form upstream serves that this server does not implement yet (its label).
     Unsupported(&'static str),
     /// Anything else.
@@ -31,7 +34,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("https://", "https://"),
     ("http://", "http://"),
     ("activity:", "activity:"),
-    ("run:", "run:"),
 ];
 
 impl Address {
@@ -53,6 +55,9 @@ impl Address {
         if let Some(id) = address.strip_prefix("thread:") {
             let id = id.trim();
             return Address::Thread((!id.is_empty()).then(|| id.to_owned()));
+        }
+        if let Some(id) = address.strip_prefix("run:") {
+            return Address::Run(id.trim().to_owned());
         }
         match UNSUPPORTED.iter().find(|(prefix, _)| address.starts_with(prefix)) {
             Some((_, label)) => Address::Unsupported(label),
@@ -90,7 +95,7 @@ mod tests {
         assert_eq!(Address::parse("hm://z6Mk/doc"), Address::Unsupported("hm://"));
         assert_eq!(Address::parse("~/tools/search"), Address::Unsupported("~/tools"));
         assert_eq!(Address::parse("ipfs://bafy"), Address::Unsupported("ipfs://"));
-        assert_eq!(Address::parse("run:1"), Address::Unsupported("run:"));
+        assert_eq!(Address::parse(" run: 1 "), Address::Run("1".into()));
         assert_eq!(Address::parse("/etc/passwd"), Address::Unrecognized);
         assert_eq!(Address::parse(""), Address::Unrecognized);
     }

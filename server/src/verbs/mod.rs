@@ -14,6 +14,7 @@ pub mod address;
 mod agent;
 mod attachment;
 mod memory;
+mod run;
 mod thread;
 
 use std::collections::BTreeMap;
@@ -220,10 +221,11 @@ pub(crate) async fn read(context: &Context<'_>, input: &Value) -> ApiResult<Valu
         Address::SelfSummary => agent::read(context).await,
         Address::Attachment(id) => attachment::read(context, id).await,
         Address::Thread(Some(id)) => thread::read(context, id).await,
+        Address::Run(id) => run::read(context, id).await,
         Address::Thread(None) => Err(not_yet("The thread: listing is")),
         Address::Unsupported(label) => Err(not_yet(&format!("{label} addresses are"))),
         Address::Unrecognized => Err(ApiError::invalid(format!(
-            "Unrecognized address: {raw}. Supported here: ~/memory/…, ~/self, attachment:<id>, thread:<id>."
+            "Unrecognized address: {raw}. Supported here: ~/memory/…, ~/self, attachment:<id>, thread:<id>, run:<id>."
         ))),
     }
 }
