@@ -571,5 +571,20 @@ async fn retry_after_a_provider_failure_answers_and_cancel_ends_a_queued_run() {
     assert_eq!(output["summary"], "Run \"second\" is canceled.");
     let answer = user.call(read("run:nope".into())).await.unwrap();
     assert_eq!(answer.error.as_deref(), Some("No run nope"));
+    // `thread:` lists the agent's conversations; a query finds one by what was said in it.
+    let listed = serde_json::to_value(user.call(read("thread:".into())).await.unwrap().output.unwrap()).unwrap();
+    assert_eq!(listed["threads"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["threads"][0]["sessionId"], session_id.as_str());
+    let mut search = read("thread:".into());
+    search.input = seed_agents_protocol::Value(Ipld::Map(
+        [
+            ("address".to_owned(), Ipld::String("thread:".into())),
+            ("options".to_owned(), Ipld::Map([("query".to_owned(), Ipld::String("LONG answer".into()))].into())),
+        ]
+        .into(),
+    ));
+    let found = serde_json::to_value(user.call(search.clone()).await.unwrap().output.unwrap()).unwrap();
+    assert_eq!(found["threads"][0]["snippet"], "Long answer here.");
+    assert_eq!(found["summary"], "1 thread matches \"long answer\".");
     server.stop().await;
 }

@@ -222,7 +222,7 @@ pub(crate) async fn read(context: &Context<'_>, input: &Value) -> ApiResult<Valu
         Address::Attachment(id) => attachment::read(context, id).await,
         Address::Thread(Some(id)) => thread::read(context, id).await,
         Address::Run(id) => run::read(context, id).await,
-        Address::Thread(None) => Err(not_yet("The thread: listing is")),
+        Address::Thread(None) => thread::list(context, input.options()).await,
         Address::Unsupported(label) => Err(not_yet(&format!("{label} addresses are"))),
         Address::Unrecognized => Err(ApiError::invalid(format!(
             "Unrecognized address: {raw}. Supported here: ~/memory/…, ~/self, attachment:<id>, thread:<id>, run:<id>."

@@ -1,11 +1,13 @@
 //! `thread:<id>`: a compact transcript of one of the agent's sessions (its newest events).
 
+use std::collections::BTreeMap;
+
 use ipld_core::ipld::Ipld;
 use rusqlite::{OptionalExtension, params};
 use seed_agents_protocol::{Value, wire};
 use serde::Serialize;
 
-use super::{Context, MAX_RESULT_BYTES, record};
+use super::{Context, MAX_RESULT_BYTES, plural, record};
 use crate::error::{ApiError, ApiResult};
 
 /// The most events a transcript shows.
@@ -51,6 +53,138 @@ pub(super) async fn read(context: &Context<'_>, session_id: String) -> ApiResult
     let markdown = bound(lines.join("\n\n"));
     let summary = format!("Thread \"{}\": {} recent events.", title.as_deref().unwrap_or(&session_id), events.len());
     record(summary, &Transcript { session_id, title, description: description.filter(|d| !d.is_empty()), markdown })
+}
+
+/// Threads a listing shows when the caller does not say.
+const DEFAULT_LIST: i64 = 25;
+/// The most threads a listing shows.
+const MAX_LIST: i64 = 100;
+/// How many of the newest events a `query` searches.
+const QUERY_SCAN_EVENTS: i64 = 4000;
+
+#[derive(Serialize)]
+struct Listed {
+    #[serde(rename = "sessionId")]
+    session_id: String,
+    title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    status: String,
+    #[serde(rename = "updatedAt")]
+    updated_at: i64,
+    /// Where `query` matched, when it matched inside the conversation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snippet: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Listing {
+    threads: Vec<Listed>,
+}
+
+/// `thread:` — the agent's conversations, newest first. `options.limit` (default 25, at most
+/// 100); `options.query` keeps those whose title matches or whose recent events mention it
+/// (case-insensitive, over the agent's newest 4,000 events), with a snippet. Only the agent's
+/// own threads, as `thread:<id>` reads only those.
+pub(super) async fn list(context: &Context<'_>, options: Option<&BTreeMap<String, Ipld>>) -> ApiResult<Value> {
+    let limit = match options.and_then(|options| options.get("limit")) {
+        Some(Ipld::Integer(limit)) => i64::try_from(*limit).unwrap_or(MAX_LIST).clamp(1, MAX_LIST),
+        Some(Ipld::Float(limit)) if limit.is_finite() => (*limit as i64).clamp(1, MAX_LIST),
+        _ => DEFAULT_LIST,
+    };
+    let query = match options.and_then(|options| options.get("query")) {
+        Some(Ipld::String(query)) => Some(query.trim().to_lowercase()).filter(|query| !query.is_empty()),
+        _ => None,
+    };
+    let agent_id = context.agent_id.clone();
+    let wanted = query.clone();
+    let threads = context
+        .app
+        .db
+        .read(move |conn| {
+            let mut snippets: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+            if let Some(query) = &wanted {
+                let mut statement = conn.prepare_cached(
+                    "SELECT e.session_id, e.event_cbor FROM session_events e JOIN sessions s ON s.id = e.session_id
+                     WHERE s.agent_id = ?1 ORDER BY e.created_at DESC, e.seq DESC LIMIT +?2",
+                )?;
+                let rows = statement.query_map(params![agent_id, QUERY_SCAN_EVENTS], |row| {
+                    Ok((row.get::<_, String>(0)?, row.get::<_, Vec<u8>>(1)?))
+                })?;
+                for row in rows {
+                    let (session, bytes) = row?;
+                    if snippets.contains_key(&session) {
+                        continue;
+                    }
+                    let event = wire::from_slice(&bytes).unwrap_or(Ipld::Null);
+                    let text = match &event {
+                        Ipld::Map(fields) => content_text(fields.get("content")),
+                        _ => String::new(),
+                    };
+                    if let Some(snippet) = snippet(&text, query) {
+                        snippets.insert(session, snippet);
+                    }
+                }
+            }
+            let mut statement = conn.prepare_cached(
+                "SELECT id, title, description, status, updated_at FROM sessions WHERE agent_id = ?1
+                 ORDER BY updated_at DESC, id DESC",
+            )?;
+            let rows = statement.query_map(params![agent_id], |row| {
+                Ok(Listed {
+                    session_id: row.get(0)?,
+                    title: row.get(1)?,
+                    description: row.get::<_, Option<String>>(2)?.filter(|d| !d.is_empty()),
+                    status: row.get(3)?,
+                    updated_at: row.get(4)?,
+                    snippet: None,
+                })
+            })?;
+            let mut threads = Vec::new();
+            for row in rows {
+                let mut thread = row?;
+                if let Some(query) = &wanted {
+                    let titled = thread.title.as_deref().is_some_and(|title| title.to_lowercase().contains(query));
+                    thread.snippet = snippets.remove(&thread.session_id);
+                    if !titled && thread.snippet.is_none() {
+                        continue;
+                    }
+                }
+                threads.push(thread);
+                if threads.len() as i64 >= limit {
+                    break;
+                }
+            }
+            Ok(threads)
+        })
+        .await?;
+    let summary = match &query {
+        Some(query) => format!("{} \"{query}\".", plural(threads.len(), "thread matches", "threads match")),
+        None => format!("{}, newest first.", plural(threads.len(), "thread", "threads")),
+    };
+    record(summary, &Listing { threads })
+}
+
+/// Up to 60 characters either side of the first case-insensitive match of `query` in `text`.
+fn snippet(text: &str, query: &str) -> Option<String> {
+    let lower = text.to_lowercase();
+    let at = lower.find(query)?;
+    // Lowercasing can change lengths; work in characters, from the original text when the
+    // lowered one lines up with it.
+    let original: Vec<char> = text.chars().collect();
+    let lowered: Vec<char> = lower.chars().collect();
+    let chars = if original.len() == lowered.len() { original } else { lowered };
+    let start_char = lower[..at].chars().count();
+    let from = start_char.saturating_sub(60);
+    let to = (start_char + query.chars().count() + 60).min(chars.len());
+    let mut snippet: String = chars[from..to].iter().collect();
+    if from > 0 {
+        snippet.insert(0, '…');
+    }
+    if to < chars.len() {
+        snippet.push('…');
+    }
+    Some(snippet)
 }
 
 /// One event as a transcript line.
@@ -127,6 +261,15 @@ mod tests {
         assert_eq!(line(&event(&[("type", text("tool_call")), ("name", text("read"))])), "→ tool call read");
         assert_eq!(line(&event(&[("type", text("tool_spawn"))])), "(tool_spawn)");
         assert_eq!(line(&Ipld::Null), "(event)");
+    }
+
+    #[test]
+    fn snippets_surround_the_first_match() {
+        assert_eq!(snippet("Buy MILK today", "milk"), Some("Buy MILK today".to_owned()));
+        let long = format!("{}needle{}", "a".repeat(100), "b".repeat(100));
+        let found = snippet(&long, "needle").unwrap();
+        assert!(found.starts_with('…') && found.ends_with('…') && found.contains("needle"), "{found}");
+        assert_eq!(snippet("nothing here", "needle"), None);
     }
 
     #[test]
