@@ -100,17 +100,46 @@ enum Listing {
 }
 
 /// An API key secret as stored: opened only on the async side, where the secret key lives.
-struct SealedKey {
+#[derive(Debug)]
+pub struct SealedKey {
     account_id: String,
     name: String,
     sealed: Vec<u8>,
 }
 
 impl SealedKey {
+    /// The key an api-key provider record of `owner` names (`secretRefs.apiKey`), in upstream's
+    /// order of checks: 400 `Required secret is not configured` when the named secret is missing,
+    /// 400 `<type> API key is not configured` when a type that needs one names none, `None` for
+    /// a keyless type without one. Model lists and agent turns both read keys through here.
+    pub fn load(
+        conn: &Connection,
+        owner: &str,
+        provider_type: ProviderType,
+        config: &seed_agents_protocol::generated::ModelProviderConfig,
+    ) -> ApiResult<Option<Self>> {
+        let key_name = config.secret_refs.as_ref().and_then(|refs| refs.get(API_KEY_REF)).filter(|n| !n.is_empty());
+        match key_name {
+            Some(key_name) => {
+                let sealed = secrets::load_sealed(conn, owner, key_name)?
+                    .ok_or_else(|| ApiError::invalid("Required secret is not configured"))?;
+                Ok(Some(SealedKey { account_id: owner.to_owned(), name: key_name.to_owned(), sealed }))
+            }
+            None if provider_type.requires_api_key() => Err(provider_type.api_key_not_configured()),
+            None => Ok(None),
+        }
+    }
+
     /// Decrypts the key into a buffer zeroed on drop. A value that does not open is a 500 whose
     /// logged cause never contains plaintext.
     fn open(self, app: &App) -> ApiResult<Zeroizing<Vec<u8>>> {
         app.secrets.open(&self.account_id, &self.name, &self.sealed).map(Zeroizing::new).map_err(ApiError::internal)
+    }
+
+    /// Decrypts the key as header-safe text ([`api_key_text`]'s rule), zeroed on drop.
+    pub fn open_text(self, app: &App, provider_type: ProviderType) -> ApiResult<Zeroizing<String>> {
+        let key = self.open(app)?;
+        Ok(Zeroizing::new(api_key_text(provider_type, &key)?.to_owned()))
     }
 }
 
@@ -131,16 +160,7 @@ fn plan(
     if row.config.auth_mode == Some(ModelProviderConfigAuthMode::Subscription) {
         return Ok(Listing::Subscription);
     }
-    let key_name = row.config.secret_refs.as_ref().and_then(|refs| refs.get(API_KEY_REF)).filter(|n| !n.is_empty());
-    let sealed_key = match key_name {
-        Some(key_name) => {
-            let sealed = secrets::load_sealed(conn, &owner, key_name)?
-                .ok_or_else(|| ApiError::invalid("Required secret is not configured"))?;
-            Some(SealedKey { account_id: owner.clone(), name: key_name.clone(), sealed })
-        }
-        None if provider_type.requires_api_key() => return Err(provider_type.api_key_not_configured()),
-        None => None,
-    };
+    let sealed_key = SealedKey::load(conn, &owner, provider_type, &row.config)?;
     let base_url = provider_type.resolve_base_url_with(&row.config, overrides)?;
     Ok(Listing::Vendor { provider_type, base_url, sealed_key })
 }

@@ -36,11 +36,11 @@ use seed_agents_protocol::generated::{
     SessionEventPayload, SessionModelOverride, ToolResultEvent, ToolResultEventType,
 };
 use seed_agents_protocol::wire;
-use zeroize::Zeroizing;
 
 use crate::app::App;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::model::{self, Endpoint};
+use crate::providers::models::SealedKey;
 use crate::providers::registry::ProviderType;
 use crate::runs::engine::{Claimed, Executor, Outcome, RunFailure, StopSignal};
 use crate::sessions::events;
@@ -188,7 +188,7 @@ struct Loaded {
     model: String,
     reasoning: Option<String>,
     model_defaults: Option<serde_json::Map<String, serde_json::Value>>,
-    sealed_key: Option<(String, Vec<u8>)>,
+    sealed_key: Option<SealedKey>,
 }
 
 impl Turn {
@@ -198,18 +198,7 @@ impl Turn {
         let (agent_id, session_id) = (run.agent_id.clone(), run.session_id.clone());
         let overrides = app.config.provider_urls.clone();
         let loaded = app.db.read(move |conn| load(conn, &agent_id, &session_id, &overrides)).await?;
-        let api_key = match loaded.sealed_key {
-            Some((name, sealed)) => {
-                let opened = app.secrets.open(&loaded.owner_id, &name, &sealed).map_err(ApiError::internal)?;
-                let opened = Zeroizing::new(opened);
-                let printable = opened.iter().all(|byte| *byte == b'\t' || (0x20..0x7f).contains(byte));
-                let text = std::str::from_utf8(&opened).ok().filter(|_| printable).ok_or_else(|| {
-                    ApiError::invalid(format!("{} API key is invalid", loaded.provider_type.as_str()))
-                })?;
-                Some(Zeroizing::new(text.to_owned()))
-            }
-            None => None,
-        };
+        let api_key = loaded.sealed_key.map(|key| key.open_text(&app, loaded.provider_type)).transpose()?;
         let provider = loaded.provider_type.as_str();
         if model::needs_responses_api(provider, &loaded.model, loaded.reasoning.as_deref()) {
             return Err(ApiError::invalid(format!(
@@ -406,17 +395,7 @@ fn load(
             "Subscription sign-in providers are not supported by this server's runtime yet; use an API key provider",
         ));
     }
-    let key_name =
-        provider.config.secret_refs.as_ref().and_then(|refs| refs.get("apiKey")).filter(|name| !name.is_empty());
-    let sealed_key = match key_name {
-        Some(name) => {
-            let sealed = crate::secrets::load_sealed(conn, &owner_id, name)?
-                .ok_or_else(|| ApiError::invalid("Required secret is not configured"))?;
-            Some((name.clone(), sealed))
-        }
-        None if provider_type.requires_api_key() => return Err(provider_type.api_key_not_configured()),
-        None => None,
-    };
+    let sealed_key = SealedKey::load(conn, &owner_id, provider_type, &provider.config)?;
     let base_url = provider_type.resolve_base_url_with(&provider.config, overrides)?;
     let model_defaults = provider.config.model_defaults.as_ref().map(|defaults| {
         defaults
