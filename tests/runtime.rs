@@ -18,15 +18,7 @@ use crate::support::{TestServer, User, api_error, custom_provider_config, defini
 /// A server whose turns go to `provider`: a `custom` (chat completions) provider `main` at the
 /// scripted server, automatic titles off unless `titles` (they would take scripted answers).
 async fn setup(provider: &Provider, titles: bool) -> (TestServer, User, String, String) {
-    let anthropic = provider.anthropic_base();
-    let server = TestServer::start_with(tempfile::tempdir().unwrap(), |config| {
-        config.session_title_generation = titles;
-        config.provider_timeout = Duration::from_secs(2);
-        config.provider_urls.push(
-            seed_agents_server::providers::registry::parse_provider_url(&format!("anthropic={anthropic}")).unwrap(),
-        );
-    })
-    .await;
+    let server = start(provider, titles, tempfile::tempdir().unwrap()).await;
     let user = server.user();
     let custom = custom_provider_config(provider.openai_base());
     user.call(SetModelProvider { name: "main".into(), provider: custom }).await.unwrap();
@@ -34,6 +26,19 @@ async fn setup(provider: &Provider, titles: bool) -> (TestServer, User, String, 
         user.call(CreateAgent { client_request_id: None, definition: definition("Scout") }).await.unwrap().agent_id;
     let session_id = user.create_session(&agent_id, None).await;
     (server, user, agent_id, session_id)
+}
+
+/// A server in `dir` whose `anthropic` provider type goes to `provider`.
+async fn start(provider: &Provider, titles: bool, dir: tempfile::TempDir) -> TestServer {
+    let anthropic = provider.anthropic_base();
+    TestServer::start_with(dir, |config| {
+        config.session_title_generation = titles;
+        config.provider_timeout = Duration::from_secs(2);
+        config.provider_urls.push(
+            seed_agents_server::providers::registry::parse_provider_url(&format!("anthropic={anthropic}")).unwrap(),
+        );
+    })
+    .await
 }
 
 fn say(session_id: &str, text: &str) -> MessageSession {
@@ -586,5 +591,72 @@ async fn retry_after_a_provider_failure_answers_and_cancel_ends_a_queued_run() {
     let found = serde_json::to_value(user.call(search.clone()).await.unwrap().output.unwrap()).unwrap();
     assert_eq!(found["threads"][0]["snippet"], "Long answer here.");
     assert_eq!(found["summary"], "1 thread matches \"long answer\".");
+    server.stop().await;
+}
+
+/// A tool call the server never saw finish (it died while the tool ran) gets an error result
+/// before the next turn's model request, so the log and the provider conversation are whole.
+#[tokio::test]
+async fn an_interrupted_tool_call_is_answered_before_the_next_turn() {
+    let provider = Provider::start().await;
+    let (server, user, _agent, session_id) = setup(&provider, false).await;
+    provider.push(Script::text("Hello."));
+    user.call(say(&session_id, "hi")).await.unwrap();
+    let dir = server.stop().await;
+
+    // What a crash mid-tool leaves: the durable call, no result. (The repair runs when the next
+    // run executes, so its result lands after the message that started that run.)
+    let call = Ipld::Map(
+        [
+            ("type", Ipld::String("tool_call".into())),
+            ("id", Ipld::String("call_lost".into())),
+            ("name", Ipld::String("write".into())),
+            ("input", Ipld::Map([("address".to_owned(), Ipld::String("~/memory/a.md".into()))].into())),
+        ]
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value))
+        .collect(),
+    );
+    let db = rusqlite::Connection::open(dir.path().join("seed-agents.sqlite")).unwrap();
+    db.execute(
+        "INSERT INTO session_events (id, session_id, seq, event_cbor, created_at)
+         SELECT 'lost', ?1, MAX(seq) + 1, ?2, 1 FROM session_events WHERE session_id = ?1",
+        rusqlite::params![session_id, seed_agents_protocol::wire::ipld_to_vec(&call).unwrap()],
+    )
+    .unwrap();
+    drop(db);
+
+    let server = start(&provider, false, dir).await;
+    let user = User::new(&server.url, (*user.signer).clone(), None);
+    provider.push(Script::text("Checking again."));
+    user.call(say(&session_id, "did it save?")).await.unwrap();
+    let log = events(&user, &session_id).await;
+    assert_eq!(
+        transcript(&log),
+        [
+            "user: hi",
+            "assistant: Hello.",
+            "call write",
+            "user: did it save?",
+            "error write: {INTERRUPTED}",
+            "assistant: Checking again."
+        ]
+        .map(|line| line.replace("{INTERRUPTED}", seed_agents_server::runtime::INTERRUPTED)),
+    );
+    seqs_are_gap_free(&log);
+    // The model saw the call answered with that error, in place.
+    let messages = &provider.requests()[1].body["messages"];
+    let roles: Vec<&str> = messages.as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "user"], "{messages}");
+    assert_eq!(messages[2]["tool_calls"][0]["id"], "call_lost");
+    assert_eq!(messages[3]["tool_call_id"], "call_lost");
+    assert!(messages[3]["content"].as_str().unwrap().contains("Interrupted by a service restart"));
+
+    // A second turn finds nothing to repair: no second result.
+    provider.push(Script::text("Yes."));
+    user.call(say(&session_id, "ok")).await.unwrap();
+    let results =
+        transcript(&events(&user, &session_id).await).iter().filter(|line| line.starts_with("error write")).count();
+    assert_eq!(results, 1);
     server.stop().await;
 }

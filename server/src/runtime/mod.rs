@@ -178,6 +178,29 @@ fn output(assistant_event_id: &str, open_steps: &[String]) -> Ipld {
     Ipld::Map(fields)
 }
 
+/// The agent tool calls of a session that have no result, oldest first: `(call id, tool name)`.
+fn dangling_calls(conn: &rusqlite::Connection, session_id: &str) -> ApiResult<Vec<(String, String)>> {
+    let all = events::after(conn, session_id, 0, i64::MAX, None)?;
+    let answered: std::collections::HashSet<&str> = all
+        .iter()
+        .filter_map(|event| match &event.event {
+            SessionEventPayload::ToolResultEvent(result) => Some(result.tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    Ok(all
+        .iter()
+        .filter_map(|event| match &event.event {
+            SessionEventPayload::ToolCallEvent(call)
+                if call.actor != Some(SessionActor::User) && !answered.contains(call.id.as_str()) =>
+            {
+                Some((call.id.clone(), call.name.clone()))
+            }
+            _ => None,
+        })
+        .collect())
+}
+
 /// What the database says about a run's agent and model.
 struct Loaded {
     owner_id: String,
@@ -227,32 +250,30 @@ impl Turn {
     }
 
     /// Appends an error result for every agent tool call of the session that has none.
+    ///
+    /// The log is scanned on a reader first: almost every execution finds nothing to repair and
+    /// never holds the writer. Only when a dangling call is seen does the writer scan again (the
+    /// log may have moved since) and append the results.
     async fn repair(&self) -> ApiResult<()> {
+        let session_id = self.session_id.clone();
+        let dangling = self.app.db.read(move |conn| Ok(!dangling_calls(conn, &session_id)?.is_empty())).await?;
+        if !dangling {
+            return Ok(());
+        }
         let (session_id, now) = (self.session_id.clone(), self.app.clock.now_ms());
         let appended = self
             .app
             .db
             .write(move |conn| {
-                let all = events::after(conn, &session_id, 0, i64::MAX, None)?;
-                let mut answered = std::collections::HashSet::new();
-                for event in &all {
-                    if let SessionEventPayload::ToolResultEvent(result) = &event.event {
-                        answered.insert(result.tool_call_id.clone());
-                    }
-                }
                 let mut appended = Vec::new();
-                for event in &all {
-                    let SessionEventPayload::ToolCallEvent(call) = &event.event else { continue };
-                    if call.actor == Some(SessionActor::User) || answered.contains(&call.id) {
-                        continue;
-                    }
+                for (id, name) in dangling_calls(conn, &session_id)? {
                     let result = SessionEventPayload::ToolResultEvent(ToolResultEvent {
                         actor: None,
                         error: Some(INTERRUPTED.to_owned()),
                         meta: None,
-                        name: call.name.clone(),
+                        name,
                         output: None,
-                        tool_call_id: call.id.clone(),
+                        tool_call_id: id,
                         type_: ToolResultEventType::ToolResult,
                     });
                     appended.push(events::append(conn, &session_id, result, now)?);
