@@ -2699,7 +2699,7 @@ pub struct DeleteMcpServerResponse {
     ///Name of the deleted server.
     pub name: ::std::string::String,
 }
-///Deletes one of the signed account's model providers, and every secret it referenced that no remaining provider references. Account-scoped: collaboration never grants it. 404 `Model provider not found` when the account has no provider of that name. Agents that name it fail to run until it is set again.
+///Deletes one of the signed account's model providers, and every secret it referenced that no remaining provider references. Account-scoped: collaboration never grants it. 404 `Model provider not found` when the account has no provider of that name.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteModelProvider {
     ///Name of the provider.
@@ -4195,7 +4195,7 @@ pub struct MessageSessionResponse {
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///How to reach a model vendor: its type, optional base URL, the names of the secrets holding its credentials, and per-model defaults.
+///How to reach a model vendor: its type, optional base URL, the names of the secrets holding its credentials, and fields to add to its requests.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ModelProviderConfig {
     ///`api-key` (the default: `secretRefs.apiKey` names the API key secret) or `subscription` (sign in with a ChatGPT subscription; only for type `openai`, and `secretRefs.oauth` must name the credentials secret).
@@ -4206,7 +4206,7 @@ pub struct ModelProviderConfig {
     #[serde(rename = "baseUrl")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub base_url: ::std::option::Option<::std::string::String>,
-    ///Default settings per model, kept for clients; at most 16 KiB as CBOR (400 `Model defaults are too large`).
+    ///Fields merged into every request body sent to the vendor, shallowly and over the server's own (for example `temperature`); at most 16 KiB as CBOR (400 `Model defaults are too large`).
     #[serde(rename = "modelDefaults")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub model_defaults:
@@ -5825,7 +5825,7 @@ pub struct SessionInfo {
     #[serde(rename = "startedByTrigger")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub started_by_trigger: ::std::option::Option<AgentSessionTriggerSummary>,
-    ///`idle` (no turn running), `streaming` (a turn is running), `stopped` (the last turn was stopped) or `error` (the last turn failed).
+    ///`streaming` while an agent turn is active, `error` when the latest run failed, else `idle`. `stopped` is part of the protocol (a session whose turn was stopped); this server shows a stopped session as `idle`.
     pub status: SessionInfoStatus,
     ///Effort override for this session, when set.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -5837,7 +5837,7 @@ pub struct SessionInfo {
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
 }
-///`idle` (no turn running), `streaming` (a turn is running), `stopped` (the last turn was stopped) or `error` (the last turn failed).
+///`streaming` while an agent turn is active, `error` when the latest run failed, else `idle`. `stopped` is part of the protocol (a session whose turn was stopped); this server shows a stopped session as `idle`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionInfoStatus {
     #[serde(rename = "error")]

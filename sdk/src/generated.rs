@@ -175,7 +175,7 @@ impl Client {
     }
     /// Sends `DeleteModelProvider` and returns its `DeleteModelProviderResponse`.
     ///
-    /// Deletes one of the signed account's model providers, and every secret it referenced that no remaining provider references. Account-scoped: collaboration never grants it. 404 `Model provider not found` when the account has no provider of that name. Agents that name it fail to run until it is set again.
+    /// Deletes one of the signed account's model providers, and every secret it referenced that no remaining provider references. Account-scoped: collaboration never grants it. 404 `Model provider not found` when the account has no provider of that name.
     pub async fn delete_model_provider(
         &self,
         action: proto::DeleteModelProvider,
