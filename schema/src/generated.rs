@@ -1834,22 +1834,22 @@ pub struct AgentSessionTriggerSummary {
 ///A tool available to an agent: a built-in verb, a lambda tool (a script saved with `SaveAgentTool`) or a tool of an MCP server, with whether the agent's definition grants it.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentToolInfo {
-    ///CID of the tool's document.
+    ///CID of the tool's document: CIDv1, DAG-CBOR, SHA-256 over its canonical encoding (`bafyrei…`); it changes whenever the contract changes.
     pub cid: ::std::string::String,
     ///Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///What the tool does, as the model is told.
+    ///What the tool does, as the model is told; required, at most 16 KiB.
     pub description: ::std::string::String,
     ///Whether the tool is enabled.
     pub enabled: bool,
-    ///Whether the agent's definition grants the tool (see `AgentDefinition.tools`).
+    ///Whether the agent may call the tool: a builtin its definition grants (see `AgentDefinition.tools`). Lambdas are never granted on this server, which has no code sandbox to run them.
     pub granted: bool,
-    ///JSON Schema of the tool's input.
+    ///JSON Schema of the tool's input (the subset `JsonSchema` describes; 400 for anything else).
     pub input: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
     ///`builtin` (part of the server), `lambda` (a script saved for the agent) or `mcp` (offered by an MCP server).
     pub kind: AgentToolInfoKind,
-    ///Name of the tool, unique for the agent.
+    ///Name of the tool, unique for the agent; the agent calls it by this name.
     pub name: ::std::string::String,
     ///JSON Schema of the tool's output, when declared.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -1865,10 +1865,10 @@ pub struct AgentToolInfo {
     ///For an MCP tool: name of the MCP server.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub server: ::std::option::Option<::std::string::String>,
-    ///For a lambda tool: its source code.
+    ///For a lambda tool: its source code (at most 256 KiB).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub source: ::std::option::Option<::std::string::String>,
-    ///One-line summary.
+    ///One-line summary, at most 140 characters.
     pub summary: ::std::string::String,
     ///Time of the last change, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
@@ -1957,21 +1957,21 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentToolInfoRuntime {
 ///A lambda tool to save with `SaveAgentTool`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentToolInput {
-    ///What the tool does, as the model is told.
+    ///What the tool does, as the model is told; required, at most 16 KiB.
     pub description: ::std::string::String,
-    ///JSON Schema of the tool's input.
+    ///JSON Schema of the tool's input (the subset `JsonSchema` describes; 400 for anything else).
     pub input: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
-    ///Name of the tool; unique for the agent.
+    ///Name of the tool: 2 to 64 characters of `a-z`, `0-9`, `_` and `-`, starting with a letter, and not the name of a verb or builtin tool (400 otherwise).
     pub name: ::std::string::String,
-    ///JSON Schema of the tool's output.
+    ///JSON Schema of the tool's output (the subset `JsonSchema` describes).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub output:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
     ///Language of `source`: `python` or `typescript`.
     pub runtime: AgentToolInputRuntime,
-    ///Source code of the tool.
+    ///Source code of the tool; required, at most 256 KiB.
     pub source: ::std::string::String,
-    ///One-line summary.
+    ///One-line summary, at most 140 characters.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub summary: ::std::option::Option<::std::string::String>,
 }
@@ -2653,7 +2653,7 @@ pub struct DeleteAgentResponse {
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///Deletes one of an agent's lambda tools. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). Deleting a missing tool answers `deleted: false`. This server does not implement it yet and answers 501.
+///Deletes one of an agent's lambda tools. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). Deleting a missing tool answers `deleted: false`; a builtin tool cannot be deleted (400: revoke it in the agent's `tools` instead).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteAgentTool {
     ///Id of the agent.
@@ -3736,7 +3736,7 @@ pub struct ListAgentMemoryResponse {
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub truncated: ::std::option::Option<bool>,
 }
-///Lists the tools available to an agent (built-in, lambda and MCP) with whether its definition grants each. Reader or more (404 `Agent not found` without access). This server does not implement it yet and answers 501.
+///Lists an agent's tool documents (builtin and lambda tools) with their CIDs and whether each is granted. Reader or more (404 `Agent not found` without access).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListAgentTools {
     ///Id of the agent.
@@ -5328,7 +5328,7 @@ impl ::std::convert::TryFrom<::std::string::String> for RunWaitInfoReason {
         value.parse()
     }
 }
-///Creates or replaces one of an agent's lambda tools; renames it when `previousName` is given. Built-in tools cannot be edited (400 `Builtin tools cannot be edited`); renaming a missing tool is 404; a name already taken by another tool is 409 `A tool named "<name>" already exists`. Writer or owner (403 `Write access is required`). This server does not implement it yet and answers 501.
+///Creates or replaces one of an agent's lambda tools (an authored contract with source code); with `previousName` it replaces that tool, renaming it and keeping its creation time. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). Fails with 400 for a builtin tool (`Builtin tools cannot be edited`) or an invalid name, description, source or schema; 404 `Tool "<name>" not found` when `previousName` does not exist; 409 `A tool named "<name>" already exists` when another tool has the name. This server saves lambdas but cannot run them.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SaveAgentTool {
     ///Id of the agent.

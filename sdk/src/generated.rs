@@ -148,7 +148,7 @@ impl Client {
     }
     /// Sends `DeleteAgentTool` and returns its `DeleteAgentToolResponse`.
     ///
-    /// Deletes one of an agent's lambda tools. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). Deleting a missing tool answers `deleted: false`. This server does not implement it yet and answers 501.
+    /// Deletes one of an agent's lambda tools. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). Deleting a missing tool answers `deleted: false`; a builtin tool cannot be deleted (400: revoke it in the agent's `tools` instead).
     pub async fn delete_agent_tool(
         &self,
         action: proto::DeleteAgentTool,
@@ -340,7 +340,7 @@ impl Client {
     }
     /// Sends `ListAgentTools` and returns its `ListAgentToolsResponse`.
     ///
-    /// Lists the tools available to an agent (built-in, lambda and MCP) with whether its definition grants each. Reader or more (404 `Agent not found` without access). This server does not implement it yet and answers 501.
+    /// Lists an agent's tool documents (builtin and lambda tools) with their CIDs and whether each is granted. Reader or more (404 `Agent not found` without access).
     pub async fn list_agent_tools(
         &self,
         action: proto::ListAgentTools,
@@ -499,7 +499,7 @@ impl Client {
     }
     /// Sends `SaveAgentTool` and returns its `SaveAgentToolResponse`.
     ///
-    /// Creates or replaces one of an agent's lambda tools; renames it when `previousName` is given. Built-in tools cannot be edited (400 `Builtin tools cannot be edited`); renaming a missing tool is 404; a name already taken by another tool is 409 `A tool named "<name>" already exists`. Writer or owner (403 `Write access is required`). This server does not implement it yet and answers 501.
+    /// Creates or replaces one of an agent's lambda tools (an authored contract with source code); with `previousName` it replaces that tool, renaming it and keeping its creation time. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). Fails with 400 for a builtin tool (`Builtin tools cannot be edited`) or an invalid name, description, source or schema; 404 `Tool "<name>" not found` when `previousName` does not exist; 409 `A tool named "<name>" already exists` when another tool has the name. This server saves lambdas but cannot run them.
     pub async fn save_agent_tool(
         &self,
         action: proto::SaveAgentTool,
