@@ -34,7 +34,7 @@ impl Client {
     }
     /// Sends `BeginFileUpload` and returns its `BeginFileUploadResponse`.
     ///
-    /// Starts a chunked upload of a large file into an agent's memory or as a session attachment, then send it with `AppendFileUploadChunk` and finish with `CommitFileUpload`. A memory target needs writer or owner on the agent and at most 2 GiB (413 `Upload exceeds the maximum file size`); its path is checked now (400 for a directory or an unwritable path). A session target needs chatter or more and at most 100 MiB (413 `Upload exceeds the maximum attachment size`), with a non-blank name (400 `Attachment name is required`). `size` must be a positive integer (400). An account may have at most 8 uploads open (429 `Too many uploads in progress`); an upload untouched for an hour expires. Uploads survive a server restart.
+    /// Starts a chunked upload of a large file into an agent's memory or as a session attachment; send the bytes with `AppendFileUploadChunk` and finish with `CommitFileUpload`. A memory target needs writer or owner on the agent and at most 2 GiB (413 `Upload exceeds the maximum file size`); its path is checked now (400 for a directory or an unwritable path). A session target needs chatter or more and at most 100 MiB (413 `Upload exceeds the maximum attachment size`), with a non-blank name (400 `Attachment name is required`). `size` must be a positive integer (400). An account may have at most 8 uploads open (429 `Too many uploads in progress`); an upload untouched for an hour expires. Uploads survive a server restart.
     pub async fn begin_file_upload(
         &self,
         action: proto::BeginFileUpload,
