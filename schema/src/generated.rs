@@ -1831,7 +1831,7 @@ pub struct AgentSessionTriggerSummary {
     #[serde(rename = "triggerName")]
     pub trigger_name: ::std::string::String,
 }
-///A tool available to an agent: a built-in verb, a lambda tool (a script saved with `SaveAgentTool`) or a tool of an MCP server, with whether the agent's definition grants it.
+///A tool document of an agent: a builtin tool the server runs (such as `search`), a lambda tool (a script saved with `SaveAgentTool`) or a tool of an MCP server, with whether the agent may call it.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentToolInfo {
     ///CID of the tool's document: CIDv1, DAG-CBOR, SHA-256 over its canonical encoding (`bafyrei…`); it changes whenever the contract changes.
