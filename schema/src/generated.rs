@@ -2,49 +2,57 @@
 // Change the schema, then run `cargo run -p seed-agents-codegen` and commit both.
 //! The protocol types, generated from the JSON Schema.
 
-///`AbortFileUpload`
+///Abandons a chunked upload and discards its bytes. Needs, on the upload's target, the role `BeginFileUpload` needs (403 when the caller's role has dropped); 404 `Upload not found` for an unknown, expired or another account's upload.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AbortFileUpload {
+    ///Id of the upload, from `BeginFileUpload`.
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
 }
-///`AbortFileUploadResponse`
+///Answer to `AbortFileUpload`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AbortFileUploadResponse {
+    ///Id of the abandoned upload.
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
 }
-///`AcceptAgentInvite`
+///Accepts the signed account's pending invitation to collaborate on an agent; the account becomes a member with the invited role (`reader` or `writer`). Only the invited account may call it. Fails with 404 `Agent invitation not found` when that account has no pending invitation for the agent.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AcceptAgentInvite {
+    ///Id of the agent whose invitation to accept.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`AcceptAgentInviteResponse`
+///Answer to `AcceptAgentInvite`: the agent as the new member now sees it.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AcceptAgentInviteResponse {
+    ///The agent, with `accessRole` set to the accepted role.
     pub agent: AgentInfo,
 }
 ///The value of an `account/<id>` change frame: what changed for the account.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AccountChangeHint {
+    ///The agent concerned, when there is one.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
+    ///What changed, in kebab case, for example `agent-created`, `agent-updated`, `agent-deleted`, `agent-collaborators-changed`, `agent-invites-changed`, `agent-memory-changed`, `model-provider-changed`, `session-created`, `session-updated`, `session-deleted` or `session-event`. Clients must tolerate reasons they do not know.
     pub reason: ::std::string::String,
     ///hm:// resources a write produced, version-pinned (session-event hints only).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub references: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    ///The session concerned, when there is one.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
 }
-///`ActivitySource`
+///A compound source: fires when any of its conditions matches new activity on the Seed network. Needs protocol 3; older clients get 426 `update_required` for it.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ActivitySource {
+    ///The conditions, 1 to 32, each a simple activity source with an id unique within the trigger. The server assigns missing ids; nesting and schedule, webhook or run-completed conditions are refused.
     pub conditions: ::std::vec::Vec<AgentActivityCondition>,
 }
-///`AgentAccessRole`
+///The caller's role on an agent, lowest first: `reader` may read everything agent-scoped; `chatter` may also create, message, stop and retry sessions (public chat); `writer` may also change the agent, its memory, triggers, tools, sessions and runs; `owner` (the agent's account) may do everything, including deleting the agent and managing collaborators and public access.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentAccessRole {
     #[serde(rename = "chatter")]
@@ -613,26 +621,34 @@ impl ::std::convert::From<WriteAgentMemoryFile> for AgentAction {
         Self::WriteAgentMemoryFile(value)
     }
 }
-///`AgentActivity`
+///What the agent did last in its sessions: when, in which session, and whether it is still busy. Optional on `AgentInfo`; this server does not send it yet.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentActivity {
+    ///Time of the activity, Unix epoch milliseconds.
     pub at: i64,
+    ///Whether the agent is still working (a turn or tool call is in progress).
     pub busy: bool,
+    ///What happened last: a user message, an agent reply or a tool call.
     pub kind: AgentActivityKind,
+    ///Time of the latest message in that session, Unix epoch milliseconds.
     #[serde(rename = "messageAt")]
     pub message_at: i64,
+    ///Who wrote the latest message: `user` or `agent`.
     #[serde(rename = "messageFrom")]
     pub message_from: AgentActivityMessageFrom,
+    ///Id of the session the activity happened in.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`AgentActivityCondition`
+///One condition of a compound (`activity`) trigger source.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentActivityCondition {
+    ///Id of the condition, unique and stable within its trigger; firings name the conditions that matched by it.
     pub id: ::std::string::String,
+    ///The simple activity source this condition matches.
     pub source: AgentActivitySource,
 }
-///`AgentActivityKind`
+///Kind of an agent's latest activity: `user` (a user message), `agent` (an agent reply) or `tool` (a tool call).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentActivityKind {
     #[serde(rename = "agent")]
@@ -674,7 +690,7 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentActivityKind {
         value.parse()
     }
 }
-///`AgentActivityMessageFrom`
+///Who wrote the latest message: `user` or `agent`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentActivityMessageFrom {
     #[serde(rename = "agent")]
@@ -712,7 +728,7 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentActivityMessageFrom
         value.parse()
     }
 }
-///`AgentActivitySource`
+///A simple source that watches Seed network activity, told apart by `type`: `document-comment`, `user-mention`, `comment-reply`, `document-author-comment` or `site-update`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type")]
 pub enum AgentActivitySource {
@@ -752,19 +768,24 @@ impl ::std::convert::From<UserMentionSource> for AgentActivitySource {
         Self::UserMentionSource(value)
     }
 }
-///`AgentCollaboratorInfo`
+///One member of an agent as listed by `ListAgentCollaborators`: the owner, an accepted collaborator, or (shown to the owner only) a pending invitation.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentCollaboratorInfo {
+    ///The member's account, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
+    ///When the invitation (or, for the owner, the agent) was created, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///The member's role: `owner` for the agent's account, else the invited `reader` or `writer`.
     pub role: AgentAccessRole,
+    ///`accepted` for the owner and members, `pending` for an invitation not yet accepted (pending ones grant nothing).
     pub status: AgentCollaboratorInfoStatus,
+    ///When the membership last changed (invited, accepted, role changed; for the owner, when the agent last changed), Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
 }
-///`AgentCollaboratorInfoStatus`
+///`accepted` for the owner and members, `pending` for an invitation not yet accepted (pending ones grant nothing).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentCollaboratorInfoStatus {
     #[serde(rename = "accepted")]
@@ -802,7 +823,7 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentCollaboratorInfoSta
         value.parse()
     }
 }
-///`AgentCollaboratorRole`
+///A role an owner can grant a collaborator: `reader` or `writer`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentCollaboratorRole {
     #[serde(rename = "reader")]
@@ -840,39 +861,51 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentCollaboratorRole {
         value.parse()
     }
 }
-///`AgentDefinition`
+///What an agent is: its name, system prompt, model and the tools, models, signing keys and MCP servers it may use. `CreateAgent` and `UpdateAgent` take a whole definition (an update replaces it) and validate it against the owner's account; unknown keys are dropped and the system prompt is stored as blocks. Every string limit is in UTF-8 bytes.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentDefinition {
+    ///Further models the agent may be switched to, besides `modelProvider`/`model`: at most 32 entries (400 `Too many enabled models`), duplicates removed. Their providers need not exist yet.
     #[serde(rename = "enabledModels")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub enabled_models: ::std::option::Option<::std::vec::Vec<AgentModelRef>>,
+    ///Names of the owner's MCP servers whose tools the agent may use: at most 16, duplicates removed. A name with no server behind it grants nothing.
     #[serde(rename = "mcpServers")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mcp_servers: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    ///Free-form data kept with the agent for clients; at most 16 KiB as CBOR (400 `Metadata is too large`).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub metadata:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ///Model id at the provider, for example `gpt-4o`; required, at most 256 bytes. With `reasoningLevel` set, the model must support that level.
     pub model: ::std::string::String,
+    ///Name of the owner's model provider to run the agent with (see `SetModelProvider`); required, at most 256 bytes. A name the owner has no provider for fails with 400 `Model provider not found`.
     #[serde(rename = "modelProvider")]
     pub model_provider: ::std::string::String,
+    ///Display name; trimmed, required, at most 256 bytes (400 `Agent name is required` / `Agent name is too large`).
     pub name: ::std::string::String,
+    ///Reasoning effort to request from the model. It must be one the provider type and model accept, else 400; absent means the model's default.
     #[serde(rename = "reasoningLevel")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub reasoning_level: ::std::option::Option<ReasoningLevel>,
+    ///Legacy single signing key: the name of an account key secret (a signing identity) of the owner, at most 256 bytes. When set it is the agent's primary key; prefer `signingKeys`.
     #[serde(rename = "signingKey")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub signing_key: ::std::option::Option<::std::string::String>,
+    ///Names of the owner's signing identities the agent may sign with (each at most 256 bytes); the first is the primary key when `signingKey` is absent. Each must be an account key secret of the owner (400 `Signing key not found`), and only the owner may change this set: a writer's `UpdateAgent` that changes it fails with 403 `Only the agent owner can change signing accounts`.
     #[serde(rename = "signingKeys")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub signing_keys: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    ///Instructions for the model: Markdown text or Seed blocks. Required; its Markdown rendering must be non-empty and at most 64 KiB. Stored and returned as blocks.
     #[serde(rename = "systemPrompt")]
     pub system_prompt: AgentDefinitionSystemPrompt,
+    ///Default effort for the agent's work (`quick`, `normal`, `deep`); kept as given.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub thoroughness: ::std::option::Option<Thoroughness>,
+    ///Names of the tools the agent may call: at most 32, each non-empty, without surrounding spaces and at most 128 bytes, at most 4 KiB together. Absent means every callable tool plus publishing; unknown names are ignored at run time.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tools: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
 }
-///`AgentDefinitionSystemPrompt`
+///Instructions for the model: Markdown text or Seed blocks. Required; its Markdown rendering must be non-empty and at most 64 KiB. Stored and returned as blocks.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentDefinitionSystemPrompt {
@@ -884,32 +917,43 @@ impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentDefinition
         Self::Array(value)
     }
 }
-///`AgentInfo`
+///An agent as a given caller sees it: its definition, owner, state and the caller's role.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentInfo {
+    ///The caller's role on this agent. Public access can lift a member's role to `chatter`.
     #[serde(rename = "accessRole")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub access_role: ::std::option::Option<AgentAccessRole>,
+    ///The owning account, as a base58btc principal string (`z…`). Agent-scoped data is stored under this account even when a collaborator acts.
     pub account: ::std::string::String,
+    ///The agent's latest session activity, when the server reports it.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub activity: ::std::option::Option<AgentActivity>,
+    ///Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///The stored (normalised) definition; its system prompt is always blocks.
     pub definition: AgentDefinition,
+    ///Id of the agent (a UUID).
     pub id: ::std::string::String,
+    ///Whether every signed account may also chat with the agent (create and message sessions). Absent means false.
     #[serde(rename = "publicChat")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub public_chat: ::std::option::Option<bool>,
+    ///Whether every signed account may read the agent by id. Absent means false.
     #[serde(rename = "publicRead")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub public_read: ::std::option::Option<bool>,
+    ///The agent's state directory on the server (holding its memory). Informational; clients cannot use it.
     #[serde(rename = "stateDir")]
     pub state_dir: ::std::string::String,
+    ///Coarse agent state: `idle`, `running`, `stopped` or `error`. New agents are `idle`; the status of sessions and runs tells what is actually running.
     pub status: AgentInfoStatus,
+    ///Time of the last change to the definition or public flags, Unix epoch milliseconds. Agent lists are ordered by it, newest first.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
 }
-///`AgentInfoStatus`
+///Coarse agent state: `idle`, `running`, `stopped` or `error`. New agents are `idle`; the status of sessions and runs tells what is actually running.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentInfoStatus {
     #[serde(rename = "error")]
@@ -955,38 +999,50 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentInfoStatus {
         value.parse()
     }
 }
-///`AgentInviteInfo`
+///A pending invitation of the signed account to collaborate on an agent.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentInviteInfo {
+    ///Id of the agent the invitation is for.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The agent's name, so the invitee can tell what they are joining.
     #[serde(rename = "agentName")]
     pub agent_name: ::std::string::String,
+    ///When the invitation was created, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///The inviting owner's account, as a base58btc principal string (`z…`).
     #[serde(rename = "ownerAccountId")]
     pub owner_account_id: ::std::string::String,
+    ///The role the invitee gets on accepting.
     pub role: AgentCollaboratorRole,
+    ///When the invitation last changed (for example its role), Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
 }
-///`AgentMemoryEntry`
+///A file or directory in an agent's memory.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentMemoryEntry {
+    ///For a directory in `ListAgentMemoryDir`: how many entries it holds.
     #[serde(rename = "entryCount")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub entry_count: ::std::option::Option<i64>,
+    ///For a file: MIME type inferred from the extension, when known.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
+    ///Path relative to the memory root, `/`-separated.
     pub path: ::std::string::String,
+    ///Size in bytes (0 for a directory).
     pub size: i64,
+    ///`file` or `dir`.
     #[serde(rename = "type")]
     pub type_: AgentMemoryEntryType,
+    ///Last modification time, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
 }
-///`AgentMemoryEntryType`
+///`file` or `dir`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentMemoryEntryType {
     #[serde(rename = "dir")]
@@ -1024,23 +1080,30 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentMemoryEntryType {
         value.parse()
     }
 }
-///`AgentMemoryFile`
+///A memory file's content. Text that is valid UTF-8 without NUL bytes comes as `content` (`encoding: utf8`); anything else as `data` (`encoding: binary`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentMemoryFile {
+    ///The text, when `encoding` is `utf8`.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub content: ::std::option::Option<::std::string::String>,
+    ///The bytes, when `encoding` is `binary`.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub data: ::std::option::Option<::seed_agents_protocol::Bytes>,
+    ///`utf8` (the file is in `content`) or `binary` (the file is in `data`).
     pub encoding: AgentMemoryFileEncoding,
+    ///MIME type inferred from the extension, when known.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
+    ///Path relative to the memory root.
     pub path: ::std::string::String,
+    ///Size in bytes.
     pub size: i64,
+    ///Last modification time, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
 }
-///`AgentMemoryFileEncoding`
+///`utf8` (the file is in `content`) or `binary` (the file is in `data`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentMemoryFileEncoding {
     #[serde(rename = "binary")]
@@ -1078,23 +1141,28 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentMemoryFileEncoding 
         value.parse()
     }
 }
-///`AgentModelRef`
+///A model chosen by provider and model name, as in an agent's `enabledModels` or a session's `modelOverride`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentModelRef {
+    ///Model id as the provider names it (for example `gpt-4o`); at most 256 bytes.
     pub model: ::std::string::String,
+    ///Name of a model provider of the agent's owner (see `SetModelProvider`); at most 256 bytes.
     pub provider: ::std::string::String,
 }
 ///A Seed block node of a rich prompt or message: the block (open map with at least `id` and `type`) and its children.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentPromptBlock {
     pub block: AgentPromptBlockBlock,
+    ///Nested child blocks, in order. Absent for a leaf block.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub children: ::std::option::Option<::std::vec::Vec<AgentPromptBlock>>,
 }
-///`AgentPromptBlockBlock`
+///The block itself: an open map with at least `id` and `type`; other keys (text, annotations, attributes) are kept as sent.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentPromptBlockBlock {
+    ///Block id, unique within the document.
     pub id: ::std::string::String,
+    ///Seed block type, for example `Paragraph`, `Heading` or `Code`.
     #[serde(rename = "type")]
     pub type_: ::std::string::String,
     #[serde(flatten)]
@@ -1584,20 +1652,25 @@ impl ::std::convert::From<WriteAgentMemoryFileResponse> for AgentResponse {
 ///What the agent is doing right now (live only).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentRunActivity {
+    ///A short human-readable detail of the phase.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub detail: ::std::option::Option<::std::string::String>,
+    ///The last part of a running tool's output.
     #[serde(rename = "outputTail")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub output_tail: ::std::option::Option<::std::string::String>,
+    ///`starting`, `thinking`, `responding` (writing text), `tool` (running a tool) or `finalizing`.
     pub phase: AgentRunActivityPhase,
+    ///In the `tool` phase: id of the tool call.
     #[serde(rename = "toolCallId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tool_call_id: ::std::option::Option<::std::string::String>,
+    ///In the `tool` phase: the tool running.
     #[serde(rename = "toolName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tool_name: ::std::option::Option<::std::string::String>,
 }
-///`AgentRunActivityPhase`
+///`starting`, `thinking`, `responding` (writing text), `tool` (running a tool) or `finalizing`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentRunActivityPhase {
     #[serde(rename = "finalizing")]
@@ -1647,18 +1720,23 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentRunActivityPhase {
         value.parse()
     }
 }
-///`AgentRunUsage`
+///Tokens a model call or turn used.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentRunUsage {
+    ///Input tokens read from the provider's prompt cache.
     #[serde(rename = "cacheRead")]
     pub cache_read: i64,
+    ///Input tokens written to the provider's prompt cache.
     #[serde(rename = "cacheWrite")]
     pub cache_write: i64,
+    ///Input (prompt) tokens.
     pub input: i64,
+    ///Output (completion) tokens.
     pub output: i64,
+    ///All tokens of the call, as the provider counts them.
     pub total: i64,
 }
-///`AgentScheduleTrigger`
+///When a schedule trigger fires, told apart by `kind`: every interval, weekly at a time, or once.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind")]
 pub enum AgentScheduleTrigger {
@@ -1684,83 +1762,119 @@ impl ::std::convert::From<WeeklySchedule> for AgentScheduleTrigger {
         Self::WeeklySchedule(value)
     }
 }
-///`AgentSessionTriggerContext`
+///How a session was started by a trigger: the trigger, the firing and the activity that caused it, as `GetSession` reports it.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentSessionTriggerContext {
+    ///The activity that fired the trigger, as an open map (its shape depends on the source).
     pub activity: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+    ///Key of the activity; a trigger fires at most once per key.
     #[serde(rename = "activityKey")]
     pub activity_key: ::std::string::String,
+    ///One-line description of the activity.
     #[serde(rename = "activitySummary")]
     pub activity_summary: ::std::string::String,
+    ///Why the firing failed, when it did.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
+    ///When the trigger fired, Unix epoch milliseconds.
     #[serde(rename = "firedAt")]
     pub fired_at: i64,
+    ///Id of the firing.
     #[serde(rename = "firingId")]
     pub firing_id: ::std::string::String,
+    ///For a compound trigger, the conditions that matched.
     #[serde(rename = "matchedConditions")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub matched_conditions: ::std::option::Option<::std::vec::Vec<AgentActivityCondition>>,
+    ///The trigger's prompt as Markdown text.
     pub prompt: ::std::string::String,
+    ///The trigger's prompt as Seed blocks, when it has them.
     #[serde(rename = "promptBlocks")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt_blocks: ::std::option::Option<::std::vec::Vec<AgentPromptBlock>>,
+    ///The trigger's source at the time it fired.
     pub source: AgentTriggerSource,
+    ///Status of the firing.
     pub status: ::std::string::String,
+    ///Id of the trigger.
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
+    ///Name of the trigger.
     #[serde(rename = "triggerName")]
     pub trigger_name: ::std::string::String,
 }
-///`AgentSessionTriggerSummary`
+///Which trigger started a session and when (on `SessionInfo`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentSessionTriggerSummary {
+    ///Key of the activity that fired it.
     #[serde(rename = "activityKey")]
     pub activity_key: ::std::string::String,
+    ///One-line description of the activity.
     #[serde(rename = "activitySummary")]
     pub activity_summary: ::std::string::String,
+    ///When the trigger fired, Unix epoch milliseconds.
     #[serde(rename = "firedAt")]
     pub fired_at: i64,
+    ///Id of the firing.
     #[serde(rename = "firingId")]
     pub firing_id: ::std::string::String,
+    ///For a compound trigger, the conditions that matched.
     #[serde(rename = "matchedConditions")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub matched_conditions: ::std::option::Option<::std::vec::Vec<AgentActivityCondition>>,
+    ///The trigger's source at the time it fired.
     pub source: AgentTriggerSource,
+    ///Id of the trigger.
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
+    ///Name of the trigger.
     #[serde(rename = "triggerName")]
     pub trigger_name: ::std::string::String,
 }
-///`AgentToolInfo`
+///A tool document of an agent: a builtin tool the server runs (such as `search`), a lambda tool (a script saved with `SaveAgentTool`) or a tool of an MCP server, with whether the agent may call it.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentToolInfo {
+    ///CID of the tool's document: CIDv1, DAG-CBOR, SHA-256 over its canonical encoding (`bafyrei…`); it changes whenever the contract changes.
     pub cid: ::std::string::String,
+    ///Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///What the tool does, as the model is told; required, at most 16 KiB.
     pub description: ::std::string::String,
+    ///Whether the tool is enabled.
     pub enabled: bool,
+    ///Whether the agent may call the tool: a builtin its definition grants (see `AgentDefinition.tools`). Lambdas are never granted on this server, which has no code sandbox to run them.
     pub granted: bool,
+    ///JSON Schema of the tool's input (the subset `JsonSchema` describes; 400 for anything else).
     pub input: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+    ///`builtin` (part of the server), `lambda` (a script saved for the agent) or `mcp` (offered by an MCP server).
     pub kind: AgentToolInfoKind,
+    ///Name of the tool, unique for the agent; the agent calls it by this name.
     pub name: ::std::string::String,
+    ///JSON Schema of the tool's output, when declared.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub output:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ///For an MCP tool: its name on the MCP server.
     #[serde(rename = "remoteName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub remote_name: ::std::option::Option<::std::string::String>,
+    ///For a lambda tool: `python` or `typescript`.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub runtime: ::std::option::Option<AgentToolInfoRuntime>,
+    ///For an MCP tool: name of the MCP server.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub server: ::std::option::Option<::std::string::String>,
+    ///For a lambda tool: its source code (at most 256 KiB).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub source: ::std::option::Option<::std::string::String>,
+    ///One-line summary, at most 140 characters.
     pub summary: ::std::string::String,
+    ///Time of the last change, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
 }
-///`AgentToolInfoKind`
+///`builtin` (part of the server), `lambda` (a script saved for the agent) or `mcp` (offered by an MCP server).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentToolInfoKind {
     #[serde(rename = "builtin")]
@@ -1802,7 +1916,7 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentToolInfoKind {
         value.parse()
     }
 }
-///`AgentToolInfoRuntime`
+///For a lambda tool: `python` or `typescript`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentToolInfoRuntime {
     #[serde(rename = "python")]
@@ -1840,21 +1954,28 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentToolInfoRuntime {
         value.parse()
     }
 }
-///`AgentToolInput`
+///A lambda tool to save with `SaveAgentTool`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentToolInput {
+    ///What the tool does, as the model is told; required, at most 16 KiB.
     pub description: ::std::string::String,
+    ///JSON Schema of the tool's input (the subset `JsonSchema` describes; 400 for anything else).
     pub input: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+    ///Name of the tool: 2 to 64 characters of `a-z`, `0-9`, `_` and `-`, starting with a letter, and not the name of a verb or builtin tool (400 otherwise).
     pub name: ::std::string::String,
+    ///JSON Schema of the tool's output (the subset `JsonSchema` describes).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub output:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ///Language of `source`: `python` or `typescript`.
     pub runtime: AgentToolInputRuntime,
+    ///Source code of the tool; required, at most 256 KiB.
     pub source: ::std::string::String,
+    ///One-line summary, at most 140 characters.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub summary: ::std::option::Option<::std::string::String>,
 }
-///`AgentToolInputRuntime`
+///Language of `source`: `python` or `typescript`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentToolInputRuntime {
     #[serde(rename = "python")]
@@ -1892,37 +2013,51 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentToolInputRuntime {
         value.parse()
     }
 }
-///`AgentTriggerInfo`
+///A trigger of an agent: what it watches (`source`), what the agent is told (`prompt`) and what happens when it fires (`continuation`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentTriggerInfo {
+    ///The agent's owning account, as a base58btc principal string (`z…`).
     pub account: ::std::string::String,
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///What a firing does; absent means a new thread (session) with the prompt.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continuation: ::std::option::Option<TriggerContinuation>,
+    ///Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///Whether the trigger fires.
     pub enabled: bool,
+    ///Id of the trigger (a UUID).
     pub id: ::std::string::String,
+    ///When the server last checked the source for new activity, Unix epoch milliseconds.
     #[serde(rename = "lastCheckedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub last_checked_at: ::std::option::Option<i64>,
+    ///The last error checking or firing the trigger, if any.
     #[serde(rename = "lastError")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub last_error: ::std::option::Option<::std::string::String>,
+    ///When the trigger last fired, Unix epoch milliseconds.
     #[serde(rename = "lastFiredAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub last_fired_at: ::std::option::Option<i64>,
+    ///Id of the trigger this one was combined into by `CombineAgentTriggers`; such a trigger is disabled and cannot be edited or enabled.
     #[serde(rename = "mergedInto")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub merged_into: ::std::option::Option<::std::string::String>,
+    ///Name of the trigger; at most 256 bytes.
     pub name: ::std::string::String,
+    ///What the agent is told when the trigger fires: Markdown text or Seed blocks.
     pub prompt: AgentTriggerInfoPrompt,
+    ///What the trigger watches.
     pub source: AgentTriggerSource,
+    ///Time of the last change, Unix epoch milliseconds. Pass it as `expectedUpdatedAt` to update safely.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
 }
-///`AgentTriggerInfoPrompt`
+///What the agent is told when the trigger fires: Markdown text or Seed blocks.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentTriggerInfoPrompt {
@@ -1934,19 +2069,24 @@ impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerInf
         Self::Array(value)
     }
 }
-///`AgentTriggerInput`
+///A new trigger, for `CreateAgentTrigger`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AgentTriggerInput {
+    ///What a firing does; absent means a new thread (session) with the prompt.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continuation: ::std::option::Option<TriggerContinuation>,
+    ///Whether the trigger fires; default true.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub enabled: ::std::option::Option<bool>,
+    ///Name; at most 256 bytes.
     pub name: ::std::string::String,
+    ///What the agent is told when the trigger fires: Markdown text or Seed blocks, at most 64 KiB rendered.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt: ::std::option::Option<AgentTriggerInputPrompt>,
+    ///What the trigger watches.
     pub source: AgentTriggerSource,
 }
-///`AgentTriggerInputPrompt`
+///What the agent is told when the trigger fires: Markdown text or Seed blocks, at most 64 KiB rendered.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentTriggerInputPrompt {
@@ -1958,21 +2098,26 @@ impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerInp
         Self::Array(value)
     }
 }
-///`AgentTriggerPatch`
+///Changes to a trigger, for `UpdateAgentTrigger`: only the fields given change, and at least one is required.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct AgentTriggerPatch {
+    ///New continuation.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continuation: ::std::option::Option<TriggerContinuation>,
+    ///Enable or disable the trigger.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub enabled: ::std::option::Option<bool>,
+    ///New name; at most 256 bytes.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub name: ::std::option::Option<::std::string::String>,
+    ///New prompt: Markdown text or Seed blocks, at most 64 KiB rendered.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt: ::std::option::Option<AgentTriggerPatchPrompt>,
+    ///New source.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub source: ::std::option::Option<AgentTriggerSource>,
 }
-///`AgentTriggerPatchPrompt`
+///New prompt: Markdown text or Seed blocks, at most 64 KiB rendered.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentTriggerPatchPrompt {
@@ -1984,7 +2129,7 @@ impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerPat
         Self::Array(value)
     }
 }
-///`AgentTriggerSource`
+///What a trigger watches, told apart by `type`: Seed activity (`document-comment`, `user-mention`, `comment-reply`, `document-author-comment`, `site-update`), a compound `activity` of several of those, a `schedule`, another run finishing (`run-completed`), or a `webhook`. Document addresses are `hm://<account uid>[/path]`; bare `hm://` and wildcards are refused.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type")]
 pub enum AgentTriggerSource {
@@ -2099,18 +2244,23 @@ impl ::std::convert::From<SubscribedFrame> for AgentWsEvent {
         Self::SubscribedFrame(value)
     }
 }
-///`AppendFileUploadChunk`
+///Appends the next chunk of a chunked upload. Chunks go in order: `offset` must equal the bytes received so far, else 409 `Chunk offset X does not match Y bytes received` (a chunk that arrives just ahead of its predecessor waits briefly for it first). A chunk is at most 8 MiB (413 `Chunk is too large`), must not be empty (400) and must not pass the declared size (400 `Upload exceeds its declared size`). Each chunk is durable before the answer. Needs, on the upload's target, the role `BeginFileUpload` needs (403 when the caller's role has dropped); 404 `Upload not found` for an unknown, expired or another account's upload.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AppendFileUploadChunk {
+    ///The chunk's bytes: non-empty, at most `maxChunkBytes` (8 MiB).
     pub content: ::seed_agents_protocol::Bytes,
+    ///Byte offset of the chunk in the file; must equal the bytes received so far.
     pub offset: i64,
+    ///Id of the upload, from `BeginFileUpload`.
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
 }
-///`AppendFileUploadChunkResponse`
+///Answer to `AppendFileUploadChunk`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AppendFileUploadChunkResponse {
+    ///Bytes received so far, this chunk included: the `offset` of the next chunk.
     pub received: i64,
+    ///Id of the upload.
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
 }
@@ -2128,6 +2278,7 @@ pub struct AppendFrame {
     ///`sessions/<id>` keys: the durable event.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub event: ::std::option::Option<SessionEvent>,
+    ///The subscription key the frame belongs to.
     pub key: ::std::string::String,
     ///`runs/<id>` keys: the run whose journal grew.
     #[serde(rename = "runId")]
@@ -2140,36 +2291,45 @@ pub struct AppendFrame {
 ///A live partial; never persisted or replayed.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AppendPartialFrame {
+    ///The subscription key the frame belongs to.
     pub key: ::std::string::String,
+    ///Id of the partial stream; patches with the same id build one message until `done`.
     #[serde(rename = "partialId")]
     pub partial_id: ::std::string::String,
+    ///The change.
     pub patch: PartialPatch,
     ///`runs/<id>` keys only.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub run_id: ::std::option::Option<::std::string::String>,
 }
-///`ArchiveBrowserCommand`
+///Close (archive) a browser document.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ArchiveBrowserCommand {
+    ///Id of the browser document (tab) the command acts on.
     pub document: ::std::string::String,
 }
-///`AttachmentContentPart`
+///A message part referring to an attachment already uploaded to the session (`UploadSessionAttachment` or a chunked upload).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct AttachmentContentPart {
+    ///Id of the attachment: 64 lowercase hex characters (400 `Invalid attachment id` otherwise). It must exist in the session (404 `Attachment not found: <id>`).
     pub id: ::std::string::String,
 }
-///`BeginFileUpload`
+///Starts a chunked upload of a large file into an agent's memory or as a session attachment; send the bytes with `AppendFileUploadChunk` and finish with `CommitFileUpload`. A memory target needs writer or owner on the agent and at most 2 GiB (413 `Upload exceeds the maximum file size`); its path is checked now (400 for a directory or an unwritable path). A session target needs chatter or more and at most 100 MiB (413 `Upload exceeds the maximum attachment size`), with a non-blank name (400 `Attachment name is required`). `size` must be a positive integer (400). An account may have at most 8 uploads open (429 `Too many uploads in progress`); an upload untouched for an hour expires. Uploads survive a server restart.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct BeginFileUpload {
+    ///Total size of the file, in bytes; a positive integer.
     pub size: i64,
+    ///Where the file goes when committed.
     pub target: FileUploadTarget,
 }
-///`BeginFileUploadResponse`
+///Answer to `BeginFileUpload`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct BeginFileUploadResponse {
+    ///Largest chunk the server accepts, in bytes (8 MiB).
     #[serde(rename = "maxChunkBytes")]
     pub max_chunk_bytes: i64,
+    ///Id of the new upload.
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
 }
@@ -2234,328 +2394,407 @@ impl ::std::convert::From<TypeBrowserCommand> for BrowserCommand {
         Self::TypeBrowserCommand(value)
     }
 }
-///`BrowserRequest`
+///One browser command for the connected client to run, with the id to resolve it by.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct BrowserRequest {
+    ///The command.
     pub command: BrowserCommand,
+    ///Id of the request; pass it as `requestId` to `ResolveSessionBrowser`.
     pub id: ::std::string::String,
 }
-///`CancelProviderOAuth`
+///Cancels a pending subscription sign-in of the signed account. 404 `Sign-in not found` for an unknown login or another account's. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct CancelProviderOAuth {
+    ///Id of the sign-in, from `StartProviderOAuth`.
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
 }
-///`CancelProviderOAuthResponse`
+///Answer to `CancelProviderOAuth`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct CancelProviderOAuthResponse {
+    ///Id of the canceled sign-in.
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
 }
-///`CancelRun`
+///Cancels a run and its descendants: queued and waiting runs are canceled at once, running ones are asked to stop and end `canceled`. Writer or owner (403 `Write access is required`); 404 `Run not found` when the run is missing, has no agent any more, or its agent is invisible to the caller. Canceling a finished run is not an error.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct CancelRun {
+    ///Id of the run to cancel (any run of a tree; its descendants are canceled with it).
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
 }
-///`CancelRunResponse`
+///Answer to `CancelRun`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct CancelRunResponse {
+    ///Whether any run was canceled or asked to stop; false when the whole tree had already finished.
     pub canceled: bool,
+    ///Id of the run.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
 }
 ///A snapshot of something that changed; the key prefix says what `value` is.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ChangeFrame {
+    ///The key of what changed (for an account change seen through `agents/<id>`, the `account/<id>` key).
     pub key: ::std::string::String,
     ///By key prefix: `sessions/` SessionInfo, `agents/` AgentInfo, `runs/` RunInfo, `account/` AccountChangeHint.
     pub value: ::seed_agents_protocol::Value,
 }
-///`ClickBrowserCommand`
+///Click an element of a page.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ClickBrowserCommand {
+    ///Id of the browser document (tab) the command acts on.
     pub document: ::std::string::String,
+    ///Reference of the element to click, as a snapshot named it.
     #[serde(rename = "ref")]
     pub ref_: ::std::string::String,
 }
-///`CombineAgentTriggers`
+///Combines two compound (`activity`) triggers of the same agent: the first keeps the union of both sets of conditions, and its prompt and continuation unless `useOtherAction`; the other is disabled and marked `mergedInto` the first. Both `expectedUpdatedAt` values must match the stored triggers (409 otherwise). Writer or owner. Needs protocol 3 (older clients get 426 `update_required`). This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct CombineAgentTriggers {
+    ///The `updatedAt` the caller last saw on the surviving trigger, Unix epoch milliseconds.
     #[serde(rename = "expectedUpdatedAt")]
     pub expected_updated_at: i64,
+    ///The `updatedAt` the caller last saw on the other trigger, Unix epoch milliseconds.
     #[serde(rename = "otherExpectedUpdatedAt")]
     pub other_expected_updated_at: i64,
+    ///Id of the trigger to merge in and disable.
     #[serde(rename = "otherTriggerId")]
     pub other_trigger_id: ::std::string::String,
+    ///Id of the trigger that survives.
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
+    ///Keep the other trigger's prompt and continuation instead of the survivor's.
     #[serde(rename = "useOtherAction")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub use_other_action: ::std::option::Option<bool>,
 }
-///`CommentReplySource`
+///Fires on a direct reply to a comment by one of the given accounts (never on someone replying to themselves).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct CommentReplySource {
+    ///Accounts whose comments are watched for replies, as base58btc account ids (`z…`); at least one.
     #[serde(rename = "repliedToAccounts")]
     pub replied_to_accounts: ::std::vec::Vec<::std::string::String>,
+    ///Only replies under this document address prefix (`hm://…`); at most 2048 bytes.
     #[serde(rename = "resourcePrefix")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub resource_prefix: ::std::option::Option<::std::string::String>,
 }
-///`CommitFileUpload`
+///Finishes a chunked upload and moves the file to its target. Every declared byte must have arrived (400 `Upload has X of Y bytes; cannot commit`). A refused commit discards the upload. Needs, on the upload's target, the role `BeginFileUpload` needs (403 when the caller's role has dropped); 404 `Upload not found` for an unknown, expired or another account's upload.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct CommitFileUpload {
+    ///Id of the upload, from `BeginFileUpload`.
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
 }
-///`CommitFileUploadResponse`
+///Answer to `CommitFileUpload`: `entry` for a memory target, `attachment` for a session target.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct CommitFileUploadResponse {
+    ///The new session attachment (session targets).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub attachment: ::std::option::Option<SessionAttachmentInfo>,
+    ///The written memory file (memory targets).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub entry: ::std::option::Option<AgentMemoryEntry>,
 }
-///`ConnectSessionBrowser`
+///Registers a client's browser with a session, so the agent can send it commands. Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ConnectSessionBrowser {
+    ///Id the client chose for this browser connection.
     #[serde(rename = "connectionId")]
     pub connection_id: ::std::string::String,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
 ///Sent once when the socket opens.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ConnectedFrame {
+    ///When the server accepted the socket, Unix epoch milliseconds.
     #[serde(rename = "connectedAt")]
     pub connected_at: i64,
 }
-///`ContextContentPart`
+///Context for the model sent with a message (for example the document the user is looking at). It is attached to the first user message of the request as `contextLines` and never appears in its `content`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ContextContentPart {
+    ///Context lines: at most 64 per part (400 `Too many context lines`), each at most 2 KiB (400 `Context line is too large`).
     pub lines: ::std::vec::Vec<::std::string::String>,
 }
-///`CreateAgent`
+///Creates an agent owned by the signed account. The definition is validated against that account: the model provider must exist (400 `Model provider not found`), the reasoning level must suit the model, and every signing key must be one of the account's signing identities (400 `Signing key not found`); size limits answer 400. When the agent has a primary signing key the server also creates a default trigger for mentions, replies and comments addressed to that identity. With `clientRequestId`, a retry with the same definition returns the first answer and one with a different definition fails with 409 `Client request ID payload mismatch`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct CreateAgent {
+    ///Idempotency key chosen by the client, at most 256 bytes, scoped to the signed account; makes retries safe.
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
+    ///The new agent's definition.
     pub definition: AgentDefinition,
 }
-///`CreateAgentResponse`
+///Answer to `CreateAgent`: the new agent's id.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct CreateAgentResponse {
+    ///Id of the created agent (a UUID).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`CreateAgentTrigger`
+///Creates a trigger for an agent. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access); an invalid source, name or prompt answers 400. With `clientRequestId`, a retry with the same `agentId` and trigger returns the first answer, different values fail with 409 `Client request ID payload mismatch`. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct CreateAgentTrigger {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///Idempotency key chosen by the client, at most 256 bytes.
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
+    ///The trigger to create.
     pub trigger: AgentTriggerInput,
 }
-///`CreateAgentTriggerResponse`
+///Answer to `CreateAgentTrigger`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct CreateAgentTriggerResponse {
+    ///The created trigger.
     pub trigger: AgentTriggerInfo,
+    ///For a `webhook` source: the secret a caller of the webhook must present.
     #[serde(rename = "webhookSecret")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub webhook_secret: ::std::option::Option<::std::string::String>,
 }
-///`CreateSession`
+///Creates a session (a conversation thread) with an agent. Writer or owner; on an agent with public chat any signed account (`chatter`). A caller without access gets 404 `Agent not found`, a reader 403 `Write access is required`. A model override must name a provider of the agent's owner (400 `Model provider not found`) with a reasoning level the model supports. With `clientRequestId`, a retry with the same `agentId` and `title` returns the first answer; other values fail with 409 `Client request ID payload mismatch`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct CreateSession {
+    ///Id of the agent the session belongs to.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///Idempotency key chosen by the client, at most 256 bytes, scoped to the signed account.
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
+    ///Run this session with another provider and model than the agent's.
     #[serde(rename = "modelOverride")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub model_override: ::std::option::Option<SessionModelOverride>,
+    ///Effort for this session, overriding the agent's `thoroughness`.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub thoroughness: ::std::option::Option<Thoroughness>,
+    ///Title; at most 256 bytes (400 `Session title is too large`). Placeholders (`untitled session`, `untitled sub-session`, `new chat`, any case) count as no title, and an untitled session is named from its first message (unless the server turns title generation off).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
 }
-///`CreateSessionResponse`
+///Answer to `CreateSession`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct CreateSessionResponse {
+    ///Id of the new session (a UUID).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`CreateSigningIdentity`
+///Creates a signing identity: a new Seed account key that agents of the signed account can sign with. The server generates the key, publishes the account's profile and home document (named by `label`) to the configured Seed server and stores the key encrypted as a secret. Account-scoped. 502 when publishing fails. With `clientRequestId`, a retry with the same `label` returns the first identity; another label fails with 409 `Client request ID payload mismatch`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct CreateSigningIdentity {
+    ///Idempotency key chosen by the client, at most 256 bytes.
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
+    ///Display name of the new account, published in its profile.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
 }
-///`CreateSigningIdentityResponse`
+///Answer to `CreateSigningIdentity`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct CreateSigningIdentityResponse {
+    ///The new identity.
     pub identity: SigningIdentity,
 }
-///`DeclineAgentInvite`
+///Declines (deletes) the signed account's pending invitation to an agent. Only the invited account may call it; fails with 404 `Agent invitation not found` when there is none.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeclineAgentInvite {
+    ///Id of the agent whose invitation to decline.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`DeclineAgentInviteResponse`
+///Answer to `DeclineAgentInvite`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeclineAgentInviteResponse {
+    ///Id of the agent whose invitation was declined.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`DeleteAgent`
+///Deletes an agent. Owner only (403 `Only the agent owner can do this`; 404 `Agent not found` for a caller without access). Live runs of the agent are canceled first; then its sessions, events, triggers, collaborators and memory are deleted. Its runs remain, detached, and sub-sessions of other agents under its sessions become top-level.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteAgent {
+    ///Id of the agent to delete.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`DeleteAgentMemoryFile`
+///Deletes a file, or a directory with everything in it, from an agent's memory. Deleting a missing path is not an error (`deleted: false`). Writer or owner (403 `Write access is required`; 404 `Agent not found` without access).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteAgentMemoryFile {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
     pub path: ::std::string::String,
 }
-///`DeleteAgentMemoryFileResponse`
+///Answer to `DeleteAgentMemoryFile`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteAgentMemoryFileResponse {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///Whether anything was there to delete.
     pub deleted: bool,
+    ///The normalised path.
     pub path: ::std::string::String,
 }
-///`DeleteAgentResponse`
+///Answer to `DeleteAgent`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteAgentResponse {
+    ///Id of the deleted agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`DeleteAgentTool`
+///Deletes one of an agent's lambda tools. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). Deleting a missing tool answers `deleted: false`; a builtin tool cannot be deleted (400: revoke it in the agent's `tools` instead).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteAgentTool {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///Name of the tool.
     pub name: ::std::string::String,
 }
-///`DeleteAgentToolResponse`
+///Answer to `DeleteAgentTool`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteAgentToolResponse {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///Whether a tool was deleted.
     pub deleted: bool,
+    ///Name of the tool.
     pub name: ::std::string::String,
 }
-///`DeleteAgentTrigger`
+///Deletes a trigger with its firings. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible to the caller. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteAgentTrigger {
+    ///Id of the trigger to delete.
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
 }
-///`DeleteAgentTriggerResponse`
+///Answer to `DeleteAgentTrigger`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteAgentTriggerResponse {
+    ///Id of the deleted trigger.
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
 }
-///`DeleteMcpServer`
+///Deletes one of the signed account's MCP servers, the secrets it owns, and its name from every agent's `mcpServers`. Account-scoped; 404 when the account has no server of that name. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteMcpServer {
+    ///Name of the MCP server.
     pub name: ::std::string::String,
 }
-///`DeleteMcpServerResponse`
+///Answer to `DeleteMcpServer`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteMcpServerResponse {
+    ///Name of the deleted server.
     pub name: ::std::string::String,
 }
-///`DeleteModelProvider`
+///Deletes one of the signed account's model providers, and every secret it referenced that no remaining provider references. Account-scoped: collaboration never grants it. 404 `Model provider not found` when the account has no provider of that name.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteModelProvider {
+    ///Name of the provider.
     pub name: ::std::string::String,
 }
-///`DeleteModelProviderResponse`
+///Answer to `DeleteModelProvider`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteModelProviderResponse {
+    ///Name of the deleted provider.
     pub name: ::std::string::String,
 }
-///`DeleteSession`
+///Deletes a session with its events and attachments. Writer or owner (403 `Write access is required`; 404 `Session not found` without access). Live runs of the session are canceled first; its runs remain, detached, and its child sessions become top-level.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteSession {
+    ///Id of the session to delete.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`DeleteSessionResponse`
+///Answer to `DeleteSession`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteSessionResponse {
+    ///Id of the agent the session belonged to.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///Id of the deleted session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`DeleteSigningIdentity`
+///Deletes a signing identity's key from the server; what was published with it stays published. Account-scoped. 404 `Signing identity not found` when the account has no identity of that name.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteSigningIdentity {
+    ///Name of the identity's secret.
     pub name: ::std::string::String,
 }
-///`DeleteSigningIdentityResponse`
+///Answer to `DeleteSigningIdentity`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DeleteSigningIdentityResponse {
+    ///Name of the deleted identity.
     pub name: ::std::string::String,
 }
-///`DisconnectSessionBrowser`
+///Removes a client's browser from a session. Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DisconnectSessionBrowser {
+    ///Id of the browser connection.
     #[serde(rename = "connectionId")]
     pub connection_id: ::std::string::String,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`DocumentAuthorCommentSource`
+///Fires on a comment on a document written by one of the given accounts (never on the author's own comment).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DocumentAuthorCommentSource {
+    ///Authors whose documents are watched, as base58btc account ids (`z…`); at least one.
     #[serde(rename = "documentAuthors")]
     pub document_authors: ::std::vec::Vec<::std::string::String>,
+    ///Only documents under this address prefix (`hm://…`); at most 2048 bytes.
     #[serde(rename = "resourcePrefix")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub resource_prefix: ::std::option::Option<::std::string::String>,
 }
-///`DocumentCommentSource`
+///Fires on a new comment on one document.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DocumentCommentSource {
+    ///Only comments by this account (`z…`); at most 256 bytes.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub author: ::std::option::Option<::std::string::String>,
+    ///The document's address, `hm://<account uid>[/path]`; at most 2048 bytes.
     pub resource: ::std::string::String,
 }
-///`DownloadAgentMemoryFile`
+///Downloads a URL into an agent's memory. Only `http` and `https` URLs (400 otherwise); redirects are followed; addresses on private networks are refused (400 `Download URL is not allowed: …`) unless the server allows them. A download that stalls for 60 seconds or fails, including a non-2xx answer, fails with 502. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DownloadAgentMemoryFile {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///Where to store the file (rules as for any memory path). Absent: `downloads/<last URL segment>`, or `downloads/download-<ms>` when the URL has none. A path without an extension gets one from the response's content type when known.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub path: ::std::option::Option<::std::string::String>,
+    ///The `http` or `https` URL to download.
     pub url: ::std::string::String,
 }
-///`DownloadAgentMemoryFileResponse`
+///Answer to `DownloadAgentMemoryFile`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct DownloadAgentMemoryFileResponse {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The response's `Content-Type`, when it had one.
     #[serde(rename = "contentType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub content_type: ::std::option::Option<::std::string::String>,
+    ///The stored file.
     pub entry: AgentMemoryEntry,
+    ///The URL the content came from, after redirects.
     #[serde(rename = "finalUrl")]
     pub final_url: ::std::string::String,
 }
@@ -2580,10 +2819,11 @@ pub struct Envelope {
     pub sig: ::seed_agents_protocol::Bytes,
     ///Principal of the key that signed: 0xED 0x01 followed by the 32-byte Ed25519 public key.
     pub signer: ::seed_agents_protocol::Bytes,
+    ///Envelope type; must be `AgentsAction`, else the server answers 401 `Invalid envelope type`.
     #[serde(rename = "type")]
     pub type_: EnvelopeType,
 }
-///`EnvelopeType`
+///Envelope type; must be `AgentsAction`, else the server answers 401 `Invalid envelope type`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum EnvelopeType {
     AgentsAction,
@@ -2619,21 +2859,25 @@ impl ::std::convert::TryFrom<::std::string::String> for EnvelopeType {
 ///The error response of every action. Sent with the HTTP status of the error class.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct Error {
-    ///Machine-readable error class, when there is one. Known codes: `protocol_too_old` (HTTP 426: the client protocol is below the server minimum). Clients must tolerate codes they do not know.
+    ///Machine-readable error class, when there is one. Known codes: `protocol_too_old` (HTTP 426: the client's protocol is below the server's minimum) and `update_required` (HTTP 426: the action or a value in it needs a newer protocol than the client declared). Clients must tolerate codes they do not know.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub code: ::std::option::Option<::std::string::String>,
+    ///Human-readable error text. Some messages are stable and documented per action, but clients decide on `code` and the HTTP status, never on this text.
     pub message: ::std::string::String,
 }
-///`ErrorEvent`
+///A session event recording a failure, for example a failed model turn.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ErrorEvent {
+    ///Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
+    ///What went wrong, as shown to the user.
     pub message: ::std::string::String,
+    ///Event kind: always `error`.
     #[serde(rename = "type")]
     pub type_: ErrorEventType,
 }
-///`ErrorEventType`
+///Event kind: always `error`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ErrorEventType {
     #[serde(rename = "error")]
@@ -2676,9 +2920,10 @@ pub struct ErrorFrame {
     ///The subscription key the error refuses or ends, when it concerns one (a refused `Subscribe`, or a subscription ended because its resource is gone or access was revoked). Absent for errors about the frame itself.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub key: ::std::option::Option<::std::string::String>,
+    ///What was refused and why (the same text an HTTP error would carry, for example `Agent not found` or `Subscription key is not authorized`).
     pub message: ::std::string::String,
 }
-///`FileUploadTarget`
+///Where a chunked upload goes, told apart by `kind`: a file in an agent's memory (`memory`) or a session attachment (`session-attachment`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind")]
 pub enum FileUploadTarget {
@@ -2697,133 +2942,167 @@ impl ::std::convert::From<SessionAttachmentUploadTarget> for FileUploadTarget {
         Self::SessionAttachmentUploadTarget(value)
     }
 }
-///`GetAgent`
+///Reads one agent and how many sessions it has. Any role may call it (reader or more, including public readers); a caller without access gets 404 `Agent not found`. To list the sessions use `ListSessions` with `agentId`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct GetAgent {
+    ///Id of the agent to read.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`GetAgentResponse`
+///Answer to `GetAgent` and `UpdateAgent`: the agent and its session count.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct GetAgentResponse {
+    ///The agent as the caller sees it.
     pub agent: AgentInfo,
+    ///Number of sessions of the agent, sub-sessions included. Replaced the `sessions` list of protocol 1.
     #[serde(rename = "sessionCount")]
     pub session_count: i64,
 }
-///`GetAgentTrigger`
+///Reads a trigger with its recent firings and the sessions it started. Reader or more on the agent; 404 `Agent trigger not found` when it is missing or invisible to the caller. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct GetAgentTrigger {
+    ///Id of the trigger.
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
 }
-///`GetAgentTriggerResponse`
+///Answer to `GetAgentTrigger`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct GetAgentTriggerResponse {
+    ///Recent firings of the trigger.
     pub firings: ::std::vec::Vec<TriggerFiringInfo>,
+    ///Sessions the trigger started.
     pub sessions: ::std::vec::Vec<SessionInfo>,
+    ///The trigger.
     pub trigger: AgentTriggerInfo,
+    ///For a `webhook` source: the secret a caller of the webhook must present.
     #[serde(rename = "webhookSecret")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub webhook_secret: ::std::option::Option<::std::string::String>,
 }
-///`GetProviderOAuthStatus`
+///Reads the state of a subscription sign-in of the signed account. 404 `Sign-in not found` for an unknown login or another account's. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct GetProviderOAuthStatus {
+    ///Id of the sign-in.
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
 }
-///`GetRun`
+///Reads one run. Any role on the run's agent may call it (reader or more); 404 `Run not found` when the run is missing, has no agent any more (runs outlive their agent and session) or its agent is invisible to the caller.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct GetRun {
+    ///Id of the run.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
 }
-///`GetRunJournal`
+///Reads a workflow run's journal entries after `afterSeq`. Reader or more on the run's agent (404 `Run not found` otherwise); 400 `afterSeq must be a non-negative integer`. Agent runs keep no journal, so their list is empty (this server runs no workflows yet).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct GetRunJournal {
+    ///Return only entries with a `seq` greater than this; default 0. Must be at least 0.
     #[serde(rename = "afterSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub after_seq: ::std::option::Option<i64>,
+    ///Id of the run.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
 }
-///`GetRunJournalResponse`
+///Answer to `GetRunJournal`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct GetRunJournalResponse {
+    ///The journal entries, in `seq` order.
     pub entries: ::std::vec::Vec<RunJournalEntryInfo>,
+    ///Id of the run.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
 }
-///`GetRunResponse`
+///Answer to `GetRun`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct GetRunResponse {
+    ///The run.
     pub run: RunInfo,
 }
-///`GetSession`
+///Reads a session with its events in `seq` order. Without `limit`: every event with `afterSeq < seq < beforeSeq`. With `limit`: only the newest `limit` of those, and `hasMoreBefore` says whether older ones remain (page backwards by passing the oldest `seq` as `beforeSeq`). Any role may call it (reader or more); 404 `Session not found` without access; 400 when `afterSeq` or `beforeSeq` is negative.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct GetSession {
+    ///Return only events with a `seq` greater than this; default 0 (from the start). Must be at least 0.
     #[serde(rename = "afterSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub after_seq: ::std::option::Option<i64>,
+    ///Return only events with a `seq` smaller than this. Must be at least 0.
     #[serde(rename = "beforeSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub before_seq: ::std::option::Option<i64>,
+    ///Return at most this many events, the newest of the range; clamped to 1..1000.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub limit: ::std::option::Option<i64>,
+    ///Id of the session to read.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`GetSessionEvent`
+///Reads one event of a session by its `seq`. Any role may call it (reader or more); 404 `Session not found` without access, 404 `Session event not found` when no event has that `seq`, 400 when `seq` is negative.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct GetSessionEvent {
+    ///The event's sequence number in the session (from 1).
     pub seq: i64,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`GetSessionEventResponse`
+///Answer to `GetSessionEvent`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct GetSessionEventResponse {
+    ///The event.
     pub event: SessionEvent,
 }
-///`GetSessionResponse`
+///Answer to `GetSession`: the session, a range of its events and the system prompt the agent is given.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct GetSessionResponse {
+    ///The model's context window in tokens. This server does not send it yet.
     #[serde(rename = "contextWindow")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub context_window: ::std::option::Option<i64>,
+    ///The events in range, oldest first.
     pub events: ::std::vec::Vec<SessionEvent>,
+    ///Whether older events exist before the first one returned; present when the request had `limit` or `beforeSeq`.
     #[serde(rename = "hasMoreBefore")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub has_more_before: ::std::option::Option<bool>,
+    ///The session.
     pub session: SessionInfo,
+    ///The system prompt the agent's next turn in this session is given, rendered as Markdown (the agent's prompt plus what the server adds).
     #[serde(rename = "systemPromptMarkdown")]
     pub system_prompt_markdown: ::std::string::String,
+    ///For a session started by a trigger: the trigger and the activity that fired it. This server does not send it yet.
     #[serde(rename = "triggerContext")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub trigger_context: ::std::option::Option<AgentSessionTriggerContext>,
 }
-///`ImportSigningIdentity`
+///Imports an existing Seed account key as a signing identity, from its 32-byte Ed25519 seed. Account-scoped. 400 `Key seed must be exactly 32 bytes`; 409 `This account key is already on the server (<id>)` when the account already has this key. With `clientRequestId`, a retry with the same `label` returns the first answer.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ImportSigningIdentity {
+    ///Idempotency key chosen by the client, at most 256 bytes.
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
+    ///Display name for the identity.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
+    ///The account's Ed25519 private key seed: exactly 32 bytes.
     pub seed: ::seed_agents_protocol::Bytes,
 }
-///`ImportSigningIdentityResponse`
+///Answer to `ImportSigningIdentity`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ImportSigningIdentityResponse {
+    ///The imported identity.
     pub identity: SigningIdentity,
 }
-///`IntervalSchedule`
+///Fires every `every` minutes or hours, counted from the last firing (or from creation); missed intervals are not caught up.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct IntervalSchedule {
+    ///Length of the interval in `unit`s; a positive integer.
     pub every: i64,
+    ///`minutes` or `hours`.
     pub unit: IntervalScheduleUnit,
 }
-///`IntervalScheduleUnit`
+///`minutes` or `hours`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum IntervalScheduleUnit {
     #[serde(rename = "hours")]
@@ -2861,45 +3140,56 @@ impl ::std::convert::TryFrom<::std::string::String> for IntervalScheduleUnit {
         value.parse()
     }
 }
-///`InviteAgentCollaborator`
+///Invites an account to collaborate on an agent with the role `reader` or `writer`, or changes the role of an existing member (who stays accepted) or pending invitee. Owner only (403 `Only the agent owner can do this`). Fails with 400 when `accountId` is not a canonical Seed account id (`Collaborator account must be a valid Seed account ID`) or names the owner (`The agent owner is already a member`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct InviteAgentCollaborator {
+    ///The account to invite, as a canonical base58btc principal string (`z…`); trimmed.
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The role to grant: `reader` or `writer`.
     pub role: AgentCollaboratorRole,
 }
-///`InviteAgentCollaboratorResponse`
+///Answer to `InviteAgentCollaborator`: the member or invitation as stored.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct InviteAgentCollaboratorResponse {
+    ///The invitation (`pending`) or the updated member (`accepted`).
     pub collaborator: AgentCollaboratorInfo,
 }
-///`InvokeSessionTool`
+///Runs one of the agent's verbs (`read`, `write` or `call`) as the user, inside the session, and records it there as a `tool_call` and `tool_result` event pair stamped actor `user`. Writer or owner (403 `Write access is required`; 404 `Session not found` without access). Fails with 409 `The agent is working in this thread right now; wait for its turn to finish` while an agent run of the session is queued or running. A verb that fails (bad address, missing file) is not an HTTP error: the answer carries `error` and is still recorded.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct InvokeSessionTool {
+    ///The verb's arguments as a map, for example `{address: '~/memory/notes.md'}` for `read`.
     pub input: ::seed_agents_protocol::Value,
+    ///Id of the session to run the verb in.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    ///The verb: `read` (read an address), `write` (write to an address) or `call` (call a tool). Anything else fails with 400 `verb must be read, write, or call`.
     pub verb: InvokeSessionToolVerb,
 }
-///`InvokeSessionToolResponse`
+///Answer to `InvokeSessionTool`: the verb's output or its error, and the id of the recorded result event.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct InvokeSessionToolResponse {
+    ///Why the verb failed; absent on success.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
+    ///The verb's output (a map with the result's fields and a `summary`); absent when it failed.
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub output: ::std::option::Option<::seed_agents_protocol::Value>,
+    ///Id of the `tool_result` event recorded in the session.
     #[serde(rename = "resultEventId")]
     pub result_event_id: ::std::string::String,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`InvokeSessionToolVerb`
+///The verb: `read` (read an address), `write` (write to an address) or `call` (call a tool). Anything else fails with 400 `verb must be read, write, or call`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum InvokeSessionToolVerb {
     #[serde(rename = "call")]
@@ -2941,44 +3231,57 @@ impl ::std::convert::TryFrom<::std::string::String> for InvokeSessionToolVerb {
         value.parse()
     }
 }
-///`JsonSchema`
+///The subset of JSON Schema used to describe tool inputs and outputs.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct JsonSchema {
+    ///Schema of properties not listed in `properties`, or whether they are allowed at all.
     #[serde(rename = "additionalProperties")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub additional_properties: ::std::option::Option<JsonSchemaAdditionalProperties>,
+    ///What the value means.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub description: ::std::option::Option<::std::string::String>,
+    ///The allowed string values.
     #[serde(rename = "enum")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub enum_: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    ///Schema of an array's items.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub items: ::std::option::Option<::std::boxed::Box<JsonSchema>>,
+    ///Most items an array may have.
     #[serde(rename = "maxItems")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub max_items: ::std::option::Option<i64>,
+    ///Longest a string may be, in characters.
     #[serde(rename = "maxLength")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub max_length: ::std::option::Option<i64>,
+    ///Largest allowed number.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub maximum: ::std::option::Option<::seed_agents_protocol::Float>,
+    ///Fewest items an array may have.
     #[serde(rename = "minItems")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub min_items: ::std::option::Option<i64>,
+    ///Shortest a string may be, in characters.
     #[serde(rename = "minLength")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub min_length: ::std::option::Option<i64>,
+    ///Smallest allowed number.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub minimum: ::std::option::Option<::seed_agents_protocol::Float>,
+    ///Schemas of an object's properties, by name.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub properties: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, JsonSchema>>,
+    ///Names of the properties an object must have.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub required: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    ///The value's type, or a list of allowed types.
     #[serde(rename = "type")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub type_: ::std::option::Option<JsonSchemaType>,
 }
-///`JsonSchemaAdditionalProperties`
+///Schema of properties not listed in `properties`, or whether they are allowed at all.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum JsonSchemaAdditionalProperties {
@@ -2995,7 +3298,7 @@ impl ::std::convert::From<bool> for JsonSchemaAdditionalProperties {
         Self::Boolean(value)
     }
 }
-///`JsonSchemaType`
+///The value's type, or a list of allowed types.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum JsonSchemaType {
@@ -3048,7 +3351,7 @@ impl ::std::convert::From<::std::vec::Vec<JsonSchemaTypeName>> for JsonSchemaTyp
         Self::Variant7(value)
     }
 }
-///`JsonSchemaTypeName`
+///A JSON Schema type name: `array`, `boolean`, `integer`, `null`, `number`, `object` or `string`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeName {
     #[serde(rename = "array")]
@@ -3344,226 +3647,282 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant6 {
         value.parse()
     }
 }
-///`ListAgentCollaborators`
+///Lists who has access to an agent: the owner, then the members, with the public access flags. Any role may call it (reader or more); only the owner also sees pending invitations. A caller without access gets 404 `Agent not found`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListAgentCollaborators {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`ListAgentCollaboratorsResponse`
+///Answer to `ListAgentCollaborators`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListAgentCollaboratorsResponse {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The owner first, then accepted members and (for the owner) pending invitations, accepted first and most recently updated first.
     pub collaborators: ::std::vec::Vec<AgentCollaboratorInfo>,
+    ///Whether public chat is on.
     #[serde(rename = "publicChat")]
     pub public_chat: bool,
+    ///Whether public read is on.
     #[serde(rename = "publicRead")]
     pub public_read: bool,
 }
-///`ListAgentInvites`
+///Lists the signed account's pending invitations to collaborate on other accounts' agents, most recently updated first. Any signed account may call it; it never fails for lack of access.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct ListAgentInvites {}
-///`ListAgentInvitesResponse`
+///Answer to `ListAgentInvites`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListAgentInvitesResponse {
+    ///The pending invitations, most recently updated first.
     pub invites: ::std::vec::Vec<AgentInviteInfo>,
 }
-///`ListAgentMemory`
+///Lists every file and directory of an agent's memory, sorted by path, with the total size of the files. Reader or more on the agent (404 `Agent not found` without access).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListAgentMemory {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`ListAgentMemoryDir`
+///Lists one directory level of an agent's memory, sorted by path; directories carry `entryCount`. Reader or more on the agent (404 `Agent not found` without access). 404 `Memory directory not found: <path>` when the directory does not exist.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListAgentMemoryDir {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The directory; absent, empty or `/` means the memory root.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub path: ::std::option::Option<::std::string::String>,
 }
-///`ListAgentMemoryDirResponse`
+///Answer to `ListAgentMemoryDir`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListAgentMemoryDirResponse {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The directory's entries, sorted by path.
     pub entries: ::std::vec::Vec<AgentMemoryEntry>,
+    ///The listed directory (empty for the root).
     pub path: ::std::string::String,
+    ///Total size of the files listed, in bytes.
     #[serde(rename = "totalBytes")]
     pub total_bytes: i64,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub totals: ::std::option::Option<ListAgentMemoryDirResponseTotals>,
 }
-///`ListAgentMemoryDirResponseTotals`
+///Totals of the whole subtree, when the server computes them.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListAgentMemoryDirResponseTotals {
+    ///Total size of the subtree's files, in bytes.
     pub bytes: i64,
+    ///Number of files in the subtree.
     pub files: i64,
+    ///Whether counting stopped early, so the totals are lower bounds.
     pub truncated: bool,
 }
-///`ListAgentMemoryResponse`
+///Answer to `ListAgentMemory`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListAgentMemoryResponse {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///Every file and directory, sorted by path.
     pub entries: ::std::vec::Vec<AgentMemoryEntry>,
+    ///Total size of all files, in bytes.
     #[serde(rename = "totalBytes")]
     pub total_bytes: i64,
+    ///Whether the listing was cut short; absent means complete.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub truncated: ::std::option::Option<bool>,
 }
-///`ListAgentTools`
+///Lists an agent's tool documents (builtin and lambda tools) with their CIDs and whether each is granted. Reader or more (404 `Agent not found` without access).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListAgentTools {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`ListAgentToolsResponse`
+///Answer to `ListAgentTools`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListAgentToolsResponse {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The tools.
     pub tools: ::std::vec::Vec<AgentToolInfo>,
 }
-///`ListAgentTriggers`
+///Lists an agent's triggers, most recently updated first. Reader or more (404 `Agent not found` without access). Clients below protocol 3 do not see compound triggers. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListAgentTriggers {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`ListAgentTriggersResponse`
+///Answer to `ListAgentTriggers`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListAgentTriggersResponse {
+    ///The triggers, most recently updated first.
     pub triggers: ::std::vec::Vec<AgentTriggerInfo>,
 }
-///`ListAgents`
+///Lists the agents the signed account owns or has accepted to collaborate on, most recently updated first, each with the caller's `accessRole`. Agents the account can only see through public access are not listed (they are reached by id). Any signed account may call it.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct ListAgents {}
-///`ListAgentsResponse`
+///Answer to `ListAgents`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListAgentsResponse {
+    ///The agents, most recently updated first.
     pub agents: ::std::vec::Vec<AgentInfo>,
 }
-///`ListMcpServers`
+///Lists the signed account's MCP servers, without header values or secrets. Account-scoped. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct ListMcpServers {}
-///`ListMcpServersResponse`
+///Answer to `ListMcpServers`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListMcpServersResponse {
+    ///The servers.
     pub servers: ::std::vec::Vec<RedactedMcpServer>,
 }
-///`ListModelProviders`
+///Lists model providers, most recently updated first, without their configuration or secrets. Without `agentId`: the signed account's own. With `agentId`: those of the agent's owner, for any caller with reader access or more (404 `Agent not found` without access).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct ListModelProviders {
+    ///List the providers available to this agent (its owner's) instead of the caller's own.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
 }
-///`ListModelProvidersResponse`
+///Answer to `ListModelProviders`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListModelProvidersResponse {
+    ///The providers, most recently updated first.
     pub providers: ::std::vec::Vec<RedactedModelProvider>,
 }
-///`ListProviderModels`
+///Lists the models a provider offers by asking the vendor's model-list endpoint with the provider's API key (a subscription provider answers a fixed list). The provider is the signed account's, or with `agentId` the agent's owner's (reader access or more; 404 `Agent not found` without). Errors: 404 `Model provider not found`; 400 `<type> API key is not configured` or `Required secret is not configured` when the key is missing; 502 `<label> request failed: HTTP <n>` or `<label> response is invalid` when the vendor fails (the request times out after 30 seconds).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListProviderModels {
+    ///Use the provider of this agent's owner instead of the caller's own.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
+    ///Name of the provider; at most 256 bytes.
     pub provider: ::std::string::String,
 }
-///`ListProviderModelsResponse`
+///Answer to `ListProviderModels`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListProviderModelsResponse {
+    ///The vendor's models.
     pub models: ::std::vec::Vec<ProviderModelInfo>,
 }
-///`ListRuns`
+///Lists runs chosen by one selector, the first present of `rootRunId` (a whole run tree, oldest first, not cut by `limit`), `sessionId` (the session's root runs, newest first) or `agentId` (the agent's runs, newest first). Without any selector: 400 `ListRuns requires rootRunId, sessionId, or agentId`. Reader or more on the agent concerned (404 `Agent not found`, `Session not found` or `Run not found` without access). `status` filters the fetched runs.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct ListRuns {
+    ///List this agent's runs, newest first.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
+    ///Page size: default 50, clamped to 1..200; a fractional number is rounded down.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub limit: ::std::option::Option<i64>,
+    ///List the whole tree under this root run, oldest first.
     #[serde(rename = "rootRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub root_run_id: ::std::option::Option<::std::string::String>,
+    ///List this session's root runs, newest first.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
+    ///Only runs in this status.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub status: ::std::option::Option<RunStatus>,
 }
-///`ListRunsResponse`
+///Answer to `ListRuns`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListRunsResponse {
+    ///The runs, in the selector's order, each with `childRunCount` when it has children.
     pub runs: ::std::vec::Vec<RunInfo>,
 }
-///`ListSessions`
+///Lists sessions, most recently updated first, a page at a time. Without `agentId`: the sessions of every agent the signed account owns or has accepted to collaborate on. With `agentId`: that agent's sessions (reader or more, public read included; 404 `Agent not found` without access). Pass the answer's `nextCursor` back as `cursor` for the next page.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct ListSessions {
+    ///Only sessions of this agent.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
+    ///Where the previous page ended (its `nextCursor`); absent for the first page.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub cursor: ::std::option::Option<SessionListCursor>,
+    ///Leave out sessions started by a trigger. Not applied by this server yet.
     #[serde(rename = "excludeTriggered")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub exclude_triggered: ::std::option::Option<bool>,
+    ///`false` lists only top-level sessions. Absent or `true` lists sub-sessions too. Ignored when `parentSessionId` is set.
     #[serde(rename = "includeChildren")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub include_children: ::std::option::Option<bool>,
+    ///Page size: default 50, clamped to 1..200.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub limit: ::std::option::Option<i64>,
+    ///Only the direct sub-sessions of this session.
     #[serde(rename = "parentSessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub parent_session_id: ::std::option::Option<::std::string::String>,
 }
-///`ListSessionsResponse`
+///Answer to `ListSessions`: one page of sessions and the agents they belong to.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListSessionsResponse {
+    ///The agents the sessions of this page belong to, as the caller sees them.
     pub agents: ::std::vec::Vec<AgentInfo>,
+    ///Cursor for the next page; absent on the last page.
     #[serde(rename = "nextCursor")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub next_cursor: ::std::option::Option<SessionListCursor>,
+    ///The sessions, most recently updated first.
     pub sessions: ::std::vec::Vec<SessionInfo>,
 }
-///`ListSigningIdentities`
+///Lists signing identities (account keys kept as secrets). Without `agentId`: all of the signed account's own identities. With `agentId`: the identities of the agent's owner; the owner sees all of them, other callers (reader or more) only those the agent's definition grants. A caller without access to the agent gets 404 `Agent not found`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct ListSigningIdentities {
+    ///List the identities available to this agent instead of the caller's own.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
 }
-///`ListSigningIdentitiesResponse`
+///Answer to `ListSigningIdentities`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ListSigningIdentitiesResponse {
+    ///The identities, newest first, without their keys.
     pub identities: ::std::vec::Vec<SigningIdentity>,
 }
-///`McpServerConfig`
+///How to reach an MCP server: its URL, transport, and the headers to send (plain or from secrets).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct McpServerConfig {
+    ///Headers sent with every request, by name: at most 16, valid header names, values at most 4 KiB. Returned by name only.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub headers: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
+    ///Headers whose values come from the account's secrets: header name to secret name, at most 16.
     #[serde(rename = "secretRefs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub secret_refs: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
+    ///Transport to use; absent means try Streamable HTTP, then SSE.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub transport: ::std::option::Option<McpServerTransport>,
+    ///The server's `http` or `https` URL.
     pub url: ::std::string::String,
 }
-///`McpServerStatus`
+///Result of the last attempt to reach an MCP server and list its tools.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct McpServerStatus {
+    ///When it was last checked, Unix epoch milliseconds.
     #[serde(rename = "checkedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub checked_at: ::std::option::Option<i64>,
+    ///Why the last check failed, when it did.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
+    ///`ok`, `error` or `unknown` (never checked).
     pub state: McpServerStatusState,
 }
-///`McpServerStatusState`
+///`ok`, `error` or `unknown` (never checked).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum McpServerStatusState {
     #[serde(rename = "error")]
@@ -3605,7 +3964,7 @@ impl ::std::convert::TryFrom<::std::string::String> for McpServerStatusState {
         value.parse()
     }
 }
-///`McpServerTransport`
+///MCP transport: `http` (Streamable HTTP) or `sse` (server-sent events).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum McpServerTransport {
     #[serde(rename = "http")]
@@ -3643,54 +4002,71 @@ impl ::std::convert::TryFrom<::std::string::String> for McpServerTransport {
         value.parse()
     }
 }
-///`McpToolInfo`
+///A tool an MCP server offers.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct McpToolInfo {
+    ///What the tool does, as the server describes it.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub description: ::std::option::Option<::std::string::String>,
+    ///JSON Schema of the tool's input.
     #[serde(rename = "inputSchema")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub input_schema: ::std::option::Option<::std::boxed::Box<JsonSchema>>,
+    ///Name under which agents see the tool.
     pub name: ::std::string::String,
+    ///The tool's name on the MCP server.
     #[serde(rename = "toolName")]
     pub tool_name: ::std::string::String,
 }
-///`MemoryUploadTarget`
+///A chunked upload that becomes a file in an agent's memory (at most 2 GiB; writer or owner).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct MemoryUploadTarget {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400. It must not be a directory; an existing file is replaced at commit.
     pub path: ::std::string::String,
 }
-///`MessageEvent`
+///A message in a session: the user's, the assistant's, or a tool message.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct MessageEvent {
+    ///Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
+    ///Attachments sent with a user message (on the first message of a request).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub attachments: ::std::option::Option<::std::vec::Vec<SessionAttachmentInfo>>,
+    ///The message as Seed blocks when it was sent as rich text.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub blocks: ::std::option::Option<::std::vec::Vec<AgentPromptBlock>>,
+    ///The client's idempotency key of the message, when it sent one.
     #[serde(rename = "clientMessageId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_message_id: ::std::option::Option<::std::string::String>,
+    ///The message text as the model sees it (rich text rendered as Markdown).
     pub content: ::std::string::String,
+    ///Context lines sent with a user message (on the first message of a request); shown to the model, not part of `content`.
     #[serde(rename = "contextLines")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub context_lines: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    ///Who sent the message, or which model produced it and at what cost.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub meta: ::std::option::Option<SessionEventMeta>,
+    ///For a user message, the text exactly as sent; `content` holds the Markdown rendering of `blocks` instead when the message was rich text.
     #[serde(rename = "rawMarkdown")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub raw_markdown: ::std::option::Option<::std::string::String>,
+    ///`user`, `assistant` or `tool`.
     pub role: MessageEventRole,
+    ///For a `tool` message, the tool call it answers.
     #[serde(rename = "toolCallId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tool_call_id: ::std::option::Option<::std::string::String>,
+    ///Event kind: always `message`.
     #[serde(rename = "type")]
     pub type_: MessageEventType,
 }
-///`MessageEventRole`
+///`user`, `assistant` or `tool`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum MessageEventRole {
     #[serde(rename = "assistant")]
@@ -3732,7 +4108,7 @@ impl ::std::convert::TryFrom<::std::string::String> for MessageEventRole {
         value.parse()
     }
 }
-///`MessageEventType`
+///Event kind: always `message`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum MessageEventType {
     #[serde(rename = "message")]
@@ -3766,17 +4142,20 @@ impl ::std::convert::TryFrom<::std::string::String> for MessageEventType {
         value.parse()
     }
 }
-///`MessageSession`
+///Sends a message to the session's agent and runs the agent's turn. Chatter, writer or owner (403 `Write access is required` for a reader; 404 `Session not found` without access). The user message is stored at once; the turn runs inline when no other turn holds the session, else it waits in the queue (concurrent senders are not refused). Content must hold at least one non-empty text part, at most 64 KiB of text in all, and at most 16 distinct attachments, each an existing attachment of the session (404 `Attachment not found: <id>`); other violations answer 400. Fails with 409 while a user's `InvokeSessionTool` runs in the session, and with the run's status (502 for a provider failure) when the turn fails. With `clientMessageId`, a retry with the same content posts nothing and answers the first turn's result; different content fails with 409 `Client message ID payload mismatch`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct MessageSession {
+    ///Idempotency key chosen by the client, at most 256 bytes, scoped to the signed (acting) account. Reserved before the turn runs, so a duplicate sent during the turn answers `assistantEventId: ''` and posts nothing.
     #[serde(rename = "clientMessageId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_message_id: ::std::option::Option<::std::string::String>,
+    ///The message parts: text (each text part becomes one user message), context lines and attachments. At least one text part is required.
     pub content: ::std::vec::Vec<MessageSessionContentPart>,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`MessageSessionContentPart`
+///One part of a `MessageSession` request, told apart by `type`: `text`, `context` or `attachment`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type")]
 pub enum MessageSessionContentPart {
@@ -3802,37 +4181,45 @@ impl ::std::convert::From<TextContentPart> for MessageSessionContentPart {
         Self::TextContentPart(value)
     }
 }
-///`MessageSessionResponse`
+///Answer to `MessageSession`, sent when the turn has finished, was queued, or was already answered.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct MessageSessionResponse {
+    ///Id of the assistant's reply event. Empty (`''`) when the turn was queued, backgrounded or parked, or when a duplicate `clientMessageId` arrived while the first turn was still running; follow the session to see the reply.
     #[serde(rename = "assistantEventId")]
     pub assistant_event_id: ::std::string::String,
+    ///When the agent continued the conversation in a new session, that session's id. This server does not send it yet.
     #[serde(rename = "continuedToSessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_to_session_id: ::std::option::Option<::std::string::String>,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`ModelProviderConfig`
+///How to reach a model vendor: its type, optional base URL, the names of the secrets holding its credentials, and fields to add to its requests.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ModelProviderConfig {
+    ///`api-key` (the default: `secretRefs.apiKey` names the API key secret) or `subscription` (sign in with a ChatGPT subscription; only for type `openai`, and `secretRefs.oauth` must name the credentials secret).
     #[serde(rename = "authMode")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub auth_mode: ::std::option::Option<ModelProviderConfigAuthMode>,
+    ///Base URL of the vendor's API: an absolute `http` or `https` URL, at most 2048 bytes. Used only by `ollama` (default `http://localhost:11434/v1`) and `custom` (required); ignored for other types, which have fixed URLs.
     #[serde(rename = "baseUrl")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub base_url: ::std::option::Option<::std::string::String>,
+    ///Fields merged into every request body sent to the vendor, shallowly and over the server's own (for example `temperature`); at most 16 KiB as CBOR (400 `Model defaults are too large`).
     #[serde(rename = "modelDefaults")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub model_defaults:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ///Names of the account's secrets the provider uses, by role: `apiKey` for the API key, `oauth` for subscription credentials. Keys and values at most 256 bytes each. Secret values are never returned.
     #[serde(rename = "secretRefs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub secret_refs: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
+    ///Vendor type: `openai`, `anthropic`, `google`, `openrouter`, `deepseek`, `groq`, `xai`, `ollama` or `custom` (OpenAI-compatible at `baseUrl`). Anything else fails with 400 `Unsupported model provider type: <type>`. All but `ollama` and `custom` need an API key.
     #[serde(rename = "type")]
     pub type_: ::std::string::String,
 }
-///`ModelProviderConfigAuthMode`
+///`api-key` (the default: `secretRefs.apiKey` names the API key secret) or `subscription` (sign in with a ChatGPT subscription; only for type `openai`, and `secretRefs.oauth` must name the credentials secret).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ModelProviderConfigAuthMode {
     #[serde(rename = "api-key")]
@@ -3870,35 +4257,43 @@ impl ::std::convert::TryFrom<::std::string::String> for ModelProviderConfigAuthM
         value.parse()
     }
 }
-///`NavigateBrowserCommand`
+///Open a URL in a browser document.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct NavigateBrowserCommand {
+    ///Id of the browser document (tab) the command acts on.
     pub document: ::std::string::String,
+    ///The URL to open.
     pub url: ::std::string::String,
 }
-///`NewThreadContinuation`
+///On firing, start a new thread (session) of the agent with the trigger's prompt. This is the default.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct NewThreadContinuation {
+    ///Whether the agent's own system prompt is also used when `systemPrompt` is given.
     #[serde(rename = "includeAgentSystemPrompt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub include_agent_system_prompt: ::std::option::Option<bool>,
+    ///A system prompt for the new thread.
     #[serde(rename = "systemPrompt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub system_prompt: ::std::option::Option<::std::string::String>,
+    ///Tools the new thread may use, instead of the agent's.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tools: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
 }
-///`OnceSchedule`
+///Fires once, at `runAt`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct OnceSchedule {
+    ///When to fire, Unix epoch milliseconds; a positive integer.
     #[serde(rename = "runAt")]
     pub run_at: i64,
+    ///IANA time zone for displaying `runAt`; it does not change when the trigger fires.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub timezone: ::std::option::Option<::std::string::String>,
 }
 ///A live, never persisted, change to a streaming message (sessions) or run (runs).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct PartialPatch {
+    ///What the agent is doing now.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub activity: ::std::option::Option<AgentRunActivity>,
     ///Ends the partial stream.
@@ -3906,40 +4301,49 @@ pub struct PartialPatch {
     pub done: ::std::option::Option<bool>,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub progress: ::std::option::Option<PartialPatchProgress>,
+    ///Text to append to the streaming message.
     #[serde(rename = "textDelta")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub text_delta: ::std::option::Option<::std::string::String>,
+    ///Tokens used so far.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub usage: ::std::option::Option<AgentRunUsage>,
 }
-///`PartialPatchProgress`
+///Progress of the current step, when known.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct PartialPatchProgress {
+    ///Fraction done, from 0 to 1.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub fraction: ::std::option::Option<::seed_agents_protocol::Float>,
+    ///What is in progress, in words.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
 }
-///`PlanObligation`
+///An obligation a run has not met: its plan still has open steps.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct PlanObligation {
+    ///Labels of the plan steps still open.
     pub steps: ::std::vec::Vec<::std::string::String>,
 }
-///`PollSessionBrowser`
+///Asks for the next browser command to run, if any (`request` is absent when there is none). Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct PollSessionBrowser {
+    ///Id of the browser connection.
     #[serde(rename = "connectionId")]
     pub connection_id: ::std::string::String,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`PressBrowserCommand`
+///Press a key in a page.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct PressBrowserCommand {
+    ///Id of the browser document (tab) the command acts on.
     pub document: ::std::string::String,
+    ///The key: `Enter`, `Tab`, `Escape`, `Backspace`, `ArrowUp` or `ArrowDown`.
     pub key: PressBrowserCommandKey,
 }
-///`PressBrowserCommandKey`
+///The key: `Enter`, `Tab`, `Escape`, `Backspace`, `ArrowUp` or `ArrowDown`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum PressBrowserCommandKey {
     ArrowDown,
@@ -3987,25 +4391,31 @@ impl ::std::convert::TryFrom<::std::string::String> for PressBrowserCommandKey {
         value.parse()
     }
 }
-///`ProviderModelInfo`
+///A model a provider offers.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ProviderModelInfo {
+    ///Model id to use as `model` in a definition or override.
     pub id: ::std::string::String,
+    ///Display name (the id when the vendor gives none).
     pub name: ::std::string::String,
 }
-///`ProviderOAuthStatusResponse`
+///Answer to `GetProviderOAuthStatus`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ProviderOAuthStatusResponse {
+    ///Why the sign-in failed, when it did.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
+    ///Id of the sign-in.
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
+    ///When completed: name of the secret holding the credentials, to reference as `secretRefs.oauth` of a subscription provider.
     #[serde(rename = "secretName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub secret_name: ::std::option::Option<::std::string::String>,
+    ///`pending` (waiting for the user), `completed` or `failed`.
     pub status: ProviderOAuthStatusResponseStatus,
 }
-///`ProviderOAuthStatusResponseStatus`
+///`pending` (waiting for the user), `completed` or `failed`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ProviderOAuthStatusResponseStatus {
     #[serde(rename = "completed")]
@@ -4047,35 +4457,43 @@ impl ::std::convert::TryFrom<::std::string::String> for ProviderOAuthStatusRespo
         value.parse()
     }
 }
-///`ReadAgentMemoryFile`
+///Reads one file of an agent's memory. Reader or more on the agent (404 `Agent not found` without access). 404 `Memory file not found: <path>` when missing; 400 when the path is a directory.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ReadAgentMemoryFile {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
     pub path: ::std::string::String,
 }
-///`ReadAgentMemoryFileResponse`
+///Answer to `ReadAgentMemoryFile`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ReadAgentMemoryFileResponse {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The file.
     pub file: AgentMemoryFile,
 }
-///`ReadSessionAttachment`
+///Reads a session attachment: its record and bytes. Reader or more on the session's agent (404 `Session not found` without access); 400 for a malformed id, 404 `Attachment not found: <id>` when missing.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ReadSessionAttachment {
+    ///Id of the attachment (64 lowercase hex characters).
     #[serde(rename = "attachmentId")]
     pub attachment_id: ::std::string::String,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`ReadSessionAttachmentResponse`
+///Answer to `ReadSessionAttachment`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ReadSessionAttachmentResponse {
+    ///The attachment's record.
     pub attachment: SessionAttachmentInfo,
+    ///The attachment's bytes.
     pub data: ::seed_agents_protocol::Bytes,
 }
-///`ReasoningLevel`
+///How hard a reasoning model should think: `minimal`, `low`, `medium`, `high`, `xhigh` or `max`. Creating or updating an agent or a session override with a level the provider type and model do not support fails with 400.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ReasoningLevel {
     #[serde(rename = "high")]
@@ -4129,47 +4547,66 @@ impl ::std::convert::TryFrom<::std::string::String> for ReasoningLevel {
         value.parse()
     }
 }
-///`RedactedMcpServer`
+///An MCP server as answered: configuration without header values or secret names, with its last status and tools.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RedactedMcpServer {
+    ///Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///Whether any header comes from a secret.
     #[serde(rename = "hasSecrets")]
     pub has_secrets: bool,
+    ///Names of the plain headers.
     #[serde(rename = "headerNames")]
     pub header_names: ::std::vec::Vec<::std::string::String>,
+    ///Id of the server record.
     pub id: ::std::string::String,
+    ///Name of the server: lowercase letters, digits, `_` and `-`, starting with a letter or digit, at most 32 characters. Agents list it in `mcpServers`.
     pub name: ::std::string::String,
+    ///Names of the headers whose values come from secrets.
     #[serde(rename = "secretHeaderNames")]
     pub secret_header_names: ::std::vec::Vec<::std::string::String>,
+    ///Result of the last check.
     pub status: McpServerStatus,
+    ///Tools found at the last successful check.
     pub tools: ::std::vec::Vec<McpToolInfo>,
+    ///The configured transport, or the one discovery settled on.
     pub transport: McpServerTransport,
+    ///Time of the last change, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    ///The server's URL.
     pub url: ::std::string::String,
 }
-///`RedactedModelProvider`
+///A model provider as listed: identity and auth state, never its configuration or secret names.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RedactedModelProvider {
+    ///`subscription` for a subscription provider; absent for an API-key provider.
     #[serde(rename = "authMode")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub auth_mode: ::std::option::Option<RedactedModelProviderAuthMode>,
+    ///For a subscription provider: `ok`, or `needs-login` when its credentials are missing or a refresh was rejected. Absent for API-key providers.
     #[serde(rename = "authStatus")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub auth_status: ::std::option::Option<RedactedModelProviderAuthStatus>,
+    ///Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///Whether the configuration references any secret.
     #[serde(rename = "hasSecrets")]
     pub has_secrets: bool,
+    ///Id of the provider record.
     pub id: ::std::string::String,
+    ///Name of the provider, unique in the account; agents refer to it by this name.
     pub name: ::std::string::String,
+    ///Vendor type (see `ModelProviderConfig.type`).
     #[serde(rename = "type")]
     pub type_: ::std::string::String,
+    ///Time of the last change, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
 }
-///`RedactedModelProviderAuthMode`
+///`subscription` for a subscription provider; absent for an API-key provider.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RedactedModelProviderAuthMode {
     #[serde(rename = "api-key")]
@@ -4207,7 +4644,7 @@ impl ::std::convert::TryFrom<::std::string::String> for RedactedModelProviderAut
         value.parse()
     }
 }
-///`RedactedModelProviderAuthStatus`
+///For a subscription provider: `ok`, or `needs-login` when its credentials are missing or a refresh was rejected. Absent for API-key providers.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RedactedModelProviderAuthStatus {
     #[serde(rename = "needs-login")]
@@ -4245,97 +4682,122 @@ impl ::std::convert::TryFrom<::std::string::String> for RedactedModelProviderAut
         value.parse()
     }
 }
-///`RedactedSecret`
+///A stored secret as answered: its name and metadata, never its value.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RedactedSecret {
+    ///Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///Always true: the secret has a value (which is never returned).
     #[serde(rename = "hasValue")]
     pub has_value: bool,
+    ///Id of the secret record.
     pub id: ::std::string::String,
+    ///The metadata given with the value, when any.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub metadata:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ///Name of the secret, unique in the account.
     pub name: ::std::string::String,
+    ///Time of the last change, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
 }
-///`RefreshMcpServer`
+///Checks an MCP server again and refreshes its tool list. Account-scoped; 404 when the account has no server of that name. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RefreshMcpServer {
+    ///Name of the MCP server.
     pub name: ::std::string::String,
 }
-///`RegisterSigner`
+///Registers the envelope's signer as a delegated signer of another account. `capability` is a Seed Capability blob issued by that account to the signer; once registered, envelopes signed by the delegate with `account` set to the issuer are accepted. The envelope itself must already be authorized, which in practice means the delegate signs it for itself (`account` equal to `signer`). Fails with 400 when the capability is empty, not CBOR, not a Capability, badly signed, delegates to another key than the envelope's signer or to its own issuer, or grants a role other than `AGENT` or `WRITER`. Registering the same pair again replaces the stored capability.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RegisterSigner {
+    ///The DAG-CBOR bytes of a signed Seed Capability blob: `signer` is the issuing account, `delegate` must equal the envelope's signer and `role` must be `AGENT` or `WRITER`. Its `ts`, `path` and `audience` are not checked.
     pub capability: ::seed_agents_protocol::Bytes,
 }
-///`RegisterSignerResponse`
+///Answer to `RegisterSigner`: the account that is now delegated and the signer it delegated to.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RegisterSignerResponse {
+    ///The issuing account (the capability's `signer`), as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
+    ///The delegated signer (the envelope's signer), as a base58btc principal string (`z…`).
     #[serde(rename = "signerId")]
     pub signer_id: ::std::string::String,
 }
-///`RemoveAgentCollaborator`
+///Removes a member from an agent or cancels a pending invitation. Owner only (403 `Only the agent owner can do this`); fails with 404 `Collaborator not found` when the account is neither a member nor invited.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RemoveAgentCollaborator {
+    ///The member or invitee to remove, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`RemoveAgentCollaboratorResponse`
+///Answer to `RemoveAgentCollaborator`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RemoveAgentCollaboratorResponse {
+    ///The removed account.
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`ResolveSessionBrowser`
+///Sends back the result of a browser command: its output or its error. Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ResolveSessionBrowser {
+    ///Id of the browser connection.
     #[serde(rename = "connectionId")]
     pub connection_id: ::std::string::String,
+    ///Why the command failed, when it did.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
+    ///The command's output, when it succeeded.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub output:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ///Id of the request being answered (`BrowserRequest.id`).
     #[serde(rename = "requestId")]
     pub request_id: ::std::string::String,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`RetrySession`
+///Runs the agent's turn again after it failed, from the transcript and without a new user message. Chatter, writer or owner (403 for a reader; 404 `Session not found` without access). Fails with 409 `Session is already streaming` while a turn holds the session and with 400 `Nothing to retry: the latest run did not fail` unless the latest run failed; a turn that fails again answers with its status like `MessageSession`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RetrySession {
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`RetrySessionResponse`
+///Answer to `RetrySession`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RetrySessionResponse {
+    ///Id of the new assistant reply event; empty (`''`) when the retried turn was parked or queued.
     #[serde(rename = "assistantEventId")]
     pub assistant_event_id: ::std::string::String,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`RunCompletedSource`
+///Fires when a run of the account reaches a final status. A chain of triggers started this way stops after 8 hops or when it would fire the same trigger again.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct RunCompletedSource {
+    ///Only runs of this agent.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
+    ///Only runs that ended this way: `succeeded`, `failed` or `canceled`.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub status: ::std::option::Option<RunCompletedSourceStatus>,
+    ///Only runs whose title matches this text; at most 256 bytes.
     #[serde(rename = "titleMatch")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title_match: ::std::option::Option<::std::string::String>,
 }
-///`RunCompletedSourceStatus`
+///Only runs that ended this way: `succeeded`, `failed` or `canceled`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunCompletedSourceStatus {
     #[serde(rename = "canceled")]
@@ -4377,87 +4839,118 @@ impl ::std::convert::TryFrom<::std::string::String> for RunCompletedSourceStatus
         value.parse()
     }
 }
-///`RunInfo`
+///A run: one durable unit of work (an agent turn or a workflow) in the server's queue, part of a tree of runs under a root.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RunInfo {
+    ///The account the run belongs to (the agent's owner), as a base58btc principal string (`z…`).
     pub account: ::std::string::String,
+    ///Id of the agent the run works for. Absent once the agent is deleted (the run is then invisible).
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
+    ///Number of direct child runs; absent when there are none.
     #[serde(rename = "childRunCount")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub child_run_count: ::std::option::Option<i64>,
+    ///Id of the run this one continues, when it does.
     #[serde(rename = "continuedFromRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_from_run_id: ::std::option::Option<::std::string::String>,
+    ///When the run was queued, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///Depth in the run tree: 0 for a root run, one more per parent.
     pub depth: i64,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<RunInfoError>,
+    ///When the run reached a final status (`succeeded`, `failed`, `canceled`), Unix epoch milliseconds.
     #[serde(rename = "finishedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub finished_at: ::std::option::Option<i64>,
+    ///Id of the run (a UUID).
     pub id: ::std::string::String,
+    ///`agent` (a model turn of an agent) or `workflow` (a script).
     pub kind: RunInfoKind,
+    ///What started the run: `user`, `trigger`, `agent`, `workflow` or `system`.
     pub origin: RunInfoOrigin,
+    ///Id of the parent run; absent for a root run.
     #[serde(rename = "parentRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub parent_run_id: ::std::option::Option<::std::string::String>,
+    ///Id of the parent's tool call that started this run.
     #[serde(rename = "parentToolCallId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub parent_tool_call_id: ::std::option::Option<::std::string::String>,
+    ///The plan the run settled, copied from its session when every step was done, failed or skipped.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub plan: ::std::option::Option<RunPlan>,
+    ///Id of the parent's plan step this run works on. This server does not send it yet.
     #[serde(rename = "planStepId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub plan_step_id: ::std::option::Option<::std::string::String>,
+    ///Id of the root of the run's tree (its own id for a root run). Live WebSocket frames of a tree go to `runs/<rootRunId>`.
     #[serde(rename = "rootRunId")]
     pub root_run_id: ::std::string::String,
+    ///Id of the session the run works in, when it has one and the session still exists.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
+    ///The text the run was started from, when recorded.
     #[serde(rename = "sourceText")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub source_text: ::std::option::Option<::std::string::String>,
+    ///When the run first started executing, Unix epoch milliseconds.
     #[serde(rename = "startedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub started_at: ::std::option::Option<i64>,
+    ///Where the run is in its life.
     pub status: RunStatus,
+    ///Label of the plan step this run works on. This server does not send it yet.
     #[serde(rename = "stepLabel")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub step_label: ::std::option::Option<::std::string::String>,
+    ///Short title: for a user's turn, the first line of the message (at most 80 characters). May be empty.
     pub title: ::std::string::String,
+    ///What the run's output says it still owes (open plan steps, a missing typed result); absent when nothing.
     #[serde(rename = "unmetObligations")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub unmet_obligations: ::std::option::Option<::std::vec::Vec<UnmetObligation>>,
+    ///Time of the last change, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    ///Tokens the run used, summed over its passes, with its children's usage rolled up.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub usage: ::std::option::Option<RunUsageInfo>,
+    ///What a `waiting` run waits for.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub wait: ::std::option::Option<RunWaitInfo>,
 }
-///`RunInfoError`
+///Why the run failed; present on failed runs.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RunInfoError {
+    ///For a workflow, the journal `seq` of the call that failed.
     #[serde(rename = "callSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub call_seq: ::std::option::Option<i64>,
+    ///Machine-readable failure class, for example `provider-error`.
     pub code: ::std::string::String,
+    ///Further structured detail, when there is any.
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub detail: ::std::option::Option<::seed_agents_protocol::Value>,
+    ///Human-readable failure text.
     pub message: ::std::string::String,
+    ///For a workflow, the script's stack trace.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub stack: ::std::option::Option<::std::string::String>,
+    ///Name of the tool whose call failed, when one did.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tool: ::std::option::Option<::std::string::String>,
 }
-///`RunInfoKind`
+///`agent` (a model turn of an agent) or `workflow` (a script).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunInfoKind {
     #[serde(rename = "agent")]
@@ -4495,7 +4988,7 @@ impl ::std::convert::TryFrom<::std::string::String> for RunInfoKind {
         value.parse()
     }
 }
-///`RunInfoOrigin`
+///What started the run: `user`, `trigger`, `agent`, `workflow` or `system`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunInfoOrigin {
     #[serde(rename = "agent")]
@@ -4545,40 +5038,52 @@ impl ::std::convert::TryFrom<::std::string::String> for RunInfoOrigin {
         value.parse()
     }
 }
-///`RunJournalEntryInfo`
+///One entry of a workflow run's journal (a recorded step of its script).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RunJournalEntryInfo {
+    ///When the entry was recorded, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///The entry's content: an open map whose shape depends on the step.
     pub entry: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+    ///Id of the run.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
+    ///Position in the journal; entries are returned in this order.
     pub seq: i64,
 }
-///`RunPlan`
+///An agent's visible checklist for the work in a session, written with its `plan` tool.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RunPlan {
+    ///Id of the run that wrote the plan.
     #[serde(rename = "ownerRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub owner_run_id: ::std::option::Option<::std::string::String>,
+    ///When every step became done, failed or skipped, Unix epoch milliseconds.
     #[serde(rename = "settledAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub settled_at: ::std::option::Option<i64>,
+    ///The steps, in order.
     pub steps: ::std::vec::Vec<RunPlanStep>,
+    ///Title of the plan, when it has one.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
 }
-///`RunPlanStep`
+///One step of a plan.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RunPlanStep {
+    ///Id of the step, stable across updates of the plan.
     pub id: ::std::string::String,
+    ///What the step is.
     pub label: ::std::string::String,
+    ///`runtime` when the server, not the agent, settled the step.
     #[serde(rename = "resolvedBy")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub resolved_by: ::std::option::Option<RunPlanStepResolvedBy>,
+    ///`pending`, `running`, `done`, `failed` or `skipped`.
     pub status: RunPlanStepStatus,
 }
-///`RunPlanStepResolvedBy`
+///`runtime` when the server, not the agent, settled the step.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunPlanStepResolvedBy {
     #[serde(rename = "runtime")]
@@ -4612,7 +5117,7 @@ impl ::std::convert::TryFrom<::std::string::String> for RunPlanStepResolvedBy {
         value.parse()
     }
 }
-///`RunPlanStepStatus`
+///`pending`, `running`, `done`, `failed` or `skipped`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunPlanStepStatus {
     #[serde(rename = "done")]
@@ -4662,7 +5167,7 @@ impl ::std::convert::TryFrom<::std::string::String> for RunPlanStepStatus {
         value.parse()
     }
 }
-///`RunStatus`
+///A run's status: `queued` (waiting to start), `claimed` (picked by an executor), `running`, `waiting` (parked until children finish, a timer, an event or a signal), and the final ones `succeeded`, `failed` and `canceled`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunStatus {
     #[serde(rename = "canceled")]
@@ -4720,48 +5225,64 @@ impl ::std::convert::TryFrom<::std::string::String> for RunStatus {
         value.parse()
     }
 }
-///`RunUsageInfo`
+///Tokens a run used, with what its child runs used.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RunUsageInfo {
+    ///Input tokens read from the provider's prompt cache.
     #[serde(rename = "cacheRead")]
     pub cache_read: i64,
+    ///Input tokens written to the provider's prompt cache.
     #[serde(rename = "cacheWrite")]
     pub cache_write: i64,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub children: ::std::option::Option<RunUsageInfoChildren>,
+    ///Input (prompt) tokens of this run itself.
     pub input: i64,
+    ///Output tokens of this run itself.
     pub output: i64,
+    ///All tokens of this run itself.
     pub total: i64,
 }
-///`RunUsageInfoChildren`
+///What the run's finished child runs used together.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RunUsageInfoChildren {
+    ///Cache-read tokens of the children.
     #[serde(rename = "cacheRead")]
     pub cache_read: i64,
+    ///Cache-write tokens of the children.
     #[serde(rename = "cacheWrite")]
     pub cache_write: i64,
+    ///Input tokens of the children.
     pub input: i64,
+    ///Output tokens of the children.
     pub output: i64,
+    ///Number of child runs counted.
     pub runs: i64,
+    ///All tokens of the children.
     pub total: i64,
 }
-///`RunWaitInfo`
+///What a waiting run waits for.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct RunWaitInfo {
+    ///For an event wait: the action that answers it (what to send with `SignalRun`).
     #[serde(rename = "answerWith")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub answer_with: ::std::option::Option<::std::string::String>,
+    ///For an event wait: what it waits for, in words.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
+    ///For a `children` wait: how many child runs are still unfinished.
     #[serde(rename = "pendingChildren")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub pending_children: ::std::option::Option<i64>,
+    ///`children` (child runs to finish), `timer` (until `wakeAt`), `event` (a matching signal) or `budget-pause` (a person's permission to go on, given with `SignalRun`).
     pub reason: RunWaitInfoReason,
+    ///For a `timer` wait (or an event wait with a timeout): when the run wakes, Unix epoch milliseconds.
     #[serde(rename = "wakeAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub wake_at: ::std::option::Option<i64>,
 }
-///`RunWaitInfoReason`
+///`children` (child runs to finish), `timer` (until `wakeAt`), `event` (a matching signal) or `budget-pause` (a person's permission to go on, given with `SignalRun`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunWaitInfoReason {
     #[serde(rename = "budget-pause")]
@@ -4807,64 +5328,79 @@ impl ::std::convert::TryFrom<::std::string::String> for RunWaitInfoReason {
         value.parse()
     }
 }
-///`SaveAgentTool`
+///Creates or replaces one of an agent's lambda tools (an authored contract with source code); with `previousName` it replaces that tool, renaming it and keeping its creation time. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). Fails with 400 for a builtin tool (`Builtin tools cannot be edited`) or an invalid name, description, source or schema; 404 `Tool "<name>" not found` when `previousName` does not exist; 409 `A tool named "<name>" already exists` when another tool has the name. This server saves lambdas but cannot run them.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SaveAgentTool {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The tool's current name, when renaming it.
     #[serde(rename = "previousName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub previous_name: ::std::option::Option<::std::string::String>,
+    ///The tool.
     pub tool: AgentToolInput,
 }
-///`SaveAgentToolResponse`
+///Answer to `SaveAgentTool`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SaveAgentToolResponse {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The saved tool.
     pub tool: AgentToolInfo,
 }
-///`ScheduleSource`
+///Fires on a schedule.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ScheduleSource {
+    ///The schedule.
     pub schedule: AgentScheduleTrigger,
 }
-///`ScreenshotBrowserCommand`
+///Take a screenshot of a browser document.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ScreenshotBrowserCommand {
+    ///Id of the browser document (tab) the command acts on.
     pub document: ::std::string::String,
 }
-///`ScriptContinuation`
+///On firing, run a workflow script instead of starting a thread.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ScriptContinuation {
+    ///Input handed to the script.
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub input: ::std::option::Option<::seed_agents_protocol::Value>,
+    ///What to do when the script fails.
     #[serde(rename = "onFailure")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub on_failure: ::std::option::Option<TriggerFailurePolicy>,
+    ///The script to run.
     pub script: ::std::string::String,
 }
-///`ScrollBrowserCommand`
+///Scroll a page by an offset.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ScrollBrowserCommand {
+    ///Id of the browser document (tab) the command acts on.
     pub document: ::std::string::String,
+    ///Horizontal offset in pixels; absent means 0.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub x: ::std::option::Option<i64>,
+    ///Vertical offset in pixels.
     pub y: i64,
 }
-///`SessionActivity`
+///When the latest message of a session was written and by whom.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SessionActivity {
+    ///Time of the latest message, Unix epoch milliseconds.
     #[serde(rename = "messageAt")]
     pub message_at: i64,
+    ///Who wrote it: `user` or `agent`.
     #[serde(rename = "messageFrom")]
     pub message_from: SessionActivityMessageFrom,
 }
-///`SessionActivityMessageFrom`
+///Who wrote it: `user` or `agent`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionActivityMessageFrom {
     #[serde(rename = "agent")]
@@ -4902,7 +5438,7 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionActivityMessageFr
         value.parse()
     }
 }
-///`SessionActor`
+///Who caused a session event: `user` (a person, also through `InvokeSessionTool`), `agent` (the agent's own turn), `trigger` (a trigger firing) or `system` (the server).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionActor {
     #[serde(rename = "agent")]
@@ -4948,50 +5484,65 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionActor {
         value.parse()
     }
 }
-///`SessionAttachmentInfo`
+///A file attached to a session. Its id is the SHA-256 of its bytes, so attaching identical bytes again returns the existing record.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SessionAttachmentInfo {
+    ///When it was first attached, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///Id: lowercase hex SHA-256 of the bytes (64 characters).
     pub id: ::std::string::String,
+    ///MIME type: the one given, else inferred from the name's extension; absent when unknown.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
+    ///File name as stored: the last path segment, control characters removed, `file` when blank, only the last 64 characters when longer than 256 bytes.
     pub name: ::std::string::String,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    ///Size in bytes.
     pub size: i64,
 }
-///`SessionAttachmentUploadTarget`
+///A chunked upload that becomes a session attachment (at most 100 MiB).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SessionAttachmentUploadTarget {
+    ///MIME type; inferred from the name when absent or blank.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
+    ///File name; must not be blank. Stored as `SessionAttachmentInfo.name` describes.
     pub name: ::std::string::String,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`SessionBrowserResponse`
+///Answer to every browser relay action: the next command for the client, when there is one.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct SessionBrowserResponse {
+    ///The next command to run; absent when there is none.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub request: ::std::option::Option<BrowserRequest>,
 }
-///`SessionContinuationLink`
+///A link between a session and the session it was continued in (or from).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SessionContinuationLink {
+    ///Id of the continuation.
     #[serde(rename = "continuationId")]
     pub continuation_id: ::std::string::String,
+    ///When the conversation was continued, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///Why it was continued.
     pub reason: SessionContinuationReason,
+    ///Id of the other session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    ///Title of the other session, when it has one.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
 }
-///`SessionContinuationReason`
+///Why a conversation moved to a new session: `context_pressure` (the context window was filling up), `topic_change`, `phase_change`, `refocus`, `user_request` or `other`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionContinuationReason {
     #[serde(rename = "context_pressure")]
@@ -5045,56 +5596,72 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionContinuationReaso
         value.parse()
     }
 }
-///`SessionEvent`
+///One durable event of a session: its payload, numbered by `seq`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SessionEvent {
+    ///When the event was appended, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///The payload (message, tool call, tool result, error, tool spawn, or a kind this build does not know).
     pub event: SessionEventPayload,
+    ///Id of the event (a UUID).
     pub id: ::std::string::String,
+    ///Position in the session: starts at 1, increases by one per event and is never reused. Replay and paging go by `seq`.
     pub seq: i64,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    ///Whether the payload was shortened for this answer. This server does not send it yet.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub truncated: ::std::option::Option<bool>,
 }
-///`SessionEventMeta`
+///Who and what produced an event: the signing account for user messages; provider, model, usage and timing for the agent's events.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct SessionEventMeta {
+    ///The account that sent a user message, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub account_id: ::std::option::Option<::std::string::String>,
     #[serde(rename = "continuedFrom")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_from: ::std::option::Option<SessionEventMetaContinuedFrom>,
+    ///How long producing the event took, in milliseconds.
     #[serde(rename = "durationMs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub duration_ms: ::std::option::Option<i64>,
+    ///Model that produced the event.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub model: ::std::option::Option<::std::string::String>,
+    ///Name of the model provider used.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub provider: ::std::option::Option<::std::string::String>,
+    ///Reasoning level used: a `ReasoningLevel`, `off` (none) or `default` (the model's own).
     #[serde(rename = "reasoningLevel")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub reasoning_level: ::std::option::Option<SessionEventMetaReasoningLevel>,
+    ///The key that signed the user's message (the verified envelope signer), as a base58btc principal string (`z…`); differs from `accountId` for a delegated signer.
     #[serde(rename = "signerId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub signer_id: ::std::option::Option<::std::string::String>,
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub turn: ::std::option::Option<SessionEventMetaTurn>,
+    ///Tokens (and cost, when known) the model call used.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub usage: ::std::option::Option<AgentRunUsage>,
 }
-///`SessionEventMetaContinuedFrom`
+///Where this event's conversation was continued from.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SessionEventMetaContinuedFrom {
+    ///Id of the event in the earlier session.
     #[serde(rename = "eventId")]
     pub event_id: ::std::string::String,
+    ///`seq` of that event.
     pub seq: i64,
+    ///Id of the earlier session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`SessionEventMetaReasoningLevel`
+///Reasoning level used: a `ReasoningLevel`, `off` (none) or `default` (the model's own).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionEventMetaReasoningLevel {
     #[serde(rename = "default")]
@@ -5156,14 +5723,17 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionEventMetaReasonin
         value.parse()
     }
 }
-///`SessionEventMetaTurn`
+///Timing of the model turn that produced the event.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct SessionEventMetaTurn {
+    ///Number of the model pass within the turn, from 1.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub index: ::std::option::Option<i64>,
+    ///Time to the first token, in milliseconds.
     #[serde(rename = "ttftMs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub ttft_ms: ::std::option::Option<i64>,
+    ///Duration of the pass, in milliseconds.
     #[serde(rename = "turnMs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub turn_ms: ::std::option::Option<i64>,
@@ -5205,51 +5775,69 @@ impl ::std::convert::From<ToolSpawnEvent> for SessionEventPayload {
         Self::ToolSpawnEvent(value)
     }
 }
-///`SessionInfo`
+///A session (conversation thread) of an agent.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SessionInfo {
+    ///The agent's owning account, under which the session is stored, as a base58btc principal string (`z…`).
     pub account: ::std::string::String,
+    ///When the latest message was written and by whom. This server does not send it yet.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub activity: ::std::option::Option<SessionActivity>,
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///Number of direct sub-sessions.
     #[serde(rename = "childSessionCount")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub child_session_count: ::std::option::Option<i64>,
+    ///The session this one continues. This server does not send it yet.
     #[serde(rename = "continuedFrom")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_from: ::std::option::Option<SessionContinuationLink>,
+    ///The session this one was continued in. This server does not send it yet.
     #[serde(rename = "continuedTo")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_to: ::std::option::Option<SessionContinuationLink>,
+    ///Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///Where the work stands, as the agent last described it with its `status` tool; at most 1 KiB.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub description: ::std::option::Option<::std::string::String>,
+    ///Id of the session (a UUID).
     pub id: ::std::string::String,
+    ///The provider and model this session runs with instead of the agent's, when set.
     #[serde(rename = "modelOverride")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub model_override: ::std::option::Option<SessionModelOverride>,
+    ///For a sub-session, the session it was started from.
     #[serde(rename = "parentSessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub parent_session_id: ::std::option::Option<::std::string::String>,
+    ///The agent's current plan for the work in this session, when it made one.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub plan: ::std::option::Option<RunPlan>,
+    ///For a session started by a run (a sub-session), that run's id.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub run_id: ::std::option::Option<::std::string::String>,
+    ///For a session started by a trigger: which trigger and when. This server does not send it yet.
     #[serde(rename = "startedByTrigger")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub started_by_trigger: ::std::option::Option<AgentSessionTriggerSummary>,
+    ///`streaming` while an agent turn is active, `error` when the latest run failed, else `idle`. `stopped` is part of the protocol (a session whose turn was stopped); this server shows a stopped session as `idle`.
     pub status: SessionInfoStatus,
+    ///Effort override for this session, when set.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub thoroughness: ::std::option::Option<Thoroughness>,
+    ///Title, when it has one: set by the user (`CreateSession`, `UpdateSession`), or generated from the first message, or set by the agent (never over a user's title).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
+    ///Time of the last change (a new event, title or status), Unix epoch milliseconds. Session lists are ordered by it.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
 }
-///`SessionInfoStatus`
+///`streaming` while an agent turn is active, `error` when the latest run failed, else `idle`. `stopped` is part of the protocol (a session whose turn was stopped); this server shows a stopped session as `idle`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionInfoStatus {
     #[serde(rename = "error")]
@@ -5295,215 +5883,271 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionInfoStatus {
         value.parse()
     }
 }
-///`SessionListCursor`
+///Where a `ListSessions` page ended: the next page starts after the session with this `updatedAt` and id.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SessionListCursor {
+    ///Id of the last session of the previous page; at most 256 bytes.
     #[serde(rename = "idBefore")]
     pub id_before: ::std::string::String,
+    ///`updatedAt` of the last session of the previous page, Unix epoch milliseconds.
     #[serde(rename = "updatedBefore")]
     pub updated_before: i64,
 }
-///`SessionModelOverride`
+///A provider and model a session runs with instead of its agent's.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SessionModelOverride {
+    ///Model id at the provider; at most 256 bytes.
     pub model: ::std::string::String,
+    ///Name of a model provider of the agent's owner; at most 256 bytes. Unknown names fail with 400 `Model provider not found`.
     pub provider: ::std::string::String,
+    ///Reasoning level for the override; it must be one the model supports (400 otherwise).
     #[serde(rename = "reasoningLevel")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub reasoning_level: ::std::option::Option<ReasoningLevel>,
 }
-///`SetAgentPublicChat`
+///Turns public chat on or off: with it on, every signed account may create, message, stop and retry sessions of the agent (the `chatter` role). Owner only (403 `Only the agent owner can do this`). Turning it on while public read is off fails with 400 `Public chat requires public read access`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SetAgentPublicChat {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The new setting.
     #[serde(rename = "publicChat")]
     pub public_chat: bool,
 }
-///`SetAgentPublicChatResponse`
+///Answer to `SetAgentPublicChat`: the agent with its new flags.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SetAgentPublicChatResponse {
+    ///The updated agent.
     pub agent: AgentInfo,
 }
-///`SetAgentPublicRead`
+///Turns public read on or off: with it on, every signed account may read the agent, its sessions and memory by id (the `reader` role). Turning it off also turns public chat off. Owner only (403 `Only the agent owner can do this`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SetAgentPublicRead {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The new setting.
     #[serde(rename = "publicRead")]
     pub public_read: bool,
 }
-///`SetAgentPublicReadResponse`
+///Answer to `SetAgentPublicRead`: the agent with its new flags.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SetAgentPublicReadResponse {
+    ///The updated agent.
     pub agent: AgentInfo,
 }
-///`SetMcpServer`
+///Creates or replaces one of the signed account's MCP servers, then tries to reach it and list its tools; it is saved even when that fails (see `status`). Account-scoped; 400 for an invalid name, URL or headers. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SetMcpServer {
+    ///The server's configuration.
     pub config: McpServerConfig,
+    ///Name of the server: matches `^[a-z0-9][a-z0-9_-]{0,31}$`.
     pub name: ::std::string::String,
 }
-///`SetMcpServerResponse`
+///Answer to `SetMcpServer` and `RefreshMcpServer`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SetMcpServerResponse {
+    ///The server with its status and tools.
     pub server: RedactedMcpServer,
 }
-///`SetModelProvider`
+///Creates or replaces one of the signed account's model providers, by name (a replaced record keeps its id and creation time). Account-scoped. 400 when the name is blank or longer than 256 bytes, the type is unsupported, subscription auth is asked for a type other than `openai` or without `secretRefs.oauth`, the base URL is invalid or missing where required, or a size limit is exceeded. Referenced secrets need not exist yet.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SetModelProvider {
+    ///Name of the provider; trimmed, required, at most 256 bytes.
     pub name: ::std::string::String,
+    ///The provider's configuration.
     pub provider: ModelProviderConfig,
 }
-///`SetModelProviderResponse`
+///Answer to `SetModelProvider`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SetModelProviderResponse {
+    ///The stored provider, redacted.
     pub provider: RedactedModelProvider,
 }
-///`SetSecret`
+///Creates or replaces one of the signed account's secrets (for example a provider's API key), by name. The value is encrypted at rest and never returned. Account-scoped. 400 when the name is blank or longer than 256 bytes, the value is larger than 64 KiB (`Secret value is too large`) or the metadata larger than 16 KiB as CBOR (`Metadata is too large`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SetSecret {
+    ///Data kept unencrypted beside the value and returned with it; at most 16 KiB as CBOR.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub metadata:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ///Name of the secret; trimmed, required, at most 256 bytes.
     pub name: ::std::string::String,
+    ///The secret value, at most 64 KiB.
     pub value: ::seed_agents_protocol::Bytes,
 }
-///`SetSecretResponse`
+///Answer to `SetSecret`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SetSecretResponse {
+    ///The stored secret, without its value.
     pub secret: RedactedSecret,
 }
-///`SignalRun`
+///Sends a signal to a run. A run paused on its budget (`budget-pause`) resumes, whatever the signal; otherwise the signal is delivered to an event wait that accepts it. A signal nobody waits for is not an error: the answer says `delivered: false`. Writer or owner (403 `Write access is required`; 404 `Run not found` without access).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SignalRun {
+    ///Data handed to the waiting run with the signal.
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub payload: ::std::option::Option<::seed_agents_protocol::Value>,
+    ///Id of the run to signal.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
+    ///The signal's name, matched against the run's wait.
     pub signal: ::std::string::String,
 }
-///`SignalRunResponse`
+///Answer to `SignalRun`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SignalRunResponse {
+    ///Whether a waiting run took the signal (or a budget-paused run resumed).
     pub delivered: bool,
+    ///Id of the run.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
 }
-///`SigningIdentity`
+///A Seed account key kept on the server (as an encrypted secret) for agents to sign with. The key itself is never returned.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SigningIdentity {
+    ///The identity's Seed account, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub account_id: ::std::option::Option<::std::string::String>,
+    ///Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///Development flag from the identity's metadata, when set (identities created by this server do not set it).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub dev: ::std::option::Option<bool>,
+    ///The published profile icon (an `ipfs://` reference), when `UpdateSigningIdentity` set one.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub icon: ::std::option::Option<::std::string::String>,
+    ///Id of the secret record holding the key.
     pub id: ::std::string::String,
+    ///Display name.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
+    ///Name of the secret holding the key; agent definitions refer to the identity by it (`signingKey`, `signingKeys`).
     pub name: ::std::string::String,
+    ///The Seed server its profile was published to.
     #[serde(rename = "serverUrl")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub server_url: ::std::option::Option<::std::string::String>,
+    ///Time of the last change, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
 }
-///`SigningIdentityIcon`
+///An image to publish as a signing identity's profile icon.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SigningIdentityIcon {
+    ///The image bytes.
     pub data: ::seed_agents_protocol::Bytes,
+    ///File name of the image.
     #[serde(rename = "fileName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub file_name: ::std::option::Option<::std::string::String>,
+    ///MIME type of the image.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
 }
-///`SiteUpdateSource`
+///Fires on activity in a site or document tree: updates, comments, citations, capabilities or contacts.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SiteUpdateSource {
+    ///Which kinds of activity, at most 32: `doc-update`, `comment`, `citation`, `capability`, `contact` (legacy `document-update`, `change`, `ref` are accepted). Absent means all.
     #[serde(rename = "eventTypes")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub event_types: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    ///Address prefix of the watched tree, `hm://<account uid>[/path]`; at most 2048 bytes.
     #[serde(rename = "resourcePrefix")]
     pub resource_prefix: ::std::string::String,
 }
-///`SnapshotBrowserCommand`
+///Take a text snapshot of the open browser documents, naming their elements so later commands can refer to them.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct SnapshotBrowserCommand {}
-///`StartProviderOAuth`
+///Starts signing in to a model vendor with a subscription (OAuth with PKCE) instead of an API key; only `openai` supports it (400 otherwise). It replaces the signed account's previous pending sign-in and expires after 10 minutes. 403 `Subscription sign-in is not enabled on this server` unless the server allows subscription sign-in. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct StartProviderOAuth {
+    ///The vendor type; only `openai`.
     #[serde(rename = "providerType")]
     pub provider_type: ::std::string::String,
 }
-///`StartProviderOAuthResponse`
+///Answer to `StartProviderOAuth`: where to send the user and how to follow the sign-in.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct StartProviderOAuthResponse {
+    ///URL to open in the user's browser to sign in.
     #[serde(rename = "authUrl")]
     pub auth_url: ::std::string::String,
+    ///When the sign-in expires (10 minutes after it started), Unix epoch milliseconds.
     #[serde(rename = "expiresAt")]
     pub expires_at: i64,
+    ///Id of the sign-in.
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
 }
-///`StopSession`
+///Stops the session's work: aborts the running turn and cancels its queued and waiting runs, descendants included. Chatter, writer or owner (403 for a reader; 404 `Session not found` without access). Stopping an idle session is not an error.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct StopSession {
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`StopSessionResponse`
+///Answer to `StopSession`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct StopSessionResponse {
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    ///Whether anything was running or queued to stop; false when the session was idle.
     pub stopped: bool,
 }
-///`SubmitProviderOAuthCode`
+///Completes a sign-in with the code the vendor showed the user, or the full redirect URL. 400 when the code is refused; 404 `Sign-in not found` for an unknown login. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SubmitProviderOAuthCode {
+    ///The authorization code, or the whole redirect URL containing it.
     pub code: ::std::string::String,
+    ///Id of the sign-in.
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
 }
-///`SubmitProviderOAuthCodeResponse`
+///Answer to `SubmitProviderOAuthCode`; follow the sign-in with `GetProviderOAuthStatus`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct SubmitProviderOAuthCodeResponse {}
-///Subscribes a WebSocket to a key (`account/<id>`, `agents/<id>`, `sessions/<id>`, `runs/<rootRunId>`). Accepted only over the WebSocket; over HTTP it is refused with 400.
+///Subscribes a WebSocket (`/agents/ws`) to a key, sent as a signed envelope in a binary frame; the envelope is verified as over HTTP. Keys: `account/<id>` (the signed account's own only), `agents/<id>`, `sessions/<id>` and `runs/<id>` (any role on the agent, public readers included; a run id that is not a root follows its root's tree). An accepted key gets a `subscribed` frame, then a replay (a session's `change` and its events after `afterSeq`; one `change` per run of a tree), then live frames. A refused key gets an `error` frame (`Subscription key is not authorized`, or the not-found message of the resource) and the socket stays open. The first subscription binds the socket to its account. Over HTTP it is refused with 400.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct Subscribe {
+    ///For `sessions/<id>`: replay only events with a `seq` greater than this (the last one the client has); default 0, everything.
     #[serde(rename = "afterSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub after_seq: ::std::option::Option<i64>,
+    ///What to follow: `account/<accountId>`, `agents/<agentId>`, `sessions/<sessionId>` or `runs/<runId>`.
     pub key: ::std::string::String,
 }
 ///A subscription was accepted; replay follows.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct SubscribedFrame {
+    ///The account the socket is bound to, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
+    ///The key subscribed to.
     pub key: ::std::string::String,
 }
-///`TextContentPart`
+///A text part of a message. Each text part becomes one user message.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct TextContentPart {
+    ///The same text as Seed blocks (rich text). When present and non-empty the model sees their Markdown rendering.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub blocks: ::std::option::Option<::std::vec::Vec<AgentPromptBlock>>,
+    ///A per-message id chosen by the client, kept on the stored message; at most 256 bytes.
     #[serde(rename = "clientMessageId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_message_id: ::std::option::Option<::std::string::String>,
+    ///The text; trimmed, must not be empty (400 `Message content is required`). All text parts together may hold at most 64 KiB (400 `Message content is too large`).
     pub text: ::std::string::String,
 }
-///`Thoroughness`
+///Requested effort for the agent's work: `quick`, `normal` or `deep`. The server stores and returns it as given.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum Thoroughness {
     #[serde(rename = "deep")]
@@ -5545,20 +6189,26 @@ impl ::std::convert::TryFrom<::std::string::String> for Thoroughness {
         value.parse()
     }
 }
-///`ToolCallEvent`
+///A session event recording a tool call, by the agent or by a user through `InvokeSessionTool`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ToolCallEvent {
+    ///Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
+    ///Id of the call; the matching `tool_result` carries it as `toolCallId`.
     pub id: ::std::string::String,
+    ///The call's arguments.
     pub input: ::seed_agents_protocol::Value,
+    ///Provider, model and timing of the turn that made the call.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub meta: ::std::option::Option<SessionEventMeta>,
+    ///Name of the tool or verb called (for example `read`, `write`).
     pub name: ::std::string::String,
+    ///Event kind: always `tool_call`.
     #[serde(rename = "type")]
     pub type_: ToolCallEventType,
 }
-///`ToolCallEventType`
+///Event kind: always `tool_call`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ToolCallEventType {
     #[serde(rename = "tool_call")]
@@ -5592,42 +6242,52 @@ impl ::std::convert::TryFrom<::std::string::String> for ToolCallEventType {
         value.parse()
     }
 }
-///`ToolContinuation`
+///On firing, call one tool instead of starting a thread.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ToolContinuation {
+    ///The tool's input.
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub input: ::std::option::Option<::seed_agents_protocol::Value>,
+    ///What to do when the tool call fails.
     #[serde(rename = "onFailure")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub on_failure: ::std::option::Option<TriggerFailurePolicy>,
+    ///Name of the tool to call.
     pub tool: ::std::string::String,
 }
-///`ToolResultEvent`
+///A session event recording the result of a tool call: its output or its error.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ToolResultEvent {
+    ///Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
+    ///Why the call failed; absent on success.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
+    ///Provider, model and timing of the turn the call belongs to.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub meta: ::std::option::Option<SessionEventMeta>,
+    ///Name of the tool or verb called.
     pub name: ::std::string::String,
+    ///The call's output; absent when it failed.
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub output: ::std::option::Option<::seed_agents_protocol::Value>,
+    ///Id of the `tool_call` event this answers.
     #[serde(rename = "toolCallId")]
     pub tool_call_id: ::std::string::String,
+    ///Event kind: always `tool_result`.
     #[serde(rename = "type")]
     pub type_: ToolResultEventType,
 }
-///`ToolResultEventType`
+///Event kind: always `tool_result`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ToolResultEventType {
     #[serde(rename = "tool_result")]
@@ -5661,24 +6321,31 @@ impl ::std::convert::TryFrom<::std::string::String> for ToolResultEventType {
         value.parse()
     }
 }
-///`ToolSpawnEvent`
+///A session event recording that a tool call started a child run (delegated work), possibly in its own sub-session.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct ToolSpawnEvent {
+    ///Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
+    ///Name of the tool that spawned the run.
     pub name: ::std::string::String,
+    ///Id of the child run.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
+    ///Id of the child's sub-session, when it has one.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
+    ///Title of the child run.
     pub title: ::std::string::String,
+    ///Id of the tool call that spawned it.
     #[serde(rename = "toolCallId")]
     pub tool_call_id: ::std::string::String,
+    ///Event kind: always `tool_spawn`.
     #[serde(rename = "type")]
     pub type_: ToolSpawnEventType,
 }
-///`ToolSpawnEventType`
+///Event kind: always `tool_spawn`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ToolSpawnEventType {
     #[serde(rename = "tool_spawn")]
@@ -5712,7 +6379,7 @@ impl ::std::convert::TryFrom<::std::string::String> for ToolSpawnEventType {
         value.parse()
     }
 }
-///`TriggerContinuation`
+///What a trigger's firing does, told apart by `kind`: start a new thread (`newThread`, the default), wake a waiting run (`wake`), call a tool (`tool`) or run a script (`script`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind")]
 pub enum TriggerContinuation {
@@ -5745,7 +6412,7 @@ impl ::std::convert::From<WakeContinuation> for TriggerContinuation {
         Self::WakeContinuation(value)
     }
 }
-///`TriggerFailurePolicy`
+///What to do when a tool or script continuation fails: `none` (record the failure only) or `thread` (start a thread so the agent can deal with it).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum TriggerFailurePolicy {
     #[serde(rename = "none")]
@@ -5783,43 +6450,56 @@ impl ::std::convert::TryFrom<::std::string::String> for TriggerFailurePolicy {
         value.parse()
     }
 }
-///`TriggerFiringInfo`
+///One firing of a trigger: the activity that caused it and what it started.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct TriggerFiringInfo {
+    ///Key of the activity; a trigger fires at most once per key (a comment and its citation share one).
     #[serde(rename = "activityKey")]
     pub activity_key: ::std::string::String,
+    ///One-line description of the activity.
     #[serde(rename = "activitySummary")]
     pub activity_summary: ::std::string::String,
+    ///When the trigger fired, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    ///Why the firing failed, when it did.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
+    ///Id of the firing.
     pub id: ::std::string::String,
+    ///For a compound trigger, the conditions that matched.
     #[serde(rename = "matchedConditions")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub matched_conditions: ::std::option::Option<::std::vec::Vec<AgentActivityCondition>>,
+    ///Id of the run the firing started, when it started one.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub run_id: ::std::option::Option<::std::string::String>,
+    ///Id of the session the firing started, when it started one.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
+    ///Status of the firing.
     pub status: ::std::string::String,
 }
-///`TypeBrowserCommand`
+///Type text into an element of a page.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct TypeBrowserCommand {
+    ///Clear the element before typing.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub clear: ::std::option::Option<bool>,
+    ///Id of the browser document (tab) the command acts on.
     pub document: ::std::string::String,
+    ///Reference of the element to type into, as a snapshot named it.
     #[serde(rename = "ref")]
     pub ref_: ::std::string::String,
+    ///The text to type.
     pub text: ::std::string::String,
 }
-///`TypedResultObligation`
+///An obligation a run has not met: it owes a typed result it did not produce.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct TypedResultObligation {}
-///`UnmetObligation`
+///Something a run still owes, told apart by `kind`: open plan steps (`plan`) or a typed result (`typed-result`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind")]
 pub enum UnmetObligation {
@@ -5838,139 +6518,176 @@ impl ::std::convert::From<TypedResultObligation> for UnmetObligation {
         Self::TypedResultObligation(value)
     }
 }
-///`UpdateAgent`
+///Replaces an agent's definition (the whole definition, not a patch). Writer or owner (403 `Write access is required`). The definition is validated against the owner's providers and signing identities, as in `CreateAgent` (400 on failure), and only the owner may change the set of signing keys (403 `Only the agent owner can change signing accounts`). Answers with the updated agent.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct UpdateAgent {
+    ///Id of the agent to update.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The complete new definition.
     pub definition: AgentDefinition,
 }
-///`UpdateAgentTrigger`
+///Changes a trigger: only the fields in `patch` change, and the patch must not be empty (400 `Agent trigger patch is empty`). With `expectedUpdatedAt`, a trigger changed since fails with 409. A trigger merged into another cannot be edited or enabled. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible. This server does not implement it yet and answers 501.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct UpdateAgentTrigger {
+    ///The `updatedAt` the caller last saw, Unix epoch milliseconds; the update fails with 409 when the trigger changed since.
     #[serde(rename = "expectedUpdatedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub expected_updated_at: ::std::option::Option<i64>,
+    ///The changes.
     pub patch: AgentTriggerPatch,
+    ///Id of the trigger.
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
 }
-///`UpdateAgentTriggerResponse`
+///Answer to `UpdateAgentTrigger` and `CombineAgentTriggers`: the trigger after the change.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct UpdateAgentTriggerResponse {
+    ///The updated (or surviving) trigger.
     pub trigger: AgentTriggerInfo,
 }
-///`UpdateSession`
+///Changes a session's title, model override or thoroughness; at least one must be given (400 `Nothing to update: provide a title or a model override`). Writer or owner (403 `Write access is required`; 404 `Session not found` without access). A title set here is never overwritten by the generated or agent-set title.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct UpdateSession {
     #[serde(rename = "modelOverride")]
     #[serde(default, skip_serializing_if = "::seed_agents_protocol::Nullable::is_absent")]
     pub model_override: ::seed_agents_protocol::Nullable<SessionModelOverride>,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
     #[serde(default, skip_serializing_if = "::seed_agents_protocol::Nullable::is_absent")]
     pub thoroughness: ::seed_agents_protocol::Nullable<Thoroughness>,
+    ///A new title; at most 256 bytes.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
 }
-///`UpdateSessionResponse`
+///Answer to `UpdateSession`: the updated session.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct UpdateSessionResponse {
+    ///The session after the update.
     pub session: SessionInfo,
 }
-///`UpdateSigningIdentity`
+///Changes a signing identity's label (and icon) and publishes its profile again. Account-scoped. 404 `Signing identity not found` when the account has no identity of that name; 502 when publishing fails.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct UpdateSigningIdentity {
+    ///A new profile icon.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub icon: ::std::option::Option<SigningIdentityIcon>,
+    ///The new display name.
     pub label: ::std::string::String,
+    ///Name of the identity's secret.
     pub name: ::std::string::String,
 }
-///`UpdateSigningIdentityResponse`
+///Answer to `UpdateSigningIdentity`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct UpdateSigningIdentityResponse {
+    ///The updated identity.
     pub identity: SigningIdentity,
 }
-///`UploadAgentMemoryFileToIpfs`
+///Publishes a memory file to IPFS through the configured Seed server, as UnixFS blocks, and answers its CID. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). 404 `Memory file not found: <path>` when missing, 400 for a directory, 502 when publishing fails.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct UploadAgentMemoryFileToIpfs {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
     pub path: ::std::string::String,
 }
-///`UploadAgentMemoryFileToIpfsResponse`
+///Answer to `UploadAgentMemoryFileToIpfs`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct UploadAgentMemoryFileToIpfsResponse {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///CID of the file's UnixFS root.
     pub cid: ::std::string::String,
+    ///MIME type inferred from the extension, when known.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
+    ///The normalised path.
     pub path: ::std::string::String,
+    ///Size of the file in bytes.
     pub size: i64,
+    ///`ipfs://<cid>`.
     pub url: ::std::string::String,
 }
-///`UploadSessionAttachment`
+///Attaches a file to a session in one request; larger files go through `BeginFileUpload`. Chatter, writer or owner (403 for a reader; 404 `Session not found` without access). The content must be non-empty (400) and at most 100 MiB (413 `Attachment exceeds the 100 MiB limit`); a session holds at most 200 attachments (413 `Session already has 200 attachments`). Identical bytes return the existing record. Attachments are deleted with their session.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct UploadSessionAttachment {
+    ///The file's bytes: non-empty, at most 100 MiB.
     pub content: ::seed_agents_protocol::Bytes,
+    ///MIME type; inferred from the name when absent or blank.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
+    ///File name; normalised as `SessionAttachmentInfo.name` describes.
     pub name: ::std::string::String,
+    ///Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`UploadSessionAttachmentResponse`
+///Answer to `UploadSessionAttachment`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct UploadSessionAttachmentResponse {
+    ///The attachment's record (the existing one when the same bytes were attached before).
     pub attachment: SessionAttachmentInfo,
 }
-///`UserMentionSource`
+///Fires when one of the given accounts is mentioned.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct UserMentionSource {
+    ///Accounts whose mentions are watched, as base58btc account ids (`z…`): 1 to 32, duplicates removed, each at most 256 bytes.
     #[serde(rename = "mentionedAccounts")]
     pub mentioned_accounts: ::std::vec::Vec<::std::string::String>,
+    ///Only mentions under this document address prefix (`hm://…`); at most 2048 bytes.
     #[serde(rename = "resourcePrefix")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub resource_prefix: ::std::option::Option<::std::string::String>,
 }
-///`WakeContinuation`
+///On firing, deliver a signal to a waiting run, as `SignalRun` does, instead of starting a thread.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct WakeContinuation {
+    ///Data delivered with the signal.
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub payload: ::std::option::Option<::seed_agents_protocol::Value>,
+    ///The run to wake; absent means any parked run of the account waiting for this signal.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub run_id: ::std::option::Option<::std::string::String>,
+    ///The signal's name; at most 256 bytes.
     pub signal: ::std::string::String,
 }
-///`WebhookSource`
+///Fires when the trigger's webhook is called; the server issues a `webhookSecret` for it.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 pub struct WebhookSource {}
-///`WeeklySchedule`
+///Fires on the given days of the week at a local time.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct WeeklySchedule {
+    ///Days to fire on, 0 (Sunday) to 6 (Saturday); at least one, duplicates removed.
     #[serde(rename = "daysOfWeek")]
     pub days_of_week: ::std::vec::Vec<i64>,
+    ///Local time to fire, `HH:MM` (24-hour).
     #[serde(rename = "timeOfDay")]
     pub time_of_day: ::std::string::String,
+    ///IANA time zone of `timeOfDay`, for example `Europe/Berlin`.
     pub timezone: ::std::string::String,
 }
-///`WriteAgentMemoryFile`
+///Writes a whole file into an agent's memory, replacing any file there and creating parent directories. The memory has no size limit of its own; large files go through `BeginFileUpload`. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). 400 when the path is a directory or cannot be written.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct WriteAgentMemoryFile {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The content: a string is stored as UTF-8, bytes verbatim.
     pub content: WriteAgentMemoryFileContent,
+    ///Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
     pub path: ::std::string::String,
 }
-///`WriteAgentMemoryFileContent`
+///The content: a string is stored as UTF-8, bytes verbatim.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum WriteAgentMemoryFileContent {
@@ -5982,11 +6699,13 @@ impl ::std::convert::From<::seed_agents_protocol::Bytes> for WriteAgentMemoryFil
         Self::Bytes(value)
     }
 }
-///`WriteAgentMemoryFileResponse`
+///Answer to `WriteAgentMemoryFile`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 pub struct WriteAgentMemoryFileResponse {
+    ///Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    ///The written file.
     pub entry: AgentMemoryEntry,
 }
 /// Error types.

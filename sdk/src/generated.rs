@@ -6,6 +6,8 @@ use crate::{Client, Error};
 use seed_agents_protocol::generated as proto;
 impl Client {
     /// Sends `AbortFileUpload` and returns its `AbortFileUploadResponse`.
+    ///
+    /// Abandons a chunked upload and discards its bytes. Needs, on the upload's target, the role `BeginFileUpload` needs (403 when the caller's role has dropped); 404 `Upload not found` for an unknown, expired or another account's upload.
     pub async fn abort_file_upload(
         &self,
         action: proto::AbortFileUpload,
@@ -13,6 +15,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `AcceptAgentInvite` and returns its `AcceptAgentInviteResponse`.
+    ///
+    /// Accepts the signed account's pending invitation to collaborate on an agent; the account becomes a member with the invited role (`reader` or `writer`). Only the invited account may call it. Fails with 404 `Agent invitation not found` when that account has no pending invitation for the agent.
     pub async fn accept_agent_invite(
         &self,
         action: proto::AcceptAgentInvite,
@@ -20,6 +24,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `AppendFileUploadChunk` and returns its `AppendFileUploadChunkResponse`.
+    ///
+    /// Appends the next chunk of a chunked upload. Chunks go in order: `offset` must equal the bytes received so far, else 409 `Chunk offset X does not match Y bytes received` (a chunk that arrives just ahead of its predecessor waits briefly for it first). A chunk is at most 8 MiB (413 `Chunk is too large`), must not be empty (400) and must not pass the declared size (400 `Upload exceeds its declared size`). Each chunk is durable before the answer. Needs, on the upload's target, the role `BeginFileUpload` needs (403 when the caller's role has dropped); 404 `Upload not found` for an unknown, expired or another account's upload.
     pub async fn append_file_upload_chunk(
         &self,
         action: proto::AppendFileUploadChunk,
@@ -27,6 +33,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `BeginFileUpload` and returns its `BeginFileUploadResponse`.
+    ///
+    /// Starts a chunked upload of a large file into an agent's memory or as a session attachment; send the bytes with `AppendFileUploadChunk` and finish with `CommitFileUpload`. A memory target needs writer or owner on the agent and at most 2 GiB (413 `Upload exceeds the maximum file size`); its path is checked now (400 for a directory or an unwritable path). A session target needs chatter or more and at most 100 MiB (413 `Upload exceeds the maximum attachment size`), with a non-blank name (400 `Attachment name is required`). `size` must be a positive integer (400). An account may have at most 8 uploads open (429 `Too many uploads in progress`); an upload untouched for an hour expires. Uploads survive a server restart.
     pub async fn begin_file_upload(
         &self,
         action: proto::BeginFileUpload,
@@ -34,6 +42,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `CancelProviderOAuth` and returns its `CancelProviderOAuthResponse`.
+    ///
+    /// Cancels a pending subscription sign-in of the signed account. 404 `Sign-in not found` for an unknown login or another account's. This server does not implement it yet and answers 501.
     pub async fn cancel_provider_oauth(
         &self,
         action: proto::CancelProviderOAuth,
@@ -41,10 +51,14 @@ impl Client {
         self.call(action).await
     }
     /// Sends `CancelRun` and returns its `CancelRunResponse`.
+    ///
+    /// Cancels a run and its descendants: queued and waiting runs are canceled at once, running ones are asked to stop and end `canceled`. Writer or owner (403 `Write access is required`); 404 `Run not found` when the run is missing, has no agent any more, or its agent is invisible to the caller. Canceling a finished run is not an error.
     pub async fn cancel_run(&self, action: proto::CancelRun) -> ::std::result::Result<proto::CancelRunResponse, Error> {
         self.call(action).await
     }
     /// Sends `CombineAgentTriggers` and returns its `UpdateAgentTriggerResponse`.
+    ///
+    /// Combines two compound (`activity`) triggers of the same agent: the first keeps the union of both sets of conditions, and its prompt and continuation unless `useOtherAction`; the other is disabled and marked `mergedInto` the first. Both `expectedUpdatedAt` values must match the stored triggers (409 otherwise). Writer or owner. Needs protocol 3 (older clients get 426 `update_required`). This server does not implement it yet and answers 501.
     pub async fn combine_agent_triggers(
         &self,
         action: proto::CombineAgentTriggers,
@@ -52,6 +66,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `CommitFileUpload` and returns its `CommitFileUploadResponse`.
+    ///
+    /// Finishes a chunked upload and moves the file to its target. Every declared byte must have arrived (400 `Upload has X of Y bytes; cannot commit`). A refused commit discards the upload. Needs, on the upload's target, the role `BeginFileUpload` needs (403 when the caller's role has dropped); 404 `Upload not found` for an unknown, expired or another account's upload.
     pub async fn commit_file_upload(
         &self,
         action: proto::CommitFileUpload,
@@ -59,6 +75,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ConnectSessionBrowser` and returns its `SessionBrowserResponse`.
+    ///
+    /// Registers a client's browser with a session, so the agent can send it commands. Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
     pub async fn connect_session_browser(
         &self,
         action: proto::ConnectSessionBrowser,
@@ -66,6 +84,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `CreateAgent` and returns its `CreateAgentResponse`.
+    ///
+    /// Creates an agent owned by the signed account. The definition is validated against that account: the model provider must exist (400 `Model provider not found`), the reasoning level must suit the model, and every signing key must be one of the account's signing identities (400 `Signing key not found`); size limits answer 400. When the agent has a primary signing key the server also creates a default trigger for mentions, replies and comments addressed to that identity. With `clientRequestId`, a retry with the same definition returns the first answer and one with a different definition fails with 409 `Client request ID payload mismatch`.
     pub async fn create_agent(
         &self,
         action: proto::CreateAgent,
@@ -73,6 +93,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `CreateAgentTrigger` and returns its `CreateAgentTriggerResponse`.
+    ///
+    /// Creates a trigger for an agent. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access); an invalid source, name or prompt answers 400. With `clientRequestId`, a retry with the same `agentId` and trigger returns the first answer, different values fail with 409 `Client request ID payload mismatch`. This server does not implement it yet and answers 501.
     pub async fn create_agent_trigger(
         &self,
         action: proto::CreateAgentTrigger,
@@ -80,6 +102,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `CreateSession` and returns its `CreateSessionResponse`.
+    ///
+    /// Creates a session (a conversation thread) with an agent. Writer or owner; on an agent with public chat any signed account (`chatter`). A caller without access gets 404 `Agent not found`, a reader 403 `Write access is required`. A model override must name a provider of the agent's owner (400 `Model provider not found`) with a reasoning level the model supports. With `clientRequestId`, a retry with the same `agentId` and `title` returns the first answer; other values fail with 409 `Client request ID payload mismatch`.
     pub async fn create_session(
         &self,
         action: proto::CreateSession,
@@ -87,6 +111,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `CreateSigningIdentity` and returns its `CreateSigningIdentityResponse`.
+    ///
+    /// Creates a signing identity: a new Seed account key that agents of the signed account can sign with. The server generates the key, publishes the account's profile and home document (named by `label`) to the configured Seed server and stores the key encrypted as a secret. Account-scoped. 502 when publishing fails. With `clientRequestId`, a retry with the same `label` returns the first identity; another label fails with 409 `Client request ID payload mismatch`.
     pub async fn create_signing_identity(
         &self,
         action: proto::CreateSigningIdentity,
@@ -94,6 +120,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `DeclineAgentInvite` and returns its `DeclineAgentInviteResponse`.
+    ///
+    /// Declines (deletes) the signed account's pending invitation to an agent. Only the invited account may call it; fails with 404 `Agent invitation not found` when there is none.
     pub async fn decline_agent_invite(
         &self,
         action: proto::DeclineAgentInvite,
@@ -101,6 +129,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `DeleteAgent` and returns its `DeleteAgentResponse`.
+    ///
+    /// Deletes an agent. Owner only (403 `Only the agent owner can do this`; 404 `Agent not found` for a caller without access). Live runs of the agent are canceled first; then its sessions, events, triggers, collaborators and memory are deleted. Its runs remain, detached, and sub-sessions of other agents under its sessions become top-level.
     pub async fn delete_agent(
         &self,
         action: proto::DeleteAgent,
@@ -108,6 +138,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `DeleteAgentMemoryFile` and returns its `DeleteAgentMemoryFileResponse`.
+    ///
+    /// Deletes a file, or a directory with everything in it, from an agent's memory. Deleting a missing path is not an error (`deleted: false`). Writer or owner (403 `Write access is required`; 404 `Agent not found` without access).
     pub async fn delete_agent_memory_file(
         &self,
         action: proto::DeleteAgentMemoryFile,
@@ -115,6 +147,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `DeleteAgentTool` and returns its `DeleteAgentToolResponse`.
+    ///
+    /// Deletes one of an agent's lambda tools. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). Deleting a missing tool answers `deleted: false`; a builtin tool cannot be deleted (400: revoke it in the agent's `tools` instead).
     pub async fn delete_agent_tool(
         &self,
         action: proto::DeleteAgentTool,
@@ -122,6 +156,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `DeleteAgentTrigger` and returns its `DeleteAgentTriggerResponse`.
+    ///
+    /// Deletes a trigger with its firings. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible to the caller. This server does not implement it yet and answers 501.
     pub async fn delete_agent_trigger(
         &self,
         action: proto::DeleteAgentTrigger,
@@ -129,6 +165,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `DeleteMcpServer` and returns its `DeleteMcpServerResponse`.
+    ///
+    /// Deletes one of the signed account's MCP servers, the secrets it owns, and its name from every agent's `mcpServers`. Account-scoped; 404 when the account has no server of that name. This server does not implement it yet and answers 501.
     pub async fn delete_mcp_server(
         &self,
         action: proto::DeleteMcpServer,
@@ -136,6 +174,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `DeleteModelProvider` and returns its `DeleteModelProviderResponse`.
+    ///
+    /// Deletes one of the signed account's model providers, and every secret it referenced that no remaining provider references. Account-scoped: collaboration never grants it. 404 `Model provider not found` when the account has no provider of that name.
     pub async fn delete_model_provider(
         &self,
         action: proto::DeleteModelProvider,
@@ -143,6 +183,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `DeleteSession` and returns its `DeleteSessionResponse`.
+    ///
+    /// Deletes a session with its events and attachments. Writer or owner (403 `Write access is required`; 404 `Session not found` without access). Live runs of the session are canceled first; its runs remain, detached, and its child sessions become top-level.
     pub async fn delete_session(
         &self,
         action: proto::DeleteSession,
@@ -150,6 +192,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `DeleteSigningIdentity` and returns its `DeleteSigningIdentityResponse`.
+    ///
+    /// Deletes a signing identity's key from the server; what was published with it stays published. Account-scoped. 404 `Signing identity not found` when the account has no identity of that name.
     pub async fn delete_signing_identity(
         &self,
         action: proto::DeleteSigningIdentity,
@@ -157,6 +201,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `DisconnectSessionBrowser` and returns its `SessionBrowserResponse`.
+    ///
+    /// Removes a client's browser from a session. Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
     pub async fn disconnect_session_browser(
         &self,
         action: proto::DisconnectSessionBrowser,
@@ -164,6 +210,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `DownloadAgentMemoryFile` and returns its `DownloadAgentMemoryFileResponse`.
+    ///
+    /// Downloads a URL into an agent's memory. Only `http` and `https` URLs (400 otherwise); redirects are followed; addresses on private networks are refused (400 `Download URL is not allowed: …`) unless the server allows them. A download that stalls for 60 seconds or fails, including a non-2xx answer, fails with 502. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access).
     pub async fn download_agent_memory_file(
         &self,
         action: proto::DownloadAgentMemoryFile,
@@ -171,10 +219,14 @@ impl Client {
         self.call(action).await
     }
     /// Sends `GetAgent` and returns its `GetAgentResponse`.
+    ///
+    /// Reads one agent and how many sessions it has. Any role may call it (reader or more, including public readers); a caller without access gets 404 `Agent not found`. To list the sessions use `ListSessions` with `agentId`.
     pub async fn get_agent(&self, action: proto::GetAgent) -> ::std::result::Result<proto::GetAgentResponse, Error> {
         self.call(action).await
     }
     /// Sends `GetAgentTrigger` and returns its `GetAgentTriggerResponse`.
+    ///
+    /// Reads a trigger with its recent firings and the sessions it started. Reader or more on the agent; 404 `Agent trigger not found` when it is missing or invisible to the caller. This server does not implement it yet and answers 501.
     pub async fn get_agent_trigger(
         &self,
         action: proto::GetAgentTrigger,
@@ -182,6 +234,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `GetProviderOAuthStatus` and returns its `ProviderOAuthStatusResponse`.
+    ///
+    /// Reads the state of a subscription sign-in of the signed account. 404 `Sign-in not found` for an unknown login or another account's. This server does not implement it yet and answers 501.
     pub async fn get_provider_oauth_status(
         &self,
         action: proto::GetProviderOAuthStatus,
@@ -189,10 +243,14 @@ impl Client {
         self.call(action).await
     }
     /// Sends `GetRun` and returns its `GetRunResponse`.
+    ///
+    /// Reads one run. Any role on the run's agent may call it (reader or more); 404 `Run not found` when the run is missing, has no agent any more (runs outlive their agent and session) or its agent is invisible to the caller.
     pub async fn get_run(&self, action: proto::GetRun) -> ::std::result::Result<proto::GetRunResponse, Error> {
         self.call(action).await
     }
     /// Sends `GetRunJournal` and returns its `GetRunJournalResponse`.
+    ///
+    /// Reads a workflow run's journal entries after `afterSeq`. Reader or more on the run's agent (404 `Run not found` otherwise); 400 `afterSeq must be a non-negative integer`. Agent runs keep no journal, so their list is empty (this server runs no workflows yet).
     pub async fn get_run_journal(
         &self,
         action: proto::GetRunJournal,
@@ -200,6 +258,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `GetSession` and returns its `GetSessionResponse`.
+    ///
+    /// Reads a session with its events in `seq` order. Without `limit`: every event with `afterSeq < seq < beforeSeq`. With `limit`: only the newest `limit` of those, and `hasMoreBefore` says whether older ones remain (page backwards by passing the oldest `seq` as `beforeSeq`). Any role may call it (reader or more); 404 `Session not found` without access; 400 when `afterSeq` or `beforeSeq` is negative.
     pub async fn get_session(
         &self,
         action: proto::GetSession,
@@ -207,6 +267,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `GetSessionEvent` and returns its `GetSessionEventResponse`.
+    ///
+    /// Reads one event of a session by its `seq`. Any role may call it (reader or more); 404 `Session not found` without access, 404 `Session event not found` when no event has that `seq`, 400 when `seq` is negative.
     pub async fn get_session_event(
         &self,
         action: proto::GetSessionEvent,
@@ -214,6 +276,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ImportSigningIdentity` and returns its `ImportSigningIdentityResponse`.
+    ///
+    /// Imports an existing Seed account key as a signing identity, from its 32-byte Ed25519 seed. Account-scoped. 400 `Key seed must be exactly 32 bytes`; 409 `This account key is already on the server (<id>)` when the account already has this key. With `clientRequestId`, a retry with the same `label` returns the first answer.
     pub async fn import_signing_identity(
         &self,
         action: proto::ImportSigningIdentity,
@@ -221,6 +285,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `InviteAgentCollaborator` and returns its `InviteAgentCollaboratorResponse`.
+    ///
+    /// Invites an account to collaborate on an agent with the role `reader` or `writer`, or changes the role of an existing member (who stays accepted) or pending invitee. Owner only (403 `Only the agent owner can do this`). Fails with 400 when `accountId` is not a canonical Seed account id (`Collaborator account must be a valid Seed account ID`) or names the owner (`The agent owner is already a member`).
     pub async fn invite_agent_collaborator(
         &self,
         action: proto::InviteAgentCollaborator,
@@ -228,6 +294,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `InvokeSessionTool` and returns its `InvokeSessionToolResponse`.
+    ///
+    /// Runs one of the agent's verbs (`read`, `write` or `call`) as the user, inside the session, and records it there as a `tool_call` and `tool_result` event pair stamped actor `user`. Writer or owner (403 `Write access is required`; 404 `Session not found` without access). Fails with 409 `The agent is working in this thread right now; wait for its turn to finish` while an agent run of the session is queued or running. A verb that fails (bad address, missing file) is not an HTTP error: the answer carries `error` and is still recorded.
     pub async fn invoke_session_tool(
         &self,
         action: proto::InvokeSessionTool,
@@ -235,6 +303,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ListAgentCollaborators` and returns its `ListAgentCollaboratorsResponse`.
+    ///
+    /// Lists who has access to an agent: the owner, then the members, with the public access flags. Any role may call it (reader or more); only the owner also sees pending invitations. A caller without access gets 404 `Agent not found`.
     pub async fn list_agent_collaborators(
         &self,
         action: proto::ListAgentCollaborators,
@@ -242,6 +312,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ListAgentInvites` and returns its `ListAgentInvitesResponse`.
+    ///
+    /// Lists the signed account's pending invitations to collaborate on other accounts' agents, most recently updated first. Any signed account may call it; it never fails for lack of access.
     pub async fn list_agent_invites(
         &self,
         action: proto::ListAgentInvites,
@@ -249,6 +321,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ListAgentMemory` and returns its `ListAgentMemoryResponse`.
+    ///
+    /// Lists every file and directory of an agent's memory, sorted by path, with the total size of the files. Reader or more on the agent (404 `Agent not found` without access).
     pub async fn list_agent_memory(
         &self,
         action: proto::ListAgentMemory,
@@ -256,6 +330,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ListAgentMemoryDir` and returns its `ListAgentMemoryDirResponse`.
+    ///
+    /// Lists one directory level of an agent's memory, sorted by path; directories carry `entryCount`. Reader or more on the agent (404 `Agent not found` without access). 404 `Memory directory not found: <path>` when the directory does not exist.
     pub async fn list_agent_memory_dir(
         &self,
         action: proto::ListAgentMemoryDir,
@@ -263,6 +339,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ListAgentTools` and returns its `ListAgentToolsResponse`.
+    ///
+    /// Lists an agent's tool documents (builtin and lambda tools) with their CIDs and whether each is granted. Reader or more (404 `Agent not found` without access).
     pub async fn list_agent_tools(
         &self,
         action: proto::ListAgentTools,
@@ -270,6 +348,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ListAgentTriggers` and returns its `ListAgentTriggersResponse`.
+    ///
+    /// Lists an agent's triggers, most recently updated first. Reader or more (404 `Agent not found` without access). Clients below protocol 3 do not see compound triggers. This server does not implement it yet and answers 501.
     pub async fn list_agent_triggers(
         &self,
         action: proto::ListAgentTriggers,
@@ -277,6 +357,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ListAgents` and returns its `ListAgentsResponse`.
+    ///
+    /// Lists the agents the signed account owns or has accepted to collaborate on, most recently updated first, each with the caller's `accessRole`. Agents the account can only see through public access are not listed (they are reached by id). Any signed account may call it.
     pub async fn list_agents(
         &self,
         action: proto::ListAgents,
@@ -284,6 +366,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ListMcpServers` and returns its `ListMcpServersResponse`.
+    ///
+    /// Lists the signed account's MCP servers, without header values or secrets. Account-scoped. This server does not implement it yet and answers 501.
     pub async fn list_mcp_servers(
         &self,
         action: proto::ListMcpServers,
@@ -291,6 +375,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ListModelProviders` and returns its `ListModelProvidersResponse`.
+    ///
+    /// Lists model providers, most recently updated first, without their configuration or secrets. Without `agentId`: the signed account's own. With `agentId`: those of the agent's owner, for any caller with reader access or more (404 `Agent not found` without access).
     pub async fn list_model_providers(
         &self,
         action: proto::ListModelProviders,
@@ -298,6 +384,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ListProviderModels` and returns its `ListProviderModelsResponse`.
+    ///
+    /// Lists the models a provider offers by asking the vendor's model-list endpoint with the provider's API key (a subscription provider answers a fixed list). The provider is the signed account's, or with `agentId` the agent's owner's (reader access or more; 404 `Agent not found` without). Errors: 404 `Model provider not found`; 400 `<type> API key is not configured` or `Required secret is not configured` when the key is missing; 502 `<label> request failed: HTTP <n>` or `<label> response is invalid` when the vendor fails (the request times out after 30 seconds).
     pub async fn list_provider_models(
         &self,
         action: proto::ListProviderModels,
@@ -305,10 +393,14 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ListRuns` and returns its `ListRunsResponse`.
+    ///
+    /// Lists runs chosen by one selector, the first present of `rootRunId` (a whole run tree, oldest first, not cut by `limit`), `sessionId` (the session's root runs, newest first) or `agentId` (the agent's runs, newest first). Without any selector: 400 `ListRuns requires rootRunId, sessionId, or agentId`. Reader or more on the agent concerned (404 `Agent not found`, `Session not found` or `Run not found` without access). `status` filters the fetched runs.
     pub async fn list_runs(&self, action: proto::ListRuns) -> ::std::result::Result<proto::ListRunsResponse, Error> {
         self.call(action).await
     }
     /// Sends `ListSessions` and returns its `ListSessionsResponse`.
+    ///
+    /// Lists sessions, most recently updated first, a page at a time. Without `agentId`: the sessions of every agent the signed account owns or has accepted to collaborate on. With `agentId`: that agent's sessions (reader or more, public read included; 404 `Agent not found` without access). Pass the answer's `nextCursor` back as `cursor` for the next page.
     pub async fn list_sessions(
         &self,
         action: proto::ListSessions,
@@ -316,6 +408,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ListSigningIdentities` and returns its `ListSigningIdentitiesResponse`.
+    ///
+    /// Lists signing identities (account keys kept as secrets). Without `agentId`: all of the signed account's own identities. With `agentId`: the identities of the agent's owner; the owner sees all of them, other callers (reader or more) only those the agent's definition grants. A caller without access to the agent gets 404 `Agent not found`.
     pub async fn list_signing_identities(
         &self,
         action: proto::ListSigningIdentities,
@@ -323,6 +417,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `MessageSession` and returns its `MessageSessionResponse`.
+    ///
+    /// Sends a message to the session's agent and runs the agent's turn. Chatter, writer or owner (403 `Write access is required` for a reader; 404 `Session not found` without access). The user message is stored at once; the turn runs inline when no other turn holds the session, else it waits in the queue (concurrent senders are not refused). Content must hold at least one non-empty text part, at most 64 KiB of text in all, and at most 16 distinct attachments, each an existing attachment of the session (404 `Attachment not found: <id>`); other violations answer 400. Fails with 409 while a user's `InvokeSessionTool` runs in the session, and with the run's status (502 for a provider failure) when the turn fails. With `clientMessageId`, a retry with the same content posts nothing and answers the first turn's result; different content fails with 409 `Client message ID payload mismatch`.
     pub async fn message_session(
         &self,
         action: proto::MessageSession,
@@ -330,6 +426,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `PollSessionBrowser` and returns its `SessionBrowserResponse`.
+    ///
+    /// Asks for the next browser command to run, if any (`request` is absent when there is none). Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
     pub async fn poll_session_browser(
         &self,
         action: proto::PollSessionBrowser,
@@ -337,6 +435,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ReadAgentMemoryFile` and returns its `ReadAgentMemoryFileResponse`.
+    ///
+    /// Reads one file of an agent's memory. Reader or more on the agent (404 `Agent not found` without access). 404 `Memory file not found: <path>` when missing; 400 when the path is a directory.
     pub async fn read_agent_memory_file(
         &self,
         action: proto::ReadAgentMemoryFile,
@@ -344,6 +444,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ReadSessionAttachment` and returns its `ReadSessionAttachmentResponse`.
+    ///
+    /// Reads a session attachment: its record and bytes. Reader or more on the session's agent (404 `Session not found` without access); 400 for a malformed id, 404 `Attachment not found: <id>` when missing.
     pub async fn read_session_attachment(
         &self,
         action: proto::ReadSessionAttachment,
@@ -351,6 +453,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `RefreshMcpServer` and returns its `SetMcpServerResponse`.
+    ///
+    /// Checks an MCP server again and refreshes its tool list. Account-scoped; 404 when the account has no server of that name. This server does not implement it yet and answers 501.
     pub async fn refresh_mcp_server(
         &self,
         action: proto::RefreshMcpServer,
@@ -358,6 +462,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `RegisterSigner` and returns its `RegisterSignerResponse`.
+    ///
+    /// Registers the envelope's signer as a delegated signer of another account. `capability` is a Seed Capability blob issued by that account to the signer; once registered, envelopes signed by the delegate with `account` set to the issuer are accepted. The envelope itself must already be authorized, which in practice means the delegate signs it for itself (`account` equal to `signer`). Fails with 400 when the capability is empty, not CBOR, not a Capability, badly signed, delegates to another key than the envelope's signer or to its own issuer, or grants a role other than `AGENT` or `WRITER`. Registering the same pair again replaces the stored capability.
     pub async fn register_signer(
         &self,
         action: proto::RegisterSigner,
@@ -365,6 +471,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `RemoveAgentCollaborator` and returns its `RemoveAgentCollaboratorResponse`.
+    ///
+    /// Removes a member from an agent or cancels a pending invitation. Owner only (403 `Only the agent owner can do this`); fails with 404 `Collaborator not found` when the account is neither a member nor invited.
     pub async fn remove_agent_collaborator(
         &self,
         action: proto::RemoveAgentCollaborator,
@@ -372,6 +480,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `ResolveSessionBrowser` and returns its `SessionBrowserResponse`.
+    ///
+    /// Sends back the result of a browser command: its output or its error. Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
     pub async fn resolve_session_browser(
         &self,
         action: proto::ResolveSessionBrowser,
@@ -379,6 +489,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `RetrySession` and returns its `RetrySessionResponse`.
+    ///
+    /// Runs the agent's turn again after it failed, from the transcript and without a new user message. Chatter, writer or owner (403 for a reader; 404 `Session not found` without access). Fails with 409 `Session is already streaming` while a turn holds the session and with 400 `Nothing to retry: the latest run did not fail` unless the latest run failed; a turn that fails again answers with its status like `MessageSession`.
     pub async fn retry_session(
         &self,
         action: proto::RetrySession,
@@ -386,6 +498,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `SaveAgentTool` and returns its `SaveAgentToolResponse`.
+    ///
+    /// Creates or replaces one of an agent's lambda tools (an authored contract with source code); with `previousName` it replaces that tool, renaming it and keeping its creation time. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). Fails with 400 for a builtin tool (`Builtin tools cannot be edited`) or an invalid name, description, source or schema; 404 `Tool "<name>" not found` when `previousName` does not exist; 409 `A tool named "<name>" already exists` when another tool has the name. This server saves lambdas but cannot run them.
     pub async fn save_agent_tool(
         &self,
         action: proto::SaveAgentTool,
@@ -393,6 +507,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `SetAgentPublicChat` and returns its `SetAgentPublicChatResponse`.
+    ///
+    /// Turns public chat on or off: with it on, every signed account may create, message, stop and retry sessions of the agent (the `chatter` role). Owner only (403 `Only the agent owner can do this`). Turning it on while public read is off fails with 400 `Public chat requires public read access`.
     pub async fn set_agent_public_chat(
         &self,
         action: proto::SetAgentPublicChat,
@@ -400,6 +516,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `SetAgentPublicRead` and returns its `SetAgentPublicReadResponse`.
+    ///
+    /// Turns public read on or off: with it on, every signed account may read the agent, its sessions and memory by id (the `reader` role). Turning it off also turns public chat off. Owner only (403 `Only the agent owner can do this`).
     pub async fn set_agent_public_read(
         &self,
         action: proto::SetAgentPublicRead,
@@ -407,6 +525,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `SetMcpServer` and returns its `SetMcpServerResponse`.
+    ///
+    /// Creates or replaces one of the signed account's MCP servers, then tries to reach it and list its tools; it is saved even when that fails (see `status`). Account-scoped; 400 for an invalid name, URL or headers. This server does not implement it yet and answers 501.
     pub async fn set_mcp_server(
         &self,
         action: proto::SetMcpServer,
@@ -414,6 +534,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `SetModelProvider` and returns its `SetModelProviderResponse`.
+    ///
+    /// Creates or replaces one of the signed account's model providers, by name (a replaced record keeps its id and creation time). Account-scoped. 400 when the name is blank or longer than 256 bytes, the type is unsupported, subscription auth is asked for a type other than `openai` or without `secretRefs.oauth`, the base URL is invalid or missing where required, or a size limit is exceeded. Referenced secrets need not exist yet.
     pub async fn set_model_provider(
         &self,
         action: proto::SetModelProvider,
@@ -421,14 +543,20 @@ impl Client {
         self.call(action).await
     }
     /// Sends `SetSecret` and returns its `SetSecretResponse`.
+    ///
+    /// Creates or replaces one of the signed account's secrets (for example a provider's API key), by name. The value is encrypted at rest and never returned. Account-scoped. 400 when the name is blank or longer than 256 bytes, the value is larger than 64 KiB (`Secret value is too large`) or the metadata larger than 16 KiB as CBOR (`Metadata is too large`).
     pub async fn set_secret(&self, action: proto::SetSecret) -> ::std::result::Result<proto::SetSecretResponse, Error> {
         self.call(action).await
     }
     /// Sends `SignalRun` and returns its `SignalRunResponse`.
+    ///
+    /// Sends a signal to a run. A run paused on its budget (`budget-pause`) resumes, whatever the signal; otherwise the signal is delivered to an event wait that accepts it. A signal nobody waits for is not an error: the answer says `delivered: false`. Writer or owner (403 `Write access is required`; 404 `Run not found` without access).
     pub async fn signal_run(&self, action: proto::SignalRun) -> ::std::result::Result<proto::SignalRunResponse, Error> {
         self.call(action).await
     }
     /// Sends `StartProviderOAuth` and returns its `StartProviderOAuthResponse`.
+    ///
+    /// Starts signing in to a model vendor with a subscription (OAuth with PKCE) instead of an API key; only `openai` supports it (400 otherwise). It replaces the signed account's previous pending sign-in and expires after 10 minutes. 403 `Subscription sign-in is not enabled on this server` unless the server allows subscription sign-in. This server does not implement it yet and answers 501.
     pub async fn start_provider_oauth(
         &self,
         action: proto::StartProviderOAuth,
@@ -436,6 +564,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `StopSession` and returns its `StopSessionResponse`.
+    ///
+    /// Stops the session's work: aborts the running turn and cancels its queued and waiting runs, descendants included. Chatter, writer or owner (403 for a reader; 404 `Session not found` without access). Stopping an idle session is not an error.
     pub async fn stop_session(
         &self,
         action: proto::StopSession,
@@ -443,6 +573,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `SubmitProviderOAuthCode` and returns its `SubmitProviderOAuthCodeResponse`.
+    ///
+    /// Completes a sign-in with the code the vendor showed the user, or the full redirect URL. 400 when the code is refused; 404 `Sign-in not found` for an unknown login. This server does not implement it yet and answers 501.
     pub async fn submit_provider_oauth_code(
         &self,
         action: proto::SubmitProviderOAuthCode,
@@ -450,6 +582,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `UpdateAgent` and returns its `GetAgentResponse`.
+    ///
+    /// Replaces an agent's definition (the whole definition, not a patch). Writer or owner (403 `Write access is required`). The definition is validated against the owner's providers and signing identities, as in `CreateAgent` (400 on failure), and only the owner may change the set of signing keys (403 `Only the agent owner can change signing accounts`). Answers with the updated agent.
     pub async fn update_agent(
         &self,
         action: proto::UpdateAgent,
@@ -457,6 +591,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `UpdateAgentTrigger` and returns its `UpdateAgentTriggerResponse`.
+    ///
+    /// Changes a trigger: only the fields in `patch` change, and the patch must not be empty (400 `Agent trigger patch is empty`). With `expectedUpdatedAt`, a trigger changed since fails with 409. A trigger merged into another cannot be edited or enabled. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible. This server does not implement it yet and answers 501.
     pub async fn update_agent_trigger(
         &self,
         action: proto::UpdateAgentTrigger,
@@ -464,6 +600,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `UpdateSession` and returns its `UpdateSessionResponse`.
+    ///
+    /// Changes a session's title, model override or thoroughness; at least one must be given (400 `Nothing to update: provide a title or a model override`). Writer or owner (403 `Write access is required`; 404 `Session not found` without access). A title set here is never overwritten by the generated or agent-set title.
     pub async fn update_session(
         &self,
         action: proto::UpdateSession,
@@ -471,6 +609,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `UpdateSigningIdentity` and returns its `UpdateSigningIdentityResponse`.
+    ///
+    /// Changes a signing identity's label (and icon) and publishes its profile again. Account-scoped. 404 `Signing identity not found` when the account has no identity of that name; 502 when publishing fails.
     pub async fn update_signing_identity(
         &self,
         action: proto::UpdateSigningIdentity,
@@ -478,6 +618,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `UploadAgentMemoryFileToIpfs` and returns its `UploadAgentMemoryFileToIpfsResponse`.
+    ///
+    /// Publishes a memory file to IPFS through the configured Seed server, as UnixFS blocks, and answers its CID. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). 404 `Memory file not found: <path>` when missing, 400 for a directory, 502 when publishing fails.
     pub async fn upload_agent_memory_file_to_ipfs(
         &self,
         action: proto::UploadAgentMemoryFileToIpfs,
@@ -485,6 +627,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `UploadSessionAttachment` and returns its `UploadSessionAttachmentResponse`.
+    ///
+    /// Attaches a file to a session in one request; larger files go through `BeginFileUpload`. Chatter, writer or owner (403 for a reader; 404 `Session not found` without access). The content must be non-empty (400) and at most 100 MiB (413 `Attachment exceeds the 100 MiB limit`); a session holds at most 200 attachments (413 `Session already has 200 attachments`). Identical bytes return the existing record. Attachments are deleted with their session.
     pub async fn upload_session_attachment(
         &self,
         action: proto::UploadSessionAttachment,
@@ -492,6 +636,8 @@ impl Client {
         self.call(action).await
     }
     /// Sends `WriteAgentMemoryFile` and returns its `WriteAgentMemoryFileResponse`.
+    ///
+    /// Writes a whole file into an agent's memory, replacing any file there and creating parent directories. The memory has no size limit of its own; large files go through `BeginFileUpload`. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). 400 when the path is a directory or cannot be written.
     pub async fn write_agent_memory_file(
         &self,
         action: proto::WriteAgentMemoryFile,
