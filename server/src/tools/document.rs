@@ -314,7 +314,10 @@ mod tests {
             "\"search\" is a builtin tool or verb and cannot be replaced"
         );
         assert_eq!(refused(LambdaInput { description: None, ..word_count() }), "Tool document requires a description");
-        assert_eq!(refused(LambdaInput { source: Some(" ".into()), ..word_count() }), "Lambda tool document requires source code");
+        assert_eq!(
+            refused(LambdaInput { source: Some(" ".into()), ..word_count() }),
+            "Lambda tool document requires source code"
+        );
         let bad_schema = refused(LambdaInput { input: Some(json!({"type": "object", "oneOf": []})), ..word_count() });
         assert!(bad_schema.starts_with("Tool input schema is not supported: "), "{bad_schema}");
         let default = ToolDocument::lambda(LambdaInput { input: None, ..word_count() }).unwrap();

@@ -66,8 +66,7 @@ pub async fn run(app: &App, owner_id: &str, input: &Json) -> ApiResult<(String, 
         .await
         .map_err(|error| ApiError::upstream(format!("Search failed on {}: {error}", app.config.hm_server_url)))?;
     let entities = answer.get("entities").and_then(Json::as_array).cloned().unwrap_or_default();
-    let results: Vec<Found> =
-        entities.iter().take(page_size as usize).filter_map(Json::as_object).map(found).collect();
+    let results: Vec<Found> = entities.iter().take(page_size as usize).filter_map(Json::as_object).map(found).collect();
     let plural = if results.len() == 1 { "" } else { "s" };
     let body = if include_body { "yes" } else { "no" };
     let (summary, markdown) = if results.is_empty() {

@@ -63,9 +63,9 @@ pub async fn run(app: &App, input: &Json) -> ApiResult<(String, Output)> {
         ("categories", category.into()),
         ("safesearch", "1".into()),
     ];
-    if let Some(range) = input.get("timeRange").and_then(Json::as_str).filter(|range| {
-        ["day", "week", "month", "year"].contains(range)
-    }) {
+    if let Some(range) =
+        input.get("timeRange").and_then(Json::as_str).filter(|range| ["day", "week", "month", "year"].contains(range))
+    {
         params.push(("time_range", range.to_owned()));
     }
     params.push(("language", language));
@@ -87,8 +87,10 @@ pub async fn run(app: &App, input: &Json) -> ApiResult<(String, Output)> {
     } else {
         let degraded =
             if partial { format!(", degraded: {} unavailable", unresponsive.join(", ")) } else { String::new() };
-        let mut lines =
-            vec![format!("Web search results for \"{query}\" ({} result{plural}{degraded})", hits.len()), String::new()];
+        let mut lines = vec![
+            format!("Web search results for \"{query}\" ({} result{plural}{degraded})", hits.len()),
+            String::new(),
+        ];
         for (index, hit) in hits.iter().enumerate() {
             lines.push(format!("{}. [{}]({})", index + 1, hit.title, hit.url));
             if !hit.snippet.is_empty() {
