@@ -358,6 +358,7 @@ async fn web_search_is_offered_only_with_a_searxng_backend() {
         assert!(!call.contains("web_search"), "{call}");
     }
     assert!(!named(&list(&user, &agent).await, "web_search").granted);
+    assert_eq!(health(&server).await["webTools"]["search"], false);
     server.stop().await;
 
     // With SearXNG: granted, found after a retry on other engines, and offered once touched.
@@ -374,6 +375,7 @@ async fn web_search_is_offered_only_with_a_searxng_backend() {
     }));
     let (server, user, agent, session_id) = agent_setup(&provider, &hm, Some(&searxng.url)).await;
     assert!(named(&list(&user, &agent).await, "web_search").granted);
+    assert_eq!(health(&server).await["webTools"]["search"], true);
     provider.push(Script::tool_call("r1", "read", r#"{"address":"~/tools/web_search"}"#));
     provider.push(Script::text("I can search the web."));
     provider.push(Script::tool_call(
@@ -408,4 +410,9 @@ async fn web_search_is_offered_only_with_a_searxng_backend() {
     assert_eq!(param("engines"), None);
     assert_eq!(asked[1].get("engines").map(String::as_str), Some("duckduckgo,bing,startpage,wikipedia"));
     server.stop().await;
+}
+
+async fn health(server: &TestServer) -> Json {
+    let response = server.http.get(format!("{}/api/health", server.url)).send().await.unwrap();
+    serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
 }

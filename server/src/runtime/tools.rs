@@ -320,6 +320,47 @@ mod tests {
         assert_eq!(Tool::named("delegate"), None, "not offered until children exist");
     }
 
+    fn tool_call(name: &str, input: Json, actor: Option<SessionActor>) -> SessionEvent {
+        use seed_agents_protocol::generated::{ToolCallEvent, ToolCallEventType};
+        let input = seed_agents_protocol::Value(seed_agents_protocol::wire::to_ipld(&input).unwrap());
+        let call = ToolCallEvent {
+            actor,
+            id: "c".into(),
+            input,
+            meta: None,
+            name: name.into(),
+            type_: ToolCallEventType::ToolCall,
+        };
+        SessionEvent {
+            created_at: 1,
+            event: SessionEventPayload::ToolCallEvent(call),
+            id: "e".into(),
+            seq: 1,
+            session_id: "s".into(),
+            truncated: None,
+        }
+    }
+
+    #[test]
+    fn the_agents_own_touches_of_granted_callables_are_promoted_once_in_order() {
+        let log = [
+            tool_call("call", json!({"tool": "search", "input": {}}), Some(SessionActor::User)),
+            tool_call("read", json!({"address": "~/tools/web_search/"}), None),
+            tool_call("call", json!({"tool": " search "}), None),
+            tool_call("call", json!({"tool": "bash"}), None),
+            tool_call("read", json!({"address": "~/tools/search"}), None),
+            tool_call("write", json!({"address": "~/tools/search"}), None),
+        ];
+        let both = [Callable::Search, Callable::WebSearch];
+        assert_eq!(promoted(&log, &both), [Callable::WebSearch, Callable::Search]);
+        assert_eq!(promoted(&log, &[Callable::Search]), [Callable::Search], "never an ungranted one");
+        assert_eq!(promoted(&log[..1], &both), [], "a user's call promotes nothing");
+        let checked = check_callable(Callable::Search, json!({"query": "x", "pageSize": "5"}));
+        assert_eq!(checked, Ok(json!({"query": "x", "pageSize": 5})));
+        let refused = check_callable(Callable::Search, json!({"q": "x"})).unwrap_err();
+        assert!(refused.starts_with("Validation failed for tool \"search\":"), "{refused}");
+    }
+
     #[test]
     fn valid_arguments_pass_unchanged() {
         let arguments = json!({"address": "~/memory/notes.md"});
