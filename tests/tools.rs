@@ -210,6 +210,10 @@ async fn users_read_tools_and_call_search_through_the_hypermedia_server() {
     let saved = output(&owner.call(write).await.unwrap());
     assert!(saved["summary"].as_str().unwrap().starts_with("Saved tool word_count (bafyrei"), "{saved}");
     assert_eq!(named(&list(&owner, &agent).await, "word_count").cid, saved["cid"].as_str().unwrap());
+    let listing = output(&owner.call(read("~/tools")).await.unwrap());
+    assert_eq!(listing["tools"], json!(["search"]), "only what runs is callable");
+    let markdown = listing["markdown"].as_str().unwrap();
+    assert!(markdown.contains("## Authored tools (saved, not runnable on this server)\n- word_count — Counts words."));
     let refused = owner.call(call(json!({"tool": "word_count", "input": {"text": "a b"}}))).await.unwrap();
     assert!(
         refused.error.as_deref().unwrap().contains("code sandbox, which this server does not provide"),

@@ -182,21 +182,20 @@ pub(super) async fn call(context: &Context<'_>, input: &Value) -> ApiResult<Valu
 async fn listing(context: &Context<'_>, summary: Option<String>) -> ApiResult<Value> {
     let granted = agent_tools::granted(context.app, &context.definition);
     let documents = agent_tools::documents(context.app, &context.owner_id, &context.agent_id).await?;
-    let callable: Vec<_> = documents
-        .iter()
-        .filter(|stored| {
-            stored.enabled && (stored.document.kind == Kind::Lambda || agent_tools::is_granted(stored, &granted))
-        })
-        .collect();
+    let callable: Vec<_> =
+        documents.iter().filter(|stored| stored.enabled && agent_tools::is_granted(stored, &granted)).collect();
+    let authored: Vec<_> =
+        documents.iter().filter(|stored| stored.enabled && stored.document.kind == Kind::Lambda).collect();
     let mut lines = vec!["# ~/tools".to_owned(), String::new(), "## Verbs (always available)".to_owned()];
     lines.extend(Tool::ALL.iter().map(|verb| format!("- {} — {}", verb.name(), verb.summary())));
     lines.extend([String::new(), "## Callable with the call verb".to_owned()]);
     if callable.is_empty() {
         lines.push("(none)".to_owned());
     }
-    for stored in &callable {
-        let note = if stored.document.kind == Kind::Lambda { " (authored; cannot run on this server)" } else { "" };
-        lines.push(format!("- {} — {}{note}", stored.document.name, stored.document.summary));
+    lines.extend(callable.iter().map(|stored| format!("- {} — {}", stored.document.name, stored.document.summary)));
+    if !authored.is_empty() {
+        lines.extend([String::new(), "## Authored tools (saved, not runnable on this server)".to_owned()]);
+        lines.extend(authored.iter().map(|stored| format!("- {} — {}", stored.document.name, stored.document.summary)));
     }
     lines.extend([
         String::new(),
