@@ -170,6 +170,14 @@ async fn users_read_tools_and_call_search_through_the_hypermedia_server() {
     assert_eq!((param("searchType"), param("pageSize"), param("contextSize")), (Some("2"), Some("20"), Some("48")));
     assert_eq!((param("includeBody"), param("accountUid")), (Some("false"), None));
 
+    // A failing Hypermedia server is the call's error, with its status and message.
+    hm.fail_with(Some((500, "reindexing")));
+    let failed = owner.call(call(json!({"tool": "search", "input": {"query": "seed"}}))).await.unwrap();
+    let error = failed.error.unwrap();
+    assert!(error.starts_with(&format!("Search failed on {}: HTTP 500 from Search", hm.url)), "{error}");
+    assert!(error.ends_with("reindexing"), "{error}");
+    hm.fail_with(None);
+
     // Bad input is answered with the contract, a miss with the listing: both successes.
     let bad = output(&owner.call(call(json!({"tool": "search", "input": {"query": 5}}))).await.unwrap());
     assert_eq!(
@@ -181,7 +189,7 @@ async fn users_read_tools_and_call_search_through_the_hypermedia_server() {
     let miss = output(&owner.call(call(json!({"tool": "web_search", "input": {"query": "x"}}))).await.unwrap());
     assert_eq!(miss["summary"], "No callable tool named web_search. Here is what you can call.");
     assert_eq!(miss["tools"], json!(["search"]));
-    assert_eq!(hm.searches().len(), 1, "neither reached the server");
+    assert_eq!(hm.searches().len(), 1, "neither reached the server (the failed one was refused before)");
 
     // The listing, a verb's contract, a document's contract with its CID.
     let listing = output(&owner.call(read("~/tools/")).await.unwrap());
