@@ -16,6 +16,7 @@ mod pagination;
 mod provider_models;
 mod runs;
 mod runtime;
+mod tools;
 mod uploads;
 mod verbs;
 mod versions;

@@ -171,9 +171,11 @@ async fn execution_errors_come_back_in_error_and_pre_checks_fail() {
     assert!(unknown.error.as_deref().unwrap().starts_with("Unrecognized address: gopher://x"), "{unknown:?}");
     let no_address = owner.call(invoke(&session_id, InvokeSessionToolVerb::Read, map(&[]))).await.unwrap();
     assert_eq!(no_address.error.as_deref(), Some("read requires an address"));
-    let call = invoke(&session_id, InvokeSessionToolVerb::Call, map(&[("tool", text("search"))]));
+    // A miss is a successful result with the listing (the contract-on-miss rule).
+    let call = invoke(&session_id, InvokeSessionToolVerb::Call, map(&[("tool", text("bash"))]));
     let called = owner.call(call).await.unwrap();
-    assert!(called.error.as_deref().unwrap().contains("no callable tools on this server yet"), "{called:?}");
+    assert_eq!(called.error, None, "{called:?}");
+    assert_eq!(field_text(&called, "summary"), "No callable tool named bash. Here is what you can call.");
     let delegate = invoke(&session_id, InvokeSessionToolVerb::Call, map(&[("tool", text("delegate"))]));
     let delegated = owner.call(delegate).await.unwrap();
     assert_eq!(delegated.error.as_deref(), Some("Delegation is a conversational ask; message the agent instead"));

@@ -35,6 +35,8 @@ pub enum ChangeReason {
     SessionEvent,
     /// `agent-memory-changed`
     AgentMemoryChanged,
+    /// `agent-tools-changed`
+    AgentToolsChanged,
 }
 
 impl ChangeReason {
@@ -46,6 +48,7 @@ impl ChangeReason {
             self,
             Self::AgentUpdated
                 | Self::AgentMemoryChanged
+                | Self::AgentToolsChanged
                 | Self::SessionCreated
                 | Self::SessionUpdated
                 | Self::SessionDeleted
@@ -67,6 +70,7 @@ impl ChangeReason {
             Self::SessionDeleted => "session-deleted",
             Self::SessionEvent => "session-event",
             Self::AgentMemoryChanged => "agent-memory-changed",
+            Self::AgentToolsChanged => "agent-tools-changed",
         }
     }
 }

@@ -66,6 +66,12 @@ pub struct Config {
     )]
     pub provider_urls: Vec<crate::providers::registry::ProviderUrl>,
 
+    /// Origin of a self-hosted SearXNG instance (an http(s) URL, one trailing `/` dropped): the
+    /// backend of the `web_search` callable. Without it `web_search` is neither offered nor
+    /// granted to any agent.
+    #[arg(long, env = "SEED_AGENTS_SEARXNG_URL", value_parser = parse_searxng_url)]
+    pub searxng_url: Option<String>,
+
     /// Whether a conversation with a provisional title gets one from the model when a turn
     /// starts (one tool-less call; never replaces a title the agent or a person gave).
     #[arg(
@@ -151,6 +157,15 @@ pub fn parse_hm_server_url(value: &str) -> Result<String, String> {
     Ok(value.strip_suffix('/').unwrap_or(value).to_owned())
 }
 
+/// Checks a SearXNG URL is http(s) and drops one trailing `/`.
+pub fn parse_searxng_url(value: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(value).map_err(|error| format!("invalid URL: {error}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err("the SearXNG URL must be http(s)".to_owned());
+    }
+    Ok(value.strip_suffix('/').unwrap_or(value).to_owned())
+}
+
 /// Default bound on one request body: 32 MiB. Clients send files larger than a few MiB in
 /// chunks (the desktop app above 2 MiB, the SDK's upload helpers always), so this bounds what one
 /// unauthenticated body can make the server hold without refusing any client's upload.
@@ -192,6 +207,7 @@ impl Config {
             provider_timeout: Duration::from_secs(120),
             session_title_generation: true,
             provider_urls: Vec::new(),
+            searxng_url: None,
             request_timeout: Duration::from_secs(300),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             ws_max_sockets: 10_000,
@@ -252,5 +268,17 @@ mod tests {
             assert!(parse(&["--hm-server-url", bad]).is_err(), "{bad}");
         }
         assert_eq!(Config::new("d", "127.0.0.1:0".parse().unwrap()).hm_server_url, DEFAULT_HM_SERVER_URL);
+    }
+
+    #[test]
+    fn searxng_url_is_optional_checked_and_normalised() {
+        let parse =
+            |args: &[&str]| Config::try_parse_from(std::iter::once("seed-agents-server").chain(args.iter().copied()));
+        assert_eq!(parse(&[]).unwrap().searxng_url, None);
+        assert_eq!(
+            parse(&["--searxng-url", "http://127.0.0.1:8080/"]).unwrap().searxng_url.as_deref(),
+            Some("http://127.0.0.1:8080")
+        );
+        assert!(parse(&["--searxng-url", "ftp://search.example"]).is_err());
     }
 }

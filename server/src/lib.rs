@@ -28,6 +28,7 @@ pub mod runs;
 pub mod runtime;
 pub mod secrets;
 pub mod sessions;
+pub mod tools;
 pub mod uploads;
 pub mod validate;
 pub mod verbs;

@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use seed_agents_protocol::generated::{
     AcceptAgentInvite, AgentCollaboratorRole, AgentDefinition, AppendFileUploadChunk, BeginFileUpload, CreateAgent,
     FileUploadTarget, ImportSigningIdentity, InviteAgentCollaborator, MemoryUploadTarget, ModelProviderConfig,
-    ModelProviderConfigAuthMode, RemoveAgentCollaborator, SessionAttachmentUploadTarget, SetAgentPublicChat,
-    SetAgentPublicRead, SetModelProvider, UploadSessionAttachment, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
+    ModelProviderConfigAuthMode, RemoveAgentCollaborator, SaveAgentTool, SessionAttachmentUploadTarget,
+    SetAgentPublicChat, SetAgentPublicRead, SetModelProvider, UploadSessionAttachment, WriteAgentMemoryFile,
+    WriteAgentMemoryFileContent,
 };
 use seed_agents_protocol::{Bytes, Ed25519Signer};
 use seed_agents_server::runs::engine::Outcome;
@@ -24,6 +25,8 @@ use crate::support::{TestServer, User, definition};
 /// The memory file every agent starts with, and its content.
 pub const MEMORY_FILE: &str = "notes.md";
 pub const MEMORY_TEXT: &str = "remember this";
+/// The authored (lambda) tool every agent starts with.
+pub const TOOL_NAME: &str = "word_count";
 /// The attachment every session starts with.
 pub const ATTACHMENT_TEXT: &[u8] = b"attached words";
 /// A staged upload's size and content (one chunk).
@@ -148,6 +151,8 @@ pub async fn cell(env: &Env, caller: Caller, staged: Option<Staged>, run: Option
         content: WriteAgentMemoryFileContent::String(MEMORY_TEXT.into()),
     };
     ok(owner.call(write).await, "memory file");
+    let tool = SaveAgentTool { agent_id: agent_id.clone(), previous_name: None, tool: lambda(TOOL_NAME) };
+    ok(owner.call(tool).await, "lambda tool");
     let attach = UploadSessionAttachment {
         session_id: session_id.clone(),
         name: "brief.txt".into(),
@@ -272,4 +277,18 @@ pub fn subscription() -> ModelProviderConfig {
 /// A fixture step's answer (a failing step is a broken fixture, not a matrix finding).
 fn ok<T, E: std::fmt::Debug>(result: Result<T, E>, step: &str) -> T {
     result.unwrap_or_else(|error| panic!("matrix fixture, {step}: {error:?}"))
+}
+
+/// A small lambda tool called `name`.
+pub fn lambda(name: &str) -> seed_agents_protocol::generated::AgentToolInput {
+    let input = [("type".to_owned(), seed_agents_protocol::Value(ipld_core::ipld::Ipld::String("object".into())))];
+    seed_agents_protocol::generated::AgentToolInput {
+        description: "Counts words.".into(),
+        input: input.into_iter().collect(),
+        name: name.into(),
+        output: None,
+        runtime: seed_agents_protocol::generated::AgentToolInputRuntime::Typescript,
+        source: "export default (input) => ({count: 0})".into(),
+        summary: None,
+    }
 }

@@ -28,6 +28,10 @@ use seed_agents_protocol::generated::{
     MessageSessionResponse, RetrySession, RetrySessionResponse, SignalRun, SignalRunResponse, StopSession,
     StopSessionResponse, TextContentPart,
 };
+use seed_agents_protocol::generated::{
+    DeleteAgentTool, DeleteAgentToolResponse, ListAgentTools, ListAgentToolsResponse, SaveAgentTool,
+    SaveAgentToolResponse,
+};
 use seed_agents_protocol::{
     Action, AgentAction, AgentResponse, Bytes, Ed25519Signer, Nullable, Response, Signer as _, Value,
 };
@@ -503,6 +507,32 @@ pub fn table() -> Vec<Row> {
             let got = response::<UploadAgentMemoryFileToIpfsResponse>(answer)?;
             same("url", got.url, format!("ipfs://{}", got.cid))
         }),
+        // Tools.
+        row(
+            "ListAgentTools",
+            |c| ListAgentTools { agent_id: c.agent_id.clone() }.into_action(),
+            [OK, OK, OK, OK, OK, NO_AGENT, NO_AGENT],
+        )
+        .shape(|_, _, answer| {
+            let names: Vec<String> =
+                response::<ListAgentToolsResponse>(answer)?.tools.into_iter().map(|t| t.name).collect();
+            same("tools", names, vec!["search".into(), "web_search".into(), fixture::TOOL_NAME.into()])
+        }),
+        row(
+            "SaveAgentTool",
+            |c| {
+                SaveAgentTool { agent_id: c.agent_id.clone(), previous_name: None, tool: fixture::lambda("new_tool") }
+                    .into_action()
+            },
+            [OK, OK, WRITE, WRITE, WRITE, NO_AGENT, NO_AGENT],
+        )
+        .shape(|_, _, answer| same("name", response::<SaveAgentToolResponse>(answer)?.tool.name, "new_tool".into())),
+        row(
+            "DeleteAgentTool",
+            |c| DeleteAgentTool { agent_id: c.agent_id.clone(), name: fixture::TOOL_NAME.into() }.into_action(),
+            [OK, OK, WRITE, WRITE, WRITE, NO_AGENT, NO_AGENT],
+        )
+        .shape(|_, _, answer| same("deleted", response::<DeleteAgentToolResponse>(answer)?.deleted, true)),
         // Chunked uploads. Begin checks the target; the others act on an upload the actor began
         // as a writer, and check the actor's role now.
         row(

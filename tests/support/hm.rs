@@ -7,6 +7,7 @@
 //! (earlier in the same request or in an earlier one): a content Change its genesis and its
 //! `deps` with `depth` one more than theirs, a Ref its genesis and head Changes of that genesis.
 //! Every accepted blob is recorded, in order; a switch makes every request fail.
+//! `GET /api/Search` answers the entities a test set, and records each query string.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -78,6 +79,7 @@ struct State {
     blobs: Vec<Published>,
     requests: usize,
     fail: Option<(u16, String)>,
+    search: SearchState,
 }
 
 pub struct FakeHm {
@@ -161,6 +163,8 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         (status, serde_json::json!({ "error": message }))
     } else if method == "OPTIONS" {
         (204, serde_json::Value::Null)
+    } else if method == "GET" && (path == "/api/Search" || path.starts_with("/api/Search?")) {
+        search_answer(&state, &path)
     } else if method == "POST" && path == "/api/PublishBlobs" {
         if headers.get("content-type").map(String::as_str) != Some("application/cbor") {
             (400, serde_json::json!({ "error": "expected application/cbor" }))
@@ -428,4 +432,35 @@ mod tests {
         let home_ref = hex::decode("a76274731b0000018bcfe56800637369675840cf95930ca91c41f9b20d5be11f0374347fc98d218e4e127eb2185ef05a2448cde22898d39d8e3cea52641413d8dd56096ceef7df2c74a0de58b8ef943a86610864747970656352656665686561647381d82a58250001711220ba8c50ed1dd60d0cdc48e9cf35160babe3c55d45fc92421c9e63a7c6dbb735df667369676e65725822ed01ea4a6c63e29c520abef5507b132ec5f9954776aebebe7b92421eea691446d22c6a67656e65726174696f6e1b0000018bcfe568006b67656e65736973426c6f62d82a5825000171122012248d52510a53c1f7c9ec84476cafa99142f7d58020b36d0cb9e885da9f7175").unwrap();
         assert_eq!(blake2b_cid(&home_ref), "bafy2bzaceaujrva66vbei2py23r7pvoje7cw7a6pwylc7cbjeluybfpr6wm32");
     }
+}
+
+/// What `GET /api/Search` answers, and what it was asked.
+#[derive(Default)]
+struct SearchState {
+    entities: Vec<serde_json::Value>,
+    queries: Vec<BTreeMap<String, String>>,
+}
+
+impl FakeHm {
+    /// Makes `GET /api/Search` answer these entities (each `{id, title, type, parentNames, …}`).
+    pub fn set_search_entities(&self, entities: Vec<serde_json::Value>) {
+        self.state.lock().unwrap().search.entities = entities;
+    }
+
+    /// The query parameters of every `GET /api/Search` so far, in order.
+    pub fn searches(&self) -> Vec<BTreeMap<String, String>> {
+        self.state.lock().unwrap().search.queries.clone()
+    }
+}
+
+fn search_answer(state: &Mutex<State>, path: &str) -> (u16, serde_json::Value) {
+    let query = path.split_once('?').map(|(_, query)| query).unwrap_or_default();
+    let params: BTreeMap<String, String> = reqwest::Url::parse(&format!("http://x/?{query}"))
+        .map(|url| url.query_pairs().map(|(key, value)| (key.into_owned(), value.into_owned())).collect())
+        .unwrap_or_default();
+    let mut state = state.lock().unwrap();
+    let text = params.get("query").cloned().unwrap_or_default();
+    state.search.queries.push(params);
+    let entities = state.search.entities.clone();
+    (200, serde_json::json!({ "json": { "entities": entities, "searchQuery": text, "nextPageToken": "" } }))
 }

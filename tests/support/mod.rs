@@ -7,6 +7,7 @@ pub mod hm;
 #[path = "../../server/tests/common/provider.rs"]
 pub mod provider;
 pub mod runs;
+pub mod searxng;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -210,6 +210,23 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE sessions ADD COLUMN plan_cbor BLOB;
     "#,
+    // 6: an agent's tool documents (RUNTIME-NOTES §4.6): builtin callables' contracts and the
+    // lambdas it or its writers authored. `doc_cbor` is the document's canonical DAG-CBOR and
+    // `cid` its CIDv1 (dag-cbor, sha2-256). Rows are stored under the owner's account.
+    r#"
+    CREATE TABLE tool_documents (
+        account_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('builtin', 'lambda')),
+        cid TEXT NOT NULL,
+        doc_cbor BLOB NOT NULL,
+        enabled INTEGER NOT NULL DEFAULT 1,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (account_id, agent_id, name)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.

@@ -227,7 +227,7 @@ async fn health(State(app): State<Arc<App>>) -> Response {
         "protocol": AGENTS_PROTOCOL_VERSION,
         "minClientProtocol": app.config.min_client_protocol,
         "hmServerUrl": app.config.hm_server_url,
-        "webTools": {"search": false, "readBrowser": false},
+        "webTools": {"search": app.config.searxng_url.is_some(), "readBrowser": false},
         "subscriptionAuth": false,
         "codeExec": false,
         "codeExecReason": "Code execution is not built into this server yet",

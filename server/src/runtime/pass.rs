@@ -121,16 +121,17 @@ impl Turn {
         let (definition, memory_root, now) =
             (self.definition.clone(), self.memory_root.clone(), self.app.clock.now_ms());
         let queued_behind = self.queued_behind.clone();
+        let granted = crate::tools::granted(&self.app, &self.definition);
         // Everything is read on a reader: the writer is taken only to retire a plan settled
         // under an earlier run, which happens once per plan.
         let read_run = run_id.clone();
-        let (system, messages, retire) = self
+        let (system, messages, promoted, retire) = self
             .app
             .db
             .read(move |conn| {
                 let plan = plan::load(conn, &session_id)?;
                 if plan.as_ref().is_some_and(|plan| plan::retirable(plan, &read_run)) {
-                    return Ok((String::new(), Vec::new(), true));
+                    return Ok((String::new(), Vec::new(), Vec::new(), true));
                 }
                 let log = events::after(conn, &session_id, 0, i64::MAX, None)?;
                 let inputs = prompt::Inputs {
@@ -142,7 +143,8 @@ impl Turn {
                 };
                 let system = prompt::system(conn, &inputs)?;
                 let tail = replay::Tail { queued_behind: queued_behind.as_deref(), plan: plan.as_ref() };
-                Ok((system, replay::conversation(&log, &tail), false))
+                let promoted = tools::promoted(&log, &granted);
+                Ok((system, replay::conversation(&log, &tail), promoted, false))
             })
             .await?;
         if retire {
@@ -154,7 +156,7 @@ impl Turn {
         Ok(ModelRequest {
             system,
             messages,
-            tools: tools::offered(),
+            tools: tools::offered(&promoted),
             reasoning: self.reasoning.clone(),
             max_tokens: MAX_TOKENS,
             model_defaults: self.model_defaults.clone(),
@@ -331,7 +333,7 @@ async fn pass(turn: &Turn) -> ApiResult<Ended> {
             }
             return Ok(Ended::Answered { assistant_event_id: last_said });
         }
-        let results = run_tools(turn, &partial, &step.tool_calls).await?;
+        let results = run_tools(turn, &partial, &step.tool_calls, &request.tools).await?;
         request.messages.push(Message::Assistant { text, tool_calls: step.tool_calls });
         request.messages.push(Message::ToolResults(results));
         if let Some(reason) = turn.stop.reason() {
@@ -354,7 +356,12 @@ async fn pass(turn: &Turn) -> ApiResult<Ended> {
 
 /// Records the step's calls, runs them concurrently, records each result as it completes, and
 /// returns the results in call order.
-async fn run_tools(turn: &Turn, partial: &Partial, calls: &[ToolCall]) -> ApiResult<Vec<ToolResult>> {
+async fn run_tools(
+    turn: &Turn,
+    partial: &Partial,
+    calls: &[ToolCall],
+    offered: &[crate::model::ToolSpec],
+) -> ApiResult<Vec<ToolResult>> {
     for call in calls {
         if call.name == Tool::Plan.name() {
             continue;
@@ -387,7 +394,7 @@ async fn run_tools(turn: &Turn, partial: &Partial, calls: &[ToolCall]) -> ApiRes
                     },
                 );
             }
-            let outcome = execute(turn, call).await;
+            let outcome = execute(turn, call, offered).await;
             (index, outcome, started.elapsed().as_millis() as i64)
         })
         .collect();
@@ -429,37 +436,53 @@ fn detail(arguments: &Json) -> Option<String> {
         .map(|text| text.chars().take(200).collect())
 }
 
-/// Runs one call: its output, or the error text the model reads.
-async fn execute(turn: &Turn, call: &ToolCall) -> Result<Json, String> {
-    let Some(tool) = Tool::named(&call.name) else { return Err(tools::unknown(&call.name)) };
+/// Runs one call: its output, or the error text the model reads. A callable promoted in this
+/// pass (in `offered`) runs as `call {tool, input}`.
+async fn execute(turn: &Turn, call: &ToolCall, offered: &[crate::model::ToolSpec]) -> Result<Json, String> {
+    let Some(tool) = Tool::named(&call.name) else {
+        let promoted = crate::tools::registry::Callable::named(&call.name)
+            .filter(|callable| offered.iter().any(|spec| spec.name == callable.name()));
+        let Some(callable) = promoted else { return Err(tools::unknown(&call.name)) };
+        let arguments = tools::check_callable(callable, call.arguments.clone())?;
+        let input = serde_json::json!({"tool": callable.name(), "input": arguments});
+        return run_verb(turn, Tool::Call, &input).await;
+    };
     let arguments = tools::check(tool, call.arguments.clone())?;
     let result = match tool {
         Tool::Plan => plan::apply(turn, &arguments).await,
         Tool::Status => plan::status(turn, &arguments).await,
-        Tool::Read | Tool::Write | Tool::Call => {
-            let input = wire::to_ipld(&arguments).map(Value).map_err(|error| error.to_string())?;
-            let context = crate::verbs::Context::for_agent(
-                &turn.app,
-                &turn.session_id,
-                &turn.agent_id,
-                &turn.owner_id,
-                turn.definition.clone(),
-                turn.memory_root.clone(),
-            );
-            let output = match tool {
-                Tool::Read => crate::verbs::read(&context, &input).await,
-                Tool::Write => crate::verbs::write(&context, &input).await,
-                _ => crate::verbs::call_as_agent(&input),
-            };
-            output.map(|value| serde_json::to_value(&value).unwrap_or(Json::Null))
-        }
+        Tool::Read | Tool::Write | Tool::Call => return run_verb(turn, tool, &arguments).await,
     };
-    result.map_err(|error| {
-        if error.kind() == ErrorKind::Internal {
-            tracing::warn!(tool = %call.name, error = %error.message(), "tool failed on the server's side");
-            "The tool failed on the server's side; try again, or tell the user it is not working".to_owned()
-        } else {
-            error.message().to_owned()
-        }
-    })
+    result.map_err(|error| model_error(&call.name, error))
+}
+
+/// Runs `read`, `write` or `call` as the agent.
+async fn run_verb(turn: &Turn, tool: Tool, arguments: &Json) -> Result<Json, String> {
+    let input = wire::to_ipld(arguments).map(Value).map_err(|error| error.to_string())?;
+    let context = crate::verbs::Context::for_agent(
+        &turn.app,
+        &turn.session_id,
+        &turn.agent_id,
+        &turn.owner_id,
+        turn.definition.clone(),
+        turn.memory_root.clone(),
+    );
+    let output = match tool {
+        Tool::Read => crate::verbs::read(&context, &input).await,
+        Tool::Write => crate::verbs::write(&context, &input).await,
+        _ => crate::verbs::call_as_agent(&context, &input).await,
+    };
+    output
+        .map(|value| serde_json::to_value(&value).unwrap_or(Json::Null))
+        .map_err(|error| model_error(tool.name(), error))
+}
+
+/// The text the model reads for a failed tool.
+fn model_error(name: &str, error: ApiError) -> String {
+    if error.kind() == ErrorKind::Internal {
+        tracing::warn!(tool = %name, error = %error.message(), "tool failed on the server's side");
+        "The tool failed on the server's side; try again, or tell the user it is not working".to_owned()
+    } else {
+        error.message().to_owned()
+    }
 }

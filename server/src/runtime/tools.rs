@@ -3,17 +3,21 @@
 //!
 //! The verbs are always offered, in this order: `read`, `write`, `call`, `plan`, `status`.
 //! `delegate` is not offered: child runs do not exist on this server yet, and a tool the model
-//! can see must work. Callables (reached through `call`) are not promoted to provider tools
-//! while none exists; `call` answers with the honest listing.
+//! can see must work. Callables (reached through `call`) are promoted to provider tools of their
+//! own, ahead of the verbs, once the agent itself read `~/tools/<name>` or called them in the
+//! session, and only while they are granted ([`promoted`]); a promoted tool runs as `call`.
 //!
 //! The descriptions are ours. Each says what the tool is for and what its input means, in the
 //! few lines a model reads before choosing a tool.
 
 use std::sync::LazyLock;
 
+use ipld_core::ipld::Ipld;
+use seed_agents_protocol::generated::{SessionActor, SessionEvent, SessionEventPayload};
 use serde_json::{Value as Json, json};
 
 use crate::model::ToolSpec;
+use crate::tools::registry::Callable;
 
 /// A tool the runtime can execute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +65,8 @@ impl Tool {
         }
     }
 
-    fn description(self) -> &'static str {
+    /// The model-facing description.
+    pub fn description(self) -> &'static str {
         match self {
             Tool::Read => {
                 "Read something by its address and get it back as text or JSON.\n\
@@ -188,24 +193,74 @@ static VALIDATORS: LazyLock<Vec<jsonschema::Validator>> = LazyLock::new(|| {
         .collect()
 });
 
-/// The tools offered to every pass, in order.
-pub fn offered() -> Vec<ToolSpec> {
-    Tool::ALL.into_iter().map(Tool::spec).collect()
+/// The tools offered to a pass, in order: the promoted callables, then the verbs.
+pub fn offered(promoted: &[Callable]) -> Vec<ToolSpec> {
+    promoted.iter().map(|callable| callable.spec()).chain(Tool::ALL.into_iter().map(Tool::spec)).collect()
 }
+
+/// The callables the agent itself touched in `log` (a `read ~/tools/<name>` or a `call` naming
+/// one; never a user's verbs), in first-touch order, kept only while `granted`: a hallucinated
+/// name never becomes a provider tool.
+pub fn promoted(log: &[SessionEvent], granted: &[Callable]) -> Vec<Callable> {
+    let mut promoted = Vec::new();
+    for event in log {
+        let SessionEventPayload::ToolCallEvent(call) = &event.event else { continue };
+        if call.actor == Some(SessionActor::User) {
+            continue;
+        }
+        let Ipld::Map(input) = call.input.as_ipld() else { continue };
+        let text = |key: &str| match input.get(key) {
+            Some(Ipld::String(text)) => Some(text.trim()),
+            _ => None,
+        };
+        let touched = match call.name.as_str() {
+            "read" => text("address")
+                .and_then(|address| address.strip_prefix("~/tools/"))
+                .map(|name| name.trim_end_matches('/')),
+            "call" => text("tool"),
+            _ => None,
+        };
+        if let Some(callable) = touched.and_then(Callable::named)
+            && granted.contains(&callable)
+            && !promoted.contains(&callable)
+        {
+            promoted.push(callable);
+        }
+    }
+    promoted
+}
+
+/// Checks a promoted callable's arguments against its contract, as [`check`] does for verbs.
+pub fn check_callable(callable: Callable, arguments: Json) -> Result<Json, String> {
+    let validator = &CALLABLE_VALIDATORS[callable as usize];
+    checked(callable.name(), callable.input_schema(), validator, arguments)
+}
+
+static CALLABLE_VALIDATORS: LazyLock<Vec<jsonschema::Validator>> = LazyLock::new(|| {
+    Callable::ALL
+        .into_iter()
+        .map(|callable| {
+            jsonschema::validator_for(callable.input_schema()).expect("the callables' schemas are valid JSON Schema")
+        })
+        .collect()
+});
 
 /// Checks `arguments` against `tool`'s schema, first as given and then with string primitives
 /// coerced where the schema wants a boolean or a number (models often quote them). Returns the
 /// arguments to run with, or the error text the model gets as the call's result.
 pub fn check(tool: Tool, arguments: Json) -> Result<Json, String> {
-    let validator = &VALIDATORS[tool as usize];
+    checked(tool.name(), tool.schema(), &VALIDATORS[tool as usize], arguments)
+}
+
+fn checked(name: &str, schema: &Json, validator: &jsonschema::Validator, arguments: Json) -> Result<Json, String> {
     if validator.is_valid(&arguments) {
         return Ok(arguments);
     }
-    let coerced = coerce(tool.schema(), arguments.clone());
+    let coerced = coerce(schema, arguments.clone());
     if validator.is_valid(&coerced) {
         return Ok(coerced);
     }
-    let mut text = format!("Validation failed for tool \"{}\":", tool.name());
+    let mut text = format!("Validation failed for tool \"{name}\":");
     for error in validator.iter_errors(&arguments) {
         let path = error.instance_path().to_string();
         let path = if path.is_empty() { "root".to_owned() } else { path };
@@ -253,14 +308,57 @@ mod tests {
 
     #[test]
     fn every_tool_is_offered_once_in_order_with_an_object_schema() {
-        let names: Vec<String> = offered().into_iter().map(|spec| spec.name).collect();
+        let names: Vec<String> = offered(&[]).into_iter().map(|spec| spec.name).collect();
         assert_eq!(names, ["read", "write", "call", "plan", "status"]);
+        let names: Vec<String> = offered(&[Callable::WebSearch]).into_iter().map(|spec| spec.name).collect();
+        assert_eq!(names, ["web_search", "read", "write", "call", "plan", "status"], "promoted first");
         for tool in Tool::ALL {
             assert_eq!(Tool::named(tool.name()), Some(tool));
             assert_eq!(tool.schema()["type"], "object");
             assert_eq!(tool.schema()["additionalProperties"], false, "{}", tool.name());
         }
         assert_eq!(Tool::named("delegate"), None, "not offered until children exist");
+    }
+
+    fn tool_call(name: &str, input: Json, actor: Option<SessionActor>) -> SessionEvent {
+        use seed_agents_protocol::generated::{ToolCallEvent, ToolCallEventType};
+        let input = seed_agents_protocol::Value(seed_agents_protocol::wire::to_ipld(&input).unwrap());
+        let call = ToolCallEvent {
+            actor,
+            id: "c".into(),
+            input,
+            meta: None,
+            name: name.into(),
+            type_: ToolCallEventType::ToolCall,
+        };
+        SessionEvent {
+            created_at: 1,
+            event: SessionEventPayload::ToolCallEvent(call),
+            id: "e".into(),
+            seq: 1,
+            session_id: "s".into(),
+            truncated: None,
+        }
+    }
+
+    #[test]
+    fn the_agents_own_touches_of_granted_callables_are_promoted_once_in_order() {
+        let log = [
+            tool_call("call", json!({"tool": "search", "input": {}}), Some(SessionActor::User)),
+            tool_call("read", json!({"address": "~/tools/web_search/"}), None),
+            tool_call("call", json!({"tool": " search "}), None),
+            tool_call("call", json!({"tool": "bash"}), None),
+            tool_call("read", json!({"address": "~/tools/search"}), None),
+            tool_call("write", json!({"address": "~/tools/search"}), None),
+        ];
+        let both = [Callable::Search, Callable::WebSearch];
+        assert_eq!(promoted(&log, &both), [Callable::WebSearch, Callable::Search]);
+        assert_eq!(promoted(&log, &[Callable::Search]), [Callable::Search], "never an ungranted one");
+        assert_eq!(promoted(&log[..1], &both), [], "a user's call promotes nothing");
+        let checked = check_callable(Callable::Search, json!({"query": "x", "pageSize": "5"}));
+        assert_eq!(checked, Ok(json!({"query": "x", "pageSize": 5})));
+        let refused = check_callable(Callable::Search, json!({"q": "x"})).unwrap_err();
+        assert!(refused.starts_with("Validation failed for tool \"search\":"), "{refused}");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The addresses the `read` and `write` verbs understand, parsed from a client's string.
 //!
 //! The forms are upstream's: `~/memory[/<path>]`, `~/self`, `attachment:<id>`, `thread:<id>`,
-//! `run:<id>`.
-//! Forms upstream serves that this server does not yet (`~/tools`, `~/triggers`, `hm://`, …)
+//! `run:<id>`, `~/tools[/<name>]`.
+//! Forms upstream serves that this server does not yet (`~/triggers`, `hm://`, …)
 //! parse as [`Address::Unsupported`] so the error can say so instead of "unrecognized".
 
 /// One parsed address.
@@ -19,6 +19,8 @@ pub enum Address {
     Thread(Option<String>),
     /// `run:<id>`.
     Run(String),
+    /// `~/tools` (`None`) or `~/tools/<name>` (trailing slashes dropped).
+    Tools(Option<String>),
     /// A form upstream serves that this server does not implement yet (its label).
     Unsupported(&'static str),
     /// Anything else.
@@ -27,7 +29,6 @@ pub enum Address {
 
 /// Upstream's other address forms, by prefix, with the label used in the error.
 const UNSUPPORTED: &[(&str, &str)] = &[
-    ("~/tools", "~/tools"),
     ("~/triggers", "~/triggers"),
     ("hm://", "hm://"),
     ("ipfs:", "ipfs://"),
@@ -58,6 +59,13 @@ impl Address {
         }
         if let Some(id) = address.strip_prefix("run:") {
             return Address::Run(id.trim().to_owned());
+        }
+        if address == "~/tools" {
+            return Address::Tools(None);
+        }
+        if let Some(name) = address.strip_prefix("~/tools/") {
+            let name = name.trim_end_matches('/').trim();
+            return Address::Tools((!name.is_empty()).then(|| name.to_owned()));
         }
         match UNSUPPORTED.iter().find(|(prefix, _)| address.starts_with(prefix)) {
             Some((_, label)) => Address::Unsupported(label),
@@ -93,7 +101,11 @@ mod tests {
     #[test]
     fn other_upstream_forms_are_unsupported_and_the_rest_unrecognized() {
         assert_eq!(Address::parse("hm://z6Mk/doc"), Address::Unsupported("hm://"));
-        assert_eq!(Address::parse("~/tools/search"), Address::Unsupported("~/tools"));
+        assert_eq!(Address::parse("~/tools/search"), Address::Tools(Some("search".into())));
+        assert_eq!(Address::parse("~/tools/search//"), Address::Tools(Some("search".into())));
+        assert_eq!(Address::parse("~/tools"), Address::Tools(None));
+        assert_eq!(Address::parse("~/tools/"), Address::Tools(None));
+        assert_eq!(Address::parse("~/toolsx"), Address::Unrecognized);
         assert_eq!(Address::parse("ipfs://bafy"), Address::Unsupported("ipfs://"));
         assert_eq!(Address::parse(" run: 1 "), Address::Run("1".into()));
         assert_eq!(Address::parse("/etc/passwd"), Address::Unrecognized);

@@ -8,7 +8,8 @@
 //! `seq`, and published only after that commit (DESIGN rule 5).
 //!
 //! [`address`] parses addresses; each noun has its file: [`memory`] (`~/memory/…`), [`agent`]
-//! (`~/self`), [`attachment`] (`attachment:<id>`), [`thread`] (`thread:<id>`).
+//! (`~/self`), [`attachment`] (`attachment:<id>`), [`thread`] (`thread:<id>`), [`tools`]
+//! (`~/tools…` and the `call` verb).
 
 pub mod address;
 mod agent;
@@ -16,6 +17,7 @@ mod attachment;
 mod memory;
 mod run;
 mod thread;
+mod tools;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -82,6 +84,13 @@ impl Context<'_> {
     fn memory_changed(&self) {
         self.app.bus.account_change(&self.owner_id, ChangeReason::AgentMemoryChanged, Some(&self.agent_id), None);
     }
+
+    /// Tells the owner's account (and members) the agent's tools changed: `agent-memory-changed`
+    /// as upstream's agent-side writes say, and `agent-tools-changed` for clients listing tools.
+    fn tools_changed(&self) {
+        self.memory_changed();
+        crate::tools::changed(self.app, &self.owner_id, &self.agent_id);
+    }
 }
 
 /// `InvokeSessionTool {sessionId, verb, input}` (writer on the session's agent).
@@ -96,7 +105,7 @@ pub async fn invoke_session_tool(
     let outcome = match action.verb {
         InvokeSessionToolVerb::Read => read(&context, &action.input).await,
         InvokeSessionToolVerb::Write => write(&context, &action.input).await,
-        InvokeSessionToolVerb::Call => call(&action.input),
+        InvokeSessionToolVerb::Call => call(&context, &action.input).await,
     };
     let (output, error) = match outcome {
         Ok(output) => (Some(output), None),
@@ -223,9 +232,10 @@ pub(crate) async fn read(context: &Context<'_>, input: &Value) -> ApiResult<Valu
         Address::Thread(Some(id)) => thread::read(context, id).await,
         Address::Run(id) => run::read(context, id).await,
         Address::Thread(None) => thread::list(context, input.options()).await,
+        Address::Tools(name) => tools::read(context, name.as_deref()).await,
         Address::Unsupported(label) => Err(not_yet(&format!("{label} addresses are"))),
         Address::Unrecognized => Err(ApiError::invalid(format!(
-            "Unrecognized address: {raw}. Supported here: ~/memory/…, ~/self, attachment:<id>, thread:<id>, run:<id>."
+            "Unrecognized address: {raw}. Supported here: ~/memory/…, ~/self, ~/tools/…, attachment:<id>, thread:<id>, run:<id>."
         ))),
     }
 }
@@ -236,42 +246,29 @@ pub(crate) async fn write(context: &Context<'_>, input: &Value) -> ApiResult<Val
     let raw = fields.text("address").ok_or_else(|| ApiError::invalid("write requires an address"))?;
     match Address::parse(raw) {
         Address::Memory(path) => memory::write(context, path, &fields).await,
-        Address::Unsupported(label @ ("~/tools" | "~/triggers" | "hm://" | "ipfs://")) => {
+        Address::Tools(Some(name)) => tools::write(context, &name, &fields).await,
+        Address::Unsupported(label @ ("~/triggers" | "hm://" | "ipfs://")) => {
             Err(not_yet(&format!("Writing {label} addresses is")))
         }
-        _ => Err(ApiError::invalid(format!("Unrecognized write address: {raw}. Supported here: ~/memory/…."))),
+        _ => Err(ApiError::invalid(format!(
+            "Unrecognized write address: {raw}. Supported here: ~/memory/…, ~/tools/<name>."
+        ))),
     }
 }
 
-/// `call`: no callable tools exist on this server yet. A user can never reach delegation.
-fn call(input: &Value) -> ApiResult<Value> {
-    let input = Input::new(input);
-    Err(match input.text("tool") {
-        Some("delegate") => ApiError::invalid("Delegation is a conversational ask; message the agent instead"),
-        Some(tool) => {
-            ApiError::invalid(format!("No callable tool named {tool}: there are no callable tools on this server yet"))
-        }
-        None => ApiError::invalid("call requires a tool name; there are no callable tools on this server yet"),
-    })
+/// `call {tool, input}` as the user: the same as the agent's ([`call_as_agent`]), except that a
+/// user can never reach delegation.
+async fn call(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
+    if Input::new(input).text("tool") == Some("delegate") {
+        return Err(ApiError::invalid("Delegation is a conversational ask; message the agent instead"));
+    }
+    tools::call(context, input).await
 }
 
-/// `call` from a model pass: a miss is a successful result that shows what can be called
-/// (nothing yet), so the model corrects itself instead of failing (RUNTIME-NOTES §4.4).
-pub(crate) fn call_as_agent(input: &Value) -> ApiResult<Value> {
-    let input = Input::new(input);
-    let summary = match input.text("tool") {
-        Some(tool) => format!("No callable tool named {tool}. There are no callable tools on this server yet."),
-        None => "call requires a tool name. There are no callable tools on this server yet.".to_owned(),
-    };
-    #[derive(Serialize)]
-    struct Listing {
-        tools: Vec<String>,
-        markdown: String,
-    }
-    let markdown = "# ~/tools\n\n## Verbs (always available)\n\n- read: read anything by address\n- write: write \
-                    by address\n- call: run a callable tool\n- plan: keep the task checklist\n- status: name the \
-                    conversation and say where it stands\n\n## Callable with the call verb\n\nNone on this server yet.";
-    record(summary, &Listing { tools: Vec::new(), markdown: markdown.to_owned() })
+/// `call {tool, input}` from a model pass: a miss is a successful result that shows what can be
+/// called, so the model corrects itself instead of failing (RUNTIME-NOTES §4.4).
+pub(crate) async fn call_as_agent(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
+    tools::call(context, input).await
 }
 
 /// An address form upstream serves and this server does not yet (an execution failure: 400).

@@ -1,0 +1,81 @@
+//! `GET /api/Search` (HM-INTEGRATION.md §1.3): the Hypermedia server's search, behind the
+//! `search` callable. A "generic" key: one query parameter per defined input field, strings as
+//! they are, numbers and booleans as their text.
+
+use serde_json::Value as Json;
+
+use super::{HmClient, HmError, REQUEST_TIMEOUT, transport_message};
+
+/// The input of one search, as the callable resolved it (defaults applied, bounds clamped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchInput {
+    /// The query text (non-empty).
+    pub query: String,
+    /// Only this account's content, when set.
+    pub account_uid: Option<String>,
+    /// Whether document bodies and comments are searched too.
+    pub include_body: bool,
+    /// Runes of match context, 0–512.
+    pub context_size: u32,
+    /// The account whose perspective ranks results (the agent's owner).
+    pub perspective_account_uid: String,
+    /// 0 keyword, 1 semantic, 2 hybrid.
+    pub search_type: u8,
+    /// Results wanted, 1–50.
+    pub page_size: u32,
+}
+
+impl SearchInput {
+    /// The query parameters, in a fixed order.
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        let mut params = vec![("query", self.query.clone())];
+        if let Some(account) = &self.account_uid {
+            params.push(("accountUid", account.clone()));
+        }
+        params.extend([
+            ("includeBody", self.include_body.to_string()),
+            ("contextSize", self.context_size.to_string()),
+            ("perspectiveAccountUid", self.perspective_account_uid.clone()),
+            ("searchType", self.search_type.to_string()),
+            ("pageSize", self.page_size.to_string()),
+        ]);
+        params
+    }
+}
+
+impl HmClient<'_> {
+    /// `GET /api/Search?…`: the SuperJSON payload (`{entities, searchQuery, nextPageToken}`).
+    pub async fn search(&self, input: &SearchInput) -> Result<Json, HmError> {
+        const KEY: &str = "Search";
+        let url = reqwest::Url::parse_with_params(&format!("{}/api/{KEY}", self.base), input.params())
+            .map_err(|error| HmError::Encode(error.to_string()))?;
+        let response = self
+            .http
+            .get(url)
+            .header(reqwest::header::ACCEPT, "application/json")
+            .timeout(REQUEST_TIMEOUT)
+            .send()
+            .await
+            .map_err(|error| HmError::Transport(transport_message(&error)))?;
+        let status = response.status();
+        let text = response.text().await.map_err(|error| HmError::Transport(transport_message(&error)))?;
+        if !status.is_success() {
+            let message = serde_json::from_str::<Json>(&text)
+                .ok()
+                .and_then(|value| value.get("error").and_then(|error| error.as_str().map(str::to_owned)))
+                .unwrap_or_else(|| text.chars().take(512).collect());
+            return Err(HmError::Status {
+                key: KEY,
+                status: status.as_u16(),
+                reason: status.canonical_reason().unwrap_or("").to_owned(),
+                message,
+            });
+        }
+        let mut envelope: Json = serde_json::from_str(&text)
+            .map_err(|error| HmError::Response { key: KEY, message: format!("not JSON: {error}") })?;
+        envelope
+            .get_mut("json")
+            .map(Json::take)
+            .ok_or_else(|| HmError::Response { key: KEY, message: "not a SuperJSON envelope".to_owned() })
+    }
+}

@@ -1,0 +1,242 @@
+//! The callables: service tools an agent reaches through the `call` verb (RUNTIME-NOTES §4.4),
+//! each with its description and JSON Schema contract, and the grants that decide which of them
+//! an agent may run.
+//!
+//! This server has two: `search` (the configured Hypermedia server's Search API) and
+//! `web_search` (a self-hosted SearXNG, only when `--searxng-url` is set). `execute` and lambda
+//! tools need a code sandbox, which this server does not provide, so `execute` is never granted
+//! and has no document here. The descriptions are ours.
+
+use std::sync::LazyLock;
+
+use seed_agents_protocol::generated::AgentDefinition;
+use serde_json::{Value as Json, json};
+
+use crate::config::Config;
+use crate::model::ToolSpec;
+
+/// A service callable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Callable {
+    /// `search`: Seed Hypermedia content through the HM server's Search API.
+    Search,
+    /// `web_search`: the public web through SearXNG.
+    WebSearch,
+}
+
+/// Names no lambda may take: the verbs and every callable upstream knows, runnable here or not.
+pub const RESERVED_NAMES: &[&str] = &[
+    "read",
+    "write",
+    "call",
+    "delegate",
+    "plan",
+    "status",
+    "return_result",
+    "continue_session",
+    "search",
+    "web_search",
+    "execute",
+    "navigate",
+];
+
+impl Callable {
+    /// Every callable, in listing order.
+    pub const ALL: [Callable; 2] = [Callable::Search, Callable::WebSearch];
+
+    /// The callable called `name` (legacy names normalised first).
+    pub fn named(name: &str) -> Option<Callable> {
+        let name = normalise(name);
+        Self::ALL.into_iter().find(|callable| callable.name() == name)
+    }
+
+    /// Its name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            Callable::Search => "search",
+            Callable::WebSearch => "web_search",
+        }
+    }
+
+    /// The model-facing description.
+    pub fn description(self) -> &'static str {
+        match self {
+            Callable::Search => {
+                "Search published Seed Hypermedia content by title and contact name, and optionally by document \
+                 body and comment text. Each result has an hm:// URL you can pass to read. searchType picks \
+                 keyword, semantic or hybrid ranking (hybrid by default); accountUid limits the search to one \
+                 account; pageSize caps the results (1-50)."
+            }
+            Callable::WebSearch => {
+                "Search the public web and get ranked results with title, URL and a snippet each. Read a result \
+                 by passing its URL to read. Pick the news category for recent events, and timeRange to keep \
+                 results recent; count caps the results (default 10, at most 25)."
+            }
+        }
+    }
+
+    /// One line for listings: the description's first sentence, at most 140 characters.
+    pub fn summary(self) -> String {
+        first_sentence(self.description())
+    }
+
+    /// Its input schema.
+    pub fn input_schema(self) -> &'static Json {
+        &INPUTS[self as usize]
+    }
+
+    /// Its output schema, when it documents one.
+    pub fn output_schema(self) -> Option<&'static Json> {
+        OUTPUTS[self as usize].as_ref()
+    }
+
+    /// The provider-facing spec when the callable is promoted to a tool of its own.
+    pub fn spec(self) -> ToolSpec {
+        ToolSpec {
+            name: self.name().to_owned(),
+            description: self.description().to_owned(),
+            parameters: self.input_schema().clone(),
+        }
+    }
+}
+
+/// Legacy callable names, as the current ones.
+pub fn normalise(name: &str) -> &str {
+    match name {
+        "execute_code" => "execute",
+        other => other,
+    }
+}
+
+/// A description's first sentence (up to the first `. `), cut to 137 characters and `…` when
+/// longer than 140.
+pub fn first_sentence(text: &str) -> String {
+    let sentence = match text.find(". ") {
+        Some(at) => &text[..=at],
+        None => text,
+    };
+    if sentence.chars().count() > 140 {
+        let mut cut: String = sentence.chars().take(137).collect();
+        cut.push('…');
+        cut
+    } else {
+        sentence.to_owned()
+    }
+}
+
+/// The callables an agent may run here: those this server can run (`web_search` needs a SearXNG
+/// URL) that the definition's `tools` names (normalised), or all of them when it names none.
+pub fn granted(config: &Config, definition: &AgentDefinition) -> Vec<Callable> {
+    Callable::ALL
+        .into_iter()
+        .filter(|callable| *callable != Callable::WebSearch || config.searxng_url.is_some())
+        .filter(|callable| match &definition.tools {
+            None => true,
+            Some(tools) => tools.iter().any(|name| normalise(name.trim()) == callable.name()),
+        })
+        .collect()
+}
+
+static INPUTS: LazyLock<[Json; 2]> = LazyLock::new(|| {
+    [
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "query": {"type": "string", "minLength": 1, "description": "What to look for; phrases and wildcards work."},
+                "accountUid": {"type": "string", "description": "Only search this account's content."},
+                "includeBody": {"type": "boolean", "description": "Also search document bodies and comments (titles and contacts only by default)."},
+                "contextSize": {"type": "integer", "minimum": 0, "maximum": 512, "description": "Characters of context around each match; 48 by default."},
+                "searchType": {"type": "string", "enum": ["keyword", "semantic", "hybrid"], "description": "How results are ranked; hybrid by default."},
+                "pageSize": {"type": "integer", "minimum": 1, "description": "At most this many results (up to 50)."}
+            },
+            "required": ["query"]
+        }),
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "query": {"type": "string", "minLength": 1, "description": "What to search the web for."},
+                "count": {"type": "integer", "minimum": 1, "description": "At most this many results: 10 by default, 25 at most."},
+                "category": {"type": "string", "enum": ["general", "news"], "description": "news for recent events, general otherwise (the default)."},
+                "timeRange": {"type": "string", "enum": ["day", "week", "month", "year"], "description": "Only results from this recent period."},
+                "language": {"type": "string", "description": "A language code such as en (the default)."}
+            },
+            "required": ["query"]
+        }),
+    ]
+});
+
+static OUTPUTS: LazyLock<[Option<Json>; 2]> = LazyLock::new(|| {
+    [
+        None,
+        Some(json!({
+            "type": "object",
+            "properties": {
+                "summary": {"type": "string", "description": "What the search found, in one line."},
+                "results": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "title": {"type": "string"},
+                            "url": {"type": "string"},
+                            "snippet": {"type": "string"},
+                            "engine": {"type": "string", "description": "The search engine that found it."}
+                        }
+                    }
+                },
+                "partial": {"type": "boolean", "description": "Some engines did not answer, so results may be missing."},
+                "markdown": {"type": "string", "description": "The results as a readable list."}
+            }
+        })),
+    ]
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn definition(tools: Option<&[&str]>) -> AgentDefinition {
+        let mut definition: AgentDefinition = seed_agents_protocol::wire::from_ipld(ipld_core::ipld::Ipld::Map(
+            [
+                ("name".to_owned(), ipld_core::ipld::Ipld::String("a".into())),
+                ("model".to_owned(), ipld_core::ipld::Ipld::String("m".into())),
+                ("modelProvider".to_owned(), ipld_core::ipld::Ipld::String("p".into())),
+                ("systemPrompt".to_owned(), ipld_core::ipld::Ipld::String("s".into())),
+            ]
+            .into(),
+        ))
+        .unwrap();
+        definition.tools = tools.map(|names| names.iter().map(|name| (*name).to_owned()).collect());
+        definition
+    }
+
+    #[test]
+    fn grants_need_a_backend_and_follow_the_definition() {
+        let mut config = Config::new("d", "127.0.0.1:0".parse().unwrap());
+        assert_eq!(granted(&config, &definition(None)), [Callable::Search], "no SearXNG, no web_search");
+        config.searxng_url = Some("http://127.0.0.1:1".into());
+        assert_eq!(granted(&config, &definition(None)), [Callable::Search, Callable::WebSearch]);
+        assert_eq!(granted(&config, &definition(Some(&["web_search", "publish"]))), [Callable::WebSearch]);
+        assert_eq!(granted(&config, &definition(Some(&[]))), []);
+        assert_eq!(granted(&config, &definition(Some(&["execute_code"]))), [], "execute is never granted here");
+    }
+
+    #[test]
+    fn names_schemas_and_summaries() {
+        for callable in Callable::ALL {
+            assert_eq!(Callable::named(callable.name()), Some(callable));
+            assert!(RESERVED_NAMES.contains(&callable.name()));
+            assert_eq!(callable.input_schema()["type"], "object");
+            assert!(jsonschema::validator_for(callable.input_schema()).is_ok());
+            assert!(callable.summary().ends_with('.') && callable.summary().len() <= 140, "{}", callable.summary());
+        }
+        assert_eq!(Callable::named("execute_code"), None);
+        assert_eq!(normalise("execute_code"), "execute");
+        assert_eq!(first_sentence("One. Two."), "One.");
+        let long = format!("{}. Next.", "x".repeat(200));
+        assert_eq!(first_sentence(&long).chars().count(), 138);
+        assert!(first_sentence(&long).ends_with('…'));
+    }
+}

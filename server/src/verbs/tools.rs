@@ -1,0 +1,254 @@
+//! `~/tools` (read and write) and the `call` verb (RUNTIME-NOTES §4.2–§4.4, §4.6).
+//!
+//! `read ~/tools` lists the verbs and what the agent can call; `read ~/tools/<verb>` gives a
+//! verb's contract and `read ~/tools/<doc>` a tool document's, with its CID. `write
+//! ~/tools/<name>` saves a lambda (overwriting silently, as upstream's agent-side write does) or
+//! deletes one. `call {tool, input}` runs a granted callable after checking `input` against its
+//! contract; a miss is a successful result that shows the listing, and input that does not fit
+//! is a successful result with the contract and what was wrong, so the caller can correct itself.
+//! Lambdas are found and their input checked, then refused: this server has no sandbox.
+
+use ipld_core::ipld::Ipld;
+use seed_agents_protocol::Value;
+use serde::Serialize;
+use serde_json::Value as Json;
+
+use super::{Context, Input, record};
+use crate::error::{ApiError, ApiResult};
+use crate::runtime::tools::Tool;
+use crate::tools::document::{self, Kind, LambdaInput, ToolDocument};
+use crate::tools::registry::{self, Callable};
+use crate::tools::{self as agent_tools, LAMBDA_NOT_RUNNABLE, search, store, web_search};
+
+/// The options `write ~/tools/<name>` understands.
+const WRITE_OPTIONS: &[&str] = &["delete", "tool"];
+
+/// What `write ~/tools/<name>` content must be.
+const EXPECTS_JSON: &str = "write ~/tools/<name> expects JSON content: {description, input, output?, source, runtime?}";
+
+/// `read ~/tools` (`None`) or `read ~/tools/<name>`.
+pub(super) async fn read(context: &Context<'_>, name: Option<&str>) -> ApiResult<Value> {
+    let Some(name) = name else { return listing(context, None).await };
+    if let Some(verb) = Tool::named(name) {
+        #[derive(Serialize)]
+        struct Contract<'a> {
+            name: &'a str,
+            markdown: String,
+        }
+        return record(format!("Contract for {name}."), &Contract { name, markdown: verb_contract(verb) });
+    }
+    let granted = agent_tools::granted(context.app, &context.definition);
+    let stored = agent_tools::document(context.app, &context.owner_id, &context.agent_id, name).await?;
+    let Some(stored) =
+        stored.filter(|stored| stored.document.kind == Kind::Lambda || agent_tools::is_granted(stored, &granted))
+    else {
+        return listing(context, Some(format!("No tool named {name}."))).await;
+    };
+    #[derive(Serialize)]
+    struct Contract<'a> {
+        name: &'a str,
+        cid: &'a str,
+        kind: &'static str,
+        markdown: String,
+    }
+    let markdown = stored.document.contract_markdown(&stored.cid);
+    let contract = Contract { name, cid: &stored.cid, kind: stored.document.kind.as_str(), markdown };
+    record(format!("Contract for {name} ({}).", stored.cid), &contract)
+}
+
+/// `write ~/tools/<name>`: `options.delete: true`, or a lambda from JSON `content` or
+/// `options.tool`.
+pub(super) async fn write(context: &Context<'_>, name: &str, input: &Input<'_>) -> ApiResult<Value> {
+    let options = input.options();
+    if let Some(options) = options {
+        let unknown: Vec<String> = options
+            .keys()
+            .filter(|key| !WRITE_OPTIONS.contains(&key.as_str()))
+            .map(|key| format!("\"{key}\""))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(ApiError::invalid(format!(
+                "write ~/tools/<name> does not understand option{} {}. Supported options: {}.",
+                if unknown.len() == 1 { "" } else { "s" },
+                unknown.join(", "),
+                WRITE_OPTIONS.join(", ")
+            )));
+        }
+    }
+    let option = |key: &str| options.and_then(|options| options.get(key));
+    let (owner, agent, name) = (context.owner_id.clone(), context.agent_id.clone(), name.to_owned());
+    let now = context.app.clock.now_ms();
+    if option("delete") == Some(&Ipld::Bool(true)) {
+        let deleting = name.clone();
+        let deleted =
+            context.app.db.write(move |conn| agent_tools::delete_lambda(conn, &owner, &agent, &deleting)).await?;
+        if deleted {
+            context.tools_changed();
+        }
+        #[derive(Serialize)]
+        struct Deleted<'a> {
+            name: &'a str,
+            deleted: bool,
+        }
+        let summary = if deleted { format!("Deleted tool {name}.") } else { format!("No tool named {name}.") };
+        return record(summary, &Deleted { name: &name, deleted });
+    }
+    let authored: Json = match (input.get("content"), option("tool")) {
+        (Some(Ipld::String(content)), _) => {
+            serde_json::from_str(content).map_err(|_| ApiError::invalid(EXPECTS_JSON))?
+        }
+        (_, Some(tool)) => serde_json::to_value(Value(tool.clone())).map_err(|_| ApiError::invalid(EXPECTS_JSON))?,
+        _ => return Err(ApiError::invalid(EXPECTS_JSON)),
+    };
+    let text = |key: &str| authored.get(key).and_then(Json::as_str).map(str::to_owned);
+    let document = ToolDocument::lambda(LambdaInput {
+        name: name.clone(),
+        description: text("description"),
+        summary: text("summary"),
+        input: authored.get("input").cloned(),
+        output: authored.get("output").cloned(),
+        source: text("source"),
+        runtime: text("runtime"),
+    })?;
+    let (cid, _) = document.encode()?;
+    let saved = document.name.clone();
+    context
+        .app
+        .db
+        .write(move |conn| {
+            if store::get(conn, &owner, &agent, &document.name)?
+                .is_some_and(|stored| stored.document.kind == Kind::Builtin)
+            {
+                return Err(ApiError::invalid("Builtin tools cannot be edited"));
+            }
+            store::put_lambda(conn, &owner, &agent, &document, now)
+        })
+        .await?;
+    context.tools_changed();
+    #[derive(Serialize)]
+    struct Saved<'a> {
+        name: &'a str,
+        cid: &'a str,
+        kind: &'static str,
+    }
+    record(
+        format!("Saved tool {saved} ({cid}). Its contract is in ~/tools now. {LAMBDA_NOT_RUNNABLE}"),
+        &Saved { name: &saved, cid: &cid, kind: Kind::Lambda.as_str() },
+    )
+}
+
+/// `call {tool, input}` (RUNTIME-NOTES §4.4).
+pub(super) async fn call(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
+    let fields = Input::new(input);
+    let Some(name) = fields.text("tool").map(registry::normalise) else {
+        return listing(context, Some("call requires a tool name. Here is what you can call.".to_owned())).await;
+    };
+    let arguments = match fields.get("input") {
+        Some(value @ Ipld::Map(_)) => serde_json::to_value(Value(value.clone())).map_err(ApiError::internal)?,
+        _ => Json::Object(Default::default()),
+    };
+    let granted = agent_tools::granted(context.app, &context.definition);
+    let Some(callable) = Callable::named(name).filter(|callable| granted.contains(callable)) else {
+        let stored = agent_tools::document(context.app, &context.owner_id, &context.agent_id, name).await?;
+        return match stored.filter(|stored| stored.document.kind == Kind::Lambda && stored.enabled) {
+            Some(lambda) => {
+                let errors = crate::tools::schema::value_errors(&lambda.document.input, &arguments);
+                if errors.is_empty() {
+                    Err(ApiError::not_implemented(format!("Tool {name} is a lambda. {LAMBDA_NOT_RUNNABLE}")))
+                } else {
+                    mismatch(name, lambda.document.contract_markdown(&lambda.cid), errors)
+                }
+            }
+            None => listing(context, Some(format!("No callable tool named {name}. Here is what you can call."))).await,
+        };
+    };
+    let errors = crate::tools::schema::value_errors(callable.input_schema(), &arguments);
+    if !errors.is_empty() {
+        return mismatch(name, callable_contract(callable), errors);
+    }
+    match callable {
+        Callable::Search => {
+            let (summary, output) = search::run(context.app, &context.owner_id, &arguments).await?;
+            record(summary, &output)
+        }
+        Callable::WebSearch => {
+            let (summary, output) = web_search::run(context.app, &arguments).await?;
+            record(summary, &output)
+        }
+    }
+}
+
+/// The `~/tools` listing, with `summary` replacing the count line when given.
+async fn listing(context: &Context<'_>, summary: Option<String>) -> ApiResult<Value> {
+    let granted = agent_tools::granted(context.app, &context.definition);
+    let documents = agent_tools::documents(context.app, &context.owner_id, &context.agent_id).await?;
+    let callable: Vec<_> =
+        documents.iter().filter(|stored| stored.enabled && agent_tools::is_granted(stored, &granted)).collect();
+    let authored: Vec<_> =
+        documents.iter().filter(|stored| stored.enabled && stored.document.kind == Kind::Lambda).collect();
+    let mut lines = vec!["# ~/tools".to_owned(), String::new(), "## Verbs (always available)".to_owned()];
+    lines.extend(Tool::ALL.iter().map(|verb| format!("- {} — {}", verb.name(), verb.summary())));
+    lines.extend([String::new(), "## Callable with the call verb".to_owned()]);
+    if callable.is_empty() {
+        lines.push("(none)".to_owned());
+    }
+    lines.extend(callable.iter().map(|stored| format!("- {} — {}", stored.document.name, stored.document.summary)));
+    if !authored.is_empty() {
+        lines.extend([String::new(), "## Authored tools (saved, not runnable on this server)".to_owned()]);
+        lines.extend(authored.iter().map(|stored| format!("- {} — {}", stored.document.name, stored.document.summary)));
+    }
+    lines.extend([
+        String::new(),
+        "write ~/tools/<name> with JSON content {description, input, output?, source, runtime?} saves an authored \
+         (lambda) tool: TypeScript `export default (input) => result` or python `def main(input): return result`."
+            .to_owned(),
+        LAMBDA_NOT_RUNNABLE.to_owned(),
+    ]);
+    #[derive(Serialize)]
+    struct Listing {
+        markdown: String,
+        tools: Vec<String>,
+    }
+    let tools: Vec<String> = callable.iter().map(|stored| stored.document.name.clone()).collect();
+    let summary = summary.unwrap_or_else(|| format!("{} verbs and {} callable tools.", Tool::ALL.len(), tools.len()));
+    record(summary, &Listing { markdown: lines.join("\n"), tools })
+}
+
+/// The successful answer to input that does not fit a contract.
+fn mismatch(name: &str, contract: String, validation_errors: Vec<String>) -> ApiResult<Value> {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Mismatch {
+        contract: String,
+        validation_errors: Vec<String>,
+    }
+    record(
+        format!("Input for {name} did not match its contract — here it is; call again with valid input."),
+        &Mismatch { contract, validation_errors },
+    )
+}
+
+/// A verb's contract: name, description, input schema.
+fn verb_contract(verb: Tool) -> String {
+    format!(
+        "# {}\n\n{}\n\n{}",
+        verb.name(),
+        verb.description(),
+        document::schema_section("Input schema", verb.schema())
+    )
+}
+
+/// A callable's contract: name, description, input and output schemas.
+pub fn callable_contract(callable: Callable) -> String {
+    let mut parts = vec![
+        format!("# {}", callable.name()),
+        String::new(),
+        callable.description().to_owned(),
+        String::new(),
+        document::schema_section("Input schema", callable.input_schema()),
+    ];
+    if let Some(output) = callable.output_schema() {
+        parts.extend([String::new(), document::schema_section("Output schema", output)]);
+    }
+    parts.join("\n")
+}
