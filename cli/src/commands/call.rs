@@ -111,15 +111,15 @@ mod tests {
 
     #[test]
     fn inline_input_becomes_the_typed_action() {
-        let action = action("GetAgent", Some(r#"{"agentId": "a1"}"#)).unwrap();
-        assert_eq!(wire::to_ipld(&action).unwrap(), json::to_ipld(serde_json::json!({"_": "GetAgent", "agentId": "a1"})).unwrap());
+        let typed = action("GetAgent", Some(r#"{"agentId": "a1"}"#)).unwrap();
+        assert_eq!(wire::to_ipld(&typed).unwrap(), json::to_ipld(serde_json::json!({"_": "GetAgent", "agentId": "a1"})).unwrap());
         assert!(action("ListAgents", None).is_ok());
     }
 
     #[test]
     fn bytes_fields_take_hex() {
-        let action = action("SetSecret", Some(r#"{"name": "k", "value": {"$bytes": "00ff"}}"#)).unwrap();
-        let Ipld::Map(map) = wire::to_ipld(&action).unwrap() else { panic!("a map") };
+        let typed = action("SetSecret", Some(r#"{"name": "k", "value": {"$bytes": "00ff"}}"#)).unwrap();
+        let Ipld::Map(map) = wire::to_ipld(&typed).unwrap() else { panic!("a map") };
         assert_eq!(map["value"], Ipld::Bytes(vec![0, 255]));
     }
 
