@@ -62,6 +62,7 @@ Examples:
   seed-agents call CreateAgent @agent.json --format diag
   echo '{\"agentId\": \"0b6c…\"}' | seed-agents call CreateSession -
   seed-agents call ListAgents --format jsonl
+  seed-agents call ListAgents --jq '.agents[] | [.id, .definition.name] | @tsv'
   seed-agents call --list")]
     Call(Call),
 
@@ -76,6 +77,7 @@ it printed as --after-seq. It runs until interrupted, or exits 8 when the server
 Examples:
   seed-agents subscribe sessions/0b6c…
   seed-agents subscribe sessions/0b6c… --after-seq 41
+  seed-agents subscribe sessions/0b6c… --jq 'select(.type == \"append\") | .event.event.type'
   seed-agents subscribe account/$(seed-agents whoami | jq -r .account)")]
     Subscribe(Subscribe),
 
@@ -130,6 +132,10 @@ pub struct Call {
     /// How to print the response.
     #[arg(long, value_enum, default_value_t = Format::Json)]
     pub format: Format,
+    /// Print what this jq filter makes of the JSON response instead: a line per result, strings
+    /// without quotes.
+    #[arg(long, value_name = "FILTER", conflicts_with = "format")]
+    pub jq: Option<String>,
 }
 
 /// How a response is printed.
@@ -151,6 +157,9 @@ pub struct Subscribe {
     /// For sessions/ keys: replay only events after this seq.
     #[arg(long, value_name = "N")]
     pub after_seq: Option<i64>,
+    /// Print what this jq filter makes of each frame instead (a line per result, strings raw).
+    #[arg(long, value_name = "FILTER")]
+    pub jq: Option<String>,
 }
 
 /// `upload`.

@@ -7,6 +7,7 @@
 //!   workspace it uses): `keys` (keygen, whoami), `call`, `subscribe`, `upload`, `server`
 //!   (health, version).
 //! - `key`: the key file (hex seed, mode 0600, default in the platform's config directory).
+//! - `jq`: `--jq FILTER` (jaq, a pure-Rust jq).
 //! - `json`: JSON ⇄ IPLD, with `{"$bytes": "<hex>"}` for byte strings.
 //! - `output`: responses as JSON, JSON lines or CBOR diagnostic notation on stdout.
 //! - `failure`: one exit code per class of failure.
@@ -17,6 +18,7 @@
 mod args;
 mod commands;
 mod failure;
+mod jq;
 mod json;
 mod key;
 mod output;

@@ -10,6 +10,7 @@ use seed_agents_sdk::protocol::{AgentResponse, wire};
 
 use crate::args::Format;
 use crate::failure::{Class, Failure};
+use crate::jq::Filter;
 use crate::json;
 
 /// Why printing stopped.
@@ -33,9 +34,13 @@ impl From<seed_agents_sdk::Error> for Output {
     }
 }
 
-/// Prints a response in `format`.
-pub fn response(response: &AgentResponse, format: Format) -> Result<(), Output> {
+/// Prints a response in `format`, or what `jq` makes of it.
+pub fn response(response: &AgentResponse, format: Format, jq: Option<&Filter>) -> Result<(), Output> {
     let bad = |error: wire::WireError| Failure::new(Class::BadAnswer, format!("cannot re-encode the response: {error}"));
+    if let Some(filter) = jq {
+        let value = json::from_ipld(&wire::to_ipld(response).map_err(bad)?);
+        return filtered(&value, filter);
+    }
     match format {
         Format::Diag => {
             let bytes = wire::to_vec(response).map_err(bad)?;
@@ -54,6 +59,11 @@ pub fn value_as(value: &Ipld, format: Format) -> Result<(), Output> {
     let value = json::from_ipld(value);
     let text = if format == Format::Json { serde_json::to_string_pretty(&value) } else { serde_json::to_string(&value) };
     line(&text.map_err(|error| Failure::local(format!("cannot write JSON: {error}")))?)
+}
+
+/// Prints each result of `filter` over `value` on its own line.
+pub fn filtered(value: &serde_json::Value, filter: &Filter) -> Result<(), Output> {
+    filter.run(&value.to_string())?.iter().try_for_each(|text| line(text))
 }
 
 /// Prints a JSON value on one line.

@@ -77,6 +77,10 @@ fn keygen_calls_from_json_list_and_upload_with_progress() {
     diag.expect_code(0);
     assert!(diag.stdout().starts_with(r#"{"_": "ListAgentsResponse", "agents": ["#), "{}", diag.stdout());
 
+    let names = server.cli(&key).run(["call", "ListAgents", "--jq", ".agents[] | .definition.name, (.agents | length)"]);
+    names.expect_code(0);
+    assert_eq!(names.stdout(), "cli-agent\n1\n");
+
     // Two chunks (the server asks for 8 MiB ones), a line of progress per acknowledged chunk.
     let size = 9 * 1024 * 1024 + 123;
     let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
@@ -155,6 +159,7 @@ fn exit_codes_name_the_class_of_failure() {
     assert!(typo.stderr().contains(".agentid"), "{}", typo.stderr());
     server.cli(&key).run(["call", "GetAgent", "{nope"]).expect_code(2);
     server.cli(&key).run(["call", "NoSuchAction"]).expect_code(2);
+    server.cli(&key).run(["call", "ListAgents", "--jq", ".agents["]).expect_code(2);
     server.cli(&key).run(["--server", "ftp://127.0.0.1", "call", "ListAgents"]).expect_code(2);
     server.cli(&key).run(["call"]).expect_code(2);
     let no_key = server.cli(&server.dir.path().join("absent.key")).run(["call", "ListAgents"]);

@@ -13,6 +13,7 @@ use seed_agents_sdk::protocol::{ActionInfo, AgentAction, generated::ACTIONS, wir
 use super::Context;
 use crate::args::{Call, Format};
 use crate::failure::Failure;
+use crate::jq::Filter;
 use crate::json;
 use crate::output::{self, Output};
 
@@ -23,9 +24,10 @@ pub async fn call(context: &Context, args: Call) -> Result<(), Output> {
     }
     let name = args.action.as_deref().unwrap_or_default();
     let action = action(name, args.input.as_deref())?;
+    let jq = args.jq.as_deref().map(Filter::new).transpose()?;
     let client = context.client()?;
     let response = client.send(&action).await?;
-    output::response(&response, args.format)
+    output::response(&response, args.format, jq.as_ref())
 }
 
 /// The typed action named `name` with the fields `input` holds.

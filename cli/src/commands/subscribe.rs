@@ -14,11 +14,13 @@ use serde_json::{Value, json};
 use super::Context;
 use crate::args::Subscribe;
 use crate::failure::{Class, Failure};
+use crate::jq::Filter;
 use crate::json;
 use crate::output::{self, Output};
 
 /// Runs `subscribe` until interrupted, a fatal error, or the key is refused.
 pub async fn subscribe(context: &Context, args: Subscribe) -> Result<(), Output> {
+    let jq = args.jq.as_deref().map(Filter::new).transpose()?;
     let client = context.client()?;
     let mut builder = client.subscribe(args.key.clone());
     if let Some(after) = args.after_seq {
@@ -27,7 +29,10 @@ pub async fn subscribe(context: &Context, args: Subscribe) -> Result<(), Output>
     let mut events = builder.start();
     while let Some(event) = events.next().await {
         let event = event?;
-        output::json_line(&frame(&event))?;
+        match &jq {
+            Some(filter) => output::filtered(&frame(&event), filter)?,
+            None => output::json_line(&frame(&event))?,
+        }
         if let Event::Error { key, message, code } = &event
             && key.as_deref().is_none_or(|key| key == args.key)
         {

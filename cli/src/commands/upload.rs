@@ -30,7 +30,7 @@ pub async fn upload(context: &Context, args: Upload) -> Result<(), Output> {
     let mut progress = Shown::new(args.progress, size);
     let done = client.upload(target, size, file, |step| progress.update(step)).await;
     progress.finish();
-    output::response(&done?.into_response(), args.format)
+    output::response(&done?.into_response(), args.format, None)
 }
 
 /// The upload's target, built from its wire form (agent memory, or a session attachment named
