@@ -69,7 +69,9 @@ fn load_error(code: &str, error: jaq_core::load::Error<&str>) -> String {
         format!("at character {offset}")
     };
     match error {
-        Error::Io(errors) => errors.into_iter().map(|(path, reason)| format!("{path}: {reason}")).collect::<Vec<_>>().join("; "),
+        Error::Io(errors) => {
+            errors.into_iter().map(|(path, reason)| format!("{path}: {reason}")).collect::<Vec<_>>().join("; ")
+        }
         Error::Lex(errors) => errors
             .into_iter()
             .map(|(expected, rest)| format!("expected {} {}", expected.as_str(), at(rest)))

@@ -16,7 +16,10 @@ pub fn path(named: Option<&Path>) -> Result<PathBuf, Failure> {
     match named {
         Some(path) => Ok(path.to_owned()),
         None => default_path().ok_or_else(|| {
-            Failure::new(Class::Key, "no config directory on this platform: pass --key-file or set SEED_AGENTS_KEY_FILE")
+            Failure::new(
+                Class::Key,
+                "no config directory on this platform: pass --key-file or set SEED_AGENTS_KEY_FILE",
+            )
         }),
     }
 }
@@ -61,7 +64,10 @@ pub fn write(path: &Path, signer: &Ed25519Signer, force: bool) -> Result<(), Fai
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     let mut file = options.open(path).map_err(|error| {
         if error.kind() == std::io::ErrorKind::AlreadyExists {
-            Failure::local(format!("{} already exists; pass --force to replace it (the old key is lost)", path.display()))
+            Failure::local(format!(
+                "{} already exists; pass --force to replace it (the old key is lost)",
+                path.display()
+            ))
         } else {
             fail("create", error)
         }

@@ -36,7 +36,8 @@ impl From<seed_agents_sdk::Error> for Output {
 
 /// Prints a response in `format`, or what `jq` makes of it.
 pub fn response(response: &AgentResponse, format: Format, jq: Option<&Filter>) -> Result<(), Output> {
-    let bad = |error: wire::WireError| Failure::new(Class::BadAnswer, format!("cannot re-encode the response: {error}"));
+    let bad =
+        |error: wire::WireError| Failure::new(Class::BadAnswer, format!("cannot re-encode the response: {error}"));
     if let Some(filter) = jq {
         let value = json::from_ipld(&wire::to_ipld(response).map_err(bad)?);
         return filtered(&value, filter);
@@ -57,7 +58,8 @@ pub fn response(response: &AgentResponse, format: Format, jq: Option<&Filter>) -
 /// Prints an IPLD value as JSON (pretty for `Json`, one line otherwise).
 pub fn value_as(value: &Ipld, format: Format) -> Result<(), Output> {
     let value = json::from_ipld(value);
-    let text = if format == Format::Json { serde_json::to_string_pretty(&value) } else { serde_json::to_string(&value) };
+    let text =
+        if format == Format::Json { serde_json::to_string_pretty(&value) } else { serde_json::to_string(&value) };
     line(&text.map_err(|error| Failure::local(format!("cannot write JSON: {error}")))?)
 }
 

@@ -11,7 +11,8 @@ use support::{Cli, Server, free_port};
 /// Writes a new key with `keygen --out` and returns its path and account.
 fn keygen(server: &Server, name: &str) -> (std::path::PathBuf, String) {
     let path = server.dir.path().join(name);
-    let run = Cli::new(server.dir.path()).run(["keygen", "--out"].iter().map(std::ffi::OsStr::new).chain([path.as_os_str()]));
+    let run =
+        Cli::new(server.dir.path()).run(["keygen", "--out"].iter().map(std::ffi::OsStr::new).chain([path.as_os_str()]));
     run.expect_code(0);
     let account = run.stdout().trim().to_owned();
     assert!(account.starts_with('z'), "keygen printed {account:?}");
@@ -26,7 +27,11 @@ fn text<'a>(value: &'a Value, pointer: &str) -> &'a str {
 fn create_agent(server: &Server, key: &std::path::Path, name: &str) -> String {
     let secret = server
         .cli(key)
-        .run(["call", "SetSecret", &json!({"name": "openai-key", "value": {"$bytes": hex::encode("sk-cli-test")}}).to_string()])
+        .run([
+            "call",
+            "SetSecret",
+            &json!({"name": "openai-key", "value": {"$bytes": hex::encode("sk-cli-test")}}).to_string(),
+        ])
         .json();
     assert_eq!(secret["_"], "SetSecretResponse");
     assert_eq!(secret["secret"]["name"], "openai-key");
@@ -34,8 +39,11 @@ fn create_agent(server: &Server, key: &std::path::Path, name: &str) -> String {
     assert!(!secret.to_string().contains(&hex::encode("sk-cli-test")), "the secret came back: {secret}");
 
     let provider = server.dir.path().join("provider.json");
-    std::fs::write(&provider, json!({"name": "main", "provider": {"type": "openai", "secretRefs": {"apiKey": "openai-key"}}}).to_string())
-        .unwrap();
+    std::fs::write(
+        &provider,
+        json!({"name": "main", "provider": {"type": "openai", "secretRefs": {"apiKey": "openai-key"}}}).to_string(),
+    )
+    .expect("provider.json");
     let set = server.cli(key).run(["call", "SetModelProvider", &format!("@{}", provider.display())]).json();
     assert_eq!(set["_"], "SetModelProviderResponse", "{set}");
 
@@ -77,7 +85,8 @@ fn keygen_calls_from_json_list_and_upload_with_progress() {
     diag.expect_code(0);
     assert!(diag.stdout().starts_with(r#"{"_": "ListAgentsResponse", "agents": ["#), "{}", diag.stdout());
 
-    let names = server.cli(&key).run(["call", "ListAgents", "--jq", ".agents[] | .definition.name, (.agents | length)"]);
+    let names =
+        server.cli(&key).run(["call", "ListAgents", "--jq", ".agents[] | .definition.name, (.agents | length)"]);
     names.expect_code(0);
     assert_eq!(names.stdout(), "cli-agent\n1\n");
 

@@ -80,7 +80,9 @@ fn read_input(input: Option<&str>) -> Result<String, Failure> {
             Ok(text)
         }
         Some(text) => match text.strip_prefix('@') {
-            Some(path) => std::fs::read_to_string(path).map_err(|error| Failure::local(format!("cannot read {path}: {error}"))),
+            Some(path) => {
+                std::fs::read_to_string(path).map_err(|error| Failure::local(format!("cannot read {path}: {error}")))
+            }
             None => Ok(text.to_owned()),
         },
     }
@@ -114,7 +116,10 @@ mod tests {
     #[test]
     fn inline_input_becomes_the_typed_action() {
         let typed = action("GetAgent", Some(r#"{"agentId": "a1"}"#)).unwrap();
-        assert_eq!(wire::to_ipld(&typed).unwrap(), json::to_ipld(serde_json::json!({"_": "GetAgent", "agentId": "a1"})).unwrap());
+        assert_eq!(
+            wire::to_ipld(&typed).unwrap(),
+            json::to_ipld(serde_json::json!({"_": "GetAgent", "agentId": "a1"})).unwrap()
+        );
         assert!(action("ListAgents", None).is_ok());
     }
 

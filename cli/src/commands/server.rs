@@ -25,10 +25,13 @@ pub async fn health(context: &Context) -> Result<(), Output> {
     let body = response.bytes().await.map_err(unreachable)?;
     if !(200..300).contains(&status) {
         let text = String::from_utf8_lossy(&body);
-        return Err(Failure::new(class_of_status(status), format!("GET {url} answered {status}: {}", text.trim())).into());
+        return Err(
+            Failure::new(class_of_status(status), format!("GET {url} answered {status}: {}", text.trim())).into()
+        );
     }
-    let value: serde_json::Value = serde_json::from_slice(&body)
-        .map_err(|error| Failure::new(Class::BadAnswer, format!("GET {url} answered something other than JSON: {error}")))?;
+    let value: serde_json::Value = serde_json::from_slice(&body).map_err(|error| {
+        Failure::new(Class::BadAnswer, format!("GET {url} answered something other than JSON: {error}"))
+    })?;
     output::json_pretty(&value)
 }
 

@@ -37,7 +37,9 @@ pub async fn subscribe(context: &Context, args: Subscribe) -> Result<(), Output>
             && key.as_deref().is_none_or(|key| key == args.key)
         {
             let code = code.as_deref().map(|code| format!(" (code {code})")).unwrap_or_default();
-            return Err(Failure::new(Class::Rejected, format!("the server refused {}: {message}{code}", args.key)).into());
+            return Err(
+                Failure::new(Class::Rejected, format!("the server refused {}: {message}{code}", args.key)).into()
+            );
         }
     }
     Ok(())
@@ -54,7 +56,9 @@ pub fn frame(event: &Event) -> Value {
         Event::Partial { key, partial_id, run_id, patch } => {
             json!({"type": "partial", "key": key, "partialId": partial_id, "runId": run_id, "patch": typed(patch)})
         }
-        Event::Change { key, value } => json!({"type": "change", "key": key, "value": json::from_ipld(value.as_ipld())}),
+        Event::Change { key, value } => {
+            json!({"type": "change", "key": key, "value": json::from_ipld(value.as_ipld())})
+        }
         Event::Error { key, message, code } => json!({"type": "error", "key": key, "message": message, "code": code}),
         Event::Disconnected { reason } => json!({"type": "disconnected", "reason": reason}),
         Event::Resumed { refetch, partials_lost } => {

@@ -80,9 +80,9 @@ impl Shown {
         match mode {
             ProgressMode::Auto if std::io::stderr().is_terminal() => {
                 let bar = ProgressBar::with_draw_target(Some(size), ProgressDrawTarget::stderr());
-                if let Ok(style) =
-                    ProgressStyle::with_template("{bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} {eta}")
-                {
+                if let Ok(style) = ProgressStyle::with_template(
+                    "{bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} {eta}",
+                ) {
                     bar.set_style(style);
                 }
                 Shown::Bar(bar)

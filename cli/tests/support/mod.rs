@@ -207,7 +207,8 @@ impl Run {
     /// Asserts success and parses stdout as one JSON value.
     pub fn json(&self) -> serde_json::Value {
         self.expect_code(0);
-        serde_json::from_slice(&self.0.stdout).unwrap_or_else(|error| panic!("stdout is not JSON ({error}): {}", self.stdout()))
+        serde_json::from_slice(&self.0.stdout)
+            .unwrap_or_else(|error| panic!("stdout is not JSON ({error}): {}", self.stdout()))
     }
 
     /// Asserts the exit code, printing both streams when it differs.
