@@ -86,7 +86,7 @@ fn keygen_calls_from_json_list_and_upload_with_progress() {
     assert!(diag.stdout().starts_with(r#"{"_": "ListAgentsResponse", "agents": ["#), "{}", diag.stdout());
 
     let names =
-        server.cli(&key).run(["call", "ListAgents", "--jq", ".agents[] | .definition.name, (.agents | length)"]);
+        server.cli(&key).run(["call", "ListAgents", "--jq", "(.agents[] | .definition.name), (.agents | length)"]);
     names.expect_code(0);
     assert_eq!(names.stdout(), "cli-agent\n1\n");
 
