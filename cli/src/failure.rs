@@ -11,7 +11,8 @@ use seed_agents_sdk::Error;
 pub enum Class {
     /// A local file could not be read or written, or keygen would overwrite a key.
     Local = 1,
-    /// Bad flags or arguments, input that is not JSON or does not fit the action, a bad URL.
+    /// Bad flags or arguments, input that is not JSON or does not fit the action, a bad URL or
+    /// `--jq` filter.
     Usage = 2,
     /// No usable key file.
     Key = 3,
@@ -40,7 +41,7 @@ pub const EXIT_CODES: &str = "\
 Exit codes:
    0  success
    1  a local file could not be read or written (or keygen would overwrite a key)
-   2  usage: bad arguments, input that is not JSON or does not fit the action, bad URL
+   2  usage: bad arguments, input not JSON or not fitting the action, bad URL or --jq
    3  no usable key file (run `seed-agents keygen`)
    4  not found (HTTP 404)
    5  not authenticated (HTTP 401: signature, timestamp or signer refused)

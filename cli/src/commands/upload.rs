@@ -68,6 +68,9 @@ fn file_name(path: &Path) -> Result<String, Failure> {
         .ok_or_else(|| Failure::usage(format!("{} has no file name to attach under: pass --name", path.display())))
 }
 
+/// The progress bar's layout: bar, bytes acknowledged of the total, rate, time left.
+const BAR: &str = "{bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} {eta}";
+
 /// Progress as the user asked for it.
 enum Shown {
     Bar(ProgressBar),
@@ -80,9 +83,7 @@ impl Shown {
         match mode {
             ProgressMode::Auto if std::io::stderr().is_terminal() => {
                 let bar = ProgressBar::with_draw_target(Some(size), ProgressDrawTarget::stderr());
-                if let Ok(style) = ProgressStyle::with_template(
-                    "{bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} {eta}",
-                ) {
+                if let Ok(style) = ProgressStyle::with_template(BAR) {
                     bar.set_style(style);
                 }
                 Shown::Bar(bar)
@@ -118,6 +119,11 @@ mod tests {
             Command::Upload(upload) => upload,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_bar_template_parses() {
+        assert!(ProgressStyle::with_template(BAR).is_ok());
     }
 
     #[test]
