@@ -87,12 +87,28 @@ impl Failure {
 impl From<Error> for Failure {
     fn from(error: Error) -> Self {
         let class = classify(&error);
-        let mut message = error.to_string();
+        let mut message = chain(&error);
         if let Some(code) = error.code() {
             message.push_str(&format!(" (code {code})"));
         }
         Failure { class, message }
     }
+}
+
+/// An error and its sources, `: `-separated (a transport error says why only in its sources:
+/// "connection refused" is three levels down), skipping a source its parent already quoted.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
 }
 
 /// The class of an SDK error: by its kind, then by the HTTP status the server sent.

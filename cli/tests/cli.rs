@@ -156,7 +156,9 @@ fn exit_codes_name_the_class_of_failure() {
     assert!(unauthorized.stderr().contains("Signer is not authorized for account"), "{}", unauthorized.stderr());
 
     let closed = format!("http://127.0.0.1:{}", free_port());
-    server.cli(&key).run(["--server", &closed, "call", "ListAgents"]).expect_code(11);
+    let refused = server.cli(&key).run(["--server", &closed, "call", "ListAgents"]);
+    refused.expect_code(11);
+    assert!(refused.stderr().to_lowercase().contains("refused"), "the cause is named: {}", refused.stderr());
     server.cli(&key).run(["--server", &closed, "health"]).expect_code(11);
 
     // Triggers are not built: 501 is a server failure.
