@@ -26,7 +26,8 @@
 //! flight, retrying transient failures; an upload that stops can be resumed
 //! ([`Client::resume_upload`]). [`Client::subscribe`] follows sessions, agents, run trees or the
 //! whole account live over one WebSocket, resuming after drops with every session event once and
-//! in order (see [`subscription`]). The command-line tool arrives in a later release.
+//! in order (see [`subscription`]). The `seed-agents` command-line tool (crate
+//! `seed-agents-cli`) is built on this crate alone.
 
 mod client;
 mod error;

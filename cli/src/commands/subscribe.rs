@@ -1,0 +1,73 @@
+//! `subscribe <key> [--after-seq N]`: the SDK's subscription as JSON lines on stdout.
+//!
+//! One line per [`Event`], each an object with a `type`. The SDK reconnects by itself and
+//! delivers every durable session event once and in `seq` order; a refusal of the key ends the
+//! command with exit code 8 after its line is printed (no status comes with a WebSocket refusal,
+//! so it is one class).
+
+use futures_util::StreamExt as _;
+use ipld_core::ipld::Ipld;
+use seed_agents_sdk::Event;
+use seed_agents_sdk::protocol::wire;
+use serde_json::{Value, json};
+
+use super::Context;
+use crate::args::Subscribe;
+use crate::failure::{Class, Failure};
+use crate::jq::Filter;
+use crate::json;
+use crate::output::{self, Output};
+
+/// Runs `subscribe` until interrupted, a fatal error, or the key is refused.
+pub async fn subscribe(context: &Context, args: Subscribe) -> Result<(), Output> {
+    let jq = args.jq.as_deref().map(Filter::new).transpose()?;
+    let client = context.client()?;
+    let mut builder = client.subscribe(args.key.clone());
+    if let Some(after) = args.after_seq {
+        builder = builder.after_seq(after);
+    }
+    let mut events = builder.start();
+    while let Some(event) = events.next().await {
+        let event = event?;
+        match &jq {
+            Some(filter) => output::filtered(&frame(&event), filter)?,
+            None => output::json_line(&frame(&event))?,
+        }
+        if let Event::Error { key, message, code } = &event
+            && key.as_deref().is_none_or(|key| key == args.key)
+        {
+            let code = code.as_deref().map(|code| format!(" (code {code})")).unwrap_or_default();
+            return Err(
+                Failure::new(Class::Rejected, format!("the server refused {}: {message}{code}", args.key)).into()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The JSON line for one event.
+pub fn frame(event: &Event) -> Value {
+    match event {
+        Event::Subscribed { key, account_id } => json!({"type": "subscribed", "key": key, "accountId": account_id}),
+        Event::Append { key, event } => json!({"type": "append", "key": key, "seq": event.seq, "event": typed(event)}),
+        Event::RunAppend { key, run_id, seq, entry } => {
+            json!({"type": "runAppend", "key": key, "runId": run_id, "seq": seq, "entry": json::from_ipld(entry.as_ipld())})
+        }
+        Event::Partial { key, partial_id, run_id, patch } => {
+            json!({"type": "partial", "key": key, "partialId": partial_id, "runId": run_id, "patch": typed(patch)})
+        }
+        Event::Change { key, value } => {
+            json!({"type": "change", "key": key, "value": json::from_ipld(value.as_ipld())})
+        }
+        Event::Error { key, message, code } => json!({"type": "error", "key": key, "message": message, "code": code}),
+        Event::Disconnected { reason } => json!({"type": "disconnected", "reason": reason}),
+        Event::Resumed { refetch, partials_lost } => {
+            json!({"type": "resumed", "refetch": refetch, "partialsLost": partials_lost})
+        }
+    }
+}
+
+/// A generated value as JSON (through its IPLD form, so bytes and integers keep their kind).
+fn typed<T: serde::Serialize>(value: &T) -> Value {
+    wire::to_ipld(value).map_or(Value::Null, |value: Ipld| json::from_ipld(&value))
+}

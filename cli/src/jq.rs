@@ -1,0 +1,112 @@
+//! `--jq FILTER`: a jq filter over the JSON output, as `gh api --jq` does (jaq: jaq-core,
+//! jaq-std and jaq-json, a pure-Rust jq).
+//!
+//! The filter is compiled once, before anything is sent, so a bad filter is a usage error that
+//! costs no request. Each result is printed on its own line: strings raw (without quotes), other
+//! values as compact JSON.
+
+use jaq_core::data::JustLut;
+use jaq_core::load::{Arena, File, Loader};
+use jaq_core::{Ctx, Native, Vars, compile};
+use jaq_json::Val;
+
+use crate::failure::{Class, Failure};
+
+/// A compiled filter.
+pub struct Filter {
+    filter: compile::Filter<Native<JustLut<Val>>>,
+}
+
+impl std::fmt::Debug for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Filter").finish_non_exhaustive()
+    }
+}
+
+impl Filter {
+    /// Parses and compiles `code` with jq's standard library.
+    pub fn new(code: &str) -> Result<Filter, Failure> {
+        let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
+        let funs = jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs());
+        let arena = Arena::default();
+        let modules = Loader::new(defs).load(&arena, File { code, path: () }).map_err(|errors| {
+            let reasons: Vec<String> = errors.into_iter().map(|(_, error)| load_error(code, error)).collect();
+            Failure::usage(format!("--jq: {}", reasons.join("; ")))
+        })?;
+        let filter = jaq_core::Compiler::default().with_funs(funs).compile(modules).map_err(|errors| {
+            let reasons: Vec<String> = errors
+                .into_iter()
+                .flat_map(|(_, undefined)| undefined)
+                .map(|(name, kind)| format!("undefined {kind:?} `{name}`"))
+                .collect();
+            Failure::usage(format!("--jq: {}", reasons.join("; ")))
+        })?;
+        Ok(Filter { filter })
+    }
+
+    /// Runs the filter over `input` (JSON text); each result as a line to print.
+    pub fn run(&self, input: &str) -> Result<Vec<String>, Failure> {
+        let input = jaq_json::read::parse_single(input.as_bytes())
+            .map_err(|error| Failure::local(format!("--jq: cannot read the output as JSON: {error}")))?;
+        let ctx = Ctx::<JustLut<Val>>::new(&self.filter.lut, Vars::new([]));
+        let mut lines = Vec::new();
+        for result in self.filter.id.run((ctx, input)).map(jaq_core::unwrap_valr) {
+            match result {
+                Ok(Val::TStr(text)) => lines.push(String::from_utf8_lossy(&text).into_owned()),
+                Ok(value) => lines.push(value.to_string()),
+                Err(error) => return Err(Failure::new(Class::Usage, format!("--jq: {error}"))),
+            }
+        }
+        Ok(lines)
+    }
+}
+
+/// A lexing or parsing error, with where in the filter it happened.
+fn load_error(code: &str, error: jaq_core::load::Error<&str>) -> String {
+    use jaq_core::load::Error;
+    let at = |rest: &str| {
+        let offset = (rest.as_ptr() as usize).saturating_sub(code.as_ptr() as usize).min(code.len());
+        format!("at character {offset}")
+    };
+    match error {
+        Error::Io(errors) => {
+            errors.into_iter().map(|(path, reason)| format!("{path}: {reason}")).collect::<Vec<_>>().join("; ")
+        }
+        Error::Lex(errors) => errors
+            .into_iter()
+            .map(|(expected, rest)| format!("expected {} {}", expected.as_str(), at(rest)))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Error::Parse(errors) => errors
+            .into_iter()
+            .map(|(expected, rest)| format!("expected {} {}", expected.as_str(), at(rest)))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_are_lines_strings_raw() {
+        let filter = Filter::new(".agents[] | .id").unwrap();
+        assert_eq!(filter.run(r#"{"agents": [{"id": "a"}, {"id": "b"}]}"#).unwrap(), ["a", "b"]);
+        let filter = Filter::new("{n: (.agents | length)}").unwrap();
+        assert_eq!(filter.run(r#"{"agents": [1, 2]}"#).unwrap(), [r#"{"n":2}"#]);
+        let filter = Filter::new(r#"map(select(startswith("x"))) | sort"#).unwrap();
+        assert_eq!(filter.run(r#"["xb", "y", "xa"]"#).unwrap(), [r#"["xa","xb"]"#]);
+    }
+
+    #[test]
+    fn bad_filters_are_usage_failures() {
+        for code in [".agents[", "nosuchfunction(1)", "if . then 1"] {
+            let failure = Filter::new(code).unwrap_err();
+            assert_eq!(failure.class, Class::Usage, "{code}");
+            assert!(failure.message.starts_with("--jq: "), "{}", failure.message);
+        }
+        let error = Filter::new(r#"error("no")"#).unwrap().run("{}").unwrap_err();
+        assert!(error.message.contains("no"), "{}", error.message);
+    }
+}
