@@ -72,6 +72,11 @@ impl Tool {
                  - attachment:<id> reads a file the user attached to this conversation.\n\
                  - thread:<id> reads another conversation of this account.\n\
                  - run:<id> describes a run.\n\
+                 - hm://<account>/<path> reads a Seed document or comment as markdown; add /:attributes for its \
+                 metadata only, /:directory for the documents under it; hm://<account>/:profile reads a profile.\n\
+                 - https://… reads a web page as markdown (options.raw: true for the body as sent).\n\
+                 - activity: lists recent network events (options: pageSize, pageToken, authors, eventTypes, \
+                 resource, trustedOnly).\n\
                  format: \"markdown\" (default) or \"json\". options: extra settings some addresses take."
             }
             Tool::Write => {

@@ -1,8 +1,8 @@
 //! The addresses the `read` and `write` verbs understand, parsed from a client's string.
 //!
 //! The forms are upstream's: `~/memory[/<path>]`, `~/self`, `attachment:<id>`, `thread:<id>`,
-//! `run:<id>`.
-//! Forms upstream serves that this server does not yet (`~/tools`, `~/triggers`, `hm://`, …)
+//! `run:<id>`, `hm://…`, `http(s)://…`, `activity:`.
+//! Forms upstream serves that this server does not yet (`~/tools`, `~/triggers`, `ipfs://`)
 //! parse as [`Address::Unsupported`] so the error can say so instead of "unrecognized".
 
 /// One parsed address.
@@ -19,6 +19,12 @@ pub enum Address {
     Thread(Option<String>),
     /// `run:<id>`.
     Run(String),
+    /// `hm://…`: a Hypermedia id, as given (trimmed).
+    Hypermedia(String),
+    /// `http://…` or `https://…`, as given (trimmed).
+    Web(String),
+    /// `activity:` (any suffix is ignored).
+    Activity,
     /// A form upstream serves that this server does not implement yet (its label).
     Unsupported(&'static str),
     /// Anything else.
@@ -29,11 +35,7 @@ pub enum Address {
 const UNSUPPORTED: &[(&str, &str)] = &[
     ("~/tools", "~/tools"),
     ("~/triggers", "~/triggers"),
-    ("hm://", "hm://"),
     ("ipfs:", "ipfs://"),
-    ("https://", "https://"),
-    ("http://", "http://"),
-    ("activity:", "activity:"),
 ];
 
 impl Address {
@@ -58,6 +60,15 @@ impl Address {
         }
         if let Some(id) = address.strip_prefix("run:") {
             return Address::Run(id.trim().to_owned());
+        }
+        if address.starts_with("hm://") {
+            return Address::Hypermedia(address.to_owned());
+        }
+        if address.starts_with("https://") || address.starts_with("http://") {
+            return Address::Web(address.to_owned());
+        }
+        if address.starts_with("activity:") {
+            return Address::Activity;
         }
         match UNSUPPORTED.iter().find(|(prefix, _)| address.starts_with(prefix)) {
             Some((_, label)) => Address::Unsupported(label),
@@ -92,7 +103,11 @@ mod tests {
 
     #[test]
     fn other_upstream_forms_are_unsupported_and_the_rest_unrecognized() {
-        assert_eq!(Address::parse("hm://z6Mk/doc"), Address::Unsupported("hm://"));
+        assert_eq!(Address::parse(" hm://z6Mk/doc "), Address::Hypermedia("hm://z6Mk/doc".into()));
+        assert_eq!(Address::parse("https://example.com/a"), Address::Web("https://example.com/a".into()));
+        assert_eq!(Address::parse("http://example.com"), Address::Web("http://example.com".into()));
+        assert_eq!(Address::parse("activity:anything"), Address::Activity);
+        assert_eq!(Address::parse("ftp://example.com"), Address::Unrecognized);
         assert_eq!(Address::parse("~/tools/search"), Address::Unsupported("~/tools"));
         assert_eq!(Address::parse("ipfs://bafy"), Address::Unsupported("ipfs://"));
         assert_eq!(Address::parse(" run: 1 "), Address::Run("1".into()));

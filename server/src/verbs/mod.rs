@@ -8,14 +8,17 @@
 //! `seq`, and published only after that commit (DESIGN rule 5).
 //!
 //! [`address`] parses addresses; each noun has its file: [`memory`] (`~/memory/…`), [`agent`]
-//! (`~/self`), [`attachment`] (`attachment:<id>`), [`thread`] (`thread:<id>`).
+//! (`~/self`), [`attachment`] (`attachment:<id>`), [`thread`] (`thread:<id>`), [`hypermedia`]
+//! (`hm://…`, `activity:`), [`web`] (`http(s)://…`).
 
 pub mod address;
 mod agent;
 mod attachment;
+mod hypermedia;
 mod memory;
 mod run;
 mod thread;
+mod web;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -223,11 +226,25 @@ pub(crate) async fn read(context: &Context<'_>, input: &Value) -> ApiResult<Valu
         Address::Thread(Some(id)) => thread::read(context, id).await,
         Address::Run(id) => run::read(context, id).await,
         Address::Thread(None) => thread::list(context, input.options()).await,
+        Address::Hypermedia(address) => hypermedia::read(context, &address, json_options(&input)?.as_ref()).await,
+        Address::Web(address) => web::read(context, &address, json_options(&input)?.as_ref()).await,
+        Address::Activity => hypermedia::activity(context, json_options(&input)?.as_ref()).await,
         Address::Unsupported(label) => Err(not_yet(&format!("{label} addresses are"))),
         Address::Unrecognized => Err(ApiError::invalid(format!(
-            "Unrecognized address: {raw}. Supported here: ~/memory/…, ~/self, attachment:<id>, thread:<id>, run:<id>."
+            "Unrecognized address: {raw}. Supported here: ~/memory/…, ~/self, attachment:<id>, thread:<id>, run:<id>, hm://…, https://…, activity:."
         ))),
     }
+}
+
+/// `options` as JSON (an absent or non-map `options` is none).
+fn json_options(input: &Input<'_>) -> ApiResult<Option<serde_json::Map<String, serde_json::Value>>> {
+    let Some(options) = input.options() else { return Ok(None) };
+    let value = wire::from_ipld::<serde_json::Value>(Ipld::Map(options.clone()))
+        .map_err(|error| ApiError::invalid(format!("options are not JSON: {error}")))?;
+    Ok(match value {
+        serde_json::Value::Object(map) => Some(map),
+        _ => None,
+    })
 }
 
 /// `write {address, …}` by address.
