@@ -7,6 +7,10 @@
 //! (earlier in the same request or in an earlier one): a content Change its genesis and its
 //! `deps` with `depth` one more than theirs, a Ref its genesis and head Changes of that genesis.
 //! Every accepted blob is recorded, in order; a switch makes every request fail.
+//!
+//! Reads (`GET /api/<Key>?…`) answer what a test scripted with [`FakeHm::answer`]: the first
+//! route of that key whose parameters all match the request's (other keys 404 as on the real
+//! server). Every read is recorded with its decoded query parameters.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -73,11 +77,24 @@ impl Published {
     }
 }
 
+/// One scripted read: a key, the parameters a request must carry, and the answer.
+struct Route {
+    key: String,
+    params: Vec<(String, String)>,
+    status: u16,
+    body: serde_json::Value,
+}
+
+/// One read that arrived: the key and its decoded query parameters.
+pub type Query = (String, BTreeMap<String, String>);
+
 #[derive(Default)]
 struct State {
     blobs: Vec<Published>,
     requests: usize,
     fail: Option<(u16, String)>,
+    routes: Vec<Route>,
+    queries: Vec<Query>,
 }
 
 pub struct FakeHm {
@@ -108,6 +125,26 @@ impl FakeHm {
     /// How many requests arrived (accepted or not).
     pub fn requests(&self) -> usize {
         self.state.lock().unwrap().requests
+    }
+
+    /// Answers `GET /api/<key>` carrying at least `params` with `{"json": payload}`.
+    pub fn answer(&self, key: &str, params: &[(&str, &str)], payload: serde_json::Value) {
+        self.route(key, params, 200, serde_json::json!({ "json": payload }));
+    }
+
+    /// Answers `GET /api/<key>` carrying at least `params` with `status` and `{"error": message}`.
+    pub fn answer_error(&self, key: &str, params: &[(&str, &str)], status: u16, message: &str) {
+        self.route(key, params, status, serde_json::json!({ "error": message }));
+    }
+
+    fn route(&self, key: &str, params: &[(&str, &str)], status: u16, body: serde_json::Value) {
+        let params = params.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())).collect();
+        self.state.lock().unwrap().routes.push(Route { key: key.to_owned(), params, status, body });
+    }
+
+    /// Every read so far, in order.
+    pub fn queries(&self) -> Vec<Query> {
+        self.state.lock().unwrap().queries.clone()
     }
 
     /// Makes every following request fail with `status` and `{"error": message}` (or succeed
@@ -175,6 +212,19 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
                 Err(message) => (500, serde_json::json!({ "error": message })),
             }
         }
+    } else if method == "GET"
+        && let Some((key, params)) = read_request(&path)
+    {
+        let mut state = state.lock().unwrap();
+        state.queries.push((key.clone(), params.clone()));
+        let route = state
+            .routes
+            .iter()
+            .find(|route| route.key == key && route.params.iter().all(|(name, value)| params.get(name) == Some(value)));
+        match route {
+            Some(route) => (route.status, route.body.clone()),
+            None => (404, serde_json::json!({ "error": format!("no scripted answer for {key} {params:?}") })),
+        }
     } else {
         (404, serde_json::json!({ "error": format!("unknown route {method} {path}") }))
     };
@@ -192,6 +242,13 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
     );
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+/// `/api/<Key>?<query>` as the key and its decoded parameters.
+fn read_request(path: &str) -> Option<Query> {
+    let url = reqwest::Url::parse(&format!("http://fake{path}")).ok()?;
+    let key = url.path().strip_prefix("/api/")?.to_owned();
+    Some((key, url.query_pairs().map(|(name, value)| (name.into_owned(), value.into_owned())).collect()))
 }
 
 /// Checks every blob of a `PublishBlobs` body, in order, against those `stored` before; all or

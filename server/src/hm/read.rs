@@ -91,8 +91,8 @@ pub(super) async fn answer(key: &'static str, response: reqwest::Response) -> Re
             message,
         });
     }
-    let mut envelope: Value =
-        serde_json::from_str(&text).map_err(|error| HmError::Response { key, message: format!("not JSON: {error}") })?;
+    let mut envelope: Value = serde_json::from_str(&text)
+        .map_err(|error| HmError::Response { key, message: format!("not JSON: {error}") })?;
     envelope
         .get_mut("json")
         .map(Value::take)

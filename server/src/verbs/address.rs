@@ -32,11 +32,7 @@ pub enum Address {
 }
 
 /// Upstream's other address forms, by prefix, with the label used in the error.
-const UNSUPPORTED: &[(&str, &str)] = &[
-    ("~/tools", "~/tools"),
-    ("~/triggers", "~/triggers"),
-    ("ipfs:", "ipfs://"),
-];
+const UNSUPPORTED: &[(&str, &str)] = &[("~/tools", "~/tools"), ("~/triggers", "~/triggers"), ("ipfs:", "ipfs://")];
 
 impl Address {
     /// Parses `raw` (already trimmed of surrounding whitespace by the caller or not).

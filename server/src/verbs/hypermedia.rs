@@ -273,7 +273,10 @@ fn document_id(document: &Json) -> Option<String> {
 
 async fn directory(hm: &HmClient<'_>, raw: &str, address: &HmAddress) -> ApiResult<Value> {
     let mut input = Map::new();
-    input.insert("includes".to_owned(), json!([{ "space": address.uid, "path": address.api_path(), "mode": "Children" }]));
+    input.insert(
+        "includes".to_owned(),
+        json!([{ "space": address.uid, "path": address.api_path(), "mode": "Children" }]),
+    );
     let answer = hm.directory_query(&input).await.map_err(hm_error)?;
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
@@ -321,14 +324,17 @@ async fn directory(hm: &HmClient<'_>, raw: &str, address: &HmAddress) -> ApiResu
         markdown.push_str(&format!("\n- [{}]({})", entry.title.as_deref().unwrap_or(&entry.id), entry.id));
     }
     let summary = format!("{} under {id}.", super::plural(entries.len(), "document", "documents"));
-    record(summary, &Listing {
-        kind: "hypermedia_directory",
-        requested_id: raw.to_owned(),
-        id,
-        server: hm.base().to_owned(),
-        entries,
-        markdown,
-    })
+    record(
+        summary,
+        &Listing {
+            kind: "hypermedia_directory",
+            requested_id: raw.to_owned(),
+            id,
+            server: hm.base().to_owned(),
+            entries,
+            markdown,
+        },
+    )
 }
 
 /// `hm://<uid><path>` from a result's path (a string `/a/b` or a list of segments).
@@ -367,15 +373,18 @@ async fn profile(hm: &HmClient<'_>, raw: &str, address: &HmAddress) -> ApiResult
         markdown: String,
     }
     let summary = format!("Profile of {}.", name.as_deref().unwrap_or(&address.uid));
-    record(summary, &Profile {
-        kind: "hypermedia_profile",
-        requested_id: raw.to_owned(),
-        id: format!("hm://{}", address.uid),
-        server: hm.base().to_owned(),
-        title: name,
-        metadata,
-        markdown,
-    })
+    record(
+        summary,
+        &Profile {
+            kind: "hypermedia_profile",
+            requested_id: raw.to_owned(),
+            id: format!("hm://{}", address.uid),
+            server: hm.base().to_owned(),
+            title: name,
+            metadata,
+            markdown,
+        },
+    )
 }
 
 /// `read activity:` (any suffix ignored): `ListEvents` for the agent's owner with `options`

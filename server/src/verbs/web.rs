@@ -152,24 +152,24 @@ async fn fetch(url: Url, raw_body: bool, allow_private_network: bool) -> ApiResu
     let (kept, cut) = cut_on_char_boundary(converted, MAX_MARKDOWN);
     let truncated = cut || body_cut;
     let label = title.clone().unwrap_or_else(|| final_url.clone());
-    let summary = format!(
-        "Read {label} ({} characters{}).",
-        kept.chars().count(),
-        if truncated { ", truncated" } else { "" }
-    );
+    let summary =
+        format!("Read {label} ({} characters{}).", kept.chars().count(), if truncated { ", truncated" } else { "" });
     let (markdown, content) = if format == "markdown" { (Some(kept), None) } else { (None, Some(kept)) };
-    record(summary, &Page {
-        kind: "web_page",
-        url: url.to_string(),
-        final_url,
-        status: status.as_u16(),
-        content_type,
-        title,
-        format,
-        markdown,
-        content,
-        truncated,
-    })
+    record(
+        summary,
+        &Page {
+            kind: "web_page",
+            url: url.to_string(),
+            final_url,
+            status: status.as_u16(),
+            content_type,
+            title,
+            format,
+            markdown,
+            content,
+            truncated,
+        },
+    )
 }
 
 /// HTML as markdown: `htmd` (Turndown's rules) without the elements in [`SKIPPED`].

@@ -110,7 +110,10 @@ fn render_block(block: &Json, depth: usize) -> String {
             format!("{fence}{language}\n{raw_text}\n{fence}")
         }
         "Math" => format!("$$\n{raw_text}\n$$"),
-        "Image" => format!("![{}]({link})", if raw_text.is_empty() { attribute(block, "name").unwrap_or("") } else { raw_text }),
+        "Image" => format!(
+            "![{}]({link})",
+            if raw_text.is_empty() { attribute(block, "name").unwrap_or("") } else { raw_text }
+        ),
         "Video" | "File" => {
             let name = attribute(block, "name").filter(|name| !name.is_empty()).unwrap_or(link);
             format!("[{kind}: {name}]({link})")
@@ -157,9 +160,7 @@ fn inline(block: &Json) -> String {
             marks.push((end, true, order, close.clone()));
         }
     }
-    marks.sort_by(|a, b| {
-        a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(if a.1 { b.2.cmp(&a.2) } else { a.2.cmp(&b.2) })
-    });
+    marks.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(if a.1 { b.2.cmp(&a.2) } else { a.2.cmp(&b.2) }));
     let mention = |index: usize| -> Option<String> {
         // A mention's placeholder (U+FFFC) reads as the account it links to.
         annotations.iter().find_map(|annotation| {
@@ -209,21 +210,33 @@ mod tests {
     #[test]
     fn renders_headings_lists_code_and_annotations() {
         let content = json!([
-            node(json!({"type": "Heading", "text": "Plan", "annotations": []}), Some(json!([
-                node(json!({"type": "Paragraph", "text": "Bold and link", "annotations": [
-                    {"type": "Bold", "starts": [0], "ends": [4]},
-                    {"type": "Link", "starts": [9], "ends": [13], "link": "https://example.com"}
-                ]}), None),
-                node(json!({"type": "Paragraph", "text": "steps", "annotations": [],
-                    "attributes": {"childrenType": "Ordered"}}), Some(json!([
-                    node(json!({"type": "Paragraph", "text": "one", "annotations": []}), None),
-                    node(json!({"type": "Paragraph", "text": "two", "annotations": []}), None),
-                ]))),
-            ]))),
+            node(
+                json!({"type": "Heading", "text": "Plan", "annotations": []}),
+                Some(json!([
+                    node(
+                        json!({"type": "Paragraph", "text": "Bold and link", "annotations": [
+                            {"type": "Bold", "starts": [0], "ends": [4]},
+                            {"type": "Link", "starts": [9], "ends": [13], "link": "https://example.com"}
+                        ]}),
+                        None
+                    ),
+                    node(
+                        json!({"type": "Paragraph", "text": "steps", "annotations": [],
+                    "attributes": {"childrenType": "Ordered"}}),
+                        Some(json!([
+                            node(json!({"type": "Paragraph", "text": "one", "annotations": []}), None),
+                            node(json!({"type": "Paragraph", "text": "two", "annotations": []}), None),
+                        ]))
+                    ),
+                ]))
+            ),
             node(json!({"type": "Code", "text": "let x = 1;", "attributes": {"language": "rust"}}), None),
-            node(json!({"type": "Paragraph", "text": "hi \u{FFFC}!", "annotations": [
-                {"type": "Embed", "starts": [3], "ends": [4], "link": "hm://z6Mkuser"}
-            ]}), None),
+            node(
+                json!({"type": "Paragraph", "text": "hi \u{FFFC}!", "annotations": [
+                    {"type": "Embed", "starts": [3], "ends": [4], "link": "hm://z6Mkuser"}
+                ]}),
+                None
+            ),
             node(json!({"type": "Image", "text": "a cat", "link": "ipfs://bafycat"}), None),
         ]);
         let markdown = document(Some("Title"), Some(&content));
@@ -237,13 +250,17 @@ mod tests {
     #[test]
     fn bullets_quotes_and_unknown_blocks() {
         let content = json!([
-            node(json!({"type": "Paragraph", "text": "", "childrenType": "Unordered"}), Some(json!([
-                node(json!({"type": "Paragraph", "text": "a"}), None),
-                node(json!({"type": "Paragraph", "text": "b"}), None),
-            ]))),
-            node(json!({"type": "Paragraph", "text": "said", "childrenType": "Blockquote"}), Some(json!([
-                node(json!({"type": "Paragraph", "text": "quoted"}), None),
-            ]))),
+            node(
+                json!({"type": "Paragraph", "text": "", "childrenType": "Unordered"}),
+                Some(json!([
+                    node(json!({"type": "Paragraph", "text": "a"}), None),
+                    node(json!({"type": "Paragraph", "text": "b"}), None),
+                ]))
+            ),
+            node(
+                json!({"type": "Paragraph", "text": "said", "childrenType": "Blockquote"}),
+                Some(json!([node(json!({"type": "Paragraph", "text": "quoted"}), None),]))
+            ),
             node(json!({"type": "Mystery", "text": "kept"}), None),
             node(json!({"type": "Query", "text": ""}), None),
         ]);
