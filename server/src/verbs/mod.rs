@@ -16,6 +16,7 @@ mod agent;
 mod attachment;
 mod hypermedia;
 mod memory;
+mod publish;
 mod run;
 mod thread;
 mod web;
@@ -253,10 +254,13 @@ pub(crate) async fn write(context: &Context<'_>, input: &Value) -> ApiResult<Val
     let raw = fields.text("address").ok_or_else(|| ApiError::invalid("write requires an address"))?;
     match Address::parse(raw) {
         Address::Memory(path) => memory::write(context, path, &fields).await,
-        Address::Unsupported(label @ ("~/tools" | "~/triggers" | "hm://" | "ipfs://")) => {
+        Address::Hypermedia(address) => publish::write(context, &address, &fields).await,
+        Address::Unsupported(label @ ("~/tools" | "~/triggers" | "ipfs://")) => {
             Err(not_yet(&format!("Writing {label} addresses is")))
         }
-        _ => Err(ApiError::invalid(format!("Unrecognized write address: {raw}. Supported here: ~/memory/…."))),
+        _ => Err(ApiError::invalid(format!(
+            "Unrecognized write address: {raw}. Supported here: ~/memory/…, hm://<account>/<path>."
+        ))),
     }
 }
 
