@@ -184,8 +184,8 @@ async fn activity_maps_its_options_onto_list_events() {
     let hm = FakeHm::start().await;
     let events = json!([{ "type": "comment", "id": "bafy1", "feedEventId": "blob-bafy1" },
                         { "type": "doc-update", "id": "bafy2", "feedEventId": "blob-bafy2" }]);
-    hm.answer("ListEvents", &[("pageToken", "next-1")], json!({ "events": [], "nextPageToken": "" }));
     hm.answer("ListEvents", &[], json!({ "events": events, "nextPageToken": "next-1" }));
+    hm.answer("ListEvents", &[("pageToken", "next-1")], json!({ "events": [], "nextPageToken": "" }));
     let (server, user, session_id) = start(&hm, false).await;
 
     let options = json!({ "pageSize": 80, "authors": ["z6Mka", "z6Mkb"], "eventTypes": "comment",
@@ -397,5 +397,146 @@ async fn a_model_turn_reads_a_hypermedia_document_with_the_read_tool() {
     assert_eq!(result.error, None);
     let Some(Ipld::Map(stored)) = result.output.map(|output| output.0) else { panic!("no output") };
     assert_eq!(stored.get("title"), Some(&Ipld::String("Field notes".into())));
+    server.stop().await;
+}
+
+fn write(session_id: &str, address: &str, content: Option<&str>, options: Json) -> InvokeSessionTool {
+    let mut input = json!({ "address": address, "options": options });
+    if let Some(content) = content {
+        input["content"] = json!(content);
+    }
+    InvokeSessionTool {
+        input: Value(wire::to_ipld(&input).unwrap()),
+        session_id: session_id.into(),
+        verb: InvokeSessionToolVerb::Write,
+    }
+}
+
+/// The ops of a published Change, each as `type` plus its block text or id list.
+fn ops(blob: &crate::support::hm::Published) -> Vec<String> {
+    let Some(Ipld::Map(body)) = blob.field("body") else { panic!("no body") };
+    let Some(Ipld::List(ops)) = body.get("ops") else { panic!("no ops") };
+    ops.iter()
+        .map(|op| {
+            let Ipld::Map(op) = op else { panic!("op is not a map") };
+            let Some(Ipld::String(kind)) = op.get("type") else { panic!("op without type") };
+            match (op.get("block"), op.get("blocks"), op.get("attrs")) {
+                (Some(Ipld::Map(block)), ..) => match (block.get("type"), block.get("text")) {
+                    (Some(Ipld::String(block_type)), Some(Ipld::String(text))) => format!("{kind} {block_type} {text}"),
+                    _ => panic!("bad block"),
+                },
+                (_, Some(Ipld::List(blocks)), _) => format!("{kind} {}", blocks.len()),
+                (.., Some(Ipld::List(attrs))) => format!("{kind} {}", attrs.len()),
+                _ => kind.clone(),
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn publishing_creates_and_updates_documents_of_the_agents_own_account() {
+    use seed_agents_protocol::generated::{CreateAgent, CreateSigningIdentity};
+    let hm = FakeHm::start().await;
+    let (server, owner, _) = start(&hm, false).await;
+    let identity = owner
+        .call(CreateSigningIdentity { client_request_id: None, label: Some("Ada".into()) })
+        .await
+        .unwrap()
+        .identity;
+    let account = identity.account_id.clone().unwrap();
+    let mut def = definition("Publisher");
+    def.signing_key = Some(identity.name.clone());
+    let agent_id = owner.call(CreateAgent { client_request_id: None, definition: def }).await.unwrap().agent_id;
+    let session_id = owner.create_session(&agent_id, None).await;
+    let (home, notes) = (format!("hm://{account}"), format!("hm://{account}/notes"));
+    hm.answer("Resource", &[("id", &home)], json!({ "type": "document", "document": { "content": [] } }));
+    hm.answer("Resource", &[("id", &notes)], json!({ "type": "not-found", "id": {} }));
+    hm.answer("Resource", &[("id", &format!("{home}/a/b"))], json!({ "type": "not-found", "id": {} }));
+    hm.answer("Resource", &[("id", &format!("{home}/a"))], json!({ "type": "not-found", "id": {} }));
+    let before = hm.blobs().len();
+
+    // A dry run signs but publishes nothing.
+    let options = json!({ "name": "Field notes" });
+    let mut dry = write(&session_id, &notes, Some("# Birds\n\nA heron."), options.clone());
+    let Ipld::Map(fields) = &mut dry.input.0 else { unreachable!() };
+    fields.insert("dryRun".into(), Ipld::Bool(true));
+    let dry = output(&owner.call(dry).await.unwrap());
+    assert_eq!(dry["dryRun"], true);
+    assert_eq!(hm.blobs().len(), before);
+
+    let created = output(&owner.call(write(&session_id, &notes, Some("# Birds\n\nA heron."), options)).await.unwrap());
+    assert_eq!((created["action"].as_str(), created["id"].as_str()), (Some("document"), Some(notes.as_str())));
+    assert_eq!(created["summary"], format!("Published {notes} (created)."));
+    let blobs = hm.blobs();
+    let [genesis, change, version_ref] = &blobs[before..] else { panic!("expected three blobs") };
+    assert_eq!(genesis.integer("ts"), Some(0));
+    assert_eq!(change.signer().as_deref(), Some(account.as_str()));
+    assert_eq!(
+        ops(change),
+        ["SetAttributes 1", "ReplaceBlock Heading Birds", "ReplaceBlock Paragraph A heron.", "MoveBlocks 2"]
+    );
+    assert_eq!(created["version"], change.cid);
+    assert_eq!((version_ref.text("type"), version_ref.text("path")), (Some("Ref"), Some("/notes")));
+
+    // The parent must exist; an existing document needs `update`.
+    let orphan = owner.call(write(&session_id, &format!("{home}/a/b"), Some("x"), json!({ "name": "B" }))).await;
+    assert_eq!(orphan.unwrap().error.unwrap(), format!("The parent document {home}/a does not exist; create it first"));
+    let old_block = "blockOld";
+    hm.answer(
+        "Resource",
+        &[("id", &notes)],
+        json!({ "type": "document", "document": { "content": [ { "block": { "id": old_block, "type": "Paragraph" } } ] } }),
+    );
+    let again = owner.call(write(&session_id, &notes, Some("x"), json!({ "name": "Again" }))).await.unwrap();
+    assert_eq!(again.error.unwrap(), format!("{notes} already exists; use options.action \"update\""));
+
+    // An update builds on the listed changes: depth 2, the old blocks replaced.
+    hm.answer(
+        "ListChanges",
+        &[("targetId", &notes)],
+        json!({ "changes": [ { "id": genesis.cid, "deps": [] }, { "id": change.cid, "deps": [genesis.cid] } ] }),
+    );
+    let updated = output(
+        &owner.call(write(&session_id, &notes, Some("Herons only."), json!({ "action": "update" }))).await.unwrap(),
+    );
+    assert_eq!(updated["summary"], format!("Published {notes} (updated)."));
+    let blobs = hm.blobs();
+    let [next, next_ref] = &blobs[before + 3..] else { panic!("expected two blobs") };
+    assert_eq!(next.integer("depth"), Some(2));
+    assert_eq!(next.links("deps"), Some(vec![change.cid.clone()]));
+    assert_eq!(ops(next), ["DeleteBlocks 1", "ReplaceBlock Paragraph Herons only.", "MoveBlocks 1"]);
+    assert_eq!(next_ref.links("heads"), Some(vec![next.cid.clone()]));
+
+    // What is not built says so; another account needs a capability.
+    let comment = owner.call(write(&session_id, &notes, Some("hi"), json!({ "action": "comment" }))).await.unwrap();
+    assert_eq!(
+        comment.error.unwrap(),
+        "write hm:// with action \"comment\" is not supported by this server yet; supported: document, update"
+    );
+    let foreign = owner.call(write(&session_id, &format!("hm://{UID}/x"), Some("hi"), json!({ "name": "X" }))).await;
+    assert!(foreign.unwrap().error.unwrap().contains("needs a capability, which this server does not support yet"));
+    let unknown = owner.call(write(&session_id, &notes, Some("hi"), json!({ "title": "X" }))).await.unwrap();
+    assert!(unknown.error.unwrap().starts_with("write hm:// does not understand option \"title\""));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn publishing_needs_the_grant_and_a_signing_key() {
+    use seed_agents_protocol::generated::CreateAgent;
+    let hm = FakeHm::start().await;
+    let (server, owner, keyless_session) = start(&hm, false).await;
+    let address = format!("hm://{UID}/notes");
+    let keyless = owner.call(write(&keyless_session, &address, Some("hi"), json!({ "name": "N" }))).await.unwrap();
+    assert_eq!(
+        keyless.error.unwrap(),
+        "This agent has no signing key; its owner can give it one (signingKeys) to publish"
+    );
+    let mut def = definition("Reader only");
+    def.tools = Some(vec!["search".into()]);
+    let agent_id = owner.call(CreateAgent { client_request_id: None, definition: def }).await.unwrap().agent_id;
+    let session_id = owner.create_session(&agent_id, None).await;
+    let refused = owner.call(write(&session_id, &address, Some("hi"), json!({ "name": "N" }))).await.unwrap();
+    assert!(refused.error.unwrap().starts_with("Publishing is not enabled for this agent."));
+    assert_eq!(hm.requests(), 0);
     server.stop().await;
 }

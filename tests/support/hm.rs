@@ -8,7 +8,7 @@
 //! `deps` with `depth` one more than theirs, a Ref its genesis and head Changes of that genesis.
 //! Every accepted blob is recorded, in order; a switch makes every request fail.
 //!
-//! Reads (`GET /api/<Key>?…`) answer what a test scripted with [`FakeHm::answer`]: the first
+//! Reads (`GET /api/<Key>?…`) answer what a test scripted with [`FakeHm::answer`]: the latest
 //! route of that key whose parameters all match the request's (other keys 404 as on the real
 //! server). Every read is recorded with its decoded query parameters.
 
@@ -217,10 +217,10 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
     {
         let mut state = state.lock().unwrap();
         state.queries.push((key.clone(), params.clone()));
-        let route = state
-            .routes
-            .iter()
-            .find(|route| route.key == key && route.params.iter().all(|(name, value)| params.get(name) == Some(value)));
+        let route =
+            state.routes.iter().rev().find(|route| {
+                route.key == key && route.params.iter().all(|(name, value)| params.get(name) == Some(value))
+            });
         match route {
             Some(route) => (route.status, route.body.clone()),
             None => (404, serde_json::json!({ "error": format!("no scripted answer for {key} {params:?}") })),
