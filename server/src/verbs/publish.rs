@@ -50,7 +50,7 @@ const PUBLISH_GRANTS: &[&str] = &["publish", "write", "memory_publish_document",
 
 /// Whether the definition grants publishing: no tool list, or one naming `publish` or a legacy
 /// write-group name.
-pub fn publish_granted(definition: &seed_agents_protocol::generated::AgentDefinition) -> bool {
+pub(super) fn publish_granted(definition: &seed_agents_protocol::generated::AgentDefinition) -> bool {
     definition.tools.as_ref().is_none_or(|tools| tools.iter().any(|tool| PUBLISH_GRANTS.contains(&tool.as_str())))
 }
 
