@@ -540,3 +540,40 @@ async fn publishing_needs_the_grant_and_a_signing_key() {
     assert_eq!(hm.requests(), 0);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn ipfs_writes_publish_memory_files_and_reads_download_them_back() {
+    let hm = FakeHm::start().await;
+    let (server, user, session_id) = start(&hm, false).await;
+    let note = InvokeSessionTool {
+        input: Value(
+            wire::to_ipld(&json!({ "address": "~/memory/notes/hello.txt", "content": "hello world" })).unwrap(),
+        ),
+        session_id: session_id.clone(),
+        verb: InvokeSessionToolVerb::Write,
+    };
+    assert_eq!(user.call(note).await.unwrap().error, None);
+    let published = output(
+        &user.call(write(&session_id, "ipfs://", None, json!({ "fromPath": "notes/hello.txt" }))).await.unwrap(),
+    );
+    // The UnixFS root of "hello world" (HM-INTEGRATION.md §3).
+    let cid = "bafkreifzjut3te2nhyekklss27nh3k72ysco7y32koao5eei66wof36n5e";
+    assert_eq!((published["cid"].as_str(), published["size"].as_u64()), (Some(cid), Some(11)));
+    assert_eq!(published["url"], format!("ipfs://{cid}"));
+
+    let read_back = output(
+        &user.call(read(&session_id, &format!("ipfs://{cid}"), Some(json!({ "path": "copy.txt" })))).await.unwrap(),
+    );
+    assert_eq!((read_back["path"].as_str(), read_back["content"].as_str()), (Some("copy.txt"), Some("hello world")));
+    let missing =
+        user.call(read(&session_id, "ipfs://bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku", None)).await;
+    assert!(missing.unwrap().error.unwrap().contains("HTTP 404"));
+    let invalid = user.call(read(&session_id, "ipfs://nope", None)).await.unwrap();
+    assert_eq!(invalid.error.as_deref(), Some("Invalid CID: ipfs://nope"));
+    let neither = user.call(write(&session_id, "ipfs://", None, json!({}))).await.unwrap();
+    assert_eq!(
+        neither.error.as_deref(),
+        Some("write ipfs:// needs options.fromPath (a memory file) or options.fromAttachment")
+    );
+    server.stop().await;
+}

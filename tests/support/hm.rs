@@ -10,7 +10,8 @@
 //!
 //! Reads (`GET /api/<Key>?…`) answer what a test scripted with [`FakeHm::answer`]: the latest
 //! route of that key whose parameters all match the request's (other keys 404 as on the real
-//! server). Every read is recorded with its decoded query parameters.
+//! server). Every read is recorded with its decoded query parameters. `GET /ipfs/<cid>` serves a
+//! published raw leaf's bytes as `text/plain` (single-chunk files only).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -194,6 +195,30 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         state.requests += 1;
         state.fail.clone()
     };
+    if failure.is_none()
+        && method == "GET"
+        && let Some(cid) = path.strip_prefix("/ipfs/")
+    {
+        // The gateway: a raw leaf's bytes (files of one chunk; dag-pb trees are not walked).
+        let data = state
+            .lock()
+            .unwrap()
+            .blobs
+            .iter()
+            .find(|blob| blob.cid == cid && blob.codec == 0x55)
+            .map(|blob| blob.data.clone());
+        let head = match &data {
+            Some(data) => format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                data.len()
+            ),
+            None => "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned(),
+        };
+        let _ = stream.write_all(head.as_bytes()).await;
+        let _ = stream.write_all(data.as_deref().unwrap_or_default()).await;
+        let _ = stream.shutdown().await;
+        return;
+    }
     let (status, json) = if let Some((status, message)) = failure {
         (status, serde_json::json!({ "error": message }))
     } else if method == "OPTIONS" {

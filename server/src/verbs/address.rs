@@ -1,8 +1,8 @@
 //! The addresses the `read` and `write` verbs understand, parsed from a client's string.
 //!
 //! The forms are upstream's: `~/memory[/<path>]`, `~/self`, `attachment:<id>`, `thread:<id>`,
-//! `run:<id>`, `hm://…`, `http(s)://…`, `activity:`.
-//! Forms upstream serves that this server does not yet (`~/tools`, `~/triggers`, `ipfs://`)
+//! `run:<id>`, `hm://…`, `http(s)://…`, `activity:`, `ipfs://<cid>`.
+//! Forms upstream serves that this server does not yet (`~/tools`, `~/triggers`)
 //! parse as [`Address::Unsupported`] so the error can say so instead of "unrecognized".
 
 /// One parsed address.
@@ -25,6 +25,8 @@ pub enum Address {
     Web(String),
     /// `activity:` (any suffix is ignored).
     Activity,
+    /// `ipfs:…` as given (trimmed).
+    Ipfs(String),
     /// A form upstream serves that this server does not implement yet (its label).
     Unsupported(&'static str),
     /// Anything else.
@@ -66,6 +68,9 @@ impl Address {
         if address.starts_with("activity:") {
             return Address::Activity;
         }
+        if address.starts_with("ipfs:") {
+            return Address::Ipfs(address.to_owned());
+        }
         match UNSUPPORTED.iter().find(|(prefix, _)| address.starts_with(prefix)) {
             Some((_, label)) => Address::Unsupported(label),
             None => Address::Unrecognized,
@@ -105,7 +110,7 @@ mod tests {
         assert_eq!(Address::parse("activity:anything"), Address::Activity);
         assert_eq!(Address::parse("ftp://example.com"), Address::Unrecognized);
         assert_eq!(Address::parse("~/tools/search"), Address::Unsupported("~/tools"));
-        assert_eq!(Address::parse("ipfs://bafy"), Address::Unsupported("ipfs://"));
+        assert_eq!(Address::parse("ipfs://bafy"), Address::Ipfs("ipfs://bafy".into()));
         assert_eq!(Address::parse(" run: 1 "), Address::Run("1".into()));
         assert_eq!(Address::parse("/etc/passwd"), Address::Unrecognized);
         assert_eq!(Address::parse(""), Address::Unrecognized);

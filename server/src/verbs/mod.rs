@@ -15,6 +15,7 @@ pub mod address;
 mod agent;
 mod attachment;
 mod hypermedia;
+mod ipfs;
 mod memory;
 mod publish;
 mod run;
@@ -230,9 +231,10 @@ pub(crate) async fn read(context: &Context<'_>, input: &Value) -> ApiResult<Valu
         Address::Hypermedia(address) => hypermedia::read(context, &address, json_options(&input)?.as_ref()).await,
         Address::Web(address) => web::read(context, &address, json_options(&input)?.as_ref()).await,
         Address::Activity => hypermedia::activity(context, json_options(&input)?.as_ref()).await,
+        Address::Ipfs(address) => ipfs::read(context, &address, &input).await,
         Address::Unsupported(label) => Err(not_yet(&format!("{label} addresses are"))),
         Address::Unrecognized => Err(ApiError::invalid(format!(
-            "Unrecognized address: {raw}. Supported here: ~/memory/…, ~/self, attachment:<id>, thread:<id>, run:<id>, hm://…, https://…, activity:."
+            "Unrecognized address: {raw}. Supported here: ~/memory/…, ~/self, attachment:<id>, thread:<id>, run:<id>, hm://…, https://…, activity:, ipfs://<cid>."
         ))),
     }
 }
@@ -255,11 +257,12 @@ pub(crate) async fn write(context: &Context<'_>, input: &Value) -> ApiResult<Val
     match Address::parse(raw) {
         Address::Memory(path) => memory::write(context, path, &fields).await,
         Address::Hypermedia(address) => publish::write(context, &address, &fields).await,
-        Address::Unsupported(label @ ("~/tools" | "~/triggers" | "ipfs://")) => {
+        Address::Ipfs(_) => ipfs::write(context, &fields).await,
+        Address::Unsupported(label @ ("~/tools" | "~/triggers")) => {
             Err(not_yet(&format!("Writing {label} addresses is")))
         }
         _ => Err(ApiError::invalid(format!(
-            "Unrecognized write address: {raw}. Supported here: ~/memory/…, hm://<account>/<path>."
+            "Unrecognized write address: {raw}. Supported here: ~/memory/…, ipfs://, hm://<account>/<path>."
         ))),
     }
 }
