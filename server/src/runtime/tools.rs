@@ -77,6 +77,7 @@ impl Tool {
                  - https://… reads a web page as markdown (options.raw: true for the body as sent).\n\
                  - activity: lists recent network events (options: pageSize, pageToken, authors, eventTypes, \
                  resource, trustedOnly).\n\
+                 - ipfs://<cid> downloads a file into your memory (options.path, default ipfs/<cid>).\n\
                  format: \"markdown\" (default) or \"json\". options: extra settings some addresses take."
             }
             Tool::Write => {
@@ -85,6 +86,10 @@ impl Tool {
                  write it back whole when you change part of it.\n\
                  - options.delete: true removes the file; options.fromUrl downloads a URL into it; \
                  options.fromAttachment copies an attachment of this conversation into it.\n\
+                 - hm://<your account>/<path> publishes a document from markdown content when you may publish: \
+                 options.name names a new one; options.action \"update\" changes an existing one; dryRun: true \
+                 only checks.\n\
+                 - ipfs:// with options.fromPath publishes a memory file and answers its ipfs:// address.\n\
                  Memory persists across conversations and the user can browse it: keep it small, organised and in \
                  plain text."
             }
