@@ -124,6 +124,9 @@ pub async fn read_from(
         Some(":attributes") => resource(hm, raw, address, json_format, true).await,
         Some(":directory") => directory(hm, raw, address).await,
         Some(":profile") if address.path.is_empty() => profile(hm, raw, address).await,
+        Some(":profile") => {
+            Err(ApiError::invalid(format!("A profile belongs to an account: read hm://{}/:profile", address.uid)))
+        }
         Some(view) => Err(ApiError::not_implemented(format!(
             "The {view} view of Hypermedia ids is not supported by this server; read the document, \
              …/:attributes, …/:directory or hm://<account>/:profile"
