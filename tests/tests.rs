@@ -8,6 +8,7 @@ mod support;
 mod authorization;
 mod envelope;
 mod features;
+mod hypermedia;
 mod identities;
 mod ipfs;
 mod live;

@@ -8,6 +8,11 @@
 //! `deps` with `depth` one more than theirs, a Ref its genesis and head Changes of that genesis.
 //! Every accepted blob is recorded, in order; a switch makes every request fail.
 //! `GET /api/Search` answers the entities a test set, and records each query string.
+//!
+//! Reads (`GET /api/<Key>?…`) answer what a test scripted with [`FakeHm::answer`]: the latest
+//! route of that key whose parameters all match the request's (other keys 404 as on the real
+//! server). Every read is recorded with its decoded query parameters. `GET /ipfs/<cid>` serves a
+//! published raw leaf's bytes as `text/plain` (single-chunk files only).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -74,12 +79,25 @@ impl Published {
     }
 }
 
+/// One scripted read: a key, the parameters a request must carry, and the answer.
+struct Route {
+    key: String,
+    params: Vec<(String, String)>,
+    status: u16,
+    body: serde_json::Value,
+}
+
+/// One read that arrived: the key and its decoded query parameters.
+pub type Query = (String, BTreeMap<String, String>);
+
 #[derive(Default)]
 struct State {
     blobs: Vec<Published>,
     requests: usize,
     fail: Option<(u16, String)>,
     search: SearchState,
+    routes: Vec<Route>,
+    queries: Vec<Query>,
 }
 
 pub struct FakeHm {
@@ -110,6 +128,26 @@ impl FakeHm {
     /// How many requests arrived (accepted or not).
     pub fn requests(&self) -> usize {
         self.state.lock().unwrap().requests
+    }
+
+    /// Answers `GET /api/<key>` carrying at least `params` with `{"json": payload}`.
+    pub fn answer(&self, key: &str, params: &[(&str, &str)], payload: serde_json::Value) {
+        self.route(key, params, 200, serde_json::json!({ "json": payload }));
+    }
+
+    /// Answers `GET /api/<key>` carrying at least `params` with `status` and `{"error": message}`.
+    pub fn answer_error(&self, key: &str, params: &[(&str, &str)], status: u16, message: &str) {
+        self.route(key, params, status, serde_json::json!({ "error": message }));
+    }
+
+    fn route(&self, key: &str, params: &[(&str, &str)], status: u16, body: serde_json::Value) {
+        let params = params.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())).collect();
+        self.state.lock().unwrap().routes.push(Route { key: key.to_owned(), params, status, body });
+    }
+
+    /// Every read so far, in order.
+    pub fn queries(&self) -> Vec<Query> {
+        self.state.lock().unwrap().queries.clone()
     }
 
     /// Makes every following request fail with `status` and `{"error": message}` (or succeed
@@ -159,6 +197,30 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         state.requests += 1;
         state.fail.clone()
     };
+    if failure.is_none()
+        && method == "GET"
+        && let Some(cid) = path.strip_prefix("/ipfs/")
+    {
+        // The gateway: a raw leaf's bytes (files of one chunk; dag-pb trees are not walked).
+        let data = state
+            .lock()
+            .unwrap()
+            .blobs
+            .iter()
+            .find(|blob| blob.cid == cid && blob.codec == 0x55)
+            .map(|blob| blob.data.clone());
+        let head = match &data {
+            Some(data) => format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                data.len()
+            ),
+            None => "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned(),
+        };
+        let _ = stream.write_all(head.as_bytes()).await;
+        let _ = stream.write_all(data.as_deref().unwrap_or_default()).await;
+        let _ = stream.shutdown().await;
+        return;
+    }
     let (status, json) = if let Some((status, message)) = failure {
         (status, serde_json::json!({ "error": message }))
     } else if method == "OPTIONS" {
@@ -179,6 +241,19 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
                 Err(message) => (500, serde_json::json!({ "error": message })),
             }
         }
+    } else if method == "GET"
+        && let Some((key, params)) = read_request(&path)
+    {
+        let mut state = state.lock().unwrap();
+        state.queries.push((key.clone(), params.clone()));
+        let route =
+            state.routes.iter().rev().find(|route| {
+                route.key == key && route.params.iter().all(|(name, value)| params.get(name) == Some(value))
+            });
+        match route {
+            Some(route) => (route.status, route.body.clone()),
+            None => (404, serde_json::json!({ "error": format!("no scripted answer for {key} {params:?}") })),
+        }
     } else {
         (404, serde_json::json!({ "error": format!("unknown route {method} {path}") }))
     };
@@ -196,6 +271,13 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
     );
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+/// `/api/<Key>?<query>` as the key and its decoded parameters.
+fn read_request(path: &str) -> Option<Query> {
+    let url = reqwest::Url::parse(&format!("http://fake{path}")).ok()?;
+    let key = url.path().strip_prefix("/api/")?.to_owned();
+    Some((key, url.query_pairs().map(|(name, value)| (name.into_owned(), value.into_owned())).collect()))
 }
 
 /// Checks every blob of a `PublishBlobs` body, in order, against those `stored` before; all or

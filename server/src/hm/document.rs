@@ -72,6 +72,8 @@ pub enum Op {
         /// The parent block id, or `""`.
         parent: String,
     },
+    /// `DeleteBlocks`: removes blocks (and their children) by id.
+    DeleteBlocks(Vec<String>),
 }
 
 /// Where a version Ref points and what it says.
@@ -214,6 +216,10 @@ fn op_value(op: &Op) -> Ipld {
             text_field("type", "MoveBlocks"),
             ("blocks".to_owned(), Ipld::List(blocks.iter().cloned().map(Ipld::String).collect())),
             text_field("parent", parent),
+        ],
+        Op::DeleteBlocks(blocks) => vec![
+            text_field("type", "DeleteBlocks"),
+            ("blocks".to_owned(), Ipld::List(blocks.iter().cloned().map(Ipld::String).collect())),
         ],
     };
     Ipld::Map(fields.into_iter().collect())

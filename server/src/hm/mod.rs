@@ -8,6 +8,7 @@
 
 pub mod blob;
 pub mod document;
+pub mod read;
 pub mod search;
 pub mod unixfs;
 
@@ -100,26 +101,7 @@ impl<'a> HmClient<'a> {
             .send()
             .await
             .map_err(|error| HmError::Transport(transport_message(&error)))?;
-        let status = response.status();
-        let text = response.text().await.map_err(|error| HmError::Transport(transport_message(&error)))?;
-        if !status.is_success() {
-            let message = serde_json::from_str::<serde_json::Value>(&text)
-                .ok()
-                .and_then(|value| value.get("error").and_then(|error| error.as_str().map(str::to_owned)))
-                .unwrap_or_else(|| text.chars().take(512).collect());
-            return Err(HmError::Status {
-                key,
-                status: status.as_u16(),
-                reason: status.canonical_reason().unwrap_or("").to_owned(),
-                message,
-            });
-        }
-        let mut envelope: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|error| HmError::Response { key, message: format!("not JSON: {error}") })?;
-        envelope
-            .get_mut("json")
-            .map(serde_json::Value::take)
-            .ok_or_else(|| HmError::Response { key, message: "not a SuperJSON envelope".to_owned() })
+        read::answer(key, response).await
     }
 }
 

@@ -77,6 +77,12 @@ impl Tool {
                  - attachment:<id> reads a file the user attached to this conversation.\n\
                  - thread:<id> reads another conversation of this account.\n\
                  - run:<id> describes a run.\n\
+                 - hm://<account>/<path> reads a Seed document or comment as markdown; add /:attributes for its \
+                 metadata only, /:directory for the documents under it; hm://<account>/:profile reads a profile.\n\
+                 - https://… reads a web page as markdown (options.raw: true for the body as sent).\n\
+                 - activity: lists recent network events (options: pageSize, pageToken, authors, eventTypes, \
+                 resource, trustedOnly).\n\
+                 - ipfs://<cid> downloads a file into your memory (options.path, default ipfs/<cid>).\n\
                  format: \"markdown\" (default) or \"json\". options: extra settings some addresses take."
             }
             Tool::Write => {
@@ -85,6 +91,10 @@ impl Tool {
                  write it back whole when you change part of it.\n\
                  - options.delete: true removes the file; options.fromUrl downloads a URL into it; \
                  options.fromAttachment copies an attachment of this conversation into it.\n\
+                 - hm://<your account>/<path> publishes a document from markdown content when you may publish: \
+                 options.name names a new one; options.action \"update\" changes an existing one; dryRun: true \
+                 only checks.\n\
+                 - ipfs:// with options.fromPath publishes a memory file and answers its ipfs:// address.\n\
                  Memory persists across conversations and the user can browse it: keep it small, organised and in \
                  plain text."
             }

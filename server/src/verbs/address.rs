@@ -1,8 +1,8 @@
 //! The addresses the `read` and `write` verbs understand, parsed from a client's string.
 //!
 //! The forms are upstream's: `~/memory[/<path>]`, `~/self`, `attachment:<id>`, `thread:<id>`,
-//! `run:<id>`, `~/tools[/<name>]`.
-//! Forms upstream serves that this server does not yet (`~/triggers`, `hm://`, …)
+//! `run:<id>`, `~/tools[/<name>]`, `hm://…`, `http(s)://…`, `activity:`, `ipfs://<cid>`.
+//! Forms upstream serves that this server does not yet (`~/triggers`)
 //! parse as [`Address::Unsupported`] so the error can say so instead of "unrecognized".
 
 /// One parsed address.
@@ -21,6 +21,14 @@ pub enum Address {
     Run(String),
     /// `~/tools` (`None`) or `~/tools/<name>` (trailing slashes dropped).
     Tools(Option<String>),
+    /// `hm://…`: a Hypermedia id, as given (trimmed).
+    Hypermedia(String),
+    /// `http://…` or `https://…`, as given (trimmed).
+    Web(String),
+    /// `activity:` (any suffix is ignored).
+    Activity,
+    /// `ipfs:…` as given (trimmed).
+    Ipfs(String),
     /// A form upstream serves that this server does not implement yet (its label).
     Unsupported(&'static str),
     /// Anything else.
@@ -28,14 +36,7 @@ pub enum Address {
 }
 
 /// Upstream's other address forms, by prefix, with the label used in the error.
-const UNSUPPORTED: &[(&str, &str)] = &[
-    ("~/triggers", "~/triggers"),
-    ("hm://", "hm://"),
-    ("ipfs:", "ipfs://"),
-    ("https://", "https://"),
-    ("http://", "http://"),
-    ("activity:", "activity:"),
-];
+const UNSUPPORTED: &[(&str, &str)] = &[("~/triggers", "~/triggers")];
 
 impl Address {
     /// Parses `raw` (already trimmed of surrounding whitespace by the caller or not).
@@ -66,6 +67,18 @@ impl Address {
         if let Some(name) = address.strip_prefix("~/tools/") {
             let name = name.trim_end_matches('/').trim();
             return Address::Tools((!name.is_empty()).then(|| name.to_owned()));
+        }
+        if address.starts_with("hm://") {
+            return Address::Hypermedia(address.to_owned());
+        }
+        if address.starts_with("https://") || address.starts_with("http://") {
+            return Address::Web(address.to_owned());
+        }
+        if address.starts_with("activity:") {
+            return Address::Activity;
+        }
+        if address.starts_with("ipfs:") {
+            return Address::Ipfs(address.to_owned());
         }
         match UNSUPPORTED.iter().find(|(prefix, _)| address.starts_with(prefix)) {
             Some((_, label)) => Address::Unsupported(label),
@@ -100,13 +113,17 @@ mod tests {
 
     #[test]
     fn other_upstream_forms_are_unsupported_and_the_rest_unrecognized() {
-        assert_eq!(Address::parse("hm://z6Mk/doc"), Address::Unsupported("hm://"));
         assert_eq!(Address::parse("~/tools/search"), Address::Tools(Some("search".into())));
         assert_eq!(Address::parse("~/tools/search//"), Address::Tools(Some("search".into())));
         assert_eq!(Address::parse("~/tools"), Address::Tools(None));
         assert_eq!(Address::parse("~/tools/"), Address::Tools(None));
         assert_eq!(Address::parse("~/toolsx"), Address::Unrecognized);
-        assert_eq!(Address::parse("ipfs://bafy"), Address::Unsupported("ipfs://"));
+        assert_eq!(Address::parse(" hm://z6Mk/doc "), Address::Hypermedia("hm://z6Mk/doc".into()));
+        assert_eq!(Address::parse("https://example.com/a"), Address::Web("https://example.com/a".into()));
+        assert_eq!(Address::parse("http://example.com"), Address::Web("http://example.com".into()));
+        assert_eq!(Address::parse("activity:anything"), Address::Activity);
+        assert_eq!(Address::parse("ftp://example.com"), Address::Unrecognized);
+        assert_eq!(Address::parse("ipfs://bafy"), Address::Ipfs("ipfs://bafy".into()));
         assert_eq!(Address::parse(" run: 1 "), Address::Run("1".into()));
         assert_eq!(Address::parse("/etc/passwd"), Address::Unrecognized);
         assert_eq!(Address::parse(""), Address::Unrecognized);

@@ -128,7 +128,7 @@ pub(super) async fn read(context: &Context<'_>) -> ApiResult<Value> {
         model_provider: provider.unwrap_or_else(|| Provider::Missing(definition.model_provider.clone())),
         reasoning_level: definition.reasoning_level,
         system_prompt,
-        grants: Grants { callable_tools: Vec::new(), publish: false },
+        grants: Grants { callable_tools: Vec::new(), publish: super::publish::publish_granted(definition) },
         signing_keys,
         metadata: definition.metadata.as_ref(),
         triggers: Vec::new(),

@@ -9,15 +9,19 @@
 //!
 //! [`address`] parses addresses; each noun has its file: [`memory`] (`~/memory/…`), [`agent`]
 //! (`~/self`), [`attachment`] (`attachment:<id>`), [`thread`] (`thread:<id>`), [`tools`]
-//! (`~/tools…` and the `call` verb).
+//! (`~/tools…` and the `call` verb), [`hypermedia`] (`hm://…`, `activity:`), [`web`] (`http(s)://…`).
 
 pub mod address;
 mod agent;
 mod attachment;
+mod hypermedia;
+mod ipfs;
 mod memory;
+mod publish;
 mod run;
 mod thread;
 mod tools;
+mod web;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -233,11 +237,26 @@ pub(crate) async fn read(context: &Context<'_>, input: &Value) -> ApiResult<Valu
         Address::Run(id) => run::read(context, id).await,
         Address::Thread(None) => thread::list(context, input.options()).await,
         Address::Tools(name) => tools::read(context, name.as_deref()).await,
+        Address::Hypermedia(address) => hypermedia::read(context, &address, json_options(&input)?.as_ref()).await,
+        Address::Web(address) => web::read(context, &address, json_options(&input)?.as_ref()).await,
+        Address::Activity => hypermedia::activity(context, json_options(&input)?.as_ref()).await,
+        Address::Ipfs(address) => ipfs::read(context, &address, &input).await,
         Address::Unsupported(label) => Err(not_yet(&format!("{label} addresses are"))),
         Address::Unrecognized => Err(ApiError::invalid(format!(
-            "Unrecognized address: {raw}. Supported here: ~/memory/…, ~/self, ~/tools/…, attachment:<id>, thread:<id>, run:<id>."
+            "Unrecognized address: {raw}. Supported here: ~/memory/…, ~/self, ~/tools/…, attachment:<id>, thread:<id>, run:<id>, hm://…, https://…, activity:, ipfs://<cid>."
         ))),
     }
+}
+
+/// `options` as JSON (an absent or non-map `options` is none).
+fn json_options(input: &Input<'_>) -> ApiResult<Option<serde_json::Map<String, serde_json::Value>>> {
+    let Some(options) = input.options() else { return Ok(None) };
+    let value = wire::from_ipld::<serde_json::Value>(Ipld::Map(options.clone()))
+        .map_err(|error| ApiError::invalid(format!("options are not JSON: {error}")))?;
+    Ok(match value {
+        serde_json::Value::Object(map) => Some(map),
+        _ => None,
+    })
 }
 
 /// `write {address, …}` by address.
@@ -247,11 +266,13 @@ pub(crate) async fn write(context: &Context<'_>, input: &Value) -> ApiResult<Val
     match Address::parse(raw) {
         Address::Memory(path) => memory::write(context, path, &fields).await,
         Address::Tools(Some(name)) => tools::write(context, &name, &fields).await,
-        Address::Unsupported(label @ ("~/triggers" | "hm://" | "ipfs://")) => {
+        Address::Hypermedia(address) => publish::write(context, &address, &fields).await,
+        Address::Ipfs(_) => ipfs::write(context, &fields).await,
+        Address::Unsupported(label @ "~/triggers") => {
             Err(not_yet(&format!("Writing {label} addresses is")))
         }
         _ => Err(ApiError::invalid(format!(
-            "Unrecognized write address: {raw}. Supported here: ~/memory/…, ~/tools/<name>."
+            "Unrecognized write address: {raw}. Supported here: ~/memory/…, ~/tools/<name>, ipfs://, hm://<account>/<path>."
         ))),
     }
 }
