@@ -268,9 +268,7 @@ pub(crate) async fn write(context: &Context<'_>, input: &Value) -> ApiResult<Val
         Address::Tools(Some(name)) => tools::write(context, &name, &fields).await,
         Address::Hypermedia(address) => publish::write(context, &address, &fields).await,
         Address::Ipfs(_) => ipfs::write(context, &fields).await,
-        Address::Unsupported(label @ "~/triggers") => {
-            Err(not_yet(&format!("Writing {label} addresses is")))
-        }
+        Address::Unsupported(label @ "~/triggers") => Err(not_yet(&format!("Writing {label} addresses is"))),
         _ => Err(ApiError::invalid(format!(
             "Unrecognized write address: {raw}. Supported here: ~/memory/…, ~/tools/<name>, ipfs://, hm://<account>/<path>."
         ))),
