@@ -34,11 +34,16 @@ fn read(session_id: &str, attachment_id: &str) -> ReadSessionAttachment {
 }
 
 fn memory(agent_id: &str, path: &str) -> FileUploadTarget {
-    FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget { agent_id: agent_id.into(), path: path.into() })
+    FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget {
+        extra: Default::default(),
+        agent_id: agent_id.into(),
+        path: path.into(),
+    })
 }
 
 fn attachment_target(session_id: &str, name: &str) -> FileUploadTarget {
     FileUploadTarget::SessionAttachmentUploadTarget(SessionAttachmentUploadTarget {
+        extra: Default::default(),
         mime_type: None,
         name: name.into(),
         session_id: session_id.into(),

@@ -2,57 +2,115 @@
 // Change the schema, then run `cargo run -p seed-agents-codegen` and commit both.
 //! The protocol types, generated from the JSON Schema.
 
-///`AbortFileUpload`
+/// The `AbortFileUpload` action (`_: "AbortFileUpload"`).
+///
+/// - Response: [`AbortFileUploadResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `uploadId` (see [`AbortFileUpload::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AbortFileUpload {
+    /// `uploadId` (required).
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
 }
-///`AbortFileUploadResponse`
+/// The server's answer to [`AbortFileUpload`].
+///
+/// - Since protocol 1
+/// - Required: `uploadId` (see [`AbortFileUploadResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AbortFileUploadResponse {
+    /// `uploadId` (required).
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AcceptAgentInvite`
+/// The `AcceptAgentInvite` action (`_: "AcceptAgentInvite"`).
+///
+/// - Response: [`AcceptAgentInviteResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId` (see [`AcceptAgentInvite::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AcceptAgentInvite {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`AcceptAgentInviteResponse`
+/// The server's answer to [`AcceptAgentInvite`].
+///
+/// - Since protocol 1
+/// - Required: `agent` (see [`AcceptAgentInviteResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AcceptAgentInviteResponse {
+    /// `agent` (required).
     pub agent: AgentInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///The value of an `account/<id>` change frame: what changed for the account.
+/// The value of an `account/<id>` change frame: what changed for the account.
+///
+/// - Since protocol 1
+/// - Required: `reason` (see [`AccountChangeHint::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AccountChangeHint {
+    /// `agentId` (optional).
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
+    /// `reason` (required).
     pub reason: ::std::string::String,
-    ///hm:// resources a write produced, version-pinned (session-event hints only).
+    /// hm:// resources a write produced, version-pinned (session-event hints only).
+    ///
+    /// Since protocol 2.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub references: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    /// `sessionId` (optional).
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ActivitySource`
+/// The `ActivitySource` object: `conditions`, `type`.
+///
+/// - Since protocol 3
+/// - Required: `conditions` (see [`ActivitySource::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ActivitySource {
+    /// `conditions` (required).
     pub conditions: ::std::vec::Vec<AgentActivityCondition>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentAccessRole`
+/// One of the `AgentAccessRole` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentAccessRole {
+    /// The wire value `chatter`.
     #[serde(rename = "chatter")]
     Chatter,
+    /// The wire value `owner`.
     #[serde(rename = "owner")]
     Owner,
+    /// The wire value `reader`.
     #[serde(rename = "reader")]
     Reader,
+    /// The wire value `writer`.
     #[serde(rename = "writer")]
     Writer,
 }
@@ -94,152 +152,226 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentAccessRole {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "_")]
 pub enum AgentAction {
+    /// A [`AbortFileUpload`].
     #[serde(rename = "AbortFileUpload")]
     AbortFileUpload(AbortFileUpload),
+    /// A [`AcceptAgentInvite`].
     #[serde(rename = "AcceptAgentInvite")]
     AcceptAgentInvite(AcceptAgentInvite),
+    /// A [`AppendFileUploadChunk`].
     #[serde(rename = "AppendFileUploadChunk")]
     AppendFileUploadChunk(AppendFileUploadChunk),
+    /// A [`BeginFileUpload`].
     #[serde(rename = "BeginFileUpload")]
     BeginFileUpload(BeginFileUpload),
+    /// A [`CancelProviderOAuth`].
     #[serde(rename = "CancelProviderOAuth")]
     CancelProviderOAuth(CancelProviderOAuth),
+    /// A [`CancelRun`].
     #[serde(rename = "CancelRun")]
     CancelRun(CancelRun),
+    /// A [`CombineAgentTriggers`].
     #[serde(rename = "CombineAgentTriggers")]
     CombineAgentTriggers(CombineAgentTriggers),
+    /// A [`CommitFileUpload`].
     #[serde(rename = "CommitFileUpload")]
     CommitFileUpload(CommitFileUpload),
+    /// A [`ConnectSessionBrowser`].
     #[serde(rename = "ConnectSessionBrowser")]
     ConnectSessionBrowser(ConnectSessionBrowser),
+    /// A [`CreateAgent`].
     #[serde(rename = "CreateAgent")]
     CreateAgent(CreateAgent),
+    /// A [`CreateAgentTrigger`].
     #[serde(rename = "CreateAgentTrigger")]
     CreateAgentTrigger(CreateAgentTrigger),
+    /// A [`CreateSession`].
     #[serde(rename = "CreateSession")]
     CreateSession(CreateSession),
+    /// A [`CreateSigningIdentity`].
     #[serde(rename = "CreateSigningIdentity")]
     CreateSigningIdentity(CreateSigningIdentity),
+    /// A [`DeclineAgentInvite`].
     #[serde(rename = "DeclineAgentInvite")]
     DeclineAgentInvite(DeclineAgentInvite),
+    /// A [`DeleteAgent`].
     #[serde(rename = "DeleteAgent")]
     DeleteAgent(DeleteAgent),
+    /// A [`DeleteAgentMemoryFile`].
     #[serde(rename = "DeleteAgentMemoryFile")]
     DeleteAgentMemoryFile(DeleteAgentMemoryFile),
+    /// A [`DeleteAgentTool`].
     #[serde(rename = "DeleteAgentTool")]
     DeleteAgentTool(DeleteAgentTool),
+    /// A [`DeleteAgentTrigger`].
     #[serde(rename = "DeleteAgentTrigger")]
     DeleteAgentTrigger(DeleteAgentTrigger),
+    /// A [`DeleteMcpServer`].
     #[serde(rename = "DeleteMcpServer")]
     DeleteMcpServer(DeleteMcpServer),
+    /// A [`DeleteModelProvider`].
     #[serde(rename = "DeleteModelProvider")]
     DeleteModelProvider(DeleteModelProvider),
+    /// A [`DeleteSession`].
     #[serde(rename = "DeleteSession")]
     DeleteSession(DeleteSession),
+    /// A [`DeleteSigningIdentity`].
     #[serde(rename = "DeleteSigningIdentity")]
     DeleteSigningIdentity(DeleteSigningIdentity),
+    /// A [`DisconnectSessionBrowser`].
     #[serde(rename = "DisconnectSessionBrowser")]
     DisconnectSessionBrowser(DisconnectSessionBrowser),
+    /// A [`DownloadAgentMemoryFile`].
     #[serde(rename = "DownloadAgentMemoryFile")]
     DownloadAgentMemoryFile(DownloadAgentMemoryFile),
+    /// A [`GetAgent`].
     #[serde(rename = "GetAgent")]
     GetAgent(GetAgent),
+    /// A [`GetAgentTrigger`].
     #[serde(rename = "GetAgentTrigger")]
     GetAgentTrigger(GetAgentTrigger),
+    /// A [`GetProviderOAuthStatus`].
     #[serde(rename = "GetProviderOAuthStatus")]
     GetProviderOAuthStatus(GetProviderOAuthStatus),
+    /// A [`GetRun`].
     #[serde(rename = "GetRun")]
     GetRun(GetRun),
+    /// A [`GetRunJournal`].
     #[serde(rename = "GetRunJournal")]
     GetRunJournal(GetRunJournal),
+    /// A [`GetSession`].
     #[serde(rename = "GetSession")]
     GetSession(GetSession),
+    /// A [`GetSessionEvent`].
     #[serde(rename = "GetSessionEvent")]
     GetSessionEvent(GetSessionEvent),
+    /// A [`ImportSigningIdentity`].
     #[serde(rename = "ImportSigningIdentity")]
     ImportSigningIdentity(ImportSigningIdentity),
+    /// A [`InviteAgentCollaborator`].
     #[serde(rename = "InviteAgentCollaborator")]
     InviteAgentCollaborator(InviteAgentCollaborator),
+    /// A [`InvokeSessionTool`].
     #[serde(rename = "InvokeSessionTool")]
     InvokeSessionTool(InvokeSessionTool),
+    /// A [`ListAgentCollaborators`].
     #[serde(rename = "ListAgentCollaborators")]
     ListAgentCollaborators(ListAgentCollaborators),
+    /// A [`ListAgentInvites`].
     #[serde(rename = "ListAgentInvites")]
     ListAgentInvites(ListAgentInvites),
+    /// A [`ListAgentMemory`].
     #[serde(rename = "ListAgentMemory")]
     ListAgentMemory(ListAgentMemory),
+    /// A [`ListAgentMemoryDir`].
     #[serde(rename = "ListAgentMemoryDir")]
     ListAgentMemoryDir(ListAgentMemoryDir),
+    /// A [`ListAgentTools`].
     #[serde(rename = "ListAgentTools")]
     ListAgentTools(ListAgentTools),
+    /// A [`ListAgentTriggers`].
     #[serde(rename = "ListAgentTriggers")]
     ListAgentTriggers(ListAgentTriggers),
+    /// A [`ListAgents`].
     #[serde(rename = "ListAgents")]
     ListAgents(ListAgents),
+    /// A [`ListMcpServers`].
     #[serde(rename = "ListMcpServers")]
     ListMcpServers(ListMcpServers),
+    /// A [`ListModelProviders`].
     #[serde(rename = "ListModelProviders")]
     ListModelProviders(ListModelProviders),
+    /// A [`ListProviderModels`].
     #[serde(rename = "ListProviderModels")]
     ListProviderModels(ListProviderModels),
+    /// A [`ListRuns`].
     #[serde(rename = "ListRuns")]
     ListRuns(ListRuns),
+    /// A [`ListSessions`].
     #[serde(rename = "ListSessions")]
     ListSessions(ListSessions),
+    /// A [`ListSigningIdentities`].
     #[serde(rename = "ListSigningIdentities")]
     ListSigningIdentities(ListSigningIdentities),
+    /// A [`MessageSession`].
     #[serde(rename = "MessageSession")]
     MessageSession(MessageSession),
+    /// A [`PollSessionBrowser`].
     #[serde(rename = "PollSessionBrowser")]
     PollSessionBrowser(PollSessionBrowser),
+    /// A [`ReadAgentMemoryFile`].
     #[serde(rename = "ReadAgentMemoryFile")]
     ReadAgentMemoryFile(ReadAgentMemoryFile),
+    /// A [`ReadSessionAttachment`].
     #[serde(rename = "ReadSessionAttachment")]
     ReadSessionAttachment(ReadSessionAttachment),
+    /// A [`RefreshMcpServer`].
     #[serde(rename = "RefreshMcpServer")]
     RefreshMcpServer(RefreshMcpServer),
+    /// A [`RegisterSigner`].
     #[serde(rename = "RegisterSigner")]
     RegisterSigner(RegisterSigner),
+    /// A [`RemoveAgentCollaborator`].
     #[serde(rename = "RemoveAgentCollaborator")]
     RemoveAgentCollaborator(RemoveAgentCollaborator),
+    /// A [`ResolveSessionBrowser`].
     #[serde(rename = "ResolveSessionBrowser")]
     ResolveSessionBrowser(ResolveSessionBrowser),
+    /// A [`RetrySession`].
     #[serde(rename = "RetrySession")]
     RetrySession(RetrySession),
+    /// A [`SaveAgentTool`].
     #[serde(rename = "SaveAgentTool")]
     SaveAgentTool(SaveAgentTool),
+    /// A [`SetAgentPublicChat`].
     #[serde(rename = "SetAgentPublicChat")]
     SetAgentPublicChat(SetAgentPublicChat),
+    /// A [`SetAgentPublicRead`].
     #[serde(rename = "SetAgentPublicRead")]
     SetAgentPublicRead(SetAgentPublicRead),
+    /// A [`SetMcpServer`].
     #[serde(rename = "SetMcpServer")]
     SetMcpServer(SetMcpServer),
+    /// A [`SetModelProvider`].
     #[serde(rename = "SetModelProvider")]
     SetModelProvider(SetModelProvider),
+    /// A [`SetSecret`].
     #[serde(rename = "SetSecret")]
     SetSecret(SetSecret),
+    /// A [`SignalRun`].
     #[serde(rename = "SignalRun")]
     SignalRun(SignalRun),
+    /// A [`StartProviderOAuth`].
     #[serde(rename = "StartProviderOAuth")]
     StartProviderOAuth(StartProviderOAuth),
+    /// A [`StopSession`].
     #[serde(rename = "StopSession")]
     StopSession(StopSession),
+    /// A [`SubmitProviderOAuthCode`].
     #[serde(rename = "SubmitProviderOAuthCode")]
     SubmitProviderOAuthCode(SubmitProviderOAuthCode),
+    /// A [`Subscribe`].
     #[serde(rename = "Subscribe")]
     Subscribe(Subscribe),
+    /// A [`UpdateAgent`].
     #[serde(rename = "UpdateAgent")]
     UpdateAgent(UpdateAgent),
+    /// A [`UpdateAgentTrigger`].
     #[serde(rename = "UpdateAgentTrigger")]
     UpdateAgentTrigger(UpdateAgentTrigger),
+    /// A [`UpdateSession`].
     #[serde(rename = "UpdateSession")]
     UpdateSession(UpdateSession),
+    /// A [`UpdateSigningIdentity`].
     #[serde(rename = "UpdateSigningIdentity")]
     UpdateSigningIdentity(UpdateSigningIdentity),
+    /// A [`UploadAgentMemoryFileToIpfs`].
     #[serde(rename = "UploadAgentMemoryFileToIpfs")]
     UploadAgentMemoryFileToIpfs(UploadAgentMemoryFileToIpfs),
+    /// A [`UploadSessionAttachment`].
     #[serde(rename = "UploadSessionAttachment")]
     UploadSessionAttachment(UploadSessionAttachment),
+    /// A [`WriteAgentMemoryFile`].
     #[serde(rename = "WriteAgentMemoryFile")]
     WriteAgentMemoryFile(WriteAgentMemoryFile),
 }
@@ -613,32 +745,59 @@ impl ::std::convert::From<WriteAgentMemoryFile> for AgentAction {
         Self::WriteAgentMemoryFile(value)
     }
 }
-///`AgentActivity`
+/// The `AgentActivity` object: `at`, `busy`, `kind`, `messageAt`, `messageFrom`, `sessionId`.
+///
+/// - Since protocol 1
+/// - Required: `at`, `busy`, `kind`, `messageAt`, `messageFrom`, `sessionId` (see [`AgentActivity::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentActivity {
+    /// `at` (required).
     pub at: i64,
+    /// `busy` (required).
     pub busy: bool,
+    /// `kind` (required).
     pub kind: AgentActivityKind,
+    /// `messageAt` (required).
     #[serde(rename = "messageAt")]
     pub message_at: i64,
+    /// `messageFrom` (required).
     #[serde(rename = "messageFrom")]
     pub message_from: AgentActivityMessageFrom,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentActivityCondition`
+/// The `AgentActivityCondition` object: `id`, `source`.
+///
+/// - Since protocol 3
+/// - Required: `id`, `source` (see [`AgentActivityCondition::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentActivityCondition {
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `source` (required).
     pub source: AgentActivitySource,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentActivityKind`
+/// One of the `AgentActivityKind` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentActivityKind {
+    /// The wire value `agent`.
     #[serde(rename = "agent")]
     Agent,
+    /// The wire value `tool`.
     #[serde(rename = "tool")]
     Tool,
+    /// The wire value `user`.
     #[serde(rename = "user")]
     User,
 }
@@ -674,11 +833,13 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentActivityKind {
         value.parse()
     }
 }
-///`AgentActivityMessageFrom`
+/// One of the `AgentActivityMessageFrom` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentActivityMessageFrom {
+    /// The wire value `agent`.
     #[serde(rename = "agent")]
     Agent,
+    /// The wire value `user`.
     #[serde(rename = "user")]
     User,
 }
@@ -712,18 +873,23 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentActivityMessageFrom
         value.parse()
     }
 }
-///`AgentActivitySource`
+/// One of the `AgentActivitySource` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type")]
 pub enum AgentActivitySource {
+    /// A [`CommentReplySource`].
     #[serde(rename = "comment-reply")]
     CommentReplySource(CommentReplySource),
+    /// A [`DocumentAuthorCommentSource`].
     #[serde(rename = "document-author-comment")]
     DocumentAuthorCommentSource(DocumentAuthorCommentSource),
+    /// A [`DocumentCommentSource`].
     #[serde(rename = "document-comment")]
     DocumentCommentSource(DocumentCommentSource),
+    /// A [`SiteUpdateSource`].
     #[serde(rename = "site-update")]
     SiteUpdateSource(SiteUpdateSource),
+    /// A [`UserMentionSource`].
     #[serde(rename = "user-mention")]
     UserMentionSource(UserMentionSource),
 }
@@ -752,23 +918,38 @@ impl ::std::convert::From<UserMentionSource> for AgentActivitySource {
         Self::UserMentionSource(value)
     }
 }
-///`AgentCollaboratorInfo`
+/// The `AgentCollaboratorInfo` object: `accountId`, `createdAt`, `role`, `status`, `updatedAt`.
+///
+/// - Since protocol 1
+/// - Required: `accountId`, `createdAt`, `role`, `status`, `updatedAt` (see [`AgentCollaboratorInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentCollaboratorInfo {
+    /// `accountId` (required).
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `role` (required).
     pub role: AgentAccessRole,
+    /// `status` (required).
     pub status: AgentCollaboratorInfoStatus,
+    /// `updatedAt` (required).
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentCollaboratorInfoStatus`
+/// One of the `AgentCollaboratorInfoStatus` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentCollaboratorInfoStatus {
+    /// The wire value `accepted`.
     #[serde(rename = "accepted")]
     Accepted,
+    /// The wire value `pending`.
     #[serde(rename = "pending")]
     Pending,
 }
@@ -802,11 +983,13 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentCollaboratorInfoSta
         value.parse()
     }
 }
-///`AgentCollaboratorRole`
+/// One of the `AgentCollaboratorRole` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentCollaboratorRole {
+    /// The wire value `reader`.
     #[serde(rename = "reader")]
     Reader,
+    /// The wire value `writer`.
     #[serde(rename = "writer")]
     Writer,
 }
@@ -840,43 +1023,65 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentCollaboratorRole {
         value.parse()
     }
 }
-///`AgentDefinition`
+/// The `AgentDefinition` object: `enabledModels`, `mcpServers`, `metadata`, `model`, `modelProvider`, `name`, `reasoningLevel`, `signingKey`, `signingKeys`, `systemPrompt`, `thoroughness`, `tools`.
+///
+/// - Since protocol 1
+/// - Required: `model`, `modelProvider`, `name`, `systemPrompt` (see [`AgentDefinition::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentDefinition {
+    /// `enabledModels` (optional).
     #[serde(rename = "enabledModels")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub enabled_models: ::std::option::Option<::std::vec::Vec<AgentModelRef>>,
+    /// `mcpServers` (optional).
     #[serde(rename = "mcpServers")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mcp_servers: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    /// `metadata` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub metadata:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    /// `model` (required).
     pub model: ::std::string::String,
+    /// `modelProvider` (required).
     #[serde(rename = "modelProvider")]
     pub model_provider: ::std::string::String,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `reasoningLevel` (optional).
     #[serde(rename = "reasoningLevel")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub reasoning_level: ::std::option::Option<ReasoningLevel>,
+    /// `signingKey` (optional).
     #[serde(rename = "signingKey")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub signing_key: ::std::option::Option<::std::string::String>,
+    /// `signingKeys` (optional).
     #[serde(rename = "signingKeys")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub signing_keys: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    /// `systemPrompt` (required).
     #[serde(rename = "systemPrompt")]
     pub system_prompt: AgentDefinitionSystemPrompt,
+    /// `thoroughness` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub thoroughness: ::std::option::Option<Thoroughness>,
+    /// `tools` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tools: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentDefinitionSystemPrompt`
+/// One of the `AgentDefinitionSystemPrompt` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentDefinitionSystemPrompt {
+    /// A [`Vec`].
     Array(::std::vec::Vec<AgentPromptBlock>),
+    /// A [`String`].
     String(::std::string::String),
 }
 impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentDefinitionSystemPrompt {
@@ -884,40 +1089,63 @@ impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentDefinition
         Self::Array(value)
     }
 }
-///`AgentInfo`
+/// The `AgentInfo` object: `accessRole`, `account`, `activity`, `createdAt`, `definition`, `id`, `publicChat`, `publicRead`, `stateDir`, `status`, `updatedAt`.
+///
+/// - Since protocol 1
+/// - Required: `account`, `createdAt`, `definition`, `id`, `stateDir`, `status`, `updatedAt` (see [`AgentInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentInfo {
+    /// `accessRole` (optional).
     #[serde(rename = "accessRole")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub access_role: ::std::option::Option<AgentAccessRole>,
+    /// `account` (required).
     pub account: ::std::string::String,
+    /// `activity` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub activity: ::std::option::Option<AgentActivity>,
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `definition` (required).
     pub definition: AgentDefinition,
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `publicChat` (optional).
     #[serde(rename = "publicChat")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub public_chat: ::std::option::Option<bool>,
+    /// `publicRead` (optional).
     #[serde(rename = "publicRead")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub public_read: ::std::option::Option<bool>,
+    /// `stateDir` (required).
     #[serde(rename = "stateDir")]
     pub state_dir: ::std::string::String,
+    /// `status` (required).
     pub status: AgentInfoStatus,
+    /// `updatedAt` (required).
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentInfoStatus`
+/// One of the `AgentInfoStatus` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentInfoStatus {
+    /// The wire value `error`.
     #[serde(rename = "error")]
     Error,
+    /// The wire value `idle`.
     #[serde(rename = "idle")]
     Idle,
+    /// The wire value `running`.
     #[serde(rename = "running")]
     Running,
+    /// The wire value `stopped`.
     #[serde(rename = "stopped")]
     Stopped,
 }
@@ -955,42 +1183,72 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentInfoStatus {
         value.parse()
     }
 }
-///`AgentInviteInfo`
+/// The `AgentInviteInfo` object: `agentId`, `agentName`, `createdAt`, `ownerAccountId`, `role`, `updatedAt`.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `agentName`, `createdAt`, `ownerAccountId`, `role`, `updatedAt` (see [`AgentInviteInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentInviteInfo {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `agentName` (required).
     #[serde(rename = "agentName")]
     pub agent_name: ::std::string::String,
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `ownerAccountId` (required).
     #[serde(rename = "ownerAccountId")]
     pub owner_account_id: ::std::string::String,
+    /// `role` (required).
     pub role: AgentCollaboratorRole,
+    /// `updatedAt` (required).
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentMemoryEntry`
+/// The `AgentMemoryEntry` object: `entryCount`, `mimeType`, `path`, `size`, `type`, `updatedAt`.
+///
+/// - Since protocol 1
+/// - Required: `path`, `size`, `type`, `updatedAt` (see [`AgentMemoryEntry::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentMemoryEntry {
+    /// `entryCount` (optional).
     #[serde(rename = "entryCount")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub entry_count: ::std::option::Option<i64>,
+    /// `mimeType` (optional).
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
+    /// `path` (required).
     pub path: ::std::string::String,
+    /// `size` (required).
     pub size: i64,
+    /// `type` (required).
     #[serde(rename = "type")]
     pub type_: AgentMemoryEntryType,
+    /// `updatedAt` (required).
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentMemoryEntryType`
+/// One of the `AgentMemoryEntryType` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentMemoryEntryType {
+    /// The wire value `dir`.
     #[serde(rename = "dir")]
     Dir,
+    /// The wire value `file`.
     #[serde(rename = "file")]
     File,
 }
@@ -1024,27 +1282,44 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentMemoryEntryType {
         value.parse()
     }
 }
-///`AgentMemoryFile`
+/// The `AgentMemoryFile` object: `content`, `data`, `encoding`, `mimeType`, `path`, `size`, `updatedAt`.
+///
+/// - Since protocol 1
+/// - Required: `encoding`, `path`, `size`, `updatedAt` (see [`AgentMemoryFile::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentMemoryFile {
+    /// `content` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub content: ::std::option::Option<::std::string::String>,
+    /// `data` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub data: ::std::option::Option<::seed_agents_protocol::Bytes>,
+    /// `encoding` (required).
     pub encoding: AgentMemoryFileEncoding,
+    /// `mimeType` (optional).
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
+    /// `path` (required).
     pub path: ::std::string::String,
+    /// `size` (required).
     pub size: i64,
+    /// `updatedAt` (required).
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentMemoryFileEncoding`
+/// One of the `AgentMemoryFileEncoding` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentMemoryFileEncoding {
+    /// The wire value `binary`.
     #[serde(rename = "binary")]
     Binary,
+    /// The wire value `utf8`.
     #[serde(rename = "utf8")]
     Utf8,
 }
@@ -1078,25 +1353,52 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentMemoryFileEncoding 
         value.parse()
     }
 }
-///`AgentModelRef`
+/// The `AgentModelRef` object: `model`, `provider`.
+///
+/// - Since protocol 1
+/// - Required: `model`, `provider` (see [`AgentModelRef::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentModelRef {
+    /// `model` (required).
     pub model: ::std::string::String,
+    /// `provider` (required).
     pub provider: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A Seed block node of a rich prompt or message: the block (open map with at least `id` and `type`) and its children.
+/// A Seed block node of a rich prompt or message: the block (open map with at least `id` and `type`) and its children.
+///
+/// - Since protocol 1
+/// - Required: `block` (see [`AgentPromptBlock::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentPromptBlock {
+    /// `block` (required).
     pub block: AgentPromptBlockBlock,
+    /// `children` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub children: ::std::option::Option<::std::vec::Vec<AgentPromptBlock>>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentPromptBlockBlock`
+/// The `AgentPromptBlockBlock` object: `id`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `id`, `type` (see [`AgentPromptBlockBlock::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentPromptBlockBlock {
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `type` (required).
     #[serde(rename = "type")]
     pub type_: ::std::string::String,
+    /// Entries beyond the named fields.
     #[serde(flatten)]
     pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
@@ -1104,140 +1406,208 @@ pub struct AgentPromptBlockBlock {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "_")]
 pub enum AgentResponse {
+    /// A [`AbortFileUploadResponse`].
     #[serde(rename = "AbortFileUploadResponse")]
     AbortFileUploadResponse(AbortFileUploadResponse),
+    /// A [`AcceptAgentInviteResponse`].
     #[serde(rename = "AcceptAgentInviteResponse")]
     AcceptAgentInviteResponse(AcceptAgentInviteResponse),
+    /// A [`AppendFileUploadChunkResponse`].
     #[serde(rename = "AppendFileUploadChunkResponse")]
     AppendFileUploadChunkResponse(AppendFileUploadChunkResponse),
+    /// A [`BeginFileUploadResponse`].
     #[serde(rename = "BeginFileUploadResponse")]
     BeginFileUploadResponse(BeginFileUploadResponse),
+    /// A [`CancelProviderOAuthResponse`].
     #[serde(rename = "CancelProviderOAuthResponse")]
     CancelProviderOAuthResponse(CancelProviderOAuthResponse),
+    /// A [`CancelRunResponse`].
     #[serde(rename = "CancelRunResponse")]
     CancelRunResponse(CancelRunResponse),
+    /// A [`CommitFileUploadResponse`].
     #[serde(rename = "CommitFileUploadResponse")]
     CommitFileUploadResponse(CommitFileUploadResponse),
+    /// A [`CreateAgentResponse`].
     #[serde(rename = "CreateAgentResponse")]
     CreateAgentResponse(CreateAgentResponse),
+    /// A [`CreateAgentTriggerResponse`].
     #[serde(rename = "CreateAgentTriggerResponse")]
     CreateAgentTriggerResponse(CreateAgentTriggerResponse),
+    /// A [`CreateSessionResponse`].
     #[serde(rename = "CreateSessionResponse")]
     CreateSessionResponse(CreateSessionResponse),
+    /// A [`CreateSigningIdentityResponse`].
     #[serde(rename = "CreateSigningIdentityResponse")]
     CreateSigningIdentityResponse(CreateSigningIdentityResponse),
+    /// A [`DeclineAgentInviteResponse`].
     #[serde(rename = "DeclineAgentInviteResponse")]
     DeclineAgentInviteResponse(DeclineAgentInviteResponse),
+    /// A [`DeleteAgentMemoryFileResponse`].
     #[serde(rename = "DeleteAgentMemoryFileResponse")]
     DeleteAgentMemoryFileResponse(DeleteAgentMemoryFileResponse),
+    /// A [`DeleteAgentResponse`].
     #[serde(rename = "DeleteAgentResponse")]
     DeleteAgentResponse(DeleteAgentResponse),
+    /// A [`DeleteAgentToolResponse`].
     #[serde(rename = "DeleteAgentToolResponse")]
     DeleteAgentToolResponse(DeleteAgentToolResponse),
+    /// A [`DeleteAgentTriggerResponse`].
     #[serde(rename = "DeleteAgentTriggerResponse")]
     DeleteAgentTriggerResponse(DeleteAgentTriggerResponse),
+    /// A [`DeleteMcpServerResponse`].
     #[serde(rename = "DeleteMcpServerResponse")]
     DeleteMcpServerResponse(DeleteMcpServerResponse),
+    /// A [`DeleteModelProviderResponse`].
     #[serde(rename = "DeleteModelProviderResponse")]
     DeleteModelProviderResponse(DeleteModelProviderResponse),
+    /// A [`DeleteSessionResponse`].
     #[serde(rename = "DeleteSessionResponse")]
     DeleteSessionResponse(DeleteSessionResponse),
+    /// A [`DeleteSigningIdentityResponse`].
     #[serde(rename = "DeleteSigningIdentityResponse")]
     DeleteSigningIdentityResponse(DeleteSigningIdentityResponse),
+    /// A [`DownloadAgentMemoryFileResponse`].
     #[serde(rename = "DownloadAgentMemoryFileResponse")]
     DownloadAgentMemoryFileResponse(DownloadAgentMemoryFileResponse),
+    /// A [`Error`].
     #[serde(rename = "Error")]
     Error(Error),
+    /// A [`GetAgentResponse`].
     #[serde(rename = "GetAgentResponse")]
     GetAgentResponse(GetAgentResponse),
+    /// A [`GetAgentTriggerResponse`].
     #[serde(rename = "GetAgentTriggerResponse")]
     GetAgentTriggerResponse(GetAgentTriggerResponse),
+    /// A [`GetRunJournalResponse`].
     #[serde(rename = "GetRunJournalResponse")]
     GetRunJournalResponse(GetRunJournalResponse),
+    /// A [`GetRunResponse`].
     #[serde(rename = "GetRunResponse")]
     GetRunResponse(GetRunResponse),
+    /// A [`GetSessionEventResponse`].
     #[serde(rename = "GetSessionEventResponse")]
     GetSessionEventResponse(GetSessionEventResponse),
+    /// A [`GetSessionResponse`].
     #[serde(rename = "GetSessionResponse")]
     GetSessionResponse(GetSessionResponse),
+    /// A [`ImportSigningIdentityResponse`].
     #[serde(rename = "ImportSigningIdentityResponse")]
     ImportSigningIdentityResponse(ImportSigningIdentityResponse),
+    /// A [`InviteAgentCollaboratorResponse`].
     #[serde(rename = "InviteAgentCollaboratorResponse")]
     InviteAgentCollaboratorResponse(InviteAgentCollaboratorResponse),
+    /// A [`InvokeSessionToolResponse`].
     #[serde(rename = "InvokeSessionToolResponse")]
     InvokeSessionToolResponse(InvokeSessionToolResponse),
+    /// A [`ListAgentCollaboratorsResponse`].
     #[serde(rename = "ListAgentCollaboratorsResponse")]
     ListAgentCollaboratorsResponse(ListAgentCollaboratorsResponse),
+    /// A [`ListAgentInvitesResponse`].
     #[serde(rename = "ListAgentInvitesResponse")]
     ListAgentInvitesResponse(ListAgentInvitesResponse),
+    /// A [`ListAgentMemoryDirResponse`].
     #[serde(rename = "ListAgentMemoryDirResponse")]
     ListAgentMemoryDirResponse(ListAgentMemoryDirResponse),
+    /// A [`ListAgentMemoryResponse`].
     #[serde(rename = "ListAgentMemoryResponse")]
     ListAgentMemoryResponse(ListAgentMemoryResponse),
+    /// A [`ListAgentToolsResponse`].
     #[serde(rename = "ListAgentToolsResponse")]
     ListAgentToolsResponse(ListAgentToolsResponse),
+    /// A [`ListAgentTriggersResponse`].
     #[serde(rename = "ListAgentTriggersResponse")]
     ListAgentTriggersResponse(ListAgentTriggersResponse),
+    /// A [`ListAgentsResponse`].
     #[serde(rename = "ListAgentsResponse")]
     ListAgentsResponse(ListAgentsResponse),
+    /// A [`ListMcpServersResponse`].
     #[serde(rename = "ListMcpServersResponse")]
     ListMcpServersResponse(ListMcpServersResponse),
+    /// A [`ListModelProvidersResponse`].
     #[serde(rename = "ListModelProvidersResponse")]
     ListModelProvidersResponse(ListModelProvidersResponse),
+    /// A [`ListProviderModelsResponse`].
     #[serde(rename = "ListProviderModelsResponse")]
     ListProviderModelsResponse(ListProviderModelsResponse),
+    /// A [`ListRunsResponse`].
     #[serde(rename = "ListRunsResponse")]
     ListRunsResponse(ListRunsResponse),
+    /// A [`ListSessionsResponse`].
     #[serde(rename = "ListSessionsResponse")]
     ListSessionsResponse(ListSessionsResponse),
+    /// A [`ListSigningIdentitiesResponse`].
     #[serde(rename = "ListSigningIdentitiesResponse")]
     ListSigningIdentitiesResponse(ListSigningIdentitiesResponse),
+    /// A [`MessageSessionResponse`].
     #[serde(rename = "MessageSessionResponse")]
     MessageSessionResponse(MessageSessionResponse),
+    /// A [`ProviderOAuthStatusResponse`].
     #[serde(rename = "ProviderOAuthStatusResponse")]
     ProviderOAuthStatusResponse(ProviderOAuthStatusResponse),
+    /// A [`ReadAgentMemoryFileResponse`].
     #[serde(rename = "ReadAgentMemoryFileResponse")]
     ReadAgentMemoryFileResponse(ReadAgentMemoryFileResponse),
+    /// A [`ReadSessionAttachmentResponse`].
     #[serde(rename = "ReadSessionAttachmentResponse")]
     ReadSessionAttachmentResponse(ReadSessionAttachmentResponse),
+    /// A [`RegisterSignerResponse`].
     #[serde(rename = "RegisterSignerResponse")]
     RegisterSignerResponse(RegisterSignerResponse),
+    /// A [`RemoveAgentCollaboratorResponse`].
     #[serde(rename = "RemoveAgentCollaboratorResponse")]
     RemoveAgentCollaboratorResponse(RemoveAgentCollaboratorResponse),
+    /// A [`RetrySessionResponse`].
     #[serde(rename = "RetrySessionResponse")]
     RetrySessionResponse(RetrySessionResponse),
+    /// A [`SaveAgentToolResponse`].
     #[serde(rename = "SaveAgentToolResponse")]
     SaveAgentToolResponse(SaveAgentToolResponse),
+    /// A [`SessionBrowserResponse`].
     #[serde(rename = "SessionBrowserResponse")]
     SessionBrowserResponse(SessionBrowserResponse),
+    /// A [`SetAgentPublicChatResponse`].
     #[serde(rename = "SetAgentPublicChatResponse")]
     SetAgentPublicChatResponse(SetAgentPublicChatResponse),
+    /// A [`SetAgentPublicReadResponse`].
     #[serde(rename = "SetAgentPublicReadResponse")]
     SetAgentPublicReadResponse(SetAgentPublicReadResponse),
+    /// A [`SetMcpServerResponse`].
     #[serde(rename = "SetMcpServerResponse")]
     SetMcpServerResponse(SetMcpServerResponse),
+    /// A [`SetModelProviderResponse`].
     #[serde(rename = "SetModelProviderResponse")]
     SetModelProviderResponse(SetModelProviderResponse),
+    /// A [`SetSecretResponse`].
     #[serde(rename = "SetSecretResponse")]
     SetSecretResponse(SetSecretResponse),
+    /// A [`SignalRunResponse`].
     #[serde(rename = "SignalRunResponse")]
     SignalRunResponse(SignalRunResponse),
+    /// A [`StartProviderOAuthResponse`].
     #[serde(rename = "StartProviderOAuthResponse")]
     StartProviderOAuthResponse(StartProviderOAuthResponse),
+    /// A [`StopSessionResponse`].
     #[serde(rename = "StopSessionResponse")]
     StopSessionResponse(StopSessionResponse),
+    /// A [`SubmitProviderOAuthCodeResponse`].
     #[serde(rename = "SubmitProviderOAuthCodeResponse")]
     SubmitProviderOAuthCodeResponse(SubmitProviderOAuthCodeResponse),
+    /// A [`UpdateAgentTriggerResponse`].
     #[serde(rename = "UpdateAgentTriggerResponse")]
     UpdateAgentTriggerResponse(UpdateAgentTriggerResponse),
+    /// A [`UpdateSessionResponse`].
     #[serde(rename = "UpdateSessionResponse")]
     UpdateSessionResponse(UpdateSessionResponse),
+    /// A [`UpdateSigningIdentityResponse`].
     #[serde(rename = "UpdateSigningIdentityResponse")]
     UpdateSigningIdentityResponse(UpdateSigningIdentityResponse),
+    /// A [`UploadAgentMemoryFileToIpfsResponse`].
     #[serde(rename = "UploadAgentMemoryFileToIpfsResponse")]
     UploadAgentMemoryFileToIpfsResponse(UploadAgentMemoryFileToIpfsResponse),
+    /// A [`UploadSessionAttachmentResponse`].
     #[serde(rename = "UploadSessionAttachmentResponse")]
     UploadSessionAttachmentResponse(UploadSessionAttachmentResponse),
+    /// A [`WriteAgentMemoryFileResponse`].
     #[serde(rename = "WriteAgentMemoryFileResponse")]
     WriteAgentMemoryFileResponse(WriteAgentMemoryFileResponse),
 }
@@ -1581,33 +1951,51 @@ impl ::std::convert::From<WriteAgentMemoryFileResponse> for AgentResponse {
         Self::WriteAgentMemoryFileResponse(value)
     }
 }
-///What the agent is doing right now (live only).
+/// What the agent is doing right now (live only).
+///
+/// - Since protocol 1
+/// - Required: `phase` (see [`AgentRunActivity::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentRunActivity {
+    /// `detail` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub detail: ::std::option::Option<::std::string::String>,
+    /// `outputTail` (optional).
     #[serde(rename = "outputTail")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub output_tail: ::std::option::Option<::std::string::String>,
+    /// `phase` (required).
     pub phase: AgentRunActivityPhase,
+    /// `toolCallId` (optional).
     #[serde(rename = "toolCallId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tool_call_id: ::std::option::Option<::std::string::String>,
+    /// `toolName` (optional).
     #[serde(rename = "toolName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tool_name: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentRunActivityPhase`
+/// One of the `AgentRunActivityPhase` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentRunActivityPhase {
+    /// The wire value `finalizing`.
     #[serde(rename = "finalizing")]
     Finalizing,
+    /// The wire value `responding`.
     #[serde(rename = "responding")]
     Responding,
+    /// The wire value `starting`.
     #[serde(rename = "starting")]
     Starting,
+    /// The wire value `thinking`.
     #[serde(rename = "thinking")]
     Thinking,
+    /// The wire value `tool`.
     #[serde(rename = "tool")]
     Tool,
 }
@@ -1647,25 +2035,41 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentRunActivityPhase {
         value.parse()
     }
 }
-///`AgentRunUsage`
+/// The `AgentRunUsage` object: `cacheRead`, `cacheWrite`, `input`, `output`, `total`.
+///
+/// - Since protocol 1
+/// - Required: `cacheRead`, `cacheWrite`, `input`, `output`, `total` (see [`AgentRunUsage::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentRunUsage {
+    /// `cacheRead` (required).
     #[serde(rename = "cacheRead")]
     pub cache_read: i64,
+    /// `cacheWrite` (required).
     #[serde(rename = "cacheWrite")]
     pub cache_write: i64,
+    /// `input` (required).
     pub input: i64,
+    /// `output` (required).
     pub output: i64,
+    /// `total` (required).
     pub total: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentScheduleTrigger`
+/// One of the `AgentScheduleTrigger` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind")]
 pub enum AgentScheduleTrigger {
+    /// A [`IntervalSchedule`].
     #[serde(rename = "interval")]
     IntervalSchedule(IntervalSchedule),
+    /// A [`OnceSchedule`].
     #[serde(rename = "once")]
     OnceSchedule(OnceSchedule),
+    /// A [`WeeklySchedule`].
     #[serde(rename = "weekly")]
     WeeklySchedule(WeeklySchedule),
 }
@@ -1684,89 +2088,152 @@ impl ::std::convert::From<WeeklySchedule> for AgentScheduleTrigger {
         Self::WeeklySchedule(value)
     }
 }
-///`AgentSessionTriggerContext`
+/// The `AgentSessionTriggerContext` object: `activity`, `activityKey`, `activitySummary`, `error`, `firedAt`, `firingId`, `matchedConditions`, `prompt`, `promptBlocks`, `source`, `status`, `triggerId`, `triggerName`.
+///
+/// - Since protocol 1
+/// - Required: `activity`, `activityKey`, `activitySummary`, `firedAt`, `firingId`, `prompt`, `source`, `status`, `triggerId`, `triggerName` (see [`AgentSessionTriggerContext::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentSessionTriggerContext {
+    /// `activity` (required).
     pub activity: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+    /// `activityKey` (required).
     #[serde(rename = "activityKey")]
     pub activity_key: ::std::string::String,
+    /// `activitySummary` (required).
     #[serde(rename = "activitySummary")]
     pub activity_summary: ::std::string::String,
+    /// `error` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
+    /// `firedAt` (required).
     #[serde(rename = "firedAt")]
     pub fired_at: i64,
+    /// `firingId` (required).
     #[serde(rename = "firingId")]
     pub firing_id: ::std::string::String,
+    /// `matchedConditions` (optional).
     #[serde(rename = "matchedConditions")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub matched_conditions: ::std::option::Option<::std::vec::Vec<AgentActivityCondition>>,
+    /// `prompt` (required).
     pub prompt: ::std::string::String,
+    /// `promptBlocks` (optional).
     #[serde(rename = "promptBlocks")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt_blocks: ::std::option::Option<::std::vec::Vec<AgentPromptBlock>>,
+    /// `source` (required).
     pub source: AgentTriggerSource,
+    /// `status` (required).
     pub status: ::std::string::String,
+    /// `triggerId` (required).
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
+    /// `triggerName` (required).
     #[serde(rename = "triggerName")]
     pub trigger_name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentSessionTriggerSummary`
+/// The `AgentSessionTriggerSummary` object: `activityKey`, `activitySummary`, `firedAt`, `firingId`, `matchedConditions`, `source`, `triggerId`, `triggerName`.
+///
+/// - Since protocol 1
+/// - Required: `activityKey`, `activitySummary`, `firedAt`, `firingId`, `source`, `triggerId`, `triggerName` (see [`AgentSessionTriggerSummary::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentSessionTriggerSummary {
+    /// `activityKey` (required).
     #[serde(rename = "activityKey")]
     pub activity_key: ::std::string::String,
+    /// `activitySummary` (required).
     #[serde(rename = "activitySummary")]
     pub activity_summary: ::std::string::String,
+    /// `firedAt` (required).
     #[serde(rename = "firedAt")]
     pub fired_at: i64,
+    /// `firingId` (required).
     #[serde(rename = "firingId")]
     pub firing_id: ::std::string::String,
+    /// `matchedConditions` (optional).
     #[serde(rename = "matchedConditions")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub matched_conditions: ::std::option::Option<::std::vec::Vec<AgentActivityCondition>>,
+    /// `source` (required).
     pub source: AgentTriggerSource,
+    /// `triggerId` (required).
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
+    /// `triggerName` (required).
     #[serde(rename = "triggerName")]
     pub trigger_name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentToolInfo`
+/// The `AgentToolInfo` object: `cid`, `createdAt`, `description`, `enabled`, `granted`, `input`, `kind`, `name`, `output`, `remoteName`, `runtime`, `server`, `source`, `summary`, `updatedAt`.
+///
+/// - Since protocol 1
+/// - Required: `cid`, `createdAt`, `description`, `enabled`, `granted`, `input`, `kind`, `name`, `summary`, `updatedAt` (see [`AgentToolInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentToolInfo {
+    /// `cid` (required).
     pub cid: ::std::string::String,
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `description` (required).
     pub description: ::std::string::String,
+    /// `enabled` (required).
     pub enabled: bool,
+    /// `granted` (required).
     pub granted: bool,
+    /// `input` (required).
     pub input: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+    /// `kind` (required).
     pub kind: AgentToolInfoKind,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `output` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub output:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    /// `remoteName` (optional).
     #[serde(rename = "remoteName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub remote_name: ::std::option::Option<::std::string::String>,
+    /// `runtime` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub runtime: ::std::option::Option<AgentToolInfoRuntime>,
+    /// `server` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub server: ::std::option::Option<::std::string::String>,
+    /// `source` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub source: ::std::option::Option<::std::string::String>,
+    /// `summary` (required).
     pub summary: ::std::string::String,
+    /// `updatedAt` (required).
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentToolInfoKind`
+/// One of the `AgentToolInfoKind` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentToolInfoKind {
+    /// The wire value `builtin`.
     #[serde(rename = "builtin")]
     Builtin,
+    /// The wire value `lambda`.
     #[serde(rename = "lambda")]
     Lambda,
+    /// The wire value `mcp`.
     #[serde(rename = "mcp")]
     Mcp,
 }
@@ -1802,11 +2269,13 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentToolInfoKind {
         value.parse()
     }
 }
-///`AgentToolInfoRuntime`
+/// One of the `AgentToolInfoRuntime` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentToolInfoRuntime {
+    /// The wire value `python`.
     #[serde(rename = "python")]
     Python,
+    /// The wire value `typescript`.
     #[serde(rename = "typescript")]
     Typescript,
 }
@@ -1840,25 +2309,42 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentToolInfoRuntime {
         value.parse()
     }
 }
-///`AgentToolInput`
+/// The `AgentToolInput` object: `description`, `input`, `name`, `output`, `runtime`, `source`, `summary`.
+///
+/// - Since protocol 1
+/// - Required: `description`, `input`, `name`, `runtime`, `source` (see [`AgentToolInput::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentToolInput {
+    /// `description` (required).
     pub description: ::std::string::String,
+    /// `input` (required).
     pub input: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `output` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub output:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    /// `runtime` (required).
     pub runtime: AgentToolInputRuntime,
+    /// `source` (required).
     pub source: ::std::string::String,
+    /// `summary` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub summary: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentToolInputRuntime`
+/// One of the `AgentToolInputRuntime` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentToolInputRuntime {
+    /// The wire value `python`.
     #[serde(rename = "python")]
     Python,
+    /// The wire value `typescript`.
     #[serde(rename = "typescript")]
     Typescript,
 }
@@ -1892,41 +2378,67 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentToolInputRuntime {
         value.parse()
     }
 }
-///`AgentTriggerInfo`
+/// The `AgentTriggerInfo` object: `account`, `agentId`, `continuation`, `createdAt`, `enabled`, `id`, `lastCheckedAt`, `lastError`, `lastFiredAt`, `mergedInto`, `name`, `prompt`, `source`, `updatedAt`.
+///
+/// - Since protocol 1
+/// - Required: `account`, `agentId`, `createdAt`, `enabled`, `id`, `name`, `prompt`, `source`, `updatedAt` (see [`AgentTriggerInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentTriggerInfo {
+    /// `account` (required).
     pub account: ::std::string::String,
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `continuation` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continuation: ::std::option::Option<TriggerContinuation>,
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `enabled` (required).
     pub enabled: bool,
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `lastCheckedAt` (optional).
     #[serde(rename = "lastCheckedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub last_checked_at: ::std::option::Option<i64>,
+    /// `lastError` (optional).
     #[serde(rename = "lastError")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub last_error: ::std::option::Option<::std::string::String>,
+    /// `lastFiredAt` (optional).
     #[serde(rename = "lastFiredAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub last_fired_at: ::std::option::Option<i64>,
+    /// `mergedInto` (optional).
+    ///
+    /// Since protocol 3.
     #[serde(rename = "mergedInto")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub merged_into: ::std::option::Option<::std::string::String>,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `prompt` (required).
     pub prompt: AgentTriggerInfoPrompt,
+    /// `source` (required).
     pub source: AgentTriggerSource,
+    /// `updatedAt` (required).
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentTriggerInfoPrompt`
+/// One of the `AgentTriggerInfoPrompt` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentTriggerInfoPrompt {
+    /// A [`Vec`].
     Array(::std::vec::Vec<AgentPromptBlock>),
+    /// A [`String`].
     String(::std::string::String),
 }
 impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerInfoPrompt {
@@ -1934,23 +2446,38 @@ impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerInf
         Self::Array(value)
     }
 }
-///`AgentTriggerInput`
+/// The `AgentTriggerInput` object: `continuation`, `enabled`, `name`, `prompt`, `source`.
+///
+/// - Since protocol 1
+/// - Required: `name`, `source` (see [`AgentTriggerInput::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentTriggerInput {
+    /// `continuation` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continuation: ::std::option::Option<TriggerContinuation>,
+    /// `enabled` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub enabled: ::std::option::Option<bool>,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `prompt` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt: ::std::option::Option<AgentTriggerInputPrompt>,
+    /// `source` (required).
     pub source: AgentTriggerSource,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentTriggerInputPrompt`
+/// One of the `AgentTriggerInputPrompt` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentTriggerInputPrompt {
+    /// A [`Vec`].
     Array(::std::vec::Vec<AgentPromptBlock>),
+    /// A [`String`].
     String(::std::string::String),
 }
 impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerInputPrompt {
@@ -1958,25 +2485,39 @@ impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerInp
         Self::Array(value)
     }
 }
-///`AgentTriggerPatch`
+/// The `AgentTriggerPatch` object: `continuation`, `enabled`, `name`, `prompt`, `source`.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentTriggerPatch {
+    /// `continuation` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continuation: ::std::option::Option<TriggerContinuation>,
+    /// `enabled` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub enabled: ::std::option::Option<bool>,
+    /// `name` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub name: ::std::option::Option<::std::string::String>,
+    /// `prompt` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt: ::std::option::Option<AgentTriggerPatchPrompt>,
+    /// `source` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub source: ::std::option::Option<AgentTriggerSource>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AgentTriggerPatchPrompt`
+/// One of the `AgentTriggerPatchPrompt` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentTriggerPatchPrompt {
+    /// A [`Vec`].
     Array(::std::vec::Vec<AgentPromptBlock>),
+    /// A [`String`].
     String(::std::string::String),
 }
 impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerPatchPrompt {
@@ -1984,26 +2525,35 @@ impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerPat
         Self::Array(value)
     }
 }
-///`AgentTriggerSource`
+/// One of the `AgentTriggerSource` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type")]
 pub enum AgentTriggerSource {
+    /// A [`ActivitySource`].
     #[serde(rename = "activity")]
     ActivitySource(ActivitySource),
+    /// A [`CommentReplySource`].
     #[serde(rename = "comment-reply")]
     CommentReplySource(CommentReplySource),
+    /// A [`DocumentAuthorCommentSource`].
     #[serde(rename = "document-author-comment")]
     DocumentAuthorCommentSource(DocumentAuthorCommentSource),
+    /// A [`DocumentCommentSource`].
     #[serde(rename = "document-comment")]
     DocumentCommentSource(DocumentCommentSource),
+    /// A [`RunCompletedSource`].
     #[serde(rename = "run-completed")]
     RunCompletedSource(RunCompletedSource),
+    /// A [`ScheduleSource`].
     #[serde(rename = "schedule")]
     ScheduleSource(ScheduleSource),
+    /// A [`SiteUpdateSource`].
     #[serde(rename = "site-update")]
     SiteUpdateSource(SiteUpdateSource),
+    /// A [`UserMentionSource`].
     #[serde(rename = "user-mention")]
     UserMentionSource(UserMentionSource),
+    /// A [`WebhookSource`].
     #[serde(rename = "webhook")]
     WebhookSource(WebhookSource),
 }
@@ -2056,16 +2606,22 @@ impl ::std::convert::From<WebhookSource> for AgentTriggerSource {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "_")]
 pub enum AgentWsEvent {
+    /// A [`AppendFrame`].
     #[serde(rename = "append")]
     AppendFrame(AppendFrame),
+    /// A [`AppendPartialFrame`].
     #[serde(rename = "appendPartial")]
     AppendPartialFrame(AppendPartialFrame),
+    /// A [`ChangeFrame`].
     #[serde(rename = "change")]
     ChangeFrame(ChangeFrame),
+    /// A [`ConnectedFrame`].
     #[serde(rename = "connected")]
     ConnectedFrame(ConnectedFrame),
+    /// A [`ErrorFrame`].
     #[serde(rename = "error")]
     ErrorFrame(ErrorFrame),
+    /// A [`SubscribedFrame`].
     #[serde(rename = "subscribed")]
     SubscribedFrame(SubscribedFrame),
 }
@@ -2099,98 +2655,181 @@ impl ::std::convert::From<SubscribedFrame> for AgentWsEvent {
         Self::SubscribedFrame(value)
     }
 }
-///`AppendFileUploadChunk`
+/// The `AppendFileUploadChunk` action (`_: "AppendFileUploadChunk"`).
+///
+/// - Response: [`AppendFileUploadChunkResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `content`, `offset`, `uploadId` (see [`AppendFileUploadChunk::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AppendFileUploadChunk {
+    /// `content` (required).
     pub content: ::seed_agents_protocol::Bytes,
+    /// `offset` (required).
     pub offset: i64,
+    /// `uploadId` (required).
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
 }
-///`AppendFileUploadChunkResponse`
+/// The server's answer to [`AppendFileUploadChunk`].
+///
+/// - Since protocol 1
+/// - Required: `received`, `uploadId` (see [`AppendFileUploadChunkResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AppendFileUploadChunkResponse {
+    /// `received` (required).
     pub received: i64,
+    /// `uploadId` (required).
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A durable append: a session event (`sessions/<id>`: `event`) or a run journal entry (`runs/<id>`: `runId`, `seq`, `entry`, `createdAt`).
+/// A durable append: a session event (`sessions/<id>`: `event`) or a run journal entry (`runs/<id>`: `runId`, `seq`, `entry`, `createdAt`).
+///
+/// - Since protocol 1
+/// - Required: `key` (see [`AppendFrame::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AppendFrame {
-    ///`runs/<id>` keys: when the entry was written.
+    /// `runs/<id>` keys: when the entry was written.
     #[serde(rename = "createdAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub created_at: ::std::option::Option<i64>,
-    ///`runs/<id>` keys: the journal entry.
+    /// `runs/<id>` keys: the journal entry.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub entry:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
-    ///`sessions/<id>` keys: the durable event.
+    /// `sessions/<id>` keys: the durable event.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub event: ::std::option::Option<SessionEvent>,
+    /// `key` (required).
     pub key: ::std::string::String,
-    ///`runs/<id>` keys: the run whose journal grew.
+    /// `runs/<id>` keys: the run whose journal grew.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub run_id: ::std::option::Option<::std::string::String>,
-    ///`runs/<id>` keys: the journal entry sequence number.
+    /// `runs/<id>` keys: the journal entry sequence number.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub seq: ::std::option::Option<i64>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A live partial; never persisted or replayed.
+/// A live partial; never persisted or replayed.
+///
+/// - Since protocol 1
+/// - Required: `key`, `partialId`, `patch` (see [`AppendPartialFrame::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AppendPartialFrame {
+    /// `key` (required).
     pub key: ::std::string::String,
+    /// `partialId` (required).
     #[serde(rename = "partialId")]
     pub partial_id: ::std::string::String,
+    /// `patch` (required).
     pub patch: PartialPatch,
-    ///`runs/<id>` keys only.
+    /// `runs/<id>` keys only.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub run_id: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ArchiveBrowserCommand`
+/// The `ArchiveBrowserCommand` object: `action`, `document`.
+///
+/// - Since protocol 1
+/// - Required: `document` (see [`ArchiveBrowserCommand::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ArchiveBrowserCommand {
+    /// `document` (required).
     pub document: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`AttachmentContentPart`
+/// The `AttachmentContentPart` object: `id`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `id` (see [`AttachmentContentPart::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AttachmentContentPart {
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`BeginFileUpload`
+/// The `BeginFileUpload` action (`_: "BeginFileUpload"`).
+///
+/// - Response: [`BeginFileUploadResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `size`, `target` (see [`BeginFileUpload::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct BeginFileUpload {
+    /// `size` (required).
     pub size: i64,
+    /// `target` (required).
     pub target: FileUploadTarget,
 }
-///`BeginFileUploadResponse`
+/// The server's answer to [`BeginFileUpload`].
+///
+/// - Since protocol 1
+/// - Required: `maxChunkBytes`, `uploadId` (see [`BeginFileUploadResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct BeginFileUploadResponse {
+    /// `maxChunkBytes` (required).
     #[serde(rename = "maxChunkBytes")]
     pub max_chunk_bytes: i64,
+    /// `uploadId` (required).
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///A browser command relayed to a connected desktop.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "action")]
 pub enum BrowserCommand {
+    /// A [`ArchiveBrowserCommand`].
     #[serde(rename = "archive")]
     ArchiveBrowserCommand(ArchiveBrowserCommand),
+    /// A [`ClickBrowserCommand`].
     #[serde(rename = "click")]
     ClickBrowserCommand(ClickBrowserCommand),
+    /// A [`NavigateBrowserCommand`].
     #[serde(rename = "navigate")]
     NavigateBrowserCommand(NavigateBrowserCommand),
+    /// A [`PressBrowserCommand`].
     #[serde(rename = "press")]
     PressBrowserCommand(PressBrowserCommand),
+    /// A [`ScreenshotBrowserCommand`].
     #[serde(rename = "screenshot")]
     ScreenshotBrowserCommand(ScreenshotBrowserCommand),
+    /// A [`ScrollBrowserCommand`].
     #[serde(rename = "scroll")]
     ScrollBrowserCommand(ScrollBrowserCommand),
+    /// A [`SnapshotBrowserCommand`].
     #[serde(rename = "snapshot")]
     SnapshotBrowserCommand(SnapshotBrowserCommand),
+    /// A [`TypeBrowserCommand`].
     #[serde(rename = "type")]
     TypeBrowserCommand(TypeBrowserCommand),
 }
@@ -2234,358 +2873,767 @@ impl ::std::convert::From<TypeBrowserCommand> for BrowserCommand {
         Self::TypeBrowserCommand(value)
     }
 }
-///`BrowserRequest`
+/// The `BrowserRequest` object: `command`, `id`.
+///
+/// - Since protocol 1
+/// - Required: `command`, `id` (see [`BrowserRequest::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct BrowserRequest {
+    /// `command` (required).
     pub command: BrowserCommand,
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`CancelProviderOAuth`
+/// The `CancelProviderOAuth` action (`_: "CancelProviderOAuth"`).
+///
+/// - Response: [`CancelProviderOAuthResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `loginId` (see [`CancelProviderOAuth::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CancelProviderOAuth {
+    /// `loginId` (required).
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
 }
-///`CancelProviderOAuthResponse`
+/// The server's answer to [`CancelProviderOAuth`].
+///
+/// - Since protocol 1
+/// - Required: `loginId` (see [`CancelProviderOAuthResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CancelProviderOAuthResponse {
+    /// `loginId` (required).
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`CancelRun`
+/// The `CancelRun` action (`_: "CancelRun"`).
+///
+/// - Response: [`CancelRunResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `runId` (see [`CancelRun::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CancelRun {
+    /// `runId` (required).
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
 }
-///`CancelRunResponse`
+/// The server's answer to [`CancelRun`].
+///
+/// - Since protocol 1
+/// - Required: `canceled`, `runId` (see [`CancelRunResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CancelRunResponse {
+    /// `canceled` (required).
     pub canceled: bool,
+    /// `runId` (required).
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A snapshot of something that changed; the key prefix says what `value` is.
+/// A snapshot of something that changed; the key prefix says what `value` is.
+///
+/// - Since protocol 1
+/// - Required: `key`, `value` (see [`ChangeFrame::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ChangeFrame {
+    /// `key` (required).
     pub key: ::std::string::String,
-    ///By key prefix: `sessions/` SessionInfo, `agents/` AgentInfo, `runs/` RunInfo, `account/` AccountChangeHint.
+    /// By key prefix: `sessions/` SessionInfo, `agents/` AgentInfo, `runs/` RunInfo, `account/` AccountChangeHint.
     pub value: ::seed_agents_protocol::Value,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ClickBrowserCommand`
+/// The `ClickBrowserCommand` object: `action`, `document`, `ref`.
+///
+/// - Since protocol 1
+/// - Required: `document`, `ref` (see [`ClickBrowserCommand::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ClickBrowserCommand {
+    /// `document` (required).
     pub document: ::std::string::String,
+    /// `ref` (required).
     #[serde(rename = "ref")]
     pub ref_: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`CombineAgentTriggers`
+/// The `CombineAgentTriggers` action (`_: "CombineAgentTriggers"`).
+///
+/// - Response: [`UpdateAgentTriggerResponse`]
+/// - Effect: write
+/// - Since protocol 3
+/// - Required: `expectedUpdatedAt`, `otherExpectedUpdatedAt`, `otherTriggerId`, `triggerId` (see [`CombineAgentTriggers::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CombineAgentTriggers {
+    /// `expectedUpdatedAt` (required).
     #[serde(rename = "expectedUpdatedAt")]
     pub expected_updated_at: i64,
+    /// `otherExpectedUpdatedAt` (required).
     #[serde(rename = "otherExpectedUpdatedAt")]
     pub other_expected_updated_at: i64,
+    /// `otherTriggerId` (required).
     #[serde(rename = "otherTriggerId")]
     pub other_trigger_id: ::std::string::String,
+    /// `triggerId` (required).
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
+    /// `useOtherAction` (optional).
     #[serde(rename = "useOtherAction")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub use_other_action: ::std::option::Option<bool>,
 }
-///`CommentReplySource`
+/// The `CommentReplySource` object: `repliedToAccounts`, `resourcePrefix`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `repliedToAccounts` (see [`CommentReplySource::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CommentReplySource {
+    /// `repliedToAccounts` (required).
     #[serde(rename = "repliedToAccounts")]
     pub replied_to_accounts: ::std::vec::Vec<::std::string::String>,
+    /// `resourcePrefix` (optional).
     #[serde(rename = "resourcePrefix")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub resource_prefix: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`CommitFileUpload`
+/// The `CommitFileUpload` action (`_: "CommitFileUpload"`).
+///
+/// - Response: [`CommitFileUploadResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `uploadId` (see [`CommitFileUpload::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CommitFileUpload {
+    /// `uploadId` (required).
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
 }
-///`CommitFileUploadResponse`
+/// The server's answer to [`CommitFileUpload`].
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CommitFileUploadResponse {
+    /// `attachment` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub attachment: ::std::option::Option<SessionAttachmentInfo>,
+    /// `entry` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub entry: ::std::option::Option<AgentMemoryEntry>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ConnectSessionBrowser`
+/// The `ConnectSessionBrowser` action (`_: "ConnectSessionBrowser"`).
+///
+/// - Response: [`SessionBrowserResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `connectionId`, `sessionId` (see [`ConnectSessionBrowser::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ConnectSessionBrowser {
+    /// `connectionId` (required).
     #[serde(rename = "connectionId")]
     pub connection_id: ::std::string::String,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///Sent once when the socket opens.
+/// Sent once when the socket opens.
+///
+/// - Since protocol 1
+/// - Required: `connectedAt` (see [`ConnectedFrame::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ConnectedFrame {
+    /// `connectedAt` (required).
     #[serde(rename = "connectedAt")]
     pub connected_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ContextContentPart`
+/// The `ContextContentPart` object: `lines`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `lines` (see [`ContextContentPart::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ContextContentPart {
+    /// `lines` (required).
     pub lines: ::std::vec::Vec<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`CreateAgent`
+/// The `CreateAgent` action (`_: "CreateAgent"`).
+///
+/// - Response: [`CreateAgentResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `definition` (see [`CreateAgent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateAgent {
+    /// `clientRequestId` (optional).
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
+    /// `definition` (required).
     pub definition: AgentDefinition,
 }
-///`CreateAgentResponse`
+/// The server's answer to [`CreateAgent`].
+///
+/// - Since protocol 1
+/// - Required: `agentId` (see [`CreateAgentResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateAgentResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`CreateAgentTrigger`
+/// The `CreateAgentTrigger` action (`_: "CreateAgentTrigger"`).
+///
+/// - Response: [`CreateAgentTriggerResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `trigger` (see [`CreateAgentTrigger::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateAgentTrigger {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `clientRequestId` (optional).
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
+    /// `trigger` (required).
     pub trigger: AgentTriggerInput,
 }
-///`CreateAgentTriggerResponse`
+/// The server's answer to [`CreateAgentTrigger`].
+///
+/// - Since protocol 1
+/// - Required: `trigger` (see [`CreateAgentTriggerResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateAgentTriggerResponse {
+    /// `trigger` (required).
     pub trigger: AgentTriggerInfo,
+    /// `webhookSecret` (optional).
     #[serde(rename = "webhookSecret")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub webhook_secret: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`CreateSession`
+/// The `CreateSession` action (`_: "CreateSession"`).
+///
+/// - Response: [`CreateSessionResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId` (see [`CreateSession::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateSession {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `clientRequestId` (optional).
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
+    /// `modelOverride` (optional).
     #[serde(rename = "modelOverride")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub model_override: ::std::option::Option<SessionModelOverride>,
+    /// `thoroughness` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub thoroughness: ::std::option::Option<Thoroughness>,
+    /// `title` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
 }
-///`CreateSessionResponse`
+/// The server's answer to [`CreateSession`].
+///
+/// - Since protocol 1
+/// - Required: `sessionId` (see [`CreateSessionResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateSessionResponse {
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`CreateSigningIdentity`
+/// The `CreateSigningIdentity` action (`_: "CreateSigningIdentity"`).
+///
+/// - Response: [`CreateSigningIdentityResponse`]
+/// - Effect: write
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateSigningIdentity {
+    /// `clientRequestId` (optional).
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
+    /// `label` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
 }
-///`CreateSigningIdentityResponse`
+/// The server's answer to [`CreateSigningIdentity`].
+///
+/// - Since protocol 1
+/// - Required: `identity` (see [`CreateSigningIdentityResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateSigningIdentityResponse {
+    /// `identity` (required).
     pub identity: SigningIdentity,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`DeclineAgentInvite`
+/// The `DeclineAgentInvite` action (`_: "DeclineAgentInvite"`).
+///
+/// - Response: [`DeclineAgentInviteResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId` (see [`DeclineAgentInvite::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeclineAgentInvite {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`DeclineAgentInviteResponse`
+/// The server's answer to [`DeclineAgentInvite`].
+///
+/// - Since protocol 1
+/// - Required: `agentId` (see [`DeclineAgentInviteResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeclineAgentInviteResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`DeleteAgent`
+/// The `DeleteAgent` action (`_: "DeleteAgent"`).
+///
+/// - Response: [`DeleteAgentResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId` (see [`DeleteAgent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgent {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`DeleteAgentMemoryFile`
+/// The `DeleteAgentMemoryFile` action (`_: "DeleteAgentMemoryFile"`).
+///
+/// - Response: [`DeleteAgentMemoryFileResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `path` (see [`DeleteAgentMemoryFile::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgentMemoryFile {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `path` (required).
     pub path: ::std::string::String,
 }
-///`DeleteAgentMemoryFileResponse`
+/// The server's answer to [`DeleteAgentMemoryFile`].
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `deleted`, `path` (see [`DeleteAgentMemoryFileResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgentMemoryFileResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `deleted` (required).
     pub deleted: bool,
+    /// `path` (required).
     pub path: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`DeleteAgentResponse`
+/// The server's answer to [`DeleteAgent`].
+///
+/// - Since protocol 1
+/// - Required: `agentId` (see [`DeleteAgentResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgentResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`DeleteAgentTool`
+/// The `DeleteAgentTool` action (`_: "DeleteAgentTool"`).
+///
+/// - Response: [`DeleteAgentToolResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `name` (see [`DeleteAgentTool::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgentTool {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `name` (required).
     pub name: ::std::string::String,
 }
-///`DeleteAgentToolResponse`
+/// The server's answer to [`DeleteAgentTool`].
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `deleted`, `name` (see [`DeleteAgentToolResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgentToolResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `deleted` (required).
     pub deleted: bool,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`DeleteAgentTrigger`
+/// The `DeleteAgentTrigger` action (`_: "DeleteAgentTrigger"`).
+///
+/// - Response: [`DeleteAgentTriggerResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `triggerId` (see [`DeleteAgentTrigger::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgentTrigger {
+    /// `triggerId` (required).
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
 }
-///`DeleteAgentTriggerResponse`
+/// The server's answer to [`DeleteAgentTrigger`].
+///
+/// - Since protocol 1
+/// - Required: `triggerId` (see [`DeleteAgentTriggerResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgentTriggerResponse {
+    /// `triggerId` (required).
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`DeleteMcpServer`
+/// The `DeleteMcpServer` action (`_: "DeleteMcpServer"`).
+///
+/// - Response: [`DeleteMcpServerResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `name` (see [`DeleteMcpServer::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteMcpServer {
+    /// `name` (required).
     pub name: ::std::string::String,
 }
-///`DeleteMcpServerResponse`
+/// The server's answer to [`DeleteMcpServer`].
+///
+/// - Since protocol 1
+/// - Required: `name` (see [`DeleteMcpServerResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteMcpServerResponse {
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`DeleteModelProvider`
+/// The `DeleteModelProvider` action (`_: "DeleteModelProvider"`).
+///
+/// - Response: [`DeleteModelProviderResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `name` (see [`DeleteModelProvider::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteModelProvider {
+    /// `name` (required).
     pub name: ::std::string::String,
 }
-///`DeleteModelProviderResponse`
+/// The server's answer to [`DeleteModelProvider`].
+///
+/// - Since protocol 1
+/// - Required: `name` (see [`DeleteModelProviderResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteModelProviderResponse {
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`DeleteSession`
+/// The `DeleteSession` action (`_: "DeleteSession"`).
+///
+/// - Response: [`DeleteSessionResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `sessionId` (see [`DeleteSession::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteSession {
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`DeleteSessionResponse`
+/// The server's answer to [`DeleteSession`].
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `sessionId` (see [`DeleteSessionResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteSessionResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`DeleteSigningIdentity`
+/// The `DeleteSigningIdentity` action (`_: "DeleteSigningIdentity"`).
+///
+/// - Response: [`DeleteSigningIdentityResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `name` (see [`DeleteSigningIdentity::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteSigningIdentity {
+    /// `name` (required).
     pub name: ::std::string::String,
 }
-///`DeleteSigningIdentityResponse`
+/// The server's answer to [`DeleteSigningIdentity`].
+///
+/// - Since protocol 1
+/// - Required: `name` (see [`DeleteSigningIdentityResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteSigningIdentityResponse {
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`DisconnectSessionBrowser`
+/// The `DisconnectSessionBrowser` action (`_: "DisconnectSessionBrowser"`).
+///
+/// - Response: [`SessionBrowserResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `connectionId`, `sessionId` (see [`DisconnectSessionBrowser::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DisconnectSessionBrowser {
+    /// `connectionId` (required).
     #[serde(rename = "connectionId")]
     pub connection_id: ::std::string::String,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`DocumentAuthorCommentSource`
+/// The `DocumentAuthorCommentSource` object: `documentAuthors`, `resourcePrefix`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `documentAuthors` (see [`DocumentAuthorCommentSource::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DocumentAuthorCommentSource {
+    /// `documentAuthors` (required).
     #[serde(rename = "documentAuthors")]
     pub document_authors: ::std::vec::Vec<::std::string::String>,
+    /// `resourcePrefix` (optional).
     #[serde(rename = "resourcePrefix")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub resource_prefix: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`DocumentCommentSource`
+/// The `DocumentCommentSource` object: `author`, `resource`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `resource` (see [`DocumentCommentSource::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DocumentCommentSource {
+    /// `author` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub author: ::std::option::Option<::std::string::String>,
+    /// `resource` (required).
     pub resource: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`DownloadAgentMemoryFile`
+/// The `DownloadAgentMemoryFile` action (`_: "DownloadAgentMemoryFile"`).
+///
+/// - Response: [`DownloadAgentMemoryFileResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `url` (see [`DownloadAgentMemoryFile::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DownloadAgentMemoryFile {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `path` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub path: ::std::option::Option<::std::string::String>,
+    /// `url` (required).
     pub url: ::std::string::String,
 }
-///`DownloadAgentMemoryFileResponse`
+/// The server's answer to [`DownloadAgentMemoryFile`].
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `entry`, `finalUrl` (see [`DownloadAgentMemoryFileResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DownloadAgentMemoryFileResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `contentType` (optional).
     #[serde(rename = "contentType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub content_type: ::std::option::Option<::std::string::String>,
+    /// `entry` (required).
     pub entry: AgentMemoryEntry,
+    /// `finalUrl` (required).
     #[serde(rename = "finalUrl")]
     pub final_url: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///The signed action envelope (`SignedActionEnvelope`). Every request body is this map in canonical DAG-CBOR. The action map additionally carries `ts`, the signing time in Unix epoch milliseconds; servers accept it within five minutes of their clock.
+/// The signed action envelope (`SignedActionEnvelope`). Every request body is this map in canonical DAG-CBOR. The action map additionally carries `ts`, the signing time in Unix epoch milliseconds; servers accept it within five minutes of their clock.
+///
+/// - Since protocol 1
+/// - Required: `account`, `action`, `sig`, `signer`, `type` (see [`Envelope::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct Envelope {
-    ///Principal of the account the action is performed for (the signer, or an account that authorized it).
+    /// Principal of the account the action is performed for (the signer, or an account that authorized it).
     pub account: ::seed_agents_protocol::Bytes,
-    ///The action, with `ts` (Unix epoch milliseconds) added by the signer.
+    /// The action, with `ts` (Unix epoch milliseconds) added by the signer.
     pub action: AgentAction,
-    ///Reserved upstream (protocol 3 surface); semantics not yet specified. Signed like any other field.
+    /// Reserved upstream (protocol 3 surface); semantics not yet specified. Signed like any other field.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub capability: ::std::option::Option<::std::string::String>,
-    ///Reserved upstream (protocol 3 surface); semantics not yet specified. Signed like any other field.
+    /// Reserved upstream (protocol 3 surface); semantics not yet specified. Signed like any other field.
     #[serde(rename = "capabilityBlob")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub capability_blob: ::std::option::Option<::seed_agents_protocol::Bytes>,
-    ///AGENTS_PROTOCOL_VERSION of the client. Absent (or not an integer >= 1) means 1.
+    /// AGENTS_PROTOCOL_VERSION of the client. Absent (or not an integer >= 1) means 1.
+    ///
+    /// Since protocol 2.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub protocol: ::std::option::Option<i64>,
-    ///64-byte Ed25519 signature over the canonical encoding of this map with `sig` set to 64 zero bytes.
+    /// 64-byte Ed25519 signature over the canonical encoding of this map with `sig` set to 64 zero bytes.
     pub sig: ::seed_agents_protocol::Bytes,
-    ///Principal of the key that signed: 0xED 0x01 followed by the 32-byte Ed25519 public key.
+    /// Principal of the key that signed: 0xED 0x01 followed by the 32-byte Ed25519 public key.
     pub signer: ::seed_agents_protocol::Bytes,
+    /// `type` (required).
     #[serde(rename = "type")]
     pub type_: EnvelopeType,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`EnvelopeType`
+/// One of the `EnvelopeType` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum EnvelopeType {
+    /// `AgentsAction`.
     AgentsAction,
 }
 impl ::std::fmt::Display for EnvelopeType {
@@ -2616,26 +3664,49 @@ impl ::std::convert::TryFrom<::std::string::String> for EnvelopeType {
         value.parse()
     }
 }
-///The error response of every action. Sent with the HTTP status of the error class.
+/// The error response of every action. Sent with the HTTP status of the error class.
+///
+/// - Since protocol 1
+/// - Required: `message` (see [`Error::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct Error {
-    ///Machine-readable error class, when there is one. Known codes: `protocol_too_old` (HTTP 426: the client protocol is below the server minimum). Clients must tolerate codes they do not know.
+    /// Machine-readable error class, when there is one. Known codes: `protocol_too_old` (HTTP 426: the client protocol is below the server minimum). Clients must tolerate codes they do not know.
+    ///
+    /// Since protocol 2.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub code: ::std::option::Option<::std::string::String>,
+    /// `message` (required).
     pub message: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ErrorEvent`
+/// The `ErrorEvent` object: `actor`, `message`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `message`, `type` (see [`ErrorEvent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ErrorEvent {
+    /// `actor` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
+    /// `message` (required).
     pub message: ::std::string::String,
+    /// `type` (required).
     #[serde(rename = "type")]
     pub type_: ErrorEventType,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ErrorEventType`
+/// One of the `ErrorEventType` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ErrorEventType {
+    /// The wire value `error`.
     #[serde(rename = "error")]
     Error,
 }
@@ -2667,23 +3738,38 @@ impl ::std::convert::TryFrom<::std::string::String> for ErrorEventType {
         value.parse()
     }
 }
-///A subscription or frame was refused; the socket stays open.
+/// A subscription or frame was refused; the socket stays open.
+///
+/// - Since protocol 1
+/// - Required: `message` (see [`ErrorFrame::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ErrorFrame {
-    ///`protocol_too_old` when the client is below the server minimum.
+    /// `protocol_too_old` when the client is below the server minimum.
+    ///
+    /// Since protocol 2.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub code: ::std::option::Option<::std::string::String>,
-    ///The subscription key the error refuses or ends, when it concerns one (a refused `Subscribe`, or a subscription ended because its resource is gone or access was revoked). Absent for errors about the frame itself.
+    /// The subscription key the error refuses or ends, when it concerns one (a refused `Subscribe`, or a subscription ended because its resource is gone or access was revoked). Absent for errors about the frame itself.
+    ///
+    /// Since protocol 3.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub key: ::std::option::Option<::std::string::String>,
+    /// `message` (required).
     pub message: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`FileUploadTarget`
+/// One of the `FileUploadTarget` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind")]
 pub enum FileUploadTarget {
+    /// A [`MemoryUploadTarget`].
     #[serde(rename = "memory")]
     MemoryUploadTarget(MemoryUploadTarget),
+    /// A [`SessionAttachmentUploadTarget`].
     #[serde(rename = "session-attachment")]
     SessionAttachmentUploadTarget(SessionAttachmentUploadTarget),
 }
@@ -2697,137 +3783,287 @@ impl ::std::convert::From<SessionAttachmentUploadTarget> for FileUploadTarget {
         Self::SessionAttachmentUploadTarget(value)
     }
 }
-///`GetAgent`
+/// The `GetAgent` action (`_: "GetAgent"`).
+///
+/// - Response: [`GetAgentResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `agentId` (see [`GetAgent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetAgent {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`GetAgentResponse`
+/// The server's answer to [`GetAgent`], [`UpdateAgent`].
+///
+/// - Since protocol 1
+/// - Required: `agent`, `sessionCount` (see [`GetAgentResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetAgentResponse {
+    /// `agent` (required).
     pub agent: AgentInfo,
+    /// `sessionCount` (required).
+    ///
+    /// Since protocol 2.
     #[serde(rename = "sessionCount")]
     pub session_count: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`GetAgentTrigger`
+/// The `GetAgentTrigger` action (`_: "GetAgentTrigger"`).
+///
+/// - Response: [`GetAgentTriggerResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `triggerId` (see [`GetAgentTrigger::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetAgentTrigger {
+    /// `triggerId` (required).
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
 }
-///`GetAgentTriggerResponse`
+/// The server's answer to [`GetAgentTrigger`].
+///
+/// - Since protocol 1
+/// - Required: `firings`, `sessions`, `trigger` (see [`GetAgentTriggerResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetAgentTriggerResponse {
+    /// `firings` (required).
     pub firings: ::std::vec::Vec<TriggerFiringInfo>,
+    /// `sessions` (required).
     pub sessions: ::std::vec::Vec<SessionInfo>,
+    /// `trigger` (required).
     pub trigger: AgentTriggerInfo,
+    /// `webhookSecret` (optional).
     #[serde(rename = "webhookSecret")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub webhook_secret: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`GetProviderOAuthStatus`
+/// The `GetProviderOAuthStatus` action (`_: "GetProviderOAuthStatus"`).
+///
+/// - Response: [`ProviderOAuthStatusResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `loginId` (see [`GetProviderOAuthStatus::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetProviderOAuthStatus {
+    /// `loginId` (required).
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
 }
-///`GetRun`
+/// The `GetRun` action (`_: "GetRun"`).
+///
+/// - Response: [`GetRunResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `runId` (see [`GetRun::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetRun {
+    /// `runId` (required).
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
 }
-///`GetRunJournal`
+/// The `GetRunJournal` action (`_: "GetRunJournal"`).
+///
+/// - Response: [`GetRunJournalResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `runId` (see [`GetRunJournal::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetRunJournal {
+    /// `afterSeq` (optional).
     #[serde(rename = "afterSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub after_seq: ::std::option::Option<i64>,
+    /// `runId` (required).
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
 }
-///`GetRunJournalResponse`
+/// The server's answer to [`GetRunJournal`].
+///
+/// - Since protocol 1
+/// - Required: `entries`, `runId` (see [`GetRunJournalResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetRunJournalResponse {
+    /// `entries` (required).
     pub entries: ::std::vec::Vec<RunJournalEntryInfo>,
+    /// `runId` (required).
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`GetRunResponse`
+/// The server's answer to [`GetRun`].
+///
+/// - Since protocol 1
+/// - Required: `run` (see [`GetRunResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetRunResponse {
+    /// `run` (required).
     pub run: RunInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`GetSession`
+/// The `GetSession` action (`_: "GetSession"`).
+///
+/// - Response: [`GetSessionResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `sessionId` (see [`GetSession::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetSession {
+    /// `afterSeq` (optional).
     #[serde(rename = "afterSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub after_seq: ::std::option::Option<i64>,
+    /// `beforeSeq` (optional).
     #[serde(rename = "beforeSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub before_seq: ::std::option::Option<i64>,
+    /// `limit` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub limit: ::std::option::Option<i64>,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`GetSessionEvent`
+/// The `GetSessionEvent` action (`_: "GetSessionEvent"`).
+///
+/// - Response: [`GetSessionEventResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `seq`, `sessionId` (see [`GetSessionEvent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetSessionEvent {
+    /// `seq` (required).
     pub seq: i64,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`GetSessionEventResponse`
+/// The server's answer to [`GetSessionEvent`].
+///
+/// - Since protocol 1
+/// - Required: `event` (see [`GetSessionEventResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetSessionEventResponse {
+    /// `event` (required).
     pub event: SessionEvent,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`GetSessionResponse`
+/// The server's answer to [`GetSession`].
+///
+/// - Since protocol 1
+/// - Required: `events`, `session`, `systemPromptMarkdown` (see [`GetSessionResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetSessionResponse {
+    /// `contextWindow` (optional).
     #[serde(rename = "contextWindow")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub context_window: ::std::option::Option<i64>,
+    /// `events` (required).
     pub events: ::std::vec::Vec<SessionEvent>,
+    /// `hasMoreBefore` (optional).
     #[serde(rename = "hasMoreBefore")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub has_more_before: ::std::option::Option<bool>,
+    /// `session` (required).
     pub session: SessionInfo,
+    /// `systemPromptMarkdown` (required).
     #[serde(rename = "systemPromptMarkdown")]
     pub system_prompt_markdown: ::std::string::String,
+    /// `triggerContext` (optional).
     #[serde(rename = "triggerContext")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub trigger_context: ::std::option::Option<AgentSessionTriggerContext>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ImportSigningIdentity`
+/// The `ImportSigningIdentity` action (`_: "ImportSigningIdentity"`).
+///
+/// - Response: [`ImportSigningIdentityResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `seed` (see [`ImportSigningIdentity::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ImportSigningIdentity {
+    /// `clientRequestId` (optional).
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
+    /// `label` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
+    /// `seed` (required).
     pub seed: ::seed_agents_protocol::Bytes,
 }
-///`ImportSigningIdentityResponse`
+/// The server's answer to [`ImportSigningIdentity`].
+///
+/// - Since protocol 1
+/// - Required: `identity` (see [`ImportSigningIdentityResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ImportSigningIdentityResponse {
+    /// `identity` (required).
     pub identity: SigningIdentity,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`IntervalSchedule`
+/// The `IntervalSchedule` object: `every`, `kind`, `unit`.
+///
+/// - Since protocol 1
+/// - Required: `every`, `unit` (see [`IntervalSchedule::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct IntervalSchedule {
+    /// `every` (required).
     pub every: i64,
+    /// `unit` (required).
     pub unit: IntervalScheduleUnit,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`IntervalScheduleUnit`
+/// One of the `IntervalScheduleUnit` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum IntervalScheduleUnit {
+    /// The wire value `hours`.
     #[serde(rename = "hours")]
     Hours,
+    /// The wire value `minutes`.
     #[serde(rename = "minutes")]
     Minutes,
 }
@@ -2861,51 +4097,93 @@ impl ::std::convert::TryFrom<::std::string::String> for IntervalScheduleUnit {
         value.parse()
     }
 }
-///`InviteAgentCollaborator`
+/// The `InviteAgentCollaborator` action (`_: "InviteAgentCollaborator"`).
+///
+/// - Response: [`InviteAgentCollaboratorResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `accountId`, `agentId`, `role` (see [`InviteAgentCollaborator::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct InviteAgentCollaborator {
+    /// `accountId` (required).
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `role` (required).
     pub role: AgentCollaboratorRole,
 }
-///`InviteAgentCollaboratorResponse`
+/// The server's answer to [`InviteAgentCollaborator`].
+///
+/// - Since protocol 1
+/// - Required: `collaborator` (see [`InviteAgentCollaboratorResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct InviteAgentCollaboratorResponse {
+    /// `collaborator` (required).
     pub collaborator: AgentCollaboratorInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`InvokeSessionTool`
+/// The `InvokeSessionTool` action (`_: "InvokeSessionTool"`).
+///
+/// - Response: [`InvokeSessionToolResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `input`, `sessionId`, `verb` (see [`InvokeSessionTool::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct InvokeSessionTool {
+    /// `input` (required).
     pub input: ::seed_agents_protocol::Value,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// `verb` (required).
     pub verb: InvokeSessionToolVerb,
 }
-///`InvokeSessionToolResponse`
+/// The server's answer to [`InvokeSessionTool`].
+///
+/// - Since protocol 1
+/// - Required: `resultEventId`, `sessionId` (see [`InvokeSessionToolResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct InvokeSessionToolResponse {
+    /// `error` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
+    /// `output` (optional).
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub output: ::std::option::Option<::seed_agents_protocol::Value>,
+    /// `resultEventId` (required).
     #[serde(rename = "resultEventId")]
     pub result_event_id: ::std::string::String,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`InvokeSessionToolVerb`
+/// One of the `InvokeSessionToolVerb` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum InvokeSessionToolVerb {
+    /// The wire value `call`.
     #[serde(rename = "call")]
     Call,
+    /// The wire value `read`.
     #[serde(rename = "read")]
     Read,
+    /// The wire value `write`.
     #[serde(rename = "write")]
     Write,
 }
@@ -2941,48 +4219,70 @@ impl ::std::convert::TryFrom<::std::string::String> for InvokeSessionToolVerb {
         value.parse()
     }
 }
-///`JsonSchema`
+/// The `JsonSchema` object: `additionalProperties`, `description`, `enum`, `items`, `maxItems`, `maxLength`, `maximum`, `minItems`, `minLength`, `minimum`, `properties`, `required`, `type`.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct JsonSchema {
+    /// `additionalProperties` (optional).
     #[serde(rename = "additionalProperties")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub additional_properties: ::std::option::Option<JsonSchemaAdditionalProperties>,
+    /// `description` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub description: ::std::option::Option<::std::string::String>,
+    /// `enum` (optional).
     #[serde(rename = "enum")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub enum_: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    /// `items` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub items: ::std::option::Option<::std::boxed::Box<JsonSchema>>,
+    /// `maxItems` (optional).
     #[serde(rename = "maxItems")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub max_items: ::std::option::Option<i64>,
+    /// `maxLength` (optional).
     #[serde(rename = "maxLength")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub max_length: ::std::option::Option<i64>,
+    /// `maximum` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub maximum: ::std::option::Option<::seed_agents_protocol::Float>,
+    /// `minItems` (optional).
     #[serde(rename = "minItems")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub min_items: ::std::option::Option<i64>,
+    /// `minLength` (optional).
     #[serde(rename = "minLength")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub min_length: ::std::option::Option<i64>,
+    /// `minimum` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub minimum: ::std::option::Option<::seed_agents_protocol::Float>,
+    /// `properties` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub properties: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, JsonSchema>>,
+    /// `required` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub required: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    /// `type` (optional).
     #[serde(rename = "type")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub type_: ::std::option::Option<JsonSchemaType>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`JsonSchemaAdditionalProperties`
+/// One of the `JsonSchemaAdditionalProperties` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum JsonSchemaAdditionalProperties {
+    /// A [`Box`].
     JsonSchema(::std::boxed::Box<JsonSchema>),
+    /// A [`bool`].
     Boolean(bool),
 }
 impl ::std::convert::From<::std::boxed::Box<JsonSchema>> for JsonSchemaAdditionalProperties {
@@ -2995,17 +4295,25 @@ impl ::std::convert::From<bool> for JsonSchemaAdditionalProperties {
         Self::Boolean(value)
     }
 }
-///`JsonSchemaType`
+/// One of the `JsonSchemaType` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum JsonSchemaType {
+    /// A [`JsonSchemaTypeVariant0`].
     Variant0(JsonSchemaTypeVariant0),
+    /// A [`JsonSchemaTypeVariant1`].
     Variant1(JsonSchemaTypeVariant1),
+    /// A [`JsonSchemaTypeVariant2`].
     Variant2(JsonSchemaTypeVariant2),
+    /// A [`JsonSchemaTypeVariant3`].
     Variant3(JsonSchemaTypeVariant3),
+    /// A [`JsonSchemaTypeVariant4`].
     Variant4(JsonSchemaTypeVariant4),
+    /// A [`JsonSchemaTypeVariant5`].
     Variant5(JsonSchemaTypeVariant5),
+    /// A [`JsonSchemaTypeVariant6`].
     Variant6(JsonSchemaTypeVariant6),
+    /// A [`Vec`].
     Variant7(::std::vec::Vec<JsonSchemaTypeName>),
 }
 impl ::std::convert::From<JsonSchemaTypeVariant0> for JsonSchemaType {
@@ -3048,21 +4356,28 @@ impl ::std::convert::From<::std::vec::Vec<JsonSchemaTypeName>> for JsonSchemaTyp
         Self::Variant7(value)
     }
 }
-///`JsonSchemaTypeName`
+/// One of the `JsonSchemaTypeName` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeName {
+    /// The wire value `array`.
     #[serde(rename = "array")]
     Array,
+    /// The wire value `boolean`.
     #[serde(rename = "boolean")]
     Boolean,
+    /// The wire value `integer`.
     #[serde(rename = "integer")]
     Integer,
+    /// The wire value `null`.
     #[serde(rename = "null")]
     Null,
+    /// The wire value `number`.
     #[serde(rename = "number")]
     Number,
+    /// The wire value `object`.
     #[serde(rename = "object")]
     Object,
+    /// The wire value `string`.
     #[serde(rename = "string")]
     String,
 }
@@ -3106,9 +4421,10 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeName {
         value.parse()
     }
 }
-///`JsonSchemaTypeVariant0`
+/// One of the `JsonSchemaTypeVariant0` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant0 {
+    /// The wire value `array`.
     #[serde(rename = "array")]
     Array,
 }
@@ -3140,9 +4456,10 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant0 {
         value.parse()
     }
 }
-///`JsonSchemaTypeVariant1`
+/// One of the `JsonSchemaTypeVariant1` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant1 {
+    /// The wire value `boolean`.
     #[serde(rename = "boolean")]
     Boolean,
 }
@@ -3174,9 +4491,10 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant1 {
         value.parse()
     }
 }
-///`JsonSchemaTypeVariant2`
+/// One of the `JsonSchemaTypeVariant2` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant2 {
+    /// The wire value `integer`.
     #[serde(rename = "integer")]
     Integer,
 }
@@ -3208,9 +4526,10 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant2 {
         value.parse()
     }
 }
-///`JsonSchemaTypeVariant3`
+/// One of the `JsonSchemaTypeVariant3` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant3 {
+    /// The wire value `null`.
     #[serde(rename = "null")]
     Null,
 }
@@ -3242,9 +4561,10 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant3 {
         value.parse()
     }
 }
-///`JsonSchemaTypeVariant4`
+/// One of the `JsonSchemaTypeVariant4` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant4 {
+    /// The wire value `number`.
     #[serde(rename = "number")]
     Number,
 }
@@ -3276,9 +4596,10 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant4 {
         value.parse()
     }
 }
-///`JsonSchemaTypeVariant5`
+/// One of the `JsonSchemaTypeVariant5` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant5 {
+    /// The wire value `object`.
     #[serde(rename = "object")]
     Object,
 }
@@ -3310,9 +4631,10 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant5 {
         value.parse()
     }
 }
-///`JsonSchemaTypeVariant6`
+/// One of the `JsonSchemaTypeVariant6` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant6 {
+    /// The wire value `string`.
     #[serde(rename = "string")]
     String,
 }
@@ -3344,232 +4666,491 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant6 {
         value.parse()
     }
 }
-///`ListAgentCollaborators`
+/// The `ListAgentCollaborators` action (`_: "ListAgentCollaborators"`).
+///
+/// - Response: [`ListAgentCollaboratorsResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `agentId` (see [`ListAgentCollaborators::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentCollaborators {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`ListAgentCollaboratorsResponse`
+/// The server's answer to [`ListAgentCollaborators`].
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `collaborators`, `publicChat`, `publicRead` (see [`ListAgentCollaboratorsResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentCollaboratorsResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `collaborators` (required).
     pub collaborators: ::std::vec::Vec<AgentCollaboratorInfo>,
+    /// `publicChat` (required).
     #[serde(rename = "publicChat")]
     pub public_chat: bool,
+    /// `publicRead` (required).
     #[serde(rename = "publicRead")]
     pub public_read: bool,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ListAgentInvites`
+/// The `ListAgentInvites` action (`_: "ListAgentInvites"`).
+///
+/// - Response: [`ListAgentInvitesResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentInvites {}
-///`ListAgentInvitesResponse`
+/// The server's answer to [`ListAgentInvites`].
+///
+/// - Since protocol 1
+/// - Required: `invites` (see [`ListAgentInvitesResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentInvitesResponse {
+    /// `invites` (required).
     pub invites: ::std::vec::Vec<AgentInviteInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ListAgentMemory`
+/// The `ListAgentMemory` action (`_: "ListAgentMemory"`).
+///
+/// - Response: [`ListAgentMemoryResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `agentId` (see [`ListAgentMemory::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentMemory {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`ListAgentMemoryDir`
+/// The `ListAgentMemoryDir` action (`_: "ListAgentMemoryDir"`).
+///
+/// - Response: [`ListAgentMemoryDirResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `agentId` (see [`ListAgentMemoryDir::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentMemoryDir {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `path` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub path: ::std::option::Option<::std::string::String>,
 }
-///`ListAgentMemoryDirResponse`
+/// The server's answer to [`ListAgentMemoryDir`].
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `entries`, `path`, `totalBytes` (see [`ListAgentMemoryDirResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentMemoryDirResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `entries` (required).
     pub entries: ::std::vec::Vec<AgentMemoryEntry>,
+    /// `path` (required).
     pub path: ::std::string::String,
+    /// `totalBytes` (required).
     #[serde(rename = "totalBytes")]
     pub total_bytes: i64,
+    /// `totals` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub totals: ::std::option::Option<ListAgentMemoryDirResponseTotals>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ListAgentMemoryDirResponseTotals`
+/// The `ListAgentMemoryDirResponseTotals` object: `bytes`, `files`, `truncated`.
+///
+/// - Since protocol 1
+/// - Required: `bytes`, `files`, `truncated` (see [`ListAgentMemoryDirResponseTotals::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentMemoryDirResponseTotals {
+    /// `bytes` (required).
     pub bytes: i64,
+    /// `files` (required).
     pub files: i64,
+    /// `truncated` (required).
     pub truncated: bool,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ListAgentMemoryResponse`
+/// The server's answer to [`ListAgentMemory`].
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `entries`, `totalBytes` (see [`ListAgentMemoryResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentMemoryResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `entries` (required).
     pub entries: ::std::vec::Vec<AgentMemoryEntry>,
+    /// `totalBytes` (required).
     #[serde(rename = "totalBytes")]
     pub total_bytes: i64,
+    /// `truncated` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub truncated: ::std::option::Option<bool>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ListAgentTools`
+/// The `ListAgentTools` action (`_: "ListAgentTools"`).
+///
+/// - Response: [`ListAgentToolsResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `agentId` (see [`ListAgentTools::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentTools {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`ListAgentToolsResponse`
+/// The server's answer to [`ListAgentTools`].
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `tools` (see [`ListAgentToolsResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentToolsResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `tools` (required).
     pub tools: ::std::vec::Vec<AgentToolInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ListAgentTriggers`
+/// The `ListAgentTriggers` action (`_: "ListAgentTriggers"`).
+///
+/// - Response: [`ListAgentTriggersResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `agentId` (see [`ListAgentTriggers::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentTriggers {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`ListAgentTriggersResponse`
+/// The server's answer to [`ListAgentTriggers`].
+///
+/// - Since protocol 1
+/// - Required: `triggers` (see [`ListAgentTriggersResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentTriggersResponse {
+    /// `triggers` (required).
     pub triggers: ::std::vec::Vec<AgentTriggerInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ListAgents`
+/// The `ListAgents` action (`_: "ListAgents"`).
+///
+/// - Response: [`ListAgentsResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgents {}
-///`ListAgentsResponse`
+/// The server's answer to [`ListAgents`].
+///
+/// - Since protocol 1
+/// - Required: `agents` (see [`ListAgentsResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentsResponse {
+    /// `agents` (required).
     pub agents: ::std::vec::Vec<AgentInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ListMcpServers`
+/// The `ListMcpServers` action (`_: "ListMcpServers"`).
+///
+/// - Response: [`ListMcpServersResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListMcpServers {}
-///`ListMcpServersResponse`
+/// The server's answer to [`ListMcpServers`].
+///
+/// - Since protocol 1
+/// - Required: `servers` (see [`ListMcpServersResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListMcpServersResponse {
+    /// `servers` (required).
     pub servers: ::std::vec::Vec<RedactedMcpServer>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ListModelProviders`
+/// The `ListModelProviders` action (`_: "ListModelProviders"`).
+///
+/// - Response: [`ListModelProvidersResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListModelProviders {
+    /// `agentId` (optional).
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
 }
-///`ListModelProvidersResponse`
+/// The server's answer to [`ListModelProviders`].
+///
+/// - Since protocol 1
+/// - Required: `providers` (see [`ListModelProvidersResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListModelProvidersResponse {
+    /// `providers` (required).
     pub providers: ::std::vec::Vec<RedactedModelProvider>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ListProviderModels`
+/// The `ListProviderModels` action (`_: "ListProviderModels"`).
+///
+/// - Response: [`ListProviderModelsResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `provider` (see [`ListProviderModels::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListProviderModels {
+    /// `agentId` (optional).
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
+    /// `provider` (required).
     pub provider: ::std::string::String,
 }
-///`ListProviderModelsResponse`
+/// The server's answer to [`ListProviderModels`].
+///
+/// - Since protocol 1
+/// - Required: `models` (see [`ListProviderModelsResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListProviderModelsResponse {
+    /// `models` (required).
     pub models: ::std::vec::Vec<ProviderModelInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ListRuns`
+/// The `ListRuns` action (`_: "ListRuns"`).
+///
+/// - Response: [`ListRunsResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListRuns {
+    /// `agentId` (optional).
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
+    /// `limit` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub limit: ::std::option::Option<i64>,
+    /// `rootRunId` (optional).
     #[serde(rename = "rootRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub root_run_id: ::std::option::Option<::std::string::String>,
+    /// `sessionId` (optional).
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
+    /// `status` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub status: ::std::option::Option<RunStatus>,
 }
-///`ListRunsResponse`
+/// The server's answer to [`ListRuns`].
+///
+/// - Since protocol 1
+/// - Required: `runs` (see [`ListRunsResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListRunsResponse {
+    /// `runs` (required).
     pub runs: ::std::vec::Vec<RunInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ListSessions`
+/// The `ListSessions` action (`_: "ListSessions"`).
+///
+/// - Response: [`ListSessionsResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListSessions {
+    /// `agentId` (optional).
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
+    /// `cursor` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub cursor: ::std::option::Option<SessionListCursor>,
+    /// `excludeTriggered` (optional).
     #[serde(rename = "excludeTriggered")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub exclude_triggered: ::std::option::Option<bool>,
+    /// `includeChildren` (optional).
     #[serde(rename = "includeChildren")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub include_children: ::std::option::Option<bool>,
+    /// `limit` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub limit: ::std::option::Option<i64>,
+    /// `parentSessionId` (optional).
     #[serde(rename = "parentSessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub parent_session_id: ::std::option::Option<::std::string::String>,
 }
-///`ListSessionsResponse`
+/// The server's answer to [`ListSessions`].
+///
+/// - Since protocol 1
+/// - Required: `agents`, `sessions` (see [`ListSessionsResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListSessionsResponse {
+    /// `agents` (required).
     pub agents: ::std::vec::Vec<AgentInfo>,
+    /// `nextCursor` (optional).
     #[serde(rename = "nextCursor")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub next_cursor: ::std::option::Option<SessionListCursor>,
+    /// `sessions` (required).
     pub sessions: ::std::vec::Vec<SessionInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ListSigningIdentities`
+/// The `ListSigningIdentities` action (`_: "ListSigningIdentities"`).
+///
+/// - Response: [`ListSigningIdentitiesResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListSigningIdentities {
+    /// `agentId` (optional).
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
 }
-///`ListSigningIdentitiesResponse`
+/// The server's answer to [`ListSigningIdentities`].
+///
+/// - Since protocol 1
+/// - Required: `identities` (see [`ListSigningIdentitiesResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListSigningIdentitiesResponse {
+    /// `identities` (required).
     pub identities: ::std::vec::Vec<SigningIdentity>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`McpServerConfig`
+/// The `McpServerConfig` object: `headers`, `secretRefs`, `transport`, `url`.
+///
+/// - Since protocol 1
+/// - Required: `url` (see [`McpServerConfig::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct McpServerConfig {
+    /// `headers` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub headers: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
+    /// `secretRefs` (optional).
     #[serde(rename = "secretRefs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub secret_refs: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
+    /// `transport` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub transport: ::std::option::Option<McpServerTransport>,
+    /// `url` (required).
     pub url: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`McpServerStatus`
+/// The `McpServerStatus` object: `checkedAt`, `error`, `state`.
+///
+/// - Since protocol 1
+/// - Required: `state` (see [`McpServerStatus::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct McpServerStatus {
+    /// `checkedAt` (optional).
     #[serde(rename = "checkedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub checked_at: ::std::option::Option<i64>,
+    /// `error` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
+    /// `state` (required).
     pub state: McpServerStatusState,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`McpServerStatusState`
+/// One of the `McpServerStatusState` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum McpServerStatusState {
+    /// The wire value `error`.
     #[serde(rename = "error")]
     Error,
+    /// The wire value `ok`.
     #[serde(rename = "ok")]
     Ok,
+    /// The wire value `unknown`.
     #[serde(rename = "unknown")]
     Unknown,
 }
@@ -3605,11 +5186,13 @@ impl ::std::convert::TryFrom<::std::string::String> for McpServerStatusState {
         value.parse()
     }
 }
-///`McpServerTransport`
+/// One of the `McpServerTransport` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum McpServerTransport {
+    /// The wire value `http`.
     #[serde(rename = "http")]
     Http,
+    /// The wire value `sse`.
     #[serde(rename = "sse")]
     Sse,
 }
@@ -3643,60 +5226,104 @@ impl ::std::convert::TryFrom<::std::string::String> for McpServerTransport {
         value.parse()
     }
 }
-///`McpToolInfo`
+/// The `McpToolInfo` object: `description`, `inputSchema`, `name`, `toolName`.
+///
+/// - Since protocol 1
+/// - Required: `name`, `toolName` (see [`McpToolInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct McpToolInfo {
+    /// `description` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub description: ::std::option::Option<::std::string::String>,
+    /// `inputSchema` (optional).
     #[serde(rename = "inputSchema")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub input_schema: ::std::option::Option<::std::boxed::Box<JsonSchema>>,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `toolName` (required).
     #[serde(rename = "toolName")]
     pub tool_name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`MemoryUploadTarget`
+/// The `MemoryUploadTarget` object: `agentId`, `kind`, `path`.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `path` (see [`MemoryUploadTarget::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct MemoryUploadTarget {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `path` (required).
     pub path: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`MessageEvent`
+/// The `MessageEvent` object: `actor`, `attachments`, `blocks`, `clientMessageId`, `content`, `contextLines`, `meta`, `rawMarkdown`, `role`, `toolCallId`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `content`, `role`, `type` (see [`MessageEvent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct MessageEvent {
+    /// `actor` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
+    /// `attachments` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub attachments: ::std::option::Option<::std::vec::Vec<SessionAttachmentInfo>>,
+    /// `blocks` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub blocks: ::std::option::Option<::std::vec::Vec<AgentPromptBlock>>,
+    /// `clientMessageId` (optional).
     #[serde(rename = "clientMessageId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_message_id: ::std::option::Option<::std::string::String>,
+    /// `content` (required).
     pub content: ::std::string::String,
+    /// `contextLines` (optional).
     #[serde(rename = "contextLines")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub context_lines: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    /// `meta` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub meta: ::std::option::Option<SessionEventMeta>,
+    /// `rawMarkdown` (optional).
     #[serde(rename = "rawMarkdown")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub raw_markdown: ::std::option::Option<::std::string::String>,
+    /// `role` (required).
     pub role: MessageEventRole,
+    /// `toolCallId` (optional).
     #[serde(rename = "toolCallId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tool_call_id: ::std::option::Option<::std::string::String>,
+    /// `type` (required).
     #[serde(rename = "type")]
     pub type_: MessageEventType,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`MessageEventRole`
+/// One of the `MessageEventRole` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum MessageEventRole {
+    /// The wire value `assistant`.
     #[serde(rename = "assistant")]
     Assistant,
+    /// The wire value `tool`.
     #[serde(rename = "tool")]
     Tool,
+    /// The wire value `user`.
     #[serde(rename = "user")]
     User,
 }
@@ -3732,9 +5359,10 @@ impl ::std::convert::TryFrom<::std::string::String> for MessageEventRole {
         value.parse()
     }
 }
-///`MessageEventType`
+/// One of the `MessageEventType` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum MessageEventType {
+    /// The wire value `message`.
     #[serde(rename = "message")]
     Message,
 }
@@ -3766,24 +5394,36 @@ impl ::std::convert::TryFrom<::std::string::String> for MessageEventType {
         value.parse()
     }
 }
-///`MessageSession`
+/// The `MessageSession` action (`_: "MessageSession"`).
+///
+/// - Response: [`MessageSessionResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `content`, `sessionId` (see [`MessageSession::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct MessageSession {
+    /// `clientMessageId` (optional).
     #[serde(rename = "clientMessageId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_message_id: ::std::option::Option<::std::string::String>,
+    /// `content` (required).
     pub content: ::std::vec::Vec<MessageSessionContentPart>,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`MessageSessionContentPart`
+/// One of the `MessageSessionContentPart` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type")]
 pub enum MessageSessionContentPart {
+    /// A [`AttachmentContentPart`].
     #[serde(rename = "attachment")]
     AttachmentContentPart(AttachmentContentPart),
+    /// A [`ContextContentPart`].
     #[serde(rename = "context")]
     ContextContentPart(ContextContentPart),
+    /// A [`TextContentPart`].
     #[serde(rename = "text")]
     TextContentPart(TextContentPart),
 }
@@ -3802,41 +5442,67 @@ impl ::std::convert::From<TextContentPart> for MessageSessionContentPart {
         Self::TextContentPart(value)
     }
 }
-///`MessageSessionResponse`
+/// The server's answer to [`MessageSession`].
+///
+/// - Since protocol 1
+/// - Required: `assistantEventId`, `sessionId` (see [`MessageSessionResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct MessageSessionResponse {
+    /// `assistantEventId` (required).
     #[serde(rename = "assistantEventId")]
     pub assistant_event_id: ::std::string::String,
+    /// `continuedToSessionId` (optional).
     #[serde(rename = "continuedToSessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_to_session_id: ::std::option::Option<::std::string::String>,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ModelProviderConfig`
+/// The `ModelProviderConfig` object: `authMode`, `baseUrl`, `modelDefaults`, `secretRefs`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `type` (see [`ModelProviderConfig::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ModelProviderConfig {
+    /// `authMode` (optional).
     #[serde(rename = "authMode")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub auth_mode: ::std::option::Option<ModelProviderConfigAuthMode>,
+    /// `baseUrl` (optional).
     #[serde(rename = "baseUrl")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub base_url: ::std::option::Option<::std::string::String>,
+    /// `modelDefaults` (optional).
     #[serde(rename = "modelDefaults")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub model_defaults:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    /// `secretRefs` (optional).
     #[serde(rename = "secretRefs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub secret_refs: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
+    /// `type` (required).
     #[serde(rename = "type")]
     pub type_: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ModelProviderConfigAuthMode`
+/// One of the `ModelProviderConfigAuthMode` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ModelProviderConfigAuthMode {
+    /// The wire value `api-key`.
     #[serde(rename = "api-key")]
     ApiKey,
+    /// The wire value `subscription`.
     #[serde(rename = "subscription")]
     Subscription,
 }
@@ -3870,83 +5536,166 @@ impl ::std::convert::TryFrom<::std::string::String> for ModelProviderConfigAuthM
         value.parse()
     }
 }
-///`NavigateBrowserCommand`
+/// The `NavigateBrowserCommand` object: `action`, `document`, `url`.
+///
+/// - Since protocol 1
+/// - Required: `document`, `url` (see [`NavigateBrowserCommand::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct NavigateBrowserCommand {
+    /// `document` (required).
     pub document: ::std::string::String,
+    /// `url` (required).
     pub url: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`NewThreadContinuation`
+/// The `NewThreadContinuation` object: `includeAgentSystemPrompt`, `kind`, `systemPrompt`, `tools`.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct NewThreadContinuation {
+    /// `includeAgentSystemPrompt` (optional).
     #[serde(rename = "includeAgentSystemPrompt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub include_agent_system_prompt: ::std::option::Option<bool>,
+    /// `systemPrompt` (optional).
     #[serde(rename = "systemPrompt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub system_prompt: ::std::option::Option<::std::string::String>,
+    /// `tools` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tools: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`OnceSchedule`
+/// The `OnceSchedule` object: `kind`, `runAt`, `timezone`.
+///
+/// - Since protocol 1
+/// - Required: `runAt` (see [`OnceSchedule::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct OnceSchedule {
+    /// `runAt` (required).
     #[serde(rename = "runAt")]
     pub run_at: i64,
+    /// `timezone` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub timezone: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A live, never persisted, change to a streaming message (sessions) or run (runs).
+/// A live, never persisted, change to a streaming message (sessions) or run (runs).
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct PartialPatch {
+    /// `activity` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub activity: ::std::option::Option<AgentRunActivity>,
-    ///Ends the partial stream.
+    /// Ends the partial stream.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub done: ::std::option::Option<bool>,
+    /// `progress` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub progress: ::std::option::Option<PartialPatchProgress>,
+    /// `textDelta` (optional).
     #[serde(rename = "textDelta")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub text_delta: ::std::option::Option<::std::string::String>,
+    /// `usage` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub usage: ::std::option::Option<AgentRunUsage>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`PartialPatchProgress`
+/// The `PartialPatchProgress` object: `fraction`, `label`.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct PartialPatchProgress {
+    /// `fraction` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub fraction: ::std::option::Option<::seed_agents_protocol::Float>,
+    /// `label` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`PlanObligation`
+/// The `PlanObligation` object: `kind`, `steps`.
+///
+/// - Since protocol 1
+/// - Required: `steps` (see [`PlanObligation::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct PlanObligation {
+    /// `steps` (required).
     pub steps: ::std::vec::Vec<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`PollSessionBrowser`
+/// The `PollSessionBrowser` action (`_: "PollSessionBrowser"`).
+///
+/// - Response: [`SessionBrowserResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `connectionId`, `sessionId` (see [`PollSessionBrowser::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct PollSessionBrowser {
+    /// `connectionId` (required).
     #[serde(rename = "connectionId")]
     pub connection_id: ::std::string::String,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`PressBrowserCommand`
+/// The `PressBrowserCommand` object: `action`, `document`, `key`.
+///
+/// - Since protocol 1
+/// - Required: `document`, `key` (see [`PressBrowserCommand::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct PressBrowserCommand {
+    /// `document` (required).
     pub document: ::std::string::String,
+    /// `key` (required).
     pub key: PressBrowserCommandKey,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`PressBrowserCommandKey`
+/// One of the `PressBrowserCommandKey` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum PressBrowserCommandKey {
+    /// `ArrowDown`.
     ArrowDown,
+    /// `ArrowUp`.
     ArrowUp,
+    /// `Backspace`.
     Backspace,
+    /// `Enter`.
     Enter,
+    /// `Escape`.
     Escape,
+    /// `Tab`.
     Tab,
 }
 impl ::std::fmt::Display for PressBrowserCommandKey {
@@ -3987,31 +5736,56 @@ impl ::std::convert::TryFrom<::std::string::String> for PressBrowserCommandKey {
         value.parse()
     }
 }
-///`ProviderModelInfo`
+/// The `ProviderModelInfo` object: `id`, `name`.
+///
+/// - Since protocol 1
+/// - Required: `id`, `name` (see [`ProviderModelInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ProviderModelInfo {
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ProviderOAuthStatusResponse`
+/// The server's answer to [`GetProviderOAuthStatus`].
+///
+/// - Since protocol 1
+/// - Required: `loginId`, `status` (see [`ProviderOAuthStatusResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ProviderOAuthStatusResponse {
+    /// `error` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
+    /// `loginId` (required).
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
+    /// `secretName` (optional).
     #[serde(rename = "secretName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub secret_name: ::std::option::Option<::std::string::String>,
+    /// `status` (required).
     pub status: ProviderOAuthStatusResponseStatus,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ProviderOAuthStatusResponseStatus`
+/// One of the `ProviderOAuthStatusResponseStatus` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ProviderOAuthStatusResponseStatus {
+    /// The wire value `completed`.
     #[serde(rename = "completed")]
     Completed,
+    /// The wire value `failed`.
     #[serde(rename = "failed")]
     Failed,
+    /// The wire value `pending`.
     #[serde(rename = "pending")]
     Pending,
 }
@@ -4047,47 +5821,89 @@ impl ::std::convert::TryFrom<::std::string::String> for ProviderOAuthStatusRespo
         value.parse()
     }
 }
-///`ReadAgentMemoryFile`
+/// The `ReadAgentMemoryFile` action (`_: "ReadAgentMemoryFile"`).
+///
+/// - Response: [`ReadAgentMemoryFileResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `agentId`, `path` (see [`ReadAgentMemoryFile::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ReadAgentMemoryFile {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `path` (required).
     pub path: ::std::string::String,
 }
-///`ReadAgentMemoryFileResponse`
+/// The server's answer to [`ReadAgentMemoryFile`].
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `file` (see [`ReadAgentMemoryFileResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ReadAgentMemoryFileResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `file` (required).
     pub file: AgentMemoryFile,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ReadSessionAttachment`
+/// The `ReadSessionAttachment` action (`_: "ReadSessionAttachment"`).
+///
+/// - Response: [`ReadSessionAttachmentResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `attachmentId`, `sessionId` (see [`ReadSessionAttachment::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ReadSessionAttachment {
+    /// `attachmentId` (required).
     #[serde(rename = "attachmentId")]
     pub attachment_id: ::std::string::String,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`ReadSessionAttachmentResponse`
+/// The server's answer to [`ReadSessionAttachment`].
+///
+/// - Since protocol 1
+/// - Required: `attachment`, `data` (see [`ReadSessionAttachmentResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ReadSessionAttachmentResponse {
+    /// `attachment` (required).
     pub attachment: SessionAttachmentInfo,
+    /// `data` (required).
     pub data: ::seed_agents_protocol::Bytes,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ReasoningLevel`
+/// One of the `ReasoningLevel` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ReasoningLevel {
+    /// The wire value `high`.
     #[serde(rename = "high")]
     High,
+    /// The wire value `low`.
     #[serde(rename = "low")]
     Low,
+    /// The wire value `max`.
     #[serde(rename = "max")]
     Max,
+    /// The wire value `medium`.
     #[serde(rename = "medium")]
     Medium,
+    /// The wire value `minimal`.
     #[serde(rename = "minimal")]
     Minimal,
+    /// The wire value `xhigh`.
     #[serde(rename = "xhigh")]
     Xhigh,
 }
@@ -4129,51 +5945,88 @@ impl ::std::convert::TryFrom<::std::string::String> for ReasoningLevel {
         value.parse()
     }
 }
-///`RedactedMcpServer`
+/// The `RedactedMcpServer` object: `createdAt`, `hasSecrets`, `headerNames`, `id`, `name`, `secretHeaderNames`, `status`, `tools`, `transport`, `updatedAt`, `url`.
+///
+/// - Since protocol 1
+/// - Required: `createdAt`, `hasSecrets`, `headerNames`, `id`, `name`, `secretHeaderNames`, `status`, `tools`, `transport`, `updatedAt`, `url` (see [`RedactedMcpServer::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RedactedMcpServer {
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `hasSecrets` (required).
     #[serde(rename = "hasSecrets")]
     pub has_secrets: bool,
+    /// `headerNames` (required).
     #[serde(rename = "headerNames")]
     pub header_names: ::std::vec::Vec<::std::string::String>,
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `secretHeaderNames` (required).
     #[serde(rename = "secretHeaderNames")]
     pub secret_header_names: ::std::vec::Vec<::std::string::String>,
+    /// `status` (required).
     pub status: McpServerStatus,
+    /// `tools` (required).
     pub tools: ::std::vec::Vec<McpToolInfo>,
+    /// `transport` (required).
     pub transport: McpServerTransport,
+    /// `updatedAt` (required).
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// `url` (required).
     pub url: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`RedactedModelProvider`
+/// The `RedactedModelProvider` object: `authMode`, `authStatus`, `createdAt`, `hasSecrets`, `id`, `name`, `type`, `updatedAt`.
+///
+/// - Since protocol 1
+/// - Required: `createdAt`, `hasSecrets`, `id`, `name`, `type`, `updatedAt` (see [`RedactedModelProvider::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RedactedModelProvider {
+    /// `authMode` (optional).
     #[serde(rename = "authMode")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub auth_mode: ::std::option::Option<RedactedModelProviderAuthMode>,
+    /// `authStatus` (optional).
     #[serde(rename = "authStatus")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub auth_status: ::std::option::Option<RedactedModelProviderAuthStatus>,
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `hasSecrets` (required).
     #[serde(rename = "hasSecrets")]
     pub has_secrets: bool,
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `type` (required).
     #[serde(rename = "type")]
     pub type_: ::std::string::String,
+    /// `updatedAt` (required).
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`RedactedModelProviderAuthMode`
+/// One of the `RedactedModelProviderAuthMode` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RedactedModelProviderAuthMode {
+    /// The wire value `api-key`.
     #[serde(rename = "api-key")]
     ApiKey,
+    /// The wire value `subscription`.
     #[serde(rename = "subscription")]
     Subscription,
 }
@@ -4207,11 +6060,13 @@ impl ::std::convert::TryFrom<::std::string::String> for RedactedModelProviderAut
         value.parse()
     }
 }
-///`RedactedModelProviderAuthStatus`
+/// One of the `RedactedModelProviderAuthStatus` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RedactedModelProviderAuthStatus {
+    /// The wire value `needs-login`.
     #[serde(rename = "needs-login")]
     NeedsLogin,
+    /// The wire value `ok`.
     #[serde(rename = "ok")]
     Ok,
 }
@@ -4245,103 +6100,200 @@ impl ::std::convert::TryFrom<::std::string::String> for RedactedModelProviderAut
         value.parse()
     }
 }
-///`RedactedSecret`
+/// The `RedactedSecret` object: `createdAt`, `hasValue`, `id`, `metadata`, `name`, `updatedAt`.
+///
+/// - Since protocol 1
+/// - Required: `createdAt`, `hasValue`, `id`, `name`, `updatedAt` (see [`RedactedSecret::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RedactedSecret {
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `hasValue` (required).
     #[serde(rename = "hasValue")]
     pub has_value: bool,
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `metadata` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub metadata:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `updatedAt` (required).
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`RefreshMcpServer`
+/// The `RefreshMcpServer` action (`_: "RefreshMcpServer"`).
+///
+/// - Response: [`SetMcpServerResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `name` (see [`RefreshMcpServer::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RefreshMcpServer {
+    /// `name` (required).
     pub name: ::std::string::String,
 }
-///`RegisterSigner`
+/// The `RegisterSigner` action (`_: "RegisterSigner"`).
+///
+/// - Response: [`RegisterSignerResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `capability` (see [`RegisterSigner::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RegisterSigner {
+    /// `capability` (required).
     pub capability: ::seed_agents_protocol::Bytes,
 }
-///`RegisterSignerResponse`
+/// The server's answer to [`RegisterSigner`].
+///
+/// - Since protocol 1
+/// - Required: `accountId`, `signerId` (see [`RegisterSignerResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RegisterSignerResponse {
+    /// `accountId` (required).
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
+    /// `signerId` (required).
     #[serde(rename = "signerId")]
     pub signer_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`RemoveAgentCollaborator`
+/// The `RemoveAgentCollaborator` action (`_: "RemoveAgentCollaborator"`).
+///
+/// - Response: [`RemoveAgentCollaboratorResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `accountId`, `agentId` (see [`RemoveAgentCollaborator::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RemoveAgentCollaborator {
+    /// `accountId` (required).
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///`RemoveAgentCollaboratorResponse`
+/// The server's answer to [`RemoveAgentCollaborator`].
+///
+/// - Since protocol 1
+/// - Required: `accountId`, `agentId` (see [`RemoveAgentCollaboratorResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RemoveAgentCollaboratorResponse {
+    /// `accountId` (required).
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ResolveSessionBrowser`
+/// The `ResolveSessionBrowser` action (`_: "ResolveSessionBrowser"`).
+///
+/// - Response: [`SessionBrowserResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `connectionId`, `requestId`, `sessionId` (see [`ResolveSessionBrowser::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ResolveSessionBrowser {
+    /// `connectionId` (required).
     #[serde(rename = "connectionId")]
     pub connection_id: ::std::string::String,
+    /// `error` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
+    /// `output` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub output:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    /// `requestId` (required).
     #[serde(rename = "requestId")]
     pub request_id: ::std::string::String,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`RetrySession`
+/// The `RetrySession` action (`_: "RetrySession"`).
+///
+/// - Response: [`RetrySessionResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `sessionId` (see [`RetrySession::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RetrySession {
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`RetrySessionResponse`
+/// The server's answer to [`RetrySession`].
+///
+/// - Since protocol 1
+/// - Required: `assistantEventId`, `sessionId` (see [`RetrySessionResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RetrySessionResponse {
+    /// `assistantEventId` (required).
     #[serde(rename = "assistantEventId")]
     pub assistant_event_id: ::std::string::String,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`RunCompletedSource`
+/// The `RunCompletedSource` object: `agentId`, `status`, `titleMatch`, `type`.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunCompletedSource {
+    /// `agentId` (optional).
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
+    /// `status` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub status: ::std::option::Option<RunCompletedSourceStatus>,
+    /// `titleMatch` (optional).
     #[serde(rename = "titleMatch")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title_match: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`RunCompletedSourceStatus`
+/// One of the `RunCompletedSourceStatus` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunCompletedSourceStatus {
+    /// The wire value `canceled`.
     #[serde(rename = "canceled")]
     Canceled,
+    /// The wire value `failed`.
     #[serde(rename = "failed")]
     Failed,
+    /// The wire value `succeeded`.
     #[serde(rename = "succeeded")]
     Succeeded,
 }
@@ -4377,91 +6329,141 @@ impl ::std::convert::TryFrom<::std::string::String> for RunCompletedSourceStatus
         value.parse()
     }
 }
-///`RunInfo`
+/// The `RunInfo` object: `account`, `agentId`, `childRunCount`, `continuedFromRunId`, `createdAt`, `depth`, `error`, `finishedAt`, `id`, `kind`, `origin`, `parentRunId`, `parentToolCallId`, `plan`, `planStepId`, `rootRunId`, `sessionId`, `sourceText`, `startedAt`, `status`, `stepLabel`, `title`, `unmetObligations`, `updatedAt`, `usage`, `wait`.
+///
+/// - Since protocol 1
+/// - Required: `account`, `createdAt`, `depth`, `id`, `kind`, `origin`, `rootRunId`, `status`, `title`, `updatedAt` (see [`RunInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunInfo {
+    /// `account` (required).
     pub account: ::std::string::String,
+    /// `agentId` (optional).
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
+    /// `childRunCount` (optional).
     #[serde(rename = "childRunCount")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub child_run_count: ::std::option::Option<i64>,
+    /// `continuedFromRunId` (optional).
     #[serde(rename = "continuedFromRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_from_run_id: ::std::option::Option<::std::string::String>,
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `depth` (required).
     pub depth: i64,
+    /// `error` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<RunInfoError>,
+    /// `finishedAt` (optional).
     #[serde(rename = "finishedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub finished_at: ::std::option::Option<i64>,
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `kind` (required).
     pub kind: RunInfoKind,
+    /// `origin` (required).
     pub origin: RunInfoOrigin,
+    /// `parentRunId` (optional).
     #[serde(rename = "parentRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub parent_run_id: ::std::option::Option<::std::string::String>,
+    /// `parentToolCallId` (optional).
     #[serde(rename = "parentToolCallId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub parent_tool_call_id: ::std::option::Option<::std::string::String>,
+    /// `plan` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub plan: ::std::option::Option<RunPlan>,
+    /// `planStepId` (optional).
     #[serde(rename = "planStepId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub plan_step_id: ::std::option::Option<::std::string::String>,
+    /// `rootRunId` (required).
     #[serde(rename = "rootRunId")]
     pub root_run_id: ::std::string::String,
+    /// `sessionId` (optional).
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
+    /// `sourceText` (optional).
     #[serde(rename = "sourceText")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub source_text: ::std::option::Option<::std::string::String>,
+    /// `startedAt` (optional).
     #[serde(rename = "startedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub started_at: ::std::option::Option<i64>,
+    /// `status` (required).
     pub status: RunStatus,
+    /// `stepLabel` (optional).
     #[serde(rename = "stepLabel")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub step_label: ::std::option::Option<::std::string::String>,
+    /// `title` (required).
     pub title: ::std::string::String,
+    /// `unmetObligations` (optional).
     #[serde(rename = "unmetObligations")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub unmet_obligations: ::std::option::Option<::std::vec::Vec<UnmetObligation>>,
+    /// `updatedAt` (required).
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// `usage` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub usage: ::std::option::Option<RunUsageInfo>,
+    /// `wait` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub wait: ::std::option::Option<RunWaitInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`RunInfoError`
+/// The `RunInfoError` object: `callSeq`, `code`, `detail`, `message`, `stack`, `tool`.
+///
+/// - Since protocol 1
+/// - Required: `code`, `message` (see [`RunInfoError::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunInfoError {
+    /// `callSeq` (optional).
     #[serde(rename = "callSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub call_seq: ::std::option::Option<i64>,
+    /// `code` (required).
     pub code: ::std::string::String,
+    /// `detail` (optional).
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub detail: ::std::option::Option<::seed_agents_protocol::Value>,
+    /// `message` (required).
     pub message: ::std::string::String,
+    /// `stack` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub stack: ::std::option::Option<::std::string::String>,
+    /// `tool` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tool: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`RunInfoKind`
+/// One of the `RunInfoKind` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunInfoKind {
+    /// The wire value `agent`.
     #[serde(rename = "agent")]
     Agent,
+    /// The wire value `workflow`.
     #[serde(rename = "workflow")]
     Workflow,
 }
@@ -4495,17 +6497,22 @@ impl ::std::convert::TryFrom<::std::string::String> for RunInfoKind {
         value.parse()
     }
 }
-///`RunInfoOrigin`
+/// One of the `RunInfoOrigin` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunInfoOrigin {
+    /// The wire value `agent`.
     #[serde(rename = "agent")]
     Agent,
+    /// The wire value `system`.
     #[serde(rename = "system")]
     System,
+    /// The wire value `trigger`.
     #[serde(rename = "trigger")]
     Trigger,
+    /// The wire value `user`.
     #[serde(rename = "user")]
     User,
+    /// The wire value `workflow`.
     #[serde(rename = "workflow")]
     Workflow,
 }
@@ -4545,42 +6552,79 @@ impl ::std::convert::TryFrom<::std::string::String> for RunInfoOrigin {
         value.parse()
     }
 }
-///`RunJournalEntryInfo`
+/// The `RunJournalEntryInfo` object: `createdAt`, `entry`, `runId`, `seq`.
+///
+/// - Since protocol 1
+/// - Required: `createdAt`, `entry`, `runId`, `seq` (see [`RunJournalEntryInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunJournalEntryInfo {
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `entry` (required).
     pub entry: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+    /// `runId` (required).
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
+    /// `seq` (required).
     pub seq: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`RunPlan`
+/// The `RunPlan` object: `ownerRunId`, `settledAt`, `steps`, `title`.
+///
+/// - Since protocol 1
+/// - Required: `steps` (see [`RunPlan::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunPlan {
+    /// `ownerRunId` (optional).
     #[serde(rename = "ownerRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub owner_run_id: ::std::option::Option<::std::string::String>,
+    /// `settledAt` (optional).
     #[serde(rename = "settledAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub settled_at: ::std::option::Option<i64>,
+    /// `steps` (required).
     pub steps: ::std::vec::Vec<RunPlanStep>,
+    /// `title` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`RunPlanStep`
+/// The `RunPlanStep` object: `id`, `label`, `resolvedBy`, `status`.
+///
+/// - Since protocol 1
+/// - Required: `id`, `label`, `status` (see [`RunPlanStep::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunPlanStep {
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `label` (required).
     pub label: ::std::string::String,
+    /// `resolvedBy` (optional).
     #[serde(rename = "resolvedBy")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub resolved_by: ::std::option::Option<RunPlanStepResolvedBy>,
+    /// `status` (required).
     pub status: RunPlanStepStatus,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`RunPlanStepResolvedBy`
+/// One of the `RunPlanStepResolvedBy` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunPlanStepResolvedBy {
+    /// The wire value `runtime`.
     #[serde(rename = "runtime")]
     Runtime,
 }
@@ -4612,17 +6656,22 @@ impl ::std::convert::TryFrom<::std::string::String> for RunPlanStepResolvedBy {
         value.parse()
     }
 }
-///`RunPlanStepStatus`
+/// One of the `RunPlanStepStatus` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunPlanStepStatus {
+    /// The wire value `done`.
     #[serde(rename = "done")]
     Done,
+    /// The wire value `failed`.
     #[serde(rename = "failed")]
     Failed,
+    /// The wire value `pending`.
     #[serde(rename = "pending")]
     Pending,
+    /// The wire value `running`.
     #[serde(rename = "running")]
     Running,
+    /// The wire value `skipped`.
     #[serde(rename = "skipped")]
     Skipped,
 }
@@ -4662,21 +6711,28 @@ impl ::std::convert::TryFrom<::std::string::String> for RunPlanStepStatus {
         value.parse()
     }
 }
-///`RunStatus`
+/// One of the `RunStatus` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunStatus {
+    /// The wire value `canceled`.
     #[serde(rename = "canceled")]
     Canceled,
+    /// The wire value `claimed`.
     #[serde(rename = "claimed")]
     Claimed,
+    /// The wire value `failed`.
     #[serde(rename = "failed")]
     Failed,
+    /// The wire value `queued`.
     #[serde(rename = "queued")]
     Queued,
+    /// The wire value `running`.
     #[serde(rename = "running")]
     Running,
+    /// The wire value `succeeded`.
     #[serde(rename = "succeeded")]
     Succeeded,
+    /// The wire value `waiting`.
     #[serde(rename = "waiting")]
     Waiting,
 }
@@ -4720,56 +6776,101 @@ impl ::std::convert::TryFrom<::std::string::String> for RunStatus {
         value.parse()
     }
 }
-///`RunUsageInfo`
+/// The `RunUsageInfo` object: `cacheRead`, `cacheWrite`, `children`, `input`, `output`, `total`.
+///
+/// - Since protocol 1
+/// - Required: `cacheRead`, `cacheWrite`, `input`, `output`, `total` (see [`RunUsageInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunUsageInfo {
+    /// `cacheRead` (required).
     #[serde(rename = "cacheRead")]
     pub cache_read: i64,
+    /// `cacheWrite` (required).
     #[serde(rename = "cacheWrite")]
     pub cache_write: i64,
+    /// `children` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub children: ::std::option::Option<RunUsageInfoChildren>,
+    /// `input` (required).
     pub input: i64,
+    /// `output` (required).
     pub output: i64,
+    /// `total` (required).
     pub total: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`RunUsageInfoChildren`
+/// The `RunUsageInfoChildren` object: `cacheRead`, `cacheWrite`, `input`, `output`, `runs`, `total`.
+///
+/// - Since protocol 1
+/// - Required: `cacheRead`, `cacheWrite`, `input`, `output`, `runs`, `total` (see [`RunUsageInfoChildren::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunUsageInfoChildren {
+    /// `cacheRead` (required).
     #[serde(rename = "cacheRead")]
     pub cache_read: i64,
+    /// `cacheWrite` (required).
     #[serde(rename = "cacheWrite")]
     pub cache_write: i64,
+    /// `input` (required).
     pub input: i64,
+    /// `output` (required).
     pub output: i64,
+    /// `runs` (required).
     pub runs: i64,
+    /// `total` (required).
     pub total: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`RunWaitInfo`
+/// The `RunWaitInfo` object: `answerWith`, `label`, `pendingChildren`, `reason`, `wakeAt`.
+///
+/// - Since protocol 1
+/// - Required: `reason` (see [`RunWaitInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunWaitInfo {
+    /// `answerWith` (optional).
     #[serde(rename = "answerWith")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub answer_with: ::std::option::Option<::std::string::String>,
+    /// `label` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
+    /// `pendingChildren` (optional).
     #[serde(rename = "pendingChildren")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub pending_children: ::std::option::Option<i64>,
+    /// `reason` (required).
     pub reason: RunWaitInfoReason,
+    /// `wakeAt` (optional).
     #[serde(rename = "wakeAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub wake_at: ::std::option::Option<i64>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`RunWaitInfoReason`
+/// One of the `RunWaitInfoReason` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunWaitInfoReason {
+    /// The wire value `budget-pause`.
     #[serde(rename = "budget-pause")]
     BudgetPause,
+    /// The wire value `children`.
     #[serde(rename = "children")]
     Children,
+    /// The wire value `event`.
     #[serde(rename = "event")]
     Event,
+    /// The wire value `timer`.
     #[serde(rename = "timer")]
     Timer,
 }
@@ -4807,68 +6908,139 @@ impl ::std::convert::TryFrom<::std::string::String> for RunWaitInfoReason {
         value.parse()
     }
 }
-///`SaveAgentTool`
+/// The `SaveAgentTool` action (`_: "SaveAgentTool"`).
+///
+/// - Response: [`SaveAgentToolResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `tool` (see [`SaveAgentTool::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SaveAgentTool {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `previousName` (optional).
     #[serde(rename = "previousName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub previous_name: ::std::option::Option<::std::string::String>,
+    /// `tool` (required).
     pub tool: AgentToolInput,
 }
-///`SaveAgentToolResponse`
+/// The server's answer to [`SaveAgentTool`].
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `tool` (see [`SaveAgentToolResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SaveAgentToolResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `tool` (required).
     pub tool: AgentToolInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ScheduleSource`
+/// The `ScheduleSource` object: `schedule`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `schedule` (see [`ScheduleSource::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ScheduleSource {
+    /// `schedule` (required).
     pub schedule: AgentScheduleTrigger,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ScreenshotBrowserCommand`
+/// The `ScreenshotBrowserCommand` object: `action`, `document`.
+///
+/// - Since protocol 1
+/// - Required: `document` (see [`ScreenshotBrowserCommand::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ScreenshotBrowserCommand {
+    /// `document` (required).
     pub document: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ScriptContinuation`
+/// The `ScriptContinuation` object: `input`, `kind`, `onFailure`, `script`.
+///
+/// - Since protocol 1
+/// - Required: `script` (see [`ScriptContinuation::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ScriptContinuation {
+    /// `input` (optional).
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub input: ::std::option::Option<::seed_agents_protocol::Value>,
+    /// `onFailure` (optional).
     #[serde(rename = "onFailure")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub on_failure: ::std::option::Option<TriggerFailurePolicy>,
+    /// `script` (required).
     pub script: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ScrollBrowserCommand`
+/// The `ScrollBrowserCommand` object: `action`, `document`, `x`, `y`.
+///
+/// - Since protocol 1
+/// - Required: `document`, `y` (see [`ScrollBrowserCommand::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ScrollBrowserCommand {
+    /// `document` (required).
     pub document: ::std::string::String,
+    /// `x` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub x: ::std::option::Option<i64>,
+    /// `y` (required).
     pub y: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SessionActivity`
+/// The `SessionActivity` object: `messageAt`, `messageFrom`.
+///
+/// - Since protocol 1
+/// - Required: `messageAt`, `messageFrom` (see [`SessionActivity::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionActivity {
+    /// `messageAt` (required).
     #[serde(rename = "messageAt")]
     pub message_at: i64,
+    /// `messageFrom` (required).
     #[serde(rename = "messageFrom")]
     pub message_from: SessionActivityMessageFrom,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SessionActivityMessageFrom`
+/// One of the `SessionActivityMessageFrom` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionActivityMessageFrom {
+    /// The wire value `agent`.
     #[serde(rename = "agent")]
     Agent,
+    /// The wire value `user`.
     #[serde(rename = "user")]
     User,
 }
@@ -4902,15 +7074,19 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionActivityMessageFr
         value.parse()
     }
 }
-///`SessionActor`
+/// One of the `SessionActor` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionActor {
+    /// The wire value `agent`.
     #[serde(rename = "agent")]
     Agent,
+    /// The wire value `system`.
     #[serde(rename = "system")]
     System,
+    /// The wire value `trigger`.
     #[serde(rename = "trigger")]
     Trigger,
+    /// The wire value `user`.
     #[serde(rename = "user")]
     User,
 }
@@ -4948,62 +7124,114 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionActor {
         value.parse()
     }
 }
-///`SessionAttachmentInfo`
+/// The `SessionAttachmentInfo` object: `createdAt`, `id`, `mimeType`, `name`, `sessionId`, `size`.
+///
+/// - Since protocol 1
+/// - Required: `createdAt`, `id`, `name`, `sessionId`, `size` (see [`SessionAttachmentInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionAttachmentInfo {
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `mimeType` (optional).
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// `size` (required).
     pub size: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SessionAttachmentUploadTarget`
+/// The `SessionAttachmentUploadTarget` object: `kind`, `mimeType`, `name`, `sessionId`.
+///
+/// - Since protocol 1
+/// - Required: `name`, `sessionId` (see [`SessionAttachmentUploadTarget::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionAttachmentUploadTarget {
+    /// `mimeType` (optional).
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SessionBrowserResponse`
+/// The server's answer to [`ConnectSessionBrowser`], [`DisconnectSessionBrowser`], [`PollSessionBrowser`], [`ResolveSessionBrowser`].
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionBrowserResponse {
+    /// `request` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub request: ::std::option::Option<BrowserRequest>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SessionContinuationLink`
+/// The `SessionContinuationLink` object: `continuationId`, `createdAt`, `reason`, `sessionId`, `title`.
+///
+/// - Since protocol 1
+/// - Required: `continuationId`, `createdAt`, `reason`, `sessionId` (see [`SessionContinuationLink::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionContinuationLink {
+    /// `continuationId` (required).
     #[serde(rename = "continuationId")]
     pub continuation_id: ::std::string::String,
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `reason` (required).
     pub reason: SessionContinuationReason,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// `title` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SessionContinuationReason`
+/// One of the `SessionContinuationReason` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionContinuationReason {
+    /// The wire value `context_pressure`.
     #[serde(rename = "context_pressure")]
     ContextPressure,
+    /// The wire value `other`.
     #[serde(rename = "other")]
     Other,
+    /// The wire value `phase_change`.
     #[serde(rename = "phase_change")]
     PhaseChange,
+    /// The wire value `refocus`.
     #[serde(rename = "refocus")]
     Refocus,
+    /// The wire value `topic_change`.
     #[serde(rename = "topic_change")]
     TopicChange,
+    /// The wire value `user_request`.
     #[serde(rename = "user_request")]
     UserRequest,
 }
@@ -5045,72 +7273,121 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionContinuationReaso
         value.parse()
     }
 }
-///`SessionEvent`
+/// The `SessionEvent` object: `createdAt`, `event`, `id`, `seq`, `sessionId`, `truncated`.
+///
+/// - Since protocol 1
+/// - Required: `createdAt`, `event`, `id`, `seq`, `sessionId` (see [`SessionEvent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionEvent {
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `event` (required).
     pub event: SessionEventPayload,
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `seq` (required).
     pub seq: i64,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// `truncated` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub truncated: ::std::option::Option<bool>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SessionEventMeta`
+/// The `SessionEventMeta` object: `accountId`, `continuedFrom`, `durationMs`, `model`, `provider`, `reasoningLevel`, `signerId`, `turn`, `usage`.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionEventMeta {
+    /// `accountId` (optional).
     #[serde(rename = "accountId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub account_id: ::std::option::Option<::std::string::String>,
+    /// `continuedFrom` (optional).
     #[serde(rename = "continuedFrom")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_from: ::std::option::Option<SessionEventMetaContinuedFrom>,
+    /// `durationMs` (optional).
     #[serde(rename = "durationMs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub duration_ms: ::std::option::Option<i64>,
+    /// `model` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub model: ::std::option::Option<::std::string::String>,
+    /// `provider` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub provider: ::std::option::Option<::std::string::String>,
+    /// `reasoningLevel` (optional).
     #[serde(rename = "reasoningLevel")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub reasoning_level: ::std::option::Option<SessionEventMetaReasoningLevel>,
+    /// `signerId` (optional).
     #[serde(rename = "signerId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub signer_id: ::std::option::Option<::std::string::String>,
+    /// `turn` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub turn: ::std::option::Option<SessionEventMetaTurn>,
+    /// `usage` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub usage: ::std::option::Option<AgentRunUsage>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SessionEventMetaContinuedFrom`
+/// The `SessionEventMetaContinuedFrom` object: `eventId`, `seq`, `sessionId`.
+///
+/// - Since protocol 1
+/// - Required: `eventId`, `seq`, `sessionId` (see [`SessionEventMetaContinuedFrom::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionEventMetaContinuedFrom {
+    /// `eventId` (required).
     #[serde(rename = "eventId")]
     pub event_id: ::std::string::String,
+    /// `seq` (required).
     pub seq: i64,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SessionEventMetaReasoningLevel`
+/// One of the `SessionEventMetaReasoningLevel` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionEventMetaReasoningLevel {
+    /// The wire value `default`.
     #[serde(rename = "default")]
     Default,
+    /// The wire value `high`.
     #[serde(rename = "high")]
     High,
+    /// The wire value `low`.
     #[serde(rename = "low")]
     Low,
+    /// The wire value `max`.
     #[serde(rename = "max")]
     Max,
+    /// The wire value `medium`.
     #[serde(rename = "medium")]
     Medium,
+    /// The wire value `minimal`.
     #[serde(rename = "minimal")]
     Minimal,
+    /// The wire value `off`.
     #[serde(rename = "off")]
     Off,
+    /// The wire value `xhigh`.
     #[serde(rename = "xhigh")]
     Xhigh,
 }
@@ -5156,26 +7433,41 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionEventMetaReasonin
         value.parse()
     }
 }
-///`SessionEventMetaTurn`
+/// The `SessionEventMetaTurn` object: `index`, `ttftMs`, `turnMs`.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionEventMetaTurn {
+    /// `index` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub index: ::std::option::Option<i64>,
+    /// `ttftMs` (optional).
     #[serde(rename = "ttftMs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub ttft_ms: ::std::option::Option<i64>,
+    /// `turnMs` (optional).
     #[serde(rename = "turnMs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub turn_ms: ::std::option::Option<i64>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///The payload of a durable session event, told apart by `type`. Open: kinds this build does not know are kept as open maps, never refused.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum SessionEventPayload {
+    /// A [`MessageEvent`].
     MessageEvent(MessageEvent),
+    /// A [`ToolResultEvent`].
     ToolResultEvent(ToolResultEvent),
+    /// A [`ToolCallEvent`].
     ToolCallEvent(ToolCallEvent),
+    /// A [`ErrorEvent`].
     ErrorEvent(ErrorEvent),
+    /// A [`ToolSpawnEvent`].
     ToolSpawnEvent(ToolSpawnEvent),
     ///A member this build does not know (its `type` is none of the above), kept as is.
     Other(::seed_agents_protocol::Value),
@@ -5205,59 +7497,89 @@ impl ::std::convert::From<ToolSpawnEvent> for SessionEventPayload {
         Self::ToolSpawnEvent(value)
     }
 }
-///`SessionInfo`
+/// The `SessionInfo` object: `account`, `activity`, `agentId`, `childSessionCount`, `continuedFrom`, `continuedTo`, `createdAt`, `description`, `id`, `modelOverride`, `parentSessionId`, `plan`, `runId`, `startedByTrigger`, `status`, `thoroughness`, `title`, `updatedAt`.
+///
+/// - Since protocol 1
+/// - Required: `account`, `agentId`, `createdAt`, `id`, `status`, `updatedAt` (see [`SessionInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionInfo {
+    /// `account` (required).
     pub account: ::std::string::String,
+    /// `activity` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub activity: ::std::option::Option<SessionActivity>,
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `childSessionCount` (optional).
     #[serde(rename = "childSessionCount")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub child_session_count: ::std::option::Option<i64>,
+    /// `continuedFrom` (optional).
     #[serde(rename = "continuedFrom")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_from: ::std::option::Option<SessionContinuationLink>,
+    /// `continuedTo` (optional).
     #[serde(rename = "continuedTo")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_to: ::std::option::Option<SessionContinuationLink>,
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `description` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub description: ::std::option::Option<::std::string::String>,
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `modelOverride` (optional).
     #[serde(rename = "modelOverride")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub model_override: ::std::option::Option<SessionModelOverride>,
+    /// `parentSessionId` (optional).
     #[serde(rename = "parentSessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub parent_session_id: ::std::option::Option<::std::string::String>,
+    /// `plan` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub plan: ::std::option::Option<RunPlan>,
+    /// `runId` (optional).
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub run_id: ::std::option::Option<::std::string::String>,
+    /// `startedByTrigger` (optional).
     #[serde(rename = "startedByTrigger")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub started_by_trigger: ::std::option::Option<AgentSessionTriggerSummary>,
+    /// `status` (required).
     pub status: SessionInfoStatus,
+    /// `thoroughness` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub thoroughness: ::std::option::Option<Thoroughness>,
+    /// `title` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
+    /// `updatedAt` (required).
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SessionInfoStatus`
+/// One of the `SessionInfoStatus` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionInfoStatus {
+    /// The wire value `error`.
     #[serde(rename = "error")]
     Error,
+    /// The wire value `idle`.
     #[serde(rename = "idle")]
     Idle,
+    /// The wire value `stopped`.
     #[serde(rename = "stopped")]
     Stopped,
+    /// The wire value `streaming`.
     #[serde(rename = "streaming")]
     Streaming,
 }
@@ -5295,221 +7617,476 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionInfoStatus {
         value.parse()
     }
 }
-///`SessionListCursor`
+/// The `SessionListCursor` object: `idBefore`, `updatedBefore`.
+///
+/// - Since protocol 1
+/// - Required: `idBefore`, `updatedBefore` (see [`SessionListCursor::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionListCursor {
+    /// `idBefore` (required).
     #[serde(rename = "idBefore")]
     pub id_before: ::std::string::String,
+    /// `updatedBefore` (required).
     #[serde(rename = "updatedBefore")]
     pub updated_before: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SessionModelOverride`
+/// The `SessionModelOverride` object: `model`, `provider`, `reasoningLevel`.
+///
+/// - Since protocol 1
+/// - Required: `model`, `provider` (see [`SessionModelOverride::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionModelOverride {
+    /// `model` (required).
     pub model: ::std::string::String,
+    /// `provider` (required).
     pub provider: ::std::string::String,
+    /// `reasoningLevel` (optional).
     #[serde(rename = "reasoningLevel")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub reasoning_level: ::std::option::Option<ReasoningLevel>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SetAgentPublicChat`
+/// The `SetAgentPublicChat` action (`_: "SetAgentPublicChat"`).
+///
+/// - Response: [`SetAgentPublicChatResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `publicChat` (see [`SetAgentPublicChat::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetAgentPublicChat {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `publicChat` (required).
     #[serde(rename = "publicChat")]
     pub public_chat: bool,
 }
-///`SetAgentPublicChatResponse`
+/// The server's answer to [`SetAgentPublicChat`].
+///
+/// - Since protocol 1
+/// - Required: `agent` (see [`SetAgentPublicChatResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetAgentPublicChatResponse {
+    /// `agent` (required).
     pub agent: AgentInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SetAgentPublicRead`
+/// The `SetAgentPublicRead` action (`_: "SetAgentPublicRead"`).
+///
+/// - Response: [`SetAgentPublicReadResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `publicRead` (see [`SetAgentPublicRead::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetAgentPublicRead {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `publicRead` (required).
     #[serde(rename = "publicRead")]
     pub public_read: bool,
 }
-///`SetAgentPublicReadResponse`
+/// The server's answer to [`SetAgentPublicRead`].
+///
+/// - Since protocol 1
+/// - Required: `agent` (see [`SetAgentPublicReadResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetAgentPublicReadResponse {
+    /// `agent` (required).
     pub agent: AgentInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SetMcpServer`
+/// The `SetMcpServer` action (`_: "SetMcpServer"`).
+///
+/// - Response: [`SetMcpServerResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `config`, `name` (see [`SetMcpServer::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetMcpServer {
+    /// `config` (required).
     pub config: McpServerConfig,
+    /// `name` (required).
     pub name: ::std::string::String,
 }
-///`SetMcpServerResponse`
+/// The server's answer to [`RefreshMcpServer`], [`SetMcpServer`].
+///
+/// - Since protocol 1
+/// - Required: `server` (see [`SetMcpServerResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetMcpServerResponse {
+    /// `server` (required).
     pub server: RedactedMcpServer,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SetModelProvider`
+/// The `SetModelProvider` action (`_: "SetModelProvider"`).
+///
+/// - Response: [`SetModelProviderResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `name`, `provider` (see [`SetModelProvider::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetModelProvider {
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `provider` (required).
     pub provider: ModelProviderConfig,
 }
-///`SetModelProviderResponse`
+/// The server's answer to [`SetModelProvider`].
+///
+/// - Since protocol 1
+/// - Required: `provider` (see [`SetModelProviderResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetModelProviderResponse {
+    /// `provider` (required).
     pub provider: RedactedModelProvider,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SetSecret`
+/// The `SetSecret` action (`_: "SetSecret"`).
+///
+/// - Response: [`SetSecretResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `name`, `value` (see [`SetSecret::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetSecret {
+    /// `metadata` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub metadata:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `value` (required).
     pub value: ::seed_agents_protocol::Bytes,
 }
-///`SetSecretResponse`
+/// The server's answer to [`SetSecret`].
+///
+/// - Since protocol 1
+/// - Required: `secret` (see [`SetSecretResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetSecretResponse {
+    /// `secret` (required).
     pub secret: RedactedSecret,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SignalRun`
+/// The `SignalRun` action (`_: "SignalRun"`).
+///
+/// - Response: [`SignalRunResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `runId`, `signal` (see [`SignalRun::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SignalRun {
+    /// `payload` (optional).
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub payload: ::std::option::Option<::seed_agents_protocol::Value>,
+    /// `runId` (required).
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
+    /// `signal` (required).
     pub signal: ::std::string::String,
 }
-///`SignalRunResponse`
+/// The server's answer to [`SignalRun`].
+///
+/// - Since protocol 1
+/// - Required: `delivered`, `runId` (see [`SignalRunResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SignalRunResponse {
+    /// `delivered` (required).
     pub delivered: bool,
+    /// `runId` (required).
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SigningIdentity`
+/// The `SigningIdentity` object: `accountId`, `createdAt`, `dev`, `icon`, `id`, `label`, `name`, `serverUrl`, `updatedAt`.
+///
+/// - Since protocol 1
+/// - Required: `createdAt`, `id`, `name`, `updatedAt` (see [`SigningIdentity::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SigningIdentity {
+    /// `accountId` (optional).
     #[serde(rename = "accountId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub account_id: ::std::option::Option<::std::string::String>,
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `dev` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub dev: ::std::option::Option<bool>,
+    /// `icon` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub icon: ::std::option::Option<::std::string::String>,
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `label` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `serverUrl` (optional).
     #[serde(rename = "serverUrl")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub server_url: ::std::option::Option<::std::string::String>,
+    /// `updatedAt` (required).
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SigningIdentityIcon`
+/// The `SigningIdentityIcon` object: `data`, `fileName`, `mimeType`.
+///
+/// - Since protocol 1
+/// - Required: `data` (see [`SigningIdentityIcon::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SigningIdentityIcon {
+    /// `data` (required).
     pub data: ::seed_agents_protocol::Bytes,
+    /// `fileName` (optional).
     #[serde(rename = "fileName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub file_name: ::std::option::Option<::std::string::String>,
+    /// `mimeType` (optional).
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SiteUpdateSource`
+/// The `SiteUpdateSource` object: `eventTypes`, `resourcePrefix`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `resourcePrefix` (see [`SiteUpdateSource::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SiteUpdateSource {
+    /// `eventTypes` (optional).
     #[serde(rename = "eventTypes")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub event_types: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    /// `resourcePrefix` (required).
     #[serde(rename = "resourcePrefix")]
     pub resource_prefix: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SnapshotBrowserCommand`
+/// The `SnapshotBrowserCommand` object: `action`.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
-pub struct SnapshotBrowserCommand {}
-///`StartProviderOAuth`
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
+pub struct SnapshotBrowserCommand {
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+}
+/// The `StartProviderOAuth` action (`_: "StartProviderOAuth"`).
+///
+/// - Response: [`StartProviderOAuthResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `providerType` (see [`StartProviderOAuth::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct StartProviderOAuth {
+    /// `providerType` (required).
     #[serde(rename = "providerType")]
     pub provider_type: ::std::string::String,
 }
-///`StartProviderOAuthResponse`
+/// The server's answer to [`StartProviderOAuth`].
+///
+/// - Since protocol 1
+/// - Required: `authUrl`, `expiresAt`, `loginId` (see [`StartProviderOAuthResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct StartProviderOAuthResponse {
+    /// `authUrl` (required).
     #[serde(rename = "authUrl")]
     pub auth_url: ::std::string::String,
+    /// `expiresAt` (required).
     #[serde(rename = "expiresAt")]
     pub expires_at: i64,
+    /// `loginId` (required).
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`StopSession`
+/// The `StopSession` action (`_: "StopSession"`).
+///
+/// - Response: [`StopSessionResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `sessionId` (see [`StopSession::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct StopSession {
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`StopSessionResponse`
+/// The server's answer to [`StopSession`].
+///
+/// - Since protocol 1
+/// - Required: `sessionId`, `stopped` (see [`StopSessionResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct StopSessionResponse {
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// `stopped` (required).
     pub stopped: bool,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`SubmitProviderOAuthCode`
+/// The `SubmitProviderOAuthCode` action (`_: "SubmitProviderOAuthCode"`).
+///
+/// - Response: [`SubmitProviderOAuthCodeResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `code`, `loginId` (see [`SubmitProviderOAuthCode::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SubmitProviderOAuthCode {
+    /// `code` (required).
     pub code: ::std::string::String,
+    /// `loginId` (required).
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
 }
-///`SubmitProviderOAuthCodeResponse`
+/// The server's answer to [`SubmitProviderOAuthCode`].
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
-pub struct SubmitProviderOAuthCodeResponse {}
-///Subscribes a WebSocket to a key (`account/<id>`, `agents/<id>`, `sessions/<id>`, `runs/<rootRunId>`). Accepted only over the WebSocket; over HTTP it is refused with 400.
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
+pub struct SubmitProviderOAuthCodeResponse {
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+}
+/// Subscribes a WebSocket to a key (`account/<id>`, `agents/<id>`, `sessions/<id>`, `runs/<rootRunId>`). Accepted only over the WebSocket; over HTTP it is refused with 400.
+///
+/// - Effect: read (changes no state; safe to repeat)
+/// - Transport: WebSocket only
+/// - Since protocol 1
+/// - Required: `key` (see [`Subscribe::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct Subscribe {
+    /// `afterSeq` (optional).
     #[serde(rename = "afterSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub after_seq: ::std::option::Option<i64>,
+    /// `key` (required).
     pub key: ::std::string::String,
 }
-///A subscription was accepted; replay follows.
+/// A subscription was accepted; replay follows.
+///
+/// - Since protocol 1
+/// - Required: `accountId`, `key` (see [`SubscribedFrame::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SubscribedFrame {
+    /// `accountId` (required).
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
+    /// `key` (required).
     pub key: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`TextContentPart`
+/// The `TextContentPart` object: `blocks`, `clientMessageId`, `text`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `text` (see [`TextContentPart::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct TextContentPart {
+    /// `blocks` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub blocks: ::std::option::Option<::std::vec::Vec<AgentPromptBlock>>,
+    /// `clientMessageId` (optional).
     #[serde(rename = "clientMessageId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_message_id: ::std::option::Option<::std::string::String>,
+    /// `text` (required).
     pub text: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`Thoroughness`
+/// One of the `Thoroughness` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum Thoroughness {
+    /// The wire value `deep`.
     #[serde(rename = "deep")]
     Deep,
+    /// The wire value `normal`.
     #[serde(rename = "normal")]
     Normal,
+    /// The wire value `quick`.
     #[serde(rename = "quick")]
     Quick,
 }
@@ -5545,22 +8122,37 @@ impl ::std::convert::TryFrom<::std::string::String> for Thoroughness {
         value.parse()
     }
 }
-///`ToolCallEvent`
+/// The `ToolCallEvent` object: `actor`, `id`, `input`, `meta`, `name`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `id`, `input`, `name`, `type` (see [`ToolCallEvent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ToolCallEvent {
+    /// `actor` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `input` (required).
     pub input: ::seed_agents_protocol::Value,
+    /// `meta` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub meta: ::std::option::Option<SessionEventMeta>,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `type` (required).
     #[serde(rename = "type")]
     pub type_: ToolCallEventType,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ToolCallEventType`
+/// One of the `ToolCallEventType` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ToolCallEventType {
+    /// The wire value `tool_call`.
     #[serde(rename = "tool_call")]
     ToolCall,
 }
@@ -5592,44 +8184,71 @@ impl ::std::convert::TryFrom<::std::string::String> for ToolCallEventType {
         value.parse()
     }
 }
-///`ToolContinuation`
+/// The `ToolContinuation` object: `input`, `kind`, `onFailure`, `tool`.
+///
+/// - Since protocol 1
+/// - Required: `tool` (see [`ToolContinuation::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ToolContinuation {
+    /// `input` (optional).
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub input: ::std::option::Option<::seed_agents_protocol::Value>,
+    /// `onFailure` (optional).
     #[serde(rename = "onFailure")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub on_failure: ::std::option::Option<TriggerFailurePolicy>,
+    /// `tool` (required).
     pub tool: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ToolResultEvent`
+/// The `ToolResultEvent` object: `actor`, `error`, `meta`, `name`, `output`, `toolCallId`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `name`, `toolCallId`, `type` (see [`ToolResultEvent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ToolResultEvent {
+    /// `actor` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
+    /// `error` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
+    /// `meta` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub meta: ::std::option::Option<SessionEventMeta>,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `output` (optional).
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub output: ::std::option::Option<::seed_agents_protocol::Value>,
+    /// `toolCallId` (required).
     #[serde(rename = "toolCallId")]
     pub tool_call_id: ::std::string::String,
+    /// `type` (required).
     #[serde(rename = "type")]
     pub type_: ToolResultEventType,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ToolResultEventType`
+/// One of the `ToolResultEventType` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ToolResultEventType {
+    /// The wire value `tool_result`.
     #[serde(rename = "tool_result")]
     ToolResult,
 }
@@ -5661,26 +8280,42 @@ impl ::std::convert::TryFrom<::std::string::String> for ToolResultEventType {
         value.parse()
     }
 }
-///`ToolSpawnEvent`
+/// The `ToolSpawnEvent` object: `actor`, `name`, `runId`, `sessionId`, `title`, `toolCallId`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `name`, `runId`, `title`, `toolCallId`, `type` (see [`ToolSpawnEvent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ToolSpawnEvent {
+    /// `actor` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `runId` (required).
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
+    /// `sessionId` (optional).
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
+    /// `title` (required).
     pub title: ::std::string::String,
+    /// `toolCallId` (required).
     #[serde(rename = "toolCallId")]
     pub tool_call_id: ::std::string::String,
+    /// `type` (required).
     #[serde(rename = "type")]
     pub type_: ToolSpawnEventType,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`ToolSpawnEventType`
+/// One of the `ToolSpawnEventType` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ToolSpawnEventType {
+    /// The wire value `tool_spawn`.
     #[serde(rename = "tool_spawn")]
     ToolSpawn,
 }
@@ -5712,16 +8347,20 @@ impl ::std::convert::TryFrom<::std::string::String> for ToolSpawnEventType {
         value.parse()
     }
 }
-///`TriggerContinuation`
+/// One of the `TriggerContinuation` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind")]
 pub enum TriggerContinuation {
+    /// A [`NewThreadContinuation`].
     #[serde(rename = "newThread")]
     NewThreadContinuation(NewThreadContinuation),
+    /// A [`ScriptContinuation`].
     #[serde(rename = "script")]
     ScriptContinuation(ScriptContinuation),
+    /// A [`ToolContinuation`].
     #[serde(rename = "tool")]
     ToolContinuation(ToolContinuation),
+    /// A [`WakeContinuation`].
     #[serde(rename = "wake")]
     WakeContinuation(WakeContinuation),
 }
@@ -5745,11 +8384,13 @@ impl ::std::convert::From<WakeContinuation> for TriggerContinuation {
         Self::WakeContinuation(value)
     }
 }
-///`TriggerFailurePolicy`
+/// One of the `TriggerFailurePolicy` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum TriggerFailurePolicy {
+    /// The wire value `none`.
     #[serde(rename = "none")]
     None,
+    /// The wire value `thread`.
     #[serde(rename = "thread")]
     Thread,
 }
@@ -5783,48 +8424,89 @@ impl ::std::convert::TryFrom<::std::string::String> for TriggerFailurePolicy {
         value.parse()
     }
 }
-///`TriggerFiringInfo`
+/// The `TriggerFiringInfo` object: `activityKey`, `activitySummary`, `createdAt`, `error`, `id`, `matchedConditions`, `runId`, `sessionId`, `status`.
+///
+/// - Since protocol 1
+/// - Required: `activityKey`, `activitySummary`, `createdAt`, `id`, `status` (see [`TriggerFiringInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct TriggerFiringInfo {
+    /// `activityKey` (required).
     #[serde(rename = "activityKey")]
     pub activity_key: ::std::string::String,
+    /// `activitySummary` (required).
     #[serde(rename = "activitySummary")]
     pub activity_summary: ::std::string::String,
+    /// `createdAt` (required).
     #[serde(rename = "createdAt")]
     pub created_at: i64,
+    /// `error` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
+    /// `id` (required).
     pub id: ::std::string::String,
+    /// `matchedConditions` (optional).
+    ///
+    /// Since protocol 3.
     #[serde(rename = "matchedConditions")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub matched_conditions: ::std::option::Option<::std::vec::Vec<AgentActivityCondition>>,
+    /// `runId` (optional).
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub run_id: ::std::option::Option<::std::string::String>,
+    /// `sessionId` (optional).
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
+    /// `status` (required).
     pub status: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`TypeBrowserCommand`
+/// The `TypeBrowserCommand` object: `action`, `clear`, `document`, `ref`, `text`.
+///
+/// - Since protocol 1
+/// - Required: `document`, `ref`, `text` (see [`TypeBrowserCommand::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct TypeBrowserCommand {
+    /// `clear` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub clear: ::std::option::Option<bool>,
+    /// `document` (required).
     pub document: ::std::string::String,
+    /// `ref` (required).
     #[serde(rename = "ref")]
     pub ref_: ::std::string::String,
+    /// `text` (required).
     pub text: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`TypedResultObligation`
+/// The `TypedResultObligation` object: `kind`.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
-pub struct TypedResultObligation {}
-///`UnmetObligation`
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
+pub struct TypedResultObligation {
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+}
+/// One of the `UnmetObligation` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind")]
 pub enum UnmetObligation {
+    /// A [`PlanObligation`].
     #[serde(rename = "plan")]
     PlanObligation(PlanObligation),
+    /// A [`TypedResultObligation`].
     #[serde(rename = "typed-result")]
     TypedResultObligation(TypedResultObligation),
 }
@@ -5838,143 +8520,300 @@ impl ::std::convert::From<TypedResultObligation> for UnmetObligation {
         Self::TypedResultObligation(value)
     }
 }
-///`UpdateAgent`
+/// The `UpdateAgent` action (`_: "UpdateAgent"`).
+///
+/// - Response: [`GetAgentResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `definition` (see [`UpdateAgent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UpdateAgent {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `definition` (required).
     pub definition: AgentDefinition,
 }
-///`UpdateAgentTrigger`
+/// The `UpdateAgentTrigger` action (`_: "UpdateAgentTrigger"`).
+///
+/// - Response: [`UpdateAgentTriggerResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `patch`, `triggerId` (see [`UpdateAgentTrigger::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UpdateAgentTrigger {
+    /// `expectedUpdatedAt` (optional).
+    ///
+    /// Since protocol 3.
     #[serde(rename = "expectedUpdatedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub expected_updated_at: ::std::option::Option<i64>,
+    /// `patch` (required).
     pub patch: AgentTriggerPatch,
+    /// `triggerId` (required).
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
 }
-///`UpdateAgentTriggerResponse`
+/// The server's answer to [`CombineAgentTriggers`], [`UpdateAgentTrigger`].
+///
+/// - Since protocol 1
+/// - Required: `trigger` (see [`UpdateAgentTriggerResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UpdateAgentTriggerResponse {
+    /// `trigger` (required).
     pub trigger: AgentTriggerInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`UpdateSession`
+/// The `UpdateSession` action (`_: "UpdateSession"`).
+///
+/// - Response: [`UpdateSessionResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `sessionId` (see [`UpdateSession::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UpdateSession {
+    /// `modelOverride` (optional).
     #[serde(rename = "modelOverride")]
     #[serde(default, skip_serializing_if = "::seed_agents_protocol::Nullable::is_absent")]
     pub model_override: ::seed_agents_protocol::Nullable<SessionModelOverride>,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// `thoroughness` (optional).
     #[serde(default, skip_serializing_if = "::seed_agents_protocol::Nullable::is_absent")]
     pub thoroughness: ::seed_agents_protocol::Nullable<Thoroughness>,
+    /// `title` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
 }
-///`UpdateSessionResponse`
+/// The server's answer to [`UpdateSession`].
+///
+/// - Since protocol 1
+/// - Required: `session` (see [`UpdateSessionResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UpdateSessionResponse {
+    /// `session` (required).
     pub session: SessionInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`UpdateSigningIdentity`
+/// The `UpdateSigningIdentity` action (`_: "UpdateSigningIdentity"`).
+///
+/// - Response: [`UpdateSigningIdentityResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `label`, `name` (see [`UpdateSigningIdentity::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UpdateSigningIdentity {
+    /// `icon` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub icon: ::std::option::Option<SigningIdentityIcon>,
+    /// `label` (required).
     pub label: ::std::string::String,
+    /// `name` (required).
     pub name: ::std::string::String,
 }
-///`UpdateSigningIdentityResponse`
+/// The server's answer to [`UpdateSigningIdentity`].
+///
+/// - Since protocol 1
+/// - Required: `identity` (see [`UpdateSigningIdentityResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UpdateSigningIdentityResponse {
+    /// `identity` (required).
     pub identity: SigningIdentity,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`UploadAgentMemoryFileToIpfs`
+/// The `UploadAgentMemoryFileToIpfs` action (`_: "UploadAgentMemoryFileToIpfs"`).
+///
+/// - Response: [`UploadAgentMemoryFileToIpfsResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `path` (see [`UploadAgentMemoryFileToIpfs::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UploadAgentMemoryFileToIpfs {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `path` (required).
     pub path: ::std::string::String,
 }
-///`UploadAgentMemoryFileToIpfsResponse`
+/// The server's answer to [`UploadAgentMemoryFileToIpfs`].
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `cid`, `path`, `size`, `url` (see [`UploadAgentMemoryFileToIpfsResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UploadAgentMemoryFileToIpfsResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `cid` (required).
     pub cid: ::std::string::String,
+    /// `mimeType` (optional).
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
+    /// `path` (required).
     pub path: ::std::string::String,
+    /// `size` (required).
     pub size: i64,
+    /// `url` (required).
     pub url: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`UploadSessionAttachment`
+/// The `UploadSessionAttachment` action (`_: "UploadSessionAttachment"`).
+///
+/// - Response: [`UploadSessionAttachmentResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `content`, `name`, `sessionId` (see [`UploadSessionAttachment::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UploadSessionAttachment {
+    /// `content` (required).
     pub content: ::seed_agents_protocol::Bytes,
+    /// `mimeType` (optional).
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
+    /// `name` (required).
     pub name: ::std::string::String,
+    /// `sessionId` (required).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///`UploadSessionAttachmentResponse`
+/// The server's answer to [`UploadSessionAttachment`].
+///
+/// - Since protocol 1
+/// - Required: `attachment` (see [`UploadSessionAttachmentResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UploadSessionAttachmentResponse {
+    /// `attachment` (required).
     pub attachment: SessionAttachmentInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`UserMentionSource`
+/// The `UserMentionSource` object: `mentionedAccounts`, `resourcePrefix`, `type`.
+///
+/// - Since protocol 1
+/// - Required: `mentionedAccounts` (see [`UserMentionSource::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UserMentionSource {
+    /// `mentionedAccounts` (required).
     #[serde(rename = "mentionedAccounts")]
     pub mentioned_accounts: ::std::vec::Vec<::std::string::String>,
+    /// `resourcePrefix` (optional).
     #[serde(rename = "resourcePrefix")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub resource_prefix: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`WakeContinuation`
+/// The `WakeContinuation` object: `kind`, `payload`, `runId`, `signal`.
+///
+/// - Since protocol 1
+/// - Required: `signal` (see [`WakeContinuation::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct WakeContinuation {
+    /// `payload` (optional).
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub payload: ::std::option::Option<::seed_agents_protocol::Value>,
+    /// `runId` (optional).
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub run_id: ::std::option::Option<::std::string::String>,
+    /// `signal` (required).
     pub signal: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`WebhookSource`
+/// The `WebhookSource` object: `type`.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
-pub struct WebhookSource {}
-///`WeeklySchedule`
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
+pub struct WebhookSource {
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+}
+/// The `WeeklySchedule` object: `daysOfWeek`, `kind`, `timeOfDay`, `timezone`.
+///
+/// - Since protocol 1
+/// - Required: `daysOfWeek`, `timeOfDay`, `timezone` (see [`WeeklySchedule::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct WeeklySchedule {
+    /// `daysOfWeek` (required).
     #[serde(rename = "daysOfWeek")]
     pub days_of_week: ::std::vec::Vec<i64>,
+    /// `timeOfDay` (required).
     #[serde(rename = "timeOfDay")]
     pub time_of_day: ::std::string::String,
+    /// `timezone` (required).
     pub timezone: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///`WriteAgentMemoryFile`
+/// The `WriteAgentMemoryFile` action (`_: "WriteAgentMemoryFile"`).
+///
+/// - Response: [`WriteAgentMemoryFileResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `content`, `path` (see [`WriteAgentMemoryFile::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct WriteAgentMemoryFile {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `content` (required).
     pub content: WriteAgentMemoryFileContent,
+    /// `path` (required).
     pub path: ::std::string::String,
 }
-///`WriteAgentMemoryFileContent`
+/// One of the `WriteAgentMemoryFileContent` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum WriteAgentMemoryFileContent {
+    /// A [`Bytes`].
     Bytes(::seed_agents_protocol::Bytes),
+    /// A [`String`].
     String(::std::string::String),
 }
 impl ::std::convert::From<::seed_agents_protocol::Bytes> for WriteAgentMemoryFileContent {
@@ -5982,12 +8821,22 @@ impl ::std::convert::From<::seed_agents_protocol::Bytes> for WriteAgentMemoryFil
         Self::Bytes(value)
     }
 }
-///`WriteAgentMemoryFileResponse`
+/// The server's answer to [`WriteAgentMemoryFile`].
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `entry` (see [`WriteAgentMemoryFileResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct WriteAgentMemoryFileResponse {
+    /// `agentId` (required).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// `entry` (required).
     pub entry: AgentMemoryEntry,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 /// Error types.
 pub mod error {
@@ -6013,6 +8862,4492 @@ pub mod error {
         fn from(value: String) -> Self {
             Self(value.into())
         }
+    }
+}
+impl AbortFileUpload {
+    /// A value with the required `uploadId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(upload_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { upload_id: upload_id.into() }
+    }
+}
+impl AbortFileUploadResponse {
+    /// A value with the required `uploadId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(upload_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { upload_id: upload_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AcceptAgentInvite {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl AcceptAgentInviteResponse {
+    /// A value with the required `agent`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent: impl ::std::convert::Into<AgentInfo>) -> Self {
+        Self { agent: agent.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AccountChangeHint {
+    /// A value with the required `reason`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(reason: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            reason: reason.into(),
+            agent_id: ::std::default::Default::default(),
+            references: ::std::default::Default::default(),
+            session_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `references` (optional).
+    #[must_use]
+    pub fn references(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.references = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `sessionId` (optional).
+    #[must_use]
+    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ActivitySource {
+    /// A value with the required `conditions`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(conditions: impl ::std::convert::Into<::std::vec::Vec<AgentActivityCondition>>) -> Self {
+        Self { conditions: conditions.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AgentActivity {
+    /// A value with the required `at`, `busy`, `kind`, `messageAt`, `messageFrom`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        at: impl ::std::convert::Into<i64>,
+        busy: impl ::std::convert::Into<bool>,
+        kind: impl ::std::convert::Into<AgentActivityKind>,
+        message_at: impl ::std::convert::Into<i64>,
+        message_from: impl ::std::convert::Into<AgentActivityMessageFrom>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            at: at.into(),
+            busy: busy.into(),
+            kind: kind.into(),
+            message_at: message_at.into(),
+            message_from: message_from.into(),
+            session_id: session_id.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl AgentActivityCondition {
+    /// A value with the required `id`, `source`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        id: impl ::std::convert::Into<::std::string::String>,
+        source: impl ::std::convert::Into<AgentActivitySource>,
+    ) -> Self {
+        Self { id: id.into(), source: source.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AgentCollaboratorInfo {
+    /// A value with the required `accountId`, `createdAt`, `role`, `status`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account_id: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        role: impl ::std::convert::Into<AgentAccessRole>,
+        status: impl ::std::convert::Into<AgentCollaboratorInfoStatus>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            account_id: account_id.into(),
+            created_at: created_at.into(),
+            role: role.into(),
+            status: status.into(),
+            updated_at: updated_at.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl AgentDefinition {
+    /// A value with the required `model`, `modelProvider`, `name`, `systemPrompt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        model: impl ::std::convert::Into<::std::string::String>,
+        model_provider: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        system_prompt: impl ::std::convert::Into<AgentDefinitionSystemPrompt>,
+    ) -> Self {
+        Self {
+            model: model.into(),
+            model_provider: model_provider.into(),
+            name: name.into(),
+            system_prompt: system_prompt.into(),
+            enabled_models: ::std::default::Default::default(),
+            mcp_servers: ::std::default::Default::default(),
+            metadata: ::std::default::Default::default(),
+            reasoning_level: ::std::default::Default::default(),
+            signing_key: ::std::default::Default::default(),
+            signing_keys: ::std::default::Default::default(),
+            thoroughness: ::std::default::Default::default(),
+            tools: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `enabledModels` (optional).
+    #[must_use]
+    pub fn enabled_models(mut self, value: impl ::std::convert::Into<::std::vec::Vec<AgentModelRef>>) -> Self {
+        self.enabled_models = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `mcpServers` (optional).
+    #[must_use]
+    pub fn mcp_servers(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.mcp_servers = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `metadata` (optional).
+    #[must_use]
+    pub fn metadata(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.metadata = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `reasoningLevel` (optional).
+    #[must_use]
+    pub fn reasoning_level(mut self, value: impl ::std::convert::Into<ReasoningLevel>) -> Self {
+        self.reasoning_level = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `signingKey` (optional).
+    #[must_use]
+    pub fn signing_key(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.signing_key = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `signingKeys` (optional).
+    #[must_use]
+    pub fn signing_keys(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.signing_keys = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `thoroughness` (optional).
+    #[must_use]
+    pub fn thoroughness(mut self, value: impl ::std::convert::Into<Thoroughness>) -> Self {
+        self.thoroughness = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `tools` (optional).
+    #[must_use]
+    pub fn tools(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.tools = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentInfo {
+    /// A value with the required `account`, `createdAt`, `definition`, `id`, `stateDir`, `status`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        definition: impl ::std::convert::Into<AgentDefinition>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        state_dir: impl ::std::convert::Into<::std::string::String>,
+        status: impl ::std::convert::Into<AgentInfoStatus>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            account: account.into(),
+            created_at: created_at.into(),
+            definition: definition.into(),
+            id: id.into(),
+            state_dir: state_dir.into(),
+            status: status.into(),
+            updated_at: updated_at.into(),
+            access_role: ::std::default::Default::default(),
+            activity: ::std::default::Default::default(),
+            public_chat: ::std::default::Default::default(),
+            public_read: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `accessRole` (optional).
+    #[must_use]
+    pub fn access_role(mut self, value: impl ::std::convert::Into<AgentAccessRole>) -> Self {
+        self.access_role = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `activity` (optional).
+    #[must_use]
+    pub fn activity(mut self, value: impl ::std::convert::Into<AgentActivity>) -> Self {
+        self.activity = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `publicChat` (optional).
+    #[must_use]
+    pub fn public_chat(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.public_chat = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `publicRead` (optional).
+    #[must_use]
+    pub fn public_read(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.public_read = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentInviteInfo {
+    /// A value with the required `agentId`, `agentName`, `createdAt`, `ownerAccountId`, `role`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_name: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        owner_account_id: impl ::std::convert::Into<::std::string::String>,
+        role: impl ::std::convert::Into<AgentCollaboratorRole>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            agent_name: agent_name.into(),
+            created_at: created_at.into(),
+            owner_account_id: owner_account_id.into(),
+            role: role.into(),
+            updated_at: updated_at.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl AgentMemoryEntry {
+    /// A value with the required `path`, `size`, `type`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        path: impl ::std::convert::Into<::std::string::String>,
+        size: impl ::std::convert::Into<i64>,
+        type_: impl ::std::convert::Into<AgentMemoryEntryType>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            path: path.into(),
+            size: size.into(),
+            type_: type_.into(),
+            updated_at: updated_at.into(),
+            entry_count: ::std::default::Default::default(),
+            mime_type: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `entryCount` (optional).
+    #[must_use]
+    pub fn entry_count(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.entry_count = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `mimeType` (optional).
+    #[must_use]
+    pub fn mime_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.mime_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentMemoryFile {
+    /// A value with the required `encoding`, `path`, `size`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        encoding: impl ::std::convert::Into<AgentMemoryFileEncoding>,
+        path: impl ::std::convert::Into<::std::string::String>,
+        size: impl ::std::convert::Into<i64>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            encoding: encoding.into(),
+            path: path.into(),
+            size: size.into(),
+            updated_at: updated_at.into(),
+            content: ::std::default::Default::default(),
+            data: ::std::default::Default::default(),
+            mime_type: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `content` (optional).
+    #[must_use]
+    pub fn content(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.content = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `data` (optional).
+    #[must_use]
+    pub fn data(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Bytes>) -> Self {
+        self.data = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `mimeType` (optional).
+    #[must_use]
+    pub fn mime_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.mime_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentModelRef {
+    /// A value with the required `model`, `provider`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        model: impl ::std::convert::Into<::std::string::String>,
+        provider: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { model: model.into(), provider: provider.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AgentPromptBlock {
+    /// A value with the required `block`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(block: impl ::std::convert::Into<AgentPromptBlockBlock>) -> Self {
+        Self {
+            block: block.into(),
+            children: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `children` (optional).
+    #[must_use]
+    pub fn children(mut self, value: impl ::std::convert::Into<::std::vec::Vec<AgentPromptBlock>>) -> Self {
+        self.children = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentPromptBlockBlock {
+    /// A value with the required `id`, `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        id: impl ::std::convert::Into<::std::string::String>,
+        type_: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { id: id.into(), type_: type_.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AgentRunActivity {
+    /// A value with the required `phase`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(phase: impl ::std::convert::Into<AgentRunActivityPhase>) -> Self {
+        Self {
+            phase: phase.into(),
+            detail: ::std::default::Default::default(),
+            output_tail: ::std::default::Default::default(),
+            tool_call_id: ::std::default::Default::default(),
+            tool_name: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `detail` (optional).
+    #[must_use]
+    pub fn detail(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.detail = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `outputTail` (optional).
+    #[must_use]
+    pub fn output_tail(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.output_tail = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `toolCallId` (optional).
+    #[must_use]
+    pub fn tool_call_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.tool_call_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `toolName` (optional).
+    #[must_use]
+    pub fn tool_name(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.tool_name = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentRunUsage {
+    /// A value with the required `cacheRead`, `cacheWrite`, `input`, `output`, `total`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        cache_read: impl ::std::convert::Into<i64>,
+        cache_write: impl ::std::convert::Into<i64>,
+        input: impl ::std::convert::Into<i64>,
+        output: impl ::std::convert::Into<i64>,
+        total: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            cache_read: cache_read.into(),
+            cache_write: cache_write.into(),
+            input: input.into(),
+            output: output.into(),
+            total: total.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl AgentSessionTriggerContext {
+    /// A value with the required `activity`, `activityKey`, `activitySummary`, `firedAt`, `firingId`, `prompt`, `source`, `status`, `triggerId`, `triggerName`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        activity: impl ::std::convert::Into<
+            ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+        >,
+        activity_key: impl ::std::convert::Into<::std::string::String>,
+        activity_summary: impl ::std::convert::Into<::std::string::String>,
+        fired_at: impl ::std::convert::Into<i64>,
+        firing_id: impl ::std::convert::Into<::std::string::String>,
+        prompt: impl ::std::convert::Into<::std::string::String>,
+        source: impl ::std::convert::Into<AgentTriggerSource>,
+        status: impl ::std::convert::Into<::std::string::String>,
+        trigger_id: impl ::std::convert::Into<::std::string::String>,
+        trigger_name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            activity: activity.into(),
+            activity_key: activity_key.into(),
+            activity_summary: activity_summary.into(),
+            fired_at: fired_at.into(),
+            firing_id: firing_id.into(),
+            prompt: prompt.into(),
+            source: source.into(),
+            status: status.into(),
+            trigger_id: trigger_id.into(),
+            trigger_name: trigger_name.into(),
+            error: ::std::default::Default::default(),
+            matched_conditions: ::std::default::Default::default(),
+            prompt_blocks: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `matchedConditions` (optional).
+    #[must_use]
+    pub fn matched_conditions(
+        mut self,
+        value: impl ::std::convert::Into<::std::vec::Vec<AgentActivityCondition>>,
+    ) -> Self {
+        self.matched_conditions = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `promptBlocks` (optional).
+    #[must_use]
+    pub fn prompt_blocks(mut self, value: impl ::std::convert::Into<::std::vec::Vec<AgentPromptBlock>>) -> Self {
+        self.prompt_blocks = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentSessionTriggerSummary {
+    /// A value with the required `activityKey`, `activitySummary`, `firedAt`, `firingId`, `source`, `triggerId`, `triggerName`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        activity_key: impl ::std::convert::Into<::std::string::String>,
+        activity_summary: impl ::std::convert::Into<::std::string::String>,
+        fired_at: impl ::std::convert::Into<i64>,
+        firing_id: impl ::std::convert::Into<::std::string::String>,
+        source: impl ::std::convert::Into<AgentTriggerSource>,
+        trigger_id: impl ::std::convert::Into<::std::string::String>,
+        trigger_name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            activity_key: activity_key.into(),
+            activity_summary: activity_summary.into(),
+            fired_at: fired_at.into(),
+            firing_id: firing_id.into(),
+            source: source.into(),
+            trigger_id: trigger_id.into(),
+            trigger_name: trigger_name.into(),
+            matched_conditions: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `matchedConditions` (optional).
+    #[must_use]
+    pub fn matched_conditions(
+        mut self,
+        value: impl ::std::convert::Into<::std::vec::Vec<AgentActivityCondition>>,
+    ) -> Self {
+        self.matched_conditions = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentToolInfo {
+    /// A value with the required `cid`, `createdAt`, `description`, `enabled`, `granted`, `input`, `kind`, `name`, `summary`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        cid: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        description: impl ::std::convert::Into<::std::string::String>,
+        enabled: impl ::std::convert::Into<bool>,
+        granted: impl ::std::convert::Into<bool>,
+        input: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+        kind: impl ::std::convert::Into<AgentToolInfoKind>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        summary: impl ::std::convert::Into<::std::string::String>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            cid: cid.into(),
+            created_at: created_at.into(),
+            description: description.into(),
+            enabled: enabled.into(),
+            granted: granted.into(),
+            input: input.into(),
+            kind: kind.into(),
+            name: name.into(),
+            summary: summary.into(),
+            updated_at: updated_at.into(),
+            output: ::std::default::Default::default(),
+            remote_name: ::std::default::Default::default(),
+            runtime: ::std::default::Default::default(),
+            server: ::std::default::Default::default(),
+            source: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `output` (optional).
+    #[must_use]
+    pub fn output(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.output = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `remoteName` (optional).
+    #[must_use]
+    pub fn remote_name(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.remote_name = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `runtime` (optional).
+    #[must_use]
+    pub fn runtime(mut self, value: impl ::std::convert::Into<AgentToolInfoRuntime>) -> Self {
+        self.runtime = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `server` (optional).
+    #[must_use]
+    pub fn server(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.server = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `source` (optional).
+    #[must_use]
+    pub fn source(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.source = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentToolInput {
+    /// A value with the required `description`, `input`, `name`, `runtime`, `source`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        description: impl ::std::convert::Into<::std::string::String>,
+        input: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        runtime: impl ::std::convert::Into<AgentToolInputRuntime>,
+        source: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            description: description.into(),
+            input: input.into(),
+            name: name.into(),
+            runtime: runtime.into(),
+            source: source.into(),
+            output: ::std::default::Default::default(),
+            summary: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `output` (optional).
+    #[must_use]
+    pub fn output(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.output = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `summary` (optional).
+    #[must_use]
+    pub fn summary(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.summary = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentTriggerInfo {
+    /// A value with the required `account`, `agentId`, `createdAt`, `enabled`, `id`, `name`, `prompt`, `source`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        enabled: impl ::std::convert::Into<bool>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        prompt: impl ::std::convert::Into<AgentTriggerInfoPrompt>,
+        source: impl ::std::convert::Into<AgentTriggerSource>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            account: account.into(),
+            agent_id: agent_id.into(),
+            created_at: created_at.into(),
+            enabled: enabled.into(),
+            id: id.into(),
+            name: name.into(),
+            prompt: prompt.into(),
+            source: source.into(),
+            updated_at: updated_at.into(),
+            continuation: ::std::default::Default::default(),
+            last_checked_at: ::std::default::Default::default(),
+            last_error: ::std::default::Default::default(),
+            last_fired_at: ::std::default::Default::default(),
+            merged_into: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `continuation` (optional).
+    #[must_use]
+    pub fn continuation(mut self, value: impl ::std::convert::Into<TriggerContinuation>) -> Self {
+        self.continuation = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `lastCheckedAt` (optional).
+    #[must_use]
+    pub fn last_checked_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.last_checked_at = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `lastError` (optional).
+    #[must_use]
+    pub fn last_error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.last_error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `lastFiredAt` (optional).
+    #[must_use]
+    pub fn last_fired_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.last_fired_at = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `mergedInto` (optional).
+    #[must_use]
+    pub fn merged_into(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.merged_into = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentTriggerInput {
+    /// A value with the required `name`, `source`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        name: impl ::std::convert::Into<::std::string::String>,
+        source: impl ::std::convert::Into<AgentTriggerSource>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            source: source.into(),
+            continuation: ::std::default::Default::default(),
+            enabled: ::std::default::Default::default(),
+            prompt: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `continuation` (optional).
+    #[must_use]
+    pub fn continuation(mut self, value: impl ::std::convert::Into<TriggerContinuation>) -> Self {
+        self.continuation = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `enabled` (optional).
+    #[must_use]
+    pub fn enabled(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.enabled = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `prompt` (optional).
+    #[must_use]
+    pub fn prompt(mut self, value: impl ::std::convert::Into<AgentTriggerInputPrompt>) -> Self {
+        self.prompt = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentTriggerPatch {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `continuation` (optional).
+    #[must_use]
+    pub fn continuation(mut self, value: impl ::std::convert::Into<TriggerContinuation>) -> Self {
+        self.continuation = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `enabled` (optional).
+    #[must_use]
+    pub fn enabled(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.enabled = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `name` (optional).
+    #[must_use]
+    pub fn name(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.name = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `prompt` (optional).
+    #[must_use]
+    pub fn prompt(mut self, value: impl ::std::convert::Into<AgentTriggerPatchPrompt>) -> Self {
+        self.prompt = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `source` (optional).
+    #[must_use]
+    pub fn source(mut self, value: impl ::std::convert::Into<AgentTriggerSource>) -> Self {
+        self.source = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AppendFileUploadChunk {
+    /// A value with the required `content`, `offset`, `uploadId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        content: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
+        offset: impl ::std::convert::Into<i64>,
+        upload_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { content: content.into(), offset: offset.into(), upload_id: upload_id.into() }
+    }
+}
+impl AppendFileUploadChunkResponse {
+    /// A value with the required `received`, `uploadId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        received: impl ::std::convert::Into<i64>,
+        upload_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { received: received.into(), upload_id: upload_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AppendFrame {
+    /// A value with the required `key`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(key: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            key: key.into(),
+            created_at: ::std::default::Default::default(),
+            entry: ::std::default::Default::default(),
+            event: ::std::default::Default::default(),
+            run_id: ::std::default::Default::default(),
+            seq: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `createdAt` (optional).
+    #[must_use]
+    pub fn created_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.created_at = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `entry` (optional).
+    #[must_use]
+    pub fn entry(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.entry = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `event` (optional).
+    #[must_use]
+    pub fn event(mut self, value: impl ::std::convert::Into<SessionEvent>) -> Self {
+        self.event = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `runId` (optional).
+    #[must_use]
+    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `seq` (optional).
+    #[must_use]
+    pub fn seq(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.seq = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AppendPartialFrame {
+    /// A value with the required `key`, `partialId`, `patch`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        key: impl ::std::convert::Into<::std::string::String>,
+        partial_id: impl ::std::convert::Into<::std::string::String>,
+        patch: impl ::std::convert::Into<PartialPatch>,
+    ) -> Self {
+        Self {
+            key: key.into(),
+            partial_id: partial_id.into(),
+            patch: patch.into(),
+            run_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `runId` (optional).
+    #[must_use]
+    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ArchiveBrowserCommand {
+    /// A value with the required `document`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(document: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { document: document.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AttachmentContentPart {
+    /// A value with the required `id`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { id: id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl BeginFileUpload {
+    /// A value with the required `size`, `target`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(size: impl ::std::convert::Into<i64>, target: impl ::std::convert::Into<FileUploadTarget>) -> Self {
+        Self { size: size.into(), target: target.into() }
+    }
+}
+impl BeginFileUploadResponse {
+    /// A value with the required `maxChunkBytes`, `uploadId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        max_chunk_bytes: impl ::std::convert::Into<i64>,
+        upload_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            max_chunk_bytes: max_chunk_bytes.into(),
+            upload_id: upload_id.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl BrowserRequest {
+    /// A value with the required `command`, `id`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        command: impl ::std::convert::Into<BrowserCommand>,
+        id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { command: command.into(), id: id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl CancelProviderOAuth {
+    /// A value with the required `loginId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(login_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { login_id: login_id.into() }
+    }
+}
+impl CancelProviderOAuthResponse {
+    /// A value with the required `loginId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(login_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { login_id: login_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl CancelRun {
+    /// A value with the required `runId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(run_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { run_id: run_id.into() }
+    }
+}
+impl CancelRunResponse {
+    /// A value with the required `canceled`, `runId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        canceled: impl ::std::convert::Into<bool>,
+        run_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { canceled: canceled.into(), run_id: run_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ChangeFrame {
+    /// A value with the required `key`, `value`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        key: impl ::std::convert::Into<::std::string::String>,
+        value: impl ::std::convert::Into<::seed_agents_protocol::Value>,
+    ) -> Self {
+        Self { key: key.into(), value: value.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ClickBrowserCommand {
+    /// A value with the required `document`, `ref`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        document: impl ::std::convert::Into<::std::string::String>,
+        ref_: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { document: document.into(), ref_: ref_.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl CombineAgentTriggers {
+    /// A value with the required `expectedUpdatedAt`, `otherExpectedUpdatedAt`, `otherTriggerId`, `triggerId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        expected_updated_at: impl ::std::convert::Into<i64>,
+        other_expected_updated_at: impl ::std::convert::Into<i64>,
+        other_trigger_id: impl ::std::convert::Into<::std::string::String>,
+        trigger_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            expected_updated_at: expected_updated_at.into(),
+            other_expected_updated_at: other_expected_updated_at.into(),
+            other_trigger_id: other_trigger_id.into(),
+            trigger_id: trigger_id.into(),
+            use_other_action: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `useOtherAction` (optional).
+    #[must_use]
+    pub fn use_other_action(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.use_other_action = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl CommentReplySource {
+    /// A value with the required `repliedToAccounts`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(replied_to_accounts: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        Self {
+            replied_to_accounts: replied_to_accounts.into(),
+            resource_prefix: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `resourcePrefix` (optional).
+    #[must_use]
+    pub fn resource_prefix(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.resource_prefix = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl CommitFileUpload {
+    /// A value with the required `uploadId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(upload_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { upload_id: upload_id.into() }
+    }
+}
+impl CommitFileUploadResponse {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `attachment` (optional).
+    #[must_use]
+    pub fn attachment(mut self, value: impl ::std::convert::Into<SessionAttachmentInfo>) -> Self {
+        self.attachment = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `entry` (optional).
+    #[must_use]
+    pub fn entry(mut self, value: impl ::std::convert::Into<AgentMemoryEntry>) -> Self {
+        self.entry = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ConnectSessionBrowser {
+    /// A value with the required `connectionId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        connection_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { connection_id: connection_id.into(), session_id: session_id.into() }
+    }
+}
+impl ConnectedFrame {
+    /// A value with the required `connectedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(connected_at: impl ::std::convert::Into<i64>) -> Self {
+        Self { connected_at: connected_at.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ContextContentPart {
+    /// A value with the required `lines`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(lines: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        Self { lines: lines.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl CreateAgent {
+    /// A value with the required `definition`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(definition: impl ::std::convert::Into<AgentDefinition>) -> Self {
+        Self { definition: definition.into(), client_request_id: ::std::default::Default::default() }
+    }
+    /// Sets `clientRequestId` (optional).
+    #[must_use]
+    pub fn client_request_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_request_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl CreateAgentResponse {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl CreateAgentTrigger {
+    /// A value with the required `agentId`, `trigger`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        trigger: impl ::std::convert::Into<AgentTriggerInput>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            trigger: trigger.into(),
+            client_request_id: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `clientRequestId` (optional).
+    #[must_use]
+    pub fn client_request_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_request_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl CreateAgentTriggerResponse {
+    /// A value with the required `trigger`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(trigger: impl ::std::convert::Into<AgentTriggerInfo>) -> Self {
+        Self {
+            trigger: trigger.into(),
+            webhook_secret: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `webhookSecret` (optional).
+    #[must_use]
+    pub fn webhook_secret(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.webhook_secret = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl CreateSession {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            client_request_id: ::std::default::Default::default(),
+            model_override: ::std::default::Default::default(),
+            thoroughness: ::std::default::Default::default(),
+            title: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `clientRequestId` (optional).
+    #[must_use]
+    pub fn client_request_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_request_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `modelOverride` (optional).
+    #[must_use]
+    pub fn model_override(mut self, value: impl ::std::convert::Into<SessionModelOverride>) -> Self {
+        self.model_override = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `thoroughness` (optional).
+    #[must_use]
+    pub fn thoroughness(mut self, value: impl ::std::convert::Into<Thoroughness>) -> Self {
+        self.thoroughness = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `title` (optional).
+    #[must_use]
+    pub fn title(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.title = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl CreateSessionResponse {
+    /// A value with the required `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { session_id: session_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl CreateSigningIdentity {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `clientRequestId` (optional).
+    #[must_use]
+    pub fn client_request_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_request_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `label` (optional).
+    #[must_use]
+    pub fn label(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.label = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl CreateSigningIdentityResponse {
+    /// A value with the required `identity`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(identity: impl ::std::convert::Into<SigningIdentity>) -> Self {
+        Self { identity: identity.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DeclineAgentInvite {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl DeclineAgentInviteResponse {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DeleteAgent {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl DeleteAgentMemoryFile {
+    /// A value with the required `agentId`, `path`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        path: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), path: path.into() }
+    }
+}
+impl DeleteAgentMemoryFileResponse {
+    /// A value with the required `agentId`, `deleted`, `path`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        deleted: impl ::std::convert::Into<bool>,
+        path: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            deleted: deleted.into(),
+            path: path.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl DeleteAgentResponse {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DeleteAgentTool {
+    /// A value with the required `agentId`, `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), name: name.into() }
+    }
+}
+impl DeleteAgentToolResponse {
+    /// A value with the required `agentId`, `deleted`, `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        deleted: impl ::std::convert::Into<bool>,
+        name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            deleted: deleted.into(),
+            name: name.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl DeleteAgentTrigger {
+    /// A value with the required `triggerId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(trigger_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { trigger_id: trigger_id.into() }
+    }
+}
+impl DeleteAgentTriggerResponse {
+    /// A value with the required `triggerId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(trigger_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { trigger_id: trigger_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DeleteMcpServer {
+    /// A value with the required `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(name: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { name: name.into() }
+    }
+}
+impl DeleteMcpServerResponse {
+    /// A value with the required `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(name: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { name: name.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DeleteModelProvider {
+    /// A value with the required `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(name: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { name: name.into() }
+    }
+}
+impl DeleteModelProviderResponse {
+    /// A value with the required `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(name: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { name: name.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DeleteSession {
+    /// A value with the required `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { session_id: session_id.into() }
+    }
+}
+impl DeleteSessionResponse {
+    /// A value with the required `agentId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), session_id: session_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DeleteSigningIdentity {
+    /// A value with the required `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(name: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { name: name.into() }
+    }
+}
+impl DeleteSigningIdentityResponse {
+    /// A value with the required `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(name: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { name: name.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DisconnectSessionBrowser {
+    /// A value with the required `connectionId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        connection_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { connection_id: connection_id.into(), session_id: session_id.into() }
+    }
+}
+impl DocumentAuthorCommentSource {
+    /// A value with the required `documentAuthors`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(document_authors: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        Self {
+            document_authors: document_authors.into(),
+            resource_prefix: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `resourcePrefix` (optional).
+    #[must_use]
+    pub fn resource_prefix(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.resource_prefix = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl DocumentCommentSource {
+    /// A value with the required `resource`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(resource: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            resource: resource.into(),
+            author: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `author` (optional).
+    #[must_use]
+    pub fn author(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.author = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl DownloadAgentMemoryFile {
+    /// A value with the required `agentId`, `url`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        url: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), url: url.into(), path: ::std::default::Default::default() }
+    }
+    /// Sets `path` (optional).
+    #[must_use]
+    pub fn path(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.path = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl DownloadAgentMemoryFileResponse {
+    /// A value with the required `agentId`, `entry`, `finalUrl`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        entry: impl ::std::convert::Into<AgentMemoryEntry>,
+        final_url: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            entry: entry.into(),
+            final_url: final_url.into(),
+            content_type: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `contentType` (optional).
+    #[must_use]
+    pub fn content_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.content_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl Envelope {
+    /// A value with the required `account`, `action`, `sig`, `signer`, `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
+        action: impl ::std::convert::Into<AgentAction>,
+        sig: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
+        signer: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
+        type_: impl ::std::convert::Into<EnvelopeType>,
+    ) -> Self {
+        Self {
+            account: account.into(),
+            action: action.into(),
+            sig: sig.into(),
+            signer: signer.into(),
+            type_: type_.into(),
+            capability: ::std::default::Default::default(),
+            capability_blob: ::std::default::Default::default(),
+            protocol: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `capability` (optional).
+    #[must_use]
+    pub fn capability(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.capability = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `capabilityBlob` (optional).
+    #[must_use]
+    pub fn capability_blob(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Bytes>) -> Self {
+        self.capability_blob = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `protocol` (optional).
+    #[must_use]
+    pub fn protocol(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.protocol = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl Error {
+    /// A value with the required `message`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(message: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            message: message.into(),
+            code: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `code` (optional).
+    #[must_use]
+    pub fn code(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.code = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ErrorEvent {
+    /// A value with the required `message`, `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        message: impl ::std::convert::Into<::std::string::String>,
+        type_: impl ::std::convert::Into<ErrorEventType>,
+    ) -> Self {
+        Self {
+            message: message.into(),
+            type_: type_.into(),
+            actor: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `actor` (optional).
+    #[must_use]
+    pub fn actor(mut self, value: impl ::std::convert::Into<SessionActor>) -> Self {
+        self.actor = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ErrorFrame {
+    /// A value with the required `message`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(message: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            message: message.into(),
+            code: ::std::default::Default::default(),
+            key: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `code` (optional).
+    #[must_use]
+    pub fn code(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.code = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `key` (optional).
+    #[must_use]
+    pub fn key(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.key = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl GetAgent {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl GetAgentResponse {
+    /// A value with the required `agent`, `sessionCount`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent: impl ::std::convert::Into<AgentInfo>, session_count: impl ::std::convert::Into<i64>) -> Self {
+        Self { agent: agent.into(), session_count: session_count.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl GetAgentTrigger {
+    /// A value with the required `triggerId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(trigger_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { trigger_id: trigger_id.into() }
+    }
+}
+impl GetAgentTriggerResponse {
+    /// A value with the required `firings`, `sessions`, `trigger`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        firings: impl ::std::convert::Into<::std::vec::Vec<TriggerFiringInfo>>,
+        sessions: impl ::std::convert::Into<::std::vec::Vec<SessionInfo>>,
+        trigger: impl ::std::convert::Into<AgentTriggerInfo>,
+    ) -> Self {
+        Self {
+            firings: firings.into(),
+            sessions: sessions.into(),
+            trigger: trigger.into(),
+            webhook_secret: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `webhookSecret` (optional).
+    #[must_use]
+    pub fn webhook_secret(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.webhook_secret = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl GetProviderOAuthStatus {
+    /// A value with the required `loginId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(login_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { login_id: login_id.into() }
+    }
+}
+impl GetRun {
+    /// A value with the required `runId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(run_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { run_id: run_id.into() }
+    }
+}
+impl GetRunJournal {
+    /// A value with the required `runId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(run_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { run_id: run_id.into(), after_seq: ::std::default::Default::default() }
+    }
+    /// Sets `afterSeq` (optional).
+    #[must_use]
+    pub fn after_seq(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.after_seq = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl GetRunJournalResponse {
+    /// A value with the required `entries`, `runId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        entries: impl ::std::convert::Into<::std::vec::Vec<RunJournalEntryInfo>>,
+        run_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { entries: entries.into(), run_id: run_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl GetRunResponse {
+    /// A value with the required `run`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(run: impl ::std::convert::Into<RunInfo>) -> Self {
+        Self { run: run.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl GetSession {
+    /// A value with the required `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            session_id: session_id.into(),
+            after_seq: ::std::default::Default::default(),
+            before_seq: ::std::default::Default::default(),
+            limit: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `afterSeq` (optional).
+    #[must_use]
+    pub fn after_seq(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.after_seq = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `beforeSeq` (optional).
+    #[must_use]
+    pub fn before_seq(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.before_seq = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `limit` (optional).
+    #[must_use]
+    pub fn limit(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.limit = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl GetSessionEvent {
+    /// A value with the required `seq`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        seq: impl ::std::convert::Into<i64>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { seq: seq.into(), session_id: session_id.into() }
+    }
+}
+impl GetSessionEventResponse {
+    /// A value with the required `event`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(event: impl ::std::convert::Into<SessionEvent>) -> Self {
+        Self { event: event.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl GetSessionResponse {
+    /// A value with the required `events`, `session`, `systemPromptMarkdown`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        events: impl ::std::convert::Into<::std::vec::Vec<SessionEvent>>,
+        session: impl ::std::convert::Into<SessionInfo>,
+        system_prompt_markdown: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            events: events.into(),
+            session: session.into(),
+            system_prompt_markdown: system_prompt_markdown.into(),
+            context_window: ::std::default::Default::default(),
+            has_more_before: ::std::default::Default::default(),
+            trigger_context: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `contextWindow` (optional).
+    #[must_use]
+    pub fn context_window(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.context_window = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `hasMoreBefore` (optional).
+    #[must_use]
+    pub fn has_more_before(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.has_more_before = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `triggerContext` (optional).
+    #[must_use]
+    pub fn trigger_context(mut self, value: impl ::std::convert::Into<AgentSessionTriggerContext>) -> Self {
+        self.trigger_context = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ImportSigningIdentity {
+    /// A value with the required `seed`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(seed: impl ::std::convert::Into<::seed_agents_protocol::Bytes>) -> Self {
+        Self {
+            seed: seed.into(),
+            client_request_id: ::std::default::Default::default(),
+            label: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `clientRequestId` (optional).
+    #[must_use]
+    pub fn client_request_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_request_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `label` (optional).
+    #[must_use]
+    pub fn label(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.label = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ImportSigningIdentityResponse {
+    /// A value with the required `identity`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(identity: impl ::std::convert::Into<SigningIdentity>) -> Self {
+        Self { identity: identity.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl IntervalSchedule {
+    /// A value with the required `every`, `unit`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(every: impl ::std::convert::Into<i64>, unit: impl ::std::convert::Into<IntervalScheduleUnit>) -> Self {
+        Self { every: every.into(), unit: unit.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl InviteAgentCollaborator {
+    /// A value with the required `accountId`, `agentId`, `role`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        role: impl ::std::convert::Into<AgentCollaboratorRole>,
+    ) -> Self {
+        Self { account_id: account_id.into(), agent_id: agent_id.into(), role: role.into() }
+    }
+}
+impl InviteAgentCollaboratorResponse {
+    /// A value with the required `collaborator`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(collaborator: impl ::std::convert::Into<AgentCollaboratorInfo>) -> Self {
+        Self { collaborator: collaborator.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl InvokeSessionTool {
+    /// A value with the required `input`, `sessionId`, `verb`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        input: impl ::std::convert::Into<::seed_agents_protocol::Value>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+        verb: impl ::std::convert::Into<InvokeSessionToolVerb>,
+    ) -> Self {
+        Self { input: input.into(), session_id: session_id.into(), verb: verb.into() }
+    }
+}
+impl InvokeSessionToolResponse {
+    /// A value with the required `resultEventId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        result_event_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            result_event_id: result_event_id.into(),
+            session_id: session_id.into(),
+            error: ::std::default::Default::default(),
+            output: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `output` (optional).
+    #[must_use]
+    pub fn output(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Value>) -> Self {
+        self.output = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl JsonSchema {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `additionalProperties` (optional).
+    #[must_use]
+    pub fn additional_properties(mut self, value: impl ::std::convert::Into<JsonSchemaAdditionalProperties>) -> Self {
+        self.additional_properties = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `description` (optional).
+    #[must_use]
+    pub fn description(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.description = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `enum` (optional).
+    #[must_use]
+    pub fn enum_(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.enum_ = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `items` (optional).
+    #[must_use]
+    pub fn items(mut self, value: impl ::std::convert::Into<::std::boxed::Box<JsonSchema>>) -> Self {
+        self.items = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `maxItems` (optional).
+    #[must_use]
+    pub fn max_items(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.max_items = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `maxLength` (optional).
+    #[must_use]
+    pub fn max_length(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.max_length = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `maximum` (optional).
+    #[must_use]
+    pub fn maximum(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Float>) -> Self {
+        self.maximum = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `minItems` (optional).
+    #[must_use]
+    pub fn min_items(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.min_items = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `minLength` (optional).
+    #[must_use]
+    pub fn min_length(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.min_length = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `minimum` (optional).
+    #[must_use]
+    pub fn minimum(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Float>) -> Self {
+        self.minimum = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `properties` (optional).
+    #[must_use]
+    pub fn properties(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, JsonSchema>>,
+    ) -> Self {
+        self.properties = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `required` (optional).
+    #[must_use]
+    pub fn required(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.required = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `type` (optional).
+    #[must_use]
+    pub fn type_(mut self, value: impl ::std::convert::Into<JsonSchemaType>) -> Self {
+        self.type_ = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListAgentCollaborators {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl ListAgentCollaboratorsResponse {
+    /// A value with the required `agentId`, `collaborators`, `publicChat`, `publicRead`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        collaborators: impl ::std::convert::Into<::std::vec::Vec<AgentCollaboratorInfo>>,
+        public_chat: impl ::std::convert::Into<bool>,
+        public_read: impl ::std::convert::Into<bool>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            collaborators: collaborators.into(),
+            public_chat: public_chat.into(),
+            public_read: public_read.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl ListAgentInvites {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+}
+impl ListAgentInvitesResponse {
+    /// A value with the required `invites`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(invites: impl ::std::convert::Into<::std::vec::Vec<AgentInviteInfo>>) -> Self {
+        Self { invites: invites.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListAgentMemory {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl ListAgentMemoryDir {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into(), path: ::std::default::Default::default() }
+    }
+    /// Sets `path` (optional).
+    #[must_use]
+    pub fn path(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.path = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListAgentMemoryDirResponse {
+    /// A value with the required `agentId`, `entries`, `path`, `totalBytes`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        entries: impl ::std::convert::Into<::std::vec::Vec<AgentMemoryEntry>>,
+        path: impl ::std::convert::Into<::std::string::String>,
+        total_bytes: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            entries: entries.into(),
+            path: path.into(),
+            total_bytes: total_bytes.into(),
+            totals: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `totals` (optional).
+    #[must_use]
+    pub fn totals(mut self, value: impl ::std::convert::Into<ListAgentMemoryDirResponseTotals>) -> Self {
+        self.totals = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListAgentMemoryDirResponseTotals {
+    /// A value with the required `bytes`, `files`, `truncated`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        bytes: impl ::std::convert::Into<i64>,
+        files: impl ::std::convert::Into<i64>,
+        truncated: impl ::std::convert::Into<bool>,
+    ) -> Self {
+        Self {
+            bytes: bytes.into(),
+            files: files.into(),
+            truncated: truncated.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl ListAgentMemoryResponse {
+    /// A value with the required `agentId`, `entries`, `totalBytes`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        entries: impl ::std::convert::Into<::std::vec::Vec<AgentMemoryEntry>>,
+        total_bytes: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            entries: entries.into(),
+            total_bytes: total_bytes.into(),
+            truncated: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `truncated` (optional).
+    #[must_use]
+    pub fn truncated(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.truncated = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListAgentTools {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl ListAgentToolsResponse {
+    /// A value with the required `agentId`, `tools`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        tools: impl ::std::convert::Into<::std::vec::Vec<AgentToolInfo>>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), tools: tools.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListAgentTriggers {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl ListAgentTriggersResponse {
+    /// A value with the required `triggers`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(triggers: impl ::std::convert::Into<::std::vec::Vec<AgentTriggerInfo>>) -> Self {
+        Self { triggers: triggers.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListAgents {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+}
+impl ListAgentsResponse {
+    /// A value with the required `agents`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agents: impl ::std::convert::Into<::std::vec::Vec<AgentInfo>>) -> Self {
+        Self { agents: agents.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListMcpServers {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+}
+impl ListMcpServersResponse {
+    /// A value with the required `servers`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(servers: impl ::std::convert::Into<::std::vec::Vec<RedactedMcpServer>>) -> Self {
+        Self { servers: servers.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListModelProviders {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListModelProvidersResponse {
+    /// A value with the required `providers`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(providers: impl ::std::convert::Into<::std::vec::Vec<RedactedModelProvider>>) -> Self {
+        Self { providers: providers.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListProviderModels {
+    /// A value with the required `provider`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(provider: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { provider: provider.into(), agent_id: ::std::default::Default::default() }
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListProviderModelsResponse {
+    /// A value with the required `models`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(models: impl ::std::convert::Into<::std::vec::Vec<ProviderModelInfo>>) -> Self {
+        Self { models: models.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListRuns {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `limit` (optional).
+    #[must_use]
+    pub fn limit(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.limit = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `rootRunId` (optional).
+    #[must_use]
+    pub fn root_run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.root_run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `sessionId` (optional).
+    #[must_use]
+    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `status` (optional).
+    #[must_use]
+    pub fn status(mut self, value: impl ::std::convert::Into<RunStatus>) -> Self {
+        self.status = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListRunsResponse {
+    /// A value with the required `runs`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(runs: impl ::std::convert::Into<::std::vec::Vec<RunInfo>>) -> Self {
+        Self { runs: runs.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListSessions {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `cursor` (optional).
+    #[must_use]
+    pub fn cursor(mut self, value: impl ::std::convert::Into<SessionListCursor>) -> Self {
+        self.cursor = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `excludeTriggered` (optional).
+    #[must_use]
+    pub fn exclude_triggered(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.exclude_triggered = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `includeChildren` (optional).
+    #[must_use]
+    pub fn include_children(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.include_children = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `limit` (optional).
+    #[must_use]
+    pub fn limit(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.limit = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `parentSessionId` (optional).
+    #[must_use]
+    pub fn parent_session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.parent_session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListSessionsResponse {
+    /// A value with the required `agents`, `sessions`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agents: impl ::std::convert::Into<::std::vec::Vec<AgentInfo>>,
+        sessions: impl ::std::convert::Into<::std::vec::Vec<SessionInfo>>,
+    ) -> Self {
+        Self {
+            agents: agents.into(),
+            sessions: sessions.into(),
+            next_cursor: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `nextCursor` (optional).
+    #[must_use]
+    pub fn next_cursor(mut self, value: impl ::std::convert::Into<SessionListCursor>) -> Self {
+        self.next_cursor = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListSigningIdentities {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListSigningIdentitiesResponse {
+    /// A value with the required `identities`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(identities: impl ::std::convert::Into<::std::vec::Vec<SigningIdentity>>) -> Self {
+        Self { identities: identities.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl McpServerConfig {
+    /// A value with the required `url`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(url: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            url: url.into(),
+            headers: ::std::default::Default::default(),
+            secret_refs: ::std::default::Default::default(),
+            transport: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `headers` (optional).
+    #[must_use]
+    pub fn headers(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
+    ) -> Self {
+        self.headers = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `secretRefs` (optional).
+    #[must_use]
+    pub fn secret_refs(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
+    ) -> Self {
+        self.secret_refs = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `transport` (optional).
+    #[must_use]
+    pub fn transport(mut self, value: impl ::std::convert::Into<McpServerTransport>) -> Self {
+        self.transport = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl McpServerStatus {
+    /// A value with the required `state`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(state: impl ::std::convert::Into<McpServerStatusState>) -> Self {
+        Self {
+            state: state.into(),
+            checked_at: ::std::default::Default::default(),
+            error: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `checkedAt` (optional).
+    #[must_use]
+    pub fn checked_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.checked_at = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl McpToolInfo {
+    /// A value with the required `name`, `toolName`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        name: impl ::std::convert::Into<::std::string::String>,
+        tool_name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            tool_name: tool_name.into(),
+            description: ::std::default::Default::default(),
+            input_schema: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `description` (optional).
+    #[must_use]
+    pub fn description(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.description = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `inputSchema` (optional).
+    #[must_use]
+    pub fn input_schema(mut self, value: impl ::std::convert::Into<::std::boxed::Box<JsonSchema>>) -> Self {
+        self.input_schema = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl MemoryUploadTarget {
+    /// A value with the required `agentId`, `path`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        path: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), path: path.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl MessageEvent {
+    /// A value with the required `content`, `role`, `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        content: impl ::std::convert::Into<::std::string::String>,
+        role: impl ::std::convert::Into<MessageEventRole>,
+        type_: impl ::std::convert::Into<MessageEventType>,
+    ) -> Self {
+        Self {
+            content: content.into(),
+            role: role.into(),
+            type_: type_.into(),
+            actor: ::std::default::Default::default(),
+            attachments: ::std::default::Default::default(),
+            blocks: ::std::default::Default::default(),
+            client_message_id: ::std::default::Default::default(),
+            context_lines: ::std::default::Default::default(),
+            meta: ::std::default::Default::default(),
+            raw_markdown: ::std::default::Default::default(),
+            tool_call_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `actor` (optional).
+    #[must_use]
+    pub fn actor(mut self, value: impl ::std::convert::Into<SessionActor>) -> Self {
+        self.actor = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `attachments` (optional).
+    #[must_use]
+    pub fn attachments(mut self, value: impl ::std::convert::Into<::std::vec::Vec<SessionAttachmentInfo>>) -> Self {
+        self.attachments = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `blocks` (optional).
+    #[must_use]
+    pub fn blocks(mut self, value: impl ::std::convert::Into<::std::vec::Vec<AgentPromptBlock>>) -> Self {
+        self.blocks = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `clientMessageId` (optional).
+    #[must_use]
+    pub fn client_message_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_message_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `contextLines` (optional).
+    #[must_use]
+    pub fn context_lines(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.context_lines = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `meta` (optional).
+    #[must_use]
+    pub fn meta(mut self, value: impl ::std::convert::Into<SessionEventMeta>) -> Self {
+        self.meta = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `rawMarkdown` (optional).
+    #[must_use]
+    pub fn raw_markdown(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.raw_markdown = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `toolCallId` (optional).
+    #[must_use]
+    pub fn tool_call_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.tool_call_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl MessageSession {
+    /// A value with the required `content`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        content: impl ::std::convert::Into<::std::vec::Vec<MessageSessionContentPart>>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            content: content.into(),
+            session_id: session_id.into(),
+            client_message_id: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `clientMessageId` (optional).
+    #[must_use]
+    pub fn client_message_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_message_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl MessageSessionResponse {
+    /// A value with the required `assistantEventId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        assistant_event_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            assistant_event_id: assistant_event_id.into(),
+            session_id: session_id.into(),
+            continued_to_session_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `continuedToSessionId` (optional).
+    #[must_use]
+    pub fn continued_to_session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.continued_to_session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ModelProviderConfig {
+    /// A value with the required `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(type_: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            type_: type_.into(),
+            auth_mode: ::std::default::Default::default(),
+            base_url: ::std::default::Default::default(),
+            model_defaults: ::std::default::Default::default(),
+            secret_refs: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `authMode` (optional).
+    #[must_use]
+    pub fn auth_mode(mut self, value: impl ::std::convert::Into<ModelProviderConfigAuthMode>) -> Self {
+        self.auth_mode = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `baseUrl` (optional).
+    #[must_use]
+    pub fn base_url(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.base_url = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `modelDefaults` (optional).
+    #[must_use]
+    pub fn model_defaults(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.model_defaults = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `secretRefs` (optional).
+    #[must_use]
+    pub fn secret_refs(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
+    ) -> Self {
+        self.secret_refs = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl NavigateBrowserCommand {
+    /// A value with the required `document`, `url`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        document: impl ::std::convert::Into<::std::string::String>,
+        url: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { document: document.into(), url: url.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl NewThreadContinuation {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `includeAgentSystemPrompt` (optional).
+    #[must_use]
+    pub fn include_agent_system_prompt(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.include_agent_system_prompt = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `systemPrompt` (optional).
+    #[must_use]
+    pub fn system_prompt(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.system_prompt = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `tools` (optional).
+    #[must_use]
+    pub fn tools(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.tools = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl OnceSchedule {
+    /// A value with the required `runAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(run_at: impl ::std::convert::Into<i64>) -> Self {
+        Self {
+            run_at: run_at.into(),
+            timezone: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `timezone` (optional).
+    #[must_use]
+    pub fn timezone(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.timezone = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl PartialPatch {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `activity` (optional).
+    #[must_use]
+    pub fn activity(mut self, value: impl ::std::convert::Into<AgentRunActivity>) -> Self {
+        self.activity = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `done` (optional).
+    #[must_use]
+    pub fn done(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.done = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `progress` (optional).
+    #[must_use]
+    pub fn progress(mut self, value: impl ::std::convert::Into<PartialPatchProgress>) -> Self {
+        self.progress = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `textDelta` (optional).
+    #[must_use]
+    pub fn text_delta(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.text_delta = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `usage` (optional).
+    #[must_use]
+    pub fn usage(mut self, value: impl ::std::convert::Into<AgentRunUsage>) -> Self {
+        self.usage = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl PartialPatchProgress {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `fraction` (optional).
+    #[must_use]
+    pub fn fraction(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Float>) -> Self {
+        self.fraction = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `label` (optional).
+    #[must_use]
+    pub fn label(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.label = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl PlanObligation {
+    /// A value with the required `steps`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(steps: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        Self { steps: steps.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl PollSessionBrowser {
+    /// A value with the required `connectionId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        connection_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { connection_id: connection_id.into(), session_id: session_id.into() }
+    }
+}
+impl PressBrowserCommand {
+    /// A value with the required `document`, `key`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        document: impl ::std::convert::Into<::std::string::String>,
+        key: impl ::std::convert::Into<PressBrowserCommandKey>,
+    ) -> Self {
+        Self { document: document.into(), key: key.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ProviderModelInfo {
+    /// A value with the required `id`, `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { id: id.into(), name: name.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ProviderOAuthStatusResponse {
+    /// A value with the required `loginId`, `status`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        login_id: impl ::std::convert::Into<::std::string::String>,
+        status: impl ::std::convert::Into<ProviderOAuthStatusResponseStatus>,
+    ) -> Self {
+        Self {
+            login_id: login_id.into(),
+            status: status.into(),
+            error: ::std::default::Default::default(),
+            secret_name: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `secretName` (optional).
+    #[must_use]
+    pub fn secret_name(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.secret_name = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ReadAgentMemoryFile {
+    /// A value with the required `agentId`, `path`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        path: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), path: path.into() }
+    }
+}
+impl ReadAgentMemoryFileResponse {
+    /// A value with the required `agentId`, `file`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        file: impl ::std::convert::Into<AgentMemoryFile>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), file: file.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ReadSessionAttachment {
+    /// A value with the required `attachmentId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        attachment_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { attachment_id: attachment_id.into(), session_id: session_id.into() }
+    }
+}
+impl ReadSessionAttachmentResponse {
+    /// A value with the required `attachment`, `data`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        attachment: impl ::std::convert::Into<SessionAttachmentInfo>,
+        data: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
+    ) -> Self {
+        Self { attachment: attachment.into(), data: data.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl RedactedMcpServer {
+    /// A value with the required `createdAt`, `hasSecrets`, `headerNames`, `id`, `name`, `secretHeaderNames`, `status`, `tools`, `transport`, `updatedAt`, `url`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        created_at: impl ::std::convert::Into<i64>,
+        has_secrets: impl ::std::convert::Into<bool>,
+        header_names: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        secret_header_names: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>,
+        status: impl ::std::convert::Into<McpServerStatus>,
+        tools: impl ::std::convert::Into<::std::vec::Vec<McpToolInfo>>,
+        transport: impl ::std::convert::Into<McpServerTransport>,
+        updated_at: impl ::std::convert::Into<i64>,
+        url: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            created_at: created_at.into(),
+            has_secrets: has_secrets.into(),
+            header_names: header_names.into(),
+            id: id.into(),
+            name: name.into(),
+            secret_header_names: secret_header_names.into(),
+            status: status.into(),
+            tools: tools.into(),
+            transport: transport.into(),
+            updated_at: updated_at.into(),
+            url: url.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl RedactedModelProvider {
+    /// A value with the required `createdAt`, `hasSecrets`, `id`, `name`, `type`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        created_at: impl ::std::convert::Into<i64>,
+        has_secrets: impl ::std::convert::Into<bool>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        type_: impl ::std::convert::Into<::std::string::String>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            created_at: created_at.into(),
+            has_secrets: has_secrets.into(),
+            id: id.into(),
+            name: name.into(),
+            type_: type_.into(),
+            updated_at: updated_at.into(),
+            auth_mode: ::std::default::Default::default(),
+            auth_status: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `authMode` (optional).
+    #[must_use]
+    pub fn auth_mode(mut self, value: impl ::std::convert::Into<RedactedModelProviderAuthMode>) -> Self {
+        self.auth_mode = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `authStatus` (optional).
+    #[must_use]
+    pub fn auth_status(mut self, value: impl ::std::convert::Into<RedactedModelProviderAuthStatus>) -> Self {
+        self.auth_status = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RedactedSecret {
+    /// A value with the required `createdAt`, `hasValue`, `id`, `name`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        created_at: impl ::std::convert::Into<i64>,
+        has_value: impl ::std::convert::Into<bool>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            created_at: created_at.into(),
+            has_value: has_value.into(),
+            id: id.into(),
+            name: name.into(),
+            updated_at: updated_at.into(),
+            metadata: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `metadata` (optional).
+    #[must_use]
+    pub fn metadata(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.metadata = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RefreshMcpServer {
+    /// A value with the required `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(name: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { name: name.into() }
+    }
+}
+impl RegisterSigner {
+    /// A value with the required `capability`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(capability: impl ::std::convert::Into<::seed_agents_protocol::Bytes>) -> Self {
+        Self { capability: capability.into() }
+    }
+}
+impl RegisterSignerResponse {
+    /// A value with the required `accountId`, `signerId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account_id: impl ::std::convert::Into<::std::string::String>,
+        signer_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { account_id: account_id.into(), signer_id: signer_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl RemoveAgentCollaborator {
+    /// A value with the required `accountId`, `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { account_id: account_id.into(), agent_id: agent_id.into() }
+    }
+}
+impl RemoveAgentCollaboratorResponse {
+    /// A value with the required `accountId`, `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { account_id: account_id.into(), agent_id: agent_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ResolveSessionBrowser {
+    /// A value with the required `connectionId`, `requestId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        connection_id: impl ::std::convert::Into<::std::string::String>,
+        request_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            connection_id: connection_id.into(),
+            request_id: request_id.into(),
+            session_id: session_id.into(),
+            error: ::std::default::Default::default(),
+            output: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `output` (optional).
+    #[must_use]
+    pub fn output(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.output = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RetrySession {
+    /// A value with the required `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { session_id: session_id.into() }
+    }
+}
+impl RetrySessionResponse {
+    /// A value with the required `assistantEventId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        assistant_event_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            assistant_event_id: assistant_event_id.into(),
+            session_id: session_id.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl RunCompletedSource {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `status` (optional).
+    #[must_use]
+    pub fn status(mut self, value: impl ::std::convert::Into<RunCompletedSourceStatus>) -> Self {
+        self.status = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `titleMatch` (optional).
+    #[must_use]
+    pub fn title_match(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.title_match = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RunInfo {
+    /// A value with the required `account`, `createdAt`, `depth`, `id`, `kind`, `origin`, `rootRunId`, `status`, `title`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        depth: impl ::std::convert::Into<i64>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        kind: impl ::std::convert::Into<RunInfoKind>,
+        origin: impl ::std::convert::Into<RunInfoOrigin>,
+        root_run_id: impl ::std::convert::Into<::std::string::String>,
+        status: impl ::std::convert::Into<RunStatus>,
+        title: impl ::std::convert::Into<::std::string::String>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            account: account.into(),
+            created_at: created_at.into(),
+            depth: depth.into(),
+            id: id.into(),
+            kind: kind.into(),
+            origin: origin.into(),
+            root_run_id: root_run_id.into(),
+            status: status.into(),
+            title: title.into(),
+            updated_at: updated_at.into(),
+            agent_id: ::std::default::Default::default(),
+            child_run_count: ::std::default::Default::default(),
+            continued_from_run_id: ::std::default::Default::default(),
+            error: ::std::default::Default::default(),
+            finished_at: ::std::default::Default::default(),
+            parent_run_id: ::std::default::Default::default(),
+            parent_tool_call_id: ::std::default::Default::default(),
+            plan: ::std::default::Default::default(),
+            plan_step_id: ::std::default::Default::default(),
+            session_id: ::std::default::Default::default(),
+            source_text: ::std::default::Default::default(),
+            started_at: ::std::default::Default::default(),
+            step_label: ::std::default::Default::default(),
+            unmet_obligations: ::std::default::Default::default(),
+            usage: ::std::default::Default::default(),
+            wait: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `childRunCount` (optional).
+    #[must_use]
+    pub fn child_run_count(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.child_run_count = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `continuedFromRunId` (optional).
+    #[must_use]
+    pub fn continued_from_run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.continued_from_run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<RunInfoError>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `finishedAt` (optional).
+    #[must_use]
+    pub fn finished_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.finished_at = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `parentRunId` (optional).
+    #[must_use]
+    pub fn parent_run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.parent_run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `parentToolCallId` (optional).
+    #[must_use]
+    pub fn parent_tool_call_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.parent_tool_call_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `plan` (optional).
+    #[must_use]
+    pub fn plan(mut self, value: impl ::std::convert::Into<RunPlan>) -> Self {
+        self.plan = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `planStepId` (optional).
+    #[must_use]
+    pub fn plan_step_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.plan_step_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `sessionId` (optional).
+    #[must_use]
+    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `sourceText` (optional).
+    #[must_use]
+    pub fn source_text(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.source_text = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `startedAt` (optional).
+    #[must_use]
+    pub fn started_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.started_at = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `stepLabel` (optional).
+    #[must_use]
+    pub fn step_label(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.step_label = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `unmetObligations` (optional).
+    #[must_use]
+    pub fn unmet_obligations(mut self, value: impl ::std::convert::Into<::std::vec::Vec<UnmetObligation>>) -> Self {
+        self.unmet_obligations = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `usage` (optional).
+    #[must_use]
+    pub fn usage(mut self, value: impl ::std::convert::Into<RunUsageInfo>) -> Self {
+        self.usage = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `wait` (optional).
+    #[must_use]
+    pub fn wait(mut self, value: impl ::std::convert::Into<RunWaitInfo>) -> Self {
+        self.wait = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RunInfoError {
+    /// A value with the required `code`, `message`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        code: impl ::std::convert::Into<::std::string::String>,
+        message: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+            call_seq: ::std::default::Default::default(),
+            detail: ::std::default::Default::default(),
+            stack: ::std::default::Default::default(),
+            tool: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `callSeq` (optional).
+    #[must_use]
+    pub fn call_seq(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.call_seq = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `detail` (optional).
+    #[must_use]
+    pub fn detail(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Value>) -> Self {
+        self.detail = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `stack` (optional).
+    #[must_use]
+    pub fn stack(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.stack = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `tool` (optional).
+    #[must_use]
+    pub fn tool(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.tool = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RunJournalEntryInfo {
+    /// A value with the required `createdAt`, `entry`, `runId`, `seq`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        created_at: impl ::std::convert::Into<i64>,
+        entry: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+        run_id: impl ::std::convert::Into<::std::string::String>,
+        seq: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            created_at: created_at.into(),
+            entry: entry.into(),
+            run_id: run_id.into(),
+            seq: seq.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl RunPlan {
+    /// A value with the required `steps`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(steps: impl ::std::convert::Into<::std::vec::Vec<RunPlanStep>>) -> Self {
+        Self {
+            steps: steps.into(),
+            owner_run_id: ::std::default::Default::default(),
+            settled_at: ::std::default::Default::default(),
+            title: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `ownerRunId` (optional).
+    #[must_use]
+    pub fn owner_run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.owner_run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `settledAt` (optional).
+    #[must_use]
+    pub fn settled_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.settled_at = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `title` (optional).
+    #[must_use]
+    pub fn title(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.title = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RunPlanStep {
+    /// A value with the required `id`, `label`, `status`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        id: impl ::std::convert::Into<::std::string::String>,
+        label: impl ::std::convert::Into<::std::string::String>,
+        status: impl ::std::convert::Into<RunPlanStepStatus>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            label: label.into(),
+            status: status.into(),
+            resolved_by: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `resolvedBy` (optional).
+    #[must_use]
+    pub fn resolved_by(mut self, value: impl ::std::convert::Into<RunPlanStepResolvedBy>) -> Self {
+        self.resolved_by = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RunUsageInfo {
+    /// A value with the required `cacheRead`, `cacheWrite`, `input`, `output`, `total`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        cache_read: impl ::std::convert::Into<i64>,
+        cache_write: impl ::std::convert::Into<i64>,
+        input: impl ::std::convert::Into<i64>,
+        output: impl ::std::convert::Into<i64>,
+        total: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            cache_read: cache_read.into(),
+            cache_write: cache_write.into(),
+            input: input.into(),
+            output: output.into(),
+            total: total.into(),
+            children: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `children` (optional).
+    #[must_use]
+    pub fn children(mut self, value: impl ::std::convert::Into<RunUsageInfoChildren>) -> Self {
+        self.children = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RunUsageInfoChildren {
+    /// A value with the required `cacheRead`, `cacheWrite`, `input`, `output`, `runs`, `total`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        cache_read: impl ::std::convert::Into<i64>,
+        cache_write: impl ::std::convert::Into<i64>,
+        input: impl ::std::convert::Into<i64>,
+        output: impl ::std::convert::Into<i64>,
+        runs: impl ::std::convert::Into<i64>,
+        total: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            cache_read: cache_read.into(),
+            cache_write: cache_write.into(),
+            input: input.into(),
+            output: output.into(),
+            runs: runs.into(),
+            total: total.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl RunWaitInfo {
+    /// A value with the required `reason`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(reason: impl ::std::convert::Into<RunWaitInfoReason>) -> Self {
+        Self {
+            reason: reason.into(),
+            answer_with: ::std::default::Default::default(),
+            label: ::std::default::Default::default(),
+            pending_children: ::std::default::Default::default(),
+            wake_at: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `answerWith` (optional).
+    #[must_use]
+    pub fn answer_with(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.answer_with = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `label` (optional).
+    #[must_use]
+    pub fn label(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.label = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `pendingChildren` (optional).
+    #[must_use]
+    pub fn pending_children(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.pending_children = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `wakeAt` (optional).
+    #[must_use]
+    pub fn wake_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.wake_at = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SaveAgentTool {
+    /// A value with the required `agentId`, `tool`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        tool: impl ::std::convert::Into<AgentToolInput>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), tool: tool.into(), previous_name: ::std::default::Default::default() }
+    }
+    /// Sets `previousName` (optional).
+    #[must_use]
+    pub fn previous_name(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.previous_name = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SaveAgentToolResponse {
+    /// A value with the required `agentId`, `tool`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        tool: impl ::std::convert::Into<AgentToolInfo>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), tool: tool.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ScheduleSource {
+    /// A value with the required `schedule`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(schedule: impl ::std::convert::Into<AgentScheduleTrigger>) -> Self {
+        Self { schedule: schedule.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ScreenshotBrowserCommand {
+    /// A value with the required `document`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(document: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { document: document.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ScriptContinuation {
+    /// A value with the required `script`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(script: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            script: script.into(),
+            input: ::std::default::Default::default(),
+            on_failure: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `input` (optional).
+    #[must_use]
+    pub fn input(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Value>) -> Self {
+        self.input = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `onFailure` (optional).
+    #[must_use]
+    pub fn on_failure(mut self, value: impl ::std::convert::Into<TriggerFailurePolicy>) -> Self {
+        self.on_failure = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ScrollBrowserCommand {
+    /// A value with the required `document`, `y`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(document: impl ::std::convert::Into<::std::string::String>, y: impl ::std::convert::Into<i64>) -> Self {
+        Self {
+            document: document.into(),
+            y: y.into(),
+            x: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `x` (optional).
+    #[must_use]
+    pub fn x(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.x = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionActivity {
+    /// A value with the required `messageAt`, `messageFrom`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        message_at: impl ::std::convert::Into<i64>,
+        message_from: impl ::std::convert::Into<SessionActivityMessageFrom>,
+    ) -> Self {
+        Self {
+            message_at: message_at.into(),
+            message_from: message_from.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl SessionAttachmentInfo {
+    /// A value with the required `createdAt`, `id`, `name`, `sessionId`, `size`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        created_at: impl ::std::convert::Into<i64>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+        size: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            created_at: created_at.into(),
+            id: id.into(),
+            name: name.into(),
+            session_id: session_id.into(),
+            size: size.into(),
+            mime_type: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `mimeType` (optional).
+    #[must_use]
+    pub fn mime_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.mime_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionAttachmentUploadTarget {
+    /// A value with the required `name`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        name: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            session_id: session_id.into(),
+            mime_type: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `mimeType` (optional).
+    #[must_use]
+    pub fn mime_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.mime_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionBrowserResponse {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `request` (optional).
+    #[must_use]
+    pub fn request(mut self, value: impl ::std::convert::Into<BrowserRequest>) -> Self {
+        self.request = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionContinuationLink {
+    /// A value with the required `continuationId`, `createdAt`, `reason`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        continuation_id: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        reason: impl ::std::convert::Into<SessionContinuationReason>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            continuation_id: continuation_id.into(),
+            created_at: created_at.into(),
+            reason: reason.into(),
+            session_id: session_id.into(),
+            title: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `title` (optional).
+    #[must_use]
+    pub fn title(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.title = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionEvent {
+    /// A value with the required `createdAt`, `event`, `id`, `seq`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        created_at: impl ::std::convert::Into<i64>,
+        event: impl ::std::convert::Into<SessionEventPayload>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        seq: impl ::std::convert::Into<i64>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            created_at: created_at.into(),
+            event: event.into(),
+            id: id.into(),
+            seq: seq.into(),
+            session_id: session_id.into(),
+            truncated: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `truncated` (optional).
+    #[must_use]
+    pub fn truncated(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.truncated = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionEventMeta {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `accountId` (optional).
+    #[must_use]
+    pub fn account_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.account_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `continuedFrom` (optional).
+    #[must_use]
+    pub fn continued_from(mut self, value: impl ::std::convert::Into<SessionEventMetaContinuedFrom>) -> Self {
+        self.continued_from = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `durationMs` (optional).
+    #[must_use]
+    pub fn duration_ms(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.duration_ms = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `model` (optional).
+    #[must_use]
+    pub fn model(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.model = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `provider` (optional).
+    #[must_use]
+    pub fn provider(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.provider = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `reasoningLevel` (optional).
+    #[must_use]
+    pub fn reasoning_level(mut self, value: impl ::std::convert::Into<SessionEventMetaReasoningLevel>) -> Self {
+        self.reasoning_level = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `signerId` (optional).
+    #[must_use]
+    pub fn signer_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.signer_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `turn` (optional).
+    #[must_use]
+    pub fn turn(mut self, value: impl ::std::convert::Into<SessionEventMetaTurn>) -> Self {
+        self.turn = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `usage` (optional).
+    #[must_use]
+    pub fn usage(mut self, value: impl ::std::convert::Into<AgentRunUsage>) -> Self {
+        self.usage = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionEventMetaContinuedFrom {
+    /// A value with the required `eventId`, `seq`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        event_id: impl ::std::convert::Into<::std::string::String>,
+        seq: impl ::std::convert::Into<i64>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            event_id: event_id.into(),
+            seq: seq.into(),
+            session_id: session_id.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl SessionEventMetaTurn {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `index` (optional).
+    #[must_use]
+    pub fn index(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.index = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `ttftMs` (optional).
+    #[must_use]
+    pub fn ttft_ms(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.ttft_ms = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `turnMs` (optional).
+    #[must_use]
+    pub fn turn_ms(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.turn_ms = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionInfo {
+    /// A value with the required `account`, `agentId`, `createdAt`, `id`, `status`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        status: impl ::std::convert::Into<SessionInfoStatus>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            account: account.into(),
+            agent_id: agent_id.into(),
+            created_at: created_at.into(),
+            id: id.into(),
+            status: status.into(),
+            updated_at: updated_at.into(),
+            activity: ::std::default::Default::default(),
+            child_session_count: ::std::default::Default::default(),
+            continued_from: ::std::default::Default::default(),
+            continued_to: ::std::default::Default::default(),
+            description: ::std::default::Default::default(),
+            model_override: ::std::default::Default::default(),
+            parent_session_id: ::std::default::Default::default(),
+            plan: ::std::default::Default::default(),
+            run_id: ::std::default::Default::default(),
+            started_by_trigger: ::std::default::Default::default(),
+            thoroughness: ::std::default::Default::default(),
+            title: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `activity` (optional).
+    #[must_use]
+    pub fn activity(mut self, value: impl ::std::convert::Into<SessionActivity>) -> Self {
+        self.activity = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `childSessionCount` (optional).
+    #[must_use]
+    pub fn child_session_count(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.child_session_count = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `continuedFrom` (optional).
+    #[must_use]
+    pub fn continued_from(mut self, value: impl ::std::convert::Into<SessionContinuationLink>) -> Self {
+        self.continued_from = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `continuedTo` (optional).
+    #[must_use]
+    pub fn continued_to(mut self, value: impl ::std::convert::Into<SessionContinuationLink>) -> Self {
+        self.continued_to = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `description` (optional).
+    #[must_use]
+    pub fn description(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.description = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `modelOverride` (optional).
+    #[must_use]
+    pub fn model_override(mut self, value: impl ::std::convert::Into<SessionModelOverride>) -> Self {
+        self.model_override = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `parentSessionId` (optional).
+    #[must_use]
+    pub fn parent_session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.parent_session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `plan` (optional).
+    #[must_use]
+    pub fn plan(mut self, value: impl ::std::convert::Into<RunPlan>) -> Self {
+        self.plan = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `runId` (optional).
+    #[must_use]
+    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `startedByTrigger` (optional).
+    #[must_use]
+    pub fn started_by_trigger(mut self, value: impl ::std::convert::Into<AgentSessionTriggerSummary>) -> Self {
+        self.started_by_trigger = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `thoroughness` (optional).
+    #[must_use]
+    pub fn thoroughness(mut self, value: impl ::std::convert::Into<Thoroughness>) -> Self {
+        self.thoroughness = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `title` (optional).
+    #[must_use]
+    pub fn title(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.title = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionListCursor {
+    /// A value with the required `idBefore`, `updatedBefore`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        id_before: impl ::std::convert::Into<::std::string::String>,
+        updated_before: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            id_before: id_before.into(),
+            updated_before: updated_before.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl SessionModelOverride {
+    /// A value with the required `model`, `provider`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        model: impl ::std::convert::Into<::std::string::String>,
+        provider: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            model: model.into(),
+            provider: provider.into(),
+            reasoning_level: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `reasoningLevel` (optional).
+    #[must_use]
+    pub fn reasoning_level(mut self, value: impl ::std::convert::Into<ReasoningLevel>) -> Self {
+        self.reasoning_level = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SetAgentPublicChat {
+    /// A value with the required `agentId`, `publicChat`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        public_chat: impl ::std::convert::Into<bool>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), public_chat: public_chat.into() }
+    }
+}
+impl SetAgentPublicChatResponse {
+    /// A value with the required `agent`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent: impl ::std::convert::Into<AgentInfo>) -> Self {
+        Self { agent: agent.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl SetAgentPublicRead {
+    /// A value with the required `agentId`, `publicRead`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        public_read: impl ::std::convert::Into<bool>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), public_read: public_read.into() }
+    }
+}
+impl SetAgentPublicReadResponse {
+    /// A value with the required `agent`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent: impl ::std::convert::Into<AgentInfo>) -> Self {
+        Self { agent: agent.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl SetMcpServer {
+    /// A value with the required `config`, `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        config: impl ::std::convert::Into<McpServerConfig>,
+        name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { config: config.into(), name: name.into() }
+    }
+}
+impl SetMcpServerResponse {
+    /// A value with the required `server`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(server: impl ::std::convert::Into<RedactedMcpServer>) -> Self {
+        Self { server: server.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl SetModelProvider {
+    /// A value with the required `name`, `provider`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        name: impl ::std::convert::Into<::std::string::String>,
+        provider: impl ::std::convert::Into<ModelProviderConfig>,
+    ) -> Self {
+        Self { name: name.into(), provider: provider.into() }
+    }
+}
+impl SetModelProviderResponse {
+    /// A value with the required `provider`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(provider: impl ::std::convert::Into<RedactedModelProvider>) -> Self {
+        Self { provider: provider.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl SetSecret {
+    /// A value with the required `name`, `value`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        name: impl ::std::convert::Into<::std::string::String>,
+        value: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
+    ) -> Self {
+        Self { name: name.into(), value: value.into(), metadata: ::std::default::Default::default() }
+    }
+    /// Sets `metadata` (optional).
+    #[must_use]
+    pub fn metadata(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.metadata = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SetSecretResponse {
+    /// A value with the required `secret`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(secret: impl ::std::convert::Into<RedactedSecret>) -> Self {
+        Self { secret: secret.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl SignalRun {
+    /// A value with the required `runId`, `signal`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        run_id: impl ::std::convert::Into<::std::string::String>,
+        signal: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { run_id: run_id.into(), signal: signal.into(), payload: ::std::default::Default::default() }
+    }
+    /// Sets `payload` (optional).
+    #[must_use]
+    pub fn payload(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Value>) -> Self {
+        self.payload = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SignalRunResponse {
+    /// A value with the required `delivered`, `runId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        delivered: impl ::std::convert::Into<bool>,
+        run_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { delivered: delivered.into(), run_id: run_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl SigningIdentity {
+    /// A value with the required `createdAt`, `id`, `name`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        created_at: impl ::std::convert::Into<i64>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            created_at: created_at.into(),
+            id: id.into(),
+            name: name.into(),
+            updated_at: updated_at.into(),
+            account_id: ::std::default::Default::default(),
+            dev: ::std::default::Default::default(),
+            icon: ::std::default::Default::default(),
+            label: ::std::default::Default::default(),
+            server_url: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `accountId` (optional).
+    #[must_use]
+    pub fn account_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.account_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `dev` (optional).
+    #[must_use]
+    pub fn dev(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.dev = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `icon` (optional).
+    #[must_use]
+    pub fn icon(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.icon = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `label` (optional).
+    #[must_use]
+    pub fn label(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.label = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `serverUrl` (optional).
+    #[must_use]
+    pub fn server_url(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.server_url = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SigningIdentityIcon {
+    /// A value with the required `data`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(data: impl ::std::convert::Into<::seed_agents_protocol::Bytes>) -> Self {
+        Self {
+            data: data.into(),
+            file_name: ::std::default::Default::default(),
+            mime_type: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `fileName` (optional).
+    #[must_use]
+    pub fn file_name(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.file_name = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `mimeType` (optional).
+    #[must_use]
+    pub fn mime_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.mime_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SiteUpdateSource {
+    /// A value with the required `resourcePrefix`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(resource_prefix: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            resource_prefix: resource_prefix.into(),
+            event_types: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `eventTypes` (optional).
+    #[must_use]
+    pub fn event_types(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.event_types = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SnapshotBrowserCommand {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+}
+impl StartProviderOAuth {
+    /// A value with the required `providerType`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(provider_type: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { provider_type: provider_type.into() }
+    }
+}
+impl StartProviderOAuthResponse {
+    /// A value with the required `authUrl`, `expiresAt`, `loginId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        auth_url: impl ::std::convert::Into<::std::string::String>,
+        expires_at: impl ::std::convert::Into<i64>,
+        login_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            auth_url: auth_url.into(),
+            expires_at: expires_at.into(),
+            login_id: login_id.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl StopSession {
+    /// A value with the required `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { session_id: session_id.into() }
+    }
+}
+impl StopSessionResponse {
+    /// A value with the required `sessionId`, `stopped`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        session_id: impl ::std::convert::Into<::std::string::String>,
+        stopped: impl ::std::convert::Into<bool>,
+    ) -> Self {
+        Self { session_id: session_id.into(), stopped: stopped.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl SubmitProviderOAuthCode {
+    /// A value with the required `code`, `loginId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        code: impl ::std::convert::Into<::std::string::String>,
+        login_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { code: code.into(), login_id: login_id.into() }
+    }
+}
+impl SubmitProviderOAuthCodeResponse {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+}
+impl Subscribe {
+    /// A value with the required `key`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(key: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { key: key.into(), after_seq: ::std::default::Default::default() }
+    }
+    /// Sets `afterSeq` (optional).
+    #[must_use]
+    pub fn after_seq(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.after_seq = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SubscribedFrame {
+    /// A value with the required `accountId`, `key`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account_id: impl ::std::convert::Into<::std::string::String>,
+        key: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { account_id: account_id.into(), key: key.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl TextContentPart {
+    /// A value with the required `text`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(text: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            text: text.into(),
+            blocks: ::std::default::Default::default(),
+            client_message_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `blocks` (optional).
+    #[must_use]
+    pub fn blocks(mut self, value: impl ::std::convert::Into<::std::vec::Vec<AgentPromptBlock>>) -> Self {
+        self.blocks = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `clientMessageId` (optional).
+    #[must_use]
+    pub fn client_message_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_message_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ToolCallEvent {
+    /// A value with the required `id`, `input`, `name`, `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        id: impl ::std::convert::Into<::std::string::String>,
+        input: impl ::std::convert::Into<::seed_agents_protocol::Value>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        type_: impl ::std::convert::Into<ToolCallEventType>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            input: input.into(),
+            name: name.into(),
+            type_: type_.into(),
+            actor: ::std::default::Default::default(),
+            meta: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `actor` (optional).
+    #[must_use]
+    pub fn actor(mut self, value: impl ::std::convert::Into<SessionActor>) -> Self {
+        self.actor = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `meta` (optional).
+    #[must_use]
+    pub fn meta(mut self, value: impl ::std::convert::Into<SessionEventMeta>) -> Self {
+        self.meta = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ToolContinuation {
+    /// A value with the required `tool`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(tool: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            tool: tool.into(),
+            input: ::std::default::Default::default(),
+            on_failure: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `input` (optional).
+    #[must_use]
+    pub fn input(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Value>) -> Self {
+        self.input = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `onFailure` (optional).
+    #[must_use]
+    pub fn on_failure(mut self, value: impl ::std::convert::Into<TriggerFailurePolicy>) -> Self {
+        self.on_failure = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ToolResultEvent {
+    /// A value with the required `name`, `toolCallId`, `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        name: impl ::std::convert::Into<::std::string::String>,
+        tool_call_id: impl ::std::convert::Into<::std::string::String>,
+        type_: impl ::std::convert::Into<ToolResultEventType>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            tool_call_id: tool_call_id.into(),
+            type_: type_.into(),
+            actor: ::std::default::Default::default(),
+            error: ::std::default::Default::default(),
+            meta: ::std::default::Default::default(),
+            output: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `actor` (optional).
+    #[must_use]
+    pub fn actor(mut self, value: impl ::std::convert::Into<SessionActor>) -> Self {
+        self.actor = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `meta` (optional).
+    #[must_use]
+    pub fn meta(mut self, value: impl ::std::convert::Into<SessionEventMeta>) -> Self {
+        self.meta = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `output` (optional).
+    #[must_use]
+    pub fn output(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Value>) -> Self {
+        self.output = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ToolSpawnEvent {
+    /// A value with the required `name`, `runId`, `title`, `toolCallId`, `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        name: impl ::std::convert::Into<::std::string::String>,
+        run_id: impl ::std::convert::Into<::std::string::String>,
+        title: impl ::std::convert::Into<::std::string::String>,
+        tool_call_id: impl ::std::convert::Into<::std::string::String>,
+        type_: impl ::std::convert::Into<ToolSpawnEventType>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            run_id: run_id.into(),
+            title: title.into(),
+            tool_call_id: tool_call_id.into(),
+            type_: type_.into(),
+            actor: ::std::default::Default::default(),
+            session_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `actor` (optional).
+    #[must_use]
+    pub fn actor(mut self, value: impl ::std::convert::Into<SessionActor>) -> Self {
+        self.actor = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `sessionId` (optional).
+    #[must_use]
+    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl TriggerFiringInfo {
+    /// A value with the required `activityKey`, `activitySummary`, `createdAt`, `id`, `status`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        activity_key: impl ::std::convert::Into<::std::string::String>,
+        activity_summary: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        status: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            activity_key: activity_key.into(),
+            activity_summary: activity_summary.into(),
+            created_at: created_at.into(),
+            id: id.into(),
+            status: status.into(),
+            error: ::std::default::Default::default(),
+            matched_conditions: ::std::default::Default::default(),
+            run_id: ::std::default::Default::default(),
+            session_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `matchedConditions` (optional).
+    #[must_use]
+    pub fn matched_conditions(
+        mut self,
+        value: impl ::std::convert::Into<::std::vec::Vec<AgentActivityCondition>>,
+    ) -> Self {
+        self.matched_conditions = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `runId` (optional).
+    #[must_use]
+    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `sessionId` (optional).
+    #[must_use]
+    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl TypeBrowserCommand {
+    /// A value with the required `document`, `ref`, `text`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        document: impl ::std::convert::Into<::std::string::String>,
+        ref_: impl ::std::convert::Into<::std::string::String>,
+        text: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            document: document.into(),
+            ref_: ref_.into(),
+            text: text.into(),
+            clear: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `clear` (optional).
+    #[must_use]
+    pub fn clear(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.clear = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl TypedResultObligation {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+}
+impl UpdateAgent {
+    /// A value with the required `agentId`, `definition`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        definition: impl ::std::convert::Into<AgentDefinition>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), definition: definition.into() }
+    }
+}
+impl UpdateAgentTrigger {
+    /// A value with the required `patch`, `triggerId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        patch: impl ::std::convert::Into<AgentTriggerPatch>,
+        trigger_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            patch: patch.into(),
+            trigger_id: trigger_id.into(),
+            expected_updated_at: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `expectedUpdatedAt` (optional).
+    #[must_use]
+    pub fn expected_updated_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.expected_updated_at = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl UpdateAgentTriggerResponse {
+    /// A value with the required `trigger`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(trigger: impl ::std::convert::Into<AgentTriggerInfo>) -> Self {
+        Self { trigger: trigger.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl UpdateSession {
+    /// A value with the required `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            session_id: session_id.into(),
+            model_override: ::std::default::Default::default(),
+            thoroughness: ::std::default::Default::default(),
+            title: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `modelOverride` (optional).
+    #[must_use]
+    pub fn model_override(mut self, value: impl ::std::convert::Into<SessionModelOverride>) -> Self {
+        self.model_override = ::seed_agents_protocol::Nullable::Value(value.into());
+        self
+    }
+    /// Sets `thoroughness` (optional).
+    #[must_use]
+    pub fn thoroughness(mut self, value: impl ::std::convert::Into<Thoroughness>) -> Self {
+        self.thoroughness = ::seed_agents_protocol::Nullable::Value(value.into());
+        self
+    }
+    /// Sets `title` (optional).
+    #[must_use]
+    pub fn title(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.title = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl UpdateSessionResponse {
+    /// A value with the required `session`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(session: impl ::std::convert::Into<SessionInfo>) -> Self {
+        Self { session: session.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl UpdateSigningIdentity {
+    /// A value with the required `label`, `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        label: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { label: label.into(), name: name.into(), icon: ::std::default::Default::default() }
+    }
+    /// Sets `icon` (optional).
+    #[must_use]
+    pub fn icon(mut self, value: impl ::std::convert::Into<SigningIdentityIcon>) -> Self {
+        self.icon = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl UpdateSigningIdentityResponse {
+    /// A value with the required `identity`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(identity: impl ::std::convert::Into<SigningIdentity>) -> Self {
+        Self { identity: identity.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl UploadAgentMemoryFileToIpfs {
+    /// A value with the required `agentId`, `path`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        path: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), path: path.into() }
+    }
+}
+impl UploadAgentMemoryFileToIpfsResponse {
+    /// A value with the required `agentId`, `cid`, `path`, `size`, `url`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        cid: impl ::std::convert::Into<::std::string::String>,
+        path: impl ::std::convert::Into<::std::string::String>,
+        size: impl ::std::convert::Into<i64>,
+        url: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            cid: cid.into(),
+            path: path.into(),
+            size: size.into(),
+            url: url.into(),
+            mime_type: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `mimeType` (optional).
+    #[must_use]
+    pub fn mime_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.mime_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl UploadSessionAttachment {
+    /// A value with the required `content`, `name`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        content: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            content: content.into(),
+            name: name.into(),
+            session_id: session_id.into(),
+            mime_type: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `mimeType` (optional).
+    #[must_use]
+    pub fn mime_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.mime_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl UploadSessionAttachmentResponse {
+    /// A value with the required `attachment`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(attachment: impl ::std::convert::Into<SessionAttachmentInfo>) -> Self {
+        Self { attachment: attachment.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl UserMentionSource {
+    /// A value with the required `mentionedAccounts`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(mentioned_accounts: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        Self {
+            mentioned_accounts: mentioned_accounts.into(),
+            resource_prefix: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `resourcePrefix` (optional).
+    #[must_use]
+    pub fn resource_prefix(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.resource_prefix = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl WakeContinuation {
+    /// A value with the required `signal`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(signal: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            signal: signal.into(),
+            payload: ::std::default::Default::default(),
+            run_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `payload` (optional).
+    #[must_use]
+    pub fn payload(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Value>) -> Self {
+        self.payload = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `runId` (optional).
+    #[must_use]
+    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl WebhookSource {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+}
+impl WeeklySchedule {
+    /// A value with the required `daysOfWeek`, `timeOfDay`, `timezone`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        days_of_week: impl ::std::convert::Into<::std::vec::Vec<i64>>,
+        time_of_day: impl ::std::convert::Into<::std::string::String>,
+        timezone: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            days_of_week: days_of_week.into(),
+            time_of_day: time_of_day.into(),
+            timezone: timezone.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl WriteAgentMemoryFile {
+    /// A value with the required `agentId`, `content`, `path`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        content: impl ::std::convert::Into<WriteAgentMemoryFileContent>,
+        path: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), content: content.into(), path: path.into() }
+    }
+}
+impl WriteAgentMemoryFileResponse {
+    /// A value with the required `agentId`, `entry`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        entry: impl ::std::convert::Into<AgentMemoryEntry>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), entry: entry.into(), extra: ::std::default::Default::default() }
     }
 }
 

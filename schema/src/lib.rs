@@ -23,7 +23,7 @@
 //! use seed_agents_protocol::generated::GetAgent;
 //!
 //! let signer = Ed25519Signer::from_seed(&[1; 32]);
-//! let action = AgentAction::GetAgent(GetAgent { agent_id: "agent-1".into() });
+//! let action = AgentAction::GetAgent(GetAgent::new("agent-1"));
 //! let mut action = wire::to_ipld(&action).unwrap();
 //! if let ipld_core::ipld::Ipld::Map(map) = &mut action {
 //!     map.insert("ts".into(), 1_767_225_600_000i64.into());
@@ -35,12 +35,14 @@
 //! assert_eq!(verified.action_name(), "GetAgent");
 //! ```
 
+#![deny(missing_docs)]
+
 // Generated code names our own leaf types by their external path (`::seed_agents_protocol::Value`).
 extern crate self as seed_agents_protocol;
 
 pub mod action;
 pub mod envelope;
-#[allow(clippy::all, missing_docs, missing_debug_implementations)]
+#[allow(clippy::all, missing_debug_implementations)]
 pub mod generated;
 mod ipld_de;
 pub mod principal;

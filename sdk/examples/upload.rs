@@ -24,8 +24,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = rest.first().cloned().unwrap_or_else(|| format!("uploads/{name}"));
 
     let client = Client::new(server, Ed25519Signer::from_seed(&seed))?;
-    let target =
-        FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget { agent_id: agent_id.clone(), path: path.clone() });
+    let target = FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget::new(agent_id.clone(), path.clone()));
     let started = Instant::now();
     let done = match client.upload_file(target, file, |progress| report(progress, started)).await {
         Err(Error::Upload { upload_id, received, source }) => {

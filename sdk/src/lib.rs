@@ -16,7 +16,7 @@
 //! # async fn run() -> Result<(), seed_agents_sdk::Error> {
 //! let signer = Ed25519Signer::from_seed(&[7; 32]);
 //! let client = Client::new("http://127.0.0.1:3050", signer)?;
-//! let agents = client.list_agents(ListAgents {}).await?;
+//! let agents = client.list_agents(ListAgents::new()).await?;
 //! println!("{} agents", agents.agents.len());
 //! # Ok(())
 //! # }

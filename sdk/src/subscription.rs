@@ -325,7 +325,11 @@ impl State {
             self.keys.iter().filter(|(key, _)| !self.refused.contains(key)).cloned().collect();
         for (key, after) in keys {
             let after = key.strip_prefix("sessions/").and_then(|id| self.delivered.get(id).copied()).or(after);
-            let action = AgentAction::Subscribe(Subscribe { after_seq: after, key: key.clone() });
+            let action = AgentAction::Subscribe({
+                let mut subscribe = Subscribe::new(key.clone());
+                subscribe.after_seq = after;
+                subscribe
+            });
             let bytes = self.client.sign(&action).await.map_err(Ended::Fatal)?;
             socket.send(Message::Binary(bytes.into())).await.map_err(|error| Ended::Lost(error.to_string()))?;
             // Frames are answered in order: wait for this key's answer before the next one.
@@ -418,12 +422,7 @@ impl State {
         {
             let missing = self
                 .client
-                .get_session(GetSession {
-                    after_seq: Some(last),
-                    before_seq: Some(event.seq),
-                    limit: None,
-                    session_id: session.clone(),
-                })
+                .get_session(GetSession::new(session.clone()).after_seq(last).before_seq(event.seq))
                 .await
                 .map_err(|error| Ended::Lost(format!("filling a gap after seq {last}: {error}")))?;
             for earlier in missing.events {

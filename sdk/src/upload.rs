@@ -58,7 +58,7 @@ impl Client {
     /// # async fn run(client: seed_agents_sdk::Client, agent_id: String) -> Result<(), seed_agents_sdk::Error> {
     /// let file = tokio::fs::File::open("notes.pdf").await.expect("readable");
     /// let size = file.metadata().await.expect("a file").len();
-    /// let target = FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget { agent_id, path: "docs/notes.pdf".into() });
+    /// let target = FileUploadTarget::from(MemoryUploadTarget::new(agent_id, "docs/notes.pdf"));
     /// let done = client
     ///     .upload(target, size, file, |p| eprintln!("{} of {} bytes", p.received, p.size))
     ///     .await?;
@@ -77,7 +77,7 @@ impl Client {
         R: AsyncRead + Unpin,
     {
         let size_field = i64::try_from(size).map_err(|_| Error::Source(std::io::Error::other("file too large")))?;
-        let begun = self.call(BeginFileUpload { size: size_field, target }).await?;
+        let begun = self.call(BeginFileUpload::new(size_field, target)).await?;
         let chunk =
             u64::try_from(begun.max_chunk_bytes).ok().filter(|n| *n > 0).map_or(DEFAULT_CHUNK, |n| n.min(MAX_CHUNK));
         self.finish_upload(begun.upload_id, size, 0, chunk, source, on_progress).await
@@ -143,7 +143,7 @@ impl Client {
         if let Err(source) = outcome {
             return Err(Error::Upload { upload_id, received, source: Box::new(source) });
         }
-        self.call(CommitFileUpload { upload_id: upload_id.clone() }).await.map_err(|source| Error::Upload {
+        self.call(CommitFileUpload::new(upload_id.clone())).await.map_err(|source| Error::Upload {
             upload_id,
             received,
             source: Box::new(source),
@@ -423,12 +423,8 @@ mod tests {
 
     #[test]
     fn the_hand_built_chunk_action_is_the_typed_one() {
-        let typed = AppendFileUploadChunk {
-            content: seed_agents_protocol::Bytes(vec![1, 2, 3]),
-            offset: 8_388_608,
-            upload_id: "u-1".into(),
-        }
-        .into_action();
+        let typed =
+            AppendFileUploadChunk::new(seed_agents_protocol::Bytes(vec![1, 2, 3]), 8_388_608, "u-1").into_action();
         let typed = seed_agents_protocol::wire::to_ipld(&typed).expect("serialises");
         assert_eq!(Ipld::Map(chunk_action("u-1", 8_388_608, vec![1, 2, 3])), typed);
     }

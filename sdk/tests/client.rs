@@ -161,11 +161,15 @@ fn client_at(url: &str, signer: Ed25519Signer) -> Client {
 }
 
 fn ok_reply() -> Reply {
-    Reply::cbor(200, &AgentResponse::ListAgentsResponse(ListAgentsResponse { agents: vec![] }))
+    Reply::cbor(200, &AgentResponse::ListAgentsResponse(ListAgentsResponse::new(vec![])))
 }
 
 fn error_reply(status: u16, message: &str, code: Option<&str>) -> Reply {
-    let error = ErrorResponse { message: message.to_owned(), code: code.map(str::to_owned) };
+    let error = {
+        let mut error = ErrorResponse::new(message);
+        error.code = code.map(str::to_owned);
+        error
+    };
     Reply::cbor(status, &AgentResponse::Error(error))
 }
 
@@ -189,7 +193,7 @@ fn action_map(envelope: &BTreeMap<String, Ipld>) -> &BTreeMap<String, Ipld> {
 }
 
 fn get_agent() -> GetAgent {
-    GetAgent { agent_id: "agent-1".to_owned() }
+    GetAgent::new("agent-1")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -334,7 +338,7 @@ async fn upgrade_required_is_protocol_too_old_with_both_versions() {
     let reply = error_reply(426, "Client protocol 2 is too old", Some("protocol_too_old")).protocol(Some("4"));
     let (url, _requests) = start_responder(vec![reply]).await;
     let client = Client::builder(&url, signer(1)).clock(Arc::new(|| TS)).protocol(Some(2)).build().expect("client");
-    let err = client.list_agents(ListAgents {}).await.expect_err("426 must fail");
+    let err = client.list_agents(ListAgents::new()).await.expect_err("426 must fail");
     let Error::ProtocolTooOld { client_protocol, server_protocol, message } = &err else {
         panic!("expected Error::ProtocolTooOld, got {err:?}")
     };
@@ -350,7 +354,7 @@ async fn upgrade_required_is_protocol_too_old_with_both_versions() {
 async fn success_status_with_garbage_is_decode_with_the_raw_bytes() {
     let garbage: &[u8] = b"\xff\x00 this is not CBOR \xfe";
     let (url, _requests) = start_responder(vec![Reply::raw(200, "application/cbor", garbage)]).await;
-    let err = client_at(&url, signer(1)).list_agents(ListAgents {}).await.expect_err("garbage must fail");
+    let err = client_at(&url, signer(1)).list_agents(ListAgents::new()).await.expect_err("garbage must fail");
     let Error::Decode { status, bytes, .. } = &err else { panic!("expected Error::Decode, got {err:?}") };
     assert_eq!(*status, 200);
     assert_eq!(bytes.as_ref(), garbage);
@@ -382,7 +386,7 @@ async fn refused_connection_is_transport() {
     let addr = listener.local_addr().expect("local addr");
     drop(listener);
     let client = client_at(&format!("http://{addr}"), signer(1));
-    let err = client.list_agents(ListAgents {}).await.expect_err("nobody listens");
+    let err = client.list_agents(ListAgents::new()).await.expect_err("nobody listens");
     assert!(matches!(err, Error::Transport(_)), "expected Error::Transport, got {err:?}");
     assert_eq!(client.server_protocol(), None);
 }
@@ -406,7 +410,7 @@ async fn server_protocol_is_known_only_after_an_answer() {
     let (url, _requests) = start_responder(vec![ok_reply()]).await;
     let client = client_at(&url, signer(1));
     assert_eq!(client.server_protocol(), None);
-    client.list_agents(ListAgents {}).await.expect("list agents");
+    client.list_agents(ListAgents::new()).await.expect("list agents");
     assert_eq!(client.server_protocol(), Some(3));
 }
 
@@ -416,7 +420,7 @@ async fn default_envelope_declares_protocol_3_and_verifies() {
     let signer = signer(2);
     let client = client_at(&url, signer.clone());
     assert_eq!(client.account(), signer.principal());
-    client.list_agents(ListAgents {}).await.expect("list agents");
+    client.list_agents(ListAgents::new()).await.expect("list agents");
     let request = next_request(&mut requests).await;
     let envelope = envelope_map(&request.body);
     assert_eq!(envelope.get("protocol"), Some(&Ipld::Integer(3)));
@@ -432,7 +436,7 @@ async fn default_envelope_declares_protocol_3_and_verifies() {
 async fn protocol_none_omits_the_key() {
     let (url, mut requests) = start_responder(vec![ok_reply()]).await;
     let client = Client::builder(&url, signer(3)).clock(Arc::new(|| TS)).protocol(None).build().expect("client");
-    client.list_agents(ListAgents {}).await.expect("list agents");
+    client.list_agents(ListAgents::new()).await.expect("list agents");
     let request = next_request(&mut requests).await;
     let envelope = envelope_map(&request.body);
     assert!(!envelope.contains_key("protocol"), "protocol must be absent: {:?}", envelope.keys());
@@ -444,12 +448,11 @@ async fn protocol_none_omits_the_key() {
 #[tokio::test]
 async fn optional_none_fields_are_absent_and_ts_is_the_clock() {
     let (url, mut requests) = start_responder(vec![
-        Reply::cbor(200, &AgentResponse::Error(ErrorResponse { message: "Session not found".to_owned(), code: None }))
-            .protocol(None),
+        Reply::cbor(200, &AgentResponse::Error(ErrorResponse::new("Session not found"))).protocol(None),
     ])
     .await;
     let client = client_at(&url, signer(4));
-    let action = GetSession { session_id: "sess-1".to_owned(), after_seq: None, before_seq: None, limit: None };
+    let action = GetSession::new("sess-1");
     // The answer does not matter here (a 200 `Error` body is still an API error).
     let err = client.get_session(action).await.expect_err("error body");
     assert!(matches!(&err, Error::Api { status: 200, .. }), "{err:?}");
@@ -477,7 +480,7 @@ async fn delegated_account_is_posted_with_the_signers_principal() {
     let account = signer(6).principal();
     let client = Client::builder(&url, key.clone()).clock(Arc::new(|| TS)).account(account).build().expect("client");
     assert_eq!(client.account(), account);
-    client.list_agents(ListAgents {}).await.expect("list agents");
+    client.list_agents(ListAgents::new()).await.expect("list agents");
     let request = next_request(&mut requests).await;
     let envelope = envelope_map(&request.body);
     assert_eq!(envelope.get("account"), Some(&Ipld::Bytes(account.to_bytes().to_vec())));
@@ -492,7 +495,7 @@ async fn two_identical_actions_in_one_millisecond_sign_different_envelopes() {
         .clock(Arc::new(|| 1_000))
         .build()
         .expect("client");
-    let action = AgentAction::ListAgents(seed_agents_protocol::generated::ListAgents {});
+    let action = AgentAction::ListAgents(seed_agents_protocol::generated::ListAgents::new());
     let first = client.sign(&action).await.expect("sign");
     let second = client.sign(&action).await.expect("sign");
     assert_ne!(first, second, "the second envelope carries ts 1001");

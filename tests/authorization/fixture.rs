@@ -225,12 +225,14 @@ async fn relate(cell: &Cell, caller: Caller) {
 async fn stage(cell: &Cell, staged: Staged) -> String {
     let target = if staged.into_session {
         FileUploadTarget::SessionAttachmentUploadTarget(SessionAttachmentUploadTarget {
+            extra: Default::default(),
             session_id: cell.session_id.clone(),
             name: "staged.txt".into(),
             mime_type: Some("text/plain".into()),
         })
     } else {
         FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget {
+            extra: Default::default(),
             agent_id: cell.agent_id.clone(),
             path: "staged/file.bin".into(),
         })
@@ -261,6 +263,7 @@ async fn import_identity(owner: &User, label: &str) -> String {
 /// An OpenAI subscription provider: its model list is fixed, so listing it calls no vendor.
 pub fn subscription() -> ModelProviderConfig {
     ModelProviderConfig {
+        extra: Default::default(),
         auth_mode: Some(ModelProviderConfigAuthMode::Subscription),
         base_url: None,
         model_defaults: None,

@@ -109,7 +109,11 @@ impl Outgoing {
                         info.access_role = role.map(Role::wire);
                         match wire::to_ipld(&info) {
                             Ok(value) => frames::encode(
-                                &AgentWsEvent::ChangeFrame(ChangeFrame { key: key.clone(), value: value.into() }),
+                                &AgentWsEvent::ChangeFrame(ChangeFrame {
+                                    extra: Default::default(),
+                                    key: key.clone(),
+                                    value: value.into(),
+                                }),
                                 protocol,
                             ),
                             Err(error) => frames::error(&ApiError::internal(error), None, protocol),
@@ -186,6 +190,7 @@ impl Hub {
         let key = format!("sessions/{}", event.session_id);
         let audience = self.audience(agent).await?;
         let mut outgoing = Outgoing::new(AgentWsEvent::AppendFrame(AppendFrame {
+            extra: Default::default(),
             created_at: None,
             entry: None,
             event: Some((**event).clone()),
@@ -212,6 +217,7 @@ impl Hub {
             return;
         }
         let mut outgoing = Outgoing::new(AgentWsEvent::AppendPartialFrame(AppendPartialFrame {
+            extra: Default::default(),
             key,
             partial_id: partial_id.to_owned(),
             patch: patch.clone(),
@@ -246,8 +252,11 @@ impl Hub {
             return Ok(());
         };
         let value = wire::to_ipld(&session).map_err(ApiError::internal)?;
-        let mut outgoing =
-            Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame { key: key.clone(), value: value.into() }));
+        let mut outgoing = Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame {
+            extra: Default::default(),
+            key: key.clone(),
+            value: value.into(),
+        }));
         let registry = self.registry();
         let mut targets = Targets::default();
         targets.key(&registry, &key);
@@ -267,8 +276,11 @@ impl Hub {
             return Ok(());
         }
         let value = wire::to_ipld(run).map_err(ApiError::internal)?;
-        let mut outgoing =
-            Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame { key: key.clone(), value: value.into() }));
+        let mut outgoing = Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame {
+            extra: Default::default(),
+            key: key.clone(),
+            value: value.into(),
+        }));
         let registry = self.registry();
         let mut targets = Targets::default();
         targets.key(&registry, &key);
@@ -347,14 +359,18 @@ impl Hub {
         for receiver in receivers {
             let key = format!("account/{receiver}");
             let hint = AccountChangeHint {
+                extra: Default::default(),
                 agent_id: agent.map(str::to_owned),
                 reason: reason.as_str().to_owned(),
                 references: None,
                 session_id: session.map(str::to_owned),
             };
             let Ok(value) = wire::to_ipld(&hint) else { continue };
-            let mut outgoing =
-                Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame { key: key.clone(), value: value.into() }));
+            let mut outgoing = Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame {
+                extra: Default::default(),
+                key: key.clone(),
+                value: value.into(),
+            }));
             let mut targets = Targets::default();
             targets.key(&registry, &key);
             if let Some(agent) = agent {
