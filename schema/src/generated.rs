@@ -3671,13 +3671,18 @@ impl ::std::convert::TryFrom<::std::string::String> for EnvelopeType {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct Error {
-    /// Machine-readable error class, when there is one. Known codes: `protocol_too_old` (HTTP 426: the client protocol is below the server minimum). Clients must tolerate codes they do not know.
+    /// Machine-readable error class, when there is one. Known codes: `protocol_too_old` (HTTP 426: the client protocol is below the server minimum), `upload_offset_mismatch` (HTTP 409: an `AppendFileUploadChunk` offset is not the upload's `received`, which the error carries). Clients must tolerate codes they do not know.
     ///
     /// Since protocol 2.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub code: ::std::option::Option<::std::string::String>,
     /// `message` (required).
     pub message: ::std::string::String,
+    /// With code `upload_offset_mismatch`: the bytes of the upload the server holds, i.e. the offset the next chunk must have.
+    ///
+    /// Since protocol 3.
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    pub received: ::std::option::Option<i64>,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -10319,6 +10324,7 @@ impl Error {
         Self {
             message: message.into(),
             code: ::std::default::Default::default(),
+            received: ::std::default::Default::default(),
             extra: ::std::default::Default::default(),
         }
     }
@@ -10326,6 +10332,12 @@ impl Error {
     #[must_use]
     pub fn code(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
         self.code = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `received` (optional).
+    #[must_use]
+    pub fn received(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.received = ::std::option::Option::Some(value.into());
         self
     }
 }
@@ -14037,6 +14049,7 @@ impl crate::Action for AbortFileUpload {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = AbortFileUploadResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::AbortFileUpload(self)
@@ -14047,6 +14060,7 @@ impl crate::Action for AcceptAgentInvite {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = AcceptAgentInviteResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::AcceptAgentInvite(self)
@@ -14057,6 +14071,7 @@ impl crate::Action for AppendFileUploadChunk {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = AppendFileUploadChunkResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::AppendFileUploadChunk(self)
@@ -14067,6 +14082,7 @@ impl crate::Action for BeginFileUpload {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = BeginFileUploadResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::BeginFileUpload(self)
@@ -14077,6 +14093,7 @@ impl crate::Action for CancelProviderOAuth {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = CancelProviderOAuthResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CancelProviderOAuth(self)
@@ -14087,6 +14104,7 @@ impl crate::Action for CancelRun {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = CancelRunResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CancelRun(self)
@@ -14097,6 +14115,7 @@ impl crate::Action for CombineAgentTriggers {
     const SINCE: u32 = 3u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = UpdateAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CombineAgentTriggers(self)
@@ -14107,6 +14126,7 @@ impl crate::Action for CommitFileUpload {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = CommitFileUploadResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CommitFileUpload(self)
@@ -14117,6 +14137,7 @@ impl crate::Action for ConnectSessionBrowser {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SessionBrowserResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ConnectSessionBrowser(self)
@@ -14127,6 +14148,7 @@ impl crate::Action for CreateAgent {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::Some("clientRequestId");
     type Response = CreateAgentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CreateAgent(self)
@@ -14137,6 +14159,7 @@ impl crate::Action for CreateAgentTrigger {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::Some("clientRequestId");
     type Response = CreateAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CreateAgentTrigger(self)
@@ -14147,6 +14170,7 @@ impl crate::Action for CreateSession {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::Some("clientRequestId");
     type Response = CreateSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CreateSession(self)
@@ -14157,6 +14181,7 @@ impl crate::Action for CreateSigningIdentity {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::Some("clientRequestId");
     type Response = CreateSigningIdentityResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CreateSigningIdentity(self)
@@ -14167,6 +14192,7 @@ impl crate::Action for DeclineAgentInvite {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeclineAgentInviteResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeclineAgentInvite(self)
@@ -14177,6 +14203,7 @@ impl crate::Action for DeleteAgent {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteAgentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteAgent(self)
@@ -14187,6 +14214,7 @@ impl crate::Action for DeleteAgentMemoryFile {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteAgentMemoryFileResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteAgentMemoryFile(self)
@@ -14197,6 +14225,7 @@ impl crate::Action for DeleteAgentTool {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteAgentToolResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteAgentTool(self)
@@ -14207,6 +14236,7 @@ impl crate::Action for DeleteAgentTrigger {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteAgentTrigger(self)
@@ -14217,6 +14247,7 @@ impl crate::Action for DeleteMcpServer {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteMcpServerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteMcpServer(self)
@@ -14227,6 +14258,7 @@ impl crate::Action for DeleteModelProvider {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteModelProviderResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteModelProvider(self)
@@ -14237,6 +14269,7 @@ impl crate::Action for DeleteSession {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteSession(self)
@@ -14247,6 +14280,7 @@ impl crate::Action for DeleteSigningIdentity {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteSigningIdentityResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteSigningIdentity(self)
@@ -14257,6 +14291,7 @@ impl crate::Action for DisconnectSessionBrowser {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SessionBrowserResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DisconnectSessionBrowser(self)
@@ -14267,6 +14302,7 @@ impl crate::Action for DownloadAgentMemoryFile {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DownloadAgentMemoryFileResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DownloadAgentMemoryFile(self)
@@ -14277,6 +14313,7 @@ impl crate::Action for GetAgent {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = GetAgentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetAgent(self)
@@ -14287,6 +14324,7 @@ impl crate::Action for GetAgentTrigger {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = GetAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetAgentTrigger(self)
@@ -14297,6 +14335,7 @@ impl crate::Action for GetProviderOAuthStatus {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ProviderOAuthStatusResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetProviderOAuthStatus(self)
@@ -14307,6 +14346,7 @@ impl crate::Action for GetRun {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = GetRunResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetRun(self)
@@ -14317,6 +14357,7 @@ impl crate::Action for GetRunJournal {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = GetRunJournalResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetRunJournal(self)
@@ -14327,6 +14368,7 @@ impl crate::Action for GetSession {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = GetSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetSession(self)
@@ -14337,6 +14379,7 @@ impl crate::Action for GetSessionEvent {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = GetSessionEventResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetSessionEvent(self)
@@ -14347,6 +14390,7 @@ impl crate::Action for ImportSigningIdentity {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::Some("clientRequestId");
     type Response = ImportSigningIdentityResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ImportSigningIdentity(self)
@@ -14357,6 +14401,7 @@ impl crate::Action for InviteAgentCollaborator {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = InviteAgentCollaboratorResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::InviteAgentCollaborator(self)
@@ -14367,6 +14412,7 @@ impl crate::Action for InvokeSessionTool {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = InvokeSessionToolResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::InvokeSessionTool(self)
@@ -14377,6 +14423,7 @@ impl crate::Action for ListAgentCollaborators {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListAgentCollaboratorsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentCollaborators(self)
@@ -14387,6 +14434,7 @@ impl crate::Action for ListAgentInvites {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListAgentInvitesResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentInvites(self)
@@ -14397,6 +14445,7 @@ impl crate::Action for ListAgentMemory {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListAgentMemoryResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentMemory(self)
@@ -14407,6 +14456,7 @@ impl crate::Action for ListAgentMemoryDir {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListAgentMemoryDirResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentMemoryDir(self)
@@ -14417,6 +14467,7 @@ impl crate::Action for ListAgentTools {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListAgentToolsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentTools(self)
@@ -14427,6 +14478,7 @@ impl crate::Action for ListAgentTriggers {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListAgentTriggersResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentTriggers(self)
@@ -14437,6 +14489,7 @@ impl crate::Action for ListAgents {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListAgentsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgents(self)
@@ -14447,6 +14500,7 @@ impl crate::Action for ListMcpServers {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListMcpServersResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListMcpServers(self)
@@ -14457,6 +14511,7 @@ impl crate::Action for ListModelProviders {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListModelProvidersResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListModelProviders(self)
@@ -14467,6 +14522,7 @@ impl crate::Action for ListProviderModels {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListProviderModelsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListProviderModels(self)
@@ -14477,6 +14533,7 @@ impl crate::Action for ListRuns {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListRunsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListRuns(self)
@@ -14487,6 +14544,7 @@ impl crate::Action for ListSessions {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListSessionsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListSessions(self)
@@ -14497,6 +14555,7 @@ impl crate::Action for ListSigningIdentities {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListSigningIdentitiesResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListSigningIdentities(self)
@@ -14507,6 +14566,7 @@ impl crate::Action for MessageSession {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::Some("clientMessageId");
     type Response = MessageSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::MessageSession(self)
@@ -14517,6 +14577,7 @@ impl crate::Action for PollSessionBrowser {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SessionBrowserResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::PollSessionBrowser(self)
@@ -14527,6 +14588,7 @@ impl crate::Action for ReadAgentMemoryFile {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ReadAgentMemoryFileResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ReadAgentMemoryFile(self)
@@ -14537,6 +14599,7 @@ impl crate::Action for ReadSessionAttachment {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ReadSessionAttachmentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ReadSessionAttachment(self)
@@ -14547,6 +14610,7 @@ impl crate::Action for RefreshMcpServer {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SetMcpServerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::RefreshMcpServer(self)
@@ -14557,6 +14621,7 @@ impl crate::Action for RegisterSigner {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = RegisterSignerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::RegisterSigner(self)
@@ -14567,6 +14632,7 @@ impl crate::Action for RemoveAgentCollaborator {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = RemoveAgentCollaboratorResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::RemoveAgentCollaborator(self)
@@ -14577,6 +14643,7 @@ impl crate::Action for ResolveSessionBrowser {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SessionBrowserResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ResolveSessionBrowser(self)
@@ -14587,6 +14654,7 @@ impl crate::Action for RetrySession {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = RetrySessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::RetrySession(self)
@@ -14597,6 +14665,7 @@ impl crate::Action for SaveAgentTool {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SaveAgentToolResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SaveAgentTool(self)
@@ -14607,6 +14676,7 @@ impl crate::Action for SetAgentPublicChat {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SetAgentPublicChatResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetAgentPublicChat(self)
@@ -14617,6 +14687,7 @@ impl crate::Action for SetAgentPublicRead {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SetAgentPublicReadResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetAgentPublicRead(self)
@@ -14627,6 +14698,7 @@ impl crate::Action for SetMcpServer {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SetMcpServerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetMcpServer(self)
@@ -14637,6 +14709,7 @@ impl crate::Action for SetModelProvider {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SetModelProviderResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetModelProvider(self)
@@ -14647,6 +14720,7 @@ impl crate::Action for SetSecret {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SetSecretResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetSecret(self)
@@ -14657,6 +14731,7 @@ impl crate::Action for SignalRun {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SignalRunResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SignalRun(self)
@@ -14667,6 +14742,7 @@ impl crate::Action for StartProviderOAuth {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = StartProviderOAuthResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::StartProviderOAuth(self)
@@ -14677,6 +14753,7 @@ impl crate::Action for StopSession {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = StopSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::StopSession(self)
@@ -14687,6 +14764,7 @@ impl crate::Action for SubmitProviderOAuthCode {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SubmitProviderOAuthCodeResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SubmitProviderOAuthCode(self)
@@ -14697,6 +14775,7 @@ impl crate::Action for UpdateAgent {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = GetAgentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UpdateAgent(self)
@@ -14707,6 +14786,7 @@ impl crate::Action for UpdateAgentTrigger {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = UpdateAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UpdateAgentTrigger(self)
@@ -14717,6 +14797,7 @@ impl crate::Action for UpdateSession {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = UpdateSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UpdateSession(self)
@@ -14727,6 +14808,7 @@ impl crate::Action for UpdateSigningIdentity {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = UpdateSigningIdentityResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UpdateSigningIdentity(self)
@@ -14737,6 +14819,7 @@ impl crate::Action for UploadAgentMemoryFileToIpfs {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = UploadAgentMemoryFileToIpfsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UploadAgentMemoryFileToIpfs(self)
@@ -14747,6 +14830,7 @@ impl crate::Action for UploadSessionAttachment {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = UploadSessionAttachmentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UploadSessionAttachment(self)
@@ -14757,6 +14841,7 @@ impl crate::Action for WriteAgentMemoryFile {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = WriteAgentMemoryFileResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::WriteAgentMemoryFile(self)

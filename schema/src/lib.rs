@@ -41,6 +41,7 @@
 extern crate self as seed_agents_protocol;
 
 pub mod action;
+pub mod codes;
 pub mod envelope;
 #[allow(clippy::all, missing_debug_implementations)]
 pub mod generated;
@@ -55,6 +56,6 @@ pub use action::{Action, ActionInfo, Effect, Response};
 pub use envelope::{EnvelopeError, SignedEnvelope, UnsignedEnvelope, VerifiedEnvelope};
 pub use generated::{AgentAction, AgentResponse};
 pub use principal::{Principal, PrincipalError};
-pub use signer::{Ed25519Signer, Signer, SignerError};
+pub use signer::{Ed25519Signer, KeyError, Signer, SignerError};
 pub use value::{Bytes, Float, Nullable, Value};
 pub use version::{AGENTS_PROTOCOL_HEADER, AGENTS_PROTOCOL_VERSION, MIN_CLIENT_PROTOCOL};

@@ -27,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let target = FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget::new(agent_id.clone(), path.clone()));
     let started = Instant::now();
     let done = match client.upload_file(target, file, |progress| report(progress, started)).await {
-        Err(Error::Upload { upload_id, received, source }) => {
+        Err(Error::Upload { upload_id, received, source, .. }) => {
             eprintln!("\nstopped at {received} bytes ({source}); resuming");
             let mut source = tokio::fs::File::open(file).await?;
             let size = source.metadata().await?.len();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{Error as ErrorResponse, GetAgent, GetSession, ListAgents, ListAgentsResponse};
 use seed_agents_protocol::{AgentAction, AgentResponse, SignedEnvelope, wire};
-use seed_agents_sdk::{Client, Ed25519Signer, Error, Principal, Signer};
+use seed_agents_sdk::{Client, DecodeError, Ed25519Signer, Error, ErrorCode, Principal, Signer};
 use serde_json::Value as Json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -318,8 +318,8 @@ async fn typed_call_decodes_its_typed_response() {
 async fn not_found_is_an_api_error_without_code() {
     let (url, _requests) = start_responder(vec![error_reply(404, "Agent not found", None)]).await;
     let err = client_at(&url, signer(1)).get_agent(get_agent()).await.expect_err("404 must fail");
-    let Error::Api { status, message, code } = &err else { panic!("expected Error::Api, got {err:?}") };
-    assert_eq!((*status, message.as_str(), code.as_deref()), (404, "Agent not found", None));
+    let Error::Api { status, message, code, .. } = &err else { panic!("expected Error::Api, got {err:?}") };
+    assert_eq!((*status, message.as_str(), code), (404, "Agent not found", &None));
     assert_eq!(err.status(), Some(404));
     assert_eq!(err.code(), None);
 }
@@ -328,9 +328,10 @@ async fn not_found_is_an_api_error_without_code() {
 async fn conflict_keeps_the_servers_code() {
     let (url, _requests) = start_responder(vec![error_reply(409, "Already exists", Some("conflict"))]).await;
     let err = client_at(&url, signer(1)).get_agent(get_agent()).await.expect_err("409 must fail");
-    let Error::Api { status, message, code } = &err else { panic!("expected Error::Api, got {err:?}") };
-    assert_eq!((*status, message.as_str(), code.as_deref()), (409, "Already exists", Some("conflict")));
-    assert_eq!(err.code(), Some("conflict"));
+    let Error::Api { status, message, code, .. } = &err else { panic!("expected Error::Api, got {err:?}") };
+    assert_eq!((*status, message.as_str()), (409, "Already exists"));
+    assert_eq!(code, &Some(ErrorCode::Other("conflict".to_owned())));
+    assert_eq!(err.code(), Some(ErrorCode::Other("conflict".to_owned())));
 }
 
 #[tokio::test]
@@ -339,14 +340,14 @@ async fn upgrade_required_is_protocol_too_old_with_both_versions() {
     let (url, _requests) = start_responder(vec![reply]).await;
     let client = Client::builder(&url, signer(1)).clock(Arc::new(|| TS)).protocol(Some(2)).build().expect("client");
     let err = client.list_agents(ListAgents::new()).await.expect_err("426 must fail");
-    let Error::ProtocolTooOld { client_protocol, server_protocol, message } = &err else {
+    let Error::ProtocolTooOld { client_protocol, server_protocol, message, .. } = &err else {
         panic!("expected Error::ProtocolTooOld, got {err:?}")
     };
     assert_eq!(*client_protocol, 2);
     assert_eq!(*server_protocol, Some(4));
     assert_eq!(message, "Client protocol 2 is too old");
     assert_eq!(err.status(), Some(426));
-    assert_eq!(err.code(), Some("protocol_too_old"));
+    assert_eq!(err.code(), Some(ErrorCode::ProtocolTooOld));
     assert_eq!(client.server_protocol(), Some(4));
 }
 
@@ -375,9 +376,12 @@ async fn server_error_with_text_body_is_decode_with_status_and_raw_bytes() {
 async fn typed_call_answered_with_another_response_is_decode() {
     let (url, _requests) = start_responder(vec![ok_reply()]).await;
     let err = client_at(&url, signer(1)).get_agent(get_agent()).await.expect_err("wrong type must fail");
-    let Error::Decode { status, reason, .. } = &err else { panic!("expected Error::Decode, got {err:?}") };
+    let Error::Decode { status, source, .. } = &err else { panic!("expected Error::Decode, got {err:?}") };
     assert_eq!(*status, 200);
-    assert!(reason.contains("GetAgentResponse"), "reason names the expected response: {reason}");
+    assert!(
+        matches!(source, DecodeError::UnexpectedResponse { expected: "GetAgentResponse", got: "ListAgentsResponse" }),
+        "the source names both responses: {source:?}"
+    );
 }
 
 #[tokio::test]

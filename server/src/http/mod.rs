@@ -175,6 +175,7 @@ pub fn error_response(error: &ApiError, protocol: u32) -> Response {
         extra: Default::default(),
         message: error.message().to_owned(),
         code: error.code().map(str::to_owned),
+        received: error.received(),
     };
     let response = seed_agents_protocol::AgentResponse::Error(body);
     // Current clients read the current shape: encode directly, as dispatch does for successes.

@@ -22,6 +22,7 @@ mod sweep;
 use std::path::PathBuf;
 
 use rusqlite::{Connection, OptionalExtension, params};
+use seed_agents_protocol::codes::UPLOAD_OFFSET_MISMATCH;
 use seed_agents_protocol::generated::{
     AbortFileUpload, AbortFileUploadResponse, AppendFileUploadChunk, AppendFileUploadChunkResponse, BeginFileUpload,
     BeginFileUploadResponse, CommitFileUpload, CommitFileUploadResponse, FileUploadTarget,
@@ -157,7 +158,9 @@ pub async fn append_file_upload_chunk(
         return Err(ApiError::conflict(format!(
             "Chunk offset {} does not match {} bytes received",
             action.offset, upload.received
-        )));
+        ))
+        .with_code(UPLOAD_OFFSET_MISMATCH)
+        .with_received(upload.received));
     }
     let received = upload.received + chunk.len() as i64;
     if received > upload.size {
