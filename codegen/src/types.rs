@@ -599,7 +599,8 @@ fn document_enum(item: &mut syn::ItemEnum) {
         }
         let doc = match (serde_rename(&variant.attrs), variant_type_name(variant)) {
             (Some(wire), _) if matches!(variant.fields, syn::Fields::Unit) => format!(" The wire value `{wire}`."),
-            (_, Some(member)) => format!(" A [`{member}`]."),
+            (_, Some(member)) if local_type(variant) => format!(" A [`{member}`]."),
+            (_, Some(member)) => format!(" A `{member}`."),
             _ => format!(" `{}`.", variant.ident),
         };
         variant.attrs.insert(0, syn::parse_quote!(#[doc = #doc]));
@@ -679,6 +680,14 @@ fn option_inner(ty: &syn::Type) -> Option<&syn::Type> {
         syn::GenericArgument::Type(inner) => Some(inner),
         _ => None,
     }
+}
+
+/// Whether a one-field tuple variant wraps a type of the generated module (a one-segment path),
+/// which rustdoc can link.
+fn local_type(variant: &syn::Variant) -> bool {
+    let syn::Fields::Unnamed(fields) = &variant.fields else { return false };
+    let Some(field) = fields.unnamed.first() else { return false };
+    matches!(&field.ty, syn::Type::Path(path) if path.path.segments.len() == 1 && path.path.leading_colon.is_none())
 }
 
 /// The type name a one-field tuple variant wraps.

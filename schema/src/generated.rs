@@ -1079,9 +1079,9 @@ pub struct AgentDefinition {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentDefinitionSystemPrompt {
-    /// A [`Vec`].
+    /// A `Vec`.
     Array(::std::vec::Vec<AgentPromptBlock>),
-    /// A [`String`].
+    /// A `String`.
     String(::std::string::String),
 }
 impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentDefinitionSystemPrompt {
@@ -2436,9 +2436,9 @@ pub struct AgentTriggerInfo {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentTriggerInfoPrompt {
-    /// A [`Vec`].
+    /// A `Vec`.
     Array(::std::vec::Vec<AgentPromptBlock>),
-    /// A [`String`].
+    /// A `String`.
     String(::std::string::String),
 }
 impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerInfoPrompt {
@@ -2475,9 +2475,9 @@ pub struct AgentTriggerInput {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentTriggerInputPrompt {
-    /// A [`Vec`].
+    /// A `Vec`.
     Array(::std::vec::Vec<AgentPromptBlock>),
-    /// A [`String`].
+    /// A `String`.
     String(::std::string::String),
 }
 impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerInputPrompt {
@@ -2515,9 +2515,9 @@ pub struct AgentTriggerPatch {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentTriggerPatchPrompt {
-    /// A [`Vec`].
+    /// A `Vec`.
     Array(::std::vec::Vec<AgentPromptBlock>),
-    /// A [`String`].
+    /// A `String`.
     String(::std::string::String),
 }
 impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerPatchPrompt {
@@ -4285,7 +4285,7 @@ pub struct JsonSchema {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum JsonSchemaAdditionalProperties {
-    /// A [`Box`].
+    /// A `Box`.
     JsonSchema(::std::boxed::Box<JsonSchema>),
     /// A [`bool`].
     Boolean(bool),
@@ -4318,7 +4318,7 @@ pub enum JsonSchemaType {
     Variant5(JsonSchemaTypeVariant5),
     /// A [`JsonSchemaTypeVariant6`].
     Variant6(JsonSchemaTypeVariant6),
-    /// A [`Vec`].
+    /// A `Vec`.
     Variant7(::std::vec::Vec<JsonSchemaTypeName>),
 }
 impl ::std::convert::From<JsonSchemaTypeVariant0> for JsonSchemaType {
@@ -8816,9 +8816,9 @@ pub struct WriteAgentMemoryFile {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum WriteAgentMemoryFileContent {
-    /// A [`Bytes`].
+    /// A `Bytes`.
     Bytes(::seed_agents_protocol::Bytes),
-    /// A [`String`].
+    /// A `String`.
     String(::std::string::String),
 }
 impl ::std::convert::From<::seed_agents_protocol::Bytes> for WriteAgentMemoryFileContent {
