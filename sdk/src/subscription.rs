@@ -72,7 +72,7 @@ pub enum Event {
         /// For `runs/` keys: the run.
         run_id: Option<String>,
         /// The change.
-        patch: PartialPatch,
+        patch: Box<PartialPatch>,
     },
     /// A snapshot of something that changed: SessionInfo, AgentInfo, RunInfo or an account
     /// change hint, by the key's prefix.
@@ -392,7 +392,7 @@ impl State {
                     key: frame.key,
                     partial_id: frame.partial_id,
                     run_id: frame.run_id,
-                    patch: frame.patch,
+                    patch: Box::new(frame.patch),
                 };
                 self.deliver(event).await
             }
