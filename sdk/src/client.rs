@@ -19,8 +19,11 @@ use crate::error::{DecodeError, ErrorCode};
 
 /// How long connecting may take by default.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long one request (send and whole answer) may take by default.
+/// How long one read (`x-effect: read`: send and whole answer) may take by default.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one write may take by default: longer, because some writes wait for work (a
+/// `MessageSession` answers when the agent's turn ends, an upload chunk carries 8 MiB).
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(600);
 /// How many times a call that is safe to repeat is sent again after a transport failure, by
 /// default.
 pub const DEFAULT_MAX_RETRIES: usize = 3;
@@ -45,8 +48,10 @@ pub struct Client {
     /// the same millisecond are still different envelopes (servers refuse byte-identical
     /// replays of writes).
     last_ts: Arc<AtomicI64>,
-    /// The limit for one request, `None` for none.
+    /// The limit for one read, `None` for none.
     request_timeout: Option<Duration>,
+    /// The limit for one write (and for untyped posts), `None` for none.
+    write_timeout: Option<Duration>,
     /// Resends after transport failures, for calls that are safe to repeat.
     max_retries: usize,
     /// Whether `call` fills an absent `clientRequestId`/`clientMessageId` with a fresh key.
@@ -74,6 +79,7 @@ pub struct ClientBuilder {
     http: Option<reqwest::Client>,
     connect_timeout: Duration,
     request_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
     max_retries: usize,
     generate_keys: bool,
 }
@@ -117,11 +123,19 @@ impl ClientBuilder {
         self
     }
 
-    /// How long one request may take, sending it and reading the whole answer (default
-    /// [`DEFAULT_REQUEST_TIMEOUT`]; `None`: no limit). [`Client::with_timeout`] overrides it
-    /// per call.
+    /// How long one request may take, sending it and reading the whole answer, reads and writes
+    /// alike (`None`: no limit). By default reads get [`DEFAULT_REQUEST_TIMEOUT`] and writes
+    /// [`DEFAULT_WRITE_TIMEOUT`]. [`Client::with_timeout`] overrides it per call.
     pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.request_timeout = timeout;
+        self.write_timeout = timeout;
+        self
+    }
+
+    /// How long one write may take (default [`DEFAULT_WRITE_TIMEOUT`]; `None`: no limit); set it
+    /// after [`ClientBuilder::request_timeout`].
+    pub fn write_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.write_timeout = timeout;
         self
     }
 
@@ -158,6 +172,7 @@ impl ClientBuilder {
             server_protocol: Arc::new(AtomicU32::new(0)),
             last_ts: Arc::new(AtomicI64::new(i64::MIN)),
             request_timeout: self.request_timeout,
+            write_timeout: self.write_timeout,
             max_retries: self.max_retries,
             generate_keys: self.generate_keys,
         })
@@ -182,6 +197,7 @@ impl Client {
             http: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            write_timeout: Some(DEFAULT_WRITE_TIMEOUT),
             max_retries: DEFAULT_MAX_RETRIES,
             generate_keys: true,
         }
@@ -205,8 +221,8 @@ impl Client {
         }
     }
 
-    /// This client with another request timeout, for the calls made through it (a cheap clone
-    /// sharing the connection pool).
+    /// This client with another request timeout for reads and writes, for the calls made
+    /// through it (a cheap clone sharing the connection pool).
     ///
     /// ```no_run
     /// # async fn run(client: seed_agents_sdk::Client) -> Result<(), seed_agents_sdk::Error> {
@@ -217,7 +233,7 @@ impl Client {
     /// # }
     /// ```
     pub fn with_timeout(&self, timeout: Duration) -> Client {
-        Client { request_timeout: Some(timeout), ..self.clone() }
+        Client { request_timeout: Some(timeout), write_timeout: Some(timeout), ..self.clone() }
     }
 
     /// This client with another retry count (see [`ClientBuilder::max_retries`]).
@@ -251,7 +267,8 @@ impl Client {
             .build();
         let answer = loop {
             let (body, _) = self.sign_map(map.clone()).await?;
-            match self.exchange(body).await {
+            let timeout = if A::EFFECT == Effect::Read { self.request_timeout } else { self.write_timeout };
+            match self.exchange(body, timeout).await {
                 Err(error) if error.is_transport() => match delays.next() {
                     Some(delay) => tokio::time::sleep(delay).await,
                     None => return Err(error),
@@ -348,20 +365,21 @@ impl Client {
         socket_endpoint(&self.endpoint)
     }
 
-    /// Posts already signed envelope bytes and decodes the answer.
+    /// Posts already signed envelope bytes and decodes the answer (with the write timeout; no
+    /// retry).
     pub async fn post(&self, body: Vec<u8>) -> Result<AgentResponse, Error> {
-        Ok(self.exchange(body).await?.response)
+        Ok(self.exchange(body, self.write_timeout).await?.response)
     }
 
     /// Posts envelope bytes; a success answer keeps its status and raw bytes for error reports.
-    async fn exchange(&self, body: Vec<u8>) -> Result<Answer, Error> {
+    async fn exchange(&self, body: Vec<u8>, timeout: Option<Duration>) -> Result<Answer, Error> {
         let mut request = self
             .http
             .post(&self.endpoint)
             .header("content-type", "application/cbor")
             .header("accept", "application/cbor")
             .body(body);
-        if let Some(timeout) = self.request_timeout {
+        if let Some(timeout) = timeout {
             request = request.timeout(timeout);
         }
         let response = request.send().await.map_err(Error::Transport)?;
