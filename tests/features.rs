@@ -274,6 +274,7 @@ async fn sessions_titles_overrides_events_and_deletion() {
     assert_eq!((status, message.as_str()), (400, "Nothing to update: provide a title or a model override"));
     let bad_provider = UpdateSession {
         model_override: Nullable::Value(SessionModelOverride {
+            extra: Default::default(),
             provider: "ghost".into(),
             model: "m".into(),
             reasoning_level: None,
@@ -284,6 +285,7 @@ async fn sessions_titles_overrides_events_and_deletion() {
     let set = UpdateSession {
         title: Some(" Renamed ".into()),
         model_override: Nullable::Value(SessionModelOverride {
+            extra: Default::default(),
             provider: "main".into(),
             model: "gpt-4.1-mini".into(),
             reasoning_level: None,

@@ -366,6 +366,7 @@ async fn a_model_turn_reads_a_hypermedia_document_with_the_read_tool() {
         client_message_id: None,
         content: vec![seed_agents_protocol::generated::MessageSessionContentPart::TextContentPart(
             seed_agents_protocol::generated::TextContentPart {
+                extra: Default::default(),
                 blocks: None,
                 client_message_id: None,
                 text: "what is in my notes?".into(),

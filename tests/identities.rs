@@ -328,6 +328,7 @@ async fn update_republishes_the_profile_with_icon() {
     let account = created.account_id.clone().unwrap();
     let update = |label: &str, icon: Option<&[u8]>| UpdateSigningIdentity {
         icon: icon.map(|data| SigningIdentityIcon {
+            extra: Default::default(),
             data: Bytes::from(data.to_vec()),
             file_name: Some("a.png".into()),
             mime_type: Some("image/png".into()),

@@ -136,6 +136,7 @@ async fn serve(mut stream: TcpStream, seen: Arc<Mutex<Vec<Seen>>>) {
 
 fn provider(type_: &str, base_url: Option<String>, api_key_secret: Option<&str>) -> ModelProviderConfig {
     ModelProviderConfig {
+        extra: Default::default(),
         auth_mode: None,
         base_url,
         model_defaults: None,
@@ -157,7 +158,9 @@ fn list(provider: &str, agent_id: Option<&str>) -> ListProviderModels {
 }
 
 fn models(list: &[(&str, &str)]) -> Vec<ProviderModelInfo> {
-    list.iter().map(|(id, name)| ProviderModelInfo { id: (*id).into(), name: (*name).into() }).collect()
+    list.iter()
+        .map(|(id, name)| ProviderModelInfo { extra: Default::default(), id: (*id).into(), name: (*name).into() })
+        .collect()
 }
 
 #[tokio::test]
@@ -293,6 +296,7 @@ async fn subscription_providers_answer_the_fixed_list() {
     let server = TestServer::start().await;
     let user = server.user();
     let config = ModelProviderConfig {
+        extra: Default::default(),
         auth_mode: Some(ModelProviderConfigAuthMode::Subscription),
         base_url: None,
         model_defaults: None,

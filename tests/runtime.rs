@@ -45,6 +45,7 @@ fn say(session_id: &str, text: &str) -> MessageSession {
     MessageSession {
         client_message_id: None,
         content: vec![MessageSessionContentPart::TextContentPart(TextContentPart {
+            extra: Default::default(),
             blocks: None,
             client_message_id: None,
             text: text.into(),
@@ -394,6 +395,7 @@ async fn anthropic_wire_turns_work_through_a_provider_url() {
     .await
     .unwrap();
     let anthropic = ModelProviderConfig {
+        extra: Default::default(),
         auth_mode: None,
         base_url: None,
         model_defaults: None,

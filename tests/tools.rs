@@ -29,6 +29,7 @@ fn schema(value: Json) -> std::collections::BTreeMap<String, Value> {
 
 fn word_count(name: &str) -> AgentToolInput {
     AgentToolInput {
+        extra: Default::default(),
         description: "Counts words in a text. Splits on whitespace.".into(),
         input: schema(json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})),
         name: name.into(),
@@ -270,6 +271,7 @@ fn say(session_id: &str, text: &str) -> MessageSession {
     MessageSession {
         client_message_id: None,
         content: vec![MessageSessionContentPart::TextContentPart(TextContentPart {
+            extra: Default::default(),
             blocks: None,
             client_message_id: None,
             text: text.into(),

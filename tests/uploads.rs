@@ -34,11 +34,16 @@ fn read(session_id: &str, attachment_id: &str) -> ReadSessionAttachment {
 }
 
 fn memory(agent_id: &str, path: &str) -> FileUploadTarget {
-    FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget { agent_id: agent_id.into(), path: path.into() })
+    FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget {
+        extra: Default::default(),
+        agent_id: agent_id.into(),
+        path: path.into(),
+    })
 }
 
 fn attachment_target(session_id: &str, name: &str) -> FileUploadTarget {
     FileUploadTarget::SessionAttachmentUploadTarget(SessionAttachmentUploadTarget {
+        extra: Default::default(),
         mime_type: None,
         name: name.into(),
         session_id: session_id.into(),
@@ -162,7 +167,11 @@ async fn chunked_uploads_into_memory_check_every_step() {
     assert_eq!((status, message.as_str()), (413, "Chunk is too large"));
     let received = user.call(chunk(&id, 0, &content[..8])).await.unwrap();
     assert_eq!((received.received, received.upload_id.as_str()), (8, id.as_str()));
-    let (status, message) = api_error(user.call(chunk(&id, 4, &content[4..8])).await);
+    let conflict = user.call(chunk(&id, 4, &content[4..8])).await.unwrap_err();
+    // The machine-readable part: the code and the bytes the server holds (the SDK resumes from it).
+    assert_eq!(conflict.code(), Some(seed_agents_sdk::ErrorCode::UploadOffsetMismatch));
+    assert!(matches!(conflict, seed_agents_sdk::Error::Api { received: Some(8), .. }), "{conflict:?}");
+    let (status, message) = api_error(Err::<(), _>(conflict));
     assert_eq!((status, message.as_str()), (409, "Chunk offset 4 does not match 8 bytes received"));
     let (status, message) = api_error(user.call(chunk(&id, 8, &[1; 13])).await);
     assert_eq!((status, message.as_str()), (400, "Upload exceeds its declared size"));
@@ -348,7 +357,7 @@ async fn an_sdk_upload_that_stops_can_be_resumed() {
         .upload(memory(&agent_id, "resumed.bin"), content.len() as u64, &content[..9 * MIB], |_| {})
         .await
         .unwrap_err();
-    let seed_agents_sdk::Error::Upload { upload_id, received, source } = error else {
+    let seed_agents_sdk::Error::Upload { upload_id, received, source, .. } = error else {
         panic!("expected Error::Upload, got {error:?}");
     };
     assert_eq!(received, 8 * MIB as u64);

@@ -207,16 +207,12 @@ mod tests {
 
     #[test]
     fn api_errors_keep_their_code_in_the_message() {
-        let error = Error::Api { status: 404, message: "Agent not found".into(), code: Some("not_found".into()) };
+        let error = Error::api(404, "Agent not found", Some("not_found".into()));
         let failure = Failure::from(error);
         assert_eq!(failure.class, Class::NotFound);
         assert_eq!(failure.exit_code(), 4);
         assert!(failure.message.contains("Agent not found") && failure.message.contains("not_found"));
-        let upload = Error::Upload {
-            upload_id: "u1".into(),
-            received: 3,
-            source: Box::new(Error::Api { status: 409, message: "conflict".into(), code: None }),
-        };
+        let upload = Error::upload("u1", 3, Error::api(409, "conflict", None));
         assert_eq!(classify(&upload), Class::Conflict);
     }
 }

@@ -118,6 +118,13 @@ pub fn write(root: &Path) -> Result<Vec<PathBuf>, Error> {
 }
 
 /// The workspace root (the parent of this crate's directory).
+///
+/// `cargo run` and `cargo test` set `CARGO_MANIFEST_DIR` at run time too; that one wins over the
+/// directory baked in at build time, so a binary built from another checkout of the workspace
+/// sharing the target directory (git worktrees) never writes into that other checkout.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir.parent().map(Path::to_path_buf).unwrap_or_default()
 }

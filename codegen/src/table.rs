@@ -32,12 +32,22 @@ pub fn protocol_items(model: &Model) -> TokenStream {
             continue;
         }
         let response_ty = format_ident!("{}", response);
+        let key = def
+            .properties()
+            .into_iter()
+            .map(|(name, _)| name)
+            .find(|name| matches!(*name, "clientRequestId" | "clientMessageId"));
+        let key = match key {
+            Some(key) => quote!(::std::option::Option::Some(#key)),
+            None => quote!(::std::option::Option::None),
+        };
         impls.push(quote! {
             impl crate::Action for #ty {
                 const NAME: &'static str = #name;
                 const SINCE: u32 = #since;
                 const HTTP: bool = #http;
                 const EFFECT: crate::action::Effect = #effect;
+                const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = #key;
                 type Response = #response_ty;
                 fn into_action(self) -> AgentAction {
                     AgentAction::#ty(self)

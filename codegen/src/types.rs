@@ -20,7 +20,7 @@ use syn::visit_mut::VisitMut;
 use typify::{CrateVers, TypeSpace, TypeSpaceSettings};
 
 use crate::Error;
-use crate::model::{self, Model};
+use crate::model::{self, Kind, Model};
 
 /// Keys typify must not see: our own keywords and validation keywords (validation is the server's,
 /// with the upstream messages; typify would turn them into constrained newtypes).
@@ -218,7 +218,6 @@ fn prepare(schema: &Json) -> Json {
 }
 
 /// Facts about one struct definition the fix-up pass needs.
-#[derive(Default)]
 struct StructFacts {
     /// Wire names of required properties.
     required: Vec<String>,
@@ -227,6 +226,19 @@ struct StructFacts {
     /// A tag property that a closed union carries instead of the struct (removed from the schema
     /// before typify sees it).
     drop_tag: Option<String>,
+    /// The definition's kind: actions refuse nothing new but keep no unknown fields (the server
+    /// reads them); responses and types keep unknown fields for the round trip.
+    kind: Kind,
+    /// The schema's name for the definition (typify may re-case it).
+    name: String,
+    /// Wire name → (`x-since`, whether the schema describes it).
+    props: BTreeMap<String, (u32, bool)>,
+    /// The definition's `x-since`.
+    since: u32,
+    /// For an action: its response name, effect and whether it travels over HTTP.
+    action: Option<(String, &'static str, bool)>,
+    /// For a response: the actions that answer with it.
+    answers: Vec<String>,
 }
 
 /// Facts about one union definition.
@@ -240,6 +252,8 @@ struct UnionFacts {
 struct Fixer {
     structs: BTreeMap<String, StructFacts>,
     unions: BTreeMap<String, UnionFacts>,
+    /// Constructors and setters, one `impl` per struct, appended to the file.
+    impls: Vec<syn::Item>,
 }
 
 impl Fixer {
@@ -254,7 +268,39 @@ impl Fixer {
                     .filter(|(name, prop)| !required.iter().any(|r| r == name) && model::nullable_inner(prop).is_some())
                     .map(|(name, _)| name.to_owned())
                     .collect();
-                structs.insert(key(name), StructFacts { required, tristate, drop_tag: None });
+                let def = model.defs.get(name);
+                let kind = def.map(model::Def::kind).unwrap_or(Kind::Type);
+                let props = model::properties(schema)
+                    .into_iter()
+                    .map(|(prop, value)| {
+                        let described =
+                            value.get("description").and_then(Json::as_str).is_some_and(|d| !d.trim().is_empty());
+                        (prop.to_owned(), (model::since_of(value), described))
+                    })
+                    .collect();
+                let action = def.filter(|def| def.kind() == Kind::Action).map(|def| {
+                    let effect = def.effect().map(model::Effect::as_str).unwrap_or("write");
+                    (def.response().unwrap_or_default().to_owned(), effect, def.http())
+                });
+                let answers = model
+                    .of_kind(Kind::Action)
+                    .filter(|action| action.response() == Some(name.as_str()))
+                    .map(|action| action.name.clone())
+                    .collect();
+                structs.insert(
+                    key(name),
+                    StructFacts {
+                        required,
+                        tristate,
+                        drop_tag: None,
+                        kind,
+                        name: name.clone(),
+                        props,
+                        since: model::since_of(schema),
+                        action,
+                        answers,
+                    },
+                );
             }
         }
         for def in model.defs.values() {
@@ -271,57 +317,153 @@ impl Fixer {
             }
             unions.insert(key(&def.name), UnionFacts { tag: union.tag.to_owned(), open: union.open, members });
         }
-        Fixer { structs, unions }
+        Fixer { structs, unions, impls: Vec::new() }
     }
 }
 
 impl VisitMut for Fixer {
+    fn visit_file_mut(&mut self, file: &mut syn::File) {
+        for item in file.items.iter_mut() {
+            self.visit_item_mut(item);
+        }
+        file.items.append(&mut self.impls);
+    }
+
+    fn visit_item_mod_mut(&mut self, item: &mut syn::ItemMod) {
+        if !has_doc(&item.attrs) {
+            let doc = format!(" Support items of the generated `{}` module.", item.ident);
+            item.attrs.insert(0, syn::parse_quote!(#[doc = #doc]));
+        }
+    }
+
     fn visit_item_struct_mut(&mut self, item: &mut syn::ItemStruct) {
         let Some(facts) = self.structs.get(&key(&item.ident.to_string())) else { return };
         strip_serde_attr(&mut item.attrs, "deny_unknown_fields");
+        document_struct(item, facts);
         let syn::Fields::Named(fields) = &mut item.fields else { return };
         let old = std::mem::take(&mut fields.named);
+        let mut required = Vec::new();
+        let mut setters = Vec::new();
+        let mut has_flatten = false;
         for mut field in old {
             let ident = field.ident.as_ref().map(|i| i.to_string()).unwrap_or_default();
             let wire = serde_rename(&field.attrs).unwrap_or_else(|| ident.trim_start_matches("r#").to_owned());
             if is_flatten(&field.attrs) {
                 // The `additionalProperties` map typify flattens in: keep it as typify wrote it.
+                has_flatten = true;
+                if !has_doc(&field.attrs) {
+                    field.attrs.insert(0, syn::parse_quote!(#[doc = " Entries beyond the named fields."]));
+                }
                 fields.named.push(field);
                 continue;
             }
+            document_field(&mut field, &wire, facts);
             field.attrs.retain(|attr| !attr.path().is_ident("serde"));
             if wire != ident.trim_start_matches("r#") {
                 field.attrs.push(syn::parse_quote!(#[serde(rename = #wire)]));
             }
+            let name = field.ident.clone();
             if !facts.required.contains(&wire) {
                 let inner = option_inner(&field.ty).cloned().unwrap_or_else(|| field.ty.clone());
+                let setter_doc = format!(" Sets `{wire}` (optional).");
                 if facts.tristate.contains(&wire) {
                     field.ty = syn::parse_quote!(::seed_agents_protocol::Nullable<#inner>);
                     field.attrs.push(syn::parse_quote!(
                         #[serde(default, skip_serializing_if = "::seed_agents_protocol::Nullable::is_absent")]
                     ));
-                } else if is_open_value(&inner) {
-                    // For `unknown`, null is data: keep it as `Some(Value::NULL)`.
-                    field.ty = syn::parse_quote!(::std::option::Option<#inner>);
-                    field.attrs.push(syn::parse_quote!(
-                        #[serde(
-                            default,
-                            deserialize_with = "::seed_agents_protocol::value::deserialize_some",
-                            skip_serializing_if = "::std::option::Option::is_none"
-                        )]
-                    ));
+                    setters.push(quote! {
+                        #[doc = #setter_doc]
+                        #[must_use]
+                        pub fn #name(mut self, value: impl ::std::convert::Into<#inner>) -> Self {
+                            self.#name = ::seed_agents_protocol::Nullable::Value(value.into());
+                            self
+                        }
+                    });
                 } else {
+                    if is_open_value(&inner) {
+                        // For `unknown`, null is data: keep it as `Some(Value::NULL)`.
+                        field.attrs.push(syn::parse_quote!(
+                            #[serde(
+                                default,
+                                deserialize_with = "::seed_agents_protocol::value::deserialize_some",
+                                skip_serializing_if = "::std::option::Option::is_none"
+                            )]
+                        ));
+                    } else {
+                        field.attrs.push(syn::parse_quote!(
+                            #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+                        ));
+                    }
                     field.ty = syn::parse_quote!(::std::option::Option<#inner>);
-                    field.attrs.push(syn::parse_quote!(
-                        #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-                    ));
+                    setters.push(quote! {
+                        #[doc = #setter_doc]
+                        #[must_use]
+                        pub fn #name(mut self, value: impl ::std::convert::Into<#inner>) -> Self {
+                            self.#name = ::std::option::Option::Some(value.into());
+                            self
+                        }
+                    });
                 }
+            } else {
+                required.push((name, field.ty.clone(), wire));
             }
             fields.named.push(field);
         }
+        let keeps_unknown = facts.kind != Kind::Action && !has_flatten;
+        if keeps_unknown {
+            fields.named.push(syn::parse_quote! {
+                /// Fields this build does not know, kept as received and sent back unchanged (so
+                /// get → modify → update loses nothing a newer server added).
+                #[serde(flatten)]
+                pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>
+            });
+        }
+        // Growth: outside this workspace's server (the `exhaustive` feature), a struct literal
+        // would break when the schema gains an optional field; `new` and the setters do not.
+        item.attrs.push(syn::parse_quote!(#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]));
+        if required.is_empty() && !derives(&item.attrs, "Default") {
+            add_derive(&mut item.attrs, "Default");
+        }
+        let ty = &item.ident;
+        let params = required.iter().map(|(name, ty, _)| quote!(#name: impl ::std::convert::Into<#ty>));
+        let inits = required.iter().map(|(name, _, _)| quote!(#name: #name.into()));
+        let rest = if required.is_empty() && fields.named.is_empty() {
+            quote!()
+        } else {
+            quote!(..::std::default::Default::default())
+        };
+        let listed: Vec<String> = required.iter().map(|(_, _, wire)| format!("`{wire}`")).collect();
+        let new_doc = if listed.is_empty() {
+            " A value with every (optional) field unset.".to_owned()
+        } else {
+            format!(" A value with the required {}; optional fields unset.", listed.join(", "))
+        };
+        let body = if required.is_empty() {
+            quote!(<Self as ::std::default::Default>::default())
+        } else {
+            let optional: Vec<_> = fields
+                .named
+                .iter()
+                .filter_map(|field| field.ident.clone())
+                .filter(|name| !required.iter().any(|(req, _, _)| req.as_ref() == Some(name)))
+                .collect();
+            let _ = rest;
+            quote!(Self { #(#inits,)* #(#optional: ::std::default::Default::default(),)* })
+        };
+        self.impls.push(syn::parse_quote! {
+            impl #ty {
+                #[doc = #new_doc]
+                #[allow(clippy::new_without_default)]
+                pub fn new(#(#params),*) -> Self {
+                    #body
+                }
+                #(#setters)*
+            }
+        });
     }
 
     fn visit_item_enum_mut(&mut self, item: &mut syn::ItemEnum) {
+        document_enum(item);
         let Some(facts) = self.unions.get(&key(&item.ident.to_string())) else { return };
         strip_serde_attr(&mut item.attrs, "untagged");
         for variant in item.variants.iter_mut() {
@@ -341,6 +483,146 @@ impl VisitMut for Fixer {
             item.variants.push(syn::parse_quote!(#[doc = #doc] #other(::seed_agents_protocol::Value)));
         } else {
             item.attrs.push(syn::parse_quote!(#[serde(tag = #tag)]));
+        }
+    }
+}
+
+/// Whether attributes hold a `#[doc]` that says more than typify's placeholder (the item's own
+/// name in backticks).
+fn has_doc(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|attr| attr.path().is_ident("doc"))
+}
+
+/// The text of `#[doc]` attributes, joined by newlines.
+fn doc_text(attrs: &[syn::Attribute]) -> String {
+    let mut lines = Vec::new();
+    for attr in attrs.iter().filter(|attr| attr.path().is_ident("doc")) {
+        if let syn::Meta::NameValue(nv) = &attr.meta
+            && let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(text), .. }) = &nv.value
+        {
+            lines.push(text.value());
+        }
+    }
+    lines.join("\n")
+}
+
+/// Replaces an item's docs with `lines` (each a rustdoc line without the leading space).
+fn set_doc(attrs: &mut Vec<syn::Attribute>, lines: &[String]) {
+    attrs.retain(|attr| !attr.path().is_ident("doc"));
+    for (index, line) in lines.iter().enumerate() {
+        let line = if line.is_empty() { String::new() } else { format!(" {line}") };
+        attrs.insert(index, syn::parse_quote!(#[doc = #line]));
+    }
+}
+
+/// The schema's description of an item as typify wrote it, or `None` for typify's placeholder.
+fn described(attrs: &[syn::Attribute], ident: &str) -> Option<String> {
+    let text = doc_text(attrs);
+    let text = text.trim();
+    if text.is_empty() || text == format!("`{ident}`") { None } else { Some(text.to_owned()) }
+}
+
+/// Struct docs: the schema's description (or a sentence from its structure), then what the
+/// rustdoc reader needs from the schema's keywords: the response, effect, transport, `x-since`.
+fn document_struct(item: &mut syn::ItemStruct, facts: &StructFacts) {
+    let name = &facts.name;
+    let description = described(&item.attrs, &item.ident.to_string());
+    let mut lines: Vec<String> = match description {
+        Some(text) => text.lines().map(str::to_owned).collect(),
+        None => vec![match (&facts.kind, &facts.action) {
+            (Kind::Action, _) => format!("The `{name}` action (`_: \"{name}\"`)."),
+            (Kind::Response, _) if !facts.answers.is_empty() => {
+                let actions: Vec<String> = facts.answers.iter().map(|a| format!("[`{a}`]")).collect();
+                format!("The server's answer to {}.", actions.join(", "))
+            }
+            (Kind::Response, _) => format!("The `{name}` response."),
+            _ if facts.props.is_empty() => format!("The `{name}` object (no fields)."),
+            _ => {
+                let fields: Vec<String> = facts.props.keys().map(|p| format!("`{p}`")).collect();
+                format!("The `{name}` object: {}.", fields.join(", "))
+            }
+        }],
+    };
+    lines.push(String::new());
+    if let Some((response, effect, http)) = &facts.action {
+        if !response.is_empty() {
+            lines.push(format!("- Response: [`{response}`]"));
+        }
+        let effect = if *effect == "read" { "read (changes no state; safe to repeat)" } else { "write" };
+        lines.push(format!("- Effect: {effect}"));
+        if !http {
+            lines.push("- Transport: WebSocket only".to_owned());
+        }
+    }
+    lines.push(format!("- Since protocol {}", facts.since));
+    if facts.kind == Kind::Action || !facts.required.is_empty() {
+        let required: Vec<String> = facts
+            .required
+            .iter()
+            .filter(|r| r.as_str() != "_" && facts.drop_tag.as_deref() != Some(r.as_str()))
+            .map(|r| format!("`{r}`"))
+            .collect();
+        if !required.is_empty() {
+            lines.push(format!("- Required: {} (see [`{}::new`])", required.join(", "), item.ident));
+        }
+    }
+    set_doc(&mut item.attrs, &lines);
+}
+
+/// Field docs: the schema's description, or which wire field it is; then `x-since` when later
+/// than the definition's.
+fn document_field(field: &mut syn::Field, wire: &str, facts: &StructFacts) {
+    let (since, schema_described) = facts.props.get(wire).copied().unwrap_or((1, false));
+    let existing = doc_text(&field.attrs);
+    let mut lines: Vec<String> = if schema_described && !existing.trim().is_empty() {
+        existing.trim().lines().map(str::to_owned).collect()
+    } else {
+        let presence = if facts.required.iter().any(|r| r == wire) { "required" } else { "optional" };
+        vec![format!("`{wire}` ({presence}).")]
+    };
+    if since > facts.since {
+        lines.push(String::new());
+        lines.push(format!("Since protocol {since}."));
+    }
+    set_doc(&mut field.attrs, &lines);
+}
+
+/// Enum docs: a sentence for typify's placeholder, and each variant its wire value or member.
+fn document_enum(item: &mut syn::ItemEnum) {
+    let ident = item.ident.to_string();
+    if described(&item.attrs, &ident).is_none() {
+        set_doc(&mut item.attrs, &[format!("One of the `{ident}` values.")]);
+    }
+    for variant in item.variants.iter_mut() {
+        if has_doc(&variant.attrs) {
+            continue;
+        }
+        let doc = match (serde_rename(&variant.attrs), variant_type_name(variant)) {
+            (Some(wire), _) if matches!(variant.fields, syn::Fields::Unit) => format!(" The wire value `{wire}`."),
+            (_, Some(member)) if local_type(variant) => format!(" A [`{member}`]."),
+            (_, Some(member)) => format!(" A `{member}`."),
+            _ => format!(" `{}`.", variant.ident),
+        };
+        variant.attrs.insert(0, syn::parse_quote!(#[doc = #doc]));
+    }
+}
+
+/// Whether a `#[derive]` lists `name`.
+fn derives(attrs: &[syn::Attribute], name: &str) -> bool {
+    attrs.iter().filter(|attr| attr.path().is_ident("derive")).any(|attr| {
+        let text = quote!(#attr).to_string();
+        text.split(|c: char| !c.is_alphanumeric()).any(|word| word == name)
+    })
+}
+
+/// Adds `name` to the first `#[derive]`.
+fn add_derive(attrs: &mut [syn::Attribute], name: &str) {
+    let ident = format_ident!("{name}");
+    for attr in attrs.iter_mut().filter(|attr| attr.path().is_ident("derive")) {
+        if let syn::Meta::List(list) = &mut attr.meta {
+            let tokens = &list.tokens;
+            list.tokens = quote!(#tokens, #ident);
+            return;
         }
     }
 }
@@ -398,6 +680,14 @@ fn option_inner(ty: &syn::Type) -> Option<&syn::Type> {
         syn::GenericArgument::Type(inner) => Some(inner),
         _ => None,
     }
+}
+
+/// Whether a one-field tuple variant wraps a type of the generated module (a one-segment path),
+/// which rustdoc can link.
+fn local_type(variant: &syn::Variant) -> bool {
+    let syn::Fields::Unnamed(fields) = &variant.fields else { return false };
+    let Some(field) = fields.unnamed.first() else { return false };
+    matches!(&field.ty, syn::Type::Path(path) if path.path.segments.len() == 1 && path.path.leading_colon.is_none())
 }
 
 /// The type name a one-field tuple variant wraps.

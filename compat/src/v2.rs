@@ -8,7 +8,7 @@
 //! outright, which newer SDKs read from any client's answer.
 
 use ipld_core::ipld::Ipld;
-use seed_agents_protocol::generated::{AgentWsEvent, ErrorFrame};
+use seed_agents_protocol::generated::AgentWsEvent;
 use seed_agents_protocol::version::PROTOCOL_TOO_OLD;
 
 use crate::walk::tag;
@@ -37,8 +37,9 @@ pub fn downgrade_error(error: Ipld) -> Ipld {
 /// Drops `code` from an error frame (except `protocol_too_old`).
 pub fn downgrade_frame(frame: AgentWsEvent) -> AgentWsEvent {
     match frame {
-        AgentWsEvent::ErrorFrame(ErrorFrame { code, key, message }) => {
-            AgentWsEvent::ErrorFrame(ErrorFrame { code: code.filter(|code| code == PROTOCOL_TOO_OLD), key, message })
+        AgentWsEvent::ErrorFrame(mut frame) => {
+            frame.code = frame.code.filter(|code| code == PROTOCOL_TOO_OLD);
+            AgentWsEvent::ErrorFrame(frame)
         }
         other => other,
     }
@@ -78,14 +79,11 @@ mod tests {
         let Ipld::Map(out) = downgrade_error(error("update_required")) else { panic!("a map") };
         assert!(!out.contains_key("code"));
         assert_eq!(downgrade_error(error("protocol_too_old")), error("protocol_too_old"));
-        let frame = AgentWsEvent::ErrorFrame(ErrorFrame {
-            code: Some("update_required".into()),
-            key: None,
-            message: "m".into(),
-        });
+        let frame =
+            AgentWsEvent::ErrorFrame(seed_agents_protocol::generated::ErrorFrame::new("m").code("update_required"));
         assert_eq!(
             downgrade_frame(frame),
-            AgentWsEvent::ErrorFrame(ErrorFrame { code: None, key: None, message: "m".into() })
+            AgentWsEvent::ErrorFrame(seed_agents_protocol::generated::ErrorFrame::new("m"))
         );
     }
 }

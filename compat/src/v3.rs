@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use ipld_core::ipld::Ipld;
-use seed_agents_protocol::generated::{AgentWsEvent, ChangeFrame};
+use seed_agents_protocol::generated::AgentWsEvent;
 
 use crate::Refusal;
 use crate::walk::{each_map, tag};
@@ -75,10 +75,11 @@ pub fn downgrade_response(response: Ipld) -> Result<Ipld, Refusal> {
 /// Rewrites a WebSocket frame for a protocol 2 client (session attributions in change frames).
 pub fn downgrade_frame(frame: AgentWsEvent) -> AgentWsEvent {
     match frame {
-        AgentWsEvent::ChangeFrame(ChangeFrame { key, value }) => {
-            let mut value = value.into_ipld();
+        AgentWsEvent::ChangeFrame(mut frame) => {
+            let mut value = frame.value.into_ipld();
             simplify_attributions(&mut value);
-            AgentWsEvent::ChangeFrame(ChangeFrame { key, value: value.into() })
+            frame.value = value.into();
+            AgentWsEvent::ChangeFrame(frame)
         }
         other => other,
     }
@@ -191,7 +192,7 @@ mod tests {
     #[test]
     fn change_frames_are_simplified_too() {
         let session = map(vec![("startedByTrigger", map(vec![("source", compound())]))]);
-        let frame = AgentWsEvent::ChangeFrame(ChangeFrame { key: "sessions/s".into(), value: session.into() });
+        let frame = AgentWsEvent::ChangeFrame(seed_agents_protocol::generated::ChangeFrame::new("sessions/s", session));
         let AgentWsEvent::ChangeFrame(out) = downgrade_frame(frame) else { panic!("still a change frame") };
         assert_eq!(out.value.into_ipld(), map(vec![("startedByTrigger", map(vec![("source", mention("a"))]))]));
     }

@@ -194,7 +194,7 @@ fn response_case(name: &str, variant: Variant, since: u32, generic: Ipld, sessio
 
 /// The error body a refused client receives (what the server's error response writes).
 fn refused(protocol: u32, refusal: Refusal) -> Seen {
-    let body = AgentResponse::Error(ErrorBody { message: refusal.message, code: Some(refusal.code.to_owned()) });
+    let body = AgentResponse::Error(ErrorBody::new(refusal.message).code(refusal.code));
     let body = compat::downgrade_error(protocol, wire::to_ipld(&body).expect("error value"));
     Seen::Refused(refusal.status, encode(&body))
 }

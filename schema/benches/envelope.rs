@@ -31,15 +31,13 @@ fn typed_action() -> AgentAction {
                 questions each one raises, and propose an order in which to resolve them so \
                 that the release can still ship by Friday noon."
         .to_owned();
-    AgentAction::MessageSession(MessageSession {
-        session_id: "session-01JH5Z8Q3V6W7X8Y9Z0A1B2C3D".into(),
-        client_message_id: Some("msg-01JH5Z9R4T5U6V7W8X9Y0Z1A2B".into()),
-        content: vec![MessageSessionContentPart::TextContentPart(TextContentPart {
-            blocks: None,
-            client_message_id: None,
-            text,
-        })],
-    })
+    AgentAction::MessageSession(
+        MessageSession::new(
+            vec![MessageSessionContentPart::TextContentPart(TextContentPart::new(text))],
+            "session-01JH5Z8Q3V6W7X8Y9Z0A1B2C3D",
+        )
+        .client_message_id("msg-01JH5Z9R4T5U6V7W8X9Y0Z1A2B"),
+    )
 }
 
 /// The client path: typed action -> IPLD (+ `ts`) -> signing bytes -> Ed25519 -> envelope bytes.
@@ -62,11 +60,11 @@ const CHUNK: usize = 8 * 1024 * 1024;
 /// An unsigned envelope carrying an 8 MiB upload chunk.
 fn upload_chunk_envelope(signer: &Ed25519Signer) -> UnsignedEnvelope {
     let content: Vec<u8> = (0..CHUNK).map(|i| (i % 251) as u8).collect();
-    let action = AgentAction::AppendFileUploadChunk(AppendFileUploadChunk {
-        content: content.into(),
-        offset: 3 * CHUNK as i64,
-        upload_id: "upload-01JH5Z8Q3V6W7X8Y9Z0A1B2C3D".into(),
-    });
+    let action = AgentAction::AppendFileUploadChunk(AppendFileUploadChunk::new(
+        content,
+        3 * CHUNK as i64,
+        "upload-01JH5Z8Q3V6W7X8Y9Z0A1B2C3D",
+    ));
     let mut action = wire::to_ipld(&action).expect("action converts to IPLD");
     if let Ipld::Map(map) = &mut action {
         map.insert("ts".into(), TS.into());

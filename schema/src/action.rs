@@ -17,6 +17,10 @@ pub trait Action: Serialize + DeserializeOwned + Clone + std::fmt::Debug + Send 
     const HTTP: bool;
     /// Whether the action only reads or changes state (the schema's `x-effect`).
     const EFFECT: Effect;
+    /// The action's idempotency key field (`clientRequestId` or `clientMessageId`), when it has
+    /// one: a write carrying it is answered once however often it is sent, so a client may send
+    /// it again after a transport failure.
+    const IDEMPOTENCY_KEY: Option<&'static str> = None;
     /// The response a server answers with.
     type Response: Response;
 

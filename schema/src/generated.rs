@@ -2,65 +2,115 @@
 // Change the schema, then run `cargo run -p seed-agents-codegen` and commit both.
 //! The protocol types, generated from the JSON Schema.
 
-///Abandons a chunked upload and discards its bytes. Needs, on the upload's target, the role `BeginFileUpload` needs (403 when the caller's role has dropped); 404 `Upload not found` for an unknown, expired or another account's upload.
+/// Abandons a chunked upload and discards its bytes. Needs, on the upload's target, the role `BeginFileUpload` needs (403 when the caller's role has dropped); 404 `Upload not found` for an unknown, expired or another account's upload.
+///
+/// - Response: [`AbortFileUploadResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `uploadId` (see [`AbortFileUpload::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AbortFileUpload {
-    ///Id of the upload, from `BeginFileUpload`.
+    /// Id of the upload, from `BeginFileUpload`.
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
 }
-///Answer to `AbortFileUpload`.
+/// Answer to `AbortFileUpload`.
+///
+/// - Since protocol 1
+/// - Required: `uploadId` (see [`AbortFileUploadResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AbortFileUploadResponse {
-    ///Id of the abandoned upload.
+    /// Id of the abandoned upload.
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Accepts the signed account's pending invitation to collaborate on an agent; the account becomes a member with the invited role (`reader` or `writer`). Only the invited account may call it. Fails with 404 `Agent invitation not found` when that account has no pending invitation for the agent.
+/// Accepts the signed account's pending invitation to collaborate on an agent; the account becomes a member with the invited role (`reader` or `writer`). Only the invited account may call it. Fails with 404 `Agent invitation not found` when that account has no pending invitation for the agent.
+///
+/// - Response: [`AcceptAgentInviteResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId` (see [`AcceptAgentInvite::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AcceptAgentInvite {
-    ///Id of the agent whose invitation to accept.
+    /// Id of the agent whose invitation to accept.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///Answer to `AcceptAgentInvite`: the agent as the new member now sees it.
+/// Answer to `AcceptAgentInvite`: the agent as the new member now sees it.
+///
+/// - Since protocol 1
+/// - Required: `agent` (see [`AcceptAgentInviteResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AcceptAgentInviteResponse {
-    ///The agent, with `accessRole` set to the accepted role.
+    /// The agent, with `accessRole` set to the accepted role.
     pub agent: AgentInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///The value of an `account/<id>` change frame: what changed for the account.
+/// The value of an `account/<id>` change frame: what changed for the account.
+///
+/// - Since protocol 1
+/// - Required: `reason` (see [`AccountChangeHint::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AccountChangeHint {
-    ///The agent concerned, when there is one.
+    /// The agent concerned, when there is one.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
-    ///What changed, in kebab case, for example `agent-created`, `agent-updated`, `agent-deleted`, `agent-collaborators-changed`, `agent-invites-changed`, `agent-memory-changed`, `model-provider-changed`, `session-created`, `session-updated`, `session-deleted` or `session-event`. Clients must tolerate reasons they do not know.
+    /// What changed, in kebab case, for example `agent-created`, `agent-updated`, `agent-deleted`, `agent-collaborators-changed`, `agent-invites-changed`, `agent-memory-changed`, `model-provider-changed`, `session-created`, `session-updated`, `session-deleted` or `session-event`. Clients must tolerate reasons they do not know.
     pub reason: ::std::string::String,
-    ///hm:// resources a write produced, version-pinned (session-event hints only).
+    /// hm:// resources a write produced, version-pinned (session-event hints only).
+    ///
+    /// Since protocol 2.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub references: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
-    ///The session concerned, when there is one.
+    /// The session concerned, when there is one.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A compound source: fires when any of its conditions matches new activity on the Seed network. Needs protocol 3; older clients get 426 `update_required` for it.
+/// A compound source: fires when any of its conditions matches new activity on the Seed network. Needs protocol 3; older clients get 426 `update_required` for it.
+///
+/// - Since protocol 3
+/// - Required: `conditions` (see [`ActivitySource::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ActivitySource {
-    ///The conditions, 1 to 32, each a simple activity source with an id unique within the trigger. The server assigns missing ids; nesting and schedule, webhook or run-completed conditions are refused.
+    /// The conditions, 1 to 32, each a simple activity source with an id unique within the trigger. The server assigns missing ids; nesting and schedule, webhook or run-completed conditions are refused.
     pub conditions: ::std::vec::Vec<AgentActivityCondition>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///The caller's role on an agent, lowest first: `reader` may read everything agent-scoped; `chatter` may also create, message, stop and retry sessions (public chat); `writer` may also change the agent, its memory, triggers, tools, sessions and runs; `owner` (the agent's account) may do everything, including deleting the agent and managing collaborators and public access.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentAccessRole {
+    /// The wire value `chatter`.
     #[serde(rename = "chatter")]
     Chatter,
+    /// The wire value `owner`.
     #[serde(rename = "owner")]
     Owner,
+    /// The wire value `reader`.
     #[serde(rename = "reader")]
     Reader,
+    /// The wire value `writer`.
     #[serde(rename = "writer")]
     Writer,
 }
@@ -102,152 +152,226 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentAccessRole {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "_")]
 pub enum AgentAction {
+    /// A [`AbortFileUpload`].
     #[serde(rename = "AbortFileUpload")]
     AbortFileUpload(AbortFileUpload),
+    /// A [`AcceptAgentInvite`].
     #[serde(rename = "AcceptAgentInvite")]
     AcceptAgentInvite(AcceptAgentInvite),
+    /// A [`AppendFileUploadChunk`].
     #[serde(rename = "AppendFileUploadChunk")]
     AppendFileUploadChunk(AppendFileUploadChunk),
+    /// A [`BeginFileUpload`].
     #[serde(rename = "BeginFileUpload")]
     BeginFileUpload(BeginFileUpload),
+    /// A [`CancelProviderOAuth`].
     #[serde(rename = "CancelProviderOAuth")]
     CancelProviderOAuth(CancelProviderOAuth),
+    /// A [`CancelRun`].
     #[serde(rename = "CancelRun")]
     CancelRun(CancelRun),
+    /// A [`CombineAgentTriggers`].
     #[serde(rename = "CombineAgentTriggers")]
     CombineAgentTriggers(CombineAgentTriggers),
+    /// A [`CommitFileUpload`].
     #[serde(rename = "CommitFileUpload")]
     CommitFileUpload(CommitFileUpload),
+    /// A [`ConnectSessionBrowser`].
     #[serde(rename = "ConnectSessionBrowser")]
     ConnectSessionBrowser(ConnectSessionBrowser),
+    /// A [`CreateAgent`].
     #[serde(rename = "CreateAgent")]
     CreateAgent(CreateAgent),
+    /// A [`CreateAgentTrigger`].
     #[serde(rename = "CreateAgentTrigger")]
     CreateAgentTrigger(CreateAgentTrigger),
+    /// A [`CreateSession`].
     #[serde(rename = "CreateSession")]
     CreateSession(CreateSession),
+    /// A [`CreateSigningIdentity`].
     #[serde(rename = "CreateSigningIdentity")]
     CreateSigningIdentity(CreateSigningIdentity),
+    /// A [`DeclineAgentInvite`].
     #[serde(rename = "DeclineAgentInvite")]
     DeclineAgentInvite(DeclineAgentInvite),
+    /// A [`DeleteAgent`].
     #[serde(rename = "DeleteAgent")]
     DeleteAgent(DeleteAgent),
+    /// A [`DeleteAgentMemoryFile`].
     #[serde(rename = "DeleteAgentMemoryFile")]
     DeleteAgentMemoryFile(DeleteAgentMemoryFile),
+    /// A [`DeleteAgentTool`].
     #[serde(rename = "DeleteAgentTool")]
     DeleteAgentTool(DeleteAgentTool),
+    /// A [`DeleteAgentTrigger`].
     #[serde(rename = "DeleteAgentTrigger")]
     DeleteAgentTrigger(DeleteAgentTrigger),
+    /// A [`DeleteMcpServer`].
     #[serde(rename = "DeleteMcpServer")]
     DeleteMcpServer(DeleteMcpServer),
+    /// A [`DeleteModelProvider`].
     #[serde(rename = "DeleteModelProvider")]
     DeleteModelProvider(DeleteModelProvider),
+    /// A [`DeleteSession`].
     #[serde(rename = "DeleteSession")]
     DeleteSession(DeleteSession),
+    /// A [`DeleteSigningIdentity`].
     #[serde(rename = "DeleteSigningIdentity")]
     DeleteSigningIdentity(DeleteSigningIdentity),
+    /// A [`DisconnectSessionBrowser`].
     #[serde(rename = "DisconnectSessionBrowser")]
     DisconnectSessionBrowser(DisconnectSessionBrowser),
+    /// A [`DownloadAgentMemoryFile`].
     #[serde(rename = "DownloadAgentMemoryFile")]
     DownloadAgentMemoryFile(DownloadAgentMemoryFile),
+    /// A [`GetAgent`].
     #[serde(rename = "GetAgent")]
     GetAgent(GetAgent),
+    /// A [`GetAgentTrigger`].
     #[serde(rename = "GetAgentTrigger")]
     GetAgentTrigger(GetAgentTrigger),
+    /// A [`GetProviderOAuthStatus`].
     #[serde(rename = "GetProviderOAuthStatus")]
     GetProviderOAuthStatus(GetProviderOAuthStatus),
+    /// A [`GetRun`].
     #[serde(rename = "GetRun")]
     GetRun(GetRun),
+    /// A [`GetRunJournal`].
     #[serde(rename = "GetRunJournal")]
     GetRunJournal(GetRunJournal),
+    /// A [`GetSession`].
     #[serde(rename = "GetSession")]
     GetSession(GetSession),
+    /// A [`GetSessionEvent`].
     #[serde(rename = "GetSessionEvent")]
     GetSessionEvent(GetSessionEvent),
+    /// A [`ImportSigningIdentity`].
     #[serde(rename = "ImportSigningIdentity")]
     ImportSigningIdentity(ImportSigningIdentity),
+    /// A [`InviteAgentCollaborator`].
     #[serde(rename = "InviteAgentCollaborator")]
     InviteAgentCollaborator(InviteAgentCollaborator),
+    /// A [`InvokeSessionTool`].
     #[serde(rename = "InvokeSessionTool")]
     InvokeSessionTool(InvokeSessionTool),
+    /// A [`ListAgentCollaborators`].
     #[serde(rename = "ListAgentCollaborators")]
     ListAgentCollaborators(ListAgentCollaborators),
+    /// A [`ListAgentInvites`].
     #[serde(rename = "ListAgentInvites")]
     ListAgentInvites(ListAgentInvites),
+    /// A [`ListAgentMemory`].
     #[serde(rename = "ListAgentMemory")]
     ListAgentMemory(ListAgentMemory),
+    /// A [`ListAgentMemoryDir`].
     #[serde(rename = "ListAgentMemoryDir")]
     ListAgentMemoryDir(ListAgentMemoryDir),
+    /// A [`ListAgentTools`].
     #[serde(rename = "ListAgentTools")]
     ListAgentTools(ListAgentTools),
+    /// A [`ListAgentTriggers`].
     #[serde(rename = "ListAgentTriggers")]
     ListAgentTriggers(ListAgentTriggers),
+    /// A [`ListAgents`].
     #[serde(rename = "ListAgents")]
     ListAgents(ListAgents),
+    /// A [`ListMcpServers`].
     #[serde(rename = "ListMcpServers")]
     ListMcpServers(ListMcpServers),
+    /// A [`ListModelProviders`].
     #[serde(rename = "ListModelProviders")]
     ListModelProviders(ListModelProviders),
+    /// A [`ListProviderModels`].
     #[serde(rename = "ListProviderModels")]
     ListProviderModels(ListProviderModels),
+    /// A [`ListRuns`].
     #[serde(rename = "ListRuns")]
     ListRuns(ListRuns),
+    /// A [`ListSessions`].
     #[serde(rename = "ListSessions")]
     ListSessions(ListSessions),
+    /// A [`ListSigningIdentities`].
     #[serde(rename = "ListSigningIdentities")]
     ListSigningIdentities(ListSigningIdentities),
+    /// A [`MessageSession`].
     #[serde(rename = "MessageSession")]
     MessageSession(MessageSession),
+    /// A [`PollSessionBrowser`].
     #[serde(rename = "PollSessionBrowser")]
     PollSessionBrowser(PollSessionBrowser),
+    /// A [`ReadAgentMemoryFile`].
     #[serde(rename = "ReadAgentMemoryFile")]
     ReadAgentMemoryFile(ReadAgentMemoryFile),
+    /// A [`ReadSessionAttachment`].
     #[serde(rename = "ReadSessionAttachment")]
     ReadSessionAttachment(ReadSessionAttachment),
+    /// A [`RefreshMcpServer`].
     #[serde(rename = "RefreshMcpServer")]
     RefreshMcpServer(RefreshMcpServer),
+    /// A [`RegisterSigner`].
     #[serde(rename = "RegisterSigner")]
     RegisterSigner(RegisterSigner),
+    /// A [`RemoveAgentCollaborator`].
     #[serde(rename = "RemoveAgentCollaborator")]
     RemoveAgentCollaborator(RemoveAgentCollaborator),
+    /// A [`ResolveSessionBrowser`].
     #[serde(rename = "ResolveSessionBrowser")]
     ResolveSessionBrowser(ResolveSessionBrowser),
+    /// A [`RetrySession`].
     #[serde(rename = "RetrySession")]
     RetrySession(RetrySession),
+    /// A [`SaveAgentTool`].
     #[serde(rename = "SaveAgentTool")]
     SaveAgentTool(SaveAgentTool),
+    /// A [`SetAgentPublicChat`].
     #[serde(rename = "SetAgentPublicChat")]
     SetAgentPublicChat(SetAgentPublicChat),
+    /// A [`SetAgentPublicRead`].
     #[serde(rename = "SetAgentPublicRead")]
     SetAgentPublicRead(SetAgentPublicRead),
+    /// A [`SetMcpServer`].
     #[serde(rename = "SetMcpServer")]
     SetMcpServer(SetMcpServer),
+    /// A [`SetModelProvider`].
     #[serde(rename = "SetModelProvider")]
     SetModelProvider(SetModelProvider),
+    /// A [`SetSecret`].
     #[serde(rename = "SetSecret")]
     SetSecret(SetSecret),
+    /// A [`SignalRun`].
     #[serde(rename = "SignalRun")]
     SignalRun(SignalRun),
+    /// A [`StartProviderOAuth`].
     #[serde(rename = "StartProviderOAuth")]
     StartProviderOAuth(StartProviderOAuth),
+    /// A [`StopSession`].
     #[serde(rename = "StopSession")]
     StopSession(StopSession),
+    /// A [`SubmitProviderOAuthCode`].
     #[serde(rename = "SubmitProviderOAuthCode")]
     SubmitProviderOAuthCode(SubmitProviderOAuthCode),
+    /// A [`Subscribe`].
     #[serde(rename = "Subscribe")]
     Subscribe(Subscribe),
+    /// A [`UpdateAgent`].
     #[serde(rename = "UpdateAgent")]
     UpdateAgent(UpdateAgent),
+    /// A [`UpdateAgentTrigger`].
     #[serde(rename = "UpdateAgentTrigger")]
     UpdateAgentTrigger(UpdateAgentTrigger),
+    /// A [`UpdateSession`].
     #[serde(rename = "UpdateSession")]
     UpdateSession(UpdateSession),
+    /// A [`UpdateSigningIdentity`].
     #[serde(rename = "UpdateSigningIdentity")]
     UpdateSigningIdentity(UpdateSigningIdentity),
+    /// A [`UploadAgentMemoryFileToIpfs`].
     #[serde(rename = "UploadAgentMemoryFileToIpfs")]
     UploadAgentMemoryFileToIpfs(UploadAgentMemoryFileToIpfs),
+    /// A [`UploadSessionAttachment`].
     #[serde(rename = "UploadSessionAttachment")]
     UploadSessionAttachment(UploadSessionAttachment),
+    /// A [`WriteAgentMemoryFile`].
     #[serde(rename = "WriteAgentMemoryFile")]
     WriteAgentMemoryFile(WriteAgentMemoryFile),
 }
@@ -621,40 +745,59 @@ impl ::std::convert::From<WriteAgentMemoryFile> for AgentAction {
         Self::WriteAgentMemoryFile(value)
     }
 }
-///What the agent did last in its sessions: when, in which session, and whether it is still busy. Optional on `AgentInfo`; this server does not send it yet.
+/// What the agent did last in its sessions: when, in which session, and whether it is still busy. Optional on `AgentInfo`; this server does not send it yet.
+///
+/// - Since protocol 1
+/// - Required: `at`, `busy`, `kind`, `messageAt`, `messageFrom`, `sessionId` (see [`AgentActivity::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentActivity {
-    ///Time of the activity, Unix epoch milliseconds.
+    /// Time of the activity, Unix epoch milliseconds.
     pub at: i64,
-    ///Whether the agent is still working (a turn or tool call is in progress).
+    /// Whether the agent is still working (a turn or tool call is in progress).
     pub busy: bool,
-    ///What happened last: a user message, an agent reply or a tool call.
+    /// What happened last: a user message, an agent reply or a tool call.
     pub kind: AgentActivityKind,
-    ///Time of the latest message in that session, Unix epoch milliseconds.
+    /// Time of the latest message in that session, Unix epoch milliseconds.
     #[serde(rename = "messageAt")]
     pub message_at: i64,
-    ///Who wrote the latest message: `user` or `agent`.
+    /// Who wrote the latest message: `user` or `agent`.
     #[serde(rename = "messageFrom")]
     pub message_from: AgentActivityMessageFrom,
-    ///Id of the session the activity happened in.
+    /// Id of the session the activity happened in.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///One condition of a compound (`activity`) trigger source.
+/// One condition of a compound (`activity`) trigger source.
+///
+/// - Since protocol 3
+/// - Required: `id`, `source` (see [`AgentActivityCondition::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentActivityCondition {
-    ///Id of the condition, unique and stable within its trigger; firings name the conditions that matched by it.
+    /// Id of the condition, unique and stable within its trigger; firings name the conditions that matched by it.
     pub id: ::std::string::String,
-    ///The simple activity source this condition matches.
+    /// The simple activity source this condition matches.
     pub source: AgentActivitySource,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Kind of an agent's latest activity: `user` (a user message), `agent` (an agent reply) or `tool` (a tool call).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentActivityKind {
+    /// The wire value `agent`.
     #[serde(rename = "agent")]
     Agent,
+    /// The wire value `tool`.
     #[serde(rename = "tool")]
     Tool,
+    /// The wire value `user`.
     #[serde(rename = "user")]
     User,
 }
@@ -693,8 +836,10 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentActivityKind {
 ///Who wrote the latest message: `user` or `agent`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentActivityMessageFrom {
+    /// The wire value `agent`.
     #[serde(rename = "agent")]
     Agent,
+    /// The wire value `user`.
     #[serde(rename = "user")]
     User,
 }
@@ -732,14 +877,19 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentActivityMessageFrom
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type")]
 pub enum AgentActivitySource {
+    /// A [`CommentReplySource`].
     #[serde(rename = "comment-reply")]
     CommentReplySource(CommentReplySource),
+    /// A [`DocumentAuthorCommentSource`].
     #[serde(rename = "document-author-comment")]
     DocumentAuthorCommentSource(DocumentAuthorCommentSource),
+    /// A [`DocumentCommentSource`].
     #[serde(rename = "document-comment")]
     DocumentCommentSource(DocumentCommentSource),
+    /// A [`SiteUpdateSource`].
     #[serde(rename = "site-update")]
     SiteUpdateSource(SiteUpdateSource),
+    /// A [`UserMentionSource`].
     #[serde(rename = "user-mention")]
     UserMentionSource(UserMentionSource),
 }
@@ -768,28 +918,38 @@ impl ::std::convert::From<UserMentionSource> for AgentActivitySource {
         Self::UserMentionSource(value)
     }
 }
-///One member of an agent as listed by `ListAgentCollaborators`: the owner, an accepted collaborator, or (shown to the owner only) a pending invitation.
+/// One member of an agent as listed by `ListAgentCollaborators`: the owner, an accepted collaborator, or (shown to the owner only) a pending invitation.
+///
+/// - Since protocol 1
+/// - Required: `accountId`, `createdAt`, `role`, `status`, `updatedAt` (see [`AgentCollaboratorInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentCollaboratorInfo {
-    ///The member's account, as a base58btc principal string (`z…`).
+    /// The member's account, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
-    ///When the invitation (or, for the owner, the agent) was created, Unix epoch milliseconds.
+    /// When the invitation (or, for the owner, the agent) was created, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///The member's role: `owner` for the agent's account, else the invited `reader` or `writer`.
+    /// The member's role: `owner` for the agent's account, else the invited `reader` or `writer`.
     pub role: AgentAccessRole,
-    ///`accepted` for the owner and members, `pending` for an invitation not yet accepted (pending ones grant nothing).
+    /// `accepted` for the owner and members, `pending` for an invitation not yet accepted (pending ones grant nothing).
     pub status: AgentCollaboratorInfoStatus,
-    ///When the membership last changed (invited, accepted, role changed; for the owner, when the agent last changed), Unix epoch milliseconds.
+    /// When the membership last changed (invited, accepted, role changed; for the owner, when the agent last changed), Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`accepted` for the owner and members, `pending` for an invitation not yet accepted (pending ones grant nothing).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentCollaboratorInfoStatus {
+    /// The wire value `accepted`.
     #[serde(rename = "accepted")]
     Accepted,
+    /// The wire value `pending`.
     #[serde(rename = "pending")]
     Pending,
 }
@@ -826,8 +986,10 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentCollaboratorInfoSta
 ///A role an owner can grant a collaborator: `reader` or `writer`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentCollaboratorRole {
+    /// The wire value `reader`.
     #[serde(rename = "reader")]
     Reader,
+    /// The wire value `writer`.
     #[serde(rename = "writer")]
     Writer,
 }
@@ -861,55 +1023,65 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentCollaboratorRole {
         value.parse()
     }
 }
-///What an agent is: its name, system prompt, model and the tools, models, signing keys and MCP servers it may use. `CreateAgent` and `UpdateAgent` take a whole definition (an update replaces it) and validate it against the owner's account; unknown keys are dropped and the system prompt is stored as blocks. Every string limit is in UTF-8 bytes.
+/// What an agent is: its name, system prompt, model and the tools, models, signing keys and MCP servers it may use. `CreateAgent` and `UpdateAgent` take a whole definition (an update replaces it) and validate it against the owner's account; unknown keys are dropped and the system prompt is stored as blocks. Every string limit is in UTF-8 bytes.
+///
+/// - Since protocol 1
+/// - Required: `model`, `modelProvider`, `name`, `systemPrompt` (see [`AgentDefinition::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentDefinition {
-    ///Further models the agent may be switched to, besides `modelProvider`/`model`: at most 32 entries (400 `Too many enabled models`), duplicates removed. Their providers need not exist yet.
+    /// Further models the agent may be switched to, besides `modelProvider`/`model`: at most 32 entries (400 `Too many enabled models`), duplicates removed. Their providers need not exist yet.
     #[serde(rename = "enabledModels")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub enabled_models: ::std::option::Option<::std::vec::Vec<AgentModelRef>>,
-    ///Names of the owner's MCP servers whose tools the agent may use: at most 16, duplicates removed. A name with no server behind it grants nothing.
+    /// Names of the owner's MCP servers whose tools the agent may use: at most 16, duplicates removed. A name with no server behind it grants nothing.
     #[serde(rename = "mcpServers")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mcp_servers: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
-    ///Free-form data kept with the agent for clients; at most 16 KiB as CBOR (400 `Metadata is too large`).
+    /// Free-form data kept with the agent for clients; at most 16 KiB as CBOR (400 `Metadata is too large`).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub metadata:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
-    ///Model id at the provider, for example `gpt-4o`; required, at most 256 bytes. With `reasoningLevel` set, the model must support that level.
+    /// Model id at the provider, for example `gpt-4o`; required, at most 256 bytes. With `reasoningLevel` set, the model must support that level.
     pub model: ::std::string::String,
-    ///Name of the owner's model provider to run the agent with (see `SetModelProvider`); required, at most 256 bytes. A name the owner has no provider for fails with 400 `Model provider not found`.
+    /// Name of the owner's model provider to run the agent with (see `SetModelProvider`); required, at most 256 bytes. A name the owner has no provider for fails with 400 `Model provider not found`.
     #[serde(rename = "modelProvider")]
     pub model_provider: ::std::string::String,
-    ///Display name; trimmed, required, at most 256 bytes (400 `Agent name is required` / `Agent name is too large`).
+    /// Display name; trimmed, required, at most 256 bytes (400 `Agent name is required` / `Agent name is too large`).
     pub name: ::std::string::String,
-    ///Reasoning effort to request from the model. It must be one the provider type and model accept, else 400; absent means the model's default.
+    /// Reasoning effort to request from the model. It must be one the provider type and model accept, else 400; absent means the model's default.
     #[serde(rename = "reasoningLevel")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub reasoning_level: ::std::option::Option<ReasoningLevel>,
-    ///Legacy single signing key: the name of an account key secret (a signing identity) of the owner, at most 256 bytes. When set it is the agent's primary key; prefer `signingKeys`.
+    /// Legacy single signing key: the name of an account key secret (a signing identity) of the owner, at most 256 bytes. When set it is the agent's primary key; prefer `signingKeys`.
     #[serde(rename = "signingKey")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub signing_key: ::std::option::Option<::std::string::String>,
-    ///Names of the owner's signing identities the agent may sign with (each at most 256 bytes); the first is the primary key when `signingKey` is absent. Each must be an account key secret of the owner (400 `Signing key not found`), and only the owner may change this set: a writer's `UpdateAgent` that changes it fails with 403 `Only the agent owner can change signing accounts`.
+    /// Names of the owner's signing identities the agent may sign with (each at most 256 bytes); the first is the primary key when `signingKey` is absent. Each must be an account key secret of the owner (400 `Signing key not found`), and only the owner may change this set: a writer's `UpdateAgent` that changes it fails with 403 `Only the agent owner can change signing accounts`.
     #[serde(rename = "signingKeys")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub signing_keys: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
-    ///Instructions for the model: Markdown text or Seed blocks. Required; its Markdown rendering must be non-empty and at most 64 KiB. Stored and returned as blocks.
+    /// Instructions for the model: Markdown text or Seed blocks. Required; its Markdown rendering must be non-empty and at most 64 KiB. Stored and returned as blocks.
     #[serde(rename = "systemPrompt")]
     pub system_prompt: AgentDefinitionSystemPrompt,
-    ///Default effort for the agent's work (`quick`, `normal`, `deep`); kept as given.
+    /// Default effort for the agent's work (`quick`, `normal`, `deep`); kept as given.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub thoroughness: ::std::option::Option<Thoroughness>,
-    ///Names of the tools the agent may call: at most 32, each non-empty, without surrounding spaces and at most 128 bytes, at most 4 KiB together. Absent means every callable tool plus publishing; unknown names are ignored at run time.
+    /// Names of the tools the agent may call: at most 32, each non-empty, without surrounding spaces and at most 128 bytes, at most 4 KiB together. Absent means every callable tool plus publishing; unknown names are ignored at run time.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tools: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Instructions for the model: Markdown text or Seed blocks. Required; its Markdown rendering must be non-empty and at most 64 KiB. Stored and returned as blocks.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentDefinitionSystemPrompt {
+    /// A `Vec`.
     Array(::std::vec::Vec<AgentPromptBlock>),
+    /// A `String`.
     String(::std::string::String),
 }
 impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentDefinitionSystemPrompt {
@@ -917,51 +1089,63 @@ impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentDefinition
         Self::Array(value)
     }
 }
-///An agent as a given caller sees it: its definition, owner, state and the caller's role.
+/// An agent as a given caller sees it: its definition, owner, state and the caller's role.
+///
+/// - Since protocol 1
+/// - Required: `account`, `createdAt`, `definition`, `id`, `stateDir`, `status`, `updatedAt` (see [`AgentInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentInfo {
-    ///The caller's role on this agent. Public access can lift a member's role to `chatter`.
+    /// The caller's role on this agent. Public access can lift a member's role to `chatter`.
     #[serde(rename = "accessRole")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub access_role: ::std::option::Option<AgentAccessRole>,
-    ///The owning account, as a base58btc principal string (`z…`). Agent-scoped data is stored under this account even when a collaborator acts.
+    /// The owning account, as a base58btc principal string (`z…`). Agent-scoped data is stored under this account even when a collaborator acts.
     pub account: ::std::string::String,
-    ///The agent's latest session activity, when the server reports it.
+    /// The agent's latest session activity, when the server reports it.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub activity: ::std::option::Option<AgentActivity>,
-    ///Creation time, Unix epoch milliseconds.
+    /// Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///The stored (normalised) definition; its system prompt is always blocks.
+    /// The stored (normalised) definition; its system prompt is always blocks.
     pub definition: AgentDefinition,
-    ///Id of the agent (a UUID).
+    /// Id of the agent (a UUID).
     pub id: ::std::string::String,
-    ///Whether every signed account may also chat with the agent (create and message sessions). Absent means false.
+    /// Whether every signed account may also chat with the agent (create and message sessions). Absent means false.
     #[serde(rename = "publicChat")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub public_chat: ::std::option::Option<bool>,
-    ///Whether every signed account may read the agent by id. Absent means false.
+    /// Whether every signed account may read the agent by id. Absent means false.
     #[serde(rename = "publicRead")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub public_read: ::std::option::Option<bool>,
-    ///The agent's state directory on the server (holding its memory). Informational; clients cannot use it.
+    /// The agent's state directory on the server (holding its memory). Informational; clients cannot use it.
     #[serde(rename = "stateDir")]
     pub state_dir: ::std::string::String,
-    ///Coarse agent state: `idle`, `running`, `stopped` or `error`. New agents are `idle`; the status of sessions and runs tells what is actually running.
+    /// Coarse agent state: `idle`, `running`, `stopped` or `error`. New agents are `idle`; the status of sessions and runs tells what is actually running.
     pub status: AgentInfoStatus,
-    ///Time of the last change to the definition or public flags, Unix epoch milliseconds. Agent lists are ordered by it, newest first.
+    /// Time of the last change to the definition or public flags, Unix epoch milliseconds. Agent lists are ordered by it, newest first.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Coarse agent state: `idle`, `running`, `stopped` or `error`. New agents are `idle`; the status of sessions and runs tells what is actually running.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentInfoStatus {
+    /// The wire value `error`.
     #[serde(rename = "error")]
     Error,
+    /// The wire value `idle`.
     #[serde(rename = "idle")]
     Idle,
+    /// The wire value `running`.
     #[serde(rename = "running")]
     Running,
+    /// The wire value `stopped`.
     #[serde(rename = "stopped")]
     Stopped,
 }
@@ -999,54 +1183,72 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentInfoStatus {
         value.parse()
     }
 }
-///A pending invitation of the signed account to collaborate on an agent.
+/// A pending invitation of the signed account to collaborate on an agent.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `agentName`, `createdAt`, `ownerAccountId`, `role`, `updatedAt` (see [`AgentInviteInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentInviteInfo {
-    ///Id of the agent the invitation is for.
+    /// Id of the agent the invitation is for.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The agent's name, so the invitee can tell what they are joining.
+    /// The agent's name, so the invitee can tell what they are joining.
     #[serde(rename = "agentName")]
     pub agent_name: ::std::string::String,
-    ///When the invitation was created, Unix epoch milliseconds.
+    /// When the invitation was created, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///The inviting owner's account, as a base58btc principal string (`z…`).
+    /// The inviting owner's account, as a base58btc principal string (`z…`).
     #[serde(rename = "ownerAccountId")]
     pub owner_account_id: ::std::string::String,
-    ///The role the invitee gets on accepting.
+    /// The role the invitee gets on accepting.
     pub role: AgentCollaboratorRole,
-    ///When the invitation last changed (for example its role), Unix epoch milliseconds.
+    /// When the invitation last changed (for example its role), Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A file or directory in an agent's memory.
+/// A file or directory in an agent's memory.
+///
+/// - Since protocol 1
+/// - Required: `path`, `size`, `type`, `updatedAt` (see [`AgentMemoryEntry::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentMemoryEntry {
-    ///For a directory in `ListAgentMemoryDir`: how many entries it holds.
+    /// For a directory in `ListAgentMemoryDir`: how many entries it holds.
     #[serde(rename = "entryCount")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub entry_count: ::std::option::Option<i64>,
-    ///For a file: MIME type inferred from the extension, when known.
+    /// For a file: MIME type inferred from the extension, when known.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
-    ///Path relative to the memory root, `/`-separated.
+    /// Path relative to the memory root, `/`-separated.
     pub path: ::std::string::String,
-    ///Size in bytes (0 for a directory).
+    /// Size in bytes (0 for a directory).
     pub size: i64,
-    ///`file` or `dir`.
+    /// `file` or `dir`.
     #[serde(rename = "type")]
     pub type_: AgentMemoryEntryType,
-    ///Last modification time, Unix epoch milliseconds.
+    /// Last modification time, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`file` or `dir`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentMemoryEntryType {
+    /// The wire value `dir`.
     #[serde(rename = "dir")]
     Dir,
+    /// The wire value `file`.
     #[serde(rename = "file")]
     File,
 }
@@ -1080,34 +1282,44 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentMemoryEntryType {
         value.parse()
     }
 }
-///A memory file's content. Text that is valid UTF-8 without NUL bytes comes as `content` (`encoding: utf8`); anything else as `data` (`encoding: binary`).
+/// A memory file's content. Text that is valid UTF-8 without NUL bytes comes as `content` (`encoding: utf8`); anything else as `data` (`encoding: binary`).
+///
+/// - Since protocol 1
+/// - Required: `encoding`, `path`, `size`, `updatedAt` (see [`AgentMemoryFile::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentMemoryFile {
-    ///The text, when `encoding` is `utf8`.
+    /// The text, when `encoding` is `utf8`.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub content: ::std::option::Option<::std::string::String>,
-    ///The bytes, when `encoding` is `binary`.
+    /// The bytes, when `encoding` is `binary`.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub data: ::std::option::Option<::seed_agents_protocol::Bytes>,
-    ///`utf8` (the file is in `content`) or `binary` (the file is in `data`).
+    /// `utf8` (the file is in `content`) or `binary` (the file is in `data`).
     pub encoding: AgentMemoryFileEncoding,
-    ///MIME type inferred from the extension, when known.
+    /// MIME type inferred from the extension, when known.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
-    ///Path relative to the memory root.
+    /// Path relative to the memory root.
     pub path: ::std::string::String,
-    ///Size in bytes.
+    /// Size in bytes.
     pub size: i64,
-    ///Last modification time, Unix epoch milliseconds.
+    /// Last modification time, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`utf8` (the file is in `content`) or `binary` (the file is in `data`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentMemoryFileEncoding {
+    /// The wire value `binary`.
     #[serde(rename = "binary")]
     Binary,
+    /// The wire value `utf8`.
     #[serde(rename = "utf8")]
     Utf8,
 }
@@ -1141,30 +1353,52 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentMemoryFileEncoding 
         value.parse()
     }
 }
-///A model chosen by provider and model name, as in an agent's `enabledModels` or a session's `modelOverride`.
+/// A model chosen by provider and model name, as in an agent's `enabledModels` or a session's `modelOverride`.
+///
+/// - Since protocol 1
+/// - Required: `model`, `provider` (see [`AgentModelRef::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentModelRef {
-    ///Model id as the provider names it (for example `gpt-4o`); at most 256 bytes.
+    /// Model id as the provider names it (for example `gpt-4o`); at most 256 bytes.
     pub model: ::std::string::String,
-    ///Name of a model provider of the agent's owner (see `SetModelProvider`); at most 256 bytes.
+    /// Name of a model provider of the agent's owner (see `SetModelProvider`); at most 256 bytes.
     pub provider: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A Seed block node of a rich prompt or message: the block (open map with at least `id` and `type`) and its children.
+/// A Seed block node of a rich prompt or message: the block (open map with at least `id` and `type`) and its children.
+///
+/// - Since protocol 1
+/// - Required: `block` (see [`AgentPromptBlock::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentPromptBlock {
+    /// `block` (required).
     pub block: AgentPromptBlockBlock,
-    ///Nested child blocks, in order. Absent for a leaf block.
+    /// Nested child blocks, in order. Absent for a leaf block.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub children: ::std::option::Option<::std::vec::Vec<AgentPromptBlock>>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///The block itself: an open map with at least `id` and `type`; other keys (text, annotations, attributes) are kept as sent.
+/// The block itself: an open map with at least `id` and `type`; other keys (text, annotations, attributes) are kept as sent.
+///
+/// - Since protocol 1
+/// - Required: `id`, `type` (see [`AgentPromptBlockBlock::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentPromptBlockBlock {
-    ///Block id, unique within the document.
+    /// Block id, unique within the document.
     pub id: ::std::string::String,
-    ///Seed block type, for example `Paragraph`, `Heading` or `Code`.
+    /// Seed block type, for example `Paragraph`, `Heading` or `Code`.
     #[serde(rename = "type")]
     pub type_: ::std::string::String,
+    /// Entries beyond the named fields.
     #[serde(flatten)]
     pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
@@ -1172,140 +1406,208 @@ pub struct AgentPromptBlockBlock {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "_")]
 pub enum AgentResponse {
+    /// A [`AbortFileUploadResponse`].
     #[serde(rename = "AbortFileUploadResponse")]
     AbortFileUploadResponse(AbortFileUploadResponse),
+    /// A [`AcceptAgentInviteResponse`].
     #[serde(rename = "AcceptAgentInviteResponse")]
     AcceptAgentInviteResponse(AcceptAgentInviteResponse),
+    /// A [`AppendFileUploadChunkResponse`].
     #[serde(rename = "AppendFileUploadChunkResponse")]
     AppendFileUploadChunkResponse(AppendFileUploadChunkResponse),
+    /// A [`BeginFileUploadResponse`].
     #[serde(rename = "BeginFileUploadResponse")]
     BeginFileUploadResponse(BeginFileUploadResponse),
+    /// A [`CancelProviderOAuthResponse`].
     #[serde(rename = "CancelProviderOAuthResponse")]
     CancelProviderOAuthResponse(CancelProviderOAuthResponse),
+    /// A [`CancelRunResponse`].
     #[serde(rename = "CancelRunResponse")]
     CancelRunResponse(CancelRunResponse),
+    /// A [`CommitFileUploadResponse`].
     #[serde(rename = "CommitFileUploadResponse")]
     CommitFileUploadResponse(CommitFileUploadResponse),
+    /// A [`CreateAgentResponse`].
     #[serde(rename = "CreateAgentResponse")]
     CreateAgentResponse(CreateAgentResponse),
+    /// A [`CreateAgentTriggerResponse`].
     #[serde(rename = "CreateAgentTriggerResponse")]
     CreateAgentTriggerResponse(CreateAgentTriggerResponse),
+    /// A [`CreateSessionResponse`].
     #[serde(rename = "CreateSessionResponse")]
     CreateSessionResponse(CreateSessionResponse),
+    /// A [`CreateSigningIdentityResponse`].
     #[serde(rename = "CreateSigningIdentityResponse")]
     CreateSigningIdentityResponse(CreateSigningIdentityResponse),
+    /// A [`DeclineAgentInviteResponse`].
     #[serde(rename = "DeclineAgentInviteResponse")]
     DeclineAgentInviteResponse(DeclineAgentInviteResponse),
+    /// A [`DeleteAgentMemoryFileResponse`].
     #[serde(rename = "DeleteAgentMemoryFileResponse")]
     DeleteAgentMemoryFileResponse(DeleteAgentMemoryFileResponse),
+    /// A [`DeleteAgentResponse`].
     #[serde(rename = "DeleteAgentResponse")]
     DeleteAgentResponse(DeleteAgentResponse),
+    /// A [`DeleteAgentToolResponse`].
     #[serde(rename = "DeleteAgentToolResponse")]
     DeleteAgentToolResponse(DeleteAgentToolResponse),
+    /// A [`DeleteAgentTriggerResponse`].
     #[serde(rename = "DeleteAgentTriggerResponse")]
     DeleteAgentTriggerResponse(DeleteAgentTriggerResponse),
+    /// A [`DeleteMcpServerResponse`].
     #[serde(rename = "DeleteMcpServerResponse")]
     DeleteMcpServerResponse(DeleteMcpServerResponse),
+    /// A [`DeleteModelProviderResponse`].
     #[serde(rename = "DeleteModelProviderResponse")]
     DeleteModelProviderResponse(DeleteModelProviderResponse),
+    /// A [`DeleteSessionResponse`].
     #[serde(rename = "DeleteSessionResponse")]
     DeleteSessionResponse(DeleteSessionResponse),
+    /// A [`DeleteSigningIdentityResponse`].
     #[serde(rename = "DeleteSigningIdentityResponse")]
     DeleteSigningIdentityResponse(DeleteSigningIdentityResponse),
+    /// A [`DownloadAgentMemoryFileResponse`].
     #[serde(rename = "DownloadAgentMemoryFileResponse")]
     DownloadAgentMemoryFileResponse(DownloadAgentMemoryFileResponse),
+    /// A [`Error`].
     #[serde(rename = "Error")]
     Error(Error),
+    /// A [`GetAgentResponse`].
     #[serde(rename = "GetAgentResponse")]
     GetAgentResponse(GetAgentResponse),
+    /// A [`GetAgentTriggerResponse`].
     #[serde(rename = "GetAgentTriggerResponse")]
     GetAgentTriggerResponse(GetAgentTriggerResponse),
+    /// A [`GetRunJournalResponse`].
     #[serde(rename = "GetRunJournalResponse")]
     GetRunJournalResponse(GetRunJournalResponse),
+    /// A [`GetRunResponse`].
     #[serde(rename = "GetRunResponse")]
     GetRunResponse(GetRunResponse),
+    /// A [`GetSessionEventResponse`].
     #[serde(rename = "GetSessionEventResponse")]
     GetSessionEventResponse(GetSessionEventResponse),
+    /// A [`GetSessionResponse`].
     #[serde(rename = "GetSessionResponse")]
     GetSessionResponse(GetSessionResponse),
+    /// A [`ImportSigningIdentityResponse`].
     #[serde(rename = "ImportSigningIdentityResponse")]
     ImportSigningIdentityResponse(ImportSigningIdentityResponse),
+    /// A [`InviteAgentCollaboratorResponse`].
     #[serde(rename = "InviteAgentCollaboratorResponse")]
     InviteAgentCollaboratorResponse(InviteAgentCollaboratorResponse),
+    /// A [`InvokeSessionToolResponse`].
     #[serde(rename = "InvokeSessionToolResponse")]
     InvokeSessionToolResponse(InvokeSessionToolResponse),
+    /// A [`ListAgentCollaboratorsResponse`].
     #[serde(rename = "ListAgentCollaboratorsResponse")]
     ListAgentCollaboratorsResponse(ListAgentCollaboratorsResponse),
+    /// A [`ListAgentInvitesResponse`].
     #[serde(rename = "ListAgentInvitesResponse")]
     ListAgentInvitesResponse(ListAgentInvitesResponse),
+    /// A [`ListAgentMemoryDirResponse`].
     #[serde(rename = "ListAgentMemoryDirResponse")]
     ListAgentMemoryDirResponse(ListAgentMemoryDirResponse),
+    /// A [`ListAgentMemoryResponse`].
     #[serde(rename = "ListAgentMemoryResponse")]
     ListAgentMemoryResponse(ListAgentMemoryResponse),
+    /// A [`ListAgentToolsResponse`].
     #[serde(rename = "ListAgentToolsResponse")]
     ListAgentToolsResponse(ListAgentToolsResponse),
+    /// A [`ListAgentTriggersResponse`].
     #[serde(rename = "ListAgentTriggersResponse")]
     ListAgentTriggersResponse(ListAgentTriggersResponse),
+    /// A [`ListAgentsResponse`].
     #[serde(rename = "ListAgentsResponse")]
     ListAgentsResponse(ListAgentsResponse),
+    /// A [`ListMcpServersResponse`].
     #[serde(rename = "ListMcpServersResponse")]
     ListMcpServersResponse(ListMcpServersResponse),
+    /// A [`ListModelProvidersResponse`].
     #[serde(rename = "ListModelProvidersResponse")]
     ListModelProvidersResponse(ListModelProvidersResponse),
+    /// A [`ListProviderModelsResponse`].
     #[serde(rename = "ListProviderModelsResponse")]
     ListProviderModelsResponse(ListProviderModelsResponse),
+    /// A [`ListRunsResponse`].
     #[serde(rename = "ListRunsResponse")]
     ListRunsResponse(ListRunsResponse),
+    /// A [`ListSessionsResponse`].
     #[serde(rename = "ListSessionsResponse")]
     ListSessionsResponse(ListSessionsResponse),
+    /// A [`ListSigningIdentitiesResponse`].
     #[serde(rename = "ListSigningIdentitiesResponse")]
     ListSigningIdentitiesResponse(ListSigningIdentitiesResponse),
+    /// A [`MessageSessionResponse`].
     #[serde(rename = "MessageSessionResponse")]
     MessageSessionResponse(MessageSessionResponse),
+    /// A [`ProviderOAuthStatusResponse`].
     #[serde(rename = "ProviderOAuthStatusResponse")]
     ProviderOAuthStatusResponse(ProviderOAuthStatusResponse),
+    /// A [`ReadAgentMemoryFileResponse`].
     #[serde(rename = "ReadAgentMemoryFileResponse")]
     ReadAgentMemoryFileResponse(ReadAgentMemoryFileResponse),
+    /// A [`ReadSessionAttachmentResponse`].
     #[serde(rename = "ReadSessionAttachmentResponse")]
     ReadSessionAttachmentResponse(ReadSessionAttachmentResponse),
+    /// A [`RegisterSignerResponse`].
     #[serde(rename = "RegisterSignerResponse")]
     RegisterSignerResponse(RegisterSignerResponse),
+    /// A [`RemoveAgentCollaboratorResponse`].
     #[serde(rename = "RemoveAgentCollaboratorResponse")]
     RemoveAgentCollaboratorResponse(RemoveAgentCollaboratorResponse),
+    /// A [`RetrySessionResponse`].
     #[serde(rename = "RetrySessionResponse")]
     RetrySessionResponse(RetrySessionResponse),
+    /// A [`SaveAgentToolResponse`].
     #[serde(rename = "SaveAgentToolResponse")]
     SaveAgentToolResponse(SaveAgentToolResponse),
+    /// A [`SessionBrowserResponse`].
     #[serde(rename = "SessionBrowserResponse")]
     SessionBrowserResponse(SessionBrowserResponse),
+    /// A [`SetAgentPublicChatResponse`].
     #[serde(rename = "SetAgentPublicChatResponse")]
     SetAgentPublicChatResponse(SetAgentPublicChatResponse),
+    /// A [`SetAgentPublicReadResponse`].
     #[serde(rename = "SetAgentPublicReadResponse")]
     SetAgentPublicReadResponse(SetAgentPublicReadResponse),
+    /// A [`SetMcpServerResponse`].
     #[serde(rename = "SetMcpServerResponse")]
     SetMcpServerResponse(SetMcpServerResponse),
+    /// A [`SetModelProviderResponse`].
     #[serde(rename = "SetModelProviderResponse")]
     SetModelProviderResponse(SetModelProviderResponse),
+    /// A [`SetSecretResponse`].
     #[serde(rename = "SetSecretResponse")]
     SetSecretResponse(SetSecretResponse),
+    /// A [`SignalRunResponse`].
     #[serde(rename = "SignalRunResponse")]
     SignalRunResponse(SignalRunResponse),
+    /// A [`StartProviderOAuthResponse`].
     #[serde(rename = "StartProviderOAuthResponse")]
     StartProviderOAuthResponse(StartProviderOAuthResponse),
+    /// A [`StopSessionResponse`].
     #[serde(rename = "StopSessionResponse")]
     StopSessionResponse(StopSessionResponse),
+    /// A [`SubmitProviderOAuthCodeResponse`].
     #[serde(rename = "SubmitProviderOAuthCodeResponse")]
     SubmitProviderOAuthCodeResponse(SubmitProviderOAuthCodeResponse),
+    /// A [`UpdateAgentTriggerResponse`].
     #[serde(rename = "UpdateAgentTriggerResponse")]
     UpdateAgentTriggerResponse(UpdateAgentTriggerResponse),
+    /// A [`UpdateSessionResponse`].
     #[serde(rename = "UpdateSessionResponse")]
     UpdateSessionResponse(UpdateSessionResponse),
+    /// A [`UpdateSigningIdentityResponse`].
     #[serde(rename = "UpdateSigningIdentityResponse")]
     UpdateSigningIdentityResponse(UpdateSigningIdentityResponse),
+    /// A [`UploadAgentMemoryFileToIpfsResponse`].
     #[serde(rename = "UploadAgentMemoryFileToIpfsResponse")]
     UploadAgentMemoryFileToIpfsResponse(UploadAgentMemoryFileToIpfsResponse),
+    /// A [`UploadSessionAttachmentResponse`].
     #[serde(rename = "UploadSessionAttachmentResponse")]
     UploadSessionAttachmentResponse(UploadSessionAttachmentResponse),
+    /// A [`WriteAgentMemoryFileResponse`].
     #[serde(rename = "WriteAgentMemoryFileResponse")]
     WriteAgentMemoryFileResponse(WriteAgentMemoryFileResponse),
 }
@@ -1649,38 +1951,51 @@ impl ::std::convert::From<WriteAgentMemoryFileResponse> for AgentResponse {
         Self::WriteAgentMemoryFileResponse(value)
     }
 }
-///What the agent is doing right now (live only).
+/// What the agent is doing right now (live only).
+///
+/// - Since protocol 1
+/// - Required: `phase` (see [`AgentRunActivity::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentRunActivity {
-    ///A short human-readable detail of the phase.
+    /// A short human-readable detail of the phase.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub detail: ::std::option::Option<::std::string::String>,
-    ///The last part of a running tool's output.
+    /// The last part of a running tool's output.
     #[serde(rename = "outputTail")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub output_tail: ::std::option::Option<::std::string::String>,
-    ///`starting`, `thinking`, `responding` (writing text), `tool` (running a tool) or `finalizing`.
+    /// `starting`, `thinking`, `responding` (writing text), `tool` (running a tool) or `finalizing`.
     pub phase: AgentRunActivityPhase,
-    ///In the `tool` phase: id of the tool call.
+    /// In the `tool` phase: id of the tool call.
     #[serde(rename = "toolCallId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tool_call_id: ::std::option::Option<::std::string::String>,
-    ///In the `tool` phase: the tool running.
+    /// In the `tool` phase: the tool running.
     #[serde(rename = "toolName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tool_name: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`starting`, `thinking`, `responding` (writing text), `tool` (running a tool) or `finalizing`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentRunActivityPhase {
+    /// The wire value `finalizing`.
     #[serde(rename = "finalizing")]
     Finalizing,
+    /// The wire value `responding`.
     #[serde(rename = "responding")]
     Responding,
+    /// The wire value `starting`.
     #[serde(rename = "starting")]
     Starting,
+    /// The wire value `thinking`.
     #[serde(rename = "thinking")]
     Thinking,
+    /// The wire value `tool`.
     #[serde(rename = "tool")]
     Tool,
 }
@@ -1720,30 +2035,41 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentRunActivityPhase {
         value.parse()
     }
 }
-///Tokens a model call or turn used.
+/// Tokens a model call or turn used.
+///
+/// - Since protocol 1
+/// - Required: `cacheRead`, `cacheWrite`, `input`, `output`, `total` (see [`AgentRunUsage::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentRunUsage {
-    ///Input tokens read from the provider's prompt cache.
+    /// Input tokens read from the provider's prompt cache.
     #[serde(rename = "cacheRead")]
     pub cache_read: i64,
-    ///Input tokens written to the provider's prompt cache.
+    /// Input tokens written to the provider's prompt cache.
     #[serde(rename = "cacheWrite")]
     pub cache_write: i64,
-    ///Input (prompt) tokens.
+    /// Input (prompt) tokens.
     pub input: i64,
-    ///Output (completion) tokens.
+    /// Output (completion) tokens.
     pub output: i64,
-    ///All tokens of the call, as the provider counts them.
+    /// All tokens of the call, as the provider counts them.
     pub total: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///When a schedule trigger fires, told apart by `kind`: every interval, weekly at a time, or once.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind")]
 pub enum AgentScheduleTrigger {
+    /// A [`IntervalSchedule`].
     #[serde(rename = "interval")]
     IntervalSchedule(IntervalSchedule),
+    /// A [`OnceSchedule`].
     #[serde(rename = "once")]
     OnceSchedule(OnceSchedule),
+    /// A [`WeeklySchedule`].
     #[serde(rename = "weekly")]
     WeeklySchedule(WeeklySchedule),
 }
@@ -1762,125 +2088,152 @@ impl ::std::convert::From<WeeklySchedule> for AgentScheduleTrigger {
         Self::WeeklySchedule(value)
     }
 }
-///How a session was started by a trigger: the trigger, the firing and the activity that caused it, as `GetSession` reports it.
+/// How a session was started by a trigger: the trigger, the firing and the activity that caused it, as `GetSession` reports it.
+///
+/// - Since protocol 1
+/// - Required: `activity`, `activityKey`, `activitySummary`, `firedAt`, `firingId`, `prompt`, `source`, `status`, `triggerId`, `triggerName` (see [`AgentSessionTriggerContext::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentSessionTriggerContext {
-    ///The activity that fired the trigger, as an open map (its shape depends on the source).
+    /// The activity that fired the trigger, as an open map (its shape depends on the source).
     pub activity: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
-    ///Key of the activity; a trigger fires at most once per key.
+    /// Key of the activity; a trigger fires at most once per key.
     #[serde(rename = "activityKey")]
     pub activity_key: ::std::string::String,
-    ///One-line description of the activity.
+    /// One-line description of the activity.
     #[serde(rename = "activitySummary")]
     pub activity_summary: ::std::string::String,
-    ///Why the firing failed, when it did.
+    /// Why the firing failed, when it did.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
-    ///When the trigger fired, Unix epoch milliseconds.
+    /// When the trigger fired, Unix epoch milliseconds.
     #[serde(rename = "firedAt")]
     pub fired_at: i64,
-    ///Id of the firing.
+    /// Id of the firing.
     #[serde(rename = "firingId")]
     pub firing_id: ::std::string::String,
-    ///For a compound trigger, the conditions that matched.
+    /// For a compound trigger, the conditions that matched.
     #[serde(rename = "matchedConditions")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub matched_conditions: ::std::option::Option<::std::vec::Vec<AgentActivityCondition>>,
-    ///The trigger's prompt as Markdown text.
+    /// The trigger's prompt as Markdown text.
     pub prompt: ::std::string::String,
-    ///The trigger's prompt as Seed blocks, when it has them.
+    /// The trigger's prompt as Seed blocks, when it has them.
     #[serde(rename = "promptBlocks")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt_blocks: ::std::option::Option<::std::vec::Vec<AgentPromptBlock>>,
-    ///The trigger's source at the time it fired.
+    /// The trigger's source at the time it fired.
     pub source: AgentTriggerSource,
-    ///Status of the firing.
+    /// Status of the firing.
     pub status: ::std::string::String,
-    ///Id of the trigger.
+    /// Id of the trigger.
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
-    ///Name of the trigger.
+    /// Name of the trigger.
     #[serde(rename = "triggerName")]
     pub trigger_name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Which trigger started a session and when (on `SessionInfo`).
+/// Which trigger started a session and when (on `SessionInfo`).
+///
+/// - Since protocol 1
+/// - Required: `activityKey`, `activitySummary`, `firedAt`, `firingId`, `source`, `triggerId`, `triggerName` (see [`AgentSessionTriggerSummary::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentSessionTriggerSummary {
-    ///Key of the activity that fired it.
+    /// Key of the activity that fired it.
     #[serde(rename = "activityKey")]
     pub activity_key: ::std::string::String,
-    ///One-line description of the activity.
+    /// One-line description of the activity.
     #[serde(rename = "activitySummary")]
     pub activity_summary: ::std::string::String,
-    ///When the trigger fired, Unix epoch milliseconds.
+    /// When the trigger fired, Unix epoch milliseconds.
     #[serde(rename = "firedAt")]
     pub fired_at: i64,
-    ///Id of the firing.
+    /// Id of the firing.
     #[serde(rename = "firingId")]
     pub firing_id: ::std::string::String,
-    ///For a compound trigger, the conditions that matched.
+    /// For a compound trigger, the conditions that matched.
     #[serde(rename = "matchedConditions")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub matched_conditions: ::std::option::Option<::std::vec::Vec<AgentActivityCondition>>,
-    ///The trigger's source at the time it fired.
+    /// The trigger's source at the time it fired.
     pub source: AgentTriggerSource,
-    ///Id of the trigger.
+    /// Id of the trigger.
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
-    ///Name of the trigger.
+    /// Name of the trigger.
     #[serde(rename = "triggerName")]
     pub trigger_name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A tool document of an agent: a builtin tool the server runs (such as `search`), a lambda tool (a script saved with `SaveAgentTool`) or a tool of an MCP server, with whether the agent may call it.
+/// A tool document of an agent: a builtin tool the server runs (such as `search`), a lambda tool (a script saved with `SaveAgentTool`) or a tool of an MCP server, with whether the agent may call it.
+///
+/// - Since protocol 1
+/// - Required: `cid`, `createdAt`, `description`, `enabled`, `granted`, `input`, `kind`, `name`, `summary`, `updatedAt` (see [`AgentToolInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentToolInfo {
-    ///CID of the tool's document: CIDv1, DAG-CBOR, SHA-256 over its canonical encoding (`bafyrei…`); it changes whenever the contract changes.
+    /// CID of the tool's document: CIDv1, DAG-CBOR, SHA-256 over its canonical encoding (`bafyrei…`); it changes whenever the contract changes.
     pub cid: ::std::string::String,
-    ///Creation time, Unix epoch milliseconds.
+    /// Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///What the tool does, as the model is told; required, at most 16 KiB.
+    /// What the tool does, as the model is told; required, at most 16 KiB.
     pub description: ::std::string::String,
-    ///Whether the tool is enabled.
+    /// Whether the tool is enabled.
     pub enabled: bool,
-    ///Whether the agent may call the tool: a builtin its definition grants (see `AgentDefinition.tools`). Lambdas are never granted on this server, which has no code sandbox to run them.
+    /// Whether the agent may call the tool: a builtin its definition grants (see `AgentDefinition.tools`). Lambdas are never granted on this server, which has no code sandbox to run them.
     pub granted: bool,
-    ///JSON Schema of the tool's input (the subset `JsonSchema` describes; 400 for anything else).
+    /// JSON Schema of the tool's input (the subset `JsonSchema` describes; 400 for anything else).
     pub input: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
-    ///`builtin` (part of the server), `lambda` (a script saved for the agent) or `mcp` (offered by an MCP server).
+    /// `builtin` (part of the server), `lambda` (a script saved for the agent) or `mcp` (offered by an MCP server).
     pub kind: AgentToolInfoKind,
-    ///Name of the tool, unique for the agent; the agent calls it by this name.
+    /// Name of the tool, unique for the agent; the agent calls it by this name.
     pub name: ::std::string::String,
-    ///JSON Schema of the tool's output, when declared.
+    /// JSON Schema of the tool's output, when declared.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub output:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
-    ///For an MCP tool: its name on the MCP server.
+    /// For an MCP tool: its name on the MCP server.
     #[serde(rename = "remoteName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub remote_name: ::std::option::Option<::std::string::String>,
-    ///For a lambda tool: `python` or `typescript`.
+    /// For a lambda tool: `python` or `typescript`.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub runtime: ::std::option::Option<AgentToolInfoRuntime>,
-    ///For an MCP tool: name of the MCP server.
+    /// For an MCP tool: name of the MCP server.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub server: ::std::option::Option<::std::string::String>,
-    ///For a lambda tool: its source code (at most 256 KiB).
+    /// For a lambda tool: its source code (at most 256 KiB).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub source: ::std::option::Option<::std::string::String>,
-    ///One-line summary, at most 140 characters.
+    /// One-line summary, at most 140 characters.
     pub summary: ::std::string::String,
-    ///Time of the last change, Unix epoch milliseconds.
+    /// Time of the last change, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`builtin` (part of the server), `lambda` (a script saved for the agent) or `mcp` (offered by an MCP server).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentToolInfoKind {
+    /// The wire value `builtin`.
     #[serde(rename = "builtin")]
     Builtin,
+    /// The wire value `lambda`.
     #[serde(rename = "lambda")]
     Lambda,
+    /// The wire value `mcp`.
     #[serde(rename = "mcp")]
     Mcp,
 }
@@ -1919,8 +2272,10 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentToolInfoKind {
 ///For a lambda tool: `python` or `typescript`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentToolInfoRuntime {
+    /// The wire value `python`.
     #[serde(rename = "python")]
     Python,
+    /// The wire value `typescript`.
     #[serde(rename = "typescript")]
     Typescript,
 }
@@ -1954,32 +2309,42 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentToolInfoRuntime {
         value.parse()
     }
 }
-///A lambda tool to save with `SaveAgentTool`.
+/// A lambda tool to save with `SaveAgentTool`.
+///
+/// - Since protocol 1
+/// - Required: `description`, `input`, `name`, `runtime`, `source` (see [`AgentToolInput::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentToolInput {
-    ///What the tool does, as the model is told; required, at most 16 KiB.
+    /// What the tool does, as the model is told; required, at most 16 KiB.
     pub description: ::std::string::String,
-    ///JSON Schema of the tool's input (the subset `JsonSchema` describes; 400 for anything else).
+    /// JSON Schema of the tool's input (the subset `JsonSchema` describes; 400 for anything else).
     pub input: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
-    ///Name of the tool: 2 to 64 characters of `a-z`, `0-9`, `_` and `-`, starting with a letter, and not the name of a verb or builtin tool (400 otherwise).
+    /// Name of the tool: 2 to 64 characters of `a-z`, `0-9`, `_` and `-`, starting with a letter, and not the name of a verb or builtin tool (400 otherwise).
     pub name: ::std::string::String,
-    ///JSON Schema of the tool's output (the subset `JsonSchema` describes).
+    /// JSON Schema of the tool's output (the subset `JsonSchema` describes).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub output:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
-    ///Language of `source`: `python` or `typescript`.
+    /// Language of `source`: `python` or `typescript`.
     pub runtime: AgentToolInputRuntime,
-    ///Source code of the tool; required, at most 256 KiB.
+    /// Source code of the tool; required, at most 256 KiB.
     pub source: ::std::string::String,
-    ///One-line summary, at most 140 characters.
+    /// One-line summary, at most 140 characters.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub summary: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Language of `source`: `python` or `typescript`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum AgentToolInputRuntime {
+    /// The wire value `python`.
     #[serde(rename = "python")]
     Python,
+    /// The wire value `typescript`.
     #[serde(rename = "typescript")]
     Typescript,
 }
@@ -2013,55 +2378,67 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentToolInputRuntime {
         value.parse()
     }
 }
-///A trigger of an agent: what it watches (`source`), what the agent is told (`prompt`) and what happens when it fires (`continuation`).
+/// A trigger of an agent: what it watches (`source`), what the agent is told (`prompt`) and what happens when it fires (`continuation`).
+///
+/// - Since protocol 1
+/// - Required: `account`, `agentId`, `createdAt`, `enabled`, `id`, `name`, `prompt`, `source`, `updatedAt` (see [`AgentTriggerInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentTriggerInfo {
-    ///The agent's owning account, as a base58btc principal string (`z…`).
+    /// The agent's owning account, as a base58btc principal string (`z…`).
     pub account: ::std::string::String,
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///What a firing does; absent means a new thread (session) with the prompt.
+    /// What a firing does; absent means a new thread (session) with the prompt.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continuation: ::std::option::Option<TriggerContinuation>,
-    ///Creation time, Unix epoch milliseconds.
+    /// Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///Whether the trigger fires.
+    /// Whether the trigger fires.
     pub enabled: bool,
-    ///Id of the trigger (a UUID).
+    /// Id of the trigger (a UUID).
     pub id: ::std::string::String,
-    ///When the server last checked the source for new activity, Unix epoch milliseconds.
+    /// When the server last checked the source for new activity, Unix epoch milliseconds.
     #[serde(rename = "lastCheckedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub last_checked_at: ::std::option::Option<i64>,
-    ///The last error checking or firing the trigger, if any.
+    /// The last error checking or firing the trigger, if any.
     #[serde(rename = "lastError")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub last_error: ::std::option::Option<::std::string::String>,
-    ///When the trigger last fired, Unix epoch milliseconds.
+    /// When the trigger last fired, Unix epoch milliseconds.
     #[serde(rename = "lastFiredAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub last_fired_at: ::std::option::Option<i64>,
-    ///Id of the trigger this one was combined into by `CombineAgentTriggers`; such a trigger is disabled and cannot be edited or enabled.
+    /// Id of the trigger this one was combined into by `CombineAgentTriggers`; such a trigger is disabled and cannot be edited or enabled.
+    ///
+    /// Since protocol 3.
     #[serde(rename = "mergedInto")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub merged_into: ::std::option::Option<::std::string::String>,
-    ///Name of the trigger; at most 256 bytes.
+    /// Name of the trigger; at most 256 bytes.
     pub name: ::std::string::String,
-    ///What the agent is told when the trigger fires: Markdown text or Seed blocks.
+    /// What the agent is told when the trigger fires: Markdown text or Seed blocks.
     pub prompt: AgentTriggerInfoPrompt,
-    ///What the trigger watches.
+    /// What the trigger watches.
     pub source: AgentTriggerSource,
-    ///Time of the last change, Unix epoch milliseconds. Pass it as `expectedUpdatedAt` to update safely.
+    /// Time of the last change, Unix epoch milliseconds. Pass it as `expectedUpdatedAt` to update safely.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///What the agent is told when the trigger fires: Markdown text or Seed blocks.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentTriggerInfoPrompt {
+    /// A `Vec`.
     Array(::std::vec::Vec<AgentPromptBlock>),
+    /// A `String`.
     String(::std::string::String),
 }
 impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerInfoPrompt {
@@ -2069,28 +2446,38 @@ impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerInf
         Self::Array(value)
     }
 }
-///A new trigger, for `CreateAgentTrigger`.
+/// A new trigger, for `CreateAgentTrigger`.
+///
+/// - Since protocol 1
+/// - Required: `name`, `source` (see [`AgentTriggerInput::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentTriggerInput {
-    ///What a firing does; absent means a new thread (session) with the prompt.
+    /// What a firing does; absent means a new thread (session) with the prompt.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continuation: ::std::option::Option<TriggerContinuation>,
-    ///Whether the trigger fires; default true.
+    /// Whether the trigger fires; default true.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub enabled: ::std::option::Option<bool>,
-    ///Name; at most 256 bytes.
+    /// Name; at most 256 bytes.
     pub name: ::std::string::String,
-    ///What the agent is told when the trigger fires: Markdown text or Seed blocks, at most 64 KiB rendered.
+    /// What the agent is told when the trigger fires: Markdown text or Seed blocks, at most 64 KiB rendered.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt: ::std::option::Option<AgentTriggerInputPrompt>,
-    ///What the trigger watches.
+    /// What the trigger watches.
     pub source: AgentTriggerSource,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///What the agent is told when the trigger fires: Markdown text or Seed blocks, at most 64 KiB rendered.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentTriggerInputPrompt {
+    /// A `Vec`.
     Array(::std::vec::Vec<AgentPromptBlock>),
+    /// A `String`.
     String(::std::string::String),
 }
 impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerInputPrompt {
@@ -2098,30 +2485,39 @@ impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerInp
         Self::Array(value)
     }
 }
-///Changes to a trigger, for `UpdateAgentTrigger`: only the fields given change, and at least one is required.
+/// Changes to a trigger, for `UpdateAgentTrigger`: only the fields given change, and at least one is required.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AgentTriggerPatch {
-    ///New continuation.
+    /// New continuation.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continuation: ::std::option::Option<TriggerContinuation>,
-    ///Enable or disable the trigger.
+    /// Enable or disable the trigger.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub enabled: ::std::option::Option<bool>,
-    ///New name; at most 256 bytes.
+    /// New name; at most 256 bytes.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub name: ::std::option::Option<::std::string::String>,
-    ///New prompt: Markdown text or Seed blocks, at most 64 KiB rendered.
+    /// New prompt: Markdown text or Seed blocks, at most 64 KiB rendered.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub prompt: ::std::option::Option<AgentTriggerPatchPrompt>,
-    ///New source.
+    /// New source.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub source: ::std::option::Option<AgentTriggerSource>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///New prompt: Markdown text or Seed blocks, at most 64 KiB rendered.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum AgentTriggerPatchPrompt {
+    /// A `Vec`.
     Array(::std::vec::Vec<AgentPromptBlock>),
+    /// A `String`.
     String(::std::string::String),
 }
 impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerPatchPrompt {
@@ -2133,22 +2529,31 @@ impl ::std::convert::From<::std::vec::Vec<AgentPromptBlock>> for AgentTriggerPat
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type")]
 pub enum AgentTriggerSource {
+    /// A [`ActivitySource`].
     #[serde(rename = "activity")]
     ActivitySource(ActivitySource),
+    /// A [`CommentReplySource`].
     #[serde(rename = "comment-reply")]
     CommentReplySource(CommentReplySource),
+    /// A [`DocumentAuthorCommentSource`].
     #[serde(rename = "document-author-comment")]
     DocumentAuthorCommentSource(DocumentAuthorCommentSource),
+    /// A [`DocumentCommentSource`].
     #[serde(rename = "document-comment")]
     DocumentCommentSource(DocumentCommentSource),
+    /// A [`RunCompletedSource`].
     #[serde(rename = "run-completed")]
     RunCompletedSource(RunCompletedSource),
+    /// A [`ScheduleSource`].
     #[serde(rename = "schedule")]
     ScheduleSource(ScheduleSource),
+    /// A [`SiteUpdateSource`].
     #[serde(rename = "site-update")]
     SiteUpdateSource(SiteUpdateSource),
+    /// A [`UserMentionSource`].
     #[serde(rename = "user-mention")]
     UserMentionSource(UserMentionSource),
+    /// A [`WebhookSource`].
     #[serde(rename = "webhook")]
     WebhookSource(WebhookSource),
 }
@@ -2201,16 +2606,22 @@ impl ::std::convert::From<WebhookSource> for AgentTriggerSource {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "_")]
 pub enum AgentWsEvent {
+    /// A [`AppendFrame`].
     #[serde(rename = "append")]
     AppendFrame(AppendFrame),
+    /// A [`AppendPartialFrame`].
     #[serde(rename = "appendPartial")]
     AppendPartialFrame(AppendPartialFrame),
+    /// A [`ChangeFrame`].
     #[serde(rename = "change")]
     ChangeFrame(ChangeFrame),
+    /// A [`ConnectedFrame`].
     #[serde(rename = "connected")]
     ConnectedFrame(ConnectedFrame),
+    /// A [`ErrorFrame`].
     #[serde(rename = "error")]
     ErrorFrame(ErrorFrame),
+    /// A [`SubscribedFrame`].
     #[serde(rename = "subscribed")]
     SubscribedFrame(SubscribedFrame),
 }
@@ -2244,113 +2655,181 @@ impl ::std::convert::From<SubscribedFrame> for AgentWsEvent {
         Self::SubscribedFrame(value)
     }
 }
-///Appends the next chunk of a chunked upload. Chunks go in order: `offset` must equal the bytes received so far, else 409 `Chunk offset X does not match Y bytes received` (a chunk that arrives just ahead of its predecessor waits briefly for it first). A chunk is at most 8 MiB (413 `Chunk is too large`), must not be empty (400) and must not pass the declared size (400 `Upload exceeds its declared size`). Each chunk is durable before the answer. Needs, on the upload's target, the role `BeginFileUpload` needs (403 when the caller's role has dropped); 404 `Upload not found` for an unknown, expired or another account's upload.
+/// Appends the next chunk of a chunked upload. Chunks go in order: `offset` must equal the bytes received so far, else 409 `Chunk offset X does not match Y bytes received` (a chunk that arrives just ahead of its predecessor waits briefly for it first). A chunk is at most 8 MiB (413 `Chunk is too large`), must not be empty (400) and must not pass the declared size (400 `Upload exceeds its declared size`). Each chunk is durable before the answer. Needs, on the upload's target, the role `BeginFileUpload` needs (403 when the caller's role has dropped); 404 `Upload not found` for an unknown, expired or another account's upload.
+///
+/// - Response: [`AppendFileUploadChunkResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `content`, `offset`, `uploadId` (see [`AppendFileUploadChunk::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AppendFileUploadChunk {
-    ///The chunk's bytes: non-empty, at most `maxChunkBytes` (8 MiB).
+    /// The chunk's bytes: non-empty, at most `maxChunkBytes` (8 MiB).
     pub content: ::seed_agents_protocol::Bytes,
-    ///Byte offset of the chunk in the file; must equal the bytes received so far.
+    /// Byte offset of the chunk in the file; must equal the bytes received so far.
     pub offset: i64,
-    ///Id of the upload, from `BeginFileUpload`.
+    /// Id of the upload, from `BeginFileUpload`.
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
 }
-///Answer to `AppendFileUploadChunk`.
+/// Answer to `AppendFileUploadChunk`.
+///
+/// - Since protocol 1
+/// - Required: `received`, `uploadId` (see [`AppendFileUploadChunkResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AppendFileUploadChunkResponse {
-    ///Bytes received so far, this chunk included: the `offset` of the next chunk.
+    /// Bytes received so far, this chunk included: the `offset` of the next chunk.
     pub received: i64,
-    ///Id of the upload.
+    /// Id of the upload.
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A durable append: a session event (`sessions/<id>`: `event`) or a run journal entry (`runs/<id>`: `runId`, `seq`, `entry`, `createdAt`).
+/// A durable append: a session event (`sessions/<id>`: `event`) or a run journal entry (`runs/<id>`: `runId`, `seq`, `entry`, `createdAt`).
+///
+/// - Since protocol 1
+/// - Required: `key` (see [`AppendFrame::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AppendFrame {
-    ///`runs/<id>` keys: when the entry was written.
+    /// `runs/<id>` keys: when the entry was written.
     #[serde(rename = "createdAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub created_at: ::std::option::Option<i64>,
-    ///`runs/<id>` keys: the journal entry.
+    /// `runs/<id>` keys: the journal entry.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub entry:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
-    ///`sessions/<id>` keys: the durable event.
+    /// `sessions/<id>` keys: the durable event.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub event: ::std::option::Option<SessionEvent>,
-    ///The subscription key the frame belongs to.
+    /// The subscription key the frame belongs to.
     pub key: ::std::string::String,
-    ///`runs/<id>` keys: the run whose journal grew.
+    /// `runs/<id>` keys: the run whose journal grew.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub run_id: ::std::option::Option<::std::string::String>,
-    ///`runs/<id>` keys: the journal entry sequence number.
+    /// `runs/<id>` keys: the journal entry sequence number.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub seq: ::std::option::Option<i64>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A live partial; never persisted or replayed.
+/// A live partial; never persisted or replayed.
+///
+/// - Since protocol 1
+/// - Required: `key`, `partialId`, `patch` (see [`AppendPartialFrame::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AppendPartialFrame {
-    ///The subscription key the frame belongs to.
+    /// The subscription key the frame belongs to.
     pub key: ::std::string::String,
-    ///Id of the partial stream; patches with the same id build one message until `done`.
+    /// Id of the partial stream; patches with the same id build one message until `done`.
     #[serde(rename = "partialId")]
     pub partial_id: ::std::string::String,
-    ///The change.
+    /// The change.
     pub patch: PartialPatch,
-    ///`runs/<id>` keys only.
+    /// `runs/<id>` keys only.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub run_id: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Close (archive) a browser document.
+/// Close (archive) a browser document.
+///
+/// - Since protocol 1
+/// - Required: `document` (see [`ArchiveBrowserCommand::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ArchiveBrowserCommand {
-    ///Id of the browser document (tab) the command acts on.
+    /// Id of the browser document (tab) the command acts on.
     pub document: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A message part referring to an attachment already uploaded to the session (`UploadSessionAttachment` or a chunked upload).
+/// A message part referring to an attachment already uploaded to the session (`UploadSessionAttachment` or a chunked upload).
+///
+/// - Since protocol 1
+/// - Required: `id` (see [`AttachmentContentPart::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AttachmentContentPart {
-    ///Id of the attachment: 64 lowercase hex characters (400 `Invalid attachment id` otherwise). It must exist in the session (404 `Attachment not found: <id>`).
+    /// Id of the attachment: 64 lowercase hex characters (400 `Invalid attachment id` otherwise). It must exist in the session (404 `Attachment not found: <id>`).
     pub id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Starts a chunked upload of a large file into an agent's memory or as a session attachment; send the bytes with `AppendFileUploadChunk` and finish with `CommitFileUpload`. A memory target needs writer or owner on the agent and at most 2 GiB (413 `Upload exceeds the maximum file size`); its path is checked now (400 for a directory or an unwritable path). A session target needs chatter or more and at most 100 MiB (413 `Upload exceeds the maximum attachment size`), with a non-blank name (400 `Attachment name is required`). `size` must be a positive integer (400). An account may have at most 8 uploads open (429 `Too many uploads in progress`); an upload untouched for an hour expires. Uploads survive a server restart.
+/// Starts a chunked upload of a large file into an agent's memory or as a session attachment; send the bytes with `AppendFileUploadChunk` and finish with `CommitFileUpload`. A memory target needs writer or owner on the agent and at most 2 GiB (413 `Upload exceeds the maximum file size`); its path is checked now (400 for a directory or an unwritable path). A session target needs chatter or more and at most 100 MiB (413 `Upload exceeds the maximum attachment size`), with a non-blank name (400 `Attachment name is required`). `size` must be a positive integer (400). An account may have at most 8 uploads open (429 `Too many uploads in progress`); an upload untouched for an hour expires. Uploads survive a server restart.
+///
+/// - Response: [`BeginFileUploadResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `size`, `target` (see [`BeginFileUpload::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct BeginFileUpload {
-    ///Total size of the file, in bytes; a positive integer.
+    /// Total size of the file, in bytes; a positive integer.
     pub size: i64,
-    ///Where the file goes when committed.
+    /// Where the file goes when committed.
     pub target: FileUploadTarget,
 }
-///Answer to `BeginFileUpload`.
+/// Answer to `BeginFileUpload`.
+///
+/// - Since protocol 1
+/// - Required: `maxChunkBytes`, `uploadId` (see [`BeginFileUploadResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct BeginFileUploadResponse {
-    ///Largest chunk the server accepts, in bytes (8 MiB).
+    /// Largest chunk the server accepts, in bytes (8 MiB).
     #[serde(rename = "maxChunkBytes")]
     pub max_chunk_bytes: i64,
-    ///Id of the new upload.
+    /// Id of the new upload.
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///A browser command relayed to a connected desktop.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "action")]
 pub enum BrowserCommand {
+    /// A [`ArchiveBrowserCommand`].
     #[serde(rename = "archive")]
     ArchiveBrowserCommand(ArchiveBrowserCommand),
+    /// A [`ClickBrowserCommand`].
     #[serde(rename = "click")]
     ClickBrowserCommand(ClickBrowserCommand),
+    /// A [`NavigateBrowserCommand`].
     #[serde(rename = "navigate")]
     NavigateBrowserCommand(NavigateBrowserCommand),
+    /// A [`PressBrowserCommand`].
     #[serde(rename = "press")]
     PressBrowserCommand(PressBrowserCommand),
+    /// A [`ScreenshotBrowserCommand`].
     #[serde(rename = "screenshot")]
     ScreenshotBrowserCommand(ScreenshotBrowserCommand),
+    /// A [`ScrollBrowserCommand`].
     #[serde(rename = "scroll")]
     ScrollBrowserCommand(ScrollBrowserCommand),
+    /// A [`SnapshotBrowserCommand`].
     #[serde(rename = "snapshot")]
     SnapshotBrowserCommand(SnapshotBrowserCommand),
+    /// A [`TypeBrowserCommand`].
     #[serde(rename = "type")]
     TypeBrowserCommand(TypeBrowserCommand),
 }
@@ -2394,438 +2873,767 @@ impl ::std::convert::From<TypeBrowserCommand> for BrowserCommand {
         Self::TypeBrowserCommand(value)
     }
 }
-///One browser command for the connected client to run, with the id to resolve it by.
+/// One browser command for the connected client to run, with the id to resolve it by.
+///
+/// - Since protocol 1
+/// - Required: `command`, `id` (see [`BrowserRequest::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct BrowserRequest {
-    ///The command.
+    /// The command.
     pub command: BrowserCommand,
-    ///Id of the request; pass it as `requestId` to `ResolveSessionBrowser`.
+    /// Id of the request; pass it as `requestId` to `ResolveSessionBrowser`.
     pub id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Cancels a pending subscription sign-in of the signed account. 404 `Sign-in not found` for an unknown login or another account's. This server does not implement it yet and answers 501.
+/// Cancels a pending subscription sign-in of the signed account. 404 `Sign-in not found` for an unknown login or another account's. This server does not implement it yet and answers 501.
+///
+/// - Response: [`CancelProviderOAuthResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `loginId` (see [`CancelProviderOAuth::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CancelProviderOAuth {
-    ///Id of the sign-in, from `StartProviderOAuth`.
+    /// Id of the sign-in, from `StartProviderOAuth`.
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
 }
-///Answer to `CancelProviderOAuth`.
+/// Answer to `CancelProviderOAuth`.
+///
+/// - Since protocol 1
+/// - Required: `loginId` (see [`CancelProviderOAuthResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CancelProviderOAuthResponse {
-    ///Id of the canceled sign-in.
+    /// Id of the canceled sign-in.
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Cancels a run and its descendants: queued and waiting runs are canceled at once, running ones are asked to stop and end `canceled`. Writer or owner (403 `Write access is required`); 404 `Run not found` when the run is missing, has no agent any more, or its agent is invisible to the caller. Canceling a finished run is not an error.
+/// Cancels a run and its descendants: queued and waiting runs are canceled at once, running ones are asked to stop and end `canceled`. Writer or owner (403 `Write access is required`); 404 `Run not found` when the run is missing, has no agent any more, or its agent is invisible to the caller. Canceling a finished run is not an error.
+///
+/// - Response: [`CancelRunResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `runId` (see [`CancelRun::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CancelRun {
-    ///Id of the run to cancel (any run of a tree; its descendants are canceled with it).
+    /// Id of the run to cancel (any run of a tree; its descendants are canceled with it).
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
 }
-///Answer to `CancelRun`.
+/// Answer to `CancelRun`.
+///
+/// - Since protocol 1
+/// - Required: `canceled`, `runId` (see [`CancelRunResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CancelRunResponse {
-    ///Whether any run was canceled or asked to stop; false when the whole tree had already finished.
+    /// Whether any run was canceled or asked to stop; false when the whole tree had already finished.
     pub canceled: bool,
-    ///Id of the run.
+    /// Id of the run.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A snapshot of something that changed; the key prefix says what `value` is.
+/// A snapshot of something that changed; the key prefix says what `value` is.
+///
+/// - Since protocol 1
+/// - Required: `key`, `value` (see [`ChangeFrame::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ChangeFrame {
-    ///The key of what changed (for an account change seen through `agents/<id>`, the `account/<id>` key).
+    /// The key of what changed (for an account change seen through `agents/<id>`, the `account/<id>` key).
     pub key: ::std::string::String,
-    ///By key prefix: `sessions/` SessionInfo, `agents/` AgentInfo, `runs/` RunInfo, `account/` AccountChangeHint.
+    /// By key prefix: `sessions/` SessionInfo, `agents/` AgentInfo, `runs/` RunInfo, `account/` AccountChangeHint.
     pub value: ::seed_agents_protocol::Value,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Click an element of a page.
+/// Click an element of a page.
+///
+/// - Since protocol 1
+/// - Required: `document`, `ref` (see [`ClickBrowserCommand::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ClickBrowserCommand {
-    ///Id of the browser document (tab) the command acts on.
+    /// Id of the browser document (tab) the command acts on.
     pub document: ::std::string::String,
-    ///Reference of the element to click, as a snapshot named it.
+    /// Reference of the element to click, as a snapshot named it.
     #[serde(rename = "ref")]
     pub ref_: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Combines two compound (`activity`) triggers of the same agent: the first keeps the union of both sets of conditions, and its prompt and continuation unless `useOtherAction`; the other is disabled and marked `mergedInto` the first. Both `expectedUpdatedAt` values must match the stored triggers (409 otherwise). Writer or owner. Needs protocol 3 (older clients get 426 `update_required`). This server does not implement it yet and answers 501.
+/// Combines two compound (`activity`) triggers of the same agent: the first keeps the union of both sets of conditions, and its prompt and continuation unless `useOtherAction`; the other is disabled and marked `mergedInto` the first. Both `expectedUpdatedAt` values must match the stored triggers (409 otherwise). Writer or owner. Needs protocol 3 (older clients get 426 `update_required`). This server does not implement it yet and answers 501.
+///
+/// - Response: [`UpdateAgentTriggerResponse`]
+/// - Effect: write
+/// - Since protocol 3
+/// - Required: `expectedUpdatedAt`, `otherExpectedUpdatedAt`, `otherTriggerId`, `triggerId` (see [`CombineAgentTriggers::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CombineAgentTriggers {
-    ///The `updatedAt` the caller last saw on the surviving trigger, Unix epoch milliseconds.
+    /// The `updatedAt` the caller last saw on the surviving trigger, Unix epoch milliseconds.
     #[serde(rename = "expectedUpdatedAt")]
     pub expected_updated_at: i64,
-    ///The `updatedAt` the caller last saw on the other trigger, Unix epoch milliseconds.
+    /// The `updatedAt` the caller last saw on the other trigger, Unix epoch milliseconds.
     #[serde(rename = "otherExpectedUpdatedAt")]
     pub other_expected_updated_at: i64,
-    ///Id of the trigger to merge in and disable.
+    /// Id of the trigger to merge in and disable.
     #[serde(rename = "otherTriggerId")]
     pub other_trigger_id: ::std::string::String,
-    ///Id of the trigger that survives.
+    /// Id of the trigger that survives.
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
-    ///Keep the other trigger's prompt and continuation instead of the survivor's.
+    /// Keep the other trigger's prompt and continuation instead of the survivor's.
     #[serde(rename = "useOtherAction")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub use_other_action: ::std::option::Option<bool>,
 }
-///Fires on a direct reply to a comment by one of the given accounts (never on someone replying to themselves).
+/// Fires on a direct reply to a comment by one of the given accounts (never on someone replying to themselves).
+///
+/// - Since protocol 1
+/// - Required: `repliedToAccounts` (see [`CommentReplySource::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CommentReplySource {
-    ///Accounts whose comments are watched for replies, as base58btc account ids (`z…`); at least one.
+    /// Accounts whose comments are watched for replies, as base58btc account ids (`z…`); at least one.
     #[serde(rename = "repliedToAccounts")]
     pub replied_to_accounts: ::std::vec::Vec<::std::string::String>,
-    ///Only replies under this document address prefix (`hm://…`); at most 2048 bytes.
+    /// Only replies under this document address prefix (`hm://…`); at most 2048 bytes.
     #[serde(rename = "resourcePrefix")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub resource_prefix: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Finishes a chunked upload and moves the file to its target. Every declared byte must have arrived (400 `Upload has X of Y bytes; cannot commit`). A refused commit discards the upload. Needs, on the upload's target, the role `BeginFileUpload` needs (403 when the caller's role has dropped); 404 `Upload not found` for an unknown, expired or another account's upload.
+/// Finishes a chunked upload and moves the file to its target. Every declared byte must have arrived (400 `Upload has X of Y bytes; cannot commit`). A refused commit discards the upload. Needs, on the upload's target, the role `BeginFileUpload` needs (403 when the caller's role has dropped); 404 `Upload not found` for an unknown, expired or another account's upload.
+///
+/// - Response: [`CommitFileUploadResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `uploadId` (see [`CommitFileUpload::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CommitFileUpload {
-    ///Id of the upload, from `BeginFileUpload`.
+    /// Id of the upload, from `BeginFileUpload`.
     #[serde(rename = "uploadId")]
     pub upload_id: ::std::string::String,
 }
-///Answer to `CommitFileUpload`: `entry` for a memory target, `attachment` for a session target.
+/// Answer to `CommitFileUpload`: `entry` for a memory target, `attachment` for a session target.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CommitFileUploadResponse {
-    ///The new session attachment (session targets).
+    /// The new session attachment (session targets).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub attachment: ::std::option::Option<SessionAttachmentInfo>,
-    ///The written memory file (memory targets).
+    /// The written memory file (memory targets).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub entry: ::std::option::Option<AgentMemoryEntry>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Registers a client's browser with a session, so the agent can send it commands. Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
+/// Registers a client's browser with a session, so the agent can send it commands. Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
+///
+/// - Response: [`SessionBrowserResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `connectionId`, `sessionId` (see [`ConnectSessionBrowser::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ConnectSessionBrowser {
-    ///Id the client chose for this browser connection.
+    /// Id the client chose for this browser connection.
     #[serde(rename = "connectionId")]
     pub connection_id: ::std::string::String,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///Sent once when the socket opens.
+/// Sent once when the socket opens.
+///
+/// - Since protocol 1
+/// - Required: `connectedAt` (see [`ConnectedFrame::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ConnectedFrame {
-    ///When the server accepted the socket, Unix epoch milliseconds.
+    /// When the server accepted the socket, Unix epoch milliseconds.
     #[serde(rename = "connectedAt")]
     pub connected_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Context for the model sent with a message (for example the document the user is looking at). It is attached to the first user message of the request as `contextLines` and never appears in its `content`.
+/// Context for the model sent with a message (for example the document the user is looking at). It is attached to the first user message of the request as `contextLines` and never appears in its `content`.
+///
+/// - Since protocol 1
+/// - Required: `lines` (see [`ContextContentPart::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ContextContentPart {
-    ///Context lines: at most 64 per part (400 `Too many context lines`), each at most 2 KiB (400 `Context line is too large`).
+    /// Context lines: at most 64 per part (400 `Too many context lines`), each at most 2 KiB (400 `Context line is too large`).
     pub lines: ::std::vec::Vec<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Creates an agent owned by the signed account. The definition is validated against that account: the model provider must exist (400 `Model provider not found`), the reasoning level must suit the model, and every signing key must be one of the account's signing identities (400 `Signing key not found`); size limits answer 400. When the agent has a primary signing key the server also creates a default trigger for mentions, replies and comments addressed to that identity. With `clientRequestId`, a retry with the same definition returns the first answer and one with a different definition fails with 409 `Client request ID payload mismatch`.
+/// Creates an agent owned by the signed account. The definition is validated against that account: the model provider must exist (400 `Model provider not found`), the reasoning level must suit the model, and every signing key must be one of the account's signing identities (400 `Signing key not found`); size limits answer 400. When the agent has a primary signing key the server also creates a default trigger for mentions, replies and comments addressed to that identity. With `clientRequestId`, a retry with the same definition returns the first answer and one with a different definition fails with 409 `Client request ID payload mismatch`.
+///
+/// - Response: [`CreateAgentResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `definition` (see [`CreateAgent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateAgent {
-    ///Idempotency key chosen by the client, at most 256 bytes, scoped to the signed account; makes retries safe.
+    /// Idempotency key chosen by the client, at most 256 bytes, scoped to the signed account; makes retries safe.
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
-    ///The new agent's definition.
+    /// The new agent's definition.
     pub definition: AgentDefinition,
 }
-///Answer to `CreateAgent`: the new agent's id.
+/// Answer to `CreateAgent`: the new agent's id.
+///
+/// - Since protocol 1
+/// - Required: `agentId` (see [`CreateAgentResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateAgentResponse {
-    ///Id of the created agent (a UUID).
+    /// Id of the created agent (a UUID).
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Creates a trigger for an agent. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access); an invalid source, name or prompt answers 400. With `clientRequestId`, a retry with the same `agentId` and trigger returns the first answer, different values fail with 409 `Client request ID payload mismatch`. This server does not implement it yet and answers 501.
+/// Creates a trigger for an agent. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access); an invalid source, name or prompt answers 400. With `clientRequestId`, a retry with the same `agentId` and trigger returns the first answer, different values fail with 409 `Client request ID payload mismatch`. This server does not implement it yet and answers 501.
+///
+/// - Response: [`CreateAgentTriggerResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `trigger` (see [`CreateAgentTrigger::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateAgentTrigger {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///Idempotency key chosen by the client, at most 256 bytes.
+    /// Idempotency key chosen by the client, at most 256 bytes.
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
-    ///The trigger to create.
+    /// The trigger to create.
     pub trigger: AgentTriggerInput,
 }
-///Answer to `CreateAgentTrigger`.
+/// Answer to `CreateAgentTrigger`.
+///
+/// - Since protocol 1
+/// - Required: `trigger` (see [`CreateAgentTriggerResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateAgentTriggerResponse {
-    ///The created trigger.
+    /// The created trigger.
     pub trigger: AgentTriggerInfo,
-    ///For a `webhook` source: the secret a caller of the webhook must present.
+    /// For a `webhook` source: the secret a caller of the webhook must present.
     #[serde(rename = "webhookSecret")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub webhook_secret: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Creates a session (a conversation thread) with an agent. Writer or owner; on an agent with public chat any signed account (`chatter`). A caller without access gets 404 `Agent not found`, a reader 403 `Write access is required`. A model override must name a provider of the agent's owner (400 `Model provider not found`) with a reasoning level the model supports. With `clientRequestId`, a retry with the same `agentId` and `title` returns the first answer; other values fail with 409 `Client request ID payload mismatch`.
+/// Creates a session (a conversation thread) with an agent. Writer or owner; on an agent with public chat any signed account (`chatter`). A caller without access gets 404 `Agent not found`, a reader 403 `Write access is required`. A model override must name a provider of the agent's owner (400 `Model provider not found`) with a reasoning level the model supports. With `clientRequestId`, a retry with the same `agentId` and `title` returns the first answer; other values fail with 409 `Client request ID payload mismatch`.
+///
+/// - Response: [`CreateSessionResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId` (see [`CreateSession::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateSession {
-    ///Id of the agent the session belongs to.
+    /// Id of the agent the session belongs to.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///Idempotency key chosen by the client, at most 256 bytes, scoped to the signed account.
+    /// Idempotency key chosen by the client, at most 256 bytes, scoped to the signed account.
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
-    ///Run this session with another provider and model than the agent's.
+    /// Run this session with another provider and model than the agent's.
     #[serde(rename = "modelOverride")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub model_override: ::std::option::Option<SessionModelOverride>,
-    ///Effort for this session, overriding the agent's `thoroughness`.
+    /// Effort for this session, overriding the agent's `thoroughness`.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub thoroughness: ::std::option::Option<Thoroughness>,
-    ///Title; at most 256 bytes (400 `Session title is too large`). Placeholders (`untitled session`, `untitled sub-session`, `new chat`, any case) count as no title, and an untitled session is named from its first message (unless the server turns title generation off).
+    /// Title; at most 256 bytes (400 `Session title is too large`). Placeholders (`untitled session`, `untitled sub-session`, `new chat`, any case) count as no title, and an untitled session is named from its first message (unless the server turns title generation off).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
 }
-///Answer to `CreateSession`.
+/// Answer to `CreateSession`.
+///
+/// - Since protocol 1
+/// - Required: `sessionId` (see [`CreateSessionResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateSessionResponse {
-    ///Id of the new session (a UUID).
+    /// Id of the new session (a UUID).
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Creates a signing identity: a new Seed account key that agents of the signed account can sign with. The server generates the key, publishes the account's profile and home document (named by `label`) to the configured Seed server and stores the key encrypted as a secret. Account-scoped. 502 when publishing fails. With `clientRequestId`, a retry with the same `label` returns the first identity; another label fails with 409 `Client request ID payload mismatch`.
+/// Creates a signing identity: a new Seed account key that agents of the signed account can sign with. The server generates the key, publishes the account's profile and home document (named by `label`) to the configured Seed server and stores the key encrypted as a secret. Account-scoped. 502 when publishing fails. With `clientRequestId`, a retry with the same `label` returns the first identity; another label fails with 409 `Client request ID payload mismatch`.
+///
+/// - Response: [`CreateSigningIdentityResponse`]
+/// - Effect: write
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateSigningIdentity {
-    ///Idempotency key chosen by the client, at most 256 bytes.
+    /// Idempotency key chosen by the client, at most 256 bytes.
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
-    ///Display name of the new account, published in its profile.
+    /// Display name of the new account, published in its profile.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
 }
-///Answer to `CreateSigningIdentity`.
+/// Answer to `CreateSigningIdentity`.
+///
+/// - Since protocol 1
+/// - Required: `identity` (see [`CreateSigningIdentityResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct CreateSigningIdentityResponse {
-    ///The new identity.
+    /// The new identity.
     pub identity: SigningIdentity,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Declines (deletes) the signed account's pending invitation to an agent. Only the invited account may call it; fails with 404 `Agent invitation not found` when there is none.
+/// Declines (deletes) the signed account's pending invitation to an agent. Only the invited account may call it; fails with 404 `Agent invitation not found` when there is none.
+///
+/// - Response: [`DeclineAgentInviteResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId` (see [`DeclineAgentInvite::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeclineAgentInvite {
-    ///Id of the agent whose invitation to decline.
+    /// Id of the agent whose invitation to decline.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///Answer to `DeclineAgentInvite`.
+/// Answer to `DeclineAgentInvite`.
+///
+/// - Since protocol 1
+/// - Required: `agentId` (see [`DeclineAgentInviteResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeclineAgentInviteResponse {
-    ///Id of the agent whose invitation was declined.
+    /// Id of the agent whose invitation was declined.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Deletes an agent. Owner only (403 `Only the agent owner can do this`; 404 `Agent not found` for a caller without access). Live runs of the agent are canceled first; then its sessions, events, triggers, collaborators and memory are deleted. Its runs remain, detached, and sub-sessions of other agents under its sessions become top-level.
+/// Deletes an agent. Owner only (403 `Only the agent owner can do this`; 404 `Agent not found` for a caller without access). Live runs of the agent are canceled first; then its sessions, events, triggers, collaborators and memory are deleted. Its runs remain, detached, and sub-sessions of other agents under its sessions become top-level.
+///
+/// - Response: [`DeleteAgentResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId` (see [`DeleteAgent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgent {
-    ///Id of the agent to delete.
+    /// Id of the agent to delete.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///Deletes a file, or a directory with everything in it, from an agent's memory. Deleting a missing path is not an error (`deleted: false`). Writer or owner (403 `Write access is required`; 404 `Agent not found` without access).
+/// Deletes a file, or a directory with everything in it, from an agent's memory. Deleting a missing path is not an error (`deleted: false`). Writer or owner (403 `Write access is required`; 404 `Agent not found` without access).
+///
+/// - Response: [`DeleteAgentMemoryFileResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `path` (see [`DeleteAgentMemoryFile::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgentMemoryFile {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
+    /// Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
     pub path: ::std::string::String,
 }
-///Answer to `DeleteAgentMemoryFile`.
+/// Answer to `DeleteAgentMemoryFile`.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `deleted`, `path` (see [`DeleteAgentMemoryFileResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgentMemoryFileResponse {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///Whether anything was there to delete.
+    /// Whether anything was there to delete.
     pub deleted: bool,
-    ///The normalised path.
+    /// The normalised path.
     pub path: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Answer to `DeleteAgent`.
+/// Answer to `DeleteAgent`.
+///
+/// - Since protocol 1
+/// - Required: `agentId` (see [`DeleteAgentResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgentResponse {
-    ///Id of the deleted agent.
+    /// Id of the deleted agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Deletes one of an agent's lambda tools. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). Deleting a missing tool answers `deleted: false`; a builtin tool cannot be deleted (400: revoke it in the agent's `tools` instead).
+/// Deletes one of an agent's lambda tools. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). Deleting a missing tool answers `deleted: false`; a builtin tool cannot be deleted (400: revoke it in the agent's `tools` instead).
+///
+/// - Response: [`DeleteAgentToolResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `name` (see [`DeleteAgentTool::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgentTool {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///Name of the tool.
+    /// Name of the tool.
     pub name: ::std::string::String,
 }
-///Answer to `DeleteAgentTool`.
+/// Answer to `DeleteAgentTool`.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `deleted`, `name` (see [`DeleteAgentToolResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgentToolResponse {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///Whether a tool was deleted.
+    /// Whether a tool was deleted.
     pub deleted: bool,
-    ///Name of the tool.
+    /// Name of the tool.
     pub name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Deletes a trigger with its firings. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible to the caller. This server does not implement it yet and answers 501.
+/// Deletes a trigger with its firings. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible to the caller. This server does not implement it yet and answers 501.
+///
+/// - Response: [`DeleteAgentTriggerResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `triggerId` (see [`DeleteAgentTrigger::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgentTrigger {
-    ///Id of the trigger to delete.
+    /// Id of the trigger to delete.
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
 }
-///Answer to `DeleteAgentTrigger`.
+/// Answer to `DeleteAgentTrigger`.
+///
+/// - Since protocol 1
+/// - Required: `triggerId` (see [`DeleteAgentTriggerResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteAgentTriggerResponse {
-    ///Id of the deleted trigger.
+    /// Id of the deleted trigger.
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Deletes one of the signed account's MCP servers, the secrets it owns, and its name from every agent's `mcpServers`. Account-scoped; 404 when the account has no server of that name. This server does not implement it yet and answers 501.
+/// Deletes one of the signed account's MCP servers, the secrets it owns, and its name from every agent's `mcpServers`. Account-scoped; 404 when the account has no server of that name. This server does not implement it yet and answers 501.
+///
+/// - Response: [`DeleteMcpServerResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `name` (see [`DeleteMcpServer::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteMcpServer {
-    ///Name of the MCP server.
+    /// Name of the MCP server.
     pub name: ::std::string::String,
 }
-///Answer to `DeleteMcpServer`.
+/// Answer to `DeleteMcpServer`.
+///
+/// - Since protocol 1
+/// - Required: `name` (see [`DeleteMcpServerResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteMcpServerResponse {
-    ///Name of the deleted server.
+    /// Name of the deleted server.
     pub name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Deletes one of the signed account's model providers, and every secret it referenced that no remaining provider references. Account-scoped: collaboration never grants it. 404 `Model provider not found` when the account has no provider of that name.
+/// Deletes one of the signed account's model providers, and every secret it referenced that no remaining provider references. Account-scoped: collaboration never grants it. 404 `Model provider not found` when the account has no provider of that name.
+///
+/// - Response: [`DeleteModelProviderResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `name` (see [`DeleteModelProvider::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteModelProvider {
-    ///Name of the provider.
+    /// Name of the provider.
     pub name: ::std::string::String,
 }
-///Answer to `DeleteModelProvider`.
+/// Answer to `DeleteModelProvider`.
+///
+/// - Since protocol 1
+/// - Required: `name` (see [`DeleteModelProviderResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteModelProviderResponse {
-    ///Name of the deleted provider.
+    /// Name of the deleted provider.
     pub name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Deletes a session with its events and attachments. Writer or owner (403 `Write access is required`; 404 `Session not found` without access). Live runs of the session are canceled first; its runs remain, detached, and its child sessions become top-level.
+/// Deletes a session with its events and attachments. Writer or owner (403 `Write access is required`; 404 `Session not found` without access). Live runs of the session are canceled first; its runs remain, detached, and its child sessions become top-level.
+///
+/// - Response: [`DeleteSessionResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `sessionId` (see [`DeleteSession::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteSession {
-    ///Id of the session to delete.
+    /// Id of the session to delete.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///Answer to `DeleteSession`.
+/// Answer to `DeleteSession`.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `sessionId` (see [`DeleteSessionResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteSessionResponse {
-    ///Id of the agent the session belonged to.
+    /// Id of the agent the session belonged to.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///Id of the deleted session.
+    /// Id of the deleted session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Deletes a signing identity's key from the server; what was published with it stays published. Account-scoped. 404 `Signing identity not found` when the account has no identity of that name.
+/// Deletes a signing identity's key from the server; what was published with it stays published. Account-scoped. 404 `Signing identity not found` when the account has no identity of that name.
+///
+/// - Response: [`DeleteSigningIdentityResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `name` (see [`DeleteSigningIdentity::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteSigningIdentity {
-    ///Name of the identity's secret.
+    /// Name of the identity's secret.
     pub name: ::std::string::String,
 }
-///Answer to `DeleteSigningIdentity`.
+/// Answer to `DeleteSigningIdentity`.
+///
+/// - Since protocol 1
+/// - Required: `name` (see [`DeleteSigningIdentityResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DeleteSigningIdentityResponse {
-    ///Name of the deleted identity.
+    /// Name of the deleted identity.
     pub name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Removes a client's browser from a session. Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
+/// Removes a client's browser from a session. Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
+///
+/// - Response: [`SessionBrowserResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `connectionId`, `sessionId` (see [`DisconnectSessionBrowser::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DisconnectSessionBrowser {
-    ///Id of the browser connection.
+    /// Id of the browser connection.
     #[serde(rename = "connectionId")]
     pub connection_id: ::std::string::String,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///Fires on a comment on a document written by one of the given accounts (never on the author's own comment).
+/// Fires on a comment on a document written by one of the given accounts (never on the author's own comment).
+///
+/// - Since protocol 1
+/// - Required: `documentAuthors` (see [`DocumentAuthorCommentSource::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DocumentAuthorCommentSource {
-    ///Authors whose documents are watched, as base58btc account ids (`z…`); at least one.
+    /// Authors whose documents are watched, as base58btc account ids (`z…`); at least one.
     #[serde(rename = "documentAuthors")]
     pub document_authors: ::std::vec::Vec<::std::string::String>,
-    ///Only documents under this address prefix (`hm://…`); at most 2048 bytes.
+    /// Only documents under this address prefix (`hm://…`); at most 2048 bytes.
     #[serde(rename = "resourcePrefix")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub resource_prefix: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Fires on a new comment on one document.
+/// Fires on a new comment on one document.
+///
+/// - Since protocol 1
+/// - Required: `resource` (see [`DocumentCommentSource::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DocumentCommentSource {
-    ///Only comments by this account (`z…`); at most 256 bytes.
+    /// Only comments by this account (`z…`); at most 256 bytes.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub author: ::std::option::Option<::std::string::String>,
-    ///The document's address, `hm://<account uid>[/path]`; at most 2048 bytes.
+    /// The document's address, `hm://<account uid>[/path]`; at most 2048 bytes.
     pub resource: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Downloads a URL into an agent's memory. Only `http` and `https` URLs (400 otherwise); redirects are followed; addresses on private networks are refused (400 `Download URL is not allowed: …`) unless the server allows them. A download that stalls for 60 seconds or fails, including a non-2xx answer, fails with 502. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access).
+/// Downloads a URL into an agent's memory. Only `http` and `https` URLs (400 otherwise); redirects are followed; addresses on private networks are refused (400 `Download URL is not allowed: …`) unless the server allows them. A download that stalls for 60 seconds or fails, including a non-2xx answer, fails with 502. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access).
+///
+/// - Response: [`DownloadAgentMemoryFileResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `url` (see [`DownloadAgentMemoryFile::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DownloadAgentMemoryFile {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///Where to store the file (rules as for any memory path). Absent: `downloads/<last URL segment>`, or `downloads/download-<ms>` when the URL has none. A path without an extension gets one from the response's content type when known.
+    /// Where to store the file (rules as for any memory path). Absent: `downloads/<last URL segment>`, or `downloads/download-<ms>` when the URL has none. A path without an extension gets one from the response's content type when known.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub path: ::std::option::Option<::std::string::String>,
-    ///The `http` or `https` URL to download.
+    /// The `http` or `https` URL to download.
     pub url: ::std::string::String,
 }
-///Answer to `DownloadAgentMemoryFile`.
+/// Answer to `DownloadAgentMemoryFile`.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `entry`, `finalUrl` (see [`DownloadAgentMemoryFileResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct DownloadAgentMemoryFileResponse {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The response's `Content-Type`, when it had one.
+    /// The response's `Content-Type`, when it had one.
     #[serde(rename = "contentType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub content_type: ::std::option::Option<::std::string::String>,
-    ///The stored file.
+    /// The stored file.
     pub entry: AgentMemoryEntry,
-    ///The URL the content came from, after redirects.
+    /// The URL the content came from, after redirects.
     #[serde(rename = "finalUrl")]
     pub final_url: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///The signed action envelope (`SignedActionEnvelope`). Every request body is this map in canonical DAG-CBOR. The action map additionally carries `ts`, the signing time in Unix epoch milliseconds; servers accept it within five minutes of their clock.
+/// The signed action envelope (`SignedActionEnvelope`). Every request body is this map in canonical DAG-CBOR. The action map additionally carries `ts`, the signing time in Unix epoch milliseconds; servers accept it within five minutes of their clock.
+///
+/// - Since protocol 1
+/// - Required: `account`, `action`, `sig`, `signer`, `type` (see [`Envelope::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct Envelope {
-    ///Principal of the account the action is performed for (the signer, or an account that authorized it).
+    /// Principal of the account the action is performed for (the signer, or an account that authorized it).
     pub account: ::seed_agents_protocol::Bytes,
-    ///The action, with `ts` (Unix epoch milliseconds) added by the signer.
+    /// The action, with `ts` (Unix epoch milliseconds) added by the signer.
     pub action: AgentAction,
-    ///Reserved upstream (protocol 3 surface); semantics not yet specified. Signed like any other field.
+    /// Reserved upstream (protocol 3 surface); semantics not yet specified. Signed like any other field.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub capability: ::std::option::Option<::std::string::String>,
-    ///Reserved upstream (protocol 3 surface); semantics not yet specified. Signed like any other field.
+    /// Reserved upstream (protocol 3 surface); semantics not yet specified. Signed like any other field.
     #[serde(rename = "capabilityBlob")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub capability_blob: ::std::option::Option<::seed_agents_protocol::Bytes>,
-    ///AGENTS_PROTOCOL_VERSION of the client. Absent (or not an integer >= 1) means 1.
+    /// AGENTS_PROTOCOL_VERSION of the client. Absent (or not an integer >= 1) means 1.
+    ///
+    /// Since protocol 2.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub protocol: ::std::option::Option<i64>,
-    ///64-byte Ed25519 signature over the canonical encoding of this map with `sig` set to 64 zero bytes.
+    /// 64-byte Ed25519 signature over the canonical encoding of this map with `sig` set to 64 zero bytes.
     pub sig: ::seed_agents_protocol::Bytes,
-    ///Principal of the key that signed: 0xED 0x01 followed by the 32-byte Ed25519 public key.
+    /// Principal of the key that signed: 0xED 0x01 followed by the 32-byte Ed25519 public key.
     pub signer: ::seed_agents_protocol::Bytes,
-    ///Envelope type; must be `AgentsAction`, else the server answers 401 `Invalid envelope type`.
+    /// Envelope type; must be `AgentsAction`, else the server answers 401 `Invalid envelope type`.
     #[serde(rename = "type")]
     pub type_: EnvelopeType,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Envelope type; must be `AgentsAction`, else the server answers 401 `Invalid envelope type`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum EnvelopeType {
+    /// `AgentsAction`.
     AgentsAction,
 }
 impl ::std::fmt::Display for EnvelopeType {
@@ -2856,30 +3664,54 @@ impl ::std::convert::TryFrom<::std::string::String> for EnvelopeType {
         value.parse()
     }
 }
-///The error response of every action. Sent with the HTTP status of the error class.
+/// The error response of every action. Sent with the HTTP status of the error class.
+///
+/// - Since protocol 1
+/// - Required: `message` (see [`Error::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct Error {
-    ///Machine-readable error class, when there is one. Known codes: `protocol_too_old` (HTTP 426: the client's protocol is below the server's minimum) and `update_required` (HTTP 426: the action or a value in it needs a newer protocol than the client declared). Clients must tolerate codes they do not know.
+    /// Machine-readable error class, when there is one. Known codes: `protocol_too_old` (HTTP 426: the client's protocol is below the server's minimum), `update_required` (HTTP 426: the action or a value in it needs a newer protocol than the client declared) and `upload_offset_mismatch` (HTTP 409: an `AppendFileUploadChunk` offset is not the upload's `received`, which the error carries). Clients must tolerate codes they do not know.
+    ///
+    /// Since protocol 2.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub code: ::std::option::Option<::std::string::String>,
-    ///Human-readable error text. Some messages are stable and documented per action, but clients decide on `code` and the HTTP status, never on this text.
+    /// Human-readable error text. Some messages are stable and documented per action, but clients decide on `code` and the HTTP status, never on this text.
     pub message: ::std::string::String,
+    /// With code `upload_offset_mismatch`: the bytes of the upload the server holds, i.e. the offset the next chunk must have.
+    ///
+    /// Since protocol 3.
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    pub received: ::std::option::Option<i64>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A session event recording a failure, for example a failed model turn.
+/// A session event recording a failure, for example a failed model turn.
+///
+/// - Since protocol 1
+/// - Required: `message`, `type` (see [`ErrorEvent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ErrorEvent {
-    ///Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
+    /// Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
-    ///What went wrong, as shown to the user.
+    /// What went wrong, as shown to the user.
     pub message: ::std::string::String,
-    ///Event kind: always `error`.
+    /// Event kind: always `error`.
     #[serde(rename = "type")]
     pub type_: ErrorEventType,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Event kind: always `error`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ErrorEventType {
+    /// The wire value `error`.
     #[serde(rename = "error")]
     Error,
 }
@@ -2911,24 +3743,38 @@ impl ::std::convert::TryFrom<::std::string::String> for ErrorEventType {
         value.parse()
     }
 }
-///A subscription or frame was refused; the socket stays open.
+/// A subscription or frame was refused; the socket stays open.
+///
+/// - Since protocol 1
+/// - Required: `message` (see [`ErrorFrame::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ErrorFrame {
-    ///`protocol_too_old` when the client is below the server minimum.
+    /// `protocol_too_old` when the client is below the server minimum.
+    ///
+    /// Since protocol 2.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub code: ::std::option::Option<::std::string::String>,
-    ///The subscription key the error refuses or ends, when it concerns one (a refused `Subscribe`, or a subscription ended because its resource is gone or access was revoked). Absent for errors about the frame itself.
+    /// The subscription key the error refuses or ends, when it concerns one (a refused `Subscribe`, or a subscription ended because its resource is gone or access was revoked). Absent for errors about the frame itself.
+    ///
+    /// Since protocol 3.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub key: ::std::option::Option<::std::string::String>,
-    ///What was refused and why (the same text an HTTP error would carry, for example `Agent not found` or `Subscription key is not authorized`).
+    /// What was refused and why (the same text an HTTP error would carry, for example `Agent not found` or `Subscription key is not authorized`).
     pub message: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Where a chunked upload goes, told apart by `kind`: a file in an agent's memory (`memory`) or a session attachment (`session-attachment`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind")]
 pub enum FileUploadTarget {
+    /// A [`MemoryUploadTarget`].
     #[serde(rename = "memory")]
     MemoryUploadTarget(MemoryUploadTarget),
+    /// A [`SessionAttachmentUploadTarget`].
     #[serde(rename = "session-attachment")]
     SessionAttachmentUploadTarget(SessionAttachmentUploadTarget),
 }
@@ -2942,171 +3788,287 @@ impl ::std::convert::From<SessionAttachmentUploadTarget> for FileUploadTarget {
         Self::SessionAttachmentUploadTarget(value)
     }
 }
-///Reads one agent and how many sessions it has. Any role may call it (reader or more, including public readers); a caller without access gets 404 `Agent not found`. To list the sessions use `ListSessions` with `agentId`.
+/// Reads one agent and how many sessions it has. Any role may call it (reader or more, including public readers); a caller without access gets 404 `Agent not found`. To list the sessions use `ListSessions` with `agentId`.
+///
+/// - Response: [`GetAgentResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `agentId` (see [`GetAgent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetAgent {
-    ///Id of the agent to read.
+    /// Id of the agent to read.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///Answer to `GetAgent` and `UpdateAgent`: the agent and its session count.
+/// Answer to `GetAgent` and `UpdateAgent`: the agent and its session count.
+///
+/// - Since protocol 1
+/// - Required: `agent`, `sessionCount` (see [`GetAgentResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetAgentResponse {
-    ///The agent as the caller sees it.
+    /// The agent as the caller sees it.
     pub agent: AgentInfo,
-    ///Number of sessions of the agent, sub-sessions included. Replaced the `sessions` list of protocol 1.
+    /// Number of sessions of the agent, sub-sessions included. Replaced the `sessions` list of protocol 1.
+    ///
+    /// Since protocol 2.
     #[serde(rename = "sessionCount")]
     pub session_count: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Reads a trigger with its recent firings and the sessions it started. Reader or more on the agent; 404 `Agent trigger not found` when it is missing or invisible to the caller. This server does not implement it yet and answers 501.
+/// Reads a trigger with its recent firings and the sessions it started. Reader or more on the agent; 404 `Agent trigger not found` when it is missing or invisible to the caller. This server does not implement it yet and answers 501.
+///
+/// - Response: [`GetAgentTriggerResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `triggerId` (see [`GetAgentTrigger::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetAgentTrigger {
-    ///Id of the trigger.
+    /// Id of the trigger.
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
 }
-///Answer to `GetAgentTrigger`.
+/// Answer to `GetAgentTrigger`.
+///
+/// - Since protocol 1
+/// - Required: `firings`, `sessions`, `trigger` (see [`GetAgentTriggerResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetAgentTriggerResponse {
-    ///Recent firings of the trigger.
+    /// Recent firings of the trigger.
     pub firings: ::std::vec::Vec<TriggerFiringInfo>,
-    ///Sessions the trigger started.
+    /// Sessions the trigger started.
     pub sessions: ::std::vec::Vec<SessionInfo>,
-    ///The trigger.
+    /// The trigger.
     pub trigger: AgentTriggerInfo,
-    ///For a `webhook` source: the secret a caller of the webhook must present.
+    /// For a `webhook` source: the secret a caller of the webhook must present.
     #[serde(rename = "webhookSecret")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub webhook_secret: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Reads the state of a subscription sign-in of the signed account. 404 `Sign-in not found` for an unknown login or another account's. This server does not implement it yet and answers 501.
+/// Reads the state of a subscription sign-in of the signed account. 404 `Sign-in not found` for an unknown login or another account's. This server does not implement it yet and answers 501.
+///
+/// - Response: [`ProviderOAuthStatusResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `loginId` (see [`GetProviderOAuthStatus::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetProviderOAuthStatus {
-    ///Id of the sign-in.
+    /// Id of the sign-in.
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
 }
-///Reads one run. Any role on the run's agent may call it (reader or more); 404 `Run not found` when the run is missing, has no agent any more (runs outlive their agent and session) or its agent is invisible to the caller.
+/// Reads one run. Any role on the run's agent may call it (reader or more); 404 `Run not found` when the run is missing, has no agent any more (runs outlive their agent and session) or its agent is invisible to the caller.
+///
+/// - Response: [`GetRunResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `runId` (see [`GetRun::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetRun {
-    ///Id of the run.
+    /// Id of the run.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
 }
-///Reads a workflow run's journal entries after `afterSeq`. Reader or more on the run's agent (404 `Run not found` otherwise); 400 `afterSeq must be a non-negative integer`. Agent runs keep no journal, so their list is empty (this server runs no workflows yet).
+/// Reads a workflow run's journal entries after `afterSeq`. Reader or more on the run's agent (404 `Run not found` otherwise); 400 `afterSeq must be a non-negative integer`. Agent runs keep no journal, so their list is empty (this server runs no workflows yet).
+///
+/// - Response: [`GetRunJournalResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `runId` (see [`GetRunJournal::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetRunJournal {
-    ///Return only entries with a `seq` greater than this; default 0. Must be at least 0.
+    /// Return only entries with a `seq` greater than this; default 0. Must be at least 0.
     #[serde(rename = "afterSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub after_seq: ::std::option::Option<i64>,
-    ///Id of the run.
+    /// Id of the run.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
 }
-///Answer to `GetRunJournal`.
+/// Answer to `GetRunJournal`.
+///
+/// - Since protocol 1
+/// - Required: `entries`, `runId` (see [`GetRunJournalResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetRunJournalResponse {
-    ///The journal entries, in `seq` order.
+    /// The journal entries, in `seq` order.
     pub entries: ::std::vec::Vec<RunJournalEntryInfo>,
-    ///Id of the run.
+    /// Id of the run.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Answer to `GetRun`.
+/// Answer to `GetRun`.
+///
+/// - Since protocol 1
+/// - Required: `run` (see [`GetRunResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetRunResponse {
-    ///The run.
+    /// The run.
     pub run: RunInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Reads a session with its events in `seq` order. Without `limit`: every event with `afterSeq < seq < beforeSeq`. With `limit`: only the newest `limit` of those, and `hasMoreBefore` says whether older ones remain (page backwards by passing the oldest `seq` as `beforeSeq`). Any role may call it (reader or more); 404 `Session not found` without access; 400 when `afterSeq` or `beforeSeq` is negative.
+/// Reads a session with its events in `seq` order. Without `limit`: every event with `afterSeq < seq < beforeSeq`. With `limit`: only the newest `limit` of those, and `hasMoreBefore` says whether older ones remain (page backwards by passing the oldest `seq` as `beforeSeq`). Any role may call it (reader or more); 404 `Session not found` without access; 400 when `afterSeq` or `beforeSeq` is negative.
+///
+/// - Response: [`GetSessionResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `sessionId` (see [`GetSession::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetSession {
-    ///Return only events with a `seq` greater than this; default 0 (from the start). Must be at least 0.
+    /// Return only events with a `seq` greater than this; default 0 (from the start). Must be at least 0.
     #[serde(rename = "afterSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub after_seq: ::std::option::Option<i64>,
-    ///Return only events with a `seq` smaller than this. Must be at least 0.
+    /// Return only events with a `seq` smaller than this. Must be at least 0.
     #[serde(rename = "beforeSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub before_seq: ::std::option::Option<i64>,
-    ///Return at most this many events, the newest of the range; clamped to 1..1000.
+    /// Return at most this many events, the newest of the range; clamped to 1..1000.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub limit: ::std::option::Option<i64>,
-    ///Id of the session to read.
+    /// Id of the session to read.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///Reads one event of a session by its `seq`. Any role may call it (reader or more); 404 `Session not found` without access, 404 `Session event not found` when no event has that `seq`, 400 when `seq` is negative.
+/// Reads one event of a session by its `seq`. Any role may call it (reader or more); 404 `Session not found` without access, 404 `Session event not found` when no event has that `seq`, 400 when `seq` is negative.
+///
+/// - Response: [`GetSessionEventResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `seq`, `sessionId` (see [`GetSessionEvent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetSessionEvent {
-    ///The event's sequence number in the session (from 1).
+    /// The event's sequence number in the session (from 1).
     pub seq: i64,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///Answer to `GetSessionEvent`.
+/// Answer to `GetSessionEvent`.
+///
+/// - Since protocol 1
+/// - Required: `event` (see [`GetSessionEventResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetSessionEventResponse {
-    ///The event.
+    /// The event.
     pub event: SessionEvent,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Answer to `GetSession`: the session, a range of its events and the system prompt the agent is given.
+/// Answer to `GetSession`: the session, a range of its events and the system prompt the agent is given.
+///
+/// - Since protocol 1
+/// - Required: `events`, `session`, `systemPromptMarkdown` (see [`GetSessionResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct GetSessionResponse {
-    ///The model's context window in tokens. This server does not send it yet.
+    /// The model's context window in tokens. This server does not send it yet.
     #[serde(rename = "contextWindow")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub context_window: ::std::option::Option<i64>,
-    ///The events in range, oldest first.
+    /// The events in range, oldest first.
     pub events: ::std::vec::Vec<SessionEvent>,
-    ///Whether older events exist before the first one returned; present when the request had `limit` or `beforeSeq`.
+    /// Whether older events exist before the first one returned; present when the request had `limit` or `beforeSeq`.
     #[serde(rename = "hasMoreBefore")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub has_more_before: ::std::option::Option<bool>,
-    ///The session.
+    /// The session.
     pub session: SessionInfo,
-    ///The system prompt the agent's next turn in this session is given, rendered as Markdown (the agent's prompt plus what the server adds).
+    /// The system prompt the agent's next turn in this session is given, rendered as Markdown (the agent's prompt plus what the server adds).
     #[serde(rename = "systemPromptMarkdown")]
     pub system_prompt_markdown: ::std::string::String,
-    ///For a session started by a trigger: the trigger and the activity that fired it. This server does not send it yet.
+    /// For a session started by a trigger: the trigger and the activity that fired it. This server does not send it yet.
     #[serde(rename = "triggerContext")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub trigger_context: ::std::option::Option<AgentSessionTriggerContext>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Imports an existing Seed account key as a signing identity, from its 32-byte Ed25519 seed. Account-scoped. 400 `Key seed must be exactly 32 bytes`; 409 `This account key is already on the server (<id>)` when the account already has this key. With `clientRequestId`, a retry with the same `label` returns the first answer.
+/// Imports an existing Seed account key as a signing identity, from its 32-byte Ed25519 seed. Account-scoped. 400 `Key seed must be exactly 32 bytes`; 409 `This account key is already on the server (<id>)` when the account already has this key. With `clientRequestId`, a retry with the same `label` returns the first answer.
+///
+/// - Response: [`ImportSigningIdentityResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `seed` (see [`ImportSigningIdentity::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ImportSigningIdentity {
-    ///Idempotency key chosen by the client, at most 256 bytes.
+    /// Idempotency key chosen by the client, at most 256 bytes.
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_request_id: ::std::option::Option<::std::string::String>,
-    ///Display name for the identity.
+    /// Display name for the identity.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
-    ///The account's Ed25519 private key seed: exactly 32 bytes.
+    /// The account's Ed25519 private key seed: exactly 32 bytes.
     pub seed: ::seed_agents_protocol::Bytes,
 }
-///Answer to `ImportSigningIdentity`.
+/// Answer to `ImportSigningIdentity`.
+///
+/// - Since protocol 1
+/// - Required: `identity` (see [`ImportSigningIdentityResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ImportSigningIdentityResponse {
-    ///The imported identity.
+    /// The imported identity.
     pub identity: SigningIdentity,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Fires every `every` minutes or hours, counted from the last firing (or from creation); missed intervals are not caught up.
+/// Fires every `every` minutes or hours, counted from the last firing (or from creation); missed intervals are not caught up.
+///
+/// - Since protocol 1
+/// - Required: `every`, `unit` (see [`IntervalSchedule::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct IntervalSchedule {
-    ///Length of the interval in `unit`s; a positive integer.
+    /// Length of the interval in `unit`s; a positive integer.
     pub every: i64,
-    ///`minutes` or `hours`.
+    /// `minutes` or `hours`.
     pub unit: IntervalScheduleUnit,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`minutes` or `hours`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum IntervalScheduleUnit {
+    /// The wire value `hours`.
     #[serde(rename = "hours")]
     Hours,
+    /// The wire value `minutes`.
     #[serde(rename = "minutes")]
     Minutes,
 }
@@ -3140,62 +4102,93 @@ impl ::std::convert::TryFrom<::std::string::String> for IntervalScheduleUnit {
         value.parse()
     }
 }
-///Invites an account to collaborate on an agent with the role `reader` or `writer`, or changes the role of an existing member (who stays accepted) or pending invitee. Owner only (403 `Only the agent owner can do this`). Fails with 400 when `accountId` is not a canonical Seed account id (`Collaborator account must be a valid Seed account ID`) or names the owner (`The agent owner is already a member`).
+/// Invites an account to collaborate on an agent with the role `reader` or `writer`, or changes the role of an existing member (who stays accepted) or pending invitee. Owner only (403 `Only the agent owner can do this`). Fails with 400 when `accountId` is not a canonical Seed account id (`Collaborator account must be a valid Seed account ID`) or names the owner (`The agent owner is already a member`).
+///
+/// - Response: [`InviteAgentCollaboratorResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `accountId`, `agentId`, `role` (see [`InviteAgentCollaborator::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct InviteAgentCollaborator {
-    ///The account to invite, as a canonical base58btc principal string (`z…`); trimmed.
+    /// The account to invite, as a canonical base58btc principal string (`z…`); trimmed.
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The role to grant: `reader` or `writer`.
+    /// The role to grant: `reader` or `writer`.
     pub role: AgentCollaboratorRole,
 }
-///Answer to `InviteAgentCollaborator`: the member or invitation as stored.
+/// Answer to `InviteAgentCollaborator`: the member or invitation as stored.
+///
+/// - Since protocol 1
+/// - Required: `collaborator` (see [`InviteAgentCollaboratorResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct InviteAgentCollaboratorResponse {
-    ///The invitation (`pending`) or the updated member (`accepted`).
+    /// The invitation (`pending`) or the updated member (`accepted`).
     pub collaborator: AgentCollaboratorInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Runs one of the agent's verbs (`read`, `write` or `call`) as the user, inside the session, and records it there as a `tool_call` and `tool_result` event pair stamped actor `user`. Writer or owner (403 `Write access is required`; 404 `Session not found` without access). Fails with 409 `The agent is working in this thread right now; wait for its turn to finish` while an agent run of the session is queued or running. A verb that fails (bad address, missing file) is not an HTTP error: the answer carries `error` and is still recorded.
+/// Runs one of the agent's verbs (`read`, `write` or `call`) as the user, inside the session, and records it there as a `tool_call` and `tool_result` event pair stamped actor `user`. Writer or owner (403 `Write access is required`; 404 `Session not found` without access). Fails with 409 `The agent is working in this thread right now; wait for its turn to finish` while an agent run of the session is queued or running. A verb that fails (bad address, missing file) is not an HTTP error: the answer carries `error` and is still recorded.
+///
+/// - Response: [`InvokeSessionToolResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `input`, `sessionId`, `verb` (see [`InvokeSessionTool::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct InvokeSessionTool {
-    ///The verb's arguments as a map, for example `{address: '~/memory/notes.md'}` for `read`.
+    /// The verb's arguments as a map, for example `{address: '~/memory/notes.md'}` for `read`.
     pub input: ::seed_agents_protocol::Value,
-    ///Id of the session to run the verb in.
+    /// Id of the session to run the verb in.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
-    ///The verb: `read` (read an address), `write` (write to an address) or `call` (call a tool). Anything else fails with 400 `verb must be read, write, or call`.
+    /// The verb: `read` (read an address), `write` (write to an address) or `call` (call a tool). Anything else fails with 400 `verb must be read, write, or call`.
     pub verb: InvokeSessionToolVerb,
 }
-///Answer to `InvokeSessionTool`: the verb's output or its error, and the id of the recorded result event.
+/// Answer to `InvokeSessionTool`: the verb's output or its error, and the id of the recorded result event.
+///
+/// - Since protocol 1
+/// - Required: `resultEventId`, `sessionId` (see [`InvokeSessionToolResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct InvokeSessionToolResponse {
-    ///Why the verb failed; absent on success.
+    /// Why the verb failed; absent on success.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
-    ///The verb's output (a map with the result's fields and a `summary`); absent when it failed.
+    /// The verb's output (a map with the result's fields and a `summary`); absent when it failed.
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub output: ::std::option::Option<::seed_agents_protocol::Value>,
-    ///Id of the `tool_result` event recorded in the session.
+    /// Id of the `tool_result` event recorded in the session.
     #[serde(rename = "resultEventId")]
     pub result_event_id: ::std::string::String,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///The verb: `read` (read an address), `write` (write to an address) or `call` (call a tool). Anything else fails with 400 `verb must be read, write, or call`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum InvokeSessionToolVerb {
+    /// The wire value `call`.
     #[serde(rename = "call")]
     Call,
+    /// The wire value `read`.
     #[serde(rename = "read")]
     Read,
+    /// The wire value `write`.
     #[serde(rename = "write")]
     Write,
 }
@@ -3231,61 +4224,70 @@ impl ::std::convert::TryFrom<::std::string::String> for InvokeSessionToolVerb {
         value.parse()
     }
 }
-///The subset of JSON Schema used to describe tool inputs and outputs.
+/// The subset of JSON Schema used to describe tool inputs and outputs.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct JsonSchema {
-    ///Schema of properties not listed in `properties`, or whether they are allowed at all.
+    /// Schema of properties not listed in `properties`, or whether they are allowed at all.
     #[serde(rename = "additionalProperties")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub additional_properties: ::std::option::Option<JsonSchemaAdditionalProperties>,
-    ///What the value means.
+    /// What the value means.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub description: ::std::option::Option<::std::string::String>,
-    ///The allowed string values.
+    /// The allowed string values.
     #[serde(rename = "enum")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub enum_: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
-    ///Schema of an array's items.
+    /// Schema of an array's items.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub items: ::std::option::Option<::std::boxed::Box<JsonSchema>>,
-    ///Most items an array may have.
+    /// Most items an array may have.
     #[serde(rename = "maxItems")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub max_items: ::std::option::Option<i64>,
-    ///Longest a string may be, in characters.
+    /// Longest a string may be, in characters.
     #[serde(rename = "maxLength")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub max_length: ::std::option::Option<i64>,
-    ///Largest allowed number.
+    /// Largest allowed number.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub maximum: ::std::option::Option<::seed_agents_protocol::Float>,
-    ///Fewest items an array may have.
+    /// Fewest items an array may have.
     #[serde(rename = "minItems")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub min_items: ::std::option::Option<i64>,
-    ///Shortest a string may be, in characters.
+    /// Shortest a string may be, in characters.
     #[serde(rename = "minLength")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub min_length: ::std::option::Option<i64>,
-    ///Smallest allowed number.
+    /// Smallest allowed number.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub minimum: ::std::option::Option<::seed_agents_protocol::Float>,
-    ///Schemas of an object's properties, by name.
+    /// Schemas of an object's properties, by name.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub properties: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, JsonSchema>>,
-    ///Names of the properties an object must have.
+    /// Names of the properties an object must have.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub required: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
-    ///The value's type, or a list of allowed types.
+    /// The value's type, or a list of allowed types.
     #[serde(rename = "type")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub type_: ::std::option::Option<JsonSchemaType>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Schema of properties not listed in `properties`, or whether they are allowed at all.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum JsonSchemaAdditionalProperties {
+    /// A `Box`.
     JsonSchema(::std::boxed::Box<JsonSchema>),
+    /// A [`bool`].
     Boolean(bool),
 }
 impl ::std::convert::From<::std::boxed::Box<JsonSchema>> for JsonSchemaAdditionalProperties {
@@ -3302,13 +4304,21 @@ impl ::std::convert::From<bool> for JsonSchemaAdditionalProperties {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum JsonSchemaType {
+    /// A [`JsonSchemaTypeVariant0`].
     Variant0(JsonSchemaTypeVariant0),
+    /// A [`JsonSchemaTypeVariant1`].
     Variant1(JsonSchemaTypeVariant1),
+    /// A [`JsonSchemaTypeVariant2`].
     Variant2(JsonSchemaTypeVariant2),
+    /// A [`JsonSchemaTypeVariant3`].
     Variant3(JsonSchemaTypeVariant3),
+    /// A [`JsonSchemaTypeVariant4`].
     Variant4(JsonSchemaTypeVariant4),
+    /// A [`JsonSchemaTypeVariant5`].
     Variant5(JsonSchemaTypeVariant5),
+    /// A [`JsonSchemaTypeVariant6`].
     Variant6(JsonSchemaTypeVariant6),
+    /// A `Vec`.
     Variant7(::std::vec::Vec<JsonSchemaTypeName>),
 }
 impl ::std::convert::From<JsonSchemaTypeVariant0> for JsonSchemaType {
@@ -3354,18 +4364,25 @@ impl ::std::convert::From<::std::vec::Vec<JsonSchemaTypeName>> for JsonSchemaTyp
 ///A JSON Schema type name: `array`, `boolean`, `integer`, `null`, `number`, `object` or `string`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeName {
+    /// The wire value `array`.
     #[serde(rename = "array")]
     Array,
+    /// The wire value `boolean`.
     #[serde(rename = "boolean")]
     Boolean,
+    /// The wire value `integer`.
     #[serde(rename = "integer")]
     Integer,
+    /// The wire value `null`.
     #[serde(rename = "null")]
     Null,
+    /// The wire value `number`.
     #[serde(rename = "number")]
     Number,
+    /// The wire value `object`.
     #[serde(rename = "object")]
     Object,
+    /// The wire value `string`.
     #[serde(rename = "string")]
     String,
 }
@@ -3409,9 +4426,10 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeName {
         value.parse()
     }
 }
-///`JsonSchemaTypeVariant0`
+/// One of the `JsonSchemaTypeVariant0` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant0 {
+    /// The wire value `array`.
     #[serde(rename = "array")]
     Array,
 }
@@ -3443,9 +4461,10 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant0 {
         value.parse()
     }
 }
-///`JsonSchemaTypeVariant1`
+/// One of the `JsonSchemaTypeVariant1` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant1 {
+    /// The wire value `boolean`.
     #[serde(rename = "boolean")]
     Boolean,
 }
@@ -3477,9 +4496,10 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant1 {
         value.parse()
     }
 }
-///`JsonSchemaTypeVariant2`
+/// One of the `JsonSchemaTypeVariant2` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant2 {
+    /// The wire value `integer`.
     #[serde(rename = "integer")]
     Integer,
 }
@@ -3511,9 +4531,10 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant2 {
         value.parse()
     }
 }
-///`JsonSchemaTypeVariant3`
+/// One of the `JsonSchemaTypeVariant3` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant3 {
+    /// The wire value `null`.
     #[serde(rename = "null")]
     Null,
 }
@@ -3545,9 +4566,10 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant3 {
         value.parse()
     }
 }
-///`JsonSchemaTypeVariant4`
+/// One of the `JsonSchemaTypeVariant4` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant4 {
+    /// The wire value `number`.
     #[serde(rename = "number")]
     Number,
 }
@@ -3579,9 +4601,10 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant4 {
         value.parse()
     }
 }
-///`JsonSchemaTypeVariant5`
+/// One of the `JsonSchemaTypeVariant5` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant5 {
+    /// The wire value `object`.
     #[serde(rename = "object")]
     Object,
 }
@@ -3613,9 +4636,10 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant5 {
         value.parse()
     }
 }
-///`JsonSchemaTypeVariant6`
+/// One of the `JsonSchemaTypeVariant6` values.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum JsonSchemaTypeVariant6 {
+    /// The wire value `string`.
     #[serde(rename = "string")]
     String,
 }
@@ -3647,288 +4671,491 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant6 {
         value.parse()
     }
 }
-///Lists who has access to an agent: the owner, then the members, with the public access flags. Any role may call it (reader or more); only the owner also sees pending invitations. A caller without access gets 404 `Agent not found`.
+/// Lists who has access to an agent: the owner, then the members, with the public access flags. Any role may call it (reader or more); only the owner also sees pending invitations. A caller without access gets 404 `Agent not found`.
+///
+/// - Response: [`ListAgentCollaboratorsResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `agentId` (see [`ListAgentCollaborators::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentCollaborators {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///Answer to `ListAgentCollaborators`.
+/// Answer to `ListAgentCollaborators`.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `collaborators`, `publicChat`, `publicRead` (see [`ListAgentCollaboratorsResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentCollaboratorsResponse {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The owner first, then accepted members and (for the owner) pending invitations, accepted first and most recently updated first.
+    /// The owner first, then accepted members and (for the owner) pending invitations, accepted first and most recently updated first.
     pub collaborators: ::std::vec::Vec<AgentCollaboratorInfo>,
-    ///Whether public chat is on.
+    /// Whether public chat is on.
     #[serde(rename = "publicChat")]
     pub public_chat: bool,
-    ///Whether public read is on.
+    /// Whether public read is on.
     #[serde(rename = "publicRead")]
     pub public_read: bool,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Lists the signed account's pending invitations to collaborate on other accounts' agents, most recently updated first. Any signed account may call it; it never fails for lack of access.
+/// Lists the signed account's pending invitations to collaborate on other accounts' agents, most recently updated first. Any signed account may call it; it never fails for lack of access.
+///
+/// - Response: [`ListAgentInvitesResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentInvites {}
-///Answer to `ListAgentInvites`.
+/// Answer to `ListAgentInvites`.
+///
+/// - Since protocol 1
+/// - Required: `invites` (see [`ListAgentInvitesResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentInvitesResponse {
-    ///The pending invitations, most recently updated first.
+    /// The pending invitations, most recently updated first.
     pub invites: ::std::vec::Vec<AgentInviteInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Lists every file and directory of an agent's memory, sorted by path, with the total size of the files. Reader or more on the agent (404 `Agent not found` without access).
+/// Lists every file and directory of an agent's memory, sorted by path, with the total size of the files. Reader or more on the agent (404 `Agent not found` without access).
+///
+/// - Response: [`ListAgentMemoryResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `agentId` (see [`ListAgentMemory::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentMemory {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///Lists one directory level of an agent's memory, sorted by path; directories carry `entryCount`. Reader or more on the agent (404 `Agent not found` without access). 404 `Memory directory not found: <path>` when the directory does not exist.
+/// Lists one directory level of an agent's memory, sorted by path; directories carry `entryCount`. Reader or more on the agent (404 `Agent not found` without access). 404 `Memory directory not found: <path>` when the directory does not exist.
+///
+/// - Response: [`ListAgentMemoryDirResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `agentId` (see [`ListAgentMemoryDir::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentMemoryDir {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The directory; absent, empty or `/` means the memory root.
+    /// The directory; absent, empty or `/` means the memory root.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub path: ::std::option::Option<::std::string::String>,
 }
-///Answer to `ListAgentMemoryDir`.
+/// Answer to `ListAgentMemoryDir`.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `entries`, `path`, `totalBytes` (see [`ListAgentMemoryDirResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentMemoryDirResponse {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The directory's entries, sorted by path.
+    /// The directory's entries, sorted by path.
     pub entries: ::std::vec::Vec<AgentMemoryEntry>,
-    ///The listed directory (empty for the root).
+    /// The listed directory (empty for the root).
     pub path: ::std::string::String,
-    ///Total size of the files listed, in bytes.
+    /// Total size of the files listed, in bytes.
     #[serde(rename = "totalBytes")]
     pub total_bytes: i64,
+    /// `totals` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub totals: ::std::option::Option<ListAgentMemoryDirResponseTotals>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Totals of the whole subtree, when the server computes them.
+/// Totals of the whole subtree, when the server computes them.
+///
+/// - Since protocol 1
+/// - Required: `bytes`, `files`, `truncated` (see [`ListAgentMemoryDirResponseTotals::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentMemoryDirResponseTotals {
-    ///Total size of the subtree's files, in bytes.
+    /// Total size of the subtree's files, in bytes.
     pub bytes: i64,
-    ///Number of files in the subtree.
+    /// Number of files in the subtree.
     pub files: i64,
-    ///Whether counting stopped early, so the totals are lower bounds.
+    /// Whether counting stopped early, so the totals are lower bounds.
     pub truncated: bool,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Answer to `ListAgentMemory`.
+/// Answer to `ListAgentMemory`.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `entries`, `totalBytes` (see [`ListAgentMemoryResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentMemoryResponse {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///Every file and directory, sorted by path.
+    /// Every file and directory, sorted by path.
     pub entries: ::std::vec::Vec<AgentMemoryEntry>,
-    ///Total size of all files, in bytes.
+    /// Total size of all files, in bytes.
     #[serde(rename = "totalBytes")]
     pub total_bytes: i64,
-    ///Whether the listing was cut short; absent means complete.
+    /// Whether the listing was cut short; absent means complete.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub truncated: ::std::option::Option<bool>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Lists an agent's tool documents (builtin and lambda tools) with their CIDs and whether each is granted. Reader or more (404 `Agent not found` without access).
+/// Lists an agent's tool documents (builtin and lambda tools) with their CIDs and whether each is granted. Reader or more (404 `Agent not found` without access).
+///
+/// - Response: [`ListAgentToolsResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `agentId` (see [`ListAgentTools::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentTools {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///Answer to `ListAgentTools`.
+/// Answer to `ListAgentTools`.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `tools` (see [`ListAgentToolsResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentToolsResponse {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The tools.
+    /// The tools.
     pub tools: ::std::vec::Vec<AgentToolInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Lists an agent's triggers, most recently updated first. Reader or more (404 `Agent not found` without access). Clients below protocol 3 do not see compound triggers. This server does not implement it yet and answers 501.
+/// Lists an agent's triggers, most recently updated first. Reader or more (404 `Agent not found` without access). Clients below protocol 3 do not see compound triggers. This server does not implement it yet and answers 501.
+///
+/// - Response: [`ListAgentTriggersResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `agentId` (see [`ListAgentTriggers::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentTriggers {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///Answer to `ListAgentTriggers`.
+/// Answer to `ListAgentTriggers`.
+///
+/// - Since protocol 1
+/// - Required: `triggers` (see [`ListAgentTriggersResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentTriggersResponse {
-    ///The triggers, most recently updated first.
+    /// The triggers, most recently updated first.
     pub triggers: ::std::vec::Vec<AgentTriggerInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Lists the agents the signed account owns or has accepted to collaborate on, most recently updated first, each with the caller's `accessRole`. Agents the account can only see through public access are not listed (they are reached by id). Any signed account may call it.
+/// Lists the agents the signed account owns or has accepted to collaborate on, most recently updated first, each with the caller's `accessRole`. Agents the account can only see through public access are not listed (they are reached by id). Any signed account may call it.
+///
+/// - Response: [`ListAgentsResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgents {}
-///Answer to `ListAgents`.
+/// Answer to `ListAgents`.
+///
+/// - Since protocol 1
+/// - Required: `agents` (see [`ListAgentsResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListAgentsResponse {
-    ///The agents, most recently updated first.
+    /// The agents, most recently updated first.
     pub agents: ::std::vec::Vec<AgentInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Lists the signed account's MCP servers, without header values or secrets. Account-scoped. This server does not implement it yet and answers 501.
+/// Lists the signed account's MCP servers, without header values or secrets. Account-scoped. This server does not implement it yet and answers 501.
+///
+/// - Response: [`ListMcpServersResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListMcpServers {}
-///Answer to `ListMcpServers`.
+/// Answer to `ListMcpServers`.
+///
+/// - Since protocol 1
+/// - Required: `servers` (see [`ListMcpServersResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListMcpServersResponse {
-    ///The servers.
+    /// The servers.
     pub servers: ::std::vec::Vec<RedactedMcpServer>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Lists model providers, most recently updated first, without their configuration or secrets. Without `agentId`: the signed account's own. With `agentId`: those of the agent's owner, for any caller with reader access or more (404 `Agent not found` without access).
+/// Lists model providers, most recently updated first, without their configuration or secrets. Without `agentId`: the signed account's own. With `agentId`: those of the agent's owner, for any caller with reader access or more (404 `Agent not found` without access).
+///
+/// - Response: [`ListModelProvidersResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListModelProviders {
-    ///List the providers available to this agent (its owner's) instead of the caller's own.
+    /// List the providers available to this agent (its owner's) instead of the caller's own.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
 }
-///Answer to `ListModelProviders`.
+/// Answer to `ListModelProviders`.
+///
+/// - Since protocol 1
+/// - Required: `providers` (see [`ListModelProvidersResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListModelProvidersResponse {
-    ///The providers, most recently updated first.
+    /// The providers, most recently updated first.
     pub providers: ::std::vec::Vec<RedactedModelProvider>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Lists the models a provider offers by asking the vendor's model-list endpoint with the provider's API key (a subscription provider answers a fixed list). The provider is the signed account's, or with `agentId` the agent's owner's (reader access or more; 404 `Agent not found` without). Errors: 404 `Model provider not found`; 400 `<type> API key is not configured` or `Required secret is not configured` when the key is missing; 502 `<label> request failed: HTTP <n>` or `<label> response is invalid` when the vendor fails (the request times out after 30 seconds).
+/// Lists the models a provider offers by asking the vendor's model-list endpoint with the provider's API key (a subscription provider answers a fixed list). The provider is the signed account's, or with `agentId` the agent's owner's (reader access or more; 404 `Agent not found` without). Errors: 404 `Model provider not found`; 400 `<type> API key is not configured` or `Required secret is not configured` when the key is missing; 502 `<label> request failed: HTTP <n>` or `<label> response is invalid` when the vendor fails (the request times out after 30 seconds).
+///
+/// - Response: [`ListProviderModelsResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `provider` (see [`ListProviderModels::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListProviderModels {
-    ///Use the provider of this agent's owner instead of the caller's own.
+    /// Use the provider of this agent's owner instead of the caller's own.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
-    ///Name of the provider; at most 256 bytes.
+    /// Name of the provider; at most 256 bytes.
     pub provider: ::std::string::String,
 }
-///Answer to `ListProviderModels`.
+/// Answer to `ListProviderModels`.
+///
+/// - Since protocol 1
+/// - Required: `models` (see [`ListProviderModelsResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListProviderModelsResponse {
-    ///The vendor's models.
+    /// The vendor's models.
     pub models: ::std::vec::Vec<ProviderModelInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Lists runs chosen by one selector, the first present of `rootRunId` (a whole run tree, oldest first, not cut by `limit`), `sessionId` (the session's root runs, newest first) or `agentId` (the agent's runs, newest first). Without any selector: 400 `ListRuns requires rootRunId, sessionId, or agentId`. Reader or more on the agent concerned (404 `Agent not found`, `Session not found` or `Run not found` without access). `status` filters the fetched runs.
+/// Lists runs chosen by one selector, the first present of `rootRunId` (a whole run tree, oldest first, not cut by `limit`), `sessionId` (the session's root runs, newest first) or `agentId` (the agent's runs, newest first). Without any selector: 400 `ListRuns requires rootRunId, sessionId, or agentId`. Reader or more on the agent concerned (404 `Agent not found`, `Session not found` or `Run not found` without access). `status` filters the fetched runs.
+///
+/// - Response: [`ListRunsResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListRuns {
-    ///List this agent's runs, newest first.
+    /// List this agent's runs, newest first.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
-    ///Page size: default 50, clamped to 1..200; a fractional number is rounded down.
+    /// Page size: default 50, clamped to 1..200; a fractional number is rounded down.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub limit: ::std::option::Option<i64>,
-    ///List the whole tree under this root run, oldest first.
+    /// List the whole tree under this root run, oldest first.
     #[serde(rename = "rootRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub root_run_id: ::std::option::Option<::std::string::String>,
-    ///List this session's root runs, newest first.
+    /// List this session's root runs, newest first.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
-    ///Only runs in this status.
+    /// Only runs in this status.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub status: ::std::option::Option<RunStatus>,
 }
-///Answer to `ListRuns`.
+/// Answer to `ListRuns`.
+///
+/// - Since protocol 1
+/// - Required: `runs` (see [`ListRunsResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListRunsResponse {
-    ///The runs, in the selector's order, each with `childRunCount` when it has children.
+    /// The runs, in the selector's order, each with `childRunCount` when it has children.
     pub runs: ::std::vec::Vec<RunInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Lists sessions, most recently updated first, a page at a time. Without `agentId`: the sessions of every agent the signed account owns or has accepted to collaborate on. With `agentId`: that agent's sessions (reader or more, public read included; 404 `Agent not found` without access). Pass the answer's `nextCursor` back as `cursor` for the next page.
+/// Lists sessions, most recently updated first, a page at a time. Without `agentId`: the sessions of every agent the signed account owns or has accepted to collaborate on. With `agentId`: that agent's sessions (reader or more, public read included; 404 `Agent not found` without access). Pass the answer's `nextCursor` back as `cursor` for the next page.
+///
+/// - Response: [`ListSessionsResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListSessions {
-    ///Only sessions of this agent.
+    /// Only sessions of this agent.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
-    ///Where the previous page ended (its `nextCursor`); absent for the first page.
+    /// Where the previous page ended (its `nextCursor`); absent for the first page.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub cursor: ::std::option::Option<SessionListCursor>,
-    ///Leave out sessions started by a trigger. Not applied by this server yet.
+    /// Leave out sessions started by a trigger. Not applied by this server yet.
     #[serde(rename = "excludeTriggered")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub exclude_triggered: ::std::option::Option<bool>,
-    ///`false` lists only top-level sessions. Absent or `true` lists sub-sessions too. Ignored when `parentSessionId` is set.
+    /// `false` lists only top-level sessions. Absent or `true` lists sub-sessions too. Ignored when `parentSessionId` is set.
     #[serde(rename = "includeChildren")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub include_children: ::std::option::Option<bool>,
-    ///Page size: default 50, clamped to 1..200.
+    /// Page size: default 50, clamped to 1..200.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub limit: ::std::option::Option<i64>,
-    ///Only the direct sub-sessions of this session.
+    /// Only the direct sub-sessions of this session.
     #[serde(rename = "parentSessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub parent_session_id: ::std::option::Option<::std::string::String>,
 }
-///Answer to `ListSessions`: one page of sessions and the agents they belong to.
+/// Answer to `ListSessions`: one page of sessions and the agents they belong to.
+///
+/// - Since protocol 1
+/// - Required: `agents`, `sessions` (see [`ListSessionsResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListSessionsResponse {
-    ///The agents the sessions of this page belong to, as the caller sees them.
+    /// The agents the sessions of this page belong to, as the caller sees them.
     pub agents: ::std::vec::Vec<AgentInfo>,
-    ///Cursor for the next page; absent on the last page.
+    /// Cursor for the next page; absent on the last page.
     #[serde(rename = "nextCursor")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub next_cursor: ::std::option::Option<SessionListCursor>,
-    ///The sessions, most recently updated first.
+    /// The sessions, most recently updated first.
     pub sessions: ::std::vec::Vec<SessionInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Lists signing identities (account keys kept as secrets). Without `agentId`: all of the signed account's own identities. With `agentId`: the identities of the agent's owner; the owner sees all of them, other callers (reader or more) only those the agent's definition grants. A caller without access to the agent gets 404 `Agent not found`.
+/// Lists signing identities (account keys kept as secrets). Without `agentId`: all of the signed account's own identities. With `agentId`: the identities of the agent's owner; the owner sees all of them, other callers (reader or more) only those the agent's definition grants. A caller without access to the agent gets 404 `Agent not found`.
+///
+/// - Response: [`ListSigningIdentitiesResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListSigningIdentities {
-    ///List the identities available to this agent instead of the caller's own.
+    /// List the identities available to this agent instead of the caller's own.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
 }
-///Answer to `ListSigningIdentities`.
+/// Answer to `ListSigningIdentities`.
+///
+/// - Since protocol 1
+/// - Required: `identities` (see [`ListSigningIdentitiesResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ListSigningIdentitiesResponse {
-    ///The identities, newest first, without their keys.
+    /// The identities, newest first, without their keys.
     pub identities: ::std::vec::Vec<SigningIdentity>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///How to reach an MCP server: its URL, transport, and the headers to send (plain or from secrets).
+/// How to reach an MCP server: its URL, transport, and the headers to send (plain or from secrets).
+///
+/// - Since protocol 1
+/// - Required: `url` (see [`McpServerConfig::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct McpServerConfig {
-    ///Headers sent with every request, by name: at most 16, valid header names, values at most 4 KiB. Returned by name only.
+    /// Headers sent with every request, by name: at most 16, valid header names, values at most 4 KiB. Returned by name only.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub headers: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
-    ///Headers whose values come from the account's secrets: header name to secret name, at most 16.
+    /// Headers whose values come from the account's secrets: header name to secret name, at most 16.
     #[serde(rename = "secretRefs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub secret_refs: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
-    ///Transport to use; absent means try Streamable HTTP, then SSE.
+    /// Transport to use; absent means try Streamable HTTP, then SSE.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub transport: ::std::option::Option<McpServerTransport>,
-    ///The server's `http` or `https` URL.
+    /// The server's `http` or `https` URL.
     pub url: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Result of the last attempt to reach an MCP server and list its tools.
+/// Result of the last attempt to reach an MCP server and list its tools.
+///
+/// - Since protocol 1
+/// - Required: `state` (see [`McpServerStatus::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct McpServerStatus {
-    ///When it was last checked, Unix epoch milliseconds.
+    /// When it was last checked, Unix epoch milliseconds.
     #[serde(rename = "checkedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub checked_at: ::std::option::Option<i64>,
-    ///Why the last check failed, when it did.
+    /// Why the last check failed, when it did.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
-    ///`ok`, `error` or `unknown` (never checked).
+    /// `ok`, `error` or `unknown` (never checked).
     pub state: McpServerStatusState,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`ok`, `error` or `unknown` (never checked).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum McpServerStatusState {
+    /// The wire value `error`.
     #[serde(rename = "error")]
     Error,
+    /// The wire value `ok`.
     #[serde(rename = "ok")]
     Ok,
+    /// The wire value `unknown`.
     #[serde(rename = "unknown")]
     Unknown,
 }
@@ -3967,8 +5194,10 @@ impl ::std::convert::TryFrom<::std::string::String> for McpServerStatusState {
 ///MCP transport: `http` (Streamable HTTP) or `sse` (server-sent events).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum McpServerTransport {
+    /// The wire value `http`.
     #[serde(rename = "http")]
     Http,
+    /// The wire value `sse`.
     #[serde(rename = "sse")]
     Sse,
 }
@@ -4002,77 +5231,104 @@ impl ::std::convert::TryFrom<::std::string::String> for McpServerTransport {
         value.parse()
     }
 }
-///A tool an MCP server offers.
+/// A tool an MCP server offers.
+///
+/// - Since protocol 1
+/// - Required: `name`, `toolName` (see [`McpToolInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct McpToolInfo {
-    ///What the tool does, as the server describes it.
+    /// What the tool does, as the server describes it.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub description: ::std::option::Option<::std::string::String>,
-    ///JSON Schema of the tool's input.
+    /// JSON Schema of the tool's input.
     #[serde(rename = "inputSchema")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub input_schema: ::std::option::Option<::std::boxed::Box<JsonSchema>>,
-    ///Name under which agents see the tool.
+    /// Name under which agents see the tool.
     pub name: ::std::string::String,
-    ///The tool's name on the MCP server.
+    /// The tool's name on the MCP server.
     #[serde(rename = "toolName")]
     pub tool_name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A chunked upload that becomes a file in an agent's memory (at most 2 GiB; writer or owner).
+/// A chunked upload that becomes a file in an agent's memory (at most 2 GiB; writer or owner).
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `path` (see [`MemoryUploadTarget::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct MemoryUploadTarget {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400. It must not be a directory; an existing file is replaced at commit.
+    /// Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400. It must not be a directory; an existing file is replaced at commit.
     pub path: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A message in a session: the user's, the assistant's, or a tool message.
+/// A message in a session: the user's, the assistant's, or a tool message.
+///
+/// - Since protocol 1
+/// - Required: `content`, `role`, `type` (see [`MessageEvent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct MessageEvent {
-    ///Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
+    /// Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
-    ///Attachments sent with a user message (on the first message of a request).
+    /// Attachments sent with a user message (on the first message of a request).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub attachments: ::std::option::Option<::std::vec::Vec<SessionAttachmentInfo>>,
-    ///The message as Seed blocks when it was sent as rich text.
+    /// The message as Seed blocks when it was sent as rich text.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub blocks: ::std::option::Option<::std::vec::Vec<AgentPromptBlock>>,
-    ///The client's idempotency key of the message, when it sent one.
+    /// The client's idempotency key of the message, when it sent one.
     #[serde(rename = "clientMessageId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_message_id: ::std::option::Option<::std::string::String>,
-    ///The message text as the model sees it (rich text rendered as Markdown).
+    /// The message text as the model sees it (rich text rendered as Markdown).
     pub content: ::std::string::String,
-    ///Context lines sent with a user message (on the first message of a request); shown to the model, not part of `content`.
+    /// Context lines sent with a user message (on the first message of a request); shown to the model, not part of `content`.
     #[serde(rename = "contextLines")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub context_lines: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
-    ///Who sent the message, or which model produced it and at what cost.
+    /// Who sent the message, or which model produced it and at what cost.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub meta: ::std::option::Option<SessionEventMeta>,
-    ///For a user message, the text exactly as sent; `content` holds the Markdown rendering of `blocks` instead when the message was rich text.
+    /// For a user message, the text exactly as sent; `content` holds the Markdown rendering of `blocks` instead when the message was rich text.
     #[serde(rename = "rawMarkdown")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub raw_markdown: ::std::option::Option<::std::string::String>,
-    ///`user`, `assistant` or `tool`.
+    /// `user`, `assistant` or `tool`.
     pub role: MessageEventRole,
-    ///For a `tool` message, the tool call it answers.
+    /// For a `tool` message, the tool call it answers.
     #[serde(rename = "toolCallId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tool_call_id: ::std::option::Option<::std::string::String>,
-    ///Event kind: always `message`.
+    /// Event kind: always `message`.
     #[serde(rename = "type")]
     pub type_: MessageEventType,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`user`, `assistant` or `tool`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum MessageEventRole {
+    /// The wire value `assistant`.
     #[serde(rename = "assistant")]
     Assistant,
+    /// The wire value `tool`.
     #[serde(rename = "tool")]
     Tool,
+    /// The wire value `user`.
     #[serde(rename = "user")]
     User,
 }
@@ -4111,6 +5367,7 @@ impl ::std::convert::TryFrom<::std::string::String> for MessageEventRole {
 ///Event kind: always `message`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum MessageEventType {
+    /// The wire value `message`.
     #[serde(rename = "message")]
     Message,
 }
@@ -4142,16 +5399,22 @@ impl ::std::convert::TryFrom<::std::string::String> for MessageEventType {
         value.parse()
     }
 }
-///Sends a message to the session's agent and runs the agent's turn. Chatter, writer or owner (403 `Write access is required` for a reader; 404 `Session not found` without access). The user message is stored at once; the turn runs inline when no other turn holds the session, else it waits in the queue (concurrent senders are not refused). Content must hold at least one non-empty text part, at most 64 KiB of text in all, and at most 16 distinct attachments, each an existing attachment of the session (404 `Attachment not found: <id>`); other violations answer 400. Fails with 409 while a user's `InvokeSessionTool` runs in the session, and with the run's status (502 for a provider failure) when the turn fails. With `clientMessageId`, a retry with the same content posts nothing and answers the first turn's result; different content fails with 409 `Client message ID payload mismatch`.
+/// Sends a message to the session's agent and runs the agent's turn. Chatter, writer or owner (403 `Write access is required` for a reader; 404 `Session not found` without access). The user message is stored at once; the turn runs inline when no other turn holds the session, else it waits in the queue (concurrent senders are not refused). Content must hold at least one non-empty text part, at most 64 KiB of text in all, and at most 16 distinct attachments, each an existing attachment of the session (404 `Attachment not found: <id>`); other violations answer 400. Fails with 409 while a user's `InvokeSessionTool` runs in the session, and with the run's status (502 for a provider failure) when the turn fails. With `clientMessageId`, a retry with the same content posts nothing and answers the first turn's result; different content fails with 409 `Client message ID payload mismatch`.
+///
+/// - Response: [`MessageSessionResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `content`, `sessionId` (see [`MessageSession::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct MessageSession {
-    ///Idempotency key chosen by the client, at most 256 bytes, scoped to the signed (acting) account. Reserved before the turn runs, so a duplicate sent during the turn answers `assistantEventId: ''` and posts nothing.
+    /// Idempotency key chosen by the client, at most 256 bytes, scoped to the signed (acting) account. Reserved before the turn runs, so a duplicate sent during the turn answers `assistantEventId: ''` and posts nothing.
     #[serde(rename = "clientMessageId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_message_id: ::std::option::Option<::std::string::String>,
-    ///The message parts: text (each text part becomes one user message), context lines and attachments. At least one text part is required.
+    /// The message parts: text (each text part becomes one user message), context lines and attachments. At least one text part is required.
     pub content: ::std::vec::Vec<MessageSessionContentPart>,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
@@ -4159,10 +5422,13 @@ pub struct MessageSession {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type")]
 pub enum MessageSessionContentPart {
+    /// A [`AttachmentContentPart`].
     #[serde(rename = "attachment")]
     AttachmentContentPart(AttachmentContentPart),
+    /// A [`ContextContentPart`].
     #[serde(rename = "context")]
     ContextContentPart(ContextContentPart),
+    /// A [`TextContentPart`].
     #[serde(rename = "text")]
     TextContentPart(TextContentPart),
 }
@@ -4181,49 +5447,67 @@ impl ::std::convert::From<TextContentPart> for MessageSessionContentPart {
         Self::TextContentPart(value)
     }
 }
-///Answer to `MessageSession`, sent when the turn has finished, was queued, or was already answered.
+/// Answer to `MessageSession`, sent when the turn has finished, was queued, or was already answered.
+///
+/// - Since protocol 1
+/// - Required: `assistantEventId`, `sessionId` (see [`MessageSessionResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct MessageSessionResponse {
-    ///Id of the assistant's reply event. Empty (`''`) when the turn was queued, backgrounded or parked, or when a duplicate `clientMessageId` arrived while the first turn was still running; follow the session to see the reply.
+    /// Id of the assistant's reply event. Empty (`''`) when the turn was queued, backgrounded or parked, or when a duplicate `clientMessageId` arrived while the first turn was still running; follow the session to see the reply.
     #[serde(rename = "assistantEventId")]
     pub assistant_event_id: ::std::string::String,
-    ///When the agent continued the conversation in a new session, that session's id. This server does not send it yet.
+    /// When the agent continued the conversation in a new session, that session's id. This server does not send it yet.
     #[serde(rename = "continuedToSessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_to_session_id: ::std::option::Option<::std::string::String>,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///How to reach a model vendor: its type, optional base URL, the names of the secrets holding its credentials, and fields to add to its requests.
+/// How to reach a model vendor: its type, optional base URL, the names of the secrets holding its credentials, and fields to add to its requests.
+///
+/// - Since protocol 1
+/// - Required: `type` (see [`ModelProviderConfig::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ModelProviderConfig {
-    ///`api-key` (the default: `secretRefs.apiKey` names the API key secret) or `subscription` (sign in with a ChatGPT subscription; only for type `openai`, and `secretRefs.oauth` must name the credentials secret).
+    /// `api-key` (the default: `secretRefs.apiKey` names the API key secret) or `subscription` (sign in with a ChatGPT subscription; only for type `openai`, and `secretRefs.oauth` must name the credentials secret).
     #[serde(rename = "authMode")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub auth_mode: ::std::option::Option<ModelProviderConfigAuthMode>,
-    ///Base URL of the vendor's API: an absolute `http` or `https` URL, at most 2048 bytes. Used only by `ollama` (default `http://localhost:11434/v1`) and `custom` (required); ignored for other types, which have fixed URLs.
+    /// Base URL of the vendor's API: an absolute `http` or `https` URL, at most 2048 bytes. Used only by `ollama` (default `http://localhost:11434/v1`) and `custom` (required); ignored for other types, which have fixed URLs.
     #[serde(rename = "baseUrl")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub base_url: ::std::option::Option<::std::string::String>,
-    ///Fields merged into every request body sent to the vendor, shallowly and over the server's own (for example `temperature`); at most 16 KiB as CBOR (400 `Model defaults are too large`).
+    /// Fields merged into every request body sent to the vendor, shallowly and over the server's own (for example `temperature`); at most 16 KiB as CBOR (400 `Model defaults are too large`).
     #[serde(rename = "modelDefaults")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub model_defaults:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
-    ///Names of the account's secrets the provider uses, by role: `apiKey` for the API key, `oauth` for subscription credentials. Keys and values at most 256 bytes each. Secret values are never returned.
+    /// Names of the account's secrets the provider uses, by role: `apiKey` for the API key, `oauth` for subscription credentials. Keys and values at most 256 bytes each. Secret values are never returned.
     #[serde(rename = "secretRefs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub secret_refs: ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
-    ///Vendor type: `openai`, `anthropic`, `google`, `openrouter`, `deepseek`, `groq`, `xai`, `ollama` or `custom` (OpenAI-compatible at `baseUrl`). Anything else fails with 400 `Unsupported model provider type: <type>`. All but `ollama` and `custom` need an API key.
+    /// Vendor type: `openai`, `anthropic`, `google`, `openrouter`, `deepseek`, `groq`, `xai`, `ollama` or `custom` (OpenAI-compatible at `baseUrl`). Anything else fails with 400 `Unsupported model provider type: <type>`. All but `ollama` and `custom` need an API key.
     #[serde(rename = "type")]
     pub type_: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`api-key` (the default: `secretRefs.apiKey` names the API key secret) or `subscription` (sign in with a ChatGPT subscription; only for type `openai`, and `secretRefs.oauth` must name the credentials secret).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ModelProviderConfigAuthMode {
+    /// The wire value `api-key`.
     #[serde(rename = "api-key")]
     ApiKey,
+    /// The wire value `subscription`.
     #[serde(rename = "subscription")]
     Subscription,
 }
@@ -4257,100 +5541,166 @@ impl ::std::convert::TryFrom<::std::string::String> for ModelProviderConfigAuthM
         value.parse()
     }
 }
-///Open a URL in a browser document.
+/// Open a URL in a browser document.
+///
+/// - Since protocol 1
+/// - Required: `document`, `url` (see [`NavigateBrowserCommand::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct NavigateBrowserCommand {
-    ///Id of the browser document (tab) the command acts on.
+    /// Id of the browser document (tab) the command acts on.
     pub document: ::std::string::String,
-    ///The URL to open.
+    /// The URL to open.
     pub url: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///On firing, start a new thread (session) of the agent with the trigger's prompt. This is the default.
+/// On firing, start a new thread (session) of the agent with the trigger's prompt. This is the default.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct NewThreadContinuation {
-    ///Whether the agent's own system prompt is also used when `systemPrompt` is given.
+    /// Whether the agent's own system prompt is also used when `systemPrompt` is given.
     #[serde(rename = "includeAgentSystemPrompt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub include_agent_system_prompt: ::std::option::Option<bool>,
-    ///A system prompt for the new thread.
+    /// A system prompt for the new thread.
     #[serde(rename = "systemPrompt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub system_prompt: ::std::option::Option<::std::string::String>,
-    ///Tools the new thread may use, instead of the agent's.
+    /// Tools the new thread may use, instead of the agent's.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tools: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Fires once, at `runAt`.
+/// Fires once, at `runAt`.
+///
+/// - Since protocol 1
+/// - Required: `runAt` (see [`OnceSchedule::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct OnceSchedule {
-    ///When to fire, Unix epoch milliseconds; a positive integer.
+    /// When to fire, Unix epoch milliseconds; a positive integer.
     #[serde(rename = "runAt")]
     pub run_at: i64,
-    ///IANA time zone for displaying `runAt`; it does not change when the trigger fires.
+    /// IANA time zone for displaying `runAt`; it does not change when the trigger fires.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub timezone: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A live, never persisted, change to a streaming message (sessions) or run (runs).
+/// A live, never persisted, change to a streaming message (sessions) or run (runs).
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct PartialPatch {
-    ///What the agent is doing now.
+    /// What the agent is doing now.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub activity: ::std::option::Option<AgentRunActivity>,
-    ///Ends the partial stream.
+    /// Ends the partial stream.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub done: ::std::option::Option<bool>,
+    /// `progress` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub progress: ::std::option::Option<PartialPatchProgress>,
-    ///Text to append to the streaming message.
+    /// Text to append to the streaming message.
     #[serde(rename = "textDelta")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub text_delta: ::std::option::Option<::std::string::String>,
-    ///Tokens used so far.
+    /// Tokens used so far.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub usage: ::std::option::Option<AgentRunUsage>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Progress of the current step, when known.
+/// Progress of the current step, when known.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct PartialPatchProgress {
-    ///Fraction done, from 0 to 1.
+    /// Fraction done, from 0 to 1.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub fraction: ::std::option::Option<::seed_agents_protocol::Float>,
-    ///What is in progress, in words.
+    /// What is in progress, in words.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///An obligation a run has not met: its plan still has open steps.
+/// An obligation a run has not met: its plan still has open steps.
+///
+/// - Since protocol 1
+/// - Required: `steps` (see [`PlanObligation::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct PlanObligation {
-    ///Labels of the plan steps still open.
+    /// Labels of the plan steps still open.
     pub steps: ::std::vec::Vec<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Asks for the next browser command to run, if any (`request` is absent when there is none). Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
+/// Asks for the next browser command to run, if any (`request` is absent when there is none). Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
+///
+/// - Response: [`SessionBrowserResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `connectionId`, `sessionId` (see [`PollSessionBrowser::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct PollSessionBrowser {
-    ///Id of the browser connection.
+    /// Id of the browser connection.
     #[serde(rename = "connectionId")]
     pub connection_id: ::std::string::String,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///Press a key in a page.
+/// Press a key in a page.
+///
+/// - Since protocol 1
+/// - Required: `document`, `key` (see [`PressBrowserCommand::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct PressBrowserCommand {
-    ///Id of the browser document (tab) the command acts on.
+    /// Id of the browser document (tab) the command acts on.
     pub document: ::std::string::String,
-    ///The key: `Enter`, `Tab`, `Escape`, `Backspace`, `ArrowUp` or `ArrowDown`.
+    /// The key: `Enter`, `Tab`, `Escape`, `Backspace`, `ArrowUp` or `ArrowDown`.
     pub key: PressBrowserCommandKey,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///The key: `Enter`, `Tab`, `Escape`, `Backspace`, `ArrowUp` or `ArrowDown`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum PressBrowserCommandKey {
+    /// `ArrowDown`.
     ArrowDown,
+    /// `ArrowUp`.
     ArrowUp,
+    /// `Backspace`.
     Backspace,
+    /// `Enter`.
     Enter,
+    /// `Escape`.
     Escape,
+    /// `Tab`.
     Tab,
 }
 impl ::std::fmt::Display for PressBrowserCommandKey {
@@ -4391,37 +5741,56 @@ impl ::std::convert::TryFrom<::std::string::String> for PressBrowserCommandKey {
         value.parse()
     }
 }
-///A model a provider offers.
+/// A model a provider offers.
+///
+/// - Since protocol 1
+/// - Required: `id`, `name` (see [`ProviderModelInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ProviderModelInfo {
-    ///Model id to use as `model` in a definition or override.
+    /// Model id to use as `model` in a definition or override.
     pub id: ::std::string::String,
-    ///Display name (the id when the vendor gives none).
+    /// Display name (the id when the vendor gives none).
     pub name: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Answer to `GetProviderOAuthStatus`.
+/// Answer to `GetProviderOAuthStatus`.
+///
+/// - Since protocol 1
+/// - Required: `loginId`, `status` (see [`ProviderOAuthStatusResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ProviderOAuthStatusResponse {
-    ///Why the sign-in failed, when it did.
+    /// Why the sign-in failed, when it did.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
-    ///Id of the sign-in.
+    /// Id of the sign-in.
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
-    ///When completed: name of the secret holding the credentials, to reference as `secretRefs.oauth` of a subscription provider.
+    /// When completed: name of the secret holding the credentials, to reference as `secretRefs.oauth` of a subscription provider.
     #[serde(rename = "secretName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub secret_name: ::std::option::Option<::std::string::String>,
-    ///`pending` (waiting for the user), `completed` or `failed`.
+    /// `pending` (waiting for the user), `completed` or `failed`.
     pub status: ProviderOAuthStatusResponseStatus,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`pending` (waiting for the user), `completed` or `failed`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ProviderOAuthStatusResponseStatus {
+    /// The wire value `completed`.
     #[serde(rename = "completed")]
     Completed,
+    /// The wire value `failed`.
     #[serde(rename = "failed")]
     Failed,
+    /// The wire value `pending`.
     #[serde(rename = "pending")]
     Pending,
 }
@@ -4457,55 +5826,89 @@ impl ::std::convert::TryFrom<::std::string::String> for ProviderOAuthStatusRespo
         value.parse()
     }
 }
-///Reads one file of an agent's memory. Reader or more on the agent (404 `Agent not found` without access). 404 `Memory file not found: <path>` when missing; 400 when the path is a directory.
+/// Reads one file of an agent's memory. Reader or more on the agent (404 `Agent not found` without access). 404 `Memory file not found: <path>` when missing; 400 when the path is a directory.
+///
+/// - Response: [`ReadAgentMemoryFileResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `agentId`, `path` (see [`ReadAgentMemoryFile::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ReadAgentMemoryFile {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
+    /// Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
     pub path: ::std::string::String,
 }
-///Answer to `ReadAgentMemoryFile`.
+/// Answer to `ReadAgentMemoryFile`.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `file` (see [`ReadAgentMemoryFileResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ReadAgentMemoryFileResponse {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The file.
+    /// The file.
     pub file: AgentMemoryFile,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Reads a session attachment: its record and bytes. Reader or more on the session's agent (404 `Session not found` without access); 400 for a malformed id, 404 `Attachment not found: <id>` when missing.
+/// Reads a session attachment: its record and bytes. Reader or more on the session's agent (404 `Session not found` without access); 400 for a malformed id, 404 `Attachment not found: <id>` when missing.
+///
+/// - Response: [`ReadSessionAttachmentResponse`]
+/// - Effect: read (changes no state; safe to repeat)
+/// - Since protocol 1
+/// - Required: `attachmentId`, `sessionId` (see [`ReadSessionAttachment::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ReadSessionAttachment {
-    ///Id of the attachment (64 lowercase hex characters).
+    /// Id of the attachment (64 lowercase hex characters).
     #[serde(rename = "attachmentId")]
     pub attachment_id: ::std::string::String,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///Answer to `ReadSessionAttachment`.
+/// Answer to `ReadSessionAttachment`.
+///
+/// - Since protocol 1
+/// - Required: `attachment`, `data` (see [`ReadSessionAttachmentResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ReadSessionAttachmentResponse {
-    ///The attachment's record.
+    /// The attachment's record.
     pub attachment: SessionAttachmentInfo,
-    ///The attachment's bytes.
+    /// The attachment's bytes.
     pub data: ::seed_agents_protocol::Bytes,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///How hard a reasoning model should think: `minimal`, `low`, `medium`, `high`, `xhigh` or `max`. Creating or updating an agent or a session override with a level the provider type and model do not support fails with 400.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ReasoningLevel {
+    /// The wire value `high`.
     #[serde(rename = "high")]
     High,
+    /// The wire value `low`.
     #[serde(rename = "low")]
     Low,
+    /// The wire value `max`.
     #[serde(rename = "max")]
     Max,
+    /// The wire value `medium`.
     #[serde(rename = "medium")]
     Medium,
+    /// The wire value `minimal`.
     #[serde(rename = "minimal")]
     Minimal,
+    /// The wire value `xhigh`.
     #[serde(rename = "xhigh")]
     Xhigh,
 }
@@ -4547,70 +5950,88 @@ impl ::std::convert::TryFrom<::std::string::String> for ReasoningLevel {
         value.parse()
     }
 }
-///An MCP server as answered: configuration without header values or secret names, with its last status and tools.
+/// An MCP server as answered: configuration without header values or secret names, with its last status and tools.
+///
+/// - Since protocol 1
+/// - Required: `createdAt`, `hasSecrets`, `headerNames`, `id`, `name`, `secretHeaderNames`, `status`, `tools`, `transport`, `updatedAt`, `url` (see [`RedactedMcpServer::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RedactedMcpServer {
-    ///Creation time, Unix epoch milliseconds.
+    /// Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///Whether any header comes from a secret.
+    /// Whether any header comes from a secret.
     #[serde(rename = "hasSecrets")]
     pub has_secrets: bool,
-    ///Names of the plain headers.
+    /// Names of the plain headers.
     #[serde(rename = "headerNames")]
     pub header_names: ::std::vec::Vec<::std::string::String>,
-    ///Id of the server record.
+    /// Id of the server record.
     pub id: ::std::string::String,
-    ///Name of the server: lowercase letters, digits, `_` and `-`, starting with a letter or digit, at most 32 characters. Agents list it in `mcpServers`.
+    /// Name of the server: lowercase letters, digits, `_` and `-`, starting with a letter or digit, at most 32 characters. Agents list it in `mcpServers`.
     pub name: ::std::string::String,
-    ///Names of the headers whose values come from secrets.
+    /// Names of the headers whose values come from secrets.
     #[serde(rename = "secretHeaderNames")]
     pub secret_header_names: ::std::vec::Vec<::std::string::String>,
-    ///Result of the last check.
+    /// Result of the last check.
     pub status: McpServerStatus,
-    ///Tools found at the last successful check.
+    /// Tools found at the last successful check.
     pub tools: ::std::vec::Vec<McpToolInfo>,
-    ///The configured transport, or the one discovery settled on.
+    /// The configured transport, or the one discovery settled on.
     pub transport: McpServerTransport,
-    ///Time of the last change, Unix epoch milliseconds.
+    /// Time of the last change, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
-    ///The server's URL.
+    /// The server's URL.
     pub url: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A model provider as listed: identity and auth state, never its configuration or secret names.
+/// A model provider as listed: identity and auth state, never its configuration or secret names.
+///
+/// - Since protocol 1
+/// - Required: `createdAt`, `hasSecrets`, `id`, `name`, `type`, `updatedAt` (see [`RedactedModelProvider::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RedactedModelProvider {
-    ///`subscription` for a subscription provider; absent for an API-key provider.
+    /// `subscription` for a subscription provider; absent for an API-key provider.
     #[serde(rename = "authMode")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub auth_mode: ::std::option::Option<RedactedModelProviderAuthMode>,
-    ///For a subscription provider: `ok`, or `needs-login` when its credentials are missing or a refresh was rejected. Absent for API-key providers.
+    /// For a subscription provider: `ok`, or `needs-login` when its credentials are missing or a refresh was rejected. Absent for API-key providers.
     #[serde(rename = "authStatus")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub auth_status: ::std::option::Option<RedactedModelProviderAuthStatus>,
-    ///Creation time, Unix epoch milliseconds.
+    /// Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///Whether the configuration references any secret.
+    /// Whether the configuration references any secret.
     #[serde(rename = "hasSecrets")]
     pub has_secrets: bool,
-    ///Id of the provider record.
+    /// Id of the provider record.
     pub id: ::std::string::String,
-    ///Name of the provider, unique in the account; agents refer to it by this name.
+    /// Name of the provider, unique in the account; agents refer to it by this name.
     pub name: ::std::string::String,
-    ///Vendor type (see `ModelProviderConfig.type`).
+    /// Vendor type (see `ModelProviderConfig.type`).
     #[serde(rename = "type")]
     pub type_: ::std::string::String,
-    ///Time of the last change, Unix epoch milliseconds.
+    /// Time of the last change, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`subscription` for a subscription provider; absent for an API-key provider.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RedactedModelProviderAuthMode {
+    /// The wire value `api-key`.
     #[serde(rename = "api-key")]
     ApiKey,
+    /// The wire value `subscription`.
     #[serde(rename = "subscription")]
     Subscription,
 }
@@ -4647,8 +6068,10 @@ impl ::std::convert::TryFrom<::std::string::String> for RedactedModelProviderAut
 ///For a subscription provider: `ok`, or `needs-login` when its credentials are missing or a refresh was rejected. Absent for API-key providers.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RedactedModelProviderAuthStatus {
+    /// The wire value `needs-login`.
     #[serde(rename = "needs-login")]
     NeedsLogin,
+    /// The wire value `ok`.
     #[serde(rename = "ok")]
     Ok,
 }
@@ -4682,128 +6105,200 @@ impl ::std::convert::TryFrom<::std::string::String> for RedactedModelProviderAut
         value.parse()
     }
 }
-///A stored secret as answered: its name and metadata, never its value.
+/// A stored secret as answered: its name and metadata, never its value.
+///
+/// - Since protocol 1
+/// - Required: `createdAt`, `hasValue`, `id`, `name`, `updatedAt` (see [`RedactedSecret::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RedactedSecret {
-    ///Creation time, Unix epoch milliseconds.
+    /// Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///Always true: the secret has a value (which is never returned).
+    /// Always true: the secret has a value (which is never returned).
     #[serde(rename = "hasValue")]
     pub has_value: bool,
-    ///Id of the secret record.
+    /// Id of the secret record.
     pub id: ::std::string::String,
-    ///The metadata given with the value, when any.
+    /// The metadata given with the value, when any.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub metadata:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
-    ///Name of the secret, unique in the account.
+    /// Name of the secret, unique in the account.
     pub name: ::std::string::String,
-    ///Time of the last change, Unix epoch milliseconds.
+    /// Time of the last change, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Checks an MCP server again and refreshes its tool list. Account-scoped; 404 when the account has no server of that name. This server does not implement it yet and answers 501.
+/// Checks an MCP server again and refreshes its tool list. Account-scoped; 404 when the account has no server of that name. This server does not implement it yet and answers 501.
+///
+/// - Response: [`SetMcpServerResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `name` (see [`RefreshMcpServer::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RefreshMcpServer {
-    ///Name of the MCP server.
+    /// Name of the MCP server.
     pub name: ::std::string::String,
 }
-///Registers the envelope's signer as a delegated signer of another account. `capability` is a Seed Capability blob issued by that account to the signer; once registered, envelopes signed by the delegate with `account` set to the issuer are accepted. The envelope itself must already be authorized, which in practice means the delegate signs it for itself (`account` equal to `signer`). Fails with 400 when the capability is empty, not CBOR, not a Capability, badly signed, delegates to another key than the envelope's signer or to its own issuer, or grants a role other than `AGENT` or `WRITER`. Registering the same pair again replaces the stored capability.
+/// Registers the envelope's signer as a delegated signer of another account. `capability` is a Seed Capability blob issued by that account to the signer; once registered, envelopes signed by the delegate with `account` set to the issuer are accepted. The envelope itself must already be authorized, which in practice means the delegate signs it for itself (`account` equal to `signer`). Fails with 400 when the capability is empty, not CBOR, not a Capability, badly signed, delegates to another key than the envelope's signer or to its own issuer, or grants a role other than `AGENT` or `WRITER`. Registering the same pair again replaces the stored capability.
+///
+/// - Response: [`RegisterSignerResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `capability` (see [`RegisterSigner::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RegisterSigner {
-    ///The DAG-CBOR bytes of a signed Seed Capability blob: `signer` is the issuing account, `delegate` must equal the envelope's signer and `role` must be `AGENT` or `WRITER`. Its `ts`, `path` and `audience` are not checked.
+    /// The DAG-CBOR bytes of a signed Seed Capability blob: `signer` is the issuing account, `delegate` must equal the envelope's signer and `role` must be `AGENT` or `WRITER`. Its `ts`, `path` and `audience` are not checked.
     pub capability: ::seed_agents_protocol::Bytes,
 }
-///Answer to `RegisterSigner`: the account that is now delegated and the signer it delegated to.
+/// Answer to `RegisterSigner`: the account that is now delegated and the signer it delegated to.
+///
+/// - Since protocol 1
+/// - Required: `accountId`, `signerId` (see [`RegisterSignerResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RegisterSignerResponse {
-    ///The issuing account (the capability's `signer`), as a base58btc principal string (`z…`).
+    /// The issuing account (the capability's `signer`), as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
-    ///The delegated signer (the envelope's signer), as a base58btc principal string (`z…`).
+    /// The delegated signer (the envelope's signer), as a base58btc principal string (`z…`).
     #[serde(rename = "signerId")]
     pub signer_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Removes a member from an agent or cancels a pending invitation. Owner only (403 `Only the agent owner can do this`); fails with 404 `Collaborator not found` when the account is neither a member nor invited.
+/// Removes a member from an agent or cancels a pending invitation. Owner only (403 `Only the agent owner can do this`); fails with 404 `Collaborator not found` when the account is neither a member nor invited.
+///
+/// - Response: [`RemoveAgentCollaboratorResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `accountId`, `agentId` (see [`RemoveAgentCollaborator::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RemoveAgentCollaborator {
-    ///The member or invitee to remove, as a base58btc principal string (`z…`).
+    /// The member or invitee to remove, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
 }
-///Answer to `RemoveAgentCollaborator`.
+/// Answer to `RemoveAgentCollaborator`.
+///
+/// - Since protocol 1
+/// - Required: `accountId`, `agentId` (see [`RemoveAgentCollaboratorResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RemoveAgentCollaboratorResponse {
-    ///The removed account.
+    /// The removed account.
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Sends back the result of a browser command: its output or its error. Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
+/// Sends back the result of a browser command: its output or its error. Part of the browser relay, through which a desktop client connected to a session runs browser commands for the session's agent and sends back their results. This server does not implement it yet and answers 501.
+///
+/// - Response: [`SessionBrowserResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `connectionId`, `requestId`, `sessionId` (see [`ResolveSessionBrowser::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ResolveSessionBrowser {
-    ///Id of the browser connection.
+    /// Id of the browser connection.
     #[serde(rename = "connectionId")]
     pub connection_id: ::std::string::String,
-    ///Why the command failed, when it did.
+    /// Why the command failed, when it did.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
-    ///The command's output, when it succeeded.
+    /// The command's output, when it succeeded.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub output:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
-    ///Id of the request being answered (`BrowserRequest.id`).
+    /// Id of the request being answered (`BrowserRequest.id`).
     #[serde(rename = "requestId")]
     pub request_id: ::std::string::String,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///Runs the agent's turn again after it failed, from the transcript and without a new user message. Chatter, writer or owner (403 for a reader; 404 `Session not found` without access). Fails with 409 `Session is already streaming` while a turn holds the session and with 400 `Nothing to retry: the latest run did not fail` unless the latest run failed; a turn that fails again answers with its status like `MessageSession`.
+/// Runs the agent's turn again after it failed, from the transcript and without a new user message. Chatter, writer or owner (403 for a reader; 404 `Session not found` without access). Fails with 409 `Session is already streaming` while a turn holds the session and with 400 `Nothing to retry: the latest run did not fail` unless the latest run failed; a turn that fails again answers with its status like `MessageSession`.
+///
+/// - Response: [`RetrySessionResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `sessionId` (see [`RetrySession::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RetrySession {
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///Answer to `RetrySession`.
+/// Answer to `RetrySession`.
+///
+/// - Since protocol 1
+/// - Required: `assistantEventId`, `sessionId` (see [`RetrySessionResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RetrySessionResponse {
-    ///Id of the new assistant reply event; empty (`''`) when the retried turn was parked or queued.
+    /// Id of the new assistant reply event; empty (`''`) when the retried turn was parked or queued.
     #[serde(rename = "assistantEventId")]
     pub assistant_event_id: ::std::string::String,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Fires when a run of the account reaches a final status. A chain of triggers started this way stops after 8 hops or when it would fire the same trigger again.
+/// Fires when a run of the account reaches a final status. A chain of triggers started this way stops after 8 hops or when it would fire the same trigger again.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunCompletedSource {
-    ///Only runs of this agent.
+    /// Only runs of this agent.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
-    ///Only runs that ended this way: `succeeded`, `failed` or `canceled`.
+    /// Only runs that ended this way: `succeeded`, `failed` or `canceled`.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub status: ::std::option::Option<RunCompletedSourceStatus>,
-    ///Only runs whose title matches this text; at most 256 bytes.
+    /// Only runs whose title matches this text; at most 256 bytes.
     #[serde(rename = "titleMatch")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title_match: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Only runs that ended this way: `succeeded`, `failed` or `canceled`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunCompletedSourceStatus {
+    /// The wire value `canceled`.
     #[serde(rename = "canceled")]
     Canceled,
+    /// The wire value `failed`.
     #[serde(rename = "failed")]
     Failed,
+    /// The wire value `succeeded`.
     #[serde(rename = "succeeded")]
     Succeeded,
 }
@@ -4839,122 +6334,141 @@ impl ::std::convert::TryFrom<::std::string::String> for RunCompletedSourceStatus
         value.parse()
     }
 }
-///A run: one durable unit of work (an agent turn or a workflow) in the server's queue, part of a tree of runs under a root.
+/// A run: one durable unit of work (an agent turn or a workflow) in the server's queue, part of a tree of runs under a root.
+///
+/// - Since protocol 1
+/// - Required: `account`, `createdAt`, `depth`, `id`, `kind`, `origin`, `rootRunId`, `status`, `title`, `updatedAt` (see [`RunInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunInfo {
-    ///The account the run belongs to (the agent's owner), as a base58btc principal string (`z…`).
+    /// The account the run belongs to (the agent's owner), as a base58btc principal string (`z…`).
     pub account: ::std::string::String,
-    ///Id of the agent the run works for. Absent once the agent is deleted (the run is then invisible).
+    /// Id of the agent the run works for. Absent once the agent is deleted (the run is then invisible).
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<::std::string::String>,
-    ///Number of direct child runs; absent when there are none.
+    /// Number of direct child runs; absent when there are none.
     #[serde(rename = "childRunCount")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub child_run_count: ::std::option::Option<i64>,
-    ///Id of the run this one continues, when it does.
+    /// Id of the run this one continues, when it does.
     #[serde(rename = "continuedFromRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_from_run_id: ::std::option::Option<::std::string::String>,
-    ///When the run was queued, Unix epoch milliseconds.
+    /// When the run was queued, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///Depth in the run tree: 0 for a root run, one more per parent.
+    /// Depth in the run tree: 0 for a root run, one more per parent.
     pub depth: i64,
+    /// `error` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<RunInfoError>,
-    ///When the run reached a final status (`succeeded`, `failed`, `canceled`), Unix epoch milliseconds.
+    /// When the run reached a final status (`succeeded`, `failed`, `canceled`), Unix epoch milliseconds.
     #[serde(rename = "finishedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub finished_at: ::std::option::Option<i64>,
-    ///Id of the run (a UUID).
+    /// Id of the run (a UUID).
     pub id: ::std::string::String,
-    ///`agent` (a model turn of an agent) or `workflow` (a script).
+    /// `agent` (a model turn of an agent) or `workflow` (a script).
     pub kind: RunInfoKind,
-    ///What started the run: `user`, `trigger`, `agent`, `workflow` or `system`.
+    /// What started the run: `user`, `trigger`, `agent`, `workflow` or `system`.
     pub origin: RunInfoOrigin,
-    ///Id of the parent run; absent for a root run.
+    /// Id of the parent run; absent for a root run.
     #[serde(rename = "parentRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub parent_run_id: ::std::option::Option<::std::string::String>,
-    ///Id of the parent's tool call that started this run.
+    /// Id of the parent's tool call that started this run.
     #[serde(rename = "parentToolCallId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub parent_tool_call_id: ::std::option::Option<::std::string::String>,
-    ///The plan the run settled, copied from its session when every step was done, failed or skipped.
+    /// The plan the run settled, copied from its session when every step was done, failed or skipped.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub plan: ::std::option::Option<RunPlan>,
-    ///Id of the parent's plan step this run works on. This server does not send it yet.
+    /// Id of the parent's plan step this run works on. This server does not send it yet.
     #[serde(rename = "planStepId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub plan_step_id: ::std::option::Option<::std::string::String>,
-    ///Id of the root of the run's tree (its own id for a root run). Live WebSocket frames of a tree go to `runs/<rootRunId>`.
+    /// Id of the root of the run's tree (its own id for a root run). Live WebSocket frames of a tree go to `runs/<rootRunId>`.
     #[serde(rename = "rootRunId")]
     pub root_run_id: ::std::string::String,
-    ///Id of the session the run works in, when it has one and the session still exists.
+    /// Id of the session the run works in, when it has one and the session still exists.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
-    ///The text the run was started from, when recorded.
+    /// The text the run was started from, when recorded.
     #[serde(rename = "sourceText")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub source_text: ::std::option::Option<::std::string::String>,
-    ///When the run first started executing, Unix epoch milliseconds.
+    /// When the run first started executing, Unix epoch milliseconds.
     #[serde(rename = "startedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub started_at: ::std::option::Option<i64>,
-    ///Where the run is in its life.
+    /// Where the run is in its life.
     pub status: RunStatus,
-    ///Label of the plan step this run works on. This server does not send it yet.
+    /// Label of the plan step this run works on. This server does not send it yet.
     #[serde(rename = "stepLabel")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub step_label: ::std::option::Option<::std::string::String>,
-    ///Short title: for a user's turn, the first line of the message (at most 80 characters). May be empty.
+    /// Short title: for a user's turn, the first line of the message (at most 80 characters). May be empty.
     pub title: ::std::string::String,
-    ///What the run's output says it still owes (open plan steps, a missing typed result); absent when nothing.
+    /// What the run's output says it still owes (open plan steps, a missing typed result); absent when nothing.
     #[serde(rename = "unmetObligations")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub unmet_obligations: ::std::option::Option<::std::vec::Vec<UnmetObligation>>,
-    ///Time of the last change, Unix epoch milliseconds.
+    /// Time of the last change, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
-    ///Tokens the run used, summed over its passes, with its children's usage rolled up.
+    /// Tokens the run used, summed over its passes, with its children's usage rolled up.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub usage: ::std::option::Option<RunUsageInfo>,
-    ///What a `waiting` run waits for.
+    /// What a `waiting` run waits for.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub wait: ::std::option::Option<RunWaitInfo>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Why the run failed; present on failed runs.
+/// Why the run failed; present on failed runs.
+///
+/// - Since protocol 1
+/// - Required: `code`, `message` (see [`RunInfoError::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunInfoError {
-    ///For a workflow, the journal `seq` of the call that failed.
+    /// For a workflow, the journal `seq` of the call that failed.
     #[serde(rename = "callSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub call_seq: ::std::option::Option<i64>,
-    ///Machine-readable failure class, for example `provider-error`.
+    /// Machine-readable failure class, for example `provider-error`.
     pub code: ::std::string::String,
-    ///Further structured detail, when there is any.
+    /// Further structured detail, when there is any.
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub detail: ::std::option::Option<::seed_agents_protocol::Value>,
-    ///Human-readable failure text.
+    /// Human-readable failure text.
     pub message: ::std::string::String,
-    ///For a workflow, the script's stack trace.
+    /// For a workflow, the script's stack trace.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub stack: ::std::option::Option<::std::string::String>,
-    ///Name of the tool whose call failed, when one did.
+    /// Name of the tool whose call failed, when one did.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tool: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`agent` (a model turn of an agent) or `workflow` (a script).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunInfoKind {
+    /// The wire value `agent`.
     #[serde(rename = "agent")]
     Agent,
+    /// The wire value `workflow`.
     #[serde(rename = "workflow")]
     Workflow,
 }
@@ -4991,14 +6505,19 @@ impl ::std::convert::TryFrom<::std::string::String> for RunInfoKind {
 ///What started the run: `user`, `trigger`, `agent`, `workflow` or `system`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunInfoOrigin {
+    /// The wire value `agent`.
     #[serde(rename = "agent")]
     Agent,
+    /// The wire value `system`.
     #[serde(rename = "system")]
     System,
+    /// The wire value `trigger`.
     #[serde(rename = "trigger")]
     Trigger,
+    /// The wire value `user`.
     #[serde(rename = "user")]
     User,
+    /// The wire value `workflow`.
     #[serde(rename = "workflow")]
     Workflow,
 }
@@ -5038,54 +6557,79 @@ impl ::std::convert::TryFrom<::std::string::String> for RunInfoOrigin {
         value.parse()
     }
 }
-///One entry of a workflow run's journal (a recorded step of its script).
+/// One entry of a workflow run's journal (a recorded step of its script).
+///
+/// - Since protocol 1
+/// - Required: `createdAt`, `entry`, `runId`, `seq` (see [`RunJournalEntryInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunJournalEntryInfo {
-    ///When the entry was recorded, Unix epoch milliseconds.
+    /// When the entry was recorded, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///The entry's content: an open map whose shape depends on the step.
+    /// The entry's content: an open map whose shape depends on the step.
     pub entry: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
-    ///Id of the run.
+    /// Id of the run.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
-    ///Position in the journal; entries are returned in this order.
+    /// Position in the journal; entries are returned in this order.
     pub seq: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///An agent's visible checklist for the work in a session, written with its `plan` tool.
+/// An agent's visible checklist for the work in a session, written with its `plan` tool.
+///
+/// - Since protocol 1
+/// - Required: `steps` (see [`RunPlan::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunPlan {
-    ///Id of the run that wrote the plan.
+    /// Id of the run that wrote the plan.
     #[serde(rename = "ownerRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub owner_run_id: ::std::option::Option<::std::string::String>,
-    ///When every step became done, failed or skipped, Unix epoch milliseconds.
+    /// When every step became done, failed or skipped, Unix epoch milliseconds.
     #[serde(rename = "settledAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub settled_at: ::std::option::Option<i64>,
-    ///The steps, in order.
+    /// The steps, in order.
     pub steps: ::std::vec::Vec<RunPlanStep>,
-    ///Title of the plan, when it has one.
+    /// Title of the plan, when it has one.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///One step of a plan.
+/// One step of a plan.
+///
+/// - Since protocol 1
+/// - Required: `id`, `label`, `status` (see [`RunPlanStep::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunPlanStep {
-    ///Id of the step, stable across updates of the plan.
+    /// Id of the step, stable across updates of the plan.
     pub id: ::std::string::String,
-    ///What the step is.
+    /// What the step is.
     pub label: ::std::string::String,
-    ///`runtime` when the server, not the agent, settled the step.
+    /// `runtime` when the server, not the agent, settled the step.
     #[serde(rename = "resolvedBy")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub resolved_by: ::std::option::Option<RunPlanStepResolvedBy>,
-    ///`pending`, `running`, `done`, `failed` or `skipped`.
+    /// `pending`, `running`, `done`, `failed` or `skipped`.
     pub status: RunPlanStepStatus,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`runtime` when the server, not the agent, settled the step.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunPlanStepResolvedBy {
+    /// The wire value `runtime`.
     #[serde(rename = "runtime")]
     Runtime,
 }
@@ -5120,14 +6664,19 @@ impl ::std::convert::TryFrom<::std::string::String> for RunPlanStepResolvedBy {
 ///`pending`, `running`, `done`, `failed` or `skipped`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunPlanStepStatus {
+    /// The wire value `done`.
     #[serde(rename = "done")]
     Done,
+    /// The wire value `failed`.
     #[serde(rename = "failed")]
     Failed,
+    /// The wire value `pending`.
     #[serde(rename = "pending")]
     Pending,
+    /// The wire value `running`.
     #[serde(rename = "running")]
     Running,
+    /// The wire value `skipped`.
     #[serde(rename = "skipped")]
     Skipped,
 }
@@ -5170,18 +6719,25 @@ impl ::std::convert::TryFrom<::std::string::String> for RunPlanStepStatus {
 ///A run's status: `queued` (waiting to start), `claimed` (picked by an executor), `running`, `waiting` (parked until children finish, a timer, an event or a signal), and the final ones `succeeded`, `failed` and `canceled`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunStatus {
+    /// The wire value `canceled`.
     #[serde(rename = "canceled")]
     Canceled,
+    /// The wire value `claimed`.
     #[serde(rename = "claimed")]
     Claimed,
+    /// The wire value `failed`.
     #[serde(rename = "failed")]
     Failed,
+    /// The wire value `queued`.
     #[serde(rename = "queued")]
     Queued,
+    /// The wire value `running`.
     #[serde(rename = "running")]
     Running,
+    /// The wire value `succeeded`.
     #[serde(rename = "succeeded")]
     Succeeded,
+    /// The wire value `waiting`.
     #[serde(rename = "waiting")]
     Waiting,
 }
@@ -5225,72 +6781,101 @@ impl ::std::convert::TryFrom<::std::string::String> for RunStatus {
         value.parse()
     }
 }
-///Tokens a run used, with what its child runs used.
+/// Tokens a run used, with what its child runs used.
+///
+/// - Since protocol 1
+/// - Required: `cacheRead`, `cacheWrite`, `input`, `output`, `total` (see [`RunUsageInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunUsageInfo {
-    ///Input tokens read from the provider's prompt cache.
+    /// Input tokens read from the provider's prompt cache.
     #[serde(rename = "cacheRead")]
     pub cache_read: i64,
-    ///Input tokens written to the provider's prompt cache.
+    /// Input tokens written to the provider's prompt cache.
     #[serde(rename = "cacheWrite")]
     pub cache_write: i64,
+    /// `children` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub children: ::std::option::Option<RunUsageInfoChildren>,
-    ///Input (prompt) tokens of this run itself.
+    /// Input (prompt) tokens of this run itself.
     pub input: i64,
-    ///Output tokens of this run itself.
+    /// Output tokens of this run itself.
     pub output: i64,
-    ///All tokens of this run itself.
+    /// All tokens of this run itself.
     pub total: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///What the run's finished child runs used together.
+/// What the run's finished child runs used together.
+///
+/// - Since protocol 1
+/// - Required: `cacheRead`, `cacheWrite`, `input`, `output`, `runs`, `total` (see [`RunUsageInfoChildren::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunUsageInfoChildren {
-    ///Cache-read tokens of the children.
+    /// Cache-read tokens of the children.
     #[serde(rename = "cacheRead")]
     pub cache_read: i64,
-    ///Cache-write tokens of the children.
+    /// Cache-write tokens of the children.
     #[serde(rename = "cacheWrite")]
     pub cache_write: i64,
-    ///Input tokens of the children.
+    /// Input tokens of the children.
     pub input: i64,
-    ///Output tokens of the children.
+    /// Output tokens of the children.
     pub output: i64,
-    ///Number of child runs counted.
+    /// Number of child runs counted.
     pub runs: i64,
-    ///All tokens of the children.
+    /// All tokens of the children.
     pub total: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///What a waiting run waits for.
+/// What a waiting run waits for.
+///
+/// - Since protocol 1
+/// - Required: `reason` (see [`RunWaitInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct RunWaitInfo {
-    ///For an event wait: the action that answers it (what to send with `SignalRun`).
+    /// For an event wait: the action that answers it (what to send with `SignalRun`).
     #[serde(rename = "answerWith")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub answer_with: ::std::option::Option<::std::string::String>,
-    ///For an event wait: what it waits for, in words.
+    /// For an event wait: what it waits for, in words.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
-    ///For a `children` wait: how many child runs are still unfinished.
+    /// For a `children` wait: how many child runs are still unfinished.
     #[serde(rename = "pendingChildren")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub pending_children: ::std::option::Option<i64>,
-    ///`children` (child runs to finish), `timer` (until `wakeAt`), `event` (a matching signal) or `budget-pause` (a person's permission to go on, given with `SignalRun`).
+    /// `children` (child runs to finish), `timer` (until `wakeAt`), `event` (a matching signal) or `budget-pause` (a person's permission to go on, given with `SignalRun`).
     pub reason: RunWaitInfoReason,
-    ///For a `timer` wait (or an event wait with a timeout): when the run wakes, Unix epoch milliseconds.
+    /// For a `timer` wait (or an event wait with a timeout): when the run wakes, Unix epoch milliseconds.
     #[serde(rename = "wakeAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub wake_at: ::std::option::Option<i64>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`children` (child runs to finish), `timer` (until `wakeAt`), `event` (a matching signal) or `budget-pause` (a person's permission to go on, given with `SignalRun`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum RunWaitInfoReason {
+    /// The wire value `budget-pause`.
     #[serde(rename = "budget-pause")]
     BudgetPause,
+    /// The wire value `children`.
     #[serde(rename = "children")]
     Children,
+    /// The wire value `event`.
     #[serde(rename = "event")]
     Event,
+    /// The wire value `timer`.
     #[serde(rename = "timer")]
     Timer,
 }
@@ -5328,83 +6913,139 @@ impl ::std::convert::TryFrom<::std::string::String> for RunWaitInfoReason {
         value.parse()
     }
 }
-///Creates or replaces one of an agent's lambda tools (an authored contract with source code); with `previousName` it replaces that tool, renaming it and keeping its creation time. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). Fails with 400 for a builtin tool (`Builtin tools cannot be edited`) or an invalid name, description, source or schema; 404 `Tool "<name>" not found` when `previousName` does not exist; 409 `A tool named "<name>" already exists` when another tool has the name. This server saves lambdas but cannot run them.
+/// Creates or replaces one of an agent's lambda tools (an authored contract with source code); with `previousName` it replaces that tool, renaming it and keeping its creation time. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). Fails with 400 for a builtin tool (`Builtin tools cannot be edited`) or an invalid name, description, source or schema; 404 `Tool "<name>" not found` when `previousName` does not exist; 409 `A tool named "<name>" already exists` when another tool has the name. This server saves lambdas but cannot run them.
+///
+/// - Response: [`SaveAgentToolResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `tool` (see [`SaveAgentTool::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SaveAgentTool {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The tool's current name, when renaming it.
+    /// The tool's current name, when renaming it.
     #[serde(rename = "previousName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub previous_name: ::std::option::Option<::std::string::String>,
-    ///The tool.
+    /// The tool.
     pub tool: AgentToolInput,
 }
-///Answer to `SaveAgentTool`.
+/// Answer to `SaveAgentTool`.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `tool` (see [`SaveAgentToolResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SaveAgentToolResponse {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The saved tool.
+    /// The saved tool.
     pub tool: AgentToolInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Fires on a schedule.
+/// Fires on a schedule.
+///
+/// - Since protocol 1
+/// - Required: `schedule` (see [`ScheduleSource::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ScheduleSource {
-    ///The schedule.
+    /// The schedule.
     pub schedule: AgentScheduleTrigger,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Take a screenshot of a browser document.
+/// Take a screenshot of a browser document.
+///
+/// - Since protocol 1
+/// - Required: `document` (see [`ScreenshotBrowserCommand::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ScreenshotBrowserCommand {
-    ///Id of the browser document (tab) the command acts on.
+    /// Id of the browser document (tab) the command acts on.
     pub document: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///On firing, run a workflow script instead of starting a thread.
+/// On firing, run a workflow script instead of starting a thread.
+///
+/// - Since protocol 1
+/// - Required: `script` (see [`ScriptContinuation::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ScriptContinuation {
-    ///Input handed to the script.
+    /// Input handed to the script.
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub input: ::std::option::Option<::seed_agents_protocol::Value>,
-    ///What to do when the script fails.
+    /// What to do when the script fails.
     #[serde(rename = "onFailure")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub on_failure: ::std::option::Option<TriggerFailurePolicy>,
-    ///The script to run.
+    /// The script to run.
     pub script: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Scroll a page by an offset.
+/// Scroll a page by an offset.
+///
+/// - Since protocol 1
+/// - Required: `document`, `y` (see [`ScrollBrowserCommand::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ScrollBrowserCommand {
-    ///Id of the browser document (tab) the command acts on.
+    /// Id of the browser document (tab) the command acts on.
     pub document: ::std::string::String,
-    ///Horizontal offset in pixels; absent means 0.
+    /// Horizontal offset in pixels; absent means 0.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub x: ::std::option::Option<i64>,
-    ///Vertical offset in pixels.
+    /// Vertical offset in pixels.
     pub y: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///When the latest message of a session was written and by whom.
+/// When the latest message of a session was written and by whom.
+///
+/// - Since protocol 1
+/// - Required: `messageAt`, `messageFrom` (see [`SessionActivity::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionActivity {
-    ///Time of the latest message, Unix epoch milliseconds.
+    /// Time of the latest message, Unix epoch milliseconds.
     #[serde(rename = "messageAt")]
     pub message_at: i64,
-    ///Who wrote it: `user` or `agent`.
+    /// Who wrote it: `user` or `agent`.
     #[serde(rename = "messageFrom")]
     pub message_from: SessionActivityMessageFrom,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Who wrote it: `user` or `agent`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionActivityMessageFrom {
+    /// The wire value `agent`.
     #[serde(rename = "agent")]
     Agent,
+    /// The wire value `user`.
     #[serde(rename = "user")]
     User,
 }
@@ -5441,12 +7082,16 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionActivityMessageFr
 ///Who caused a session event: `user` (a person, also through `InvokeSessionTool`), `agent` (the agent's own turn), `trigger` (a trigger firing) or `system` (the server).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionActor {
+    /// The wire value `agent`.
     #[serde(rename = "agent")]
     Agent,
+    /// The wire value `system`.
     #[serde(rename = "system")]
     System,
+    /// The wire value `trigger`.
     #[serde(rename = "trigger")]
     Trigger,
+    /// The wire value `user`.
     #[serde(rename = "user")]
     User,
 }
@@ -5484,77 +7129,114 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionActor {
         value.parse()
     }
 }
-///A file attached to a session. Its id is the SHA-256 of its bytes, so attaching identical bytes again returns the existing record.
+/// A file attached to a session. Its id is the SHA-256 of its bytes, so attaching identical bytes again returns the existing record.
+///
+/// - Since protocol 1
+/// - Required: `createdAt`, `id`, `name`, `sessionId`, `size` (see [`SessionAttachmentInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionAttachmentInfo {
-    ///When it was first attached, Unix epoch milliseconds.
+    /// When it was first attached, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///Id: lowercase hex SHA-256 of the bytes (64 characters).
+    /// Id: lowercase hex SHA-256 of the bytes (64 characters).
     pub id: ::std::string::String,
-    ///MIME type: the one given, else inferred from the name's extension; absent when unknown.
+    /// MIME type: the one given, else inferred from the name's extension; absent when unknown.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
-    ///File name as stored: the last path segment, control characters removed, `file` when blank, only the last 64 characters when longer than 256 bytes.
+    /// File name as stored: the last path segment, control characters removed, `file` when blank, only the last 64 characters when longer than 256 bytes.
     pub name: ::std::string::String,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
-    ///Size in bytes.
+    /// Size in bytes.
     pub size: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A chunked upload that becomes a session attachment (at most 100 MiB).
+/// A chunked upload that becomes a session attachment (at most 100 MiB).
+///
+/// - Since protocol 1
+/// - Required: `name`, `sessionId` (see [`SessionAttachmentUploadTarget::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionAttachmentUploadTarget {
-    ///MIME type; inferred from the name when absent or blank.
+    /// MIME type; inferred from the name when absent or blank.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
-    ///File name; must not be blank. Stored as `SessionAttachmentInfo.name` describes.
+    /// File name; must not be blank. Stored as `SessionAttachmentInfo.name` describes.
     pub name: ::std::string::String,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Answer to every browser relay action: the next command for the client, when there is one.
+/// Answer to every browser relay action: the next command for the client, when there is one.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionBrowserResponse {
-    ///The next command to run; absent when there is none.
+    /// The next command to run; absent when there is none.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub request: ::std::option::Option<BrowserRequest>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A link between a session and the session it was continued in (or from).
+/// A link between a session and the session it was continued in (or from).
+///
+/// - Since protocol 1
+/// - Required: `continuationId`, `createdAt`, `reason`, `sessionId` (see [`SessionContinuationLink::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionContinuationLink {
-    ///Id of the continuation.
+    /// Id of the continuation.
     #[serde(rename = "continuationId")]
     pub continuation_id: ::std::string::String,
-    ///When the conversation was continued, Unix epoch milliseconds.
+    /// When the conversation was continued, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///Why it was continued.
+    /// Why it was continued.
     pub reason: SessionContinuationReason,
-    ///Id of the other session.
+    /// Id of the other session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
-    ///Title of the other session, when it has one.
+    /// Title of the other session, when it has one.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Why a conversation moved to a new session: `context_pressure` (the context window was filling up), `topic_change`, `phase_change`, `refocus`, `user_request` or `other`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionContinuationReason {
+    /// The wire value `context_pressure`.
     #[serde(rename = "context_pressure")]
     ContextPressure,
+    /// The wire value `other`.
     #[serde(rename = "other")]
     Other,
+    /// The wire value `phase_change`.
     #[serde(rename = "phase_change")]
     PhaseChange,
+    /// The wire value `refocus`.
     #[serde(rename = "refocus")]
     Refocus,
+    /// The wire value `topic_change`.
     #[serde(rename = "topic_change")]
     TopicChange,
+    /// The wire value `user_request`.
     #[serde(rename = "user_request")]
     UserRequest,
 }
@@ -5596,88 +7278,121 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionContinuationReaso
         value.parse()
     }
 }
-///One durable event of a session: its payload, numbered by `seq`.
+/// One durable event of a session: its payload, numbered by `seq`.
+///
+/// - Since protocol 1
+/// - Required: `createdAt`, `event`, `id`, `seq`, `sessionId` (see [`SessionEvent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionEvent {
-    ///When the event was appended, Unix epoch milliseconds.
+    /// When the event was appended, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///The payload (message, tool call, tool result, error, tool spawn, or a kind this build does not know).
+    /// The payload (message, tool call, tool result, error, tool spawn, or a kind this build does not know).
     pub event: SessionEventPayload,
-    ///Id of the event (a UUID).
+    /// Id of the event (a UUID).
     pub id: ::std::string::String,
-    ///Position in the session: starts at 1, increases by one per event and is never reused. Replay and paging go by `seq`.
+    /// Position in the session: starts at 1, increases by one per event and is never reused. Replay and paging go by `seq`.
     pub seq: i64,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
-    ///Whether the payload was shortened for this answer. This server does not send it yet.
+    /// Whether the payload was shortened for this answer. This server does not send it yet.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub truncated: ::std::option::Option<bool>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Who and what produced an event: the signing account for user messages; provider, model, usage and timing for the agent's events.
+/// Who and what produced an event: the signing account for user messages; provider, model, usage and timing for the agent's events.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionEventMeta {
-    ///The account that sent a user message, as a base58btc principal string (`z…`).
+    /// The account that sent a user message, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub account_id: ::std::option::Option<::std::string::String>,
+    /// `continuedFrom` (optional).
     #[serde(rename = "continuedFrom")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_from: ::std::option::Option<SessionEventMetaContinuedFrom>,
-    ///How long producing the event took, in milliseconds.
+    /// How long producing the event took, in milliseconds.
     #[serde(rename = "durationMs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub duration_ms: ::std::option::Option<i64>,
-    ///Model that produced the event.
+    /// Model that produced the event.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub model: ::std::option::Option<::std::string::String>,
-    ///Name of the model provider used.
+    /// Name of the model provider used.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub provider: ::std::option::Option<::std::string::String>,
-    ///Reasoning level used: a `ReasoningLevel`, `off` (none) or `default` (the model's own).
+    /// Reasoning level used: a `ReasoningLevel`, `off` (none) or `default` (the model's own).
     #[serde(rename = "reasoningLevel")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub reasoning_level: ::std::option::Option<SessionEventMetaReasoningLevel>,
-    ///The key that signed the user's message (the verified envelope signer), as a base58btc principal string (`z…`); differs from `accountId` for a delegated signer.
+    /// The key that signed the user's message (the verified envelope signer), as a base58btc principal string (`z…`); differs from `accountId` for a delegated signer.
     #[serde(rename = "signerId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub signer_id: ::std::option::Option<::std::string::String>,
+    /// `turn` (optional).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub turn: ::std::option::Option<SessionEventMetaTurn>,
-    ///Tokens (and cost, when known) the model call used.
+    /// Tokens (and cost, when known) the model call used.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub usage: ::std::option::Option<AgentRunUsage>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Where this event's conversation was continued from.
+/// Where this event's conversation was continued from.
+///
+/// - Since protocol 1
+/// - Required: `eventId`, `seq`, `sessionId` (see [`SessionEventMetaContinuedFrom::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionEventMetaContinuedFrom {
-    ///Id of the event in the earlier session.
+    /// Id of the event in the earlier session.
     #[serde(rename = "eventId")]
     pub event_id: ::std::string::String,
-    ///`seq` of that event.
+    /// `seq` of that event.
     pub seq: i64,
-    ///Id of the earlier session.
+    /// Id of the earlier session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Reasoning level used: a `ReasoningLevel`, `off` (none) or `default` (the model's own).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionEventMetaReasoningLevel {
+    /// The wire value `default`.
     #[serde(rename = "default")]
     Default,
+    /// The wire value `high`.
     #[serde(rename = "high")]
     High,
+    /// The wire value `low`.
     #[serde(rename = "low")]
     Low,
+    /// The wire value `max`.
     #[serde(rename = "max")]
     Max,
+    /// The wire value `medium`.
     #[serde(rename = "medium")]
     Medium,
+    /// The wire value `minimal`.
     #[serde(rename = "minimal")]
     Minimal,
+    /// The wire value `off`.
     #[serde(rename = "off")]
     Off,
+    /// The wire value `xhigh`.
     #[serde(rename = "xhigh")]
     Xhigh,
 }
@@ -5723,29 +7438,41 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionEventMetaReasonin
         value.parse()
     }
 }
-///Timing of the model turn that produced the event.
+/// Timing of the model turn that produced the event.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionEventMetaTurn {
-    ///Number of the model pass within the turn, from 1.
+    /// Number of the model pass within the turn, from 1.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub index: ::std::option::Option<i64>,
-    ///Time to the first token, in milliseconds.
+    /// Time to the first token, in milliseconds.
     #[serde(rename = "ttftMs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub ttft_ms: ::std::option::Option<i64>,
-    ///Duration of the pass, in milliseconds.
+    /// Duration of the pass, in milliseconds.
     #[serde(rename = "turnMs")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub turn_ms: ::std::option::Option<i64>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///The payload of a durable session event, told apart by `type`. Open: kinds this build does not know are kept as open maps, never refused.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum SessionEventPayload {
+    /// A [`MessageEvent`].
     MessageEvent(MessageEvent),
+    /// A [`ToolResultEvent`].
     ToolResultEvent(ToolResultEvent),
+    /// A [`ToolCallEvent`].
     ToolCallEvent(ToolCallEvent),
+    /// A [`ErrorEvent`].
     ErrorEvent(ErrorEvent),
+    /// A [`ToolSpawnEvent`].
     ToolSpawnEvent(ToolSpawnEvent),
     ///A member this build does not know (its `type` is none of the above), kept as is.
     Other(::seed_agents_protocol::Value),
@@ -5775,77 +7502,89 @@ impl ::std::convert::From<ToolSpawnEvent> for SessionEventPayload {
         Self::ToolSpawnEvent(value)
     }
 }
-///A session (conversation thread) of an agent.
+/// A session (conversation thread) of an agent.
+///
+/// - Since protocol 1
+/// - Required: `account`, `agentId`, `createdAt`, `id`, `status`, `updatedAt` (see [`SessionInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionInfo {
-    ///The agent's owning account, under which the session is stored, as a base58btc principal string (`z…`).
+    /// The agent's owning account, under which the session is stored, as a base58btc principal string (`z…`).
     pub account: ::std::string::String,
-    ///When the latest message was written and by whom. This server does not send it yet.
+    /// When the latest message was written and by whom. This server does not send it yet.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub activity: ::std::option::Option<SessionActivity>,
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///Number of direct sub-sessions.
+    /// Number of direct sub-sessions.
     #[serde(rename = "childSessionCount")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub child_session_count: ::std::option::Option<i64>,
-    ///The session this one continues. This server does not send it yet.
+    /// The session this one continues. This server does not send it yet.
     #[serde(rename = "continuedFrom")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_from: ::std::option::Option<SessionContinuationLink>,
-    ///The session this one was continued in. This server does not send it yet.
+    /// The session this one was continued in. This server does not send it yet.
     #[serde(rename = "continuedTo")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_to: ::std::option::Option<SessionContinuationLink>,
-    ///Creation time, Unix epoch milliseconds.
+    /// Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///Where the work stands, as the agent last described it with its `status` tool; at most 1 KiB.
+    /// Where the work stands, as the agent last described it with its `status` tool; at most 1 KiB.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub description: ::std::option::Option<::std::string::String>,
-    ///Id of the session (a UUID).
+    /// Id of the session (a UUID).
     pub id: ::std::string::String,
-    ///The provider and model this session runs with instead of the agent's, when set.
+    /// The provider and model this session runs with instead of the agent's, when set.
     #[serde(rename = "modelOverride")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub model_override: ::std::option::Option<SessionModelOverride>,
-    ///For a sub-session, the session it was started from.
+    /// For a sub-session, the session it was started from.
     #[serde(rename = "parentSessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub parent_session_id: ::std::option::Option<::std::string::String>,
-    ///The agent's current plan for the work in this session, when it made one.
+    /// The agent's current plan for the work in this session, when it made one.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub plan: ::std::option::Option<RunPlan>,
-    ///For a session started by a run (a sub-session), that run's id.
+    /// For a session started by a run (a sub-session), that run's id.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub run_id: ::std::option::Option<::std::string::String>,
-    ///For a session started by a trigger: which trigger and when. This server does not send it yet.
+    /// For a session started by a trigger: which trigger and when. This server does not send it yet.
     #[serde(rename = "startedByTrigger")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub started_by_trigger: ::std::option::Option<AgentSessionTriggerSummary>,
-    ///`streaming` while an agent turn is active, `error` when the latest run failed, else `idle`. `stopped` is part of the protocol (a session whose turn was stopped); this server shows a stopped session as `idle`.
+    /// `streaming` while an agent turn is active, `error` when the latest run failed, else `idle`. `stopped` is part of the protocol (a session whose turn was stopped); this server shows a stopped session as `idle`.
     pub status: SessionInfoStatus,
-    ///Effort override for this session, when set.
+    /// Effort override for this session, when set.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub thoroughness: ::std::option::Option<Thoroughness>,
-    ///Title, when it has one: set by the user (`CreateSession`, `UpdateSession`), or generated from the first message, or set by the agent (never over a user's title).
+    /// Title, when it has one: set by the user (`CreateSession`, `UpdateSession`), or generated from the first message, or set by the agent (never over a user's title).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
-    ///Time of the last change (a new event, title or status), Unix epoch milliseconds. Session lists are ordered by it.
+    /// Time of the last change (a new event, title or status), Unix epoch milliseconds. Session lists are ordered by it.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///`streaming` while an agent turn is active, `error` when the latest run failed, else `idle`. `stopped` is part of the protocol (a session whose turn was stopped); this server shows a stopped session as `idle`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum SessionInfoStatus {
+    /// The wire value `error`.
     #[serde(rename = "error")]
     Error,
+    /// The wire value `idle`.
     #[serde(rename = "idle")]
     Idle,
+    /// The wire value `stopped`.
     #[serde(rename = "stopped")]
     Stopped,
+    /// The wire value `streaming`.
     #[serde(rename = "streaming")]
     Streaming,
 }
@@ -5883,277 +7622,476 @@ impl ::std::convert::TryFrom<::std::string::String> for SessionInfoStatus {
         value.parse()
     }
 }
-///Where a `ListSessions` page ended: the next page starts after the session with this `updatedAt` and id.
+/// Where a `ListSessions` page ended: the next page starts after the session with this `updatedAt` and id.
+///
+/// - Since protocol 1
+/// - Required: `idBefore`, `updatedBefore` (see [`SessionListCursor::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionListCursor {
-    ///Id of the last session of the previous page; at most 256 bytes.
+    /// Id of the last session of the previous page; at most 256 bytes.
     #[serde(rename = "idBefore")]
     pub id_before: ::std::string::String,
-    ///`updatedAt` of the last session of the previous page, Unix epoch milliseconds.
+    /// `updatedAt` of the last session of the previous page, Unix epoch milliseconds.
     #[serde(rename = "updatedBefore")]
     pub updated_before: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A provider and model a session runs with instead of its agent's.
+/// A provider and model a session runs with instead of its agent's.
+///
+/// - Since protocol 1
+/// - Required: `model`, `provider` (see [`SessionModelOverride::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SessionModelOverride {
-    ///Model id at the provider; at most 256 bytes.
+    /// Model id at the provider; at most 256 bytes.
     pub model: ::std::string::String,
-    ///Name of a model provider of the agent's owner; at most 256 bytes. Unknown names fail with 400 `Model provider not found`.
+    /// Name of a model provider of the agent's owner; at most 256 bytes. Unknown names fail with 400 `Model provider not found`.
     pub provider: ::std::string::String,
-    ///Reasoning level for the override; it must be one the model supports (400 otherwise).
+    /// Reasoning level for the override; it must be one the model supports (400 otherwise).
     #[serde(rename = "reasoningLevel")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub reasoning_level: ::std::option::Option<ReasoningLevel>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Turns public chat on or off: with it on, every signed account may create, message, stop and retry sessions of the agent (the `chatter` role). Owner only (403 `Only the agent owner can do this`). Turning it on while public read is off fails with 400 `Public chat requires public read access`.
+/// Turns public chat on or off: with it on, every signed account may create, message, stop and retry sessions of the agent (the `chatter` role). Owner only (403 `Only the agent owner can do this`). Turning it on while public read is off fails with 400 `Public chat requires public read access`.
+///
+/// - Response: [`SetAgentPublicChatResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `publicChat` (see [`SetAgentPublicChat::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetAgentPublicChat {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The new setting.
+    /// The new setting.
     #[serde(rename = "publicChat")]
     pub public_chat: bool,
 }
-///Answer to `SetAgentPublicChat`: the agent with its new flags.
+/// Answer to `SetAgentPublicChat`: the agent with its new flags.
+///
+/// - Since protocol 1
+/// - Required: `agent` (see [`SetAgentPublicChatResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetAgentPublicChatResponse {
-    ///The updated agent.
+    /// The updated agent.
     pub agent: AgentInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Turns public read on or off: with it on, every signed account may read the agent, its sessions and memory by id (the `reader` role). Turning it off also turns public chat off. Owner only (403 `Only the agent owner can do this`).
+/// Turns public read on or off: with it on, every signed account may read the agent, its sessions and memory by id (the `reader` role). Turning it off also turns public chat off. Owner only (403 `Only the agent owner can do this`).
+///
+/// - Response: [`SetAgentPublicReadResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `publicRead` (see [`SetAgentPublicRead::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetAgentPublicRead {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The new setting.
+    /// The new setting.
     #[serde(rename = "publicRead")]
     pub public_read: bool,
 }
-///Answer to `SetAgentPublicRead`: the agent with its new flags.
+/// Answer to `SetAgentPublicRead`: the agent with its new flags.
+///
+/// - Since protocol 1
+/// - Required: `agent` (see [`SetAgentPublicReadResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetAgentPublicReadResponse {
-    ///The updated agent.
+    /// The updated agent.
     pub agent: AgentInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Creates or replaces one of the signed account's MCP servers, then tries to reach it and list its tools; it is saved even when that fails (see `status`). Account-scoped; 400 for an invalid name, URL or headers. This server does not implement it yet and answers 501.
+/// Creates or replaces one of the signed account's MCP servers, then tries to reach it and list its tools; it is saved even when that fails (see `status`). Account-scoped; 400 for an invalid name, URL or headers. This server does not implement it yet and answers 501.
+///
+/// - Response: [`SetMcpServerResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `config`, `name` (see [`SetMcpServer::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetMcpServer {
-    ///The server's configuration.
+    /// The server's configuration.
     pub config: McpServerConfig,
-    ///Name of the server: matches `^[a-z0-9][a-z0-9_-]{0,31}$`.
+    /// Name of the server: matches `^[a-z0-9][a-z0-9_-]{0,31}$`.
     pub name: ::std::string::String,
 }
-///Answer to `SetMcpServer` and `RefreshMcpServer`.
+/// Answer to `SetMcpServer` and `RefreshMcpServer`.
+///
+/// - Since protocol 1
+/// - Required: `server` (see [`SetMcpServerResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetMcpServerResponse {
-    ///The server with its status and tools.
+    /// The server with its status and tools.
     pub server: RedactedMcpServer,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Creates or replaces one of the signed account's model providers, by name (a replaced record keeps its id and creation time). Account-scoped. 400 when the name is blank or longer than 256 bytes, the type is unsupported, subscription auth is asked for a type other than `openai` or without `secretRefs.oauth`, the base URL is invalid or missing where required, or a size limit is exceeded. Referenced secrets need not exist yet.
+/// Creates or replaces one of the signed account's model providers, by name (a replaced record keeps its id and creation time). Account-scoped. 400 when the name is blank or longer than 256 bytes, the type is unsupported, subscription auth is asked for a type other than `openai` or without `secretRefs.oauth`, the base URL is invalid or missing where required, or a size limit is exceeded. Referenced secrets need not exist yet.
+///
+/// - Response: [`SetModelProviderResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `name`, `provider` (see [`SetModelProvider::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetModelProvider {
-    ///Name of the provider; trimmed, required, at most 256 bytes.
+    /// Name of the provider; trimmed, required, at most 256 bytes.
     pub name: ::std::string::String,
-    ///The provider's configuration.
+    /// The provider's configuration.
     pub provider: ModelProviderConfig,
 }
-///Answer to `SetModelProvider`.
+/// Answer to `SetModelProvider`.
+///
+/// - Since protocol 1
+/// - Required: `provider` (see [`SetModelProviderResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetModelProviderResponse {
-    ///The stored provider, redacted.
+    /// The stored provider, redacted.
     pub provider: RedactedModelProvider,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Creates or replaces one of the signed account's secrets (for example a provider's API key), by name. The value is encrypted at rest and never returned. Account-scoped. 400 when the name is blank or longer than 256 bytes, the value is larger than 64 KiB (`Secret value is too large`) or the metadata larger than 16 KiB as CBOR (`Metadata is too large`).
+/// Creates or replaces one of the signed account's secrets (for example a provider's API key), by name. The value is encrypted at rest and never returned. Account-scoped. 400 when the name is blank or longer than 256 bytes, the value is larger than 64 KiB (`Secret value is too large`) or the metadata larger than 16 KiB as CBOR (`Metadata is too large`).
+///
+/// - Response: [`SetSecretResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `name`, `value` (see [`SetSecret::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetSecret {
-    ///Data kept unencrypted beside the value and returned with it; at most 16 KiB as CBOR.
+    /// Data kept unencrypted beside the value and returned with it; at most 16 KiB as CBOR.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub metadata:
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
-    ///Name of the secret; trimmed, required, at most 256 bytes.
+    /// Name of the secret; trimmed, required, at most 256 bytes.
     pub name: ::std::string::String,
-    ///The secret value, at most 64 KiB.
+    /// The secret value, at most 64 KiB.
     pub value: ::seed_agents_protocol::Bytes,
 }
-///Answer to `SetSecret`.
+/// Answer to `SetSecret`.
+///
+/// - Since protocol 1
+/// - Required: `secret` (see [`SetSecretResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SetSecretResponse {
-    ///The stored secret, without its value.
+    /// The stored secret, without its value.
     pub secret: RedactedSecret,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Sends a signal to a run. A run paused on its budget (`budget-pause`) resumes, whatever the signal; otherwise the signal is delivered to an event wait that accepts it. A signal nobody waits for is not an error: the answer says `delivered: false`. Writer or owner (403 `Write access is required`; 404 `Run not found` without access).
+/// Sends a signal to a run. A run paused on its budget (`budget-pause`) resumes, whatever the signal; otherwise the signal is delivered to an event wait that accepts it. A signal nobody waits for is not an error: the answer says `delivered: false`. Writer or owner (403 `Write access is required`; 404 `Run not found` without access).
+///
+/// - Response: [`SignalRunResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `runId`, `signal` (see [`SignalRun::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SignalRun {
-    ///Data handed to the waiting run with the signal.
+    /// Data handed to the waiting run with the signal.
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub payload: ::std::option::Option<::seed_agents_protocol::Value>,
-    ///Id of the run to signal.
+    /// Id of the run to signal.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
-    ///The signal's name, matched against the run's wait.
+    /// The signal's name, matched against the run's wait.
     pub signal: ::std::string::String,
 }
-///Answer to `SignalRun`.
+/// Answer to `SignalRun`.
+///
+/// - Since protocol 1
+/// - Required: `delivered`, `runId` (see [`SignalRunResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SignalRunResponse {
-    ///Whether a waiting run took the signal (or a budget-paused run resumed).
+    /// Whether a waiting run took the signal (or a budget-paused run resumed).
     pub delivered: bool,
-    ///Id of the run.
+    /// Id of the run.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A Seed account key kept on the server (as an encrypted secret) for agents to sign with. The key itself is never returned.
+/// A Seed account key kept on the server (as an encrypted secret) for agents to sign with. The key itself is never returned.
+///
+/// - Since protocol 1
+/// - Required: `createdAt`, `id`, `name`, `updatedAt` (see [`SigningIdentity::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SigningIdentity {
-    ///The identity's Seed account, as a base58btc principal string (`z…`).
+    /// The identity's Seed account, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub account_id: ::std::option::Option<::std::string::String>,
-    ///Creation time, Unix epoch milliseconds.
+    /// Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///Development flag from the identity's metadata, when set (identities created by this server do not set it).
+    /// Development flag from the identity's metadata, when set (identities created by this server do not set it).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub dev: ::std::option::Option<bool>,
-    ///The published profile icon (an `ipfs://` reference), when `UpdateSigningIdentity` set one.
+    /// The published profile icon (an `ipfs://` reference), when `UpdateSigningIdentity` set one.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub icon: ::std::option::Option<::std::string::String>,
-    ///Id of the secret record holding the key.
+    /// Id of the secret record holding the key.
     pub id: ::std::string::String,
-    ///Display name.
+    /// Display name.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub label: ::std::option::Option<::std::string::String>,
-    ///Name of the secret holding the key; agent definitions refer to the identity by it (`signingKey`, `signingKeys`).
+    /// Name of the secret holding the key; agent definitions refer to the identity by it (`signingKey`, `signingKeys`).
     pub name: ::std::string::String,
-    ///The Seed server its profile was published to.
+    /// The Seed server its profile was published to.
     #[serde(rename = "serverUrl")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub server_url: ::std::option::Option<::std::string::String>,
-    ///Time of the last change, Unix epoch milliseconds.
+    /// Time of the last change, Unix epoch milliseconds.
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///An image to publish as a signing identity's profile icon.
+/// An image to publish as a signing identity's profile icon.
+///
+/// - Since protocol 1
+/// - Required: `data` (see [`SigningIdentityIcon::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SigningIdentityIcon {
-    ///The image bytes.
+    /// The image bytes.
     pub data: ::seed_agents_protocol::Bytes,
-    ///File name of the image.
+    /// File name of the image.
     #[serde(rename = "fileName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub file_name: ::std::option::Option<::std::string::String>,
-    ///MIME type of the image.
+    /// MIME type of the image.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Fires on activity in a site or document tree: updates, comments, citations, capabilities or contacts.
+/// Fires on activity in a site or document tree: updates, comments, citations, capabilities or contacts.
+///
+/// - Since protocol 1
+/// - Required: `resourcePrefix` (see [`SiteUpdateSource::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SiteUpdateSource {
-    ///Which kinds of activity, at most 32: `doc-update`, `comment`, `citation`, `capability`, `contact` (legacy `document-update`, `change`, `ref` are accepted). Absent means all.
+    /// Which kinds of activity, at most 32: `doc-update`, `comment`, `citation`, `capability`, `contact` (legacy `document-update`, `change`, `ref` are accepted). Absent means all.
     #[serde(rename = "eventTypes")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub event_types: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
-    ///Address prefix of the watched tree, `hm://<account uid>[/path]`; at most 2048 bytes.
+    /// Address prefix of the watched tree, `hm://<account uid>[/path]`; at most 2048 bytes.
     #[serde(rename = "resourcePrefix")]
     pub resource_prefix: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Take a text snapshot of the open browser documents, naming their elements so later commands can refer to them.
+/// Take a text snapshot of the open browser documents, naming their elements so later commands can refer to them.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
-pub struct SnapshotBrowserCommand {}
-///Starts signing in to a model vendor with a subscription (OAuth with PKCE) instead of an API key; only `openai` supports it (400 otherwise). It replaces the signed account's previous pending sign-in and expires after 10 minutes. 403 `Subscription sign-in is not enabled on this server` unless the server allows subscription sign-in. This server does not implement it yet and answers 501.
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
+pub struct SnapshotBrowserCommand {
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+}
+/// Starts signing in to a model vendor with a subscription (OAuth with PKCE) instead of an API key; only `openai` supports it (400 otherwise). It replaces the signed account's previous pending sign-in and expires after 10 minutes. 403 `Subscription sign-in is not enabled on this server` unless the server allows subscription sign-in. This server does not implement it yet and answers 501.
+///
+/// - Response: [`StartProviderOAuthResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `providerType` (see [`StartProviderOAuth::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct StartProviderOAuth {
-    ///The vendor type; only `openai`.
+    /// The vendor type; only `openai`.
     #[serde(rename = "providerType")]
     pub provider_type: ::std::string::String,
 }
-///Answer to `StartProviderOAuth`: where to send the user and how to follow the sign-in.
+/// Answer to `StartProviderOAuth`: where to send the user and how to follow the sign-in.
+///
+/// - Since protocol 1
+/// - Required: `authUrl`, `expiresAt`, `loginId` (see [`StartProviderOAuthResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct StartProviderOAuthResponse {
-    ///URL to open in the user's browser to sign in.
+    /// URL to open in the user's browser to sign in.
     #[serde(rename = "authUrl")]
     pub auth_url: ::std::string::String,
-    ///When the sign-in expires (10 minutes after it started), Unix epoch milliseconds.
+    /// When the sign-in expires (10 minutes after it started), Unix epoch milliseconds.
     #[serde(rename = "expiresAt")]
     pub expires_at: i64,
-    ///Id of the sign-in.
+    /// Id of the sign-in.
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Stops the session's work: aborts the running turn and cancels its queued and waiting runs, descendants included. Chatter, writer or owner (403 for a reader; 404 `Session not found` without access). Stopping an idle session is not an error.
+/// Stops the session's work: aborts the running turn and cancels its queued and waiting runs, descendants included. Chatter, writer or owner (403 for a reader; 404 `Session not found` without access). Stopping an idle session is not an error.
+///
+/// - Response: [`StopSessionResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `sessionId` (see [`StopSession::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct StopSession {
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///Answer to `StopSession`.
+/// Answer to `StopSession`.
+///
+/// - Since protocol 1
+/// - Required: `sessionId`, `stopped` (see [`StopSessionResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct StopSessionResponse {
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
-    ///Whether anything was running or queued to stop; false when the session was idle.
+    /// Whether anything was running or queued to stop; false when the session was idle.
     pub stopped: bool,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Completes a sign-in with the code the vendor showed the user, or the full redirect URL. 400 when the code is refused; 404 `Sign-in not found` for an unknown login. This server does not implement it yet and answers 501.
+/// Completes a sign-in with the code the vendor showed the user, or the full redirect URL. 400 when the code is refused; 404 `Sign-in not found` for an unknown login. This server does not implement it yet and answers 501.
+///
+/// - Response: [`SubmitProviderOAuthCodeResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `code`, `loginId` (see [`SubmitProviderOAuthCode::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SubmitProviderOAuthCode {
-    ///The authorization code, or the whole redirect URL containing it.
+    /// The authorization code, or the whole redirect URL containing it.
     pub code: ::std::string::String,
-    ///Id of the sign-in.
+    /// Id of the sign-in.
     #[serde(rename = "loginId")]
     pub login_id: ::std::string::String,
 }
-///Answer to `SubmitProviderOAuthCode`; follow the sign-in with `GetProviderOAuthStatus`.
+/// Answer to `SubmitProviderOAuthCode`; follow the sign-in with `GetProviderOAuthStatus`.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
-pub struct SubmitProviderOAuthCodeResponse {}
-///Subscribes a WebSocket (`/agents/ws`) to a key, sent as a signed envelope in a binary frame; the envelope is verified as over HTTP. Keys: `account/<id>` (the signed account's own only), `agents/<id>`, `sessions/<id>` and `runs/<id>` (any role on the agent, public readers included; a run id that is not a root follows its root's tree). An accepted key gets a `subscribed` frame, then a replay (a session's `change` and its events after `afterSeq`; one `change` per run of a tree), then live frames. A refused key gets an `error` frame (`Subscription key is not authorized`, or the not-found message of the resource) and the socket stays open. The first subscription binds the socket to its account. Over HTTP it is refused with 400.
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
+pub struct SubmitProviderOAuthCodeResponse {
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+}
+/// Subscribes a WebSocket (`/agents/ws`) to a key, sent as a signed envelope in a binary frame; the envelope is verified as over HTTP. Keys: `account/<id>` (the signed account's own only), `agents/<id>`, `sessions/<id>` and `runs/<id>` (any role on the agent, public readers included; a run id that is not a root follows its root's tree). An accepted key gets a `subscribed` frame, then a replay (a session's `change` and its events after `afterSeq`; one `change` per run of a tree), then live frames. A refused key gets an `error` frame (`Subscription key is not authorized`, or the not-found message of the resource) and the socket stays open. The first subscription binds the socket to its account. Over HTTP it is refused with 400.
+///
+/// - Effect: read (changes no state; safe to repeat)
+/// - Transport: WebSocket only
+/// - Since protocol 1
+/// - Required: `key` (see [`Subscribe::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct Subscribe {
-    ///For `sessions/<id>`: replay only events with a `seq` greater than this (the last one the client has); default 0, everything.
+    /// For `sessions/<id>`: replay only events with a `seq` greater than this (the last one the client has); default 0, everything.
     #[serde(rename = "afterSeq")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub after_seq: ::std::option::Option<i64>,
-    ///What to follow: `account/<accountId>`, `agents/<agentId>`, `sessions/<sessionId>` or `runs/<runId>`.
+    /// What to follow: `account/<accountId>`, `agents/<agentId>`, `sessions/<sessionId>` or `runs/<runId>`.
     pub key: ::std::string::String,
 }
-///A subscription was accepted; replay follows.
+/// A subscription was accepted; replay follows.
+///
+/// - Since protocol 1
+/// - Required: `accountId`, `key` (see [`SubscribedFrame::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct SubscribedFrame {
-    ///The account the socket is bound to, as a base58btc principal string (`z…`).
+    /// The account the socket is bound to, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
     pub account_id: ::std::string::String,
-    ///The key subscribed to.
+    /// The key subscribed to.
     pub key: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A text part of a message. Each text part becomes one user message.
+/// A text part of a message. Each text part becomes one user message.
+///
+/// - Since protocol 1
+/// - Required: `text` (see [`TextContentPart::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct TextContentPart {
-    ///The same text as Seed blocks (rich text). When present and non-empty the model sees their Markdown rendering.
+    /// The same text as Seed blocks (rich text). When present and non-empty the model sees their Markdown rendering.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub blocks: ::std::option::Option<::std::vec::Vec<AgentPromptBlock>>,
-    ///A per-message id chosen by the client, kept on the stored message; at most 256 bytes.
+    /// A per-message id chosen by the client, kept on the stored message; at most 256 bytes.
     #[serde(rename = "clientMessageId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub client_message_id: ::std::option::Option<::std::string::String>,
-    ///The text; trimmed, must not be empty (400 `Message content is required`). All text parts together may hold at most 64 KiB (400 `Message content is too large`).
+    /// The text; trimmed, must not be empty (400 `Message content is required`). All text parts together may hold at most 64 KiB (400 `Message content is too large`).
     pub text: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Requested effort for the agent's work: `quick`, `normal` or `deep`. The server stores and returns it as given.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum Thoroughness {
+    /// The wire value `deep`.
     #[serde(rename = "deep")]
     Deep,
+    /// The wire value `normal`.
     #[serde(rename = "normal")]
     Normal,
+    /// The wire value `quick`.
     #[serde(rename = "quick")]
     Quick,
 }
@@ -6189,28 +8127,37 @@ impl ::std::convert::TryFrom<::std::string::String> for Thoroughness {
         value.parse()
     }
 }
-///A session event recording a tool call, by the agent or by a user through `InvokeSessionTool`.
+/// A session event recording a tool call, by the agent or by a user through `InvokeSessionTool`.
+///
+/// - Since protocol 1
+/// - Required: `id`, `input`, `name`, `type` (see [`ToolCallEvent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ToolCallEvent {
-    ///Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
+    /// Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
-    ///Id of the call; the matching `tool_result` carries it as `toolCallId`.
+    /// Id of the call; the matching `tool_result` carries it as `toolCallId`.
     pub id: ::std::string::String,
-    ///The call's arguments.
+    /// The call's arguments.
     pub input: ::seed_agents_protocol::Value,
-    ///Provider, model and timing of the turn that made the call.
+    /// Provider, model and timing of the turn that made the call.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub meta: ::std::option::Option<SessionEventMeta>,
-    ///Name of the tool or verb called (for example `read`, `write`).
+    /// Name of the tool or verb called (for example `read`, `write`).
     pub name: ::std::string::String,
-    ///Event kind: always `tool_call`.
+    /// Event kind: always `tool_call`.
     #[serde(rename = "type")]
     pub type_: ToolCallEventType,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Event kind: always `tool_call`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ToolCallEventType {
+    /// The wire value `tool_call`.
     #[serde(rename = "tool_call")]
     ToolCall,
 }
@@ -6242,54 +8189,71 @@ impl ::std::convert::TryFrom<::std::string::String> for ToolCallEventType {
         value.parse()
     }
 }
-///On firing, call one tool instead of starting a thread.
+/// On firing, call one tool instead of starting a thread.
+///
+/// - Since protocol 1
+/// - Required: `tool` (see [`ToolContinuation::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ToolContinuation {
-    ///The tool's input.
+    /// The tool's input.
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub input: ::std::option::Option<::seed_agents_protocol::Value>,
-    ///What to do when the tool call fails.
+    /// What to do when the tool call fails.
     #[serde(rename = "onFailure")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub on_failure: ::std::option::Option<TriggerFailurePolicy>,
-    ///Name of the tool to call.
+    /// Name of the tool to call.
     pub tool: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///A session event recording the result of a tool call: its output or its error.
+/// A session event recording the result of a tool call: its output or its error.
+///
+/// - Since protocol 1
+/// - Required: `name`, `toolCallId`, `type` (see [`ToolResultEvent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ToolResultEvent {
-    ///Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
+    /// Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
-    ///Why the call failed; absent on success.
+    /// Why the call failed; absent on success.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
-    ///Provider, model and timing of the turn the call belongs to.
+    /// Provider, model and timing of the turn the call belongs to.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub meta: ::std::option::Option<SessionEventMeta>,
-    ///Name of the tool or verb called.
+    /// Name of the tool or verb called.
     pub name: ::std::string::String,
-    ///The call's output; absent when it failed.
+    /// The call's output; absent when it failed.
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub output: ::std::option::Option<::seed_agents_protocol::Value>,
-    ///Id of the `tool_call` event this answers.
+    /// Id of the `tool_call` event this answers.
     #[serde(rename = "toolCallId")]
     pub tool_call_id: ::std::string::String,
-    ///Event kind: always `tool_result`.
+    /// Event kind: always `tool_result`.
     #[serde(rename = "type")]
     pub type_: ToolResultEventType,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Event kind: always `tool_result`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ToolResultEventType {
+    /// The wire value `tool_result`.
     #[serde(rename = "tool_result")]
     ToolResult,
 }
@@ -6321,33 +8285,42 @@ impl ::std::convert::TryFrom<::std::string::String> for ToolResultEventType {
         value.parse()
     }
 }
-///A session event recording that a tool call started a child run (delegated work), possibly in its own sub-session.
+/// A session event recording that a tool call started a child run (delegated work), possibly in its own sub-session.
+///
+/// - Since protocol 1
+/// - Required: `name`, `runId`, `title`, `toolCallId`, `type` (see [`ToolSpawnEvent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct ToolSpawnEvent {
-    ///Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
+    /// Who caused the event: `user`, `agent`, `trigger` or `system`. Absent on older events.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
-    ///Name of the tool that spawned the run.
+    /// Name of the tool that spawned the run.
     pub name: ::std::string::String,
-    ///Id of the child run.
+    /// Id of the child run.
     #[serde(rename = "runId")]
     pub run_id: ::std::string::String,
-    ///Id of the child's sub-session, when it has one.
+    /// Id of the child's sub-session, when it has one.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
-    ///Title of the child run.
+    /// Title of the child run.
     pub title: ::std::string::String,
-    ///Id of the tool call that spawned it.
+    /// Id of the tool call that spawned it.
     #[serde(rename = "toolCallId")]
     pub tool_call_id: ::std::string::String,
-    ///Event kind: always `tool_spawn`.
+    /// Event kind: always `tool_spawn`.
     #[serde(rename = "type")]
     pub type_: ToolSpawnEventType,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 ///Event kind: always `tool_spawn`.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum ToolSpawnEventType {
+    /// The wire value `tool_spawn`.
     #[serde(rename = "tool_spawn")]
     ToolSpawn,
 }
@@ -6383,12 +8356,16 @@ impl ::std::convert::TryFrom<::std::string::String> for ToolSpawnEventType {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind")]
 pub enum TriggerContinuation {
+    /// A [`NewThreadContinuation`].
     #[serde(rename = "newThread")]
     NewThreadContinuation(NewThreadContinuation),
+    /// A [`ScriptContinuation`].
     #[serde(rename = "script")]
     ScriptContinuation(ScriptContinuation),
+    /// A [`ToolContinuation`].
     #[serde(rename = "tool")]
     ToolContinuation(ToolContinuation),
+    /// A [`WakeContinuation`].
     #[serde(rename = "wake")]
     WakeContinuation(WakeContinuation),
 }
@@ -6415,8 +8392,10 @@ impl ::std::convert::From<WakeContinuation> for TriggerContinuation {
 ///What to do when a tool or script continuation fails: `none` (record the failure only) or `thread` (start a thread so the agent can deal with it).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub enum TriggerFailurePolicy {
+    /// The wire value `none`.
     #[serde(rename = "none")]
     None,
+    /// The wire value `thread`.
     #[serde(rename = "thread")]
     Thread,
 }
@@ -6450,61 +8429,89 @@ impl ::std::convert::TryFrom<::std::string::String> for TriggerFailurePolicy {
         value.parse()
     }
 }
-///One firing of a trigger: the activity that caused it and what it started.
+/// One firing of a trigger: the activity that caused it and what it started.
+///
+/// - Since protocol 1
+/// - Required: `activityKey`, `activitySummary`, `createdAt`, `id`, `status` (see [`TriggerFiringInfo::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct TriggerFiringInfo {
-    ///Key of the activity; a trigger fires at most once per key (a comment and its citation share one).
+    /// Key of the activity; a trigger fires at most once per key (a comment and its citation share one).
     #[serde(rename = "activityKey")]
     pub activity_key: ::std::string::String,
-    ///One-line description of the activity.
+    /// One-line description of the activity.
     #[serde(rename = "activitySummary")]
     pub activity_summary: ::std::string::String,
-    ///When the trigger fired, Unix epoch milliseconds.
+    /// When the trigger fired, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
-    ///Why the firing failed, when it did.
+    /// Why the firing failed, when it did.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
-    ///Id of the firing.
+    /// Id of the firing.
     pub id: ::std::string::String,
-    ///For a compound trigger, the conditions that matched.
+    /// For a compound trigger, the conditions that matched.
+    ///
+    /// Since protocol 3.
     #[serde(rename = "matchedConditions")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub matched_conditions: ::std::option::Option<::std::vec::Vec<AgentActivityCondition>>,
-    ///Id of the run the firing started, when it started one.
+    /// Id of the run the firing started, when it started one.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub run_id: ::std::option::Option<::std::string::String>,
-    ///Id of the session the firing started, when it started one.
+    /// Id of the session the firing started, when it started one.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub session_id: ::std::option::Option<::std::string::String>,
-    ///Status of the firing.
+    /// Status of the firing.
     pub status: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Type text into an element of a page.
+/// Type text into an element of a page.
+///
+/// - Since protocol 1
+/// - Required: `document`, `ref`, `text` (see [`TypeBrowserCommand::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct TypeBrowserCommand {
-    ///Clear the element before typing.
+    /// Clear the element before typing.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub clear: ::std::option::Option<bool>,
-    ///Id of the browser document (tab) the command acts on.
+    /// Id of the browser document (tab) the command acts on.
     pub document: ::std::string::String,
-    ///Reference of the element to type into, as a snapshot named it.
+    /// Reference of the element to type into, as a snapshot named it.
     #[serde(rename = "ref")]
     pub ref_: ::std::string::String,
-    ///The text to type.
+    /// The text to type.
     pub text: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///An obligation a run has not met: it owes a typed result it did not produce.
+/// An obligation a run has not met: it owes a typed result it did not produce.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
-pub struct TypedResultObligation {}
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
+pub struct TypedResultObligation {
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+}
 ///Something a run still owes, told apart by `kind`: open plan steps (`plan`) or a typed result (`typed-result`).
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind")]
 pub enum UnmetObligation {
+    /// A [`PlanObligation`].
     #[serde(rename = "plan")]
     PlanObligation(PlanObligation),
+    /// A [`TypedResultObligation`].
     #[serde(rename = "typed-result")]
     TypedResultObligation(TypedResultObligation),
 }
@@ -6518,180 +8525,300 @@ impl ::std::convert::From<TypedResultObligation> for UnmetObligation {
         Self::TypedResultObligation(value)
     }
 }
-///Replaces an agent's definition (the whole definition, not a patch). Writer or owner (403 `Write access is required`). The definition is validated against the owner's providers and signing identities, as in `CreateAgent` (400 on failure), and only the owner may change the set of signing keys (403 `Only the agent owner can change signing accounts`). Answers with the updated agent.
+/// Replaces an agent's definition (the whole definition, not a patch). Writer or owner (403 `Write access is required`). The definition is validated against the owner's providers and signing identities, as in `CreateAgent` (400 on failure), and only the owner may change the set of signing keys (403 `Only the agent owner can change signing accounts`). Answers with the updated agent.
+///
+/// - Response: [`GetAgentResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `definition` (see [`UpdateAgent::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UpdateAgent {
-    ///Id of the agent to update.
+    /// Id of the agent to update.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The complete new definition.
+    /// The complete new definition.
     pub definition: AgentDefinition,
 }
-///Changes a trigger: only the fields in `patch` change, and the patch must not be empty (400 `Agent trigger patch is empty`). With `expectedUpdatedAt`, a trigger changed since fails with 409. A trigger merged into another cannot be edited or enabled. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible. This server does not implement it yet and answers 501.
+/// Changes a trigger: only the fields in `patch` change, and the patch must not be empty (400 `Agent trigger patch is empty`). With `expectedUpdatedAt`, a trigger changed since fails with 409. A trigger merged into another cannot be edited or enabled. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible. This server does not implement it yet and answers 501.
+///
+/// - Response: [`UpdateAgentTriggerResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `patch`, `triggerId` (see [`UpdateAgentTrigger::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UpdateAgentTrigger {
-    ///The `updatedAt` the caller last saw, Unix epoch milliseconds; the update fails with 409 when the trigger changed since.
+    /// The `updatedAt` the caller last saw, Unix epoch milliseconds; the update fails with 409 when the trigger changed since.
+    ///
+    /// Since protocol 3.
     #[serde(rename = "expectedUpdatedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub expected_updated_at: ::std::option::Option<i64>,
-    ///The changes.
+    /// The changes.
     pub patch: AgentTriggerPatch,
-    ///Id of the trigger.
+    /// Id of the trigger.
     #[serde(rename = "triggerId")]
     pub trigger_id: ::std::string::String,
 }
-///Answer to `UpdateAgentTrigger` and `CombineAgentTriggers`: the trigger after the change.
+/// Answer to `UpdateAgentTrigger` and `CombineAgentTriggers`: the trigger after the change.
+///
+/// - Since protocol 1
+/// - Required: `trigger` (see [`UpdateAgentTriggerResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UpdateAgentTriggerResponse {
-    ///The updated (or surviving) trigger.
+    /// The updated (or surviving) trigger.
     pub trigger: AgentTriggerInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Changes a session's title, model override or thoroughness; at least one must be given (400 `Nothing to update: provide a title or a model override`). Writer or owner (403 `Write access is required`; 404 `Session not found` without access). A title set here is never overwritten by the generated or agent-set title.
+/// Changes a session's title, model override or thoroughness; at least one must be given (400 `Nothing to update: provide a title or a model override`). Writer or owner (403 `Write access is required`; 404 `Session not found` without access). A title set here is never overwritten by the generated or agent-set title.
+///
+/// - Response: [`UpdateSessionResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `sessionId` (see [`UpdateSession::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UpdateSession {
+    /// `modelOverride` (optional).
     #[serde(rename = "modelOverride")]
     #[serde(default, skip_serializing_if = "::seed_agents_protocol::Nullable::is_absent")]
     pub model_override: ::seed_agents_protocol::Nullable<SessionModelOverride>,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
+    /// `thoroughness` (optional).
     #[serde(default, skip_serializing_if = "::seed_agents_protocol::Nullable::is_absent")]
     pub thoroughness: ::seed_agents_protocol::Nullable<Thoroughness>,
-    ///A new title; at most 256 bytes.
+    /// A new title; at most 256 bytes.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
 }
-///Answer to `UpdateSession`: the updated session.
+/// Answer to `UpdateSession`: the updated session.
+///
+/// - Since protocol 1
+/// - Required: `session` (see [`UpdateSessionResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UpdateSessionResponse {
-    ///The session after the update.
+    /// The session after the update.
     pub session: SessionInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Changes a signing identity's label (and icon) and publishes its profile again. Account-scoped. 404 `Signing identity not found` when the account has no identity of that name; 502 when publishing fails.
+/// Changes a signing identity's label (and icon) and publishes its profile again. Account-scoped. 404 `Signing identity not found` when the account has no identity of that name; 502 when publishing fails.
+///
+/// - Response: [`UpdateSigningIdentityResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `label`, `name` (see [`UpdateSigningIdentity::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UpdateSigningIdentity {
-    ///A new profile icon.
+    /// A new profile icon.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub icon: ::std::option::Option<SigningIdentityIcon>,
-    ///The new display name.
+    /// The new display name.
     pub label: ::std::string::String,
-    ///Name of the identity's secret.
+    /// Name of the identity's secret.
     pub name: ::std::string::String,
 }
-///Answer to `UpdateSigningIdentity`.
+/// Answer to `UpdateSigningIdentity`.
+///
+/// - Since protocol 1
+/// - Required: `identity` (see [`UpdateSigningIdentityResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UpdateSigningIdentityResponse {
-    ///The updated identity.
+    /// The updated identity.
     pub identity: SigningIdentity,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Publishes a memory file to IPFS through the configured Seed server, as UnixFS blocks, and answers its CID. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). 404 `Memory file not found: <path>` when missing, 400 for a directory, 502 when publishing fails.
+/// Publishes a memory file to IPFS through the configured Seed server, as UnixFS blocks, and answers its CID. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). 404 `Memory file not found: <path>` when missing, 400 for a directory, 502 when publishing fails.
+///
+/// - Response: [`UploadAgentMemoryFileToIpfsResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `path` (see [`UploadAgentMemoryFileToIpfs::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UploadAgentMemoryFileToIpfs {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
+    /// Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
     pub path: ::std::string::String,
 }
-///Answer to `UploadAgentMemoryFileToIpfs`.
+/// Answer to `UploadAgentMemoryFileToIpfs`.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `cid`, `path`, `size`, `url` (see [`UploadAgentMemoryFileToIpfsResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UploadAgentMemoryFileToIpfsResponse {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///CID of the file's UnixFS root.
+    /// CID of the file's UnixFS root.
     pub cid: ::std::string::String,
-    ///MIME type inferred from the extension, when known.
+    /// MIME type inferred from the extension, when known.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
-    ///The normalised path.
+    /// The normalised path.
     pub path: ::std::string::String,
-    ///Size of the file in bytes.
+    /// Size of the file in bytes.
     pub size: i64,
-    ///`ipfs://<cid>`.
+    /// `ipfs://<cid>`.
     pub url: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Attaches a file to a session in one request; larger files go through `BeginFileUpload`. Chatter, writer or owner (403 for a reader; 404 `Session not found` without access). The content must be non-empty (400) and at most 100 MiB (413 `Attachment exceeds the 100 MiB limit`); a session holds at most 200 attachments (413 `Session already has 200 attachments`). Identical bytes return the existing record. Attachments are deleted with their session.
+/// Attaches a file to a session in one request; larger files go through `BeginFileUpload`. Chatter, writer or owner (403 for a reader; 404 `Session not found` without access). The content must be non-empty (400) and at most 100 MiB (413 `Attachment exceeds the 100 MiB limit`); a session holds at most 200 attachments (413 `Session already has 200 attachments`). Identical bytes return the existing record. Attachments are deleted with their session.
+///
+/// - Response: [`UploadSessionAttachmentResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `content`, `name`, `sessionId` (see [`UploadSessionAttachment::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UploadSessionAttachment {
-    ///The file's bytes: non-empty, at most 100 MiB.
+    /// The file's bytes: non-empty, at most 100 MiB.
     pub content: ::seed_agents_protocol::Bytes,
-    ///MIME type; inferred from the name when absent or blank.
+    /// MIME type; inferred from the name when absent or blank.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub mime_type: ::std::option::Option<::std::string::String>,
-    ///File name; normalised as `SessionAttachmentInfo.name` describes.
+    /// File name; normalised as `SessionAttachmentInfo.name` describes.
     pub name: ::std::string::String,
-    ///Id of the session.
+    /// Id of the session.
     #[serde(rename = "sessionId")]
     pub session_id: ::std::string::String,
 }
-///Answer to `UploadSessionAttachment`.
+/// Answer to `UploadSessionAttachment`.
+///
+/// - Since protocol 1
+/// - Required: `attachment` (see [`UploadSessionAttachmentResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UploadSessionAttachmentResponse {
-    ///The attachment's record (the existing one when the same bytes were attached before).
+    /// The attachment's record (the existing one when the same bytes were attached before).
     pub attachment: SessionAttachmentInfo,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Fires when one of the given accounts is mentioned.
+/// Fires when one of the given accounts is mentioned.
+///
+/// - Since protocol 1
+/// - Required: `mentionedAccounts` (see [`UserMentionSource::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct UserMentionSource {
-    ///Accounts whose mentions are watched, as base58btc account ids (`z…`): 1 to 32, duplicates removed, each at most 256 bytes.
+    /// Accounts whose mentions are watched, as base58btc account ids (`z…`): 1 to 32, duplicates removed, each at most 256 bytes.
     #[serde(rename = "mentionedAccounts")]
     pub mentioned_accounts: ::std::vec::Vec<::std::string::String>,
-    ///Only mentions under this document address prefix (`hm://…`); at most 2048 bytes.
+    /// Only mentions under this document address prefix (`hm://…`); at most 2048 bytes.
     #[serde(rename = "resourcePrefix")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub resource_prefix: ::std::option::Option<::std::string::String>,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///On firing, deliver a signal to a waiting run, as `SignalRun` does, instead of starting a thread.
+/// On firing, deliver a signal to a waiting run, as `SignalRun` does, instead of starting a thread.
+///
+/// - Since protocol 1
+/// - Required: `signal` (see [`WakeContinuation::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct WakeContinuation {
-    ///Data delivered with the signal.
+    /// Data delivered with the signal.
     #[serde(
         default,
         deserialize_with = "::seed_agents_protocol::value::deserialize_some",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub payload: ::std::option::Option<::seed_agents_protocol::Value>,
-    ///The run to wake; absent means any parked run of the account waiting for this signal.
+    /// The run to wake; absent means any parked run of the account waiting for this signal.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub run_id: ::std::option::Option<::std::string::String>,
-    ///The signal's name; at most 256 bytes.
+    /// The signal's name; at most 256 bytes.
     pub signal: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Fires when the trigger's webhook is called; the server issues a `webhookSecret` for it.
+/// Fires when the trigger's webhook is called; the server issues a `webhookSecret` for it.
+///
+/// - Since protocol 1
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
-pub struct WebhookSource {}
-///Fires on the given days of the week at a local time.
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
+pub struct WebhookSource {
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+}
+/// Fires on the given days of the week at a local time.
+///
+/// - Since protocol 1
+/// - Required: `daysOfWeek`, `timeOfDay`, `timezone` (see [`WeeklySchedule::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct WeeklySchedule {
-    ///Days to fire on, 0 (Sunday) to 6 (Saturday); at least one, duplicates removed.
+    /// Days to fire on, 0 (Sunday) to 6 (Saturday); at least one, duplicates removed.
     #[serde(rename = "daysOfWeek")]
     pub days_of_week: ::std::vec::Vec<i64>,
-    ///Local time to fire, `HH:MM` (24-hour).
+    /// Local time to fire, `HH:MM` (24-hour).
     #[serde(rename = "timeOfDay")]
     pub time_of_day: ::std::string::String,
-    ///IANA time zone of `timeOfDay`, for example `Europe/Berlin`.
+    /// IANA time zone of `timeOfDay`, for example `Europe/Berlin`.
     pub timezone: ::std::string::String,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-///Writes a whole file into an agent's memory, replacing any file there and creating parent directories. The memory has no size limit of its own; large files go through `BeginFileUpload`. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). 400 when the path is a directory or cannot be written.
+/// Writes a whole file into an agent's memory, replacing any file there and creating parent directories. The memory has no size limit of its own; large files go through `BeginFileUpload`. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access). 400 when the path is a directory or cannot be written.
+///
+/// - Response: [`WriteAgentMemoryFileResponse`]
+/// - Effect: write
+/// - Since protocol 1
+/// - Required: `agentId`, `content`, `path` (see [`WriteAgentMemoryFile::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct WriteAgentMemoryFile {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The content: a string is stored as UTF-8, bytes verbatim.
+    /// The content: a string is stored as UTF-8, bytes verbatim.
     pub content: WriteAgentMemoryFileContent,
-    ///Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
+    /// Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
     pub path: ::std::string::String,
 }
 ///The content: a string is stored as UTF-8, bytes verbatim.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum WriteAgentMemoryFileContent {
+    /// A `Bytes`.
     Bytes(::seed_agents_protocol::Bytes),
+    /// A `String`.
     String(::std::string::String),
 }
 impl ::std::convert::From<::seed_agents_protocol::Bytes> for WriteAgentMemoryFileContent {
@@ -6699,14 +8826,22 @@ impl ::std::convert::From<::seed_agents_protocol::Bytes> for WriteAgentMemoryFil
         Self::Bytes(value)
     }
 }
-///Answer to `WriteAgentMemoryFile`.
+/// Answer to `WriteAgentMemoryFile`.
+///
+/// - Since protocol 1
+/// - Required: `agentId`, `entry` (see [`WriteAgentMemoryFileResponse::new`])
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct WriteAgentMemoryFileResponse {
-    ///Id of the agent.
+    /// Id of the agent.
     #[serde(rename = "agentId")]
     pub agent_id: ::std::string::String,
-    ///The written file.
+    /// The written file.
     pub entry: AgentMemoryEntry,
+    /// Fields this build does not know, kept as received and sent back unchanged (so
+    /// get → modify → update loses nothing a newer server added).
+    #[serde(flatten)]
+    pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
 /// Error types.
 pub mod error {
@@ -6732,6 +8867,4499 @@ pub mod error {
         fn from(value: String) -> Self {
             Self(value.into())
         }
+    }
+}
+impl AbortFileUpload {
+    /// A value with the required `uploadId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(upload_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { upload_id: upload_id.into() }
+    }
+}
+impl AbortFileUploadResponse {
+    /// A value with the required `uploadId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(upload_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { upload_id: upload_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AcceptAgentInvite {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl AcceptAgentInviteResponse {
+    /// A value with the required `agent`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent: impl ::std::convert::Into<AgentInfo>) -> Self {
+        Self { agent: agent.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AccountChangeHint {
+    /// A value with the required `reason`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(reason: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            reason: reason.into(),
+            agent_id: ::std::default::Default::default(),
+            references: ::std::default::Default::default(),
+            session_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `references` (optional).
+    #[must_use]
+    pub fn references(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.references = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `sessionId` (optional).
+    #[must_use]
+    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ActivitySource {
+    /// A value with the required `conditions`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(conditions: impl ::std::convert::Into<::std::vec::Vec<AgentActivityCondition>>) -> Self {
+        Self { conditions: conditions.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AgentActivity {
+    /// A value with the required `at`, `busy`, `kind`, `messageAt`, `messageFrom`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        at: impl ::std::convert::Into<i64>,
+        busy: impl ::std::convert::Into<bool>,
+        kind: impl ::std::convert::Into<AgentActivityKind>,
+        message_at: impl ::std::convert::Into<i64>,
+        message_from: impl ::std::convert::Into<AgentActivityMessageFrom>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            at: at.into(),
+            busy: busy.into(),
+            kind: kind.into(),
+            message_at: message_at.into(),
+            message_from: message_from.into(),
+            session_id: session_id.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl AgentActivityCondition {
+    /// A value with the required `id`, `source`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        id: impl ::std::convert::Into<::std::string::String>,
+        source: impl ::std::convert::Into<AgentActivitySource>,
+    ) -> Self {
+        Self { id: id.into(), source: source.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AgentCollaboratorInfo {
+    /// A value with the required `accountId`, `createdAt`, `role`, `status`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account_id: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        role: impl ::std::convert::Into<AgentAccessRole>,
+        status: impl ::std::convert::Into<AgentCollaboratorInfoStatus>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            account_id: account_id.into(),
+            created_at: created_at.into(),
+            role: role.into(),
+            status: status.into(),
+            updated_at: updated_at.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl AgentDefinition {
+    /// A value with the required `model`, `modelProvider`, `name`, `systemPrompt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        model: impl ::std::convert::Into<::std::string::String>,
+        model_provider: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        system_prompt: impl ::std::convert::Into<AgentDefinitionSystemPrompt>,
+    ) -> Self {
+        Self {
+            model: model.into(),
+            model_provider: model_provider.into(),
+            name: name.into(),
+            system_prompt: system_prompt.into(),
+            enabled_models: ::std::default::Default::default(),
+            mcp_servers: ::std::default::Default::default(),
+            metadata: ::std::default::Default::default(),
+            reasoning_level: ::std::default::Default::default(),
+            signing_key: ::std::default::Default::default(),
+            signing_keys: ::std::default::Default::default(),
+            thoroughness: ::std::default::Default::default(),
+            tools: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `enabledModels` (optional).
+    #[must_use]
+    pub fn enabled_models(mut self, value: impl ::std::convert::Into<::std::vec::Vec<AgentModelRef>>) -> Self {
+        self.enabled_models = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `mcpServers` (optional).
+    #[must_use]
+    pub fn mcp_servers(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.mcp_servers = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `metadata` (optional).
+    #[must_use]
+    pub fn metadata(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.metadata = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `reasoningLevel` (optional).
+    #[must_use]
+    pub fn reasoning_level(mut self, value: impl ::std::convert::Into<ReasoningLevel>) -> Self {
+        self.reasoning_level = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `signingKey` (optional).
+    #[must_use]
+    pub fn signing_key(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.signing_key = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `signingKeys` (optional).
+    #[must_use]
+    pub fn signing_keys(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.signing_keys = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `thoroughness` (optional).
+    #[must_use]
+    pub fn thoroughness(mut self, value: impl ::std::convert::Into<Thoroughness>) -> Self {
+        self.thoroughness = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `tools` (optional).
+    #[must_use]
+    pub fn tools(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.tools = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentInfo {
+    /// A value with the required `account`, `createdAt`, `definition`, `id`, `stateDir`, `status`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        definition: impl ::std::convert::Into<AgentDefinition>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        state_dir: impl ::std::convert::Into<::std::string::String>,
+        status: impl ::std::convert::Into<AgentInfoStatus>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            account: account.into(),
+            created_at: created_at.into(),
+            definition: definition.into(),
+            id: id.into(),
+            state_dir: state_dir.into(),
+            status: status.into(),
+            updated_at: updated_at.into(),
+            access_role: ::std::default::Default::default(),
+            activity: ::std::default::Default::default(),
+            public_chat: ::std::default::Default::default(),
+            public_read: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `accessRole` (optional).
+    #[must_use]
+    pub fn access_role(mut self, value: impl ::std::convert::Into<AgentAccessRole>) -> Self {
+        self.access_role = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `activity` (optional).
+    #[must_use]
+    pub fn activity(mut self, value: impl ::std::convert::Into<AgentActivity>) -> Self {
+        self.activity = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `publicChat` (optional).
+    #[must_use]
+    pub fn public_chat(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.public_chat = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `publicRead` (optional).
+    #[must_use]
+    pub fn public_read(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.public_read = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentInviteInfo {
+    /// A value with the required `agentId`, `agentName`, `createdAt`, `ownerAccountId`, `role`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_name: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        owner_account_id: impl ::std::convert::Into<::std::string::String>,
+        role: impl ::std::convert::Into<AgentCollaboratorRole>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            agent_name: agent_name.into(),
+            created_at: created_at.into(),
+            owner_account_id: owner_account_id.into(),
+            role: role.into(),
+            updated_at: updated_at.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl AgentMemoryEntry {
+    /// A value with the required `path`, `size`, `type`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        path: impl ::std::convert::Into<::std::string::String>,
+        size: impl ::std::convert::Into<i64>,
+        type_: impl ::std::convert::Into<AgentMemoryEntryType>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            path: path.into(),
+            size: size.into(),
+            type_: type_.into(),
+            updated_at: updated_at.into(),
+            entry_count: ::std::default::Default::default(),
+            mime_type: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `entryCount` (optional).
+    #[must_use]
+    pub fn entry_count(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.entry_count = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `mimeType` (optional).
+    #[must_use]
+    pub fn mime_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.mime_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentMemoryFile {
+    /// A value with the required `encoding`, `path`, `size`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        encoding: impl ::std::convert::Into<AgentMemoryFileEncoding>,
+        path: impl ::std::convert::Into<::std::string::String>,
+        size: impl ::std::convert::Into<i64>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            encoding: encoding.into(),
+            path: path.into(),
+            size: size.into(),
+            updated_at: updated_at.into(),
+            content: ::std::default::Default::default(),
+            data: ::std::default::Default::default(),
+            mime_type: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `content` (optional).
+    #[must_use]
+    pub fn content(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.content = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `data` (optional).
+    #[must_use]
+    pub fn data(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Bytes>) -> Self {
+        self.data = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `mimeType` (optional).
+    #[must_use]
+    pub fn mime_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.mime_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentModelRef {
+    /// A value with the required `model`, `provider`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        model: impl ::std::convert::Into<::std::string::String>,
+        provider: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { model: model.into(), provider: provider.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AgentPromptBlock {
+    /// A value with the required `block`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(block: impl ::std::convert::Into<AgentPromptBlockBlock>) -> Self {
+        Self {
+            block: block.into(),
+            children: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `children` (optional).
+    #[must_use]
+    pub fn children(mut self, value: impl ::std::convert::Into<::std::vec::Vec<AgentPromptBlock>>) -> Self {
+        self.children = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentPromptBlockBlock {
+    /// A value with the required `id`, `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        id: impl ::std::convert::Into<::std::string::String>,
+        type_: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { id: id.into(), type_: type_.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AgentRunActivity {
+    /// A value with the required `phase`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(phase: impl ::std::convert::Into<AgentRunActivityPhase>) -> Self {
+        Self {
+            phase: phase.into(),
+            detail: ::std::default::Default::default(),
+            output_tail: ::std::default::Default::default(),
+            tool_call_id: ::std::default::Default::default(),
+            tool_name: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `detail` (optional).
+    #[must_use]
+    pub fn detail(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.detail = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `outputTail` (optional).
+    #[must_use]
+    pub fn output_tail(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.output_tail = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `toolCallId` (optional).
+    #[must_use]
+    pub fn tool_call_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.tool_call_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `toolName` (optional).
+    #[must_use]
+    pub fn tool_name(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.tool_name = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentRunUsage {
+    /// A value with the required `cacheRead`, `cacheWrite`, `input`, `output`, `total`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        cache_read: impl ::std::convert::Into<i64>,
+        cache_write: impl ::std::convert::Into<i64>,
+        input: impl ::std::convert::Into<i64>,
+        output: impl ::std::convert::Into<i64>,
+        total: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            cache_read: cache_read.into(),
+            cache_write: cache_write.into(),
+            input: input.into(),
+            output: output.into(),
+            total: total.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl AgentSessionTriggerContext {
+    /// A value with the required `activity`, `activityKey`, `activitySummary`, `firedAt`, `firingId`, `prompt`, `source`, `status`, `triggerId`, `triggerName`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        activity: impl ::std::convert::Into<
+            ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
+        >,
+        activity_key: impl ::std::convert::Into<::std::string::String>,
+        activity_summary: impl ::std::convert::Into<::std::string::String>,
+        fired_at: impl ::std::convert::Into<i64>,
+        firing_id: impl ::std::convert::Into<::std::string::String>,
+        prompt: impl ::std::convert::Into<::std::string::String>,
+        source: impl ::std::convert::Into<AgentTriggerSource>,
+        status: impl ::std::convert::Into<::std::string::String>,
+        trigger_id: impl ::std::convert::Into<::std::string::String>,
+        trigger_name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            activity: activity.into(),
+            activity_key: activity_key.into(),
+            activity_summary: activity_summary.into(),
+            fired_at: fired_at.into(),
+            firing_id: firing_id.into(),
+            prompt: prompt.into(),
+            source: source.into(),
+            status: status.into(),
+            trigger_id: trigger_id.into(),
+            trigger_name: trigger_name.into(),
+            error: ::std::default::Default::default(),
+            matched_conditions: ::std::default::Default::default(),
+            prompt_blocks: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `matchedConditions` (optional).
+    #[must_use]
+    pub fn matched_conditions(
+        mut self,
+        value: impl ::std::convert::Into<::std::vec::Vec<AgentActivityCondition>>,
+    ) -> Self {
+        self.matched_conditions = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `promptBlocks` (optional).
+    #[must_use]
+    pub fn prompt_blocks(mut self, value: impl ::std::convert::Into<::std::vec::Vec<AgentPromptBlock>>) -> Self {
+        self.prompt_blocks = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentSessionTriggerSummary {
+    /// A value with the required `activityKey`, `activitySummary`, `firedAt`, `firingId`, `source`, `triggerId`, `triggerName`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        activity_key: impl ::std::convert::Into<::std::string::String>,
+        activity_summary: impl ::std::convert::Into<::std::string::String>,
+        fired_at: impl ::std::convert::Into<i64>,
+        firing_id: impl ::std::convert::Into<::std::string::String>,
+        source: impl ::std::convert::Into<AgentTriggerSource>,
+        trigger_id: impl ::std::convert::Into<::std::string::String>,
+        trigger_name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            activity_key: activity_key.into(),
+            activity_summary: activity_summary.into(),
+            fired_at: fired_at.into(),
+            firing_id: firing_id.into(),
+            source: source.into(),
+            trigger_id: trigger_id.into(),
+            trigger_name: trigger_name.into(),
+            matched_conditions: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `matchedConditions` (optional).
+    #[must_use]
+    pub fn matched_conditions(
+        mut self,
+        value: impl ::std::convert::Into<::std::vec::Vec<AgentActivityCondition>>,
+    ) -> Self {
+        self.matched_conditions = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentToolInfo {
+    /// A value with the required `cid`, `createdAt`, `description`, `enabled`, `granted`, `input`, `kind`, `name`, `summary`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        cid: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        description: impl ::std::convert::Into<::std::string::String>,
+        enabled: impl ::std::convert::Into<bool>,
+        granted: impl ::std::convert::Into<bool>,
+        input: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+        kind: impl ::std::convert::Into<AgentToolInfoKind>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        summary: impl ::std::convert::Into<::std::string::String>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            cid: cid.into(),
+            created_at: created_at.into(),
+            description: description.into(),
+            enabled: enabled.into(),
+            granted: granted.into(),
+            input: input.into(),
+            kind: kind.into(),
+            name: name.into(),
+            summary: summary.into(),
+            updated_at: updated_at.into(),
+            output: ::std::default::Default::default(),
+            remote_name: ::std::default::Default::default(),
+            runtime: ::std::default::Default::default(),
+            server: ::std::default::Default::default(),
+            source: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `output` (optional).
+    #[must_use]
+    pub fn output(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.output = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `remoteName` (optional).
+    #[must_use]
+    pub fn remote_name(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.remote_name = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `runtime` (optional).
+    #[must_use]
+    pub fn runtime(mut self, value: impl ::std::convert::Into<AgentToolInfoRuntime>) -> Self {
+        self.runtime = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `server` (optional).
+    #[must_use]
+    pub fn server(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.server = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `source` (optional).
+    #[must_use]
+    pub fn source(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.source = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentToolInput {
+    /// A value with the required `description`, `input`, `name`, `runtime`, `source`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        description: impl ::std::convert::Into<::std::string::String>,
+        input: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        runtime: impl ::std::convert::Into<AgentToolInputRuntime>,
+        source: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            description: description.into(),
+            input: input.into(),
+            name: name.into(),
+            runtime: runtime.into(),
+            source: source.into(),
+            output: ::std::default::Default::default(),
+            summary: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `output` (optional).
+    #[must_use]
+    pub fn output(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.output = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `summary` (optional).
+    #[must_use]
+    pub fn summary(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.summary = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentTriggerInfo {
+    /// A value with the required `account`, `agentId`, `createdAt`, `enabled`, `id`, `name`, `prompt`, `source`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        enabled: impl ::std::convert::Into<bool>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        prompt: impl ::std::convert::Into<AgentTriggerInfoPrompt>,
+        source: impl ::std::convert::Into<AgentTriggerSource>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            account: account.into(),
+            agent_id: agent_id.into(),
+            created_at: created_at.into(),
+            enabled: enabled.into(),
+            id: id.into(),
+            name: name.into(),
+            prompt: prompt.into(),
+            source: source.into(),
+            updated_at: updated_at.into(),
+            continuation: ::std::default::Default::default(),
+            last_checked_at: ::std::default::Default::default(),
+            last_error: ::std::default::Default::default(),
+            last_fired_at: ::std::default::Default::default(),
+            merged_into: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `continuation` (optional).
+    #[must_use]
+    pub fn continuation(mut self, value: impl ::std::convert::Into<TriggerContinuation>) -> Self {
+        self.continuation = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `lastCheckedAt` (optional).
+    #[must_use]
+    pub fn last_checked_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.last_checked_at = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `lastError` (optional).
+    #[must_use]
+    pub fn last_error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.last_error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `lastFiredAt` (optional).
+    #[must_use]
+    pub fn last_fired_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.last_fired_at = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `mergedInto` (optional).
+    #[must_use]
+    pub fn merged_into(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.merged_into = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentTriggerInput {
+    /// A value with the required `name`, `source`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        name: impl ::std::convert::Into<::std::string::String>,
+        source: impl ::std::convert::Into<AgentTriggerSource>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            source: source.into(),
+            continuation: ::std::default::Default::default(),
+            enabled: ::std::default::Default::default(),
+            prompt: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `continuation` (optional).
+    #[must_use]
+    pub fn continuation(mut self, value: impl ::std::convert::Into<TriggerContinuation>) -> Self {
+        self.continuation = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `enabled` (optional).
+    #[must_use]
+    pub fn enabled(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.enabled = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `prompt` (optional).
+    #[must_use]
+    pub fn prompt(mut self, value: impl ::std::convert::Into<AgentTriggerInputPrompt>) -> Self {
+        self.prompt = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AgentTriggerPatch {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `continuation` (optional).
+    #[must_use]
+    pub fn continuation(mut self, value: impl ::std::convert::Into<TriggerContinuation>) -> Self {
+        self.continuation = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `enabled` (optional).
+    #[must_use]
+    pub fn enabled(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.enabled = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `name` (optional).
+    #[must_use]
+    pub fn name(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.name = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `prompt` (optional).
+    #[must_use]
+    pub fn prompt(mut self, value: impl ::std::convert::Into<AgentTriggerPatchPrompt>) -> Self {
+        self.prompt = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `source` (optional).
+    #[must_use]
+    pub fn source(mut self, value: impl ::std::convert::Into<AgentTriggerSource>) -> Self {
+        self.source = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AppendFileUploadChunk {
+    /// A value with the required `content`, `offset`, `uploadId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        content: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
+        offset: impl ::std::convert::Into<i64>,
+        upload_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { content: content.into(), offset: offset.into(), upload_id: upload_id.into() }
+    }
+}
+impl AppendFileUploadChunkResponse {
+    /// A value with the required `received`, `uploadId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        received: impl ::std::convert::Into<i64>,
+        upload_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { received: received.into(), upload_id: upload_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AppendFrame {
+    /// A value with the required `key`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(key: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            key: key.into(),
+            created_at: ::std::default::Default::default(),
+            entry: ::std::default::Default::default(),
+            event: ::std::default::Default::default(),
+            run_id: ::std::default::Default::default(),
+            seq: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `createdAt` (optional).
+    #[must_use]
+    pub fn created_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.created_at = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `entry` (optional).
+    #[must_use]
+    pub fn entry(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.entry = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `event` (optional).
+    #[must_use]
+    pub fn event(mut self, value: impl ::std::convert::Into<SessionEvent>) -> Self {
+        self.event = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `runId` (optional).
+    #[must_use]
+    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `seq` (optional).
+    #[must_use]
+    pub fn seq(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.seq = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl AppendPartialFrame {
+    /// A value with the required `key`, `partialId`, `patch`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        key: impl ::std::convert::Into<::std::string::String>,
+        partial_id: impl ::std::convert::Into<::std::string::String>,
+        patch: impl ::std::convert::Into<PartialPatch>,
+    ) -> Self {
+        Self {
+            key: key.into(),
+            partial_id: partial_id.into(),
+            patch: patch.into(),
+            run_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `runId` (optional).
+    #[must_use]
+    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ArchiveBrowserCommand {
+    /// A value with the required `document`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(document: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { document: document.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl AttachmentContentPart {
+    /// A value with the required `id`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { id: id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl BeginFileUpload {
+    /// A value with the required `size`, `target`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(size: impl ::std::convert::Into<i64>, target: impl ::std::convert::Into<FileUploadTarget>) -> Self {
+        Self { size: size.into(), target: target.into() }
+    }
+}
+impl BeginFileUploadResponse {
+    /// A value with the required `maxChunkBytes`, `uploadId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        max_chunk_bytes: impl ::std::convert::Into<i64>,
+        upload_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            max_chunk_bytes: max_chunk_bytes.into(),
+            upload_id: upload_id.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl BrowserRequest {
+    /// A value with the required `command`, `id`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        command: impl ::std::convert::Into<BrowserCommand>,
+        id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { command: command.into(), id: id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl CancelProviderOAuth {
+    /// A value with the required `loginId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(login_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { login_id: login_id.into() }
+    }
+}
+impl CancelProviderOAuthResponse {
+    /// A value with the required `loginId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(login_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { login_id: login_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl CancelRun {
+    /// A value with the required `runId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(run_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { run_id: run_id.into() }
+    }
+}
+impl CancelRunResponse {
+    /// A value with the required `canceled`, `runId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        canceled: impl ::std::convert::Into<bool>,
+        run_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { canceled: canceled.into(), run_id: run_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ChangeFrame {
+    /// A value with the required `key`, `value`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        key: impl ::std::convert::Into<::std::string::String>,
+        value: impl ::std::convert::Into<::seed_agents_protocol::Value>,
+    ) -> Self {
+        Self { key: key.into(), value: value.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ClickBrowserCommand {
+    /// A value with the required `document`, `ref`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        document: impl ::std::convert::Into<::std::string::String>,
+        ref_: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { document: document.into(), ref_: ref_.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl CombineAgentTriggers {
+    /// A value with the required `expectedUpdatedAt`, `otherExpectedUpdatedAt`, `otherTriggerId`, `triggerId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        expected_updated_at: impl ::std::convert::Into<i64>,
+        other_expected_updated_at: impl ::std::convert::Into<i64>,
+        other_trigger_id: impl ::std::convert::Into<::std::string::String>,
+        trigger_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            expected_updated_at: expected_updated_at.into(),
+            other_expected_updated_at: other_expected_updated_at.into(),
+            other_trigger_id: other_trigger_id.into(),
+            trigger_id: trigger_id.into(),
+            use_other_action: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `useOtherAction` (optional).
+    #[must_use]
+    pub fn use_other_action(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.use_other_action = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl CommentReplySource {
+    /// A value with the required `repliedToAccounts`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(replied_to_accounts: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        Self {
+            replied_to_accounts: replied_to_accounts.into(),
+            resource_prefix: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `resourcePrefix` (optional).
+    #[must_use]
+    pub fn resource_prefix(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.resource_prefix = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl CommitFileUpload {
+    /// A value with the required `uploadId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(upload_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { upload_id: upload_id.into() }
+    }
+}
+impl CommitFileUploadResponse {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `attachment` (optional).
+    #[must_use]
+    pub fn attachment(mut self, value: impl ::std::convert::Into<SessionAttachmentInfo>) -> Self {
+        self.attachment = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `entry` (optional).
+    #[must_use]
+    pub fn entry(mut self, value: impl ::std::convert::Into<AgentMemoryEntry>) -> Self {
+        self.entry = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ConnectSessionBrowser {
+    /// A value with the required `connectionId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        connection_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { connection_id: connection_id.into(), session_id: session_id.into() }
+    }
+}
+impl ConnectedFrame {
+    /// A value with the required `connectedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(connected_at: impl ::std::convert::Into<i64>) -> Self {
+        Self { connected_at: connected_at.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ContextContentPart {
+    /// A value with the required `lines`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(lines: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        Self { lines: lines.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl CreateAgent {
+    /// A value with the required `definition`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(definition: impl ::std::convert::Into<AgentDefinition>) -> Self {
+        Self { definition: definition.into(), client_request_id: ::std::default::Default::default() }
+    }
+    /// Sets `clientRequestId` (optional).
+    #[must_use]
+    pub fn client_request_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_request_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl CreateAgentResponse {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl CreateAgentTrigger {
+    /// A value with the required `agentId`, `trigger`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        trigger: impl ::std::convert::Into<AgentTriggerInput>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            trigger: trigger.into(),
+            client_request_id: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `clientRequestId` (optional).
+    #[must_use]
+    pub fn client_request_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_request_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl CreateAgentTriggerResponse {
+    /// A value with the required `trigger`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(trigger: impl ::std::convert::Into<AgentTriggerInfo>) -> Self {
+        Self {
+            trigger: trigger.into(),
+            webhook_secret: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `webhookSecret` (optional).
+    #[must_use]
+    pub fn webhook_secret(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.webhook_secret = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl CreateSession {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            client_request_id: ::std::default::Default::default(),
+            model_override: ::std::default::Default::default(),
+            thoroughness: ::std::default::Default::default(),
+            title: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `clientRequestId` (optional).
+    #[must_use]
+    pub fn client_request_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_request_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `modelOverride` (optional).
+    #[must_use]
+    pub fn model_override(mut self, value: impl ::std::convert::Into<SessionModelOverride>) -> Self {
+        self.model_override = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `thoroughness` (optional).
+    #[must_use]
+    pub fn thoroughness(mut self, value: impl ::std::convert::Into<Thoroughness>) -> Self {
+        self.thoroughness = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `title` (optional).
+    #[must_use]
+    pub fn title(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.title = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl CreateSessionResponse {
+    /// A value with the required `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { session_id: session_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl CreateSigningIdentity {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `clientRequestId` (optional).
+    #[must_use]
+    pub fn client_request_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_request_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `label` (optional).
+    #[must_use]
+    pub fn label(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.label = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl CreateSigningIdentityResponse {
+    /// A value with the required `identity`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(identity: impl ::std::convert::Into<SigningIdentity>) -> Self {
+        Self { identity: identity.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DeclineAgentInvite {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl DeclineAgentInviteResponse {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DeleteAgent {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl DeleteAgentMemoryFile {
+    /// A value with the required `agentId`, `path`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        path: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), path: path.into() }
+    }
+}
+impl DeleteAgentMemoryFileResponse {
+    /// A value with the required `agentId`, `deleted`, `path`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        deleted: impl ::std::convert::Into<bool>,
+        path: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            deleted: deleted.into(),
+            path: path.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl DeleteAgentResponse {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DeleteAgentTool {
+    /// A value with the required `agentId`, `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), name: name.into() }
+    }
+}
+impl DeleteAgentToolResponse {
+    /// A value with the required `agentId`, `deleted`, `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        deleted: impl ::std::convert::Into<bool>,
+        name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            deleted: deleted.into(),
+            name: name.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl DeleteAgentTrigger {
+    /// A value with the required `triggerId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(trigger_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { trigger_id: trigger_id.into() }
+    }
+}
+impl DeleteAgentTriggerResponse {
+    /// A value with the required `triggerId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(trigger_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { trigger_id: trigger_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DeleteMcpServer {
+    /// A value with the required `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(name: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { name: name.into() }
+    }
+}
+impl DeleteMcpServerResponse {
+    /// A value with the required `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(name: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { name: name.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DeleteModelProvider {
+    /// A value with the required `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(name: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { name: name.into() }
+    }
+}
+impl DeleteModelProviderResponse {
+    /// A value with the required `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(name: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { name: name.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DeleteSession {
+    /// A value with the required `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { session_id: session_id.into() }
+    }
+}
+impl DeleteSessionResponse {
+    /// A value with the required `agentId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), session_id: session_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DeleteSigningIdentity {
+    /// A value with the required `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(name: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { name: name.into() }
+    }
+}
+impl DeleteSigningIdentityResponse {
+    /// A value with the required `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(name: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { name: name.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl DisconnectSessionBrowser {
+    /// A value with the required `connectionId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        connection_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { connection_id: connection_id.into(), session_id: session_id.into() }
+    }
+}
+impl DocumentAuthorCommentSource {
+    /// A value with the required `documentAuthors`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(document_authors: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        Self {
+            document_authors: document_authors.into(),
+            resource_prefix: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `resourcePrefix` (optional).
+    #[must_use]
+    pub fn resource_prefix(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.resource_prefix = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl DocumentCommentSource {
+    /// A value with the required `resource`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(resource: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            resource: resource.into(),
+            author: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `author` (optional).
+    #[must_use]
+    pub fn author(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.author = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl DownloadAgentMemoryFile {
+    /// A value with the required `agentId`, `url`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        url: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), url: url.into(), path: ::std::default::Default::default() }
+    }
+    /// Sets `path` (optional).
+    #[must_use]
+    pub fn path(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.path = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl DownloadAgentMemoryFileResponse {
+    /// A value with the required `agentId`, `entry`, `finalUrl`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        entry: impl ::std::convert::Into<AgentMemoryEntry>,
+        final_url: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            entry: entry.into(),
+            final_url: final_url.into(),
+            content_type: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `contentType` (optional).
+    #[must_use]
+    pub fn content_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.content_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl Envelope {
+    /// A value with the required `account`, `action`, `sig`, `signer`, `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
+        action: impl ::std::convert::Into<AgentAction>,
+        sig: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
+        signer: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
+        type_: impl ::std::convert::Into<EnvelopeType>,
+    ) -> Self {
+        Self {
+            account: account.into(),
+            action: action.into(),
+            sig: sig.into(),
+            signer: signer.into(),
+            type_: type_.into(),
+            capability: ::std::default::Default::default(),
+            capability_blob: ::std::default::Default::default(),
+            protocol: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `capability` (optional).
+    #[must_use]
+    pub fn capability(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.capability = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `capabilityBlob` (optional).
+    #[must_use]
+    pub fn capability_blob(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Bytes>) -> Self {
+        self.capability_blob = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `protocol` (optional).
+    #[must_use]
+    pub fn protocol(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.protocol = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl Error {
+    /// A value with the required `message`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(message: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            message: message.into(),
+            code: ::std::default::Default::default(),
+            received: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `code` (optional).
+    #[must_use]
+    pub fn code(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.code = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `received` (optional).
+    #[must_use]
+    pub fn received(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.received = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ErrorEvent {
+    /// A value with the required `message`, `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        message: impl ::std::convert::Into<::std::string::String>,
+        type_: impl ::std::convert::Into<ErrorEventType>,
+    ) -> Self {
+        Self {
+            message: message.into(),
+            type_: type_.into(),
+            actor: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `actor` (optional).
+    #[must_use]
+    pub fn actor(mut self, value: impl ::std::convert::Into<SessionActor>) -> Self {
+        self.actor = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ErrorFrame {
+    /// A value with the required `message`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(message: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            message: message.into(),
+            code: ::std::default::Default::default(),
+            key: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `code` (optional).
+    #[must_use]
+    pub fn code(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.code = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `key` (optional).
+    #[must_use]
+    pub fn key(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.key = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl GetAgent {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl GetAgentResponse {
+    /// A value with the required `agent`, `sessionCount`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent: impl ::std::convert::Into<AgentInfo>, session_count: impl ::std::convert::Into<i64>) -> Self {
+        Self { agent: agent.into(), session_count: session_count.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl GetAgentTrigger {
+    /// A value with the required `triggerId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(trigger_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { trigger_id: trigger_id.into() }
+    }
+}
+impl GetAgentTriggerResponse {
+    /// A value with the required `firings`, `sessions`, `trigger`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        firings: impl ::std::convert::Into<::std::vec::Vec<TriggerFiringInfo>>,
+        sessions: impl ::std::convert::Into<::std::vec::Vec<SessionInfo>>,
+        trigger: impl ::std::convert::Into<AgentTriggerInfo>,
+    ) -> Self {
+        Self {
+            firings: firings.into(),
+            sessions: sessions.into(),
+            trigger: trigger.into(),
+            webhook_secret: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `webhookSecret` (optional).
+    #[must_use]
+    pub fn webhook_secret(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.webhook_secret = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl GetProviderOAuthStatus {
+    /// A value with the required `loginId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(login_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { login_id: login_id.into() }
+    }
+}
+impl GetRun {
+    /// A value with the required `runId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(run_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { run_id: run_id.into() }
+    }
+}
+impl GetRunJournal {
+    /// A value with the required `runId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(run_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { run_id: run_id.into(), after_seq: ::std::default::Default::default() }
+    }
+    /// Sets `afterSeq` (optional).
+    #[must_use]
+    pub fn after_seq(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.after_seq = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl GetRunJournalResponse {
+    /// A value with the required `entries`, `runId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        entries: impl ::std::convert::Into<::std::vec::Vec<RunJournalEntryInfo>>,
+        run_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { entries: entries.into(), run_id: run_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl GetRunResponse {
+    /// A value with the required `run`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(run: impl ::std::convert::Into<RunInfo>) -> Self {
+        Self { run: run.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl GetSession {
+    /// A value with the required `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            session_id: session_id.into(),
+            after_seq: ::std::default::Default::default(),
+            before_seq: ::std::default::Default::default(),
+            limit: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `afterSeq` (optional).
+    #[must_use]
+    pub fn after_seq(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.after_seq = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `beforeSeq` (optional).
+    #[must_use]
+    pub fn before_seq(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.before_seq = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `limit` (optional).
+    #[must_use]
+    pub fn limit(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.limit = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl GetSessionEvent {
+    /// A value with the required `seq`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        seq: impl ::std::convert::Into<i64>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { seq: seq.into(), session_id: session_id.into() }
+    }
+}
+impl GetSessionEventResponse {
+    /// A value with the required `event`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(event: impl ::std::convert::Into<SessionEvent>) -> Self {
+        Self { event: event.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl GetSessionResponse {
+    /// A value with the required `events`, `session`, `systemPromptMarkdown`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        events: impl ::std::convert::Into<::std::vec::Vec<SessionEvent>>,
+        session: impl ::std::convert::Into<SessionInfo>,
+        system_prompt_markdown: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            events: events.into(),
+            session: session.into(),
+            system_prompt_markdown: system_prompt_markdown.into(),
+            context_window: ::std::default::Default::default(),
+            has_more_before: ::std::default::Default::default(),
+            trigger_context: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `contextWindow` (optional).
+    #[must_use]
+    pub fn context_window(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.context_window = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `hasMoreBefore` (optional).
+    #[must_use]
+    pub fn has_more_before(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.has_more_before = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `triggerContext` (optional).
+    #[must_use]
+    pub fn trigger_context(mut self, value: impl ::std::convert::Into<AgentSessionTriggerContext>) -> Self {
+        self.trigger_context = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ImportSigningIdentity {
+    /// A value with the required `seed`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(seed: impl ::std::convert::Into<::seed_agents_protocol::Bytes>) -> Self {
+        Self {
+            seed: seed.into(),
+            client_request_id: ::std::default::Default::default(),
+            label: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `clientRequestId` (optional).
+    #[must_use]
+    pub fn client_request_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_request_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `label` (optional).
+    #[must_use]
+    pub fn label(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.label = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ImportSigningIdentityResponse {
+    /// A value with the required `identity`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(identity: impl ::std::convert::Into<SigningIdentity>) -> Self {
+        Self { identity: identity.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl IntervalSchedule {
+    /// A value with the required `every`, `unit`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(every: impl ::std::convert::Into<i64>, unit: impl ::std::convert::Into<IntervalScheduleUnit>) -> Self {
+        Self { every: every.into(), unit: unit.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl InviteAgentCollaborator {
+    /// A value with the required `accountId`, `agentId`, `role`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        role: impl ::std::convert::Into<AgentCollaboratorRole>,
+    ) -> Self {
+        Self { account_id: account_id.into(), agent_id: agent_id.into(), role: role.into() }
+    }
+}
+impl InviteAgentCollaboratorResponse {
+    /// A value with the required `collaborator`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(collaborator: impl ::std::convert::Into<AgentCollaboratorInfo>) -> Self {
+        Self { collaborator: collaborator.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl InvokeSessionTool {
+    /// A value with the required `input`, `sessionId`, `verb`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        input: impl ::std::convert::Into<::seed_agents_protocol::Value>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+        verb: impl ::std::convert::Into<InvokeSessionToolVerb>,
+    ) -> Self {
+        Self { input: input.into(), session_id: session_id.into(), verb: verb.into() }
+    }
+}
+impl InvokeSessionToolResponse {
+    /// A value with the required `resultEventId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        result_event_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            result_event_id: result_event_id.into(),
+            session_id: session_id.into(),
+            error: ::std::default::Default::default(),
+            output: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `output` (optional).
+    #[must_use]
+    pub fn output(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Value>) -> Self {
+        self.output = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl JsonSchema {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `additionalProperties` (optional).
+    #[must_use]
+    pub fn additional_properties(mut self, value: impl ::std::convert::Into<JsonSchemaAdditionalProperties>) -> Self {
+        self.additional_properties = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `description` (optional).
+    #[must_use]
+    pub fn description(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.description = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `enum` (optional).
+    #[must_use]
+    pub fn enum_(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.enum_ = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `items` (optional).
+    #[must_use]
+    pub fn items(mut self, value: impl ::std::convert::Into<::std::boxed::Box<JsonSchema>>) -> Self {
+        self.items = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `maxItems` (optional).
+    #[must_use]
+    pub fn max_items(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.max_items = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `maxLength` (optional).
+    #[must_use]
+    pub fn max_length(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.max_length = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `maximum` (optional).
+    #[must_use]
+    pub fn maximum(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Float>) -> Self {
+        self.maximum = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `minItems` (optional).
+    #[must_use]
+    pub fn min_items(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.min_items = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `minLength` (optional).
+    #[must_use]
+    pub fn min_length(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.min_length = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `minimum` (optional).
+    #[must_use]
+    pub fn minimum(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Float>) -> Self {
+        self.minimum = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `properties` (optional).
+    #[must_use]
+    pub fn properties(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, JsonSchema>>,
+    ) -> Self {
+        self.properties = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `required` (optional).
+    #[must_use]
+    pub fn required(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.required = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `type` (optional).
+    #[must_use]
+    pub fn type_(mut self, value: impl ::std::convert::Into<JsonSchemaType>) -> Self {
+        self.type_ = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListAgentCollaborators {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl ListAgentCollaboratorsResponse {
+    /// A value with the required `agentId`, `collaborators`, `publicChat`, `publicRead`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        collaborators: impl ::std::convert::Into<::std::vec::Vec<AgentCollaboratorInfo>>,
+        public_chat: impl ::std::convert::Into<bool>,
+        public_read: impl ::std::convert::Into<bool>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            collaborators: collaborators.into(),
+            public_chat: public_chat.into(),
+            public_read: public_read.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl ListAgentInvites {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+}
+impl ListAgentInvitesResponse {
+    /// A value with the required `invites`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(invites: impl ::std::convert::Into<::std::vec::Vec<AgentInviteInfo>>) -> Self {
+        Self { invites: invites.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListAgentMemory {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl ListAgentMemoryDir {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into(), path: ::std::default::Default::default() }
+    }
+    /// Sets `path` (optional).
+    #[must_use]
+    pub fn path(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.path = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListAgentMemoryDirResponse {
+    /// A value with the required `agentId`, `entries`, `path`, `totalBytes`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        entries: impl ::std::convert::Into<::std::vec::Vec<AgentMemoryEntry>>,
+        path: impl ::std::convert::Into<::std::string::String>,
+        total_bytes: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            entries: entries.into(),
+            path: path.into(),
+            total_bytes: total_bytes.into(),
+            totals: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `totals` (optional).
+    #[must_use]
+    pub fn totals(mut self, value: impl ::std::convert::Into<ListAgentMemoryDirResponseTotals>) -> Self {
+        self.totals = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListAgentMemoryDirResponseTotals {
+    /// A value with the required `bytes`, `files`, `truncated`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        bytes: impl ::std::convert::Into<i64>,
+        files: impl ::std::convert::Into<i64>,
+        truncated: impl ::std::convert::Into<bool>,
+    ) -> Self {
+        Self {
+            bytes: bytes.into(),
+            files: files.into(),
+            truncated: truncated.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl ListAgentMemoryResponse {
+    /// A value with the required `agentId`, `entries`, `totalBytes`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        entries: impl ::std::convert::Into<::std::vec::Vec<AgentMemoryEntry>>,
+        total_bytes: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            entries: entries.into(),
+            total_bytes: total_bytes.into(),
+            truncated: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `truncated` (optional).
+    #[must_use]
+    pub fn truncated(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.truncated = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListAgentTools {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl ListAgentToolsResponse {
+    /// A value with the required `agentId`, `tools`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        tools: impl ::std::convert::Into<::std::vec::Vec<AgentToolInfo>>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), tools: tools.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListAgentTriggers {
+    /// A value with the required `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { agent_id: agent_id.into() }
+    }
+}
+impl ListAgentTriggersResponse {
+    /// A value with the required `triggers`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(triggers: impl ::std::convert::Into<::std::vec::Vec<AgentTriggerInfo>>) -> Self {
+        Self { triggers: triggers.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListAgents {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+}
+impl ListAgentsResponse {
+    /// A value with the required `agents`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agents: impl ::std::convert::Into<::std::vec::Vec<AgentInfo>>) -> Self {
+        Self { agents: agents.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListMcpServers {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+}
+impl ListMcpServersResponse {
+    /// A value with the required `servers`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(servers: impl ::std::convert::Into<::std::vec::Vec<RedactedMcpServer>>) -> Self {
+        Self { servers: servers.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListModelProviders {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListModelProvidersResponse {
+    /// A value with the required `providers`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(providers: impl ::std::convert::Into<::std::vec::Vec<RedactedModelProvider>>) -> Self {
+        Self { providers: providers.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListProviderModels {
+    /// A value with the required `provider`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(provider: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { provider: provider.into(), agent_id: ::std::default::Default::default() }
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListProviderModelsResponse {
+    /// A value with the required `models`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(models: impl ::std::convert::Into<::std::vec::Vec<ProviderModelInfo>>) -> Self {
+        Self { models: models.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListRuns {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `limit` (optional).
+    #[must_use]
+    pub fn limit(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.limit = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `rootRunId` (optional).
+    #[must_use]
+    pub fn root_run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.root_run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `sessionId` (optional).
+    #[must_use]
+    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `status` (optional).
+    #[must_use]
+    pub fn status(mut self, value: impl ::std::convert::Into<RunStatus>) -> Self {
+        self.status = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListRunsResponse {
+    /// A value with the required `runs`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(runs: impl ::std::convert::Into<::std::vec::Vec<RunInfo>>) -> Self {
+        Self { runs: runs.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ListSessions {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `cursor` (optional).
+    #[must_use]
+    pub fn cursor(mut self, value: impl ::std::convert::Into<SessionListCursor>) -> Self {
+        self.cursor = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `excludeTriggered` (optional).
+    #[must_use]
+    pub fn exclude_triggered(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.exclude_triggered = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `includeChildren` (optional).
+    #[must_use]
+    pub fn include_children(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.include_children = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `limit` (optional).
+    #[must_use]
+    pub fn limit(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.limit = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `parentSessionId` (optional).
+    #[must_use]
+    pub fn parent_session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.parent_session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListSessionsResponse {
+    /// A value with the required `agents`, `sessions`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agents: impl ::std::convert::Into<::std::vec::Vec<AgentInfo>>,
+        sessions: impl ::std::convert::Into<::std::vec::Vec<SessionInfo>>,
+    ) -> Self {
+        Self {
+            agents: agents.into(),
+            sessions: sessions.into(),
+            next_cursor: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `nextCursor` (optional).
+    #[must_use]
+    pub fn next_cursor(mut self, value: impl ::std::convert::Into<SessionListCursor>) -> Self {
+        self.next_cursor = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListSigningIdentities {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ListSigningIdentitiesResponse {
+    /// A value with the required `identities`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(identities: impl ::std::convert::Into<::std::vec::Vec<SigningIdentity>>) -> Self {
+        Self { identities: identities.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl McpServerConfig {
+    /// A value with the required `url`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(url: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            url: url.into(),
+            headers: ::std::default::Default::default(),
+            secret_refs: ::std::default::Default::default(),
+            transport: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `headers` (optional).
+    #[must_use]
+    pub fn headers(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
+    ) -> Self {
+        self.headers = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `secretRefs` (optional).
+    #[must_use]
+    pub fn secret_refs(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
+    ) -> Self {
+        self.secret_refs = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `transport` (optional).
+    #[must_use]
+    pub fn transport(mut self, value: impl ::std::convert::Into<McpServerTransport>) -> Self {
+        self.transport = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl McpServerStatus {
+    /// A value with the required `state`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(state: impl ::std::convert::Into<McpServerStatusState>) -> Self {
+        Self {
+            state: state.into(),
+            checked_at: ::std::default::Default::default(),
+            error: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `checkedAt` (optional).
+    #[must_use]
+    pub fn checked_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.checked_at = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl McpToolInfo {
+    /// A value with the required `name`, `toolName`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        name: impl ::std::convert::Into<::std::string::String>,
+        tool_name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            tool_name: tool_name.into(),
+            description: ::std::default::Default::default(),
+            input_schema: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `description` (optional).
+    #[must_use]
+    pub fn description(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.description = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `inputSchema` (optional).
+    #[must_use]
+    pub fn input_schema(mut self, value: impl ::std::convert::Into<::std::boxed::Box<JsonSchema>>) -> Self {
+        self.input_schema = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl MemoryUploadTarget {
+    /// A value with the required `agentId`, `path`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        path: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), path: path.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl MessageEvent {
+    /// A value with the required `content`, `role`, `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        content: impl ::std::convert::Into<::std::string::String>,
+        role: impl ::std::convert::Into<MessageEventRole>,
+        type_: impl ::std::convert::Into<MessageEventType>,
+    ) -> Self {
+        Self {
+            content: content.into(),
+            role: role.into(),
+            type_: type_.into(),
+            actor: ::std::default::Default::default(),
+            attachments: ::std::default::Default::default(),
+            blocks: ::std::default::Default::default(),
+            client_message_id: ::std::default::Default::default(),
+            context_lines: ::std::default::Default::default(),
+            meta: ::std::default::Default::default(),
+            raw_markdown: ::std::default::Default::default(),
+            tool_call_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `actor` (optional).
+    #[must_use]
+    pub fn actor(mut self, value: impl ::std::convert::Into<SessionActor>) -> Self {
+        self.actor = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `attachments` (optional).
+    #[must_use]
+    pub fn attachments(mut self, value: impl ::std::convert::Into<::std::vec::Vec<SessionAttachmentInfo>>) -> Self {
+        self.attachments = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `blocks` (optional).
+    #[must_use]
+    pub fn blocks(mut self, value: impl ::std::convert::Into<::std::vec::Vec<AgentPromptBlock>>) -> Self {
+        self.blocks = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `clientMessageId` (optional).
+    #[must_use]
+    pub fn client_message_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_message_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `contextLines` (optional).
+    #[must_use]
+    pub fn context_lines(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.context_lines = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `meta` (optional).
+    #[must_use]
+    pub fn meta(mut self, value: impl ::std::convert::Into<SessionEventMeta>) -> Self {
+        self.meta = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `rawMarkdown` (optional).
+    #[must_use]
+    pub fn raw_markdown(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.raw_markdown = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `toolCallId` (optional).
+    #[must_use]
+    pub fn tool_call_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.tool_call_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl MessageSession {
+    /// A value with the required `content`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        content: impl ::std::convert::Into<::std::vec::Vec<MessageSessionContentPart>>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            content: content.into(),
+            session_id: session_id.into(),
+            client_message_id: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `clientMessageId` (optional).
+    #[must_use]
+    pub fn client_message_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_message_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl MessageSessionResponse {
+    /// A value with the required `assistantEventId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        assistant_event_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            assistant_event_id: assistant_event_id.into(),
+            session_id: session_id.into(),
+            continued_to_session_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `continuedToSessionId` (optional).
+    #[must_use]
+    pub fn continued_to_session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.continued_to_session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ModelProviderConfig {
+    /// A value with the required `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(type_: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            type_: type_.into(),
+            auth_mode: ::std::default::Default::default(),
+            base_url: ::std::default::Default::default(),
+            model_defaults: ::std::default::Default::default(),
+            secret_refs: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `authMode` (optional).
+    #[must_use]
+    pub fn auth_mode(mut self, value: impl ::std::convert::Into<ModelProviderConfigAuthMode>) -> Self {
+        self.auth_mode = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `baseUrl` (optional).
+    #[must_use]
+    pub fn base_url(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.base_url = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `modelDefaults` (optional).
+    #[must_use]
+    pub fn model_defaults(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.model_defaults = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `secretRefs` (optional).
+    #[must_use]
+    pub fn secret_refs(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::std::string::String>>,
+    ) -> Self {
+        self.secret_refs = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl NavigateBrowserCommand {
+    /// A value with the required `document`, `url`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        document: impl ::std::convert::Into<::std::string::String>,
+        url: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { document: document.into(), url: url.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl NewThreadContinuation {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `includeAgentSystemPrompt` (optional).
+    #[must_use]
+    pub fn include_agent_system_prompt(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.include_agent_system_prompt = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `systemPrompt` (optional).
+    #[must_use]
+    pub fn system_prompt(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.system_prompt = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `tools` (optional).
+    #[must_use]
+    pub fn tools(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.tools = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl OnceSchedule {
+    /// A value with the required `runAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(run_at: impl ::std::convert::Into<i64>) -> Self {
+        Self {
+            run_at: run_at.into(),
+            timezone: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `timezone` (optional).
+    #[must_use]
+    pub fn timezone(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.timezone = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl PartialPatch {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `activity` (optional).
+    #[must_use]
+    pub fn activity(mut self, value: impl ::std::convert::Into<AgentRunActivity>) -> Self {
+        self.activity = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `done` (optional).
+    #[must_use]
+    pub fn done(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.done = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `progress` (optional).
+    #[must_use]
+    pub fn progress(mut self, value: impl ::std::convert::Into<PartialPatchProgress>) -> Self {
+        self.progress = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `textDelta` (optional).
+    #[must_use]
+    pub fn text_delta(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.text_delta = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `usage` (optional).
+    #[must_use]
+    pub fn usage(mut self, value: impl ::std::convert::Into<AgentRunUsage>) -> Self {
+        self.usage = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl PartialPatchProgress {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `fraction` (optional).
+    #[must_use]
+    pub fn fraction(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Float>) -> Self {
+        self.fraction = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `label` (optional).
+    #[must_use]
+    pub fn label(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.label = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl PlanObligation {
+    /// A value with the required `steps`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(steps: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        Self { steps: steps.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl PollSessionBrowser {
+    /// A value with the required `connectionId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        connection_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { connection_id: connection_id.into(), session_id: session_id.into() }
+    }
+}
+impl PressBrowserCommand {
+    /// A value with the required `document`, `key`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        document: impl ::std::convert::Into<::std::string::String>,
+        key: impl ::std::convert::Into<PressBrowserCommandKey>,
+    ) -> Self {
+        Self { document: document.into(), key: key.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ProviderModelInfo {
+    /// A value with the required `id`, `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { id: id.into(), name: name.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ProviderOAuthStatusResponse {
+    /// A value with the required `loginId`, `status`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        login_id: impl ::std::convert::Into<::std::string::String>,
+        status: impl ::std::convert::Into<ProviderOAuthStatusResponseStatus>,
+    ) -> Self {
+        Self {
+            login_id: login_id.into(),
+            status: status.into(),
+            error: ::std::default::Default::default(),
+            secret_name: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `secretName` (optional).
+    #[must_use]
+    pub fn secret_name(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.secret_name = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ReadAgentMemoryFile {
+    /// A value with the required `agentId`, `path`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        path: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), path: path.into() }
+    }
+}
+impl ReadAgentMemoryFileResponse {
+    /// A value with the required `agentId`, `file`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        file: impl ::std::convert::Into<AgentMemoryFile>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), file: file.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ReadSessionAttachment {
+    /// A value with the required `attachmentId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        attachment_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { attachment_id: attachment_id.into(), session_id: session_id.into() }
+    }
+}
+impl ReadSessionAttachmentResponse {
+    /// A value with the required `attachment`, `data`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        attachment: impl ::std::convert::Into<SessionAttachmentInfo>,
+        data: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
+    ) -> Self {
+        Self { attachment: attachment.into(), data: data.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl RedactedMcpServer {
+    /// A value with the required `createdAt`, `hasSecrets`, `headerNames`, `id`, `name`, `secretHeaderNames`, `status`, `tools`, `transport`, `updatedAt`, `url`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        created_at: impl ::std::convert::Into<i64>,
+        has_secrets: impl ::std::convert::Into<bool>,
+        header_names: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        secret_header_names: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>,
+        status: impl ::std::convert::Into<McpServerStatus>,
+        tools: impl ::std::convert::Into<::std::vec::Vec<McpToolInfo>>,
+        transport: impl ::std::convert::Into<McpServerTransport>,
+        updated_at: impl ::std::convert::Into<i64>,
+        url: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            created_at: created_at.into(),
+            has_secrets: has_secrets.into(),
+            header_names: header_names.into(),
+            id: id.into(),
+            name: name.into(),
+            secret_header_names: secret_header_names.into(),
+            status: status.into(),
+            tools: tools.into(),
+            transport: transport.into(),
+            updated_at: updated_at.into(),
+            url: url.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl RedactedModelProvider {
+    /// A value with the required `createdAt`, `hasSecrets`, `id`, `name`, `type`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        created_at: impl ::std::convert::Into<i64>,
+        has_secrets: impl ::std::convert::Into<bool>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        type_: impl ::std::convert::Into<::std::string::String>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            created_at: created_at.into(),
+            has_secrets: has_secrets.into(),
+            id: id.into(),
+            name: name.into(),
+            type_: type_.into(),
+            updated_at: updated_at.into(),
+            auth_mode: ::std::default::Default::default(),
+            auth_status: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `authMode` (optional).
+    #[must_use]
+    pub fn auth_mode(mut self, value: impl ::std::convert::Into<RedactedModelProviderAuthMode>) -> Self {
+        self.auth_mode = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `authStatus` (optional).
+    #[must_use]
+    pub fn auth_status(mut self, value: impl ::std::convert::Into<RedactedModelProviderAuthStatus>) -> Self {
+        self.auth_status = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RedactedSecret {
+    /// A value with the required `createdAt`, `hasValue`, `id`, `name`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        created_at: impl ::std::convert::Into<i64>,
+        has_value: impl ::std::convert::Into<bool>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            created_at: created_at.into(),
+            has_value: has_value.into(),
+            id: id.into(),
+            name: name.into(),
+            updated_at: updated_at.into(),
+            metadata: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `metadata` (optional).
+    #[must_use]
+    pub fn metadata(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.metadata = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RefreshMcpServer {
+    /// A value with the required `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(name: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { name: name.into() }
+    }
+}
+impl RegisterSigner {
+    /// A value with the required `capability`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(capability: impl ::std::convert::Into<::seed_agents_protocol::Bytes>) -> Self {
+        Self { capability: capability.into() }
+    }
+}
+impl RegisterSignerResponse {
+    /// A value with the required `accountId`, `signerId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account_id: impl ::std::convert::Into<::std::string::String>,
+        signer_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { account_id: account_id.into(), signer_id: signer_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl RemoveAgentCollaborator {
+    /// A value with the required `accountId`, `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { account_id: account_id.into(), agent_id: agent_id.into() }
+    }
+}
+impl RemoveAgentCollaboratorResponse {
+    /// A value with the required `accountId`, `agentId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { account_id: account_id.into(), agent_id: agent_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ResolveSessionBrowser {
+    /// A value with the required `connectionId`, `requestId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        connection_id: impl ::std::convert::Into<::std::string::String>,
+        request_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            connection_id: connection_id.into(),
+            request_id: request_id.into(),
+            session_id: session_id.into(),
+            error: ::std::default::Default::default(),
+            output: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `output` (optional).
+    #[must_use]
+    pub fn output(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.output = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RetrySession {
+    /// A value with the required `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { session_id: session_id.into() }
+    }
+}
+impl RetrySessionResponse {
+    /// A value with the required `assistantEventId`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        assistant_event_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            assistant_event_id: assistant_event_id.into(),
+            session_id: session_id.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl RunCompletedSource {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `status` (optional).
+    #[must_use]
+    pub fn status(mut self, value: impl ::std::convert::Into<RunCompletedSourceStatus>) -> Self {
+        self.status = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `titleMatch` (optional).
+    #[must_use]
+    pub fn title_match(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.title_match = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RunInfo {
+    /// A value with the required `account`, `createdAt`, `depth`, `id`, `kind`, `origin`, `rootRunId`, `status`, `title`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        depth: impl ::std::convert::Into<i64>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        kind: impl ::std::convert::Into<RunInfoKind>,
+        origin: impl ::std::convert::Into<RunInfoOrigin>,
+        root_run_id: impl ::std::convert::Into<::std::string::String>,
+        status: impl ::std::convert::Into<RunStatus>,
+        title: impl ::std::convert::Into<::std::string::String>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            account: account.into(),
+            created_at: created_at.into(),
+            depth: depth.into(),
+            id: id.into(),
+            kind: kind.into(),
+            origin: origin.into(),
+            root_run_id: root_run_id.into(),
+            status: status.into(),
+            title: title.into(),
+            updated_at: updated_at.into(),
+            agent_id: ::std::default::Default::default(),
+            child_run_count: ::std::default::Default::default(),
+            continued_from_run_id: ::std::default::Default::default(),
+            error: ::std::default::Default::default(),
+            finished_at: ::std::default::Default::default(),
+            parent_run_id: ::std::default::Default::default(),
+            parent_tool_call_id: ::std::default::Default::default(),
+            plan: ::std::default::Default::default(),
+            plan_step_id: ::std::default::Default::default(),
+            session_id: ::std::default::Default::default(),
+            source_text: ::std::default::Default::default(),
+            started_at: ::std::default::Default::default(),
+            step_label: ::std::default::Default::default(),
+            unmet_obligations: ::std::default::Default::default(),
+            usage: ::std::default::Default::default(),
+            wait: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `agentId` (optional).
+    #[must_use]
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.agent_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `childRunCount` (optional).
+    #[must_use]
+    pub fn child_run_count(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.child_run_count = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `continuedFromRunId` (optional).
+    #[must_use]
+    pub fn continued_from_run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.continued_from_run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<RunInfoError>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `finishedAt` (optional).
+    #[must_use]
+    pub fn finished_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.finished_at = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `parentRunId` (optional).
+    #[must_use]
+    pub fn parent_run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.parent_run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `parentToolCallId` (optional).
+    #[must_use]
+    pub fn parent_tool_call_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.parent_tool_call_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `plan` (optional).
+    #[must_use]
+    pub fn plan(mut self, value: impl ::std::convert::Into<RunPlan>) -> Self {
+        self.plan = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `planStepId` (optional).
+    #[must_use]
+    pub fn plan_step_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.plan_step_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `sessionId` (optional).
+    #[must_use]
+    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `sourceText` (optional).
+    #[must_use]
+    pub fn source_text(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.source_text = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `startedAt` (optional).
+    #[must_use]
+    pub fn started_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.started_at = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `stepLabel` (optional).
+    #[must_use]
+    pub fn step_label(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.step_label = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `unmetObligations` (optional).
+    #[must_use]
+    pub fn unmet_obligations(mut self, value: impl ::std::convert::Into<::std::vec::Vec<UnmetObligation>>) -> Self {
+        self.unmet_obligations = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `usage` (optional).
+    #[must_use]
+    pub fn usage(mut self, value: impl ::std::convert::Into<RunUsageInfo>) -> Self {
+        self.usage = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `wait` (optional).
+    #[must_use]
+    pub fn wait(mut self, value: impl ::std::convert::Into<RunWaitInfo>) -> Self {
+        self.wait = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RunInfoError {
+    /// A value with the required `code`, `message`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        code: impl ::std::convert::Into<::std::string::String>,
+        message: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+            call_seq: ::std::default::Default::default(),
+            detail: ::std::default::Default::default(),
+            stack: ::std::default::Default::default(),
+            tool: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `callSeq` (optional).
+    #[must_use]
+    pub fn call_seq(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.call_seq = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `detail` (optional).
+    #[must_use]
+    pub fn detail(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Value>) -> Self {
+        self.detail = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `stack` (optional).
+    #[must_use]
+    pub fn stack(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.stack = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `tool` (optional).
+    #[must_use]
+    pub fn tool(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.tool = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RunJournalEntryInfo {
+    /// A value with the required `createdAt`, `entry`, `runId`, `seq`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        created_at: impl ::std::convert::Into<i64>,
+        entry: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+        run_id: impl ::std::convert::Into<::std::string::String>,
+        seq: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            created_at: created_at.into(),
+            entry: entry.into(),
+            run_id: run_id.into(),
+            seq: seq.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl RunPlan {
+    /// A value with the required `steps`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(steps: impl ::std::convert::Into<::std::vec::Vec<RunPlanStep>>) -> Self {
+        Self {
+            steps: steps.into(),
+            owner_run_id: ::std::default::Default::default(),
+            settled_at: ::std::default::Default::default(),
+            title: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `ownerRunId` (optional).
+    #[must_use]
+    pub fn owner_run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.owner_run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `settledAt` (optional).
+    #[must_use]
+    pub fn settled_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.settled_at = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `title` (optional).
+    #[must_use]
+    pub fn title(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.title = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RunPlanStep {
+    /// A value with the required `id`, `label`, `status`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        id: impl ::std::convert::Into<::std::string::String>,
+        label: impl ::std::convert::Into<::std::string::String>,
+        status: impl ::std::convert::Into<RunPlanStepStatus>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            label: label.into(),
+            status: status.into(),
+            resolved_by: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `resolvedBy` (optional).
+    #[must_use]
+    pub fn resolved_by(mut self, value: impl ::std::convert::Into<RunPlanStepResolvedBy>) -> Self {
+        self.resolved_by = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RunUsageInfo {
+    /// A value with the required `cacheRead`, `cacheWrite`, `input`, `output`, `total`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        cache_read: impl ::std::convert::Into<i64>,
+        cache_write: impl ::std::convert::Into<i64>,
+        input: impl ::std::convert::Into<i64>,
+        output: impl ::std::convert::Into<i64>,
+        total: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            cache_read: cache_read.into(),
+            cache_write: cache_write.into(),
+            input: input.into(),
+            output: output.into(),
+            total: total.into(),
+            children: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `children` (optional).
+    #[must_use]
+    pub fn children(mut self, value: impl ::std::convert::Into<RunUsageInfoChildren>) -> Self {
+        self.children = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl RunUsageInfoChildren {
+    /// A value with the required `cacheRead`, `cacheWrite`, `input`, `output`, `runs`, `total`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        cache_read: impl ::std::convert::Into<i64>,
+        cache_write: impl ::std::convert::Into<i64>,
+        input: impl ::std::convert::Into<i64>,
+        output: impl ::std::convert::Into<i64>,
+        runs: impl ::std::convert::Into<i64>,
+        total: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            cache_read: cache_read.into(),
+            cache_write: cache_write.into(),
+            input: input.into(),
+            output: output.into(),
+            runs: runs.into(),
+            total: total.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl RunWaitInfo {
+    /// A value with the required `reason`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(reason: impl ::std::convert::Into<RunWaitInfoReason>) -> Self {
+        Self {
+            reason: reason.into(),
+            answer_with: ::std::default::Default::default(),
+            label: ::std::default::Default::default(),
+            pending_children: ::std::default::Default::default(),
+            wake_at: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `answerWith` (optional).
+    #[must_use]
+    pub fn answer_with(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.answer_with = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `label` (optional).
+    #[must_use]
+    pub fn label(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.label = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `pendingChildren` (optional).
+    #[must_use]
+    pub fn pending_children(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.pending_children = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `wakeAt` (optional).
+    #[must_use]
+    pub fn wake_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.wake_at = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SaveAgentTool {
+    /// A value with the required `agentId`, `tool`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        tool: impl ::std::convert::Into<AgentToolInput>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), tool: tool.into(), previous_name: ::std::default::Default::default() }
+    }
+    /// Sets `previousName` (optional).
+    #[must_use]
+    pub fn previous_name(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.previous_name = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SaveAgentToolResponse {
+    /// A value with the required `agentId`, `tool`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        tool: impl ::std::convert::Into<AgentToolInfo>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), tool: tool.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ScheduleSource {
+    /// A value with the required `schedule`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(schedule: impl ::std::convert::Into<AgentScheduleTrigger>) -> Self {
+        Self { schedule: schedule.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ScreenshotBrowserCommand {
+    /// A value with the required `document`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(document: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { document: document.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl ScriptContinuation {
+    /// A value with the required `script`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(script: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            script: script.into(),
+            input: ::std::default::Default::default(),
+            on_failure: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `input` (optional).
+    #[must_use]
+    pub fn input(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Value>) -> Self {
+        self.input = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `onFailure` (optional).
+    #[must_use]
+    pub fn on_failure(mut self, value: impl ::std::convert::Into<TriggerFailurePolicy>) -> Self {
+        self.on_failure = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ScrollBrowserCommand {
+    /// A value with the required `document`, `y`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(document: impl ::std::convert::Into<::std::string::String>, y: impl ::std::convert::Into<i64>) -> Self {
+        Self {
+            document: document.into(),
+            y: y.into(),
+            x: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `x` (optional).
+    #[must_use]
+    pub fn x(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.x = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionActivity {
+    /// A value with the required `messageAt`, `messageFrom`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        message_at: impl ::std::convert::Into<i64>,
+        message_from: impl ::std::convert::Into<SessionActivityMessageFrom>,
+    ) -> Self {
+        Self {
+            message_at: message_at.into(),
+            message_from: message_from.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl SessionAttachmentInfo {
+    /// A value with the required `createdAt`, `id`, `name`, `sessionId`, `size`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        created_at: impl ::std::convert::Into<i64>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+        size: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            created_at: created_at.into(),
+            id: id.into(),
+            name: name.into(),
+            session_id: session_id.into(),
+            size: size.into(),
+            mime_type: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `mimeType` (optional).
+    #[must_use]
+    pub fn mime_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.mime_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionAttachmentUploadTarget {
+    /// A value with the required `name`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        name: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            session_id: session_id.into(),
+            mime_type: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `mimeType` (optional).
+    #[must_use]
+    pub fn mime_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.mime_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionBrowserResponse {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `request` (optional).
+    #[must_use]
+    pub fn request(mut self, value: impl ::std::convert::Into<BrowserRequest>) -> Self {
+        self.request = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionContinuationLink {
+    /// A value with the required `continuationId`, `createdAt`, `reason`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        continuation_id: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        reason: impl ::std::convert::Into<SessionContinuationReason>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            continuation_id: continuation_id.into(),
+            created_at: created_at.into(),
+            reason: reason.into(),
+            session_id: session_id.into(),
+            title: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `title` (optional).
+    #[must_use]
+    pub fn title(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.title = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionEvent {
+    /// A value with the required `createdAt`, `event`, `id`, `seq`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        created_at: impl ::std::convert::Into<i64>,
+        event: impl ::std::convert::Into<SessionEventPayload>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        seq: impl ::std::convert::Into<i64>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            created_at: created_at.into(),
+            event: event.into(),
+            id: id.into(),
+            seq: seq.into(),
+            session_id: session_id.into(),
+            truncated: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `truncated` (optional).
+    #[must_use]
+    pub fn truncated(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.truncated = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionEventMeta {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `accountId` (optional).
+    #[must_use]
+    pub fn account_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.account_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `continuedFrom` (optional).
+    #[must_use]
+    pub fn continued_from(mut self, value: impl ::std::convert::Into<SessionEventMetaContinuedFrom>) -> Self {
+        self.continued_from = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `durationMs` (optional).
+    #[must_use]
+    pub fn duration_ms(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.duration_ms = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `model` (optional).
+    #[must_use]
+    pub fn model(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.model = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `provider` (optional).
+    #[must_use]
+    pub fn provider(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.provider = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `reasoningLevel` (optional).
+    #[must_use]
+    pub fn reasoning_level(mut self, value: impl ::std::convert::Into<SessionEventMetaReasoningLevel>) -> Self {
+        self.reasoning_level = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `signerId` (optional).
+    #[must_use]
+    pub fn signer_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.signer_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `turn` (optional).
+    #[must_use]
+    pub fn turn(mut self, value: impl ::std::convert::Into<SessionEventMetaTurn>) -> Self {
+        self.turn = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `usage` (optional).
+    #[must_use]
+    pub fn usage(mut self, value: impl ::std::convert::Into<AgentRunUsage>) -> Self {
+        self.usage = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionEventMetaContinuedFrom {
+    /// A value with the required `eventId`, `seq`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        event_id: impl ::std::convert::Into<::std::string::String>,
+        seq: impl ::std::convert::Into<i64>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            event_id: event_id.into(),
+            seq: seq.into(),
+            session_id: session_id.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl SessionEventMetaTurn {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+    /// Sets `index` (optional).
+    #[must_use]
+    pub fn index(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.index = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `ttftMs` (optional).
+    #[must_use]
+    pub fn ttft_ms(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.ttft_ms = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `turnMs` (optional).
+    #[must_use]
+    pub fn turn_ms(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.turn_ms = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionInfo {
+    /// A value with the required `account`, `agentId`, `createdAt`, `id`, `status`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        status: impl ::std::convert::Into<SessionInfoStatus>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            account: account.into(),
+            agent_id: agent_id.into(),
+            created_at: created_at.into(),
+            id: id.into(),
+            status: status.into(),
+            updated_at: updated_at.into(),
+            activity: ::std::default::Default::default(),
+            child_session_count: ::std::default::Default::default(),
+            continued_from: ::std::default::Default::default(),
+            continued_to: ::std::default::Default::default(),
+            description: ::std::default::Default::default(),
+            model_override: ::std::default::Default::default(),
+            parent_session_id: ::std::default::Default::default(),
+            plan: ::std::default::Default::default(),
+            run_id: ::std::default::Default::default(),
+            started_by_trigger: ::std::default::Default::default(),
+            thoroughness: ::std::default::Default::default(),
+            title: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `activity` (optional).
+    #[must_use]
+    pub fn activity(mut self, value: impl ::std::convert::Into<SessionActivity>) -> Self {
+        self.activity = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `childSessionCount` (optional).
+    #[must_use]
+    pub fn child_session_count(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.child_session_count = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `continuedFrom` (optional).
+    #[must_use]
+    pub fn continued_from(mut self, value: impl ::std::convert::Into<SessionContinuationLink>) -> Self {
+        self.continued_from = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `continuedTo` (optional).
+    #[must_use]
+    pub fn continued_to(mut self, value: impl ::std::convert::Into<SessionContinuationLink>) -> Self {
+        self.continued_to = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `description` (optional).
+    #[must_use]
+    pub fn description(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.description = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `modelOverride` (optional).
+    #[must_use]
+    pub fn model_override(mut self, value: impl ::std::convert::Into<SessionModelOverride>) -> Self {
+        self.model_override = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `parentSessionId` (optional).
+    #[must_use]
+    pub fn parent_session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.parent_session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `plan` (optional).
+    #[must_use]
+    pub fn plan(mut self, value: impl ::std::convert::Into<RunPlan>) -> Self {
+        self.plan = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `runId` (optional).
+    #[must_use]
+    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `startedByTrigger` (optional).
+    #[must_use]
+    pub fn started_by_trigger(mut self, value: impl ::std::convert::Into<AgentSessionTriggerSummary>) -> Self {
+        self.started_by_trigger = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `thoroughness` (optional).
+    #[must_use]
+    pub fn thoroughness(mut self, value: impl ::std::convert::Into<Thoroughness>) -> Self {
+        self.thoroughness = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `title` (optional).
+    #[must_use]
+    pub fn title(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.title = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SessionListCursor {
+    /// A value with the required `idBefore`, `updatedBefore`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        id_before: impl ::std::convert::Into<::std::string::String>,
+        updated_before: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            id_before: id_before.into(),
+            updated_before: updated_before.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl SessionModelOverride {
+    /// A value with the required `model`, `provider`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        model: impl ::std::convert::Into<::std::string::String>,
+        provider: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            model: model.into(),
+            provider: provider.into(),
+            reasoning_level: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `reasoningLevel` (optional).
+    #[must_use]
+    pub fn reasoning_level(mut self, value: impl ::std::convert::Into<ReasoningLevel>) -> Self {
+        self.reasoning_level = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SetAgentPublicChat {
+    /// A value with the required `agentId`, `publicChat`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        public_chat: impl ::std::convert::Into<bool>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), public_chat: public_chat.into() }
+    }
+}
+impl SetAgentPublicChatResponse {
+    /// A value with the required `agent`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent: impl ::std::convert::Into<AgentInfo>) -> Self {
+        Self { agent: agent.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl SetAgentPublicRead {
+    /// A value with the required `agentId`, `publicRead`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        public_read: impl ::std::convert::Into<bool>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), public_read: public_read.into() }
+    }
+}
+impl SetAgentPublicReadResponse {
+    /// A value with the required `agent`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(agent: impl ::std::convert::Into<AgentInfo>) -> Self {
+        Self { agent: agent.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl SetMcpServer {
+    /// A value with the required `config`, `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        config: impl ::std::convert::Into<McpServerConfig>,
+        name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { config: config.into(), name: name.into() }
+    }
+}
+impl SetMcpServerResponse {
+    /// A value with the required `server`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(server: impl ::std::convert::Into<RedactedMcpServer>) -> Self {
+        Self { server: server.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl SetModelProvider {
+    /// A value with the required `name`, `provider`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        name: impl ::std::convert::Into<::std::string::String>,
+        provider: impl ::std::convert::Into<ModelProviderConfig>,
+    ) -> Self {
+        Self { name: name.into(), provider: provider.into() }
+    }
+}
+impl SetModelProviderResponse {
+    /// A value with the required `provider`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(provider: impl ::std::convert::Into<RedactedModelProvider>) -> Self {
+        Self { provider: provider.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl SetSecret {
+    /// A value with the required `name`, `value`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        name: impl ::std::convert::Into<::std::string::String>,
+        value: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
+    ) -> Self {
+        Self { name: name.into(), value: value.into(), metadata: ::std::default::Default::default() }
+    }
+    /// Sets `metadata` (optional).
+    #[must_use]
+    pub fn metadata(
+        mut self,
+        value: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
+    ) -> Self {
+        self.metadata = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SetSecretResponse {
+    /// A value with the required `secret`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(secret: impl ::std::convert::Into<RedactedSecret>) -> Self {
+        Self { secret: secret.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl SignalRun {
+    /// A value with the required `runId`, `signal`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        run_id: impl ::std::convert::Into<::std::string::String>,
+        signal: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { run_id: run_id.into(), signal: signal.into(), payload: ::std::default::Default::default() }
+    }
+    /// Sets `payload` (optional).
+    #[must_use]
+    pub fn payload(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Value>) -> Self {
+        self.payload = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SignalRunResponse {
+    /// A value with the required `delivered`, `runId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        delivered: impl ::std::convert::Into<bool>,
+        run_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { delivered: delivered.into(), run_id: run_id.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl SigningIdentity {
+    /// A value with the required `createdAt`, `id`, `name`, `updatedAt`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        created_at: impl ::std::convert::Into<i64>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        updated_at: impl ::std::convert::Into<i64>,
+    ) -> Self {
+        Self {
+            created_at: created_at.into(),
+            id: id.into(),
+            name: name.into(),
+            updated_at: updated_at.into(),
+            account_id: ::std::default::Default::default(),
+            dev: ::std::default::Default::default(),
+            icon: ::std::default::Default::default(),
+            label: ::std::default::Default::default(),
+            server_url: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `accountId` (optional).
+    #[must_use]
+    pub fn account_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.account_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `dev` (optional).
+    #[must_use]
+    pub fn dev(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.dev = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `icon` (optional).
+    #[must_use]
+    pub fn icon(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.icon = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `label` (optional).
+    #[must_use]
+    pub fn label(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.label = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `serverUrl` (optional).
+    #[must_use]
+    pub fn server_url(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.server_url = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SigningIdentityIcon {
+    /// A value with the required `data`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(data: impl ::std::convert::Into<::seed_agents_protocol::Bytes>) -> Self {
+        Self {
+            data: data.into(),
+            file_name: ::std::default::Default::default(),
+            mime_type: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `fileName` (optional).
+    #[must_use]
+    pub fn file_name(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.file_name = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `mimeType` (optional).
+    #[must_use]
+    pub fn mime_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.mime_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SiteUpdateSource {
+    /// A value with the required `resourcePrefix`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(resource_prefix: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            resource_prefix: resource_prefix.into(),
+            event_types: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `eventTypes` (optional).
+    #[must_use]
+    pub fn event_types(mut self, value: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        self.event_types = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SnapshotBrowserCommand {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+}
+impl StartProviderOAuth {
+    /// A value with the required `providerType`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(provider_type: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { provider_type: provider_type.into() }
+    }
+}
+impl StartProviderOAuthResponse {
+    /// A value with the required `authUrl`, `expiresAt`, `loginId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        auth_url: impl ::std::convert::Into<::std::string::String>,
+        expires_at: impl ::std::convert::Into<i64>,
+        login_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            auth_url: auth_url.into(),
+            expires_at: expires_at.into(),
+            login_id: login_id.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl StopSession {
+    /// A value with the required `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { session_id: session_id.into() }
+    }
+}
+impl StopSessionResponse {
+    /// A value with the required `sessionId`, `stopped`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        session_id: impl ::std::convert::Into<::std::string::String>,
+        stopped: impl ::std::convert::Into<bool>,
+    ) -> Self {
+        Self { session_id: session_id.into(), stopped: stopped.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl SubmitProviderOAuthCode {
+    /// A value with the required `code`, `loginId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        code: impl ::std::convert::Into<::std::string::String>,
+        login_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { code: code.into(), login_id: login_id.into() }
+    }
+}
+impl SubmitProviderOAuthCodeResponse {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+}
+impl Subscribe {
+    /// A value with the required `key`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(key: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self { key: key.into(), after_seq: ::std::default::Default::default() }
+    }
+    /// Sets `afterSeq` (optional).
+    #[must_use]
+    pub fn after_seq(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.after_seq = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl SubscribedFrame {
+    /// A value with the required `accountId`, `key`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        account_id: impl ::std::convert::Into<::std::string::String>,
+        key: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { account_id: account_id.into(), key: key.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl TextContentPart {
+    /// A value with the required `text`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(text: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            text: text.into(),
+            blocks: ::std::default::Default::default(),
+            client_message_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `blocks` (optional).
+    #[must_use]
+    pub fn blocks(mut self, value: impl ::std::convert::Into<::std::vec::Vec<AgentPromptBlock>>) -> Self {
+        self.blocks = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `clientMessageId` (optional).
+    #[must_use]
+    pub fn client_message_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.client_message_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ToolCallEvent {
+    /// A value with the required `id`, `input`, `name`, `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        id: impl ::std::convert::Into<::std::string::String>,
+        input: impl ::std::convert::Into<::seed_agents_protocol::Value>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        type_: impl ::std::convert::Into<ToolCallEventType>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            input: input.into(),
+            name: name.into(),
+            type_: type_.into(),
+            actor: ::std::default::Default::default(),
+            meta: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `actor` (optional).
+    #[must_use]
+    pub fn actor(mut self, value: impl ::std::convert::Into<SessionActor>) -> Self {
+        self.actor = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `meta` (optional).
+    #[must_use]
+    pub fn meta(mut self, value: impl ::std::convert::Into<SessionEventMeta>) -> Self {
+        self.meta = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ToolContinuation {
+    /// A value with the required `tool`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(tool: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            tool: tool.into(),
+            input: ::std::default::Default::default(),
+            on_failure: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `input` (optional).
+    #[must_use]
+    pub fn input(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Value>) -> Self {
+        self.input = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `onFailure` (optional).
+    #[must_use]
+    pub fn on_failure(mut self, value: impl ::std::convert::Into<TriggerFailurePolicy>) -> Self {
+        self.on_failure = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ToolResultEvent {
+    /// A value with the required `name`, `toolCallId`, `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        name: impl ::std::convert::Into<::std::string::String>,
+        tool_call_id: impl ::std::convert::Into<::std::string::String>,
+        type_: impl ::std::convert::Into<ToolResultEventType>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            tool_call_id: tool_call_id.into(),
+            type_: type_.into(),
+            actor: ::std::default::Default::default(),
+            error: ::std::default::Default::default(),
+            meta: ::std::default::Default::default(),
+            output: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `actor` (optional).
+    #[must_use]
+    pub fn actor(mut self, value: impl ::std::convert::Into<SessionActor>) -> Self {
+        self.actor = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `meta` (optional).
+    #[must_use]
+    pub fn meta(mut self, value: impl ::std::convert::Into<SessionEventMeta>) -> Self {
+        self.meta = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `output` (optional).
+    #[must_use]
+    pub fn output(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Value>) -> Self {
+        self.output = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl ToolSpawnEvent {
+    /// A value with the required `name`, `runId`, `title`, `toolCallId`, `type`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        name: impl ::std::convert::Into<::std::string::String>,
+        run_id: impl ::std::convert::Into<::std::string::String>,
+        title: impl ::std::convert::Into<::std::string::String>,
+        tool_call_id: impl ::std::convert::Into<::std::string::String>,
+        type_: impl ::std::convert::Into<ToolSpawnEventType>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            run_id: run_id.into(),
+            title: title.into(),
+            tool_call_id: tool_call_id.into(),
+            type_: type_.into(),
+            actor: ::std::default::Default::default(),
+            session_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `actor` (optional).
+    #[must_use]
+    pub fn actor(mut self, value: impl ::std::convert::Into<SessionActor>) -> Self {
+        self.actor = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `sessionId` (optional).
+    #[must_use]
+    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl TriggerFiringInfo {
+    /// A value with the required `activityKey`, `activitySummary`, `createdAt`, `id`, `status`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        activity_key: impl ::std::convert::Into<::std::string::String>,
+        activity_summary: impl ::std::convert::Into<::std::string::String>,
+        created_at: impl ::std::convert::Into<i64>,
+        id: impl ::std::convert::Into<::std::string::String>,
+        status: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            activity_key: activity_key.into(),
+            activity_summary: activity_summary.into(),
+            created_at: created_at.into(),
+            id: id.into(),
+            status: status.into(),
+            error: ::std::default::Default::default(),
+            matched_conditions: ::std::default::Default::default(),
+            run_id: ::std::default::Default::default(),
+            session_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `error` (optional).
+    #[must_use]
+    pub fn error(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.error = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `matchedConditions` (optional).
+    #[must_use]
+    pub fn matched_conditions(
+        mut self,
+        value: impl ::std::convert::Into<::std::vec::Vec<AgentActivityCondition>>,
+    ) -> Self {
+        self.matched_conditions = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `runId` (optional).
+    #[must_use]
+    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `sessionId` (optional).
+    #[must_use]
+    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.session_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl TypeBrowserCommand {
+    /// A value with the required `document`, `ref`, `text`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        document: impl ::std::convert::Into<::std::string::String>,
+        ref_: impl ::std::convert::Into<::std::string::String>,
+        text: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            document: document.into(),
+            ref_: ref_.into(),
+            text: text.into(),
+            clear: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `clear` (optional).
+    #[must_use]
+    pub fn clear(mut self, value: impl ::std::convert::Into<bool>) -> Self {
+        self.clear = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl TypedResultObligation {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+}
+impl UpdateAgent {
+    /// A value with the required `agentId`, `definition`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        definition: impl ::std::convert::Into<AgentDefinition>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), definition: definition.into() }
+    }
+}
+impl UpdateAgentTrigger {
+    /// A value with the required `patch`, `triggerId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        patch: impl ::std::convert::Into<AgentTriggerPatch>,
+        trigger_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            patch: patch.into(),
+            trigger_id: trigger_id.into(),
+            expected_updated_at: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `expectedUpdatedAt` (optional).
+    #[must_use]
+    pub fn expected_updated_at(mut self, value: impl ::std::convert::Into<i64>) -> Self {
+        self.expected_updated_at = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl UpdateAgentTriggerResponse {
+    /// A value with the required `trigger`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(trigger: impl ::std::convert::Into<AgentTriggerInfo>) -> Self {
+        Self { trigger: trigger.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl UpdateSession {
+    /// A value with the required `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            session_id: session_id.into(),
+            model_override: ::std::default::Default::default(),
+            thoroughness: ::std::default::Default::default(),
+            title: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `modelOverride` (optional).
+    #[must_use]
+    pub fn model_override(mut self, value: impl ::std::convert::Into<SessionModelOverride>) -> Self {
+        self.model_override = ::seed_agents_protocol::Nullable::Value(value.into());
+        self
+    }
+    /// Sets `thoroughness` (optional).
+    #[must_use]
+    pub fn thoroughness(mut self, value: impl ::std::convert::Into<Thoroughness>) -> Self {
+        self.thoroughness = ::seed_agents_protocol::Nullable::Value(value.into());
+        self
+    }
+    /// Sets `title` (optional).
+    #[must_use]
+    pub fn title(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.title = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl UpdateSessionResponse {
+    /// A value with the required `session`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(session: impl ::std::convert::Into<SessionInfo>) -> Self {
+        Self { session: session.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl UpdateSigningIdentity {
+    /// A value with the required `label`, `name`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        label: impl ::std::convert::Into<::std::string::String>,
+        name: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { label: label.into(), name: name.into(), icon: ::std::default::Default::default() }
+    }
+    /// Sets `icon` (optional).
+    #[must_use]
+    pub fn icon(mut self, value: impl ::std::convert::Into<SigningIdentityIcon>) -> Self {
+        self.icon = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl UpdateSigningIdentityResponse {
+    /// A value with the required `identity`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(identity: impl ::std::convert::Into<SigningIdentity>) -> Self {
+        Self { identity: identity.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl UploadAgentMemoryFileToIpfs {
+    /// A value with the required `agentId`, `path`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        path: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), path: path.into() }
+    }
+}
+impl UploadAgentMemoryFileToIpfsResponse {
+    /// A value with the required `agentId`, `cid`, `path`, `size`, `url`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        cid: impl ::std::convert::Into<::std::string::String>,
+        path: impl ::std::convert::Into<::std::string::String>,
+        size: impl ::std::convert::Into<i64>,
+        url: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            cid: cid.into(),
+            path: path.into(),
+            size: size.into(),
+            url: url.into(),
+            mime_type: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `mimeType` (optional).
+    #[must_use]
+    pub fn mime_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.mime_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl UploadSessionAttachment {
+    /// A value with the required `content`, `name`, `sessionId`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        content: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
+        name: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            content: content.into(),
+            name: name.into(),
+            session_id: session_id.into(),
+            mime_type: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `mimeType` (optional).
+    #[must_use]
+    pub fn mime_type(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.mime_type = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl UploadSessionAttachmentResponse {
+    /// A value with the required `attachment`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(attachment: impl ::std::convert::Into<SessionAttachmentInfo>) -> Self {
+        Self { attachment: attachment.into(), extra: ::std::default::Default::default() }
+    }
+}
+impl UserMentionSource {
+    /// A value with the required `mentionedAccounts`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(mentioned_accounts: impl ::std::convert::Into<::std::vec::Vec<::std::string::String>>) -> Self {
+        Self {
+            mentioned_accounts: mentioned_accounts.into(),
+            resource_prefix: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `resourcePrefix` (optional).
+    #[must_use]
+    pub fn resource_prefix(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.resource_prefix = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl WakeContinuation {
+    /// A value with the required `signal`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(signal: impl ::std::convert::Into<::std::string::String>) -> Self {
+        Self {
+            signal: signal.into(),
+            payload: ::std::default::Default::default(),
+            run_id: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `payload` (optional).
+    #[must_use]
+    pub fn payload(mut self, value: impl ::std::convert::Into<::seed_agents_protocol::Value>) -> Self {
+        self.payload = ::std::option::Option::Some(value.into());
+        self
+    }
+    /// Sets `runId` (optional).
+    #[must_use]
+    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.run_id = ::std::option::Option::Some(value.into());
+        self
+    }
+}
+impl WebhookSource {
+    /// A value with every (optional) field unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        <Self as ::std::default::Default>::default()
+    }
+}
+impl WeeklySchedule {
+    /// A value with the required `daysOfWeek`, `timeOfDay`, `timezone`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        days_of_week: impl ::std::convert::Into<::std::vec::Vec<i64>>,
+        time_of_day: impl ::std::convert::Into<::std::string::String>,
+        timezone: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self {
+            days_of_week: days_of_week.into(),
+            time_of_day: time_of_day.into(),
+            timezone: timezone.into(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+}
+impl WriteAgentMemoryFile {
+    /// A value with the required `agentId`, `content`, `path`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        content: impl ::std::convert::Into<WriteAgentMemoryFileContent>,
+        path: impl ::std::convert::Into<::std::string::String>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), content: content.into(), path: path.into() }
+    }
+}
+impl WriteAgentMemoryFileResponse {
+    /// A value with the required `agentId`, `entry`; optional fields unset.
+    #[allow(clippy::new_without_default)]
+    pub fn new(
+        agent_id: impl ::std::convert::Into<::std::string::String>,
+        entry: impl ::std::convert::Into<AgentMemoryEntry>,
+    ) -> Self {
+        Self { agent_id: agent_id.into(), entry: entry.into(), extra: ::std::default::Default::default() }
     }
 }
 
@@ -7421,6 +14049,7 @@ impl crate::Action for AbortFileUpload {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = AbortFileUploadResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::AbortFileUpload(self)
@@ -7431,6 +14060,7 @@ impl crate::Action for AcceptAgentInvite {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = AcceptAgentInviteResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::AcceptAgentInvite(self)
@@ -7441,6 +14071,7 @@ impl crate::Action for AppendFileUploadChunk {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = AppendFileUploadChunkResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::AppendFileUploadChunk(self)
@@ -7451,6 +14082,7 @@ impl crate::Action for BeginFileUpload {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = BeginFileUploadResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::BeginFileUpload(self)
@@ -7461,6 +14093,7 @@ impl crate::Action for CancelProviderOAuth {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = CancelProviderOAuthResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CancelProviderOAuth(self)
@@ -7471,6 +14104,7 @@ impl crate::Action for CancelRun {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = CancelRunResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CancelRun(self)
@@ -7481,6 +14115,7 @@ impl crate::Action for CombineAgentTriggers {
     const SINCE: u32 = 3u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = UpdateAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CombineAgentTriggers(self)
@@ -7491,6 +14126,7 @@ impl crate::Action for CommitFileUpload {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = CommitFileUploadResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CommitFileUpload(self)
@@ -7501,6 +14137,7 @@ impl crate::Action for ConnectSessionBrowser {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SessionBrowserResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ConnectSessionBrowser(self)
@@ -7511,6 +14148,7 @@ impl crate::Action for CreateAgent {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::Some("clientRequestId");
     type Response = CreateAgentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CreateAgent(self)
@@ -7521,6 +14159,7 @@ impl crate::Action for CreateAgentTrigger {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::Some("clientRequestId");
     type Response = CreateAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CreateAgentTrigger(self)
@@ -7531,6 +14170,7 @@ impl crate::Action for CreateSession {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::Some("clientRequestId");
     type Response = CreateSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CreateSession(self)
@@ -7541,6 +14181,7 @@ impl crate::Action for CreateSigningIdentity {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::Some("clientRequestId");
     type Response = CreateSigningIdentityResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::CreateSigningIdentity(self)
@@ -7551,6 +14192,7 @@ impl crate::Action for DeclineAgentInvite {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeclineAgentInviteResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeclineAgentInvite(self)
@@ -7561,6 +14203,7 @@ impl crate::Action for DeleteAgent {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteAgentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteAgent(self)
@@ -7571,6 +14214,7 @@ impl crate::Action for DeleteAgentMemoryFile {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteAgentMemoryFileResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteAgentMemoryFile(self)
@@ -7581,6 +14225,7 @@ impl crate::Action for DeleteAgentTool {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteAgentToolResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteAgentTool(self)
@@ -7591,6 +14236,7 @@ impl crate::Action for DeleteAgentTrigger {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteAgentTrigger(self)
@@ -7601,6 +14247,7 @@ impl crate::Action for DeleteMcpServer {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteMcpServerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteMcpServer(self)
@@ -7611,6 +14258,7 @@ impl crate::Action for DeleteModelProvider {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteModelProviderResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteModelProvider(self)
@@ -7621,6 +14269,7 @@ impl crate::Action for DeleteSession {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteSession(self)
@@ -7631,6 +14280,7 @@ impl crate::Action for DeleteSigningIdentity {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DeleteSigningIdentityResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DeleteSigningIdentity(self)
@@ -7641,6 +14291,7 @@ impl crate::Action for DisconnectSessionBrowser {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SessionBrowserResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DisconnectSessionBrowser(self)
@@ -7651,6 +14302,7 @@ impl crate::Action for DownloadAgentMemoryFile {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = DownloadAgentMemoryFileResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::DownloadAgentMemoryFile(self)
@@ -7661,6 +14313,7 @@ impl crate::Action for GetAgent {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = GetAgentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetAgent(self)
@@ -7671,6 +14324,7 @@ impl crate::Action for GetAgentTrigger {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = GetAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetAgentTrigger(self)
@@ -7681,6 +14335,7 @@ impl crate::Action for GetProviderOAuthStatus {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ProviderOAuthStatusResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetProviderOAuthStatus(self)
@@ -7691,6 +14346,7 @@ impl crate::Action for GetRun {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = GetRunResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetRun(self)
@@ -7701,6 +14357,7 @@ impl crate::Action for GetRunJournal {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = GetRunJournalResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetRunJournal(self)
@@ -7711,6 +14368,7 @@ impl crate::Action for GetSession {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = GetSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetSession(self)
@@ -7721,6 +14379,7 @@ impl crate::Action for GetSessionEvent {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = GetSessionEventResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::GetSessionEvent(self)
@@ -7731,6 +14390,7 @@ impl crate::Action for ImportSigningIdentity {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::Some("clientRequestId");
     type Response = ImportSigningIdentityResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ImportSigningIdentity(self)
@@ -7741,6 +14401,7 @@ impl crate::Action for InviteAgentCollaborator {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = InviteAgentCollaboratorResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::InviteAgentCollaborator(self)
@@ -7751,6 +14412,7 @@ impl crate::Action for InvokeSessionTool {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = InvokeSessionToolResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::InvokeSessionTool(self)
@@ -7761,6 +14423,7 @@ impl crate::Action for ListAgentCollaborators {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListAgentCollaboratorsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentCollaborators(self)
@@ -7771,6 +14434,7 @@ impl crate::Action for ListAgentInvites {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListAgentInvitesResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentInvites(self)
@@ -7781,6 +14445,7 @@ impl crate::Action for ListAgentMemory {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListAgentMemoryResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentMemory(self)
@@ -7791,6 +14456,7 @@ impl crate::Action for ListAgentMemoryDir {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListAgentMemoryDirResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentMemoryDir(self)
@@ -7801,6 +14467,7 @@ impl crate::Action for ListAgentTools {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListAgentToolsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentTools(self)
@@ -7811,6 +14478,7 @@ impl crate::Action for ListAgentTriggers {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListAgentTriggersResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgentTriggers(self)
@@ -7821,6 +14489,7 @@ impl crate::Action for ListAgents {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListAgentsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListAgents(self)
@@ -7831,6 +14500,7 @@ impl crate::Action for ListMcpServers {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListMcpServersResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListMcpServers(self)
@@ -7841,6 +14511,7 @@ impl crate::Action for ListModelProviders {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListModelProvidersResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListModelProviders(self)
@@ -7851,6 +14522,7 @@ impl crate::Action for ListProviderModels {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListProviderModelsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListProviderModels(self)
@@ -7861,6 +14533,7 @@ impl crate::Action for ListRuns {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListRunsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListRuns(self)
@@ -7871,6 +14544,7 @@ impl crate::Action for ListSessions {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListSessionsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListSessions(self)
@@ -7881,6 +14555,7 @@ impl crate::Action for ListSigningIdentities {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ListSigningIdentitiesResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ListSigningIdentities(self)
@@ -7891,6 +14566,7 @@ impl crate::Action for MessageSession {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::Some("clientMessageId");
     type Response = MessageSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::MessageSession(self)
@@ -7901,6 +14577,7 @@ impl crate::Action for PollSessionBrowser {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SessionBrowserResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::PollSessionBrowser(self)
@@ -7911,6 +14588,7 @@ impl crate::Action for ReadAgentMemoryFile {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ReadAgentMemoryFileResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ReadAgentMemoryFile(self)
@@ -7921,6 +14599,7 @@ impl crate::Action for ReadSessionAttachment {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Read;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = ReadSessionAttachmentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ReadSessionAttachment(self)
@@ -7931,6 +14610,7 @@ impl crate::Action for RefreshMcpServer {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SetMcpServerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::RefreshMcpServer(self)
@@ -7941,6 +14621,7 @@ impl crate::Action for RegisterSigner {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = RegisterSignerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::RegisterSigner(self)
@@ -7951,6 +14632,7 @@ impl crate::Action for RemoveAgentCollaborator {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = RemoveAgentCollaboratorResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::RemoveAgentCollaborator(self)
@@ -7961,6 +14643,7 @@ impl crate::Action for ResolveSessionBrowser {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SessionBrowserResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::ResolveSessionBrowser(self)
@@ -7971,6 +14654,7 @@ impl crate::Action for RetrySession {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = RetrySessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::RetrySession(self)
@@ -7981,6 +14665,7 @@ impl crate::Action for SaveAgentTool {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SaveAgentToolResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SaveAgentTool(self)
@@ -7991,6 +14676,7 @@ impl crate::Action for SetAgentPublicChat {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SetAgentPublicChatResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetAgentPublicChat(self)
@@ -8001,6 +14687,7 @@ impl crate::Action for SetAgentPublicRead {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SetAgentPublicReadResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetAgentPublicRead(self)
@@ -8011,6 +14698,7 @@ impl crate::Action for SetMcpServer {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SetMcpServerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetMcpServer(self)
@@ -8021,6 +14709,7 @@ impl crate::Action for SetModelProvider {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SetModelProviderResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetModelProvider(self)
@@ -8031,6 +14720,7 @@ impl crate::Action for SetSecret {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SetSecretResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SetSecret(self)
@@ -8041,6 +14731,7 @@ impl crate::Action for SignalRun {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SignalRunResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SignalRun(self)
@@ -8051,6 +14742,7 @@ impl crate::Action for StartProviderOAuth {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = StartProviderOAuthResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::StartProviderOAuth(self)
@@ -8061,6 +14753,7 @@ impl crate::Action for StopSession {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = StopSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::StopSession(self)
@@ -8071,6 +14764,7 @@ impl crate::Action for SubmitProviderOAuthCode {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = SubmitProviderOAuthCodeResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::SubmitProviderOAuthCode(self)
@@ -8081,6 +14775,7 @@ impl crate::Action for UpdateAgent {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = GetAgentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UpdateAgent(self)
@@ -8091,6 +14786,7 @@ impl crate::Action for UpdateAgentTrigger {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = UpdateAgentTriggerResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UpdateAgentTrigger(self)
@@ -8101,6 +14797,7 @@ impl crate::Action for UpdateSession {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = UpdateSessionResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UpdateSession(self)
@@ -8111,6 +14808,7 @@ impl crate::Action for UpdateSigningIdentity {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = UpdateSigningIdentityResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UpdateSigningIdentity(self)
@@ -8121,6 +14819,7 @@ impl crate::Action for UploadAgentMemoryFileToIpfs {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = UploadAgentMemoryFileToIpfsResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UploadAgentMemoryFileToIpfs(self)
@@ -8131,6 +14830,7 @@ impl crate::Action for UploadSessionAttachment {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = UploadSessionAttachmentResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::UploadSessionAttachment(self)
@@ -8141,6 +14841,7 @@ impl crate::Action for WriteAgentMemoryFile {
     const SINCE: u32 = 1u32;
     const HTTP: bool = true;
     const EFFECT: crate::action::Effect = crate::action::Effect::Write;
+    const IDEMPOTENCY_KEY: ::std::option::Option<&'static str> = ::std::option::Option::None;
     type Response = WriteAgentMemoryFileResponse;
     fn into_action(self) -> AgentAction {
         AgentAction::WriteAgentMemoryFile(self)

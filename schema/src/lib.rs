@@ -23,7 +23,7 @@
 //! use seed_agents_protocol::generated::GetAgent;
 //!
 //! let signer = Ed25519Signer::from_seed(&[1; 32]);
-//! let action = AgentAction::GetAgent(GetAgent { agent_id: "agent-1".into() });
+//! let action = AgentAction::GetAgent(GetAgent::new("agent-1"));
 //! let mut action = wire::to_ipld(&action).unwrap();
 //! if let ipld_core::ipld::Ipld::Map(map) = &mut action {
 //!     map.insert("ts".into(), 1_767_225_600_000i64.into());
@@ -35,12 +35,15 @@
 //! assert_eq!(verified.action_name(), "GetAgent");
 //! ```
 
+#![deny(missing_docs)]
+
 // Generated code names our own leaf types by their external path (`::seed_agents_protocol::Value`).
 extern crate self as seed_agents_protocol;
 
 pub mod action;
+pub mod codes;
 pub mod envelope;
-#[allow(clippy::all, missing_docs, missing_debug_implementations)]
+#[allow(clippy::all, missing_debug_implementations)]
 pub mod generated;
 mod ipld_de;
 pub mod principal;
@@ -53,6 +56,6 @@ pub use action::{Action, ActionInfo, Effect, Response};
 pub use envelope::{EnvelopeError, SignedEnvelope, UnsignedEnvelope, VerifiedEnvelope};
 pub use generated::{AgentAction, AgentResponse};
 pub use principal::{Principal, PrincipalError};
-pub use signer::{Ed25519Signer, Signer, SignerError};
+pub use signer::{Ed25519Signer, KeyError, Signer, SignerError};
 pub use value::{Bytes, Float, Nullable, Value};
 pub use version::{AGENTS_PROTOCOL_HEADER, AGENTS_PROTOCOL_VERSION, MIN_CLIENT_PROTOCOL};

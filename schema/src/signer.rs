@@ -27,6 +27,33 @@ pub struct SignerError {
     pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
+/// A key could not be loaded (from hex, a key file or an environment variable).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The text is not 64 hex digits (a 32-byte Ed25519 seed).
+    #[error("a key must be 64 hex digits (a 32-byte Ed25519 seed)")]
+    NotHex(#[source] hex::FromHexError),
+    /// The key file could not be read.
+    #[error("cannot read the key file {path}: {source}")]
+    File {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The environment variable is not set (or not Unicode).
+    #[error("the environment variable {name} is not set")]
+    Env {
+        /// The variable.
+        name: String,
+        /// Why.
+        #[source]
+        source: std::env::VarError,
+    },
+}
+
 /// Produces Ed25519 signatures (RFC 8032, pure, no context) for one principal.
 pub trait Signer: Send + Sync {
     /// The principal whose key signs.
@@ -70,6 +97,40 @@ impl Ed25519Signer {
         getrandom::fill(&mut seed)
             .map_err(|err| SignerError { message: format!("no randomness for a new key: {err}"), source: None })?;
         Ok(Self::from_seed(&seed))
+    }
+
+    /// A signer from its seed as 64 hex digits (surrounding whitespace ignored).
+    ///
+    /// ```
+    /// use seed_agents_protocol::Ed25519Signer;
+    /// let signer = Ed25519Signer::from_hex(&"07".repeat(32)).unwrap();
+    /// assert_eq!(signer.seed(), [7; 32]);
+    /// assert_eq!(signer.to_hex(), "07".repeat(32));
+    /// assert!(Ed25519Signer::from_hex("07").is_err());
+    /// ```
+    pub fn from_hex(text: &str) -> Result<Self, KeyError> {
+        let mut seed = [0u8; 32];
+        hex::decode_to_slice(text.trim(), &mut seed).map_err(KeyError::NotHex)?;
+        Ok(Self::from_seed(&seed))
+    }
+
+    /// A signer from a key file: the seed as 64 hex digits (and a newline), as
+    /// `seed-agents keygen` writes it.
+    pub fn from_key_file(path: impl AsRef<std::path::Path>) -> Result<Self, KeyError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| KeyError::File { path: path.to_owned(), source })?;
+        Self::from_hex(&text)
+    }
+
+    /// A signer from an environment variable holding the seed as 64 hex digits.
+    pub fn from_env(name: &str) -> Result<Self, KeyError> {
+        let text = std::env::var(name).map_err(|source| KeyError::Env { name: name.to_owned(), source })?;
+        Self::from_hex(&text)
+    }
+
+    /// The seed as 64 hex digits (what a key file holds).
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.seed())
     }
 
     /// The 32-byte seed, for storing the key.

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use seed_agents_sdk::protocol::generated::{FileUploadTarget, MemoryUploadTarget};
+use seed_agents_sdk::types::{FileUploadTarget, MemoryUploadTarget};
 use seed_agents_sdk::{Client, Ed25519Signer, Error, Progress};
 
 #[tokio::main(flavor = "multi_thread")]
@@ -18,17 +18,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let [server, agent_id, file, rest @ ..] = args.as_slice() else {
         return Err("usage: upload <server-url> <agent-id> <file> [<memory-path>]".into());
     };
-    let seed = std::env::var("SEED_AGENTS_SEED").map_err(|_| "set SEED_AGENTS_SEED to the account's seed (hex)")?;
-    let seed: [u8; 32] = hex_seed(&seed).ok_or("SEED_AGENTS_SEED must be 64 hex digits")?;
+    let signer = Ed25519Signer::from_env("SEED_AGENTS_SEED")?;
     let name = Path::new(file).file_name().and_then(|name| name.to_str()).ok_or("the file has no name")?;
     let path = rest.first().cloned().unwrap_or_else(|| format!("uploads/{name}"));
 
-    let client = Client::new(server, Ed25519Signer::from_seed(&seed))?;
-    let target =
-        FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget { agent_id: agent_id.clone(), path: path.clone() });
+    let client = Client::new(server, signer)?;
+    let target = FileUploadTarget::from(MemoryUploadTarget::new(agent_id.clone(), path.clone()));
     let started = Instant::now();
     let done = match client.upload_file(target, file, |progress| report(progress, started)).await {
-        Err(Error::Upload { upload_id, received, source }) => {
+        Err(Error::Upload { upload_id, received, source, .. }) => {
             eprintln!("\nstopped at {received} bytes ({source}); resuming");
             let mut source = tokio::fs::File::open(file).await?;
             let size = source.metadata().await?.len();
@@ -48,16 +46,4 @@ fn report(progress: Progress, started: Instant) {
     let rate = progress.received as f64 / seconds / 1e6;
     print!("\r{percent:5.1}% of {} bytes, {rate:.0} MB/s", progress.size);
     let _ = std::io::stdout().flush();
-}
-
-fn hex_seed(text: &str) -> Option<[u8; 32]> {
-    let text = text.trim();
-    if text.len() != 64 {
-        return None;
-    }
-    let mut seed = [0u8; 32];
-    for (index, byte) in seed.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(text.get(2 * index..2 * index + 2)?, 16).ok()?;
-    }
-    Some(seed)
 }

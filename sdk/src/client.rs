@@ -3,14 +3,30 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use backon::BackoffBuilder as _;
 
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::Error as ErrorResponse;
 use seed_agents_protocol::version::{AGENTS_PROTOCOL_HEADER, AGENTS_PROTOCOL_VERSION, PROTOCOL_TOO_OLD};
-use seed_agents_protocol::{Action, AgentAction, AgentResponse, Principal, Response, Signer, UnsignedEnvelope, wire};
+use seed_agents_protocol::{
+    Action, AgentAction, AgentResponse, Effect, Principal, Response, Signer, UnsignedEnvelope, wire,
+};
 
 use crate::Error;
+use crate::error::{DecodeError, ErrorCode};
+
+/// How long connecting may take by default.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one read (`x-effect: read`: send and whole answer) may take by default.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one write may take by default: longer, because some writes wait for work (a
+/// `MessageSession` answers when the agent's turn ends, an upload chunk carries 8 MiB).
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(600);
+/// How many times a call that is safe to repeat is sent again after a transport failure, by
+/// default.
+pub const DEFAULT_MAX_RETRIES: usize = 3;
 
 /// A source of the current time in Unix milliseconds (the `ts` of each action).
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
@@ -32,6 +48,14 @@ pub struct Client {
     /// the same millisecond are still different envelopes (servers refuse byte-identical
     /// replays of writes).
     last_ts: Arc<AtomicI64>,
+    /// The limit for one read, `None` for none.
+    request_timeout: Option<Duration>,
+    /// The limit for one write (and for untyped posts), `None` for none.
+    write_timeout: Option<Duration>,
+    /// Resends after transport failures, for calls that are safe to repeat.
+    max_retries: usize,
+    /// Whether `call` fills an absent `clientRequestId`/`clientMessageId` with a fresh key.
+    generate_keys: bool,
 }
 
 impl std::fmt::Debug for Client {
@@ -53,6 +77,11 @@ pub struct ClientBuilder {
     protocol: Option<u32>,
     clock: Option<Clock>,
     http: Option<reqwest::Client>,
+    connect_timeout: Duration,
+    request_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
+    max_retries: usize,
+    generate_keys: bool,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -81,9 +110,48 @@ impl ClientBuilder {
         self
     }
 
-    /// Uses a preconfigured HTTP client (proxies, timeouts, extra root certificates).
+    /// Uses a preconfigured HTTP client (proxies, extra root certificates); its own connect
+    /// timeout replaces [`ClientBuilder::connect_timeout`].
     pub fn http_client(mut self, http: reqwest::Client) -> Self {
         self.http = Some(http);
+        self
+    }
+
+    /// How long connecting may take (default [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one request may take, sending it and reading the whole answer, reads and writes
+    /// alike (`None`: no limit). By default reads get [`DEFAULT_REQUEST_TIMEOUT`] and writes
+    /// [`DEFAULT_WRITE_TIMEOUT`]. [`Client::with_timeout`] overrides it per call.
+    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.request_timeout = timeout;
+        self.write_timeout = timeout;
+        self
+    }
+
+    /// How long one write may take (default [`DEFAULT_WRITE_TIMEOUT`]; `None`: no limit); set it
+    /// after [`ClientBuilder::request_timeout`].
+    pub fn write_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.write_timeout = timeout;
+        self
+    }
+
+    /// How many times a call that is safe to repeat is sent again after a transport failure
+    /// (no answer, a timeout), with exponential back-off and jitter (default
+    /// [`DEFAULT_MAX_RETRIES`]; 0 turns retries off). Safe: reads (`x-effect: read`) and writes
+    /// that carry their idempotency key (`clientRequestId`/`clientMessageId`).
+    pub fn max_retries(mut self, retries: usize) -> Self {
+        self.max_retries = retries;
+        self
+    }
+
+    /// Whether [`Client::call`] fills an absent `clientRequestId`/`clientMessageId` with a fresh
+    /// random key (default on), which makes those writes safe to retry.
+    pub fn generate_idempotency_keys(mut self, generate: bool) -> Self {
+        self.generate_keys = generate;
         self
     }
 
@@ -92,7 +160,7 @@ impl ClientBuilder {
         let endpoint = message_endpoint(&self.server_url)?;
         let http = match self.http {
             Some(http) => http,
-            None => default_http_client()?,
+            None => http_client(self.connect_timeout)?,
         };
         Ok(Client {
             http,
@@ -103,6 +171,10 @@ impl ClientBuilder {
             clock: self.clock.unwrap_or_else(|| Arc::new(now_ms)),
             server_protocol: Arc::new(AtomicU32::new(0)),
             last_ts: Arc::new(AtomicI64::new(i64::MIN)),
+            request_timeout: self.request_timeout,
+            write_timeout: self.write_timeout,
+            max_retries: self.max_retries,
+            generate_keys: self.generate_keys,
         })
     }
 }
@@ -123,6 +195,11 @@ impl Client {
             protocol: Some(AGENTS_PROTOCOL_VERSION),
             clock: None,
             http: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            write_timeout: Some(DEFAULT_WRITE_TIMEOUT),
+            max_retries: DEFAULT_MAX_RETRIES,
+            generate_keys: true,
         }
     }
 
@@ -144,15 +221,100 @@ impl Client {
         }
     }
 
+    /// This client with another request timeout for reads and writes, for the calls made
+    /// through it (a cheap clone sharing the connection pool).
+    ///
+    /// ```no_run
+    /// # async fn run(client: seed_agents_sdk::Client) -> Result<(), seed_agents_sdk::Error> {
+    /// use std::time::Duration;
+    /// use seed_agents_sdk::types::ListAgents;
+    /// let agents = client.with_timeout(Duration::from_secs(5)).list_agents(ListAgents::new()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_timeout(&self, timeout: Duration) -> Client {
+        Client { request_timeout: Some(timeout), write_timeout: Some(timeout), ..self.clone() }
+    }
+
+    /// This client with another retry count (see [`ClientBuilder::max_retries`]).
+    pub fn with_max_retries(&self, retries: usize) -> Client {
+        Client { max_retries: retries, ..self.clone() }
+    }
+
     /// Sends one typed action and returns its typed response.
+    ///
+    /// A read, or a write carrying its idempotency key (filled with a fresh one when absent, see
+    /// [`ClientBuilder::generate_idempotency_keys`]), is sent again after a transport failure,
+    /// newly signed, up to [`ClientBuilder::max_retries`] times with jittered back-off.
     pub async fn call<A: Action>(&self, action: A) -> Result<A::Response, Error> {
-        let body = self.sign(&action.into_action()).await?;
-        let answer = self.exchange(body).await?;
-        let name = answer.response.name();
+        let mut map = match wire::to_ipld(&action.into_action()).map_err(|e| Error::Sign(e.into()))? {
+            Ipld::Map(map) => map,
+            _ => unreachable_action(),
+        };
+        if let Some(key) = A::IDEMPOTENCY_KEY
+            && self.generate_keys
+            && !map.contains_key(key)
+        {
+            map.insert(key.to_owned(), Ipld::String(idempotency_key()));
+        }
+        let safe = A::EFFECT == Effect::Read || A::IDEMPOTENCY_KEY.is_some_and(|key| map.contains_key(key));
+        let retries = if safe { self.max_retries } else { 0 };
+        let mut delays = backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(5))
+            .with_jitter()
+            .with_max_times(retries)
+            .build();
+        let answer = loop {
+            let (body, _) = self.sign_map(map.clone()).await?;
+            let timeout = if A::EFFECT == Effect::Read { self.request_timeout } else { self.write_timeout };
+            match self.exchange(body, timeout).await {
+                Err(error) if error.is_transport() => match delays.next() {
+                    Some(delay) => tokio::time::sleep(delay).await,
+                    None => return Err(error),
+                },
+                other => break other?,
+            }
+        };
+        let got = answer.response.name();
         A::Response::from_response(answer.response).ok_or_else(|| Error::Decode {
             status: answer.status,
             bytes: answer.bytes,
-            reason: format!("expected {}, got {name}", <A::Response as Response>::NAME),
+            source: DecodeError::UnexpectedResponse { expected: <A::Response as Response>::NAME, got },
+        })
+    }
+
+    /// Every page of [`ListSessions`](crate::types::ListSessions) from the action's `cursor` on,
+    /// following `nextCursor` until the server sends none; each page is one call (with the
+    /// client's timeouts and retries).
+    ///
+    /// ```no_run
+    /// use futures_util::TryStreamExt as _;
+    /// use seed_agents_sdk::types::ListSessions;
+    /// # async fn run(client: seed_agents_sdk::Client) -> Result<(), seed_agents_sdk::Error> {
+    /// let mut pages = std::pin::pin!(client.list_sessions_pages(ListSessions::new().agent_id("agent-1").limit(50)));
+    /// while let Some(page) = pages.try_next().await? {
+    ///     for session in page.sessions {
+    ///         println!("{} {:?}", session.id, session.title);
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn list_sessions_pages(
+        &self,
+        action: seed_agents_protocol::generated::ListSessions,
+    ) -> impl futures_util::Stream<Item = Result<seed_agents_protocol::generated::ListSessionsResponse, Error>> + Send + '_
+    {
+        futures_util::stream::try_unfold(Some(action), move |next| async move {
+            let Some(action) = next else { return Ok(None) };
+            let page = self.call(action.clone()).await?;
+            let next = page.next_cursor.clone().map(|cursor| {
+                let mut action = action;
+                action.cursor = Some(cursor);
+                action
+            });
+            Ok(Some((page, next)))
         })
     }
 
@@ -203,22 +365,24 @@ impl Client {
         socket_endpoint(&self.endpoint)
     }
 
-    /// Posts already signed envelope bytes and decodes the answer.
+    /// Posts already signed envelope bytes and decodes the answer (with the write timeout; no
+    /// retry).
     pub async fn post(&self, body: Vec<u8>) -> Result<AgentResponse, Error> {
-        Ok(self.exchange(body).await?.response)
+        Ok(self.exchange(body, self.write_timeout).await?.response)
     }
 
     /// Posts envelope bytes; a success answer keeps its status and raw bytes for error reports.
-    async fn exchange(&self, body: Vec<u8>) -> Result<Answer, Error> {
-        let response = self
+    async fn exchange(&self, body: Vec<u8>, timeout: Option<Duration>) -> Result<Answer, Error> {
+        let mut request = self
             .http
             .post(&self.endpoint)
             .header("content-type", "application/cbor")
             .header("accept", "application/cbor")
-            .body(body)
-            .send()
-            .await
-            .map_err(Error::Transport)?;
+            .body(body);
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
+        let response = request.send().await.map_err(Error::Transport)?;
         let status = response.status().as_u16();
         let server_protocol = response
             .headers()
@@ -231,7 +395,7 @@ impl Client {
         let bytes = response.bytes().await.map_err(Error::Transport)?;
         let decoded = match wire::from_slice::<AgentResponse>(&bytes) {
             Ok(decoded) => decoded,
-            Err(err) => return Err(Error::Decode { status, bytes, reason: err.to_string() }),
+            Err(err) => return Err(Error::Decode { status, bytes, source: DecodeError::Wire(err) }),
         };
         match decoded {
             AgentResponse::Error(error) if status == 426 || error.code.as_deref() == Some(PROTOCOL_TOO_OLD) => {
@@ -245,7 +409,7 @@ impl Client {
             other if !(200..300).contains(&status) => Err(Error::Decode {
                 status,
                 bytes,
-                reason: format!("HTTP {status} with a success body ({})", other.name()),
+                source: DecodeError::SuccessWithErrorStatus { status, got: other.name() },
             }),
             response => Ok(Answer { status, bytes, response }),
         }
@@ -260,7 +424,12 @@ struct Answer {
 }
 
 fn api_error(status: u16, error: ErrorResponse) -> Error {
-    Error::Api { status, message: error.message, code: error.code }
+    Error::Api {
+        status,
+        message: error.message,
+        code: error.code.map(ErrorCode::from),
+        received: error.received.and_then(|received| u64::try_from(received).ok()),
+    }
 }
 
 /// Every `AgentAction` serialises as a map (it is tagged by `_`); nothing else can come out.
@@ -295,14 +464,34 @@ fn socket_endpoint(message_endpoint: &str) -> Result<String, Error> {
 
 /// A `reqwest` client set up the way the SDK's own is (rustls with the ring provider when the
 /// `tls` feature is on). Use it for requests beside the SDK's, e.g. health checks.
+///
+/// It connects with [`DEFAULT_CONNECT_TIMEOUT`]; request timeouts are per request.
 pub fn default_http_client() -> Result<reqwest::Client, Error> {
+    http_client(DEFAULT_CONNECT_TIMEOUT)
+}
+
+fn http_client(connect_timeout: Duration) -> Result<reqwest::Client, Error> {
     #[cfg(feature = "tls")]
     {
         // reqwest is built without a bundled crypto provider; ring is ours. Installing twice is
         // harmless (the first provider stays).
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
-    reqwest::Client::builder().build().map_err(Error::Transport)
+    reqwest::Client::builder().connect_timeout(connect_timeout).build().map_err(Error::Transport)
+}
+
+/// A fresh idempotency key: 128 random bits in hex.
+fn idempotency_key() -> String {
+    let mut bytes = [0u8; 16];
+    // Without an OS random source, the clock and a counter still make keys of this process
+    // differ from each other.
+    if getrandom::fill(&mut bytes).is_err() {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let count = u128::from(COUNTER.fetch_add(1, Ordering::Relaxed));
+        bytes = (now ^ (count << 96)).to_le_bytes();
+    }
+    format!("sdk-{}", hex::encode(bytes))
 }
 
 fn now_ms() -> i64 {

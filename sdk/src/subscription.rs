@@ -72,7 +72,7 @@ pub enum Event {
         /// For `runs/` keys: the run.
         run_id: Option<String>,
         /// The change.
-        patch: PartialPatch,
+        patch: Box<PartialPatch>,
     },
     /// A snapshot of something that changed: SessionInfo, AgentInfo, RunInfo or an account
     /// change hint, by the key's prefix.
@@ -325,7 +325,11 @@ impl State {
             self.keys.iter().filter(|(key, _)| !self.refused.contains(key)).cloned().collect();
         for (key, after) in keys {
             let after = key.strip_prefix("sessions/").and_then(|id| self.delivered.get(id).copied()).or(after);
-            let action = AgentAction::Subscribe(Subscribe { after_seq: after, key: key.clone() });
+            let action = AgentAction::Subscribe({
+                let mut subscribe = Subscribe::new(key.clone());
+                subscribe.after_seq = after;
+                subscribe
+            });
             let bytes = self.client.sign(&action).await.map_err(Ended::Fatal)?;
             socket.send(Message::Binary(bytes.into())).await.map_err(|error| Ended::Lost(error.to_string()))?;
             // Frames are answered in order: wait for this key's answer before the next one.
@@ -388,7 +392,7 @@ impl State {
                     key: frame.key,
                     partial_id: frame.partial_id,
                     run_id: frame.run_id,
-                    patch: frame.patch,
+                    patch: Box::new(frame.patch),
                 };
                 self.deliver(event).await
             }
@@ -418,12 +422,7 @@ impl State {
         {
             let missing = self
                 .client
-                .get_session(GetSession {
-                    after_seq: Some(last),
-                    before_seq: Some(event.seq),
-                    limit: None,
-                    session_id: session.clone(),
-                })
+                .get_session(GetSession::new(session.clone()).after_seq(last).before_seq(event.seq))
                 .await
                 .map_err(|error| Ended::Lost(format!("filling a gap after seq {last}: {error}")))?;
             for earlier in missing.events {

@@ -24,6 +24,7 @@ use seed_agents_protocol::{Action, AgentResponse};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinHandle;
 
+use crate::error::{DecodeError, ErrorCode};
 use crate::{Client, Error};
 
 /// Chunks in flight at once. Two is what the server accepts out of order (one chunk may wait
@@ -58,7 +59,7 @@ impl Client {
     /// # async fn run(client: seed_agents_sdk::Client, agent_id: String) -> Result<(), seed_agents_sdk::Error> {
     /// let file = tokio::fs::File::open("notes.pdf").await.expect("readable");
     /// let size = file.metadata().await.expect("a file").len();
-    /// let target = FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget { agent_id, path: "docs/notes.pdf".into() });
+    /// let target = FileUploadTarget::from(MemoryUploadTarget::new(agent_id, "docs/notes.pdf"));
     /// let done = client
     ///     .upload(target, size, file, |p| eprintln!("{} of {} bytes", p.received, p.size))
     ///     .await?;
@@ -77,7 +78,7 @@ impl Client {
         R: AsyncRead + Unpin,
     {
         let size_field = i64::try_from(size).map_err(|_| Error::Source(std::io::Error::other("file too large")))?;
-        let begun = self.call(BeginFileUpload { size: size_field, target }).await?;
+        let begun = self.call(BeginFileUpload::new(size_field, target)).await?;
         let chunk =
             u64::try_from(begun.max_chunk_bytes).ok().filter(|n| *n > 0).map_or(DEFAULT_CHUNK, |n| n.min(MAX_CHUNK));
         self.finish_upload(begun.upload_id, size, 0, chunk, source, on_progress).await
@@ -143,7 +144,7 @@ impl Client {
         if let Err(source) = outcome {
             return Err(Error::Upload { upload_id, received, source: Box::new(source) });
         }
-        self.call(CommitFileUpload { upload_id: upload_id.clone() }).await.map_err(|source| Error::Upload {
+        self.call(CommitFileUpload::new(upload_id.clone())).await.map_err(|source| Error::Upload {
             upload_id,
             received,
             source: Box::new(source),
@@ -208,7 +209,7 @@ impl<R: AsyncRead + Unpin, P: FnMut(Progress)> Sender<'_, R, P> {
                     let error = Error::Decode {
                         status: 200,
                         bytes: bytes::Bytes::new(),
-                        reason: format!("the server acknowledged {} bytes, expected {end}", answer.received),
+                        source: DecodeError::UnexpectedAcknowledgement { received: answer.received, expected: end },
                     };
                     return Err(error);
                 }
@@ -380,7 +381,7 @@ fn append_answer(response: Result<AgentResponse, Error>) -> Result<AppendFileUpl
         other => Err(Error::Decode {
             status: 200,
             bytes: bytes::Bytes::new(),
-            reason: format!("expected AppendFileUploadChunkResponse, got {}", other.name()),
+            source: DecodeError::UnexpectedResponse { expected: "AppendFileUploadChunkResponse", got: other.name() },
         }),
     }
 }
@@ -398,19 +399,19 @@ fn joined<T>(result: Result<Result<T, Error>, tokio::task::JoinError>) -> Result
 fn retryable(error: &Error) -> bool {
     match error {
         Error::Transport(_) => true,
-        Error::Api { status, .. } => *status == 409 || *status >= 500,
+        Error::Api { code: Some(ErrorCode::UploadOffsetMismatch), .. } => true,
+        Error::Api { status, .. } => *status >= 500,
         _ => false,
     }
 }
 
-/// The server's offset from its 409 `Chunk offset X does not match Y bytes received`.
+/// The bytes the server holds, from its 409 with code `upload_offset_mismatch` (never from the
+/// message, which is for people).
 fn conflict_received(error: &Error) -> Option<u64> {
-    let Error::Api { status: 409, message, .. } = error else {
-        return None;
-    };
-    let rest = message.strip_prefix("Chunk offset ")?;
-    let (_, rest) = rest.split_once(" does not match ")?;
-    rest.strip_suffix(" bytes received")?.parse().ok()
+    match error {
+        Error::Api { code: Some(ErrorCode::UploadOffsetMismatch), received, .. } => *received,
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -418,17 +419,22 @@ mod tests {
     use super::*;
 
     fn api(status: u16, message: &str) -> Error {
-        Error::Api { status, message: message.to_owned(), code: None }
+        Error::api(status, message, None)
+    }
+
+    fn mismatch(received: Option<u64>) -> Error {
+        Error::Api {
+            status: 409,
+            message: "Chunk offset 0 does not match 8388608 bytes received".to_owned(),
+            code: Some(ErrorCode::UploadOffsetMismatch),
+            received,
+        }
     }
 
     #[test]
     fn the_hand_built_chunk_action_is_the_typed_one() {
-        let typed = AppendFileUploadChunk {
-            content: seed_agents_protocol::Bytes(vec![1, 2, 3]),
-            offset: 8_388_608,
-            upload_id: "u-1".into(),
-        }
-        .into_action();
+        let typed =
+            AppendFileUploadChunk::new(seed_agents_protocol::Bytes(vec![1, 2, 3]), 8_388_608, "u-1").into_action();
         let typed = seed_agents_protocol::wire::to_ipld(&typed).expect("serialises");
         assert_eq!(Ipld::Map(chunk_action("u-1", 8_388_608, vec![1, 2, 3])), typed);
     }
@@ -464,16 +470,19 @@ mod tests {
     }
 
     #[test]
-    fn reads_the_offset_from_a_conflict() {
-        let conflict = api(409, "Chunk offset 0 does not match 8388608 bytes received");
-        assert_eq!(conflict_received(&conflict), Some(8_388_608));
+    fn reads_the_offset_from_the_conflict_code_not_the_message() {
+        assert_eq!(conflict_received(&mismatch(Some(8_388_608))), Some(8_388_608));
+        assert_eq!(conflict_received(&mismatch(None)), None);
+        // The sentence alone decides nothing.
+        assert_eq!(conflict_received(&api(409, "Chunk offset 0 does not match 8388608 bytes received")), None);
         assert_eq!(conflict_received(&api(409, "Client request ID payload mismatch")), None);
-        assert_eq!(conflict_received(&api(400, "Chunk offset 0 does not match 5 bytes received")), None);
     }
 
     #[test]
     fn retries_only_what_may_pass_next_time() {
-        assert!(retryable(&api(409, "Chunk offset 1 does not match 0 bytes received")));
+        assert!(retryable(&mismatch(Some(0))));
+        assert!(!retryable(&api(409, "Chunk offset 1 does not match 0 bytes received")));
+        assert!(!retryable(&api(409, "Client request ID payload mismatch")));
         assert!(retryable(&api(503, "busy")));
         assert!(!retryable(&api(404, "Upload not found")));
         assert!(!retryable(&api(400, "Upload exceeds its declared size")));

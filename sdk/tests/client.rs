@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{Error as ErrorResponse, GetAgent, GetSession, ListAgents, ListAgentsResponse};
 use seed_agents_protocol::{AgentAction, AgentResponse, SignedEnvelope, wire};
-use seed_agents_sdk::{Client, Ed25519Signer, Error, Principal, Signer};
+use seed_agents_sdk::{Client, DecodeError, Ed25519Signer, Error, ErrorCode, Principal, Signer};
 use serde_json::Value as Json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -161,11 +161,15 @@ fn client_at(url: &str, signer: Ed25519Signer) -> Client {
 }
 
 fn ok_reply() -> Reply {
-    Reply::cbor(200, &AgentResponse::ListAgentsResponse(ListAgentsResponse { agents: vec![] }))
+    Reply::cbor(200, &AgentResponse::ListAgentsResponse(ListAgentsResponse::new(vec![])))
 }
 
 fn error_reply(status: u16, message: &str, code: Option<&str>) -> Reply {
-    let error = ErrorResponse { message: message.to_owned(), code: code.map(str::to_owned) };
+    let error = {
+        let mut error = ErrorResponse::new(message);
+        error.code = code.map(str::to_owned);
+        error
+    };
     Reply::cbor(status, &AgentResponse::Error(error))
 }
 
@@ -189,7 +193,7 @@ fn action_map(envelope: &BTreeMap<String, Ipld>) -> &BTreeMap<String, Ipld> {
 }
 
 fn get_agent() -> GetAgent {
-    GetAgent { agent_id: "agent-1".to_owned() }
+    GetAgent::new("agent-1")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -314,8 +318,8 @@ async fn typed_call_decodes_its_typed_response() {
 async fn not_found_is_an_api_error_without_code() {
     let (url, _requests) = start_responder(vec![error_reply(404, "Agent not found", None)]).await;
     let err = client_at(&url, signer(1)).get_agent(get_agent()).await.expect_err("404 must fail");
-    let Error::Api { status, message, code } = &err else { panic!("expected Error::Api, got {err:?}") };
-    assert_eq!((*status, message.as_str(), code.as_deref()), (404, "Agent not found", None));
+    let Error::Api { status, message, code, .. } = &err else { panic!("expected Error::Api, got {err:?}") };
+    assert_eq!((*status, message.as_str(), code), (404, "Agent not found", &None));
     assert_eq!(err.status(), Some(404));
     assert_eq!(err.code(), None);
 }
@@ -324,9 +328,10 @@ async fn not_found_is_an_api_error_without_code() {
 async fn conflict_keeps_the_servers_code() {
     let (url, _requests) = start_responder(vec![error_reply(409, "Already exists", Some("conflict"))]).await;
     let err = client_at(&url, signer(1)).get_agent(get_agent()).await.expect_err("409 must fail");
-    let Error::Api { status, message, code } = &err else { panic!("expected Error::Api, got {err:?}") };
-    assert_eq!((*status, message.as_str(), code.as_deref()), (409, "Already exists", Some("conflict")));
-    assert_eq!(err.code(), Some("conflict"));
+    let Error::Api { status, message, code, .. } = &err else { panic!("expected Error::Api, got {err:?}") };
+    assert_eq!((*status, message.as_str()), (409, "Already exists"));
+    assert_eq!(code, &Some(ErrorCode::Other("conflict".to_owned())));
+    assert_eq!(err.code(), Some(ErrorCode::Other("conflict".to_owned())));
 }
 
 #[tokio::test]
@@ -334,15 +339,15 @@ async fn upgrade_required_is_protocol_too_old_with_both_versions() {
     let reply = error_reply(426, "Client protocol 2 is too old", Some("protocol_too_old")).protocol(Some("4"));
     let (url, _requests) = start_responder(vec![reply]).await;
     let client = Client::builder(&url, signer(1)).clock(Arc::new(|| TS)).protocol(Some(2)).build().expect("client");
-    let err = client.list_agents(ListAgents {}).await.expect_err("426 must fail");
-    let Error::ProtocolTooOld { client_protocol, server_protocol, message } = &err else {
+    let err = client.list_agents(ListAgents::new()).await.expect_err("426 must fail");
+    let Error::ProtocolTooOld { client_protocol, server_protocol, message, .. } = &err else {
         panic!("expected Error::ProtocolTooOld, got {err:?}")
     };
     assert_eq!(*client_protocol, 2);
     assert_eq!(*server_protocol, Some(4));
     assert_eq!(message, "Client protocol 2 is too old");
     assert_eq!(err.status(), Some(426));
-    assert_eq!(err.code(), Some("protocol_too_old"));
+    assert_eq!(err.code(), Some(ErrorCode::ProtocolTooOld));
     assert_eq!(client.server_protocol(), Some(4));
 }
 
@@ -350,7 +355,7 @@ async fn upgrade_required_is_protocol_too_old_with_both_versions() {
 async fn success_status_with_garbage_is_decode_with_the_raw_bytes() {
     let garbage: &[u8] = b"\xff\x00 this is not CBOR \xfe";
     let (url, _requests) = start_responder(vec![Reply::raw(200, "application/cbor", garbage)]).await;
-    let err = client_at(&url, signer(1)).list_agents(ListAgents {}).await.expect_err("garbage must fail");
+    let err = client_at(&url, signer(1)).list_agents(ListAgents::new()).await.expect_err("garbage must fail");
     let Error::Decode { status, bytes, .. } = &err else { panic!("expected Error::Decode, got {err:?}") };
     assert_eq!(*status, 200);
     assert_eq!(bytes.as_ref(), garbage);
@@ -371,9 +376,12 @@ async fn server_error_with_text_body_is_decode_with_status_and_raw_bytes() {
 async fn typed_call_answered_with_another_response_is_decode() {
     let (url, _requests) = start_responder(vec![ok_reply()]).await;
     let err = client_at(&url, signer(1)).get_agent(get_agent()).await.expect_err("wrong type must fail");
-    let Error::Decode { status, reason, .. } = &err else { panic!("expected Error::Decode, got {err:?}") };
+    let Error::Decode { status, source, .. } = &err else { panic!("expected Error::Decode, got {err:?}") };
     assert_eq!(*status, 200);
-    assert!(reason.contains("GetAgentResponse"), "reason names the expected response: {reason}");
+    assert!(
+        matches!(source, DecodeError::UnexpectedResponse { expected: "GetAgentResponse", got: "ListAgentsResponse" }),
+        "the source names both responses: {source:?}"
+    );
 }
 
 #[tokio::test]
@@ -382,7 +390,7 @@ async fn refused_connection_is_transport() {
     let addr = listener.local_addr().expect("local addr");
     drop(listener);
     let client = client_at(&format!("http://{addr}"), signer(1));
-    let err = client.list_agents(ListAgents {}).await.expect_err("nobody listens");
+    let err = client.list_agents(ListAgents::new()).await.expect_err("nobody listens");
     assert!(matches!(err, Error::Transport(_)), "expected Error::Transport, got {err:?}");
     assert_eq!(client.server_protocol(), None);
 }
@@ -406,7 +414,7 @@ async fn server_protocol_is_known_only_after_an_answer() {
     let (url, _requests) = start_responder(vec![ok_reply()]).await;
     let client = client_at(&url, signer(1));
     assert_eq!(client.server_protocol(), None);
-    client.list_agents(ListAgents {}).await.expect("list agents");
+    client.list_agents(ListAgents::new()).await.expect("list agents");
     assert_eq!(client.server_protocol(), Some(3));
 }
 
@@ -416,7 +424,7 @@ async fn default_envelope_declares_protocol_3_and_verifies() {
     let signer = signer(2);
     let client = client_at(&url, signer.clone());
     assert_eq!(client.account(), signer.principal());
-    client.list_agents(ListAgents {}).await.expect("list agents");
+    client.list_agents(ListAgents::new()).await.expect("list agents");
     let request = next_request(&mut requests).await;
     let envelope = envelope_map(&request.body);
     assert_eq!(envelope.get("protocol"), Some(&Ipld::Integer(3)));
@@ -432,7 +440,7 @@ async fn default_envelope_declares_protocol_3_and_verifies() {
 async fn protocol_none_omits_the_key() {
     let (url, mut requests) = start_responder(vec![ok_reply()]).await;
     let client = Client::builder(&url, signer(3)).clock(Arc::new(|| TS)).protocol(None).build().expect("client");
-    client.list_agents(ListAgents {}).await.expect("list agents");
+    client.list_agents(ListAgents::new()).await.expect("list agents");
     let request = next_request(&mut requests).await;
     let envelope = envelope_map(&request.body);
     assert!(!envelope.contains_key("protocol"), "protocol must be absent: {:?}", envelope.keys());
@@ -444,12 +452,11 @@ async fn protocol_none_omits_the_key() {
 #[tokio::test]
 async fn optional_none_fields_are_absent_and_ts_is_the_clock() {
     let (url, mut requests) = start_responder(vec![
-        Reply::cbor(200, &AgentResponse::Error(ErrorResponse { message: "Session not found".to_owned(), code: None }))
-            .protocol(None),
+        Reply::cbor(200, &AgentResponse::Error(ErrorResponse::new("Session not found"))).protocol(None),
     ])
     .await;
     let client = client_at(&url, signer(4));
-    let action = GetSession { session_id: "sess-1".to_owned(), after_seq: None, before_seq: None, limit: None };
+    let action = GetSession::new("sess-1");
     // The answer does not matter here (a 200 `Error` body is still an API error).
     let err = client.get_session(action).await.expect_err("error body");
     assert!(matches!(&err, Error::Api { status: 200, .. }), "{err:?}");
@@ -477,7 +484,7 @@ async fn delegated_account_is_posted_with_the_signers_principal() {
     let account = signer(6).principal();
     let client = Client::builder(&url, key.clone()).clock(Arc::new(|| TS)).account(account).build().expect("client");
     assert_eq!(client.account(), account);
-    client.list_agents(ListAgents {}).await.expect("list agents");
+    client.list_agents(ListAgents::new()).await.expect("list agents");
     let request = next_request(&mut requests).await;
     let envelope = envelope_map(&request.body);
     assert_eq!(envelope.get("account"), Some(&Ipld::Bytes(account.to_bytes().to_vec())));
@@ -492,7 +499,7 @@ async fn two_identical_actions_in_one_millisecond_sign_different_envelopes() {
         .clock(Arc::new(|| 1_000))
         .build()
         .expect("client");
-    let action = AgentAction::ListAgents(seed_agents_protocol::generated::ListAgents {});
+    let action = AgentAction::ListAgents(seed_agents_protocol::generated::ListAgents::new());
     let first = client.sign(&action).await.expect("sign");
     let second = client.sign(&action).await.expect("sign");
     assert_ne!(first, second, "the second envelope carries ts 1001");

@@ -43,21 +43,18 @@ struct Script {
 }
 
 fn event(seq: i64) -> SessionEvent {
-    SessionEvent {
-        created_at: seq,
-        event: SessionEventPayload::ToolCallEvent(ToolCallEvent {
-            actor: None,
-            id: format!("call-{seq}"),
-            input: Value(Ipld::Null),
-            meta: None,
-            name: "read".into(),
-            type_: ToolCallEventType::ToolCall,
-        }),
-        id: format!("event-{seq}"),
+    SessionEvent::new(
         seq,
-        session_id: SESSION.into(),
-        truncated: None,
-    }
+        SessionEventPayload::ToolCallEvent(ToolCallEvent::new(
+            format!("call-{seq}"),
+            Value(Ipld::Null),
+            "read",
+            ToolCallEventType::ToolCall,
+        )),
+        format!("event-{seq}"),
+        seq,
+        SESSION,
+    )
 }
 
 fn append(seq: i64) -> String {
@@ -135,35 +132,9 @@ async fn message(State(script): State<Arc<Script>>, body: axum::body::Bytes) -> 
     };
     let (after, before) = (seq("afterSeq"), seq("beforeSeq"));
     script.seen.send(Seen::GetSession(after, before)).unwrap();
-    let events = (after.unwrap_or(0) + 1..before.unwrap_or(i64::MAX).min(100)).map(event).collect();
-    let session = SessionInfo {
-        account: "z".into(),
-        activity: None,
-        continued_from: None,
-        continued_to: None,
-        agent_id: "a".into(),
-        child_session_count: None,
-        created_at: 1,
-        description: None,
-        id: SESSION.into(),
-        model_override: None,
-        parent_session_id: None,
-        plan: None,
-        run_id: None,
-        started_by_trigger: None,
-        status: SessionInfoStatus::Idle,
-        thoroughness: None,
-        title: None,
-        updated_at: 1,
-    };
-    let response = AgentResponse::GetSessionResponse(GetSessionResponse {
-        context_window: None,
-        events,
-        has_more_before: None,
-        session,
-        system_prompt_markdown: String::new(),
-        trigger_context: None,
-    });
+    let events: Vec<SessionEvent> = (after.unwrap_or(0) + 1..before.unwrap_or(i64::MAX).min(100)).map(event).collect();
+    let session = SessionInfo::new("z", "a", 1, SESSION, SessionInfoStatus::Idle, 1);
+    let response = AgentResponse::GetSessionResponse(GetSessionResponse::new(events, session, String::new()));
     ([("content-type", "application/cbor")], wire::to_vec(&response).unwrap()).into_response()
 }
 

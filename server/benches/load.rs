@@ -162,7 +162,9 @@ fn serve_baseline(listen: &str) {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(listen).await.unwrap();
-        let answer = wire::to_vec(&ListAgentsResponse { agents: Vec::new() }.into_response()).unwrap();
+        let answer =
+            wire::to_vec(&ListAgentsResponse { extra: Default::default(), agents: Vec::new() }.into_response())
+                .unwrap();
         let state = Arc::new(Baseline { clock: Clock::system(), keys: KeyCache::new(), answer: answer.into() });
         let router = axum::Router::new().route("/api/message", axum::routing::post(verify_only)).with_state(state);
         axum::serve(listener, router).await.unwrap();

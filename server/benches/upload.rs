@@ -123,7 +123,11 @@ async fn setup(addr: SocketAddr) -> (Client, String) {
 }
 
 fn target(agent_id: &str, path: &str) -> FileUploadTarget {
-    FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget { agent_id: agent_id.to_owned(), path: path.into() })
+    FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget {
+        extra: Default::default(),
+        agent_id: agent_id.to_owned(),
+        path: path.into(),
+    })
 }
 
 /// The byte at offset `n` of every uploaded file.

@@ -59,12 +59,14 @@ pub struct ApiError {
     kind: ErrorKind,
     message: Cow<'static, str>,
     code: Option<&'static str>,
+    /// With code `upload_offset_mismatch`: the bytes of the upload the server holds.
+    received: Option<i64>,
 }
 
 impl ApiError {
     /// An error of any kind.
     pub fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
-        Self { kind, message: message.into(), code: None }
+        Self { kind, message: message.into(), code: None, received: None }
     }
 
     /// Bad input.
@@ -121,6 +123,17 @@ impl ApiError {
     pub fn with_code(mut self, code: &'static str) -> Self {
         self.code = Some(code);
         self
+    }
+
+    /// Adds the bytes an upload holds (with code `upload_offset_mismatch`).
+    pub fn with_received(mut self, received: i64) -> Self {
+        self.received = Some(received);
+        self
+    }
+
+    /// The bytes an upload holds, sent with an offset conflict.
+    pub fn received(&self) -> Option<i64> {
+        self.received
     }
 
     /// Something that should not happen: logs `cause` with the caller's location and answers the

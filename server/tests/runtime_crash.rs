@@ -41,6 +41,7 @@ fn say(session_id: &str, text: String) -> MessageSession {
     MessageSession {
         client_message_id: None,
         content: vec![MessageSessionContentPart::TextContentPart(TextContentPart {
+            extra: Default::default(),
             blocks: None,
             client_message_id: None,
             text,

@@ -188,6 +188,7 @@ async fn run_session(script: &mut Script, secrets: &Secrets, vendor_url: &str) -
     assert_eq!(script.refused(too_large).await, (400, "Secret value is too large".into()));
 
     let provider = |base: &str, key: &str| ModelProviderConfig {
+        extra: Default::default(),
         auth_mode: None,
         base_url: Some(format!("{vendor_url}{base}")),
         model_defaults: None,
@@ -252,11 +253,13 @@ async fn run_session(script: &mut Script, secrets: &Secrets, vendor_url: &str) -
     let session_id = script.ok(session).await.session_id;
 
     let into_memory = FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget {
+        extra: Default::default(),
         agent_id: agent_id.clone(),
         path: "uploads/data.bin".into(),
     });
     script.upload(into_memory, &[b"first chunk, ", b"second chunk"]).await;
     let into_session = FileUploadTarget::SessionAttachmentUploadTarget(SessionAttachmentUploadTarget {
+        extra: Default::default(),
         session_id: session_id.clone(),
         name: "brief.txt".into(),
         mime_type: Some("text/plain".into()),

@@ -230,12 +230,14 @@ async fn relate(cell: &Cell, caller: Caller) {
 async fn stage(cell: &Cell, staged: Staged) -> String {
     let target = if staged.into_session {
         FileUploadTarget::SessionAttachmentUploadTarget(SessionAttachmentUploadTarget {
+            extra: Default::default(),
             session_id: cell.session_id.clone(),
             name: "staged.txt".into(),
             mime_type: Some("text/plain".into()),
         })
     } else {
         FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget {
+            extra: Default::default(),
             agent_id: cell.agent_id.clone(),
             path: "staged/file.bin".into(),
         })
@@ -266,6 +268,7 @@ async fn import_identity(owner: &User, label: &str) -> String {
 /// An OpenAI subscription provider: its model list is fixed, so listing it calls no vendor.
 pub fn subscription() -> ModelProviderConfig {
     ModelProviderConfig {
+        extra: Default::default(),
         auth_mode: Some(ModelProviderConfigAuthMode::Subscription),
         base_url: None,
         model_defaults: None,
@@ -283,6 +286,7 @@ fn ok<T, E: std::fmt::Debug>(result: Result<T, E>, step: &str) -> T {
 pub fn lambda(name: &str) -> seed_agents_protocol::generated::AgentToolInput {
     let input = [("type".to_owned(), seed_agents_protocol::Value(ipld_core::ipld::Ipld::String("object".into())))];
     seed_agents_protocol::generated::AgentToolInput {
+        extra: Default::default(),
         description: "Counts words.".into(),
         input: input.into_iter().collect(),
         name: name.into(),

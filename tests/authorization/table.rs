@@ -369,6 +369,7 @@ pub fn table() -> Vec<Row> {
                 MessageSession {
                     client_message_id: None,
                     content: vec![MessageSessionContentPart::TextContentPart(TextContentPart {
+                        extra: Default::default(),
                         blocks: None,
                         client_message_id: None,
                         text: "hello".into(),
@@ -539,6 +540,7 @@ pub fn table() -> Vec<Row> {
             "BeginFileUpload (into memory)",
             |c| {
                 let target = FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget {
+                    extra: Default::default(),
                     agent_id: c.agent_id.clone(),
                     path: "up.bin".into(),
                 });
@@ -550,6 +552,7 @@ pub fn table() -> Vec<Row> {
             "BeginFileUpload (into a session)",
             |c| {
                 let target = FileUploadTarget::SessionAttachmentUploadTarget(SessionAttachmentUploadTarget {
+                    extra: Default::default(),
                     session_id: c.session_id.clone(),
                     name: "up.txt".into(),
                     mime_type: None,
@@ -633,6 +636,7 @@ pub fn table() -> Vec<Row> {
             "SetModelProvider (the owner's provider name)",
             |_| {
                 let provider = ModelProviderConfig {
+                    extra: Default::default(),
                     auth_mode: None,
                     base_url: None,
                     model_defaults: None,

@@ -393,6 +393,7 @@ impl Worker {
         let size = self.rng.between(1 << 20, MAX_UPLOAD);
         let path = "soak/upload.bin";
         let target = FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget {
+            extra: Default::default(),
             agent_id: self.agent_id.clone(),
             path: path.into(),
         });

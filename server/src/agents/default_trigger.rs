@@ -34,12 +34,14 @@ pub struct TriggerRow {
 /// The default trigger's source for the identity account `account`.
 pub fn source(account: &str) -> AgentTriggerSource {
     let accounts = vec![account.to_owned()];
-    let condition = |id: &str, source| AgentActivityCondition { id: id.to_owned(), source };
+    let condition = |id: &str, source| AgentActivityCondition { extra: Default::default(), id: id.to_owned(), source };
     AgentTriggerSource::ActivitySource(ActivitySource {
+        extra: Default::default(),
         conditions: vec![
             condition(
                 "user-mention",
                 AgentActivitySource::UserMentionSource(UserMentionSource {
+                    extra: Default::default(),
                     mentioned_accounts: accounts.clone(),
                     resource_prefix: None,
                 }),
@@ -47,6 +49,7 @@ pub fn source(account: &str) -> AgentTriggerSource {
             condition(
                 "comment-reply",
                 AgentActivitySource::CommentReplySource(CommentReplySource {
+                    extra: Default::default(),
                     replied_to_accounts: accounts.clone(),
                     resource_prefix: None,
                 }),
@@ -54,6 +57,7 @@ pub fn source(account: &str) -> AgentTriggerSource {
             condition(
                 "document-author-comment",
                 AgentActivitySource::DocumentAuthorCommentSource(DocumentAuthorCommentSource {
+                    extra: Default::default(),
                     document_authors: accounts,
                     resource_prefix: None,
                 }),

@@ -69,6 +69,7 @@ pub fn normalize_definition(def: &AgentDefinition, ctx: &dyn DefinitionContext) 
     let mcp_servers = def.mcp_servers.as_deref().map(normalize_mcp_servers).transpose()?;
 
     let definition = AgentDefinition {
+        extra: Default::default(),
         enabled_models,
         mcp_servers,
         metadata: def.metadata.clone(),
@@ -121,7 +122,7 @@ fn normalize_enabled_models(entries: &[AgentModelRef]) -> ApiResult<Vec<AgentMod
         let provider = bounded_string(&entry.provider, "Enabled model provider", MAX_NAME_BYTES)?;
         let model = bounded_string(&entry.model, "Enabled model", MAX_MODEL_BYTES)?;
         if seen.insert((provider.clone(), model.clone())) {
-            models.push(AgentModelRef { model, provider });
+            models.push(AgentModelRef { extra: Default::default(), model, provider });
         }
     }
     Ok(models)
@@ -225,6 +226,7 @@ mod tests {
 
     fn base() -> AgentDefinition {
         AgentDefinition {
+            extra: Default::default(),
             enabled_models: None,
             mcp_servers: None,
             metadata: None,
@@ -256,7 +258,7 @@ mod tests {
     }
 
     fn model_ref(provider: &str, model: &str) -> AgentModelRef {
-        AgentModelRef { model: model.into(), provider: provider.into() }
+        AgentModelRef { extra: Default::default(), model: model.into(), provider: provider.into() }
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub fn info_from_row(row: &Row<'_>, role: Role) -> rusqlite::Result<AgentInfo> {
         .map_err(|error| rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Blob, Box::new(error)))?;
     let status: String = row.get(4)?;
     Ok(AgentInfo {
+        extra: Default::default(),
         access_role: Some(role.wire()),
         account: row.get(1)?,
         activity: None,
@@ -93,7 +94,7 @@ pub fn member_role(member: &str, public_read: bool, public_chat: bool) -> Role {
 pub async fn list_agents(app: &App, caller: &Caller, _action: ListAgents) -> ApiResult<ListAgentsResponse> {
     let account = caller.account_id.clone();
     let agents = app.db.read(move |conn| visible_agents(conn, &account)).await?;
-    Ok(ListAgentsResponse { agents })
+    Ok(ListAgentsResponse { extra: Default::default(), agents })
 }
 
 /// `GetAgent {agentId}` (reader): the agent and how many sessions it has.
@@ -110,7 +111,7 @@ pub async fn get_agent(app: &App, caller: &Caller, action: GetAgent) -> ApiResul
 fn agent_response(conn: &Connection, agent_id: &str, role: Role) -> ApiResult<GetAgentResponse> {
     let agent = load_info(conn, agent_id, role)?;
     let session_count = session_count(conn, agent_id)?;
-    Ok(GetAgentResponse { agent, session_count })
+    Ok(GetAgentResponse { extra: Default::default(), agent, session_count })
 }
 
 /// How many sessions an agent has (children included).
@@ -178,7 +179,7 @@ pub async fn create_agent(app: &App, caller: &Caller, action: CreateAgent) -> Ap
                 if let Some(trigger) = &trigger {
                     default_trigger::insert_or_skip(conn, &account, &id, trigger, now);
                 }
-                Ok(CreateAgentResponse { agent_id: id })
+                Ok(CreateAgentResponse { extra: Default::default(), agent_id: id })
             })
         })
         .await?;
@@ -274,7 +275,7 @@ pub async fn delete_agent(app: &App, caller: &Caller, action: DeleteAgent) -> Ap
     for member in members {
         app.bus.account_change(member, ChangeReason::AgentDeleted, Some(&agent_id), None);
     }
-    Ok(DeleteAgentResponse { agent_id })
+    Ok(DeleteAgentResponse { extra: Default::default(), agent_id })
 }
 
 async fn remove_state_dir(dir: PathBuf) {

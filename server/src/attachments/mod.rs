@@ -92,7 +92,7 @@ pub async fn upload_session_attachment(
     let attachment =
         blocking(move || store_bytes(&dir, &session_id, &normalize_name(&name), mime_type.as_deref(), &content, now))
             .await?;
-    Ok(UploadSessionAttachmentResponse { attachment })
+    Ok(UploadSessionAttachmentResponse { extra: Default::default(), attachment })
 }
 
 /// `ReadSessionAttachment {sessionId, attachmentId}` (reader): the record and its bytes.
@@ -104,7 +104,7 @@ pub async fn read_session_attachment(
     require_session(app, caller, &action.session_id, Need::Read).await?;
     let dir = session_dir(&root(&app.config), &action.session_id)?;
     let (attachment, data) = blocking(move || read(&dir, &action.attachment_id)).await?;
-    Ok(ReadSessionAttachmentResponse { attachment, data: Bytes(data) })
+    Ok(ReadSessionAttachmentResponse { extra: Default::default(), attachment, data: Bytes(data) })
 }
 
 /// Removes the attachments of sessions that were just deleted (call after the deleting commit).

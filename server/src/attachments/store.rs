@@ -154,6 +154,7 @@ impl<'a> SessionFiles<'a> {
         now_ms: i64,
     ) -> ApiResult<SessionAttachmentInfo> {
         let info = SessionAttachmentInfo {
+            extra: Default::default(),
             created_at: now_ms,
             id: id.to_owned(),
             mime_type: mime_type_for(name, given_mime),

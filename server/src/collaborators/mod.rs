@@ -103,6 +103,7 @@ const COLLABORATOR_COLUMNS: &str = "account_id, role, status, created_at, update
 
 fn collaborator_from_row(row: &Row<'_>) -> rusqlite::Result<AgentCollaboratorInfo> {
     Ok(AgentCollaboratorInfo {
+        extra: Default::default(),
         account_id: row.get(0)?,
         role: access_role(parsed(row, 1)?),
         status: parsed(row, 2)?,
@@ -131,7 +132,7 @@ pub async fn list_agent_invites(
 ) -> ApiResult<ListAgentInvitesResponse> {
     let account = caller.account_id.clone();
     let invites = app.db.read(move |conn| pending_invites(conn, &account)).await?;
-    Ok(ListAgentInvitesResponse { invites })
+    Ok(ListAgentInvitesResponse { extra: Default::default(), invites })
 }
 
 fn pending_invites(conn: &Connection, account_id: &str) -> ApiResult<Vec<AgentInviteInfo>> {
@@ -143,6 +144,7 @@ fn pending_invites(conn: &Connection, account_id: &str) -> ApiResult<Vec<AgentIn
     )?;
     let rows = statement.query_map(params![account_id], |row| {
         Ok(AgentInviteInfo {
+            extra: Default::default(),
             agent_id: row.get(0)?,
             owner_account_id: row.get(1)?,
             agent_name: definition_name(row, 2)?,
@@ -174,6 +176,7 @@ pub async fn list_agent_collaborators(
             let access = access::require(conn, &action.agent_id, &account, Need::Read)?;
             let agent = agent_summary(conn, &access.agent_id)?;
             let owner = AgentCollaboratorInfo {
+                extra: Default::default(),
                 account_id: access.owner_id.clone(),
                 role: AgentAccessRole::Owner,
                 status: AgentCollaboratorInfoStatus::Accepted,
@@ -183,6 +186,7 @@ pub async fn list_agent_collaborators(
             let mut collaborators = vec![owner];
             collaborators.extend(members(conn, &access.agent_id, access.role == Role::Owner)?);
             Ok(ListAgentCollaboratorsResponse {
+                extra: Default::default(),
                 agent_id: access.agent_id,
                 collaborators,
                 public_chat: agent.flags.chat,
@@ -214,7 +218,7 @@ pub async fn invite_agent_collaborator(
         })
         .await?;
     announce(app, &owner, &collaborator.account_id, &agent_id);
-    Ok(InviteAgentCollaboratorResponse { collaborator })
+    Ok(InviteAgentCollaboratorResponse { extra: Default::default(), collaborator })
 }
 
 /// Creates a pending invitation, or updates the role of an existing row; returns the row.
@@ -266,7 +270,14 @@ pub async fn remove_agent_collaborator(
             if removed == 0 {
                 return Err(ApiError::not_found("Collaborator not found"));
             }
-            Ok((RemoveAgentCollaboratorResponse { account_id: member, agent_id: access.agent_id }, access.owner_id))
+            Ok((
+                RemoveAgentCollaboratorResponse {
+                    extra: Default::default(),
+                    account_id: member,
+                    agent_id: access.agent_id,
+                },
+                access.owner_id,
+            ))
         })
         .await?;
     announce(app, &owner, &response.account_id, &response.agent_id);
@@ -308,7 +319,7 @@ pub async fn accept_agent_invite(
         })
         .await?;
     announce(app, &owner, &caller.account_id, &agent.id);
-    Ok(AcceptAgentInviteResponse { agent })
+    Ok(AcceptAgentInviteResponse { extra: Default::default(), agent })
 }
 
 /// `DeclineAgentInvite {agentId}`: deletes the signed account's pending invitation.
@@ -330,7 +341,7 @@ pub async fn decline_agent_invite(
         })
         .await?;
     announce(app, &owner, &caller.account_id, &agent_id);
-    Ok(DeclineAgentInviteResponse { agent_id })
+    Ok(DeclineAgentInviteResponse { extra: Default::default(), agent_id })
 }
 
 /// `SetAgentPublicRead {agentId, publicRead}` (owner); turning it off also clears public chat.
@@ -341,7 +352,7 @@ pub async fn set_agent_public_read(
 ) -> ApiResult<SetAgentPublicReadResponse> {
     let public_read = action.public_read;
     let agent = set_public_flags(app, caller, action.agent_id, move |flags| Ok(flags.with_read(public_read))).await?;
-    Ok(SetAgentPublicReadResponse { agent })
+    Ok(SetAgentPublicReadResponse { extra: Default::default(), agent })
 }
 
 /// `SetAgentPublicChat {agentId, publicChat}` (owner); enabling needs public read on (400).
@@ -352,7 +363,7 @@ pub async fn set_agent_public_chat(
 ) -> ApiResult<SetAgentPublicChatResponse> {
     let public_chat = action.public_chat;
     let agent = set_public_flags(app, caller, action.agent_id, move |flags| flags.with_chat(public_chat)).await?;
-    Ok(SetAgentPublicChatResponse { agent })
+    Ok(SetAgentPublicChatResponse { extra: Default::default(), agent })
 }
 
 /// Applies `change` to the agent's flags (owner-only), bumps `updated_at`, and announces it: an

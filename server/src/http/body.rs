@@ -387,6 +387,7 @@ mod tests {
         let metadata =
             (0..16 * 1024 / 32).map(|index| (format!("key-{index:08}"), Value(Ipld::String("v".repeat(16)))));
         let definition = AgentDefinition {
+            extra: Default::default(),
             enabled_models: None,
             mcp_servers: Some(vec!["m".repeat(32); 16]),
             metadata: Some(metadata.collect()),
@@ -404,18 +405,21 @@ mod tests {
             signed(AgentAction::CreateAgent(CreateAgent { client_request_id: Some("r".repeat(64)), definition })).await;
         // 64 KiB of text, 64 context lines of 2 KiB, 16 attachments.
         let mut content = vec![MessageSessionContentPart::TextContentPart(TextContentPart {
+            extra: Default::default(),
             blocks: None,
             client_message_id: None,
             text: "x".repeat(64 * 1024),
         })];
         content.push(MessageSessionContentPart::ContextContentPart(ContextContentPart {
+            extra: Default::default(),
             lines: vec!["l".repeat(2048); 64],
         }));
-        content.extend(
-            (0..16).map(|_| {
-                MessageSessionContentPart::AttachmentContentPart(AttachmentContentPart { id: "0".repeat(64) })
-            }),
-        );
+        content.extend((0..16).map(|_| {
+            MessageSessionContentPart::AttachmentContentPart(AttachmentContentPart {
+                extra: Default::default(),
+                id: "0".repeat(64),
+            })
+        }));
         let message = signed(AgentAction::MessageSession(MessageSession {
             client_message_id: Some("m".repeat(64)),
             content,

@@ -172,8 +172,10 @@ fn cbor(status: StatusCode, bytes: Vec<u8>) -> Response {
 /// `protocol` reads.
 pub fn error_response(error: &ApiError, protocol: u32) -> Response {
     let body = seed_agents_protocol::generated::Error {
+        extra: Default::default(),
         message: error.message().to_owned(),
         code: error.code().map(str::to_owned),
+        received: error.received(),
     };
     let response = seed_agents_protocol::AgentResponse::Error(body);
     // Current clients read the current shape: encode directly, as dispatch does for successes.

@@ -118,7 +118,10 @@ pub async fn create_signing_identity(
             idempotency::once(conn, key.as_ref(), now, || {
                 let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata.clone())).map_err(ApiError::internal)?;
                 let id = secrets::insert(conn, &account, &name, &ciphertext, &metadata_cbor, now)?;
-                Ok(CreateSigningIdentityResponse { identity: identity(id, name, &metadata, now, now) })
+                Ok(CreateSigningIdentityResponse {
+                    extra: Default::default(),
+                    identity: identity(id, name, &metadata, now, now),
+                })
             })
         })
         .await?;
@@ -186,7 +189,10 @@ pub async fn import_signing_identity(
                 }
                 let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata.clone())).map_err(ApiError::internal)?;
                 let id = secrets::insert(conn, &account, &name, &ciphertext, &metadata_cbor, now)?;
-                Ok(ImportSigningIdentityResponse { identity: identity(id, name, &metadata, now, now) })
+                Ok(ImportSigningIdentityResponse {
+                    extra: Default::default(),
+                    identity: identity(id, name, &metadata, now, now),
+                })
             })
         })
         .await?;
@@ -261,7 +267,10 @@ pub async fn update_signing_identity(
             Ok(())
         })
         .await?;
-    Ok(UpdateSigningIdentityResponse { identity: identity(id, name, &metadata, created_at, now) })
+    Ok(UpdateSigningIdentityResponse {
+        extra: Default::default(),
+        identity: identity(id, name, &metadata, created_at, now),
+    })
 }
 
 /// A key secret's id, sealed value, metadata CBOR and creation time.
@@ -282,7 +291,7 @@ pub async fn delete_signing_identity(
                 return Err(not_found());
             }
             secrets::delete_secret(conn, &account, &name)?;
-            Ok(DeleteSigningIdentityResponse { name })
+            Ok(DeleteSigningIdentityResponse { extra: Default::default(), name })
         })
         .await
 }
@@ -316,7 +325,7 @@ pub async fn list_signing_identities(
                 .into_iter()
                 .filter(|identity| granted.as_ref().is_none_or(|granted| granted.contains(&identity.name)))
                 .collect();
-            Ok(ListSigningIdentitiesResponse { identities })
+            Ok(ListSigningIdentitiesResponse { extra: Default::default(), identities })
         })
         .await
 }
@@ -378,6 +387,7 @@ fn identity(
         _ => None,
     };
     SigningIdentity {
+        extra: Default::default(),
         account_id: string("accountId"),
         created_at,
         dev: match metadata.get("dev") {

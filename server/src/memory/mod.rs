@@ -65,7 +65,13 @@ pub async fn list_agent_memory(
     let memory = open(app, caller, &action.agent_id, Need::Read).await?;
     let root = memory.root.clone();
     let (entries, total_bytes) = blocking(move || store::list_all(&root)).await?;
-    Ok(ListAgentMemoryResponse { agent_id: memory.agent_id, entries, total_bytes, truncated: None })
+    Ok(ListAgentMemoryResponse {
+        extra: Default::default(),
+        agent_id: memory.agent_id,
+        entries,
+        total_bytes,
+        truncated: None,
+    })
 }
 
 /// `ListAgentMemoryDir {agentId, path?}` (reader): one level; `path` absent, empty or `/` is the
@@ -82,7 +88,14 @@ pub async fn list_agent_memory_dir(
     };
     let root = memory.root.clone();
     let (path, entries, total_bytes) = blocking(move || store::list_dir(&root, path.as_ref())).await?;
-    Ok(ListAgentMemoryDirResponse { agent_id: memory.agent_id, entries, path, total_bytes, totals: None })
+    Ok(ListAgentMemoryDirResponse {
+        extra: Default::default(),
+        agent_id: memory.agent_id,
+        entries,
+        path,
+        total_bytes,
+        totals: None,
+    })
 }
 
 /// `ReadAgentMemoryFile {agentId, path}` (reader): clean UTF-8 as text, anything else as bytes.
@@ -95,7 +108,7 @@ pub async fn read_agent_memory_file(
     let path = MemoryPath::parse(&action.path)?;
     let root = memory.root.clone();
     let file = blocking(move || store::read(&root, &path)).await?;
-    Ok(ReadAgentMemoryFileResponse { agent_id: memory.agent_id, file })
+    Ok(ReadAgentMemoryFileResponse { extra: Default::default(), agent_id: memory.agent_id, file })
 }
 
 /// `WriteAgentMemoryFile {agentId, path, content}` (writer): the whole file, string as UTF-8 or
@@ -114,7 +127,7 @@ pub async fn write_agent_memory_file(
     let root = memory.root.clone();
     let entry = blocking(move || store::write(&root, &path, &content)).await?;
     changed(app, &memory);
-    Ok(WriteAgentMemoryFileResponse { agent_id: memory.agent_id, entry })
+    Ok(WriteAgentMemoryFileResponse { extra: Default::default(), agent_id: memory.agent_id, entry })
 }
 
 /// `DeleteAgentMemoryFile {agentId, path}` (writer): a file, or a directory recursively;
@@ -131,7 +144,12 @@ pub async fn delete_agent_memory_file(
     if deleted {
         changed(app, &memory);
     }
-    Ok(DeleteAgentMemoryFileResponse { agent_id: memory.agent_id, deleted, path: path.as_str().to_owned() })
+    Ok(DeleteAgentMemoryFileResponse {
+        extra: Default::default(),
+        agent_id: memory.agent_id,
+        deleted,
+        path: path.as_str().to_owned(),
+    })
 }
 
 /// `UploadAgentMemoryFileToIpfs {agentId, path}` (writer): see [`ipfs`].
@@ -145,6 +163,7 @@ pub async fn upload_agent_memory_file_to_ipfs(
     let client = crate::hm::HmClient::new(&app.http, &app.config.hm_server_url);
     let published = ipfs::publish(&client, memory.root.clone(), path.clone()).await?;
     Ok(UploadAgentMemoryFileToIpfsResponse {
+        extra: Default::default(),
         agent_id: memory.agent_id,
         url: format!("ipfs://{}", published.cid),
         cid: published.cid,
@@ -169,6 +188,7 @@ pub async fn download_agent_memory_file(
     let done = download::download(memory.root.clone(), &action.url, action.path.as_deref(), options).await?;
     changed(app, &memory);
     Ok(DownloadAgentMemoryFileResponse {
+        extra: Default::default(),
         agent_id: memory.agent_id,
         content_type: done.content_type,
         entry: done.entry,

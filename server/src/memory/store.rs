@@ -93,6 +93,7 @@ pub fn read(root: &Path, path: &MemoryPath) -> ApiResult<AgentMemoryFile> {
         None => (AgentMemoryFileEncoding::Binary, None, Some(Bytes(bytes))),
     };
     Ok(AgentMemoryFile {
+        extra: Default::default(),
         content,
         data,
         encoding,
@@ -250,6 +251,7 @@ fn sort(entries: &mut [AgentMemoryEntry]) {
 
 fn file_entry(rel: String, meta: &std::fs::Metadata) -> AgentMemoryEntry {
     AgentMemoryEntry {
+        extra: Default::default(),
         entry_count: None,
         mime_type: mime::infer(&rel),
         path: rel,
@@ -261,6 +263,7 @@ fn file_entry(rel: String, meta: &std::fs::Metadata) -> AgentMemoryEntry {
 
 fn dir_entry(rel: String, meta: &std::fs::Metadata, entry_count: Option<i64>) -> AgentMemoryEntry {
     AgentMemoryEntry {
+        extra: Default::default(),
         entry_count,
         mime_type: None,
         path: rel,

@@ -57,7 +57,7 @@ pub async fn set_model_provider(
         })
         .await?;
     app.bus.account_change(&caller.account_id, ChangeReason::ModelProviderChanged, None, None);
-    Ok(SetModelProviderResponse { provider })
+    Ok(SetModelProviderResponse { extra: Default::default(), provider })
 }
 
 /// `ListModelProviders {agentId?}`: the caller's providers, or with `agentId` those of the agent's
@@ -84,7 +84,7 @@ pub async fn list_model_providers(
                 .collect::<ApiResult<Vec<_>>>()
         })
         .await?;
-    Ok(ListModelProvidersResponse { providers })
+    Ok(ListModelProvidersResponse { extra: Default::default(), providers })
 }
 
 /// `DeleteModelProvider {name}`: deletes the caller's provider `name` and, in the same
@@ -111,7 +111,7 @@ pub async fn delete_model_provider(
         })
         .await?;
     app.bus.account_change(&caller.account_id, ChangeReason::ModelProviderChanged, None, None);
-    Ok(DeleteModelProviderResponse { name })
+    Ok(DeleteModelProviderResponse { extra: Default::default(), name })
 }
 
 /// A stored provider record.
@@ -291,6 +291,7 @@ pub fn has_secrets(config: &ModelProviderConfig) -> bool {
 /// The redacted view of a provider record: never its config or secret names.
 pub fn redact(row: ProviderRow, auth: ProviderAuth) -> RedactedModelProvider {
     RedactedModelProvider {
+        extra: Default::default(),
         auth_mode: auth.mode,
         auth_status: auth.status,
         created_at: row.created_at,
@@ -329,6 +330,7 @@ mod tests {
 
     fn config(type_: &str, refs: &[(&str, &str)]) -> ModelProviderConfig {
         ModelProviderConfig {
+            extra: Default::default(),
             auth_mode: None,
             base_url: None,
             model_defaults: None,

@@ -88,7 +88,7 @@ pub async fn list_provider_models(
             fetch_models(&app.http, provider_type.model_list_style(), &base_url, key, MODEL_LIST_TIMEOUT).await?
         }
     };
-    Ok(ListProviderModelsResponse { models })
+    Ok(ListProviderModelsResponse { extra: Default::default(), models })
 }
 
 /// What the database says about the provider to list.
@@ -178,7 +178,10 @@ fn api_key_text(provider_type: ProviderType, key: &[u8]) -> ApiResult<&str> {
 
 /// The fixed list of [`SUBSCRIPTION_MODELS`].
 pub fn subscription_models() -> Vec<ProviderModelInfo> {
-    SUBSCRIPTION_MODELS.iter().map(|(id, name)| ProviderModelInfo { id: (*id).into(), name: (*name).into() }).collect()
+    SUBSCRIPTION_MODELS
+        .iter()
+        .map(|(id, name)| ProviderModelInfo { extra: Default::default(), id: (*id).into(), name: (*name).into() })
+        .collect()
 }
 
 /// One model-list request: where to send it and its headers (sensitive ones marked so).
@@ -276,7 +279,7 @@ fn parse_entry(style: ModelListStyle, entry: &serde_json::Map<String, Value>) ->
         }
     };
     let name = name.map_or_else(|| id.clone(), str::to_owned);
-    Some(ProviderModelInfo { id, name })
+    Some(ProviderModelInfo { extra: Default::default(), id, name })
 }
 
 /// Performs the model-list request of `style` against `base_url` with `http`, within `timeout`,
@@ -323,7 +326,9 @@ mod tests {
     }
 
     fn models(list: &[(&str, &str)]) -> Vec<ProviderModelInfo> {
-        list.iter().map(|(id, name)| ProviderModelInfo { id: (*id).into(), name: (*name).into() }).collect()
+        list.iter()
+            .map(|(id, name)| ProviderModelInfo { extra: Default::default(), id: (*id).into(), name: (*name).into() })
+            .collect()
     }
 
     #[test]
@@ -439,7 +444,13 @@ mod tests {
     fn subscription_list_is_fixed() {
         let list = subscription_models();
         assert_eq!(list.len(), 5);
-        assert_eq!(list[0], ProviderModelInfo { id: "gpt-5.6-sol".into(), name: "GPT-5.6 Sol".into() });
-        assert_eq!(list[4], ProviderModelInfo { id: "gpt-5.4".into(), name: "GPT-5.4".into() });
+        assert_eq!(
+            list[0],
+            ProviderModelInfo { extra: Default::default(), id: "gpt-5.6-sol".into(), name: "GPT-5.6 Sol".into() }
+        );
+        assert_eq!(
+            list[4],
+            ProviderModelInfo { extra: Default::default(), id: "gpt-5.4".into(), name: "GPT-5.4".into() }
+        );
     }
 }

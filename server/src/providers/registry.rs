@@ -289,6 +289,7 @@ pub fn validate_provider(name: &str, config: &ModelProviderConfig) -> ApiResult<
     };
 
     Ok(ModelProviderConfig {
+        extra: Default::default(),
         auth_mode: config.auth_mode,
         base_url,
         model_defaults: config.model_defaults.clone(),
@@ -546,6 +547,7 @@ mod tests {
 
     fn config(type_: &str) -> ModelProviderConfig {
         ModelProviderConfig {
+            extra: Default::default(),
             auth_mode: None,
             base_url: None,
             model_defaults: None,

@@ -32,7 +32,7 @@ pub async fn get_run(app: &App, caller: &Caller, action: GetRun) -> ApiResult<Ge
         .read(move |conn| {
             access::require_run(conn, &action.run_id, &account, Need::Read)?;
             let run = info::load(conn, &action.run_id)?.ok_or_else(|| ApiError::not_found("Run not found"))?;
-            Ok(GetRunResponse { run })
+            Ok(GetRunResponse { extra: Default::default(), run })
         })
         .await
 }
@@ -68,7 +68,7 @@ pub async fn list_runs(app: &App, caller: &Caller, action: ListRuns) -> ApiResul
             };
             checked.require(conn, &account)?;
             if selector != checked && !selector.visible(conn, &account)? {
-                return Ok(ListRunsResponse { runs: Vec::new() });
+                return Ok(ListRunsResponse { extra: Default::default(), runs: Vec::new() });
             }
             let mut runs = match selector {
                 Selector::Root(root) => info::select(conn, "r.root_run_id = ?1", "r.created_at, r.id", -1, &[root])?,
@@ -87,7 +87,7 @@ pub async fn list_runs(app: &App, caller: &Caller, action: ListRuns) -> ApiResul
                 runs.retain(|run| run.status == status);
             }
             runs.truncate(limit as usize);
-            Ok(ListRunsResponse { runs })
+            Ok(ListRunsResponse { extra: Default::default(), runs })
         })
         .await
 }
@@ -135,7 +135,7 @@ pub async fn cancel_run(app: &App, caller: &Caller, action: CancelRun) -> ApiRes
         })
         .await?;
     let canceled = app.runs.after_cancel(app, canceled, changes, None);
-    Ok(CancelRunResponse { canceled, run_id: action.run_id })
+    Ok(CancelRunResponse { extra: Default::default(), canceled, run_id: action.run_id })
 }
 
 /// `SignalRun {runId, signal, payload?}` (writer). A run parked on a budget pause resumes (any
@@ -159,7 +159,7 @@ pub async fn signal_run(app: &App, caller: &Caller, action: SignalRun) -> ApiRes
     if resumed {
         app.runs.notify();
     }
-    Ok(SignalRunResponse { delivered: resumed, run_id: action.run_id })
+    Ok(SignalRunResponse { extra: Default::default(), delivered: resumed, run_id: action.run_id })
 }
 
 /// `GetRunJournal {runId, afterSeq?}` (reader): workflow journal entries after `afterSeq`
@@ -169,5 +169,5 @@ pub async fn get_run_journal(app: &App, caller: &Caller, action: GetRunJournal) 
     let account = caller.account_id.clone();
     let run_id = action.run_id.clone();
     app.db.read(move |conn| access::require_run(conn, &run_id, &account, Need::Read)).await?;
-    Ok(GetRunJournalResponse { entries: Vec::new(), run_id: action.run_id })
+    Ok(GetRunJournalResponse { extra: Default::default(), entries: Vec::new(), run_id: action.run_id })
 }

@@ -288,6 +288,7 @@ fn append_error(
         return Ok(());
     };
     let payload = SessionEventPayload::ErrorEvent(ErrorEvent {
+        extra: Default::default(),
         actor: None,
         message: message.to_owned(),
         type_: ErrorEventType::Error,
@@ -314,7 +315,15 @@ pub struct Usage {
 }
 
 fn zero_usage() -> RunUsageInfo {
-    RunUsageInfo { cache_read: 0, cache_write: 0, children: None, input: 0, output: 0, total: 0 }
+    RunUsageInfo {
+        extra: Default::default(),
+        cache_read: 0,
+        cache_write: 0,
+        children: None,
+        input: 0,
+        output: 0,
+        total: 0,
+    }
 }
 
 fn usage_of(conn: &Connection, run_id: &str) -> ApiResult<Option<RunUsageInfo>> {
@@ -351,6 +360,7 @@ fn roll_up_usage(conn: &Connection, child: &str, parent: &str) -> ApiResult<()> 
     let child = usage_of(conn, child)?;
     let mut usage = usage_of(conn, parent)?.unwrap_or_else(zero_usage);
     let children = usage.children.get_or_insert(RunUsageInfoChildren {
+        extra: Default::default(),
         cache_read: 0,
         cache_write: 0,
         input: 0,

@@ -35,6 +35,7 @@ fn cbor<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<Op
 /// A run row selected with [`RUN_COLUMNS`].
 fn info_from_row(row: &Row<'_>) -> rusqlite::Result<RunInfo> {
     Ok(RunInfo {
+        extra: Default::default(),
         id: row.get(0)?,
         account: row.get(1)?,
         root_run_id: row.get(2)?,

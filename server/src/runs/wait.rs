@@ -58,8 +58,14 @@ impl Wait {
 
     /// The public view of the wait (`RunInfo.wait`).
     pub fn to_info(&self) -> RunWaitInfo {
-        let info =
-            |reason| RunWaitInfo { answer_with: None, label: None, pending_children: None, reason, wake_at: None };
+        let info = |reason| RunWaitInfo {
+            extra: Default::default(),
+            answer_with: None,
+            label: None,
+            pending_children: None,
+            reason,
+            wake_at: None,
+        };
         match self {
             Wait::Children { tool_call_ids } => {
                 RunWaitInfo { pending_children: Some(tool_call_ids.len() as i64), ..info(RunWaitInfoReason::Children) }

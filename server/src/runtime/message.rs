@@ -163,6 +163,7 @@ pub async fn message_session(
     )?;
     let session_id = action.session_id.clone();
     let answer = |assistant_event_id: String| MessageSessionResponse {
+        extra: Default::default(),
         assistant_event_id,
         continued_to_session_id: None,
         session_id: session_id.clone(),
@@ -197,6 +198,7 @@ pub async fn message_session(
             let mut appended = Vec::new();
             for (index, part) in parts.iter().enumerate() {
                 let payload = SessionEventPayload::MessageEvent(MessageEvent {
+                    extra: Default::default(),
                     actor: None,
                     attachments: (index == 0 && !attachments.is_empty()).then(|| attachments.clone()),
                     blocks: part.blocks.clone(),
@@ -295,6 +297,7 @@ mod tests {
 
     fn text(text: &str) -> MessageSessionContentPart {
         MessageSessionContentPart::TextContentPart(TextContentPart {
+            extra: Default::default(),
             blocks: None,
             client_message_id: None,
             text: text.into(),
@@ -310,12 +313,17 @@ mod tests {
         assert_eq!(message(vec![]).unwrap_err(), "Message content is required");
         assert_eq!(message(vec![text("  ")]).unwrap_err(), "Message content is required");
         let context = |lines: usize, len: usize| {
-            MessageSessionContentPart::ContextContentPart(ContextContentPart { lines: vec!["x".repeat(len); lines] })
+            MessageSessionContentPart::ContextContentPart(ContextContentPart {
+                extra: Default::default(),
+                lines: vec!["x".repeat(len); lines],
+            })
         };
         assert_eq!(message(vec![context(1, 1)]).unwrap_err(), "Message content is required");
         assert_eq!(message(vec![context(65, 1), text("a")]).unwrap_err(), "Too many context lines");
         assert_eq!(message(vec![context(1, 2049), text("a")]).unwrap_err(), "Context line is too large");
-        let attachment = |id: String| MessageSessionContentPart::AttachmentContentPart(AttachmentContentPart { id });
+        let attachment = |id: String| {
+            MessageSessionContentPart::AttachmentContentPart(AttachmentContentPart { extra: Default::default(), id })
+        };
         assert_eq!(message(vec![attachment("x".into()), text("a")]).unwrap_err(), "Invalid attachment id");
         let many: Vec<_> = (0..17).map(|n| attachment(format!("{n:064x}"))).chain([text("a")]).collect();
         assert_eq!(message(many).unwrap_err(), "A message can reference at most 16 attachments");
@@ -329,9 +337,18 @@ mod tests {
         let id = "a".repeat(64);
         let parts = message(vec![
             text(" first "),
-            MessageSessionContentPart::ContextContentPart(ContextContentPart { lines: vec!["line".into()] }),
-            MessageSessionContentPart::AttachmentContentPart(AttachmentContentPart { id: id.clone() }),
-            MessageSessionContentPart::AttachmentContentPart(AttachmentContentPart { id: id.clone() }),
+            MessageSessionContentPart::ContextContentPart(ContextContentPart {
+                extra: Default::default(),
+                lines: vec!["line".into()],
+            }),
+            MessageSessionContentPart::AttachmentContentPart(AttachmentContentPart {
+                extra: Default::default(),
+                id: id.clone(),
+            }),
+            MessageSessionContentPart::AttachmentContentPart(AttachmentContentPart {
+                extra: Default::default(),
+                id: id.clone(),
+            }),
             text("second"),
         ])
         .unwrap();

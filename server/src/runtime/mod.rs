@@ -268,6 +268,7 @@ impl Turn {
                 let mut appended = Vec::new();
                 for (id, name) in dangling_calls(conn, &session_id)? {
                     let result = SessionEventPayload::ToolResultEvent(ToolResultEvent {
+                        extra: Default::default(),
                         actor: None,
                         error: Some(INTERRUPTED.to_owned()),
                         meta: None,
@@ -288,6 +289,7 @@ impl Turn {
     /// Appends a user message from the system (continuations, notices).
     async fn append_system(&self, text: String) -> ApiResult<String> {
         let payload = SessionEventPayload::MessageEvent(MessageEvent {
+            extra: Default::default(),
             actor: Some(SessionActor::System),
             attachments: None,
             blocks: None,

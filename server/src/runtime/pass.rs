@@ -65,12 +65,20 @@ impl Partial {
 }
 
 fn activity(phase: AgentRunActivityPhase) -> AgentRunActivity {
-    AgentRunActivity { detail: None, output_tail: None, phase, tool_call_id: None, tool_name: None }
+    AgentRunActivity {
+        extra: Default::default(),
+        detail: None,
+        output_tail: None,
+        phase,
+        tool_call_id: None,
+        tool_name: None,
+    }
 }
 
 fn usage_info(usage: &Usage) -> AgentRunUsage {
     let count = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
     AgentRunUsage {
+        extra: Default::default(),
         cache_read: count(usage.cache_read),
         cache_write: count(usage.cache_write),
         input: count(usage.input),
@@ -179,6 +187,7 @@ impl Turn {
         self.partial(partial, PartialPatch { done: Some(true), ..Default::default() });
         self.append_with_usage(
             SessionEventPayload::MessageEvent(MessageEvent {
+                extra: Default::default(),
                 actor: None,
                 attachments: None,
                 blocks: None,
@@ -303,6 +312,7 @@ async fn pass(turn: &Turn) -> ApiResult<Ended> {
         if !text.trim().is_empty() {
             let step_ms = step_started.elapsed().as_millis() as i64;
             let turn_meta = SessionEventMetaTurn {
+                extra: Default::default(),
                 index: Some(i64::from(step_index)),
                 ttft_ms: first_token.map(|at| at.duration_since(step_started).as_millis() as i64),
                 turn_ms: Some(step_ms),
@@ -368,6 +378,7 @@ async fn run_tools(
         }
         let input = wire::to_ipld(&call.arguments).map(Value).map_err(ApiError::internal)?;
         turn.append(SessionEventPayload::ToolCallEvent(ToolCallEvent {
+            extra: Default::default(),
             actor: None,
             id: call.id.clone(),
             input,
@@ -386,6 +397,7 @@ async fn run_tools(
                 turn.activity(
                     partial,
                     AgentRunActivity {
+                        extra: Default::default(),
                         detail: detail(&call.arguments),
                         output_tail: None,
                         phase: AgentRunActivityPhase::Tool,
@@ -412,6 +424,7 @@ async fn run_tools(
             let output =
                 output.map(|output| wire::to_ipld(&output).map(Value)).transpose().map_err(ApiError::internal)?;
             turn.append(SessionEventPayload::ToolResultEvent(ToolResultEvent {
+                extra: Default::default(),
                 actor: None,
                 error,
                 meta: Some(SessionEventMeta { duration_ms: Some(duration), ..Default::default() }),

@@ -87,6 +87,7 @@ pub async fn apply(turn: &Turn, arguments: &Json) -> ApiResult<Json> {
                 .iter()
                 .filter_map(|step| {
                     Some(RunPlanStep {
+                        extra: Default::default(),
                         id: step["id"].as_str()?.to_owned(),
                         label: step["label"].as_str()?.to_owned(),
                         resolved_by: None,
@@ -103,7 +104,8 @@ pub async fn apply(turn: &Turn, arguments: &Json) -> ApiResult<Json> {
         .db
         .write(move |conn| {
             let previous = load(conn, &session_id)?;
-            let mut plan = RunPlan { owner_run_id: Some(run_id), settled_at: None, steps, title };
+            let mut plan =
+                RunPlan { extra: Default::default(), owner_run_id: Some(run_id), settled_at: None, steps, title };
             let all_settled = !plan.steps.is_empty() && plan.steps.iter().all(settled);
             if let Some(previous) = &previous {
                 let same_steps = previous.steps.iter().map(|s| &s.id).eq(plan.steps.iter().map(|s| &s.id));
@@ -215,7 +217,7 @@ mod tests {
     use crate::db::migrated_in_memory;
 
     fn step(id: &str, status: RunPlanStepStatus) -> RunPlanStep {
-        RunPlanStep { id: id.into(), label: format!("step {id}"), resolved_by: None, status }
+        RunPlanStep { extra: Default::default(), id: id.into(), label: format!("step {id}"), resolved_by: None, status }
     }
 
     fn db() -> Connection {
@@ -237,6 +239,7 @@ mod tests {
     fn a_plan_settled_under_an_earlier_run_is_retired_onto_that_run() {
         let conn = db();
         let plan = RunPlan {
+            extra: Default::default(),
             owner_run_id: Some("r1".into()),
             settled_at: Some(5),
             steps: vec![step("1", RunPlanStepStatus::Done), step("2", RunPlanStepStatus::Skipped)],
@@ -255,6 +258,7 @@ mod tests {
     fn an_open_plan_stays_and_running_steps_close_with_the_run() {
         let conn = db();
         let plan = RunPlan {
+            extra: Default::default(),
             owner_run_id: Some("r1".into()),
             settled_at: None,
             steps: vec![step("1", RunPlanStepStatus::Running), step("2", RunPlanStepStatus::Pending)],

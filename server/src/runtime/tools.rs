@@ -334,6 +334,7 @@ mod tests {
         use seed_agents_protocol::generated::{ToolCallEvent, ToolCallEventType};
         let input = seed_agents_protocol::Value(seed_agents_protocol::wire::to_ipld(&input).unwrap());
         let call = ToolCallEvent {
+            extra: Default::default(),
             actor,
             id: "c".into(),
             input,
@@ -342,6 +343,7 @@ mod tests {
             type_: ToolCallEventType::ToolCall,
         };
         SessionEvent {
+            extra: Default::default(),
             created_at: 1,
             event: SessionEventPayload::ToolCallEvent(call),
             id: "e".into(),

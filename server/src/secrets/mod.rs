@@ -60,7 +60,7 @@ pub async fn set_secret(app: &App, caller: &Caller, action: SetSecret) -> ApiRes
             Ok((stored, name))
         })
         .await?;
-    Ok(SetSecretResponse { secret: redacted(stored, name, metadata) })
+    Ok(SetSecretResponse { extra: Default::default(), secret: redacted(stored, name, metadata) })
 }
 
 /// Validates a `SetSecret` request without touching the value's contents: returns the trimmed
@@ -122,7 +122,7 @@ fn upsert(
 /// The redacted view of a stored secret: never its value.
 fn redacted(stored: StoredRow, name: String, metadata: Option<Metadata>) -> RedactedSecret {
     let StoredRow { id, created_at, updated_at } = stored;
-    RedactedSecret { created_at, has_value: true, id, metadata, name, updated_at }
+    RedactedSecret { extra: Default::default(), created_at, has_value: true, id, metadata, name, updated_at }
 }
 
 /// Overwrites a plaintext buffer we are done with (best-effort: earlier copies, such as the
@@ -329,6 +329,7 @@ mod tests {
         assert_eq!(
             secret,
             RedactedSecret {
+                extra: Default::default(),
                 created_at: 5,
                 has_value: true,
                 id: "id-1".into(),

@@ -27,7 +27,7 @@ pub async fn stop_session(app: &App, caller: &Caller, action: StopSession) -> Ap
     let (account, session_id) = (caller.account_id.clone(), action.session_id.clone());
     app.db.read(move |conn| access::require_session(conn, &session_id, &account, Need::Chat)).await?;
     let stopped = app.runs.stop_session(app, &action.session_id).await?;
-    Ok(StopSessionResponse { session_id: action.session_id, stopped })
+    Ok(StopSessionResponse { extra: Default::default(), session_id: action.session_id, stopped })
 }
 
 /// `RetrySession {sessionId}` (chatter): 409 [`ALREADY_STREAMING`] while a turn holds the session,
@@ -85,7 +85,7 @@ pub async fn retry_session(app: &Arc<App>, caller: &Caller, action: RetrySession
         InlineOutcome::Finished(Outcome::Failed(failure)) => return Err(failure.to_api_error()),
         InlineOutcome::Finished(Outcome::Parked(_)) | InlineOutcome::Requeued => String::new(),
     };
-    Ok(RetrySessionResponse { assistant_event_id, session_id: action.session_id })
+    Ok(RetrySessionResponse { extra: Default::default(), assistant_event_id, session_id: action.session_id })
 }
 
 /// `output.assistantEventId` when the output is a map holding a string there, else ''.

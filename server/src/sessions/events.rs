@@ -28,7 +28,15 @@ pub fn append(conn: &Connection, session_id: &str, payload: SessionEventPayload,
         "INSERT INTO session_events (id, session_id, seq, event_cbor, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
     .execute(params![id, session_id, seq, bytes, now])?;
-    Ok(SessionEvent { created_at: now, event: payload, id, seq, session_id: session_id.to_owned(), truncated: None })
+    Ok(SessionEvent {
+        extra: Default::default(),
+        created_at: now,
+        event: payload,
+        id,
+        seq,
+        session_id: session_id.to_owned(),
+        truncated: None,
+    })
 }
 
 /// Events of `session_id` with `after < seq < before`, oldest first; at most `limit` of them
@@ -78,7 +86,15 @@ fn raw_event(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawEvent> {
 
 fn decode(session_id: &str, (id, seq, bytes, created_at): RawEvent) -> ApiResult<SessionEvent> {
     let event = wire::from_slice(&bytes).map_err(ApiError::internal)?;
-    Ok(SessionEvent { created_at, event, id, seq, session_id: session_id.to_owned(), truncated: None })
+    Ok(SessionEvent {
+        extra: Default::default(),
+        created_at,
+        event,
+        id,
+        seq,
+        session_id: session_id.to_owned(),
+        truncated: None,
+    })
 }
 
 /// After the commit that appended `events` to a session of `agent_id` (stored under `owner_id`):

@@ -60,6 +60,7 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
         None => None,
     };
     Ok(SessionInfo {
+        extra: Default::default(),
         account: row.get(1)?,
         activity: None,
         agent_id: row.get(2)?,
@@ -141,7 +142,12 @@ fn check_model_override(
         .optional()?
         .ok_or_else(|| ApiError::invalid("Model provider not found"))?;
     registry::check_override_reasoning_level(&provider_type, &model, model_override.reasoning_level)?;
-    Ok(SessionModelOverride { provider, model, reasoning_level: model_override.reasoning_level })
+    Ok(SessionModelOverride {
+        extra: Default::default(),
+        provider,
+        model,
+        reasoning_level: model_override.reasoning_level,
+    })
 }
 
 #[derive(Serialize)]
@@ -198,7 +204,7 @@ pub async fn create_session(app: &App, caller: &Caller, action: CreateSession) -
                     action.thoroughness.map(|value| value.to_string()),
                     now
                 ])?;
-                Ok(CreateSessionResponse { session_id: id })
+                Ok(CreateSessionResponse { extra: Default::default(), session_id: id })
             })?;
             Ok((response, access.agent_id, access.owner_id, replayed))
         })
@@ -229,9 +235,11 @@ pub async fn list_sessions(app: &App, caller: &Caller, action: ListSessions) -> 
             let more = rows.len() as i64 > limit;
             rows.truncate(limit as usize);
             let next_cursor = match (more, rows.last()) {
-                (true, Some(last)) => {
-                    Some(SessionListCursor { updated_before: last.updated_at, id_before: last.id.clone() })
-                }
+                (true, Some(last)) => Some(SessionListCursor {
+                    extra: Default::default(),
+                    updated_before: last.updated_at,
+                    id_before: last.id.clone(),
+                }),
                 _ => None,
             };
             let referenced: BTreeSet<&str> = rows.iter().map(|session| session.agent_id.as_str()).collect();
@@ -246,7 +254,7 @@ pub async fn list_sessions(app: &App, caller: &Caller, action: ListSessions) -> 
             {
                 agents.push(agents::load_info(conn, &access.agent_id, access.role)?);
             }
-            Ok(ListSessionsResponse { agents, next_cursor, sessions: rows })
+            Ok(ListSessionsResponse { extra: Default::default(), agents, next_cursor, sessions: rows })
         })
         .await
 }
@@ -322,6 +330,7 @@ pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiR
             };
             let system_prompt_markdown = crate::runtime::prompt::system(conn, &inputs)?;
             Ok(GetSessionResponse {
+                extra: Default::default(),
                 context_window: None,
                 events,
                 has_more_before: has_more_before.filter(|_| limit.is_some() || action.before_seq.is_some()),
@@ -348,7 +357,7 @@ pub async fn get_session_event(
             let (after, before) = (action.seq.saturating_sub(1), action.seq.saturating_add(1));
             let event = events::after(conn, &action.session_id, after, before, Some(1))?.pop();
             let event = event.ok_or_else(|| ApiError::not_found("Session event not found"))?;
-            Ok(GetSessionEventResponse { event })
+            Ok(GetSessionEventResponse { extra: Default::default(), event })
         })
         .await
 }
@@ -400,7 +409,7 @@ pub async fn update_session(app: &App, caller: &Caller, action: UpdateSession) -
         .await?;
     app.bus.publish(Event::SessionChanged { session_id: session.id.clone(), agent_id: session.agent_id.clone() });
     app.bus.account_change(owner, ChangeReason::SessionUpdated, Some(&session.agent_id), Some(&session.id));
-    Ok(UpdateSessionResponse { session })
+    Ok(UpdateSessionResponse { extra: Default::default(), session })
 }
 
 /// `DeleteSession {sessionId}` (writer): cancels the session's live runs with their
@@ -416,7 +425,11 @@ pub async fn delete_session(app: &App, caller: &Caller, action: DeleteSession) -
             let canceled = crate::runs::cancel::cancel_session(conn, &action.session_id, now, &is_live, &mut changes)?;
             // Events go by cascade; children are promoted and runs detached by ON DELETE SET NULL.
             conn.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute(params![action.session_id])?;
-            let response = DeleteSessionResponse { agent_id: access.agent_id, session_id: action.session_id };
+            let response = DeleteSessionResponse {
+                extra: Default::default(),
+                agent_id: access.agent_id,
+                session_id: action.session_id,
+            };
             Ok((response, access.owner_id, canceled, changes))
         })
         .await?;

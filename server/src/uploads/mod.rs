@@ -22,6 +22,7 @@ mod sweep;
 use std::path::PathBuf;
 
 use rusqlite::{Connection, OptionalExtension, params};
+use seed_agents_protocol::codes::UPLOAD_OFFSET_MISMATCH;
 use seed_agents_protocol::generated::{
     AbortFileUpload, AbortFileUploadResponse, AppendFileUploadChunk, AppendFileUploadChunkResponse, BeginFileUpload,
     BeginFileUploadResponse, CommitFileUpload, CommitFileUploadResponse, FileUploadTarget,
@@ -121,7 +122,7 @@ pub async fn begin_file_upload(
         .await?;
         return Err(error);
     }
-    Ok(BeginFileUploadResponse { max_chunk_bytes: MAX_CHUNK_BYTES, upload_id: id })
+    Ok(BeginFileUploadResponse { extra: Default::default(), max_chunk_bytes: MAX_CHUNK_BYTES, upload_id: id })
 }
 
 /// `AppendFileUploadChunk {uploadId, offset, content}`: chunks in order, each durable before the
@@ -157,7 +158,9 @@ pub async fn append_file_upload_chunk(
         return Err(ApiError::conflict(format!(
             "Chunk offset {} does not match {} bytes received",
             action.offset, upload.received
-        )));
+        ))
+        .with_code(UPLOAD_OFFSET_MISMATCH)
+        .with_received(upload.received));
     }
     let received = upload.received + chunk.len() as i64;
     if received > upload.size {
@@ -186,7 +189,7 @@ pub async fn append_file_upload_chunk(
         })
         .await?;
     drop(file);
-    Ok(AppendFileUploadChunkResponse { received, upload_id: upload_id.clone() })
+    Ok(AppendFileUploadChunkResponse { extra: Default::default(), received, upload_id: upload_id.clone() })
 }
 
 /// `CommitFileUpload {uploadId}`: moves the complete file to its target. Memory answers
@@ -227,7 +230,11 @@ pub async fn commit_file_upload(
                 let owner = upload.owner_id.clone();
                 app.bus.account_change(owner, ChangeReason::AgentMemoryChanged, Some(&agent_id), None);
             }
-            committed.map(|entry| CommitFileUploadResponse { attachment: None, entry: Some(entry) })
+            committed.map(|entry| CommitFileUploadResponse {
+                extra: Default::default(),
+                attachment: None,
+                entry: Some(entry),
+            })
         }
         FileUploadTarget::SessionAttachmentUploadTarget(target) => {
             let root = attachments::root(&app.config);
@@ -237,7 +244,11 @@ pub async fn commit_file_upload(
                 attachments::store_staged(&dir, &target.session_id, &name, target.mime_type.as_deref(), &staged, now)
             })
             .await
-            .map(|attachment| CommitFileUploadResponse { attachment: Some(attachment), entry: None })
+            .map(|attachment| CommitFileUploadResponse {
+                extra: Default::default(),
+                attachment: Some(attachment),
+                entry: None,
+            })
         }
     };
     if committed.as_ref().is_err_and(|error| error.kind().is_server_side()) {
@@ -268,7 +279,7 @@ pub async fn abort_file_upload(
         Ok(())
     })
     .await?;
-    Ok(AbortFileUploadResponse { upload_id: action.upload_id })
+    Ok(AbortFileUploadResponse { extra: Default::default(), upload_id: action.upload_id })
 }
 
 /// Locks the caller's upload and reads it, checking the caller still has access to its target:

@@ -87,11 +87,16 @@ impl Fixture {
 }
 
 fn memory(path: &str) -> FileUploadTarget {
-    FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget { agent_id: "agent".into(), path: path.into() })
+    FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget {
+        extra: Default::default(),
+        agent_id: "agent".into(),
+        path: path.into(),
+    })
 }
 
 fn attachment() -> FileUploadTarget {
     FileUploadTarget::SessionAttachmentUploadTarget(SessionAttachmentUploadTarget {
+        extra: Default::default(),
         mime_type: None,
         name: "upload.bin".into(),
         session_id: "session".into(),

@@ -120,6 +120,7 @@ pub async fn invoke_session_tool(
     let verb = action.verb.to_string();
     let tool_call_id = format!("user-{}", uuid::Uuid::now_v7());
     let call_event = SessionEventPayload::ToolCallEvent(ToolCallEvent {
+        extra: Default::default(),
         actor: Some(SessionActor::User),
         id: tool_call_id.clone(),
         input: action.input,
@@ -128,6 +129,7 @@ pub async fn invoke_session_tool(
         type_: ToolCallEventType::ToolCall,
     });
     let result_event = SessionEventPayload::ToolResultEvent(ToolResultEvent {
+        extra: Default::default(),
         actor: Some(SessionActor::User),
         error: error.clone(),
         meta: None,
@@ -157,7 +159,13 @@ pub async fn invoke_session_tool(
         .await?;
     let result_event_id = appended.last().map(|event| event.id.clone()).unwrap_or_default();
     events::announce(app, &owner_id, &agent_id, appended);
-    Ok(InvokeSessionToolResponse { error, output, result_event_id, session_id: action.session_id })
+    Ok(InvokeSessionToolResponse {
+        extra: Default::default(),
+        error,
+        output,
+        result_event_id,
+        session_id: action.session_id,
+    })
 }
 
 /// Checks writer access and that no agent turn holds the session (before the verb runs, so a

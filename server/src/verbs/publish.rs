@@ -448,6 +448,7 @@ mod tests {
     fn the_publish_grant_follows_the_tool_list() {
         use seed_agents_protocol::generated::{AgentDefinition, AgentDefinitionSystemPrompt};
         let mut definition = AgentDefinition {
+            extra: Default::default(),
             enabled_models: None,
             mcp_servers: None,
             metadata: None,

@@ -55,6 +55,7 @@ pub fn encode(frame: &AgentWsEvent, protocol: u32) -> Utf8Bytes {
 /// the socket stays open.
 pub fn error(error: &ApiError, key: Option<&str>, protocol: u32) -> Utf8Bytes {
     let frame = AgentWsEvent::ErrorFrame(ErrorFrame {
+        extra: Default::default(),
         code: error.code().map(str::to_owned),
         key: key.map(str::to_owned),
         message: error.message().to_owned(),

@@ -85,10 +85,13 @@ struct Hub {
 /// machine, back to back). A `change` frame may now follow appends sent after the change; its
 /// value is never older than the change it announces (read after the change committed, and
 /// [`session_snapshots`] reads one batch at a time).
+/// An owed session change: the session's agent and who shares its account-wide events.
+type Owed = (String, Option<Arc<Audience>>);
+
 #[derive(Default)]
 struct SessionChanges {
     /// Session id → its agent and who shares the agent's account-wide events.
-    pending: std::sync::Mutex<HashMap<String, (String, Option<Arc<Audience>>)>>,
+    pending: std::sync::Mutex<HashMap<String, Owed>>,
     wake: tokio::sync::Notify,
 }
 
@@ -100,7 +103,7 @@ async fn session_snapshots(app: Arc<App>, changes: Arc<SessionChanges>, mut shut
             _ = changes.wake.notified() => {}
             _ = shutdown.changed() => return,
         }
-        let batch: Vec<(String, (String, Option<Arc<Audience>>))> = match changes.pending.lock() {
+        let batch: Vec<(String, Owed)> = match changes.pending.lock() {
             Ok(mut pending) => pending.drain().collect(),
             Err(poisoned) => poisoned.into_inner().drain().collect(),
         };
@@ -141,8 +144,11 @@ async fn session_snapshots(app: Arc<App>, changes: Arc<SessionChanges>, mut shut
                     continue;
                 }
             };
-            let mut outgoing =
-                Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame { key: key.clone(), value: value.into() }));
+            let mut outgoing = Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame {
+                extra: Default::default(),
+                key: key.clone(),
+                value: value.into(),
+            }));
             let registry = app.live.registry();
             let mut targets = Targets::default();
             targets.key(&registry, &key);
@@ -192,7 +198,11 @@ impl Outgoing {
                         info.access_role = role.map(Role::wire);
                         match wire::to_ipld(&info) {
                             Ok(value) => frames::encode(
-                                &AgentWsEvent::ChangeFrame(ChangeFrame { key: key.clone(), value: value.into() }),
+                                &AgentWsEvent::ChangeFrame(ChangeFrame {
+                                    extra: Default::default(),
+                                    key: key.clone(),
+                                    value: value.into(),
+                                }),
                                 protocol,
                             ),
                             Err(error) => frames::error(&ApiError::internal(error), None, protocol),
@@ -269,6 +279,7 @@ impl Hub {
         let key = format!("sessions/{}", event.session_id);
         let audience = self.audience(agent).await?;
         let mut outgoing = Outgoing::new(AgentWsEvent::AppendFrame(AppendFrame {
+            extra: Default::default(),
             created_at: None,
             entry: None,
             event: Some((**event).clone()),
@@ -295,6 +306,7 @@ impl Hub {
             return;
         }
         let mut outgoing = Outgoing::new(AgentWsEvent::AppendPartialFrame(AppendPartialFrame {
+            extra: Default::default(),
             key,
             partial_id: partial_id.to_owned(),
             patch: patch.clone(),
@@ -333,8 +345,11 @@ impl Hub {
             return Ok(());
         }
         let value = wire::to_ipld(run).map_err(ApiError::internal)?;
-        let mut outgoing =
-            Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame { key: key.clone(), value: value.into() }));
+        let mut outgoing = Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame {
+            extra: Default::default(),
+            key: key.clone(),
+            value: value.into(),
+        }));
         let registry = self.registry();
         let mut targets = Targets::default();
         targets.key(&registry, &key);
@@ -413,14 +428,18 @@ impl Hub {
         for receiver in receivers {
             let key = format!("account/{receiver}");
             let hint = AccountChangeHint {
+                extra: Default::default(),
                 agent_id: agent.map(str::to_owned),
                 reason: reason.as_str().to_owned(),
                 references: None,
                 session_id: session.map(str::to_owned),
             };
             let Ok(value) = wire::to_ipld(&hint) else { continue };
-            let mut outgoing =
-                Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame { key: key.clone(), value: value.into() }));
+            let mut outgoing = Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame {
+                extra: Default::default(),
+                key: key.clone(),
+                value: value.into(),
+            }));
             let mut targets = Targets::default();
             targets.key(&registry, &key);
             if let Some(agent) = agent {

@@ -100,7 +100,10 @@ type Ending = Option<(u16, &'static str)>;
 
 impl Socket<'_> {
     async fn serve(&mut self) -> Ending {
-        let connected = AgentWsEvent::ConnectedFrame(ConnectedFrame { connected_at: self.app.clock.now_ms() });
+        let connected = AgentWsEvent::ConnectedFrame(ConnectedFrame {
+            extra: Default::default(),
+            connected_at: self.app.clock.now_ms(),
+        });
         if self.send(frames::encode(&connected, AGENTS_PROTOCOL_VERSION)).await.is_err() {
             return None;
         }
@@ -212,8 +215,11 @@ impl Socket<'_> {
     async fn replay(&mut self, accepted: Accepted, replay: Replay) -> Result<(), Failure> {
         let protocol = accepted.caller.protocol;
         let key = accepted.key;
-        let subscribed =
-            AgentWsEvent::SubscribedFrame(SubscribedFrame { account_id: accepted.caller.account_id, key: key.clone() });
+        let subscribed = AgentWsEvent::SubscribedFrame(SubscribedFrame {
+            extra: Default::default(),
+            account_id: accepted.caller.account_id,
+            key: key.clone(),
+        });
         self.send(frames::encode(&subscribed, protocol)).await.map_err(|()| Failure::Close(None))?;
         match replay {
             Replay::Nothing => Ok(()),
@@ -244,7 +250,11 @@ impl Socket<'_> {
 
     async fn send_change<T: serde::Serialize>(&mut self, key: &str, value: &T, protocol: u32) -> Result<(), Failure> {
         let value = wire::to_ipld(value).map_err(ApiError::internal)?;
-        let frame = AgentWsEvent::ChangeFrame(ChangeFrame { key: key.to_owned(), value: value.into() });
+        let frame = AgentWsEvent::ChangeFrame(ChangeFrame {
+            extra: Default::default(),
+            key: key.to_owned(),
+            value: value.into(),
+        });
         self.send(frames::encode(&frame, protocol)).await.map_err(|()| Failure::Close(None))
     }
 
@@ -257,6 +267,7 @@ impl Socket<'_> {
     ) -> Result<(), Failure> {
         let seq = event.seq;
         let frame = AgentWsEvent::AppendFrame(AppendFrame {
+            extra: Default::default(),
             created_at: None,
             entry: None,
             event: Some(event),

@@ -9,6 +9,7 @@ use seed_agents_protocol::generated::{AgentDefinition, AgentDefinitionSystemProm
 /// calls the vendor).
 pub fn provider_config() -> ModelProviderConfig {
     ModelProviderConfig {
+        extra: Default::default(),
         auth_mode: None,
         base_url: None,
         model_defaults: None,
@@ -20,6 +21,7 @@ pub fn provider_config() -> ModelProviderConfig {
 /// An agent named `name` on the provider `main`.
 pub fn definition(name: &str) -> AgentDefinition {
     AgentDefinition {
+        extra: Default::default(),
         enabled_models: None,
         mcp_servers: None,
         metadata: None,
@@ -39,6 +41,7 @@ pub fn definition(name: &str) -> AgentDefinition {
 /// `common/provider.rs` in the tests and benchmarks that run turns.
 pub fn custom_provider_config(base_url: String) -> ModelProviderConfig {
     ModelProviderConfig {
+        extra: Default::default(),
         auth_mode: None,
         base_url: Some(base_url),
         model_defaults: None,

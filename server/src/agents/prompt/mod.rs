@@ -181,6 +181,7 @@ fn node_from_ipld(value: &Ipld, label: &str) -> ApiResult<proto::AgentPromptBloc
         .map(|(key, value)| (key.clone(), Value(value.clone())))
         .collect();
     Ok(proto::AgentPromptBlock {
+        extra: Default::default(),
         block: proto::AgentPromptBlockBlock { id: id.clone(), type_: type_.clone(), extra },
         children,
     })

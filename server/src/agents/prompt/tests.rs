@@ -33,7 +33,7 @@ fn paragraph(
         ("attributes".to_string(), Value(Ipld::Map(attributes))),
     ]);
     let block = proto::AgentPromptBlockBlock { id: id.to_string(), type_: "Paragraph".to_string(), extra };
-    proto::AgentPromptBlock { block, children: (!children.is_empty()).then_some(children) }
+    proto::AgentPromptBlock { extra: Default::default(), block, children: (!children.is_empty()).then_some(children) }
 }
 
 fn text_of(node: &proto::AgentPromptBlock) -> &str {
@@ -120,6 +120,7 @@ fn undecoded_values_get_upstream_messages() {
     let null_children = map(vec![("block", block()), ("children", Ipld::Null), ("extra", Ipld::Bool(true))]);
     let parsed = prompt_from_ipld(&Ipld::List(vec![null_children]), "System prompt");
     let expected = proto::AgentPromptBlock {
+        extra: Default::default(),
         block: proto::AgentPromptBlockBlock { id: "a".into(), type_: "Paragraph".into(), extra: BTreeMap::new() },
         children: None,
     };
@@ -323,6 +324,7 @@ fn hostile_inputs_stay_cheap() {
         children_of(&markdown_to_blocks(&dense)[0]).iter().map(|c| c.block.type_.clone()).collect();
     assert_eq!(kinds, vec!["TableColumn".to_string(); 200]);
     let child = |kind: &str, i: usize| proto::AgentPromptBlock {
+        extra: Default::default(),
         block: proto::AgentPromptBlockBlock {
             id: format!("{kind}{i}"),
             type_: kind.to_string(),
@@ -340,6 +342,7 @@ fn hostile_inputs_stay_cheap() {
 #[test]
 fn other_block_types_render_as_placeholders() {
     let block = |type_: &str, pairs: Vec<(&str, Ipld)>| proto::AgentPromptBlock {
+        extra: Default::default(),
         block: proto::AgentPromptBlockBlock {
             id: format!("{type_}-id"),
             type_: type_.to_string(),

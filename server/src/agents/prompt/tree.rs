@@ -248,6 +248,7 @@ impl Tree {
         }
         let children: Vec<_> = node.children.iter().map(|&child| self.to_proto(child)).collect();
         proto::AgentPromptBlock {
+            extra: Default::default(),
             block: proto::AgentPromptBlockBlock { id: node.id.clone(), type_: node.kind.to_string(), extra },
             children: (!children.is_empty()).then_some(children),
         }

@@ -9,11 +9,20 @@ use seed_agents_protocol::generated::{
 use super::*;
 
 fn event(seq: i64, payload: SessionEventPayload) -> SessionEvent {
-    SessionEvent { created_at: 0, event: payload, id: format!("e{seq}"), seq, session_id: "s".into(), truncated: None }
+    SessionEvent {
+        extra: Default::default(),
+        created_at: 0,
+        event: payload,
+        id: format!("e{seq}"),
+        seq,
+        session_id: "s".into(),
+        truncated: None,
+    }
 }
 
 fn message(role: MessageEventRole, content: &str, account: Option<&str>) -> SessionEventPayload {
     SessionEventPayload::MessageEvent(MessageEvent {
+        extra: Default::default(),
         actor: None,
         attachments: None,
         blocks: None,
@@ -36,6 +45,7 @@ fn object(fields: &[(&str, &str)]) -> Value {
 
 fn call(id: &str, name: &str, input: Value, actor: Option<SessionActor>) -> SessionEventPayload {
     SessionEventPayload::ToolCallEvent(ToolCallEvent {
+        extra: Default::default(),
         actor,
         id: id.into(),
         input,
@@ -53,6 +63,7 @@ fn result(
     actor: Option<SessionActor>,
 ) -> SessionEventPayload {
     SessionEventPayload::ToolResultEvent(ToolResultEvent {
+        extra: Default::default(),
         actor,
         error: error.map(str::to_owned),
         meta: None,
@@ -85,6 +96,7 @@ fn calls_and_results_pair_up_in_call_order_wherever_the_results_landed() {
         event(
             6,
             SessionEventPayload::ErrorEvent(ErrorEvent {
+                extra: Default::default(),
                 actor: None,
                 message: "x".into(),
                 type_: ErrorEventType::Error,
@@ -155,10 +167,12 @@ fn the_tail_names_queued_messages_and_the_plan() {
         event(2, message(MessageEventRole::User, "second", Some("bob"))),
     ];
     let plan = RunPlan {
+        extra: Default::default(),
         owner_run_id: None,
         settled_at: None,
         title: None,
         steps: vec![RunPlanStep {
+            extra: Default::default(),
             id: "a<".into(),
             label: "Look".into(),
             resolved_by: None,
