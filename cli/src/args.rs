@@ -152,7 +152,7 @@ pub enum Format {
 /// `subscribe`.
 #[derive(Debug, Args)]
 pub struct Subscribe {
-    /// The key: sessions/<id>, agents/<id>, runs/<root>, account/<account>.
+    /// The key: `sessions/<id>`, `agents/<id>`, `runs/<root>`, `account/<account>`.
     pub key: String,
     /// For sessions/ keys: replay only events after this seq.
     #[arg(long, value_name = "N")]

@@ -51,7 +51,7 @@ pub fn file(data: &[u8]) -> File {
     File { root, blocks }
 }
 
-/// Builds the same tree as [`file`] from leaves fed one at a time, holding only the pending links
+/// Builds the same tree as [`file()`] from leaves fed one at a time, holding only the pending links
 /// of each level (at most [`MAX_CHILDREN`] per level): a level that fills up gets its parent at
 /// once; [`Builder::finish`] closes the partial groups from the bottom up.
 #[derive(Debug, Default)]

@@ -114,7 +114,7 @@ impl Resolve for GuardedResolver {
     }
 }
 
-/// Follows up to [`MAX_REDIRECTS`] http(s) redirects, refusing IP-literal private targets when
+/// Follows up to `MAX_REDIRECTS` http(s) redirects, refusing IP-literal private targets when
 /// `guarded`.
 pub fn redirect_policy(guarded: bool) -> redirect::Policy {
     redirect::Policy::custom(move |attempt| {

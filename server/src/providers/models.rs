@@ -136,7 +136,7 @@ impl SealedKey {
         app.secrets.open(&self.account_id, &self.name, &self.sealed).map(Zeroizing::new).map_err(ApiError::internal)
     }
 
-    /// Decrypts the key as header-safe text ([`api_key_text`]'s rule), zeroed on drop.
+    /// Decrypts the key as header-safe text (`api_key_text`'s rule), zeroed on drop.
     pub fn open_text(self, app: &App, provider_type: ProviderType) -> ApiResult<Zeroizing<String>> {
         let key = self.open(app)?;
         Ok(Zeroizing::new(api_key_text(provider_type, &key)?.to_owned()))

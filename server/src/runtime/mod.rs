@@ -2,7 +2,7 @@
 //!
 //! [`AgentExecutor`] is the run engine's executor for agent runs. One execution:
 //!
-//! 1. **prepare** ([`Turn::prepare`]): the agent, its provider and key, the model; a problem
+//! 1. **prepare** (`Turn::prepare`): the agent, its provider and key, the model; a problem
 //!    here is a configuration error (not retried);
 //! 2. **repair**: an agent tool call with no result (the server died while it ran) gets an error
 //!    result saying so, so the log is whole again;

@@ -1,6 +1,6 @@
 //! Account secrets: `SetSecret`, and the helpers other features use to read them, with their SQL.
 //!
-//! A secret is a byte value sealed with the server's [`SecretKey`] (bound to its account and
+//! A secret is a byte value sealed with the server's `SecretKey` (bound to its account and
 //! name) plus optional plain metadata (canonical CBOR of a map). Rows are keyed by
 //! `(account_id, name)`; setting a name again replaces its value and metadata but keeps its id
 //! and creation time.
@@ -167,7 +167,7 @@ pub fn load_metadata(conn: &Connection, account_id: &str, name: &str) -> ApiResu
 }
 
 /// The sealed (still encrypted) value of secret `name` of `account_id`, for callers that open it
-/// with [`SecretKey::open`] outside the database thread; `None` when there is no such secret.
+/// with `SecretKey::open` outside the database thread; `None` when there is no such secret.
 pub fn load_sealed(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<Vec<u8>>> {
     Ok(conn
         .prepare_cached("SELECT ciphertext FROM secrets WHERE account_id = ?1 AND name = ?2")?

@@ -3,7 +3,7 @@
 //! A document is `{name, kind, summary, description, input, output?, source?, runtime?,
 //! binding?}`; its CID is CIDv1, codec dag-cbor, sha2-256 over its canonical DAG-CBOR encoding
 //! (absent fields omitted), written `bafyrei…`. Builtin documents are built from the
-//! [`registry`](super::registry); lambda documents from what a writer or the agent authored,
+//! [`registry`]; lambda documents from what a writer or the agent authored,
 //! after the checks upstream applies.
 
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! Agent tools (RUNTIME-NOTES §4.4–§4.6): the callables an agent reaches through `call`, their
 //! contracts as content-addressed tool documents, and the `*AgentTool*` actions.
 //!
-//! [`registry`] lists the callables and decides grants; [`document`] builds, checks and
+//! [`registry`] lists the callables and decides grants; [`document`](mod@document) builds, checks and
 //! content-addresses documents; [`store`] keeps them in `tool_documents`; [`schema`] is the JSON
 //! Schema subset contracts use; [`search`] and [`web_search`] run the two callables.
 //!

@@ -7,9 +7,9 @@
 //! events are appended in one write transaction after the verb ran, with gap-free per-session
 //! `seq`, and published only after that commit (DESIGN rule 5).
 //!
-//! [`address`] parses addresses; each noun has its file: [`memory`] (`~/memory/…`), [`agent`]
-//! (`~/self`), [`attachment`] (`attachment:<id>`), [`thread`] (`thread:<id>`), [`tools`]
-//! (`~/tools…` and the `call` verb), [`hypermedia`] (`hm://…`, `activity:`), [`web`] (`http(s)://…`).
+//! [`address`] parses addresses; each noun has its file: `memory` (`~/memory/…`), `agent`
+//! (`~/self`), `attachment` (`attachment:<id>`), `thread` (`thread:<id>`), `tools`
+//! (`~/tools…` and the `call` verb), `hypermedia` (`hm://…`, `activity:`), `web` (`http(s)://…`).
 
 pub mod address;
 mod agent;

@@ -18,7 +18,7 @@
 //! a role) and shared. A session or agent that no longer exists, or a membership change that
 //! leaves a subscriber without access, ends those subscriptions with an `error` frame (upstream
 //! keeps sending to them). Session `change` frames are read and sent by a second task
-//! ([`SessionChanges`]), so no frame waits on the database. If the hub falls behind the bus, every bound socket is closed so its
+//! (`SessionChanges`), so no frame waits on the database. If the hub falls behind the bus, every bound socket is closed so its
 //! client resumes from its cursor instead of silently missing events.
 
 use std::collections::{HashMap, HashSet};
