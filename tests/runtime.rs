@@ -6,14 +6,13 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{
-    AgentDefinition, CreateAgent, GetSession, MessageEventRole, MessageSession, MessageSessionContentPart,
-    ModelProviderConfig, SessionActor, SessionEvent, SessionEventPayload, SessionInfoStatus, SetModelProvider,
-    StopSession, TextContentPart,
+    AgentDefinition, CreateAgent, GetSession, MessageEventRole, ModelProviderConfig, SessionActor, SessionEvent,
+    SessionEventPayload, SessionInfoStatus, SetModelProvider, StopSession,
 };
 use seed_agents_sdk::subscription::Event as Live;
 
 use crate::support::provider::{Provider, Script};
-use crate::support::{TestServer, User, api_error, custom_provider_config, definition};
+use crate::support::{TestServer, User, api_error, custom_provider_config, definition, say};
 
 /// A server whose turns go to `provider`: a `custom` (chat completions) provider `main` at the
 /// scripted server, automatic titles off unless `titles` (they would take scripted answers).
@@ -39,19 +38,6 @@ async fn start(provider: &Provider, titles: bool, dir: tempfile::TempDir) -> Tes
         );
     })
     .await
-}
-
-fn say(session_id: &str, text: &str) -> MessageSession {
-    MessageSession {
-        client_message_id: None,
-        content: vec![MessageSessionContentPart::TextContentPart(TextContentPart {
-            extra: Default::default(),
-            blocks: None,
-            client_message_id: None,
-            text: text.into(),
-        })],
-        session_id: session_id.into(),
-    }
 }
 
 async fn events(user: &User, session_id: &str) -> Vec<SessionEvent> {

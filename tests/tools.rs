@@ -8,8 +8,8 @@ use std::time::Duration;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{
     AgentToolInfo, AgentToolInfoKind, AgentToolInput, AgentToolInputRuntime, DeleteAgentTool, GetSession,
-    InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, ListAgentTools, MessageSession,
-    MessageSessionContentPart, SaveAgentTool, SessionEventPayload, SetModelProvider, TextContentPart,
+    InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, ListAgentTools, SaveAgentTool,
+    SessionEventPayload, SetModelProvider,
 };
 use seed_agents_protocol::{Value, wire};
 use seed_agents_server::bus::{ChangeReason, Event};
@@ -18,7 +18,7 @@ use serde_json::{Value as Json, json};
 use crate::support::hm::FakeHm;
 use crate::support::provider::{Provider, Script};
 use crate::support::searxng::FakeSearxng;
-use crate::support::{TestServer, User, api_error, custom_provider_config, definition};
+use crate::support::{TestServer, User, api_error, custom_provider_config, definition, say};
 
 fn schema(value: Json) -> std::collections::BTreeMap<String, Value> {
     match wire::to_ipld(&value).unwrap() {
@@ -265,19 +265,6 @@ async fn agent_setup(provider: &Provider, hm: &FakeHm, searxng: Option<&str>) ->
         .agent_id;
     let session_id = user.create_session(&agent, None).await;
     (server, user, agent, session_id)
-}
-
-fn say(session_id: &str, text: &str) -> MessageSession {
-    MessageSession {
-        client_message_id: None,
-        content: vec![MessageSessionContentPart::TextContentPart(TextContentPart {
-            extra: Default::default(),
-            blocks: None,
-            client_message_id: None,
-            text: text.into(),
-        })],
-        session_id: session_id.into(),
-    }
 }
 
 /// Each durable tool result of the session: (tool name, output as JSON, error).

@@ -32,13 +32,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fixtures::{custom_provider_config, definition};
+use fixtures::{custom_provider_config, definition, say};
 use futures_util::StreamExt as _;
 use process::{Memory, Server, server_command};
 use provider::{Fallback, Provider};
-use seed_agents_protocol::generated::{
-    CreateAgent, CreateSession, MessageSession, MessageSessionContentPart, SetModelProvider, TextContentPart,
-};
+use seed_agents_protocol::generated::{CreateAgent, CreateSession, SetModelProvider};
 use seed_agents_sdk::subscription::Event as Live;
 use seed_agents_sdk::{Client, Ed25519Signer};
 
@@ -63,19 +61,6 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     }
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[index].as_secs_f64() * 1000.0
-}
-
-fn say(session_id: &str, text: String) -> MessageSession {
-    MessageSession {
-        client_message_id: None,
-        content: vec![MessageSessionContentPart::TextContentPart(TextContentPart {
-            extra: Default::default(),
-            blocks: None,
-            client_message_id: None,
-            text,
-        })],
-        session_id: session_id.to_owned(),
-    }
 }
 
 /// The tag (`turn w-k`) at the end of a request's last user message.

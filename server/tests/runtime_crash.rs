@@ -21,12 +21,11 @@ mod provider;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use fixtures::{custom_provider_config, definition};
+use fixtures::{custom_provider_config, definition, say};
 use process::{Launch, ServerProcess, free_port};
 use provider::{Provider, Script};
 use seed_agents_protocol::generated::{
-    CreateAgent, CreateSession, GetSession, ListRuns, MessageSession, MessageSessionContentPart, RunStatus,
-    SessionEvent, SessionInfoStatus, SetModelProvider, TextContentPart,
+    CreateAgent, CreateSession, GetSession, ListRuns, RunStatus, SessionEvent, SessionInfoStatus, SetModelProvider,
 };
 use seed_agents_sdk::{Client, Ed25519Signer};
 
@@ -35,19 +34,6 @@ const SESSIONS: usize = 4;
 
 fn client(url: &str) -> Client {
     Client::builder(url, Ed25519Signer::from_seed(&SEED)).build().unwrap()
-}
-
-fn say(session_id: &str, text: String) -> MessageSession {
-    MessageSession {
-        client_message_id: None,
-        content: vec![MessageSessionContentPart::TextContentPart(TextContentPart {
-            extra: Default::default(),
-            blocks: None,
-            client_message_id: None,
-            text,
-        })],
-        session_id: session_id.to_owned(),
-    }
 }
 
 async fn log(client: &Client, session_id: &str) -> (Vec<SessionEvent>, SessionInfoStatus) {

@@ -143,7 +143,7 @@ impl User {
     }
 }
 
-pub use fixtures::{custom_provider_config, definition, provider_config};
+pub use fixtures::{custom_provider_config, definition, provider_config, say};
 
 /// The status and message of an API error (panics on anything else).
 pub fn api_error<T: std::fmt::Debug>(result: Result<T, Error>) -> (u16, String) {

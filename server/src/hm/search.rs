@@ -4,7 +4,7 @@
 
 use serde_json::Value as Json;
 
-use super::{HmClient, HmError, REQUEST_TIMEOUT, transport_message};
+use super::{HmClient, HmError};
 
 /// The input of one search, as the callable resolved it (defaults applied, bounds clamped).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,36 +46,8 @@ impl SearchInput {
 impl HmClient<'_> {
     /// `GET /api/Search?…`: the SuperJSON payload (`{entities, searchQuery, nextPageToken}`).
     pub async fn search(&self, input: &SearchInput) -> Result<Json, HmError> {
-        const KEY: &str = "Search";
-        let url = reqwest::Url::parse_with_params(&format!("{}/api/{KEY}", self.base), input.params())
-            .map_err(|error| HmError::Encode(error.to_string()))?;
-        let response = self
-            .http
-            .get(url)
-            .header(reqwest::header::ACCEPT, "application/json")
-            .timeout(REQUEST_TIMEOUT)
-            .send()
-            .await
-            .map_err(|error| HmError::Transport(transport_message(&error)))?;
-        let status = response.status();
-        let text = response.text().await.map_err(|error| HmError::Transport(transport_message(&error)))?;
-        if !status.is_success() {
-            let message = serde_json::from_str::<Json>(&text)
-                .ok()
-                .and_then(|value| value.get("error").and_then(|error| error.as_str().map(str::to_owned)))
-                .unwrap_or_else(|| text.chars().take(512).collect());
-            return Err(HmError::Status {
-                key: KEY,
-                status: status.as_u16(),
-                reason: status.canonical_reason().unwrap_or("").to_owned(),
-                message,
-            });
-        }
-        let mut envelope: Json = serde_json::from_str(&text)
-            .map_err(|error| HmError::Response { key: KEY, message: format!("not JSON: {error}") })?;
-        envelope
-            .get_mut("json")
-            .map(Json::take)
-            .ok_or_else(|| HmError::Response { key: KEY, message: "not a SuperJSON envelope".to_owned() })
+        let params: Vec<(String, String)> =
+            input.params().into_iter().map(|(name, value)| (name.to_owned(), value)).collect();
+        self.read_query("Search", &params).await
     }
 }

@@ -3,7 +3,10 @@
 
 #![allow(dead_code)] // not every includer uses every fixture
 
-use seed_agents_protocol::generated::{AgentDefinition, AgentDefinitionSystemPrompt, ModelProviderConfig};
+use seed_agents_protocol::generated::{
+    AgentDefinition, AgentDefinitionSystemPrompt, MessageSession, MessageSessionContentPart, ModelProviderConfig,
+    TextContentPart,
+};
 
 /// An OpenAI provider referring to the secret `openai-key` (which need not exist: nothing here
 /// calls the vendor).
@@ -48,4 +51,9 @@ pub fn custom_provider_config(base_url: String) -> ModelProviderConfig {
         secret_refs: None,
         type_: "custom".into(),
     }
+}
+
+/// `MessageSession` with one text part.
+pub fn say(session_id: &str, text: impl Into<String>) -> MessageSession {
+    MessageSession::new(vec![MessageSessionContentPart::TextContentPart(TextContentPart::new(text))], session_id)
 }
