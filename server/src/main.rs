@@ -21,9 +21,12 @@ fn main() -> std::process::ExitCode {
 /// glibc's allocator keeps up to eight arenas per core and grows its mmap threshold as large
 /// blocks are freed, so a server whose threads allocate and free large short-lived buffers
 /// (request bodies, upload chunks, model streams) holds on to freed memory for good: the soak
-/// bench saw RSS climb from 46 to 70 MiB over ten minutes with nothing live. Two arenas, and
-/// blocks of 128 KiB or more from mmap (returned to the system when freed), keep it level. An
-/// operator's `MALLOC_ARENA_MAX` / `MALLOC_MMAP_THRESHOLD_` still win.
+/// bench saw RSS climb from 46 to 70 MiB over ten minutes with nothing live. Four arenas, and
+/// blocks of 128 KiB or more from mmap (returned to the system when freed), keep it level.
+/// (Two arenas made threads queue on the arena locks: the turns bench, `TURNS=20000`, back to
+/// back, did 507 turns/s at p99 47.8 ms with two, 646 at 38.1 ms with four, 699 at 35.5 ms with
+/// eight; RSS at the end 24.4, 24.9 and 26.0 MiB.) An operator's `MALLOC_ARENA_MAX` /
+/// `MALLOC_MMAP_THRESHOLD_` still win.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
 fn tune_allocator() {
@@ -31,7 +34,7 @@ fn tune_allocator() {
         // SAFETY: `mallopt` only sets a glibc allocator parameter from a plain integer; it runs
         // once, before the async runtime (or any other thread) exists.
         unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 2);
+            libc::mallopt(libc::M_ARENA_MAX, 4);
         }
     }
     if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
