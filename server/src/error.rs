@@ -188,3 +188,16 @@ impl From<seed_agents_compat::Refusal> for ApiError {
 
 /// The result of an action handler.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// An error and its causes as one line, `: `-separated (a transport error says why only in its
+/// sources: "connection refused" is levels down).
+pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -100,21 +100,9 @@ impl<'a> HmClient<'a> {
             .body(body)
             .send()
             .await
-            .map_err(|error| HmError::Transport(transport_message(&error)))?;
+            .map_err(|error| HmError::Transport(crate::error::chain(&error)))?;
         read::answer(key, response).await
     }
-}
-
-/// A transport error's text with its sources (reqwest's own `Display` hides the cause).
-fn transport_message(error: &reqwest::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 /// The DAG-CBOR body of `PublishBlobs`: `{blobs: [{data, cid?}]}` in the given order.

@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{HmClient, HmError, REQUEST_TIMEOUT, transport_message};
+use super::{HmClient, HmError, REQUEST_TIMEOUT};
 
 /// The query parameters of a generic key from a JSON object of its input (nulls dropped).
 pub fn generic_params(input: &Map<String, Value>) -> Vec<(String, String)> {
@@ -69,7 +69,7 @@ impl HmClient<'_> {
             .timeout(REQUEST_TIMEOUT)
             .send()
             .await
-            .map_err(|error| HmError::Transport(transport_message(&error)))?;
+            .map_err(|error| HmError::Transport(crate::error::chain(&error)))?;
         answer(key, response).await
     }
 }
@@ -78,7 +78,7 @@ impl HmClient<'_> {
 /// the server's `error` (or the start of the body).
 pub(super) async fn answer(key: &'static str, response: reqwest::Response) -> Result<Value, HmError> {
     let status = response.status();
-    let text = response.text().await.map_err(|error| HmError::Transport(transport_message(&error)))?;
+    let text = response.text().await.map_err(|error| HmError::Transport(crate::error::chain(&error)))?;
     if !status.is_success() {
         let message = serde_json::from_str::<Value>(&text)
             .ok()

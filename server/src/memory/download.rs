@@ -58,7 +58,7 @@ pub async fn download(root: PathBuf, raw_url: &str, raw_path: Option<&str>, opti
         Err(_) => return Err(could_not(&url, &format!("no response within {}", seconds(options.idle_timeout)))),
         Ok(Err(error)) => match guard::blocked_in(&error) {
             Some(blocked) => return Err(refused(blocked)),
-            None => return Err(could_not(&url, &describe(&error))),
+            None => return Err(could_not(&url, &crate::error::chain(&error))),
         },
         Ok(Ok(response)) => response,
     };
@@ -85,7 +85,7 @@ pub async fn download(root: PathBuf, raw_url: &str, raw_path: Option<&str>, opti
                 let reason = format!("no data received for {}", seconds(options.idle_timeout));
                 return Err(failed(&url, &reason));
             }
-            Ok(Err(error)) => return Err(failed(&url, &describe(&error))),
+            Ok(Err(error)) => return Err(failed(&url, &crate::error::chain(&error))),
             Ok(Ok(None)) => break,
             Ok(Ok(Some(chunk))) => chunk,
         };
@@ -175,18 +175,6 @@ fn could_not(url: &Url, reason: &str) -> ApiError {
 
 fn failed(url: &Url, reason: &str) -> ApiError {
     ApiError::upstream(format!("Download of {url} failed: {reason}"))
-}
-
-/// An error and its causes, as one line.
-fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn seconds(duration: Duration) -> String {

@@ -84,22 +84,7 @@ fn list(root: &std::path::Path, raw: &str) -> ApiResult<Value> {
 
 /// Writes `content` (a string) to the file, or follows one of [`WRITE_OPTIONS`].
 pub(super) async fn write(context: &Context<'_>, raw: String, input: &Input<'_>) -> ApiResult<Value> {
-    let options = input.options();
-    if let Some(options) = options {
-        let unknown: Vec<String> = options
-            .keys()
-            .filter(|key| !WRITE_OPTIONS.contains(&key.as_str()))
-            .map(|key| format!("\"{key}\""))
-            .collect();
-        if !unknown.is_empty() {
-            return Err(ApiError::invalid(format!(
-                "write ~/memory/<path> does not understand option{} {}. Supported options: {}.",
-                if unknown.len() == 1 { "" } else { "s" },
-                unknown.join(", "),
-                WRITE_OPTIONS.join(", ")
-            )));
-        }
-    }
+    let options = input.known_options("write ~/memory/<path>", WRITE_OPTIONS)?;
     let option = |key: &str| options.and_then(|options| options.get(key));
     let option_text = |key: &str| match option(key) {
         Some(Ipld::String(text)) if !text.is_empty() => Some(text.clone()),

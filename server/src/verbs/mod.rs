@@ -231,6 +231,27 @@ impl<'a> Input<'a> {
             _ => None,
         }
     }
+
+    /// [`Self::options`], refused with a 400 naming every key outside `allowed` (the writes of
+    /// `target`, such as `write ~/memory/<path>`, reject options they do not understand).
+    fn known_options(&self, target: &str, allowed: &[&str]) -> ApiResult<Option<&'a BTreeMap<String, Ipld>>> {
+        let options = self.options();
+        let unknown: Vec<String> = options
+            .into_iter()
+            .flat_map(BTreeMap::keys)
+            .filter(|key| !allowed.contains(&key.as_str()))
+            .map(|key| format!("\"{key}\""))
+            .collect();
+        if unknown.is_empty() {
+            return Ok(options);
+        }
+        Err(ApiError::invalid(format!(
+            "{target} does not understand option{} {}. Supported options: {}.",
+            if unknown.len() == 1 { "" } else { "s" },
+            unknown.join(", "),
+            allowed.join(", ")
+        )))
+    }
 }
 
 /// `read {address, …}` by address.

@@ -67,19 +67,7 @@ struct Output {
 
 /// `write hm://…`.
 pub async fn write(context: &Context<'_>, raw: &str, input: &Input<'_>) -> ApiResult<Value> {
-    let options = input.options();
-    if let Some(options) = options {
-        let unknown: Vec<String> =
-            options.keys().filter(|key| !OPTIONS.contains(&key.as_str())).map(|key| format!("\"{key}\"")).collect();
-        if !unknown.is_empty() {
-            return Err(ApiError::invalid(format!(
-                "write hm:// does not understand option{} {}. Supported options: {}.",
-                if unknown.len() == 1 { "" } else { "s" },
-                unknown.join(", "),
-                OPTIONS.join(", ")
-            )));
-        }
-    }
+    let options = input.known_options("write hm://", OPTIONS)?;
     let dry_run = match input.get("dryRun") {
         None => false,
         Some(Ipld::Bool(value)) => *value,
@@ -447,21 +435,12 @@ mod tests {
     #[test]
     fn the_publish_grant_follows_the_tool_list() {
         use seed_agents_protocol::generated::{AgentDefinition, AgentDefinitionSystemPrompt};
-        let mut definition = AgentDefinition {
-            extra: Default::default(),
-            enabled_models: None,
-            mcp_servers: None,
-            metadata: None,
-            model: "gpt-5".into(),
-            model_provider: "main".into(),
-            name: "Scout".into(),
-            reasoning_level: None,
-            signing_key: None,
-            signing_keys: None,
-            system_prompt: AgentDefinitionSystemPrompt::String("You are Scout.".into()),
-            thoroughness: None,
-            tools: None,
-        };
+        let mut definition = AgentDefinition::new(
+            "gpt-5",
+            "main",
+            "Scout",
+            AgentDefinitionSystemPrompt::String("You are Scout.".into()),
+        );
         assert!(publish_granted(&definition));
         definition.tools = Some(vec!["search".into()]);
         assert!(!publish_granted(&definition));

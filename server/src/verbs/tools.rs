@@ -59,22 +59,7 @@ pub(super) async fn read(context: &Context<'_>, name: Option<&str>) -> ApiResult
 /// `write ~/tools/<name>`: `options.delete: true`, or a lambda from JSON `content` or
 /// `options.tool`.
 pub(super) async fn write(context: &Context<'_>, name: &str, input: &Input<'_>) -> ApiResult<Value> {
-    let options = input.options();
-    if let Some(options) = options {
-        let unknown: Vec<String> = options
-            .keys()
-            .filter(|key| !WRITE_OPTIONS.contains(&key.as_str()))
-            .map(|key| format!("\"{key}\""))
-            .collect();
-        if !unknown.is_empty() {
-            return Err(ApiError::invalid(format!(
-                "write ~/tools/<name> does not understand option{} {}. Supported options: {}.",
-                if unknown.len() == 1 { "" } else { "s" },
-                unknown.join(", "),
-                WRITE_OPTIONS.join(", ")
-            )));
-        }
-    }
+    let options = input.known_options("write ~/tools/<name>", WRITE_OPTIONS)?;
     let option = |key: &str| options.and_then(|options| options.get(key));
     let (owner, agent, name) = (context.owner_id.clone(), context.agent_id.clone(), name.to_owned());
     let now = context.app.clock.now_ms();

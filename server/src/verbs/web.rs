@@ -103,7 +103,7 @@ async fn fetch(url: Url, raw_body: bool, allow_private_network: bool) -> ApiResu
         Err(_) => return Err(could_not(&url, "no response within 30 seconds")),
         Ok(Err(error)) => match guard::blocked_in(&error) {
             Some(blocked) => return Err(refused(blocked)),
-            None => return Err(could_not(&url, &describe(&error))),
+            None => return Err(could_not(&url, &crate::error::chain(&error))),
         },
         Ok(Ok(response)) => response,
     };
@@ -128,7 +128,7 @@ async fn fetch(url: Url, raw_body: bool, allow_private_network: bool) -> ApiResu
     loop {
         let chunk = match tokio::time::timeout(TIMEOUT, response.chunk()).await {
             Err(_) => return Err(could_not(&url, "no data received for 30 seconds")),
-            Ok(Err(error)) => return Err(could_not(&url, &describe(&error))),
+            Ok(Err(error)) => return Err(could_not(&url, &crate::error::chain(&error))),
             Ok(Ok(None)) => break,
             Ok(Ok(Some(chunk))) => chunk,
         };
@@ -247,17 +247,6 @@ fn refused(blocked: &guard::Blocked) -> ApiError {
 
 fn could_not(url: &Url, reason: &str) -> ApiError {
     ApiError::upstream(format!("Could not read {url}: {reason}"))
-}
-
-fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
