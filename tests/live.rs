@@ -592,3 +592,45 @@ async fn run_and_session_status_changes_reach_their_subscribers_live() {
     assert_eq!(statuses(&frames, &session_key), ["streaming", "idle"]);
     server.stop().await;
 }
+
+/// A session's appends go to its own subscribers from the committing task and to account-wide
+/// subscribers from the hub: a socket listening both ways gets each append once, one listening
+/// account-wide only still gets every one, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_on_both_a_session_and_its_account_gets_each_append_once() {
+    let server = TestServer::start().await;
+    let owner = server.user();
+    let agent = owner.create_agent("twice").await;
+    let session = owner.create_session(&agent, None).await;
+    let mut both = Socket::open(&server).await;
+    assert_eq!(both.subscribe(&owner, &format!("sessions/{session}")).await["_"], "subscribed");
+    assert_eq!(both.subscribe(&owner, &format!("account/{}", owner.id)).await["_"], "subscribed");
+    let mut account_only = Socket::open(&server).await;
+    assert_eq!(account_only.subscribe(&owner, &format!("account/{}", owner.id)).await["_"], "subscribed");
+
+    let writes = 5;
+    for index in 0..writes {
+        owner.call(write(&session, &format!("n{index}.md"), "x")).await.unwrap();
+    }
+    let total = (writes * 2) as usize; // a tool_call and a tool_result per write
+    let appends = |frames: &[Json]| -> Vec<i64> {
+        frames.iter().filter(|f| f["_"] == "append").map(|f| f["event"]["seq"].as_i64().unwrap()).collect()
+    };
+    let expected: Vec<i64> = (1..=total as i64).collect();
+    let frames = account_only.until(|frames| appends(frames).len() == total).await;
+    assert_eq!(appends(&frames), expected);
+    let frames = both.until(|frames| appends(frames).len() == total).await;
+    assert_eq!(appends(&frames), expected);
+    assert!(frames.iter().filter(|f| f["_"] == "append").all(|f| f["key"] == format!("sessions/{session}")));
+    // No second copy follows.
+    let mut late = Vec::new();
+    while let Ok(Some(Ok(Message::Text(text)))) = tokio::time::timeout(Duration::from_millis(300), both.ws.next()).await
+    {
+        let frame: Json = serde_json::from_str(text.as_str()).unwrap();
+        if frame["_"] == "append" {
+            late.push(frame);
+        }
+    }
+    assert!(late.is_empty(), "duplicates: {late:?}");
+    server.stop().await;
+}

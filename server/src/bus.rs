@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use seed_agents_protocol::generated::{PartialPatch, RunInfo, SessionEvent};
+use seed_agents_protocol::generated::{RunInfo, SessionEvent};
 use tokio::sync::broadcast;
 
 /// Why an account's view changed (the `reason` of an `account/<id>` change frame).
@@ -100,18 +100,6 @@ pub enum Event {
         session_id: String,
         /// Its agent.
         agent_id: String,
-    },
-    /// A piece of an assistant message being written (never stored): an `appendPartial` for
-    /// `sessions/<id>` subscribers.
-    SessionPartial {
-        /// The session's agent.
-        agent_id: String,
-        /// The session.
-        session_id: String,
-        /// The message being written (a fresh id per assistant message).
-        partial_id: String,
-        /// What changed (boxed: the other events are small).
-        patch: Box<PartialPatch>,
     },
     /// A durable event was appended to a session (`sessions::events::announce`).
     SessionAppended {

@@ -26,7 +26,6 @@ use serde_json::Value as Json;
 
 use super::tools::{self, Tool};
 use super::{MAX_TOKENS, Turn, plan, prompt, replay};
-use crate::bus::Event;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::model::{self, Message, ModelRequest, StreamEvent, ToolCall, ToolResult, Usage};
 use crate::runs::engine::{RunFailure, StopReason};
@@ -108,14 +107,13 @@ fn server_failure(error: &ApiError) -> RunFailure {
 }
 
 impl Turn {
-    /// Publishes one partial patch on `sessions/<id>`.
+    /// Sends one partial patch to the subscribers of `sessions/<id>`.
     fn partial(&self, partial: &Partial, patch: PartialPatch) {
-        self.app.bus.publish(Event::SessionPartial {
-            agent_id: self.agent_id.clone(),
-            session_id: self.session_id.clone(),
-            partial_id: partial.id.clone(),
-            patch: Box::new(patch),
-        });
+        crate::ws::hub::to_session(
+            &self.app,
+            &self.session_id,
+            crate::ws::hub::SessionFrame::Partial { partial_id: &partial.id, patch },
+        );
     }
 
     fn activity(&self, partial: &Partial, activity: AgentRunActivity) {

@@ -104,6 +104,7 @@ fn decode(session_id: &str, (id, seq, bytes, created_at): RawEvent) -> ApiResult
 pub fn announce(app: &App, owner_id: &str, agent_id: &str, events: Vec<SessionEvent>) {
     for event in events {
         let session_id = event.session_id.clone();
+        crate::ws::hub::to_session(app, &session_id, crate::ws::hub::SessionFrame::Append(&event));
         app.bus.publish(Event::SessionAppended {
             owner_id: owner_id.to_owned(),
             agent_id: agent_id.to_owned(),

@@ -3,7 +3,8 @@
 //!
 //! | event | frame | keys that receive it |
 //! |---|---|---|
-//! | a session event appended | `append`, key `sessions/<id>` | `sessions/<id>`; `account/<a>` for the owner and every member |
+//! | a session event appended | `append`, key `sessions/<id>` | `sessions/<id>` (sent by [`to_session`] on the committing task); `account/<a>` for the owner and every member |
+//! | a partial (never on the bus) | `appendPartial`, key `sessions/<id>` | `sessions/<id>` only, sent by [`to_session`] on the turn's task |
 //! | a session changed | `change` (SessionInfo), key `sessions/<id>` | `sessions/<id>`, `agents/<agent>`, the account keys above |
 //! | a run changed | `change` (RunInfo), key `runs/<root>` | `runs/<root>`; the account keys of its agent's owner and members |
 //! | an agent changed | `change` (AgentInfo, `accessRole` the receiver's own), key `agents/<id>` | `agents/<id>`, the account keys above |
@@ -179,6 +180,21 @@ impl Outgoing {
         Self { source: Source::Frame(Box::new(frame)), append: None, encoded: HashMap::new() }
     }
 
+    /// The `append` frame of a session event, under `key` (`sessions/<id>`).
+    fn append(key: String, event: &SessionEvent) -> Self {
+        let mut outgoing = Self::new(AgentWsEvent::AppendFrame(AppendFrame {
+            extra: Default::default(),
+            created_at: None,
+            entry: None,
+            event: Some(event.clone()),
+            key,
+            run_id: None,
+            seq: None,
+        }));
+        outgoing.append = Some((Arc::from(event.session_id.as_str()), event.seq));
+        outgoing
+    }
+
     /// The frame for a receiver of `protocol` with `role`; `None` when the agent snapshot says the
     /// receiver no longer sees the agent (its subscription ends a moment later).
     fn for_receiver(&mut self, protocol: u32, role: Role, member: bool) -> Option<Arc<OutFrame>> {
@@ -234,10 +250,6 @@ impl Hub {
     async fn on_event(&mut self, event: &Event) -> ApiResult<()> {
         match event {
             Event::SessionAppended { agent_id, event, .. } => self.appended(agent_id, event).await,
-            Event::SessionPartial { session_id, partial_id, patch, .. } => {
-                self.partial(session_id, partial_id, patch);
-                Ok(())
-            }
             Event::SessionChanged { session_id, agent_id } => self.session_changed(session_id, agent_id).await,
             Event::AgentChanged { agent_id } => self.agent_changed(agent_id).await,
             Event::RunChanged { run } => self.run_changed(run).await,
@@ -275,44 +287,21 @@ impl Hub {
         Ok(Some(audience))
     }
 
+    /// An append's account-wide copies: [`to_session`] already gave `sessions/<id>` subscribers
+    /// theirs, so sockets listening to that key are left out here.
     async fn appended(&mut self, agent: &str, event: &Arc<SessionEvent>) -> ApiResult<()> {
+        let Some(audience) = self.audience(agent).await? else { return Ok(()) };
         let key = format!("sessions/{}", event.session_id);
-        let audience = self.audience(agent).await?;
-        let mut outgoing = Outgoing::new(AgentWsEvent::AppendFrame(AppendFrame {
-            extra: Default::default(),
-            created_at: None,
-            entry: None,
-            event: Some((**event).clone()),
-            key: key.clone(),
-            run_id: None,
-            seq: None,
-        }));
-        outgoing.append = Some((Arc::from(event.session_id.as_str()), event.seq));
         let registry = self.registry();
         let mut targets = Targets::default();
-        targets.key(&registry, &key);
-        targets.accounts(&registry, audience.as_deref());
+        targets.accounts(&registry, Some(&audience));
+        targets.without(&registry, &key);
+        if targets.is_empty() {
+            return Ok(());
+        }
+        let mut outgoing = Outgoing::append(key, event);
         targets.send(&registry, &mut outgoing);
         Ok(())
-    }
-
-    /// A partial goes to the session's own subscribers only (account keys hear durable events).
-    fn partial(&mut self, session_id: &str, partial_id: &str, patch: &PartialPatch) {
-        let key = format!("sessions/{session_id}");
-        let registry = self.registry();
-        let mut targets = Targets::default();
-        targets.key(&registry, &key);
-        if targets.is_empty() {
-            return;
-        }
-        let mut outgoing = Outgoing::new(AgentWsEvent::AppendPartialFrame(AppendPartialFrame {
-            extra: Default::default(),
-            key,
-            partial_id: partial_id.to_owned(),
-            patch: patch.clone(),
-            run_id: None,
-        }));
-        targets.send(&registry, &mut outgoing);
     }
 
     async fn session_changed(&mut self, session_id: &str, agent: &str) -> ApiResult<()> {
@@ -517,6 +506,51 @@ impl Hub {
     }
 }
 
+/// What goes to a session's own subscribers on the publisher's task, in the order it is
+/// published: durable appends and partials.
+#[derive(Debug)]
+pub enum SessionFrame<'a> {
+    /// A durable event, just committed.
+    Append(&'a SessionEvent),
+    /// A piece of the assistant message `partial_id` being written (never stored).
+    Partial {
+        /// The message being written.
+        partial_id: &'a str,
+        /// What changed.
+        patch: PartialPatch,
+    },
+}
+
+/// Sends `frame` to the subscribers of `sessions/<session_id>` now, on the caller's task.
+///
+/// A session's appends and partials skip the hub: its one task delayed every partial behind
+/// whatever the bus held before it, and a partial and the appends around it must keep their
+/// order, so both go out from the task that publishes them (the runtime's turn or the handler
+/// that committed). The hub still sends appends to account-wide subscribers
+/// ([`Hub::appended`]), whose order relative to partials nobody sees.
+pub fn to_session(app: &App, session_id: &str, frame: SessionFrame<'_>) {
+    let key = format!("sessions/{session_id}");
+    let registry = app.live.registry();
+    let mut targets = Targets::default();
+    targets.key(&registry, &key);
+    if targets.is_empty() {
+        return;
+    }
+    let mut outgoing = match frame {
+        SessionFrame::Append(event) => Outgoing::append(key, event),
+        SessionFrame::Partial { partial_id, patch } => {
+            Outgoing::new(AgentWsEvent::AppendPartialFrame(AppendPartialFrame {
+                extra: Default::default(),
+                key,
+                partial_id: partial_id.to_owned(),
+                patch,
+                run_id: None,
+            }))
+        }
+    };
+    targets.send(&registry, &mut outgoing);
+}
+
 /// Ends every subscription to `key` with an `error` frame.
 fn end(app: &App, key: &str, error: &ApiError) {
     let mut registry = app.live.registry();
@@ -594,6 +628,13 @@ impl Targets {
             for (socket, _) in registry.subscribers(&format!("account/{account}")) {
                 self.sockets.insert(socket, (*role, true));
             }
+        }
+    }
+
+    /// Leaves out the subscribers of `key`.
+    fn without(&mut self, registry: &Registry, key: &str) {
+        for (socket, _) in registry.subscribers(key) {
+            self.sockets.remove(&socket);
         }
     }
 

@@ -318,7 +318,7 @@ impl Harness {
                 Event::RunChanged { run } => seen.push(format!("run {} {}", run.id, run.status)),
                 Event::SessionChanged { session_id, .. } => seen.push(format!("session {session_id}")),
                 Event::SessionAppended { event, .. } => seen.push(format!("session {} append", event.session_id)),
-                Event::AccountChange { .. } | Event::AgentChanged { .. } | Event::SessionPartial { .. } => {}
+                Event::AccountChange { .. } | Event::AgentChanged { .. } => {}
             }
         }
         seen
