@@ -389,11 +389,17 @@ async fn anthropic_wire_turns_work_through_a_provider_url() {
         type_: "anthropic".into(),
     };
     user.call(SetModelProvider { name: "claude".into(), provider: anthropic }).await.unwrap();
-    let definition =
-        AgentDefinition { model: "claude-sonnet-4-5".into(), model_provider: "claude".into(), ..definition("Claude") };
+    let definition = AgentDefinition {
+        model: "claude-sonnet-4-5".into(),
+        model_provider: "claude".into(),
+        reasoning_level: Some(seed_agents_protocol::generated::ReasoningLevel::Low),
+        ..definition("Claude")
+    };
     let agent_id = user.call(CreateAgent { client_request_id: None, definition }).await.unwrap().agent_id;
     let session_id = user.create_session(&agent_id, None).await;
-    provider.push(Script::tool_call("toolu_1", "read", r#"{"address":"~/memory/"}"#).split());
+    provider.push(
+        Script::tool_call("toolu_1", "read", r#"{"address":"~/memory/"}"#).reasoning("Check memory first.").split(),
+    );
     provider.push(Script::text("Your memory is empty.").split());
     user.call(say(&session_id, "what do you remember?")).await.unwrap();
     assert_eq!(
@@ -406,6 +412,17 @@ async fn anthropic_wire_turns_work_through_a_provider_url() {
     let second = &requests[1].body["messages"];
     assert_eq!(second[2]["content"][0]["type"], "tool_result");
     assert_eq!(second[2]["content"][0]["tool_use_id"], "toolu_1");
+    // Thinking goes on through the tool loop: the step's signed block goes back first, whole.
+    assert_eq!(requests[0].body["thinking"], serde_json::json!({"type": "enabled", "budget_tokens": 2048}));
+    assert_eq!(requests[1].body["thinking"], requests[0].body["thinking"]);
+    assert_eq!(
+        second[1]["content"][0],
+        serde_json::json!({"type": "thinking", "thinking": "Check memory first.", "signature": "c2NyaXB0ZWQ="})
+    );
+    assert_eq!(second[1]["content"][1]["type"], "tool_use");
+    // Reasoning is never stored: the log holds no trace of it.
+    let log = serde_json::to_string(&events(&user, &session_id).await).unwrap();
+    assert!(!log.contains("Check memory first"), "{log}");
     server.stop().await;
 }
 

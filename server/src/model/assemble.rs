@@ -4,13 +4,15 @@
 
 use serde_json::Value;
 
-use super::{Step, StepEvents, StopReason, StreamEvent, ToolCall, Usage};
+use super::{Step, StepEvents, StopReason, StreamEvent, Thinking, ToolCall, Usage};
 
 /// A step under construction.
 #[derive(Debug, Default)]
 pub(crate) struct StepBuilder {
     text: String,
     calls: Vec<CallBuilder>,
+    /// Signed reasoning blocks by content-block slot, in the order they started.
+    thinking: Vec<(u64, Thinking)>,
     pub(crate) usage: Usage,
 }
 
@@ -53,6 +55,37 @@ impl StepBuilder {
         if !delta.is_empty() {
             events(StreamEvent::ReasoningDelta(delta.to_owned()));
         }
+    }
+
+    /// Starts a signed reasoning block in `slot` (Anthropic `thinking`), reporting its first text.
+    pub(crate) fn start_thinking(&mut self, slot: u64, text: &str, signature: &str, events: &mut StepEvents<'_>) {
+        Self::reasoning(text, events);
+        let block = Thinking::Signed { text: text.to_owned(), signature: signature.to_owned() };
+        self.thinking.push((slot, block));
+    }
+
+    /// Keeps a redacted reasoning block (Anthropic `redacted_thinking`) to hand back.
+    pub(crate) fn redacted_thinking(&mut self, slot: u64, data: &str) {
+        self.thinking.push((slot, Thinking::Redacted { data: data.to_owned() }));
+    }
+
+    /// More reasoning text for the block in `slot`, reported as it comes.
+    pub(crate) fn thinking_text(&mut self, slot: u64, delta: &str, events: &mut StepEvents<'_>) {
+        Self::reasoning(delta, events);
+        if let Some(Thinking::Signed { text, .. }) = self.thinking_in(slot) {
+            text.push_str(delta);
+        }
+    }
+
+    /// Signature text for the block in `slot`.
+    pub(crate) fn thinking_signature(&mut self, slot: u64, delta: &str) {
+        if let Some(Thinking::Signed { signature, .. }) = self.thinking_in(slot) {
+            signature.push_str(delta);
+        }
+    }
+
+    fn thinking_in(&mut self, slot: u64) -> Option<&mut Thinking> {
+        self.thinking.iter_mut().rev().find(|(at, _)| *at == slot).map(|(_, block)| block)
     }
 
     /// Starts a call whose id and name are known at once (Anthropic `tool_use` blocks).
@@ -129,7 +162,15 @@ impl StepBuilder {
             StopReason::ToolUse if tool_calls.is_empty() => StopReason::Stop,
             other => other,
         };
-        Step { text: self.text, tool_calls, stop, usage: self.usage }
+        // A block the provider never signed cannot be handed back; it is dropped (and the
+        // step after a tool call then runs without thinking, as Anthropic requires).
+        let thinking = self
+            .thinking
+            .into_iter()
+            .map(|(_, block)| block)
+            .filter(|block| !matches!(block, Thinking::Signed { signature, .. } if signature.is_empty()))
+            .collect();
+        Step { text: self.text, tool_calls, thinking, stop, usage: self.usage }
     }
 }
 

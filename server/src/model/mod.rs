@@ -127,6 +127,10 @@ pub enum Message {
         text: String,
         /// The calls it made, in order.
         tool_calls: Vec<ToolCall>,
+        /// The signed reasoning the step began with, kept only within the pass that produced it
+        /// (never stored, so replayed messages have none) and sent back only by the Anthropic
+        /// codec, which needs it to keep thinking through a tool loop.
+        thinking: Vec<Thinking>,
     },
     /// The results of the preceding assistant message's calls, in call order.
     ToolResults(Vec<ToolResult>),
@@ -153,6 +157,33 @@ impl fmt::Debug for UserPart {
             Self::Image { mime, data } => {
                 f.debug_struct("Image").field("mime", mime).field("bytes", &data.len()).finish()
             }
+        }
+    }
+}
+
+/// A reasoning block as the provider signed it, to be handed back unchanged (Anthropic
+/// `thinking` and `redacted_thinking` blocks). Its text is never shown, stored or replayed.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Thinking {
+    /// Readable reasoning and the provider's signature over it.
+    Signed {
+        /// The reasoning text.
+        text: String,
+        /// The provider's signature.
+        signature: String,
+    },
+    /// Reasoning the provider encrypted.
+    Redacted {
+        /// The opaque payload.
+        data: String,
+    },
+}
+
+impl fmt::Debug for Thinking {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Signed { text, .. } => f.debug_struct("Signed").field("chars", &text.chars().count()).finish(),
+            Self::Redacted { data } => f.debug_struct("Redacted").field("bytes", &data.len()).finish(),
         }
     }
 }
@@ -218,6 +249,8 @@ pub struct Step {
     pub text: String,
     /// The tool calls, in the order the provider started them.
     pub tool_calls: Vec<ToolCall>,
+    /// Signed reasoning blocks, in order (Anthropic only; empty elsewhere).
+    pub thinking: Vec<Thinking>,
     /// Why the model stopped.
     pub stop: StopReason,
     /// Token usage of this step.
@@ -364,6 +397,10 @@ pub(crate) mod test_support {
                         },
                         ToolCall { id: long_id.into(), name: "status".into(), arguments: json!({"title": "Notes"}) },
                     ],
+                    thinking: vec![
+                        Thinking::Signed { text: "The notes live in memory.".into(), signature: "c2lnbmVk".into() },
+                        Thinking::Redacted { data: "ZW5jcnlwdGVk".into() },
+                    ],
                 },
                 Message::ToolResults(vec![
                     ToolResult {
@@ -379,10 +416,11 @@ pub(crate) mod test_support {
                         is_error: true,
                     },
                 ]),
-                Message::Assistant { text: String::new(), tool_calls: Vec::new() },
+                Message::Assistant { text: String::new(), tool_calls: Vec::new(), thinking: Vec::new() },
                 Message::Assistant {
                     text: String::new(),
                     tool_calls: vec![ToolCall { id: "call_2".into(), name: "read".into(), arguments: json!("{\"bad") }],
+                    thinking: Vec::new(),
                 },
                 Message::ToolResults(vec![ToolResult {
                     call_id: "call_2".into(),

@@ -342,7 +342,7 @@ async fn pass(turn: &Turn) -> ApiResult<Ended> {
             return Ok(Ended::Answered { assistant_event_id: last_said });
         }
         let results = run_tools(turn, &partial, &step.tool_calls, &request.tools).await?;
-        request.messages.push(Message::Assistant { text, tool_calls: step.tool_calls });
+        request.messages.push(Message::Assistant { text, tool_calls: step.tool_calls, thinking: step.thinking });
         request.messages.push(Message::ToolResults(results));
         if let Some(reason) = turn.stop.reason() {
             let assistant_event_id = if said_anything || reason == StopReason::Shutdown {

@@ -237,7 +237,11 @@ impl<'a> Replay<'a> {
                         arguments: Json::Object(Default::default()),
                     };
                     let (text, is_error) = result_text(result);
-                    self.messages.push(Message::Assistant { text: String::new(), tool_calls: vec![call] });
+                    self.messages.push(Message::Assistant {
+                        text: String::new(),
+                        tool_calls: vec![call],
+                        thinking: Vec::new(),
+                    });
                     self.messages.push(Message::ToolResults(vec![ToolResult {
                         call_id: result.tool_call_id.clone(),
                         name: result.name.clone(),
@@ -271,7 +275,7 @@ impl<'a> Replay<'a> {
             })
             .collect();
         self.emitted.extend(calls.iter().map(|call| call.id.clone()));
-        self.messages.push(Message::Assistant { text, tool_calls: calls });
+        self.messages.push(Message::Assistant { text, tool_calls: calls, thinking: Vec::new() });
         if !results.is_empty() {
             self.messages.push(Message::ToolResults(results));
         }

@@ -2,7 +2,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::model::{Endpoint, Message, ModelRequest, ToolCall, ToolResult, ToolSpec, UserPart, base64_text, ids};
+use crate::model::{
+    Endpoint, Message, ModelRequest, Thinking, ToolCall, ToolResult, ToolSpec, UserPart, base64_text, ids,
+};
 use crate::model::{merge_defaults, reasoning_level};
 
 /// The smallest thinking budget Anthropic accepts.
@@ -37,10 +39,10 @@ pub(crate) fn body(endpoint: &Endpoint, request: &ModelRequest) -> Map<String, V
 
 /// The thinking budget when this request sends thinking (RUNTIME-NOTES §1.9): a level is set
 /// (minimal 1024, low 2048, medium 8192, high 16384 tokens; xhigh and max as high), shrunk to
-/// `max_tokens − 1024` when it does not fit under `max_tokens`. Never sent in the middle of a
-/// tool loop (the last assistant message called tools): Anthropic then wants that message to
-/// start with its signed thinking block, which the neutral conversation does not carry, so the
-/// steps after a tool call run without thinking.
+/// `max_tokens − 1024` when it does not fit under `max_tokens`. In the middle of a tool loop (the
+/// last assistant message called tools) Anthropic wants that message to start with its signed
+/// thinking block: a step of this pass carries it and thinking goes on; a call replayed from the
+/// log carries none (reasoning is never stored), so that step runs without thinking.
 pub(crate) fn thinking_enabled(request: &ModelRequest) -> Option<u32> {
     let mut budget = match reasoning_level(request.reasoning.as_deref())? {
         "minimal" => 1024,
@@ -57,8 +59,8 @@ pub(crate) fn thinking_enabled(request: &ModelRequest) -> Option<u32> {
         .iter()
         .rev()
         .find_map(|message| match message {
-            Message::Assistant { text, tool_calls } if !(text.is_empty() && tool_calls.is_empty()) => {
-                Some(!tool_calls.is_empty())
+            Message::Assistant { text, tool_calls, thinking } if !(text.is_empty() && tool_calls.is_empty()) => {
+                Some(!tool_calls.is_empty() && thinking.is_empty())
             }
             _ => None,
         })
@@ -83,8 +85,11 @@ fn messages(messages: &[Message]) -> Vec<Value> {
                     open_results = false;
                 }
             }
-            Message::Assistant { text, tool_calls } => {
+            Message::Assistant { text, tool_calls, thinking } => {
                 let mut blocks = Vec::new();
+                if !(text.is_empty() && tool_calls.is_empty()) {
+                    blocks.extend(thinking.iter().map(thinking_block));
+                }
                 if !text.is_empty() {
                     blocks.push(json!({"type": "text", "text": text}));
                 }
@@ -124,6 +129,14 @@ fn user_block(part: &UserPart) -> Option<Value> {
             "type": "image",
             "source": {"type": "base64", "media_type": mime, "data": base64_text(data)},
         })),
+    }
+}
+
+/// A reasoning block exactly as the provider sent it.
+fn thinking_block(block: &Thinking) -> Value {
+    match block {
+        Thinking::Signed { text, signature } => json!({"type": "thinking", "thinking": text, "signature": signature}),
+        Thinking::Redacted { data } => json!({"type": "redacted_thinking", "data": data}),
     }
 }
 
@@ -178,6 +191,8 @@ mod tests {
                     {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw=="}},
                 ]},
                 {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "The notes live in memory.", "signature": "c2lnbmVk"},
+                    {"type": "redacted_thinking", "data": "ZW5jcnlwdGVk"},
                     {"type": "text", "text": "Let me look."},
                     {"type": "tool_use", "id": "call_9_fc_123", "name": "read", "input": {"address": "~/memory/"}},
                     {"type": "tool_use", "id": "toolu_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGH", "name": "status", "input": {"title": "Notes"}},
@@ -213,7 +228,11 @@ mod tests {
         let request = ModelRequest {
             messages: vec![
                 Message::User(vec![UserPart::Text("go".into()), UserPart::Text(String::new())]),
-                Message::Assistant { text: String::new(), tool_calls: vec![call("a"), call("b")] },
+                Message::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![call("a"), call("b")],
+                    thinking: Vec::new(),
+                },
                 Message::ToolResults(vec![result("a")]),
                 Message::ToolResults(vec![result("b")]),
             ],
@@ -251,18 +270,36 @@ mod tests {
         assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 15360}));
         assert_eq!(body["max_tokens"], 16384);
 
-        // Inside a tool loop the step goes without thinking; after a text answer it thinks again.
+        // Inside a tool loop replayed from the log (no signed thinking) the step goes without
+        // thinking; after a text answer it thinks again.
         let call = ToolCall { id: "a".into(), name: "read".into(), arguments: json!({}) };
         let result = ToolResult { call_id: "a".into(), name: "read".into(), text: "x".into(), is_error: false };
         let looping = vec![
             Message::User(vec![UserPart::Text("go".into())]),
-            Message::Assistant { text: "Looking.".into(), tool_calls: vec![call] },
-            Message::ToolResults(vec![result]),
+            Message::Assistant { text: "Looking.".into(), tool_calls: vec![call.clone()], thinking: Vec::new() },
+            Message::ToolResults(vec![result.clone()]),
         ];
         assert_eq!(thinking_enabled(&with("low", looping.clone())), None);
+        // A loop of this pass hands its signed thinking back first and keeps thinking.
+        let signed = Thinking::Signed { text: "Read first.".into(), signature: "c2ln".into() };
+        let thinking_loop = vec![
+            Message::User(vec![UserPart::Text("go".into())]),
+            Message::Assistant { text: "Looking.".into(), tool_calls: vec![call], thinking: vec![signed] },
+            Message::ToolResults(vec![result]),
+        ];
+        assert_eq!(thinking_enabled(&with("low", thinking_loop.clone())), Some(2048));
+        let sent = super::body(&endpoint("anthropic", "claude-sonnet-4-5"), &with("low", thinking_loop));
+        assert_eq!(
+            sent["messages"][1]["content"],
+            json!([
+                {"type": "thinking", "thinking": "Read first.", "signature": "c2ln"},
+                {"type": "text", "text": "Looking."},
+                {"type": "tool_use", "id": "a", "name": "read", "input": {}},
+            ])
+        );
         let mut answered = looping;
-        answered.push(Message::Assistant { text: "Done.".into(), tool_calls: Vec::new() });
-        answered.push(Message::Assistant { text: String::new(), tool_calls: Vec::new() });
+        answered.push(Message::Assistant { text: "Done.".into(), tool_calls: Vec::new(), thinking: Vec::new() });
+        answered.push(Message::Assistant { text: String::new(), tool_calls: Vec::new(), thinking: Vec::new() });
         answered.push(Message::User(vec![UserPart::Text("again".into())]));
         assert_eq!(thinking_enabled(&with("low", answered)), Some(2048));
     }

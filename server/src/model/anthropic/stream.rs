@@ -1,5 +1,6 @@
 //! Reading a Messages stream: `message_start`, content blocks (`text`, `thinking`,
-//! `redacted_thinking`, `tool_use`) with their deltas, `message_delta` (stop reason and output
+//! `redacted_thinking`, `tool_use`) with their deltas (signed thinking is kept whole in the step,
+//! to be handed back within the pass), `message_delta` (stop reason and output
 //! usage), `message_stop`; `ping` is ignored and `error` fails the step. Events are told apart
 //! by their data's `type` (the SSE event name when it has none).
 
@@ -68,12 +69,13 @@ impl MessagesStream {
         let text = |key: &str| block.get(key).and_then(Value::as_str).unwrap_or("");
         match block.get("type").and_then(Value::as_str) {
             Some("text") => self.step.text(text("text"), events),
-            Some("thinking") => StepBuilder::reasoning(text("thinking"), events),
+            Some("thinking") => self.step.start_thinking(index, text("thinking"), text("signature"), events),
+            Some("redacted_thinking") => self.step.redacted_thinking(index, text("data")),
             Some("tool_use") => {
                 let input = block.get("input").filter(|input| input.is_object()).cloned();
                 self.step.start_call(index, text("id"), text("name"), input, events);
             }
-            // redacted_thinking and server-side tool blocks carry nothing for us.
+            // Server-side tool blocks carry nothing for us.
             _ => {}
         }
     }
@@ -85,9 +87,10 @@ impl MessagesStream {
         let text = |key: &str| delta.get(key).and_then(Value::as_str).unwrap_or("");
         match delta.get("type").and_then(Value::as_str) {
             Some("text_delta") => self.step.text(text("text"), events),
-            Some("thinking_delta") => StepBuilder::reasoning(text("thinking"), events),
+            Some("thinking_delta") => self.step.thinking_text(index, text("thinking"), events),
+            Some("signature_delta") => self.step.thinking_signature(index, text("signature")),
             Some("input_json_delta") => self.step.call_arguments(index, text("partial_json")),
-            // signature_delta, citations_delta: nothing to surface.
+            // citations_delta: nothing to surface.
             _ => {}
         }
     }
@@ -131,7 +134,7 @@ mod tests {
 
     use super::*;
     use crate::model::sse::test_support::{decode_every_split, replay};
-    use crate::model::{ModelErrorKind, StreamEvent, ToolCall, Usage, Wire};
+    use crate::model::{ModelErrorKind, StreamEvent, Thinking, ToolCall, Usage, Wire};
 
     /// Thinking, text and a tool call whose JSON arrives in mid-token pieces.
     const TOOL_TURN: &str = concat!(
@@ -188,6 +191,36 @@ mod tests {
             [ToolCall { id: "toolu_1".into(), name: "read".into(), arguments: json!({"address": "~/memory/"}) }]
         );
         assert_eq!(step.usage, Usage { input: 1800, output: 22, cache_read: 0, cache_write: 1700, total: 3522 });
+        assert_eq!(
+            step.thinking,
+            [Thinking::Signed { text: "Look in memory – first".into(), signature: "c2ln".into() }],
+            "the signed block is kept whole, to hand back within the pass"
+        );
+    }
+
+    /// Redacted blocks are kept as sent; a thinking block that never got its signature cannot be
+    /// handed back and is dropped.
+    #[tokio::test]
+    async fn reasoning_blocks_are_kept_only_when_they_can_be_handed_back() {
+        let stream = concat!(
+            "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5}}}\n\n",
+            "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"redacted_thinking\",\"data\":\"ZW5j\"}}\n\n",
+            "data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"Half\"}}\n\n",
+            "data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\" a thought\"}}\n\n",
+            "data: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"text\",\"text\":\"Hi\"}}\n\n",
+            "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":3}}\n\n",
+            "data: {\"type\":\"message_stop\"}\n\n",
+        );
+        let (events, step) = replay(Wire::Anthropic, stream).await;
+        assert_eq!(
+            events,
+            [
+                StreamEvent::ReasoningDelta("Half".into()),
+                StreamEvent::ReasoningDelta(" a thought".into()),
+                StreamEvent::TextDelta("Hi".into())
+            ]
+        );
+        assert_eq!(step.unwrap().thinking, [Thinking::Redacted { data: "ZW5j".into() }]);
     }
 
     fn turn(stop_reason: &str, stop: bool) -> String {

@@ -39,7 +39,7 @@ fn messages(provider_type: &str, request: &ModelRequest) -> Vec<Value> {
     for message in &request.messages {
         match message {
             Message::User(parts) => out.push(json!({"role": "user", "content": user_content(parts)})),
-            Message::Assistant { text, tool_calls } => {
+            Message::Assistant { text, tool_calls, .. } => {
                 if text.is_empty() && tool_calls.is_empty() {
                     continue;
                 }

@@ -108,7 +108,7 @@ fn calls_and_results_pair_up_in_call_order_wherever_the_results_landed() {
     let messages = conversation(&events, &Tail::default());
     assert_eq!(messages.len(), 5, "{messages:#?}");
     assert_eq!(text(&messages[0]), "<message_sender>\n{\"accountId\":\"alice\"}\n</message_sender>\n\nhi");
-    let Message::Assistant { text: said, tool_calls } = &messages[1] else { panic!() };
+    let Message::Assistant { text: said, tool_calls, .. } = &messages[1] else { panic!() };
     assert_eq!(said, "Looking.");
     assert_eq!(tool_calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["c1", "c2"]);
     assert_eq!(tool_calls[0].arguments, serde_json::json!({"address": "~/memory/"}));
@@ -117,7 +117,7 @@ fn calls_and_results_pair_up_in_call_order_wherever_the_results_landed() {
     assert!(results[0].is_error);
     assert_eq!(results[1].text, "{\"summary\":\"me\"}");
     assert!(
-        matches!(&messages[3], Message::Assistant { text, tool_calls } if text == "Done." && tool_calls.is_empty())
+        matches!(&messages[3], Message::Assistant { text, tool_calls, .. } if text == "Done." && tool_calls.is_empty())
     );
     // The replay ended on the assistant: the pass says why the turn goes on.
     assert!(text(&messages[4]).starts_with("<turn_resumed>"));
