@@ -112,7 +112,7 @@ impl Turn {
         crate::ws::hub::to_session(
             &self.app,
             &self.session_id,
-            crate::ws::hub::SessionFrame::Partial { partial_id: &partial.id, patch },
+            crate::ws::hub::SessionFrame::Partial { partial_id: &partial.id, patch: &patch },
         );
     }
 

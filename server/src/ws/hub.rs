@@ -517,7 +517,7 @@ pub enum SessionFrame<'a> {
         /// The message being written.
         partial_id: &'a str,
         /// What changed.
-        patch: PartialPatch,
+        patch: &'a PartialPatch,
     },
 }
 
@@ -543,7 +543,7 @@ pub fn to_session(app: &App, session_id: &str, frame: SessionFrame<'_>) {
                 extra: Default::default(),
                 key,
                 partial_id: partial_id.to_owned(),
-                patch,
+                patch: patch.clone(),
                 run_id: None,
             }))
         }
