@@ -665,3 +665,64 @@ async fn an_interrupted_tool_call_is_answered_before_the_next_turn() {
     assert_eq!(results, 1);
     server.stop().await;
 }
+
+/// `read attachment:` of an image: a model that takes images sees it with the result (after the
+/// tool messages, as chat completions wants), the log keeps `shownAsImage` and no bytes; a
+/// text-only model gets the description instead.
+#[tokio::test]
+async fn an_image_attachment_is_shown_to_a_model_that_takes_images() {
+    use seed_agents_protocol::Bytes;
+    use seed_agents_protocol::generated::{UpdateAgent, UploadSessionAttachment};
+    let provider = Provider::start().await;
+    let (server, user, agent_id, session_id) = setup(&provider, false).await;
+    let png: Vec<u8> = [&b"\x89PNG\r\n\x1a\n"[..], &[7u8; 64][..]].concat();
+    let upload = UploadSessionAttachment {
+        session_id: session_id.clone(),
+        name: "chart.png".into(),
+        mime_type: Some("image/png".into()),
+        content: Bytes(png.clone()),
+    };
+    let attachment = user.call(upload).await.unwrap().attachment;
+    let address = format!(r#"{{"address":"attachment:{}"}}"#, attachment.id);
+    provider.push(Script::tool_call("call_1", "read", &address));
+    provider.push(Script::text("A bar chart."));
+    user.call(say(&session_id, "what is in the chart?")).await.unwrap();
+
+    let requests = provider.requests();
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let tool = messages.iter().find(|m| m["role"] == "tool").unwrap();
+    let shown: serde_json::Value = serde_json::from_str(tool["content"].as_str().unwrap()).unwrap();
+    assert_eq!(shown["shownAsImage"], true, "{shown}");
+    let last = messages.last().unwrap();
+    assert_eq!(last["role"], "user");
+    assert_eq!(last["content"][0]["text"], "Attached image(s) from tool result:");
+    use base64::Engine as _;
+    let url = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(&png));
+    assert_eq!(last["content"][1]["image_url"]["url"], url.as_str());
+    // The log keeps what was shown, not the bytes.
+    let log = events(&user, &session_id).await;
+    let SessionEventPayload::ToolResultEvent(result) = &log[2].event else { panic!("{log:?}") };
+    let stored = serde_json::to_value(result.output.as_ref().unwrap()).unwrap();
+    assert_eq!(stored["shownAsImage"], true);
+    assert!(stored.get("content").is_none(), "{stored}");
+    // A later turn replays the result without the image.
+    provider.push(Script::text("Still a bar chart."));
+    user.call(say(&session_id, "and now?")).await.unwrap();
+    let replayed = &provider.requests()[2].body["messages"];
+    assert!(!replayed.to_string().contains("image_url"), "{replayed}");
+
+    // A text-only model is told about the image instead.
+    let mut definition = definition("Scout");
+    definition.model = "llama3".into();
+    user.call(UpdateAgent { agent_id: agent_id.clone(), definition }).await.unwrap();
+    provider.push(Script::tool_call("call_2", "read", &address));
+    provider.push(Script::text("I cannot see it."));
+    user.call(say(&session_id, "look again")).await.unwrap();
+    let requests = provider.requests();
+    let messages = requests.last().unwrap().body["messages"].as_array().unwrap().clone();
+    let tool = messages.iter().rev().find(|m| m["role"] == "tool").unwrap();
+    let described: serde_json::Value = serde_json::from_str(tool["content"].as_str().unwrap()).unwrap();
+    assert_eq!(described["shownAsImage"], false, "{described}");
+    assert!(!serde_json::Value::Array(messages).to_string().contains("image_url"));
+    server.stop().await;
+}

@@ -211,8 +211,47 @@ pub struct ToolResult {
     pub name: String,
     /// The text the model sees.
     pub text: String,
+    /// Images the model sees with the text (`read attachment:` of an image, for a model that
+    /// takes images). Never stored: the log keeps the result's metadata only.
+    pub images: Vec<Image>,
     /// Whether the call failed (Anthropic `is_error`; chat completions has no such flag).
     pub is_error: bool,
+}
+
+/// An image sent inline with a tool result.
+#[derive(Clone, PartialEq)]
+pub struct Image {
+    /// Its media type, such as `image/png`.
+    pub mime: String,
+    /// Its bytes.
+    pub data: Vec<u8>,
+}
+
+impl fmt::Debug for Image {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Image").field("mime", &self.mime).field("bytes", &self.data.len()).finish()
+    }
+}
+
+/// Whether a model takes images as input (RUNTIME-NOTES §1.3): OpenAI's gpt-4o, gpt-4.1,
+/// gpt-4-turbo, gpt-5 and later, o1, o3 and o4-mini; Claude 3 and later; any Gemini. Others are
+/// treated as text-only, so an image they would refuse is never sent.
+pub fn accepts_images(model: &str) -> bool {
+    let model = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
+    let gpt_five_or_later = model
+        .strip_prefix("gpt-")
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|major| major.parse::<u32>().ok())
+        .is_some_and(|major| major >= 5);
+    let claude_three_or_later = model.strip_prefix("claude-").is_some_and(|rest| {
+        // `claude-3-5-sonnet…` and `claude-sonnet-4-5…`: the first number is the generation.
+        rest.split('-').find_map(|part| part.parse::<u32>().ok()).is_some_and(|generation| generation >= 3)
+    });
+    ["gpt-4o", "gpt-4.1", "gpt-4-turbo", "o1", "o3", "o4-mini", "gemini-"]
+        .iter()
+        .any(|prefix| model.starts_with(prefix))
+        || gpt_five_or_later
+        || claude_three_or_later
 }
 
 /// A tool the model may call.
@@ -407,12 +446,14 @@ pub(crate) mod test_support {
                         call_id: "call_9|fc_123".into(),
                         name: "read".into(),
                         text: "notes.md".into(),
+                        images: vec![Image { mime: "image/jpeg".into(), data: vec![0xff, 0xd8, 0xff] }],
                         is_error: false,
                     },
                     ToolResult {
                         call_id: long_id.into(),
                         name: "status".into(),
                         text: "Title must be short".into(),
+                        images: Vec::new(),
                         is_error: true,
                     },
                 ]),
@@ -426,6 +467,7 @@ pub(crate) mod test_support {
                     call_id: "call_2".into(),
                     name: "read".into(),
                     text: String::new(),
+                    images: Vec::new(),
                     is_error: false,
                 }]),
                 Message::User(vec![UserPart::Text("Thanks".into())]),
@@ -453,6 +495,30 @@ pub(crate) mod test_support {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn which_models_take_images() {
+        for model in [
+            "gpt-4o",
+            "gpt-4o-mini",
+            "gpt-4.1",
+            "gpt-4-turbo",
+            "gpt-5",
+            "gpt-5.1-codex",
+            "o3",
+            "o4-mini",
+            "claude-3-5-sonnet-latest",
+            "claude-sonnet-4-5",
+            "anthropic/claude-opus-4-1",
+            "openai/gpt-4o",
+            "gemini-2.5-flash",
+        ] {
+            assert!(accepts_images(model), "{model}");
+        }
+        for model in ["gpt-3.5-turbo", "gpt-4", "claude-2.1", "llama3", "deepseek-chat", "mistral-large", ""] {
+            assert!(!accepts_images(model), "{model}");
+        }
+    }
 
     #[test]
     fn endpoints_by_provider_type() {

@@ -411,12 +411,12 @@ async fn run_tools(
     let mut results: Vec<Option<ToolResult>> = vec![None; calls.len()];
     while let Some((index, outcome, duration)) = running.next().await {
         let call = &calls[index];
-        let (text, is_error, output, error) = match outcome {
-            Ok(output) => {
+        let (text, images, is_error, output, error) = match outcome {
+            Ok((output, images)) => {
                 let text = replay::bound(&serde_json::to_string(&output).unwrap_or_else(|_| "{}".to_owned()));
-                (text, false, Some(output), None)
+                (text, images, false, Some(output), None)
             }
-            Err(message) => (replay::bound(&message), true, None, Some(message)),
+            Err(message) => (replay::bound(&message), Vec::new(), true, None, Some(message)),
         };
         if call.name != Tool::Plan.name() {
             let output =
@@ -434,7 +434,7 @@ async fn run_tools(
             .await?;
             turn.activity(partial, activity(AgentRunActivityPhase::Thinking));
         }
-        results[index] = Some(ToolResult { call_id: call.id.clone(), name: call.name.clone(), text, is_error });
+        results[index] = Some(ToolResult { call_id: call.id.clone(), name: call.name.clone(), text, images, is_error });
     }
     Ok(results.into_iter().flatten().collect())
 }
@@ -449,7 +449,12 @@ fn detail(arguments: &Json) -> Option<String> {
 
 /// Runs one call: its output, or the error text the model reads. A callable promoted in this
 /// pass (in `offered`) runs as `call {tool, input}`.
-async fn execute(turn: &Turn, call: &ToolCall, offered: &[crate::model::ToolSpec]) -> Result<Json, String> {
+/// Runs one call: its output and any images for the model, or the error text the model reads.
+async fn execute(
+    turn: &Turn,
+    call: &ToolCall,
+    offered: &[crate::model::ToolSpec],
+) -> Result<(Json, Vec<crate::model::Image>), String> {
     let Some(tool) = Tool::named(&call.name) else {
         let promoted = crate::tools::registry::Callable::named(&call.name)
             .filter(|callable| offered.iter().any(|spec| spec.name == callable.name()));
@@ -464,11 +469,11 @@ async fn execute(turn: &Turn, call: &ToolCall, offered: &[crate::model::ToolSpec
         Tool::Status => plan::status(turn, &arguments).await,
         Tool::Read | Tool::Write | Tool::Call => return run_verb(turn, tool, &arguments).await,
     };
-    result.map_err(|error| model_error(&call.name, error))
+    result.map(|output| (output, Vec::new())).map_err(|error| model_error(&call.name, error))
 }
 
-/// Runs `read`, `write` or `call` as the agent.
-async fn run_verb(turn: &Turn, tool: Tool, arguments: &Json) -> Result<Json, String> {
+/// Runs `read`, `write` or `call` as the agent, with the images it showed a model that takes them.
+async fn run_verb(turn: &Turn, tool: Tool, arguments: &Json) -> Result<(Json, Vec<crate::model::Image>), String> {
     let input = wire::to_ipld(arguments).map(Value).map_err(|error| error.to_string())?;
     let context = crate::verbs::Context::for_agent(
         &turn.app,
@@ -478,13 +483,14 @@ async fn run_verb(turn: &Turn, tool: Tool, arguments: &Json) -> Result<Json, Str
         turn.definition.clone(),
         turn.memory_root.clone(),
     );
+    let context = if crate::model::accepts_images(&turn.endpoint.model) { context.showing_images() } else { context };
     let output = match tool {
         Tool::Read => crate::verbs::read(&context, &input).await,
         Tool::Write => crate::verbs::write(&context, &input).await,
         _ => crate::verbs::call_as_agent(&context, &input).await,
     };
     output
-        .map(|value| serde_json::to_value(&value).unwrap_or(Json::Null))
+        .map(|value| (serde_json::to_value(&value).unwrap_or(Json::Null), context.take_images()))
         .map_err(|error| model_error(tool.name(), error))
 }
 

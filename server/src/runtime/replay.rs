@@ -246,6 +246,7 @@ impl<'a> Replay<'a> {
                         call_id: result.tool_call_id.clone(),
                         name: result.name.clone(),
                         text,
+                        images: Vec::new(),
                         is_error,
                     }]));
                     self.emitted.insert(result.tool_call_id.clone());
@@ -271,7 +272,7 @@ impl<'a> Replay<'a> {
                     Some(result) => result_text(result),
                     None => (NO_RESULT.to_owned(), true),
                 };
-                ToolResult { call_id: call.id.clone(), name: call.name.clone(), text, is_error }
+                ToolResult { call_id: call.id.clone(), name: call.name.clone(), text, images: Vec::new(), is_error }
             })
             .collect();
         self.emitted.extend(calls.iter().map(|call| call.id.clone()));

@@ -60,6 +60,9 @@ pub(crate) struct Context<'a> {
     definition: AgentDefinition,
     /// `<stateDir>/memory`.
     memory_root: PathBuf,
+    /// Images for the model to see with the result (`read attachment:`): present only when the
+    /// caller is a model that takes images.
+    model_images: Option<std::sync::Mutex<Vec<crate::model::Image>>>,
 }
 
 impl<'a> Context<'a> {
@@ -79,6 +82,31 @@ impl<'a> Context<'a> {
             owner_id: owner_id.to_owned(),
             definition,
             memory_root,
+            model_images: None,
+        }
+    }
+
+    /// Lets verbs show images to the model (it takes image input).
+    pub(crate) fn showing_images(mut self) -> Self {
+        self.model_images = Some(std::sync::Mutex::default());
+        self
+    }
+
+    /// The images verbs showed the model, taken.
+    pub(crate) fn take_images(&self) -> Vec<crate::model::Image> {
+        let Some(images) = &self.model_images else { return Vec::new() };
+        std::mem::take(&mut *images.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Whether the caller is a model that takes images.
+    fn takes_images(&self) -> bool {
+        self.model_images.is_some()
+    }
+
+    /// Hands `image` to the model with the result (dropped when the caller takes no images).
+    fn show_image(&self, image: crate::model::Image) {
+        if let Some(images) = &self.model_images {
+            images.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(image);
         }
     }
 }
@@ -188,6 +216,7 @@ async fn open<'a>(app: &'a App, caller: &Caller, session_id: &str) -> ApiResult<
         owner_id: access.owner_id,
         memory_root: PathBuf::from(&agent.state_dir).join(crate::memory::path::MEMORY_DIR),
         definition: agent.definition,
+        model_images: None,
     })
 }
 

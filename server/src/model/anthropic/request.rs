@@ -152,8 +152,15 @@ fn tool_result(result: &ToolResult) -> Value {
     let mut block = Map::new();
     block.insert("type".into(), "tool_result".into());
     block.insert("tool_use_id".into(), ids::anthropic(&result.call_id).into());
+    let mut content = Vec::new();
     if !result.text.is_empty() {
-        block.insert("content".into(), json!([{"type": "text", "text": result.text}]));
+        content.push(json!({"type": "text", "text": result.text}));
+    }
+    content.extend(result.images.iter().map(|image| {
+        json!({"type": "image", "source": {"type": "base64", "media_type": image.mime, "data": base64_text(&image.data)}})
+    }));
+    if !content.is_empty() {
+        block.insert("content".into(), Value::Array(content));
     }
     block.insert("is_error".into(), result.is_error.into());
     Value::Object(block)
@@ -198,7 +205,10 @@ mod tests {
                     {"type": "tool_use", "id": "toolu_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGH", "name": "status", "input": {"title": "Notes"}},
                 ]},
                 {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "call_9_fc_123", "content": [{"type": "text", "text": "notes.md"}], "is_error": false},
+                    {"type": "tool_result", "tool_use_id": "call_9_fc_123", "content": [
+                        {"type": "text", "text": "notes.md"},
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/"}},
+                    ], "is_error": false},
                     {"type": "tool_result", "tool_use_id": "toolu_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGH", "content": [{"type": "text", "text": "Title must be short"}], "is_error": true},
                 ]},
                 {"role": "assistant", "content": [
@@ -223,8 +233,13 @@ mod tests {
     #[test]
     fn consecutive_results_share_one_user_message_and_the_last_one_is_cached() {
         let call = |id: &str| ToolCall { id: id.into(), name: "read".into(), arguments: json!({}) };
-        let result =
-            |id: &str| ToolResult { call_id: id.into(), name: "read".into(), text: id.into(), is_error: false };
+        let result = |id: &str| ToolResult {
+            call_id: id.into(),
+            name: "read".into(),
+            text: id.into(),
+            images: Vec::new(),
+            is_error: false,
+        };
         let request = ModelRequest {
             messages: vec![
                 Message::User(vec![UserPart::Text("go".into()), UserPart::Text(String::new())]),
@@ -273,7 +288,13 @@ mod tests {
         // Inside a tool loop replayed from the log (no signed thinking) the step goes without
         // thinking; after a text answer it thinks again.
         let call = ToolCall { id: "a".into(), name: "read".into(), arguments: json!({}) };
-        let result = ToolResult { call_id: "a".into(), name: "read".into(), text: "x".into(), is_error: false };
+        let result = ToolResult {
+            call_id: "a".into(),
+            name: "read".into(),
+            text: "x".into(),
+            images: Vec::new(),
+            is_error: false,
+        };
         let looping = vec![
             Message::User(vec![UserPart::Text("go".into())]),
             Message::Assistant { text: "Looking.".into(), tool_calls: vec![call.clone()], thinking: Vec::new() },

@@ -55,9 +55,28 @@ fn messages(provider_type: &str, request: &ModelRequest) -> Vec<Value> {
                 }
                 out.push(Value::Object(assistant));
             }
-            Message::ToolResults(results) => out.extend(results.iter().map(
-                |result| json!({"role": "tool", "tool_call_id": ids::openai(&result.call_id), "content": result.text}),
-            )),
+            Message::ToolResults(results) => {
+                out.extend(results.iter().map(|result| {
+                    // Chat completions takes no images in a tool message: they follow as a user
+                    // message, and a result that is only images says so.
+                    let text = if result.text.is_empty() && !result.images.is_empty() {
+                        "(see attached image)"
+                    } else {
+                        &result.text
+                    };
+                    json!({"role": "tool", "tool_call_id": ids::openai(&result.call_id), "content": text})
+                }));
+                let images: Vec<Value> = results
+                    .iter()
+                    .flat_map(|result| &result.images)
+                    .map(|image| json!({"type": "image_url", "image_url": {"url": data_url(&image.mime, &image.data)}}))
+                    .collect();
+                if !images.is_empty() {
+                    let mut content = vec![json!({"type": "text", "text": "Attached image(s) from tool result:"})];
+                    content.extend(images);
+                    out.push(json!({"role": "user", "content": content}));
+                }
+            }
         }
     }
     out
@@ -135,6 +154,10 @@ mod tests {
                 ]},
                 {"role": "tool", "tool_call_id": "call_9", "content": "notes.md"},
                 {"role": "tool", "tool_call_id": "toolu_0123456789abcdefghijklmnopqrstuvwx", "content": "Title must be short"},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Attached image(s) from tool result:"},
+                    {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/"}},
+                ]},
                 {"role": "assistant", "content": null, "tool_calls": [
                     {"id": "call_2", "type": "function", "function": {"name": "read", "arguments": "{}"}},
                 ]},
