@@ -65,6 +65,7 @@ async fn sigterm_stops_cleanly_and_a_newer_database_is_refused() {
     let (status, stderr) = wait_exit(&mut child);
     assert!(status.success(), "exit status {status:?}; stderr:\n{stderr}");
     assert!(stderr.contains("shutting down") && stderr.contains("stopped"), "{stderr}");
+    assert!(!stderr.contains('\x1b'), "no colour codes in a log that is not a terminal: {stderr:?}");
     let database = dir.path().join("seed-agents.sqlite");
     // Closed cleanly: the write-ahead log was checkpointed and removed with the last connection.
     assert!(!dir.path().join("seed-agents.sqlite-wal").exists(), "WAL left behind after a clean stop");
