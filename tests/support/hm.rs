@@ -3,15 +3,21 @@
 //! CID is recomputed from the data with the CID's own prefix (sha2-256; dag-cbor, raw or dag-pb),
 //! a blob without one is named CIDv1 dag-cbor BLAKE2b-256 as the real server does, and a
 //! DAG-CBOR blob must be canonical and carry a valid Ed25519 signature under the zero-sig rule.
-//! `Change` and `Ref` blobs must also link what §2.4/§2.5 say, to blobs accepted before them
-//! (earlier in the same request or in an earlier one): a content Change its genesis and its
-//! `deps` with `depth` one more than theirs, a Ref its genesis and head Changes of that genesis.
-//! Every accepted blob is recorded, in order; a switch makes every request fail.
+//! `Change`, `Ref`, `Comment` and `Capability` blobs must also carry the fields §2.3–§2.6 say
+//! and link blobs accepted before them (earlier in the same request or in an earlier one): a
+//! content Change its genesis and its `deps` with `depth` one more than theirs; a Ref its genesis
+//! and head Changes of that genesis, no heads when it redirects, and, when it writes another
+//! account's path, a WRITER/AGENT Capability that account issued to the Ref's signer; a Comment
+//! the Changes of the version it is about and, for a reply, the parent and thread-root Comments
+//! on the same document. Every accepted blob is recorded, in order; a switch makes every request
+//! fail. Tests seed blobs signed by other keys with [`FakeHm::store`].
 //! `GET /api/Search` answers the entities a test set, and records each query string.
 //!
 //! Reads (`GET /api/<Key>?…`) answer what a test scripted with [`FakeHm::answer`]: the latest
 //! route of that key whose parameters all match the request's (other keys 404 as on the real
-//! server). Every read is recorded with its decoded query parameters. `GET /ipfs/<cid>` serves a
+//! server); `Comment?__value=<author>/<tsid>` with no scripted route answers from the published
+//! Comments, naming each by the record id the fake computes itself (500 for an unknown one, as
+//! the real server's throwing read). Every read is recorded with its decoded query parameters. `GET /ipfs/<cid>` serves a
 //! published raw leaf's bytes as `text/plain` (single-chunk files only).
 
 use std::collections::BTreeMap;
@@ -150,6 +156,17 @@ impl FakeHm {
         self.state.lock().unwrap().queries.clone()
     }
 
+    /// Publishes `blobs` as a `PublishBlobs` request would (same checks, all or nothing); their
+    /// CIDs, or why they were refused.
+    pub fn store(&self, blobs: &[&seed_agents_server::hm::Blob]) -> Result<Vec<String>, String> {
+        let body = seed_agents_server::hm::publish_blobs_body(blobs.iter().copied()).map_err(|e| e.to_string())?;
+        let mut state = self.state.lock().unwrap();
+        let published = publish(&body, &state.blobs)?;
+        let cids = published.iter().map(|blob| blob.cid.clone()).collect();
+        state.blobs.extend(published);
+        Ok(cids)
+    }
+
     /// Makes every following request fail with `status` and `{"error": message}` (or succeed
     /// again with `None`).
     pub fn fail_with(&self, failure: Option<(u16, &str)>) {
@@ -250,9 +267,13 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
             state.routes.iter().rev().find(|route| {
                 route.key == key && route.params.iter().all(|(name, value)| params.get(name) == Some(value))
             });
-        match route {
-            Some(route) => (route.status, route.body.clone()),
-            None => (404, serde_json::json!({ "error": format!("no scripted answer for {key} {params:?}") })),
+        match (route, key.as_str(), params.get("__value")) {
+            (Some(route), ..) => (route.status, route.body.clone()),
+            (None, "Comment", Some(id)) => match comment_answer(&state.blobs, id) {
+                Some(comment) => (200, serde_json::json!({ "json": comment })),
+                None => (500, serde_json::json!({ "error": format!("comment {id} not found") })),
+            },
+            (None, ..) => (404, serde_json::json!({ "error": format!("no scripted answer for {key} {params:?}") })),
         }
     } else {
         (404, serde_json::json!({ "error": format!("unknown route {method} {path}") }))
@@ -295,6 +316,8 @@ fn publish(body: &[u8], stored: &[Published]) -> Result<Vec<Published>, String> 
         match blob.text("type") {
             Some("Change") => check_change(&blob, known)?,
             Some("Ref") => check_ref(&blob, known)?,
+            Some("Comment") => check_comment(&blob, known)?,
+            Some("Capability") => check_capability(&blob)?,
             _ => {}
         }
         accepted.push(blob);
@@ -375,8 +398,27 @@ fn check_change(blob: &Published, known: impl Fn(&Cid) -> Option<Published>) -> 
     Ok(())
 }
 
-/// A `Ref`: `genesisBlob` links a genesis Change and every head a Change of that genesis.
+/// A `Ref`: `genesisBlob` links a genesis Change and every head a Change of that genesis; a
+/// redirect has no heads; `space` (omitted when it is the signer) other than the signer needs a
+/// `capability` that space issued to the signer.
 fn check_ref(blob: &Published, known: impl Fn(&Cid) -> Option<Published>) -> Result<(), String> {
+    only_keys(
+        blob,
+        &[
+            "type",
+            "signer",
+            "sig",
+            "ts",
+            "genesisBlob",
+            "heads",
+            "generation",
+            "space",
+            "path",
+            "capability",
+            "visibility",
+            "redirect",
+        ],
+    )?;
     let Some(Ipld::Link(genesis)) = blob.field("genesisBlob") else {
         return Err("Ref genesisBlob must be a link".into());
     };
@@ -392,7 +434,201 @@ fn check_ref(blob: &Published, known: impl Fn(&Cid) -> Option<Published>) -> Res
     if blob.integer("generation") == Some(0) {
         return Err("Ref generation 0 must be omitted".into());
     }
+    if blob.integer("ts").is_none_or(|ts| ts <= 0) {
+        return Err("a Ref needs a positive ts".into());
+    }
+    let signer = blob.signer().ok_or("Ref signer is not a principal")?;
+    let space = match blob.field("space") {
+        None => signer.clone(),
+        Some(space) => principal_field(space, "Ref space")?,
+    };
+    if blob.field("space").is_some() && space == signer {
+        return Err("Ref space must be omitted when it is the signer".into());
+    }
+    match blob.field("path") {
+        None => {}
+        Some(Ipld::String(path)) if path.starts_with('/') && path.len() > 1 => {}
+        Some(_) => return Err("Ref path must be \"/…\" (omitted for the home document)".into()),
+    }
+    if let Some(redirect) = blob.field("redirect") {
+        if !heads.is_empty() {
+            return Err("a redirect Ref must have no heads".into());
+        }
+        let Ipld::Map(redirect) = redirect else { return Err("Ref redirect must be a map".into()) };
+        let mut keys = redirect.keys().map(String::as_str);
+        if let Some(key) = keys.find(|key| !["path", "space", "republish"].contains(key)) {
+            return Err(format!("unexpected redirect field {key}"));
+        }
+        if !matches!(redirect.get("path"), Some(Ipld::String(_))) {
+            return Err("Ref redirect.path must be a string".into());
+        }
+        if let Some(target) = redirect.get("space")
+            && principal_field(target, "redirect space")? == space
+        {
+            return Err("Ref redirect.space must be omitted when it is the Ref's space".into());
+        }
+        if redirect.get("republish").is_some_and(|republish| republish != &Ipld::Bool(true)) {
+            return Err("Ref redirect.republish is true or omitted".into());
+        }
+    }
+    match (blob.field("capability"), space == signer) {
+        (None, true) => Ok(()),
+        (Some(_), true) => Err("a Ref of the signer's own space carries no capability".into()),
+        (None, false) => Err(format!("{signer} writes {space}'s path without a capability")),
+        (Some(Ipld::Link(cid)), false) => {
+            let capability = known(cid).ok_or_else(|| format!("capability {cid} was not published before"))?;
+            let delegate = capability.field("delegate").map(|delegate| principal_field(delegate, "delegate"));
+            if capability.text("type") != Some("Capability")
+                || capability.signer().as_deref() != Some(space.as_str())
+                || delegate != Some(Ok(signer.clone()))
+                || !matches!(capability.text("role"), Some("WRITER" | "AGENT"))
+            {
+                return Err(format!("capability {cid} does not let {signer} write {space}'s documents"));
+            }
+            Ok(())
+        }
+        (Some(_), false) => Err("Ref capability must be a link".into()),
+    }
+}
+
+/// A `Comment`: `space` (a principal), `path`, `version` (links to known Changes), `body`
+/// (blocks with ids, types and nested children); a reply links the parent and thread-root
+/// Comments, which must be on the same document.
+fn check_comment(blob: &Published, known: impl Fn(&Cid) -> Option<Published>) -> Result<(), String> {
+    only_keys(
+        blob,
+        &[
+            "type",
+            "signer",
+            "sig",
+            "ts",
+            "space",
+            "path",
+            "version",
+            "body",
+            "replyParent",
+            "threadRoot",
+            "visibility",
+            "id",
+            "capability",
+        ],
+    )?;
+    if blob.integer("ts").is_none_or(|ts| ts <= 0) {
+        return Err("a Comment needs a positive ts".into());
+    }
+    let space = principal_field(blob.field("space").ok_or("Comment space is missing")?, "Comment space")?;
+    let path = blob.text("path").ok_or("Comment path must be a string")?;
+    if !(path.is_empty() || path.starts_with('/')) {
+        return Err("Comment path must be \"\" or \"/…\"".into());
+    }
+    let version = blob.field("version").and_then(link_list).ok_or("Comment version must be a list of links")?;
+    if version.is_empty() {
+        return Err("Comment version must name at least one change".into());
+    }
+    for change in &version {
+        known_change(&known, change, "Comment version")?;
+    }
+    let Some(Ipld::List(body)) = blob.field("body") else { return Err("Comment body must be a list".into()) };
+    body.iter().try_for_each(check_block)?;
+    for key in ["replyParent", "threadRoot"] {
+        let Some(link) = blob.field(key) else { continue };
+        let Ipld::Link(cid) = link else { return Err(format!("Comment {key} must be a link")) };
+        let other = known(cid).ok_or_else(|| format!("Comment {key} {cid} was not published before"))?;
+        if other.text("type") != Some("Comment")
+            || other.field("space") != blob.field("space")
+            || other.text("path") != Some(path)
+        {
+            return Err(format!("Comment {key} {cid} is not a comment on {space}{path}"));
+        }
+    }
+    if blob.field("replyParent").is_some() != blob.field("threadRoot").is_some() {
+        return Err("a reply links both replyParent and threadRoot".into());
+    }
+    if blob.field("visibility").is_some_and(|visibility| visibility != &Ipld::String("Private".into())) {
+        return Err("Comment visibility is \"Private\" or omitted".into());
+    }
     Ok(())
+}
+
+fn check_block(block: &Ipld) -> Result<(), String> {
+    let Ipld::Map(block) = block else { return Err("a comment block must be a map".into()) };
+    for key in ["id", "type"] {
+        if !matches!(block.get(key), Some(Ipld::String(text)) if !text.is_empty()) {
+            return Err(format!("a comment block needs a {key}"));
+        }
+    }
+    if block.get("text").is_some_and(|text| !matches!(text, Ipld::String(_))) {
+        return Err("a comment block's text must be a string".into());
+    }
+    if block.get("annotations").is_some_and(|annotations| !matches!(annotations, Ipld::List(_))) {
+        return Err("a comment block's annotations must be a list".into());
+    }
+    match block.get("children") {
+        None => Ok(()),
+        Some(Ipld::List(children)) => children.iter().try_for_each(check_block),
+        Some(_) => Err("a comment block's children must be a list".into()),
+    }
+}
+
+/// A `Capability`: a principal `delegate` and a WRITER or AGENT `role`.
+fn check_capability(blob: &Published) -> Result<(), String> {
+    only_keys(blob, &["type", "signer", "sig", "ts", "delegate", "role", "path", "label", "audience"])?;
+    principal_field(blob.field("delegate").ok_or("Capability delegate is missing")?, "delegate")?;
+    if !matches!(blob.text("role"), Some("WRITER" | "AGENT")) {
+        return Err("Capability role must be WRITER or AGENT".into());
+    }
+    Ok(())
+}
+
+fn only_keys(blob: &Published, allowed: &[&str]) -> Result<(), String> {
+    let mut keys = blob.value.iter().flat_map(BTreeMap::keys);
+    match keys.find(|key| !allowed.contains(&key.as_str())) {
+        Some(key) => Err(format!("unexpected {} field {key}", blob.text("type").unwrap_or("blob"))),
+        None => Ok(()),
+    }
+}
+
+/// A principal byte string as its account id.
+fn principal_field(value: &Ipld, what: &str) -> Result<String, String> {
+    match value {
+        Ipld::Bytes(bytes) => Principal::from_bytes(bytes).map(|principal| principal.to_string()),
+        _ => return Err(format!("{what} must be principal bytes")),
+    }
+    .map_err(|_| format!("{what} is not a principal"))
+}
+
+/// A published Comment's record id `<author>/<tsid>` (HM-INTEGRATION.md §2.3), computed here
+/// independently of the server.
+pub fn comment_record_id(blob: &Published) -> Option<String> {
+    let ts = u64::try_from(blob.integer("ts")?).ok()?;
+    let mut tsid = ts.to_be_bytes()[2..].to_vec();
+    tsid.extend_from_slice(&Sha256::digest(&blob.data)[..4]);
+    Some(format!("{}/z{}", blob.signer()?, bs58::encode(tsid).into_string()))
+}
+
+/// The HMComment the real server answers for `id`, from the published Comments.
+fn comment_answer(blobs: &[Published], id: &str) -> Option<serde_json::Value> {
+    let blob = blobs
+        .iter()
+        .filter(|blob| blob.text("type") == Some("Comment"))
+        .find(|blob| comment_record_id(blob).as_deref() == Some(id))?;
+    let space = principal_field(blob.field("space")?, "space").ok()?;
+    let version: Vec<String> = blob.links("version")?;
+    let mut comment = serde_json::json!({
+        "id": id,
+        "version": blob.cid,
+        "author": blob.signer()?,
+        "targetAccount": space,
+        "targetPath": blob.text("path")?,
+        "targetVersion": version.join("."),
+        "content": [],
+        "visibility": if blob.text("visibility") == Some("Private") { "PRIVATE" } else { "PUBLIC" },
+    });
+    if let (Some(parent), Some(root)) = (blob.link("replyParent"), blob.link("threadRoot")) {
+        comment["replyParentVersion"] = serde_json::json!(parent);
+        comment["threadRootVersion"] = serde_json::json!(root);
+    }
+    Some(comment)
 }
 
 fn known_change(known: &impl Fn(&Cid) -> Option<Published>, cid: &Cid, what: &str) -> Result<Published, String> {
@@ -503,6 +739,7 @@ mod tests {
             genesis: &foreign.cid,
             heads: &[new.change.cid],
             generation: 6,
+            capability: None,
         };
         let bad_ref = document::version_ref(&other, &input).unwrap();
         assert!(rejected(&[&foreign.blob, &bad_ref], &stored).contains("is not a Change of genesis"));
