@@ -745,6 +745,86 @@ mod tests {
         assert!(rejected(&[&foreign.blob, &bad_ref], &stored).contains("is not a Change of genesis"));
     }
 
+    #[test]
+    fn comments_redirects_and_capabilities_are_checked() {
+        use seed_agents_server::hm::comment::{NewComment, comment};
+        use seed_agents_server::hm::document::{RefTarget, TextBlock};
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let me = principal(&key);
+        let new = document::new_document(&key, 5, me, "/a", &document::new_document_ops("A", Vec::new())).unwrap();
+        let stored = publish(&body(&[&new.genesis.blob, &new.change.blob, &new.version_ref]), &[]).unwrap();
+        let rejected = |blobs: &[&Blob], stored: &[Published]| publish(&body(blobs), stored).unwrap_err();
+        let block = [TextBlock { kind: "Paragraph".into(), id: "b1".into(), text: "hi".into() }];
+        let on = |version: &[ipld_core::cid::Cid], parent: Option<ipld_core::cid::Cid>| {
+            let input = NewComment {
+                ts_ms: 6,
+                space: me,
+                path: "/a",
+                version,
+                body: &block,
+                reply_parent: parent,
+                thread_root: parent,
+                private: false,
+            };
+            comment(&key, &input).unwrap()
+        };
+        // A comment must be about known changes; a reply must link a known comment.
+        assert!(rejected(&[&on(&[new.genesis.cid], None).blob], &[]).contains("was not published before"));
+        let first = on(&[new.change.cid], None);
+        let added = publish(&body(&[&first.blob]), &stored).unwrap();
+        let stored = [stored, added].concat();
+        assert_eq!(comment_record_id(&stored[3]).as_deref(), Some(first.id.as_str()));
+        let stranger = on(&[new.change.cid], Some(new.change.cid));
+        assert!(rejected(&[&stranger.blob], &stored).contains("is not a comment on"));
+        let cid: ipld_core::cid::Cid = stored[3].cid.parse().unwrap();
+        publish(&body(&[&on(&[new.change.cid], Some(cid)).blob]), &stored).unwrap();
+        assert_eq!(comment_answer(&stored, &first.id).unwrap()["targetVersion"], new.change.cid.to_string());
+
+        // Redirects have no heads; another space needs that space's capability.
+        let input = |space, capability| document::VersionRef {
+            ts_ms: 7,
+            space,
+            path: "/a",
+            genesis: &new.genesis.cid,
+            heads: &[],
+            generation: 5,
+            capability,
+        };
+        let redirect = RefTarget::Redirect { space: me, path: "/b", republish: false };
+        publish(&body(&[&document::reference(&key, &input(me, None), redirect).unwrap()]), &stored).unwrap();
+        let heads = [new.change.cid];
+        let mut bad = document::reference(&key, &input(me, None), redirect).unwrap();
+        let Ok(Ipld::Map(mut fields)) = wire::decode_ipld(&bad.data) else { unreachable!() };
+        fields.insert("heads".into(), Ipld::List(heads.iter().copied().map(Ipld::Link).collect()));
+        fields.remove("sig");
+        fields.remove("signer");
+        bad.data = seed_agents_server::hm::blob::sign(&key, fields).unwrap();
+        assert!(rejected(&[&bad], &stored).contains("a redirect Ref must have no heads"));
+        let other = SigningKey::from_bytes(&[8; 32]);
+        let theirs = principal(&other);
+        let foreign = document::reference(&key, &input(theirs, None), RefTarget::Tombstone).unwrap();
+        assert!(rejected(&[&foreign], &stored).contains("without a capability"));
+        let grant = |role: &str, delegate: Principal| {
+            let fields = BTreeMap::from([
+                ("type".to_owned(), Ipld::String("Capability".into())),
+                ("ts".to_owned(), Ipld::Integer(8)),
+                ("delegate".to_owned(), Ipld::Bytes(delegate.to_bytes().to_vec())),
+                ("role".to_owned(), Ipld::String(role.into())),
+            ]);
+            Blob { cid: None, data: seed_agents_server::hm::blob::sign(&other, fields).unwrap() }
+        };
+        let wrong = publish(&body(&[&grant("WRITER", theirs)]), &stored).unwrap();
+        let right = publish(&body(&[&grant("AGENT", me)]), &stored).unwrap();
+        let with = |capability: &Published| {
+            let cid = capability.cid.parse().unwrap();
+            document::reference(&key, &input(theirs, Some(cid)), RefTarget::Tombstone).unwrap()
+        };
+        let all = [stored.clone(), wrong.clone(), right.clone()].concat();
+        assert!(rejected(&[&with(&wrong[0])], &all).contains("does not let"));
+        publish(&body(&[&with(&right[0])]), &all).unwrap();
+        assert!(rejected(&[&grant("READER", me)], &all).contains("role must be WRITER or AGENT"));
+    }
+
     /// A home-document Ref (key of seed 32 x 0x07) and the CID `@multiformats/blake2` gives it.
     #[test]
     fn unnamed_blobs_get_the_blake2b_cid_the_real_server_gives() {
