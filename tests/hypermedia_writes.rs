@@ -421,3 +421,102 @@ async fn writing_another_accounts_documents_needs_its_capability() {
     assert_eq!(hm.blobs().last().unwrap().link("capability"), Some(capability_cid));
     p.server.stop().await;
 }
+
+#[tokio::test]
+async fn a_model_turn_replies_to_a_comment_with_the_write_tool() {
+    use crate::support::custom_provider_config;
+    use crate::support::provider::{Provider, Script};
+    use seed_agents_protocol::generated::{
+        MessageSession, MessageSessionContentPart, SetModelProvider, TextContentPart,
+    };
+    use seed_agents_server::hm::comment::{NewComment, comment};
+    use seed_agents_server::hm::document::TextBlock;
+
+    let hm = FakeHm::start().await;
+    let provider = Provider::start().await;
+    let url = hm.url.clone();
+    let server = TestServer::start_with(tempfile::tempdir().unwrap(), move |config| {
+        config.hm_server_url = url;
+        config.session_title_generation = false;
+    })
+    .await;
+    let owner = server.user();
+    owner
+        .call(SetModelProvider { name: "main".into(), provider: custom_provider_config(provider.openai_base()) })
+        .await
+        .unwrap();
+    let identity = owner
+        .call(CreateSigningIdentity { client_request_id: None, label: Some("Ada".into()) })
+        .await
+        .unwrap()
+        .identity;
+    let account = identity.account_id.unwrap();
+    let mut def = definition("Replier");
+    def.signing_key = Some(identity.name.clone());
+    let agent_id = owner.call(CreateAgent { client_request_id: None, definition: def }).await.unwrap().agent_id;
+    let session_id = owner.create_session(&agent_id, None).await;
+
+    // Bea's post and her comment on it, published by the test.
+    let bea = SigningKey::from_bytes(&[9; 32]);
+    let bea_account = blob::principal(&bea).to_string();
+    let post = format!("hm://{bea_account}/post");
+    let ops = document::new_document_ops("Post", Vec::new());
+    let new = document::new_document(&bea, 1_700_000_000_000, blob::principal(&bea), "/post", &ops).unwrap();
+    let doc = Doc {
+        genesis: new.genesis.cid.to_string(),
+        version: new.change.cid.to_string(),
+        generation: 1_700_000_000_000,
+    };
+    let body = [TextBlock { kind: "Paragraph".into(), id: "q1".into(), text: "Anyone seen a heron?".into() }];
+    let question = comment(
+        &bea,
+        &NewComment {
+            ts_ms: 1_700_000_000_500,
+            space: blob::principal(&bea),
+            path: "/post",
+            version: &[new.change.cid],
+            body: &body,
+            reply_parent: None,
+            thread_root: None,
+            private: false,
+        },
+    )
+    .unwrap();
+    let mut blobs: Vec<Blob> = new.into_blobs().to_vec();
+    blobs.push(question.blob.clone());
+    let cids = hm.store(&blobs.iter().collect::<Vec<_>>()).unwrap();
+    hm.answer("Resource", &[("id", &post)], doc.resource(&bea_account, "/post", "PUBLIC"));
+
+    // The model answers as the trigger prompt asks: write a comment replying to hers.
+    let arguments = json!({
+        "address": post,
+        "content": "Yes, one by the pond this morning.",
+        "options": { "action": "comment", "replyTo": format!("hm://{}", question.id) },
+    });
+    provider.push(Script::tool_call("call_1", "write", &arguments.to_string()).split());
+    provider.push(Script::text("Replied."));
+    let text = TextContentPart {
+        extra: Default::default(),
+        blocks: None,
+        client_message_id: None,
+        text: "Bea asked about herons on her post; answer her.".into(),
+    };
+    let message = MessageSession {
+        client_message_id: None,
+        content: vec![MessageSessionContentPart::TextContentPart(text)],
+        session_id: session_id.clone(),
+    };
+    owner.call(message).await.unwrap();
+
+    let reply = hm.blobs().last().cloned().unwrap();
+    assert_eq!((reply.text("type"), reply.signer()), (Some("Comment"), Some(account.clone())));
+    assert_eq!(reply.field("space"), Some(&principal_bytes(&bea_account)));
+    assert_eq!((reply.link("replyParent"), reply.link("threadRoot")), (Some(cids[3].clone()), Some(cids[3].clone())));
+    assert_eq!(texts(&reply, "body"), ["Paragraph Yes, one by the pond this morning."]);
+    let second = &provider.requests()[1].body["messages"];
+    let tool = second.as_array().unwrap().iter().find(|message| message["role"] == "tool").unwrap();
+    let result: Json = serde_json::from_str(tool["content"].as_str().unwrap()).unwrap();
+    assert_eq!(result["commentId"], comment_record_id(&reply).unwrap());
+    assert_eq!(result["replyTo"], question.id);
+    server.stop().await;
+}
