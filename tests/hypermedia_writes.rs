@@ -8,6 +8,7 @@ use ed25519_dalek::SigningKey;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::Principal;
 use seed_agents_protocol::generated::{CreateAgent, CreateSigningIdentity};
+use seed_agents_server::hm::capability::{self, NewCapability, Role};
 use seed_agents_server::hm::{Blob, blob, document};
 use serde_json::{Value as Json, json};
 
@@ -398,13 +399,14 @@ async fn writing_another_accounts_documents_needs_its_capability() {
     assert_eq!(hm.blobs().len(), before);
 
     // Bea grants WRITER: the update's Ref names her space and links the capability.
-    let fields = [
-        ("type".to_owned(), Ipld::String("Capability".into())),
-        ("ts".to_owned(), Ipld::Integer(1_700_000_000_001)),
-        ("delegate".to_owned(), principal_bytes(&p.account)),
-        ("role".to_owned(), Ipld::String("WRITER".into())),
-    ];
-    let capability = Blob { cid: None, data: blob::sign(&bea, fields.into_iter().collect()).unwrap() };
+    let grant = NewCapability {
+        ts_ms: 1_700_000_000_001,
+        delegate: p.account.parse().unwrap(),
+        role: Role::Writer,
+        path: None,
+        label: None,
+    };
+    let capability = capability::capability(&bea, &grant).unwrap();
     let capability_cid = hm.store(&[&capability]).unwrap().remove(0);
     listing(json!([ { "id": capability_cid, "delegate": p.account, "role": "WRITER", "issuer": bea_account } ]));
     let updated = output(&owner.call(update()).await.unwrap());
@@ -519,4 +521,80 @@ async fn a_model_turn_replies_to_a_comment_with_the_write_tool() {
     assert_eq!(result["commentId"], comment_record_id(&reply).unwrap());
     assert_eq!(result["replyTo"], question.id);
     server.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_grants_a_capability_that_lets_another_account_write() {
+    let hm = FakeHm::start().await;
+    let p = publisher(&hm).await;
+    let (owner, session) = (&p.owner, p.session_id.as_str());
+    let doc = create(&hm, &p, "/notes").await;
+    let bea = SigningKey::from_bytes(&[9; 32]);
+    let bea_account = blob::principal(&bea).to_string();
+    let home = format!("hm://{}", p.account);
+    let grant = |address: &str, input: Json| {
+        write(session, address, None, json!({ "action": "capability.grant", "input": input }))
+    };
+
+    assert_eq!(
+        error(owner.call(grant(&home, json!({ "role": "WRITER" }))).await),
+        "Capability delegate is required (options.input.delegate, an account id)"
+    );
+    assert_eq!(
+        error(owner.call(grant(&home, json!({ "delegate": bea_account, "role": "READER" }))).await),
+        "Capability role must be WRITER or AGENT"
+    );
+    let foreign = format!("hm://{bea_account}");
+    assert!(
+        error(owner.call(grant(&foreign, json!({ "delegate": p.account, "role": "WRITER" }))).await)
+            .contains("it can only grant capabilities on")
+    );
+    let named = write(session, &home, None, json!({ "action": "capability.create", "name": "x" }));
+    assert!(
+        error(owner.call(named).await)
+            .starts_with("write hm:// (action \"capability.create\") does not understand option \"name\"")
+    );
+    let other = write(session, &home, None, json!({ "action": "contact.create" }));
+    assert!(error(owner.call(other).await).starts_with("Raw publishing commands (contact.create) are not supported"));
+
+    let before = hm.blobs().len();
+    let input = json!({ "delegate": format!("hm://{bea_account}"), "role": "writer", "label": "Bea" });
+    let granted = output(&owner.call(grant(&home, input)).await.unwrap());
+    assert_eq!(granted["summary"], format!("Granted {bea_account} WRITER on {home}."));
+    let blobs = hm.blobs();
+    let [published] = &blobs[before..] else { panic!("expected one blob") };
+    assert_eq!((published.text("type"), published.text("role")), (Some("Capability"), Some("WRITER")));
+    assert_eq!(
+        (published.field("delegate"), published.text("label")),
+        (Some(&principal_bytes(&bea_account)), Some("Bea"))
+    );
+    assert_eq!((published.field("path"), published.signer()), (None, Some(p.account.clone())));
+    assert_eq!(granted["cids"], json!([published.cid]));
+
+    // Bea can now delete the agent's document: the fake follows her Ref to the capability.
+    let genesis: ipld_core::cid::Cid = doc.genesis.parse().unwrap();
+    let mut tombstone = document::VersionRef {
+        ts_ms: 1_800_000_000_000,
+        space: p.account.parse().unwrap(),
+        path: "/notes",
+        genesis: &genesis,
+        heads: &[],
+        generation: 1,
+        capability: None,
+    };
+    let unauthorised = document::reference(&bea, &tombstone, document::RefTarget::Tombstone).unwrap();
+    assert!(hm.store(&[&unauthorised]).unwrap_err().contains("without a capability"));
+    tombstone.capability = Some(published.cid.parse().unwrap());
+    hm.store(&[&document::reference(&bea, &tombstone, document::RefTarget::Tombstone).unwrap()]).unwrap();
+
+    // A capability on a path covers the documents under it only.
+    let granted = owner.call(grant(&format!("{home}/team"), json!({ "delegate": bea_account, "role": "AGENT" }))).await;
+    let scoped = hm.blobs().last().cloned().unwrap();
+    assert_eq!((output(&granted.unwrap())["role"].as_str(), scoped.text("path")), (Some("AGENT"), Some("/team")));
+    tombstone.capability = Some(scoped.cid.parse().unwrap());
+    let outside = document::reference(&bea, &tombstone, document::RefTarget::Tombstone).unwrap();
+    assert!(hm.store(&[&outside]).unwrap_err().contains("covers /team, not /notes"));
+    tombstone.path = "/team/notes";
+    hm.store(&[&document::reference(&bea, &tombstone, document::RefTarget::Tombstone).unwrap()]).unwrap();
+    p.server.stop().await;
 }

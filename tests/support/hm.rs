@@ -7,7 +7,8 @@
 //! and link blobs accepted before them (earlier in the same request or in an earlier one): a
 //! content Change its genesis and its `deps` with `depth` one more than theirs; a Ref its genesis
 //! and head Changes of that genesis, no heads when it redirects, and, when it writes another
-//! account's path, a WRITER/AGENT Capability that account issued to the Ref's signer; a Comment
+//! account's path, a WRITER/AGENT Capability that account issued to the Ref's signer (covering
+//! that path when it names one); a Comment
 //! the Changes of the version it is about and, for a reply, the parent and thread-root Comments
 //! on the same document. Every accepted blob is recorded, in order; a switch makes every request
 //! fail. Tests seed blobs signed by other keys with [`FakeHm::store`].
@@ -485,7 +486,13 @@ fn check_ref(blob: &Published, known: impl Fn(&Cid) -> Option<Published>) -> Res
             {
                 return Err(format!("capability {cid} does not let {signer} write {space}'s documents"));
             }
-            Ok(())
+            let path = blob.text("path").unwrap_or_default();
+            match capability.text("path") {
+                Some(scope) if path != scope && !path.starts_with(&format!("{scope}/")) => {
+                    Err(format!("capability {cid} covers {scope}, not {path}"))
+                }
+                _ => Ok(()),
+            }
         }
         (Some(_), false) => Err("Ref capability must be a link".into()),
     }

@@ -11,7 +11,10 @@
 //!   names a comment ([`comment`]);
 //! - `delete` (a tombstone Ref), `redirect` to `options.toUrl` (a redirect Ref), `move` to
 //!   `options.toPath` (a version Ref at the new path and a redirect Ref at the old one), `fork`
-//!   of `options.fromUrl` to the address (a version Ref of the source's version) ([`refs`]).
+//!   of `options.fromUrl` to the address (a version Ref of the source's version) ([`refs`]);
+//! - `capability.create` (alias `capability.grant`, the one raw command built): a Capability
+//!   letting `options.input.delegate` write the signer's documents under the address
+//!   ([`capability`]).
 //!
 //! Comments may go on any account's documents. Document writes to another account's paths need
 //! a WRITER or AGENT capability that account gave the signer (found with `ListCapabilities`,
@@ -19,10 +22,11 @@
 //! [`markdown`]; `hm://` links in it must be well formed and, unless `options.skipLinkCheck`,
 //! exist on the server ([`links`]). Each action accepts its own options and refuses the others
 //! (`Input::known_options`). `dryRun: true` builds and signs the blobs and reports them without
-//! publishing. Not built: raw dotted commands (`profile.update`, `draft.create`, …) and the
-//! `options.fromPath` form (publishing a memory file) — both answer 501. Of `options.input` only
-//! `republish` (redirect) is read.
+//! publishing. Not built: the other raw dotted commands (`profile.update`, `draft.create`,
+//! `comment.update`, …) and the `options.fromPath` form (publishing a memory file) — both answer
+//! 501. `options.input` is read by `capability.create` and for `republish` (redirect) only.
 
+mod capability;
 mod comment;
 mod document;
 mod links;
@@ -70,6 +74,8 @@ enum Action {
     Redirect,
     Delete,
     Fork,
+    /// `capability.create` or its alias `capability.grant` (raw commands).
+    Capability(&'static str),
 }
 
 impl Action {
@@ -87,10 +93,12 @@ impl Action {
             "redirect" => Action::Redirect,
             "delete" => Action::Delete,
             "fork" => Action::Fork,
+            "capability.create" => Action::Capability("capability.create"),
+            "capability.grant" => Action::Capability("capability.grant"),
             dotted if dotted.contains('.') => {
                 return Err(ApiError::not_implemented(format!(
-                    "Raw publishing commands ({dotted}) are not supported by this server; use action document, \
-                     update, comment, move, redirect, delete or fork"
+                    "Raw publishing commands ({dotted}) are not supported by this server, except \
+                     capability.create; use action document, update, comment, move, redirect, delete or fork"
                 )));
             }
             other => {
@@ -111,6 +119,7 @@ impl Action {
             Action::Redirect => "redirect",
             Action::Delete => "delete",
             Action::Fork => "fork",
+            Action::Capability(name) => name,
         }
     }
 
@@ -123,6 +132,7 @@ impl Action {
             Action::Redirect => &["toUrl"],
             Action::Delete => &[],
             Action::Fork => &["fromUrl"],
+            Action::Capability(_) => &[],
         }
     }
 }
@@ -144,6 +154,10 @@ struct Output {
     target: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reply_to: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delegate: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     dry_run: Option<bool>,
     cids: Vec<String>,
@@ -201,6 +215,7 @@ pub async fn write(context: &Context<'_>, raw: &str, input: &Input<'_>) -> ApiRe
         Action::Redirect => refs::redirect(&publish, raw).await,
         Action::Move => refs::move_to(&publish, raw).await,
         Action::Fork => refs::fork(&publish, raw).await,
+        Action::Capability(name) => capability::grant(&publish, raw, name).await,
     }
 }
 
@@ -427,6 +442,7 @@ mod tests {
         assert_eq!(parse("move").unwrap().options(), ["toPath"]);
         assert_eq!(parse("delete").unwrap().options(), [] as [&str; 0]);
         assert_eq!(parse("profile.update").unwrap_err().kind(), crate::error::ErrorKind::NotImplemented);
+        assert_eq!(parse("capability.grant").unwrap().name(), "capability.grant");
         assert_eq!(parse("publish").unwrap_err().kind(), crate::error::ErrorKind::Invalid);
         assert_eq!(version_cids("bafyreiasesgveuikkpa7pspmqrdwzl5jsfbppvmaeczw2dfz5cc5vh3rou").unwrap().len(), 1);
         assert!(version_cids("bafy.nope").is_err());
