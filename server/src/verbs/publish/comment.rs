@@ -84,7 +84,7 @@ pub(super) async fn write(publish: &Publish<'_, '_>, raw: &str, content: Option<
     if publish.dry_run {
         let summary = format!(
             "Dry run: a comment of {} by {author} on {target_id} was signed; nothing was published.",
-            super::super::plural(blocks.len(), "block", "blocks")
+            crate::verbs::plural(blocks.len(), "block", "blocks")
         );
         output.dry_run = Some(true);
         return super::record(summary, &output);
