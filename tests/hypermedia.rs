@@ -17,7 +17,7 @@ use crate::support::{TestServer, User, custom_provider_config, definition};
 
 const UID: &str = "z6MkhQQtSzw5wRsR3Yk4kbzmCDeHCgVmS2A9GXBvV6uXo4jV";
 
-async fn start(hm: &FakeHm, allow_private_network: bool) -> (TestServer, User, String) {
+pub(crate) async fn start(hm: &FakeHm, allow_private_network: bool) -> (TestServer, User, String) {
     let url = hm.url.clone();
     let server = TestServer::start_with(tempfile::tempdir().unwrap(), move |config| {
         config.hm_server_url = url;
@@ -43,7 +43,7 @@ fn read(session_id: &str, address: &str, options: Option<Json>) -> InvokeSession
 }
 
 /// The output as JSON (panics with the error when the verb failed).
-fn output(response: &InvokeSessionToolResponse) -> Json {
+pub(crate) fn output(response: &InvokeSessionToolResponse) -> Json {
     let output = response.output.as_ref().unwrap_or_else(|| panic!("verb failed: {:?}", response.error));
     wire::from_ipld::<Json>(output.as_ipld().clone()).unwrap()
 }
@@ -401,7 +401,7 @@ async fn a_model_turn_reads_a_hypermedia_document_with_the_read_tool() {
     server.stop().await;
 }
 
-fn write(session_id: &str, address: &str, content: Option<&str>, options: Json) -> InvokeSessionTool {
+pub(crate) fn write(session_id: &str, address: &str, content: Option<&str>, options: Json) -> InvokeSessionTool {
     let mut input = json!({ "address": address, "options": options });
     if let Some(content) = content {
         input["content"] = json!(content);
@@ -414,7 +414,7 @@ fn write(session_id: &str, address: &str, content: Option<&str>, options: Json) 
 }
 
 /// The ops of a published Change, each as `type` plus its block text or id list.
-fn ops(blob: &crate::support::hm::Published) -> Vec<String> {
+pub(crate) fn ops(blob: &crate::support::hm::Published) -> Vec<String> {
     let Some(Ipld::Map(body)) = blob.field("body") else { panic!("no body") };
     let Some(Ipld::List(ops)) = body.get("ops") else { panic!("no ops") };
     ops.iter()
@@ -508,16 +508,24 @@ async fn publishing_creates_and_updates_documents_of_the_agents_own_account() {
     assert_eq!(ops(next), ["DeleteBlocks 1", "ReplaceBlock Paragraph Herons only.", "MoveBlocks 1"]);
     assert_eq!(next_ref.links("heads"), Some(vec![next.cid.clone()]));
 
-    // What is not built says so; another account needs a capability.
-    let comment = owner.call(write(&session_id, &notes, Some("hi"), json!({ "action": "comment" }))).await.unwrap();
-    assert_eq!(
-        comment.error.unwrap(),
-        "write hm:// with action \"comment\" is not supported by this server yet; supported: document, update"
-    );
+    // What is not built says so; another account needs a capability; options are per action.
+    let raw = owner.call(write(&session_id, &notes, Some("hi"), json!({ "action": "profile.update" }))).await;
+    assert!(raw.unwrap().error.unwrap().starts_with("Raw publishing commands (profile.update) are not supported"));
+    hm.answer("ListCapabilities", &[("targetId", &format!("hm://{UID}"))], json!({ "capabilities": [] }));
     let foreign = owner.call(write(&session_id, &format!("hm://{UID}/x"), Some("hi"), json!({ "name": "X" }))).await;
-    assert!(foreign.unwrap().error.unwrap().contains("needs a capability, which this server does not support yet"));
+    assert_eq!(
+        foreign.unwrap().error.unwrap(),
+        format!(
+            "This agent signs as {account}, which holds no WRITER or AGENT capability on hm://{UID}; that account's \
+             owner must grant one before the agent can publish there"
+        )
+    );
     let unknown = owner.call(write(&session_id, &notes, Some("hi"), json!({ "title": "X" }))).await.unwrap();
-    assert!(unknown.error.unwrap().starts_with("write hm:// does not understand option \"title\""));
+    assert_eq!(
+        unknown.error.unwrap(),
+        "write hm:// (action \"document\") does not understand option \"title\". Supported options: action, signer, \
+         input, skipLinkCheck, name, metadata."
+    );
     server.stop().await;
 }
 

@@ -9,6 +9,7 @@ mod authorization;
 mod envelope;
 mod features;
 mod hypermedia;
+mod hypermedia_writes;
 mod identities;
 mod ipfs;
 mod live;

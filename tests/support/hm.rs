@@ -3,29 +3,38 @@
 //! CID is recomputed from the data with the CID's own prefix (sha2-256; dag-cbor, raw or dag-pb),
 //! a blob without one is named CIDv1 dag-cbor BLAKE2b-256 as the real server does, and a
 //! DAG-CBOR blob must be canonical and carry a valid Ed25519 signature under the zero-sig rule.
-//! `Change` and `Ref` blobs must also link what §2.4/§2.5 say, to blobs accepted before them
-//! (earlier in the same request or in an earlier one): a content Change its genesis and its
-//! `deps` with `depth` one more than theirs, a Ref its genesis and head Changes of that genesis.
-//! Every accepted blob is recorded, in order; a switch makes every request fail.
-//! `GET /api/Search` answers the entities a test set, and records each query string.
+//! `Change`, `Ref`, `Comment` and `Capability` blobs must also carry the fields §2.3–§2.6 say
+//! and link blobs accepted before them (earlier in the same request or in an earlier one): a
+//! content Change its genesis and its `deps` with `depth` one more than theirs; a Ref its genesis
+//! and head Changes of that genesis, no heads when it redirects, and, when it writes another
+//! account's path, a WRITER/AGENT Capability that account issued to the Ref's signer (covering
+//! that path when it names one); a Comment the Changes of the version it is about and, for a
+//! reply, the parent and thread-root Comments on the same document (the checks are in
+//! `hm/blobs.rs`). Every accepted blob is recorded, in order; a switch makes every request fail.
+//! Tests seed blobs signed by other keys with [`FakeHm::store`]. `GET /api/Search` answers the
+//! entities a test set, and records each query string.
 //!
 //! Reads (`GET /api/<Key>?…`) answer what a test scripted with [`FakeHm::answer`]: the latest
 //! route of that key whose parameters all match the request's (other keys 404 as on the real
-//! server). Every read is recorded with its decoded query parameters. `GET /ipfs/<cid>` serves a
-//! published raw leaf's bytes as `text/plain` (single-chunk files only).
+//! server); `Comment?__value=<author>/<tsid>` with no scripted route answers from the published
+//! Comments, naming each by the record id the fake computes itself (500 for an unknown one, as
+//! the real server's throwing read). Every read is recorded with its decoded query parameters.
+//! `GET /ipfs/<cid>` serves a published raw leaf's bytes as `text/plain` (single-chunk files
+//! only).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use blake2::Blake2b;
-use blake2::digest::consts::U32;
 use ipld_core::cid::Cid;
-use ipld_core::cid::multihash::Multihash;
 use ipld_core::ipld::Ipld;
-use seed_agents_protocol::{Principal, wire};
-use sha2::{Digest, Sha256};
+use seed_agents_protocol::Principal;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+mod blobs;
+
+pub use blobs::comment_record_id;
+use blobs::{comment_answer, link_list, publish};
 
 /// One accepted blob.
 #[derive(Debug, Clone)]
@@ -150,6 +159,17 @@ impl FakeHm {
         self.state.lock().unwrap().queries.clone()
     }
 
+    /// Publishes `blobs` as a `PublishBlobs` request would (same checks, all or nothing); their
+    /// CIDs, or why they were refused.
+    pub fn store(&self, blobs: &[&seed_agents_server::hm::Blob]) -> Result<Vec<String>, String> {
+        let body = seed_agents_server::hm::publish_blobs_body(blobs.iter().copied()).map_err(|e| e.to_string())?;
+        let mut state = self.state.lock().unwrap();
+        let published = publish(&body, &state.blobs)?;
+        let cids = published.iter().map(|blob| blob.cid.clone()).collect();
+        state.blobs.extend(published);
+        Ok(cids)
+    }
+
     /// Makes every following request fail with `status` and `{"error": message}` (or succeed
     /// again with `None`).
     pub fn fail_with(&self, failure: Option<(u16, &str)>) {
@@ -250,9 +270,13 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
             state.routes.iter().rev().find(|route| {
                 route.key == key && route.params.iter().all(|(name, value)| params.get(name) == Some(value))
             });
-        match route {
-            Some(route) => (route.status, route.body.clone()),
-            None => (404, serde_json::json!({ "error": format!("no scripted answer for {key} {params:?}") })),
+        match (route, key.as_str(), params.get("__value")) {
+            (Some(route), ..) => (route.status, route.body.clone()),
+            (None, "Comment", Some(id)) => match comment_answer(&state.blobs, id) {
+                Some(comment) => (200, serde_json::json!({ "json": comment })),
+                None => (500, serde_json::json!({ "error": format!("comment {id} not found") })),
+            },
+            (None, ..) => (404, serde_json::json!({ "error": format!("no scripted answer for {key} {params:?}") })),
         }
     } else {
         (404, serde_json::json!({ "error": format!("unknown route {method} {path}") }))
@@ -278,242 +302,6 @@ fn read_request(path: &str) -> Option<Query> {
     let url = reqwest::Url::parse(&format!("http://fake{path}")).ok()?;
     let key = url.path().strip_prefix("/api/")?.to_owned();
     Some((key, url.query_pairs().map(|(name, value)| (name.into_owned(), value.into_owned())).collect()))
-}
-
-/// Checks every blob of a `PublishBlobs` body, in order, against those `stored` before; all or
-/// nothing.
-fn publish(body: &[u8], stored: &[Published]) -> Result<Vec<Published>, String> {
-    let Ok(Ipld::Map(mut input)) = wire::decode_ipld(body) else { return Err("body is not a CBOR map".into()) };
-    let Some(Ipld::List(blobs)) = input.remove("blobs") else { return Err("blobs must be a list".into()) };
-    let mut accepted: Vec<Published> = Vec::new();
-    for blob in blobs {
-        let blob = check_blob(blob)?;
-        let known = |cid: &Cid| {
-            let cid = cid.to_string();
-            stored.iter().chain(&accepted).find(|blob| blob.cid == cid).cloned()
-        };
-        match blob.text("type") {
-            Some("Change") => check_change(&blob, known)?,
-            Some("Ref") => check_ref(&blob, known)?,
-            _ => {}
-        }
-        accepted.push(blob);
-    }
-    Ok(accepted)
-}
-
-fn check_blob(blob: Ipld) -> Result<Published, String> {
-    let Ipld::Map(mut blob) = blob else { return Err("blob is not a map".into()) };
-    let Some(Ipld::Bytes(data)) = blob.remove("data") else { return Err("blob data must be bytes".into()) };
-    let (cid, codec) = match blob.remove("cid") {
-        Some(Ipld::String(cid)) => {
-            let codec = check_cid(&cid, &data)?;
-            (cid, codec)
-        }
-        None => (blake2b_cid(&data), 0x71),
-        Some(_) => return Err("cid must be a string".into()),
-    };
-    let value = match codec {
-        0x71 => Some(check_signed(&data)?),
-        _ => None,
-    };
-    Ok(Published { cid, codec, data, value })
-}
-
-/// The CID the real server gives a blob sent without one: CIDv1, dag-cbor, BLAKE2b-256
-/// (multihash code 0xb220), so the string starts `bafy2bza`.
-pub fn blake2b_cid(data: &[u8]) -> String {
-    let digest = Blake2b::<U32>::digest(data);
-    let hash = Multihash::<64>::wrap(0xb220, &digest).expect("a 32-byte digest fits");
-    Cid::new_v1(0x71, hash).to_string()
-}
-
-/// A `Change`: the genesis is `{type, signer, sig, ts: 0}`; any other links a genesis Change
-/// (no `genesis` of its own) and `deps` Changes of that genesis, has `depth` = max dep depth + 1
-/// (the genesis has depth 0) and a body whose `opCount` counts its `ops`.
-fn check_change(blob: &Published, known: impl Fn(&Cid) -> Option<Published>) -> Result<(), String> {
-    let Some(genesis) = blob.field("genesis") else {
-        let mut keys: Vec<&str> = blob.value.iter().flat_map(|fields| fields.keys()).map(String::as_str).collect();
-        keys.sort_unstable();
-        if keys != ["sig", "signer", "ts", "type"] || blob.integer("ts") != Some(0) {
-            return Err(format!("a genesis Change must be {{type, signer, sig, ts: 0}}, got {keys:?}"));
-        }
-        return Ok(());
-    };
-    let Ipld::Link(genesis) = genesis else { return Err("Change genesis must be a link".into()) };
-    let genesis_blob = known_change(&known, genesis, "genesis")?;
-    if genesis_blob.field("genesis").is_some() {
-        return Err(format!("Change genesis {genesis} is not a genesis Change"));
-    }
-    let deps = blob.field("deps").and_then(link_list).ok_or("Change deps must be a list of links")?;
-    if deps.is_empty() {
-        return Err("a content Change needs deps".into());
-    }
-    let mut max_dep_depth = 0;
-    for dep in &deps {
-        let dep_blob = known_change(&known, dep, "dep")?;
-        let dep_depth = match dep_blob.link("genesis") {
-            None if dep == genesis => 0,
-            Some(dep_genesis) if dep_genesis == genesis.to_string() => {
-                dep_blob.integer("depth").ok_or("a dep has no depth")?
-            }
-            _ => return Err(format!("Change dep {dep} belongs to another document")),
-        };
-        max_dep_depth = max_dep_depth.max(dep_depth);
-    }
-    if blob.integer("depth") != Some(max_dep_depth + 1) {
-        return Err(format!("Change depth must be {}", max_dep_depth + 1));
-    }
-    let Some(Ipld::Map(body)) = blob.field("body") else { return Err("Change body must be a map".into()) };
-    let Some(Ipld::List(ops)) = body.get("ops") else { return Err("Change body.ops must be a list".into()) };
-    if body.get("opCount") != Some(&Ipld::Integer(ops.len() as i128)) {
-        return Err("Change body.opCount must count the ops".into());
-    }
-    if blob.integer("ts").is_none_or(|ts| ts <= 0) {
-        return Err("a content Change needs a positive ts".into());
-    }
-    Ok(())
-}
-
-/// A `Ref`: `genesisBlob` links a genesis Change and every head a Change of that genesis.
-fn check_ref(blob: &Published, known: impl Fn(&Cid) -> Option<Published>) -> Result<(), String> {
-    let Some(Ipld::Link(genesis)) = blob.field("genesisBlob") else {
-        return Err("Ref genesisBlob must be a link".into());
-    };
-    if known_change(&known, genesis, "genesisBlob")?.field("genesis").is_some() {
-        return Err(format!("Ref genesisBlob {genesis} is not a genesis Change"));
-    }
-    let heads = blob.field("heads").and_then(link_list).ok_or("Ref heads must be a list of links")?;
-    for head in &heads {
-        if known_change(&known, head, "head")?.link("genesis") != Some(genesis.to_string()) {
-            return Err(format!("Ref head {head} is not a Change of genesis {genesis}"));
-        }
-    }
-    if blob.integer("generation") == Some(0) {
-        return Err("Ref generation 0 must be omitted".into());
-    }
-    Ok(())
-}
-
-fn known_change(known: &impl Fn(&Cid) -> Option<Published>, cid: &Cid, what: &str) -> Result<Published, String> {
-    let blob = known(cid).ok_or_else(|| format!("{what} {cid} was not published before"))?;
-    if blob.text("type") != Some("Change") {
-        return Err(format!("{what} {cid} is not a Change"));
-    }
-    Ok(blob)
-}
-
-fn link_list(value: &Ipld) -> Option<Vec<Cid>> {
-    let Ipld::List(items) = value else { return None };
-    items.iter().map(|item| if let Ipld::Link(cid) = item { Some(*cid) } else { None }).collect()
-}
-
-/// Recomputes a `b…` CIDv1 sha2-256 from the data; returns its codec.
-fn check_cid(cid: &str, data: &[u8]) -> Result<u8, String> {
-    let bytes = cid.strip_prefix('b').and_then(base32_decode).ok_or("cid is not multibase base32")?;
-    let [1, codec, 0x12, 0x20, digest @ ..] = bytes.as_slice() else {
-        return Err(format!("cid {cid} is not CIDv1 sha2-256 with a one-byte codec"));
-    };
-    if ![0x71, 0x55, 0x70].contains(codec) {
-        return Err(format!("unexpected codec {codec:#x}"));
-    }
-    if digest != Sha256::digest(data).as_slice() {
-        return Err(format!("cid {cid} does not match the data"));
-    }
-    Ok(*codec)
-}
-
-/// Decodes, checks canonical encoding, and verifies the zero-sig Ed25519 signature.
-fn check_signed(data: &[u8]) -> Result<BTreeMap<String, Ipld>, String> {
-    let value = wire::decode_ipld(data).map_err(|error| format!("not DAG-CBOR: {error}"))?;
-    if wire::ipld_to_vec(&value).map_err(|error| error.to_string())? != data {
-        return Err("blob is not canonical DAG-CBOR".into());
-    }
-    let Ipld::Map(fields) = value else { return Err("blob is not a map".into()) };
-    let Some(Ipld::Bytes(signer)) = fields.get("signer") else { return Err("signer must be bytes".into()) };
-    let Some(Ipld::Bytes(sig)) = fields.get("sig") else { return Err("sig must be bytes".into()) };
-    let principal = Principal::from_bytes(signer).map_err(|error| error.to_string())?;
-    let key = principal.verifying_key().ok_or("signer is not an Ed25519 key")?;
-    let signature = ed25519_dalek::Signature::from_slice(sig).map_err(|error| error.to_string())?;
-    let mut unsigned = fields.clone();
-    unsigned.insert("sig".into(), Ipld::Bytes(vec![0; 64]));
-    let unsigned = wire::ipld_to_vec(&Ipld::Map(unsigned)).map_err(|error| error.to_string())?;
-    key.verify_strict(&unsigned, &signature).map_err(|_| "invalid blob signature".to_owned())?;
-    Ok(fields)
-}
-
-fn base32_decode(text: &str) -> Option<Vec<u8>> {
-    let (mut out, mut buffer, mut bits) = (Vec::new(), 0u32, 0u32);
-    for c in text.bytes() {
-        let value = match c {
-            b'a'..=b'z' => c - b'a',
-            b'2'..=b'7' => c - b'2' + 26,
-            _ => return None,
-        };
-        buffer = (buffer << 5) | u32::from(value);
-        bits += 5;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((buffer >> bits) as u8);
-        }
-    }
-    Some(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use ed25519_dalek::SigningKey;
-    use seed_agents_server::hm::Blob;
-    use seed_agents_server::hm::blob::principal;
-    use seed_agents_server::hm::document;
-
-    use super::*;
-
-    fn body(blobs: &[&Blob]) -> Vec<u8> {
-        seed_agents_server::hm::publish_blobs_body(blobs.iter().copied()).unwrap()
-    }
-
-    #[test]
-    fn changes_and_refs_must_link_what_was_published_before() {
-        let key = SigningKey::from_bytes(&[7; 32]);
-        let ops = document::new_document_ops("Doc", Vec::new());
-        let new = document::new_document(&key, 5, principal(&key), "", &ops).unwrap();
-        let (genesis, change, version) = (&new.genesis.blob, &new.change.blob, &new.version_ref);
-
-        let rejected = |blobs: &[&Blob], stored: &[Published]| publish(&body(blobs), stored).unwrap_err();
-        assert!(rejected(&[genesis, version], &[]).contains("was not published before"));
-        assert!(rejected(&[change], &[]).contains("was not published before"));
-        let deep = document::content_change(&key, 5, &new.genesis.cid, &[new.genesis.cid], 2, &ops).unwrap();
-        assert!(rejected(&[genesis, &deep.blob], &[]).contains("depth must be 1"));
-
-        let stored = publish(&body(&[genesis, change, version]), &[]).unwrap();
-        assert!(stored[2].cid.starts_with("bafy2bza"), "{}", stored[2].cid);
-        // A later change builds on the stored head, one level deeper.
-        let next = document::content_change(&key, 6, &new.genesis.cid, &[new.change.cid], 2, &[]).unwrap();
-        publish(&body(&[&next.blob]), &stored).unwrap();
-        let flat = document::content_change(&key, 6, &new.genesis.cid, &[new.change.cid], 1, &[]).unwrap();
-        assert!(rejected(&[&flat.blob], &stored).contains("depth must be 2"));
-        // A Ref's heads must be Changes of its own genesis.
-        let other = SigningKey::from_bytes(&[8; 32]);
-        let foreign = document::genesis(&other).unwrap();
-        let input = document::VersionRef {
-            ts_ms: 6,
-            space: principal(&key),
-            path: "",
-            genesis: &foreign.cid,
-            heads: &[new.change.cid],
-            generation: 6,
-        };
-        let bad_ref = document::version_ref(&other, &input).unwrap();
-        assert!(rejected(&[&foreign.blob, &bad_ref], &stored).contains("is not a Change of genesis"));
-    }
-
-    /// A home-document Ref (key of seed 32 x 0x07) and the CID `@multiformats/blake2` gives it.
-    #[test]
-    fn unnamed_blobs_get_the_blake2b_cid_the_real_server_gives() {
-        let home_ref = hex::decode("a76274731b0000018bcfe56800637369675840cf95930ca91c41f9b20d5be11f0374347fc98d218e4e127eb2185ef05a2448cde22898d39d8e3cea52641413d8dd56096ceef7df2c74a0de58b8ef943a86610864747970656352656665686561647381d82a58250001711220ba8c50ed1dd60d0cdc48e9cf35160babe3c55d45fc92421c9e63a7c6dbb735df667369676e65725822ed01ea4a6c63e29c520abef5507b132ec5f9954776aebebe7b92421eea691446d22c6a67656e65726174696f6e1b0000018bcfe568006b67656e65736973426c6f62d82a5825000171122012248d52510a53c1f7c9ec84476cafa99142f7d58020b36d0cb9e885da9f7175").unwrap();
-        assert_eq!(blake2b_cid(&home_ref), "bafy2bzaceaujrva66vbei2py23r7pvoje7cw7a6pwylc7cbjeluybfpr6wm32");
-    }
 }
 
 /// What `GET /api/Search` answers, and what it was asked.

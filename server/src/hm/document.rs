@@ -1,12 +1,14 @@
-//! Seed documents the server writes itself: `Change` blobs and version `Ref` blobs
-//! (HM-INTEGRATION.md §2.4, §2.5).
+//! Seed documents the server writes itself: `Change` blobs and `Ref` blobs (HM-INTEGRATION.md
+//! §2.4, §2.5).
 //!
 //! A document starts from a genesis Change `{type, signer, sig, ts: 0}`. It has no other field,
 //! so it is the same blob, with the same CID, for every document one key creates; documents are
 //! told apart by their Ref's `space` and `path`. A content Change carries the ops and links the
 //! genesis and its parent changes (`deps`, `depth`). Changes are named by us (sha2-256 CIDs) so
-//! later blobs can link them. A version Ref points a document at its head changes and is
-//! published without a CID: the Hypermedia server names it (BLAKE2b-256).
+//! later blobs can link them. A Ref says what a path of an account holds: a version (its head
+//! changes), nothing (a tombstone: no heads) or a redirect (no heads, a `redirect` target). Refs
+//! are published without a CID: the Hypermedia server names them (BLAKE2b-256). A Ref signed for
+//! another account's path links the capability that lets the signer write there.
 
 use std::collections::BTreeMap;
 
@@ -91,6 +93,27 @@ pub struct VersionRef<'a> {
     pub heads: &'a [Cid],
     /// The document generation (omitted on the wire when 0).
     pub generation: i64,
+    /// The WRITER/AGENT capability that lets the signer write `space`'s documents (only when
+    /// the signer is not `space`).
+    pub capability: Option<Cid>,
+}
+
+/// What a Ref points a path at.
+#[derive(Debug, Clone, Copy)]
+pub enum RefTarget<'a> {
+    /// A version: these head changes.
+    Version(&'a [Cid]),
+    /// Nothing: the document is deleted (`heads: []`).
+    Tombstone,
+    /// Another document (`heads: []`, `redirect: {path, space?, republish?}`).
+    Redirect {
+        /// The target's account (written only when it is not the Ref's `space`).
+        space: Principal,
+        /// The target's path in API format.
+        path: &'a str,
+        /// Whether readers should see the target's content at this path.
+        republish: bool,
+    },
 }
 
 /// An 8-character block id made from random bytes.
@@ -142,15 +165,37 @@ pub fn content_change(
     Ok(Change { blob, cid })
 }
 
-/// A version Ref `{type: "Ref", signer, sig, ts, genesisBlob, heads, generation?, space?, path?}`,
-/// without a CID.
+/// A version Ref `{type: "Ref", signer, sig, ts, genesisBlob, heads, generation?, space?, path?,
+/// capability?}`, without a CID.
 pub fn version_ref(key: &SigningKey, input: &VersionRef<'_>) -> Result<Blob, BlobError> {
+    reference(key, input, RefTarget::Version(input.heads))
+}
+
+/// A Ref of `input`'s path (its `heads` ignored) pointing at `target`, without a CID.
+pub fn reference(key: &SigningKey, input: &VersionRef<'_>, target: RefTarget<'_>) -> Result<Blob, BlobError> {
+    let heads = match target {
+        RefTarget::Version(heads) => heads,
+        RefTarget::Tombstone | RefTarget::Redirect { .. } => &[],
+    };
     let mut fields = BTreeMap::from([
         text_field("type", "Ref"),
         ("ts".to_owned(), Ipld::Integer(i128::from(input.ts_ms))),
         ("genesisBlob".to_owned(), Ipld::Link(*input.genesis)),
-        ("heads".to_owned(), links(input.heads)),
+        ("heads".to_owned(), links(heads)),
     ]);
+    if let RefTarget::Redirect { space, path, republish } = target {
+        let mut redirect = BTreeMap::from([text_field("path", path)]);
+        if space != input.space {
+            redirect.insert("space".to_owned(), Ipld::Bytes(space.to_bytes().to_vec()));
+        }
+        if republish {
+            redirect.insert("republish".to_owned(), Ipld::Bool(true));
+        }
+        fields.insert("redirect".to_owned(), Ipld::Map(redirect));
+    }
+    if let Some(capability) = input.capability {
+        fields.insert("capability".to_owned(), Ipld::Link(capability));
+    }
     if input.generation != 0 {
         fields.insert("generation".to_owned(), Ipld::Integer(i128::from(input.generation)));
     }
@@ -176,7 +221,15 @@ pub fn new_document(
     let change = content_change(key, ts_ms, &genesis.cid, &[genesis.cid], 1, ops)?;
     let version_ref = version_ref(
         key,
-        &VersionRef { ts_ms, space, path, genesis: &genesis.cid, heads: &[change.cid], generation: ts_ms },
+        &VersionRef {
+            ts_ms,
+            space,
+            path,
+            genesis: &genesis.cid,
+            heads: &[change.cid],
+            generation: ts_ms,
+            capability: None,
+        },
     )?;
     Ok(NewDocument { genesis, change, version_ref })
 }
@@ -288,7 +341,15 @@ mod tests {
         let key = key();
         let genesis = genesis(&key).unwrap();
         let space = blob::principal(&SigningKey::from_bytes(&[8; 32]));
-        let input = VersionRef { ts_ms: 5, space, path: "/notes", genesis: &genesis.cid, heads: &[], generation: 0 };
+        let input = VersionRef {
+            ts_ms: 5,
+            space,
+            path: "/notes",
+            genesis: &genesis.cid,
+            heads: &[],
+            generation: 0,
+            capability: Some(genesis.cid),
+        };
         let data = version_ref(&key, &input).unwrap().data;
         let Ok(Ipld::Map(fields)) = seed_agents_protocol::wire::decode_ipld(&data) else { panic!("not a map") };
         assert_eq!(fields.get("space"), Some(&Ipld::Bytes(space.to_bytes().to_vec())));
@@ -296,6 +357,43 @@ mod tests {
         assert_eq!(fields.get("heads"), Some(&Ipld::List(Vec::new())));
         assert_eq!(fields.get("generation"), None);
         assert_eq!(fields.get("ts"), Some(&Ipld::Integer(5)));
+        assert_eq!(fields.get("capability"), Some(&Ipld::Link(genesis.cid)));
+        assert_eq!(fields.get("redirect"), None);
+    }
+
+    #[test]
+    fn tombstones_and_redirects_have_no_heads() {
+        let key = key();
+        let genesis = genesis(&key).unwrap();
+        let me = blob::principal(&key);
+        let heads = [genesis.cid];
+        let input = VersionRef {
+            ts_ms: 5,
+            space: me,
+            path: "/a",
+            genesis: &genesis.cid,
+            heads: &heads,
+            generation: 7,
+            capability: None,
+        };
+        let decode = |target| {
+            let data = reference(&key, &input, target).unwrap().data;
+            let Ok(Ipld::Map(fields)) = seed_agents_protocol::wire::decode_ipld(&data) else { panic!("not a map") };
+            fields
+        };
+        let tombstone = decode(RefTarget::Tombstone);
+        assert_eq!(tombstone.get("heads"), Some(&Ipld::List(Vec::new())));
+        assert_eq!(tombstone.get("redirect"), None);
+        assert_eq!(tombstone.get("generation"), Some(&Ipld::Integer(7)));
+        let same = decode(RefTarget::Redirect { space: me, path: "/b", republish: false });
+        assert_eq!(same.get("heads"), Some(&Ipld::List(Vec::new())));
+        assert_eq!(same.get("redirect"), Some(&Ipld::Map(BTreeMap::from([text_field("path", "/b")]))));
+        let other = blob::principal(&SigningKey::from_bytes(&[8; 32]));
+        let elsewhere = decode(RefTarget::Redirect { space: other, path: "", republish: true });
+        let Some(Ipld::Map(redirect)) = elsewhere.get("redirect") else { panic!("no redirect") };
+        assert_eq!(redirect.get("space"), Some(&Ipld::Bytes(other.to_bytes().to_vec())));
+        assert_eq!(redirect.get("republish"), Some(&Ipld::Bool(true)));
+        assert_eq!(decode(RefTarget::Version(&heads)).get("heads"), Some(&links(&heads)));
     }
 
     #[test]

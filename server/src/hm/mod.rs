@@ -3,10 +3,13 @@
 //! One route family, `/api/<Key>`: actions are `POST` with a DAG-CBOR body, and every success is
 //! a SuperJSON envelope `{"json": <payload>}`; failures are non-2xx `{"error": "…"}`. The server
 //! only writes through `PublishBlobs` (`{blobs: [{cid?, data}]}` → `{cids}` in request order).
-//! Blob building and CIDs live in [`blob`], document Changes and Refs in [`document`], UnixFS
-//! file blocks in [`unixfs`]; [`search`] is the `Search` query behind the `search` callable.
+//! Blob building and CIDs live in [`blob`], document Changes and Refs in [`document`], Comments
+//! in [`comment`], Capabilities in [`capability`], UnixFS file blocks in [`unixfs`]; [`search`]
+//! is the `Search` query behind the `search` callable.
 
 pub mod blob;
+pub mod capability;
+pub mod comment;
 pub mod document;
 pub mod read;
 pub mod search;

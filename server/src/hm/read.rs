@@ -55,6 +55,16 @@ impl HmClient<'_> {
         self.read_query("ListChanges", &[("targetId".to_owned(), target_id.to_owned())]).await
     }
 
+    /// `GET /api/Comment?__value=<authority>/<tsid>`: the comment (HM-INTEGRATION.md §1.6).
+    pub async fn comment(&self, record_id: &str) -> Result<Value, HmError> {
+        self.read_query("Comment", &[("__value".to_owned(), record_id.to_owned())]).await
+    }
+
+    /// `GET /api/ListCapabilities?targetId=<hm id>`: `{capabilities: [{id, issuer, delegate, role, …}]}`.
+    pub async fn list_capabilities(&self, target_id: &str) -> Result<Value, HmError> {
+        self.read_query("ListCapabilities", &[("targetId".to_owned(), target_id.to_owned())]).await
+    }
+
     /// A read-only key with its query parameters; the SuperJSON `json` payload of the answer.
     pub async fn read_query(&self, key: &'static str, params: &[(String, String)]) -> Result<Value, HmError> {
         let mut url = reqwest::Url::parse(&format!("{}/api/{key}", self.base))

@@ -93,7 +93,11 @@ impl Tool {
                  options.fromAttachment copies an attachment of this conversation into it.\n\
                  - hm://<your account>/<path> publishes a document from markdown content when you may publish: \
                  options.name names a new one; options.action \"update\" changes an existing one; dryRun: true \
-                 only checks.\n\
+                 only checks. Other options.action values: \"comment\" (content on that document; options.replyTo \
+                 a comment id to reply), \"delete\", \"redirect\" (options.toUrl), \"move\" (options.toPath, \
+                 \"/\" for the home), \"fork\" (options.fromUrl, copied to this address) and \
+                 \"capability.create\" (options.input {delegate, role: WRITER or AGENT} lets another account write \
+                 your documents).\n\
                  - ipfs:// with options.fromPath publishes a memory file and answers its ipfs:// address.\n\
                  Memory persists across conversations and the user can browse it: keep it small, organised and in \
                  plain text."

@@ -1,20 +1,44 @@
-//! `write hm://<account>/<path>`: publishing a document with the agent's signing identity,
-//! behind the publish grant (RUNTIME-NOTES §4.3, HM-INTEGRATION.md §2.4, §2.5, §2.7).
+//! `write hm://<account>/<path>`: publishing to the Hypermedia network with the agent's signing
+//! identity, behind the publish grant (RUNTIME-NOTES §4.3, HM-INTEGRATION.md §2.3–§2.7).
 //!
-//! Built here: `options.action` `document` (the default: create a new document) and `update`
-//! (new content and/or metadata on an existing one), signed with the agent's signing key
-//! (`options.signer`, else the definition's primary key) and only on documents of that key's own
-//! account. The markdown `content` becomes blocks line by line: `#`…`######` headings, fenced
-//! code blocks and paragraphs (split on blank lines); inline markdown stays literal text (no
-//! annotations are built). Not built: comments, move, redirect, delete, fork, raw dotted commands
-//! and writing another account's documents through a capability — they answer 501 naming what
-//! is missing. `dryRun: true` builds and signs the blobs and reports them without publishing.
+//! The key is `options.signer` (a signing key the definition grants) or the definition's primary
+//! key. `options.action` picks what is published, one `PublishBlobs` call each:
+//!
+//! - `document` (the default): a new document (genesis, content Change, version Ref), named by
+//!   `options.name`/`options.metadata`, under an existing parent ([`document`]);
+//! - `update`: new content and/or metadata on an existing document ([`document`]);
+//! - `comment`: a Comment on the address (or `options.target`), a reply when `options.replyTo`
+//!   names a comment ([`comment`]);
+//! - `delete` (a tombstone Ref), `redirect` to `options.toUrl` (a redirect Ref), `move` to
+//!   `options.toPath` (a version Ref at the new path and a redirect Ref at the old one), `fork`
+//!   of `options.fromUrl` to the address (a version Ref of the source's version) ([`refs`]);
+//! - `capability.create` (alias `capability.grant`, the one raw command built): a Capability
+//!   letting `options.input.delegate` write the signer's documents under the address
+//!   ([`capability`]).
+//!
+//! Comments may go on any account's documents. Document writes to another account's paths need
+//! a WRITER or AGENT capability that account gave the signer (found with `ListCapabilities`,
+//! linked from the Ref); without one the write is refused. Markdown `content` becomes blocks with
+//! [`markdown`]; `hm://` links in it must be well formed and, unless `options.skipLinkCheck`,
+//! exist on the server ([`links`]). Each action accepts its own options and refuses the others
+//! (`Input::known_options`). `dryRun: true` builds and signs the blobs and reports them without
+//! publishing. Not built: the other raw dotted commands (`profile.update`, `draft.create`,
+//! `comment.update`, …) and the `options.fromPath` form (publishing a memory file) — both answer
+//! 501. `options.input` is read by `capability.create` and for `republish` (redirect) only.
+
+mod capability;
+mod comment;
+mod document;
+mod links;
+mod markdown;
+mod refs;
 
 use std::collections::BTreeMap;
 
 use ed25519_dalek::SigningKey;
 use ipld_core::cid::Cid;
 use ipld_core::ipld::Ipld;
+use seed_agents_protocol::{Principal, Value};
 use serde::Serialize;
 use serde_json::Value as Json;
 use zeroize::Zeroizing;
@@ -23,26 +47,12 @@ use super::hypermedia::{HmAddress, hm_error};
 use super::{Context, Input, record};
 use crate::agents::definition;
 use crate::error::{ApiError, ApiResult};
-use crate::hm::document::{self, Op, TextBlock};
-use crate::hm::{HmClient, blob};
-use seed_agents_protocol::Value;
+use crate::hm::{Blob, HmClient, HmError};
 
-/// The options `write hm://…` understands (upstream's set; the unbuilt actions' options are
-/// accepted so the answer can name the action instead).
-const OPTIONS: &[&str] = &[
-    "action",
-    "signer",
-    "input",
-    "skipLinkCheck",
-    "name",
-    "metadata",
-    "target",
-    "replyTo",
-    "toPath",
-    "toUrl",
-    "fromUrl",
-    "fromPath",
-];
+/// The options every action understands.
+const BASE_OPTIONS: &[&str] = &["action", "signer", "input", "skipLinkCheck"];
+/// The options of the `fromPath` form.
+const FROM_PATH_OPTIONS: &[&str] = &["fromPath", "signer"];
 /// Largest `content`, in bytes.
 const MAX_CONTENT: usize = 256 * 1024;
 /// The tool names that grant publishing (besides an undefined tool list).
@@ -54,20 +64,116 @@ pub(super) fn publish_granted(definition: &seed_agents_protocol::generated::Agen
     definition.tools.as_ref().is_none_or(|tools| tools.iter().any(|tool| PUBLISH_GRANTS.contains(&tool.as_str())))
 }
 
-#[derive(Debug, Serialize)]
+/// What `options.action` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Document,
+    Update,
+    Comment,
+    Move,
+    Redirect,
+    Delete,
+    Fork,
+    /// `capability.create` or its alias `capability.grant` (raw commands).
+    Capability(&'static str),
+}
+
+impl Action {
+    fn parse(action: Option<&Ipld>) -> ApiResult<Action> {
+        let name = match action {
+            None => return Ok(Action::Document),
+            Some(Ipld::String(name)) => name.as_str(),
+            Some(_) => return Err(ApiError::invalid("options.action must be a string")),
+        };
+        Ok(match name {
+            "document" => Action::Document,
+            "update" => Action::Update,
+            "comment" => Action::Comment,
+            "move" => Action::Move,
+            "redirect" => Action::Redirect,
+            "delete" => Action::Delete,
+            "fork" => Action::Fork,
+            "capability.create" => Action::Capability("capability.create"),
+            "capability.grant" => Action::Capability("capability.grant"),
+            dotted if dotted.contains('.') => {
+                return Err(ApiError::not_implemented(format!(
+                    "Raw publishing commands ({dotted}) are not supported by this server, except \
+                     capability.create; use action document, update, comment, move, redirect, delete or fork"
+                )));
+            }
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "Unknown write hm:// action \"{other}\". Supported: document (default), update, comment, move, \
+                     redirect, delete, fork."
+                )));
+            }
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Action::Document => "document",
+            Action::Update => "update",
+            Action::Comment => "comment",
+            Action::Move => "move",
+            Action::Redirect => "redirect",
+            Action::Delete => "delete",
+            Action::Fork => "fork",
+            Action::Capability(name) => name,
+        }
+    }
+
+    /// The options of this action besides [`BASE_OPTIONS`].
+    fn options(self) -> &'static [&'static str] {
+        match self {
+            Action::Document | Action::Update => &["name", "metadata"],
+            Action::Comment => &["target", "replyTo"],
+            Action::Move => &["toPath"],
+            Action::Redirect => &["toUrl"],
+            Action::Delete => &[],
+            Action::Fork => &["fromUrl"],
+            Action::Capability(_) => &[],
+        }
+    }
+}
+
+/// What every action reports; each fills the fields it has.
+#[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Output {
     action: &'static str,
-    id: String,
-    version: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    comment_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply_to: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delegate: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     dry_run: Option<bool>,
     cids: Vec<String>,
 }
 
+/// One `write hm://…` call: its options, the server, and the time.
+struct Publish<'c, 'a> {
+    context: &'c Context<'a>,
+    hm: HmClient<'c>,
+    options: Option<&'c BTreeMap<String, Ipld>>,
+    dry_run: bool,
+    now: i64,
+}
+
 /// `write hm://…`.
 pub async fn write(context: &Context<'_>, raw: &str, input: &Input<'_>) -> ApiResult<Value> {
-    let options = input.known_options("write hm://", OPTIONS)?;
     let dry_run = match input.get("dryRun") {
         None => false,
         Some(Ipld::Bool(value)) => *value,
@@ -78,39 +184,16 @@ pub async fn write(context: &Context<'_>, raw: &str, input: &Input<'_>) -> ApiRe
             "Publishing is not enabled for this agent. Its owner can grant it by adding publish to the agent's tools.",
         ));
     }
-    let option = |key: &str| options.and_then(|options| options.get(key));
-    let action = match option("action") {
-        None => "document",
-        Some(Ipld::String(action)) => action.as_str(),
-        Some(_) => return Err(ApiError::invalid("options.action must be a string")),
-    };
-    let updating = match action {
-        "document" => false,
-        "update" => true,
-        "comment" | "move" | "redirect" | "delete" | "fork" => {
-            return Err(ApiError::not_implemented(format!(
-                "write hm:// with action \"{action}\" is not supported by this server yet; supported: document, update"
-            )));
-        }
-        dotted if dotted.contains('.') => {
-            return Err(ApiError::not_implemented(format!(
-                "Raw publishing commands ({dotted}) are not supported by this server; use action document or update"
-            )));
-        }
-        other => {
-            return Err(ApiError::invalid(format!(
-                "Unknown write hm:// action \"{other}\". Supported: document, update, comment, move, redirect, \
-                 delete, fork."
-            )));
-        }
-    };
-    let address = HmAddress::parse(raw)?;
-    if address.view.is_some() || address.query.is_some() {
-        return Err(ApiError::invalid(format!("write hm:// needs a plain document address, not {raw}")));
+    if input.options().is_some_and(|options| options.contains_key("fromPath")) {
+        input.known_options("write hm:// (fromPath)", FROM_PATH_OPTIONS)?;
+        return Err(ApiError::not_implemented(
+            "Publishing a memory file with options.fromPath is not supported by this server yet; read the file and \
+             write its markdown as content instead",
+        ));
     }
-    if address.path.is_empty() && !updating {
-        return Err(ApiError::invalid("write hm:// creates documents at hm://<account>/<path>; give a path"));
-    }
+    let action = Action::parse(input.options().and_then(|options| options.get("action")))?;
+    let allowed: Vec<&str> = BASE_OPTIONS.iter().chain(action.options()).copied().collect();
+    let options = input.known_options(&format!("write hm:// (action \"{}\")", action.name()), &allowed)?;
     let content = match input.get("content") {
         Some(Ipld::String(content)) => Some(content.as_str()),
         _ => None,
@@ -118,219 +201,186 @@ pub async fn write(context: &Context<'_>, raw: &str, input: &Input<'_>) -> ApiRe
     if content.is_some_and(|content| content.len() > MAX_CONTENT) {
         return Err(ApiError::too_large("content is larger than 256 KiB"));
     }
-    let attributes = attributes(option("name"), option("metadata"))?;
-    let key = signing_key(context, option("signer")).await?;
-    let principal = blob::principal(&key);
-    if principal.to_string() != address.uid {
-        return Err(ApiError::not_implemented(format!(
-            "This agent signs as {principal}; publishing to another account's documents ({}) needs a capability, \
-             which this server does not support yet",
-            address.uid
-        )));
+    let publish = Publish {
+        context,
+        hm: HmClient::new(&context.app.http, &context.app.config.hm_server_url),
+        options,
+        dry_run,
+        now: context.app.clock.now_ms(),
+    };
+    match action {
+        Action::Document | Action::Update => document::write(&publish, raw, content, action == Action::Update).await,
+        Action::Comment => comment::write(&publish, raw, content).await,
+        Action::Delete => refs::delete(&publish, raw).await,
+        Action::Redirect => refs::redirect(&publish, raw).await,
+        Action::Move => refs::move_to(&publish, raw).await,
+        Action::Fork => refs::fork(&publish, raw).await,
+        Action::Capability(name) => capability::grant(&publish, raw, name).await,
     }
-    let hm = HmClient::new(&context.app.http, &context.app.config.hm_server_url);
-    let id = address.canonical();
-    let existing = current_document(&hm, &id).await?;
-    let now = context.app.clock.now_ms();
-    let blocks = content.map(markdown_blocks).transpose()?;
-    let (blobs, version) = if updating {
-        let Some(existing) = existing else {
-            return Err(ApiError::not_found(format!("No document at {id} to update; use action document")));
-        };
-        if blocks.is_none() && attributes.is_empty() {
-            return Err(ApiError::invalid("An update needs content, options.name or options.metadata"));
+}
+
+impl Publish<'_, '_> {
+    fn option(&self, key: &str) -> Option<&Ipld> {
+        self.options.and_then(|options| options.get(key))
+    }
+
+    /// A string option, trimmed; `None` when absent or blank, 400 when not a string.
+    fn text_option(&self, key: &str) -> ApiResult<Option<&str>> {
+        match self.option(key) {
+            None => Ok(None),
+            Some(Ipld::String(text)) => Ok(Some(text.trim()).filter(|text| !text.is_empty())),
+            Some(_) => Err(ApiError::invalid(format!("options.{key} must be a string"))),
         }
-        let (genesis, heads, depth) = history(&hm, &id).await?;
-        let mut ops = Vec::new();
-        if !attributes.is_empty() {
-            ops.push(Op::SetAttributes(attributes));
-        }
-        if let Some(blocks) = blocks {
-            let old = top_block_ids(&existing);
-            if !old.is_empty() {
-                ops.push(Op::DeleteBlocks(old));
+    }
+
+    /// `options.skipLinkCheck === true`.
+    fn skip_link_check(&self) -> bool {
+        matches!(self.option("skipLinkCheck"), Some(Ipld::Bool(true)))
+    }
+
+    /// The agent's signing key: `options.signer` (a key the definition grants) or its primary key.
+    async fn signing_key(&self) -> ApiResult<SigningKey> {
+        let context = self.context;
+        let granted = definition::signing_key_set(&context.definition);
+        let name = match self.option("signer") {
+            Some(Ipld::String(name)) => {
+                if !granted.contains(name) {
+                    return Err(ApiError::forbidden(format!("Signing key {name} is not granted to this agent")));
+                }
+                name.clone()
             }
-            place(&mut ops, blocks);
-        }
-        let change =
-            document::content_change(&key, now, &genesis, &heads, depth + 1, &ops).map_err(ApiError::internal)?;
-        let input = document::VersionRef {
-            ts_ms: now,
-            space: principal,
-            path: &api_path(&address),
-            genesis: &genesis,
-            heads: &[change.cid],
-            generation: now,
+            Some(_) => return Err(ApiError::invalid("options.signer must be a signing key name")),
+            None => definition::primary_signing_key(&context.definition).map(str::to_owned).ok_or_else(|| {
+                ApiError::invalid("This agent has no signing key; its owner can give it one (signingKeys) to publish")
+            })?,
         };
-        let version_ref = document::version_ref(&key, &input).map_err(ApiError::internal)?;
-        let version = change.cid.to_string();
-        (vec![change.blob, version_ref], version)
-    } else {
-        if existing.is_some() {
-            return Err(ApiError::conflict(format!("{id} already exists; use options.action \"update\"")));
+        let (owner, lookup) = (context.owner_id.clone(), name.clone());
+        let sealed = context
+            .app
+            .db
+            .read(move |conn| crate::secrets::load_sealed(conn, &owner, &lookup))
+            .await?
+            .ok_or_else(|| ApiError::invalid(format!("Signing key {name} is not on this server")))?;
+        let seed =
+            Zeroizing::new(context.app.secrets.open(&context.owner_id, &name, &sealed).map_err(ApiError::internal)?);
+        let seed: &[u8; crate::identities::SEED_LEN] = seed
+            .as_slice()
+            .try_into()
+            .map_err(|_| ApiError::invalid(format!("Secret {name} is not an account signing key")))?;
+        Ok(SigningKey::from_bytes(seed))
+    }
+
+    /// The capability that lets `signer` write `space`'s documents: none when they are the same
+    /// account, else the CID of a WRITER or AGENT capability `ListCapabilities` lists for it.
+    async fn capability(&self, space: &str, signer: &Principal) -> ApiResult<Option<Cid>> {
+        let signer = signer.to_string();
+        if signer == space {
+            return Ok(None);
         }
-        if !attributes.iter().any(|(key, _)| key == &["name"]) {
-            return Err(ApiError::invalid("Creating a document needs a name (options.name or options.metadata.name)"));
+        let answer = self.hm.list_capabilities(&format!("hm://{space}")).await.map_err(hm_error)?;
+        let capabilities = answer.get("capabilities").and_then(Json::as_array).map(Vec::as_slice).unwrap_or_default();
+        let granted = capabilities.iter().find(|capability| {
+            capability.get("delegate").and_then(Json::as_str) == Some(signer.as_str())
+                && matches!(capability.get("role").and_then(Json::as_str), Some("WRITER" | "AGENT"))
+        });
+        let Some(granted) = granted else {
+            return Err(ApiError::forbidden(format!(
+                "This agent signs as {signer}, which holds no WRITER or AGENT capability on hm://{space}; that \
+                 account's owner must grant one before the agent can publish there"
+            )));
+        };
+        let cid = granted.get("id").and_then(Json::as_str).and_then(|id| Cid::try_from(id).ok());
+        cid.map(Some).ok_or_else(|| ApiError::upstream("Hypermedia server: a capability without a CID"))
+    }
+
+    /// Publishes `blobs` in one `PublishBlobs` call; their CIDs.
+    async fn send(&self, what: &str, blobs: &[Blob]) -> ApiResult<Vec<String>> {
+        self.hm.publish_blobs(blobs).await.map_err(|error| {
+            ApiError::upstream(format!(
+                "Failed to publish {what} to {}: {error}",
+                self.context.app.config.hm_server_url
+            ))
+        })
+    }
+
+    /// What `id` is on the server.
+    async fn find(&self, id: &str) -> ApiResult<Found> {
+        let answer = match self.hm.resource(id).await {
+            Ok(answer) => answer,
+            Err(HmError::Status { status: 404, .. }) => return Ok(Found::Missing),
+            Err(error) => return Err(hm_error(error)),
+        };
+        match answer.get("type").and_then(Json::as_str) {
+            Some("document") => Ok(Found::Document(answer.get("document").cloned().unwrap_or(Json::Null))),
+            Some("not-found" | "tombstone") => Ok(Found::Missing),
+            Some(other) => Ok(Found::Other(other.to_owned())),
+            None => Err(ApiError::upstream("Hypermedia server: Resource answered without a type")),
+        }
+    }
+
+    /// The document at `id`, `None` when there is none; another kind of resource is a 400.
+    async fn current_document(&self, id: &str) -> ApiResult<Option<Json>> {
+        match self.find(id).await? {
+            Found::Document(document) => Ok(Some(document)),
+            Found::Missing => Ok(None),
+            Found::Other(kind) => Err(ApiError::invalid(format!("{id} is a {kind}, not a document"))),
+        }
+    }
+
+    /// Refuses a document under a parent path that does not exist (top-level documents, whose
+    /// parent is the account's home, are always allowed).
+    async fn require_parent(&self, address: &HmAddress) -> ApiResult<()> {
+        if address.path.len() <= 1 {
+            return Ok(());
         }
         let parent = HmAddress { path: address.path[..address.path.len() - 1].to_vec(), ..address.clone() };
-        if current_document(&hm, &parent.canonical()).await?.is_none() {
+        if self.current_document(&parent.canonical()).await?.is_none() {
             return Err(ApiError::invalid(format!(
                 "The parent document {} does not exist; create it first",
                 parent.canonical()
             )));
         }
-        let mut ops = vec![Op::SetAttributes(attributes)];
-        place(&mut ops, blocks.unwrap_or_default());
-        let new =
-            document::new_document(&key, now, principal, &api_path(&address), &ops).map_err(ApiError::internal)?;
-        let version = new.change.cid.to_string();
-        (new.into_blobs().to_vec(), version)
-    };
-    drop(key);
-    let action = if updating { "update" } else { "document" };
-    if dry_run {
-        let cids = blobs.iter().filter_map(|blob| blob.cid.clone()).collect();
-        let summary = format!("Dry run: {action} {id} would publish {} blobs; nothing was published.", blobs.len());
-        return record(summary, &Output { action, id, version, dry_run: Some(true), cids });
+        Ok(())
     }
-    let cids = hm.publish_blobs(&blobs).await.map_err(|error| {
-        ApiError::upstream(format!("Failed to publish {id} to {}: {error}", context.app.config.hm_server_url))
-    })?;
-    let summary = format!("Published {id} ({}).", if updating { "updated" } else { "created" });
-    record(summary, &Output { action, id, version, dry_run: None, cids })
-}
 
-/// `SetAttributes` pairs from `options.metadata` (strings, numbers, booleans) and `options.name`
-/// (which wins).
-fn attributes(name: Option<&Ipld>, metadata: Option<&Ipld>) -> ApiResult<Vec<(Vec<String>, Ipld)>> {
-    let mut attributes: BTreeMap<String, Ipld> = BTreeMap::new();
-    match metadata {
-        None => {}
-        Some(Ipld::Map(fields)) => {
-            for (key, value) in fields {
-                match value {
-                    Ipld::String(_) | Ipld::Integer(_) | Ipld::Bool(_) | Ipld::Null => {
-                        attributes.insert(key.clone(), value.clone());
-                    }
-                    _ => {
-                        return Err(ApiError::invalid(format!(
-                            "options.metadata.{key} must be a string, number, boolean or null"
-                        )));
-                    }
-                }
-            }
+    /// The output of a dry run, or the CIDs of the published blobs.
+    async fn finish(&self, what: &str, blobs: Vec<Blob>, mut output: Output, summary: String) -> ApiResult<Value> {
+        if self.dry_run {
+            output.dry_run = Some(true);
+            output.cids = blobs.iter().filter_map(|blob| blob.cid.clone()).collect();
+            let summary = format!(
+                "Dry run: {} {what} would publish {}; nothing was published.",
+                output.action,
+                super::plural(blobs.len(), "blob", "blobs")
+            );
+            return record(summary, &output);
         }
-        Some(_) => return Err(ApiError::invalid("options.metadata must be an object")),
-    }
-    match name {
-        None => {}
-        Some(Ipld::String(name)) if !name.trim().is_empty() => {
-            attributes.insert("name".to_owned(), Ipld::String(name.trim().to_owned()));
-        }
-        Some(_) => return Err(ApiError::invalid("options.name must be a non-empty string")),
-    }
-    Ok(attributes.into_iter().map(|(key, value)| (vec![key], value)).collect())
-}
-
-/// The agent's signing key: `options.signer` (a key the definition grants) or its primary key.
-async fn signing_key(context: &Context<'_>, signer: Option<&Ipld>) -> ApiResult<SigningKey> {
-    let granted = definition::signing_key_set(&context.definition);
-    let name = match signer {
-        Some(Ipld::String(name)) => {
-            if !granted.contains(name) {
-                return Err(ApiError::forbidden(format!("Signing key {name} is not granted to this agent")));
-            }
-            name.clone()
-        }
-        Some(_) => return Err(ApiError::invalid("options.signer must be a signing key name")),
-        None => definition::primary_signing_key(&context.definition).map(str::to_owned).ok_or_else(|| {
-            ApiError::invalid("This agent has no signing key; its owner can give it one (signingKeys) to publish")
-        })?,
-    };
-    let (owner, lookup) = (context.owner_id.clone(), name.clone());
-    let sealed = context
-        .app
-        .db
-        .read(move |conn| crate::secrets::load_sealed(conn, &owner, &lookup))
-        .await?
-        .ok_or_else(|| ApiError::invalid(format!("Signing key {name} is not on this server")))?;
-    let seed = Zeroizing::new(context.app.secrets.open(&context.owner_id, &name, &sealed).map_err(ApiError::internal)?);
-    let seed: &[u8; crate::identities::SEED_LEN] = seed
-        .as_slice()
-        .try_into()
-        .map_err(|_| ApiError::invalid(format!("Secret {name} is not an account signing key")))?;
-    Ok(SigningKey::from_bytes(seed))
-}
-
-/// The document at `id` (its Resource `document`), or `None` when there is none.
-async fn current_document(hm: &HmClient<'_>, id: &str) -> ApiResult<Option<Json>> {
-    let answer = match hm.resource(id).await {
-        Ok(answer) => answer,
-        Err(crate::hm::HmError::Status { status: 404, .. }) => return Ok(None),
-        Err(error) => return Err(hm_error(error)),
-    };
-    match answer.get("type").and_then(Json::as_str) {
-        Some("document") => Ok(answer.get("document").cloned()),
-        Some("not-found" | "tombstone") => Ok(None),
-        Some(other) => Err(ApiError::invalid(format!("{id} is a {other}, not a document"))),
-        None => Err(ApiError::upstream("Hypermedia server: Resource answered without a type")),
+        output.cids = self.send(what, &blobs).await?;
+        record(summary, &output)
     }
 }
 
-/// From `ListChanges`: the genesis, the heads (changes no other change depends on) and the
-/// largest head depth (the genesis has depth 0).
-async fn history(hm: &HmClient<'_>, id: &str) -> ApiResult<(Cid, Vec<Cid>, u64)> {
-    let answer = hm.list_changes(id).await.map_err(hm_error)?;
-    let bad = |what: &str| ApiError::upstream(format!("Hypermedia server: ListChanges for {id}: {what}"));
-    let mut deps_of: BTreeMap<Cid, Vec<Cid>> = BTreeMap::new();
-    for change in answer.get("changes").and_then(Json::as_array).ok_or_else(|| bad("no changes"))? {
-        let cid = change.get("id").and_then(Json::as_str).and_then(|id| Cid::try_from(id).ok());
-        let cid = cid.ok_or_else(|| bad("a change without a CID"))?;
-        let deps = change.get("deps").and_then(Json::as_array).map(Vec::as_slice).unwrap_or_default();
-        let deps = deps
-            .iter()
-            .map(|dep| dep.as_str().and_then(|dep| Cid::try_from(dep).ok()).ok_or_else(|| bad("a dep is not a CID")))
-            .collect::<ApiResult<Vec<_>>>()?;
-        deps_of.insert(cid, deps);
-    }
-    let mut genesis = deps_of.iter().filter(|(_, deps)| deps.is_empty()).map(|(cid, _)| *cid);
-    let (Some(root), None) = (genesis.next(), genesis.next()) else { return Err(bad("not exactly one genesis")) };
-    let mut depths: BTreeMap<Cid, u64> = BTreeMap::new();
-    // Depth by repeated passes (a change's depth is one more than its deepest dep's).
-    for _ in 0..=deps_of.len() {
-        for (cid, deps) in &deps_of {
-            if depths.contains_key(cid) {
-                continue;
-            }
-            if deps.is_empty() {
-                depths.insert(*cid, 0);
-            } else if let Some(known) = deps.iter().map(|dep| depths.get(dep).copied()).collect::<Option<Vec<u64>>>() {
-                depths.insert(*cid, known.into_iter().max().unwrap_or(0) + 1);
-            }
-        }
-    }
-    if depths.len() != deps_of.len() {
-        return Err(bad("changes depend on changes that are not listed"));
-    }
-    let depended: std::collections::BTreeSet<Cid> = deps_of.values().flatten().copied().collect();
-    let heads: Vec<Cid> = deps_of.keys().filter(|cid| !depended.contains(cid)).copied().collect();
-    let depth = heads.iter().filter_map(|head| depths.get(head)).copied().max().unwrap_or(0);
-    Ok((root, heads, depth))
+/// What a `Resource` read found.
+enum Found {
+    Document(Json),
+    /// `not-found`, a tombstone, or a 404.
+    Missing,
+    /// Another kind (`comment`, `redirect`, …).
+    Other(String),
 }
 
-/// The ids of a document's top-level blocks.
-fn top_block_ids(document: &Json) -> Vec<String> {
-    let nodes = document.get("content").and_then(Json::as_array).map(Vec::as_slice).unwrap_or_default();
-    nodes.iter().filter_map(|node| node.get("block")?.get("id")?.as_str().map(str::to_owned)).collect()
+/// A plain document address (no view, no version), else 400.
+fn plain_address(raw: &str) -> ApiResult<HmAddress> {
+    let address = HmAddress::parse(raw)?;
+    if address.view.is_some() || address.query.is_some() {
+        return Err(ApiError::invalid(format!("write hm:// needs a plain document address, not {raw}")));
+    }
+    Ok(address)
 }
 
-/// Appends the blocks' `ReplaceBlock`s and one top-level `MoveBlocks`.
-fn place(ops: &mut Vec<Op>, blocks: Vec<TextBlock>) {
-    let ids: Vec<String> = blocks.iter().map(|block| block.id.clone()).collect();
-    ops.extend(blocks.into_iter().map(Op::ReplaceBlock));
-    if !ids.is_empty() {
-        ops.push(Op::MoveBlocks { blocks: ids, parent: String::new() });
-    }
+/// The account principal of an address.
+fn space_of(address: &HmAddress) -> ApiResult<Principal> {
+    address.uid.parse().map_err(|_| ApiError::invalid(format!("Invalid Hypermedia id: {}", address.canonical())))
 }
 
 /// The document path in API format.
@@ -338,99 +388,36 @@ fn api_path(address: &HmAddress) -> String {
     address.path.iter().map(|segment| format!("/{segment}")).collect()
 }
 
-/// Markdown as Heading, Code and Paragraph blocks with random ids.
-fn markdown_blocks(markdown: &str) -> ApiResult<Vec<TextBlock>> {
-    let mut parts: Vec<(&'static str, String)> = Vec::new();
-    let mut paragraph: Vec<&str> = Vec::new();
-    let mut lines = markdown.lines();
-    let flush = |paragraph: &mut Vec<&str>, parts: &mut Vec<(&'static str, String)>| {
-        if !paragraph.is_empty() {
-            parts.push(("Paragraph", paragraph.join("\n")));
-            paragraph.clear();
-        }
-    };
-    while let Some(line) = lines.next() {
-        let trimmed = line.trim_start();
-        if let Some(fence) = ["```", "~~~"].into_iter().find(|fence| trimmed.starts_with(fence)) {
-            flush(&mut paragraph, &mut parts);
-            let code: Vec<&str> = lines.by_ref().take_while(|line| !line.trim_start().starts_with(fence)).collect();
-            parts.push(("Code", code.join("\n")));
-        } else if trimmed.is_empty() {
-            flush(&mut paragraph, &mut parts);
-        } else if let Some(heading) = heading_text(trimmed) {
-            flush(&mut paragraph, &mut parts);
-            parts.push(("Heading", heading.to_owned()));
-        } else {
-            paragraph.push(line);
-        }
-    }
-    flush(&mut paragraph, &mut parts);
-    parts
-        .into_iter()
-        .map(|(kind, text)| {
-            let mut random = [0u8; 8];
-            getrandom::fill(&mut random).map_err(ApiError::internal)?;
-            Ok(TextBlock { kind: kind.to_owned(), id: document::block_id(random), text })
-        })
-        .collect()
+/// A version string (`cid.cid…`) as its change CIDs.
+fn version_cids(version: &str) -> ApiResult<Vec<Cid>> {
+    let cids: Option<Vec<Cid>> = version.split('.').map(|cid| Cid::try_from(cid).ok()).collect();
+    cids.filter(|cids| !cids.is_empty()).ok_or_else(|| {
+        ApiError::upstream(format!("Hypermedia server: document version {version:?} is not a list of CIDs"))
+    })
 }
 
-/// The text of an ATX heading line (`#` to `######` then a space).
-fn heading_text(line: &str) -> Option<&str> {
-    let hashes = line.bytes().take_while(|byte| *byte == b'#').count();
-    if !(1..=6).contains(&hashes) {
-        return None;
-    }
-    let rest = &line[hashes..];
-    (rest.is_empty() || rest.starts_with(' ')).then(|| rest.trim())
+/// A string field of a Resource document.
+fn field<'j>(document: &'j Json, path: &[&str]) -> Option<&'j str> {
+    path.iter().try_fold(document, |value, key| value.get(key))?.as_str()
 }
 
-/// Each block's kind and text.
-#[cfg(test)]
-fn kinds(blocks: &[TextBlock]) -> Vec<(&str, &str)> {
-    blocks.iter().map(|block| (block.kind.as_str(), block.text.as_str())).collect()
+/// A CID field of a Resource document.
+fn cid_field(document: &Json, path: &[&str]) -> Option<Cid> {
+    field(document, path).and_then(|cid| Cid::try_from(cid).ok())
+}
+
+/// `generationInfo.generation` (a number, or a decimal string when it came as a bigint).
+fn generation(document: &Json) -> Option<i64> {
+    match document.get("generationInfo")?.get("generation")? {
+        Json::Number(number) => number.as_i64(),
+        Json::String(text) => text.parse().ok(),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn markdown_becomes_headings_code_and_paragraphs() {
-        let blocks =
-            markdown_blocks("# Title\n\nFirst line\nsecond **line**\n\n```rust\nlet a = 1;\n\nlet b = 2;\n```\n## End")
-                .unwrap();
-        assert_eq!(
-            kinds(&blocks),
-            [
-                ("Heading", "Title"),
-                ("Paragraph", "First line\nsecond **line**"),
-                ("Code", "let a = 1;\n\nlet b = 2;"),
-                ("Heading", "End"),
-            ]
-        );
-        assert!(blocks.iter().all(|block| block.id.len() == 8));
-        assert_eq!(heading_text("#hashtag"), None);
-        assert_eq!(heading_text("####### seven"), None);
-    }
-
-    #[test]
-    fn name_wins_over_metadata_and_values_must_be_scalars() {
-        let metadata = Ipld::Map(BTreeMap::from([
-            ("name".to_owned(), Ipld::String("Old".into())),
-            ("summary".to_owned(), Ipld::String("About".into())),
-        ]));
-        let attributes = attributes(Some(&Ipld::String(" New ".into())), Some(&metadata)).unwrap();
-        assert_eq!(
-            attributes,
-            [
-                (vec!["name".to_owned()], Ipld::String("New".into())),
-                (vec!["summary".to_owned()], Ipld::String("About".into()))
-            ]
-        );
-        let nested = Ipld::Map(BTreeMap::from([("x".to_owned(), Ipld::List(Vec::new()))]));
-        assert!(super::attributes(None, Some(&nested)).is_err());
-    }
 
     #[test]
     fn the_publish_grant_follows_the_tool_list() {
@@ -446,5 +433,20 @@ mod tests {
         assert!(!publish_granted(&definition));
         definition.tools = Some(vec!["search".into(), "memory_publish_document".into()]);
         assert!(publish_granted(&definition));
+    }
+
+    #[test]
+    fn each_action_has_its_options_and_raw_commands_are_not_built() {
+        assert_eq!(Action::parse(None).unwrap(), Action::Document);
+        let parse = |name: &str| Action::parse(Some(&Ipld::String(name.to_owned())));
+        assert_eq!(parse("move").unwrap().options(), ["toPath"]);
+        assert_eq!(parse("delete").unwrap().options(), [] as [&str; 0]);
+        assert_eq!(parse("profile.update").unwrap_err().kind(), crate::error::ErrorKind::NotImplemented);
+        assert_eq!(parse("capability.grant").unwrap().name(), "capability.grant");
+        assert_eq!(parse("publish").unwrap_err().kind(), crate::error::ErrorKind::Invalid);
+        assert_eq!(version_cids("bafyreiasesgveuikkpa7pspmqrdwzl5jsfbppvmaeczw2dfz5cc5vh3rou").unwrap().len(), 1);
+        assert!(version_cids("bafy.nope").is_err());
+        assert_eq!(generation(&serde_json::json!({ "generationInfo": { "generation": "17" } })), Some(17));
+        assert_eq!(generation(&serde_json::json!({ "generationInfo": { "generation": 18 } })), Some(18));
     }
 }

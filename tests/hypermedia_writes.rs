@@ -1,0 +1,600 @@
+//! `write hm://…` beyond creating documents: comments and replies, delete, redirect, move, fork,
+//! and writing another account's documents through a capability. User verbs
+//! (`InvokeSessionTool`) against the fake Hypermedia server, which checks every blob's
+//! signature, fields and links as the real server would (`support/hm.rs`). Reads of documents are
+//! scripted from what was actually published; comment reads come from the published Comments.
+
+use ed25519_dalek::SigningKey;
+use ipld_core::ipld::Ipld;
+use seed_agents_protocol::Principal;
+use seed_agents_protocol::generated::{CreateAgent, CreateSigningIdentity};
+use seed_agents_server::hm::capability::{self, NewCapability, Role};
+use seed_agents_server::hm::{Blob, blob, document};
+use serde_json::{Value as Json, json};
+
+use crate::hypermedia::{ops, output, start, write};
+use crate::support::hm::{FakeHm, Published, comment_record_id};
+use crate::support::{TestServer, User, definition};
+
+/// An owner with a signing identity, an agent that signs with it, and a session of that agent.
+struct Publisher {
+    server: TestServer,
+    owner: User,
+    session_id: String,
+    account: String,
+}
+
+async fn publisher(hm: &FakeHm) -> Publisher {
+    let (server, owner, _) = start(hm, false).await;
+    let identity = owner
+        .call(CreateSigningIdentity { client_request_id: None, label: Some("Ada".into()) })
+        .await
+        .unwrap()
+        .identity;
+    let mut def = definition("Publisher");
+    def.signing_key = Some(identity.name.clone());
+    let agent_id = owner.call(CreateAgent { client_request_id: None, definition: def }).await.unwrap().agent_id;
+    let session_id = owner.create_session(&agent_id, None).await;
+    Publisher { server, owner, session_id, account: identity.account_id.unwrap() }
+}
+
+/// A published document: its genesis, its change (the version) and its Ref's generation.
+#[derive(Clone)]
+struct Doc {
+    genesis: String,
+    version: String,
+    generation: i128,
+}
+
+impl Doc {
+    /// The `Resource` answer for it at `hm://<account><path>`.
+    fn resource(&self, account: &str, path: &str, visibility: &str) -> Json {
+        json!({
+            "type": "document",
+            "id": { "id": format!("hm://{account}{path}"), "uid": account },
+            "document": {
+                "account": account, "path": path, "version": self.version, "genesis": self.genesis,
+                "generationInfo": { "genesis": self.genesis, "generation": self.generation.to_string() },
+                "visibility": visibility, "metadata": { "name": "Doc" }, "content": [],
+            }
+        })
+    }
+}
+
+/// The document of the last three published blobs (genesis, change, version Ref).
+fn last_document(hm: &FakeHm) -> Doc {
+    let blobs = hm.blobs();
+    let [genesis, change, version_ref] = &blobs[blobs.len() - 3..] else { unreachable!() };
+    assert_eq!(version_ref.text("type"), Some("Ref"));
+    Doc {
+        genesis: genesis.cid.clone(),
+        version: change.cid.clone(),
+        generation: version_ref.integer("generation").unwrap(),
+    }
+}
+
+/// Publishes a document at `path` through the agent and scripts `Resource` to answer it.
+async fn create(hm: &FakeHm, p: &Publisher, path: &str) -> Doc {
+    let id = format!("hm://{}{path}", p.account);
+    hm.answer("Resource", &[("id", &id)], json!({ "type": "not-found", "id": {} }));
+    let created = p.owner.call(write(&p.session_id, &id, Some("# Birds\n\nA heron."), json!({ "name": "Doc" }))).await;
+    assert_eq!(output(&created.unwrap())["action"], "document");
+    let doc = last_document(hm);
+    hm.answer("Resource", &[("id", &id)], doc.resource(&p.account, path, "PUBLIC"));
+    doc
+}
+
+fn not_found(hm: &FakeHm, id: &str) {
+    hm.answer("Resource", &[("id", id)], json!({ "type": "not-found", "id": {} }));
+}
+
+fn error(
+    response: Result<seed_agents_protocol::generated::InvokeSessionToolResponse, seed_agents_sdk::Error>,
+) -> String {
+    let response = response.unwrap();
+    response.error.unwrap_or_else(|| panic!("expected an error, got {:?}", response.output))
+}
+
+fn texts(blob: &Published, key: &str) -> Vec<String> {
+    let Some(Ipld::List(items)) = blob.field(key) else { panic!("{key} is not a list") };
+    items
+        .iter()
+        .map(|item| {
+            let Ipld::Map(item) = item else { panic!("not a map") };
+            match (item.get("type"), item.get("text")) {
+                (Some(Ipld::String(kind)), Some(Ipld::String(text))) => format!("{kind} {text}"),
+                _ => panic!("a block without type and text"),
+            }
+        })
+        .collect()
+}
+
+fn principal_bytes(account: &str) -> Ipld {
+    Ipld::Bytes(account.parse::<Principal>().unwrap().to_bytes().to_vec())
+}
+
+#[tokio::test]
+async fn comments_and_replies_publish_signed_comment_blobs() {
+    let hm = FakeHm::start().await;
+    let p = publisher(&hm).await;
+    let (owner, session) = (&p.owner, p.session_id.as_str());
+    let notes = format!("hm://{}/notes", p.account);
+    let doc = create(&hm, &p, "/notes").await;
+    let comment = |content: Option<&str>, options: Json| {
+        let mut options = options;
+        options["action"] = json!("comment");
+        write(session, &notes, content, options)
+    };
+
+    // A comment on the document's current version; its hm:// link is checked and exists.
+    let before = hm.blobs().len();
+    let content = format!("Nice **heron**.\n\nSee [the list]({notes}).");
+    let first = output(&owner.call(comment(Some(&content), json!({}))).await.unwrap());
+    let blobs = hm.blobs();
+    let [published] = &blobs[before..] else { panic!("expected one blob") };
+    assert_eq!(published.text("type"), Some("Comment"));
+    assert_eq!(published.field("space"), Some(&principal_bytes(&p.account)));
+    assert_eq!(published.text("path"), Some("/notes"));
+    assert_eq!(published.links("version"), Some(vec![doc.version.clone()]));
+    assert_eq!(
+        texts(published, "body"),
+        ["Paragraph Nice **heron**.", format!("Paragraph See [the list]({notes}).").as_str()]
+    );
+    assert_eq!((published.field("replyParent"), published.field("visibility")), (None, None));
+    // The record id is the one the fake computes from the bytes; the CID is the server's.
+    let first_id = comment_record_id(published).unwrap();
+    assert!(first_id.starts_with(&format!("{}/z", p.account)));
+    assert_eq!(first["commentId"], first_id);
+    assert_eq!(first["id"], format!("hm://{first_id}"));
+    assert_eq!(first["version"], published.cid);
+    assert!(published.cid.starts_with("bafy2bza"));
+    assert_eq!(first["target"], notes);
+    assert_eq!(first["summary"], format!("Commented on {notes} (comment hm://{first_id})."));
+    let first_cid = published.cid.clone();
+
+    // A reply reads its parent (`Comment`) and links it as parent and thread root; a reply to
+    // the reply keeps the thread root.
+    let reply = output(&owner.call(comment(Some("Agreed."), json!({ "replyTo": first["id"] }))).await.unwrap());
+    let second = hm.blobs().last().cloned().unwrap();
+    assert_eq!(
+        (second.link("replyParent"), second.link("threadRoot")),
+        (Some(first_cid.clone()), Some(first_cid.clone()))
+    );
+    assert_eq!(reply["replyTo"], first_id);
+    let deeper = owner.call(comment(Some("Me too."), json!({ "replyTo": reply["commentId"] }))).await.unwrap();
+    output(&deeper);
+    let third = hm.blobs().last().cloned().unwrap();
+    assert_eq!((third.link("replyParent"), third.link("threadRoot")), (Some(second.cid.clone()), Some(first_cid)));
+    assert!(hm.queries().iter().any(|(key, params)| key == "Comment" && params["__value"] == first_id));
+
+    // A reply goes to its parent's document; a comment needs content and a document.
+    let elsewhere = format!("hm://{}/other", p.account);
+    let misplaced = comment(Some("x"), json!({ "replyTo": first_id, "target": elsewhere }));
+    assert_eq!(
+        error(owner.call(misplaced).await),
+        format!("Comment {first_id} is on {notes}, not on {elsewhere}; write the reply to {notes}")
+    );
+    assert_eq!(
+        error(owner.call(comment(None, json!({}))).await),
+        "write hm:// with action comment needs content (the comment's markdown)"
+    );
+    not_found(&hm, &elsewhere);
+    assert_eq!(
+        error(owner.call(comment(Some("x"), json!({ "target": elsewhere }))).await),
+        format!("Comment target {elsewhere} does not exist")
+    );
+    let unknown_parent = format!("{}/zNoSuchTsid", p.account);
+    assert!(error(owner.call(comment(Some("x"), json!({ "replyTo": unknown_parent }))).await).contains("not found"));
+
+    // Links: malformed ones are always refused; missing ones unless skipLinkCheck.
+    let missing = format!("hm://{}/missing", p.account);
+    not_found(&hm, &missing);
+    let broken = format!("Read [this]({missing}).");
+    assert_eq!(
+        error(owner.call(comment(Some(&broken), json!({}))).await),
+        format!(
+            "Content links to hm:// resources that do not exist on the server: {missing}. Fix the links (read them \
+             to verify), or pass options.skipLinkCheck: true only if the targets are about to be created."
+        )
+    );
+    let skipped = owner.call(comment(Some(&broken), json!({ "skipLinkCheck": true }))).await.unwrap();
+    assert_eq!(output(&skipped)["action"], "comment");
+    let malformed = comment(Some("See <hm://my-doc/notes>."), json!({ "skipLinkCheck": true }));
+    assert_eq!(
+        error(owner.call(malformed).await),
+        "Content contains malformed hm:// links — fix or remove them before publishing: hm://my-doc/notes"
+    );
+    assert_eq!(
+        error(owner.call(comment(Some("x"), json!({ "toPath": "/a" }))).await),
+        "write hm:// (action \"comment\") does not understand option \"toPath\". Supported options: action, signer, \
+         input, skipLinkCheck, target, replyTo."
+    );
+
+    // A dry run publishes nothing; a comment on a private document is private.
+    let published = hm.blobs().len();
+    let mut dry = comment(Some("Draft."), json!({}));
+    let Ipld::Map(fields) = &mut dry.input.0 else { unreachable!() };
+    fields.insert("dryRun".into(), Ipld::Bool(true));
+    let dry = output(&owner.call(dry).await.unwrap());
+    assert_eq!((dry["dryRun"].clone(), dry.get("commentId")), (json!(true), None));
+    assert_eq!(hm.blobs().len(), published);
+    hm.answer("Resource", &[("id", &notes)], doc.resource(&p.account, "/notes", "PRIVATE"));
+    output(&owner.call(comment(Some("Quietly."), json!({}))).await.unwrap());
+    assert_eq!(hm.blobs().last().unwrap().text("visibility"), Some("Private"));
+    p.server.stop().await;
+}
+
+#[tokio::test]
+async fn delete_redirect_move_and_fork_publish_refs() {
+    let hm = FakeHm::start().await;
+    let p = publisher(&hm).await;
+    let (owner, session, account) = (&p.owner, p.session_id.as_str(), p.account.as_str());
+    let id = |path: &str| format!("hm://{account}{path}");
+    let act = |address: &str, options: Json| write(session, address, None, options);
+    let notes = id("/notes");
+    let doc = create(&hm, &p, "/notes").await;
+    let genesis = Some(doc.genesis.clone());
+
+    // redirect: to an existing document (unless skipLinkCheck), never to itself.
+    assert_eq!(
+        error(owner.call(act(&notes, json!({ "action": "redirect" }))).await),
+        "write hm:// with action redirect needs options.toUrl (the hm:// document to send readers to)"
+    );
+    assert_eq!(
+        error(owner.call(act(&notes, json!({ "action": "redirect", "toUrl": notes }))).await),
+        format!("{notes} cannot redirect to itself")
+    );
+    not_found(&hm, &id("/birds"));
+    assert_eq!(
+        error(owner.call(act(&notes, json!({ "action": "redirect", "toUrl": id("/birds") }))).await),
+        format!(
+            "The redirect target {} does not exist on the server; pass options.skipLinkCheck: true only if it is \
+             about to be created",
+            id("/birds")
+        )
+    );
+    let before = hm.blobs().len();
+    let options =
+        json!({ "action": "redirect", "toUrl": id("/birds"), "skipLinkCheck": true, "input": { "republish": true } });
+    let redirected = output(&owner.call(act(&notes, options)).await.unwrap());
+    assert_eq!(redirected["summary"], format!("{notes} now redirects to {}.", id("/birds")));
+    let redirect = hm.blobs()[before].clone();
+    assert_eq!((redirect.text("path"), redirect.link("genesisBlob")), (Some("/notes"), genesis.clone()));
+    assert_eq!((redirect.links("heads"), redirect.integer("generation")), (Some(vec![]), Some(doc.generation)));
+    assert_eq!(
+        redirect.field("redirect"),
+        Some(&Ipld::Map(
+            [("path".to_owned(), Ipld::String("/birds".into())), ("republish".to_owned(), Ipld::Bool(true))].into()
+        ))
+    );
+    assert_eq!(redirected["cids"], json!([redirect.cid]));
+
+    // move: a version Ref at the new path and a redirect from the old one, in one request.
+    assert_eq!(
+        error(owner.call(act(&notes, json!({ "action": "move" }))).await),
+        "write hm:// with action move needs options.toPath (the new path, \"/\" for the account home)"
+    );
+    assert_eq!(
+        error(owner.call(act(&notes, json!({ "action": "move", "toPath": "notes" }))).await),
+        format!("The document is already at {notes}")
+    );
+    not_found(&hm, &id("/archive"));
+    not_found(&hm, &id("/archive/notes"));
+    assert_eq!(
+        error(owner.call(act(&notes, json!({ "action": "move", "toPath": "/archive/notes" }))).await),
+        format!("The parent document {} does not exist; create it first", id("/archive"))
+    );
+    let other = create(&hm, &p, "/taken").await;
+    assert_eq!(
+        error(owner.call(act(&notes, json!({ "action": "move", "toPath": "/taken" }))).await),
+        format!("{} already exists; move to a free path", id("/taken"))
+    );
+    not_found(&hm, &id("/moved"));
+    let (before, requests, reads) = (hm.blobs().len(), hm.requests(), hm.queries().len());
+    let moved = output(&owner.call(act(&notes, json!({ "action": "move", "toPath": "/moved" }))).await.unwrap());
+    assert_eq!((moved["id"].as_str(), moved["source"].as_str()), (Some(id("/moved").as_str()), Some(notes.as_str())));
+    let blobs = hm.blobs();
+    let [placed, left] = &blobs[before..] else { panic!("expected two blobs") };
+    assert_eq!((placed.text("path"), placed.links("heads")), (Some("/moved"), Some(vec![doc.version.clone()])));
+    assert_eq!((placed.link("genesisBlob"), placed.integer("generation")), (genesis.clone(), Some(doc.generation)));
+    assert_eq!((left.text("path"), left.links("heads")), (Some("/notes"), Some(vec![])));
+    let Some(Ipld::Map(target)) = left.field("redirect") else { panic!("no redirect") };
+    assert_eq!(target.get("path"), Some(&Ipld::String("/moved".into())));
+    // Reads first, then both Refs in one PublishBlobs.
+    assert_eq!((hm.requests() - requests) - (hm.queries().len() - reads), 1);
+    assert_eq!(moved["cids"], json!([placed.cid, left.cid]));
+
+    // fork: the source's version (given with ?v=) at a free path.
+    assert_eq!(
+        error(owner.call(act(&id("/copy"), json!({ "action": "fork" }))).await),
+        "write hm:// with action fork needs options.fromUrl (the hm:// document to copy)"
+    );
+    assert_eq!(
+        error(owner.call(act(&id("/taken"), json!({ "action": "fork", "fromUrl": notes }))).await),
+        format!("{} already exists; fork to a free path", id("/taken"))
+    );
+    let versioned = format!("{}?v={}", id("/taken"), other.version);
+    hm.answer("Resource", &[("id", &versioned)], other.resource(account, "/taken", "PUBLIC"));
+    not_found(&hm, &id("/copy"));
+    let before = hm.blobs().len();
+    let forked =
+        output(&owner.call(act(&id("/copy"), json!({ "action": "fork", "fromUrl": versioned }))).await.unwrap());
+    assert_eq!(
+        (forked["source"].as_str(), forked["version"].as_str()),
+        (Some(id("/taken").as_str()), Some(other.version.as_str()))
+    );
+    let blobs = hm.blobs();
+    let [copy] = &blobs[before..] else { panic!("expected one blob") };
+    assert_eq!((copy.text("path"), copy.links("heads")), (Some("/copy"), Some(vec![other.version.clone()])));
+    assert_eq!(copy.link("genesisBlob"), Some(other.genesis.clone()));
+
+    // delete: a tombstone; only documents; options are per action; dry runs publish nothing.
+    assert_eq!(
+        error(owner.call(act(&id("/moved"), json!({ "action": "delete" }))).await),
+        format!("No document at {} to delete", id("/moved"))
+    );
+    assert_eq!(
+        error(owner.call(act(&notes, json!({ "action": "delete", "toPath": "/x" }))).await),
+        "write hm:// (action \"delete\") does not understand option \"toPath\". Supported options: action, signer, \
+         input, skipLinkCheck."
+    );
+    let before = hm.blobs().len();
+    let mut dry = act(&notes, json!({ "action": "delete" }));
+    let Ipld::Map(fields) = &mut dry.input.0 else { unreachable!() };
+    fields.insert("dryRun".into(), Ipld::Bool(true));
+    let dry = output(&owner.call(dry).await.unwrap());
+    assert_eq!(dry["summary"], format!("Dry run: delete {notes} would publish 1 blob; nothing was published."));
+    assert_eq!(hm.blobs().len(), before);
+    let deleted = output(&owner.call(act(&notes, json!({ "action": "delete" }))).await.unwrap());
+    assert_eq!(deleted["summary"], format!("Deleted {notes}."));
+    let blobs = hm.blobs();
+    let [tombstone] = &blobs[before..] else { panic!("expected one blob") };
+    assert_eq!((tombstone.text("type"), tombstone.links("heads")), (Some("Ref"), Some(vec![])));
+    assert_eq!((tombstone.field("redirect"), tombstone.link("genesisBlob")), (None, genesis));
+    assert_eq!(tombstone.integer("generation"), Some(doc.generation));
+    p.server.stop().await;
+}
+
+#[tokio::test]
+async fn writing_another_accounts_documents_needs_its_capability() {
+    let hm = FakeHm::start().await;
+    let p = publisher(&hm).await;
+    let (owner, session) = (&p.owner, p.session_id.as_str());
+    // Bea's key is the test's: her document and the capability she grants the agent's account.
+    let bea = SigningKey::from_bytes(&[9; 32]);
+    let bea_account = blob::principal(&bea).to_string();
+    let shared = format!("hm://{bea_account}/shared");
+    let new = document::new_document(
+        &bea,
+        1_700_000_000_000,
+        blob::principal(&bea),
+        "/shared",
+        &document::new_document_ops("Shared", Vec::new()),
+    )
+    .unwrap();
+    let (genesis_cid, change_cid) = (new.genesis.cid.to_string(), new.change.cid.to_string());
+    hm.store(&new.into_blobs().iter().collect::<Vec<_>>()).unwrap();
+    let doc = Doc { genesis: genesis_cid.clone(), version: change_cid.clone(), generation: 1_700_000_000_000 };
+    hm.answer("Resource", &[("id", &shared)], doc.resource(&bea_account, "/shared", "PUBLIC"));
+    hm.answer(
+        "ListChanges",
+        &[("targetId", &shared)],
+        json!({ "changes": [ { "id": genesis_cid, "deps": [] }, { "id": change_cid, "deps": [genesis_cid] } ] }),
+    );
+    let listing = |capabilities: Json| {
+        hm.answer(
+            "ListCapabilities",
+            &[("targetId", &format!("hm://{bea_account}"))],
+            json!({ "capabilities": capabilities }),
+        )
+    };
+    let update = || write(session, &shared, Some("Agent notes."), json!({ "action": "update" }));
+
+    // No capability: refused before anything is signed or sent.
+    listing(
+        json!([ { "id": "bafyreiasesgveuikkpa7pspmqrdwzl5jsfbppvmaeczw2dfz5cc5vh3rou", "delegate": p.account, "role": "READER" } ]),
+    );
+    let before = hm.blobs().len();
+    assert!(error(owner.call(update()).await).contains("holds no WRITER or AGENT capability"));
+    assert_eq!(hm.blobs().len(), before);
+
+    // Bea grants WRITER: the update's Ref names her space and links the capability.
+    let grant = NewCapability {
+        ts_ms: 1_700_000_000_001,
+        delegate: p.account.parse().unwrap(),
+        role: Role::Writer,
+        path: None,
+        label: None,
+    };
+    let capability = capability::capability(&bea, &grant).unwrap();
+    let capability_cid = hm.store(&[&capability]).unwrap().remove(0);
+    listing(json!([ { "id": capability_cid, "delegate": p.account, "role": "WRITER", "issuer": bea_account } ]));
+    let updated = output(&owner.call(update()).await.unwrap());
+    assert_eq!(updated["summary"], format!("Published {shared} (updated)."));
+    let blobs = hm.blobs();
+    let [change, version_ref] = &blobs[blobs.len() - 2..] else { unreachable!() };
+    assert_eq!(change.signer().as_deref(), Some(p.account.as_str()));
+    assert_eq!(ops(change), ["ReplaceBlock Paragraph Agent notes.", "MoveBlocks 1"]);
+    assert_eq!(version_ref.field("space"), Some(&principal_bytes(&bea_account)));
+    assert_eq!(version_ref.link("capability"), Some(capability_cid.clone()));
+
+    // The same capability covers a delete; comments need none.
+    output(&owner.call(write(session, &shared, None, json!({ "action": "delete" }))).await.unwrap());
+    assert_eq!(hm.blobs().last().unwrap().link("capability"), Some(capability_cid));
+    p.server.stop().await;
+}
+
+#[tokio::test]
+async fn a_model_turn_replies_to_a_comment_with_the_write_tool() {
+    use crate::support::custom_provider_config;
+    use crate::support::provider::{Provider, Script};
+    use seed_agents_protocol::generated::{
+        MessageSession, MessageSessionContentPart, SetModelProvider, TextContentPart,
+    };
+    use seed_agents_server::hm::comment::{NewComment, comment};
+    use seed_agents_server::hm::document::TextBlock;
+
+    let hm = FakeHm::start().await;
+    let provider = Provider::start().await;
+    let url = hm.url.clone();
+    let server = TestServer::start_with(tempfile::tempdir().unwrap(), move |config| {
+        config.hm_server_url = url;
+        config.session_title_generation = false;
+    })
+    .await;
+    let owner = server.user();
+    owner
+        .call(SetModelProvider { name: "main".into(), provider: custom_provider_config(provider.openai_base()) })
+        .await
+        .unwrap();
+    let identity = owner
+        .call(CreateSigningIdentity { client_request_id: None, label: Some("Ada".into()) })
+        .await
+        .unwrap()
+        .identity;
+    let account = identity.account_id.unwrap();
+    let mut def = definition("Replier");
+    def.signing_key = Some(identity.name.clone());
+    let agent_id = owner.call(CreateAgent { client_request_id: None, definition: def }).await.unwrap().agent_id;
+    let session_id = owner.create_session(&agent_id, None).await;
+
+    // Bea's post and her comment on it, published by the test.
+    let bea = SigningKey::from_bytes(&[9; 32]);
+    let bea_account = blob::principal(&bea).to_string();
+    let post = format!("hm://{bea_account}/post");
+    let ops = document::new_document_ops("Post", Vec::new());
+    let new = document::new_document(&bea, 1_700_000_000_000, blob::principal(&bea), "/post", &ops).unwrap();
+    let doc = Doc {
+        genesis: new.genesis.cid.to_string(),
+        version: new.change.cid.to_string(),
+        generation: 1_700_000_000_000,
+    };
+    let body = [TextBlock { kind: "Paragraph".into(), id: "q1".into(), text: "Anyone seen a heron?".into() }];
+    let question = comment(
+        &bea,
+        &NewComment {
+            ts_ms: 1_700_000_000_500,
+            space: blob::principal(&bea),
+            path: "/post",
+            version: &[new.change.cid],
+            body: &body,
+            reply_parent: None,
+            thread_root: None,
+            private: false,
+        },
+    )
+    .unwrap();
+    let mut blobs: Vec<Blob> = new.into_blobs().to_vec();
+    blobs.push(question.blob.clone());
+    let cids = hm.store(&blobs.iter().collect::<Vec<_>>()).unwrap();
+    hm.answer("Resource", &[("id", &post)], doc.resource(&bea_account, "/post", "PUBLIC"));
+
+    // The model answers as the trigger prompt asks: write a comment replying to hers.
+    let arguments = json!({
+        "address": post,
+        "content": "Yes, one by the pond this morning.",
+        "options": { "action": "comment", "replyTo": format!("hm://{}", question.id) },
+    });
+    provider.push(Script::tool_call("call_1", "write", &arguments.to_string()).split());
+    provider.push(Script::text("Replied."));
+    let text = TextContentPart {
+        extra: Default::default(),
+        blocks: None,
+        client_message_id: None,
+        text: "Bea asked about herons on her post; answer her.".into(),
+    };
+    let message = MessageSession {
+        client_message_id: None,
+        content: vec![MessageSessionContentPart::TextContentPart(text)],
+        session_id: session_id.clone(),
+    };
+    owner.call(message).await.unwrap();
+
+    let reply = hm.blobs().last().cloned().unwrap();
+    assert_eq!((reply.text("type"), reply.signer()), (Some("Comment"), Some(account.clone())));
+    assert_eq!(reply.field("space"), Some(&principal_bytes(&bea_account)));
+    assert_eq!((reply.link("replyParent"), reply.link("threadRoot")), (Some(cids[3].clone()), Some(cids[3].clone())));
+    assert_eq!(texts(&reply, "body"), ["Paragraph Yes, one by the pond this morning."]);
+    let second = &provider.requests()[1].body["messages"];
+    let tool = second.as_array().unwrap().iter().find(|message| message["role"] == "tool").unwrap();
+    let result: Json = serde_json::from_str(tool["content"].as_str().unwrap()).unwrap();
+    assert_eq!(result["commentId"], comment_record_id(&reply).unwrap());
+    assert_eq!(result["replyTo"], question.id);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_grants_a_capability_that_lets_another_account_write() {
+    let hm = FakeHm::start().await;
+    let p = publisher(&hm).await;
+    let (owner, session) = (&p.owner, p.session_id.as_str());
+    let doc = create(&hm, &p, "/notes").await;
+    let bea = SigningKey::from_bytes(&[9; 32]);
+    let bea_account = blob::principal(&bea).to_string();
+    let home = format!("hm://{}", p.account);
+    let grant = |address: &str, input: Json| {
+        write(session, address, None, json!({ "action": "capability.grant", "input": input }))
+    };
+
+    assert_eq!(
+        error(owner.call(grant(&home, json!({ "role": "WRITER" }))).await),
+        "Capability delegate is required (options.input.delegate, an account id)"
+    );
+    assert_eq!(
+        error(owner.call(grant(&home, json!({ "delegate": bea_account, "role": "READER" }))).await),
+        "Capability role must be WRITER or AGENT"
+    );
+    let foreign = format!("hm://{bea_account}");
+    assert!(
+        error(owner.call(grant(&foreign, json!({ "delegate": p.account, "role": "WRITER" }))).await)
+            .contains("it can only grant capabilities on")
+    );
+    let named = write(session, &home, None, json!({ "action": "capability.create", "name": "x" }));
+    assert!(
+        error(owner.call(named).await)
+            .starts_with("write hm:// (action \"capability.create\") does not understand option \"name\"")
+    );
+    let other = write(session, &home, None, json!({ "action": "contact.create" }));
+    assert!(error(owner.call(other).await).starts_with("Raw publishing commands (contact.create) are not supported"));
+
+    let before = hm.blobs().len();
+    let input = json!({ "delegate": format!("hm://{bea_account}"), "role": "writer", "label": "Bea" });
+    let granted = output(&owner.call(grant(&home, input)).await.unwrap());
+    assert_eq!(granted["summary"], format!("Granted {bea_account} WRITER on {home}."));
+    let blobs = hm.blobs();
+    let [published] = &blobs[before..] else { panic!("expected one blob") };
+    assert_eq!((published.text("type"), published.text("role")), (Some("Capability"), Some("WRITER")));
+    assert_eq!(
+        (published.field("delegate"), published.text("label")),
+        (Some(&principal_bytes(&bea_account)), Some("Bea"))
+    );
+    assert_eq!((published.field("path"), published.signer()), (None, Some(p.account.clone())));
+    assert_eq!(granted["cids"], json!([published.cid]));
+
+    // Bea can now delete the agent's document: the fake follows her Ref to the capability.
+    let genesis: ipld_core::cid::Cid = doc.genesis.parse().unwrap();
+    let mut tombstone = document::VersionRef {
+        ts_ms: 1_800_000_000_000,
+        space: p.account.parse().unwrap(),
+        path: "/notes",
+        genesis: &genesis,
+        heads: &[],
+        generation: 1,
+        capability: None,
+    };
+    let unauthorised = document::reference(&bea, &tombstone, document::RefTarget::Tombstone).unwrap();
+    assert!(hm.store(&[&unauthorised]).unwrap_err().contains("without a capability"));
+    tombstone.capability = Some(published.cid.parse().unwrap());
+    hm.store(&[&document::reference(&bea, &tombstone, document::RefTarget::Tombstone).unwrap()]).unwrap();
+
+    // A capability on a path covers the documents under it only.
+    let granted = owner.call(grant(&format!("{home}/team"), json!({ "delegate": bea_account, "role": "AGENT" }))).await;
+    let scoped = hm.blobs().last().cloned().unwrap();
+    assert_eq!((output(&granted.unwrap())["role"].as_str(), scoped.text("path")), (Some("AGENT"), Some("/team")));
+    tombstone.capability = Some(scoped.cid.parse().unwrap());
+    let outside = document::reference(&bea, &tombstone, document::RefTarget::Tombstone).unwrap();
+    assert!(hm.store(&[&outside]).unwrap_err().contains("covers /team, not /notes"));
+    tombstone.path = "/team/notes";
+    hm.store(&[&document::reference(&bea, &tombstone, document::RefTarget::Tombstone).unwrap()]).unwrap();
+    p.server.stop().await;
+}
