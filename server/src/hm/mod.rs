@@ -4,10 +4,12 @@
 //! a SuperJSON envelope `{"json": <payload>}`; failures are non-2xx `{"error": "…"}`. The server
 //! only writes through `PublishBlobs` (`{blobs: [{cid?, data}]}` → `{cids}` in request order).
 //! Blob building and CIDs live in [`blob`], document Changes and Refs in [`document`], UnixFS
-//! file blocks in [`unixfs`]; [`search`] is the `Search` query behind the `search` callable.
+//! file blocks in [`unixfs`]; [`search`] is the `Search` query behind the `search` callable, and
+//! [`feed`] the `ListEvents` pages the trigger monitor reads.
 
 pub mod blob;
 pub mod document;
+pub mod feed;
 pub mod read;
 pub mod search;
 pub mod unixfs;
