@@ -161,7 +161,8 @@ pub fn activity(schedule: &AgentScheduleTrigger, scheduled_at: i64, fired_at: i6
 
 /// A short summary of one occurrence (session titles).
 pub fn summary(schedule: &AgentScheduleTrigger, scheduled_at: i64) -> String {
-    let at = Timestamp::from_millisecond(scheduled_at).map_or_else(|_| scheduled_at.to_string(), |at| format!("{at:.3}"));
+    let at =
+        Timestamp::from_millisecond(scheduled_at).map_or_else(|_| scheduled_at.to_string(), |at| format!("{at:.3}"));
     match schedule {
         AgentScheduleTrigger::IntervalSchedule(_) => format!("Scheduled interval at {at}"),
         AgentScheduleTrigger::OnceSchedule(_) => format!("One-time schedule at {at}"),
@@ -360,9 +361,10 @@ mod tests {
 
     #[test]
     fn weekly_fires_the_latest_occurrence_in_its_zone() {
-        // Mondays and Thursdays at 09:30 in Berlin (UTC+1 in January 2026; 2026-01-05 is a Monday).
+        // Mondays and Thursdays at 09:30 in Berlin (UTC+1 in January 2026; 2026-01-05 is a Monday,
+        // the trigger was created on Friday 2026-01-02).
         let schedule = weekly(&[1, 4], "09:30", "Europe/Berlin");
-        let created = at("2026-01-01T00:00:00Z");
+        let created = at("2026-01-02T00:00:00Z");
         assert_eq!(due(&schedule, created, None, at("2026-01-05T08:29:59Z")), Ok(None));
         assert_eq!(due(&schedule, created, None, at("2026-01-05T08:30:00Z")), Ok(Some(at("2026-01-05T08:30:00Z"))));
         let fired = at("2026-01-05T08:30:00Z");
@@ -380,7 +382,7 @@ mod tests {
     fn weekly_follows_daylight_saving_time() {
         // New York, daily at 09:00: 14:00Z in winter (EST), 13:00Z from 2026-03-08 (EDT).
         let every_day = weekly(&[0, 1, 2, 3, 4, 5, 6], "09:00", "America/New_York");
-        let created = at("2026-03-01T00:00:00Z");
+        let created = at("2026-03-02T00:00:00Z");
         assert_eq!(due(&every_day, created, None, at("2026-03-07T14:00:00Z")), Ok(Some(at("2026-03-07T14:00:00Z"))));
         assert_eq!(due(&every_day, created, None, at("2026-03-08T13:00:00Z")), Ok(Some(at("2026-03-08T13:00:00Z"))));
         // 02:30 does not exist on 2026-03-08 (02:00 jumps to 03:00): it fires at 03:30 EDT, once.
@@ -396,7 +398,10 @@ mod tests {
 
     #[test]
     fn weekly_refuses_what_it_cannot_evaluate() {
-        assert_eq!(due(&weekly(&[1], "09:00", "Mars/Olympus"), 0, None, 1), Err(ScheduleError::TimeZone("Mars/Olympus".into())));
+        assert_eq!(
+            due(&weekly(&[1], "09:00", "Mars/Olympus"), 0, None, 1),
+            Err(ScheduleError::TimeZone("Mars/Olympus".into()))
+        );
         for bad in ["9:00", "24:00", "12:60", "12-00", "12:000"] {
             assert_eq!(due(&weekly(&[1], bad, "UTC"), 0, None, 1), Err(ScheduleError::TimeOfDay), "{bad}");
         }

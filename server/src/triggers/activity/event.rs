@@ -5,6 +5,7 @@
 //! `comment`, `citation`, `doc-update`, `capability`, `contact`) and raw daemon events
 //! (`newBlob` / `newMention`, possibly under `data: {case, value}`). Both are read.
 
+use ipld_core::ipld::Ipld;
 use serde_json::{Map, Value as Json};
 
 /// A feed event, as the Hypermedia server sent it.
@@ -82,7 +83,8 @@ pub fn summary(event: &Event) -> String {
         };
     }
     let kind = text(event, "type");
-    let name = object(event, "target").and_then(|target| object(target, "metadata")).and_then(|meta| text(meta, "name"));
+    let name =
+        object(event, "target").and_then(|target| object(target, "metadata")).and_then(|meta| text(meta, "name"));
     match (kind, name) {
         (kind, Some(name)) => format!("{} on {name}", kind.as_deref().unwrap_or("activity")),
         (Some(kind), None) => kind,
@@ -176,6 +178,28 @@ pub fn id_of(record: &Event, field: &str) -> Option<String> {
     }
 }
 
+/// A JSON value as IPLD: numbers that are whole (and fit) become integers, as the JS encoder
+/// writes them; others stay floats. (The serde route refuses JSON `null`, which serializes as a
+/// unit.)
+pub fn to_ipld(value: &Json) -> Ipld {
+    match value {
+        Json::Null => Ipld::Null,
+        Json::Bool(flag) => Ipld::Bool(*flag),
+        Json::Number(number) => match (number.as_i64(), number.as_u64(), number.as_f64()) {
+            (Some(integer), _, _) => Ipld::Integer(integer.into()),
+            (None, Some(integer), _) => Ipld::Integer(integer.into()),
+            (None, None, Some(float)) if seed_agents_protocol::value::is_js_integer(float) => {
+                Ipld::Integer(float as i128)
+            }
+            (None, None, Some(float)) => Ipld::Float(float),
+            (None, None, None) => Ipld::Null,
+        },
+        Json::String(text) => Ipld::String(text.clone()),
+        Json::Array(items) => Ipld::List(items.iter().map(to_ipld).collect()),
+        Json::Object(fields) => Ipld::Map(fields.iter().map(|(key, value)| (key.clone(), to_ipld(value))).collect()),
+    }
+}
+
 /// Whether any string inside `value` contains `needle`.
 pub fn contains_text(value: &Json, needle: &str) -> bool {
     if needle.is_empty() {
@@ -233,7 +257,9 @@ mod tests {
         assert_eq!(firing_key(&citation).as_deref(), Some("blob-bafyC"));
         assert_eq!(event_key(&event(json!({"id": "x", "type": "doc-update"}))).as_deref(), Some("doc-update-x"));
         assert_eq!(event_key(&event(json!({"newBlob": {"cid": "bafyB"}}))).as_deref(), Some("blob-bafyB"));
-        let raw = event(json!({"data": {"case": "newMention", "value": {"sourceBlob": {"cid": "bafyM"}, "target": "hm://u"}}}));
+        let raw = event(
+            json!({"data": {"case": "newMention", "value": {"sourceBlob": {"cid": "bafyM"}, "target": "hm://u"}}}),
+        );
         assert_eq!(event_key(&raw).as_deref(), Some("mention-bafyM--hm://u"));
         assert_eq!(firing_key(&raw).as_deref(), Some("blob-bafyM"));
         assert_eq!(event_key(&event(json!({"type": "comment"}))), None);

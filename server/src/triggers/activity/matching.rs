@@ -17,11 +17,11 @@
 //! Resource prefixes match on path boundaries (`hm://u/docs` covers `hm://u/docs/a`, not
 //! `hm://u/docs2`); upstream compares plain string prefixes.
 
-use serde_json::Value as Json;
 use seed_agents_protocol::generated::{
     AgentActivityCondition, AgentActivitySource, AgentTriggerSource, CommentReplySource, DocumentAuthorCommentSource,
     DocumentCommentSource, SiteUpdateSource, UserMentionSource,
 };
+use serde_json::Value as Json;
 
 use super::event::{
     Event, canonical_resource, contains_text, data_case, id_of, object, raw_blob, raw_mention, text, under,
@@ -103,7 +103,11 @@ fn comment_target(event: &Event) -> Option<String> {
     let account = text(comment, "targetAccount")?;
     let path = text(comment, "targetPath").unwrap_or_default();
     let path = path.trim_start_matches('/');
-    Some(canonical_resource(&if path.is_empty() { format!("hm://{account}") } else { format!("hm://{account}/{path}") }))
+    Some(canonical_resource(&if path.is_empty() {
+        format!("hm://{account}")
+    } else {
+        format!("hm://{account}/{path}")
+    }))
 }
 
 /// The uid of whoever wrote a resolved comment: `author.id.uid`, else `comment.author`.
@@ -128,7 +132,8 @@ fn document_comment(source: &DocumentCommentSource, event: &Event) -> bool {
     let resource = canonical_resource(&source.resource);
     if is_comment(event) {
         if let Some(author) = &source.author {
-            let scope = object(event, "author").map_or_else(|| Json::Object(event.clone()), |a| Json::Object(a.clone()));
+            let scope =
+                object(event, "author").map_or_else(|| Json::Object(event.clone()), |a| Json::Object(a.clone()));
             if !contains_text(&scope, author) {
                 return false;
             }
@@ -169,7 +174,9 @@ fn mentions(account: &str, prefix: Option<&str>, event: &Event) -> bool {
             .any(|candidate| under(&canonical_resource(&candidate), &canonical_resource(prefix)));
     }
     let mentioned = match text(event, "type").as_deref() {
-        Some("comment") => object(event, "comment").is_some_and(|comment| blocks_mention(comment.get("content"), account)),
+        Some("comment") => {
+            object(event, "comment").is_some_and(|comment| blocks_mention(comment.get("content"), account))
+        }
         Some("citation") => object(event, "target")
             .and_then(|target| object(target, "id"))
             .and_then(account_of_id)
@@ -287,7 +294,11 @@ fn update_resource(event: &Event) -> Option<String> {
     let account = text(document, "account")?;
     let path = text(document, "path").unwrap_or_default();
     let path = path.trim_start_matches('/');
-    Some(canonical_resource(&if path.is_empty() { format!("hm://{account}") } else { format!("hm://{account}/{path}") }))
+    Some(canonical_resource(&if path.is_empty() {
+        format!("hm://{account}")
+    } else {
+        format!("hm://{account}/{path}")
+    }))
 }
 
 fn update_types(event: &Event) -> Vec<String> {

@@ -5,18 +5,22 @@
 //! take turns):
 //! 1. Read the account's enabled activity triggers (single sources and compound `activity`).
 //! 2. Walk up to `max_pages` pages of `ListEvents` (newest observed first), stopping early at the
-//!    end of the feed or, once a baseline exists, at a page holding a key already seen.
+//!    end of the feed or, once a baseline exists, after a page holding a key already handled.
 //! 3. Without a baseline (first poll, or every poll so far failed), every fetched key becomes
 //!    seen and only events at or after the earliest trigger's creation are matched: history
 //!    from before the triggers existed is never replayed. With one, the events whose key is not
 //!    seen are matched, however old their timestamp (observed order surfaces late blobs).
-//! 4. Events are handled oldest first; after each, its key is added to the watermark. An event
-//!    fires each matching trigger once, under its firing key (a citation collapses onto its
-//!    comment's `blob-<cid>`), so a comment and its twin, two racing polls or a restart before
-//!    the watermark moved all end in one firing per trigger.
-//!
-//! A failing sink stops the poll before that event's key is saved: the next poll retries it and
-//! the triggers that already fired dedupe. A failing feed records `last_error` only.
+//! 4. A walk from the top that runs out of pages before meeting a handled event leaves a
+//!    backlog (its next page token, and the keys where it ends). The following polls walk the
+//!    backlog first, page budget by page budget, until they meet those keys; then the top again.
+//!    A burst larger than one poll's pages is handled across polls and nothing in it is skipped.
+//! 5. Events are handled oldest first within a walk. An event fires each matching trigger once,
+//!    under its firing key (a citation collapses onto its comment's `blob-<cid>`), so a comment
+//!    and its twin, two racing polls or a restart before the watermark moved all end in one
+//!    firing per trigger.
+//! 6. The watermark is saved once the poll handled everything it read. A failing sink or feed
+//!    saves nothing but `last_error`: the next poll reads the same events again, and the
+//!    triggers that already fired for them dedupe.
 
 pub mod event;
 pub mod matching;
@@ -27,11 +31,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+#[cfg(test)]
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::AgentTriggerSource;
 use seed_agents_protocol::{Value, wire};
 
 use self::event::Event;
+use self::watermark::{Backlog, Cursor};
 use super::sink::{FiringSink, TriggerMatch};
 use crate::clock::Clock;
 use crate::db::Db;
@@ -69,6 +75,15 @@ pub struct AccountPoll {
     pub fired: usize,
     /// Matches the sink had already fired (twins, races, restarts).
     pub repeated: usize,
+}
+
+/// The pages one walk read.
+#[derive(Debug)]
+struct Walk {
+    /// The events, newest first.
+    events: Vec<Event>,
+    /// Where to go on: set when the walk ran out of pages before its end.
+    rest: Option<String>,
 }
 
 /// One enabled activity trigger of an account.
@@ -136,75 +151,113 @@ impl ActivityMonitor {
         }
         let poll_at = self.clock.now_ms();
         let watermark = watermark::load(&self.db, account, &self.server_url).await?;
-        let seen: Option<HashSet<String>> = watermark.seen_keys.map(|keys| keys.into_iter().collect());
-        let events = match self.fetch(account, seen.as_ref()).await {
-            Ok(events) => events,
+        let outcome = match watermark.cursor {
+            None => self.first_poll(account, &triggers).await,
+            Some(cursor) => self.next_poll(account, &triggers, cursor).await,
+        };
+        match outcome {
+            Ok((poll, cursor)) => {
+                watermark::save(&self.db, account, &self.server_url, &cursor, poll_at, self.clock.now_ms()).await?;
+                Ok(poll)
+            }
             Err(error) => {
-                watermark::record_error(&self.db, account, &self.server_url, poll_at, error.message().to_owned())
-                    .await?;
-                return Err(error);
-            }
-        };
-        let mut poll = AccountPoll { fetched: events.len(), ..AccountPoll::default() };
-        let cap = self.settings.seen_keys;
-        let Some(seen) = seen else {
-            // No baseline: everything fetched is seen; only events since the triggers exist count.
-            let since = triggers.iter().map(|trigger| trigger.created_at).min().unwrap_or(i64::MAX);
-            let recent: Vec<&Event> =
-                events.iter().filter(|event| event::event_time_ms(event).is_some_and(|at| at >= since)).collect();
-            for event in recent.into_iter().rev() {
-                self.handle(&triggers, event, &mut poll).await?;
-            }
-            let mut keys = unique_keys(&events);
-            keys.truncate(cap);
-            keys.reverse();
-            watermark::mark_seen(&self.db, account, &self.server_url, keys, cap, poll_at, self.clock.now_ms()).await?;
-            return Ok(poll);
-        };
-        let mut fresh: Vec<(&Event, String)> = Vec::new();
-        let mut queued = HashSet::new();
-        for event in &events {
-            if let Some(key) = event::event_key(event)
-                && !seen.contains(&key)
-                && queued.insert(key.clone())
-            {
-                fresh.push((event, key));
+                let message = error.message().to_owned();
+                watermark::record_error(&self.db, account, &self.server_url, poll_at, message).await?;
+                Err(error)
             }
         }
-        if fresh.is_empty() {
-            watermark::mark_seen(&self.db, account, &self.server_url, Vec::new(), cap, poll_at, self.clock.now_ms())
-                .await?;
-        }
-        for (event, key) in fresh.into_iter().rev() {
-            self.handle(&triggers, event, &mut poll).await?;
-            watermark::mark_seen(&self.db, account, &self.server_url, vec![key], cap, poll_at, self.clock.now_ms())
-                .await?;
-        }
-        Ok(poll)
     }
 
-    /// Up to `max_pages` pages, newest first; stops at a page holding a seen key.
-    async fn fetch(&self, account: &str, seen: Option<&HashSet<String>>) -> ApiResult<Vec<Event>> {
+    /// No baseline yet: everything fetched becomes seen, and only the events since the earliest
+    /// trigger exists are handled.
+    async fn first_poll(&self, account: &str, triggers: &[Trigger]) -> ApiResult<(AccountPoll, Cursor)> {
+        let walk = self.walk(account, None, |_| false).await?;
+        let since = triggers.iter().map(|trigger| trigger.created_at).min().unwrap_or(i64::MAX);
+        let recent: Vec<&Event> =
+            walk.events.iter().filter(|event| event::event_time_ms(event).is_some_and(|at| at >= since)).collect();
+        let mut poll = AccountPoll { fetched: walk.events.len(), ..AccountPoll::default() };
+        for event in recent.into_iter().rev() {
+            self.handle(triggers, event, &mut poll).await?;
+        }
+        let mut seen_keys = unique_keys(&walk.events);
+        seen_keys.truncate(self.settings.seen_keys);
+        Ok((poll, Cursor { seen_keys, backlog: None }))
+    }
+
+    /// With a baseline: the top of the feed down to the first handled event, or the backlog a
+    /// previous poll could not finish (which then goes first, and ends at the events that were
+    /// handled before it arrived).
+    async fn next_poll(
+        &self,
+        account: &str,
+        triggers: &[Trigger],
+        mut cursor: Cursor,
+    ) -> ApiResult<(AccountPoll, Cursor)> {
+        let seen: HashSet<String> = cursor.seen_keys.iter().cloned().collect();
+        let from_top = cursor.backlog.is_none();
+        let (walk, known) = match cursor.backlog.take() {
+            None => (self.walk(account, None, |key| seen.contains(key)).await?, HashSet::new()),
+            Some(backlog) => {
+                let until: HashSet<String> = backlog.until.iter().cloned().collect();
+                let walk = self
+                    .walk(account, Some(backlog.page_token.clone()), |key| seen.contains(key) || until.contains(key))
+                    .await?;
+                if let Some(page_token) = &walk.rest {
+                    cursor.backlog = Some(Backlog { page_token: page_token.clone(), until: backlog.until });
+                }
+                (walk, until)
+            }
+        };
+        let mut poll = AccountPoll { fetched: walk.events.len(), ..AccountPoll::default() };
+        let mut queued = HashSet::new();
+        let fresh: Vec<(&Event, String)> = walk
+            .events
+            .iter()
+            .filter_map(|event| event::event_key(event).map(|key| (event, key)))
+            .filter(|(_, key)| !seen.contains(key) && !known.contains(key) && queued.insert(key.clone()))
+            .collect();
+        for (event, _) in fresh.iter().rev() {
+            self.handle(triggers, event, &mut poll).await?;
+        }
+        if from_top {
+            // A walk from the top: its new keys go first; one that ran out of pages leaves a backlog.
+            if let Some(page_token) = walk.rest {
+                let until = cursor.seen_keys.iter().take(self.settings.page_size as usize).cloned().collect();
+                cursor.backlog = Some(Backlog { page_token, until });
+            }
+            let mut keys: Vec<String> = fresh.into_iter().map(|(_, key)| key).collect();
+            keys.extend(cursor.seen_keys.into_iter().filter(|key| !queued.contains(key)));
+            keys.truncate(self.settings.seen_keys);
+            cursor.seen_keys = keys;
+        }
+        Ok((poll, cursor))
+    }
+
+    /// Up to `max_pages` pages from `page_token` (the top when `None`), newest first; stops at
+    /// the end of the feed or after a page holding a key for which `stop` holds. `rest` is the
+    /// token to go on from when the pages ran out first.
+    async fn walk(&self, account: &str, page_token: Option<String>, stop: impl Fn(&str) -> bool) -> ApiResult<Walk> {
         let client = HmClient::new(&self.http, &self.server_url);
         let mut events = Vec::new();
-        let mut token: Option<String> = None;
+        let mut token = page_token;
         for _ in 0..self.settings.max_pages.max(1) {
-            let query =
-                FeedQuery { page_size: self.settings.page_size, page_token: token.as_deref(), current_account: account };
+            let query = FeedQuery {
+                page_size: self.settings.page_size,
+                page_token: token.as_deref(),
+                current_account: account,
+            };
             let page = client
                 .feed_page(&query, self.settings.request_timeout)
                 .await
                 .map_err(|error| ApiError::upstream(format!("Hypermedia server: {error}")))?;
-            let reached_seen = seen.is_some_and(|seen| {
-                page.events.iter().any(|event| event::event_key(event).is_some_and(|key| seen.contains(&key)))
-            });
+            let reached = page.events.iter().any(|event| event::event_key(event).is_some_and(|key| stop(&key)));
             events.extend(page.events);
             token = page.next_page_token;
-            if token.is_none() || reached_seen {
-                break;
+            if token.is_none() || reached {
+                return Ok(Walk { events, rest: None });
             }
         }
-        Ok(events)
+        Ok(Walk { events, rest: token })
     }
 
     /// Matches one event against every trigger and fires the matches.
@@ -233,10 +286,7 @@ impl ActivityMonitor {
 
 /// The feed event as the IPLD map a firing records.
 pub fn activity_value(event: &Event) -> ApiResult<BTreeMap<String, Value>> {
-    match wire::to_ipld(event).map_err(ApiError::internal)? {
-        Ipld::Map(fields) => Ok(fields.into_iter().map(|(key, value)| (key, Value::from(value))).collect()),
-        _ => Err(ApiError::internal("a feed event did not convert to a map")),
-    }
+    Ok(event.iter().map(|(key, value)| (key.clone(), Value::from(event::to_ipld(value)))).collect())
 }
 
 /// The distinct keys of `events`, in feed order.
@@ -246,10 +296,7 @@ fn unique_keys(events: &[Event]) -> Vec<String> {
 }
 
 /// Enabled activity triggers by account (one account's, when given), oldest first.
-fn activity_triggers(
-    conn: &rusqlite::Connection,
-    account: Option<&str>,
-) -> ApiResult<BTreeMap<String, Vec<Trigger>>> {
+fn activity_triggers(conn: &rusqlite::Connection, account: Option<&str>) -> ApiResult<BTreeMap<String, Vec<Trigger>>> {
     let mut statement = conn.prepare_cached(
         "SELECT account_id, id, created_at, source_cbor FROM agent_triggers
          WHERE enabled = 1 AND (?1 IS NULL OR account_id = ?1) ORDER BY created_at, id",
@@ -267,4 +314,23 @@ fn activity_triggers(
         }
     }
     Ok(triggers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_feed_event_becomes_an_ipld_map() {
+        let serde_json::Value::Object(event) = serde_json::json!({"a": 1, "b": [true, null, "x"], "c": {"d": 1.5}})
+        else {
+            unreachable!()
+        };
+        let value = activity_value(&event).unwrap();
+        assert_eq!(value["a"].clone().into_ipld(), Ipld::Integer(1));
+        assert_eq!(
+            value["b"].clone().into_ipld(),
+            Ipld::List(vec![Ipld::Bool(true), Ipld::Null, Ipld::String("x".into())])
+        );
+    }
 }

@@ -1,30 +1,42 @@
 //! The activity monitor's durable progress, one row per (account, Hypermedia server) in
-//! `activity_watermarks`: the keys of the feed events already handled, newest first, as CBOR
-//! `{seenKeys: [..]}`, plus when it last polled, last succeeded, and the last error.
-//!
-//! Keys are merged into the stored list inside one write (never overwritten with a copy read
-//! earlier), so two polls of one account racing each other cannot forget what the other saw.
-//! Keying by server URL means a new Hypermedia server starts with a fresh baseline.
+//! `activity_watermarks`: a [`Cursor`] (the keys already handled, and an unfinished walk down a
+//! backlog), plus when it last polled, last succeeded, and the last error. Keying by server URL
+//! means a new Hypermedia server starts with a fresh baseline.
 
-use rusqlite::{Connection, OptionalExtension as _, params};
-use serde::{Deserialize, Serialize};
+use rusqlite::{OptionalExtension as _, params};
 use seed_agents_protocol::wire;
+use serde::{Deserialize, Serialize};
 
 use crate::db::Db;
 use crate::error::{ApiError, ApiResult};
 
-/// The stored cursor.
+/// What the monitor remembers of an account's feed, stored as CBOR
+/// `{seenKeys: [..], backlog?: {pageToken, until: [..]}}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct Cursor {
+pub struct Cursor {
+    /// Keys of the events handled at the top of the feed, newest first.
     #[serde(rename = "seenKeys")]
-    seen_keys: Vec<String>,
+    pub seen_keys: Vec<String>,
+    /// A walk down the feed that ran out of pages before it met handled events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<Backlog>,
+}
+
+/// Where the walk through a backlog goes on, and where it ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backlog {
+    /// The page token to continue from.
+    #[serde(rename = "pageToken")]
+    pub page_token: String,
+    /// Keys of the newest events handled before the backlog arrived: meeting one ends it.
+    pub until: Vec<String>,
 }
 
 /// One account's watermark row, as read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Watermark {
-    /// The keys already handled, newest first; `None` until a poll succeeded (no baseline yet).
-    pub seen_keys: Option<Vec<String>>,
+    /// `None` until a poll succeeded (no baseline yet).
+    pub cursor: Option<Cursor>,
     /// When a poll last started.
     pub last_poll_at: Option<i64>,
     /// When a poll last succeeded.
@@ -47,32 +59,17 @@ pub async fn load(db: &Db, account: &str, server: &str) -> ApiResult<Watermark> 
             })
             .optional()?;
         let Some((cursor, last_poll_at, last_success_at, last_error)) = row else { return Ok(Watermark::default()) };
-        let seen_keys = cursor.map(|bytes| decode(&bytes)).transpose()?;
-        Ok(Watermark { seen_keys, last_poll_at, last_success_at, last_error })
+        let cursor = cursor.map(|bytes| wire::from_slice::<Cursor>(&bytes)).transpose().map_err(ApiError::internal)?;
+        Ok(Watermark { cursor, last_poll_at, last_success_at, last_error })
     })
     .await
 }
 
-/// Adds `keys` (newest last, as they were handled) to the front of the stored list, keeps the
-/// newest `cap`, and records a success at `now`. Creates the row (the baseline) if needed.
-pub async fn mark_seen(
-    db: &Db,
-    account: &str,
-    server: &str,
-    keys: Vec<String>,
-    cap: usize,
-    poll_at: i64,
-    now: i64,
-) -> ApiResult<()> {
+/// Stores `cursor` after a successful poll that started at `poll_at` and ended at `now`.
+pub async fn save(db: &Db, account: &str, server: &str, cursor: &Cursor, poll_at: i64, now: i64) -> ApiResult<()> {
     let (account, server) = (account.to_owned(), server.to_owned());
+    let cursor = wire::to_vec(cursor).map_err(ApiError::internal)?;
     db.write(move |conn| {
-        let mut seen = stored(conn, &account, &server)?.unwrap_or_default();
-        for key in keys {
-            seen.retain(|known| *known != key);
-            seen.insert(0, key);
-        }
-        seen.truncate(cap);
-        let cursor = wire::to_vec(&Cursor { seen_keys: seen }).map_err(ApiError::internal)?;
         conn.prepare_cached(
             "INSERT INTO activity_watermarks (account_id, server_url, cursor_cbor, last_poll_at, last_success_at, last_error)
              VALUES (?1, ?2, ?3, ?4, ?5, NULL)
@@ -102,14 +99,30 @@ pub async fn record_error(db: &Db, account: &str, server: &str, poll_at: i64, me
     .await
 }
 
-fn stored(conn: &Connection, account: &str, server: &str) -> ApiResult<Option<Vec<String>>> {
-    let cursor: Option<Option<Vec<u8>>> = conn
-        .prepare_cached("SELECT cursor_cbor FROM activity_watermarks WHERE account_id = ?1 AND server_url = ?2")?
-        .query_row(params![account, server], |row| row.get(0))
-        .optional()?;
-    cursor.flatten().map(|bytes| decode(&bytes)).transpose()
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn decode(bytes: &[u8]) -> ApiResult<Vec<String>> {
-    wire::from_slice::<Cursor>(bytes).map(|cursor| cursor.seen_keys).map_err(ApiError::internal)
+    #[tokio::test]
+    async fn a_cursor_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("w.sqlite")).unwrap();
+        assert_eq!(load(&db, "a", "s").await.unwrap(), Watermark::default());
+        record_error(&db, "a", "s", 1, "down".into()).await.unwrap();
+        let failed = load(&db, "a", "s").await.unwrap();
+        assert_eq!((failed.cursor, failed.last_error.as_deref()), (None, Some("down")));
+        let cursor = Cursor {
+            seen_keys: vec!["k2".into(), "k1".into()],
+            backlog: Some(Backlog { page_token: "t".into(), until: vec!["k0".into()] }),
+        };
+        save(&db, "a", "s", &cursor, 2, 3).await.unwrap();
+        let saved = load(&db, "a", "s").await.unwrap();
+        assert_eq!(
+            saved,
+            Watermark { cursor: Some(cursor), last_poll_at: Some(2), last_success_at: Some(3), last_error: None }
+        );
+        save(&db, "a", "s", &Cursor::default(), 4, 5).await.unwrap();
+        assert_eq!(load(&db, "a", "s").await.unwrap().cursor, Some(Cursor::default()));
+        assert_eq!(load(&db, "a", "other server").await.unwrap(), Watermark::default());
+    }
 }

@@ -1,7 +1,7 @@
 //! The matchers against resolved feed events shaped as `ListEvents` answers them.
 
-use serde_json::{Value as Json, json};
 use seed_agents_protocol::generated::{ActivitySource, SiteUpdateSource};
+use serde_json::{Value as Json, json};
 
 use super::*;
 
@@ -19,10 +19,8 @@ fn event(value: Json) -> Event {
 /// A resolved comment by `author` on `hm://<DOC_OWNER>/doc`, embedding `mention` when given,
 /// replying to a comment by `parent` when given.
 fn comment(author: &str, mention: Option<&str>, parent: Option<&str>) -> Event {
-    let annotations: Vec<Json> = mention
-        .map(|link| json!({"type": "Embed", "starts": [0], "ends": [1], "link": link}))
-        .into_iter()
-        .collect();
+    let annotations: Vec<Json> =
+        mention.map(|link| json!({"type": "Embed", "starts": [0], "ends": [1], "link": link})).into_iter().collect();
     event(json!({
         "id": "bafyC", "type": "comment", "feedEventId": "blob-bafyC", "eventAtMs": 10,
         "author": {"id": {"uid": author, "id": format!("hm://{author}"), "path": []}},
@@ -123,7 +121,8 @@ fn document_comments_and_site_updates_follow_the_resource() {
     assert!(matches(&on_document(&format!("hm://{DOC_OWNER}/doc"), Some(ALICE)), &on_doc));
     assert!(!matches(&on_document(&format!("hm://{DOC_OWNER}/doc"), Some(AGENT)), &on_doc));
 
-    let update = event(json!({"type": "doc-update", "id": "bafyU", "docId": {"id": format!("hm://{DOC_OWNER}/site/page")}}));
+    let update =
+        event(json!({"type": "doc-update", "id": "bafyU", "docId": {"id": format!("hm://{DOC_OWNER}/site/page")}}));
     assert!(matches(&site(&format!("hm://{DOC_OWNER}/site"), None), &update));
     assert!(matches(&site(&format!("hm://{DOC_OWNER}/site"), Some(&["change"])), &update), "an alias");
     assert!(!matches(&site(&format!("hm://{DOC_OWNER}/site"), Some(&["comment"])), &update));
