@@ -245,3 +245,14 @@ async fn the_spawned_monitor_fires_as_the_clock_moves() {
         ])
     );
 }
+
+#[tokio::test]
+async fn a_schedule_that_cannot_be_evaluated_says_why_and_never_fires() {
+    let start = at("2026-05-04T07:00:00Z");
+    let harness = Harness::new(start).await;
+    harness.trigger("owner", "mars", &weekly(&[1], "09:00", "Mars/Base"), start).await;
+    run_until(&harness, start + 3 * 24 * 60 * MINUTE, 60 * MINUTE).await;
+    assert_eq!(harness.sink.calls(), 0);
+    let (enabled, last_fired, error) = harness.trigger_state("mars").await;
+    assert_eq!((enabled, last_fired, error.as_deref()), (true, None, Some("Unknown schedule time zone Mars/Base")));
+}

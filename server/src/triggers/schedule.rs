@@ -192,6 +192,7 @@ struct Row {
     created_at: i64,
     schedule: AgentScheduleTrigger,
     last_scheduled_at: Option<i64>,
+    last_error: Option<String>,
 }
 
 /// One tick: every enabled schedule trigger due at `now` is handed to `sink` once, then its
@@ -201,6 +202,9 @@ pub async fn check(db: &Db, sink: &dyn FiringSink, now: i64) -> ApiResult<Schedu
     let rows = db.read(enabled_schedules).await?;
     let mut tick = ScheduleTick { checked: rows.len(), ..ScheduleTick::default() };
     let ids: Vec<String> = rows.iter().map(|row| row.id.clone()).collect();
+    if ids.is_empty() {
+        return Ok(tick);
+    }
     db.write(move |conn| {
         let mut statement = conn.prepare_cached("UPDATE agent_triggers SET last_checked_at = ?1 WHERE id = ?2")?;
         for id in &ids {
@@ -215,7 +219,10 @@ pub async fn check(db: &Db, sink: &dyn FiringSink, now: i64) -> ApiResult<Schedu
             Ok(None) => continue,
             Err(error) => {
                 tick.errors += 1;
-                record_error(db, &row.id, error.to_string()).await?;
+                // Said once, not rewritten every tick.
+                if row.last_error.as_deref() != Some(error.to_string().as_str()) {
+                    record_error(db, &row.id, error.to_string()).await?;
+                }
                 continue;
             }
         };
@@ -249,20 +256,30 @@ pub async fn check(db: &Db, sink: &dyn FiringSink, now: i64) -> ApiResult<Schedu
 
 fn enabled_schedules(conn: &rusqlite::Connection) -> ApiResult<Vec<Row>> {
     let mut statement = conn.prepare_cached(
-        "SELECT t.id, t.created_at, t.source_cbor, s.last_scheduled_at
+        "SELECT t.id, t.created_at, t.source_cbor, s.last_scheduled_at, t.last_error
          FROM agent_triggers t LEFT JOIN trigger_schedule_state s ON s.trigger_id = t.id
          WHERE t.enabled = 1 ORDER BY t.created_at, t.id",
     )?;
     let rows = statement.query_map([], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?, row.get::<_, Vec<u8>>(2)?, row.get::<_, Option<i64>>(3)?))
+        // Sources this build cannot decode are not schedules it could run.
+        let schedule = match wire::from_slice::<AgentTriggerSource>(&row.get::<_, Vec<u8>>(2)?) {
+            Ok(AgentTriggerSource::ScheduleSource(source)) => Some(source.schedule),
+            _ => None,
+        };
+        let row = |schedule| -> rusqlite::Result<Row> {
+            Ok(Row {
+                id: row.get(0)?,
+                created_at: row.get(1)?,
+                schedule,
+                last_scheduled_at: row.get(3)?,
+                last_error: row.get(4)?,
+            })
+        };
+        schedule.map(row).transpose()
     })?;
     let mut schedules = Vec::new();
     for row in rows {
-        let (id, created_at, source, last_scheduled_at) = row?;
-        // Sources this build cannot decode are not schedules it could run.
-        if let Ok(AgentTriggerSource::ScheduleSource(source)) = wire::from_slice::<AgentTriggerSource>(&source) {
-            schedules.push(Row { id, created_at, schedule: source.schedule, last_scheduled_at });
-        }
+        schedules.extend(row?);
     }
     Ok(schedules)
 }
