@@ -222,8 +222,9 @@ impl ActivityMonitor {
         if from_top {
             // A walk from the top: its new keys go first; one that ran out of pages leaves a backlog.
             if let Some(page_token) = walk.rest {
-                let until = cursor.seen_keys.iter().take(self.settings.page_size as usize).cloned().collect();
-                cursor.backlog = Some(Backlog { page_token, until });
+                // Every key handled before: one that the feed since dropped cannot make the walk
+                // miss its end.
+                cursor.backlog = Some(Backlog { page_token, until: cursor.seen_keys.clone() });
             }
             let mut keys: Vec<String> = fresh.into_iter().map(|(_, key)| key).collect();
             keys.extend(cursor.seen_keys.into_iter().filter(|key| !queued.contains(key)));
