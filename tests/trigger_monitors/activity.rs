@@ -245,6 +245,15 @@ async fn a_first_poll_that_fails_starts_fresh_and_a_restart_resumes() {
     assert_eq!(harness.fired(), pairs(&[("mentions", "blob-bafyRecent")]));
     let mark = watermark::load(&harness.db, OWNER, &harness.hm.url).await.unwrap();
     assert_eq!(mark.last_error, None);
+    let checked: Option<i64> = harness
+        .db
+        .read(|conn| {
+            Ok(conn
+                .query_row("SELECT last_checked_at FROM agent_triggers WHERE id = 'mentions'", [], |row| row.get(0))?)
+        })
+        .await
+        .unwrap();
+    assert_eq!(checked, Some(T0 + 10_000), "a successful poll checked the trigger");
     assert_eq!(mark.cursor.unwrap().seen_keys, ["blob-bafyRecent", "blob-bafyHistory"]);
 
     // A restart resumes from the watermark: nothing is handed over again, and new events fire.

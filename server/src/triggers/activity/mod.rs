@@ -123,6 +123,11 @@ impl ActivityMonitor {
     /// account's failure is logged and recorded; the others are still polled.
     pub async fn poll(&self) -> ApiResult<BTreeMap<String, ApiResult<AccountPoll>>> {
         let accounts = self.db.read(|conn| Ok(activity_triggers(conn, None)?.into_keys().collect::<Vec<_>>())).await?;
+        // Forget the locks of accounts that no longer have activity triggers (and are not polled now).
+        self.accounts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .retain(|account, lock| accounts.contains(account) || Arc::strong_count(lock) > 1);
         let mut polls = BTreeMap::new();
         for account in accounts {
             let outcome = self.poll_account(&account).await;
@@ -158,6 +163,17 @@ impl ActivityMonitor {
         match outcome {
             Ok((poll, cursor)) => {
                 watermark::save(&self.db, account, &self.server_url, &cursor, poll_at, self.clock.now_ms()).await?;
+                let ids: Vec<String> = triggers.into_iter().map(|trigger| trigger.id).collect();
+                self.db
+                    .write(move |conn| {
+                        let mut statement =
+                            conn.prepare_cached("UPDATE agent_triggers SET last_checked_at = ?1 WHERE id = ?2")?;
+                        for id in &ids {
+                            statement.execute(rusqlite::params![poll_at, id])?;
+                        }
+                        Ok(())
+                    })
+                    .await?;
                 Ok(poll)
             }
             Err(error) => {
