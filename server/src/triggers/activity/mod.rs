@@ -31,8 +31,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-#[cfg(test)]
-use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::AgentTriggerSource;
 use seed_agents_protocol::{Value, wire};
 
@@ -286,7 +284,7 @@ impl ActivityMonitor {
             let found = TriggerMatch {
                 trigger_id: trigger.id.clone(),
                 firing_key: firing_key.clone(),
-                activity: activity_value(event)?,
+                activity: activity_value(event),
                 summary: event::summary(event),
                 matched_conditions: matched.into_conditions(),
                 fired_at_ms: self.clock.now_ms(),
@@ -302,8 +300,8 @@ impl ActivityMonitor {
 }
 
 /// The feed event as the IPLD map a firing records.
-pub fn activity_value(event: &Event) -> ApiResult<BTreeMap<String, Value>> {
-    Ok(event.iter().map(|(key, value)| (key.clone(), Value::from(event::to_ipld(value)))).collect())
+pub fn activity_value(event: &Event) -> BTreeMap<String, Value> {
+    event.iter().map(|(key, value)| (key.clone(), Value::from(event::to_ipld(value)))).collect()
 }
 
 /// The distinct keys of `events`, in feed order.
@@ -335,6 +333,8 @@ fn activity_triggers(conn: &rusqlite::Connection, account: Option<&str>) -> ApiR
 
 #[cfg(test)]
 mod tests {
+    use ipld_core::ipld::Ipld;
+
     use super::*;
 
     #[test]
@@ -343,11 +343,15 @@ mod tests {
         else {
             unreachable!()
         };
-        let value = activity_value(&event).unwrap();
+        let value = activity_value(&event);
         assert_eq!(value["a"].clone().into_ipld(), Ipld::Integer(1));
         assert_eq!(
             value["b"].clone().into_ipld(),
             Ipld::List(vec![Ipld::Bool(true), Ipld::Null, Ipld::String("x".into())])
         );
+        let Ipld::Map(nested) = value["c"].clone().into_ipld() else { panic!("not a map") };
+        assert_eq!(nested["d"], Ipld::Float(1.5));
+        let serde_json::Value::Object(whole) = serde_json::json!({"n": 2.0}) else { unreachable!() };
+        assert_eq!(activity_value(&whole)["n"].clone().into_ipld(), Ipld::Integer(2), "a whole float is an integer");
     }
 }

@@ -71,7 +71,7 @@ pub async fn replay(
         }
         matches.push(ReplayMatch {
             firing_key,
-            activity: activity_value(event)?,
+            activity: activity_value(event),
             summary: event::summary(event),
             matched_conditions: matched.into_conditions(),
             event_at_ms: event::event_time_ms(event),
