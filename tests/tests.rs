@@ -19,6 +19,7 @@ mod provider_models;
 mod runs;
 mod runtime;
 mod tools;
+mod trigger_monitors;
 mod uploads;
 mod verbs;
 mod versions;

@@ -21,6 +21,11 @@
 //! the real server's throwing read). Every read is recorded with its decoded query parameters.
 //! `GET /ipfs/<cid>` serves a published raw leaf's bytes as `text/plain` (single-chunk files
 //! only).
+//!
+//! The activity feed: once a test pushes events ([`FakeHm::push_events`]), `GET /api/ListEvents`
+//! pages them newest first, `pageSize` at a time, with page tokens that stay valid while newer
+//! events arrive (like the real server's cursors); failures and delays can be injected, and
+//! every feed request is recorded.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -107,6 +112,7 @@ struct State {
     search: SearchState,
     routes: Vec<Route>,
     queries: Vec<Query>,
+    feed: FeedState,
 }
 
 pub struct FakeHm {
@@ -261,6 +267,8 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
                 Err(message) => (500, serde_json::json!({ "error": message })),
             }
         }
+    } else if method == "GET" && path.starts_with("/api/ListEvents") && state.lock().unwrap().feed.scripted {
+        feed_answer(&state, &path).await
     } else if method == "GET"
         && let Some((key, params)) = read_request(&path)
     {
@@ -333,4 +341,78 @@ fn search_answer(state: &Mutex<State>, path: &str) -> (u16, serde_json::Value) {
     state.search.queries.push(params);
     let entities = state.search.entities.clone();
     (200, serde_json::json!({ "json": { "entities": entities, "searchQuery": text, "nextPageToken": "" } }))
+}
+
+/// The scripted activity feed.
+#[derive(Default)]
+struct FeedState {
+    /// Whether `ListEvents` answers from this feed (instead of scripted routes).
+    scripted: bool,
+    /// `(position, event)`, oldest first; positions only grow.
+    events: Vec<(u64, serde_json::Value)>,
+    requests: Vec<BTreeMap<String, String>>,
+    fail: Option<(u16, String)>,
+    delay: Option<std::time::Duration>,
+}
+
+impl FakeHm {
+    /// Adds events at the top of the feed in this order (the last is the newest observed), and
+    /// makes `ListEvents` answer from the feed.
+    pub fn push_events(&self, events: impl IntoIterator<Item = serde_json::Value>) {
+        let mut state = self.state.lock().unwrap();
+        state.feed.scripted = true;
+        for event in events {
+            let position = state.feed.events.last().map_or(1, |(position, _)| position + 1);
+            state.feed.events.push((position, event));
+        }
+    }
+
+    /// The query parameters of every `ListEvents` the feed answered or refused, in order.
+    pub fn feed_requests(&self) -> Vec<BTreeMap<String, String>> {
+        self.state.lock().unwrap().feed.requests.clone()
+    }
+
+    /// Makes `ListEvents` fail with `status` and `{"error": message}` (or answer again with `None`).
+    pub fn fail_feed(&self, failure: Option<(u16, &str)>) {
+        let mut state = self.state.lock().unwrap();
+        state.feed.scripted = true;
+        state.feed.fail = failure.map(|(status, message)| (status, message.to_owned()));
+    }
+
+    /// Makes each `ListEvents` answer wait this long first (or at once with `None`).
+    pub fn delay_feed(&self, delay: Option<std::time::Duration>) {
+        self.state.lock().unwrap().feed.delay = delay;
+    }
+}
+
+/// One page of the scripted feed: `pageSize` (default 5, as the real server) events with a
+/// position below the `pageToken` (`before:<position>`), newest first.
+async fn feed_answer(state: &Mutex<State>, path: &str) -> (u16, serde_json::Value) {
+    let params = read_request(path).map(|(_, params)| params).unwrap_or_default();
+    let delay = {
+        let mut state = state.lock().unwrap();
+        state.feed.requests.push(params.clone());
+        state.feed.delay
+    };
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
+    let state = state.lock().unwrap();
+    if let Some((status, message)) = &state.feed.fail {
+        return (*status, serde_json::json!({ "error": message }));
+    }
+    let size: usize = params.get("pageSize").and_then(|size| size.parse().ok()).unwrap_or(5).max(1);
+    let before = match params.get("pageToken").map(|token| token.strip_prefix("before:").map(str::parse::<u64>)) {
+        None => u64::MAX,
+        Some(Some(Ok(position))) => position,
+        Some(_) => return (400, serde_json::json!({ "error": "invalid pageToken" })),
+    };
+    let older: Vec<&(u64, serde_json::Value)> =
+        state.feed.events.iter().rev().filter(|(position, _)| *position < before).collect();
+    let page: Vec<serde_json::Value> = older.iter().take(size).map(|(_, event)| event.clone()).collect();
+    let next = match older.get(size) {
+        Some(_) => format!("before:{}", older[size - 1].0),
+        None => String::new(),
+    };
+    (200, serde_json::json!({ "json": { "events": page, "nextPageToken": next } }))
 }

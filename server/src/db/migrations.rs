@@ -227,6 +227,28 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (account_id, agent_id, name)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // The trigger monitors' progress. `trigger_schedule_state` holds the last occurrence a
+    // schedule trigger fired for (its due rules start there). `activity_watermarks` holds, per
+    // account and Hypermedia server, the keys of the feed events already handled: `cursor_cbor`
+    // is `{seenKeys: [..]}` newest first, NULL until a poll succeeded (a first poll that fails
+    // leaves no baseline, so the next success starts fresh instead of replaying history).
+    r#"
+    CREATE TABLE trigger_schedule_state (
+        trigger_id TEXT PRIMARY KEY REFERENCES agent_triggers (id) ON DELETE CASCADE,
+        last_scheduled_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE activity_watermarks (
+        account_id TEXT NOT NULL,
+        server_url TEXT NOT NULL,
+        cursor_cbor BLOB,
+        last_poll_at INTEGER,
+        last_success_at INTEGER,
+        last_error TEXT,
+        PRIMARY KEY (account_id, server_url)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.
