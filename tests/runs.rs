@@ -225,6 +225,10 @@ async fn run_actions_answer_and_refuse_as_upstream() {
     let execution = scripted.next().await;
     assert_eq!((execution.run.id.as_str(), execution.run.attempt), (paused.as_str(), 1), "the same execution resumes");
     execution.finish(Outcome::Succeeded(Ipld::Null));
+    // The resumed run finishes on the executor's task; the next stage needs a quiet session.
+    while owner.call(GetRun { run_id: paused.clone() }).await.unwrap().run.status != RunStatus::Succeeded {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
 
     // CancelRun: a parked run ends at once; nothing left the second time.
     let parked = stage(&server, &owner.id, &agent, &session, Stage::Paused).await;

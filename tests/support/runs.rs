@@ -141,7 +141,9 @@ pub async fn stage(server: &TestServer, owner: &str, agent_id: &str, session_id:
                 Stage::Paused => Outcome::Parked(Wait::BudgetPause { note: Some("budget spent".into()) }),
                 Stage::Failed => Outcome::Failed(failure("The provider refused the request", None)),
             };
-            queue::claim_run(conn, &id, "stager", now, now + 60_000)?;
+            // The claim fails while another run of the session is live: stage only in a quiet session.
+            let claimed = queue::claim_run(conn, &id, "stager", now, now + 60_000)?;
+            assert!(claimed.is_some(), "stage: session {} has another live run; wait for it first", run.session_id);
             let backoff = (Backoff { base_ms: 5_000, cap_ms: 300_000 }, 0);
             finish::finish(conn, &id, "stager", outcome, now, backoff, &mut changes)?;
             Ok((id, changes))
