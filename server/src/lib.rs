@@ -29,6 +29,7 @@ pub mod runtime;
 pub mod secrets;
 pub mod sessions;
 pub mod tools;
+pub mod triggers;
 pub mod uploads;
 pub mod validate;
 pub mod verbs;
