@@ -18,6 +18,7 @@ mod provider_models;
 mod runs;
 mod runtime;
 mod tools;
+mod triggers;
 mod uploads;
 mod verbs;
 mod versions;
