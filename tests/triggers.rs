@@ -12,9 +12,9 @@ use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{
     ActivitySource, AgentActivityCondition, AgentActivitySource, AgentTriggerInfo, AgentTriggerInput,
     AgentTriggerInputPrompt, AgentTriggerPatch, AgentTriggerSource, CombineAgentTriggers, CreateAgent,
-    CreateAgentTrigger, DeleteAgentTrigger, DocumentCommentSource, GetAgentTrigger, GetAgentTriggerResponse,
-    GetSession, ListAgentTriggers, ListSessions, RunCompletedSource, SessionActor, SessionEventPayload,
-    SetModelProvider, UpdateAgentTrigger, UserMentionSource, WebhookSource,
+    CreateAgentTrigger, DeleteAgent, DeleteAgentTrigger, DeleteSession, DocumentCommentSource, GetAgentTrigger,
+    GetAgentTriggerResponse, GetSession, ListAgentTriggers, ListSessions, RunCompletedSource, SessionActor,
+    SessionEventPayload, SetModelProvider, UpdateAgentTrigger, UserMentionSource, WebhookSource,
 };
 use seed_agents_sdk::subscription::Event as Live;
 use sha2::Sha256;
@@ -369,6 +369,26 @@ async fn a_signed_webhook_fires_once_and_the_firing_shows_everywhere() {
     };
     assert_eq!(user.call(list(None)).await.unwrap().sessions.len(), 1);
     assert!(user.call(list(Some(true))).await.unwrap().sessions.is_empty());
+
+    // Deleting the session keeps the firing, detached; deleting the agent takes trigger and
+    // firings with it while the run survives.
+    user.call(DeleteSession { session_id: session_id.clone() }).await.unwrap();
+    let read = get(&user, &trigger.id).await;
+    assert_eq!((read.firings.len(), read.firings[0].session_id.as_deref(), read.sessions.len()), (1, None, 0));
+    user.call(DeleteAgent { agent_id: agent_id.clone() }).await.unwrap();
+    let gone = user.call(GetAgentTrigger { trigger_id: trigger.id.clone() }).await;
+    assert_eq!(api_error(gone), (404, "Agent trigger not found".into()));
+    let conn = rusqlite::Connection::open_with_flags(
+        server.dir.path().join("seed-agents.sqlite"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let run: (Option<String>, Option<String>, String) = conn
+        .query_row("SELECT agent_id, trigger_firing_id, origin FROM runs", [], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .unwrap();
+    assert_eq!(run, (None, None, "trigger".to_owned()));
     server.stop().await;
 }
 

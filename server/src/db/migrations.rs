@@ -401,6 +401,59 @@ mod tests {
     }
 
     #[test]
+    fn the_firings_migration_rebuilds_runs_with_their_rows_and_a_real_foreign_key() {
+        let firings = MIGRATIONS.iter().position(|sql| sql.contains("CREATE TABLE trigger_firings")).unwrap();
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "foreign_keys", "ON").unwrap();
+        for (index, sql) in MIGRATIONS[..firings].iter().enumerate() {
+            conn.execute_batch(sql).unwrap();
+            conn.pragma_update(None, "user_version", index as i64 + 1).unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO agents (id, account_id, definition_cbor, state_dir, status, created_at, updated_at)
+                 VALUES ('a', 'owner', x'a0', '/tmp/a', 'idle', 1, 1);
+             INSERT INTO runs (id, account_id, root_run_id, kind, origin, agent_id, input_cbor, status, created_at,
+                               updated_at)
+                 VALUES ('parent', 'owner', 'parent', 'agent', 'user', 'a', x'a0', 'succeeded', 1, 1);
+             INSERT INTO runs (id, account_id, root_run_id, parent_run_id, depth, kind, origin, agent_id, input_cbor,
+                               status, created_at, updated_at)
+                 VALUES ('child', 'owner', 'parent', 'parent', 1, 'agent', 'agent', 'a', x'a0', 'queued', 2, 2);",
+        )
+        .unwrap();
+        apply(&mut conn, ":memory:").unwrap();
+        let enforced: bool = conn.pragma_query_value(None, "foreign_keys", |row| row.get(0)).unwrap();
+        assert!(enforced, "foreign keys are on again after migrating");
+        let parent: String =
+            conn.query_row("SELECT parent_run_id FROM runs WHERE id = 'child'", [], |row| row.get(0)).unwrap();
+        assert_eq!(parent, "parent", "rows survive the rebuild");
+        let dangling = conn.execute("UPDATE runs SET trigger_firing_id = 'no-such-firing' WHERE id = 'child'", []);
+        assert!(dangling.is_err(), "trigger_firing_id is a foreign key now");
+        conn.execute_batch(
+            "INSERT INTO agent_triggers (id, account_id, agent_id, name, enabled, source_cbor, prompt, created_at,
+                                         updated_at)
+                 VALUES ('t', 'owner', 'a', 'T', 1, x'a0', 'p', 1, 1);
+             INSERT INTO trigger_firings (id, account_id, trigger_id, activity_key, activity_summary, activity_cbor,
+                                          source_cbor, status, created_at, updated_at)
+                 VALUES ('f', 'owner', 't', 'k', 's', x'a0', x'a0', 'started', 1, 1);
+             UPDATE runs SET trigger_firing_id = 'f' WHERE id = 'child';
+             DELETE FROM agents WHERE id = 'a';",
+        )
+        .unwrap();
+        let detached: (Option<String>, Option<String>) = conn
+            .query_row("SELECT agent_id, trigger_firing_id FROM runs WHERE id = 'child'", [], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .unwrap();
+        assert_eq!(detached, (None, None), "deleting the agent detaches its runs from firings too");
+        let indexes: i64 = conn
+            .query_row("SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'runs'", [], |row| {
+                row.get(0)
+            })
+            .unwrap();
+        assert!(indexes >= 9, "the runs indexes were recreated ({indexes})");
+    }
+
+    #[test]
     fn refuses_a_newer_database() {
         let mut conn = Connection::open_in_memory().unwrap();
         conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
