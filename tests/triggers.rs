@@ -9,12 +9,14 @@ use base64::engine::general_purpose::STANDARD;
 use futures_util::StreamExt as _;
 use hmac::{Hmac, Mac};
 use ipld_core::ipld::Ipld;
+use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
     ActivitySource, AgentActivityCondition, AgentActivitySource, AgentTriggerInfo, AgentTriggerInput,
     AgentTriggerInputPrompt, AgentTriggerPatch, AgentTriggerSource, CombineAgentTriggers, CreateAgent,
     CreateAgentTrigger, DeleteAgent, DeleteAgentTrigger, DeleteSession, DocumentCommentSource, GetAgentTrigger,
-    GetAgentTriggerResponse, GetSession, ListAgentTriggers, ListSessions, RunCompletedSource, SessionActor,
-    SessionEventPayload, SetModelProvider, UpdateAgentTrigger, UserMentionSource, WebhookSource,
+    GetAgentTriggerResponse, GetSession, InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb,
+    ListAgentTriggers, ListSessions, RunCompletedSource, SessionActor, SessionEventPayload, SetModelProvider,
+    UpdateAgentTrigger, UserMentionSource, WebhookSource,
 };
 use seed_agents_sdk::subscription::Event as Live;
 use sha2::Sha256;
@@ -522,4 +524,95 @@ async fn a_run_completed_chain_stops_at_the_loop_guard() {
     assert_eq!(get(&user, &first.id).await.firings.len() + get(&user, &second.id).await.firings.len(), 4);
     assert_eq!(provider.request_count(), 5, "the user's turn and four triggered turns");
     server.stop().await;
+}
+
+/// `InvokeSessionTool` with `verb` on `address`, `content` and `options` (as JSON).
+async fn verb(
+    user: &User,
+    session_id: &str,
+    verb: InvokeSessionToolVerb,
+    address: &str,
+    content: Option<&str>,
+    options: Option<serde_json::Value>,
+) -> InvokeSessionToolResponse {
+    let mut input = std::collections::BTreeMap::from([("address".to_owned(), Ipld::String(address.into()))]);
+    if let Some(content) = content {
+        input.insert("content".into(), Ipld::String(content.into()));
+    }
+    if let Some(options) = options {
+        let options: Value = serde_json::from_value(options).unwrap();
+        input.insert("options".into(), options.0);
+    }
+    let action = InvokeSessionTool { input: Value(Ipld::Map(input)), session_id: session_id.into(), verb };
+    user.call(action).await.unwrap()
+}
+
+fn summary(response: &InvokeSessionToolResponse) -> String {
+    let Some(Ipld::Map(fields)) = response.output.as_ref().map(Value::as_ipld) else {
+        panic!("no output: {response:?}")
+    };
+    match fields.get("summary") {
+        Some(Ipld::String(summary)) => summary.clone(),
+        other => panic!("summary: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn triggers_are_read_and_written_through_the_verbs_with_their_guards() {
+    let provider = Provider::start().await;
+    let (server, user, agent_id) = setup(&provider).await;
+    let session_id = user.create_session(&agent_id, None).await;
+    let (read, write) = (InvokeSessionToolVerb::Read, InvokeSessionToolVerb::Write);
+    let listing = verb(&user, &session_id, read, "~/triggers/", None, None).await;
+    assert_eq!(summary(&listing), "0 triggers, 0 active.");
+
+    let every = |minutes: u32| {
+        format!(
+            r#"{{"source": {{"type": "schedule", "schedule": {{"kind": "interval", "every": {minutes}, "unit": "minutes"}}}}, "prompt": "Write the digest."}}"#
+        )
+    };
+    let address = "~/triggers/Digest";
+    let refused = verb(&user, &session_id, write, address, Some(&every(2)), None).await;
+    assert!(refused.error.as_deref().unwrap().contains("frequentSchedule"), "{refused:?}");
+    let dry =
+        verb(&user, &session_id, write, address, Some(&every(10)), Some(serde_json::json!({"dryRun": true}))).await;
+    assert!(summary(&dry).starts_with("Trigger Digest is valid; nothing was saved."), "{dry:?}");
+    let listed = || user.call(ListAgentTriggers { agent_id: agent_id.clone() });
+    assert!(listed().await.unwrap().triggers.is_empty(), "a dry run saves nothing");
+    let frequent = Some(serde_json::json!({"frequentSchedule": true}));
+    let created = verb(&user, &session_id, write, address, Some(&every(2)), frequent).await;
+    assert_eq!(summary(&created), "Created trigger Digest (schedule).", "{created:?}");
+    let triggers = listed().await.unwrap().triggers;
+    assert_eq!((triggers.len(), triggers[0].name.as_str()), (1, "Digest"));
+
+    // Changing the kind of source needs replaceSource; the name in the address wins.
+    let mention = r#"{"source": {"type": "user-mention", "mentionedAccounts": ["zAlice"]}, "prompt": "Answer.", "name": "Ignored"}"#;
+    let kept = verb(&user, &session_id, write, address, Some(mention), None).await;
+    assert!(kept.error.as_deref().unwrap().contains("replaceSource"), "{kept:?}");
+    let replace = Some(serde_json::json!({"replaceSource": true}));
+    let replaced = verb(&user, &session_id, write, address, Some(mention), replace).await;
+    assert_eq!(summary(&replaced), "Updated trigger Digest (user-mention).", "{replaced:?}");
+    let triggers = listed().await.unwrap().triggers;
+    assert_eq!((triggers.len(), triggers[0].name.as_str(), &triggers[0].source), (1, "Digest", &mention_of("zAlice")));
+
+    // Read one; invalid sources get the protocol's messages; webhooks stay with people.
+    let one = verb(&user, &session_id, read, address, None, None).await;
+    assert_eq!(summary(&one), "Trigger Digest (user-mention, enabled).");
+    let bad = r#"{"source": {"type": "user-mention", "mentionedAccounts": []}, "prompt": "x"}"#;
+    let bad = verb(&user, &session_id, write, "~/triggers/Other", Some(bad), None).await;
+    assert_eq!(bad.error.as_deref(), Some("Trigger mentioned account is required"));
+    let hook = r#"{"source": {"type": "webhook"}, "prompt": "x"}"#;
+    let hook = verb(&user, &session_id, write, "~/triggers/Hook", Some(hook), None).await;
+    assert!(hook.error.as_deref().unwrap().starts_with("Webhook triggers are created by a person"), "{hook:?}");
+    let missing = verb(&user, &session_id, read, "~/triggers/Nope", None, None).await;
+    assert_eq!(summary(&missing), "No trigger named Nope.");
+
+    let deleted = verb(&user, &session_id, write, address, None, Some(serde_json::json!({"delete": true}))).await;
+    assert_eq!(summary(&deleted), "Deleted trigger Digest.");
+    assert!(listed().await.unwrap().triggers.is_empty());
+    server.stop().await;
+}
+
+fn mention_of(account: &str) -> AgentTriggerSource {
+    mention(&[account])
 }

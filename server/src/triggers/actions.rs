@@ -84,6 +84,22 @@ pub fn insert(
     trigger: &Normalized,
     now: i64,
 ) -> ApiResult<(String, Option<String>)> {
+    let id = insert_row(conn, owner_id, agent_id, trigger, now)?;
+    let secret = match trigger.source {
+        AgentTriggerSource::WebhookSource(_) => Some(webhook::rotate_secret(app, conn, owner_id, &id)?),
+        _ => None,
+    };
+    Ok((id, secret))
+}
+
+/// Inserts the trigger's row (without minting a webhook secret); returns its id.
+pub fn insert_row(
+    conn: &Connection,
+    owner_id: &str,
+    agent_id: &str,
+    trigger: &Normalized,
+    now: i64,
+) -> ApiResult<String> {
     let id = uuid::Uuid::now_v7().to_string();
     let continuation = trigger.continuation.as_ref().map(blob).transpose()?;
     let blocks = trigger.prompt.blocks.as_ref().map(blob).transpose()?;
@@ -104,11 +120,7 @@ pub fn insert(
         continuation,
         now
     ])?;
-    let secret = match trigger.source {
-        AgentTriggerSource::WebhookSource(_) => Some(webhook::rotate_secret(app, conn, owner_id, &id)?),
-        _ => None,
-    };
-    Ok((id, secret))
+    Ok(id)
 }
 
 /// `ListAgentTriggers {agentId}` (reader): the agent's triggers, most recently updated first.
@@ -409,5 +421,34 @@ fn copy_action(conn: &Connection, from: &AgentTriggerInfo, to: &str) -> ApiResul
         "UPDATE agent_triggers SET prompt = ?2, prompt_cbor = ?3, continuation_cbor = ?4 WHERE id = ?1",
     )?
     .execute(params![to, markdown, blocks, continuation])?;
+    Ok(())
+}
+
+/// Replaces every field of trigger `trigger_id` (not a webhook source: its secret is minted
+/// only by the signed actions) with `trigger`; `updatedAt` moves past `previous_updated_at`.
+pub fn replace(
+    conn: &Connection,
+    trigger_id: &str,
+    trigger: &Normalized,
+    previous_updated_at: i64,
+    now: i64,
+) -> ApiResult<()> {
+    let continuation = trigger.continuation.as_ref().map(blob).transpose()?;
+    let blocks = trigger.prompt.blocks.as_ref().map(blob).transpose()?;
+    conn.prepare_cached(
+        "UPDATE agent_triggers SET name = ?2, enabled = ?3, source_cbor = ?4, prompt = ?5, prompt_cbor = ?6,
+                continuation_cbor = ?7, webhook_secret = NULL, updated_at = ?8
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        trigger_id,
+        trigger.name,
+        trigger.enabled,
+        blob(&trigger.source)?,
+        trigger.prompt.markdown,
+        blocks,
+        continuation,
+        next_updated_at(previous_updated_at, now)
+    ])?;
     Ok(())
 }
