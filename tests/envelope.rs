@@ -203,7 +203,7 @@ async fn routes_headers_and_cors() {
         assert_eq!(health["protocol"], 3);
         assert_eq!(health["minClientProtocol"], 1);
         assert_eq!(health["codeExec"], false);
-        assert_eq!(health["hmServerUrl"], "https://hyper.media");
+        assert_eq!(health["hmServerUrl"], TestServer::CLOSED_HM_SERVER);
         assert!(health["uptime"].as_f64().is_some());
     }
     for path in ["/api/version", "/agents/api/version"] {

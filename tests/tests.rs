@@ -20,6 +20,7 @@ mod runs;
 mod runtime;
 mod tools;
 mod trigger_monitors;
+mod triggers;
 mod uploads;
 mod verbs;
 mod versions;

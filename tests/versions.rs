@@ -117,9 +117,10 @@ async fn compound_trigger_actions_need_a_newer_app() {
         assert!(message.contains("Update the app"), "{message}");
         assert_eq!(got_code.as_deref(), code, "protocol 1 errors carry no code");
     }
-    // A protocol 3 client reaches the action itself (not built yet on this server).
+    // A protocol 3 client reaches the action itself (the triggers do not exist).
     let bytes = user.sign_map(combine, now_ms(), Some(3)).await;
-    assert_eq!(server.post_raw("application/cbor", bytes).await.0, 501);
+    let (status, _, body) = server.post_raw("application/cbor", bytes).await;
+    assert_eq!((status, error_body(&body).0), (404, "Agent trigger not found".to_owned()));
     server.stop().await;
 }
 

@@ -2980,7 +2980,7 @@ pub struct ClickBrowserCommand {
     #[serde(flatten)]
     pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-/// Combines two compound (`activity`) triggers of the same agent: the first keeps the union of both sets of conditions, and its prompt and continuation unless `useOtherAction`; the other is disabled and marked `mergedInto` the first. Both `expectedUpdatedAt` values must match the stored triggers (409 otherwise). Writer or owner. Needs protocol 3 (older clients get 426 `update_required`). This server does not implement it yet and answers 501.
+/// Combines two compound (`activity`) triggers of the same agent: the first keeps the union of both sets of conditions, and its prompt and continuation unless `useOtherAction`; the other is disabled and marked `mergedInto` the first. Both `expectedUpdatedAt` values must match the stored triggers (409 otherwise). Writer or owner. Needs protocol 3 (older clients get 426 `update_required`).
 ///
 /// - Response: [`UpdateAgentTriggerResponse`]
 /// - Effect: write
@@ -3131,7 +3131,7 @@ pub struct CreateAgentResponse {
     #[serde(flatten)]
     pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-/// Creates a trigger for an agent. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access); an invalid source, name or prompt answers 400. With `clientRequestId`, a retry with the same `agentId` and trigger returns the first answer, different values fail with 409 `Client request ID payload mismatch`. This server does not implement it yet and answers 501.
+/// Creates a trigger for an agent. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access); an invalid source, name or prompt answers 400. With `clientRequestId`, a retry with the same `agentId` and trigger returns the first answer, different values fail with 409 `Client request ID payload mismatch`.
 ///
 /// - Response: [`CreateAgentTriggerResponse`]
 /// - Effect: write
@@ -3159,7 +3159,7 @@ pub struct CreateAgentTrigger {
 pub struct CreateAgentTriggerResponse {
     /// The created trigger.
     pub trigger: AgentTriggerInfo,
-    /// For a `webhook` source: the secret a caller of the webhook must present.
+    /// For a `webhook` source: the secret (`whsec_…`) a caller of the webhook signs with. `CreateAgentTrigger` answers it once; this server never sends it in `GetAgentTriggerResponse` (rotate it with `UpdateAgentTrigger`).
     #[serde(rename = "webhookSecret")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub webhook_secret: ::std::option::Option<::std::string::String>,
@@ -3364,7 +3364,7 @@ pub struct DeleteAgentToolResponse {
     #[serde(flatten)]
     pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-/// Deletes a trigger with its firings. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible to the caller. This server does not implement it yet and answers 501.
+/// Deletes a trigger with its firings. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible to the caller.
 ///
 /// - Response: [`DeleteAgentTriggerResponse`]
 /// - Effect: write
@@ -3820,7 +3820,7 @@ pub struct GetAgentResponse {
     #[serde(flatten)]
     pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-/// Reads a trigger with its recent firings and the sessions it started. Reader or more on the agent; 404 `Agent trigger not found` when it is missing or invisible to the caller. This server does not implement it yet and answers 501.
+/// Reads a trigger with its recent firings and the sessions it started. Reader or more on the agent; 404 `Agent trigger not found` when it is missing or invisible to the caller.
 ///
 /// - Response: [`GetAgentTriggerResponse`]
 /// - Effect: read (changes no state; safe to repeat)
@@ -3846,7 +3846,7 @@ pub struct GetAgentTriggerResponse {
     pub sessions: ::std::vec::Vec<SessionInfo>,
     /// The trigger.
     pub trigger: AgentTriggerInfo,
-    /// For a `webhook` source: the secret a caller of the webhook must present.
+    /// For a `webhook` source: the secret (`whsec_…`) a caller of the webhook signs with. `CreateAgentTrigger` answers it once; this server never sends it in `GetAgentTriggerResponse` (rotate it with `UpdateAgentTrigger`).
     #[serde(rename = "webhookSecret")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub webhook_secret: ::std::option::Option<::std::string::String>,
@@ -4854,7 +4854,7 @@ pub struct ListAgentToolsResponse {
     #[serde(flatten)]
     pub extra: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
 }
-/// Lists an agent's triggers, most recently updated first. Reader or more (404 `Agent not found` without access). Clients below protocol 3 do not see compound triggers. This server does not implement it yet and answers 501.
+/// Lists an agent's triggers, most recently updated first. Reader or more (404 `Agent not found` without access). Clients below protocol 3 do not see compound triggers.
 ///
 /// - Response: [`ListAgentTriggersResponse`]
 /// - Effect: read (changes no state; safe to repeat)
@@ -8540,7 +8540,7 @@ pub struct UpdateAgent {
     /// The complete new definition.
     pub definition: AgentDefinition,
 }
-/// Changes a trigger: only the fields in `patch` change, and the patch must not be empty (400 `Agent trigger patch is empty`). With `expectedUpdatedAt`, a trigger changed since fails with 409. A trigger merged into another cannot be edited or enabled. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible. This server does not implement it yet and answers 501.
+/// Changes a trigger: only the fields in `patch` change, and the patch must not be empty (400 `Agent trigger patch is empty`). With `expectedUpdatedAt`, a trigger changed since fails with 409. A trigger merged into another cannot be edited or enabled. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible.
 ///
 /// - Response: [`UpdateAgentTriggerResponse`]
 /// - Effect: write
@@ -8570,6 +8570,12 @@ pub struct UpdateAgentTrigger {
 pub struct UpdateAgentTriggerResponse {
     /// The updated (or surviving) trigger.
     pub trigger: AgentTriggerInfo,
+    /// When the patch set a `webhook` source (again): the new secret (`whsec_…`), shown only in this answer; the previous secret stops working.
+    ///
+    /// Since protocol 3.
+    #[serde(rename = "webhookSecret")]
+    #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
+    pub webhook_secret: ::std::option::Option<::std::string::String>,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -13148,7 +13154,17 @@ impl UpdateAgentTriggerResponse {
     /// A value with the required `trigger`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(trigger: impl ::std::convert::Into<AgentTriggerInfo>) -> Self {
-        Self { trigger: trigger.into(), extra: ::std::default::Default::default() }
+        Self {
+            trigger: trigger.into(),
+            webhook_secret: ::std::default::Default::default(),
+            extra: ::std::default::Default::default(),
+        }
+    }
+    /// Sets `webhookSecret` (optional).
+    #[must_use]
+    pub fn webhook_secret(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+        self.webhook_secret = ::std::option::Option::Some(value.into());
+        self
     }
 }
 impl UpdateSession {

@@ -58,7 +58,7 @@ impl Client {
     }
     /// Sends `CombineAgentTriggers` and returns its `UpdateAgentTriggerResponse`.
     ///
-    /// Combines two compound (`activity`) triggers of the same agent: the first keeps the union of both sets of conditions, and its prompt and continuation unless `useOtherAction`; the other is disabled and marked `mergedInto` the first. Both `expectedUpdatedAt` values must match the stored triggers (409 otherwise). Writer or owner. Needs protocol 3 (older clients get 426 `update_required`). This server does not implement it yet and answers 501.
+    /// Combines two compound (`activity`) triggers of the same agent: the first keeps the union of both sets of conditions, and its prompt and continuation unless `useOtherAction`; the other is disabled and marked `mergedInto` the first. Both `expectedUpdatedAt` values must match the stored triggers (409 otherwise). Writer or owner. Needs protocol 3 (older clients get 426 `update_required`).
     pub async fn combine_agent_triggers(
         &self,
         action: proto::CombineAgentTriggers,
@@ -94,7 +94,7 @@ impl Client {
     }
     /// Sends `CreateAgentTrigger` and returns its `CreateAgentTriggerResponse`.
     ///
-    /// Creates a trigger for an agent. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access); an invalid source, name or prompt answers 400. With `clientRequestId`, a retry with the same `agentId` and trigger returns the first answer, different values fail with 409 `Client request ID payload mismatch`. This server does not implement it yet and answers 501.
+    /// Creates a trigger for an agent. Writer or owner (403 `Write access is required`; 404 `Agent not found` without access); an invalid source, name or prompt answers 400. With `clientRequestId`, a retry with the same `agentId` and trigger returns the first answer, different values fail with 409 `Client request ID payload mismatch`.
     pub async fn create_agent_trigger(
         &self,
         action: proto::CreateAgentTrigger,
@@ -157,7 +157,7 @@ impl Client {
     }
     /// Sends `DeleteAgentTrigger` and returns its `DeleteAgentTriggerResponse`.
     ///
-    /// Deletes a trigger with its firings. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible to the caller. This server does not implement it yet and answers 501.
+    /// Deletes a trigger with its firings. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible to the caller.
     pub async fn delete_agent_trigger(
         &self,
         action: proto::DeleteAgentTrigger,
@@ -226,7 +226,7 @@ impl Client {
     }
     /// Sends `GetAgentTrigger` and returns its `GetAgentTriggerResponse`.
     ///
-    /// Reads a trigger with its recent firings and the sessions it started. Reader or more on the agent; 404 `Agent trigger not found` when it is missing or invisible to the caller. This server does not implement it yet and answers 501.
+    /// Reads a trigger with its recent firings and the sessions it started. Reader or more on the agent; 404 `Agent trigger not found` when it is missing or invisible to the caller.
     pub async fn get_agent_trigger(
         &self,
         action: proto::GetAgentTrigger,
@@ -349,7 +349,7 @@ impl Client {
     }
     /// Sends `ListAgentTriggers` and returns its `ListAgentTriggersResponse`.
     ///
-    /// Lists an agent's triggers, most recently updated first. Reader or more (404 `Agent not found` without access). Clients below protocol 3 do not see compound triggers. This server does not implement it yet and answers 501.
+    /// Lists an agent's triggers, most recently updated first. Reader or more (404 `Agent not found` without access). Clients below protocol 3 do not see compound triggers.
     pub async fn list_agent_triggers(
         &self,
         action: proto::ListAgentTriggers,
@@ -592,7 +592,7 @@ impl Client {
     }
     /// Sends `UpdateAgentTrigger` and returns its `UpdateAgentTriggerResponse`.
     ///
-    /// Changes a trigger: only the fields in `patch` change, and the patch must not be empty (400 `Agent trigger patch is empty`). With `expectedUpdatedAt`, a trigger changed since fails with 409. A trigger merged into another cannot be edited or enabled. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible. This server does not implement it yet and answers 501.
+    /// Changes a trigger: only the fields in `patch` change, and the patch must not be empty (400 `Agent trigger patch is empty`). With `expectedUpdatedAt`, a trigger changed since fails with 409. A trigger merged into another cannot be edited or enabled. Writer or owner (403 `Write access is required`); 404 `Agent trigger not found` when it is missing or invisible.
     pub async fn update_agent_trigger(
         &self,
         action: proto::UpdateAgentTrigger,

@@ -181,6 +181,8 @@ pub struct RunningServer {
     hub: JoinHandle<()>,
     /// The run dispatcher (`runs::engine`).
     dispatcher: JoinHandle<()>,
+    /// The trigger monitors (`triggers::spawn_monitors`), until shutdown stops them.
+    trigger_monitors: Option<crate::triggers::Monitors>,
 }
 
 impl RunningServer {
@@ -203,7 +205,8 @@ impl RunningServer {
         let upload_sweeper = crate::uploads::spawn_sweeper(&app);
         app.runs.install(Arc::new(crate::runtime::AgentExecutor));
         let dispatcher = crate::runs::Engine::start(&app);
-        Ok(Self { addr, app, shutdown: Some(shutdown), task, upload_sweeper, hub, dispatcher })
+        let trigger_monitors = Some(crate::triggers::spawn_monitors(&app));
+        Ok(Self { addr, app, shutdown: Some(shutdown), task, upload_sweeper, hub, dispatcher, trigger_monitors })
     }
 
     /// The bound address.
@@ -219,6 +222,9 @@ impl RunningServer {
     /// Closes WebSockets (1001), asks executing runs to end (the next start requeues them), stops
     /// accepting connections, finishes in-flight requests, then closes the database.
     pub async fn shutdown(mut self) -> std::io::Result<()> {
+        if let Some(monitors) = self.trigger_monitors.take() {
+            monitors.stop().await;
+        }
         self.app.live.shut_down(std::time::Duration::from_secs(5)).await;
         let _ = (&mut self.hub).await;
         // Before the requests: an inline run's request answers once its run stopped.

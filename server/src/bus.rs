@@ -37,6 +37,12 @@ pub enum ChangeReason {
     AgentMemoryChanged,
     /// `agent-tools-changed`
     AgentToolsChanged,
+    /// `trigger-created`
+    TriggerCreated,
+    /// `trigger-updated` (also when a trigger fires: its `lastFiredAt` moved)
+    TriggerUpdated,
+    /// `trigger-deleted`
+    TriggerDeleted,
 }
 
 impl ChangeReason {
@@ -49,6 +55,9 @@ impl ChangeReason {
             Self::AgentUpdated
                 | Self::AgentMemoryChanged
                 | Self::AgentToolsChanged
+                | Self::TriggerCreated
+                | Self::TriggerUpdated
+                | Self::TriggerDeleted
                 | Self::SessionCreated
                 | Self::SessionUpdated
                 | Self::SessionDeleted
@@ -71,6 +80,9 @@ impl ChangeReason {
             Self::SessionEvent => "session-event",
             Self::AgentMemoryChanged => "agent-memory-changed",
             Self::AgentToolsChanged => "agent-tools-changed",
+            Self::TriggerCreated => "trigger-created",
+            Self::TriggerUpdated => "trigger-updated",
+            Self::TriggerDeleted => "trigger-deleted",
         }
     }
 }

@@ -55,6 +55,11 @@ pub struct Config {
     #[arg(long, env = "SEED_AGENTS_PROVIDER_TIMEOUT", default_value = "120", value_parser = parse_seconds)]
     pub provider_timeout: Duration,
 
+    /// Seconds between two checks of the trigger schedules and two polls of the Hypermedia
+    /// activity feed (per account with activity triggers).
+    #[arg(long, env = "SEED_AGENTS_TRIGGER_POLL_INTERVAL", default_value = "5", value_parser = parse_seconds)]
+    pub trigger_poll_interval: Duration,
+
     /// Where every provider of one type sends its requests instead of the vendor's default, as
     /// `<type>=<url>` (repeat the flag, or separate with commas): a gateway or proxy in front of
     /// the vendor. A provider record's own base URL (ollama, custom) still wins.
@@ -205,6 +210,7 @@ impl Config {
             body_timeout: Duration::from_secs(10),
             body_min_rate: DEFAULT_BODY_MIN_RATE,
             provider_timeout: Duration::from_secs(120),
+            trigger_poll_interval: Duration::from_secs(5),
             session_title_generation: true,
             provider_urls: Vec::new(),
             searxng_url: None,

@@ -6,11 +6,12 @@
 use std::collections::BTreeMap;
 
 use seed_agents_protocol::generated::{
-    AcceptAgentInvite, AgentCollaboratorRole, AgentDefinition, AppendFileUploadChunk, BeginFileUpload, CreateAgent,
-    FileUploadTarget, ImportSigningIdentity, InviteAgentCollaborator, MemoryUploadTarget, ModelProviderConfig,
-    ModelProviderConfigAuthMode, RemoveAgentCollaborator, SaveAgentTool, SessionAttachmentUploadTarget,
-    SetAgentPublicChat, SetAgentPublicRead, SetModelProvider, UploadSessionAttachment, WriteAgentMemoryFile,
-    WriteAgentMemoryFileContent,
+    AcceptAgentInvite, ActivitySource, AgentActivityCondition, AgentActivitySource, AgentCollaboratorRole,
+    AgentDefinition, AgentTriggerInfo, AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerSource,
+    AppendFileUploadChunk, BeginFileUpload, CreateAgent, CreateAgentTrigger, FileUploadTarget, ImportSigningIdentity,
+    InviteAgentCollaborator, ListAgentTriggers, MemoryUploadTarget, ModelProviderConfig, ModelProviderConfigAuthMode,
+    RemoveAgentCollaborator, SaveAgentTool, SessionAttachmentUploadTarget, SetAgentPublicChat, SetAgentPublicRead,
+    SetModelProvider, UploadSessionAttachment, UserMentionSource, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
 use seed_agents_protocol::{Bytes, Ed25519Signer};
 use seed_agents_server::runs::engine::Outcome;
@@ -123,6 +124,10 @@ pub struct Cell {
     pub upload_id: Option<String>,
     /// The staged run's id, when the row asked for one (else empty).
     pub run_id: String,
+    /// The agent's default (activity) trigger, as created.
+    pub trigger: AgentTriggerInfo,
+    /// A second activity trigger of the agent (for `CombineAgentTriggers`), as created.
+    pub other_trigger: AgentTriggerInfo,
     pub download_url: String,
 }
 
@@ -153,6 +158,7 @@ pub async fn cell(env: &Env, caller: Caller, staged: Option<Staged>, run: Option
     ok(owner.call(write).await, "memory file");
     let tool = SaveAgentTool { agent_id: agent_id.clone(), previous_name: None, tool: lambda(TOOL_NAME) };
     ok(owner.call(tool).await, "lambda tool");
+    let (trigger, other_trigger) = triggers(&owner, &agent_id).await;
     let attach = UploadSessionAttachment {
         session_id: session_id.clone(),
         name: "brief.txt".into(),
@@ -179,6 +185,8 @@ pub async fn cell(env: &Env, caller: Caller, staged: Option<Staged>, run: Option
         ungranted,
         upload_id: None,
         run_id: String::new(),
+        trigger,
+        other_trigger,
         download_url: env.download_url.clone(),
     };
     match staged {
@@ -295,4 +303,33 @@ pub fn lambda(name: &str) -> seed_agents_protocol::generated::AgentToolInput {
         source: "export default (input) => ({count: 0})".into(),
         summary: None,
     }
+}
+
+/// The agent's default trigger (its signing identity gets one) and a second activity trigger.
+async fn triggers(owner: &User, agent_id: &str) -> (AgentTriggerInfo, AgentTriggerInfo) {
+    let listed = ok(owner.call(ListAgentTriggers { agent_id: agent_id.to_owned() }).await, "list triggers");
+    let default = listed.triggers.into_iter().next().expect("the default trigger");
+    let source = AgentTriggerSource::ActivitySource(ActivitySource {
+        extra: Default::default(),
+        conditions: vec![AgentActivityCondition {
+            extra: Default::default(),
+            id: "mention".into(),
+            source: AgentActivitySource::UserMentionSource(UserMentionSource {
+                extra: Default::default(),
+                mentioned_accounts: vec![owner.id.clone()],
+                resource_prefix: None,
+            }),
+        }],
+    });
+    let trigger = AgentTriggerInput {
+        extra: Default::default(),
+        continuation: None,
+        enabled: None,
+        name: "Owner mentions".into(),
+        prompt: Some(AgentTriggerInputPrompt::String("Answer the mention.".into())),
+        source,
+    };
+    let create = CreateAgentTrigger { agent_id: agent_id.to_owned(), client_request_id: None, trigger };
+    let other = ok(owner.call(create).await, "create trigger").trigger;
+    (default, other)
 }

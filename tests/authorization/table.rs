@@ -23,6 +23,12 @@ use seed_agents_protocol::generated::{
     UploadSessionAttachment, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
 use seed_agents_protocol::generated::{
+    AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerPatch, AgentTriggerSource, CombineAgentTriggers,
+    CreateAgentTrigger, CreateAgentTriggerResponse, DeleteAgentTrigger, DeleteAgentTriggerResponse, GetAgentTrigger,
+    GetAgentTriggerResponse, ListAgentTriggers, ListAgentTriggersResponse, UpdateAgentTrigger,
+    UpdateAgentTriggerResponse, WebhookSource,
+};
+use seed_agents_protocol::generated::{
     CancelRun, CancelRunResponse, GetRun, GetRunJournal, GetRunJournalResponse, GetRunResponse, GetSessionEvent,
     GetSessionEventResponse, ListRuns, ListRunsResponse, MessageSession, MessageSessionContentPart,
     MessageSessionResponse, RetrySession, RetrySessionResponse, SignalRun, SignalRunResponse, StopSession,
@@ -52,6 +58,7 @@ pub const NO_AGENT: Expect = Expect::Refused(404, "Agent not found");
 pub const NO_SESSION: Expect = Expect::Refused(404, "Session not found");
 pub const NO_UPLOAD: Expect = Expect::Refused(404, "Upload not found");
 pub const NO_RUN: Expect = Expect::Refused(404, "Run not found");
+pub const NO_TRIGGER: Expect = Expect::Refused(404, "Agent trigger not found");
 pub const NO_INVITE: Expect = Expect::Refused(404, "Agent invitation not found");
 pub const NO_PROVIDER: Expect = Expect::Refused(404, "Model provider not found");
 pub const NO_IDENTITY: Expect = Expect::Refused(404, "Signing identity not found");
@@ -534,6 +541,84 @@ pub fn table() -> Vec<Row> {
             [OK, OK, WRITE, WRITE, WRITE, NO_AGENT, NO_AGENT],
         )
         .shape(|_, _, answer| same("deleted", response::<DeleteAgentToolResponse>(answer)?.deleted, true)),
+        // Triggers.
+        row(
+            "ListAgentTriggers",
+            |c| ListAgentTriggers { agent_id: c.agent_id.clone() }.into_action(),
+            [OK, OK, OK, OK, OK, NO_AGENT, NO_AGENT],
+        )
+        .shape(|cell, _, answer| {
+            let listed = response::<ListAgentTriggersResponse>(answer)?.triggers.len();
+            same("triggers listed", listed, 2).and(same("cell", cell.trigger.agent_id == cell.agent_id, true))
+        }),
+        row(
+            "GetAgentTrigger",
+            |c| GetAgentTrigger { trigger_id: c.trigger.id.clone() }.into_action(),
+            [OK, OK, OK, OK, OK, NO_TRIGGER, NO_TRIGGER],
+        )
+        .shape(|cell, _, answer| {
+            same("trigger", response::<GetAgentTriggerResponse>(answer)?.trigger, cell.trigger.clone())
+        }),
+        row(
+            "CreateAgentTrigger",
+            |c| {
+                let trigger = AgentTriggerInput {
+                    extra: Default::default(),
+                    continuation: None,
+                    enabled: None,
+                    name: "Hook".into(),
+                    prompt: Some(AgentTriggerInputPrompt::String("Handle the call.".into())),
+                    source: AgentTriggerSource::WebhookSource(WebhookSource { extra: Default::default() }),
+                };
+                CreateAgentTrigger { agent_id: c.agent_id.clone(), client_request_id: None, trigger }.into_action()
+            },
+            [OK, OK, WRITE, WRITE, WRITE, NO_AGENT, NO_AGENT],
+        )
+        .shape(|_, _, answer| {
+            let secret = response::<CreateAgentTriggerResponse>(answer)?.webhook_secret;
+            same("secret minted", secret.is_some_and(|secret| secret.starts_with("whsec_")), true)
+        }),
+        row(
+            "UpdateAgentTrigger",
+            |c| {
+                let patch = AgentTriggerPatch { name: Some("Renamed".into()), ..Default::default() };
+                UpdateAgentTrigger { trigger_id: c.trigger.id.clone(), patch, expected_updated_at: None }.into_action()
+            },
+            [OK, OK, WRITE, WRITE, WRITE, NO_TRIGGER, NO_TRIGGER],
+        )
+        .shape(|_, _, answer| {
+            same("name", response::<UpdateAgentTriggerResponse>(answer)?.trigger.name, "Renamed".into())
+        }),
+        row(
+            "DeleteAgentTrigger",
+            |c| DeleteAgentTrigger { trigger_id: c.trigger.id.clone() }.into_action(),
+            [OK, OK, WRITE, WRITE, WRITE, NO_TRIGGER, NO_TRIGGER],
+        )
+        .shape(|cell, _, answer| {
+            same("deleted", response::<DeleteAgentTriggerResponse>(answer)?.trigger_id, cell.trigger.id.clone())
+        }),
+        row(
+            "CombineAgentTriggers",
+            |c| {
+                CombineAgentTriggers {
+                    trigger_id: c.trigger.id.clone(),
+                    other_trigger_id: c.other_trigger.id.clone(),
+                    expected_updated_at: c.trigger.updated_at,
+                    other_expected_updated_at: c.other_trigger.updated_at,
+                    use_other_action: None,
+                }
+                .into_action()
+            },
+            [OK, OK, WRITE, WRITE, WRITE, NO_TRIGGER, NO_TRIGGER],
+        )
+        .shape(|cell, _, answer| {
+            let AgentTriggerSource::ActivitySource(source) =
+                response::<UpdateAgentTriggerResponse>(answer)?.trigger.source
+            else {
+                return Err("the survivor is not an activity trigger".into());
+            };
+            same("conditions", source.conditions.len(), 4).and(same("cell", cell.trigger.id.is_empty(), false))
+        }),
         // Chunked uploads. Begin checks the target; the others act on an upload the actor began
         // as a writer, and check the actor's role now.
         row(

@@ -37,8 +37,14 @@ impl TestServer {
     }
 
     /// A server whose configuration `adjust` changed first.
+    /// A Hypermedia server address nothing listens on (the discard port on loopback).
+    pub const CLOSED_HM_SERVER: &'static str = "http://127.0.0.1:9";
+
     pub async fn start_with(dir: tempfile::TempDir, adjust: impl FnOnce(&mut Config)) -> Self {
         let mut config = Config::new(dir.path(), "127.0.0.1:0".parse().expect("address"));
+        // Nothing leaves loopback: a test that talks to a Hypermedia server sets its fake here;
+        // the others (the activity monitor included) reach a closed loopback port.
+        config.hm_server_url = Self::CLOSED_HM_SERVER.to_owned();
         adjust(&mut config);
         let server = RunningServer::start(config, Clock::system()).await.expect("server starts");
         let url = format!("http://{}", server.addr());

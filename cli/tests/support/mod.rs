@@ -71,6 +71,7 @@ impl Server {
                 .env_remove("SEED_AGENTS_LISTEN")
                 .env_remove("SEED_AGENTS_DATA_DIR")
                 .env("RUST_LOG", "warn")
+                .env("SEED_AGENTS_HM_SERVER_URL", "http://127.0.0.1:9")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::from(log))

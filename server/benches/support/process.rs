@@ -56,7 +56,13 @@ impl Drop for Server {
 pub fn server_command(data_dir: &Path) -> (Command, SocketAddr) {
     let addr = free_port();
     let mut command = Command::new(env!("CARGO_BIN_EXE_seed-agents-server"));
-    command.arg("--data-dir").arg(data_dir).arg("--listen").arg(addr.to_string()).env("RUST_LOG", "warn");
+    command
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--listen")
+        .arg(addr.to_string())
+        .env("RUST_LOG", "warn")
+        .env("SEED_AGENTS_HM_SERVER_URL", "http://127.0.0.1:9");
     (command, addr)
 }
 

@@ -249,6 +249,98 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (account_id, server_url)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // Trigger firings (PROTOCOL-NOTES §E.3): one row per (trigger, activity key), so an event
+    // fires a trigger at most once; `parent_firing_id` is the firing whose run's completion caused
+    // this one (run-completed chains). Triggers gain `merged_into` (CombineAgentTriggers) and a
+    // sealed webhook secret, and `prompt_cbor` (the prompt's Seed blocks when it was sent as
+    // blocks). `trigger_run_completions` lists the finished runs the run-completed monitor has
+    // handled. `runs` is rebuilt so `trigger_firing_id` becomes a real foreign key (SQLite cannot
+    // add one in place; `apply` runs migrations with foreign keys off and checks them before each
+    // commit), and gains indexes on it and on `finished_at` (the run-completed monitor).
+    r#"
+    ALTER TABLE agent_triggers ADD COLUMN merged_into TEXT;
+    ALTER TABLE agent_triggers ADD COLUMN webhook_secret BLOB;
+    ALTER TABLE agent_triggers ADD COLUMN prompt_cbor BLOB;
+
+    CREATE TABLE trigger_firings (
+        id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL,
+        trigger_id TEXT NOT NULL REFERENCES agent_triggers (id) ON DELETE CASCADE,
+        activity_key TEXT NOT NULL,
+        activity_summary TEXT NOT NULL,
+        activity_cbor BLOB NOT NULL,
+        source_cbor BLOB NOT NULL,
+        matched_cbor BLOB,
+        parent_firing_id TEXT REFERENCES trigger_firings (id) ON DELETE SET NULL,
+        session_id TEXT REFERENCES sessions (id) ON DELETE SET NULL,
+        run_id TEXT,
+        status TEXT NOT NULL,
+        error TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        UNIQUE (trigger_id, activity_key)
+    ) STRICT;
+    CREATE INDEX trigger_firings_by_trigger ON trigger_firings (trigger_id, created_at DESC, id DESC);
+    CREATE INDEX trigger_firings_by_session ON trigger_firings (session_id);
+    CREATE INDEX trigger_firings_by_parent ON trigger_firings (parent_firing_id);
+
+    CREATE TABLE trigger_run_completions (
+        run_id TEXT PRIMARY KEY,
+        finished_at INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX trigger_run_completions_by_finished ON trigger_run_completions (finished_at);
+
+    CREATE TABLE runs_rebuilt (
+        id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL,
+        root_run_id TEXT NOT NULL,
+        parent_run_id TEXT REFERENCES runs (id),
+        parent_tool_call_id TEXT,
+        continued_from_run_id TEXT,
+        depth INTEGER NOT NULL DEFAULT 0 CHECK (depth >= 0),
+        kind TEXT NOT NULL CHECK (kind IN ('agent', 'workflow')),
+        origin TEXT NOT NULL CHECK (origin IN ('user', 'trigger', 'agent', 'workflow', 'system')),
+        agent_id TEXT REFERENCES agents (id) ON DELETE SET NULL,
+        session_id TEXT REFERENCES sessions (id) ON DELETE SET NULL,
+        trigger_firing_id TEXT REFERENCES trigger_firings (id) ON DELETE SET NULL,
+        title TEXT,
+        model TEXT,
+        source_cid TEXT,
+        source_text TEXT,
+        input_cbor BLOB NOT NULL,
+        output_cbor BLOB,
+        error_cbor BLOB,
+        wait_cbor BLOB,
+        budget_cbor BLOB,
+        usage_cbor BLOB,
+        plan_cbor BLOB,
+        status TEXT NOT NULL CHECK (
+            status IN ('queued', 'claimed', 'running', 'waiting', 'succeeded', 'failed', 'canceled')
+        ),
+        queue TEXT NOT NULL DEFAULT 'background' CHECK (queue IN ('interactive', 'background')),
+        attempt INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+        max_attempts INTEGER NOT NULL DEFAULT 1 CHECK (max_attempts >= 1),
+        not_before INTEGER,
+        lease_owner TEXT,
+        lease_expires_at INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        started_at INTEGER,
+        finished_at INTEGER
+    ) STRICT;
+    INSERT INTO runs_rebuilt SELECT * FROM runs;
+    DROP TABLE runs;
+    ALTER TABLE runs_rebuilt RENAME TO runs;
+    CREATE INDEX runs_dispatch ON runs (status, queue, not_before, created_at);
+    CREATE INDEX runs_by_root ON runs (root_run_id, created_at);
+    CREATE INDEX runs_by_parent ON runs (parent_run_id);
+    CREATE INDEX runs_by_session ON runs (session_id, created_at DESC);
+    CREATE INDEX runs_by_session_status ON runs (session_id, status);
+    CREATE INDEX runs_by_agent ON runs (agent_id, created_at DESC);
+    CREATE INDEX runs_by_account ON runs (account_id, created_at DESC);
+    CREATE INDEX runs_by_firing ON runs (trigger_firing_id);
+    CREATE INDEX runs_by_finished ON runs (finished_at, id) WHERE finished_at IS NOT NULL;
+    "#,
 ];
 
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.
@@ -258,15 +350,37 @@ pub(super) fn apply(conn: &mut Connection, path: &str) -> Result<(), DbError> {
     if found > SCHEMA_VERSION {
         return Err(DbError::TooNew { path: path.to_owned(), found, supported: SCHEMA_VERSION });
     }
-    for (index, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
-        let version = index as i64 + 1;
-        let tx = conn.transaction().map_err(sqlite)?;
-        tx.execute_batch(sql).map_err(sqlite)?;
-        tx.pragma_update(None, "user_version", version).map_err(sqlite)?;
-        tx.commit().map_err(sqlite)?;
-        tracing::info!(version, "applied database migration");
+    if found == SCHEMA_VERSION {
+        return Ok(());
     }
-    Ok(())
+    // Foreign keys are off while migrating (a migration may rebuild a referenced table, which
+    // SQLite allows only so) and checked before each commit; the setting is restored after.
+    let enforced: bool = conn.pragma_query_value(None, "foreign_keys", |row| row.get(0)).map_err(sqlite)?;
+    conn.pragma_update(None, "foreign_keys", "OFF").map_err(sqlite)?;
+    let migrated = (|| {
+        for (index, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+            let version = index as i64 + 1;
+            let tx = conn.transaction().map_err(sqlite)?;
+            tx.execute_batch(sql).map_err(sqlite)?;
+            let violations: i64 =
+                tx.query_row("SELECT COUNT(*) FROM pragma_foreign_key_check", [], |row| row.get(0)).map_err(sqlite)?;
+            if violations > 0 {
+                return Err(DbError::Sqlite {
+                    path: path.to_owned(),
+                    source: rusqlite::Error::SqliteFailure(
+                        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY),
+                        Some(format!("migration {version} leaves {violations} foreign key violations")),
+                    ),
+                });
+            }
+            tx.pragma_update(None, "user_version", version).map_err(sqlite)?;
+            tx.commit().map_err(sqlite)?;
+            tracing::info!(version, "applied database migration");
+        }
+        Ok(())
+    })();
+    conn.pragma_update(None, "foreign_keys", if enforced { "ON" } else { "OFF" }).map_err(sqlite)?;
+    migrated
 }
 
 #[cfg(test)]
@@ -306,6 +420,59 @@ mod tests {
                  VALUES ('r', 'owner', 'r', 'agent', 'user', 'a', 's', x'a0', 'queued', 2, 2);",
         )
         .unwrap();
+    }
+
+    #[test]
+    fn the_firings_migration_rebuilds_runs_with_their_rows_and_a_real_foreign_key() {
+        let firings = MIGRATIONS.iter().position(|sql| sql.contains("CREATE TABLE trigger_firings")).unwrap();
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "foreign_keys", "ON").unwrap();
+        for (index, sql) in MIGRATIONS[..firings].iter().enumerate() {
+            conn.execute_batch(sql).unwrap();
+            conn.pragma_update(None, "user_version", index as i64 + 1).unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO agents (id, account_id, definition_cbor, state_dir, status, created_at, updated_at)
+                 VALUES ('a', 'owner', x'a0', '/tmp/a', 'idle', 1, 1);
+             INSERT INTO runs (id, account_id, root_run_id, kind, origin, agent_id, input_cbor, status, created_at,
+                               updated_at)
+                 VALUES ('parent', 'owner', 'parent', 'agent', 'user', 'a', x'a0', 'succeeded', 1, 1);
+             INSERT INTO runs (id, account_id, root_run_id, parent_run_id, depth, kind, origin, agent_id, input_cbor,
+                               status, created_at, updated_at)
+                 VALUES ('child', 'owner', 'parent', 'parent', 1, 'agent', 'agent', 'a', x'a0', 'queued', 2, 2);",
+        )
+        .unwrap();
+        apply(&mut conn, ":memory:").unwrap();
+        let enforced: bool = conn.pragma_query_value(None, "foreign_keys", |row| row.get(0)).unwrap();
+        assert!(enforced, "foreign keys are on again after migrating");
+        let parent: String =
+            conn.query_row("SELECT parent_run_id FROM runs WHERE id = 'child'", [], |row| row.get(0)).unwrap();
+        assert_eq!(parent, "parent", "rows survive the rebuild");
+        let dangling = conn.execute("UPDATE runs SET trigger_firing_id = 'no-such-firing' WHERE id = 'child'", []);
+        assert!(dangling.is_err(), "trigger_firing_id is a foreign key now");
+        conn.execute_batch(
+            "INSERT INTO agent_triggers (id, account_id, agent_id, name, enabled, source_cbor, prompt, created_at,
+                                         updated_at)
+                 VALUES ('t', 'owner', 'a', 'T', 1, x'a0', 'p', 1, 1);
+             INSERT INTO trigger_firings (id, account_id, trigger_id, activity_key, activity_summary, activity_cbor,
+                                          source_cbor, status, created_at, updated_at)
+                 VALUES ('f', 'owner', 't', 'k', 's', x'a0', x'a0', 'started', 1, 1);
+             UPDATE runs SET trigger_firing_id = 'f' WHERE id = 'child';
+             DELETE FROM agents WHERE id = 'a';",
+        )
+        .unwrap();
+        let detached: (Option<String>, Option<String>) = conn
+            .query_row("SELECT agent_id, trigger_firing_id FROM runs WHERE id = 'child'", [], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .unwrap();
+        assert_eq!(detached, (None, None), "deleting the agent detaches its runs from firings too");
+        let indexes: i64 = conn
+            .query_row("SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'runs'", [], |row| {
+                row.get(0)
+            })
+            .unwrap();
+        assert!(indexes >= 9, "the runs indexes were recreated ({indexes})");
     }
 
     #[test]

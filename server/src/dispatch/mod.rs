@@ -79,6 +79,12 @@ macro_rules! routes {
             CancelRun => runs::actions::cancel_run,
             SignalRun => runs::actions::signal_run,
             GetRunJournal => runs::actions::get_run_journal,
+            ListAgentTriggers => crate::triggers::list_agent_triggers,
+            GetAgentTrigger => crate::triggers::get_agent_trigger,
+            CreateAgentTrigger => crate::triggers::create_agent_trigger,
+            UpdateAgentTrigger => crate::triggers::update_agent_trigger,
+            DeleteAgentTrigger => crate::triggers::delete_agent_trigger,
+            CombineAgentTriggers => crate::triggers::combine_agent_triggers,
         }
     };
 }

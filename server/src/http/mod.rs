@@ -36,6 +36,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/version", get(version))
         .route("/agents/api/version", get(version))
         .merge(crate::ws::routes())
+        .merge(crate::triggers::webhook::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(protocol_header))

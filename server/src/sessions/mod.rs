@@ -99,10 +99,13 @@ fn parse_thoroughness(value: &str) -> Option<Thoroughness> {
 /// One session; 404 `Session not found` when missing.
 pub fn load_info(conn: &Connection, session_id: &str) -> ApiResult<SessionInfo> {
     use rusqlite::OptionalExtension as _;
-    conn.prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?1"))?
+    let mut session = conn
+        .prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?1"))?
         .query_row(params![session_id], info_from_row)
         .optional()?
-        .ok_or_else(|| ApiError::not_found("Session not found"))
+        .ok_or_else(|| ApiError::not_found("Session not found"))?;
+    session.started_by_trigger = crate::triggers::store::attribution(conn, session_id)?;
+    Ok(session)
 }
 
 /// An agent's newest top-level sessions (for protocol 1 clients' `GetAgentResponse.sessions`).
@@ -115,7 +118,9 @@ pub async fn newest_top_level(app: &App, agent_id: &str, limit: usize) -> ApiRes
                  ORDER BY s.updated_at DESC, s.id DESC LIMIT +?2"
             ))?;
             let rows = statement.query_map(params![agent_id, limit as i64], info_from_row)?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            let mut sessions = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+            crate::triggers::store::attribute(conn, &mut sessions)?;
+            Ok(sessions)
         })
         .await
 }
@@ -287,10 +292,15 @@ fn page(conn: &Connection, account: &str, action: &ListSessions, limit: i64) -> 
         let id = bind(cursor.id_before.clone().into());
         sql.push_str(&format!(" AND (s.updated_at < {updated} OR (s.updated_at = {updated} AND s.id < {id}))"));
     }
+    if action.exclude_triggered == Some(true) {
+        sql.push_str(" AND NOT EXISTS (SELECT 1 FROM trigger_firings f WHERE f.session_id = s.id)");
+    }
     sql.push_str(&format!(" ORDER BY s.updated_at DESC, s.id DESC LIMIT +{}", bind((limit + 1).into())));
     let mut statement = conn.prepare_cached(&sql)?;
     let rows = statement.query_map(rusqlite::params_from_iter(values.iter()), info_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    let mut sessions = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    crate::triggers::store::attribute(conn, &mut sessions)?;
+    Ok(sessions)
 }
 
 /// `GetSession {sessionId, afterSeq?, beforeSeq?, limit?}` (reader): the session, its events with
@@ -336,7 +346,7 @@ pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiR
                 has_more_before: has_more_before.filter(|_| limit.is_some() || action.before_seq.is_some()),
                 session,
                 system_prompt_markdown,
-                trigger_context: None,
+                trigger_context: crate::triggers::store::context(conn, &action.session_id)?,
             })
         })
         .await

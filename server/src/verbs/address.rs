@@ -1,9 +1,9 @@
 //! The addresses the `read` and `write` verbs understand, parsed from a client's string.
 //!
 //! The forms are upstream's: `~/memory[/<path>]`, `~/self`, `attachment:<id>`, `thread:<id>`,
-//! `run:<id>`, `~/tools[/<name>]`, `hm://…`, `http(s)://…`, `activity:`, `ipfs://<cid>`.
-//! Forms upstream serves that this server does not yet (`~/triggers`)
-//! parse as [`Address::Unsupported`] so the error can say so instead of "unrecognized".
+//! `run:<id>`, `~/tools[/<name>]`, `~/triggers[/<name>]`, `hm://…`, `http(s)://…`, `activity:`,
+//! `ipfs://<cid>`. Forms upstream serves that this server does not yet (none today) parse as
+//! [`Address::Unsupported`] so the error can say so instead of "unrecognized".
 
 /// One parsed address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +21,8 @@ pub enum Address {
     Run(String),
     /// `~/tools` (`None`) or `~/tools/<name>` (trailing slashes dropped).
     Tools(Option<String>),
+    /// `~/triggers` (`None`) or `~/triggers/<name or id>` (trailing slashes dropped).
+    Triggers(Option<String>),
     /// `hm://…`: a Hypermedia id, as given (trimmed).
     Hypermedia(String),
     /// `http://…` or `https://…`, as given (trimmed).
@@ -36,7 +38,7 @@ pub enum Address {
 }
 
 /// Upstream's other address forms, by prefix, with the label used in the error.
-const UNSUPPORTED: &[(&str, &str)] = &[("~/triggers", "~/triggers")];
+const UNSUPPORTED: &[(&str, &str)] = &[];
 
 impl Address {
     /// Parses `raw` (already trimmed of surrounding whitespace by the caller or not).
@@ -67,6 +69,13 @@ impl Address {
         if let Some(name) = address.strip_prefix("~/tools/") {
             let name = name.trim_end_matches('/').trim();
             return Address::Tools((!name.is_empty()).then(|| name.to_owned()));
+        }
+        if address == "~/triggers" {
+            return Address::Triggers(None);
+        }
+        if let Some(name) = address.strip_prefix("~/triggers/") {
+            let name = name.trim_end_matches('/').trim();
+            return Address::Triggers((!name.is_empty()).then(|| name.to_owned()));
         }
         if address.starts_with("hm://") {
             return Address::Hypermedia(address.to_owned());
@@ -118,6 +127,8 @@ mod tests {
         assert_eq!(Address::parse("~/tools"), Address::Tools(None));
         assert_eq!(Address::parse("~/tools/"), Address::Tools(None));
         assert_eq!(Address::parse("~/toolsx"), Address::Unrecognized);
+        assert_eq!(Address::parse("~/triggers/"), Address::Triggers(None));
+        assert_eq!(Address::parse("~/triggers/Daily digest/"), Address::Triggers(Some("Daily digest".into())));
         assert_eq!(Address::parse(" hm://z6Mk/doc "), Address::Hypermedia("hm://z6Mk/doc".into()));
         assert_eq!(Address::parse("https://example.com/a"), Address::Web("https://example.com/a".into()));
         assert_eq!(Address::parse("http://example.com"), Address::Web("http://example.com".into()));

@@ -1,5 +1,5 @@
 //! `~/self`: what the agent may know about its own configuration, as far as this server keeps it
-//! (no triggers or callable tools exist here yet, so those lists are empty).
+//! (its triggers in brief; `~/triggers` has them in full).
 
 use std::collections::BTreeMap;
 
@@ -37,6 +37,14 @@ struct Memory {
 }
 
 #[derive(Serialize)]
+struct TriggerBrief {
+    id: String,
+    name: String,
+    enabled: bool,
+    source: &'static str,
+}
+
+#[derive(Serialize)]
 struct SelfSummary<'a> {
     #[serde(rename = "agentId")]
     agent_id: &'a str,
@@ -53,7 +61,7 @@ struct SelfSummary<'a> {
     signing_keys: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     metadata: Option<&'a BTreeMap<String, Value>>,
-    triggers: Vec<Value>,
+    triggers: Vec<TriggerBrief>,
     #[serde(skip_serializing_if = "Option::is_none")]
     memory: Option<Memory>,
     #[serde(rename = "sessionCount")]
@@ -69,7 +77,7 @@ pub(super) async fn read(context: &Context<'_>) -> ApiResult<Value> {
     let definition = &context.definition;
     let (owner, provider_name, agent_id) =
         (context.owner_id.clone(), definition.model_provider.clone(), context.agent_id.clone());
-    let (provider, session_count) = context
+    let (provider, session_count, triggers) = context
         .app
         .db
         .read(move |conn| {
@@ -81,7 +89,16 @@ pub(super) async fn read(context: &Context<'_>) -> ApiResult<Value> {
                 })
                 .optional()?;
             let sessions = crate::agents::session_count(conn, &agent_id)?;
-            Ok((provider, sessions))
+            let triggers = crate::triggers::store::list(conn, &agent_id)?
+                .into_iter()
+                .map(|trigger| TriggerBrief {
+                    source: crate::triggers::validate::kind(&trigger.source),
+                    id: trigger.id,
+                    name: trigger.name,
+                    enabled: trigger.enabled,
+                })
+                .collect::<Vec<_>>();
+            Ok((provider, sessions, triggers))
         })
         .await?;
     let root = context.memory_root.clone();
@@ -116,9 +133,10 @@ pub(super) async fn read(context: &Context<'_>) -> ApiResult<Value> {
         (None, None) => Vec::new(),
     };
     let summary = format!(
-        "You are \"{}\" ({}) with 0 triggers and {}.",
+        "You are \"{}\" ({}) with {} and {}.",
         definition.name,
         definition.model,
+        plural(triggers.len(), "trigger", "triggers"),
         plural(usize::try_from(session_count).unwrap_or(0), "conversation", "conversations")
     );
     let output = SelfSummary {
@@ -131,7 +149,7 @@ pub(super) async fn read(context: &Context<'_>) -> ApiResult<Value> {
         grants: Grants { callable_tools: Vec::new(), publish: super::publish::publish_granted(definition) },
         signing_keys,
         metadata: definition.metadata.as_ref(),
-        triggers: Vec::new(),
+        triggers,
         memory,
         session_count,
         guidance: GUIDANCE,

@@ -21,6 +21,7 @@ mod publish;
 mod run;
 mod thread;
 mod tools;
+mod triggers;
 mod web;
 
 use std::collections::BTreeMap;
@@ -295,6 +296,7 @@ pub(crate) async fn read(context: &Context<'_>, input: &Value) -> ApiResult<Valu
         Address::Run(id) => run::read(context, id).await,
         Address::Thread(None) => thread::list(context, input.options()).await,
         Address::Tools(name) => tools::read(context, name.as_deref()).await,
+        Address::Triggers(name) => triggers::read(context, name.as_deref()).await,
         Address::Hypermedia(address) => hypermedia::read(context, &address, json_options(&input)?.as_ref()).await,
         Address::Web(address) => web::read(context, &address, json_options(&input)?.as_ref()).await,
         Address::Activity => hypermedia::activity(context, json_options(&input)?.as_ref()).await,
@@ -326,9 +328,10 @@ pub(crate) async fn write(context: &Context<'_>, input: &Value) -> ApiResult<Val
         Address::Tools(Some(name)) => tools::write(context, &name, &fields).await,
         Address::Hypermedia(address) => publish::write(context, &address, &fields).await,
         Address::Ipfs(_) => ipfs::write(context, &fields).await,
-        Address::Unsupported(label @ "~/triggers") => Err(not_yet(&format!("Writing {label} addresses is"))),
+        Address::Triggers(Some(name)) => triggers::write(context, &name, &fields).await,
         _ => Err(ApiError::invalid(format!(
-            "Unrecognized write address: {raw}. Supported here: ~/memory/…, ~/tools/<name>, ipfs://, hm://<account>/<path>."
+            "Unrecognized write address: {raw}. Supported here: ~/memory/…, ~/tools/<name>, ~/triggers/<name>, ipfs://, \
+             hm://<account>/<path>."
         ))),
     }
 }

@@ -68,6 +68,8 @@ impl ServerProcess {
                 .arg(format!("127.0.0.1:{port}"))
                 .arg("--data-dir")
                 .arg(&launch.data_dir)
+                // Nothing leaves loopback; a test with a fake Hypermedia server passes its own.
+                .env("SEED_AGENTS_HM_SERVER_URL", "http://127.0.0.1:9")
                 .args(&launch.args)
                 .env_remove("SEED_AGENTS_SECRET_KEY")
                 .env_remove("SEED_AGENTS_LISTEN")

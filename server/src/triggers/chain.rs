@@ -1,0 +1,333 @@
+//! Run-completed triggers (PROTOCOL-NOTES §E.3): when a run of an account reaches a final
+//! status, its enabled `run-completed` triggers whose filters match fire, loop-guarded.
+//!
+//! The monitor looks at agent runs that finished within [`LOOKBACK_MS`] and that it has not
+//! handled yet (`trigger_run_completions`), a batch at a time, in one write transaction per
+//! batch: it records each run's outcome on the firing that started it, fires the matching
+//! triggers (firing key `run-completed:<runId>`) and marks the run handled. A crash before the
+//! commit leaves the batch to the next scan; after it, nothing is done twice. It scans when a
+//! run changes on the bus and every [`POLL`] (a lagging bus loses nothing).
+//!
+//! Loop guard: a firing remembers the firing whose run's completion caused it. Before firing,
+//! the chain of ancestors is walked: if it already holds the same trigger, or holds
+//! [`MAX_HOPS`] firings (the new one would be hop 9), the trigger is skipped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use seed_agents_protocol::generated::{AgentTriggerSource, RunCompletedSource, RunCompletedSourceStatus};
+use seed_agents_protocol::{Value, wire};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinHandle;
+
+use super::firing::{self, Activity, FireOutcome, Published};
+use crate::app::App;
+use crate::bus::Event;
+use crate::error::ApiResult;
+
+/// Longest chain of run-completed firings (upstream's `TRIGGER_CHAIN_MAX_HOPS`).
+pub const MAX_HOPS: usize = 8;
+/// How far back the monitor looks for finished runs it has not handled.
+pub const LOOKBACK_MS: i64 = 10 * 60 * 1000;
+/// Runs handled per transaction.
+const BATCH: i64 = 100;
+/// How often the monitor scans without a bus event.
+pub const POLL: Duration = Duration::from_secs(1);
+
+/// Starts the monitor; it stops when the bus closes or the task is aborted.
+pub fn spawn(app: &Arc<App>) -> JoinHandle<()> {
+    let app = app.clone();
+    let mut events = app.bus.subscribe();
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(POLL);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                received = events.recv() => match received {
+                    Ok(event) => {
+                        let Event::RunChanged { run } = event.as_ref() else { continue };
+                        if !is_final(&run.status.to_string()) {
+                            continue;
+                        }
+                    }
+                    Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => return,
+                },
+            }
+            loop {
+                match scan(&app).await {
+                    Ok(handled) if handled as i64 >= BATCH => continue,
+                    Ok(_) => break,
+                    Err(error) => {
+                        tracing::warn!(%error, "run-completed triggers: scan failed");
+                        break;
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn is_final(status: &str) -> bool {
+    matches!(status, "succeeded" | "failed" | "canceled")
+}
+
+/// One finished run, as the monitor reads it.
+#[derive(Debug)]
+struct Finished {
+    id: String,
+    account_id: String,
+    agent_id: Option<String>,
+    session_id: Option<String>,
+    title: Option<String>,
+    status: String,
+    finished_at: i64,
+    firing_id: Option<String>,
+    error: Option<String>,
+}
+
+/// Handles one batch of finished runs; returns how many.
+pub async fn scan(app: &App) -> ApiResult<usize> {
+    let now = app.clock.now_ms();
+    let (handled, published, fired) = app
+        .db
+        .write(move |conn| {
+            let mut published = Published::default();
+            let runs = unhandled(conn, now)?;
+            let mut fired = false;
+            for run in &runs {
+                settle_firing(conn, run, now)?;
+                fired |= fire_matching(conn, run, now, &mut published)?;
+                conn.prepare_cached("INSERT INTO trigger_run_completions (run_id, finished_at) VALUES (?1, ?2)")?
+                    .execute(params![run.id, run.finished_at])?;
+            }
+            conn.prepare_cached("DELETE FROM trigger_run_completions WHERE finished_at < ?1")?
+                .execute(params![now - 2 * LOOKBACK_MS])?;
+            Ok((runs.len(), published, fired))
+        })
+        .await?;
+    published.publish(app);
+    if fired {
+        app.runs.notify();
+    }
+    Ok(handled)
+}
+
+fn unhandled(conn: &Connection, now: i64) -> ApiResult<Vec<Finished>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT r.id, r.account_id, r.agent_id, r.session_id, r.title, r.status, r.finished_at, r.trigger_firing_id,
+                r.error_cbor
+         FROM runs r
+         WHERE r.finished_at IS NOT NULL AND r.finished_at >= ?1 AND r.kind = 'agent'
+           AND r.status IN ('succeeded', 'failed', 'canceled')
+           AND NOT EXISTS (SELECT 1 FROM trigger_run_completions c WHERE c.run_id = r.id)
+         ORDER BY r.finished_at, r.id LIMIT +?2",
+    )?;
+    let rows = statement.query_map(params![now - LOOKBACK_MS, BATCH], |row| {
+        let error: Option<Vec<u8>> = row.get(8)?;
+        Ok(Finished {
+            id: row.get(0)?,
+            account_id: row.get(1)?,
+            agent_id: row.get(2)?,
+            session_id: row.get(3)?,
+            title: row.get(4)?,
+            status: row.get(5)?,
+            finished_at: row.get(6)?,
+            firing_id: row.get(7)?,
+            error: error.and_then(|bytes| error_message(&bytes)),
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The `message` of a stored run failure.
+fn error_message(bytes: &[u8]) -> Option<String> {
+    let value: Value = wire::from_slice(bytes).ok()?;
+    match value.0 {
+        ipld_core::ipld::Ipld::Map(map) => match map.get("message") {
+            Some(ipld_core::ipld::Ipld::String(message)) => Some(message.clone()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Records the run's outcome on the firing that started it (and a failure on its trigger).
+fn settle_firing(conn: &Connection, run: &Finished, now: i64) -> ApiResult<()> {
+    let Some(firing_id) = &run.firing_id else { return Ok(()) };
+    let error = (run.status == "failed").then(|| run.error.clone().unwrap_or_else(|| "The run failed".to_owned()));
+    conn.prepare_cached("UPDATE trigger_firings SET status = ?2, error = ?3, updated_at = ?4 WHERE id = ?1")?
+        .execute(params![firing_id, run.status, error, now])?;
+    if let Some(error) = error {
+        conn.prepare_cached(
+            "UPDATE agent_triggers SET last_error = ?2
+             WHERE id = (SELECT trigger_id FROM trigger_firings WHERE id = ?1)",
+        )?
+        .execute(params![firing_id, error])?;
+    }
+    Ok(())
+}
+
+/// Fires the account's matching run-completed triggers for `run`; whether any fired.
+fn fire_matching(conn: &Connection, run: &Finished, now: i64, published: &mut Published) -> ApiResult<bool> {
+    let candidates: Vec<(String, Vec<u8>, i64)> = conn
+        .prepare_cached(
+            "SELECT id, source_cbor, created_at FROM agent_triggers
+             WHERE account_id = ?1 AND enabled = 1 AND merged_into IS NULL",
+        )?
+        .query_map(params![run.account_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut fired = false;
+    for (trigger_id, source, created_at) in candidates {
+        let Ok(AgentTriggerSource::RunCompletedSource(source)) = wire::from_slice::<AgentTriggerSource>(&source) else {
+            continue;
+        };
+        // A trigger watches runs that finish after it exists.
+        if run.finished_at < created_at || !matches(&source, run) {
+            continue;
+        }
+        if blocked_by_chain(conn, run.firing_id.as_deref(), &trigger_id)? {
+            tracing::info!(trigger = %trigger_id, run = %run.id, "run-completed trigger skipped by the loop guard");
+            continue;
+        }
+        let activity = activity(run);
+        let key = format!("run-completed:{}", run.id);
+        if let FireOutcome::Fired { .. } = firing::fire_in(conn, &trigger_id, &key, &activity, now, published)? {
+            fired = true;
+        }
+    }
+    Ok(fired)
+}
+
+/// Whether `run` passes the source's filters (title: case-insensitive substring).
+fn matches(source: &RunCompletedSource, run: &Finished) -> bool {
+    let status_ok = source.status.is_none_or(|status| {
+        run.status
+            == match status {
+                RunCompletedSourceStatus::Succeeded => "succeeded",
+                RunCompletedSourceStatus::Failed => "failed",
+                RunCompletedSourceStatus::Canceled => "canceled",
+            }
+    });
+    let agent_ok = source.agent_id.as_ref().is_none_or(|agent| run.agent_id.as_ref() == Some(agent));
+    let title_ok = source.title_match.as_ref().is_none_or(|needle| {
+        run.title.as_ref().is_some_and(|title| title.to_lowercase().contains(&needle.to_lowercase()))
+    });
+    status_ok && agent_ok && title_ok
+}
+
+/// Whether the chain of firings ending at `parent` already holds `trigger_id` or is
+/// [`MAX_HOPS`] long.
+pub fn blocked_by_chain(conn: &Connection, parent: Option<&str>, trigger_id: &str) -> ApiResult<bool> {
+    let mut current = parent.map(str::to_owned);
+    let mut hops = 0;
+    while let Some(firing_id) = current {
+        if hops >= MAX_HOPS {
+            return Ok(true);
+        }
+        hops += 1;
+        let row: Option<(String, Option<String>)> = conn
+            .prepare_cached("SELECT trigger_id, parent_firing_id FROM trigger_firings WHERE id = ?1")?
+            .query_row(params![firing_id], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?;
+        let Some((ancestor, parent)) = row else { break };
+        if ancestor == trigger_id {
+            return Ok(true);
+        }
+        current = parent;
+    }
+    Ok(hops >= MAX_HOPS)
+}
+
+fn activity(run: &Finished) -> Activity {
+    use ipld_core::ipld::Ipld;
+    let text = |value: &str| Value(Ipld::String(value.to_owned()));
+    let mut value = std::collections::BTreeMap::from([
+        ("type".to_owned(), text("run-completed")),
+        ("runId".to_owned(), text(&run.id)),
+        ("status".to_owned(), text(&run.status)),
+        ("finishedAt".to_owned(), Value(Ipld::Integer(i128::from(run.finished_at)))),
+    ]);
+    for (key, field) in
+        [("agentId", &run.agent_id), ("sessionId", &run.session_id), ("title", &run.title), ("error", &run.error)]
+    {
+        if let Some(field) = field {
+            value.insert(key.to_owned(), text(field));
+        }
+    }
+    Activity {
+        summary: format!("Run {} {}: {}", run.id, run.status, run.title.as_deref().unwrap_or("(untitled)")),
+        value,
+        matched_conditions: None,
+        parent_firing_id: run.firing_id.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::migrated_in_memory;
+
+    #[test]
+    fn the_guard_stops_a_repeated_trigger_and_a_chain_of_eight() {
+        let conn = migrated_in_memory();
+        conn.execute_batch(
+            "INSERT INTO agents (id, account_id, definition_cbor, state_dir, status, created_at, updated_at)
+                 VALUES ('a', 'owner', x'a0', '/tmp/a', 'idle', 1, 1);",
+        )
+        .unwrap();
+        for n in 0..10 {
+            conn.execute(
+                "INSERT INTO agent_triggers (id, account_id, agent_id, name, enabled, source_cbor, prompt, created_at,
+                                             updated_at)
+                 VALUES (?1, 'owner', 'a', ?1, 1, x'a0', 'p', 1, 1)",
+                params![format!("t{n}")],
+            )
+            .unwrap();
+        }
+        // A chain f0 <- f1 <- ... <- f7 (eight firings), each of its own trigger.
+        for n in 0..8 {
+            let parent = (n > 0).then(|| format!("f{}", n - 1));
+            conn.execute(
+                "INSERT INTO trigger_firings (id, account_id, trigger_id, activity_key, activity_summary, activity_cbor,
+                                              source_cbor, parent_firing_id, status, created_at, updated_at)
+                 VALUES (?1, 'owner', ?2, ?1, 's', x'a0', x'a0', ?3, 'started', 1, 1)",
+                params![format!("f{n}"), format!("t{n}"), parent],
+            )
+            .unwrap();
+        }
+        assert!(!blocked_by_chain(&conn, None, "t0").unwrap(), "no ancestry");
+        assert!(blocked_by_chain(&conn, Some("f0"), "t0").unwrap(), "the same trigger again");
+        assert!(!blocked_by_chain(&conn, Some("f0"), "t9").unwrap(), "one hop");
+        assert!(blocked_by_chain(&conn, Some("f6"), "t3").unwrap(), "the same trigger within the chain");
+        assert!(!blocked_by_chain(&conn, Some("f6"), "t9").unwrap(), "seven ancestors: the eighth hop may fire");
+        assert!(blocked_by_chain(&conn, Some("f7"), "t9").unwrap(), "eight ancestors: a ninth hop is refused");
+    }
+
+    #[test]
+    fn filters_match_status_agent_and_title() {
+        let run = Finished {
+            id: "r".into(),
+            account_id: "o".into(),
+            agent_id: Some("a".into()),
+            session_id: None,
+            title: Some("Nightly Report".into()),
+            status: "failed".into(),
+            finished_at: 1,
+            firing_id: None,
+            error: None,
+        };
+        let source = |status, agent: Option<&str>, title: Option<&str>| RunCompletedSource {
+            extra: Default::default(),
+            agent_id: agent.map(str::to_owned),
+            status,
+            title_match: title.map(str::to_owned),
+        };
+        assert!(matches(&source(None, None, None), &run));
+        assert!(matches(&source(Some(RunCompletedSourceStatus::Failed), Some("a"), Some("report")), &run));
+        assert!(!matches(&source(Some(RunCompletedSourceStatus::Succeeded), None, None), &run));
+        assert!(!matches(&source(None, Some("b"), None), &run));
+        assert!(!matches(&source(None, None, Some("weekly")), &run));
+    }
+}

@@ -1,0 +1,273 @@
+//! Firing a trigger: the one entry point every source (schedules, webhooks, the activity feed,
+//! run-completed chains) goes through (PROTOCOL-NOTES §E.3, §D.4).
+//!
+//! [`fire`] is idempotent by `(trigger, firing key)`: the firing row is inserted with
+//! `ON CONFLICT DO NOTHING` against the unique index, so an event fires a trigger at most once
+//! however often, and by however many monitors, it is offered. In the same write transaction
+//! the firing opens a session (origin trigger), appends the trigger's prompt with the activity as
+//! a user message stamped actor `trigger`, enqueues a background agent run whose
+//! `trigger_firing_id` names the firing, and stamps the trigger's `lastFiredAt`. A crash before
+//! the commit leaves nothing; after it, everything, and the run queue's boot sweep resumes the
+//! run. Keys handled by a trigger later merged into this one count as handled here too.
+
+use std::collections::BTreeMap;
+
+use ipld_core::ipld::Ipld;
+use rusqlite::{Connection, OptionalExtension, params};
+use seed_agents_protocol::generated::{
+    AgentActivityCondition, AgentTriggerInfo, AgentTriggerInfoPrompt, MessageEvent, MessageEventRole, MessageEventType,
+    SessionActor, SessionEvent, SessionEventPayload,
+};
+use seed_agents_protocol::{Value, wire};
+
+use crate::app::App;
+use crate::bus::{ChangeReason, Event};
+use crate::error::{ApiError, ApiResult};
+use crate::runs::queue::{Changes, NewRun, Queue};
+use crate::sessions::events;
+
+/// Executions a trigger's run may take before a retryable failure is final (background runs).
+pub const MAX_ATTEMPTS: u32 = 3;
+/// The longest activity key, in UTF-8 bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// The largest activity (canonical CBOR) a firing stores and hands to the run.
+pub const MAX_ACTIVITY_BYTES: usize = 256 * 1024;
+/// Firing status: the session is open and its run queued (or running).
+pub const STARTED: &str = "started";
+
+/// What happened that fires the trigger.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Activity {
+    /// One line for people (`TriggerFiringInfo.activitySummary`), at most a few hundred bytes.
+    pub summary: String,
+    /// The activity as an open map: what the run is shown and `triggerContext.activity` returns.
+    pub value: BTreeMap<String, Value>,
+    /// For a compound trigger, the conditions that matched.
+    pub matched_conditions: Option<Vec<AgentActivityCondition>>,
+    /// The firing whose run's completion caused this one (run-completed chains), for the loop
+    /// guard and the chain's history.
+    pub parent_firing_id: Option<String>,
+}
+
+/// What [`fire`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FireOutcome {
+    /// The trigger fired: a firing row, a new session and a queued background run.
+    Fired {
+        /// The firing's id.
+        firing_id: String,
+        /// The session it opened.
+        session_id: String,
+        /// The run answering it.
+        run_id: String,
+    },
+    /// This key already fired this trigger (or a trigger merged into it): nothing was written.
+    Duplicate,
+    /// The trigger is gone, disabled or merged into another: nothing was written.
+    Inactive,
+}
+
+/// Fires trigger `trigger_id` for the activity identified by `firing_key` (see the module docs).
+///
+/// Idempotent: the same `(trigger_id, firing_key)` fires once ever; later calls answer
+/// [`FireOutcome::Duplicate`]. Errors are the database's (or a key or activity over its size);
+/// nothing is written when one is returned. The run is started by the engine after the commit.
+pub async fn fire(app: &App, trigger_id: &str, firing_key: &str, activity: Activity) -> ApiResult<FireOutcome> {
+    let (trigger_id, firing_key, now) = (trigger_id.to_owned(), firing_key.to_owned(), app.clock.now_ms());
+    let (outcome, published) = app
+        .db
+        .write(move |conn| {
+            let mut published = Published::default();
+            let outcome = fire_in(conn, &trigger_id, &firing_key, &activity, now, &mut published)?;
+            Ok((outcome, published))
+        })
+        .await?;
+    published.publish(app);
+    if matches!(outcome, FireOutcome::Fired { .. }) {
+        app.runs.notify();
+    }
+    Ok(outcome)
+}
+
+/// What a firing changed, to publish after its commit.
+#[derive(Debug, Default)]
+pub struct Published {
+    changes: Changes,
+    appended: Vec<(String, String, SessionEvent)>,
+    fired: Vec<(String, String, String)>,
+}
+
+impl Published {
+    /// Publishes the run and session changes, the appended prompt, and the account changes
+    /// (`session-created`, `trigger-updated`) to the owner and the agent's members.
+    pub fn publish(self, app: &App) {
+        for (owner, agent, event) in self.appended {
+            events::announce(app, &owner, &agent, vec![event]);
+        }
+        for (owner, agent, session) in self.fired {
+            app.bus.publish(Event::SessionChanged { session_id: session.clone(), agent_id: agent.clone() });
+            app.bus.account_change(&owner, ChangeReason::SessionCreated, Some(&agent), Some(&session));
+            app.bus.account_change(&owner, ChangeReason::TriggerUpdated, Some(&agent), None);
+        }
+        self.changes.publish(app);
+    }
+}
+
+/// [`fire`] inside the caller's write transaction, noting what to publish in `published`.
+pub fn fire_in(
+    conn: &Connection,
+    trigger_id: &str,
+    firing_key: &str,
+    activity: &Activity,
+    now: i64,
+    published: &mut Published,
+) -> ApiResult<FireOutcome> {
+    if firing_key.is_empty() || firing_key.len() > MAX_KEY_BYTES {
+        return Err(ApiError::invalid("Activity key must be 1 to 1024 bytes"));
+    }
+    let Some(trigger) = super::store::load(conn, trigger_id)? else { return Ok(FireOutcome::Inactive) };
+    if !trigger.enabled || trigger.merged_into.is_some() {
+        return Ok(FireOutcome::Inactive);
+    }
+    let handled_by_merged: bool = conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM trigger_firings f JOIN agent_triggers t ON t.id = f.trigger_id
+                             WHERE t.merged_into = ?1 AND f.activity_key = ?2)",
+        )?
+        .query_row(params![trigger_id, firing_key], |row| row.get(0))?;
+    if handled_by_merged {
+        return Ok(FireOutcome::Duplicate);
+    }
+    let activity_bytes = wire::to_vec(&activity.value).map_err(ApiError::internal)?;
+    if activity_bytes.len() > MAX_ACTIVITY_BYTES {
+        return Err(ApiError::too_large("Trigger activity is too large"));
+    }
+    let source = wire::to_vec(&trigger.source).map_err(ApiError::internal)?;
+    let matched = activity
+        .matched_conditions
+        .as_ref()
+        .map(|conditions| wire::to_vec(conditions).map_err(ApiError::internal))
+        .transpose()?;
+    let firing_id = uuid::Uuid::now_v7().to_string();
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO trigger_firings (id, account_id, trigger_id, activity_key, activity_summary, activity_cbor,
+                                          source_cbor, matched_cbor, parent_firing_id, status, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
+             ON CONFLICT (trigger_id, activity_key) DO NOTHING",
+        )?
+        .execute(params![
+            firing_id,
+            trigger.account,
+            trigger_id,
+            firing_key,
+            summary(&activity.summary),
+            activity_bytes,
+            source,
+            matched,
+            activity.parent_firing_id,
+            STARTED,
+            now
+        ])?;
+    if inserted == 0 {
+        return Ok(FireOutcome::Duplicate);
+    }
+    let (session_id, run_id) = open_thread(conn, &trigger, &firing_id, activity, now, published)?;
+    conn.prepare_cached("UPDATE trigger_firings SET session_id = ?2, run_id = ?3 WHERE id = ?1")?
+        .execute(params![firing_id, session_id, run_id])?;
+    conn.prepare_cached("UPDATE agent_triggers SET last_fired_at = ?2, last_error = NULL WHERE id = ?1")?
+        .execute(params![trigger_id, now])?;
+    published.fired.push((trigger.account.clone(), trigger.agent_id.clone(), session_id.clone()));
+    Ok(FireOutcome::Fired { firing_id, session_id, run_id })
+}
+
+/// The summary as stored: one line, at most 512 bytes (cut on a character boundary).
+fn summary(summary: &str) -> String {
+    let line = summary.lines().next().unwrap_or_default().trim();
+    let mut end = line.len().min(512);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    if line.is_empty() { "Trigger fired".to_owned() } else { line[..end].to_owned() }
+}
+
+/// The new thread: a session titled after the trigger, the prompt message, the run.
+fn open_thread(
+    conn: &Connection,
+    trigger: &AgentTriggerInfo,
+    firing_id: &str,
+    activity: &Activity,
+    now: i64,
+    published: &mut Published,
+) -> ApiResult<(String, String)> {
+    let session_id = uuid::Uuid::now_v7().to_string();
+    conn.prepare_cached(
+        "INSERT INTO sessions (id, account_id, agent_id, title, title_source, status, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, 'system', 'idle', ?5, ?5)",
+    )?
+    .execute(params![session_id, trigger.account, trigger.agent_id, trigger.name, now])?;
+    let prompt = match &trigger.prompt {
+        AgentTriggerInfoPrompt::String(text) => text.clone(),
+        AgentTriggerInfoPrompt::Array(blocks) => crate::agents::prompt::blocks_to_markdown(blocks),
+    };
+    let content = message_text(&prompt, &trigger.name, activity);
+    let payload = SessionEventPayload::MessageEvent(MessageEvent {
+        extra: Default::default(),
+        actor: Some(SessionActor::Trigger),
+        attachments: None,
+        blocks: None,
+        client_message_id: None,
+        content,
+        context_lines: None,
+        meta: None,
+        raw_markdown: Some(prompt),
+        role: MessageEventRole::User,
+        tool_call_id: None,
+        type_: MessageEventType::Message,
+    });
+    let event = events::append(conn, &session_id, payload, now)?;
+    let input = Ipld::Map(BTreeMap::from([
+        ("kind".to_owned(), Ipld::String("session-message".to_owned())),
+        ("userEventIds".to_owned(), Ipld::List(vec![Ipld::String(event.id.clone())])),
+        ("queuedBehindAnotherTurn".to_owned(), Ipld::Bool(false)),
+        ("triggerFiringId".to_owned(), Ipld::String(firing_id.to_owned())),
+    ]));
+    let run = NewRun {
+        account_id: trigger.account.clone(),
+        agent_id: trigger.agent_id.clone(),
+        session_id: session_id.clone(),
+        origin: "trigger",
+        title: Some(trigger.name.clone()),
+        input,
+        queue: Queue::Background,
+        max_attempts: MAX_ATTEMPTS,
+        parent_run_id: None,
+    };
+    let run_id = crate::runs::queue::enqueue(conn, &run, now, &mut published.changes)?;
+    conn.prepare_cached("UPDATE runs SET trigger_firing_id = ?2 WHERE id = ?1")?.execute(params![run_id, firing_id])?;
+    // The run snapshot noted by `enqueue` predates the firing id; note it again.
+    published.changes.run(conn, &run_id)?;
+    published.appended.push((trigger.account.clone(), trigger.agent_id.clone(), event));
+    Ok((session_id, run_id))
+}
+
+/// What the model reads: the prompt, then the activity as JSON inside a tagged block.
+fn message_text(prompt: &str, trigger_name: &str, activity: &Activity) -> String {
+    let json = serde_json::to_string_pretty(&activity.value).unwrap_or_else(|_| "{}".to_owned());
+    let escape = crate::runtime::replay::escape;
+    format!(
+        "{prompt}\n\n<trigger_activity trigger=\"{}\">\n{}\n{}\n</trigger_activity>",
+        escape(&trigger_name.replace('"', "'")),
+        escape(&summary(&activity.summary)),
+        escape(&json)
+    )
+}
+
+/// The firing that started run `run_id`, if a trigger started it.
+pub fn firing_of_run(conn: &Connection, run_id: &str) -> ApiResult<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT trigger_firing_id FROM runs WHERE id = ?1")?
+        .query_row(params![run_id], |row| row.get::<_, Option<String>>(0))
+        .optional()?
+        .flatten())
+}
