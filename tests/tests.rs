@@ -15,6 +15,7 @@ mod live;
 mod memory;
 mod pagination;
 mod provider_models;
+mod delegate;
 mod runs;
 mod runtime;
 mod tools;

@@ -25,7 +25,7 @@ use seed_agents_protocol::{Value, wire};
 use serde_json::Value as Json;
 
 use super::tools::{self, Tool};
-use super::{MAX_TOKENS, Turn, plan, prompt, replay};
+use super::{MAX_TOKENS, Turn, delegate, plan, prompt, replay};
 use crate::bus::Event;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::model::{self, Message, ModelRequest, StreamEvent, ToolCall, ToolResult, Usage};
@@ -50,6 +50,8 @@ pub enum Ended {
     },
     /// The provider failed (or the server did).
     Failed(RunFailure),
+    /// The step's tool batch spawned awaited children (in `Turn::park`): the pass ends by design.
+    Parked,
 }
 
 /// The streaming state of the assistant message being written.
@@ -129,6 +131,7 @@ impl Turn {
         let (definition, memory_root, now) =
             (self.definition.clone(), self.memory_root.clone(), self.app.clock.now_ms());
         let queued_behind = self.queued_behind.clone();
+        let resumed = self.resumed;
         let granted = crate::tools::granted(&self.app, &self.definition);
         // Everything is read on a reader: the writer is taken only to retire a plan settled
         // under an earlier run, which happens once per plan.
@@ -150,7 +153,13 @@ impl Turn {
                     now_ms: now,
                 };
                 let system = prompt::system(conn, &inputs)?;
-                let tail = replay::Tail { queued_behind: queued_behind.as_deref(), plan: plan.as_ref() };
+                let pending = crate::runs::children::pending_calls(conn, &session_id)?;
+                let tail = replay::Tail {
+                    queued_behind: queued_behind.as_deref(),
+                    plan: plan.as_ref(),
+                    pending: Some(&pending),
+                    resumed,
+                };
                 let promoted = tools::promoted(&log, &granted);
                 Ok((system, replay::conversation(&log, &tail), promoted, false))
             })
@@ -161,10 +170,20 @@ impl Turn {
             self.session_updated();
             return Box::pin(self.request()).await;
         }
+        let mut offered = tools::offered(&promoted);
+        // `delegate` after `call`, while a child may still be spawned (a leaf at its depth budget
+        // does not see it); `return_result` last, for a typed child.
+        if self.depth < delegate::MAX_DEPTH {
+            let at = offered.iter().position(|spec| spec.name == Tool::Call.name()).map_or(offered.len(), |i| i + 1);
+            offered.insert(at, delegate::delegate_spec());
+        }
+        if let Some(schema) = self.contract.as_ref().and_then(|spec| spec.output.as_ref()) {
+            offered.push(delegate::return_result_spec(schema));
+        }
         Ok(ModelRequest {
             system,
             messages,
-            tools: tools::offered(&promoted),
+            tools: offered,
             reasoning: self.reasoning.clone(),
             max_tokens: MAX_TOKENS,
             model_defaults: self.model_defaults.clone(),
@@ -346,6 +365,17 @@ async fn pass(turn: &Turn) -> ApiResult<Ended> {
         let results = run_tools(turn, &partial, &step.tool_calls, &request.tools).await?;
         request.messages.push(Message::Assistant { text, tool_calls: step.tool_calls });
         request.messages.push(Message::ToolResults(results));
+        if turn.stop.reason().is_none() {
+            // Awaited children end the pass by design; a typed result (or its last refusal) ends
+            // the turn after the batch, with no further request.
+            if !super::lock(&turn.park).is_empty() {
+                return Ok(Ended::Parked);
+            }
+            let typed = super::lock(&turn.typed);
+            if typed.delivered.is_some() || typed.rejected {
+                return Ok(Ended::Answered { assistant_event_id: last_said });
+            }
+        }
         if let Some(reason) = turn.stop.reason() {
             let assistant_event_id = if said_anything || reason == StopReason::Shutdown {
                 last_said
@@ -413,6 +443,8 @@ async fn run_tools(
     let mut results: Vec<Option<ToolResult>> = vec![None; calls.len()];
     while let Some((index, outcome, duration)) = running.next().await {
         let call = &calls[index];
+        // An awaited child's result is appended when the child ends, not now.
+        let parked = call.name == delegate::NAME && super::lock(&turn.park).contains(&call.id);
         let (text, is_error, output, error) = match outcome {
             Ok(output) => {
                 let text = replay::bound(&serde_json::to_string(&output).unwrap_or_else(|_| "{}".to_owned()));
@@ -420,7 +452,7 @@ async fn run_tools(
             }
             Err(message) => (replay::bound(&message), true, None, Some(message)),
         };
-        if call.name != Tool::Plan.name() {
+        if call.name != Tool::Plan.name() && !parked {
             let output =
                 output.map(|output| wire::to_ipld(&output).map(Value)).transpose().map_err(ApiError::internal)?;
             turn.append(SessionEventPayload::ToolResultEvent(ToolResultEvent {
@@ -452,6 +484,23 @@ fn detail(arguments: &Json) -> Option<String> {
 /// Runs one call: its output, or the error text the model reads. A callable promoted in this
 /// pass (in `offered`) runs as `call {tool, input}`.
 async fn execute(turn: &Turn, call: &ToolCall, offered: &[crate::model::ToolSpec]) -> Result<Json, String> {
+    let is_offered = |name: &str| offered.iter().any(|spec| spec.name == name);
+    if call.name == delegate::NAME && is_offered(delegate::NAME) {
+        return match delegate::call(turn, &call.id, &call.arguments).await {
+            Ok((output, awaited)) => {
+                if awaited {
+                    super::lock(&turn.park).push(call.id.clone());
+                }
+                Ok(output)
+            }
+            Err(error) => Err(model_error(&call.name, error)),
+        };
+    }
+    if call.name == delegate::RETURN_RESULT
+        && let Some(schema) = turn.contract.as_ref().and_then(|spec| spec.output.as_ref())
+    {
+        return delegate::return_result(&turn.typed, schema, &call.arguments);
+    }
     let Some(tool) = Tool::named(&call.name) else {
         let promoted = crate::tools::registry::Callable::named(&call.name)
             .filter(|callable| offered.iter().any(|spec| spec.name == callable.name()));
