@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use seed_agents_protocol::generated::{
-    CancelRun, CreateAgent, GetSession, ListRuns, MessageEventRole, RunInfo, RunPlanStepResolvedBy,
-    RunPlanStepStatus, RunStatus, SessionActor, SessionEvent, SessionEventPayload, SetModelProvider,
+    CancelRun, CreateAgent, GetSession, ListRuns, MessageEventRole, RunInfo, RunPlanStepResolvedBy, RunPlanStepStatus,
+    RunStatus, SessionActor, SessionEvent, SessionEventPayload, SetModelProvider,
 };
 use serde_json::{Value as Json, json};
 
@@ -161,7 +161,12 @@ async fn a_parent_plans_two_steps_delegates_the_first_parks_and_finishes_the_sec
     let events = log(&user, &session_id).await;
     assert_eq!(
         lines(&events),
-        ["user: write about otters", "call delegate", "result delegate", "assistant: Here is the write-up about otters."]
+        [
+            "user: write about otters",
+            "call delegate",
+            "result delegate",
+            "assistant: Here is the write-up about otters."
+        ]
     );
     let delivered = result_of(&events, "d1");
     assert_eq!(delivered["status"], "succeeded");
@@ -215,7 +220,10 @@ async fn a_parent_plans_two_steps_delegates_the_first_parks_and_finishes_the_sec
         .unwrap()
         .session;
     let steps = session.plan.unwrap().steps;
-    assert_eq!((steps[0].status, steps[0].resolved_by), (RunPlanStepStatus::Done, Some(RunPlanStepResolvedBy::Runtime)));
+    assert_eq!(
+        (steps[0].status, steps[0].resolved_by),
+        (RunPlanStepStatus::Done, Some(RunPlanStepResolvedBy::Runtime))
+    );
     assert_eq!((steps[1].status, steps[1].resolved_by), (RunPlanStepStatus::Done, None));
 
     // Parking and resuming is not a retry: the parent and its child each executed once.
@@ -325,7 +333,10 @@ async fn typed_children_deliver_valid_results_fix_invalid_ones_and_fail_at_the_a
     let child_request = &provider.requests()[1].body;
     let tools = child_request["tools"].as_array().unwrap();
     let last = tools.last().unwrap();
-    assert_eq!((last["function"]["name"].as_str(), &last["function"]["parameters"]), (Some("return_result"), &typed_schema()));
+    assert_eq!(
+        (last["function"]["name"].as_str(), &last["function"]["parameters"]),
+        (Some("return_result"), &typed_schema())
+    );
     // The second child fixed its result after the schema error.
     let pears = runs.iter().find(|run| run.title == "Count the pears.").unwrap();
     let pears_log = lines(&log(&user, pears.session_id.as_ref().unwrap()).await);
@@ -337,7 +348,10 @@ async fn typed_children_deliver_valid_results_fix_invalid_ones_and_fail_at_the_a
     let plums = runs.iter().find(|run| run.title == "Count the plums.").unwrap();
     assert_eq!(plums.status, RunStatus::Failed);
     let plums_log = lines(&log(&user, plums.session_id.as_ref().unwrap()).await);
-    assert!(plums_log[6].starts_with("error return_result: Result rejected (attempt limit reached): $: "), "{plums_log:?}");
+    assert!(
+        plums_log[6].starts_with("error return_result: Result rejected (attempt limit reached): $: "),
+        "{plums_log:?}"
+    );
     assert_eq!(plums_log.last().unwrap(), "error: Sub-session could not produce a schema-valid result");
     server.stop().await;
 }
@@ -384,8 +398,11 @@ async fn detached_children_start_their_own_session_and_answer_nobody() {
     let (server, user, _agent, session_id) = setup(&provider).await;
     provider.set_fallback(crate::support::provider::Fallback::Text("Done.".into()));
     provider.push(
-        Script::tool_call("bad", "delegate", r#"{"await":false,"brief":"x","tools":["search"]}"#)
-            .and_tool_call("ok", "delegate", r#"{"await":false,"brief":"Tidy the notes folder."}"#),
+        Script::tool_call("bad", "delegate", r#"{"await":false,"brief":"x","tools":["search"]}"#).and_tool_call(
+            "ok",
+            "delegate",
+            r#"{"await":false,"brief":"Tidy the notes folder."}"#,
+        ),
     );
     let answer = user.call(say(&session_id, "tidy up in the background")).await.unwrap();
     assert!(!answer.assistant_event_id.is_empty(), "a detached child does not park the turn");
@@ -399,7 +416,10 @@ async fn detached_children_start_their_own_session_and_answer_nobody() {
     let started = result_of(&events, "ok");
     assert_eq!(started["status"], "detached");
     assert_eq!(started["title"], "Tidy the notes folder.");
-    assert_eq!(started["summary"], "Started detached child \"Tidy the notes folder.\"; it is now running in the background.");
+    assert_eq!(
+        started["summary"],
+        "Started detached child \"Tidy the notes folder.\"; it is now running in the background."
+    );
     let child_session = started["sessionId"].as_str().unwrap().to_owned();
     let root = session_runs(&user, &session_id).await[0].id.clone();
     let child = tree(&user, &root).await.into_iter().find(|run| run.id != root).unwrap();
@@ -428,10 +448,7 @@ async fn a_run_spawns_at_most_ten_children_and_the_tree_is_listed_from_its_root(
     assert!(runs[1..].iter().all(|run| run.root_run_id == root && run.status == RunStatus::Succeeded));
     let events = log(&user, &session_id).await;
     let refused: Vec<String> = lines(&events).into_iter().filter(|line| line.starts_with("error delegate")).collect();
-    assert_eq!(
-        refused,
-        ["error delegate: This run already spawned 10 sub-sessions; finish the remaining work here."]
-    );
+    assert_eq!(refused, ["error delegate: This run already spawned 10 sub-sessions; finish the remaining work here."]);
     assert_eq!(lines(&events).iter().filter(|line| *line == "result delegate").count(), 10);
     server.stop().await;
 }

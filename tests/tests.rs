@@ -6,6 +6,7 @@
 mod support;
 
 mod authorization;
+mod delegate;
 mod envelope;
 mod features;
 mod hypermedia;
@@ -15,7 +16,6 @@ mod live;
 mod memory;
 mod pagination;
 mod provider_models;
-mod delegate;
 mod runs;
 mod runtime;
 mod tools;

@@ -213,11 +213,19 @@ fn plan_step_of(run: &Row) -> Option<String> {
 
 /// Settles the parent's plan step when every run of the tree attached to it (spawned from the
 /// parent's session) succeeded.
-fn settle_plan_step(conn: &Connection, child: &Row, parent_id: &str, now_ms: i64, changes: &mut Changes) -> ApiResult<()> {
+fn settle_plan_step(
+    conn: &Connection,
+    child: &Row,
+    parent_id: &str,
+    now_ms: i64,
+    changes: &mut Changes,
+) -> ApiResult<()> {
     let Some(step_id) = plan_step_of(child) else { return Ok(()) };
     let Some(parent) = row(conn, parent_id)? else { return Ok(()) };
     let (Some(session_id), Some(agent_id)) = (&parent.session_id, &parent.agent_id) else { return Ok(()) };
-    let tree: Vec<(String, Option<String>, Option<Vec<u8>>, Option<String>)> = conn
+    /// A tree member: its status, its parent's session, its input, its parent.
+    type Member = (String, Option<String>, Option<Vec<u8>>, Option<String>);
+    let tree: Vec<Member> = conn
         .prepare_cached(
             "SELECT r.status, p.session_id, r.input_cbor, r.parent_run_id FROM runs r
              LEFT JOIN runs p ON p.id = r.parent_run_id WHERE r.root_run_id = ?1",

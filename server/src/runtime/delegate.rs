@@ -89,7 +89,8 @@ impl Spec {
 
     fn from_json(value: &Json) -> Option<Self> {
         let fields = value.as_object()?;
-        let text = |key: &str| fields.get(key).and_then(Json::as_str).filter(|text| !text.is_empty()).map(str::to_owned);
+        let text =
+            |key: &str| fields.get(key).and_then(Json::as_str).filter(|text| !text.is_empty()).map(str::to_owned);
         Some(Self {
             title: text("title"),
             prompt: text("prompt"),
@@ -606,8 +607,9 @@ mod tests {
             "output schema is not supported: $.type: the root must be type \"object\" — wrap arrays/scalars in a \
              named property; $.pattern: unsupported schema keyword"
         );
-        let error = normalize(&json!({"brief": "b", "output": {"type": "object", "properties": {"n": {"type": "int"}}}}))
-            .unwrap_err();
+        let error =
+            normalize(&json!({"brief": "b", "output": {"type": "object", "properties": {"n": {"type": "int"}}}}))
+                .unwrap_err();
         assert_eq!(error.message(), "output schema is not supported: $.properties.n.type: unknown type \"int\"");
     }
 

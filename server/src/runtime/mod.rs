@@ -271,15 +271,15 @@ impl Turn {
             .app
             .db
             .read(move |conn| {
-                Ok(events::after(conn, &session_id, 0, i64::MAX, None)?.into_iter().rev().find_map(|event| {
-                    match event.event {
-                        SessionEventPayload::MessageEvent(message)
-                            if message.role == MessageEventRole::Assistant && (id.is_empty() || event.id == id) =>
-                        {
-                            Some(message.content)
-                        }
-                        _ => None,
+                Ok(events::after(conn, &session_id, 0, i64::MAX, None)?.into_iter().rev().find_map(|event| match event
+                    .event
+                {
+                    SessionEventPayload::MessageEvent(message)
+                        if message.role == MessageEventRole::Assistant && (id.is_empty() || event.id == id) =>
+                    {
+                        Some(message.content)
                     }
+                    _ => None,
                 }))
             })
             .await;
