@@ -450,3 +450,96 @@ pub fn boot_reconcile(conn: &Connection, now_ms: i64, changes: &mut Changes) -> 
     }
     Ok(requeued)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::migrated_in_memory;
+
+    /// Parent `p` (session `ps`) waiting on calls `c1` and `c2`; child `k` (session `ks`)
+    /// answering `c1` with `status`.
+    fn db(child_status: &str) -> Connection {
+        let conn = migrated_in_memory();
+        conn.execute_batch(
+            "INSERT INTO agents (id, account_id, definition_cbor, state_dir, status, created_at, updated_at)
+                 VALUES ('a', 'owner', x'a0', '/tmp/a', 'active', 1, 1);
+             INSERT INTO sessions (id, account_id, agent_id, title_source, status, created_at, updated_at)
+                 VALUES ('ps', 'owner', 'a', 'system', 'idle', 1, 1), ('ks', 'owner', 'a', 'system', 'idle', 1, 1);",
+        )
+        .unwrap();
+        let wait = wire::to_vec(&Wait::Children { tool_call_ids: vec!["c1".into(), "c2".into()] }).unwrap();
+        let output = wire::to_vec(&serde_json::json!({"text": "hi"})).unwrap();
+        conn.execute(
+            "INSERT INTO runs (id, account_id, root_run_id, kind, origin, agent_id, session_id, input_cbor, status,
+                               wait_cbor, created_at, updated_at)
+             VALUES ('p', 'owner', 'p', 'agent', 'user', 'a', 'ps', x'a0', 'waiting', ?1, 1, 1)",
+            params![wait],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO runs (id, account_id, root_run_id, parent_run_id, parent_tool_call_id, depth, kind, origin,
+                               agent_id, session_id, input_cbor, output_cbor, status, created_at, updated_at)
+             VALUES ('k', 'owner', 'p', 'p', 'c1', 1, 'agent', 'agent', 'a', 'ks', x'a0', ?2, ?1, 2, 2)",
+            params![child_status, output],
+        )
+        .unwrap();
+        conn
+    }
+
+    fn status(conn: &Connection, run: &str) -> String {
+        conn.query_row("SELECT status FROM runs WHERE id = ?1", params![run], |row| row.get(0)).unwrap()
+    }
+
+    fn results(conn: &Connection, session: &str) -> usize {
+        events::after(conn, session, 0, i64::MAX, None)
+            .unwrap()
+            .iter()
+            .filter(|event| matches!(event.event, SessionEventPayload::ToolResultEvent(_)))
+            .count()
+    }
+
+    #[test]
+    fn a_finished_child_is_delivered_once_and_the_last_one_requeues_its_parent() {
+        let conn = db("succeeded");
+        let mut changes = Changes::default();
+        finalized(&conn, "k", 5, &mut changes).unwrap();
+        finalized(&conn, "k", 6, &mut changes).unwrap();
+        assert_eq!(results(&conn, "ps"), 1, "delivered once");
+        assert_eq!(wait_of(&conn, "p").unwrap(), Some(vec!["c2".to_owned()]));
+        let notices = events::after(&conn, "ks", 0, i64::MAX, None).unwrap();
+        assert_eq!(notices.len(), 1, "the second delivery was late: noted in the child");
+        // The race closer: `c2` answered by the time the parent parks again: it is requeued.
+        let payload = SessionEventPayload::ToolResultEvent(ToolResultEvent {
+            extra: Default::default(),
+            actor: None,
+            error: None,
+            meta: None,
+            name: DELEGATE.into(),
+            output: None,
+            tool_call_id: "c2".into(),
+            type_: ToolResultEventType::ToolResult,
+        });
+        events::append(&conn, "ps", payload, 7).unwrap();
+        assert!(!park(&conn, "p", 8, &mut changes).unwrap());
+        assert_eq!(status(&conn, "p"), "queued");
+        assert!(!changes.is_empty());
+    }
+
+    #[test]
+    fn boot_replays_a_finished_child_into_its_waiting_parent() {
+        let conn = db("failed");
+        let mut changes = Changes::default();
+        assert_eq!(boot_reconcile(&conn, 5, &mut changes).unwrap(), 0, "c2 still pending");
+        assert_eq!(results(&conn, "ps"), 1);
+        assert_eq!(wait_of(&conn, "p").unwrap(), Some(vec!["c2".to_owned()]));
+        boot_reconcile(&conn, 6, &mut changes).unwrap();
+        assert_eq!(results(&conn, "ps"), 1, "a second boot delivers nothing again");
+        let SessionEventPayload::ToolResultEvent(result) = &events::after(&conn, "ps", 0, i64::MAX, None).unwrap()[0].event
+        else {
+            panic!()
+        };
+        let output = serde_json::to_value(result.output.as_ref().unwrap()).unwrap();
+        assert_eq!(output["status"], "failed");
+        assert_eq!(output["error"], serde_json::json!({"code": "run-failed", "message": "Sub-session failed"}));
+    }
+}

@@ -613,6 +613,75 @@ mod tests {
         assert_eq!(error.message(), "output schema is not supported: $.properties.n.type: unknown type \"int\"");
     }
 
+    /// A database with agent `a` of `owner`, session `s` and its run `r` at `depth`.
+    fn db(depth: i64) -> Connection {
+        let conn = crate::db::migrated_in_memory();
+        conn.execute_batch(
+            "INSERT INTO agents (id, account_id, definition_cbor, state_dir, status, created_at, updated_at)
+                 VALUES ('a', 'owner', x'a0', '/tmp/a', 'active', 1, 1);
+             INSERT INTO sessions (id, account_id, agent_id, title_source, status, created_at, updated_at)
+                 VALUES ('s', 'owner', 'a', 'system', 'idle', 1, 1);",
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO runs (id, account_id, root_run_id, depth, kind, origin, agent_id, session_id, input_cbor,
+                               status, created_at, updated_at)
+             VALUES ('r', 'owner', 'r', ?1, 'agent', 'user', 'a', 's', x'a0', 'running', 1, 1)",
+            params![depth],
+        )
+        .unwrap();
+        conn
+    }
+
+    fn spec(brief: &str) -> Spec {
+        normalize(&json!({ "brief": brief })).unwrap()
+    }
+
+    #[test]
+    fn depth_and_spawn_limits_refuse_with_upstreams_messages() {
+        let conn = db(3);
+        let error = spawn_child(&conn, "r", "s", "a", "owner", "c", spec("x"), 5).err().unwrap();
+        assert_eq!(error.message(), "Sub-session depth limit reached (3); finish the work here.");
+        let conn = db(2);
+        let spawned = spawn_child(&conn, "r", "s", "a", "owner", "c0", spec("First line\nmore"), 5).ok().unwrap();
+        assert_eq!(spawned.title, "First line");
+        let (depth, call): (i64, String) = conn
+            .query_row("SELECT depth, parent_tool_call_id FROM runs WHERE parent_run_id = 'r'", [], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .unwrap();
+        assert_eq!((depth, call.as_str()), (3, "c0"));
+        for index in 1..10 {
+            spawn_child(&conn, "r", "s", "a", "owner", &format!("c{index}"), spec("x"), 5).ok().unwrap();
+        }
+        let error = spawn_child(&conn, "r", "s", "a", "owner", "c10", spec("x"), 5).err().unwrap();
+        assert_eq!(error.message(), "This run already spawned 10 sub-sessions; finish the remaining work here.");
+        let other = normalize(&json!({"brief": "x", "agentId": "nobody"})).unwrap();
+        let conn = db(0);
+        assert_eq!(spawn_child(&conn, "r", "s", "a", "owner", "c", other, 5).err().unwrap().message(), "Agent not found");
+    }
+
+    #[test]
+    fn detached_chains_stop_at_three_sessions_and_ten_starts() {
+        let conn = db(0);
+        let brief = json!("Side job");
+        let mut session = "s".to_owned();
+        for _ in 0..3 {
+            session = spawn_detached(&conn, "r", &session, "a", "owner", &brief, None, 5).ok().unwrap().session_id;
+        }
+        let error = spawn_detached(&conn, "r", &session, "a", "owner", &brief, None, 5).err().unwrap();
+        assert_eq!(
+            error.message(),
+            "Session spawn chain limit reached (3); this session was itself started by a chain of agent-started \
+             sessions. Finish the work here instead."
+        );
+        for _ in 1..10 {
+            spawn_detached(&conn, "r", "s", "a", "owner", &brief, Some("Named".into()), 5).ok().unwrap();
+        }
+        let error = spawn_detached(&conn, "r", "s", "a", "owner", &brief, None, 5).err().unwrap();
+        assert_eq!(error.message(), "This session already started 10 sessions; finish the remaining work here instead.");
+    }
+
     #[test]
     fn payloads_are_checked_with_paths_and_the_third_failure_is_final() {
         let schema = json!({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "integer"}}},
