@@ -5,10 +5,12 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt as _;
 use seed_agents_protocol::generated::{
     CancelRun, CreateAgent, GetSession, ListRuns, MessageEventRole, RunInfo, RunPlanStepResolvedBy, RunPlanStepStatus,
     RunStatus, SessionActor, SessionEvent, SessionEventPayload, SetModelProvider,
 };
+use seed_agents_sdk::subscription::Event as Live;
 use serde_json::{Value as Json, json};
 
 use crate::support::provider::{Provider, Script};
@@ -266,9 +268,36 @@ async fn a_parked_parent_still_converses_and_a_canceled_child_answers_as_data() 
     assert!(pending["content"].as_str().unwrap().contains("Still running in the background"), "{pending}");
     assert_eq!(tree(&user, &root).await[0].status, RunStatus::Waiting, "the parent is still parked");
 
+    // The tree is followed live under its root's key, even when subscribed by the child's id.
+    let mut live = user.client.subscribe(format!("runs/{child}")).start();
+    let mut replayed = Vec::new();
+    while replayed.len() < 2 {
+        match live.next().await.unwrap().unwrap() {
+            Live::Change { key, value } => {
+                assert_eq!(key, format!("runs/{root}"));
+                replayed.push(serde_json::to_value(value).unwrap()["id"].as_str().unwrap().to_owned());
+            }
+            Live::Subscribed { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(replayed, [root.clone(), child.clone()]);
+
     // Canceling the child answers the parent's call with data, and the parent resumes.
     provider.push(Script::text("The survey was canceled; I will do a smaller one myself."));
     assert!(user.call(CancelRun { run_id: child.clone() }).await.unwrap().canceled);
+    let mut seen = Vec::new();
+    while seen.last().map(|(id, status): &(String, String)| (id == &root, status.as_str())) != Some((true, "succeeded"))
+    {
+        let next = tokio::time::timeout(Duration::from_secs(10), live.next()).await.unwrap().unwrap().unwrap();
+        if let Live::Change { value, .. } = next {
+            let value = serde_json::to_value(value).unwrap();
+            seen.push((value["id"].as_str().unwrap().to_owned(), value["status"].as_str().unwrap().to_owned()));
+        }
+    }
+    let position = |id: &str, status: &str| seen.iter().position(|(i, s)| i == id && s == status).unwrap();
+    assert!(position(&child, "canceled") < position(&root, "queued"), "{seen:?}");
+    assert!(position(&root, "queued") < position(&root, "running"), "{seen:?}");
     wait_for(&user, &root, &root, RunStatus::Succeeded).await;
     let events = log(&user, &session_id).await;
     assert_eq!(

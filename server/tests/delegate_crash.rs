@@ -91,7 +91,8 @@ async fn runs_of(client: &Client, parents: &[String]) -> Vec<seed_agents_protoco
             status: None,
         };
         for root in client.list_runs(roots).await.unwrap().runs {
-            let tree = ListRuns { agent_id: None, limit: None, root_run_id: Some(root.id), session_id: None, status: None };
+            let tree =
+                ListRuns { agent_id: None, limit: None, root_run_id: Some(root.id), session_id: None, status: None };
             runs.extend(client.list_runs(tree).await.unwrap().runs);
         }
     }
@@ -172,7 +173,11 @@ async fn parked_parents_resume_once_with_every_child_result_delivered_once_acros
         if settled && runs.len() >= parents.len() {
             break runs;
         }
-        assert!(Instant::now() < deadline, "runs left unfinished: {:?}", runs.iter().map(|r| r.status).collect::<Vec<_>>());
+        assert!(
+            Instant::now() < deadline,
+            "runs left unfinished: {:?}",
+            runs.iter().map(|r| r.status).collect::<Vec<_>>()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let children: Vec<_> = runs.iter().filter(|run| run.parent_tool_call_id.is_some()).collect();

@@ -534,7 +534,8 @@ mod tests {
         assert_eq!(wait_of(&conn, "p").unwrap(), Some(vec!["c2".to_owned()]));
         boot_reconcile(&conn, 6, &mut changes).unwrap();
         assert_eq!(results(&conn, "ps"), 1, "a second boot delivers nothing again");
-        let SessionEventPayload::ToolResultEvent(result) = &events::after(&conn, "ps", 0, i64::MAX, None).unwrap()[0].event
+        let SessionEventPayload::ToolResultEvent(result) =
+            &events::after(&conn, "ps", 0, i64::MAX, None).unwrap()[0].event
         else {
             panic!()
         };

@@ -658,7 +658,10 @@ mod tests {
         assert_eq!(error.message(), "This run already spawned 10 sub-sessions; finish the remaining work here.");
         let other = normalize(&json!({"brief": "x", "agentId": "nobody"})).unwrap();
         let conn = db(0);
-        assert_eq!(spawn_child(&conn, "r", "s", "a", "owner", "c", other, 5).err().unwrap().message(), "Agent not found");
+        assert_eq!(
+            spawn_child(&conn, "r", "s", "a", "owner", "c", other, 5).err().unwrap().message(),
+            "Agent not found"
+        );
     }
 
     #[test]
@@ -679,7 +682,10 @@ mod tests {
             spawn_detached(&conn, "r", "s", "a", "owner", &brief, Some("Named".into()), 5).ok().unwrap();
         }
         let error = spawn_detached(&conn, "r", "s", "a", "owner", &brief, None, 5).err().unwrap();
-        assert_eq!(error.message(), "This session already started 10 sessions; finish the remaining work here instead.");
+        assert_eq!(
+            error.message(),
+            "This session already started 10 sessions; finish the remaining work here instead."
+        );
     }
 
     #[test]
