@@ -157,6 +157,7 @@ async fn a_parent_plans_two_steps_delegates_the_first_parks_and_finishes_the_sec
     );
     assert_eq!(child.status, RunStatus::Succeeded);
     assert_eq!(child.title, "Find three facts about otters.");
+    assert_eq!((child.plan_step_id.as_deref(), child.step_label.as_deref()), (Some("1"), Some("Find the facts")));
     let child_session = child.session_id.clone().unwrap();
 
     // The parent's log: the call, then the child's result as data, then the second step done here.
