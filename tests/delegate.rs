@@ -514,3 +514,36 @@ async fn children_nest_three_deep_and_a_leaf_is_not_offered_delegate() {
     assert_eq!(lines(&events).last().unwrap(), "assistant: Level 0 done.");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_typed_child_that_never_delivers_is_sent_back_then_fails_and_its_parent_reads_the_failure() {
+    let provider = Provider::start().await;
+    let (server, user, _agent, session_id) = setup(&provider).await;
+    provider.push(Script::tool_call(
+        "d1",
+        "delegate",
+        &json!({"brief": "Count the moons.", "output": typed_schema()}).to_string(),
+    ));
+    for _ in 0..4 {
+        provider.push(Script::text("There are many moons."));
+    }
+    provider.push(Script::text("The count could not be made."));
+    user.call(say(&session_id, "count the moons")).await.unwrap();
+    let root = session_runs(&user, &session_id).await[0].id.clone();
+    let runs = wait_for(&user, &root, &root, RunStatus::Succeeded).await;
+    let child = &runs[1];
+    assert_eq!(child.status, RunStatus::Failed);
+    let error = child.error.as_ref().unwrap();
+    assert_eq!(
+        (error.code.as_str(), error.message.as_str()),
+        ("output-schema", "Sub-session ended without delivering a valid return_result")
+    );
+    let child_log = lines(&log(&user, child.session_id.as_ref().unwrap()).await);
+    let sent_back = child_log.iter().filter(|line| line.starts_with("system: This turn is ending")).count();
+    assert_eq!(sent_back, 3, "{child_log:?}");
+    assert!(child_log.contains(&"system: This run ended with work still open:".to_owned()), "{child_log:?}");
+    let delivered = result_of(&log(&user, &session_id).await, "d1");
+    assert_eq!(delivered["status"], "failed");
+    assert_eq!(delivered["error"]["code"], "output-schema");
+    server.stop().await;
+}
