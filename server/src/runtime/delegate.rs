@@ -331,6 +331,10 @@ pub async fn call(turn: &Turn, call_id: &str, arguments: &Json) -> ApiResult<(Js
             "Script children are not supported by this server yet; delegate a model child with a brief instead.",
         ));
     }
+    // A turn asked to stop starts no more work (a child spawned now would outlive its parent).
+    if turn.stop.reason().is_some() {
+        return Err(ApiError::invalid("This turn was stopped; no child was started."));
+    }
     let awaited = arguments.get("await").and_then(Json::as_bool) != Some(false);
     let (run_id, session_id, agent_id, owner) =
         (turn.run_id.clone(), turn.session_id.clone(), turn.agent_id.clone(), turn.owner_id.clone());
