@@ -6,6 +6,7 @@
 mod support;
 
 mod authorization;
+mod delegate;
 mod envelope;
 mod features;
 mod hypermedia;

@@ -77,6 +77,7 @@ pub fn cancel_tree(
         if let Some(parent) = &parent {
             roll_up_canceled(conn, &id, parent)?;
         }
+        super::children::finalized(conn, &id, now_ms, changes)?;
         if let Some(session_id) = session_id
             && !sessions.contains(&session_id)
         {

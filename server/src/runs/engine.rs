@@ -398,7 +398,8 @@ async fn sweep(app: &App) {
         .write(move |conn| {
             let mut changes = Changes::default();
             let count = queue::boot_sweep(conn, &owner, now, &mut changes)?;
-            Ok((count, changes))
+            let resumed = super::children::boot_reconcile(conn, now, &mut changes)?;
+            Ok((count + resumed, changes))
         })
         .await;
     match swept {

@@ -21,6 +21,7 @@ use seed_agents_protocol::generated::{
 use seed_agents_protocol::wire;
 use serde::{Deserialize, Serialize};
 
+use super::children;
 use super::engine::{Outcome, RunFailure};
 use super::queue::{Changes, sync_session_status};
 use super::wait::Wait;
@@ -125,7 +126,12 @@ pub fn finish(
         }
         Outcome::Parked(wait) => {
             park(conn, run_id, &wait, now_ms)?;
-            (Settled::Stored(Outcome::Parked(wait)), false)
+            // The race closer: a child may have answered between the executor's check and now.
+            if matches!(wait, Wait::Children { .. }) && !children::park(conn, run_id, now_ms, changes)? {
+                (Settled::Requeued, false)
+            } else {
+                (Settled::Stored(Outcome::Parked(wait)), false)
+            }
         }
         Outcome::Failed(failure) if failure.retryable && current.attempt < current.max_attempts => {
             let (backoff, random) = retry;
@@ -151,6 +157,9 @@ pub fn finish(
     changes.run(conn, run_id)?;
     if ended && let Some(parent) = &current.parent_run_id {
         roll_up_usage(conn, run_id, parent)?;
+    }
+    if ended {
+        children::finalized(conn, run_id, now_ms, changes)?;
     }
     if let Some(session_id) = &current.session_id {
         sync_session_status(conn, session_id, now_ms, changes)?;

@@ -12,7 +12,7 @@ use crate::error::{ApiError, ApiResult};
 const RUN_COLUMNS: &str = "r.id, r.account_id, r.root_run_id, r.parent_run_id, r.parent_tool_call_id, \
      r.continued_from_run_id, r.depth, r.kind, r.origin, r.agent_id, r.session_id, r.title, r.source_text, \
      r.error_cbor, r.wait_cbor, r.usage_cbor, r.plan_cbor, r.status, r.created_at, r.updated_at, r.started_at, \
-     r.finished_at, (SELECT COUNT(*) FROM runs c WHERE c.parent_run_id = r.id), r.output_cbor";
+     r.finished_at, (SELECT COUNT(*) FROM runs c WHERE c.parent_run_id = r.id), r.output_cbor, r.input_cbor";
 
 /// A stored enum or CBOR column that does not read back is a broken invariant, not bad input.
 fn column<T: std::str::FromStr>(row: &Row<'_>, index: usize) -> rusqlite::Result<T>
@@ -60,9 +60,22 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<RunInfo> {
         finished_at: row.get(21)?,
         // Upstream adds the count only when the run has children.
         child_run_count: Some(row.get::<_, i64>(22)?).filter(|count| *count > 0),
-        plan_step_id: None,
-        step_label: None,
+        plan_step_id: plan_step(row, 24, "planStepId")?,
+        step_label: plan_step(row, 24, "planStepLabel")?,
         unmet_obligations: unmet_obligations(row, 23)?,
+    })
+}
+
+/// `input.planStepId` / `input.planStepLabel`: the plan step a delegated child works on.
+fn plan_step(row: &Row<'_>, index: usize, key: &str) -> rusqlite::Result<Option<String>> {
+    let Some(bytes) = row.get::<_, Option<Vec<u8>>>(index)? else { return Ok(None) };
+    // Inputs are free-form: anything else names no step.
+    Ok(match wire::decode_ipld(&bytes) {
+        Ok(ipld_core::ipld::Ipld::Map(fields)) => match fields.get(key) {
+            Some(ipld_core::ipld::Ipld::String(text)) => Some(text.clone()),
+            _ => None,
+        },
+        _ => None,
     })
 }
 

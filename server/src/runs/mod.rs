@@ -11,6 +11,8 @@
 //! - [`executor`]: the [`Executor`] interface the model loop implements, with what it is given
 //!   ([`Claimed`], [`StopSignal`]) and reports ([`Outcome`]);
 //! - [`wait`]: what a parked run waits for; [`info`]: rows read back as `RunInfo`;
+//! - [`children`]: delegated children answering their parents' calls (delivery, wait sets,
+//!   plan step settlement, the race closers);
 //! - [`actions`]: `GetRun`, `ListRuns`, `CancelRun`, `SignalRun`, `GetRunJournal`.
 //!
 //! Invariants: a run changes state only inside a write transaction that also recomputes its
@@ -19,6 +21,7 @@
 
 pub mod actions;
 pub mod cancel;
+pub mod children;
 pub mod engine;
 pub mod executor;
 pub mod finish;

@@ -76,6 +76,28 @@ pub fn insert_run(conn: &Connection, run: &NewRun, now_ms: i64) -> rusqlite::Res
 /// [`insert_run`], noting the new run and a session status change in `changes` (publish them
 /// after the commit with [`Changes::publish`]).
 pub fn enqueue(conn: &Connection, run: &NewRun, now_ms: i64, changes: &mut Changes) -> rusqlite::Result<String> {
+    insert(conn, run, None, now_ms, changes)
+}
+
+/// [`enqueue`] for a delegated child whose result answers the parent's tool call
+/// `parent_tool_call_id` (`runs.parent_tool_call_id`).
+pub fn enqueue_child(
+    conn: &Connection,
+    run: &NewRun,
+    parent_tool_call_id: &str,
+    now_ms: i64,
+    changes: &mut Changes,
+) -> rusqlite::Result<String> {
+    insert(conn, run, Some(parent_tool_call_id), now_ms, changes)
+}
+
+fn insert(
+    conn: &Connection,
+    run: &NewRun,
+    parent_tool_call_id: Option<&str>,
+    now_ms: i64,
+    changes: &mut Changes,
+) -> rusqlite::Result<String> {
     let id = uuid::Uuid::now_v7().to_string();
     let (root, depth) = match &run.parent_run_id {
         Some(parent) => {
@@ -89,8 +111,9 @@ pub fn enqueue(conn: &Connection, run: &NewRun, now_ms: i64, changes: &mut Chang
     let input = wire::ipld_to_vec(&run.input).map_err(|error| rusqlite::Error::ToSqlConversionFailure(error.into()))?;
     conn.prepare_cached(
         "INSERT INTO runs (id, account_id, root_run_id, parent_run_id, depth, kind, origin, agent_id, session_id, title,
-                           input_cbor, status, queue, attempt, max_attempts, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, 'agent', ?6, ?7, ?8, ?9, ?10, 'queued', ?11, 0, ?12, ?13, ?13)",
+                           input_cbor, status, queue, attempt, max_attempts, created_at, updated_at,
+                           parent_tool_call_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'agent', ?6, ?7, ?8, ?9, ?10, 'queued', ?11, 0, ?12, ?13, ?13, ?14)",
     )?
     .execute(params![
         id,
@@ -105,7 +128,8 @@ pub fn enqueue(conn: &Connection, run: &NewRun, now_ms: i64, changes: &mut Chang
         input,
         run.queue.as_str(),
         run.max_attempts.max(1),
-        now_ms
+        now_ms,
+        parent_tool_call_id
     ])?;
     changes.run(conn, &id)?;
     sync_session_status(conn, &run.session_id, now_ms, changes)?;
@@ -119,6 +143,8 @@ pub struct Changes {
     runs: Vec<RunInfo>,
     sessions: Vec<(String, String)>,
     events: Vec<(String, String, SessionEvent)>,
+    /// A run went back to the queue (a parent whose children all answered): wake the dispatcher.
+    wake: bool,
 }
 
 impl Changes {
@@ -142,6 +168,11 @@ impl Changes {
         self.events.push((owner_id.to_owned(), agent_id.to_owned(), event));
     }
 
+    /// Notes that a run became due, so the dispatcher should look now rather than at its tick.
+    pub fn wake(&mut self) {
+        self.wake = true;
+    }
+
     /// The run snapshots noted, oldest change first.
     pub fn runs(&self) -> &[RunInfo] {
         &self.runs
@@ -154,7 +185,7 @@ impl Changes {
 
     /// Whether nothing was noted.
     pub fn is_empty(&self) -> bool {
-        self.runs.is_empty() && self.sessions.is_empty() && self.events.is_empty()
+        self.runs.is_empty() && self.sessions.is_empty() && self.events.is_empty() && !self.wake
     }
 
     /// Publishes everything noted (call after the commit): each run change, then the appended
@@ -171,6 +202,9 @@ impl Changes {
         }
         for (session_id, agent_id) in self.sessions {
             app.bus.publish(Event::SessionChanged { session_id, agent_id });
+        }
+        if self.wake {
+            app.runs.notify();
         }
     }
 }

@@ -17,6 +17,7 @@
 //! announced after its commit; partials are never stored; nothing here decides by parsing an
 //! error's text; a stopped turn keeps what it streamed.
 
+pub mod delegate;
 pub mod message;
 pub mod pass;
 pub mod plan;
@@ -42,7 +43,7 @@ use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::model::{self, Endpoint};
 use crate::providers::models::SealedKey;
 use crate::providers::registry::ProviderType;
-use crate::runs::engine::{Claimed, Executor, Outcome, RunFailure, StopSignal};
+use crate::runs::engine::{Claimed, Executor, Outcome, RunFailure, StopSignal, Wait};
 use crate::sessions::events;
 
 /// System continuations per execution before a run ends owing its plan.
@@ -90,6 +91,17 @@ pub struct Turn {
     pub queued_behind: Option<Vec<String>>,
     /// Asks the run to end.
     pub stop: StopSignal,
+    /// The contract of a delegated child (its own spec, or the one its session inherited).
+    pub contract: Option<delegate::Spec>,
+    /// The run's depth in its tree (`delegate` is offered while a child may still be spawned).
+    pub depth: i64,
+    /// Whether the run already had children answer it (a parent resumed after parking).
+    pub resumed: bool,
+    /// Awaited `delegate` calls of the current pass: the pass ends after its tool batch and the
+    /// run parks on them.
+    pub park: std::sync::Mutex<Vec<String>>,
+    /// `return_result` state of a typed child's execution.
+    pub typed: std::sync::Mutex<delegate::Typed>,
 }
 
 impl std::fmt::Debug for Turn {
@@ -117,6 +129,14 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
     if let Err(error) = turn.repair().await {
         return Outcome::Failed(failure(&error, "internal"));
     }
+    // A parent that was executing when the server died parks on its live children again rather
+    // than answering without them.
+    let run_id = turn.run_id.clone();
+    match turn.app.db.read(move |conn| crate::runs::children::live_children_of(conn, &run_id)).await {
+        Ok(pending) if !pending.is_empty() => return Outcome::Parked(Wait::Children { tool_call_ids: pending }),
+        Ok(_) => {}
+        Err(error) => return Outcome::Failed(failure(&error, "internal")),
+    }
     title::start(&turn);
     let mut continuations = 0;
     loop {
@@ -127,38 +147,151 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
             }
             pass::Ended::Failed(failure) => return Outcome::Failed(failure),
             pass::Ended::Answered { assistant_event_id } => assistant_event_id,
+            pass::Ended::Parked => {
+                let parked = std::mem::take(&mut *lock(&turn.park));
+                let session_id = turn.session_id.clone();
+                let open = turn
+                    .app
+                    .db
+                    .read(move |conn| {
+                        let answered: Vec<bool> = parked
+                            .iter()
+                            .map(|id| crate::runs::children::has_result(conn, &session_id, id))
+                            .collect::<ApiResult<_>>()?;
+                        Ok(parked.into_iter().zip(answered).filter(|(_, done)| !done).map(|(id, _)| id).collect())
+                    })
+                    .await;
+                match open {
+                    // Every child already answered: go on at once.
+                    Ok(open) if Vec::<String>::is_empty(&open) => {
+                        continuations = 0;
+                        continue;
+                    }
+                    Ok(open) => return Outcome::Parked(Wait::Children { tool_call_ids: open }),
+                    Err(error) => return Outcome::Failed(failure(&error, "internal")),
+                }
+            }
         };
-        let session_id = turn.session_id.clone();
-        let open = match turn.app.db.read(move |conn| plan::load(conn, &session_id)).await {
-            Ok(plan) => plan::open_steps(plan.as_ref()),
+        let typed = std::mem::take(&mut *lock(&turn.typed));
+        if let Some(payload) = typed.delivered {
+            return match wire::to_ipld(&payload) {
+                Ok(payload) => Outcome::Succeeded(payload),
+                Err(error) => Outcome::Failed(failure(&ApiError::internal(error), "internal")),
+            };
+        }
+        if typed.rejected {
+            return Outcome::Failed(RunFailure {
+                code: "output-schema".into(),
+                message: "Sub-session could not produce a schema-valid result".into(),
+                retryable: false,
+                http_status: Some(400),
+            });
+        }
+        // Keep the failures counted across passes of this execution.
+        lock(&turn.typed).failures = typed.failures;
+        let owes_result = turn.contract.as_ref().is_some_and(|spec| spec.output.is_some());
+        let (session_id, run_id) = (turn.session_id.clone(), turn.run_id.clone());
+        let read = turn
+            .app
+            .db
+            .read(move |conn| {
+                let plan = plan::load(conn, &session_id)?;
+                let children = !crate::runs::children::live_children_of(conn, &run_id)?.is_empty();
+                Ok((plan, children))
+            })
+            .await;
+        let open = match read {
+            // Steps left open while children work on them are not abandoned.
+            Ok((_, true)) => Vec::new(),
+            Ok((plan, false)) => plan::open_steps(plan.as_ref()),
             Err(error) => return Outcome::Failed(failure(&error, "internal")),
         };
-        if open.is_empty() {
-            return Outcome::Succeeded(output(&assistant_event_id, &[]));
+        if open.is_empty() && !owes_result {
+            return turn.answered(&assistant_event_id, &[]).await;
         }
-        let bullets: String = open.iter().map(|label| format!("\n- {label}")).collect();
+        let mut lines = String::new();
+        if owes_result {
+            lines.push_str(
+                "\n- You have not delivered the result yet. Call return_result now with a payload that fits the \
+                 required schema; that is how this task completes.",
+            );
+        }
+        let bullets: String = open.iter().map(|label| format!("\n  - {label}")).collect();
+        if !open.is_empty() {
+            lines.push_str(&format!("\n- Plan steps not finished:{bullets}"));
+        }
         if continuations < MAX_CONTINUATIONS {
             continuations += 1;
             let text = format!(
-                "This turn is ending with work you committed to still open:\n- Plan steps not finished:{}\nContinue \
-                 them now, or set honest final statuses (failed or skipped) with the plan tool. Finish the work or \
-                 say plainly why you cannot.",
-                bullets.replace("\n- ", "\n  - ")
+                "This turn is ending with work you committed to still open:{lines}\nContinue them now, or set honest \
+                 final statuses (failed or skipped) with the plan tool. Finish the work or say plainly why you cannot."
             );
             if let Err(error) = turn.append_system(text).await {
                 return Outcome::Failed(failure(&error, "internal"));
             }
             continue;
         }
-        let notice = format!(
-            "This run ended with work still open:\n- Unfinished plan steps:{}\nNothing was completed on the agent's \
-             behalf; ask it again to continue.",
-            bullets.replace("\n- ", "\n  - ")
-        );
+        let mut notice = String::from("This run ended with work still open:");
+        if owes_result {
+            notice.push_str("\n- No result was delivered to the task that delegated this one.");
+        }
+        if !open.is_empty() {
+            notice.push_str(&format!("\n- Unfinished plan steps:{bullets}"));
+        }
+        notice.push_str("\nNothing was completed on the agent's behalf; ask it again to continue.");
         if let Err(error) = turn.append_system(notice).await {
             return Outcome::Failed(failure(&error, "internal"));
         }
-        return Outcome::Succeeded(output(&assistant_event_id, &open));
+        if owes_result {
+            return Outcome::Failed(RunFailure {
+                code: "output-schema".into(),
+                message: "Sub-session ended without delivering a valid return_result".into(),
+                retryable: false,
+                http_status: Some(400),
+            });
+        }
+        return turn.answered(&assistant_event_id, &open).await;
+    }
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Turn {
+    /// A run that answered: `{assistantEventId}` for a turn, `{text}` (the last assistant
+    /// message) for a delegated child; with `unmetObligations` when it owes plan steps.
+    async fn answered(&self, assistant_event_id: &str, open: &[String]) -> Outcome {
+        let mut output = output(assistant_event_id, open);
+        if self.contract.is_none() {
+            return Outcome::Succeeded(output);
+        }
+        let (session_id, id) = (self.session_id.clone(), assistant_event_id.to_owned());
+        let text = self
+            .app
+            .db
+            .read(move |conn| {
+                Ok(events::after(conn, &session_id, 0, i64::MAX, None)?.into_iter().rev().find_map(|event| match event
+                    .event
+                {
+                    SessionEventPayload::MessageEvent(message)
+                        if message.role == MessageEventRole::Assistant && (id.is_empty() || event.id == id) =>
+                    {
+                        Some(message.content)
+                    }
+                    _ => None,
+                }))
+            })
+            .await;
+        let text = match text {
+            Ok(text) => text.unwrap_or_default(),
+            Err(error) => return Outcome::Failed(failure(&error, "internal")),
+        };
+        if let Ipld::Map(fields) = &mut output {
+            fields.remove("assistantEventId");
+            fields.insert("text".to_owned(), Ipld::String(text));
+        }
+        Outcome::Succeeded(output)
     }
 }
 
@@ -179,8 +312,11 @@ fn output(assistant_event_id: &str, open_steps: &[String]) -> Ipld {
 }
 
 /// The agent tool calls of a session that have no result, oldest first: `(call id, tool name)`.
+///
+/// Calls a child still works on (or a parked run waits on) are pending, not dangling.
 fn dangling_calls(conn: &rusqlite::Connection, session_id: &str) -> ApiResult<Vec<(String, String)>> {
     let all = events::after(conn, session_id, 0, i64::MAX, None)?;
+    let pending = crate::runs::children::pending_calls(conn, session_id)?;
     let answered: std::collections::HashSet<&str> = all
         .iter()
         .filter_map(|event| match &event.event {
@@ -192,7 +328,9 @@ fn dangling_calls(conn: &rusqlite::Connection, session_id: &str) -> ApiResult<Ve
         .iter()
         .filter_map(|event| match &event.event {
             SessionEventPayload::ToolCallEvent(call)
-                if call.actor != Some(SessionActor::User) && !answered.contains(call.id.as_str()) =>
+                if call.actor != Some(SessionActor::User)
+                    && !answered.contains(call.id.as_str())
+                    && !pending.contains(&call.id) =>
             {
                 Some((call.id.clone(), call.name.clone()))
             }
@@ -233,6 +371,39 @@ impl Turn {
         let endpoint = model::endpoint_for(provider, loaded.base_url, api_key, loaded.model)
             .map_err(|error| ApiError::invalid(error.message))?;
         let queued_behind = queued_behind(&run.input);
+        let (run_id, session_id) = (run.id.clone(), run.session_id.clone());
+        let (contract, depth, resumed) = app
+            .db
+            .read(move |conn| {
+                let contract = delegate::contract(conn, &run_id, &session_id)?;
+                let (depth, children): (i64, bool) = conn
+                    .prepare_cached(
+                        "SELECT depth, EXISTS (SELECT 1 FROM runs c WHERE c.parent_run_id = r.id
+                                                 AND c.parent_tool_call_id IS NOT NULL)
+                         FROM runs r WHERE r.id = ?1",
+                    )?
+                    .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .optional()?
+                    .unwrap_or((0, false));
+                Ok((contract, depth, children))
+            })
+            .await?;
+        let mut definition = loaded.definition;
+        if let Some(spec) = &contract {
+            // A child with its own prompt runs with it instead of the agent's.
+            if let Some(prompt) = &spec.prompt {
+                definition.system_prompt =
+                    seed_agents_protocol::generated::AgentDefinitionSystemPrompt::String(prompt.clone());
+            }
+            // `tools` narrows what the agent has (every callable when it names none).
+            if let Some(wanted) = &spec.tools {
+                let base: Vec<String> = match &definition.tools {
+                    Some(tools) => tools.clone(),
+                    None => crate::tools::registry::Callable::ALL.iter().map(|tool| tool.name().to_owned()).collect(),
+                };
+                definition.tools = Some(base.into_iter().filter(|tool| wanted.contains(tool)).collect());
+            }
+        }
         Ok(Self {
             memory_root: PathBuf::from(&loaded.state_dir).join(crate::memory::path::MEMORY_DIR),
             app,
@@ -240,7 +411,12 @@ impl Turn {
             session_id: run.session_id.clone(),
             agent_id: run.agent_id.clone(),
             owner_id: loaded.owner_id,
-            definition: loaded.definition,
+            definition,
+            contract,
+            depth,
+            resumed,
+            park: Default::default(),
+            typed: Default::default(),
             endpoint,
             reasoning: loaded.reasoning,
             model_defaults: loaded.model_defaults,

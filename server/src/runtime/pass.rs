@@ -25,7 +25,7 @@ use seed_agents_protocol::{Value, wire};
 use serde_json::Value as Json;
 
 use super::tools::{self, Tool};
-use super::{MAX_TOKENS, Turn, plan, prompt, replay};
+use super::{MAX_TOKENS, Turn, delegate, plan, prompt, replay};
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::model::{self, Message, ModelRequest, StreamEvent, ToolCall, ToolResult, Usage};
 use crate::runs::engine::{RunFailure, StopReason};
@@ -49,6 +49,8 @@ pub enum Ended {
     },
     /// The provider failed (or the server did).
     Failed(RunFailure),
+    /// The step's tool batch spawned awaited children (in `Turn::park`): the pass ends by design.
+    Parked,
 }
 
 /// The streaming state of the assistant message being written.
@@ -127,6 +129,7 @@ impl Turn {
         let (definition, memory_root, now) =
             (self.definition.clone(), self.memory_root.clone(), self.app.clock.now_ms());
         let queued_behind = self.queued_behind.clone();
+        let resumed = self.resumed;
         let granted = crate::tools::granted(&self.app, &self.definition);
         // Everything is read on a reader: the writer is taken only to retire a plan settled
         // under an earlier run, which happens once per plan.
@@ -148,7 +151,13 @@ impl Turn {
                     now_ms: now,
                 };
                 let system = prompt::system(conn, &inputs)?;
-                let tail = replay::Tail { queued_behind: queued_behind.as_deref(), plan: plan.as_ref() };
+                let pending = crate::runs::children::pending_calls(conn, &session_id)?;
+                let tail = replay::Tail {
+                    queued_behind: queued_behind.as_deref(),
+                    plan: plan.as_ref(),
+                    pending: Some(&pending),
+                    resumed,
+                };
                 let promoted = tools::promoted(&log, &granted);
                 Ok((system, replay::conversation(&log, &tail), promoted, false))
             })
@@ -159,10 +168,20 @@ impl Turn {
             self.session_updated();
             return Box::pin(self.request()).await;
         }
+        let mut offered = tools::offered(&promoted);
+        // `delegate` after `call`, while a child may still be spawned (a leaf at its depth budget
+        // does not see it); `return_result` last, for a typed child.
+        if self.depth < delegate::MAX_DEPTH {
+            let at = offered.iter().position(|spec| spec.name == Tool::Call.name()).map_or(offered.len(), |i| i + 1);
+            offered.insert(at, delegate::delegate_spec());
+        }
+        if let Some(schema) = self.contract.as_ref().and_then(|spec| spec.output.as_ref()) {
+            offered.push(delegate::return_result_spec(schema));
+        }
         Ok(ModelRequest {
             system,
             messages,
-            tools: tools::offered(&promoted),
+            tools: offered,
             reasoning: self.reasoning.clone(),
             max_tokens: MAX_TOKENS,
             model_defaults: self.model_defaults.clone(),
@@ -344,6 +363,17 @@ async fn pass(turn: &Turn) -> ApiResult<Ended> {
         let results = run_tools(turn, &partial, &step.tool_calls, &request.tools).await?;
         request.messages.push(Message::Assistant { text, tool_calls: step.tool_calls, thinking: step.thinking });
         request.messages.push(Message::ToolResults(results));
+        if turn.stop.reason().is_none() {
+            // Awaited children end the pass by design; a typed result (or its last refusal) ends
+            // the turn after the batch, with no further request.
+            if !super::lock(&turn.park).is_empty() {
+                return Ok(Ended::Parked);
+            }
+            let typed = super::lock(&turn.typed);
+            if typed.delivered.is_some() || typed.rejected {
+                return Ok(Ended::Answered { assistant_event_id: last_said });
+            }
+        }
         if let Some(reason) = turn.stop.reason() {
             let assistant_event_id = if said_anything || reason == StopReason::Shutdown {
                 last_said
@@ -411,6 +441,8 @@ async fn run_tools(
     let mut results: Vec<Option<ToolResult>> = vec![None; calls.len()];
     while let Some((index, outcome, duration)) = running.next().await {
         let call = &calls[index];
+        // An awaited child's result is appended when the child ends, not now.
+        let parked = call.name == delegate::NAME && super::lock(&turn.park).contains(&call.id);
         let (text, images, is_error, output, error) = match outcome {
             Ok((output, images)) => {
                 let text = replay::bound(&serde_json::to_string(&output).unwrap_or_else(|_| "{}".to_owned()));
@@ -418,7 +450,7 @@ async fn run_tools(
             }
             Err(message) => (replay::bound(&message), Vec::new(), true, None, Some(message)),
         };
-        if call.name != Tool::Plan.name() {
+        if call.name != Tool::Plan.name() && !parked {
             let output =
                 output.map(|output| wire::to_ipld(&output).map(Value)).transpose().map_err(ApiError::internal)?;
             turn.append(SessionEventPayload::ToolResultEvent(ToolResultEvent {
@@ -447,14 +479,30 @@ fn detail(arguments: &Json) -> Option<String> {
         .map(|text| text.chars().take(200).collect())
 }
 
-/// Runs one call: its output, or the error text the model reads. A callable promoted in this
-/// pass (in `offered`) runs as `call {tool, input}`.
-/// Runs one call: its output and any images for the model, or the error text the model reads.
+/// Runs one call: its output and any images for the model, or the error text the model reads. A
+/// callable promoted in this pass (in `offered`) runs as `call {tool, input}`.
 async fn execute(
     turn: &Turn,
     call: &ToolCall,
     offered: &[crate::model::ToolSpec],
 ) -> Result<(Json, Vec<crate::model::Image>), String> {
+    let is_offered = |name: &str| offered.iter().any(|spec| spec.name == name);
+    if call.name == delegate::NAME && is_offered(delegate::NAME) {
+        return match delegate::call(turn, &call.id, &call.arguments).await {
+            Ok((output, awaited)) => {
+                if awaited {
+                    super::lock(&turn.park).push(call.id.clone());
+                }
+                Ok((output, Vec::new()))
+            }
+            Err(error) => Err(model_error(&call.name, error)),
+        };
+    }
+    if call.name == delegate::RETURN_RESULT
+        && let Some(schema) = turn.contract.as_ref().and_then(|spec| spec.output.as_ref())
+    {
+        return delegate::return_result(&turn.typed, schema, &call.arguments).map(|output| (output, Vec::new()));
+    }
     let Some(tool) = Tool::named(&call.name) else {
         let promoted = crate::tools::registry::Callable::named(&call.name)
             .filter(|callable| offered.iter().any(|spec| spec.name == callable.name()));

@@ -8,7 +8,7 @@
 //! with open steps is sent back (see `obligations`).
 
 use rusqlite::{Connection, OptionalExtension, params};
-use seed_agents_protocol::generated::{RunPlan, RunPlanStep, RunPlanStepStatus};
+use seed_agents_protocol::generated::{RunPlan, RunPlanStep, RunPlanStepResolvedBy, RunPlanStepStatus};
 use seed_agents_protocol::wire;
 use serde_json::{Value as Json, json};
 
@@ -108,6 +108,17 @@ pub async fn apply(turn: &Turn, arguments: &Json) -> ApiResult<Json> {
                 RunPlan { extra: Default::default(), owner_run_id: Some(run_id), settled_at: None, steps, title };
             let all_settled = !plan.steps.is_empty() && plan.steps.iter().all(settled);
             if let Some(previous) = &previous {
+                // A step the runtime settled from its children keeps the mark while it stays done.
+                for step in &mut plan.steps {
+                    let settled_by_runtime = previous.steps.iter().any(|old| {
+                        old.id == step.id
+                            && old.status == RunPlanStepStatus::Done
+                            && old.resolved_by == Some(RunPlanStepResolvedBy::Runtime)
+                    });
+                    if settled_by_runtime && step.status == RunPlanStepStatus::Done {
+                        step.resolved_by = Some(RunPlanStepResolvedBy::Runtime);
+                    }
+                }
                 let same_steps = previous.steps.iter().map(|s| &s.id).eq(plan.steps.iter().map(|s| &s.id));
                 // A settled rewrite of the same steps stays with the run that made the plan.
                 if all_settled && same_steps {
@@ -147,6 +158,36 @@ pub fn close_running_steps(conn: &Connection, session_id: &str, succeeded: bool,
         store(conn, session_id, Some(&plan), now)?;
     }
     Ok(changed)
+}
+
+/// Marks step `step_id` of the session's plan `done` with `resolvedBy: 'runtime'` (its children
+/// all came back succeeded, RUNTIME-NOTES §5.7); nothing when the step is gone or already
+/// settled. Whether the plan changed.
+pub fn settle_step(conn: &Connection, session_id: &str, step_id: &str, now: i64) -> ApiResult<bool> {
+    let Some(mut plan) = load(conn, session_id)? else { return Ok(false) };
+    let Some(step) = plan.steps.iter_mut().find(|step| step.id == step_id) else { return Ok(false) };
+    if settled(step) {
+        return Ok(false);
+    }
+    step.status = RunPlanStepStatus::Done;
+    step.resolved_by = Some(RunPlanStepResolvedBy::Runtime);
+    if plan.steps.iter().all(settled) && plan.settled_at.is_none() {
+        plan.settled_at = Some(now);
+        copy_to_run(conn, &plan)?;
+    }
+    store(conn, session_id, Some(&plan), now)?;
+    Ok(true)
+}
+
+/// The single `running` step of the session's plan, as `(id, label)`; none when no step or
+/// several run (a spawn then attaches to no step).
+pub fn running_step(conn: &Connection, session_id: &str) -> ApiResult<Option<(String, String)>> {
+    let Some(plan) = load(conn, session_id)? else { return Ok(None) };
+    let mut running = plan.steps.iter().filter(|step| step.status == RunPlanStepStatus::Running);
+    match (running.next(), running.next()) {
+        (Some(step), None) => Ok(Some((step.id.clone(), step.label.clone()))),
+        _ => Ok(None),
+    }
 }
 
 /// `status {title?, description?}`: names the session (unless its user named it) and says

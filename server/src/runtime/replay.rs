@@ -38,11 +38,27 @@ pub struct Tail<'a> {
     pub queued_behind: Option<&'a [String]>,
     /// The session's live plan.
     pub plan: Option<&'a RunPlan>,
+    /// Calls a child still works on: replayed with a "still running" result.
+    pub pending: Option<&'a HashSet<String>>,
+    /// The run resumed after its children answered: a log ending on an assistant message gets
+    /// the `<background_work_update>` nudge.
+    pub resumed: bool,
 }
+
+/// The result a call a child still works on replays with (never stored).
+pub const STILL_RUNNING: &str = "{\"status\":\"running\",\"note\":\"Still running in the background. Its real result \
+                                 will arrive in a later turn as this tool call's result; do not wait for it — respond \
+                                 to the user now.\"}";
+
+/// What a resumed parent reads when its log ends on an assistant message.
+pub const BACKGROUND_WORK_UPDATE: &str = "<background_work_update>\nThe children you were waiting on have finished; \
+     their results are attached to their tool calls above. Continue now: act on those results and reply to the user, \
+     including anything you promised to deliver once they completed.\n</background_work_update>";
 
 /// The provider conversation for `events` (in seq order) and `tail`.
 pub fn conversation(events: &[SessionEvent], tail: &Tail<'_>) -> Vec<Message> {
     let mut replay = Replay::index(events);
+    replay.pending = tail.pending;
     for event in events {
         replay.emit(&event.event);
     }
@@ -72,6 +88,8 @@ pub fn conversation(events: &[SessionEvent], tail: &Tail<'_>) -> Vec<Message> {
                  now:\n{list}\n</concurrent_user_messages>"
             )));
         }
+    } else if tail.resumed && matches!(messages.last(), Some(Message::Assistant { .. })) {
+        messages.push(user_text(BACKGROUND_WORK_UPDATE.to_owned()));
     } else if matches!(messages.last(), Some(Message::Assistant { .. })) {
         // A provider cannot continue from its own last word: say why the turn goes on.
         messages.push(user_text(
@@ -171,6 +189,8 @@ struct Replay<'a> {
     text: Vec<String>,
     calls: Vec<ToolCall>,
     messages: Vec<Message>,
+    /// Calls a child still works on.
+    pending: Option<&'a HashSet<String>>,
 }
 
 impl<'a> Replay<'a> {
@@ -188,7 +208,15 @@ impl<'a> Replay<'a> {
                 _ => {}
             }
         }
-        Self { results, user_calls, emitted: HashSet::new(), text: Vec::new(), calls: Vec::new(), messages: Vec::new() }
+        Self {
+            results,
+            user_calls,
+            emitted: HashSet::new(),
+            text: Vec::new(),
+            calls: Vec::new(),
+            messages: Vec::new(),
+            pending: None,
+        }
     }
 
     fn emit(&mut self, event: &'a SessionEventPayload) {
@@ -270,6 +298,9 @@ impl<'a> Replay<'a> {
             .map(|call| {
                 let (text, is_error) = match self.results.get(call.id.as_str()) {
                     Some(result) => result_text(result),
+                    None if self.pending.is_some_and(|pending| pending.contains(&call.id)) => {
+                        (STILL_RUNNING.to_owned(), false)
+                    }
                     None => (NO_RESULT.to_owned(), true),
                 };
                 ToolResult { call_id: call.id.clone(), name: call.name.clone(), text, images: Vec::new(), is_error }

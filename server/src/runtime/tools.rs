@@ -2,8 +2,8 @@
 //! goes through before it runs (RUNTIME-NOTES §1.8).
 //!
 //! The verbs are always offered, in this order: `read`, `write`, `call`, `plan`, `status`.
-//! `delegate` is not offered: child runs do not exist on this server yet, and a tool the model
-//! can see must work. Callables (reached through `call`) are promoted to provider tools of their
+//! `delegate` (after `call`, while the run may still spawn a child) and a typed child's
+//! `return_result` are added by the pass (see `delegate`). Callables (reached through `call`) are promoted to provider tools of their
 //! own, ahead of the verbs, once the agent itself read `~/tools/<name>` or called them in the
 //! session, and only while they are granted ([`promoted`]); a promoted tool runs as `call`.
 //!
@@ -331,7 +331,7 @@ mod tests {
             assert_eq!(tool.schema()["type"], "object");
             assert_eq!(tool.schema()["additionalProperties"], false, "{}", tool.name());
         }
-        assert_eq!(Tool::named("delegate"), None, "not offered until children exist");
+        assert_eq!(Tool::named("delegate"), None, "offered by the pass, by depth");
     }
 
     fn tool_call(name: &str, input: Json, actor: Option<SessionActor>) -> SessionEvent {

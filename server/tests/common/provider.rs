@@ -78,6 +78,9 @@ pub enum Fallback {
     Text(String),
     /// Always this text, one character per delta.
     Pieces(String),
+    /// Whatever the function answers for the request's JSON body (tests whose requests arrive in
+    /// no fixed order: concurrent children, crash recovery).
+    Rule(fn(&Value) -> Script),
 }
 
 /// Which vendor format a request came in (and its answer goes out) in.
@@ -303,6 +306,10 @@ fn answer(state: &Shared, vendor: Vendor, uri: Uri, headers: HeaderMap, body: &[
     let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let model = body.get("model").and_then(Value::as_str).unwrap_or("scripted").to_owned();
     let echo = last_user_text(vendor, &body);
+    let ruled = match &*state.fallback.lock().expect("fallback") {
+        Some(Fallback::Rule(rule)) => Some(rule(&body)),
+        _ => None,
+    };
     let first_byte = Arc::new(Mutex::new(None));
     state.requests.lock().expect("requests").push(Recorded {
         path: uri.path().to_owned(),
@@ -316,6 +323,7 @@ fn answer(state: &Shared, vendor: Vendor, uri: Uri, headers: HeaderMap, body: &[
             Fallback::Echo => Script::text(&echo),
             Fallback::Text(text) => Script::text(&text),
             Fallback::Pieces(text) => Script::text(&text).split(),
+            Fallback::Rule(_) => ruled.clone().unwrap_or_else(|| Script::text("no rule")),
         })
     });
     let Some(script) = script else {

@@ -180,7 +180,7 @@ fn the_tail_names_queued_messages_and_the_plan() {
         }],
     };
     let ids = ["e2".to_owned()];
-    let messages = conversation(&events, &Tail { queued_behind: Some(&ids), plan: Some(&plan) });
+    let messages = conversation(&events, &Tail { queued_behind: Some(&ids), plan: Some(&plan), ..Default::default() });
     assert_eq!(messages.len(), 4);
     let concurrent = text(&messages[2]);
     assert!(concurrent.starts_with("<concurrent_user_messages>\n"), "{concurrent}");
