@@ -527,7 +527,7 @@ pub enum SessionFrame<'a> {
 /// whatever the bus held before it, and a partial and the appends around it must keep their
 /// order, so both go out from the task that publishes them (the runtime's turn or the handler
 /// that committed). The hub still sends appends to account-wide subscribers
-/// ([`Hub::appended`]), whose order relative to partials nobody sees.
+/// (`Hub::appended`), whose order relative to partials nobody sees.
 pub fn to_session(app: &App, session_id: &str, frame: SessionFrame<'_>) {
     let key = format!("sessions/{session_id}");
     let registry = app.live.registry();

@@ -5,9 +5,9 @@
 //! - `user-mention {mentionedAccounts, resourcePrefix?}`: a comment whose blocks embed a link to
 //!   the account (`hm://<uid>` or its `:profile`), or a citation whose target is the account.
 //!   Authorship, reply parents or document authorship alone never count.
-//! - `comment-reply {repliedToAccounts, resourcePrefix?}` [SEED]: a comment whose direct parent
+//! - `comment-reply {repliedToAccounts, resourcePrefix?}` \[SEED\]: a comment whose direct parent
 //!   was written by one of the accounts, never that account replying to itself.
-//! - `document-author-comment {documentAuthors, resourcePrefix?}` [SEED]: a comment on a document
+//! - `document-author-comment {documentAuthors, resourcePrefix?}` \[SEED\]: a comment on a document
 //!   one of the accounts authored (`targetAuthorUids`), never that author's own comment.
 //! - `site-update {resourcePrefix, eventTypes?}`: any event whose resource lies under the
 //!   prefix, of one of the types when given (`doc-update`, `change`, `ref`, `document-update` are
