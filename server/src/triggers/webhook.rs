@@ -212,6 +212,13 @@ async fn receive(
             let body = serde_json::json!({ "firingId": firing_id, "sessionId": session_id, "runId": run_id });
             (StatusCode::ACCEPTED, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
         }
+        Ok(FireOutcome::Woke { firing_id, run_id }) => {
+            let mut body = serde_json::json!({ "firingId": firing_id, "delivered": run_id.is_some() });
+            if let Some(run_id) = run_id {
+                body["runId"] = serde_json::Value::String(run_id);
+            }
+            (StatusCode::ACCEPTED, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+        }
         Ok(FireOutcome::Duplicate) => refuse(StatusCode::CONFLICT, "This webhook-id was already received"),
         Ok(FireOutcome::Inactive) => refuse(StatusCode::CONFLICT, "This trigger is disabled"),
         Err(error) => internal(&error),
