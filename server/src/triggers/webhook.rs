@@ -15,7 +15,9 @@
 //! 4. fires the trigger with the firing key `webhook:<webhook-id>`: a message id fires once
 //!    (a replay, even re-signed, answers 409), durably, across restarts;
 //! 5. hands the run `{type: 'webhook', webhookId, timestamp, contentType?, body}`: JSON bodies
-//!    as values, other UTF-8 bodies as text, anything else as bytes.
+//!    as values, other UTF-8 bodies as text, anything else as bytes;
+//! 6. answers 202 `{firingId, sessionId, runId}`, or for a `wake` continuation
+//!    `{firingId, delivered, runId?}` (the parked run that took the signal).
 //!
 //! Secrets are 32 random bytes, shown once as `whsec_<base64>` when the trigger is created or its
 //! source is set to `webhook` again (rotation), and stored sealed with the server key.
