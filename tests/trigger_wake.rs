@@ -1,7 +1,8 @@
 //! Wake continuations end to end: a webhook trigger whose continuation is `wake` resumes a
 //! budget-paused run through SignalRun's delivery, once however often the webhook is replayed,
 //! opens no session and starts no run; a wake nobody takes is recorded on the firing and resumes
-//! nothing; the continuation's validation messages.
+//! nothing; a run-completed trigger's wake resumes a parked run when another run fails; the
+//! continuation's validation messages.
 
 use std::time::Duration;
 
@@ -12,8 +13,9 @@ use ipld_core::ipld::Ipld;
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
     AgentTriggerInfo, AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerPatch, AgentTriggerSource,
-    CreateAgentTrigger, GetAgentTrigger, GetAgentTriggerResponse, GetRun, ListRuns, ListSessions, RunStatus,
-    ToolContinuation, TriggerContinuation, UpdateAgentTrigger, WakeContinuation, WebhookSource,
+    CreateAgentTrigger, GetAgentTrigger, GetAgentTriggerResponse, GetRun, ListRuns, ListSessions, RunCompletedSource,
+    RunCompletedSourceStatus, RunStatus, ToolContinuation, TriggerContinuation, UpdateAgentTrigger, WakeContinuation,
+    WebhookSource,
 };
 use seed_agents_server::runs::engine::Outcome;
 use sha2::Sha256;
@@ -230,5 +232,35 @@ async fn wake_continuations_are_checked_when_written() {
     assert_eq!(api_error(owner.call(update(wake("", None))).await), (400, "Trigger signal is required".into()));
     let updated = owner.call(update(wake("later", None))).await.unwrap().trigger;
     assert!(matches!(updated.continuation, Some(TriggerContinuation::WakeContinuation(ref w)) if w.signal == "later"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_wakes_a_parked_one_through_a_run_completed_trigger() {
+    let (server, scripted, owner, agent, session) = setup().await;
+    let paused = stage(&server, &owner.id, &agent, &session, Stage::Paused).await;
+    let source = AgentTriggerSource::RunCompletedSource(RunCompletedSource {
+        extra: Default::default(),
+        agent_id: Some(agent.clone()),
+        status: Some(RunCompletedSourceStatus::Failed),
+        title_match: None,
+    });
+    let trigger = AgentTriggerInput { source, ..hook("On failure", wake("retry", Some(&paused))) };
+    let created =
+        owner.call(CreateAgentTrigger { agent_id: agent.clone(), client_request_id: None, trigger }).await.unwrap();
+
+    // Another run of the agent fails: the chain monitor fires the trigger, which resumes the pause.
+    let other = owner.create_session(&agent, None).await;
+    let failed = stage(&server, &owner.id, &agent, &other, Stage::Failed).await;
+    let execution = scripted.next().await;
+    assert_eq!(execution.run.id, paused, "the parked run resumed");
+    let read = get(&owner, &created.trigger.id).await;
+    let firing = &read.firings[0];
+    assert_eq!(
+        (&*firing.activity_key, &*firing.status, firing.run_id.as_deref(), read.firings.len()),
+        (&*format!("run-completed:{failed}"), "delivered", Some(&*paused), 1)
+    );
+    assert!(read.sessions.is_empty(), "no session was opened");
+    execution.finish(Outcome::Succeeded(Ipld::Null));
     server.stop().await;
 }
