@@ -225,7 +225,8 @@ fn wake_in(
     published: &mut Published,
 ) -> ApiResult<Option<String>> {
     let changes = &mut published.changes;
-    let (woken, error) = match &wake.run_id {
+    // The run that took the signal, or why none did.
+    let outcome: Result<String, &str> = match &wake.run_id {
         Some(run_id) => {
             let ours: bool = conn
                 .prepare_cached(
@@ -233,21 +234,19 @@ fn wake_in(
                 )?
                 .query_row(params![run_id, trigger.account, trigger.agent_id], |row| row.get(0))?;
             if !ours {
-                (None, "Run not found")
+                Err("Run not found")
             } else if runs::signal::deliver(conn, run_id, now, changes)? {
-                (Some(run_id.clone()), "")
+                Ok(run_id.clone())
             } else {
-                (None, "The run is not waiting for this signal")
+                Err("The run is not waiting for this signal")
             }
         }
-        None => match runs::signal::deliver_to_listener(conn, &trigger.account, &trigger.agent_id, now, changes)? {
-            Some(run_id) => (Some(run_id), ""),
-            None => (None, "No parked run of this agent is waiting for this signal"),
-        },
+        None => runs::signal::deliver_to_listener(conn, &trigger.account, &trigger.agent_id, now, changes)?
+            .ok_or("No parked run of this agent is waiting for this signal"),
     };
-    let (status, error) = match &woken {
-        Some(_) => (DELIVERED, None),
-        None => (NO_LISTENER, Some(error)),
+    let (status, woken, error) = match outcome {
+        Ok(run_id) => (DELIVERED, Some(run_id), None),
+        Err(why) => (NO_LISTENER, None, Some(why)),
     };
     conn.prepare_cached(
         "UPDATE trigger_firings SET status = ?2, error = ?3, run_id = ?4, updated_at = ?5 WHERE id = ?1",
