@@ -21,6 +21,7 @@ mod runs;
 mod runtime;
 mod tools;
 mod trigger_monitors;
+mod trigger_wake;
 mod triggers;
 mod uploads;
 mod verbs;

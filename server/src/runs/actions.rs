@@ -138,10 +138,11 @@ pub async fn cancel_run(app: &App, caller: &Caller, action: CancelRun) -> ApiRes
     Ok(CancelRunResponse { extra: Default::default(), canceled, run_id: action.run_id })
 }
 
-/// `SignalRun {runId, signal, payload?}` (writer). A run parked on a budget pause resumes (any
-/// signal is the permission it waits for) and `delivered` is true. Event waits are not
-/// implemented (no run parks on one yet, and there is no run journal to deliver a payload into),
-/// so every other signal answers `delivered: false`, as upstream does when no wait matches.
+/// `SignalRun {runId, signal, payload?}` (writer), delivered by [`super::signal::deliver`]: a run
+/// parked on a budget pause resumes (any signal is the permission it waits for) and `delivered`
+/// is true. Event waits are not implemented (no run parks on one yet, and there is no run journal
+/// to deliver a payload into), so every other signal answers `delivered: false`, as upstream does
+/// when no wait matches.
 pub async fn signal_run(app: &App, caller: &Caller, action: SignalRun) -> ApiResult<SignalRunResponse> {
     let (account, now) = (caller.account_id.clone(), app.clock.now_ms());
     let run_id = action.run_id.clone();
@@ -151,14 +152,11 @@ pub async fn signal_run(app: &App, caller: &Caller, action: SignalRun) -> ApiRes
             access::require_run(conn, &run_id, &account, Need::Write)?;
             bounded_string(&action.signal, "Signal", MAX_NAME_BYTES)?;
             let mut changes = Changes::default();
-            let resumed = super::cancel::resume_budget_pause(conn, &run_id, now, &mut changes)?;
+            let resumed = super::signal::deliver(conn, &run_id, now, &mut changes)?;
             Ok((resumed, changes))
         })
         .await?;
     changes.publish(app);
-    if resumed {
-        app.runs.notify();
-    }
     Ok(SignalRunResponse { extra: Default::default(), delivered: resumed, run_id: action.run_id })
 }
 

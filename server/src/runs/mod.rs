@@ -7,6 +7,7 @@
 //! - [`finish`]: the one place an executor's outcome is written (retries with backoff, the final
 //!   failure's `error` event, usage);
 //! - [`cancel`]: a run's tree, a session's or an agent's live runs, a budget pause lifted;
+//! - [`signal`]: delivering a signal to a parked run (`SignalRun`, a trigger's `wake`);
 //! - [`engine`]: the [`Engine`] in `App` (dispatcher, inline runs, leases, shutdown);
 //! - [`executor`]: the [`Executor`] interface the model loop implements, with what it is given
 //!   ([`Claimed`], [`StopSignal`]) and reports ([`Outcome`]);
@@ -27,6 +28,7 @@ pub mod executor;
 pub mod finish;
 pub mod info;
 pub mod queue;
+pub mod signal;
 pub mod wait;
 
 #[cfg(test)]

@@ -193,8 +193,9 @@ fn fire_matching(conn: &Connection, run: &Finished, now: i64, published: &mut Pu
         }
         let activity = activity(run);
         let key = format!("run-completed:{}", run.id);
-        if let FireOutcome::Fired { .. } = firing::fire_in(conn, &trigger_id, &key, &activity, now, published)? {
-            fired = true;
+        match firing::fire_in(conn, &trigger_id, &key, &activity, now, published)? {
+            FireOutcome::Fired { .. } | FireOutcome::Woke { run_id: Some(_), .. } => fired = true,
+            FireOutcome::Woke { run_id: None, .. } | FireOutcome::Duplicate | FireOutcome::Inactive => {}
         }
     }
     Ok(fired)

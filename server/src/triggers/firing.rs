@@ -9,6 +9,10 @@
 //! `trigger_firing_id` names the firing, and stamps the trigger's `lastFiredAt`. A crash before
 //! the commit leaves nothing; after it, everything, and the run queue's boot sweep resumes the
 //! run. Keys handled by a trigger later merged into this one count as handled here too.
+//!
+//! A trigger whose continuation is `wake` opens no session: in the same transaction as its
+//! firing row, the signal is delivered like `SignalRun` (see [`wake_in`]) and the firing records
+//! whether a run took it.
 
 use std::collections::BTreeMap;
 
@@ -16,14 +20,17 @@ use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OptionalExtension, params};
 use seed_agents_protocol::generated::{
     AgentActivityCondition, AgentTriggerInfo, AgentTriggerInfoPrompt, MessageEvent, MessageEventRole, MessageEventType,
-    SessionActor, SessionEvent, SessionEventPayload,
+    SessionActor, SessionEvent, SessionEventPayload, TriggerContinuation, WakeContinuation,
 };
 use seed_agents_protocol::{Value, wire};
 
 use crate::app::App;
 use crate::bus::{ChangeReason, Event};
 use crate::error::{ApiError, ApiResult};
-use crate::runs::queue::{Changes, NewRun, Queue};
+use crate::runs::{
+    self,
+    queue::{Changes, NewRun, Queue},
+};
 use crate::sessions::events;
 
 /// Executions a trigger's run may take before a retryable failure is final (background runs).
@@ -34,6 +41,11 @@ pub const MAX_KEY_BYTES: usize = 1024;
 pub const MAX_ACTIVITY_BYTES: usize = 256 * 1024;
 /// Firing status: the session is open and its run queued (or running).
 pub const STARTED: &str = "started";
+/// Firing status of a `wake` continuation: the signal reached a parked run (`runId`), which
+/// went back to the queue.
+pub const DELIVERED: &str = "delivered";
+/// Firing status of a `wake` continuation: no run took the signal (`error` says why).
+pub const NO_LISTENER: &str = "no-listener";
 
 /// What happened that fires the trigger.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -61,6 +73,15 @@ pub enum FireOutcome {
         /// The run answering it.
         run_id: String,
     },
+    /// The trigger's continuation is `wake`: the firing was recorded and its signal offered to a
+    /// parked run (like `SignalRun`) instead of opening a session.
+    Woke {
+        /// The firing's id.
+        firing_id: String,
+        /// The run that took the signal and went back to the queue; `None` when none did (the
+        /// firing's status is then `no-listener` and its `error` says why).
+        run_id: Option<String>,
+    },
     /// This key already fired this trigger (or a trigger merged into it): nothing was written.
     Duplicate,
     /// The trigger is gone, disabled or merged into another: nothing was written.
@@ -83,7 +104,7 @@ pub async fn fire(app: &App, trigger_id: &str, firing_key: &str, activity: Activ
         })
         .await?;
     published.publish(app);
-    if matches!(outcome, FireOutcome::Fired { .. }) {
+    if matches!(outcome, FireOutcome::Fired { .. } | FireOutcome::Woke { run_id: Some(_), .. }) {
         app.runs.notify();
     }
     Ok(outcome)
@@ -95,6 +116,7 @@ pub struct Published {
     changes: Changes,
     appended: Vec<(String, String, SessionEvent)>,
     fired: Vec<(String, String, String)>,
+    woke: Vec<(String, String)>,
 }
 
 impl Published {
@@ -107,6 +129,9 @@ impl Published {
         for (owner, agent, session) in self.fired {
             app.bus.publish(Event::SessionChanged { session_id: session.clone(), agent_id: agent.clone() });
             app.bus.account_change(&owner, ChangeReason::SessionCreated, Some(&agent), Some(&session));
+            app.bus.account_change(&owner, ChangeReason::TriggerUpdated, Some(&agent), None);
+        }
+        for (owner, agent) in self.woke {
             app.bus.account_change(&owner, ChangeReason::TriggerUpdated, Some(&agent), None);
         }
         self.changes.publish(app);
@@ -172,6 +197,10 @@ pub fn fire_in(
     if inserted == 0 {
         return Ok(FireOutcome::Duplicate);
     }
+    if let Some(TriggerContinuation::WakeContinuation(wake)) = &trigger.continuation {
+        let run_id = wake_in(conn, &trigger, wake, &firing_id, now, published)?;
+        return Ok(FireOutcome::Woke { firing_id, run_id });
+    }
     let (session_id, run_id) = open_thread(conn, &trigger, &firing_id, activity, now, published)?;
     conn.prepare_cached("UPDATE trigger_firings SET session_id = ?2, run_id = ?3 WHERE id = ?1")?
         .execute(params![firing_id, session_id, run_id])?;
@@ -179,6 +208,56 @@ pub fn fire_in(
         .execute(params![trigger_id, now])?;
     published.fired.push((trigger.account.clone(), trigger.agent_id.clone(), session_id.clone()));
     Ok(FireOutcome::Fired { firing_id, session_id, run_id })
+}
+
+/// A `wake` continuation's firing: the signal goes, through [`runs::signal`], to the run the
+/// continuation names or else to the first of the agent's runs parked on an event wait that
+/// takes it, and the firing records the outcome (`delivered` with the run, or `no-listener` with
+/// the reason). Only runs of the trigger's own agent are offered the signal: a member who may
+/// edit this agent's triggers may not be able to see the owner's other agents' runs. As upstream
+/// does, `lastFiredAt` moves (and `lastError` clears) only when the signal was delivered.
+fn wake_in(
+    conn: &Connection,
+    trigger: &AgentTriggerInfo,
+    wake: &WakeContinuation,
+    firing_id: &str,
+    now: i64,
+    published: &mut Published,
+) -> ApiResult<Option<String>> {
+    let changes = &mut published.changes;
+    // The run that took the signal, or why none did.
+    let outcome: Result<String, &str> = match &wake.run_id {
+        Some(run_id) => {
+            let ours: bool = conn
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND account_id = ?2 AND agent_id = ?3)",
+                )?
+                .query_row(params![run_id, trigger.account, trigger.agent_id], |row| row.get(0))?;
+            if !ours {
+                Err("Run not found")
+            } else if runs::signal::deliver(conn, run_id, now, changes)? {
+                Ok(run_id.clone())
+            } else {
+                Err("The run is not waiting for this signal")
+            }
+        }
+        None => runs::signal::deliver_to_listener(conn, &trigger.account, &trigger.agent_id, now, changes)?
+            .ok_or("No parked run of this agent is waiting for this signal"),
+    };
+    let (status, woken, error) = match outcome {
+        Ok(run_id) => (DELIVERED, Some(run_id), None),
+        Err(why) => (NO_LISTENER, None, Some(why)),
+    };
+    conn.prepare_cached(
+        "UPDATE trigger_firings SET status = ?2, error = ?3, run_id = ?4, updated_at = ?5 WHERE id = ?1",
+    )?
+    .execute(params![firing_id, status, error, woken, now])?;
+    if woken.is_some() {
+        conn.prepare_cached("UPDATE agent_triggers SET last_fired_at = ?2, last_error = NULL WHERE id = ?1")?
+            .execute(params![trigger.id, now])?;
+    }
+    published.woke.push((trigger.account.clone(), trigger.agent_id.clone()));
+    Ok(woken)
 }
 
 /// The summary as stored: one line, at most 512 bytes (cut on a character boundary).

@@ -15,7 +15,8 @@
 //!
 //! Invariants: a `(trigger, activity key)` pair fires at most once (a unique index, insert or
 //! ignore); a firing, its session, its prompt message and its run are written in one
-//! transaction; webhook secrets are stored sealed and shown only when minted; the monitors never
+//! transaction (for a `wake` continuation: the firing and the signal's delivery, through the same
+//! code as `SignalRun`); webhook secrets are stored sealed and shown only when minted; the monitors never
 //! record firings themselves and save their progress only after the sink answered.
 
 pub mod actions;
@@ -61,7 +62,7 @@ impl sink::FiringSink for FireSink {
                 parent_firing_id: None,
             };
             let outcome = fire(&app, &found.trigger_id, &found.firing_key, activity).await?;
-            Ok(matches!(outcome, FireOutcome::Fired { .. }))
+            Ok(matches!(outcome, FireOutcome::Fired { .. } | FireOutcome::Woke { .. }))
         })
     }
 }

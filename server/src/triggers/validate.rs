@@ -8,7 +8,7 @@ use seed_agents_protocol::generated::{
     ActivitySource, AgentActivityCondition, AgentActivitySource, AgentDefinitionSystemPrompt, AgentPromptBlock,
     AgentScheduleTrigger, AgentTriggerSource, CommentReplySource, DocumentAuthorCommentSource, DocumentCommentSource,
     IntervalSchedule, OnceSchedule, RunCompletedSource, ScheduleSource, SiteUpdateSource, TriggerContinuation,
-    UserMentionSource, WeeklySchedule,
+    UserMentionSource, WakeContinuation, WeeklySchedule,
 };
 
 use crate::agents::prompt;
@@ -53,7 +53,10 @@ pub fn prompt(input: Option<AgentDefinitionSystemPrompt>) -> ApiResult<Prompt> {
     })
 }
 
-/// The continuation: only a plain new thread runs on this server; the others answer 501.
+/// The continuation: a plain new thread or a `wake` (signal and run id trimmed, each required
+/// when present and at most 256 bytes; the payload is kept as sent, like upstream, within the
+/// envelope's own size cap); `tool`, `script` and a new thread with its own system prompt or
+/// tools answer 501.
 pub fn continuation(continuation: Option<TriggerContinuation>) -> ApiResult<Option<TriggerContinuation>> {
     match continuation {
         None => Ok(None),
@@ -65,8 +68,13 @@ pub fn continuation(continuation: Option<TriggerContinuation>) -> ApiResult<Opti
             }
             Ok(Some(TriggerContinuation::NewThreadContinuation(new_thread)))
         }
-        Some(TriggerContinuation::WakeContinuation(_)) => {
-            Err(ApiError::not_implemented("Wake continuations are not supported by this server yet"))
+        Some(TriggerContinuation::WakeContinuation(wake)) => {
+            Ok(Some(TriggerContinuation::WakeContinuation(WakeContinuation {
+                extra: Default::default(),
+                signal: bounded_string(&wake.signal, "Trigger signal", MAX_NAME_BYTES)?,
+                run_id: wake.run_id.map(|run| bounded_string(&run, "Trigger run ID", MAX_NAME_BYTES)).transpose()?,
+                payload: wake.payload,
+            })))
         }
         Some(TriggerContinuation::ToolContinuation(_) | TriggerContinuation::ScriptContinuation(_)) => {
             Err(ApiError::not_implemented("Tool and script continuations are not supported by this server yet"))
@@ -518,12 +526,28 @@ mod tests {
         assert_eq!(prompt(Some(AgentDefinitionSystemPrompt::String(" Hi ".into()))).unwrap().markdown, "Hi");
         let webhook = AgentTriggerSource::WebhookSource(WebhookSource { extra: Default::default() });
         assert_eq!(kind(&source(webhook, &mut ids()).unwrap()), "webhook");
-        let wake = TriggerContinuation::WakeContinuation(seed_agents_protocol::generated::WakeContinuation {
-            extra: Default::default(),
-            payload: None,
-            run_id: None,
-            signal: "s".into(),
-        });
-        assert_eq!(continuation(Some(wake)).unwrap_err().kind(), crate::error::ErrorKind::NotImplemented);
+        let wake = |signal: &str, run_id: Option<&str>| {
+            Some(TriggerContinuation::WakeContinuation(WakeContinuation {
+                extra: [("unknown".to_owned(), seed_agents_protocol::Value::from(ipld_core::ipld::Ipld::Integer(1)))]
+                    .into(),
+                payload: Some(seed_agents_protocol::Value::from(ipld_core::ipld::Ipld::String("data".into()))),
+                run_id: run_id.map(str::to_owned),
+                signal: signal.into(),
+            }))
+        };
+        let Some(TriggerContinuation::WakeContinuation(woken)) = continuation(wake(" go ", Some(" r1 "))).unwrap()
+        else {
+            panic!("a wake stays a wake")
+        };
+        assert_eq!((&*woken.signal, woken.run_id.as_deref()), ("go", Some("r1")));
+        assert_eq!(
+            (woken.payload, woken.extra.len()),
+            (Some(seed_agents_protocol::Value::from(ipld_core::ipld::Ipld::String("data".into()))), 0)
+        );
+        assert_eq!(message(continuation(wake(" ", None))), "Trigger signal is required");
+        assert_eq!(message(continuation(wake(&"s".repeat(257), None))), "Trigger signal is too large");
+        assert!(continuation(wake(&"s".repeat(256), None)).is_ok(), "256 bytes is the limit");
+        assert_eq!(message(continuation(wake("go", Some("")))), "Trigger run ID is required");
+        assert_eq!(message(continuation(wake("go", Some(&"r".repeat(257))))), "Trigger run ID is too large");
     }
 }

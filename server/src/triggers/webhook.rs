@@ -15,7 +15,9 @@
 //! 4. fires the trigger with the firing key `webhook:<webhook-id>`: a message id fires once
 //!    (a replay, even re-signed, answers 409), durably, across restarts;
 //! 5. hands the run `{type: 'webhook', webhookId, timestamp, contentType?, body}`: JSON bodies
-//!    as values, other UTF-8 bodies as text, anything else as bytes.
+//!    as values, other UTF-8 bodies as text, anything else as bytes;
+//! 6. answers 202 `{firingId, sessionId, runId}`, or for a `wake` continuation
+//!    `{firingId, delivered, runId?}` (the parked run that took the signal).
 //!
 //! Secrets are 32 random bytes, shown once as `whsec_<base64>` when the trigger is created or its
 //! source is set to `webhook` again (rotation), and stored sealed with the server key.
@@ -210,6 +212,13 @@ async fn receive(
     match firing::fire(&app, &trigger_id, &format!("webhook:{}", signed.id), activity).await {
         Ok(FireOutcome::Fired { firing_id, session_id, run_id }) => {
             let body = serde_json::json!({ "firingId": firing_id, "sessionId": session_id, "runId": run_id });
+            (StatusCode::ACCEPTED, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+        }
+        Ok(FireOutcome::Woke { firing_id, run_id }) => {
+            let mut body = serde_json::json!({ "firingId": firing_id, "delivered": run_id.is_some() });
+            if let Some(run_id) = run_id {
+                body["runId"] = serde_json::Value::String(run_id);
+            }
             (StatusCode::ACCEPTED, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
         }
         Ok(FireOutcome::Duplicate) => refuse(StatusCode::CONFLICT, "This webhook-id was already received"),

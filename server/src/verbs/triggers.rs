@@ -38,7 +38,8 @@ const RECENT_FIRINGS: usize = 5;
 /// What `write ~/triggers/<name>` content must be, and every source shape.
 const CONTRACT: &str = "write ~/triggers/<name> with JSON content {source, prompt, enabled?, continuation?} creates \
 the trigger or replaces it. prompt: markdown text. enabled: default true. continuation: {kind: 'newThread'} (the \
-default). source, one of:\n\
+default) or {kind: 'wake', signal, runId?, payload?} to resume a parked run of this agent instead of starting a \
+thread. source, one of:\n\
 - {type: 'user-mention', mentionedAccounts: [accountId], resourcePrefix?: 'hm://<account>[/path]'}\n\
 - {type: 'comment-reply', repliedToAccounts: [accountId], resourcePrefix?}\n\
 - {type: 'document-author-comment', documentAuthors: [accountId], resourcePrefix?}\n\

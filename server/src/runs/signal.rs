@@ -1,0 +1,55 @@
+//! Delivering a signal to a parked run: the one path `SignalRun` and a trigger's `wake`
+//! continuation share (PROTOCOL-NOTES §C.4, §E.1; RUNTIME-NOTES §6.1).
+//!
+//! A run parked on a budget pause is waiting for a person's permission, and any signal is that
+//! permission: it resumes (see [`super::cancel::resume_budget_pause`]). Event waits (a script's
+//! `ctx.waitForEvent`, matched on the signal's name) are not built, since no run parks on one and
+//! there is no run journal to deliver a payload into, so a signal for any other run is not
+//! delivered, which is a normal outcome, not an error.
+
+use rusqlite::{Connection, params};
+
+use super::queue::Changes;
+use super::wait::Wait;
+use crate::error::ApiResult;
+
+/// Delivers a signal to run `run_id` inside the caller's write transaction; whether the run took
+/// it (and went back to the queue: `changes` then wakes the dispatcher when published).
+pub fn deliver(conn: &Connection, run_id: &str, now_ms: i64, changes: &mut Changes) -> ApiResult<bool> {
+    let resumed = super::cancel::resume_budget_pause(conn, run_id, now_ms, changes)?;
+    if resumed {
+        changes.wake();
+    }
+    Ok(resumed)
+}
+
+/// Delivers a signal to the first run of agent `agent_id` (stored under `account_id`), oldest
+/// first, parked on an event wait that takes it; the run it woke, if any.
+///
+/// Budget pauses are not searched: resuming one spends money, so it takes a signal that names
+/// the run (upstream's trigger search looks at event waits only too). As event-wait delivery is
+/// not built (see the module docs), this finds no run on this server yet.
+pub fn deliver_to_listener(
+    conn: &Connection,
+    account_id: &str,
+    agent_id: &str,
+    now_ms: i64,
+    changes: &mut Changes,
+) -> ApiResult<Option<String>> {
+    let parked: Vec<(String, Option<Vec<u8>>)> = conn
+        .prepare_cached(
+            "SELECT id, wait_cbor FROM runs WHERE account_id = ?1 AND agent_id = ?2 AND status = 'waiting'
+             ORDER BY created_at, id",
+        )?
+        .query_map(params![account_id, agent_id], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (run_id, wait) in parked {
+        let on_event = wait.is_some_and(|bytes| {
+            matches!(seed_agents_protocol::wire::from_slice::<Wait>(&bytes), Ok(Wait::Event { .. }))
+        });
+        if on_event && deliver(conn, &run_id, now_ms, changes)? {
+            return Ok(Some(run_id));
+        }
+    }
+    Ok(None)
+}
