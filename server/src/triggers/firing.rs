@@ -11,7 +11,7 @@
 //! run. Keys handled by a trigger later merged into this one count as handled here too.
 //!
 //! A trigger whose continuation is `wake` opens no session: in the same transaction as its
-//! firing row, the signal is delivered like `SignalRun` (see [`wake_in`]) and the firing records
+//! firing row, the signal is delivered like `SignalRun` (see `wake_in`) and the firing records
 //! whether a run took it.
 
 use std::collections::BTreeMap;
