@@ -149,7 +149,7 @@ async fn comments_directories_and_profiles() {
     hm.answer(
         "Account",
         &[("id", UID)],
-        json!({ "type": "account", "id": { "uid": UID }, "metadata": { "name": "Ada", "summary": "Birdwatcher" } }),
+        json!({ "type": "account", "id": { "uid": UID }, "metadata": { "name": "Ada", "summary": "Birdwatcher", "icon": null } }),
     );
     hm.answer("Account", &[("id", "z6Mknobody")], json!({ "type": "account-not-found", "uid": "z6Mknobody" }));
     let (server, user, session_id) = start(&hm, false).await;
@@ -174,6 +174,8 @@ async fn comments_directories_and_profiles() {
     let profile = output(&user.call(read(&session_id, &format!("hm://{UID}/:profile"), None)).await.unwrap());
     assert_eq!((profile["type"].as_str(), profile["title"].as_str()), (Some("hypermedia_profile"), Some("Ada")));
     assert_eq!(profile["markdown"], format!("# Ada\n\nBirdwatcher\n\nAccount: hm://{UID}\n"));
+    assert_eq!(profile["metadata"]["icon"], Json::Null, "{profile}");
+    assert!(profile["metadata"].as_object().unwrap().contains_key("icon"));
     let nobody = user.call(read(&session_id, "hm://z6Mknobody/:profile", None)).await.unwrap();
     assert_eq!(nobody.error.as_deref(), Some("Hypermedia account not found: z6Mknobody"));
     server.stop().await;
@@ -182,7 +184,8 @@ async fn comments_directories_and_profiles() {
 #[tokio::test]
 async fn activity_maps_its_options_onto_list_events() {
     let hm = FakeHm::start().await;
-    let events = json!([{ "type": "comment", "id": "bafy1", "feedEventId": "blob-bafy1" },
+    // Feed events hold JSON null (an absent reply parent, say); they come through as null.
+    let events = json!([{ "type": "comment", "id": "bafy1", "feedEventId": "blob-bafy1", "replyParent": null },
                         { "type": "doc-update", "id": "bafy2", "feedEventId": "blob-bafy2" }]);
     hm.answer("ListEvents", &[], json!({ "events": events, "nextPageToken": "next-1" }));
     hm.answer("ListEvents", &[("pageToken", "next-1")], json!({ "events": [], "nextPageToken": "" }));

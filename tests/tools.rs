@@ -21,7 +21,7 @@ use crate::support::searxng::FakeSearxng;
 use crate::support::{TestServer, User, api_error, custom_provider_config, definition, say};
 
 fn schema(value: Json) -> std::collections::BTreeMap<String, Value> {
-    match wire::to_ipld(&value).unwrap() {
+    match wire::json_to_ipld(&value) {
         Ipld::Map(fields) => fields.into_iter().map(|(key, value)| (key, Value(value))).collect(),
         other => panic!("{other:?}"),
     }

@@ -15,8 +15,8 @@ use seed_agents_protocol::generated::{
     AgentTriggerInputPrompt, AgentTriggerPatch, AgentTriggerSource, CombineAgentTriggers, CreateAgent,
     CreateAgentTrigger, DeleteAgent, DeleteAgentTrigger, DeleteSession, DocumentCommentSource, GetAgentTrigger,
     GetAgentTriggerResponse, GetSession, InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb,
-    ListAgentTriggers, ListSessions, RunCompletedSource, SessionActor, SessionEventPayload, SetModelProvider,
-    UpdateAgentTrigger, UserMentionSource, WebhookSource,
+    ListAgentTriggers, ListSessions, NewThreadContinuation, RunCompletedSource, SessionActor, SessionEventPayload,
+    SetModelProvider, TriggerContinuation, UpdateAgentTrigger, UserMentionSource, WebhookSource,
 };
 use seed_agents_sdk::subscription::Event as Live;
 use sha2::Sha256;
@@ -391,6 +391,78 @@ async fn a_signed_webhook_fires_once_and_the_firing_shows_everywhere() {
         })
         .unwrap();
     assert_eq!(run, (None, None, "trigger".to_owned()));
+    server.stop().await;
+}
+
+fn new_thread(prompt: Option<&str>, include_agent_prompt: Option<bool>, tools: Option<&[&str]>) -> TriggerContinuation {
+    TriggerContinuation::NewThreadContinuation(NewThreadContinuation {
+        system_prompt: prompt.map(str::to_owned),
+        include_agent_system_prompt: include_agent_prompt,
+        tools: tools.map(|tools| tools.iter().map(|tool| (*tool).to_owned()).collect()),
+        ..Default::default()
+    })
+}
+
+/// The system message of the provider's request `index`.
+fn system_of(provider: &Provider, index: usize) -> String {
+    provider.requests()[index].body["messages"][0]["content"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_new_thread_runs_with_the_triggers_own_instructions_and_tools_for_its_whole_session() {
+    let provider = Provider::start().await;
+    let (server, user, agent_id) = setup(&provider).await;
+    // Checked like a trigger prompt, before anything is written.
+    let blank = input("Blank", webhook()).continuation(new_thread(Some("  "), None, None));
+    let refused = api_error(
+        user.call(CreateAgentTrigger { agent_id: agent_id.clone(), client_request_id: None, trigger: blank }).await,
+    );
+    assert_eq!(refused, (400, "Trigger system prompt is required".into()));
+    assert!(user.call(ListAgentTriggers { agent_id: agent_id.clone() }).await.unwrap().triggers.is_empty());
+
+    // Added to the agent's prompt, with the grants narrowed to none (web_search has no backend).
+    let added =
+        input("Added", webhook()).continuation(new_thread(Some(" Answer in French. "), None, Some(&["web_search"])));
+    let (added, secret) = create(&user, &agent_id, added).await;
+    let body = r#"{"n":1}"#;
+    let (status, answer) =
+        post_hook(&server, &added.id, &signed(&secret.unwrap(), "m1", now_seconds(), body), body).await;
+    assert_eq!(status, 202, "{answer}");
+    let session_id =
+        serde_json::from_str::<serde_json::Value>(&answer).unwrap()["sessionId"].as_str().unwrap().to_owned();
+    until("the thread answered", || async {
+        get(&user, &added.id).await.firings.first().is_some_and(|firing| firing.status == "succeeded")
+    })
+    .await;
+    let system = system_of(&provider, 0);
+    assert!(system.contains("You are helpful.\n\nAnswer in French."), "{system}");
+    assert!(system.contains("tools/ — no callable tools are granted to you"), "{system}");
+    // A user answering in the thread gets the same agent; GetSession shows what it is told.
+    user.call(say(&session_id, "encore")).await.unwrap();
+    let system = system_of(&provider, 1);
+    assert!(system.contains("Answer in French.") && system.contains("no callable tools"), "{system}");
+    let session = user.call(GetSession { session_id, after_seq: None, before_seq: None, limit: None }).await.unwrap();
+    assert!(session.system_prompt_markdown.contains("You are helpful.\n\nAnswer in French."));
+
+    // Instead of the agent's prompt; a later edit of the trigger leaves a fired thread alone.
+    let replaced = input("Replaced", webhook()).continuation(new_thread(Some("Only this."), Some(false), None));
+    let (replaced, secret) = create(&user, &agent_id, replaced).await;
+    let (status, _) =
+        post_hook(&server, &replaced.id, &signed(&secret.unwrap(), "m2", now_seconds(), body), body).await;
+    assert_eq!(status, 202);
+    until("the second thread answered", || async {
+        get(&user, &replaced.id).await.firings.first().is_some_and(|firing| firing.status == "succeeded")
+    })
+    .await;
+    let system = system_of(&provider, 2);
+    assert!(system.contains("Only this.") && !system.contains("You are helpful."), "{system}");
+    assert!(system.contains("tools/ — callable with call: search"), "no tools field: the agent's grants: {system}");
+
+    // A plain session of the agent is unchanged.
+    let plain = user.create_session(&agent_id, None).await;
+    user.call(say(&plain, "hello")).await.unwrap();
+    let system = system_of(&provider, 3);
+    assert!(system.contains("You are helpful.") && !system.contains("French") && !system.contains("Only this."));
     server.stop().await;
 }
 

@@ -5563,15 +5563,15 @@ pub struct NavigateBrowserCommand {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
 #[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct NewThreadContinuation {
-    /// Whether the agent's own system prompt is also used when `systemPrompt` is given.
+    /// Whether the agent's own system prompt stays, with `systemPrompt` after it (the default, true); false runs the thread on `systemPrompt` alone. Without `systemPrompt` it changes nothing.
     #[serde(rename = "includeAgentSystemPrompt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub include_agent_system_prompt: ::std::option::Option<bool>,
-    /// A system prompt for the new thread.
+    /// Instructions for the new thread: used by the firing's run and by every later turn in the session it opens. Trimmed; when present it must not be blank (400 `Trigger system prompt is required`) and at most 64 KiB (400 `Trigger system prompt is too large`).
     #[serde(rename = "systemPrompt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub system_prompt: ::std::option::Option<::std::string::String>,
-    /// Tools the new thread may use, instead of the agent's.
+    /// Narrows the agent's callable tools to these names for the new thread (the firing's run and later turns in its session); a name the agent is not granted grants nothing. Names are trimmed and deduplicated; at most 64 (400 `Trigger tools may name at most 64 tools`), none blank (400 `Trigger tool name is required`).
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub tools: ::std::option::Option<::std::vec::Vec<::std::string::String>>,
     /// Fields this build does not know, kept as received and sent back unchanged (so

@@ -141,6 +141,32 @@ pub fn to_ipld<T: Serialize + ?Sized>(value: &T) -> Result<Ipld, WireError> {
     ipld_core::serde::to_ipld(value).map_err(|err| WireError::Encode(err.to_string()))
 }
 
+/// Converts a JSON value into a generic IPLD value; it cannot fail.
+///
+/// Use it for anything that is JSON already (model tool arguments, tool schemas, feed events):
+/// [`to_ipld`] refuses JSON `null`, which serde writes as a unit. Numbers follow the JavaScript
+/// encoder like [`crate::Value`]: a safe whole number is an integer, any other number a float.
+pub fn json_to_ipld(value: &serde_json::Value) -> Ipld {
+    use serde_json::Value as Json;
+    match value {
+        Json::Null => Ipld::Null,
+        Json::Bool(flag) => Ipld::Bool(*flag),
+        Json::Number(number) => match (number.as_i64(), number.as_u64(), number.as_f64()) {
+            (Some(integer), _, _) => Ipld::Integer(integer.into()),
+            (None, Some(integer), _) => Ipld::Integer(integer.into()),
+            (None, None, Some(float)) if crate::value::is_js_integer(float) => Ipld::Integer(float as i128),
+            (None, None, Some(float)) => Ipld::Float(float),
+            // Only arbitrary-precision builds of serde_json have numbers f64 cannot hold.
+            (None, None, None) => Ipld::Null,
+        },
+        Json::String(text) => Ipld::String(text.clone()),
+        Json::Array(items) => Ipld::List(items.iter().map(json_to_ipld).collect()),
+        Json::Object(fields) => {
+            Ipld::Map(fields.iter().map(|(key, value)| (key.clone(), json_to_ipld(value))).collect())
+        }
+    }
+}
+
 /// Converts a generic IPLD value into a typed value.
 pub fn from_ipld<T: DeserializeOwned>(value: Ipld) -> Result<T, WireError> {
     T::deserialize(crate::ipld_de::IpldDeserializer(value)).map_err(|err| WireError::Decode(err.to_string()))
@@ -266,6 +292,34 @@ mod tests {
         let signature = signer.sign_now(&canonical);
         insert_signature(&mut canonical, &signature).unwrap();
         assert!(SignedEnvelope::decode(&canonical).unwrap().verify(1_000).is_ok());
+    }
+
+    #[test]
+    fn json_converts_with_nulls_and_javascript_numbers() {
+        let json = serde_json::json!({"a": null, "b": [1, 2.0, 2.5, -0.0, 1e300], "c": {"d": true, "e": "x"}});
+        assert!(to_ipld(&json).is_err(), "the serde route refuses null; json_to_ipld exists for that");
+        let expected = Ipld::Map(BTreeMap::from([
+            ("a".to_owned(), Ipld::Null),
+            (
+                "b".to_owned(),
+                Ipld::List(vec![
+                    Ipld::Integer(1),
+                    Ipld::Integer(2),
+                    Ipld::Float(2.5),
+                    Ipld::Integer(0),
+                    Ipld::Float(1e300),
+                ]),
+            ),
+            (
+                "c".to_owned(),
+                Ipld::Map(BTreeMap::from([
+                    ("d".to_owned(), Ipld::Bool(true)),
+                    ("e".to_owned(), Ipld::String("x".into())),
+                ])),
+            ),
+        ]));
+        assert_eq!(json_to_ipld(&json), expected);
+        assert_eq!(json_to_ipld(&serde_json::json!(u64::MAX)), Ipld::Integer(u64::MAX.into()));
     }
 
     #[test]

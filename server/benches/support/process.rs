@@ -53,9 +53,14 @@ impl Drop for Server {
 }
 
 /// The real server binary on a free loopback port, keeping its data in `data_dir`.
+///
+/// `BENCH_SERVER_BIN` names another build of the server to drive instead (an older commit's
+/// binary, say), so an A/B comparison runs both under the same load generator in one session.
 pub fn server_command(data_dir: &Path) -> (Command, SocketAddr) {
     let addr = free_port();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_seed-agents-server"));
+    let binary = std::env::var_os("BENCH_SERVER_BIN")
+        .map_or_else(|| env!("CARGO_BIN_EXE_seed-agents-server").into(), std::path::PathBuf::from);
+    let mut command = Command::new(binary);
     command
         .arg("--data-dir")
         .arg(data_dir)

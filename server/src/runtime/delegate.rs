@@ -423,10 +423,6 @@ fn new_session(
     Ok((id, event))
 }
 
-fn to_ipld(value: &Json) -> ApiResult<Ipld> {
-    wire::to_ipld(value).map_err(ApiError::internal)
-}
-
 #[allow(clippy::too_many_arguments)]
 fn spawn_child(
     conn: &Connection,
@@ -473,7 +469,7 @@ fn spawn_child(
     let (child_session, event) =
         new_session(conn, owner, &child_agent, session_id, &title, title_source, render_brief(&spec.input), now)?;
     let mut input = BTreeMap::from([
-        ("spec".to_owned(), to_ipld(&spec.to_json())?),
+        ("spec".to_owned(), wire::json_to_ipld(&spec.to_json())),
         ("parentToolCallId".to_owned(), Ipld::String(call_id.to_owned())),
     ]);
     if let Some((step_id, label)) = super::plan::running_step(conn, session_id)? {

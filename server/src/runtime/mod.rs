@@ -174,10 +174,7 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
         };
         let typed = std::mem::take(&mut *lock(&turn.typed));
         if let Some(payload) = typed.delivered {
-            return match wire::to_ipld(&payload) {
-                Ok(payload) => Outcome::Succeeded(payload),
-                Err(error) => Outcome::Failed(failure(&ApiError::internal(error), "internal")),
-            };
+            return Outcome::Succeeded(wire::json_to_ipld(&payload));
         }
         if typed.rejected {
             return Outcome::Failed(RunFailure {
@@ -372,10 +369,11 @@ impl Turn {
             .map_err(|error| ApiError::invalid(error.message))?;
         let queued_behind = queued_behind(&run.input);
         let (run_id, session_id) = (run.id.clone(), run.session_id.clone());
-        let (contract, depth, resumed) = app
+        let (contract, thread, depth, resumed) = app
             .db
             .read(move |conn| {
                 let contract = delegate::contract(conn, &run_id, &session_id)?;
+                let thread = crate::triggers::thread::of_run(conn, &run_id, &session_id)?;
                 let (depth, children): (i64, bool) = conn
                     .prepare_cached(
                         "SELECT depth, EXISTS (SELECT 1 FROM runs c WHERE c.parent_run_id = r.id
@@ -385,7 +383,7 @@ impl Turn {
                     .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
                     .optional()?
                     .unwrap_or((0, false));
-                Ok((contract, depth, children))
+                Ok((contract, thread, depth, children))
             })
             .await?;
         let mut definition = loaded.definition;
@@ -395,14 +393,13 @@ impl Turn {
                 definition.system_prompt =
                     seed_agents_protocol::generated::AgentDefinitionSystemPrompt::String(prompt.clone());
             }
-            // `tools` narrows what the agent has (every callable when it names none).
             if let Some(wanted) = &spec.tools {
-                let base: Vec<String> = match &definition.tools {
-                    Some(tools) => tools.clone(),
-                    None => crate::tools::registry::Callable::ALL.iter().map(|tool| tool.name().to_owned()).collect(),
-                };
-                definition.tools = Some(base.into_iter().filter(|tool| wanted.contains(tool)).collect());
+                crate::tools::registry::narrow(&mut definition, wanted);
             }
+        }
+        // A trigger's new thread: its own instructions and tools, for every run in its session.
+        if let Some(thread) = &thread {
+            thread.apply(&mut definition);
         }
         Ok(Self {
             memory_root: PathBuf::from(&loaded.state_dir).join(crate::memory::path::MEMORY_DIR),

@@ -149,6 +149,7 @@ impl Turn {
                     agent_id: &agent_id,
                     memory_root: &memory_root,
                     now_ms: now,
+                    callables: &granted,
                 };
                 let system = prompt::system(conn, &inputs)?;
                 let pending = crate::runs::children::pending_calls(conn, &session_id)?;
@@ -404,7 +405,7 @@ async fn run_tools(
         if call.name == Tool::Plan.name() {
             continue;
         }
-        let input = wire::to_ipld(&call.arguments).map(Value).map_err(ApiError::internal)?;
+        let input = Value(wire::json_to_ipld(&call.arguments));
         turn.append(SessionEventPayload::ToolCallEvent(ToolCallEvent {
             extra: Default::default(),
             actor: None,
@@ -451,8 +452,7 @@ async fn run_tools(
             Err(message) => (replay::bound(&message), Vec::new(), true, None, Some(message)),
         };
         if call.name != Tool::Plan.name() && !parked {
-            let output =
-                output.map(|output| wire::to_ipld(&output).map(Value)).transpose().map_err(ApiError::internal)?;
+            let output = output.map(|output| Value(wire::json_to_ipld(&output)));
             turn.append(SessionEventPayload::ToolResultEvent(ToolResultEvent {
                 extra: Default::default(),
                 actor: None,
@@ -522,7 +522,7 @@ async fn execute(
 
 /// Runs `read`, `write` or `call` as the agent, with the images it showed a model that takes them.
 async fn run_verb(turn: &Turn, tool: Tool, arguments: &Json) -> Result<(Json, Vec<crate::model::Image>), String> {
-    let input = wire::to_ipld(arguments).map(Value).map_err(|error| error.to_string())?;
+    let input = Value(wire::json_to_ipld(arguments));
     let context = crate::verbs::Context::for_agent(
         &turn.app,
         &turn.session_id,

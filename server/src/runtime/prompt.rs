@@ -64,6 +64,8 @@ pub struct Inputs<'a> {
     pub memory_root: &'a Path,
     /// Now, in milliseconds since the epoch.
     pub now_ms: i64,
+    /// The callables the agent may run here.
+    pub callables: &'a [crate::tools::registry::Callable],
 }
 
 /// The agent's own prompt as markdown.
@@ -112,8 +114,8 @@ fn members(conn: &Connection, owner_id: &str, agent_id: &str) -> ApiResult<Vec<(
     Ok(members)
 }
 
-/// The `<space>` block: the tools (none callable yet), the memory folder at a glance, the
-/// triggers; collapsed to counts when over [`SPACE_BUDGET_CHARS`].
+/// The `<space>` block: the callable tools, the memory folder at a glance, the triggers;
+/// collapsed to counts when over [`SPACE_BUDGET_CHARS`].
 pub fn space(conn: &Connection, inputs: &Inputs<'_>) -> ApiResult<String> {
     let memory = memory_line(inputs.memory_root)?;
     let mut triggers: Vec<(String, bool)> = Vec::new();
@@ -129,17 +131,21 @@ pub fn space(conn: &Connection, inputs: &Inputs<'_>) -> ApiResult<String> {
     if !active.is_empty() {
         trigger_line.push_str(&format!(" — active: {}", active.join(" · ")));
     }
-    let full = format!(
-        "<space>\ntools/ (read ~/tools/ for what you can call; there are no callable tools on this server yet)\n\
-         {memory}\n{trigger_line}\n</space>"
-    );
+    let names: Vec<&str> = inputs.callables.iter().map(|callable| callable.name()).collect();
+    let tools_line = if names.is_empty() {
+        "tools/ — no callable tools are granted to you".to_owned()
+    } else {
+        format!("tools/ — callable with call: {} (read ~/tools/<name> for one's input)", names.join(" · "))
+    };
+    let full = format!("<space>\n{tools_line}\n{memory}\n{trigger_line}\n</space>");
     if full.chars().count() <= SPACE_BUDGET_CHARS {
         return Ok(full);
     }
     let active_count = triggers.iter().filter(|(_, on)| *on).count();
     Ok(format!(
-        "<space>\ntools/ — 0 callable tools (read ~/tools/ to list them)\n{}\ntriggers/ — {active_count} active (read \
+        "<space>\ntools/ — {} callable (read ~/tools/ to list them)\n{}\ntriggers/ — {active_count} active (read \
          ~/triggers/)\n</space>",
+        inputs.callables.len(),
         short_memory_line(inputs.memory_root)?
     ))
 }

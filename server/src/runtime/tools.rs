@@ -336,7 +336,7 @@ mod tests {
 
     fn tool_call(name: &str, input: Json, actor: Option<SessionActor>) -> SessionEvent {
         use seed_agents_protocol::generated::{ToolCallEvent, ToolCallEventType};
-        let input = seed_agents_protocol::Value(seed_agents_protocol::wire::to_ipld(&input).unwrap());
+        let input = seed_agents_protocol::Value(seed_agents_protocol::wire::json_to_ipld(&input));
         let call = ToolCallEvent {
             extra: Default::default(),
             actor,

@@ -316,6 +316,7 @@ pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiR
     }
     let limit = action.limit.map(|limit| limit.clamp(1, MAX_EVENT_PAGE));
     let (account, now) = (caller.account_id.clone(), app.clock.now_ms());
+    let web_search = app.config.searxng_url.is_some();
     app.db
         .read(move |conn| {
             let access = access::require_session(conn, &action.session_id, &account, Need::Read)?;
@@ -328,15 +329,21 @@ pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiR
                 }
                 None => (events::after(conn, &action.session_id, after, before, None)?, None),
             };
-            let agent = agents::load_info(conn, &access.agent_id, access.role)?;
-            // What the agent's next pass is told (the live parts: time, members, `<space>`).
+            let mut agent = agents::load_info(conn, &access.agent_id, access.role)?;
+            // What the agent's next pass is told (the live parts: time, members, `<space>`), with
+            // a trigger thread's own instructions and tools.
+            if let Some(thread) = crate::triggers::thread::of_session(conn, &action.session_id)? {
+                thread.apply(&mut agent.definition);
+            }
             let memory_root = std::path::Path::new(&agent.state_dir).join(crate::memory::path::MEMORY_DIR);
+            let callables = crate::tools::registry::granted_with(web_search, &agent.definition);
             let inputs = crate::runtime::prompt::Inputs {
                 definition: &agent.definition,
                 owner_id: &access.owner_id,
                 agent_id: &access.agent_id,
                 memory_root: &memory_root,
                 now_ms: now,
+                callables: &callables,
             };
             let system_prompt_markdown = crate::runtime::prompt::system(conn, &inputs)?;
             Ok(GetSessionResponse {

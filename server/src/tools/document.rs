@@ -158,18 +158,18 @@ impl ToolDocument {
     }
 
     /// The document as an IPLD map (absent fields omitted).
-    pub fn to_ipld(&self) -> ApiResult<Ipld> {
+    pub fn to_ipld(&self) -> Ipld {
         let text = |value: &str| Ipld::String(value.to_owned());
-        let schema = |value: &Json| wire::to_ipld(value).map_err(ApiError::internal);
+        let schema = wire::json_to_ipld;
         let mut fields = BTreeMap::from([
             ("name".to_owned(), text(&self.name)),
             ("kind".to_owned(), text(self.kind.as_str())),
             ("summary".to_owned(), text(&self.summary)),
             ("description".to_owned(), text(&self.description)),
-            ("input".to_owned(), schema(&self.input)?),
+            ("input".to_owned(), schema(&self.input)),
         ]);
         if let Some(output) = &self.output {
-            fields.insert("output".to_owned(), schema(output)?);
+            fields.insert("output".to_owned(), schema(output));
         }
         if let Some(source) = &self.source {
             fields.insert("source".to_owned(), text(source));
@@ -180,12 +180,12 @@ impl ToolDocument {
         if let Some(binding) = &self.binding {
             fields.insert("binding".to_owned(), text(binding));
         }
-        Ok(Ipld::Map(fields))
+        Ipld::Map(fields)
     }
 
     /// The canonical DAG-CBOR bytes and their CID string.
     pub fn encode(&self) -> ApiResult<(String, Vec<u8>)> {
-        let bytes = wire::ipld_to_vec(&self.to_ipld()?).map_err(ApiError::internal)?;
+        let bytes = wire::ipld_to_vec(&self.to_ipld()).map_err(ApiError::internal)?;
         let cid = blob::cid_v1_sha256(blob::DAG_CBOR, &bytes).to_string();
         Ok((cid, bytes))
     }

@@ -249,7 +249,7 @@ fn json_of(map: BTreeMap<String, Value>) -> ApiResult<Json> {
 
 /// A JSON object as an open map for the wire.
 fn map_of(json: &Json) -> ApiResult<BTreeMap<String, Value>> {
-    match wire::to_ipld(json).map_err(ApiError::internal)? {
+    match wire::json_to_ipld(json) {
         Ipld::Map(fields) => Ok(fields.into_iter().map(|(key, value)| (key, Value(value))).collect()),
         _ => Err(ApiError::internal("a tool schema is not an object")),
     }

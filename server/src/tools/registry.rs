@@ -127,14 +127,30 @@ pub fn first_sentence(text: &str) -> String {
 /// The callables an agent may run here: those this server can run (`web_search` needs a SearXNG
 /// URL) that the definition's `tools` names (normalised), or all of them when it names none.
 pub fn granted(config: &Config, definition: &AgentDefinition) -> Vec<Callable> {
+    granted_with(config.searxng_url.is_some(), definition)
+}
+
+/// [`granted`], given whether `web_search` has a backend.
+pub fn granted_with(web_search: bool, definition: &AgentDefinition) -> Vec<Callable> {
     Callable::ALL
         .into_iter()
-        .filter(|callable| *callable != Callable::WebSearch || config.searxng_url.is_some())
+        .filter(|callable| *callable != Callable::WebSearch || web_search)
         .filter(|callable| match &definition.tools {
             None => true,
             Some(tools) => tools.iter().any(|name| normalise(name.trim()) == callable.name()),
         })
         .collect()
+}
+
+/// Narrows the definition's grants to the names in `wanted` (for a delegated child's or a
+/// trigger thread's `tools`): its grants are every callable when it names none, and a name it was
+/// not granted grants nothing.
+pub fn narrow(definition: &mut AgentDefinition, wanted: &[String]) {
+    let base: Vec<String> = match &definition.tools {
+        Some(tools) => tools.clone(),
+        None => Callable::ALL.iter().map(|tool| tool.name().to_owned()).collect(),
+    };
+    definition.tools = Some(base.into_iter().filter(|tool| wanted.contains(tool)).collect());
 }
 
 static INPUTS: LazyLock<[Json; 2]> = LazyLock::new(|| {

@@ -22,9 +22,16 @@ pub struct Found {
     pub url: String,
     #[serde(rename = "type")]
     pub kind: String,
+    /// Kept as the search API gave them (strings, in practice).
+    #[serde(serialize_with = "parents")]
     pub parent_names: Vec<Json>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version_time: Option<String>,
+}
+
+/// `parentNames` through [`wire::json_to_ipld`], which (unlike serde's route) takes JSON null.
+fn parents<S: serde::Serializer>(names: &[Json], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(names.iter().map(seed_agents_protocol::wire::json_to_ipld))
 }
 
 /// The output (without `summary`, which the caller adds).

@@ -305,12 +305,16 @@ fn open_thread(
         type_: MessageEventType::Message,
     });
     let event = events::append(conn, &session_id, payload, now)?;
-    let input = Ipld::Map(BTreeMap::from([
+    let mut input = BTreeMap::from([
         ("kind".to_owned(), Ipld::String("session-message".to_owned())),
         ("userEventIds".to_owned(), Ipld::List(vec![Ipld::String(event.id.clone())])),
         ("queuedBehindAnotherTurn".to_owned(), Ipld::Bool(false)),
         ("triggerFiringId".to_owned(), Ipld::String(firing_id.to_owned())),
-    ]));
+    ]);
+    if let Some(thread) = super::thread::Thread::of(trigger.continuation.as_ref()) {
+        super::thread::store(&mut input, &thread);
+    }
+    let input = Ipld::Map(input);
     let run = NewRun {
         account_id: trigger.account.clone(),
         agent_id: trigger.agent_id.clone(),

@@ -5,6 +5,7 @@
 //! - [`validate`]: normalising names, prompts, continuations and every kind of source;
 //! - [`store`]: trigger and firing rows as protocol types, session attributions, access;
 //! - [`firing`]: [`firing::fire`], the one idempotent entry point every source fires through;
+//! - [`thread`]: a new-thread continuation's own system prompt and tools, for its session's runs;
 //! - [`webhook`]: `POST /api/triggers/<id>/webhook` (Standard Webhooks signatures);
 //! - [`chain`]: the run-completed monitor and its loop guard;
 //! - [`schedule`]: when interval, weekly and once schedules are due;
@@ -27,6 +28,7 @@ pub mod monitor;
 pub mod schedule;
 pub mod sink;
 pub mod store;
+pub mod thread;
 pub mod validate;
 pub mod webhook;
 

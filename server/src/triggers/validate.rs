@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use seed_agents_protocol::generated::{
     ActivitySource, AgentActivityCondition, AgentActivitySource, AgentDefinitionSystemPrompt, AgentPromptBlock,
     AgentScheduleTrigger, AgentTriggerSource, CommentReplySource, DocumentAuthorCommentSource, DocumentCommentSource,
-    IntervalSchedule, OnceSchedule, RunCompletedSource, ScheduleSource, SiteUpdateSource, TriggerContinuation,
-    UserMentionSource, WakeContinuation, WeeklySchedule,
+    IntervalSchedule, NewThreadContinuation, OnceSchedule, RunCompletedSource, ScheduleSource, SiteUpdateSource,
+    TriggerContinuation, UserMentionSource, WakeContinuation, WeeklySchedule,
 };
 
 use crate::agents::prompt;
@@ -53,20 +53,34 @@ pub fn prompt(input: Option<AgentDefinitionSystemPrompt>) -> ApiResult<Prompt> {
     })
 }
 
-/// The continuation: a plain new thread or a `wake` (signal and run id trimmed, each required
-/// when present and at most 256 bytes; the payload is kept as sent, like upstream, within the
-/// envelope's own size cap); `tool`, `script` and a new thread with its own system prompt or
-/// tools answer 501.
+/// The most tool names a new-thread continuation narrows to.
+pub const MAX_THREAD_TOOLS: usize = 64;
+
+/// The continuation: a new thread or a `wake` (signal and run id trimmed, each required when
+/// present and at most 256 bytes; the payload is kept as sent, like upstream, within the
+/// envelope's own size cap); `tool` and `script` answer 501.
+///
+/// A new thread's `systemPrompt` is trimmed and checked like a trigger prompt (required when
+/// present, at most 64 KiB); its `tools` are trimmed, non-empty names (at most
+/// [`MAX_THREAD_TOOLS`], duplicates dropped, order kept).
 pub fn continuation(continuation: Option<TriggerContinuation>) -> ApiResult<Option<TriggerContinuation>> {
     match continuation {
         None => Ok(None),
         Some(TriggerContinuation::NewThreadContinuation(new_thread)) => {
-            if new_thread.system_prompt.is_some() || new_thread.tools.is_some() {
-                return Err(ApiError::not_implemented(
-                    "A new-thread continuation with its own systemPrompt or tools is not supported by this server yet",
-                ));
-            }
-            Ok(Some(TriggerContinuation::NewThreadContinuation(new_thread)))
+            let system_prompt = match &new_thread.system_prompt {
+                Some(text) => {
+                    let input = AgentDefinitionSystemPrompt::String(text.clone());
+                    prompt::normalize_prompt(&input, "Trigger system prompt")?;
+                    Some(js_trim(text).to_owned())
+                }
+                None => None,
+            };
+            let tools = new_thread.tools.as_ref().map(|tools| thread_tools(tools)).transpose()?;
+            Ok(Some(TriggerContinuation::NewThreadContinuation(NewThreadContinuation {
+                system_prompt,
+                tools,
+                ..new_thread
+            })))
         }
         Some(TriggerContinuation::WakeContinuation(wake)) => {
             Ok(Some(TriggerContinuation::WakeContinuation(WakeContinuation {
@@ -80,6 +94,21 @@ pub fn continuation(continuation: Option<TriggerContinuation>) -> ApiResult<Opti
             Err(ApiError::not_implemented("Tool and script continuations are not supported by this server yet"))
         }
     }
+}
+
+/// A new thread's tool names: trimmed, non-empty, deduplicated, at most [`MAX_THREAD_TOOLS`].
+fn thread_tools(tools: &[String]) -> ApiResult<Vec<String>> {
+    if tools.len() > MAX_THREAD_TOOLS {
+        return Err(ApiError::invalid(format!("Trigger tools may name at most {MAX_THREAD_TOOLS} tools")));
+    }
+    let mut names: Vec<String> = Vec::with_capacity(tools.len());
+    for tool in tools {
+        let name = bounded_string(tool, "Trigger tool name", MAX_NAME_BYTES)?;
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    Ok(names)
 }
 
 /// A source, checked and canonicalised. `new_id` mints ids for conditions sent without one.

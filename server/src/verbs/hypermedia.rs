@@ -16,7 +16,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value as Json, json};
 
-use super::{Context, record};
+use super::{Context, json_field, json_option, record};
 use crate::error::{ApiError, ApiResult};
 use crate::hm::{HmClient, HmError};
 use seed_agents_protocol::Value;
@@ -149,10 +149,11 @@ struct DocumentOutput {
     #[serde(skip_serializing_if = "Option::is_none")]
     title: Option<String>,
     version: String,
+    #[serde(serialize_with = "json_field")]
     metadata: Json,
     #[serde(skip_serializing_if = "Option::is_none")]
     markdown: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "json_option")]
     resource: Option<Json>,
     #[serde(skip_serializing_if = "Option::is_none")]
     truncated: Option<bool>,
@@ -287,7 +288,7 @@ async fn directory(hm: &HmClient<'_>, raw: &str, address: &HmAddress) -> ApiResu
         id: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         title: Option<String>,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none", serialize_with = "json_option")]
         update_time: Option<Json>,
     }
     #[derive(Serialize)]
@@ -372,6 +373,7 @@ async fn profile(hm: &HmClient<'_>, raw: &str, address: &HmAddress) -> ApiResult
         server: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         title: Option<String>,
+        #[serde(serialize_with = "json_field")]
         metadata: Json,
         markdown: String,
     }
@@ -422,7 +424,7 @@ pub async fn activity(context: &Context<'_>, options: Option<&Map<String, Json>>
     }
     input.insert("currentAccount".to_owned(), json!(context.owner_id));
     let answer = client(context).list_events(&input).await.map_err(hm_error)?;
-    let Json::Object(fields) = answer else {
+    let Some(fields) = answer.as_object() else {
         return Err(ApiError::upstream("Hypermedia server: ListEvents did not answer an object"));
     };
     let count = fields.get("events").and_then(Json::as_array).map_or(0, Vec::len);
@@ -432,7 +434,7 @@ pub async fn activity(context: &Context<'_>, options: Option<&Map<String, Json>>
         super::plural(count, "activity event", "activity events"),
         if more { "; more with options.pageToken = nextPageToken." } else { "." }
     );
-    record(summary, &fields)
+    record(summary, &seed_agents_protocol::wire::json_to_ipld(&answer))
 }
 
 /// Cuts markdown over [`MAX_MARKDOWN`] bytes to that many characters plus `\n[truncated]`.

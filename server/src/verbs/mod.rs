@@ -356,6 +356,17 @@ fn not_yet(what: &str) -> ApiError {
     ApiError::invalid(format!("{what} not supported by this server yet"))
 }
 
+/// `serialize_with` for JSON inside a verb's output: serde writes JSON null as a unit, which the
+/// IPLD serializer refuses, so the value goes through [`wire::json_to_ipld`].
+fn json_field<S: serde::Serializer>(value: &serde_json::Value, serializer: S) -> Result<S::Ok, S::Error> {
+    wire::json_to_ipld(value).serialize(serializer)
+}
+
+/// [`json_field`] for an optional field.
+fn json_option<S: serde::Serializer>(value: &Option<serde_json::Value>, serializer: S) -> Result<S::Ok, S::Error> {
+    value.as_ref().map(wire::json_to_ipld).serialize(serializer)
+}
+
 /// A verb's output record: `data`'s fields (it must serialize as a map) plus `summary`.
 fn record(summary: String, data: &impl Serialize) -> ApiResult<Value> {
     let mut fields = match wire::to_ipld(data).map_err(ApiError::internal)? {

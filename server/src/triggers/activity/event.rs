@@ -5,7 +5,6 @@
 //! `comment`, `citation`, `doc-update`, `capability`, `contact`) and raw daemon events
 //! (`newBlob` / `newMention`, possibly under `data: {case, value}`). Both are read.
 
-use ipld_core::ipld::Ipld;
 use serde_json::{Map, Value as Json};
 
 /// A feed event, as the Hypermedia server sent it.
@@ -175,28 +174,6 @@ pub fn id_of(record: &Event, field: &str) -> Option<String> {
     match object(value, "id") {
         Some(id) => text(id, "id"),
         None => text(value, "id"),
-    }
-}
-
-/// A JSON value as IPLD: numbers that are whole (and fit) become integers, as the JS encoder
-/// writes them; others stay floats. (The serde route refuses JSON `null`, which serializes as a
-/// unit.)
-pub fn to_ipld(value: &Json) -> Ipld {
-    match value {
-        Json::Null => Ipld::Null,
-        Json::Bool(flag) => Ipld::Bool(*flag),
-        Json::Number(number) => match (number.as_i64(), number.as_u64(), number.as_f64()) {
-            (Some(integer), _, _) => Ipld::Integer(integer.into()),
-            (None, Some(integer), _) => Ipld::Integer(integer.into()),
-            (None, None, Some(float)) if seed_agents_protocol::value::is_js_integer(float) => {
-                Ipld::Integer(float as i128)
-            }
-            (None, None, Some(float)) => Ipld::Float(float),
-            (None, None, None) => Ipld::Null,
-        },
-        Json::String(text) => Ipld::String(text.clone()),
-        Json::Array(items) => Ipld::List(items.iter().map(to_ipld).collect()),
-        Json::Object(fields) => Ipld::Map(fields.iter().map(|(key, value)| (key.clone(), to_ipld(value))).collect()),
     }
 }
 

@@ -301,7 +301,7 @@ impl ActivityMonitor {
 
 /// The feed event as the IPLD map a firing records.
 pub fn activity_value(event: &Event) -> BTreeMap<String, Value> {
-    event.iter().map(|(key, value)| (key.clone(), Value::from(event::to_ipld(value)))).collect()
+    event.iter().map(|(key, value)| (key.clone(), Value::from(wire::json_to_ipld(value)))).collect()
 }
 
 /// The distinct keys of `events`, in feed order.
