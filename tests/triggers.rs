@@ -579,7 +579,7 @@ async fn a_run_completed_chain_stops_at_the_loop_guard() {
             let open: i64 = conn
                 .query_row(
                     "SELECT COUNT(*) FROM runs r WHERE r.status NOT IN ('succeeded', 'failed', 'canceled')
-                        OR NOT EXISTS (SELECT 1 FROM trigger_run_completions c WHERE c.run_id = r.id)",
+                        OR r.completion_pending = 1",
                     [],
                     |row| row.get(0),
                 )

@@ -253,10 +253,12 @@ const MIGRATIONS: &[&str] = &[
     // fires a trigger at most once; `parent_firing_id` is the firing whose run's completion caused
     // this one (run-completed chains). Triggers gain `merged_into` (CombineAgentTriggers) and a
     // sealed webhook secret, and `prompt_cbor` (the prompt's Seed blocks when it was sent as
-    // blocks). `trigger_run_completions` lists the finished runs the run-completed monitor has
-    // handled. `runs` is rebuilt so `trigger_firing_id` becomes a real foreign key (SQLite cannot
+    // blocks). `runs` is rebuilt so `trigger_firing_id` becomes a real foreign key (SQLite cannot
     // add one in place; `apply` runs migrations with foreign keys off and checks them before each
-    // commit), and gains indexes on it and on `finished_at` (the run-completed monitor).
+    // commit), and gains an index on it. Its `completion_pending` is 1 until the run-completed
+    // monitor has handled the run's end; runs that ended before this migration have nothing to
+    // fire. The partial index holds only finished agent runs still pending, so the monitor's scan
+    // costs what is left to do, never the history.
     r#"
     ALTER TABLE agent_triggers ADD COLUMN merged_into TEXT;
     ALTER TABLE agent_triggers ADD COLUMN webhook_secret BLOB;
@@ -284,11 +286,6 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX trigger_firings_by_session ON trigger_firings (session_id);
     CREATE INDEX trigger_firings_by_parent ON trigger_firings (parent_firing_id);
 
-    CREATE TABLE trigger_run_completions (
-        run_id TEXT PRIMARY KEY,
-        finished_at INTEGER NOT NULL
-    ) STRICT, WITHOUT ROWID;
-    CREATE INDEX trigger_run_completions_by_finished ON trigger_run_completions (finished_at);
 
     CREATE TABLE runs_rebuilt (
         id TEXT PRIMARY KEY,
@@ -339,7 +336,10 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX runs_by_agent ON runs (agent_id, created_at DESC);
     CREATE INDEX runs_by_account ON runs (account_id, created_at DESC);
     CREATE INDEX runs_by_firing ON runs (trigger_firing_id);
-    CREATE INDEX runs_by_finished ON runs (finished_at, id) WHERE finished_at IS NOT NULL;
+    ALTER TABLE runs ADD COLUMN completion_pending INTEGER NOT NULL DEFAULT 1;
+    UPDATE runs SET completion_pending = 0 WHERE finished_at IS NOT NULL;
+    CREATE INDEX runs_completion_pending ON runs (finished_at, id)
+        WHERE completion_pending = 1 AND finished_at IS NOT NULL AND kind = 'agent';
     "#,
 ];
 

@@ -1,12 +1,15 @@
 //! Run-completed triggers (PROTOCOL-NOTES §E.3): when a run of an account reaches a final
 //! status, its enabled `run-completed` triggers whose filters match fire, loop-guarded.
 //!
-//! The monitor looks at agent runs that finished within [`LOOKBACK_MS`] and that it has not
-//! handled yet (`trigger_run_completions`), a batch at a time, in one write transaction per
-//! batch: it records each run's outcome on the firing that started it, fires the matching
-//! triggers (firing key `run-completed:<runId>`) and marks the run handled. A crash before the
-//! commit leaves the batch to the next scan; after it, nothing is done twice. It scans when a
-//! run changes on the bus and every [`POLL`] (a lagging bus loses nothing).
+//! The monitor takes finished agent runs it has not handled yet (`runs.completion_pending`, read
+//! through a partial index that holds only those, so a scan costs the work left, not the run
+//! history), a batch at a time, in one write transaction per batch: it records each run's outcome
+//! on the firing that started it, fires the matching triggers (firing key `run-completed:<runId>`)
+//! for runs that finished within [`LOOKBACK_MS`] (a run that ended long before the monitor saw it,
+//! across a long downtime, starts no chain), and clears the mark. A crash before the commit
+//! leaves the batch to the next scan; after it, nothing is done twice. It scans when a run ends on
+//! the bus (one scan for every end already queued) and every [`POLL`] (a lagging bus loses
+//! nothing).
 //!
 //! Loop guard: a firing remembers the firing whose run's completion caused it. Before firing,
 //! the chain of ancestors is walked: if it already holds the same trigger, or holds
@@ -18,7 +21,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, params};
 use seed_agents_protocol::generated::{AgentTriggerSource, RunCompletedSource, RunCompletedSourceStatus};
 use seed_agents_protocol::{Value, wire};
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::task::JoinHandle;
 
 use super::firing::{self, Activity, FireOutcome, Published};
@@ -49,6 +52,14 @@ pub fn spawn(app: &Arc<App>) -> JoinHandle<()> {
                         let Event::RunChanged { run } = event.as_ref() else { continue };
                         if !is_final(&run.status.to_string()) {
                             continue;
+                        }
+                        // One scan handles every run ended so far: drain what is queued.
+                        loop {
+                            match events.try_recv() {
+                                Ok(_) | Err(TryRecvError::Lagged(_)) => {}
+                                Err(TryRecvError::Empty) => break,
+                                Err(TryRecvError::Closed) => return,
+                            }
                         }
                     }
                     Err(RecvError::Lagged(_)) => {}
@@ -94,16 +105,16 @@ pub async fn scan(app: &App) -> ApiResult<usize> {
         .db
         .write(move |conn| {
             let mut published = Published::default();
-            let runs = unhandled(conn, now)?;
+            let runs = unhandled(conn)?;
             let mut fired = false;
             for run in &runs {
                 settle_firing(conn, run, now)?;
-                fired |= fire_matching(conn, run, now, &mut published)?;
-                conn.prepare_cached("INSERT INTO trigger_run_completions (run_id, finished_at) VALUES (?1, ?2)")?
-                    .execute(params![run.id, run.finished_at])?;
+                if run.finished_at >= now - LOOKBACK_MS {
+                    fired |= fire_matching(conn, run, now, &mut published)?;
+                }
+                conn.prepare_cached("UPDATE runs SET completion_pending = 0 WHERE id = ?1")?
+                    .execute(params![run.id])?;
             }
-            conn.prepare_cached("DELETE FROM trigger_run_completions WHERE finished_at < ?1")?
-                .execute(params![now - 2 * LOOKBACK_MS])?;
             Ok((runs.len(), published, fired))
         })
         .await?;
@@ -114,17 +125,17 @@ pub async fn scan(app: &App) -> ApiResult<usize> {
     Ok(handled)
 }
 
-fn unhandled(conn: &Connection, now: i64) -> ApiResult<Vec<Finished>> {
+/// Finished agent runs not handled yet, oldest first (the partial index `runs_completion_pending`
+/// holds exactly these; the `WHERE` repeats its condition so SQLite can use it).
+fn unhandled(conn: &Connection) -> ApiResult<Vec<Finished>> {
     let mut statement = conn.prepare_cached(
         "SELECT r.id, r.account_id, r.agent_id, r.session_id, r.title, r.status, r.finished_at, r.trigger_firing_id,
                 r.error_cbor
-         FROM runs r
-         WHERE r.finished_at IS NOT NULL AND r.finished_at >= ?1 AND r.kind = 'agent'
-           AND r.status IN ('succeeded', 'failed', 'canceled')
-           AND NOT EXISTS (SELECT 1 FROM trigger_run_completions c WHERE c.run_id = r.id)
-         ORDER BY r.finished_at, r.id LIMIT +?2",
+         FROM runs r INDEXED BY runs_completion_pending
+         WHERE r.completion_pending = 1 AND r.finished_at IS NOT NULL AND r.kind = 'agent'
+         ORDER BY r.finished_at, r.id LIMIT ?1",
     )?;
-    let rows = statement.query_map(params![now - LOOKBACK_MS, BATCH], |row| {
+    let rows = statement.query_map(params![BATCH], |row| {
         let error: Option<Vec<u8>> = row.get(8)?;
         Ok(Finished {
             id: row.get(0)?,
