@@ -313,6 +313,10 @@ fn output(assistant_event_id: &str, open_steps: &[String]) -> Ipld {
 /// Calls a child still works on (or a parked run waits on) are pending, not dangling.
 fn dangling_calls(conn: &rusqlite::Connection, session_id: &str) -> ApiResult<Vec<(String, String)>> {
     let all = events::after(conn, session_id, 0, i64::MAX, None)?;
+    // A call without any result has no agent result either: nothing dangles.
+    if !replay::has_unanswered_calls(&all) {
+        return Ok(Vec::new());
+    }
     let pending = crate::runs::children::pending_calls(conn, session_id)?;
     let answered: std::collections::HashSet<&str> = all
         .iter()

@@ -152,7 +152,11 @@ impl Turn {
                     callables: &granted,
                 };
                 let system = prompt::system(conn, &inputs)?;
-                let pending = crate::runs::children::pending_calls(conn, &session_id)?;
+                let pending = if replay::has_unanswered_calls(&log) {
+                    crate::runs::children::pending_calls(conn, &session_id)?
+                } else {
+                    Default::default()
+                };
                 let tail = replay::Tail {
                     queued_behind: queued_behind.as_deref(),
                     plan: plan.as_ref(),

@@ -175,6 +175,25 @@ fn user_text(text: String) -> Message {
     Message::User(vec![UserPart::Text(text)])
 }
 
+/// Whether an agent call in `log` has no agent result. Only then do the calls parked runs and
+/// live children wait on matter (to the replay, and to repairing interrupted calls), so the
+/// queries for them are skipped in the usual case where every call was answered.
+pub fn has_unanswered_calls(log: &[SessionEvent]) -> bool {
+    let answered: HashSet<&str> = log
+        .iter()
+        .filter_map(|event| match &event.event {
+            SessionEventPayload::ToolResultEvent(result) if !is_user(result.actor) => {
+                Some(result.tool_call_id.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    log.iter().any(|event| {
+        matches!(&event.event, SessionEventPayload::ToolCallEvent(call)
+            if !is_user(call.actor) && !answered.contains(call.id.as_str()))
+    })
+}
+
 fn is_user(actor: Option<SessionActor>) -> bool {
     actor == Some(SessionActor::User)
 }

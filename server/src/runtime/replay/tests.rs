@@ -189,3 +189,18 @@ fn the_tail_names_queued_messages_and_the_plan() {
     assert!(state.starts_with("<plan_state>\na\\u003c · Look · running\n\n"), "{state}");
     assert!(state.ends_with("</plan_state>"));
 }
+
+#[test]
+fn unanswered_calls_are_agent_calls_without_an_agent_result() {
+    let input = object(&[("address", "~/memory/")]);
+    let asked = event(1, call("c1", "read", input.clone(), None));
+    let answered = event(2, result("c1", "read", Some(object(&[])), None, None));
+    assert!(!has_unanswered_calls(&[]));
+    assert!(has_unanswered_calls(std::slice::from_ref(&asked)));
+    assert!(!has_unanswered_calls(&[asked.clone(), answered]));
+    // A user's own action is not the agent's call; a user's result does not answer the agent's.
+    let by_user = event(3, call("u1", "read", input, Some(SessionActor::User)));
+    assert!(!has_unanswered_calls(std::slice::from_ref(&by_user)));
+    let user_result = event(4, result("c1", "read", None, None, Some(SessionActor::User)));
+    assert!(has_unanswered_calls(&[asked, user_result]));
+}
