@@ -232,13 +232,10 @@ pub fn payload_errors(schema: &Json, payload: &Json) -> Vec<String> {
         .collect()
 }
 
-/// A run's contract: its own `input.spec`, or the spec of the run that spawned its session.
-pub fn contract(conn: &Connection, run_id: &str, session_id: &str) -> ApiResult<Option<Spec>> {
-    let own: Option<Vec<u8>> = conn
-        .prepare_cached("SELECT input_cbor FROM runs WHERE id = ?1")?
-        .query_row(params![run_id], |row| row.get(0))
-        .optional()?;
-    if let Some(spec) = own.as_deref().and_then(spec_of) {
+/// A run's contract: its own `input.spec` (from `input`, the run's input as claimed), or the
+/// spec of the run that spawned its session.
+pub fn contract(conn: &Connection, run_id: &str, input: &Ipld, session_id: &str) -> ApiResult<Option<Spec>> {
+    if let Some(spec) = spec_in(input) {
         return Ok(Some(spec));
     }
     let spawning: Option<Option<String>> = conn
@@ -254,9 +251,13 @@ pub fn contract(conn: &Connection, run_id: &str, session_id: &str) -> ApiResult<
 }
 
 fn spec_of(input: &[u8]) -> Option<Spec> {
-    let input = wire::decode_ipld(input).ok()?;
-    let input: Json = serde_json::to_value(seed_agents_protocol::Value(input)).ok()?;
-    Spec::from_json(input.get("spec")?)
+    spec_in(&wire::decode_ipld(input).ok()?)
+}
+
+fn spec_in(input: &Ipld) -> Option<Spec> {
+    let Ipld::Map(fields) = input else { return None };
+    let spec: Json = serde_json::to_value(seed_agents_protocol::Value(fields.get("spec")?.clone())).ok()?;
+    Spec::from_json(&spec)
 }
 
 /// The `delegate` tool as offered.

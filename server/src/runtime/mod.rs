@@ -372,12 +372,12 @@ impl Turn {
         let endpoint = model::endpoint_for(provider, loaded.base_url, api_key, loaded.model)
             .map_err(|error| ApiError::invalid(error.message))?;
         let queued_behind = queued_behind(&run.input);
-        let (run_id, session_id) = (run.id.clone(), run.session_id.clone());
+        let (run_id, session_id, input) = (run.id.clone(), run.session_id.clone(), run.input.clone());
         let (contract, thread, depth, resumed) = app
             .db
             .read(move |conn| {
-                let contract = delegate::contract(conn, &run_id, &session_id)?;
-                let thread = crate::triggers::thread::of_run(conn, &run_id, &session_id)?;
+                let contract = delegate::contract(conn, &run_id, &input, &session_id)?;
+                let thread = crate::triggers::thread::of_run(conn, &input, &session_id)?;
                 let (depth, children): (i64, bool) = conn
                     .prepare_cached(
                         "SELECT depth, EXISTS (SELECT 1 FROM runs c WHERE c.parent_run_id = r.id

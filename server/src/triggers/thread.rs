@@ -97,14 +97,10 @@ impl Thread {
     }
 }
 
-/// The overrides for run `run_id` in session `session_id`: its own `input.thread`, or that of
-/// the run a firing opened the session with.
-pub fn of_run(conn: &Connection, run_id: &str, session_id: &str) -> ApiResult<Option<Thread>> {
-    let own: Option<Vec<u8>> = conn
-        .prepare_cached("SELECT input_cbor FROM runs WHERE id = ?1")?
-        .query_row(params![run_id], |row| row.get(0))
-        .optional()?;
-    if let Some(thread) = own.as_deref().and_then(stored) {
+/// The overrides for a run in session `session_id` whose input (as claimed) is `input`: its own
+/// `input.thread`, or that of the run a firing opened the session with.
+pub fn of_run(conn: &Connection, input: &Ipld, session_id: &str) -> ApiResult<Option<Thread>> {
+    if let Some(thread) = stored_in(input) {
         return Ok(Some(thread));
     }
     of_session(conn, session_id)
@@ -115,7 +111,7 @@ pub fn of_session(conn: &Connection, session_id: &str) -> ApiResult<Option<Threa
     let opening: Option<Vec<u8>> = conn
         .prepare_cached(
             "SELECT r.input_cbor FROM trigger_firings f JOIN runs r ON r.id = f.run_id
-             WHERE f.session_id = ?1 ORDER BY f.created_at LIMIT 1",
+             WHERE f.session_id = ?1 ORDER BY f.created_at, f.id LIMIT 1",
         )?
         .query_row(params![session_id], |row| row.get(0))
         .optional()?;
@@ -123,7 +119,11 @@ pub fn of_session(conn: &Connection, session_id: &str) -> ApiResult<Option<Threa
 }
 
 fn stored(input: &[u8]) -> Option<Thread> {
-    match wire::decode_ipld(input).ok()? {
+    stored_in(&wire::decode_ipld(input).ok()?)
+}
+
+fn stored_in(input: &Ipld) -> Option<Thread> {
+    match input {
         Ipld::Map(fields) => Thread::from_ipld(fields.get(KEY)?),
         _ => None,
     }
