@@ -256,8 +256,8 @@ const MIGRATIONS: &[&str] = &[
     // blocks). `runs` is rebuilt so `trigger_firing_id` becomes a real foreign key (SQLite cannot
     // add one in place; `apply` runs migrations with foreign keys off and checks them before each
     // commit), and gains an index on it. Its `completion_pending` is 1 until the run-completed
-    // monitor has handled the run's end; runs that ended before this migration have nothing to
-    // fire. The partial index holds only finished agent runs still pending, so the monitor's scan
+    // monitor has handled the run's end (or the run's own end found nothing watching it); runs
+    // that ended before this migration have nothing to fire. The partial index holds only finished agent runs still pending, so the monitor's scan
     // costs what is left to do, never the history.
     r#"
     ALTER TABLE agent_triggers ADD COLUMN merged_into TEXT;

@@ -276,6 +276,10 @@ fn configure(conn: &Connection, read_only: bool) -> rusqlite::Result<()> {
     }
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Statement journals (one per savepoint, so one per write of a batch) and sort trees stay in
+    // memory: by default SQLite spills a statement journal over 64 KiB to a new temporary file,
+    // which the writer paid for (open, write, unlink) on most batches.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     if read_only {
         // Readers share the OS page cache; a small private cache each keeps memory flat (1 MiB).
         conn.pragma_update(None, "cache_size", -1024)?;

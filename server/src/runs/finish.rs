@@ -267,7 +267,7 @@ fn end(
          WHERE id = ?1",
     )?
     .execute(params![run_id, status, output, error, now_ms])?;
-    Ok(())
+    crate::triggers::chain::settle_unwatched(conn, run_id)
 }
 
 fn park(conn: &Connection, run_id: &str, wait: &Wait, now_ms: i64) -> ApiResult<()> {

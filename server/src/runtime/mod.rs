@@ -4,12 +4,12 @@
 //!
 //! 1. **prepare** (`Turn::prepare`): the agent, its provider and key, the model; a problem
 //!    here is a configuration error (not retried);
-//! 2. **repair**: an agent tool call with no result (the server died while it ran) gets an error
-//!    result saying so, so the log is whole again;
-//! 3. **passes** ([`pass`]): one model pass replays the log into a provider conversation, streams
+//! 2. **passes** ([`pass`]): one model pass replays the log into a provider conversation, streams
 //!    the reply (partials on the bus), makes each step durable, runs the step's tools and loops
 //!    until the model stops;
-//! 4. **obligations**: a pass that ends with open plan steps gets a system continuation (at most
+//!    (repair first: an agent tool call with no result, because the server died while it ran, gets
+//!    an error result saying so, so the log is whole again);
+//! 3. **obligations**: a pass that ends with open plan steps gets a system continuation (at most
 //!    [`MAX_CONTINUATIONS`]); past that, a visible notice, and the run succeeds owing them
 //!    (`unmetObligations`).
 //!
@@ -97,6 +97,8 @@ pub struct Turn {
     pub depth: i64,
     /// Whether the run already had children answer it (a parent resumed after parking).
     pub resumed: bool,
+    /// The calls of its children still working when the execution started (read with the rest).
+    pub live_children: Vec<String>,
     /// Awaited `delegate` calls of the current pass: the pass ends after its tool batch and the
     /// run parks on them.
     pub park: std::sync::Mutex<Vec<String>>,
@@ -124,18 +126,16 @@ fn failure(error: &ApiError, code: &str) -> RunFailure {
 async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
     let turn = match Turn::prepare(app, &run, stop).await {
         Ok(turn) => turn,
+        // The server's own trouble (a read that failed) is not the agent's configuration.
+        Err(error) if matches!(error.kind(), ErrorKind::Internal | ErrorKind::Unavailable) => {
+            return Outcome::Failed(failure(&error, "internal"));
+        }
         Err(error) => return Outcome::Failed(failure(&error, "config-error")),
     };
-    if let Err(error) = turn.repair().await {
-        return Outcome::Failed(failure(&error, "internal"));
-    }
     // A parent that was executing when the server died parks on its live children again rather
     // than answering without them.
-    let run_id = turn.run_id.clone();
-    match turn.app.db.read(move |conn| crate::runs::children::live_children_of(conn, &run_id)).await {
-        Ok(pending) if !pending.is_empty() => return Outcome::Parked(Wait::Children { tool_call_ids: pending }),
-        Ok(_) => {}
-        Err(error) => return Outcome::Failed(failure(&error, "internal")),
+    if !turn.live_children.is_empty() {
+        return Outcome::Parked(Wait::Children { tool_call_ids: turn.live_children.clone() });
     }
     title::start(&turn);
     let mut continuations = 0;
@@ -318,6 +318,14 @@ fn dangling_calls(conn: &rusqlite::Connection, session_id: &str) -> ApiResult<Ve
         return Ok(Vec::new());
     }
     let pending = crate::runs::children::pending_calls(conn, session_id)?;
+    Ok(dangling_in(&all, &pending))
+}
+
+/// [`dangling_calls`] of a log already read, given the session's pending calls.
+fn dangling_in(
+    all: &[seed_agents_protocol::generated::SessionEvent],
+    pending: &std::collections::HashSet<String>,
+) -> Vec<(String, String)> {
     let answered: std::collections::HashSet<&str> = all
         .iter()
         .filter_map(|event| match &event.event {
@@ -325,8 +333,7 @@ fn dangling_calls(conn: &rusqlite::Connection, session_id: &str) -> ApiResult<Ve
             _ => None,
         })
         .collect();
-    Ok(all
-        .iter()
+    all.iter()
         .filter_map(|event| match &event.event {
             SessionEventPayload::ToolCallEvent(call)
                 if call.actor != Some(SessionActor::User)
@@ -337,7 +344,7 @@ fn dangling_calls(conn: &rusqlite::Connection, session_id: &str) -> ApiResult<Ve
             }
             _ => None,
         })
-        .collect())
+        .collect()
 }
 
 /// What the database says about a run's agent and model.
@@ -359,7 +366,27 @@ impl Turn {
     async fn prepare(app: Arc<App>, run: &Claimed, stop: StopSignal) -> ApiResult<Self> {
         let (agent_id, session_id) = (run.agent_id.clone(), run.session_id.clone());
         let overrides = app.config.provider_urls.clone();
-        let loaded = app.db.read(move |conn| load(conn, &agent_id, &session_id, &overrides)).await?;
+        let (run_id, input) = (run.id.clone(), run.input.clone());
+        // One read for everything an execution starts from.
+        let (loaded, contract, thread, depth, resumed, live_children) = app
+            .db
+            .read(move |conn| {
+                let loaded = load(conn, &agent_id, &session_id, &overrides)?;
+                let contract = delegate::contract(conn, &run_id, &input, &session_id)?;
+                let thread = crate::triggers::thread::of_run(conn, &input, &session_id)?;
+                let (depth, children): (i64, bool) = conn
+                    .prepare_cached(
+                        "SELECT depth, EXISTS (SELECT 1 FROM runs c WHERE c.parent_run_id = r.id
+                                                 AND c.parent_tool_call_id IS NOT NULL)
+                         FROM runs r WHERE r.id = ?1",
+                    )?
+                    .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .optional()?
+                    .unwrap_or((0, false));
+                let live = if children { crate::runs::children::live_children_of(conn, &run_id)? } else { Vec::new() };
+                Ok((loaded, contract, thread, depth, children, live))
+            })
+            .await?;
         let api_key = loaded.sealed_key.map(|key| key.open_text(&app, loaded.provider_type)).transpose()?;
         let provider = loaded.provider_type.as_str();
         if model::needs_responses_api(provider, &loaded.model, loaded.reasoning.as_deref()) {
@@ -372,24 +399,6 @@ impl Turn {
         let endpoint = model::endpoint_for(provider, loaded.base_url, api_key, loaded.model)
             .map_err(|error| ApiError::invalid(error.message))?;
         let queued_behind = queued_behind(&run.input);
-        let (run_id, session_id, input) = (run.id.clone(), run.session_id.clone(), run.input.clone());
-        let (contract, thread, depth, resumed) = app
-            .db
-            .read(move |conn| {
-                let contract = delegate::contract(conn, &run_id, &input, &session_id)?;
-                let thread = crate::triggers::thread::of_run(conn, &input, &session_id)?;
-                let (depth, children): (i64, bool) = conn
-                    .prepare_cached(
-                        "SELECT depth, EXISTS (SELECT 1 FROM runs c WHERE c.parent_run_id = r.id
-                                                 AND c.parent_tool_call_id IS NOT NULL)
-                         FROM runs r WHERE r.id = ?1",
-                    )?
-                    .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
-                    .optional()?
-                    .unwrap_or((0, false));
-                Ok((contract, thread, depth, children))
-            })
-            .await?;
         let mut definition = loaded.definition;
         if let Some(spec) = &contract {
             // A child with its own prompt runs with it instead of the agent's.
@@ -416,6 +425,7 @@ impl Turn {
             contract,
             depth,
             resumed,
+            live_children,
             park: Default::default(),
             typed: Default::default(),
             endpoint,
@@ -428,15 +438,10 @@ impl Turn {
 
     /// Appends an error result for every agent tool call of the session that has none.
     ///
-    /// The log is scanned on a reader first: almost every execution finds nothing to repair and
-    /// never holds the writer. Only when a dangling call is seen does the writer scan again (the
-    /// log may have moved since) and append the results.
-    async fn repair(&self) -> ApiResult<()> {
-        let session_id = self.session_id.clone();
-        let dangling = self.app.db.read(move |conn| Ok(!dangling_calls(conn, &session_id)?.is_empty())).await?;
-        if !dangling {
-            return Ok(());
-        }
+    /// The pass's request finds them in the log it reads anyway ([`dangling_in`]), so almost
+    /// every execution never holds the writer for this; when it does, the writer scans again (the
+    /// log may have moved since) and appends the results.
+    pub(crate) async fn repair(&self) -> ApiResult<()> {
         let (session_id, now) = (self.session_id.clone(), self.app.clock.now_ms());
         let appended = self
             .app

@@ -53,6 +53,16 @@ pub enum Ended {
     Parked,
 }
 
+/// What the request's read found.
+enum Read {
+    /// The prompt, the replayed conversation and the callables the agent promoted.
+    Ready { system: String, messages: Vec<Message>, promoted: Vec<crate::tools::registry::Callable> },
+    /// The plan was settled under an earlier run: retire it first.
+    Retire,
+    /// Agent calls have no result (a crash interrupted them): answer them first.
+    Repair,
+}
+
 /// The streaming state of the assistant message being written.
 struct Partial {
     id: String,
@@ -124,6 +134,11 @@ impl Turn {
 
     /// The request of the pass's first step: prompt, replayed log, tools.
     async fn request(&self) -> ApiResult<ModelRequest> {
+        self.request_after(false).await
+    }
+
+    /// [`Self::request`]; `repaired` once interrupted calls were answered for it.
+    async fn request_after(&self, repaired: bool) -> ApiResult<ModelRequest> {
         let (session_id, run_id, agent_id, owner_id) =
             (self.session_id.clone(), self.run_id.clone(), self.agent_id.clone(), self.owner_id.clone());
         let (definition, memory_root, now) =
@@ -132,15 +147,16 @@ impl Turn {
         let resumed = self.resumed;
         let granted = crate::tools::granted(&self.app, &self.definition);
         // Everything is read on a reader: the writer is taken only to retire a plan settled
-        // under an earlier run, which happens once per plan.
+        // under an earlier run, which happens once per plan, or to answer calls a crash
+        // interrupted (found in the log read here).
         let read_run = run_id.clone();
-        let (system, messages, promoted, retire) = self
+        let read = self
             .app
             .db
             .read(move |conn| {
                 let plan = plan::load(conn, &session_id)?;
                 if plan.as_ref().is_some_and(|plan| plan::retirable(plan, &read_run)) {
-                    return Ok((String::new(), Vec::new(), Vec::new(), true));
+                    return Ok(Read::Retire);
                 }
                 let log = events::after(conn, &session_id, 0, i64::MAX, None)?;
                 let inputs = prompt::Inputs {
@@ -153,7 +169,11 @@ impl Turn {
                 };
                 let system = prompt::system(conn, &inputs)?;
                 let pending = if replay::has_unanswered_calls(&log) {
-                    crate::runs::children::pending_calls(conn, &session_id)?
+                    let pending = crate::runs::children::pending_calls(conn, &session_id)?;
+                    if !repaired && !super::dangling_in(&log, &pending).is_empty() {
+                        return Ok(Read::Repair);
+                    }
+                    pending
                 } else {
                     Default::default()
                 };
@@ -164,15 +184,22 @@ impl Turn {
                     resumed,
                 };
                 let promoted = tools::promoted(&log, &granted);
-                Ok((system, replay::conversation(&log, &tail), promoted, false))
+                Ok(Read::Ready { system, messages: replay::conversation(&log, &tail), promoted })
             })
             .await?;
-        if retire {
-            let session_id = self.session_id.clone();
-            self.app.db.write(move |conn| plan::current(conn, &session_id, &run_id, now).map(drop)).await?;
-            self.session_updated();
-            return Box::pin(self.request()).await;
-        }
+        let (system, messages, promoted) = match read {
+            Read::Ready { system, messages, promoted } => (system, messages, promoted),
+            Read::Retire => {
+                let session_id = self.session_id.clone();
+                self.app.db.write(move |conn| plan::current(conn, &session_id, &run_id, now).map(drop)).await?;
+                self.session_updated();
+                return Box::pin(self.request_after(repaired)).await;
+            }
+            Read::Repair => {
+                self.repair().await?;
+                return Box::pin(self.request_after(true)).await;
+            }
+        };
         let mut offered = tools::offered(&promoted);
         // `delegate` after `call`, while a child may still be spawned (a leaf at its depth budget
         // does not see it); `return_result` last, for a typed child.

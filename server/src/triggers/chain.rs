@@ -98,8 +98,38 @@ struct Finished {
     error: Option<String>,
 }
 
+/// Clears the pending mark of a run that has just ended when nothing can watch its end: it was
+/// not started by a firing and its account has no enabled trigger. Called in the transaction that
+/// ends the run, so the monitor never sees it (the common case costs no monitor write); a trigger
+/// created later watches only runs that finish after it exists anyway.
+pub fn settle_unwatched(conn: &Connection, run_id: &str) -> ApiResult<()> {
+    conn.prepare_cached(
+        "UPDATE runs SET completion_pending = 0
+         WHERE id = ?1 AND trigger_firing_id IS NULL AND NOT EXISTS (
+             SELECT 1 FROM agent_triggers t
+             WHERE t.account_id = runs.account_id AND t.enabled = 1 AND t.merged_into IS NULL)",
+    )?
+    .execute(params![run_id])?;
+    Ok(())
+}
+
 /// Handles one batch of finished runs; returns how many.
 pub async fn scan(app: &App) -> ApiResult<usize> {
+    // Looked for on a reader first: most run ends were settled in their own transaction.
+    let pending = app
+        .db
+        .read(|conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM runs INDEXED BY runs_completion_pending
+                                    WHERE completion_pending = 1 AND finished_at IS NOT NULL AND kind = 'agent')",
+                )?
+                .query_row([], |row| row.get::<_, bool>(0))?)
+        })
+        .await?;
+    if !pending {
+        return Ok(0);
+    }
     let now = app.clock.now_ms();
     let (handled, published, fired) = app
         .db
@@ -315,6 +345,36 @@ mod tests {
         assert!(blocked_by_chain(&conn, Some("f6"), "t3").unwrap(), "the same trigger within the chain");
         assert!(!blocked_by_chain(&conn, Some("f6"), "t9").unwrap(), "seven ancestors: the eighth hop may fire");
         assert!(blocked_by_chain(&conn, Some("f7"), "t9").unwrap(), "eight ancestors: a ninth hop is refused");
+    }
+
+    #[test]
+    fn a_run_end_nothing_watches_is_settled_in_its_own_transaction() {
+        let conn = migrated_in_memory();
+        let run = |id: &str, account: &str| {
+            conn.execute(
+                "INSERT INTO runs (id, account_id, root_run_id, kind, origin, input_cbor, status, created_at, updated_at,
+                                   finished_at)
+                 VALUES (?1, ?2, ?1, 'agent', 'user', x'a0', 'succeeded', 1, 1, 1)",
+                params![id, account],
+            )
+            .unwrap();
+            settle_unwatched(&conn, id).unwrap();
+            conn.query_row("SELECT completion_pending FROM runs WHERE id = ?1", params![id], |row| row.get::<_, i64>(0))
+                .unwrap()
+        };
+        assert_eq!(run("quiet", "owner"), 0, "no trigger can fire: nothing is left for the monitor");
+        conn.execute_batch(
+            "INSERT INTO agents (id, account_id, definition_cbor, state_dir, status, created_at, updated_at)
+                 VALUES ('a', 'owner', x'a0', '/tmp/a', 'idle', 1, 1);
+             INSERT INTO agent_triggers (id, account_id, agent_id, name, enabled, source_cbor, prompt, created_at,
+                                         updated_at)
+                 VALUES ('t', 'owner', 'a', 't', 1, x'a0', 'p', 1, 1);",
+        )
+        .unwrap();
+        assert_eq!(run("watched", "owner"), 1, "an enabled trigger of the account may fire");
+        assert_eq!(run("elsewhere", "other"), 0, "another account's trigger never fires for it");
+        conn.execute("UPDATE agent_triggers SET enabled = 0", []).unwrap();
+        assert_eq!(run("disabled", "owner"), 0, "a disabled trigger does not watch");
     }
 
     #[test]
