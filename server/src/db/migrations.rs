@@ -257,8 +257,9 @@ const MIGRATIONS: &[&str] = &[
     // add one in place; `apply` runs migrations with foreign keys off and checks them before each
     // commit), and gains an index on it. Its `completion_pending` is 1 until the run-completed
     // monitor has handled the run's end (or the run's own end found nothing watching it); runs
-    // that ended before this migration have nothing to fire. The partial index holds only finished agent runs still pending, so the monitor's scan
-    // costs what is left to do, never the history.
+    // that ended before this migration have nothing to fire. The partial index holds only
+    // finished agent runs still pending, so the monitor's scan costs what is left to do, never
+    // the history.
     r#"
     ALTER TABLE agent_triggers ADD COLUMN merged_into TEXT;
     ALTER TABLE agent_triggers ADD COLUMN webhook_secret BLOB;
@@ -285,7 +286,6 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX trigger_firings_by_trigger ON trigger_firings (trigger_id, created_at DESC, id DESC);
     CREATE INDEX trigger_firings_by_session ON trigger_firings (session_id);
     CREATE INDEX trigger_firings_by_parent ON trigger_firings (parent_firing_id);
-
 
     CREATE TABLE runs_rebuilt (
         id TEXT PRIMARY KEY,

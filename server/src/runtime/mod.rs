@@ -441,7 +441,7 @@ impl Turn {
     /// The pass's request finds them in the log it reads anyway ([`dangling_in`]), so almost
     /// every execution never holds the writer for this; when it does, the writer scans again (the
     /// log may have moved since) and appends the results.
-    pub(crate) async fn repair(&self) -> ApiResult<()> {
+    async fn repair(&self) -> ApiResult<()> {
         let (session_id, now) = (self.session_id.clone(), self.app.clock.now_ms());
         let appended = self
             .app

@@ -159,15 +159,6 @@ impl Turn {
                     return Ok(Read::Retire);
                 }
                 let log = events::after(conn, &session_id, 0, i64::MAX, None)?;
-                let inputs = prompt::Inputs {
-                    definition: &definition,
-                    owner_id: &owner_id,
-                    agent_id: &agent_id,
-                    memory_root: &memory_root,
-                    now_ms: now,
-                    callables: &granted,
-                };
-                let system = prompt::system(conn, &inputs)?;
                 let pending = if replay::has_unanswered_calls(&log) {
                     let pending = crate::runs::children::pending_calls(conn, &session_id)?;
                     if !repaired && !super::dangling_in(&log, &pending).is_empty() {
@@ -177,6 +168,15 @@ impl Turn {
                 } else {
                     Default::default()
                 };
+                let inputs = prompt::Inputs {
+                    definition: &definition,
+                    owner_id: &owner_id,
+                    agent_id: &agent_id,
+                    memory_root: &memory_root,
+                    now_ms: now,
+                    callables: &granted,
+                };
+                let system = prompt::system(conn, &inputs)?;
                 let tail = replay::Tail {
                     queued_behind: queued_behind.as_deref(),
                     plan: plan.as_ref(),
