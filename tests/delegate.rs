@@ -184,13 +184,20 @@ async fn a_parent_plans_two_steps_delegates_the_first_parks_and_finishes_the_sec
     let child_events = log(&user, &child_session).await;
     let SessionEventPayload::MessageEvent(first) = &child_events[0].event else { panic!() };
     assert_eq!((first.role, first.content.as_str()), (MessageEventRole::User, brief));
-    let got = user
+    let read = user
         .call(GetSession { session_id: child_session.clone(), after_seq: None, before_seq: None, limit: None })
         .await
-        .unwrap()
-        .session;
+        .unwrap();
+    let got = read.session;
     assert_eq!(got.parent_session_id.as_deref(), Some(session_id.as_str()));
     assert_eq!(got.title.as_deref(), Some("Find three facts about otters."));
+    // What the child session shows as its system prompt is what its runs are told: the
+    // parent's prompt for it, not the agent's.
+    assert!(
+        read.system_prompt_markdown.starts_with("You are a careful researcher.\n\n"),
+        "{}",
+        read.system_prompt_markdown
+    );
 
     // What the model was asked.
     let requests = provider.requests();

@@ -65,6 +65,18 @@ pub struct Spec {
 }
 
 impl Spec {
+    /// The agent's definition as this child runs with it: its own prompt instead of the agent's,
+    /// and its tools narrowed to the ones it was given.
+    pub fn apply(&self, definition: &mut seed_agents_protocol::generated::AgentDefinition) {
+        if let Some(prompt) = &self.prompt {
+            definition.system_prompt =
+                seed_agents_protocol::generated::AgentDefinitionSystemPrompt::String(prompt.clone());
+        }
+        if let Some(wanted) = &self.tools {
+            crate::tools::registry::narrow(definition, wanted);
+        }
+    }
+
     /// The stored shape: `{title?, prompt?, agentId?, input, tools?, output?}`.
     pub fn to_json(&self) -> Json {
         let mut spec = serde_json::Map::new();
@@ -248,6 +260,12 @@ pub fn contract(conn: &Connection, run_id: &str, input: &Ipld, session_id: &str)
         .query_row(params![spawning], |row| row.get(0))
         .optional()?;
     Ok(input.as_deref().and_then(spec_of))
+}
+
+/// The contract every run of a delegated child's session runs under (the one its spawning run
+/// stored), or `None` for any other session.
+pub fn session_contract(conn: &Connection, session_id: &str) -> ApiResult<Option<Spec>> {
+    contract(conn, "", &Ipld::Null, session_id)
 }
 
 fn spec_of(input: &[u8]) -> Option<Spec> {

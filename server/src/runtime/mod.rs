@@ -401,14 +401,7 @@ impl Turn {
         let queued_behind = queued_behind(&run.input);
         let mut definition = loaded.definition;
         if let Some(spec) = &contract {
-            // A child with its own prompt runs with it instead of the agent's.
-            if let Some(prompt) = &spec.prompt {
-                definition.system_prompt =
-                    seed_agents_protocol::generated::AgentDefinitionSystemPrompt::String(prompt.clone());
-            }
-            if let Some(wanted) = &spec.tools {
-                crate::tools::registry::narrow(&mut definition, wanted);
-            }
+            spec.apply(&mut definition);
         }
         // A trigger's new thread: its own instructions and tools, for every run in its session.
         if let Some(thread) = &thread {

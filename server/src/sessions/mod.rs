@@ -331,7 +331,11 @@ pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiR
             };
             let mut agent = agents::load_info(conn, &access.agent_id, access.role)?;
             // What the agent's next pass is told (the live parts: time, members, `<space>`), with
-            // a trigger thread's own instructions and tools.
+            // a delegated child's contract or a trigger thread's own instructions and tools, applied
+            // in the order the runtime applies them.
+            if let Some(spec) = crate::runtime::delegate::session_contract(conn, &action.session_id)? {
+                spec.apply(&mut agent.definition);
+            }
             if let Some(thread) = crate::triggers::thread::of_session(conn, &action.session_id)? {
                 thread.apply(&mut agent.definition);
             }
