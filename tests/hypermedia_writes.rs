@@ -1,4 +1,5 @@
 //! `write hm://…` beyond creating documents: comments and replies, delete, redirect, move, fork,
+//! publishing a memory file (`options.fromPath`),
 //! and writing another account's documents through a capability. User verbs
 //! (`InvokeSessionTool`) against the fake Hypermedia server, which checks every blob's
 //! signature, fields and links as the real server would (`support/hm.rs`). Reads of documents are
@@ -596,5 +597,100 @@ async fn an_agent_grants_a_capability_that_lets_another_account_write() {
     assert!(hm.store(&[&outside]).unwrap_err().contains("covers /team, not /notes"));
     tombstone.path = "/team/notes";
     hm.store(&[&document::reference(&bea, &tombstone, document::RefTarget::Tombstone).unwrap()]).unwrap();
+    p.server.stop().await;
+}
+
+/// Writes `text` to the agent's memory at `path` (as the user, through the `write` verb).
+async fn remember(p: &Publisher, path: &str, text: &str) {
+    let address = format!("~/memory/{path}");
+    let written = p.owner.call(write(&p.session_id, &address, Some(text), json!({}))).await.unwrap();
+    assert_eq!(written.error, None, "{address}");
+}
+
+#[tokio::test]
+async fn a_memory_file_is_published_with_its_frontmatter_then_updated_in_place() {
+    let hm = FakeHm::start().await;
+    let p = publisher(&hm).await;
+    let (owner, session, account) = (&p.owner, p.session_id.as_str(), p.account.as_str());
+    let file = "~/memory/notes/weekly-update.md";
+    remember(
+        &p,
+        "notes/weekly-update.md",
+        "---\ntitle: Weekly update\nsummary: \"Herons: 3\"\n---\n# Birds\n\nA heron.\n",
+    )
+    .await;
+    let home = format!("hm://{account}");
+    let target = format!("{home}/weekly-update");
+    not_found(&hm, &target);
+    let before = hm.blobs().len();
+
+    // The account's home address: the path comes from the frontmatter's title.
+    let created = output(&owner.call(write(session, &home, None, json!({ "fromPath": file }))).await.unwrap());
+    assert_eq!(created["summary"], format!("Published {file} as {target}."));
+    assert_eq!(
+        (created["action"].as_str(), created["id"].as_str(), created["memoryPath"].as_str()),
+        (Some("document"), Some(target.as_str()), Some(file))
+    );
+    let blobs = hm.blobs();
+    let [genesis, change, version_ref] = &blobs[before..] else { panic!("expected three blobs") };
+    assert_eq!(
+        ops(change),
+        ["SetAttributes 2", "ReplaceBlock Heading Birds", "ReplaceBlock Paragraph A heron.", "MoveBlocks 2"]
+    );
+    let Some(Ipld::Map(body)) = change.field("body") else { panic!("no body") };
+    let Some(Ipld::List(ops_list)) = body.get("ops") else { panic!("no ops") };
+    let attributes = format!("{:?}", ops_list[0]);
+    assert!(attributes.contains("Weekly update") && attributes.contains("Herons: 3"), "{attributes}");
+    assert_eq!((version_ref.text("path"), created["version"].as_str()), (Some("/weekly-update"), Some(&*change.cid)));
+
+    // Published again (now that it exists, at its own address): an update on the listed changes.
+    let doc = last_document(&hm);
+    hm.answer("Resource", &[("id", &target)], doc.resource(account, "/weekly-update", "PUBLIC"));
+    hm.answer(
+        "ListChanges",
+        &[("targetId", &target)],
+        json!({ "changes": [ { "id": genesis.cid, "deps": [] }, { "id": change.cid, "deps": [genesis.cid] } ] }),
+    );
+    remember(&p, "notes/weekly-update.md", "---\nname: Weekly update\n---\nFour herons.\n").await;
+    let updated = output(
+        &owner.call(write(session, &target, None, json!({ "fromPath": "notes/weekly-update.md" }))).await.unwrap(),
+    );
+    assert_eq!(updated["summary"], format!("Updated {target} from {file}."));
+    assert_eq!(updated["action"], "update");
+    let blobs = hm.blobs();
+    let [next, _] = &blobs[before + 3..] else { panic!("expected two blobs") };
+    assert_eq!(next.integer("depth"), Some(2));
+    assert_eq!(ops(next), ["SetAttributes 1", "ReplaceBlock Paragraph Four herons.", "MoveBlocks 1"]);
+
+    // What cannot be published says why, and publishes nothing.
+    let published = hm.blobs().len();
+    remember(&p, "notes/chart.md", "---\nname: Chart\n---\n![Q3](charts/q3.png)\n").await;
+    assert_eq!(
+        error(owner.call(write(session, &home, None, json!({ "fromPath": "notes/chart.md" }))).await),
+        "~/memory/notes/chart.md: the image charts/q3.png is a memory file, which this server does not upload; \
+         publish it with write ipfs:// (options.fromPath) and link the ipfs:// URL it answers instead"
+    );
+    remember(&p, "notes/tags.md", "---\nname: Tags\ntags:\n  - birds\n---\nx\n").await;
+    assert!(
+        error(owner.call(write(session, &home, None, json!({ "fromPath": "notes/tags.md" }))).await)
+            .starts_with("~/memory/notes/tags.md: frontmatter line 3 (tags:) is not a key: value pair")
+    );
+    assert_eq!(
+        error(owner.call(write(session, &home, None, json!({ "fromPath": "notes/missing.md" }))).await),
+        "Memory file not found: notes/missing.md"
+    );
+    assert_eq!(
+        error(owner.call(write(session, &home, None, json!({ "fromPath": file, "name": "X" }))).await),
+        "write hm:// (fromPath) does not understand option \"name\". Supported options: fromPath, signer."
+    );
+    assert_eq!(
+        error(owner.call(write(session, &home, Some("hi"), json!({ "fromPath": file }))).await),
+        "write hm:// takes content or options.fromPath, not both"
+    );
+    assert_eq!(hm.blobs().len(), published);
+
+    // write ipfs:// takes the memory file by its ~/memory/ address too.
+    let uploaded = output(&owner.call(write(session, "ipfs://", None, json!({ "fromPath": file }))).await.unwrap());
+    assert_eq!(uploaded["path"], "notes/weekly-update.md");
     p.server.stop().await;
 }

@@ -133,7 +133,7 @@ pub async fn write(context: &Context<'_>, input: &Input<'_>) -> ApiResult<Value>
             ));
         }
     };
-    let path = MemoryPath::parse(&from_path)?;
+    let path = super::memory_file_option(&from_path)?;
     let client = crate::hm::HmClient::new(&context.app.http, &context.app.config.hm_server_url);
     let published = ipfs::publish(&client, context.memory_root.clone(), path.clone()).await?;
     let summary =

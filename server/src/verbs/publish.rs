@@ -22,13 +22,15 @@
 //! [`markdown`]; `hm://` links in it must be well formed and, unless `options.skipLinkCheck`,
 //! exist on the server ([`links`]). Each action accepts its own options and refuses the others
 //! (`Input::known_options`). `dryRun: true` builds and signs the blobs and reports them without
-//! publishing. Not built: the other raw dotted commands (`profile.update`, `draft.create`,
-//! `comment.update`, …) and the `options.fromPath` form (publishing a memory file) — both answer
-//! 501. `options.input` is read by `capability.create` and for `republish` (redirect) only.
+//! publishing. `options.fromPath` (with `signer` only) publishes a markdown file of the agent's
+//! memory as the document, creating or updating it ([`from_path`]). Not built: the other raw
+//! dotted commands (`profile.update`, `draft.create`, `comment.update`, …), which answer 501.
+//! `options.input` is read by `capability.create` and for `republish` (redirect) only.
 
 mod capability;
 mod comment;
 mod document;
+mod from_path;
 mod links;
 mod markdown;
 mod refs;
@@ -160,6 +162,9 @@ struct Output {
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     dry_run: Option<bool>,
+    /// The memory file an `options.fromPath` write published.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_path: Option<String>,
     cids: Vec<String>,
 }
 
@@ -184,12 +189,19 @@ pub async fn write(context: &Context<'_>, raw: &str, input: &Input<'_>) -> ApiRe
             "Publishing is not enabled for this agent. Its owner can grant it by adding publish to the agent's tools.",
         ));
     }
+    let publish = |options| Publish {
+        context,
+        hm: HmClient::new(&context.app.http, &context.app.config.hm_server_url),
+        options,
+        dry_run,
+        now: context.app.clock.now_ms(),
+    };
     if input.options().is_some_and(|options| options.contains_key("fromPath")) {
-        input.known_options("write hm:// (fromPath)", FROM_PATH_OPTIONS)?;
-        return Err(ApiError::not_implemented(
-            "Publishing a memory file with options.fromPath is not supported by this server yet; read the file and \
-             write its markdown as content instead",
-        ));
+        let options = input.known_options("write hm:// (fromPath)", FROM_PATH_OPTIONS)?;
+        if input.get("content").is_some() {
+            return Err(ApiError::invalid("write hm:// takes content or options.fromPath, not both"));
+        }
+        return from_path::write(&publish(options), raw).await;
     }
     let action = Action::parse(input.options().and_then(|options| options.get("action")))?;
     let allowed: Vec<&str> = BASE_OPTIONS.iter().chain(action.options()).copied().collect();
@@ -201,13 +213,7 @@ pub async fn write(context: &Context<'_>, raw: &str, input: &Input<'_>) -> ApiRe
     if content.is_some_and(|content| content.len() > MAX_CONTENT) {
         return Err(ApiError::too_large("content is larger than 256 KiB"));
     }
-    let publish = Publish {
-        context,
-        hm: HmClient::new(&context.app.http, &context.app.config.hm_server_url),
-        options,
-        dry_run,
-        now: context.app.clock.now_ms(),
-    };
+    let publish = publish(options);
     match action {
         Action::Document | Action::Update => document::write(&publish, raw, content, action == Action::Update).await,
         Action::Comment => comment::write(&publish, raw, content).await,

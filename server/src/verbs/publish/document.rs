@@ -8,7 +8,7 @@ use ipld_core::ipld::Ipld;
 use seed_agents_protocol::Value;
 use serde_json::Value as Json;
 
-use super::{Output, Publish, api_path, hm_error, links, markdown, plain_address, space_of};
+use super::{HmAddress, Output, Publish, api_path, hm_error, links, markdown, plain_address, space_of};
 use crate::error::{ApiError, ApiResult};
 use crate::hm::blob;
 use crate::hm::document::{self, Op, TextBlock, VersionRef};
@@ -21,25 +21,74 @@ pub(super) async fn write(
     updating: bool,
 ) -> ApiResult<Value> {
     let address = plain_address(raw)?;
-    if address.path.is_empty() && !updating {
-        return Err(ApiError::invalid("write hm:// creates documents at hm://<account>/<path>; give a path"));
-    }
     let attributes = attributes(publish.option("name"), publish.option("metadata"))?;
     let blocks = content.map(markdown::blocks).transpose()?;
+    let built =
+        build(publish, &address, blocks, attributes, if updating { Mode::Update } else { Mode::Create }).await?;
+    let id = address.canonical();
+    let output = Output {
+        action: if updating { "update" } else { "document" },
+        id: Some(id.clone()),
+        version: Some(built.version),
+        ..Output::default()
+    };
+    let summary = format!("Published {id} ({}).", if updating { "updated" } else { "created" });
+    publish.finish(&id, built.blobs, output, summary).await
+}
+
+/// Whether a write creates the document, updates it, or does whichever fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// A new document: 409 when one is there.
+    Create,
+    /// An existing document: 404 when there is none.
+    Update,
+    /// Updates the document when there is one, else creates it.
+    Either,
+}
+
+/// A document write, signed and ready to publish.
+pub(super) struct Built {
+    /// Genesis (when created), content Change and version Ref.
+    pub blobs: Vec<crate::hm::Blob>,
+    /// The new version (the content Change's CID).
+    pub version: String,
+    /// Whether an existing document was updated.
+    pub updated: bool,
+}
+
+/// Checks the blocks' links, then signs the blobs that set `attributes` and replace the
+/// document's content with `blocks` (kept when `None`) at `address`.
+pub(super) async fn build(
+    publish: &Publish<'_, '_>,
+    address: &HmAddress,
+    blocks: Option<Vec<TextBlock>>,
+    attributes: Vec<(Vec<String>, Ipld)>,
+    mode: Mode,
+) -> ApiResult<Built> {
+    if address.path.is_empty() && mode == Mode::Create {
+        return Err(ApiError::invalid("write hm:// creates documents at hm://<account>/<path>; give a path"));
+    }
     if let Some(blocks) = &blocks {
         links::check(publish, blocks).await?;
     }
     let key = publish.signing_key().await?;
-    let space = space_of(&address)?;
+    let space = space_of(address)?;
     let capability = publish.capability(&address.uid, &blob::principal(&key)).await?;
     let id = address.canonical();
-    let path = api_path(&address);
+    let path = api_path(address);
     let existing = publish.current_document(&id).await?;
     let now = publish.now;
-    let (blobs, version) = if updating {
-        let Some(existing) = existing else {
+    let updating = match (mode, &existing) {
+        (Mode::Update, None) => {
             return Err(ApiError::not_found(format!("No document at {id} to update; use action document")));
-        };
+        }
+        (Mode::Create, Some(_)) => {
+            return Err(ApiError::conflict(format!("{id} already exists; use options.action \"update\"")));
+        }
+        (_, existing) => existing.is_some(),
+    };
+    let (blobs, version) = if let Some(existing) = existing.filter(|_| updating) {
         if blocks.is_none() && attributes.is_empty() {
             return Err(ApiError::invalid("An update needs content, options.name or options.metadata"));
         }
@@ -69,13 +118,10 @@ pub(super) async fn write(
         let version_ref = document::version_ref(&key, &input).map_err(ApiError::internal)?;
         (vec![change.blob, version_ref], change.cid.to_string())
     } else {
-        if existing.is_some() {
-            return Err(ApiError::conflict(format!("{id} already exists; use options.action \"update\"")));
-        }
         if !attributes.iter().any(|(key, _)| key == &["name"]) {
             return Err(ApiError::invalid("Creating a document needs a name (options.name or options.metadata.name)"));
         }
-        publish.require_parent(&address).await?;
+        publish.require_parent(address).await?;
         let mut ops = vec![Op::SetAttributes(attributes)];
         place(&mut ops, blocks.unwrap_or_default());
         let genesis = document::genesis(&key).map_err(ApiError::internal)?;
@@ -95,19 +141,12 @@ pub(super) async fn write(
         (vec![genesis.blob, change.blob, version_ref], version)
     };
     drop(key);
-    let output = Output {
-        action: if updating { "update" } else { "document" },
-        id: Some(id.clone()),
-        version: Some(version),
-        ..Output::default()
-    };
-    let summary = format!("Published {id} ({}).", if updating { "updated" } else { "created" });
-    publish.finish(&id, blobs, output, summary).await
+    Ok(Built { blobs, version, updated: updating })
 }
 
 /// `SetAttributes` pairs from `options.metadata` (strings, numbers, booleans) and `options.name`
 /// (which wins).
-fn attributes(name: Option<&Ipld>, metadata: Option<&Ipld>) -> ApiResult<Vec<(Vec<String>, Ipld)>> {
+pub(super) fn attributes(name: Option<&Ipld>, metadata: Option<&Ipld>) -> ApiResult<Vec<(Vec<String>, Ipld)>> {
     let mut attributes: BTreeMap<String, Ipld> = BTreeMap::new();
     match metadata {
         None => {}
