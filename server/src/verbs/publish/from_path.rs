@@ -161,7 +161,9 @@ fn frontmatter(block: &str) -> Result<Vec<(String, Ipld)>, String> {
         let plain_key = !key.is_empty()
             && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
             && !line.starts_with([' ', '\t']);
-        if !plain_key || value.is_empty() || value.starts_with(['[', '{', '|', '>', '-', '&', '*']) {
+        let structured = value.starts_with(['[', '{', '|', '>', '&', '*'])
+            || (value.starts_with('-') && value.parse::<i64>().is_err());
+        if !plain_key || value.is_empty() || structured {
             return Err(unsupported());
         }
         let value = if let Some(quoted) = unquote(value) {
@@ -251,7 +253,7 @@ mod tests {
     #[test]
     fn frontmatter_becomes_metadata_with_title_standing_for_name() {
         let file = parse(
-            "---\ntitle: \"Weekly update\"\nsummary: What changed: a lot\ndraft: false\nrank: 3\n# a comment\n\n---\n# Heading\nBody\n",
+            "---\ntitle: \"Weekly update\"\nsummary: What changed: a lot\ndraft: false\nrank: -3\n# a comment\n\n---\n# Heading\nBody\n",
         )
         .unwrap();
         assert_eq!(
@@ -260,7 +262,7 @@ mod tests {
                 ("name".to_owned(), Ipld::String("Weekly update".into())),
                 ("summary".to_owned(), Ipld::String("What changed: a lot".into())),
                 ("draft".to_owned(), Ipld::Bool(false)),
-                ("rank".to_owned(), Ipld::Integer(3)),
+                ("rank".to_owned(), Ipld::Integer(-3)),
             ]
         );
         assert_eq!(file.body, "# Heading\nBody\n");
@@ -280,6 +282,7 @@ mod tests {
             ("---\nsummary: |\n  long\n---\n", "line 2"),
             ("---\nname: A\nname: B\n---\n", "given twice"),
             ("---\njust words\n---\n", "line 2 (just words)"),
+            ("---\nlist: - a\n---\n", "line 2 (list: - a)"),
         ] {
             let error = parse(text).unwrap_err();
             assert!(error.contains(says), "{text:?}: {error}");
