@@ -3,7 +3,9 @@
 //!
 //! The secrets: an API key (a UTF-8 `sk-…` string, sent to the fake vendor), a 48-byte binary
 //! secret, the 32-byte seed of an imported signing identity, the seed the server generated for a
-//! created one (read back after the run by decrypting its row), and the server's own
+//! created one (read back after the run by decrypting its row), a webhook trigger's secret and
+//! the one its rotation made (each may appear only in the one response that hands it over; the
+//! webhook calls signed with them carry HMACs, never the secret), and the server's own
 //! `secret.key`. Each is looked for as raw bytes, lower and upper hex, base64 (standard and
 //! URL-safe), base58btc, base32 and Rust's `{:?}` of a byte list; any 16-byte window of a form
 //! counts (32 or 40 for the low-entropy `{:?}` forms), so a truncated print is found too
@@ -36,12 +38,14 @@ use std::str::FromStr;
 use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OpenFlags, params};
 use seed_agents_protocol::generated::{
-    AgentDefinition, AppendFileUploadChunk, BeginFileUpload, CommitFileUpload, CreateAgent, CreateSession,
-    CreateSigningIdentity, FileUploadTarget, GetAgent, GetSession, ImportSigningIdentity, InvokeSessionTool,
-    InvokeSessionToolVerb, ListAgentMemory, ListAgents, ListModelProviders, ListProviderModels, ListSessions,
-    ListSigningIdentities, MemoryUploadTarget, ModelProviderConfig, ReadAgentMemoryFile, ReadSessionAttachment,
-    SessionAttachmentUploadTarget, SetModelProvider, SetSecret, UpdateSigningIdentity, UploadAgentMemoryFileToIpfs,
-    WriteAgentMemoryFile, WriteAgentMemoryFileContent,
+    AgentDefinition, AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerPatch, AgentTriggerSource,
+    AppendFileUploadChunk, BeginFileUpload, CommitFileUpload, CreateAgent, CreateAgentTrigger, CreateSession,
+    CreateSigningIdentity, FileUploadTarget, GetAgent, GetAgentTrigger, GetSession, ImportSigningIdentity,
+    InvokeSessionTool, InvokeSessionToolVerb, ListAgentMemory, ListAgentTriggers, ListAgents, ListModelProviders,
+    ListProviderModels, ListSessions, ListSigningIdentities, MemoryUploadTarget, ModelProviderConfig,
+    ReadAgentMemoryFile, ReadSessionAttachment, SessionAttachmentUploadTarget, SetModelProvider, SetSecret,
+    UpdateAgentTrigger, UpdateSigningIdentity, UploadAgentMemoryFileToIpfs, WebhookSource, WriteAgentMemoryFile,
+    WriteAgentMemoryFileContent,
 };
 use seed_agents_protocol::{
     Action, AgentResponse, Bytes, Ed25519Signer, Principal, Response, Signer as _, Value, wire,
@@ -49,9 +53,13 @@ use seed_agents_protocol::{
 use seed_agents_sdk::Client;
 use seed_agents_server::secrets::crypto::SecretKey;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use hmac::{Hmac, Mac as _};
 use needles::Needles;
 use process::{Launch, ServerProcess};
 use recorder::Fake;
+use sha2::Sha256;
 
 #[tokio::test]
 async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server() {
@@ -121,9 +129,25 @@ async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server
     all.add("the created identity's seed", &created_seed);
     let mut with_server_key = all.clone();
     with_server_key.add("the server's secret key", &server_key);
+    for (number, secret) in created.webhook_secrets.iter().enumerate() {
+        let key = STANDARD.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
+        with_server_key.add(&format!("webhook secret {}", number + 1), &key);
+        all.add(&format!("webhook secret {}", number + 1), &key);
+    }
     let mut found = Vec::new();
     for (label, bytes) in &script.responses {
-        found.extend(with_server_key.scan(&format!("the response to {label}"), bytes));
+        // The one response that hands a webhook secret over holds it (and only that one).
+        let hands_over = match label.as_str() {
+            "CreateAgentTrigger (HTTP 200)" => Some("webhook secret 1"),
+            "UpdateAgentTrigger (HTTP 200)" => Some("webhook secret 2"),
+            _ => None,
+        };
+        let mut needles = with_server_key.clone();
+        if let Some(secret) = hands_over {
+            assert!(!needles.scan(label, bytes).is_empty(), "{label} does not hand over {secret}");
+            needles.remove(secret);
+        }
+        found.extend(needles.scan(&format!("the response to {label}"), bytes));
     }
     let log_text = std::fs::read(&log).unwrap();
     assert!(
@@ -160,10 +184,11 @@ async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server
     assert!(found.is_empty(), "secrets leaked:\n{}", found.join("\n"));
 }
 
-/// The identity the server created.
+/// The identity the server created, and the webhook secrets it handed over (created, rotated).
 struct Created {
     name: String,
     account_id: Option<String>,
+    webhook_secrets: Vec<String>,
 }
 
 /// The scripted session: secrets, providers and their models, identities, an agent, memory,
@@ -236,6 +261,32 @@ async fn run_session(script: &mut Script, secrets: &Secrets, vendor_url: &str) -
     script.ok(models("vendor", Some(&agent_id))).await;
     script.ok(ListSigningIdentities { agent_id: Some(agent_id.clone()) }).await;
 
+    // A webhook trigger: its secret, a signed call, a rotation, the old secret refused, reads.
+    let trigger = AgentTriggerInput {
+        extra: Default::default(),
+        continuation: None,
+        enabled: None,
+        name: "Hook".into(),
+        prompt: Some(AgentTriggerInputPrompt::String("Handle the hook.".into())),
+        source: AgentTriggerSource::WebhookSource(WebhookSource { extra: Default::default() }),
+    };
+    let made = script.ok(CreateAgentTrigger { agent_id: agent_id.clone(), client_request_id: None, trigger }).await;
+    let (trigger_id, first_secret) = (made.trigger.id, made.webhook_secret.unwrap());
+    assert_eq!(script.webhook(&trigger_id, &first_secret, "msg_1", r#"{"event":"one"}"#).await, 202);
+    let rotate = UpdateAgentTrigger {
+        trigger_id: trigger_id.clone(),
+        patch: AgentTriggerPatch {
+            source: Some(AgentTriggerSource::WebhookSource(WebhookSource { extra: Default::default() })),
+            ..Default::default()
+        },
+        expected_updated_at: None,
+    };
+    let rotated = script.ok(rotate).await.webhook_secret.unwrap();
+    assert_eq!(script.webhook(&trigger_id, &first_secret, "msg_2", r#"{"event":"two"}"#).await, 401);
+    assert_eq!(script.webhook(&trigger_id, &rotated, "msg_3", r#"{"event":"three"}"#).await, 202);
+    script.ok(GetAgentTrigger { trigger_id }).await;
+    script.ok(ListAgentTriggers { agent_id: agent_id.clone() }).await;
+
     let note = WriteAgentMemoryFile {
         agent_id: agent_id.clone(),
         path: "notes.md".into(),
@@ -297,7 +348,7 @@ async fn run_session(script: &mut Script, secrets: &Secrets, vendor_url: &str) -
     };
     script.ok(list).await;
     script.ok(GetSession { session_id, after_seq: None, before_seq: None, limit: None }).await;
-    Created { name: created.name, account_id: created.account_id }
+    Created { name: created.name, account_id: created.account_id, webhook_secrets: vec![first_secret, rotated] }
 }
 
 /// The secrets the test hands the server.
@@ -379,6 +430,38 @@ impl Script {
         let client = Client::builder(url, signer).build().unwrap();
         let http = seed_agents_sdk::default_http_client().unwrap();
         Self { client, http, endpoint: format!("{url}/api/message"), account, responses: Vec::new() }
+    }
+
+    /// Calls trigger `trigger_id`'s webhook with `body`, signed with `secret` as Standard Webhooks
+    /// does; the status.
+    async fn webhook(&mut self, trigger_id: &str, secret: &str, id: &str, body: &str) -> u16 {
+        let key = STANDARD.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
+        let timestamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+        mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
+        let signature = STANDARD.encode(mac.finalize().into_bytes());
+        let url = self.endpoint.replace("/api/message", &format!("/api/triggers/{trigger_id}/webhook"));
+        let answer = self
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("webhook-id", id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", format!("v1,{signature}"))
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status().as_u16();
+        let mut raw = format!("HTTP {status}\r\n").into_bytes();
+        for (name, value) in answer.headers() {
+            raw.extend_from_slice(format!("{name}: ").as_bytes());
+            raw.extend_from_slice(value.as_bytes());
+            raw.extend_from_slice(b"\r\n");
+        }
+        raw.extend_from_slice(&answer.bytes().await.unwrap());
+        self.responses.push((format!("webhook {id} (HTTP {status})"), raw));
+        status
     }
 
     /// Sends `action`; its response or the refusal's status and message.
