@@ -6,7 +6,7 @@
 //! transition changed is noted in a [`Changes`], published once the transaction committed
 //! (DESIGN rule 5).
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -299,16 +299,29 @@ pub fn due(conn: &Connection, owner: &str, now_ms: i64) -> rusqlite::Result<Due>
     conn.prepare_cached(DUE)?.query_row(params![owner, now_ms], |row| Ok(Due { wake: row.get(0)?, claim: row.get(1)? }))
 }
 
+/// [`claim_next`]'s statement (`?1` the owner, `?2` the lease's end, `?3` now), built once.
+static CLAIM_NEXT: LazyLock<String> = LazyLock::new(|| {
+    format!("UPDATE runs SET {CLAIM_SET} WHERE id = ({}) RETURNING {CLAIMED_COLUMNS}", next_candidate())
+});
+
+/// [`claim_run`]'s statement (as [`CLAIM_NEXT`]'s, `?4` the run), built once.
+static CLAIM_RUN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE runs SET {CLAIM_SET} WHERE id = (
+           SELECT r.id FROM runs r WHERE r.id = ?4 AND r.status = 'queued'
+              AND (r.not_before IS NULL OR r.not_before <= ?3) AND {ELIGIBLE}
+              AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.session_id = r.session_id AND o.id != r.id
+                                AND o.kind = 'agent' AND o.status = 'queued'
+                                AND (o.created_at < r.created_at OR (o.created_at = r.created_at AND o.id < r.id))))
+         RETURNING {CLAIMED_COLUMNS}"
+    )
+});
+
 /// Claims the next run for `owner` until `lease_until`: queued runs whose `not_before` passed,
 /// and runs of another owner whose lease expired; interactive before background, then oldest
 /// first; never a second claimed or running agent run in one session.
 pub fn claim_next(conn: &Connection, owner: &str, now_ms: i64, lease_until: i64) -> rusqlite::Result<Option<Claimed>> {
-    conn.prepare_cached(&format!(
-        "UPDATE runs SET {CLAIM_SET} WHERE id = ({}) RETURNING {CLAIMED_COLUMNS}",
-        next_candidate()
-    ))?
-    .query_row(params![owner, lease_until, now_ms], claimed_from_row)
-    .optional()
+    conn.prepare_cached(&CLAIM_NEXT)?.query_row(params![owner, lease_until, now_ms], claimed_from_row).optional()
 }
 
 /// The id of the run [`claim_next`] takes (`?1` the owner, `?3` now).
@@ -334,17 +347,7 @@ pub fn claim_run(
     now_ms: i64,
     lease_until: i64,
 ) -> rusqlite::Result<Option<Claimed>> {
-    conn.prepare_cached(&format!(
-        "UPDATE runs SET {CLAIM_SET} WHERE id = (
-           SELECT r.id FROM runs r WHERE r.id = ?4 AND r.status = 'queued'
-              AND (r.not_before IS NULL OR r.not_before <= ?3) AND {ELIGIBLE}
-              AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.session_id = r.session_id AND o.id != r.id
-                                AND o.kind = 'agent' AND o.status = 'queued'
-                                AND (o.created_at < r.created_at OR (o.created_at = r.created_at AND o.id < r.id))))
-         RETURNING {CLAIMED_COLUMNS}"
-    ))?
-    .query_row(params![owner, lease_until, now_ms, run_id], claimed_from_row)
-    .optional()
+    conn.prepare_cached(&CLAIM_RUN)?.query_row(params![owner, lease_until, now_ms, run_id], claimed_from_row).optional()
 }
 
 /// Moves a run `owner` claimed to `running` (its first start is `started_at`); false when the
