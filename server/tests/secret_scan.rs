@@ -452,6 +452,11 @@ impl Script {
             .send()
             .await
             .unwrap();
+        self.record(&format!("webhook {id}"), answer).await.0
+    }
+
+    /// Keeps `answer` (status, headers, body) under `label` for the scan; its status and body.
+    async fn record(&mut self, label: &str, answer: reqwest::Response) -> (u16, Vec<u8>) {
         let status = answer.status().as_u16();
         let mut raw = format!("HTTP {status}\r\n").into_bytes();
         for (name, value) in answer.headers() {
@@ -459,9 +464,10 @@ impl Script {
             raw.extend_from_slice(value.as_bytes());
             raw.extend_from_slice(b"\r\n");
         }
-        raw.extend_from_slice(&answer.bytes().await.unwrap());
-        self.responses.push((format!("webhook {id} (HTTP {status})"), raw));
-        status
+        let bytes = answer.bytes().await.unwrap().to_vec();
+        raw.extend_from_slice(&bytes);
+        self.responses.push((format!("{label} (HTTP {status})"), raw));
+        (status, bytes)
     }
 
     /// Sends `action`; its response or the refusal's status and message.
@@ -469,16 +475,7 @@ impl Script {
         let body = self.client.sign(&action.into_action()).await.unwrap();
         let answer =
             self.http.post(&self.endpoint).header("content-type", "application/cbor").body(body).send().await.unwrap();
-        let status = answer.status().as_u16();
-        let mut raw = format!("HTTP {status}\r\n").into_bytes();
-        for (name, value) in answer.headers() {
-            raw.extend_from_slice(format!("{name}: ").as_bytes());
-            raw.extend_from_slice(value.as_bytes());
-            raw.extend_from_slice(b"\r\n");
-        }
-        let bytes = answer.bytes().await.unwrap();
-        raw.extend_from_slice(&bytes);
-        self.responses.push((format!("{} (HTTP {status})", A::NAME), raw));
+        let (status, bytes) = self.record(A::NAME, answer).await;
         match wire::from_slice::<AgentResponse>(&bytes).unwrap() {
             AgentResponse::Error(error) => Err((status, error.message)),
             answer => Ok(A::Response::from_response(answer).unwrap()),

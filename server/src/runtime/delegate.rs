@@ -250,22 +250,30 @@ pub fn contract(conn: &Connection, run_id: &str, input: &Ipld, session_id: &str)
     if let Some(spec) = spec_in(input) {
         return Ok(Some(spec));
     }
-    let spawning: Option<Option<String>> = conn
-        .prepare_cached("SELECT run_id FROM sessions WHERE id = ?1")?
-        .query_row(params![session_id], |row| row.get(0))
-        .optional()?;
-    let Some(spawning) = spawning.flatten().filter(|spawning| spawning != run_id) else { return Ok(None) };
-    let input: Option<Vec<u8>> = conn
-        .prepare_cached("SELECT input_cbor FROM runs WHERE id = ?1")?
-        .query_row(params![spawning], |row| row.get(0))
-        .optional()?;
-    Ok(input.as_deref().and_then(spec_of))
+    // Its own input holds none, so only another spawning run can give one.
+    spawning_contract(conn, session_id, Some(run_id))
 }
 
 /// The contract every run of a delegated child's session runs under (the one its spawning run
 /// stored), or `None` for any other session.
 pub fn session_contract(conn: &Connection, session_id: &str) -> ApiResult<Option<Spec>> {
-    contract(conn, "", &Ipld::Null, session_id)
+    spawning_contract(conn, session_id, None)
+}
+
+/// The spec stored by the run that spawned `session_id`, unless that run is `except`.
+fn spawning_contract(conn: &Connection, session_id: &str, except: Option<&str>) -> ApiResult<Option<Spec>> {
+    let spawning: Option<Option<String>> = conn
+        .prepare_cached("SELECT run_id FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| row.get(0))
+        .optional()?;
+    let Some(spawning) = spawning.flatten().filter(|spawning| Some(spawning.as_str()) != except) else {
+        return Ok(None);
+    };
+    let input: Option<Vec<u8>> = conn
+        .prepare_cached("SELECT input_cbor FROM runs WHERE id = ?1")?
+        .query_row(params![spawning], |row| row.get(0))
+        .optional()?;
+    Ok(input.as_deref().and_then(spec_of))
 }
 
 fn spec_of(input: &[u8]) -> Option<Spec> {

@@ -377,13 +377,13 @@ fn record(summary: String, data: &impl Serialize) -> ApiResult<Value> {
     Ok(Value(Ipld::Map(fields)))
 }
 
-/// `n thing` or `n things`.
 /// A memory file named by an option (`fromPath`): `~/memory/<path>`, as the model addresses
 /// memory, or the bare `<path>`.
 fn memory_file_option(raw: &str) -> ApiResult<crate::memory::path::MemoryPath> {
     crate::memory::path::MemoryPath::parse(raw.strip_prefix("~/memory/").unwrap_or(raw))
 }
 
+/// `n thing` or `n things`.
 fn plural(count: usize, one: &str, many: &str) -> String {
     format!("{count} {}", if count == 1 { one } else { many })
 }

@@ -79,16 +79,17 @@ pub(super) async fn build(
     let path = api_path(address);
     let existing = publish.current_document(&id).await?;
     let now = publish.now;
-    let updating = match (mode, &existing) {
+    match (mode, &existing) {
         (Mode::Update, None) => {
             return Err(ApiError::not_found(format!("No document at {id} to update; use action document")));
         }
         (Mode::Create, Some(_)) => {
             return Err(ApiError::conflict(format!("{id} already exists; use options.action \"update\"")));
         }
-        (_, existing) => existing.is_some(),
-    };
-    let (blobs, version) = if let Some(existing) = existing.filter(|_| updating) {
+        _ => {}
+    }
+    let updated = existing.is_some();
+    let (blobs, version) = if let Some(existing) = existing {
         if blocks.is_none() && attributes.is_empty() {
             return Err(ApiError::invalid("An update needs content, options.name or options.metadata"));
         }
@@ -141,12 +142,12 @@ pub(super) async fn build(
         (vec![genesis.blob, change.blob, version_ref], version)
     };
     drop(key);
-    Ok(Built { blobs, version, updated: updating })
+    Ok(Built { blobs, version, updated })
 }
 
 /// `SetAttributes` pairs from `options.metadata` (strings, numbers, booleans) and `options.name`
 /// (which wins).
-pub(super) fn attributes(name: Option<&Ipld>, metadata: Option<&Ipld>) -> ApiResult<Vec<(Vec<String>, Ipld)>> {
+fn attributes(name: Option<&Ipld>, metadata: Option<&Ipld>) -> ApiResult<Vec<(Vec<String>, Ipld)>> {
     let mut attributes: BTreeMap<String, Ipld> = BTreeMap::new();
     match metadata {
         None => {}

@@ -99,7 +99,7 @@ struct File<'t> {
 
 /// Splits and reads the frontmatter, and refuses local images; the error says what is wrong.
 fn parse(text: &str) -> Result<File<'_>, String> {
-    let (metadata, body) = match text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n")) {
+    let (mut metadata, body) = match text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n")) {
         None => (Vec::new(), text),
         Some(rest) => {
             let mut offset = 0;
@@ -115,7 +115,6 @@ fn parse(text: &str) -> Result<File<'_>, String> {
             (frontmatter(block)?, body)
         }
     };
-    let mut metadata = metadata;
     if !metadata.iter().any(|(key, _)| key == "name")
         && let Some(title) = metadata.iter_mut().find(|(key, _)| key == "title")
     {
@@ -188,18 +187,15 @@ fn unquote(value: &str) -> Option<&str> {
     ['"', '\''].into_iter().find_map(|quote| value.strip_prefix(quote)?.strip_suffix(quote))
 }
 
-/// Whether a link names a file rather than a URL (`file://` counts as a file).
+/// Whether a link names a file rather than a URL: a relative reference (not a `#fragment`), or
+/// a `file://` URL.
 fn is_local(target: &str) -> bool {
     let target = target.trim();
-    if target.starts_with("file://") {
-        return true;
+    match url::Url::parse(target) {
+        Ok(url) => url.scheme() == "file",
+        Err(url::ParseError::RelativeUrlWithoutBase) => !target.starts_with('#'),
+        Err(_) => false,
     }
-    let scheme = target.split_once(':').map(|(scheme, _)| scheme);
-    let has_scheme = scheme.is_some_and(|scheme| {
-        scheme.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-            && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-    });
-    !has_scheme && !target.starts_with('#')
 }
 
 /// The targets of `![alt](target)` images that name files.
