@@ -128,6 +128,9 @@ pub enum Event {
         /// The run as it is after the change (its agent is set: runs without one are not
         /// published).
         run: Arc<RunInfo>,
+        /// The run ended and its end is left for the run-completed trigger monitor (it was
+        /// started by a firing, or its account has an enabled trigger): the monitor scans.
+        end_watched: bool,
     },
 }
 

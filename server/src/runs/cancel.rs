@@ -73,7 +73,9 @@ pub fn cancel_tree(
                  not_before = NULL, finished_at = ?2, updated_at = ?2 WHERE id = ?1",
         )?
         .execute(params![id, now_ms])?;
-        crate::triggers::chain::settle_unwatched(conn, &id)?;
+        if crate::triggers::chain::settle_unwatched(conn, &id)? {
+            changes.end_watched(&id);
+        }
         changes.run(conn, &id)?;
         if let Some(parent) = &parent {
             roll_up_canceled(conn, &id, parent)?;

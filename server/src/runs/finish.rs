@@ -117,11 +117,11 @@ pub fn finish(
     }
     let (settled, ended) = match outcome {
         Outcome::Succeeded(output) => {
-            end(conn, run_id, "succeeded", Some(&output), None, now_ms)?;
+            end(conn, run_id, "succeeded", Some(&output), None, now_ms, changes)?;
             (Settled::Stored(Outcome::Succeeded(output)), true)
         }
         Outcome::Canceled(output) => {
-            end(conn, run_id, "canceled", Some(&output), None, now_ms)?;
+            end(conn, run_id, "canceled", Some(&output), None, now_ms, changes)?;
             (Settled::Stored(Outcome::Canceled(output)), true)
         }
         Outcome::Parked(wait) => {
@@ -145,7 +145,7 @@ pub fn finish(
             (Settled::Requeued, false)
         }
         Outcome::Failed(failure) => {
-            end(conn, run_id, "failed", None, Some(&failure), now_ms)?;
+            end(conn, run_id, "failed", None, Some(&failure), now_ms, changes)?;
             if current.kind == "agent"
                 && let Some(session_id) = &current.session_id
             {
@@ -257,6 +257,7 @@ fn end(
     output: Option<&Ipld>,
     failure: Option<&RunFailure>,
     now_ms: i64,
+    changes: &mut Changes,
 ) -> ApiResult<()> {
     let output = output.map(wire::ipld_to_vec).transpose().map_err(encoding_failed)?;
     let error =
@@ -267,7 +268,10 @@ fn end(
          WHERE id = ?1",
     )?
     .execute(params![run_id, status, output, error, now_ms])?;
-    crate::triggers::chain::settle_unwatched(conn, run_id)
+    if crate::triggers::chain::settle_unwatched(conn, run_id)? {
+        changes.end_watched(run_id);
+    }
+    Ok(())
 }
 
 fn park(conn: &Connection, run_id: &str, wait: &Wait, now_ms: i64) -> ApiResult<()> {

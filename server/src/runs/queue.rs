@@ -143,6 +143,8 @@ pub struct Changes {
     runs: Vec<RunInfo>,
     sessions: Vec<(String, String)>,
     events: Vec<(String, String, SessionEvent)>,
+    /// Runs whose end is left for the run-completed trigger monitor.
+    watched: Vec<String>,
     /// A run went back to the queue (a parent whose children all answered): wake the dispatcher.
     wake: bool,
 }
@@ -154,6 +156,11 @@ impl Changes {
             self.runs.push(run);
         }
         Ok(())
+    }
+
+    /// Notes that run `run_id` ended and its end is left for the run-completed trigger monitor.
+    pub fn end_watched(&mut self, run_id: &str) {
+        self.watched.push(run_id.to_owned());
     }
 
     /// Notes that session `session_id` (of `agent_id`) changed.
@@ -194,7 +201,8 @@ impl Changes {
     pub fn publish(self, app: &App) {
         for run in self.runs {
             if run.agent_id.is_some() {
-                app.bus.publish(Event::RunChanged { run: Arc::new(run) });
+                let end_watched = self.watched.contains(&run.id);
+                app.bus.publish(Event::RunChanged { run: Arc::new(run), end_watched });
             }
         }
         for (owner, agent, event) in self.events {

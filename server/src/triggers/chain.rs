@@ -8,8 +8,8 @@
 //! for runs that finished within [`LOOKBACK_MS`] (a run that ended long before the monitor saw it,
 //! across a long downtime, starts no chain), and clears the mark. A crash before the commit
 //! leaves the batch to the next scan; after it, nothing is done twice. It scans when a run ends on
-//! the bus (one scan for every end already queued) and every [`POLL`] (a lagging bus loses
-//! nothing).
+//! the bus that it has to look at (one scan for every end already queued) and every [`POLL`] (a
+//! lagging bus loses nothing).
 //!
 //! Loop guard: a firing remembers the firing whose run's completion caused it. Before firing,
 //! the chain of ancestors is walked: if it already holds the same trigger, or holds
@@ -49,10 +49,8 @@ pub fn spawn(app: &Arc<App>) -> JoinHandle<()> {
                 _ = ticker.tick() => {}
                 received = events.recv() => match received {
                     Ok(event) => {
-                        let Event::RunChanged { run } = event.as_ref() else { continue };
-                        if !is_final(&run.status.to_string()) {
-                            continue;
-                        }
+                        // Ends settled in their own transaction leave nothing to scan for.
+                        let Event::RunChanged { end_watched: true, .. } = event.as_ref() else { continue };
                         // One scan handles every run ended so far: drain what is queued.
                         loop {
                             match events.try_recv() {
@@ -80,10 +78,6 @@ pub fn spawn(app: &Arc<App>) -> JoinHandle<()> {
     })
 }
 
-fn is_final(status: &str) -> bool {
-    matches!(status, "succeeded" | "failed" | "canceled")
-}
-
 /// One finished run, as the monitor reads it.
 #[derive(Debug)]
 struct Finished {
@@ -100,17 +94,19 @@ struct Finished {
 
 /// Clears the pending mark of a run that has just ended when nothing can watch its end: it was
 /// not started by a firing and its account has no enabled trigger. Called in the transaction that
-/// ends the run, so the monitor never sees it (the common case costs no monitor write); a trigger
-/// created later watches only runs that finish after it exists anyway.
-pub fn settle_unwatched(conn: &Connection, run_id: &str) -> ApiResult<()> {
-    conn.prepare_cached(
-        "UPDATE runs SET completion_pending = 0
+/// ends the run, so the monitor never sees it (the common case costs no monitor write, and no
+/// scan: see [`Event::RunChanged`]'s `end_watched`); a trigger created later watches only runs
+/// that finish after it exists anyway. Returns whether the end is left for the monitor.
+pub fn settle_unwatched(conn: &Connection, run_id: &str) -> ApiResult<bool> {
+    let settled = conn
+        .prepare_cached(
+            "UPDATE runs SET completion_pending = 0
          WHERE id = ?1 AND trigger_firing_id IS NULL AND NOT EXISTS (
              SELECT 1 FROM agent_triggers t
              WHERE t.account_id = runs.account_id AND t.enabled = 1 AND t.merged_into IS NULL)",
-    )?
-    .execute(params![run_id])?;
-    Ok(())
+        )?
+        .execute(params![run_id])?;
+    Ok(settled == 0)
 }
 
 /// Handles one batch of finished runs; returns how many.
@@ -358,9 +354,12 @@ mod tests {
                 params![id, account],
             )
             .unwrap();
-            settle_unwatched(&conn, id).unwrap();
-            conn.query_row("SELECT completion_pending FROM runs WHERE id = ?1", params![id], |row| row.get::<_, i64>(0))
-                .unwrap()
+            let watched = settle_unwatched(&conn, id).unwrap();
+            let pending = conn
+                .query_row("SELECT completion_pending FROM runs WHERE id = ?1", params![id], |row| row.get::<_, i64>(0))
+                .unwrap();
+            assert_eq!(watched, pending == 1, "what it says is what it left for the monitor");
+            pending
         };
         assert_eq!(run("quiet", "owner"), 0, "no trigger can fire: nothing is left for the monitor");
         conn.execute_batch(

@@ -206,6 +206,41 @@ async fn usage_accumulates_and_finished_children_roll_up() {
     harness.stop().await;
 }
 
+/// Only an end the run-completed trigger monitor must look at is announced as one, so the
+/// monitor does not scan after every turn of an account without triggers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_end_is_announced_as_watched_only_when_a_trigger_may_react() {
+    let mut harness = Harness::new().await;
+    harness.start().await;
+    let quiet = harness.enqueue("s1", Queue::Interactive, 1, None).await;
+    harness.next_started().await.finish(Outcome::Succeeded(Ipld::Null));
+    let events = harness.events_until(&run(&quiet, "succeeded")).await;
+    assert!(!events.iter().any(|event| event.ends_with(" watched")), "no trigger, nothing to scan: {events:?}");
+
+    harness
+        .app
+        .db
+        .write(|conn| {
+            conn.execute(
+                "INSERT INTO agent_triggers (id, account_id, agent_id, name, enabled, source_cbor, prompt, created_at,
+                                             updated_at)
+                 VALUES ('t', 'owner', 'a', 't', 1, x'a0', 'p', 1, 1)",
+                [],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let watched = harness.enqueue("s1", Queue::Interactive, 1, None).await;
+    harness.next_started().await.finish(failure("bad key", false));
+    harness.events_until(&format!("{} watched", run(&watched, "failed"))).await;
+    let not_due = "UPDATE runs SET not_before = ?2 WHERE id = ?1";
+    let canceled = harness.enqueue_then("s2", not_due, FAR).await;
+    assert!(harness.engine().cancel_tree(&harness.app, &canceled).await.unwrap());
+    harness.events_until(&format!("{} watched", run(&canceled, "canceled"))).await;
+    harness.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canceling_a_tree_ends_queued_and_waiting_runs_at_once_and_signals_the_running_one() {
     let mut harness = Harness::new().await;

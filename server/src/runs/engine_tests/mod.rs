@@ -309,13 +309,30 @@ impl Harness {
         }
     }
 
-    /// The bus events published since the last call, summarized: `run <id> <status>`,
-    /// `session <id>`, `session <id> append`.
+    /// The bus events published from now until `wanted` (5 s at most), summarized as
+    /// [`Self::events`] does; panics when `wanted` does not come.
+    async fn events_until(&mut self, wanted: &str) -> Vec<String> {
+        let mut seen = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !seen.iter().any(|event| event == wanted) {
+            assert!(tokio::time::Instant::now() < deadline, "{wanted:?} never came: {seen:?}");
+            seen.extend(self.events());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        seen
+    }
+
+    /// The bus events published since the last call, summarized: `run <id> <status>` (with
+    /// ` watched` when its end is left for the run-completed trigger monitor), `session <id>`,
+    /// `session <id> append`.
     fn events(&mut self) -> Vec<String> {
         let mut seen = Vec::new();
         while let Ok(event) = self.bus.try_recv() {
             match &*event {
-                Event::RunChanged { run } => seen.push(format!("run {} {}", run.id, run.status)),
+                Event::RunChanged { run, end_watched } => {
+                    let watched = if *end_watched { " watched" } else { "" };
+                    seen.push(format!("run {} {}{watched}", run.id, run.status));
+                }
                 Event::SessionChanged { session_id, .. } => seen.push(format!("session {session_id}")),
                 Event::SessionAppended { event, .. } => seen.push(format!("session {} append", event.session_id)),
                 Event::AccountChange { .. } | Event::AgentChanged { .. } => {}
