@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ipld_core::ipld::Ipld;
-use seed_agents_protocol::generated::{InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb};
-use seed_agents_protocol::{Value, wire};
+use seed_agents_protocol::generated::{
+    InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, UploadSessionAttachment,
+};
+use seed_agents_protocol::{Bytes, Value, wire};
 use serde_json::{Value as Json, json};
 
 use crate::support::hm::FakeHm;
@@ -587,5 +589,40 @@ async fn ipfs_writes_publish_memory_files_and_reads_download_them_back() {
         neither.error.as_deref(),
         Some("write ipfs:// needs options.fromPath (a memory file) or options.fromAttachment")
     );
+
+    // An attachment of the session publishes as the same UnixFS root as the same bytes in memory.
+    let upload = UploadSessionAttachment {
+        session_id: session_id.clone(),
+        name: "hello.txt".into(),
+        mime_type: None,
+        content: Bytes(b"hello world".to_vec()),
+    };
+    let attachment = user.call(upload).await.unwrap().attachment;
+    let before = hm.requests();
+    let options = json!({ "fromAttachment": attachment.id });
+    let published = output(&user.call(write(&session_id, "ipfs://", None, options)).await.unwrap());
+    assert_eq!((published["cid"].as_str(), published["size"].as_u64()), (Some(cid), Some(11)));
+    assert_eq!(published["url"], format!("ipfs://{cid}"));
+    assert_eq!((published["id"].as_str(), published["name"].as_str()), (Some(&*attachment.id), Some("hello.txt")));
+    assert_eq!(published["mimeType"], "text/plain");
+    assert!(published.get("path").is_none(), "no memory path: {published}");
+    assert!(hm.requests() > before, "the blocks went to the Hypermedia server");
+    // Attachments are private to their session; refusals publish nothing.
+    let other = user.create_session(&user.create_agent("Other").await, None).await;
+    let refusals = [
+        (&other, json!({ "fromAttachment": attachment.id }), format!("Attachment not found: {}", attachment.id)),
+        (&session_id, json!({ "fromAttachment": "nope" }), "Invalid attachment id: nope".to_owned()),
+        (
+            &session_id,
+            json!({ "fromAttachment": attachment.id, "fromPath": "notes/hello.txt" }),
+            "write ipfs:// takes options.fromPath or options.fromAttachment, not both".to_owned(),
+        ),
+    ];
+    let before = hm.requests();
+    for (session, options, error) in refusals {
+        let refused = user.call(write(session, "ipfs://", None, options)).await.unwrap();
+        assert_eq!(refused.error.as_deref(), Some(&*error));
+    }
+    assert_eq!(hm.requests(), before);
     server.stop().await;
 }

@@ -86,6 +86,15 @@ pub fn read(dir: &Path, attachment_id: &str) -> ApiResult<(SessionAttachmentInfo
     Ok((info, data))
 }
 
+/// One attachment's record and its bytes as an open file, for a reader that streams them: 400
+/// for a malformed id, 404 when missing.
+pub fn open(dir: &Path, attachment_id: &str) -> ApiResult<(SessionAttachmentInfo, File)> {
+    let info = info(dir, attachment_id)?;
+    let file = File::open(dir.join(format!("{attachment_id}.bin")))
+        .map_err(|_| ApiError::not_found(format!("Attachment content missing: {attachment_id}")))?;
+    Ok((info, file))
+}
+
 fn check_size(size: u64) -> ApiResult<()> {
     if size == 0 {
         return Err(ApiError::invalid("Attachment content must be non-empty bytes"));

@@ -1,5 +1,5 @@
-//! `UploadAgentMemoryFileToIpfs`: a memory file as UnixFS blocks (HM-INTEGRATION.md §3), published
-//! to the Hypermedia server through `PublishBlobs`.
+//! `UploadAgentMemoryFileToIpfs`: a memory file (or a session attachment, [`publish_file`]) as
+//! UnixFS blocks (HM-INTEGRATION.md §3), published to the Hypermedia server through `PublishBlobs`.
 //!
 //! The file is never held whole: it is read on the blocking pool in [`CHUNK_BYTES`] leaves, a
 //! batch of at most [`MAX_BATCH_BYTES`] at a time, hashed into a streaming [`Builder`] there, and
@@ -44,6 +44,12 @@ struct Reader {
 /// found: <path>`, a directory 400 `Memory path is a directory, not a file: <path>`.
 pub async fn publish(client: &HmClient<'_>, root: PathBuf, path: MemoryPath) -> ApiResult<Published> {
     let file = blocking(move || store::open_file(&root, &path).map(|(file, _)| file)).await?;
+    publish_file(client, file).await
+}
+
+/// Publishes the content of `file` from where it stands (a memory file, an attachment), batch by
+/// batch as [`publish`] does.
+pub async fn publish_file(client: &HmClient<'_>, file: File) -> ApiResult<Published> {
     let mut reader = Reader { file, builder: Builder::default(), size: 0, done: false };
     loop {
         let (next, blobs) = blocking(move || read_batch(reader)).await?;

@@ -4,8 +4,9 @@
 //! this server has no separate `--ipfs-server-url`) into memory at `options.path`, else
 //! `ipfs/<cid>`, with the memory download's streaming and idle timeout. The gateway is the
 //! operator's own server, so this fetch is not held to the private-network guard. `write` needs
-//! the publish grant and publishes a memory file (`options.fromPath`) as UnixFS blocks, as
-//! `UploadAgentMemoryFileToIpfs` does; `options.fromAttachment` answers 501.
+//! the publish grant and publishes a memory file (`options.fromPath`) or an attachment of the
+//! session (`options.fromAttachment`, its id) as UnixFS blocks, as `UploadAgentMemoryFileToIpfs`
+//! does; either is streamed from its file, never held whole.
 
 use ipld_core::cid::Cid;
 use ipld_core::ipld::Ipld;
@@ -97,10 +98,17 @@ struct Published {
     size: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     mime_type: Option<String>,
-    path: String,
+    /// The memory file published (`fromPath`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<String>,
+    /// The attachment published (`fromAttachment`): its id and name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
 }
 
-/// `write ipfs://` with `options.fromPath`.
+/// `write ipfs://` with `options.fromPath` or `options.fromAttachment`.
 pub async fn write(context: &Context<'_>, input: &Input<'_>) -> ApiResult<Value> {
     let options = input.options();
     if let Some(unknown) =
@@ -119,35 +127,56 @@ pub async fn write(context: &Context<'_>, input: &Input<'_>) -> ApiResult<Value>
         ));
     }
     let option = |key: &str| options.and_then(|options| options.get(key));
-    let from_path = match (option("fromPath"), option("fromAttachment")) {
-        (Some(Ipld::String(path)), _) => path.clone(),
-        (None, Some(_)) => {
-            return Err(ApiError::not_implemented(
-                "write ipfs:// with options.fromAttachment is not supported by this server yet; copy the attachment \
-                 into memory (write ~/memory/<path> options.fromAttachment) and publish it with options.fromPath",
-            ));
-        }
-        _ => {
-            return Err(ApiError::invalid(
-                "write ipfs:// needs options.fromPath (a memory file) or options.fromAttachment",
-            ));
-        }
-    };
-    let path = super::memory_file_option(&from_path)?;
     let client = crate::hm::HmClient::new(&context.app.http, &context.app.config.hm_server_url);
-    let published = ipfs::publish(&client, context.memory_root.clone(), path.clone()).await?;
-    let summary =
-        format!("Published ~/memory/{} as ipfs://{} ({} bytes).", path.as_str(), published.cid, published.size);
-    record(
-        summary,
-        &Published {
-            url: format!("ipfs://{}", published.cid),
-            cid: published.cid,
-            size: published.size,
-            mime_type: mime::infer(path.as_str()),
-            path: path.as_str().to_owned(),
-        },
-    )
+    match (option("fromPath"), option("fromAttachment")) {
+        (Some(Ipld::String(path)), None) => {
+            let path = super::memory_file_option(path)?;
+            let published = ipfs::publish(&client, context.memory_root.clone(), path.clone()).await?;
+            let summary =
+                format!("Published ~/memory/{} as ipfs://{} ({} bytes).", path.as_str(), published.cid, published.size);
+            record(
+                summary,
+                &Published {
+                    url: format!("ipfs://{}", published.cid),
+                    cid: published.cid,
+                    size: published.size,
+                    mime_type: mime::infer(path.as_str()),
+                    path: Some(path.as_str().to_owned()),
+                    id: None,
+                    name: None,
+                },
+            )
+        }
+        (None, Some(Ipld::String(id))) => {
+            let root = crate::attachments::root(&context.app.config);
+            let dir = crate::attachments::session_dir(&root, &context.session_id)?;
+            let id = id.trim().to_owned();
+            let (info, file) = blocking(move || crate::attachments::store::open(&dir, &id)).await?;
+            let published = ipfs::publish_file(&client, file).await?;
+            let summary =
+                format!("Published attachment {} as ipfs://{} ({} bytes).", info.name, published.cid, published.size);
+            record(
+                summary,
+                &Published {
+                    url: format!("ipfs://{}", published.cid),
+                    cid: published.cid,
+                    size: published.size,
+                    mime_type: info.mime_type,
+                    path: None,
+                    id: Some(info.id),
+                    name: Some(info.name),
+                },
+            )
+        }
+        (Some(_), Some(_)) => {
+            Err(ApiError::invalid("write ipfs:// takes options.fromPath or options.fromAttachment, not both"))
+        }
+        (Some(_), None) => Err(ApiError::invalid("options.fromPath must be a memory path (text)")),
+        (None, Some(_)) => Err(ApiError::invalid("options.fromAttachment must be an attachment id (text)")),
+        (None, None) => {
+            Err(ApiError::invalid("write ipfs:// needs options.fromPath (a memory file) or options.fromAttachment"))
+        }
+    }
 }
 
 #[cfg(test)]
