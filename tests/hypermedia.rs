@@ -427,8 +427,13 @@ pub(crate) fn ops(blob: &crate::support::hm::Published) -> Vec<String> {
             let Ipld::Map(op) = op else { panic!("op is not a map") };
             let Some(Ipld::String(kind)) = op.get("type") else { panic!("op without type") };
             match (op.get("block"), op.get("blocks"), op.get("attrs")) {
-                (Some(Ipld::Map(block)), ..) => match (block.get("type"), block.get("text")) {
-                    (Some(Ipld::String(block_type)), Some(Ipld::String(text))) => format!("{kind} {block_type} {text}"),
+                (Some(Ipld::Map(block)), ..) => match (block.get("type"), block.get("text"), block.get("link")) {
+                    (Some(Ipld::String(block_type)), Some(Ipld::String(text)), None) => {
+                        format!("{kind} {block_type} {text}")
+                    }
+                    (Some(Ipld::String(block_type)), Some(Ipld::String(text)), Some(Ipld::String(link))) => {
+                        format!("{kind} {block_type} {text} -> {link}")
+                    }
                     _ => panic!("bad block"),
                 },
                 (_, Some(Ipld::List(blocks)), _) => format!("{kind} {}", blocks.len()),

@@ -470,7 +470,8 @@ async fn a_model_turn_replies_to_a_comment_with_the_write_tool() {
         version: new.change.cid.to_string(),
         generation: 1_700_000_000_000,
     };
-    let body = [TextBlock { kind: "Paragraph".into(), id: "q1".into(), text: "Anyone seen a heron?".into() }];
+    let body =
+        [TextBlock { kind: "Paragraph".into(), id: "q1".into(), text: "Anyone seen a heron?".into(), link: None }];
     let question = comment(
         &bea,
         &NewComment {
@@ -662,13 +663,53 @@ async fn a_memory_file_is_published_with_its_frontmatter_then_updated_in_place()
     assert_eq!(next.integer("depth"), Some(2));
     assert_eq!(ops(next), ["SetAttributes 1", "ReplaceBlock Paragraph Four herons.", "MoveBlocks 1"]);
 
-    // What cannot be published says why, and publishes nothing.
+    // Images in memory (relative to the file, or ~/memory/…) are published to IPFS first and the
+    // document links their ipfs:// URLs; a missing one is refused before anything is sent.
     let published = hm.blobs().len();
-    remember(&p, "notes/chart.md", "---\nname: Chart\n---\n![Q3](charts/q3.png)\n").await;
+    let chart = "---\nname: Chart\nicon: ../pics/me.png\n---\n![Q3](charts/q3.png \"Q3\")\n\nAgain: \
+                 ![again](<~/memory/notes/charts/q3.png>).\n";
+    remember(&p, "notes/chart.md", chart).await;
     assert_eq!(
         error(owner.call(write(session, &home, None, json!({ "fromPath": "notes/chart.md" }))).await),
-        "~/memory/notes/chart.md: the image charts/q3.png is a memory file, which this server does not upload; \
-         publish it with write ipfs:// (options.fromPath) and link the ipfs:// URL it answers instead"
+        "~/memory/notes/chart.md: an image of the document: Memory file not found: pics/me.png"
+    );
+    assert_eq!(hm.blobs().len(), published);
+    remember(&p, "pics/me.png", "a face").await;
+    remember(&p, "notes/charts/q3.png", "a chart").await;
+    not_found(&hm, &format!("{home}/chart"));
+    let charted =
+        output(&owner.call(write(session, &home, None, json!({ "fromPath": "notes/chart.md" }))).await.unwrap());
+    let (me, q3) = (
+        charted["images"]["~/memory/pics/me.png"].as_str().unwrap().to_owned(),
+        charted["images"]["~/memory/notes/charts/q3.png"].as_str().unwrap().to_owned(),
+    );
+    let blobs = hm.blobs();
+    let files: Vec<String> = blobs[published..]
+        .iter()
+        .filter(|blob| blob.codec == 0x55)
+        .map(|blob| format!("ipfs://{}", blob.cid))
+        .collect();
+    assert_eq!(files, [me.clone(), q3.clone()], "each image once, before the document");
+    let change = blobs[published..].iter().find(|blob| blob.field("body").is_some()).unwrap();
+    assert_eq!(
+        ops(change),
+        [
+            "SetAttributes 2".to_owned(),
+            format!("ReplaceBlock Image Q3 -> {q3}"),
+            format!("ReplaceBlock Paragraph Again: ![again](<{q3}>)."),
+            "MoveBlocks 2".to_owned(),
+        ]
+    );
+    let Some(Ipld::Map(body)) = change.field("body") else { panic!("no body") };
+    let Some(Ipld::List(ops_list)) = body.get("ops") else { panic!("no ops") };
+    assert!(format!("{:?}", ops_list[0]).contains(&me), "the icon links the published image");
+
+    // What cannot be published says why, and publishes nothing.
+    let published = hm.blobs().len();
+    remember(&p, "notes/escape.md", "![x](../../secret.png)\n").await;
+    assert_eq!(
+        error(owner.call(write(session, &home, None, json!({ "fromPath": "notes/escape.md" }))).await),
+        "~/memory/notes/escape.md: the image ../../secret.png is outside memory"
     );
     remember(&p, "notes/tags.md", "---\nname: Tags\ntags:\n  - birds\n---\nx\n").await;
     assert!(

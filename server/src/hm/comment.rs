@@ -85,15 +85,20 @@ pub fn record_id(author: &Principal, ts_ms: i64, data: &[u8]) -> String {
     format!("{author}/z{}", bs58::encode(tsid).into_string())
 }
 
-/// A block as a publishable comment block: `{id, type, text, annotations: [], children: []}`.
+/// A block as a publishable comment block: `{id, type, text, annotations: [], children: []}`,
+/// and `link` for an Image.
 fn publishable(block: &TextBlock) -> Ipld {
-    Ipld::Map(BTreeMap::from([
+    let mut fields = BTreeMap::from([
         ("id".to_owned(), Ipld::String(block.id.clone())),
         ("type".to_owned(), Ipld::String(block.kind.clone())),
         ("text".to_owned(), Ipld::String(block.text.clone())),
         ("annotations".to_owned(), Ipld::List(Vec::new())),
         ("children".to_owned(), Ipld::List(Vec::new())),
-    ]))
+    ]);
+    if let Some(link) = &block.link {
+        fields.insert("link".to_owned(), Ipld::String(link.clone()));
+    }
+    Ipld::Map(fields)
 }
 
 #[cfg(test)]
@@ -102,7 +107,7 @@ mod tests {
     use seed_agents_protocol::wire;
 
     fn paragraph(text: &str) -> TextBlock {
-        TextBlock { kind: "Paragraph".to_owned(), id: "AbCd_-12".to_owned(), text: text.to_owned() }
+        TextBlock { kind: "Paragraph".to_owned(), id: "AbCd_-12".to_owned(), text: text.to_owned(), link: None }
     }
 
     #[test]

@@ -56,8 +56,10 @@ pub struct TextBlock {
     pub kind: String,
     /// The block id (see [`block_id`]).
     pub id: String,
-    /// The text, without formatting.
+    /// The text, without formatting (an Image's alt text).
     pub text: String,
+    /// What the block shows, for an `Image` (`ipfs://<cid>` or a URL); `None` for text blocks.
+    pub link: Option<String>,
 }
 
 /// One operation of a content Change's body.
@@ -257,13 +259,16 @@ fn op_value(op: &Op) -> Ipld {
             vec![text_field("type", "SetAttributes"), ("attrs".to_owned(), Ipld::List(attrs))]
         }
         Op::ReplaceBlock(block) => {
-            let block = BTreeMap::from([
+            let mut fields = BTreeMap::from([
                 text_field("type", &block.kind),
                 text_field("id", &block.id),
                 text_field("text", &block.text),
                 ("annotations".to_owned(), Ipld::List(Vec::new())),
             ]);
-            vec![text_field("type", "ReplaceBlock"), ("block".to_owned(), Ipld::Map(block))]
+            if let Some(link) = &block.link {
+                fields.insert("link".to_owned(), Ipld::String(link.clone()));
+            }
+            vec![text_field("type", "ReplaceBlock"), ("block".to_owned(), Ipld::Map(fields))]
         }
         Op::MoveBlocks { blocks, parent } => vec![
             text_field("type", "MoveBlocks"),
@@ -305,6 +310,7 @@ mod tests {
             kind: "Paragraph".to_owned(),
             id: "AbCd_-12".to_owned(),
             text: "This is an agentic account.".to_owned(),
+            link: None,
         };
         new_document_ops("Test Agent", vec![paragraph])
     }

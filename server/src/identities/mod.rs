@@ -133,7 +133,7 @@ pub async fn create_signing_identity(
 /// the version Ref), all signed by `key` at `now_ms`.
 fn account_blobs(key: &SigningKey, now_ms: i64, name: &str, block_id: String) -> Result<Vec<Blob>, BlobError> {
     let profile = hm::blob::profile(key, now_ms, name, None, None)?;
-    let paragraph = TextBlock { kind: "Paragraph".to_owned(), id: block_id, text: HOME_TEXT.to_owned() };
+    let paragraph = TextBlock { kind: "Paragraph".to_owned(), id: block_id, text: HOME_TEXT.to_owned(), link: None };
     let ops = hm::document::new_document_ops(name, vec![paragraph]);
     let home = hm::document::new_document(key, now_ms, hm::blob::principal(key), "", &ops)?;
     let mut blobs = vec![profile];

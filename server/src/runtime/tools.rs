@@ -99,8 +99,8 @@ impl Tool {
                  \"capability.create\" (options.input {delegate, role: WRITER or AGENT} lets another account write \
                  your documents).\n\
                  - hm://<your account>/<path> with options.fromPath (a ~/memory/ markdown file) publishes that \
-                 file as the document, its frontmatter as metadata, creating or updating it; hm://<your account> \
-                 alone takes the path from its name.\n\
+                 file as the document, its frontmatter as metadata, creating or updating it (images it links in \
+                 memory are published too); hm://<your account> alone takes the path from its name.\n\
                  - ipfs:// with options.fromPath publishes a memory file (options.fromAttachment: an attachment \
                  of this conversation, by id) and answers its ipfs:// address.\n\
                  Memory persists across conversations and the user can browse it: keep it small, organised and in \

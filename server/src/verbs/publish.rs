@@ -165,6 +165,10 @@ struct Output {
     /// The memory file an `options.fromPath` write published.
     #[serde(skip_serializing_if = "Option::is_none")]
     memory_path: Option<String>,
+    /// The memory images an `options.fromPath` write published first, by memory path, with the
+    /// `ipfs://` URLs the document links instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    images: Option<std::collections::BTreeMap<String, String>>,
     cids: Vec<String>,
 }
 

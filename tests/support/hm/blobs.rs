@@ -454,7 +454,7 @@ mod tests {
         let new = document::new_document(&key, 5, me, "/a", &document::new_document_ops("A", Vec::new())).unwrap();
         let stored = publish(&body(&[&new.genesis.blob, &new.change.blob, &new.version_ref]), &[]).unwrap();
         let rejected = |blobs: &[&Blob], stored: &[Published]| publish(&body(blobs), stored).unwrap_err();
-        let block = [TextBlock { kind: "Paragraph".into(), id: "b1".into(), text: "hi".into() }];
+        let block = [TextBlock { kind: "Paragraph".into(), id: "b1".into(), text: "hi".into(), link: None }];
         let on = |version: &[ipld_core::cid::Cid], parent: Option<ipld_core::cid::Cid>| {
             let input = NewComment {
                 ts_ms: 6,

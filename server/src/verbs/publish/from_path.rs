@@ -12,9 +12,13 @@
 //! - The path: the address's; the account's home (`hm://<account>` or `hm://<account>/`) means a
 //!   path made from the name (`Weekly update` → `/weekly-update`).
 //! - The body: blocks as for `content` ([`super::markdown`]), its `hm://` links checked.
-//! - Local files are not uploaded: an image linked by a memory path (`![chart](chart.png)`) or an
-//!   `icon`/`cover`/`seedExperimentalLogo` naming one is refused, saying to publish the file with
-//!   `write ipfs://` and use its `ipfs://` URL (upstream uploads them; this server does not yet).
+//! - Images in memory: an image linked by a path (`![chart](chart.png)`, relative to the markdown
+//!   file's folder, or `~/memory/<path>`) or an `icon`/`cover`/`seedExperimentalLogo` naming one
+//!   is published to IPFS first (as `write ipfs://` does, streamed) and the document links its
+//!   `ipfs://` URL instead; a missing one is refused before anything is published, a `file://` URL
+//!   always. A paragraph that is one image becomes an Image block ([`super::markdown`]). The
+//!   images stay on IPFS when the document itself is then refused (content-addressed blocks,
+//!   harmless and reused by the next attempt).
 
 use std::io::Read as _;
 
@@ -40,8 +44,10 @@ pub(super) async fn write(publish: &Publish<'_, '_>, raw: &str) -> ApiResult<Val
     let path = super::super::memory_file_option(from)?;
     let shown = format!("~/memory/{}", path.as_str());
     let root = publish.context.memory_root.clone();
+    let folder = path.as_str().rsplit_once('/').map(|(folder, _)| folder.to_owned());
     let text = blocking(move || read_text(&root, &path)).await?;
-    let file = parse(&text).map_err(|why| ApiError::invalid(format!("{shown}: {why}")))?;
+    let mut file = parse(&text).map_err(|why| ApiError::invalid(format!("{shown}: {why}")))?;
+    let images = upload_images(publish, &mut file, folder.as_deref(), &shown).await?;
     let mut address = plain_address(raw)?;
     let name = match file.metadata.iter().find(|(key, _)| key == "name") {
         Some((_, Ipld::String(name))) => name.clone(),
@@ -53,7 +59,7 @@ pub(super) async fn write(publish: &Publish<'_, '_>, raw: &str) -> ApiResult<Val
     let mut attributes: Vec<(Vec<String>, Ipld)> =
         file.metadata.into_iter().filter(|(key, _)| key != "name").map(|(key, value)| (vec![key], value)).collect();
     attributes.push((vec!["name".to_owned()], Ipld::String(name)));
-    let blocks = markdown::blocks(file.body)?;
+    let blocks = markdown::blocks(&file.body)?;
     let built = document::build(publish, &address, Some(blocks), attributes, Mode::Either).await?;
     let id = address.canonical();
     let output = Output {
@@ -61,6 +67,7 @@ pub(super) async fn write(publish: &Publish<'_, '_>, raw: &str) -> ApiResult<Val
         id: Some(id.clone()),
         version: Some(built.version),
         memory_path: Some(shown.clone()),
+        images: (!images.is_empty()).then_some(images),
         ..Output::default()
     };
     let summary =
@@ -92,13 +99,117 @@ fn read_text(root: &std::path::Path, path: &MemoryPath) -> ApiResult<String> {
 /// A markdown file: its frontmatter pairs in order (`title` renamed `name` when there is no
 /// `name`) and the body after it.
 #[derive(Debug, PartialEq)]
-struct File<'t> {
+struct File {
     metadata: Vec<(String, Ipld)>,
-    body: &'t str,
+    body: String,
 }
 
-/// Splits and reads the frontmatter, and refuses local images; the error says what is wrong.
-fn parse(text: &str) -> Result<File<'_>, String> {
+/// Publishes the memory images `file` names (see the module docs) and links their `ipfs://` URLs
+/// in their place; the published ones by memory path. Every image is found before any is sent.
+async fn upload_images(
+    publish: &Publish<'_, '_>,
+    file: &mut File,
+    folder: Option<&str>,
+    shown: &str,
+) -> ApiResult<std::collections::BTreeMap<String, String>> {
+    let refused = |why: String| ApiError::invalid(format!("{shown}: {why}"));
+    let mut wanted: Vec<(String, MemoryPath)> = Vec::new();
+    let mut note = |target: &str| -> ApiResult<()> {
+        if !wanted.iter().any(|(seen, _)| seen == target) {
+            let path = image_path(target, folder).map_err(refused)?;
+            wanted.push((target.to_owned(), path));
+        }
+        Ok(())
+    };
+    for (key, value) in &file.metadata {
+        if let (true, Ipld::String(value)) = (IMAGE_KEYS.contains(&key.as_str()), value)
+            && is_local(value)
+        {
+            note(value.trim())?;
+        }
+    }
+    for image in markdown::images(&file.body) {
+        if is_local(image.target) {
+            note(image.target)?;
+        }
+    }
+    let root = publish.context.memory_root.clone();
+    let paths: Vec<MemoryPath> = wanted.iter().map(|(_, path)| path.clone()).collect();
+    blocking(move || {
+        paths
+            .iter()
+            .try_for_each(|path| store::open_file(&root, path).map(drop))
+            .map_err(|error| ApiError::new(error.kind(), format!("an image of the document: {}", error.message())))
+    })
+    .await
+    .map_err(|error| ApiError::new(error.kind(), format!("{shown}: {}", error.message())))?;
+    // Each file once, however many links name it.
+    let mut urls: Vec<(String, String)> = Vec::new();
+    let mut published = std::collections::BTreeMap::new();
+    for (target, path) in wanted {
+        let shown = format!("~/memory/{}", path.as_str());
+        let url = match published.get(&shown) {
+            Some(url) => String::clone(url),
+            None => {
+                let root = publish.context.memory_root.clone();
+                let done = crate::memory::ipfs::publish(&publish.hm, root, path).await?;
+                let url = format!("ipfs://{}", done.cid);
+                published.insert(shown, url.clone());
+                url
+            }
+        };
+        urls.push((target, url));
+    }
+    let url_of = |target: &str| urls.iter().find(|(seen, _)| seen == target.trim()).map(|(_, url)| url.clone());
+    for (key, value) in &mut file.metadata {
+        if let (true, Ipld::String(text)) = (IMAGE_KEYS.contains(&key.as_str()), &*value)
+            && let Some(url) = url_of(text)
+        {
+            *value = Ipld::String(url);
+        }
+    }
+    let mut body = String::with_capacity(file.body.len());
+    let mut copied = 0;
+    for image in markdown::images(&file.body) {
+        if let Some(url) = url_of(image.target) {
+            body.push_str(&file.body[copied..image.span.start]);
+            body.push_str(&url);
+            copied = image.span.end;
+        }
+    }
+    body.push_str(&file.body[copied..]);
+    file.body = body;
+    Ok(published)
+}
+
+/// The memory file an image link names: `~/memory/<path>`, else a path relative to `folder` (the
+/// markdown file's), `..` allowed within memory. A `file://` URL is refused.
+fn image_path(target: &str, folder: Option<&str>) -> Result<MemoryPath, String> {
+    if target.starts_with("file:") {
+        return Err(format!(
+            "the image {target} is a file:// URL; name the memory file instead (a path relative to this file, or \
+             ~/memory/<path>)"
+        ));
+    }
+    let (base, rest) = match target.strip_prefix("~/memory/") {
+        Some(rest) => (None, rest),
+        None => (folder, target),
+    };
+    let mut segments: Vec<&str> = base.map(|base| base.split('/').collect()).unwrap_or_default();
+    for segment in rest.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop().ok_or_else(|| format!("the image {target} is outside memory"))?;
+            }
+            segment => segments.push(segment),
+        }
+    }
+    MemoryPath::parse(&segments.join("/")).map_err(|error| format!("the image {target}: {}", error.message()))
+}
+
+/// Splits and reads the frontmatter; the error says what is wrong.
+fn parse(text: &str) -> Result<File, String> {
     let (mut metadata, body) = match text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n")) {
         None => (Vec::new(), text),
         Some(rest) => {
@@ -120,23 +231,7 @@ fn parse(text: &str) -> Result<File<'_>, String> {
     {
         title.0 = "name".to_owned();
     }
-    for (key, value) in &metadata {
-        if let (true, Ipld::String(value)) = (IMAGE_KEYS.contains(&key.as_str()), value)
-            && is_local(value)
-        {
-            return Err(format!(
-                "{key} names the memory file {value}, which this server does not upload; publish it with write \
-                 ipfs:// (options.fromPath) and set {key} to the ipfs:// URL it answers"
-            ));
-        }
-    }
-    if let Some(target) = local_images(body).next() {
-        return Err(format!(
-            "the image {target} is a memory file, which this server does not upload; publish it with write ipfs:// \
-             (options.fromPath) and link the ipfs:// URL it answers instead"
-        ));
-    }
-    Ok(File { metadata, body })
+    Ok(File { metadata, body: body.to_owned() })
 }
 
 /// `key: value` lines.
@@ -198,19 +293,6 @@ fn is_local(target: &str) -> bool {
     }
 }
 
-/// The targets of `![alt](target)` images that name files.
-fn local_images(body: &str) -> impl Iterator<Item = &str> {
-    body.match_indices("![").filter_map(|(at, _)| {
-        let rest = &body[at + 2..];
-        let close = rest.find("](")?;
-        let target = &rest[close + 2..];
-        let end = target.find(')')?;
-        let target = target[..end].split_whitespace().next().unwrap_or_default();
-        let target = target.trim_start_matches('<').trim_end_matches('>');
-        is_local(target).then_some(target)
-    })
-}
-
 /// A name from a memory path: the file name without its extension, `-`/`_` as spaces, the
 /// first letter capitalised (`notes/weekly-update.md` → `Weekly update`).
 fn title_from_path(path: &str) -> String {
@@ -266,7 +348,10 @@ mod tests {
         let both = parse("---\nname: A\ntitle: B\n---\n").unwrap();
         assert_eq!(both.metadata[1], ("title".to_owned(), Ipld::String("B".into())));
         // No frontmatter: all body.
-        assert_eq!(parse("Just text\n---\n").unwrap(), File { metadata: Vec::new(), body: "Just text\n---\n" });
+        assert_eq!(
+            parse("Just text\n---\n").unwrap(),
+            File { metadata: Vec::new(), body: "Just text\n---\n".to_owned() }
+        );
     }
 
     #[test]
@@ -286,14 +371,18 @@ mod tests {
     }
 
     #[test]
-    fn images_of_memory_files_are_refused_and_urls_pass() {
-        let error = parse("---\nicon: pics/me.png\n---\n").unwrap_err();
-        assert!(error.starts_with("icon names the memory file pics/me.png"), "{error}");
-        assert!(parse("---\nicon: ipfs://bafy123\ncover: https://example.com/c.png\n---\n").is_ok());
-        let error = parse("Look: ![chart](charts/q3.png \"Q3\") here").unwrap_err();
-        assert!(error.starts_with("the image charts/q3.png is a memory file"), "{error}");
-        assert!(parse("![a](file:///etc/passwd)").is_err());
-        assert!(parse("![a](ipfs://bafy) and [a link](notes.md) and ![b](https://x.test/b.png)").is_ok());
+    fn image_links_name_memory_files_relative_to_the_markdown_file() {
+        let path = |target: &str, folder: Option<&str>| image_path(target, folder).map(|path| path.as_str().to_owned());
+        assert_eq!(path("chart.png", Some("notes")).unwrap(), "notes/chart.png");
+        assert_eq!(path("./pics/a.png", Some("notes/2026")).unwrap(), "notes/2026/pics/a.png");
+        assert_eq!(path("../pics/a.png", Some("notes")).unwrap(), "pics/a.png");
+        assert_eq!(path("~/memory/pics/a.png", Some("notes")).unwrap(), "pics/a.png");
+        assert_eq!(path("a.png", None).unwrap(), "a.png");
+        assert!(path("../../a.png", Some("notes")).unwrap_err().contains("outside memory"));
+        assert!(path("../a.png", None).unwrap_err().contains("outside memory"));
+        assert!(path("file:///etc/passwd", Some("notes")).unwrap_err().contains("file:// URL"));
+        assert!(is_local("pics/me.png") && is_local("file:///etc/passwd"));
+        assert!(!is_local("ipfs://bafy") && !is_local("https://x.test/b.png") && !is_local("#top"));
     }
 
     #[test]
