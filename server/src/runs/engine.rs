@@ -94,6 +94,9 @@ struct Inner {
     closing: AtomicBool,
     /// Set once the boot sweep is done.
     swept: watch::Sender<bool>,
+    /// Set while the dispatcher stopped claiming because `max_in_flight` runs executed: the next
+    /// run to stop executing wakes it.
+    starved: AtomicBool,
     claims: AtomicU64,
 }
 
@@ -131,6 +134,7 @@ impl Engine {
                 drained: Notify::new(),
                 closing: AtomicBool::new(false),
                 swept: watch::channel(false).0,
+                starved: AtomicBool::new(false),
                 claims: AtomicU64::new(0),
             }),
         }
@@ -367,12 +371,18 @@ impl Engine {
         }
     }
 
+    /// Forgets a run that stopped executing here. The dispatcher is woken only when it may now
+    /// have something to do: it stopped claiming for want of room, or the run went back to the
+    /// queue or could not be finished. (A turn queued behind it in its session is woken by the
+    /// finish that freed the session; see `finish`.)
     fn deregister(&self, run_id: &str, settled: &Settled) {
         if let Some(live) = lock(&self.inner.live).remove(run_id) {
             live.done.send_replace(Some(settled.clone()));
         }
         self.inner.drained.notify_waiters();
-        self.notify();
+        if self.inner.starved.swap(false, Ordering::SeqCst) || !matches!(settled, Settled::Stored(_)) {
+            self.notify();
+        }
     }
 }
 
@@ -442,7 +452,13 @@ async fn pass(app: &Arc<App>) {
     if !due.wake && !due.claim {
         return;
     }
-    while engine.executing() < engine.inner.limits.max_in_flight {
+    loop {
+        // Set before looking, so a run that stops executing after the look sees it (deregister).
+        engine.inner.starved.store(true, Ordering::SeqCst);
+        if engine.executing() >= engine.inner.limits.max_in_flight {
+            break;
+        }
+        engine.inner.starved.store(false, Ordering::SeqCst);
         match engine.claim(app, None).await {
             Ok(Some((claimed, stop))) => {
                 tokio::spawn(execute(app.clone(), claimed, stop));

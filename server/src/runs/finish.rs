@@ -9,8 +9,9 @@
 //! - A run already ended (canceled is sticky) or no longer leased by the finishing process keeps
 //!   what it has: the late result is dropped.
 //!
-//! Every transition notes the run, recomputes its session's status mirror, and rolls a finished
-//! child's usage up into its parent (`usage.children`). Usage accumulates ([`add_usage`]); it is
+//! Every transition notes the run, recomputes its session's status mirror, wakes the dispatcher
+//! when another turn of the session waits to be claimed, and rolls a finished child's usage up
+//! into its parent (`usage.children`). Usage accumulates ([`add_usage`]); it is
 //! never overwritten (upstream's quirk, RUNTIME-NOTES §3.3).
 
 use ipld_core::ipld::Ipld;
@@ -163,6 +164,10 @@ pub fn finish(
     }
     if let Some(session_id) = &current.session_id {
         sync_session_status(conn, session_id, now_ms, changes)?;
+        // A turn queued behind this one may be claimed now that the session is free.
+        if current.kind == "agent" && super::session_has_active_turn(conn, session_id)? {
+            changes.wake();
+        }
     }
     Ok(settled)
 }

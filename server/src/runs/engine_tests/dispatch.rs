@@ -29,6 +29,44 @@ async fn claims_interactive_first_then_oldest_first() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freed_slot_and_a_freed_session_wake_the_dispatcher_without_its_tick() {
+    // An hour's tick: only wakes move the dispatcher here.
+    let one_slot = crate::runs::Limits { max_in_flight: 1, tick: Duration::from_secs(3600), ..limits() };
+    let mut harness = Harness::with(one_slot, tempfile::tempdir().unwrap(), true).await;
+    let first = harness.enqueue("s1", Queue::Interactive, 1, None).await;
+    let behind_in_session = harness.enqueue("s1", Queue::Interactive, 1, None).await;
+    let waiting_for_room = harness.enqueue("s2", Queue::Interactive, 1, None).await;
+    harness.start().await;
+    let started = harness.next_started().await;
+    assert_eq!(started.run.id, first);
+    // The slot is full: s2 waits for room, s1's second turn for its session.
+    started.finish(Outcome::Succeeded(Ipld::Null));
+    let mut order = Vec::new();
+    for _ in 0..2 {
+        let started = harness.next_started().await;
+        order.push(started.run.id.clone());
+        started.finish(Outcome::Succeeded(Ipld::Null));
+    }
+    assert_eq!(order, [behind_in_session, waiting_for_room]);
+    harness.stop().await;
+
+    // Room to spare: a turn queued behind a running one in its session starts when it ends.
+    let roomy = crate::runs::Limits { tick: Duration::from_secs(3600), ..limits() };
+    let mut harness = Harness::with(roomy, tempfile::tempdir().unwrap(), true).await;
+    harness.start().await;
+    let running = harness.enqueue("s1", Queue::Interactive, 1, None).await;
+    let started = harness.next_started().await;
+    assert_eq!(started.run.id, running);
+    let behind = harness.enqueue("s1", Queue::Interactive, 1, None).await;
+    harness.none_started().await;
+    started.finish(Outcome::Succeeded(Ipld::Null));
+    let next = harness.next_started().await;
+    assert_eq!(next.run.id, behind);
+    next.finish(Outcome::Succeeded(Ipld::Null));
+    harness.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_two_executions_in_one_session_even_with_inline_claims_racing() {
     let mut harness = Harness::new().await;
     let mut runs = Vec::new();
