@@ -384,3 +384,50 @@ async fn an_sdk_upload_that_stops_can_be_resumed() {
     assert_eq!((status, message.as_str()), (404, "Agent not found"));
     server.stop().await;
 }
+
+#[tokio::test]
+async fn temp_files_an_interrupted_write_left_are_removed_at_the_next_start() {
+    let server = TestServer::start().await;
+    let user = server.user();
+    let (agent_id, session_id) = agent_and_session(&user).await;
+    let id = begin(&user, memory(&agent_id, "notes/kept.md"), 4).await.upload_id;
+    user.call(chunk(&id, 0, b"kept")).await.unwrap();
+    user.call(CommitFileUpload { upload_id: id }).await.unwrap();
+    user.call(upload(&session_id, "photo.png", None, b"png")).await.unwrap();
+    let dir = server.stop().await;
+
+    // What writes that were between their temp file and its rename leave (the random middle is
+    // six letters or digits), and names that only look alike, which stay.
+    let memory = dir.path().join("agents").join(&agent_id).join("memory");
+    let attachments = dir.path().join("session-attachments").join(&session_id);
+    let left = [
+        dir.path().join(".secret.key.tmp-Ab12Cd"),
+        memory.join(".seed-memory-q1W2e3.tmp"),
+        memory.join("notes/.seed-memory-zzzzzz.tmp"),
+        attachments.join(".a1b2c3.bin.tmp"),
+        attachments.join(".d4e5f6.json.tmp"),
+    ];
+    let alike = [
+        memory.join(".seed-memory-notes.tmp"),
+        memory.join("notes/.a1b2c3.bin.tmp"),
+        attachments.join(".seed-memory-q1W2e3.tmp"),
+    ];
+    for path in left.iter().chain(&alike) {
+        std::fs::write(path, vec![7u8; 1000]).unwrap();
+    }
+
+    let server = TestServer::start_in(dir).await;
+    for path in &left {
+        assert!(!path.exists(), "{} was left", path.display());
+    }
+    for path in &alike {
+        assert!(path.exists(), "{} was removed", path.display());
+    }
+    // The real files are untouched and still read.
+    assert_eq!(std::fs::read(memory.join("notes/kept.md")).unwrap(), b"kept");
+    assert!(std::fs::read_dir(&attachments).unwrap().flatten().any(|entry| {
+        entry.file_name().to_string_lossy().ends_with(".bin") && std::fs::read(entry.path()).unwrap() == b"png"
+    }));
+    assert!(server.dir.path().join("secret.key").exists());
+    server.stop().await;
+}

@@ -190,6 +190,10 @@ impl RunningServer {
     pub async fn start(config: Config, clock: Clock) -> Result<Self, StartError> {
         let address = config.listen;
         let app = Arc::new(App::open(config, clock)?);
+        // Before anything that writes starts, so every temp file found is an earlier process's.
+        let config = app.config.clone();
+        let _ =
+            tokio::task::spawn_blocking(move || crate::leftovers::remove(&config, std::time::SystemTime::now())).await;
         let listener = TcpListener::bind(address).await.map_err(|source| StartError::Listen { address, source })?;
         let addr = listener.local_addr().map_err(|source| StartError::Listen { address, source })?;
         let (shutdown, stopped) = oneshot::channel::<()>();

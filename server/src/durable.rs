@@ -17,7 +17,8 @@
 //!
 //! What a crash leaves behind: the one temp file of each write that was between steps 1 and 3,
 //! named `<prefix><6 random letters or digits><suffix>` from the caller's [`TempOptions`].
-//! Nothing removes those later, so callers choose names their listings recognise and hide.
+//! Callers choose names their listings recognise and hide, and the server removes them once at
+//! startup ([`remove_leftovers`], for files older than the process).
 //!
 //! Temp files come from `tempfile` (unique names, `O_EXCL` with retries, the mode, removal on
 //! every early return). Its `persist` is only `rename(2)`, without the two syncs around it, so
@@ -26,6 +27,7 @@
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use tempfile::TempPath;
 
@@ -38,6 +40,77 @@ pub struct TempOptions {
     pub suffix: &'static str,
     /// Create the file readable and writable by its owner only (0600), not 0666 less the umask.
     pub owner_only: bool,
+}
+
+/// How many random characters `tempfile` puts between a temp file's prefix and suffix.
+const RANDOM_CHARS: usize = 6;
+
+impl TempOptions {
+    /// Whether `name` is a temp file name of these options: `<prefix><6 letters or digits><suffix>`.
+    pub fn names(&self, name: &str) -> bool {
+        name.strip_prefix(self.prefix).and_then(|rest| rest.strip_suffix(self.suffix)).is_some_and(|random| {
+            random.len() == RANDOM_CHARS && random.bytes().all(|byte| byte.is_ascii_alphanumeric())
+        })
+    }
+}
+
+/// What [`remove_leftovers`] removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Removed {
+    /// Temp files removed.
+    pub files: u64,
+    /// Their sizes, summed.
+    pub bytes: u64,
+}
+
+/// Removes the temp files an interrupted write left in `dir` (and, with `recursive`, in every
+/// directory below it): regular files that one of `options` [names](TempOptions::names), last
+/// modified before `before` (a write of this process started later, so its temp file is never
+/// touched). Symlinks are neither followed nor removed; a missing `dir` removes nothing.
+pub fn remove_leftovers(
+    dir: &Path,
+    options: &[TempOptions],
+    before: SystemTime,
+    recursive: bool,
+) -> io::Result<Removed> {
+    let mut removed = Removed::default();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(error),
+        };
+        for entry in entries {
+            let entry = entry?;
+            // `DirEntry::file_type` and `metadata` do not traverse symlinks.
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                if recursive {
+                    pending.push(entry.path());
+                }
+                continue;
+            }
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if !kind.is_file() || !options.iter().any(|options| options.names(name)) {
+                continue;
+            }
+            let meta = entry.metadata()?;
+            if meta.modified()? >= before {
+                continue;
+            }
+            match fs::remove_file(entry.path()) {
+                Ok(()) => {
+                    removed.files += 1;
+                    removed.bytes += meta.len();
+                }
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => return Err(error),
+            }
+        }
+    }
+    Ok(removed)
 }
 
 /// Writes `bytes` to `path` whole or not at all, replacing any file there (steps 1–4 of the

@@ -21,6 +21,7 @@ pub mod hm;
 pub mod http;
 pub mod idempotency;
 pub mod identities;
+pub mod leftovers;
 pub mod memory;
 pub mod model;
 pub mod providers;

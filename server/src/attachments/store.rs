@@ -18,6 +18,8 @@ use crate::error::{ApiError, ApiResult};
 /// [`SessionFiles::check_room`] does not count them.
 const BIN_TEMP: TempOptions = TempOptions { prefix: ".", suffix: ".bin.tmp", owner_only: false };
 const JSON_TEMP: TempOptions = TempOptions { prefix: ".", suffix: ".json.tmp", owner_only: false };
+/// Both, for the startup removal of what a crash left (`crate::leftovers`).
+pub(crate) const TEMPS: [TempOptions; 2] = [BIN_TEMP, JSON_TEMP];
 
 /// The MIME type of a file name's extension (the memory module's table, as upstream shares it).
 pub fn infer_mime_type(name: &str) -> Option<String> {

@@ -255,3 +255,56 @@ fn a_sigkill_at_any_moment_leaves_one_whole_version() {
     // Nearly all of the loop is spent between a temp file's creation and its rename.
     assert!(leftovers > 0, "no kill landed mid-write in {KILLS} rounds");
 }
+
+#[test]
+fn temp_names_are_the_prefix_six_letters_or_digits_and_the_suffix() {
+    assert!(OPTIONS.names(".durable-test-aB3dE9.tmp"));
+    for name in [".durable-test-aB3dE.tmp", ".durable-test-aB3dE9x.tmp", ".durable-test-aB-dE9.tmp", "x.tmp", ""] {
+        assert!(!OPTIONS.names(name), "{name}");
+    }
+    let bare = TempOptions { prefix: ".k-", suffix: "", owner_only: true };
+    assert!(bare.names(".k-123456") && !bare.names(".k-123456.tmp"));
+}
+
+#[test]
+fn leftovers_older_than_the_cutoff_are_removed_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::create_dir_all(root.join("sub/.durable-test-dirdir.tmp")).unwrap();
+    let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+    let plant = |name: &str, bytes: usize, old: bool| {
+        let path = root.join(name);
+        let file = File::create(&path).unwrap();
+        file.set_len(bytes as u64).unwrap();
+        if old {
+            file.set_modified(hour_ago).unwrap();
+        }
+        path
+    };
+    let top = plant(".durable-test-aaaaaa.tmp", 100, true);
+    let nested = plant("sub/.durable-test-bbbbbb.tmp", 20, true);
+    let fresh = plant(".durable-test-cccccc.tmp", 5, false);
+    let alike = plant(".durable-test-dddd.tmp", 5, true);
+    let real = plant("sub/notes.md", 5, true);
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join(".durable-test-eeeeee.tmp");
+    fs::write(&target, b"theirs").unwrap();
+    File::options().write(true).open(&target).unwrap().set_modified(hour_ago).unwrap();
+    symlink(&target, root.join(".durable-test-ffffff.tmp")).unwrap();
+    symlink(outside.path(), root.join("linked")).unwrap();
+    let cutoff = SystemTime::now() - Duration::from_secs(60);
+
+    // Not recursive: the top directory only.
+    assert_eq!(remove_leftovers(root, &[OPTIONS], cutoff, false).unwrap(), Removed { files: 1, bytes: 100 });
+    assert!(!top.exists() && nested.exists());
+    // Recursive: below too, never through a symlink, never a symlink, a directory or a new file.
+    assert_eq!(remove_leftovers(root, &[OPTIONS], cutoff, true).unwrap(), Removed { files: 1, bytes: 20 });
+    assert!(!nested.exists());
+    for kept in [&fresh, &alike, &real, &target, &root.join(".durable-test-ffffff.tmp")] {
+        assert!(fs::symlink_metadata(kept).is_ok(), "{} was removed", kept.display());
+    }
+    assert!(root.join("sub/.durable-test-dirdir.tmp").is_dir());
+    assert_eq!(fs::read(&target).unwrap(), b"theirs");
+    // A directory that is not there has nothing to remove.
+    assert_eq!(remove_leftovers(&root.join("missing"), &[OPTIONS], cutoff, true).unwrap(), Removed::default());
+}

@@ -34,7 +34,7 @@ const KEY_LEN: usize = 32;
 /// Domain separation for the associated data, so these ciphertexts mean nothing elsewhere.
 const AAD_DOMAIN: &[u8] = b"seed-agents/secret";
 /// The new key file's temp file: hidden, beside it, owner-only from the start.
-const KEY_TEMP: TempOptions = TempOptions { prefix: ".secret.key.tmp-", suffix: "", owner_only: true };
+pub(crate) const KEY_TEMP: TempOptions = TempOptions { prefix: ".secret.key.tmp-", suffix: "", owner_only: true };
 
 /// The server's secret-encryption key (XChaCha20-Poly1305, 32 bytes).
 ///
