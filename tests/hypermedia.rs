@@ -519,8 +519,8 @@ async fn publishing_creates_and_updates_documents_of_the_agents_own_account() {
     assert_eq!(next_ref.links("heads"), Some(vec![next.cid.clone()]));
 
     // What is not built says so; another account needs a capability; options are per action.
-    let raw = owner.call(write(&session_id, &notes, Some("hi"), json!({ "action": "profile.update" }))).await;
-    assert!(raw.unwrap().error.unwrap().starts_with("Raw publishing commands (profile.update) are not supported"));
+    let raw = owner.call(write(&session_id, &notes, Some("hi"), json!({ "action": "draft.create" }))).await;
+    assert!(raw.unwrap().error.unwrap().starts_with("The raw publishing command draft.create is not supported"));
     hm.answer("ListCapabilities", &[("targetId", &format!("hm://{UID}"))], json!({ "capabilities": [] }));
     let foreign = owner.call(write(&session_id, &format!("hm://{UID}/x"), Some("hi"), json!({ "name": "X" }))).await;
     assert_eq!(

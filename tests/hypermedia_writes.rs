@@ -483,6 +483,7 @@ async fn a_model_turn_replies_to_a_comment_with_the_write_tool() {
             reply_parent: None,
             thread_root: None,
             private: false,
+            edits: None,
         },
     )
     .unwrap();
@@ -557,7 +558,7 @@ async fn an_agent_grants_a_capability_that_lets_another_account_write() {
             .starts_with("write hm:// (action \"capability.create\") does not understand option \"name\"")
     );
     let other = write(session, &home, None, json!({ "action": "contact.create" }));
-    assert!(error(owner.call(other).await).starts_with("Raw publishing commands (contact.create) are not supported"));
+    assert!(error(owner.call(other).await).starts_with("The raw publishing command contact.create is not supported"));
 
     let before = hm.blobs().len();
     let input = json!({ "delegate": format!("hm://{bea_account}"), "role": "writer", "label": "Bea" });
@@ -733,5 +734,135 @@ async fn a_memory_file_is_published_with_its_frontmatter_then_updated_in_place()
     // write ipfs:// takes the memory file by its ~/memory/ address too.
     let uploaded = output(&owner.call(write(session, "ipfs://", None, json!({ "fromPath": file }))).await.unwrap());
     assert_eq!(uploaded["path"], "notes/weekly-update.md");
+    p.server.stop().await;
+}
+
+#[tokio::test]
+async fn raw_commands_edit_and_delete_the_signers_comments_and_update_its_profile() {
+    use seed_agents_protocol::generated::ListSigningIdentities;
+    use seed_agents_server::hm::comment::{NewComment, comment};
+    use seed_agents_server::hm::document::TextBlock;
+
+    let hm = FakeHm::start().await;
+    let p = publisher(&hm).await;
+    let (owner, session) = (&p.owner, p.session_id.as_str());
+    let notes = format!("hm://{}/notes", p.account);
+    let doc = create(&hm, &p, "/notes").await;
+    let command = |action: &str, content: Option<&str>, input: Json| {
+        write(session, &notes, content, json!({ "action": action, "input": input }))
+    };
+    let first =
+        output(&owner.call(write(session, &notes, Some("First."), json!({ "action": "comment" }))).await.unwrap());
+    let reply = json!({ "action": "comment", "replyTo": first["id"] });
+    let reply = output(&owner.call(write(session, &notes, Some("A reply."), reply)).await.unwrap());
+    let original = hm.blobs().last().cloned().unwrap();
+
+    // An edit: the same record (its tsid as `id`), new blocks, the same document, version and
+    // thread links.
+    let edited = command("comment.update", Some("Edited **reply**."), json!({ "comment": reply["id"] }));
+    let edited = output(&owner.call(edited).await.unwrap());
+    let blob = hm.blobs().last().cloned().unwrap();
+    let reply_id = reply["commentId"].as_str().unwrap();
+    assert_eq!(comment_record_id(&blob).as_deref(), Some(reply_id));
+    assert_eq!(blob.text("id"), reply_id.split_once('/').map(|(_, tsid)| tsid));
+    assert_eq!(texts(&blob, "body"), ["Paragraph Edited **reply**."]);
+    for key in ["space", "path", "version", "replyParent", "threadRoot"] {
+        assert_eq!(blob.field(key), original.field(key), "{key}");
+    }
+    assert_eq!((edited["commentId"].as_str(), edited["target"].as_str()), (Some(reply_id), Some(notes.as_str())));
+    assert_eq!(edited["summary"], format!("Updated comment hm://{reply_id} on {notes}."));
+    // The body may come in options.input too.
+    let again = command("comment.update", None, json!({ "commentId": reply_id, "text": "Edited twice." }));
+    output(&owner.call(again).await.unwrap());
+    assert_eq!(texts(&hm.blobs().last().cloned().unwrap(), "body"), ["Paragraph Edited twice."]);
+
+    // A deletion: an empty body without thread links; the comment then reads as gone.
+    let deleted =
+        output(&owner.call(command("comment.delete", None, json!({ "comment": first["id"] }))).await.unwrap());
+    let tombstone = hm.blobs().last().cloned().unwrap();
+    assert_eq!(comment_record_id(&tombstone).as_deref(), first["commentId"].as_str());
+    assert_eq!(tombstone.field("body"), Some(&Ipld::List(Vec::new())));
+    assert_eq!((tombstone.field("replyParent"), tombstone.field("threadRoot")), (None, None));
+    assert_eq!(deleted["action"], "comment.delete");
+    let gone = owner.call(command("comment.update", Some("Back?"), json!({ "comment": first["id"] }))).await;
+    assert!(error(gone).starts_with("Hypermedia server"));
+
+    // Only the signer's own comments; the id and the body are required.
+    let bea = SigningKey::from_bytes(&[42; 32]);
+    let version = [ipld_core::cid::Cid::try_from(doc.version.as_str()).unwrap()];
+    let body = [TextBlock { kind: "Paragraph".into(), id: "b1".into(), text: "Bea's.".into(), link: None }];
+    let theirs = NewComment {
+        ts_ms: 1_700_000_000_500,
+        space: p.account.parse().unwrap(),
+        path: "/notes",
+        version: &version,
+        body: &body,
+        reply_parent: None,
+        thread_root: None,
+        private: false,
+        edits: None,
+    };
+    let theirs = comment(&bea, &theirs).unwrap();
+    hm.store(&[&theirs.blob]).unwrap();
+    let published = hm.blobs().len();
+    let refused = owner.call(command("comment.delete", None, json!({ "comment": theirs.id }))).await;
+    assert_eq!(
+        error(refused),
+        format!(
+            "Comment {} was written by {}; this agent signs as {} and can only change its own comments",
+            theirs.id,
+            blob::principal(&bea),
+            p.account
+        )
+    );
+    assert_eq!(
+        error(owner.call(command("comment.delete", None, json!({}))).await),
+        "Comment ID is required (options.input.comment: hm://<author>/<tsid>)"
+    );
+    assert_eq!(
+        error(owner.call(command("comment.update", None, json!({ "comment": reply_id }))).await),
+        "Comment body is required (the write's content: the comment's new markdown)"
+    );
+    assert_eq!(hm.blobs().len(), published, "nothing was published for a refused command");
+
+    // profile.update: a field left out keeps the identity's value; the identity's label follows.
+    let home = format!("hm://{}", p.account);
+    let profile = |options: Json| {
+        let mut options = options;
+        options["action"] = json!("profile.update");
+        write(session, &home, None, options)
+    };
+    let described = output(&owner.call(profile(json!({ "input": { "description": "Birds." } }))).await.unwrap());
+    let blob = hm.blobs().last().cloned().unwrap();
+    assert_eq!((blob.text("type"), blob.signer()), (Some("Profile"), Some(p.account.clone())));
+    assert_eq!(
+        (blob.text("name"), blob.text("description"), blob.field("avatar")),
+        (Some("Ada"), Some("Birds."), None)
+    );
+    assert_eq!(described["profile"], json!({ "name": "Ada", "account": p.account, "description": "Birds." }));
+    let icon = "ipfs://bafkreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy";
+    let renamed = profile(json!({ "name": "Ada L.", "input": { "avatar": icon } }));
+    output(&owner.call(renamed).await.unwrap());
+    let blob = hm.blobs().last().cloned().unwrap();
+    assert_eq!(
+        (blob.text("name"), blob.text("description"), blob.text("avatar")),
+        (Some("Ada L."), Some("Birds."), Some(icon))
+    );
+    let identities = owner.call(ListSigningIdentities { agent_id: None }).await.unwrap().identities;
+    let identity = identities.iter().find(|identity| identity.account_id.as_deref() == Some(&p.account)).unwrap();
+    assert_eq!((identity.label.as_deref(), identity.icon.as_deref()), (Some("Ada L."), Some(icon)));
+    let published = hm.blobs().len();
+    assert!(
+        error(owner.call(profile(json!({ "input": { "icon": "pics/me.png" } }))).await)
+            .starts_with("Profile icon must be an ipfs:// URL, not pics/me.png")
+    );
+    assert_eq!(
+        error(owner.call(write(session, &notes, None, json!({ "action": "profile.update", "name": "X" }))).await),
+        format!(
+            "profile.update changes the profile of the account this agent signs as; write it to {home}, not {notes}"
+        )
+    );
+    assert!(error(owner.call(profile(json!({}))).await).starts_with("profile.update needs a name"));
+    assert_eq!(hm.blobs().len(), published);
     p.server.stop().await;
 }

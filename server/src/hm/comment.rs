@@ -39,6 +39,9 @@ pub struct NewComment<'a> {
     pub thread_root: Option<Cid>,
     /// A comment on a private document is private too (`visibility: "Private"`).
     pub private: bool,
+    /// For an edit or a deletion (an empty `body`): the tsid of the signer's comment it replaces,
+    /// which keeps its record id.
+    pub edits: Option<&'a str>,
 }
 
 /// A signed comment blob and the record id that names it.
@@ -51,7 +54,8 @@ pub struct SignedComment {
 }
 
 /// A signed `Comment` blob `{type, signer, sig, ts, space, path, version, body, replyParent?,
-/// threadRoot?, visibility?}` and its record id.
+/// threadRoot?, visibility?, id?}` and its record id: the edited comment's when `edits` names
+/// one (a later blob with the same `id` replaces it; one with an empty body deletes it).
 pub fn comment(key: &SigningKey, input: &NewComment<'_>) -> Result<SignedComment, BlobError> {
     let mut fields = BTreeMap::from([
         ("type".to_owned(), Ipld::String("Comment".to_owned())),
@@ -70,8 +74,14 @@ pub fn comment(key: &SigningKey, input: &NewComment<'_>) -> Result<SignedComment
     if input.private {
         fields.insert("visibility".to_owned(), Ipld::String("Private".to_owned()));
     }
+    if let Some(tsid) = input.edits {
+        fields.insert("id".to_owned(), Ipld::String(tsid.to_owned()));
+    }
     let data = blob::sign(key, fields)?;
-    let id = record_id(&blob::principal(key), input.ts_ms, &data);
+    let id = match input.edits {
+        Some(tsid) => format!("{}/{tsid}", blob::principal(key)),
+        None => record_id(&blob::principal(key), input.ts_ms, &data),
+    };
     Ok(SignedComment { blob: Blob { cid: None, data }, id })
 }
 
@@ -125,6 +135,7 @@ mod tests {
             reply_parent: None,
             thread_root: None,
             private: false,
+            edits: None,
         };
         let signed = comment(&key, &input).unwrap();
         assert_eq!(signed.blob.cid, None);
@@ -154,5 +165,12 @@ mod tests {
         assert_eq!(fields["replyParent"], Ipld::Link(version[0]));
         assert_eq!(fields["threadRoot"], Ipld::Link(version[1]));
         assert_eq!(fields["visibility"], Ipld::String("Private".to_owned()));
+
+        // An edit keeps the record id it names, whatever its own bytes hash to.
+        let edit = NewComment { edits: Some(tsid), ts_ms: input.ts_ms + 5, ..input };
+        let edited = comment(&key, &edit).unwrap();
+        assert_eq!(edited.id, signed.id);
+        let Ok(Ipld::Map(fields)) = wire::decode_ipld(&edited.blob.data) else { panic!("not a map") };
+        assert_eq!(fields["id"], Ipld::String(tsid.to_owned()));
     }
 }

@@ -239,7 +239,12 @@ pub async fn update_signing_identity(
         client.publish_blobs(&file.blocks).await.map_err(|error| publish_error(app, "agent account icon", error))?;
         icon_url = Some(format!("ipfs://{}", file.root));
     }
-    let profile: Blob = hm::blob::profile(&signing_key, app.clock.now_ms(), &label, icon_url.as_deref(), None)
+    // A description set with the write tool's profile.update stays.
+    let description = match metadata.get("description") {
+        Some(Ipld::String(description)) => Some(description.as_str()),
+        _ => None,
+    };
+    let profile: Blob = hm::blob::profile(&signing_key, app.clock.now_ms(), &label, icon_url.as_deref(), description)
         .map_err(ApiError::internal)?;
     client.publish_blobs(&[profile]).await.map_err(|error| publish_error(app, "agent account profile", error))?;
     let identity_account = hm::blob::principal(&signing_key).to_string();
@@ -366,6 +371,59 @@ pub fn identity_account(conn: &Connection, account_id: &str, name: &str) -> ApiR
 
 fn not_found() -> ApiError {
     ApiError::not_found("Signing identity not found")
+}
+
+/// What an identity's Profile says, as its metadata keeps it (`label`, `icon`, `description`):
+/// every Profile the server publishes starts from these, so a field left out keeps its value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProfileFields {
+    /// The profile's name (the identity's label).
+    pub name: Option<String>,
+    /// Its `ipfs://` avatar.
+    pub icon: Option<String>,
+    /// Its description.
+    pub description: Option<String>,
+}
+
+/// The profile fields of `account_id`'s identity stored as key secret `name`; `None` when that
+/// secret is not a signing identity.
+pub fn profile_fields(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<ProfileFields>> {
+    let metadata: Option<Option<Vec<u8>>> = conn
+        .prepare_cached("SELECT metadata_cbor FROM secrets WHERE account_id = ?1 AND name = ?2")?
+        .query_row(params![account_id, name], |row| row.get(0))
+        .optional()?;
+    let Some(metadata) = metadata.and_then(|bytes| identity_metadata(bytes.as_deref())) else { return Ok(None) };
+    let string = |key: &str| match metadata.get(key) {
+        Some(Ipld::String(value)) => Some(value.clone()),
+        _ => None,
+    };
+    Ok(Some(ProfileFields { name: string("label"), icon: string("icon"), description: string("description") }))
+}
+
+/// Records a published Profile in the metadata of `account_id`'s identity `name` (a signing
+/// identity: anything else is left alone).
+pub fn record_profile(
+    conn: &Connection,
+    account_id: &str,
+    name: &str,
+    profile: &ProfileFields,
+    now_ms: i64,
+) -> ApiResult<()> {
+    let metadata: Option<Option<Vec<u8>>> = conn
+        .prepare_cached("SELECT metadata_cbor FROM secrets WHERE account_id = ?1 AND name = ?2")?
+        .query_row(params![account_id, name], |row| row.get(0))
+        .optional()?;
+    let Some(mut metadata) = metadata.and_then(|bytes| identity_metadata(bytes.as_deref())) else { return Ok(()) };
+    for (key, value) in [("label", &profile.name), ("icon", &profile.icon), ("description", &profile.description)] {
+        match value {
+            Some(value) => metadata.insert(key.to_owned(), text(value)),
+            None => metadata.remove(key),
+        };
+    }
+    let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata)).map_err(ApiError::internal)?;
+    conn.prepare_cached("UPDATE secrets SET metadata_cbor = ?3, updated_at = ?4 WHERE account_id = ?1 AND name = ?2")?
+        .execute(params![account_id, name, metadata_cbor, now_ms])?;
+    Ok(())
 }
 
 /// Stored metadata decoded as a map, when it marks a signing identity.

@@ -97,7 +97,9 @@ impl Tool {
                  a comment id to reply), \"delete\", \"redirect\" (options.toUrl), \"move\" (options.toPath, \
                  \"/\" for the home), \"fork\" (options.fromUrl, copied to this address) and \
                  \"capability.create\" (options.input {delegate, role: WRITER or AGENT} lets another account write \
-                 your documents).\n\
+                 your documents). At hm://<your account>: \"profile.update\" (options.input {name, description, \
+                 icon: an ipfs:// URL}; what you leave out stays). \"comment.update\" (content, options.input \
+                 {comment: its id}) and \"comment.delete\" (options.input {comment}) change your own comments.\n\
                  - hm://<your account>/<path> with options.fromPath (a ~/memory/ markdown file) publishes that \
                  file as the document, its frontmatter as metadata, creating or updating it (images it links in \
                  memory are published too); hm://<your account> alone takes the path from its name.\n\

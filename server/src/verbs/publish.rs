@@ -12,9 +12,12 @@
 //! - `delete` (a tombstone Ref), `redirect` to `options.toUrl` (a redirect Ref), `move` to
 //!   `options.toPath` (a version Ref at the new path and a redirect Ref at the old one), `fork`
 //!   of `options.fromUrl` to the address (a version Ref of the source's version) ([`refs`]);
-//! - `capability.create` (alias `capability.grant`, the one raw command built): a Capability
-//!   letting `options.input.delegate` write the signer's documents under the address
-//!   ([`capability`]).
+//! - raw dotted commands, their fields in `options.input` (upstream's names and messages):
+//!   `capability.create` (alias `capability.grant`), a Capability letting
+//!   `options.input.delegate` write the signer's documents under the address ([`capability`]);
+//!   `profile.update`, the signing account's Profile ([`profile`]); `comment.update` and
+//!   `comment.delete`, a new version or a tombstone of one of the signer's comments
+//!   ([`comment_edit`]).
 //!
 //! Comments may go on any account's documents. Document writes to another account's paths need
 //! a WRITER or AGENT capability that account gave the signer (found with `ListCapabilities`,
@@ -24,15 +27,17 @@
 //! (`Input::known_options`). `dryRun: true` builds and signs the blobs and reports them without
 //! publishing. `options.fromPath` (with `signer` only) publishes a markdown file of the agent's
 //! memory as the document, creating or updating it ([`from_path`]). Not built: the other raw
-//! dotted commands (`profile.update`, `draft.create`, `comment.update`, …), which answer 501.
-//! `options.input` is read by `capability.create` and for `republish` (redirect) only.
+//! dotted commands (`profile.alias`, `contact.*`, `draft.*`), which answer 501. `options.input`
+//! is read by the raw commands and for `republish` (redirect) only.
 
 mod capability;
 mod comment;
+mod comment_edit;
 mod document;
 mod from_path;
 mod links;
 mod markdown;
+mod profile;
 mod refs;
 
 use std::collections::BTreeMap;
@@ -78,6 +83,12 @@ enum Action {
     Fork,
     /// `capability.create` or its alias `capability.grant` (raw commands).
     Capability(&'static str),
+    /// `profile.update`.
+    ProfileUpdate,
+    /// `comment.update`.
+    CommentUpdate,
+    /// `comment.delete`.
+    CommentDelete,
 }
 
 impl Action {
@@ -97,10 +108,14 @@ impl Action {
             "fork" => Action::Fork,
             "capability.create" => Action::Capability("capability.create"),
             "capability.grant" => Action::Capability("capability.grant"),
+            "profile.update" => Action::ProfileUpdate,
+            "comment.update" => Action::CommentUpdate,
+            "comment.delete" => Action::CommentDelete,
             dotted if dotted.contains('.') => {
                 return Err(ApiError::not_implemented(format!(
-                    "Raw publishing commands ({dotted}) are not supported by this server, except \
-                     capability.create; use action document, update, comment, move, redirect, delete or fork"
+                    "The raw publishing command {dotted} is not supported by this server; it runs capability.create, \
+                     profile.update, comment.update and comment.delete, and actions document, update, comment, \
+                     move, redirect, delete and fork"
                 )));
             }
             other => {
@@ -122,6 +137,9 @@ impl Action {
             Action::Delete => "delete",
             Action::Fork => "fork",
             Action::Capability(name) => name,
+            Action::ProfileUpdate => "profile.update",
+            Action::CommentUpdate => "comment.update",
+            Action::CommentDelete => "comment.delete",
         }
     }
 
@@ -134,7 +152,8 @@ impl Action {
             Action::Redirect => &["toUrl"],
             Action::Delete => &[],
             Action::Fork => &["fromUrl"],
-            Action::Capability(_) => &[],
+            Action::Capability(_) | Action::CommentUpdate | Action::CommentDelete => &[],
+            Action::ProfileUpdate => &["name"],
         }
     }
 }
@@ -160,6 +179,9 @@ struct Output {
     delegate: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     role: Option<&'static str>,
+    /// What a `profile.update` published.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<profile::Published>,
     #[serde(skip_serializing_if = "Option::is_none")]
     dry_run: Option<bool>,
     /// The memory file an `options.fromPath` write published.
@@ -226,6 +248,9 @@ pub async fn write(context: &Context<'_>, raw: &str, input: &Input<'_>) -> ApiRe
         Action::Move => refs::move_to(&publish, raw).await,
         Action::Fork => refs::fork(&publish, raw).await,
         Action::Capability(name) => capability::grant(&publish, raw, name).await,
+        Action::ProfileUpdate => profile::update(&publish, raw).await,
+        Action::CommentUpdate => comment_edit::update(&publish, content).await,
+        Action::CommentDelete => comment_edit::delete(&publish).await,
     }
 }
 
@@ -248,8 +273,22 @@ impl Publish<'_, '_> {
         matches!(self.option("skipLinkCheck"), Some(Ipld::Bool(true)))
     }
 
+    /// `options.input`: the fields of a raw dotted command.
+    fn raw_input(&self) -> ApiResult<RawInput<'_>> {
+        match self.option("input") {
+            None => Ok(RawInput(None)),
+            Some(Ipld::Map(input)) => Ok(RawInput(Some(input))),
+            Some(_) => Err(ApiError::invalid("options.input must be an object")),
+        }
+    }
+
     /// The agent's signing key: `options.signer` (a key the definition grants) or its primary key.
     async fn signing_key(&self) -> ApiResult<SigningKey> {
+        Ok(self.signing_identity().await?.1)
+    }
+
+    /// [`Self::signing_key`] with the name of the key secret it is stored as.
+    async fn signing_identity(&self) -> ApiResult<(String, SigningKey)> {
         let context = self.context;
         let granted = definition::signing_key_set(&context.definition);
         let name = match self.option("signer") {
@@ -277,7 +316,7 @@ impl Publish<'_, '_> {
             .as_slice()
             .try_into()
             .map_err(|_| ApiError::invalid(format!("Secret {name} is not an account signing key")))?;
-        Ok(SigningKey::from_bytes(seed))
+        Ok((name, SigningKey::from_bytes(seed)))
     }
 
     /// The capability that lets `signer` write `space`'s documents: none when they are the same
@@ -370,6 +409,24 @@ impl Publish<'_, '_> {
     }
 }
 
+/// The fields of a raw dotted command (`options.input`).
+struct RawInput<'i>(Option<&'i BTreeMap<String, Ipld>>);
+
+impl<'i> RawInput<'i> {
+    /// The first of `keys` given, trimmed; `None` when absent or blank. `<label> must be a
+    /// string` for another type, `<label> is too large` past `max` bytes.
+    fn text(&self, keys: &[&str], label: &str, max: usize) -> ApiResult<Option<&'i str>> {
+        let Some(value) = keys.iter().find_map(|key| self.0.and_then(|input| input.get(*key))) else {
+            return Ok(None);
+        };
+        let Ipld::String(text) = value else { return Err(ApiError::invalid(format!("{label} must be a string"))) };
+        if text.len() > max {
+            return Err(ApiError::invalid(format!("{label} is too large")));
+        }
+        Ok(Some(text.trim()).filter(|text| !text.is_empty()))
+    }
+}
+
 /// What a `Resource` read found.
 enum Found {
     Document(Json),
@@ -451,7 +508,9 @@ mod tests {
         let parse = |name: &str| Action::parse(Some(&Ipld::String(name.to_owned())));
         assert_eq!(parse("move").unwrap().options(), ["toPath"]);
         assert_eq!(parse("delete").unwrap().options(), [] as [&str; 0]);
-        assert_eq!(parse("profile.update").unwrap_err().kind(), crate::error::ErrorKind::NotImplemented);
+        assert_eq!(parse("profile.update").unwrap().options(), ["name"]);
+        assert_eq!(parse("comment.delete").unwrap().name(), "comment.delete");
+        assert_eq!(parse("draft.create").unwrap_err().kind(), crate::error::ErrorKind::NotImplemented);
         assert_eq!(parse("capability.grant").unwrap().name(), "capability.grant");
         assert_eq!(parse("publish").unwrap_err().kind(), crate::error::ErrorKind::Invalid);
         assert_eq!(version_cids("bafyreiasesgveuikkpa7pspmqrdwzl5jsfbppvmaeczw2dfz5cc5vh3rou").unwrap().len(), 1);

@@ -266,6 +266,9 @@ fn check_comment(blob: &Published, known: impl Fn(&Cid) -> Option<Published>) ->
     if blob.field("visibility").is_some_and(|visibility| visibility != &Ipld::String("Private".into())) {
         return Err("Comment visibility is \"Private\" or omitted".into());
     }
+    if blob.field("id").is_some_and(|id| !matches!(id, Ipld::String(tsid) if tsid.len() > 1 && tsid.starts_with('z'))) {
+        return Err("Comment id must be the tsid (z…) of the comment it edits".into());
+    }
     Ok(())
 }
 
@@ -317,20 +320,28 @@ fn principal_field(value: &Ipld, what: &str) -> Result<String, String> {
 }
 
 /// A published Comment's record id `<author>/<tsid>` (HM-INTEGRATION.md §2.3), computed here
-/// independently of the server.
+/// independently of the server; an edit or deletion names its comment's tsid in `id`.
 pub fn comment_record_id(blob: &Published) -> Option<String> {
+    if let Some(tsid) = blob.text("id") {
+        return Some(format!("{}/{tsid}", blob.signer()?));
+    }
     let ts = u64::try_from(blob.integer("ts")?).ok()?;
     let mut tsid = ts.to_be_bytes()[2..].to_vec();
     tsid.extend_from_slice(&Sha256::digest(&blob.data)[..4]);
     Some(format!("{}/z{}", blob.signer()?, bs58::encode(tsid).into_string()))
 }
 
-/// The HMComment the real server answers for `id`, from the published Comments.
+/// The HMComment the real server answers for `id`, from the published Comments: the latest
+/// blob of that record (by `ts`), none once that one deleted it (an empty body).
 pub(super) fn comment_answer(blobs: &[Published], id: &str) -> Option<serde_json::Value> {
     let blob = blobs
         .iter()
         .filter(|blob| blob.text("type") == Some("Comment"))
-        .find(|blob| comment_record_id(blob).as_deref() == Some(id))?;
+        .filter(|blob| comment_record_id(blob).as_deref() == Some(id))
+        .max_by_key(|blob| blob.integer("ts"))?;
+    if matches!(blob.field("body"), Some(Ipld::List(body)) if body.is_empty()) {
+        return None;
+    }
     let space = principal_field(blob.field("space")?, "space").ok()?;
     let version: Vec<String> = blob.links("version")?;
     let mut comment = serde_json::json!({
@@ -465,6 +476,7 @@ mod tests {
                 reply_parent: parent,
                 thread_root: parent,
                 private: false,
+                edits: None,
             };
             comment(&key, &input).unwrap()
         };

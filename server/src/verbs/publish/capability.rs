@@ -2,12 +2,11 @@
 //! Capability blob by which the signer lets another account write its documents
 //! (HM-INTEGRATION.md §2.6).
 //!
-//! The fields come from `options.input`, as upstream's raw commands take them: `delegate` (an
-//! account id, `z…` or `hm://z…`), `role` (`WRITER` or `AGENT`, any case) and an optional
+//! The fields come from `options.input`, as upstream's raw commands take them: `delegate` (or
+//! `delegateUid`; an account id, `z…` or `hm://z…`), `role` (`WRITER` or `AGENT`, any case) and an optional
 //! `label`. The address names the signer's own account and, with a path, limits the capability
 //! to the documents under it.
 
-use ipld_core::ipld::Ipld;
 use seed_agents_protocol::{Principal, Value};
 
 use super::{Output, Publish, api_path, plain_address};
@@ -15,33 +14,28 @@ use crate::error::{ApiError, ApiResult};
 use crate::hm::blob;
 use crate::hm::capability::{self, NewCapability, Role};
 
+/// The longest field, in bytes (upstream's bound on ids and labels).
+const MAX_FIELD: usize = 2048;
+
 /// Grants `options.input.delegate` the capability.
 pub(super) async fn grant(publish: &Publish<'_, '_>, raw: &str, action: &'static str) -> ApiResult<Value> {
     let address = plain_address(raw)?;
-    let input = match publish.option("input") {
-        None => None,
-        Some(Ipld::Map(input)) => Some(input),
-        Some(_) => return Err(ApiError::invalid("options.input must be an object")),
-    };
-    let text = |key: &str, label: &str| match input.and_then(|input| input.get(key)) {
-        None => Ok(None),
-        Some(Ipld::String(text)) => Ok(Some(text.trim()).filter(|text| !text.is_empty())),
-        Some(_) => Err(ApiError::invalid(format!("{label} must be a string"))),
-    };
-    let delegate = text("delegate", "Capability delegate")?
+    let input = publish.raw_input()?;
+    let text = |keys: &[&str], label: &str| input.text(keys, label, MAX_FIELD);
+    let delegate = text(&["delegate", "delegateUid"], "Capability delegate")?
         .ok_or_else(|| ApiError::invalid("Capability delegate is required (options.input.delegate, an account id)"))?;
     let delegate: Principal = delegate
         .strip_prefix("hm://")
         .unwrap_or(delegate)
         .parse()
         .map_err(|_| ApiError::invalid(format!("Capability delegate {delegate} is not an account id")))?;
-    let role = match text("role", "Capability role")?.map(str::to_ascii_uppercase).as_deref() {
+    let role = match text(&["role"], "Capability role")?.map(str::to_ascii_uppercase).as_deref() {
         Some("WRITER") => Role::Writer,
         Some("AGENT") => Role::Agent,
         Some(_) => return Err(ApiError::invalid("Capability role must be WRITER or AGENT")),
         None => return Err(ApiError::invalid("Capability role is required (options.input.role: WRITER or AGENT)")),
     };
-    let label = text("label", "Capability label")?;
+    let label = text(&["label"], "Capability label")?;
     let key = publish.signing_key().await?;
     let issuer = blob::principal(&key);
     if issuer.to_string() != address.uid {

@@ -71,6 +71,7 @@ pub(super) async fn write(publish: &Publish<'_, '_>, raw: &str, content: Option<
         reply_parent: parent.as_ref().map(|parent| parent.version),
         thread_root: parent.as_ref().map(|parent| parent.thread_root),
         private,
+        edits: None,
     };
     let signed = comment::comment(&key, &input).map_err(ApiError::internal)?;
     let author = blob::principal(&key);
@@ -115,7 +116,7 @@ struct Parent {
 
 /// Reads the comment `reply_to` names.
 async fn parent_comment(publish: &Publish<'_, '_>, reply_to: &str) -> ApiResult<Parent> {
-    let id = comment_id(reply_to)?;
+    let id = comment_id(reply_to, "options.replyTo")?;
     let answer = match publish.hm.comment(&id).await {
         Ok(answer) => answer,
         Err(HmError::Status { status: 404, .. }) => {
@@ -138,8 +139,9 @@ async fn parent_comment(publish: &Publish<'_, '_>, reply_to: &str) -> ApiResult<
     })
 }
 
-/// A comment's record id `<author>/<tsid>` from `hm://<author>/<tsid>` or `<author>/<tsid>`.
-fn comment_id(raw: &str) -> ApiResult<String> {
+/// A comment's record id `<author>/<tsid>` from `hm://<author>/<tsid>` or `<author>/<tsid>`;
+/// `what` names the field in the error.
+pub(super) fn comment_id(raw: &str, what: &str) -> ApiResult<String> {
     let bare = raw.strip_prefix("hm://").unwrap_or(raw);
     let bare = bare.split(['?', '#']).next().unwrap_or_default();
     let parts: Vec<&str> = bare.split('/').collect();
@@ -154,7 +156,7 @@ fn comment_id(raw: &str) -> ApiResult<String> {
     };
     if !valid {
         return Err(ApiError::invalid(format!(
-            "options.replyTo must be a comment id, hm://<author>/<tsid> or <author>/<tsid>, not {raw}"
+            "{what} must be a comment id, hm://<author>/<tsid> or <author>/<tsid>, not {raw}"
         )));
     }
     Ok(bare.to_owned())
@@ -168,11 +170,13 @@ mod tests {
     fn reply_ids_are_author_and_tsid() {
         let author = "z6MkvDqGT54cXesYGvABpF1UapVNwjCqRcafi4Px6Thv5T3Z";
         let id = format!("{author}/zQ3shTsid");
-        assert_eq!(comment_id(&format!("hm://{id}")).unwrap(), id);
-        assert_eq!(comment_id(&id).unwrap(), id);
-        assert_eq!(comment_id(&format!("hm://{id}?v=x#b")).unwrap(), id);
+        assert_eq!(comment_id(&format!("hm://{id}"), "x").unwrap(), id);
+        assert_eq!(comment_id(&id, "x").unwrap(), id);
+        assert_eq!(comment_id(&format!("hm://{id}?v=x#b"), "x").unwrap(), id);
         for bad in ["z6Mknope/zabc", "hm://z6MkvDqGT54cXesYGvABpF1UapVNwjCqRcafi4Px6Thv5T3Z", "a/b/c"] {
-            assert!(comment_id(bad).is_err(), "{bad}");
+            assert!(comment_id(bad, "x").is_err(), "{bad}");
         }
+        let error = comment_id("nope", "Comment ID").unwrap_err();
+        assert!(error.message().starts_with("Comment ID must be a comment id"), "{}", error.message());
     }
 }
