@@ -1,5 +1,6 @@
 //! `write hm://…` beyond creating documents: comments and replies, delete, redirect, move, fork,
-//! publishing a memory file (`options.fromPath`),
+//! publishing a memory file (`options.fromPath`), the raw commands (comment edits, the profile,
+//! contacts),
 //! and writing another account's documents through a capability. User verbs
 //! (`InvokeSessionTool`) against the fake Hypermedia server, which checks every blob's
 //! signature, fields and links as the real server would (`support/hm.rs`). Reads of documents are
@@ -557,8 +558,8 @@ async fn an_agent_grants_a_capability_that_lets_another_account_write() {
         error(owner.call(named).await)
             .starts_with("write hm:// (action \"capability.create\") does not understand option \"name\"")
     );
-    let other = write(session, &home, None, json!({ "action": "contact.create" }));
-    assert!(error(owner.call(other).await).starts_with("The raw publishing command contact.create is not supported"));
+    let other = write(session, &home, None, json!({ "action": "draft.create" }));
+    assert!(error(owner.call(other).await).starts_with("The raw publishing command draft.create is not supported"));
 
     let before = hm.blobs().len();
     let input = json!({ "delegate": format!("hm://{bea_account}"), "role": "writer", "label": "Bea" });
@@ -738,7 +739,7 @@ async fn a_memory_file_is_published_with_its_frontmatter_then_updated_in_place()
 }
 
 #[tokio::test]
-async fn raw_commands_edit_and_delete_the_signers_comments_and_update_its_profile() {
+async fn raw_commands_edit_comments_update_the_profile_and_keep_contacts() {
     use seed_agents_protocol::generated::ListSigningIdentities;
     use seed_agents_server::hm::comment::{NewComment, comment};
     use seed_agents_server::hm::document::TextBlock;
@@ -864,5 +865,60 @@ async fn raw_commands_edit_and_delete_the_signers_comments_and_update_its_profil
     );
     assert!(error(owner.call(profile(json!({}))).await).starts_with("profile.update needs a name"));
     assert_eq!(hm.blobs().len(), published);
+
+    // profile.alias: an alias Profile, no name.
+    let bea_account = blob::principal(&bea).to_string();
+    let aliased = output(&owner.call(profile_alias(session, &home, &bea_account)).await.unwrap());
+    let blob = hm.blobs().last().cloned().unwrap();
+    assert_eq!(
+        (blob.text("type"), blob.field("alias"), blob.field("name")),
+        (Some("Profile"), Some(&principal_bytes(&bea_account)), None)
+    );
+    assert_eq!(aliased["alias"], bea_account);
+
+    // contact.create names another account (the address's, when the input names none);
+    // contact.delete publishes its tombstone, and only for the signer's own contacts.
+    let contact = |address: &str, options: Json| write(session, address, None, options);
+    let bea_home = format!("hm://{bea_account}");
+    let created = contact(&bea_home, json!({ "action": "contact.create", "name": "Bea" }));
+    let created = output(&owner.call(created).await.unwrap());
+    let blob = hm.blobs().last().cloned().unwrap();
+    assert_eq!((blob.text("type"), blob.text("name")), (Some("Contact"), Some("Bea")));
+    assert_eq!(blob.field("subject"), Some(&principal_bytes(&bea_account)));
+    let contact_id = created["contactId"].as_str().unwrap().to_owned();
+    assert_eq!(Some(contact_id.clone()), comment_record_id(&blob), "a contact's record id is computed as a comment's");
+    assert_eq!(created["subject"], bea_account);
+    let tsid = contact_id.split_once('/').unwrap().1;
+    let deleted = contact(&home, json!({ "action": "contact.delete", "input": { "contact": contact_id } }));
+    assert_eq!(output(&owner.call(deleted).await.unwrap())["contactId"], contact_id);
+    let blob = hm.blobs().last().cloned().unwrap();
+    assert_eq!(
+        (blob.text("id"), blob.field("account"), blob.field("subject")),
+        (Some(tsid), Some(&principal_bytes(&p.account)), None)
+    );
+    let published = hm.blobs().len();
+    let theirs = format!("{bea_account}/{tsid}");
+    assert_eq!(
+        error(
+            owner.call(contact(&home, json!({ "action": "contact.delete", "input": { "contactId": theirs } }))).await
+        ),
+        format!(
+            "Contact {theirs} belongs to hm://{bea_account}; this agent signs as {} and can only delete its own contacts",
+            p.account
+        )
+    );
+    assert_eq!(
+        error(owner.call(contact(&home, json!({ "action": "contact.delete", "input": { "contact": "nope" } }))).await),
+        "Invalid contact ID format: nope. Expected \"authority/tsid\"."
+    );
+    assert_eq!(
+        error(owner.call(contact(&home, json!({ "action": "contact.create", "name": "Me" }))).await),
+        "Contact subject is required (options.input.subject, an account id, or the account's hm:// address)"
+    );
+    assert_eq!(hm.blobs().len(), published);
     p.server.stop().await;
+}
+
+fn profile_alias(session: &str, home: &str, alias: &str) -> seed_agents_protocol::generated::InvokeSessionTool {
+    write(session, home, None, json!({ "action": "profile.alias", "input": { "alias": alias } }))
 }

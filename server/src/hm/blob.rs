@@ -96,6 +96,17 @@ pub fn profile(
     sign_named(key, fields).map(|(blob, _)| blob)
 }
 
+/// A signed alias `Profile` with its sha2-256 CID: `{type, signer, sig, ts, alias}`, saying the
+/// signer's identity is `alias`'s (no name).
+pub fn profile_alias(key: &SigningKey, ts_ms: i64, alias: &Principal) -> Result<Blob, BlobError> {
+    let fields = BTreeMap::from([
+        ("type".to_owned(), Ipld::String("Profile".to_owned())),
+        ("ts".to_owned(), Ipld::Integer(i128::from(ts_ms))),
+        ("alias".to_owned(), Ipld::Bytes(alias.to_bytes().to_vec())),
+    ]);
+    sign_named(key, fields).map(|(blob, _)| blob)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -99,7 +99,9 @@ impl Tool {
                  \"capability.create\" (options.input {delegate, role: WRITER or AGENT} lets another account write \
                  your documents). At hm://<your account>: \"profile.update\" (options.input {name, description, \
                  icon: an ipfs:// URL}; what you leave out stays). \"comment.update\" (content, options.input \
-                 {comment: its id}) and \"comment.delete\" (options.input {comment}) change your own comments.\n\
+                 {comment: its id}) and \"comment.delete\" (options.input {comment}) change your own comments; \
+                 \"contact.create\" at hm://<their account> (options.name) and \"contact.delete\" (options.input \
+                 {contact: its id}) keep your contacts.\n\
                  - hm://<your account>/<path> with options.fromPath (a ~/memory/ markdown file) publishes that \
                  file as the document, its frontmatter as metadata, creating or updating it (images it links in \
                  memory are published too); hm://<your account> alone takes the path from its name.\n\

@@ -15,9 +15,9 @@
 //! - raw dotted commands, their fields in `options.input` (upstream's names and messages):
 //!   `capability.create` (alias `capability.grant`), a Capability letting
 //!   `options.input.delegate` write the signer's documents under the address ([`capability`]);
-//!   `profile.update`, the signing account's Profile ([`profile`]); `comment.update` and
-//!   `comment.delete`, a new version or a tombstone of one of the signer's comments
-//!   ([`comment_edit`]).
+//!   `profile.update` and `profile.alias`, the signing account's Profile ([`profile`]);
+//!   `comment.update` and `comment.delete`, a new version or a tombstone of one of the signer's
+//!   comments ([`comment_edit`]); `contact.create` and `contact.delete` ([`contact`]).
 //!
 //! Comments may go on any account's documents. Document writes to another account's paths need
 //! a WRITER or AGENT capability that account gave the signer (found with `ListCapabilities`,
@@ -26,13 +26,14 @@
 //! exist on the server ([`links`]). Each action accepts its own options and refuses the others
 //! (`Input::known_options`). `dryRun: true` builds and signs the blobs and reports them without
 //! publishing. `options.fromPath` (with `signer` only) publishes a markdown file of the agent's
-//! memory as the document, creating or updating it ([`from_path`]). Not built: the other raw
-//! dotted commands (`profile.alias`, `contact.*`, `draft.*`), which answer 501. `options.input`
+//! memory as the document, creating or updating it ([`from_path`]). Not built: the `draft.*`
+//! commands (upstream keeps drafts in its own store), which answer 501. `options.input`
 //! is read by the raw commands and for `republish` (redirect) only.
 
 mod capability;
 mod comment;
 mod comment_edit;
+mod contact;
 mod document;
 mod from_path;
 mod links;
@@ -89,6 +90,12 @@ enum Action {
     CommentUpdate,
     /// `comment.delete`.
     CommentDelete,
+    /// `profile.alias`.
+    ProfileAlias,
+    /// `contact.create`.
+    ContactCreate,
+    /// `contact.delete`.
+    ContactDelete,
 }
 
 impl Action {
@@ -111,11 +118,14 @@ impl Action {
             "profile.update" => Action::ProfileUpdate,
             "comment.update" => Action::CommentUpdate,
             "comment.delete" => Action::CommentDelete,
+            "profile.alias" => Action::ProfileAlias,
+            "contact.create" => Action::ContactCreate,
+            "contact.delete" => Action::ContactDelete,
             dotted if dotted.contains('.') => {
                 return Err(ApiError::not_implemented(format!(
                     "The raw publishing command {dotted} is not supported by this server; it runs capability.create, \
-                     profile.update, comment.update and comment.delete, and actions document, update, comment, \
-                     move, redirect, delete and fork"
+                     profile.update, profile.alias, comment.update, comment.delete, contact.create and \
+                     contact.delete, and actions document, update, comment, move, redirect, delete and fork"
                 )));
             }
             other => {
@@ -140,6 +150,9 @@ impl Action {
             Action::ProfileUpdate => "profile.update",
             Action::CommentUpdate => "comment.update",
             Action::CommentDelete => "comment.delete",
+            Action::ProfileAlias => "profile.alias",
+            Action::ContactCreate => "contact.create",
+            Action::ContactDelete => "contact.delete",
         }
     }
 
@@ -152,8 +165,12 @@ impl Action {
             Action::Redirect => &["toUrl"],
             Action::Delete => &[],
             Action::Fork => &["fromUrl"],
-            Action::Capability(_) | Action::CommentUpdate | Action::CommentDelete => &[],
-            Action::ProfileUpdate => &["name"],
+            Action::Capability(_)
+            | Action::CommentUpdate
+            | Action::CommentDelete
+            | Action::ProfileAlias
+            | Action::ContactDelete => &[],
+            Action::ProfileUpdate | Action::ContactCreate => &["name"],
         }
     }
 }
@@ -169,6 +186,12 @@ struct Output {
     version: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     comment_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    contact_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subject: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    alias: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     source: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -251,6 +274,9 @@ pub async fn write(context: &Context<'_>, raw: &str, input: &Input<'_>) -> ApiRe
         Action::ProfileUpdate => profile::update(&publish, raw).await,
         Action::CommentUpdate => comment_edit::update(&publish, content).await,
         Action::CommentDelete => comment_edit::delete(&publish).await,
+        Action::ProfileAlias => profile::alias(&publish, raw).await,
+        Action::ContactCreate => contact::create(&publish, raw).await,
+        Action::ContactDelete => contact::delete(&publish).await,
     }
 }
 
@@ -511,6 +537,7 @@ mod tests {
         assert_eq!(parse("profile.update").unwrap().options(), ["name"]);
         assert_eq!(parse("comment.delete").unwrap().name(), "comment.delete");
         assert_eq!(parse("draft.create").unwrap_err().kind(), crate::error::ErrorKind::NotImplemented);
+        assert_eq!(parse("contact.create").unwrap().options(), ["name"]);
         assert_eq!(parse("capability.grant").unwrap().name(), "capability.grant");
         assert_eq!(parse("publish").unwrap_err().kind(), crate::error::ErrorKind::Invalid);
         assert_eq!(version_cids("bafyreiasesgveuikkpa7pspmqrdwzl5jsfbppvmaeczw2dfz5cc5vh3rou").unwrap().len(), 1);

@@ -109,3 +109,38 @@ pub(super) async fn update(publish: &Publish<'_, '_>, raw: &str) -> ApiResult<Va
     }
     Ok(answer)
 }
+
+/// `profile.alias`: an alias Profile saying the signing account's identity is
+/// `options.input.alias`'s (an account id, `z…` or `hm://z…`), at the signer's own address.
+pub(super) async fn alias(publish: &Publish<'_, '_>, raw: &str) -> ApiResult<Value> {
+    let address = plain_address(raw)?;
+    let given = publish
+        .raw_input()?
+        .text(&["alias"], "Profile alias", crate::validate::MAX_NAME_BYTES)?
+        .ok_or_else(|| ApiError::invalid("Profile alias is required (options.input.alias, an account id)"))?;
+    let alias: seed_agents_protocol::Principal = given
+        .strip_prefix("hm://")
+        .unwrap_or(given)
+        .trim_end_matches('/')
+        .parse()
+        .map_err(|_| ApiError::invalid(format!("Profile alias {given} is not an account id")))?;
+    let key = publish.signing_key().await?;
+    let account = blob::principal(&key);
+    if address.uid != account.to_string() || !address.path.is_empty() {
+        drop(key);
+        return Err(ApiError::forbidden(format!(
+            "profile.alias changes the profile of the account this agent signs as; write it to hm://{account}, \
+             not {raw}"
+        )));
+    }
+    if alias == account {
+        return Err(ApiError::invalid("An alias names another account, not the signer"));
+    }
+    let blob = blob::profile_alias(&key, publish.now, &alias).map_err(ApiError::internal)?;
+    drop(key);
+    let id = format!("hm://{account}");
+    let output =
+        Output { action: "profile.alias", id: Some(id.clone()), alias: Some(alias.to_string()), ..Output::default() };
+    let summary = format!("{id} is now an alias of hm://{alias}.");
+    publish.finish(&format!("the profile of {id}"), vec![blob], output, summary).await
+}
