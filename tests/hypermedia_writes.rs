@@ -669,7 +669,7 @@ async fn a_memory_file_is_published_with_its_frontmatter_then_updated_in_place()
     // document links their ipfs:// URLs; a missing one is refused before anything is sent.
     let published = hm.blobs().len();
     let chart = "---\nname: Chart\nicon: ../pics/me.png\n---\n![Q3](charts/q3.png \"Q3\")\n\nAgain: \
-                 ![again](<~/memory/notes/charts/q3.png>).\n";
+                 ![again](<~/memory/notes/charts/q3.png>).\n\n```\n![code](nowhere.png)\n```\n";
     remember(&p, "notes/chart.md", chart).await;
     assert_eq!(
         error(owner.call(write(session, &home, None, json!({ "fromPath": "notes/chart.md" }))).await),
@@ -679,6 +679,12 @@ async fn a_memory_file_is_published_with_its_frontmatter_then_updated_in_place()
     remember(&p, "pics/me.png", "a face").await;
     remember(&p, "notes/charts/q3.png", "a chart").await;
     not_found(&hm, &format!("{home}/chart"));
+    // A dry run computes the same URLs and sends nothing.
+    let mut dry = write(session, &home, None, json!({ "fromPath": "notes/chart.md" }));
+    let Ipld::Map(fields) = &mut dry.input.0 else { unreachable!() };
+    fields.insert("dryRun".into(), Ipld::Bool(true));
+    let dry = output(&owner.call(dry).await.unwrap());
+    assert_eq!((dry["dryRun"].clone(), hm.blobs().len()), (json!(true), published), "a dry run sends no image");
     let charted =
         output(&owner.call(write(session, &home, None, json!({ "fromPath": "notes/chart.md" }))).await.unwrap());
     let (me, q3) = (
@@ -692,6 +698,7 @@ async fn a_memory_file_is_published_with_its_frontmatter_then_updated_in_place()
         .map(|blob| format!("ipfs://{}", blob.cid))
         .collect();
     assert_eq!(files, [me.clone(), q3.clone()], "each image once, before the document");
+    assert_eq!(dry["images"], charted["images"]);
     let change = blobs[published..].iter().find(|blob| blob.field("body").is_some()).unwrap();
     assert_eq!(
         ops(change),
@@ -699,7 +706,8 @@ async fn a_memory_file_is_published_with_its_frontmatter_then_updated_in_place()
             "SetAttributes 2".to_owned(),
             format!("ReplaceBlock Image Q3 -> {q3}"),
             format!("ReplaceBlock Paragraph Again: ![again](<{q3}>)."),
-            "MoveBlocks 2".to_owned(),
+            "ReplaceBlock Code ![code](nowhere.png)".to_owned(),
+            "MoveBlocks 3".to_owned(),
         ]
     );
     let Some(Ipld::Map(body)) = change.field("body") else { panic!("no body") };

@@ -66,7 +66,9 @@ pub struct Removed {
 /// Removes the temp files an interrupted write left in `dir` (and, with `recursive`, in every
 /// directory below it): regular files that one of `options` [names](TempOptions::names), last
 /// modified before `before` (a write of this process started later, so its temp file is never
-/// touched). Symlinks are neither followed nor removed; a missing `dir` removes nothing.
+/// touched). Symlinks are neither followed (`dir` itself included) nor removed; a missing `dir`
+/// removes nothing. An entry that cannot be read or removed is logged and skipped, so one bad
+/// entry does not keep the rest; only an unreadable `dir` itself is an error.
 pub fn remove_leftovers(
     dir: &Path,
     options: &[TempOptions],
@@ -74,43 +76,74 @@ pub fn remove_leftovers(
     recursive: bool,
 ) -> io::Result<Removed> {
     let mut removed = Removed::default();
+    match fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Ok(removed),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(removed),
+        Err(error) => return Err(error),
+    }
     let mut pending = vec![dir.to_path_buf()];
+    let mut top = true;
     while let Some(dir) = pending.pop() {
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
-            Err(error) => return Err(error),
+            Err(error) if top => return Err(error),
+            Err(error) => {
+                skipped(&dir, &error);
+                continue;
+            }
         };
+        top = false;
         for entry in entries {
-            let entry = entry?;
-            // `DirEntry::file_type` and `metadata` do not traverse symlinks.
-            let kind = entry.file_type()?;
-            if kind.is_dir() {
-                if recursive {
-                    pending.push(entry.path());
-                }
-                continue;
-            }
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if !kind.is_file() || !options.iter().any(|options| options.names(name)) {
-                continue;
-            }
-            let meta = entry.metadata()?;
-            if meta.modified()? >= before {
-                continue;
-            }
-            match fs::remove_file(entry.path()) {
-                Ok(()) => {
-                    removed.files += 1;
-                    removed.bytes += meta.len();
-                }
-                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-                Err(error) => return Err(error),
+            if let Err((path, error)) = leftover(entry, options, before, recursive, &mut pending, &mut removed) {
+                skipped(&path, &error);
             }
         }
     }
     Ok(removed)
+}
+
+/// Looks at one entry of [`remove_leftovers`]: queues a directory, removes a leftover.
+fn leftover(
+    entry: io::Result<fs::DirEntry>,
+    options: &[TempOptions],
+    before: SystemTime,
+    recursive: bool,
+    pending: &mut Vec<PathBuf>,
+    removed: &mut Removed,
+) -> Result<(), (PathBuf, io::Error)> {
+    let entry = entry.map_err(|error| (PathBuf::new(), error))?;
+    let path = entry.path();
+    // `DirEntry::file_type` and `metadata` do not traverse symlinks.
+    let kind = entry.file_type().map_err(|error| (path.clone(), error))?;
+    if kind.is_dir() {
+        if recursive {
+            pending.push(path);
+        }
+        return Ok(());
+    }
+    let name = entry.file_name();
+    let Some(name) = name.to_str() else { return Ok(()) };
+    if !kind.is_file() || !options.iter().any(|options| options.names(name)) {
+        return Ok(());
+    }
+    let meta = entry.metadata().map_err(|error| (path.clone(), error))?;
+    if meta.modified().map_err(|error| (path.clone(), error))? >= before {
+        return Ok(());
+    }
+    match fs::remove_file(&path) {
+        Ok(()) => {
+            removed.files += 1;
+            removed.bytes += meta.len();
+            Ok(())
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err((path, error)),
+    }
+}
+
+fn skipped(path: &Path, error: &io::Error) {
+    tracing::warn!(%error, path = %path.display(), "could not look at or remove a leftover temp file; skipped");
 }
 
 /// Writes `bytes` to `path` whole or not at all, replacing any file there (steps 1–4 of the

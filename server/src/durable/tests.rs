@@ -305,6 +305,8 @@ fn leftovers_older_than_the_cutoff_are_removed_and_nothing_else() {
     }
     assert!(root.join("sub/.durable-test-dirdir.tmp").is_dir());
     assert_eq!(fs::read(&target).unwrap(), b"theirs");
-    // A directory that is not there has nothing to remove.
+    // A directory that is not there has nothing to remove, nor one reached through a symlink.
     assert_eq!(remove_leftovers(&root.join("missing"), &[OPTIONS], cutoff, true).unwrap(), Removed::default());
+    assert_eq!(remove_leftovers(&root.join("linked"), &[OPTIONS], cutoff, true).unwrap(), Removed::default());
+    assert!(target.exists());
 }

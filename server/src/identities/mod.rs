@@ -200,7 +200,8 @@ pub async fn import_signing_identity(
 }
 
 /// `UpdateSigningIdentity {name, label, icon?}`: publishes the icon (UnixFS blocks) when
-/// given, republishes the Profile `{name: label, avatar?}`, then updates the metadata.
+/// given, republishes the Profile `{name: label, avatar?, description?}` (the description a
+/// `profile.update` stored), then updates the metadata.
 pub async fn update_signing_identity(
     app: &App,
     caller: &Caller,

@@ -50,6 +50,19 @@ pub async fn publish(client: &HmClient<'_>, root: PathBuf, path: MemoryPath) -> 
 /// Publishes the content of `file` from where it stands (a memory file, an attachment), batch by
 /// batch as [`publish`] does.
 pub async fn publish_file(client: &HmClient<'_>, file: File) -> ApiResult<Published> {
+    stream(Some(client), file).await
+}
+
+/// What [`publish`] would answer for the memory file at `path`, computed the same way (streamed)
+/// without sending anything: for dry runs.
+pub async fn root_of(root: PathBuf, path: MemoryPath) -> ApiResult<Published> {
+    let file = blocking(move || store::open_file(&root, &path).map(|(file, _)| file)).await?;
+    stream(None, file).await
+}
+
+/// Reads `file` into UnixFS blocks batch by batch, sending each batch to `client` when there is
+/// one.
+async fn stream(client: Option<&HmClient<'_>>, file: File) -> ApiResult<Published> {
     let mut reader = Reader { file, builder: Builder::default(), size: 0, done: false };
     loop {
         let (next, blobs) = blocking(move || read_batch(reader)).await?;
@@ -57,10 +70,14 @@ pub async fn publish_file(client: &HmClient<'_>, file: File) -> ApiResult<Publis
         if reader.done {
             let Reader { builder, size, .. } = reader;
             let (cid, rest) = builder.finish();
-            send(client, blobs, rest).await?;
+            if let Some(client) = client {
+                send(client, blobs, rest).await?;
+            }
             return Ok(Published { cid, size: i64::try_from(size).unwrap_or(i64::MAX) });
         }
-        send(client, blobs, Vec::new()).await?;
+        if let Some(client) = client {
+            send(client, blobs, Vec::new()).await?;
+        }
     }
 }
 

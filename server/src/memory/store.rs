@@ -154,7 +154,16 @@ pub fn prepare_target(root: &Path, path: &MemoryPath) -> ApiResult<PathBuf> {
     Ok(file.parent().map_or_else(|| root.to_path_buf(), Path::to_path_buf))
 }
 
-fn check_target(root: &Path, path: &MemoryPath) -> ApiResult<()> {
+/// Refuses a path no write may take (creates nothing): a name of the server's temp files (hidden
+/// from listings, removed at startup as a crash's leftovers), a directory, a symlink, or a
+/// symlink or file above it.
+pub fn check_target(root: &Path, path: &MemoryPath) -> ApiResult<()> {
+    if is_temp_name(path.file_name()) {
+        return Err(ApiError::invalid(format!(
+            "Memory path is reserved for the server's temp files: {}",
+            path.as_str()
+        )));
+    }
     match path::inspect(root, path).map_err(ApiError::internal)? {
         Found::Missing | Found::File(_) => Ok(()),
         Found::Dir(_) => Err(ApiError::invalid(format!("Memory path is a directory, not a file: {}", path.as_str()))),
@@ -307,6 +316,20 @@ mod tests {
         assert_eq!(decode_text(b"a\0b"), None);
         assert_eq!(decode_text(&[0xff, 0xfe]), None);
         assert_eq!(decode_text(b""), Some(""));
+    }
+
+    #[test]
+    fn temp_file_names_are_not_writable() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("memory");
+        for name in ["notes/.seed-memory-abc123.tmp", ".seed-memory-notes.tmp"] {
+            let path = MemoryPath::parse(name).unwrap();
+            let error = write(&root, &path, b"x").unwrap_err();
+            assert_eq!(error.message(), format!("Memory path is reserved for the server's temp files: {name}"));
+            assert!(!path.under(&root).exists());
+        }
+        // A folder of that name is only a folder.
+        write(&root, &MemoryPath::parse(".seed-memory-abc123.tmp/a.md").unwrap(), b"x").unwrap();
     }
 
     #[test]

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use seed_agents_protocol::generated::AgentMemoryEntry;
 
-use crate::error::{ApiError, ApiResult};
-use crate::memory::path::{self, Found, MemoryPath};
+use crate::error::ApiResult;
+use crate::memory::path::{self, MemoryPath};
 use crate::memory::store;
 
 /// The memory root of an agent's state directory.
@@ -14,16 +14,10 @@ pub fn root(state_dir: &Path) -> PathBuf {
     state_dir.join(path::MEMORY_DIR)
 }
 
-/// Refuses, before any byte is sent, a path that could not be written at commit: a directory,
-/// a symlink, or a symlink or file above it. Creates nothing.
+/// Refuses, before any byte is sent, a path that could not be written at commit (the memory
+/// module's [`store::check_target`]). Creates nothing.
 pub fn check(root: &Path, path: &MemoryPath) -> ApiResult<()> {
-    match path::inspect(root, path).map_err(ApiError::internal)? {
-        Found::Missing | Found::File(_) => Ok(()),
-        Found::Dir(_) => Err(ApiError::invalid(format!("Memory path is a directory, not a file: {}", path.as_str()))),
-        Found::Link | Found::BlockedParent => {
-            Err(ApiError::invalid(format!("Memory path is not writable: {}", path.as_str())))
-        }
-    }
+    store::check_target(root, path)
 }
 
 /// Moves the complete staged file into the agent's memory at `path` with one rename onto it

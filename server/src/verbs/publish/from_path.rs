@@ -14,9 +14,10 @@
 //! - The body: blocks as for `content` ([`super::markdown`]), its `hm://` links checked.
 //! - Images in memory: an image linked by a path (`![chart](chart.png)`, relative to the markdown
 //!   file's folder, or `~/memory/<path>`) or an `icon`/`cover`/`seedExperimentalLogo` naming one
-//!   is published to IPFS first (as `write ipfs://` does, streamed) and the document links its
-//!   `ipfs://` URL instead; a missing one is refused before anything is published, a `file://` URL
-//!   always. A paragraph that is one image becomes an Image block ([`super::markdown`]). The
+//!   is published to IPFS first (as `write ipfs://` does, streamed; a dry run computes the same
+//!   URLs and sends nothing) and the document links its `ipfs://` URL instead; a missing one is
+//!   refused before anything is published, a `file://` URL always, and none is sent for a write
+//!   whose address or signing key is refused. Images in code blocks and inline code are text. A paragraph that is one image becomes an Image block ([`super::markdown`]). The
 //!   images stay on IPFS when the document itself is then refused (content-addressed blocks,
 //!   harmless and reused by the next attempt).
 
@@ -47,8 +48,10 @@ pub(super) async fn write(publish: &Publish<'_, '_>, raw: &str) -> ApiResult<Val
     let folder = path.as_str().rsplit_once('/').map(|(folder, _)| folder.to_owned());
     let text = blocking(move || read_text(&root, &path)).await?;
     let mut file = parse(&text).map_err(|why| ApiError::invalid(format!("{shown}: {why}")))?;
-    let images = upload_images(publish, &mut file, folder.as_deref(), &shown).await?;
     let mut address = plain_address(raw)?;
+    // A write that cannot be signed sends no images.
+    drop(publish.signing_key().await?);
+    let images = upload_images(publish, &mut file, folder.as_deref(), &shown).await?;
     let name = match file.metadata.iter().find(|(key, _)| key == "name") {
         Some((_, Ipld::String(name))) => name.clone(),
         _ => title_from_path(&shown),
@@ -152,7 +155,11 @@ async fn upload_images(
             Some(url) => String::clone(url),
             None => {
                 let root = publish.context.memory_root.clone();
-                let done = crate::memory::ipfs::publish(&publish.hm, root, path).await?;
+                let done = if publish.dry_run {
+                    crate::memory::ipfs::root_of(root, path).await?
+                } else {
+                    crate::memory::ipfs::publish(&publish.hm, root, path).await?
+                };
                 let url = format!("ipfs://{}", done.cid);
                 published.insert(shown, url.clone());
                 url
@@ -171,6 +178,9 @@ async fn upload_images(
     let mut body = String::with_capacity(file.body.len());
     let mut copied = 0;
     for image in markdown::images(&file.body) {
+        if image.span.start < copied {
+            continue;
+        }
         if let Some(url) = url_of(image.target) {
             body.push_str(&file.body[copied..image.span.start]);
             body.push_str(&url);

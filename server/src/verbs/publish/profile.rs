@@ -111,7 +111,8 @@ pub(super) async fn update(publish: &Publish<'_, '_>, raw: &str) -> ApiResult<Va
 }
 
 /// `profile.alias`: an alias Profile saying the signing account's identity is
-/// `options.input.alias`'s (an account id, `z…` or `hm://z…`), at the signer's own address.
+/// `options.input.alias`'s (an account id, `z…` or `hm://z…`), at the signer's own address. The
+/// latest Profile stands: a later `profile.update` or `UpdateSigningIdentity` replaces it.
 pub(super) async fn alias(publish: &Publish<'_, '_>, raw: &str) -> ApiResult<Value> {
     let address = plain_address(raw)?;
     let given = publish
