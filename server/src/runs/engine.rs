@@ -279,7 +279,7 @@ impl Engine {
             .write(move |conn| {
                 let mut changes = Changes::default();
                 let canceled = cancel::cancel_session(conn, &session, now, &is_live, &mut changes)?;
-                let resynced = queue::sync_session_status(conn, &session, now, &mut changes)?;
+                let resynced = queue::sync_session_status(conn, &session, now, &mut changes)?.changed;
                 Ok((canceled, resynced, changes))
             })
             .await?;

@@ -163,9 +163,9 @@ pub fn finish(
         children::finalized(conn, run_id, now_ms, changes)?;
     }
     if let Some(session_id) = &current.session_id {
-        sync_session_status(conn, session_id, now_ms, changes)?;
+        let synced = sync_session_status(conn, session_id, now_ms, changes)?;
         // A turn queued behind this one may be claimed now that the session is free.
-        if current.kind == "agent" && super::session_has_active_turn(conn, session_id)? {
+        if current.kind == "agent" && synced.streaming {
             changes.wake();
         }
     }

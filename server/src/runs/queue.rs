@@ -219,21 +219,22 @@ impl Changes {
 
 /// Recomputes session `session_id`'s status mirror: `streaming` while one of its agent runs is
 /// queued, claimed or running (a `waiting` run does not count), else `error` when its latest run
-/// failed, else `idle`. Writes (and notes) the status only when it changed; returns whether it did.
+/// failed, else `idle`. Writes (and notes) the status only when it changed.
 pub fn sync_session_status(
     conn: &Connection,
     session_id: &str,
     now_ms: i64,
     changes: &mut Changes,
-) -> rusqlite::Result<bool> {
+) -> rusqlite::Result<Synced> {
     let Some((stored, agent_id)) = conn
         .prepare_cached("SELECT status, agent_id FROM sessions WHERE id = ?1")?
         .query_row(params![session_id], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))
         .optional()?
     else {
-        return Ok(false);
+        return Ok(Synced::default());
     };
-    let derived = if session_has_active_turn(conn, session_id)? {
+    let streaming = session_has_active_turn(conn, session_id)?;
+    let derived = if streaming {
         "streaming"
     } else {
         let latest: Option<String> = conn
@@ -243,12 +244,21 @@ pub fn sync_session_status(
         if latest.as_deref() == Some("failed") { "error" } else { "idle" }
     };
     if derived == stored {
-        return Ok(false);
+        return Ok(Synced { changed: false, streaming });
     }
     conn.prepare_cached("UPDATE sessions SET status = ?2, updated_at = ?3 WHERE id = ?1")?
         .execute(params![session_id, derived, now_ms])?;
     changes.session(session_id, &agent_id);
-    Ok(true)
+    Ok(Synced { changed: true, streaming })
+}
+
+/// What [`sync_session_status`] found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Synced {
+    /// The stored status moved.
+    pub changed: bool,
+    /// An agent run of the session is queued, claimed or running (the status is `streaming`).
+    pub streaming: bool,
 }
 
 /// What a claim sets: the lease, and the execution number. `attempt` counts executions: the
