@@ -231,20 +231,14 @@ pub async fn update_signing_identity(
         seed.as_slice().try_into().map_err(|_| ApiError::internal("a stored account key is not 32 bytes"))?;
     let signing_key = SigningKey::from_bytes(seed);
     let client = HmClient::new(&app.http, &app.config.hm_server_url);
-    let mut icon_url = match metadata.get("icon") {
-        Some(Ipld::String(icon)) => Some(icon.clone()),
-        _ => None,
-    };
+    let mut icon_url = string_field(&metadata, "icon").map(str::to_owned);
     if let Some(icon) = icon {
         let file = hm::unixfs::file(&icon.data.into_vec());
         client.publish_blobs(&file.blocks).await.map_err(|error| publish_error(app, "agent account icon", error))?;
         icon_url = Some(format!("ipfs://{}", file.root));
     }
     // A description set with the write tool's profile.update stays.
-    let description = match metadata.get("description") {
-        Some(Ipld::String(description)) => Some(description.as_str()),
-        _ => None,
-    };
+    let description = string_field(&metadata, "description");
     let profile: Blob = hm::blob::profile(&signing_key, app.clock.now_ms(), &label, icon_url.as_deref(), description)
         .map_err(ApiError::internal)?;
     client.publish_blobs(&[profile]).await.map_err(|error| publish_error(app, "agent account profile", error))?;
@@ -256,18 +250,12 @@ pub async fn update_signing_identity(
     if let Some(icon_url) = &icon_url {
         metadata.insert("icon".to_owned(), text(icon_url));
     }
-    let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata.clone())).map_err(ApiError::internal)?;
     let account = caller.account_id.clone();
     let now = app.clock.now_ms();
-    let stored_name = name.clone();
+    let (stored_name, stored) = (name.clone(), metadata.clone());
     app.db
         .write(move |conn| {
-            let updated = conn
-                .prepare_cached(
-                    "UPDATE secrets SET metadata_cbor = ?3, updated_at = ?4 WHERE account_id = ?1 AND name = ?2",
-                )?
-                .execute(params![account, stored_name, metadata_cbor, now])?;
-            if updated == 0 {
+            if !store_metadata(conn, &account, &stored_name, stored, now)? {
                 return Err(not_found());
             }
             Ok(())
@@ -389,15 +377,8 @@ pub struct ProfileFields {
 /// The profile fields of `account_id`'s identity stored as key secret `name`; `None` when that
 /// secret is not a signing identity.
 pub fn profile_fields(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<ProfileFields>> {
-    let metadata: Option<Option<Vec<u8>>> = conn
-        .prepare_cached("SELECT metadata_cbor FROM secrets WHERE account_id = ?1 AND name = ?2")?
-        .query_row(params![account_id, name], |row| row.get(0))
-        .optional()?;
-    let Some(metadata) = metadata.and_then(|bytes| identity_metadata(bytes.as_deref())) else { return Ok(None) };
-    let string = |key: &str| match metadata.get(key) {
-        Some(Ipld::String(value)) => Some(value.clone()),
-        _ => None,
-    };
+    let Some(metadata) = stored_metadata(conn, account_id, name)? else { return Ok(None) };
+    let string = |key: &str| string_field(&metadata, key).map(str::to_owned);
     Ok(Some(ProfileFields { name: string("label"), icon: string("icon"), description: string("description") }))
 }
 
@@ -410,21 +391,47 @@ pub fn record_profile(
     profile: &ProfileFields,
     now_ms: i64,
 ) -> ApiResult<()> {
-    let metadata: Option<Option<Vec<u8>>> = conn
-        .prepare_cached("SELECT metadata_cbor FROM secrets WHERE account_id = ?1 AND name = ?2")?
-        .query_row(params![account_id, name], |row| row.get(0))
-        .optional()?;
-    let Some(mut metadata) = metadata.and_then(|bytes| identity_metadata(bytes.as_deref())) else { return Ok(()) };
+    let Some(mut metadata) = stored_metadata(conn, account_id, name)? else { return Ok(()) };
     for (key, value) in [("label", &profile.name), ("icon", &profile.icon), ("description", &profile.description)] {
         match value {
             Some(value) => metadata.insert(key.to_owned(), text(value)),
             None => metadata.remove(key),
         };
     }
-    let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata)).map_err(ApiError::internal)?;
-    conn.prepare_cached("UPDATE secrets SET metadata_cbor = ?3, updated_at = ?4 WHERE account_id = ?1 AND name = ?2")?
-        .execute(params![account_id, name, metadata_cbor, now_ms])?;
+    store_metadata(conn, account_id, name, metadata, now_ms)?;
     Ok(())
+}
+
+/// The metadata of `account_id`'s key secret `name`, when it is a signing identity.
+fn stored_metadata(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<BTreeMap<String, Ipld>>> {
+    let metadata: Option<Option<Vec<u8>>> = conn
+        .prepare_cached("SELECT metadata_cbor FROM secrets WHERE account_id = ?1 AND name = ?2")?
+        .query_row(params![account_id, name], |row| row.get(0))
+        .optional()?;
+    Ok(metadata.and_then(|bytes| identity_metadata(bytes.as_deref())))
+}
+
+/// Replaces the metadata of `account_id`'s key secret `name`; whether there was one.
+fn store_metadata(
+    conn: &Connection,
+    account_id: &str,
+    name: &str,
+    metadata: BTreeMap<String, Ipld>,
+    now_ms: i64,
+) -> ApiResult<bool> {
+    let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata)).map_err(ApiError::internal)?;
+    let updated = conn
+        .prepare_cached("UPDATE secrets SET metadata_cbor = ?3, updated_at = ?4 WHERE account_id = ?1 AND name = ?2")?
+        .execute(params![account_id, name, metadata_cbor, now_ms])?;
+    Ok(updated > 0)
+}
+
+/// A string field of identity metadata.
+fn string_field<'m>(metadata: &'m BTreeMap<String, Ipld>, key: &str) -> Option<&'m str> {
+    match metadata.get(key) {
+        Some(Ipld::String(value)) => Some(value),
+        _ => None,
+    }
 }
 
 /// Stored metadata decoded as a map, when it marks a signing identity.
@@ -441,10 +448,7 @@ fn identity(
     created_at: i64,
     updated_at: i64,
 ) -> SigningIdentity {
-    let string = |key: &str| match metadata.get(key) {
-        Some(Ipld::String(value)) => Some(value.clone()),
-        _ => None,
-    };
+    let string = |key: &str| string_field(metadata, key).map(str::to_owned);
     SigningIdentity {
         extra: Default::default(),
         account_id: string("accountId"),
