@@ -308,6 +308,16 @@ impl Publish<'_, '_> {
         }
     }
 
+    /// `options.name`, else `options.input.name` (as [`RawInput::text`] reads it, with `label`
+    /// and the `max` bytes for both).
+    fn name_option(&self, label: &str, max: usize) -> ApiResult<Option<&str>> {
+        match self.text_option("name")? {
+            Some(name) if name.len() > max => Err(ApiError::invalid(format!("{label} is too large"))),
+            Some(name) => Ok(Some(name)),
+            None => self.raw_input()?.text(&["name"], label, max),
+        }
+    }
+
     /// The agent's signing key: `options.signer` (a key the definition grants) or its primary key.
     async fn signing_key(&self) -> ApiResult<SigningKey> {
         Ok(self.signing_identity().await?.1)
@@ -469,6 +479,15 @@ fn plain_address(raw: &str) -> ApiResult<HmAddress> {
         return Err(ApiError::invalid(format!("write hm:// needs a plain document address, not {raw}")));
     }
     Ok(address)
+}
+
+/// An account id a raw command's field gives, `z…` or `hm://z…`; `<label> <raw> is not an
+/// account id` otherwise.
+fn account_id(raw: &str, label: &str) -> ApiResult<Principal> {
+    raw.strip_prefix("hm://")
+        .unwrap_or(raw)
+        .parse()
+        .map_err(|_| ApiError::invalid(format!("{label} {raw} is not an account id")))
 }
 
 /// The account principal of an address.

@@ -7,9 +7,9 @@
 //! `label`. The address names the signer's own account and, with a path, limits the capability
 //! to the documents under it.
 
-use seed_agents_protocol::{Principal, Value};
+use seed_agents_protocol::Value;
 
-use super::{Output, Publish, api_path, plain_address};
+use super::{Output, Publish, account_id, api_path, plain_address};
 use crate::error::{ApiError, ApiResult};
 use crate::hm::blob;
 use crate::hm::capability::{self, NewCapability, Role};
@@ -24,11 +24,7 @@ pub(super) async fn grant(publish: &Publish<'_, '_>, raw: &str, action: &'static
     let text = |keys: &[&str], label: &str| input.text(keys, label, MAX_FIELD);
     let delegate = text(&["delegate", "delegateUid"], "Capability delegate")?
         .ok_or_else(|| ApiError::invalid("Capability delegate is required (options.input.delegate, an account id)"))?;
-    let delegate: Principal = delegate
-        .strip_prefix("hm://")
-        .unwrap_or(delegate)
-        .parse()
-        .map_err(|_| ApiError::invalid(format!("Capability delegate {delegate} is not an account id")))?;
+    let delegate = account_id(delegate, "Capability delegate")?;
     let role = match text(&["role"], "Capability role")?.map(str::to_ascii_uppercase).as_deref() {
         Some("WRITER") => Role::Writer,
         Some("AGENT") => Role::Agent,

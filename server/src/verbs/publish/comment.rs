@@ -139,6 +139,11 @@ async fn parent_comment(publish: &Publish<'_, '_>, reply_to: &str) -> ApiResult<
     })
 }
 
+/// Whether `tsid` is a record's tsid: `z` then base58 letters or digits.
+pub(super) fn is_tsid(tsid: &str) -> bool {
+    tsid.len() > 1 && tsid.starts_with('z') && tsid.bytes().all(|byte| byte.is_ascii_alphanumeric())
+}
+
 /// A comment's record id `<author>/<tsid>` from `hm://<author>/<tsid>` or `<author>/<tsid>`;
 /// `what` names the field in the error.
 pub(super) fn comment_id(raw: &str, what: &str) -> ApiResult<String> {
@@ -146,12 +151,7 @@ pub(super) fn comment_id(raw: &str, what: &str) -> ApiResult<String> {
     let bare = bare.split(['?', '#']).next().unwrap_or_default();
     let parts: Vec<&str> = bare.split('/').collect();
     let valid = match parts.as_slice() {
-        [author, tsid] => {
-            author.parse::<seed_agents_protocol::Principal>().is_ok()
-                && tsid.len() > 1
-                && tsid.starts_with('z')
-                && tsid.bytes().all(|byte| byte.is_ascii_alphanumeric())
-        }
+        [author, tsid] => author.parse::<seed_agents_protocol::Principal>().is_ok() && is_tsid(tsid),
         _ => false,
     };
     if !valid {

@@ -8,9 +8,10 @@
 //!   `hm://`), a tombstone. The authority must be the signer: a tombstone signed by another key
 //!   deletes nothing (upstream publishes it anyway).
 
-use seed_agents_protocol::{Principal, Value};
+use seed_agents_protocol::Value;
 
-use super::{Output, Publish, plain_address};
+use super::comment::is_tsid;
+use super::{Output, Publish, account_id, plain_address};
 use crate::error::{ApiError, ApiResult};
 use crate::hm::{blob, contact};
 use crate::validate::MAX_NAME_BYTES;
@@ -19,18 +20,14 @@ use crate::validate::MAX_NAME_BYTES;
 pub(super) async fn create(publish: &Publish<'_, '_>, raw: &str) -> ApiResult<Value> {
     let address = plain_address(raw)?;
     let input = publish.raw_input()?;
-    let name = match publish.text_option("name")? {
-        Some(name) if name.len() > MAX_NAME_BYTES => return Err(ApiError::invalid("Contact name is too large")),
-        Some(name) => Some(name),
-        None => input.text(&["name"], "Contact name", MAX_NAME_BYTES)?,
-    };
+    let name = publish.name_option("Contact name", MAX_NAME_BYTES)?;
     let name = name.ok_or_else(|| ApiError::invalid("Contact name is required (options.name)"))?;
     let given = input.text(&["subject", "subjectUid"], "Contact subject", MAX_NAME_BYTES)?;
     let key = publish.signing_key().await?;
     let signer = blob::principal(&key);
     let subject = match given {
-        Some(subject) => account(subject, "Contact subject")?,
-        None if address.uid != signer.to_string() => account(&address.uid, "Contact subject")?,
+        Some(subject) => account_id(subject, "Contact subject")?,
+        None if address.uid != signer.to_string() => account_id(&address.uid, "Contact subject")?,
         None => {
             return Err(ApiError::invalid(
                 "Contact subject is required (options.input.subject, an account id, or the account's hm:// address)",
@@ -61,10 +58,10 @@ pub(super) async fn delete(publish: &Publish<'_, '_>) -> ApiResult<Value> {
     let bare = given.strip_prefix("hm://").unwrap_or(given);
     let invalid = || ApiError::invalid(format!("Invalid contact ID format: {given}. Expected \"authority/tsid\"."));
     let (authority, tsid) = bare.split_once('/').ok_or_else(invalid)?;
-    if tsid.len() < 2 || !tsid.starts_with('z') || !tsid.bytes().all(|byte| byte.is_ascii_alphanumeric()) {
+    if !is_tsid(tsid) {
         return Err(invalid());
     }
-    let authority = account(authority, "Contact ID authority")?;
+    let authority = account_id(authority, "Contact ID authority")?;
     let key = publish.signing_key().await?;
     let signer = blob::principal(&key);
     if authority != signer {
@@ -78,10 +75,4 @@ pub(super) async fn delete(publish: &Publish<'_, '_>) -> ApiResult<Value> {
     let output = Output { action: "contact.delete", contact_id: Some(bare.to_owned()), ..Output::default() };
     let summary = format!("Deleted contact {bare}.");
     publish.finish(&format!("contact {bare}"), vec![blob], output, summary).await
-}
-
-/// An account id, `z…` or `hm://z…`.
-fn account(raw: &str, label: &str) -> ApiResult<Principal> {
-    let bare = raw.strip_prefix("hm://").unwrap_or(raw).trim_end_matches('/');
-    bare.parse().map_err(|_| ApiError::invalid(format!("{label} {raw} is not an account id")))
 }

@@ -131,7 +131,8 @@ async fn upload_images(
             note(value.trim())?;
         }
     }
-    for image in markdown::images(&file.body) {
+    let found = markdown::images(&file.body);
+    for image in &found {
         if is_local(image.target) {
             note(image.target)?;
         }
@@ -177,7 +178,7 @@ async fn upload_images(
     }
     let mut body = String::with_capacity(file.body.len());
     let mut copied = 0;
-    for image in markdown::images(&file.body) {
+    for image in &found {
         if image.span.start < copied {
             continue;
         }

@@ -12,7 +12,7 @@
 use seed_agents_protocol::Value;
 use serde::Serialize;
 
-use super::{Output, Publish, plain_address};
+use super::{Output, Publish, account_id, plain_address};
 use crate::error::{ApiError, ApiResult};
 use crate::hm::blob;
 use crate::identities::{self, ProfileFields};
@@ -33,11 +33,7 @@ pub(super) struct Published {
 pub(super) async fn update(publish: &Publish<'_, '_>, raw: &str) -> ApiResult<Value> {
     let address = plain_address(raw)?;
     let input = publish.raw_input()?;
-    let name = match publish.text_option("name")? {
-        Some(name) if name.len() > 256 => return Err(ApiError::invalid("Profile name is too large")),
-        Some(name) => Some(name),
-        None => input.text(&["name"], "Profile name", 256)?,
-    };
+    let name = publish.name_option("Profile name", 256)?;
     let description = input.text(&["description"], "Profile description", 64 * 1024)?;
     let icon = input.text(&["icon", "avatar"], "Profile icon", 2048)?;
     if let Some(icon) = icon
@@ -119,12 +115,7 @@ pub(super) async fn alias(publish: &Publish<'_, '_>, raw: &str) -> ApiResult<Val
         .raw_input()?
         .text(&["alias"], "Profile alias", crate::validate::MAX_NAME_BYTES)?
         .ok_or_else(|| ApiError::invalid("Profile alias is required (options.input.alias, an account id)"))?;
-    let alias: seed_agents_protocol::Principal = given
-        .strip_prefix("hm://")
-        .unwrap_or(given)
-        .trim_end_matches('/')
-        .parse()
-        .map_err(|_| ApiError::invalid(format!("Profile alias {given} is not an account id")))?;
+    let alias = account_id(given, "Profile alias")?;
     let key = publish.signing_key().await?;
     let account = blob::principal(&key);
     if address.uid != account.to_string() || !address.path.is_empty() {
