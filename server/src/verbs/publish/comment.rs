@@ -117,13 +117,7 @@ struct Parent {
 /// Reads the comment `reply_to` names.
 async fn parent_comment(publish: &Publish<'_, '_>, reply_to: &str) -> ApiResult<Parent> {
     let id = comment_id(reply_to, "options.replyTo")?;
-    let answer = match publish.hm.comment(&id).await {
-        Ok(answer) => answer,
-        Err(HmError::Status { status: 404, .. }) => {
-            return Err(ApiError::not_found(format!("No comment {reply_to} to reply to")));
-        }
-        Err(error) => return Err(hm_error(error)),
-    };
+    let answer = read_comment(publish, &id, || format!("No comment {reply_to} to reply to")).await?;
     let bad = |what: &str| ApiError::upstream(format!("Hypermedia server: comment {id} {what}"));
     let cid = |key: &str| field(&answer, &[key]).and_then(|cid| ipld_core::cid::Cid::try_from(cid).ok());
     let version = cid("version").ok_or_else(|| bad("has no version"))?;
@@ -134,9 +128,27 @@ async fn parent_comment(publish: &Publish<'_, '_>, reply_to: &str) -> ApiResult<
         target_version: field(&answer, &["targetVersion"]).filter(|version| !version.is_empty()).map(str::to_owned),
         thread_root: cid("threadRootVersion").unwrap_or(version),
         version,
-        private: answer.get("visibility").and_then(Json::as_str) == Some("PRIVATE"),
+        private: is_private(&answer),
         id,
     })
+}
+
+/// The `Comment` the server answers for record id `id`; 404 with `missing()` when it has none.
+pub(super) async fn read_comment(
+    publish: &Publish<'_, '_>,
+    id: &str,
+    missing: impl FnOnce() -> String,
+) -> ApiResult<Json> {
+    match publish.hm.comment(id).await {
+        Ok(answer) => Ok(answer),
+        Err(HmError::Status { status: 404, .. }) => Err(ApiError::not_found(missing())),
+        Err(error) => Err(hm_error(error)),
+    }
+}
+
+/// Whether a `Comment` answer is a private comment.
+pub(super) fn is_private(answer: &Json) -> bool {
+    answer.get("visibility").and_then(Json::as_str) == Some("PRIVATE")
 }
 
 /// Whether `tsid` is a record's tsid: `z` then base58 letters or digits.

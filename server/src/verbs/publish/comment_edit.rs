@@ -14,12 +14,11 @@
 
 use ipld_core::cid::Cid;
 use seed_agents_protocol::{Principal, Value};
-use serde_json::Value as Json;
 
-use super::comment::comment_id;
-use super::{MAX_CONTENT, Output, Publish, field, hm_error, links, markdown, version_cids};
+use super::comment::{comment_id, is_private, read_comment};
+use super::{MAX_CONTENT, Output, Publish, field, links, markdown, version_cids};
 use crate::error::{ApiError, ApiResult};
-use crate::hm::{HmError, blob, comment};
+use crate::hm::{blob, comment};
 
 /// `comment.update`: `content` is the write's own.
 pub(super) async fn update(publish: &Publish<'_, '_>, content: Option<&str>) -> ApiResult<Value> {
@@ -47,11 +46,7 @@ async fn edit(publish: &Publish<'_, '_>, body: Option<&str>) -> ApiResult<Value>
         .ok_or_else(|| ApiError::invalid("Comment ID is required (options.input.comment: hm://<author>/<tsid>)"))?;
     let id = comment_id(given, "Comment ID")?;
     let blocks = body.map(markdown::blocks).transpose()?;
-    let existing = match publish.hm.comment(&id).await {
-        Ok(answer) => answer,
-        Err(HmError::Status { status: 404, .. }) => return Err(ApiError::not_found(format!("No comment {given}"))),
-        Err(error) => return Err(hm_error(error)),
-    };
+    let existing = read_comment(publish, &id, || format!("No comment {given}")).await?;
     let bad = |what: &str| ApiError::upstream(format!("Hypermedia server: comment {id} {what}"));
     let author = field(&existing, &["author"]).ok_or_else(|| bad("has no author"))?;
     let account = field(&existing, &["targetAccount"]).ok_or_else(|| bad("has no target account"))?;
@@ -66,7 +61,7 @@ async fn edit(publish: &Publish<'_, '_>, body: Option<&str>) -> ApiResult<Value>
         Some(_) => (link("replyParentVersion"), link("threadRootVersion")),
         None => (None, None),
     };
-    let private = existing.get("visibility").and_then(Json::as_str) == Some("PRIVATE");
+    let private = is_private(&existing);
     if let Some(blocks) = &blocks {
         links::check(publish, blocks).await?;
     }
