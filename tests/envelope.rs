@@ -160,8 +160,7 @@ async fn a_registered_delegate_acts_for_its_issuer() {
     let delegate_principal = delegate_key.principal();
     let delegate_self = User::new(&server.url, Ed25519Signer::from_seed(&delegate_key.seed()), None);
     let issuer_key = ed25519_dalek::SigningKey::from_bytes(&issuer.signer.seed());
-    let capability =
-        seed_agents_server::auth::signers::sign_capability(&issuer_key, &delegate_principal, "AGENT", now_ms());
+    let capability = seed_agents_server::signers::sign_capability(&issuer_key, &delegate_principal, "AGENT", now_ms());
 
     // Before registration the delegate cannot act for the issuer.
     let as_issuer = User::new(&server.url, Ed25519Signer::from_seed(&delegate_key.seed()), Some(issuer.principal));

@@ -8,6 +8,7 @@ use seed_agents_protocol::generated::{
     SessionInfoStatus, SignalRun, StopSession,
 };
 use seed_agents_protocol::{AgentResponse, wire};
+use seed_agents_server::error::ErrorKind;
 use seed_agents_server::runs::engine::{Outcome, StopReason};
 
 use crate::support::runs::{Scripted, Stage, failure, stage, turn_output};
@@ -88,9 +89,9 @@ async fn retry_session_reruns_a_failed_turn_inline() {
 
     // A retry that fails answers with the run's message under its status (502 by default).
     stage(&server, &owner.id, &agent, &session, Stage::Failed).await;
-    scripted.answer(Some(Outcome::Failed(failure("Rate limited by the provider", Some(429)))));
+    scripted.answer(Some(Outcome::Failed(failure("Rate limited by the provider", ErrorKind::TooMany))));
     assert_eq!(api_error(owner.call(retry(&session)).await), (429, "Rate limited by the provider".into()));
-    scripted.answer(Some(Outcome::Failed(failure("Provider unreachable", None))));
+    scripted.answer(Some(Outcome::Failed(failure("Provider unreachable", ErrorKind::Upstream))));
     assert_eq!(api_error(owner.call(retry(&session)).await), (502, "Provider unreachable".into()));
     let events = owner.call(get(&session)).await.unwrap().events;
     assert_eq!(events.len(), 4, "each final failure appended its error event");

@@ -1,22 +1,17 @@
-//! The application state every handler receives, and the running server.
+//! The application state every feature receives: the database, the event bus, the configuration,
+//! the secret key, the clock, the outbound clients, and the state of the features that keep some
+//! in memory (the run engine, user verbs and titles in progress, upload chunk order).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Instant;
 
-use seed_agents_protocol::envelope::KeyCache;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-
-use crate::auth::replay::ReplayGuard;
 use crate::bus::Bus;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::{Db, DbError};
 use crate::secrets::crypto::{SecretKey, SecretKeyError};
 
-/// Shared state: database, bus, configuration, secret key, clock, verification caches.
+/// Shared state: database, bus, configuration, secret key, clock, outbound clients.
 #[derive(Debug)]
 pub struct App {
     /// The database.
@@ -29,10 +24,6 @@ pub struct App {
     pub secrets: SecretKey,
     /// Milliseconds since the epoch (manual in tests).
     pub clock: Clock,
-    /// Decompressed signer keys.
-    pub keys: KeyCache,
-    /// Signatures seen within the timestamp window.
-    pub replay: ReplayGuard,
     /// The outbound HTTP client (provider model lists, downloads, the Hypermedia server).
     pub http: reqwest::Client,
     /// Model providers, over [`Self::http`].
@@ -45,10 +36,6 @@ pub struct App {
     pub started: Instant,
     /// Upload chunks that arrived ahead of their predecessor (pipelined clients).
     pub upload_order: crate::uploads::AppendOrder,
-    /// Bytes held by request bodies until their request is answered.
-    pub bodies: crate::http::body::BodyBudget,
-    /// WebSocket subscriptions.
-    pub live: crate::ws::Live,
     /// The run engine: claims, executes, cancels and finishes runs.
     pub runs: crate::runs::Engine,
     /// Holds the data directory's lock file for the life of the server.
@@ -103,17 +90,8 @@ impl App {
             .map_err(|_| data_dir_error("another seed-agents-server is already using this directory".to_owned()))?;
         let secrets = SecretKey::load(dir, std::env::var(SecretKey::ENV).ok().as_deref())?;
         let db = Db::open_with(&config.database_path(), config.db_queues)?;
-        if config.max_body_bytes > config.body_budget_bytes {
-            tracing::warn!(
-                max_body_bytes = config.max_body_bytes,
-                body_budget_bytes = config.body_budget_bytes,
-                "--max-body-bytes is over --body-budget-bytes: bodies larger than the budget are refused"
-            );
-        }
-        let bodies = crate::http::body::BodyBudget::new(config.body_budget_bytes);
         let upload_order = crate::uploads::AppendOrder::with_grace(config.upload_arrival_grace);
         let http = outbound_http_client().map_err(|error| StartError::HttpClient(error.to_string()))?;
-        let live = crate::ws::Live::new(config.ws_limits());
         let runs = crate::runs::Engine::new(config.run_limits);
         let model = crate::model::Client::new(
             http.clone(),
@@ -124,36 +102,20 @@ impl App {
             },
         );
         Ok(Self {
-            live,
             runs,
             db,
             bus: Bus::new(),
             config,
             secrets,
             clock,
-            keys: KeyCache::new(),
-            replay: ReplayGuard::new(ReplayGuard::DEFAULT_CAPACITY),
             model,
             titles: crate::runtime::title::Titler::default(),
             user_verbs: crate::verbs::InFlight::default(),
             http,
             started: Instant::now(),
             upload_order,
-            bodies,
             _lock: lock,
         })
-    }
-}
-
-impl App {
-    /// How request bodies are bounded, from the configuration.
-    pub fn body_limits(&self) -> crate::http::body::BodyLimits {
-        crate::http::body::BodyLimits {
-            // A body the budget can never hold is too large, not "busy".
-            max_body_bytes: self.config.max_body_bytes.min(self.config.body_budget_bytes),
-            body_timeout: self.config.body_timeout,
-            body_min_rate: self.config.body_min_rate,
-        }
     }
 }
 
@@ -166,81 +128,4 @@ fn outbound_http_client() -> reqwest::Result<reqwest::Client> {
         .connect_timeout(std::time::Duration::from_secs(15))
         .user_agent(concat!("seed-agents-server/", env!("CARGO_PKG_VERSION")))
         .build()
-}
-
-/// A server running on a Tokio runtime: its address and a way to stop it.
-#[derive(Debug)]
-pub struct RunningServer {
-    addr: SocketAddr,
-    app: Arc<App>,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: JoinHandle<std::io::Result<()>>,
-    /// Expires idle uploads (`uploads::sweep`).
-    upload_sweeper: JoinHandle<()>,
-    /// Fans bus events out to WebSockets (`ws::hub`).
-    hub: JoinHandle<()>,
-    /// The run dispatcher (`runs::engine`).
-    dispatcher: JoinHandle<()>,
-    /// The trigger monitors (`triggers::spawn_monitors`), until shutdown stops them.
-    trigger_monitors: Option<crate::triggers::Monitors>,
-}
-
-impl RunningServer {
-    /// Opens the app and binds `config.listen` (use port 0 for an ephemeral port).
-    pub async fn start(config: Config, clock: Clock) -> Result<Self, StartError> {
-        let address = config.listen;
-        let app = Arc::new(App::open(config, clock)?);
-        // Before anything that writes starts, so every temp file found is an earlier process's.
-        let config = app.config.clone();
-        let _ =
-            tokio::task::spawn_blocking(move || crate::leftovers::remove(&config, std::time::SystemTime::now())).await;
-        let listener = TcpListener::bind(address).await.map_err(|source| StartError::Listen { address, source })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Listen { address, source })?;
-        let (shutdown, stopped) = oneshot::channel::<()>();
-        let router = crate::http::router(app.clone());
-        let limits = crate::http::serve::ConnectionLimits {
-            max_connections: app.config.max_connections,
-            header_timeout: app.config.header_timeout,
-        };
-        let hub = crate::ws::spawn_hub(&app);
-        let task = tokio::spawn(crate::http::serve::serve(listener, router, limits, async move {
-            let _ = stopped.await;
-        }));
-        let upload_sweeper = crate::uploads::spawn_sweeper(&app);
-        app.runs.install(Arc::new(crate::runtime::AgentExecutor));
-        let dispatcher = crate::runs::Engine::start(&app);
-        let trigger_monitors = Some(crate::triggers::spawn_monitors(&app));
-        Ok(Self { addr, app, shutdown: Some(shutdown), task, upload_sweeper, hub, dispatcher, trigger_monitors })
-    }
-
-    /// The bound address.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The app (tests inspect the database or bus through it).
-    pub fn app(&self) -> &Arc<App> {
-        &self.app
-    }
-
-    /// Closes WebSockets (1001), asks executing runs to end (the next start requeues them), stops
-    /// accepting connections, finishes in-flight requests, then closes the database.
-    pub async fn shutdown(mut self) -> std::io::Result<()> {
-        if let Some(monitors) = self.trigger_monitors.take() {
-            monitors.stop().await;
-        }
-        self.app.live.shut_down(std::time::Duration::from_secs(5)).await;
-        let _ = (&mut self.hub).await;
-        // Before the requests: an inline run's request answers once its run stopped.
-        self.app.runs.shutdown().await;
-        let _ = (&mut self.dispatcher).await;
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        let served = (&mut self.task).await.unwrap_or_else(|error| Err(std::io::Error::other(error)));
-        self.upload_sweeper.abort();
-        let db = self.app.db.clone();
-        tokio::task::spawn_blocking(move || db.close()).await.map_err(std::io::Error::other)?;
-        served
-    }
 }

@@ -4,10 +4,15 @@
 //! Publishing never blocks and never fails: with no subscriber the event is dropped (the
 //! durable state is already in the database); a subscriber that falls behind loses the oldest
 //! events and is told so by `broadcast`'s `Lagged`, after which it re-reads state.
+//!
+//! A session's own frames (durable appends and live partials) do not wait in the bus: they go to
+//! the [`SessionSink`] the edge installed, on the publishing task, so a partial and the appends
+//! around it keep their order and no frame queues behind unrelated events.
 
-use std::sync::Arc;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
 
-use seed_agents_protocol::generated::{RunInfo, SessionEvent};
+use seed_agents_protocol::generated::{PartialPatch, RunInfo, SessionEvent};
 use tokio::sync::broadcast;
 
 /// Why an account's view changed (the `reason` of an `account/<id>` change frame).
@@ -134,10 +139,34 @@ pub enum Event {
     },
 }
 
+/// What goes to a session's own subscribers on the publisher's task, in the order it is
+/// published: durable appends and partials.
+#[derive(Debug, Clone, Copy)]
+pub enum SessionFrame<'a> {
+    /// A durable event, just committed.
+    Append(&'a SessionEvent),
+    /// A piece of the assistant message `partial_id` being written (never stored).
+    Partial {
+        /// The message being written.
+        partial_id: &'a str,
+        /// What changed.
+        patch: &'a PartialPatch,
+    },
+}
+
+/// Where a session's frames go: the subscribers of `sessions/<id>`, reached on the caller's task.
+/// The WebSocket edge implements it; the domain only publishes.
+pub trait SessionSink: Send + Sync + fmt::Debug {
+    /// Sends `frame` to the subscribers of session `session_id` now. Never blocks on the network.
+    fn send(&self, session_id: &str, frame: SessionFrame<'_>);
+}
+
 /// The bus; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Bus {
     sender: broadcast::Sender<Arc<Event>>,
+    /// Where session frames go, once the edge installed it (none in tests without one).
+    sessions: Arc<OnceLock<Arc<dyn SessionSink>>>,
 }
 
 impl Default for Bus {
@@ -152,7 +181,19 @@ impl Bus {
 
     /// A bus with no subscribers.
     pub fn new() -> Self {
-        Self { sender: broadcast::channel(Self::CAPACITY).0 }
+        Self { sender: broadcast::channel(Self::CAPACITY).0, sessions: Arc::default() }
+    }
+
+    /// Sets where session frames go (the first sink installed stays).
+    pub fn install_session_sink(&self, sink: Arc<dyn SessionSink>) {
+        let _ = self.sessions.set(sink);
+    }
+
+    /// Sends `frame` to the subscribers of session `session_id` on this task (see [`SessionSink`]).
+    pub fn to_session(&self, session_id: &str, frame: SessionFrame<'_>) {
+        if let Some(sink) = self.sessions.get() {
+            sink.send(session_id, frame);
+        }
     }
 
     /// Publishes `event` to current subscribers.

@@ -43,6 +43,49 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind.
+    pub const ALL: [Self; 14] = [
+        Self::Invalid,
+        Self::Unauthorized,
+        Self::Forbidden,
+        Self::NotFound,
+        Self::Conflict,
+        Self::TooLarge,
+        Self::UnsupportedMediaType,
+        Self::TooMany,
+        Self::TimedOut,
+        Self::UpdateRequired,
+        Self::Unavailable,
+        Self::Upstream,
+        Self::NotImplemented,
+        Self::Internal,
+    ];
+
+    /// A stable name, for what the server stores (a run's failure).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Invalid => "invalid",
+            Self::Unauthorized => "unauthorized",
+            Self::Forbidden => "forbidden",
+            Self::NotFound => "not-found",
+            Self::Conflict => "conflict",
+            Self::TooLarge => "too-large",
+            Self::UnsupportedMediaType => "unsupported-media-type",
+            Self::TooMany => "too-many",
+            Self::TimedOut => "timed-out",
+            Self::UpdateRequired => "update-required",
+            Self::Unavailable => "unavailable",
+            Self::Upstream => "upstream",
+            Self::NotImplemented => "not-implemented",
+            Self::Internal => "internal",
+        }
+    }
+
+    /// The kind [`Self::as_str`] names.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+
     /// Whether the server (or a service it called) failed rather than the request: the same
     /// request may succeed later, and nothing about it was refused.
     pub fn is_server_side(self) -> bool {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use ipld_core::ipld::Ipld;
 use seed_agents_server::App;
+use seed_agents_server::error::ErrorKind;
 use seed_agents_server::runs::engine::{Claimed, Executor, Outcome, RunFailure, StopReason, StopSignal};
 use seed_agents_server::runs::finish::{self, Backoff};
 use seed_agents_server::runs::queue::{self, Changes, NewRun, Queue};
@@ -84,7 +85,7 @@ impl Executor for Scripted {
             tokio::select! {
                 outcome = finished => outcome.unwrap_or(Outcome::Canceled(Ipld::Null)),
                 reason = stop.stopped() => match reason {
-                    StopReason::Shutdown => Outcome::Failed(failure("shutting down", None)),
+                    StopReason::Shutdown => Outcome::Failed(failure("shutting down", ErrorKind::Upstream)),
                     StopReason::Stop | StopReason::Cancel => Outcome::Canceled(turn_output("stopped")),
                 },
             }
@@ -92,9 +93,9 @@ impl Executor for Scripted {
     }
 }
 
-/// A final (not retryable) failure with `message`, answered under `http_status`.
-pub fn failure(message: &str, http_status: Option<u16>) -> RunFailure {
-    RunFailure { code: "provider-error".into(), message: message.into(), retryable: false, http_status }
+/// A final (not retryable) provider failure with `message`, answered as `kind`.
+pub fn failure(message: &str, kind: ErrorKind) -> RunFailure {
+    RunFailure { kind, ..RunFailure::provider(message, false) }
 }
 
 /// The app of a running test server.
@@ -127,7 +128,7 @@ pub async fn stage(server: &TestServer, owner: &str, agent_id: &str, session_id:
         max_attempts: 1,
         parent_run_id: None,
     };
-    let now = app.clock.now_ms();
+    let (now, ending) = (app.clock.now_ms(), app.runs.ending());
     let (id, changes) = app
         .db
         .write(move |conn| {
@@ -139,13 +140,13 @@ pub async fn stage(server: &TestServer, owner: &str, agent_id: &str, session_id:
                     return Ok((id, changes));
                 }
                 Stage::Paused => Outcome::Parked(Wait::BudgetPause { note: Some("budget spent".into()) }),
-                Stage::Failed => Outcome::Failed(failure("The provider refused the request", None)),
+                Stage::Failed => Outcome::Failed(failure("The provider refused the request", ErrorKind::Upstream)),
             };
             // The claim fails while another run of the session is live: stage only in a quiet session.
             let claimed = queue::claim_run(conn, &id, "stager", now, now + 60_000)?;
             assert!(claimed.is_some(), "stage: session {} has another live run; wait for it first", run.session_id);
             let backoff = (Backoff { base_ms: 5_000, cap_ms: 300_000 }, 0);
-            finish::finish(conn, &id, "stager", outcome, now, backoff, &mut changes)?;
+            finish::finish(conn, ending.hooks(), &id, "stager", outcome, now, backoff, &mut changes)?;
             Ok((id, changes))
         })
         .await

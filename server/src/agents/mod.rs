@@ -19,8 +19,8 @@ use serde::Serialize;
 
 use crate::access::{self, Need, Role};
 use crate::app::App;
-use crate::auth::Caller;
 use crate::bus::{ChangeReason, Event};
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::idempotency::{self, Key};
 use definition::DefinitionContext;
@@ -241,14 +241,14 @@ pub async fn update_agent(app: &App, caller: &Caller, action: UpdateAgent) -> Ap
 /// and state directory; sub-sessions of other agents under its sessions become top-level, and its
 /// runs stay, detached.
 pub async fn delete_agent(app: &App, caller: &Caller, action: DeleteAgent) -> ApiResult<DeleteAgentResponse> {
-    let (account, now, is_live) = (caller.account_id.clone(), app.clock.now_ms(), app.runs.live_check());
+    let (account, now, ending) = (caller.account_id.clone(), app.clock.now_ms(), app.runs.ending());
     let (agent_id, state_dir, members, sessions, canceled) = app
         .db
         .write(move |conn| {
             let access = access::require(conn, &action.agent_id, &account, Need::Own)?;
             // Live runs end first (executing ones are asked to stop after the commit).
             let mut changes = crate::runs::Changes::default();
-            let canceled = crate::runs::cancel::cancel_agent(conn, &access.agent_id, now, &is_live, &mut changes)?;
+            let canceled = crate::runs::cancel::cancel_agent(conn, &access.agent_id, now, &ending, &mut changes)?;
             let sessions = conn
                 .prepare_cached("SELECT id FROM sessions WHERE agent_id = ?1")?
                 .query_map(params![access.agent_id], |row| row.get::<_, String>(0))?

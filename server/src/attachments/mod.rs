@@ -23,7 +23,7 @@ use seed_agents_protocol::generated::{
 
 use crate::access::{self, Need};
 use crate::app::App;
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
 

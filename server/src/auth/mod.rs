@@ -28,29 +28,15 @@
 //! stream it opens to whoever replays it.
 
 pub mod replay;
-pub mod signers;
 
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::envelope::{DecodeError, SignedEnvelope, TIMESTAMP_WINDOW_MS};
-use seed_agents_protocol::{ActionInfo, Effect, Principal};
+use seed_agents_protocol::{ActionInfo, Effect};
 
-use crate::app::App;
+use crate::caller::Caller;
+use crate::edge::Edge;
 use crate::error::{ApiError, ApiResult};
-
-/// Who is acting: the verified account, the key that signed, and the protocol it speaks.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    /// The account the action is performed for.
-    pub account: Principal,
-    /// [`Self::account`] in its string form (`z…`), as stored and returned.
-    pub account_id: String,
-    /// The key that signed (the account itself or a delegate).
-    pub signer: Principal,
-    /// [`Self::signer`] in string form.
-    pub signer_id: String,
-    /// The client's declared protocol version.
-    pub protocol: u32,
-}
+use crate::signers;
 
 /// The transport a request arrived on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +62,8 @@ pub struct Verified {
 /// Runs every check on `bytes`; see the module doc for the order.
 ///
 /// Takes the body: its bytes become the signing bytes in place, so a large action is held once.
-pub async fn verify(app: &App, bytes: Vec<u8>, transport: Transport) -> ApiResult<Verified> {
+pub(crate) async fn verify(edge: &Edge, bytes: Vec<u8>, transport: Transport) -> ApiResult<Verified> {
+    let app = &edge.app;
     let envelope = SignedEnvelope::decode_owned(bytes).map_err(|error| match error {
         DecodeError::Wire(_) => ApiError::invalid("Invalid CBOR request"),
         DecodeError::Envelope(error) => ApiError::unauthorized(error.to_string()),
@@ -85,14 +72,14 @@ pub async fn verify(app: &App, bytes: Vec<u8>, transport: Transport) -> ApiResul
     let ts = envelope.timestamp_ms();
     let signature = envelope.signature();
     let verified = envelope
-        .verify_with(now, TIMESTAMP_WINDOW_MS, Some(&app.keys))
+        .verify_with(now, TIMESTAMP_WINDOW_MS, Some(&edge.keys))
         .map_err(|error| ApiError::unauthorized(error.to_string()))?;
     let action = verified.action();
     let keyed = action.contains_key("clientRequestId") || action.contains_key("clientMessageId");
     if replay_guarded(verified.action_name(), keyed, transport) {
         // `ts` verified finite and inside the window above.
         let expires = ts.map_or(now, |ts| ts as i64) + TIMESTAMP_WINDOW_MS;
-        if !app.replay.check_and_record(&signature, expires, now) {
+        if !edge.replay.check_and_record(&signature, expires, now) {
             return Err(ApiError::unauthorized("Replayed envelope"));
         }
     }

@@ -21,8 +21,8 @@ use seed_agents_protocol::{Principal, wire};
 use crate::access::{self, Need, Role};
 use crate::agents;
 use crate::app::App;
-use crate::auth::Caller;
 use crate::bus::{ChangeReason, Event};
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 

@@ -12,9 +12,9 @@ use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
 use seed_agents_protocol::{self as protocol, ActionInfo, AgentResponse, Response, wire};
 
 use crate::app::App;
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::{agents, auth, collaborators, memory, providers, runs, secrets, sessions};
+use crate::{agents, collaborators, memory, providers, runs, secrets, sessions, signers};
 
 mod shape;
 
@@ -24,7 +24,7 @@ mod shape;
 macro_rules! routes {
     ($then:ident) => {
         $then! {
-            RegisterSigner => auth::signers::register_signer,
+            RegisterSigner => signers::register_signer,
             SetSecret => secrets::set_secret,
             SetModelProvider => providers::set_model_provider,
             ListModelProviders => providers::list_model_providers,

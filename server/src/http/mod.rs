@@ -4,6 +4,7 @@
 
 pub mod body;
 pub mod serve;
+mod webhook;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,15 +20,15 @@ use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
 use seed_agents_protocol::wire;
 use tracing::Instrument;
 
-use crate::app::App;
 use crate::auth::{self, Transport};
+use crate::edge::Edge;
 use crate::error::{ApiError, ErrorKind};
 
 /// The protocol header, lower-cased for `http`.
 static PROTOCOL_HEADER: HeaderName = HeaderName::from_static("x-agents-protocol");
 
 /// The server's routes.
-pub fn router(app: Arc<App>) -> Router {
+pub(crate) fn router(edge: Arc<Edge>) -> Router {
     Router::new()
         .route("/api/message", post(message).options(preflight))
         .route("/agents/api/message", post(message).options(preflight))
@@ -36,11 +37,11 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/version", get(version))
         .route("/agents/api/version", get(version))
         .merge(crate::ws::routes())
-        .merge(crate::triggers::webhook::routes())
+        .merge(webhook::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(protocol_header))
-        .with_state(app)
+        .with_state(edge)
 }
 
 /// Adds `X-Agents-Protocol` (and exposes it to browsers) on every response.
@@ -69,7 +70,7 @@ fn cors(headers: &mut HeaderMap, methods: &'static str) {
 }
 
 /// `POST /api/message`: one signed action in, one response out.
-async fn message(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+async fn message(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Body) -> Response {
     let span = tracing::info_span!(
         "request",
         action = tracing::field::Empty,
@@ -80,7 +81,7 @@ async fn message(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) ->
     async move {
         let started = Instant::now();
         let mut progress = Progress { protocol: AGENTS_PROTOCOL_VERSION, body_read: false };
-        let outcome = handle_message(&app, &headers, body, &mut progress).await;
+        let outcome = handle_message(&edge, &headers, body, &mut progress).await;
         let response = match outcome {
             Ok(bytes) => cbor(StatusCode::OK, bytes),
             Err(error) => {
@@ -122,7 +123,7 @@ const TOO_LONG: &str = "The server could not answer in time; try again later";
 
 /// Reads, verifies and dispatches one request.
 async fn handle_message(
-    app: &Arc<App>,
+    edge: &Edge,
     headers: &HeaderMap,
     body: Body,
     progress: &mut Progress,
@@ -130,10 +131,11 @@ async fn handle_message(
     if !is_cbor(headers) {
         return Err(ApiError::new(ErrorKind::UnsupportedMediaType, "Content-Type must be application/cbor"));
     }
-    let (bytes, reservation) = body::read(headers, body, &app.body_limits(), &app.bodies).await?;
+    let app = &edge.app;
+    let (bytes, reservation) = body::read(headers, body, &edge.body_limits(), &edge.bodies).await?;
     progress.body_read = true;
     let answer = async {
-        let verified = auth::verify(app, bytes, Transport::Http).await?;
+        let verified = auth::verify(edge, bytes, Transport::Http).await?;
         progress.protocol = verified.caller.protocol;
         let span = tracing::Span::current();
         span.record("action", verified.action_name.as_str());
@@ -222,7 +224,8 @@ fn json(value: serde_json::Value) -> Response {
 }
 
 /// `GET /api/health`: liveness plus what this build offers.
-async fn health(State(app): State<Arc<App>>) -> Response {
+async fn health(State(edge): State<Arc<Edge>>) -> Response {
+    let app = &edge.app;
     json(serde_json::json!({
         "status": "ok",
         "uptime": app.started.elapsed().as_secs_f64(),
@@ -240,7 +243,8 @@ async fn health(State(app): State<Arc<App>>) -> Response {
 }
 
 /// `GET /api/version`: build information.
-async fn version(State(app): State<Arc<App>>) -> Response {
+async fn version(State(edge): State<Arc<Edge>>) -> Response {
+    let app = &edge.app;
     json(serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "commit": option_env!("SEED_AGENTS_COMMIT").unwrap_or("unknown"),

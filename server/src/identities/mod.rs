@@ -25,7 +25,7 @@ use zeroize::Zeroizing;
 
 use crate::access::{self, Need, Role};
 use crate::app::App;
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::hm::blob::BlobError;
 use crate::hm::document::TextBlock;

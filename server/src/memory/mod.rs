@@ -25,8 +25,8 @@ use seed_agents_protocol::generated::{
 
 use crate::access::{self, Need};
 use crate::app::App;
-use crate::auth::Caller;
 use crate::bus::ChangeReason;
+use crate::caller::Caller;
 use crate::error::ApiResult;
 use download::blocking;
 use path::MemoryPath;

@@ -25,8 +25,8 @@ use seed_agents_protocol::wire;
 
 use crate::access::{self, Need};
 use crate::app::App;
-use crate::auth::Caller;
 use crate::bus::ChangeReason;
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::secrets;
 
@@ -455,8 +455,8 @@ mod tests {
     /// The handlers against a real app: upserts keep identity, delete keeps shared secrets.
     #[tokio::test]
     async fn set_list_delete_round_trip() {
-        use crate::auth::Caller;
         use crate::bus::Event;
+        use crate::caller::Caller;
         use crate::{Clock, Config};
         use seed_agents_protocol::Principal;
         use seed_agents_protocol::generated::SetSecret;

@@ -33,7 +33,7 @@ use super::registry::{ModelListStyle, ProviderType};
 use super::{PROVIDER_NOT_FOUND, load};
 use crate::access::{self, Need};
 use crate::app::App;
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::secrets;
 use crate::validate::{MAX_NAME_BYTES, bounded_string};

@@ -13,7 +13,7 @@ use super::info;
 use super::queue::Changes;
 use crate::access::{self, Need};
 use crate::app::App;
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
@@ -123,14 +123,14 @@ impl Selector<'_> {
 /// `CancelRun {runId}` (writer): cancels the run's tree; `canceled` says whether anything was
 /// canceled or asked to stop.
 pub async fn cancel_run(app: &App, caller: &Caller, action: CancelRun) -> ApiResult<CancelRunResponse> {
-    let (account, now, is_live) = (caller.account_id.clone(), app.clock.now_ms(), app.runs.live_check());
+    let (account, now, ending) = (caller.account_id.clone(), app.clock.now_ms(), app.runs.ending());
     let run_id = action.run_id.clone();
     let (canceled, changes) = app
         .db
         .write(move |conn| {
             access::require_run(conn, &run_id, &account, Need::Write)?;
             let mut changes = Changes::default();
-            let canceled = super::cancel::cancel_tree(conn, &run_id, now, &is_live, &mut changes)?;
+            let canceled = super::cancel::cancel_tree(conn, &run_id, now, &ending, &mut changes)?;
             Ok((canceled, changes))
         })
         .await?;

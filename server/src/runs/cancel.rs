@@ -10,6 +10,7 @@
 use rusqlite::{Connection, params};
 
 use super::finish::roll_up_canceled;
+use super::hooks::Ending;
 use super::queue::{Changes, sync_session_status};
 use crate::error::ApiResult;
 
@@ -39,13 +40,13 @@ impl Canceled {
     }
 }
 
-/// Cancels the tree rooted at `run_id` (see the module docs). `is_live` says whether a run is
+/// Cancels the tree rooted at `run_id` (see the module docs). `ending` says whether a run is
 /// executing in this process.
 pub fn cancel_tree(
     conn: &Connection,
     run_id: &str,
     now_ms: i64,
-    is_live: &dyn Fn(&str) -> bool,
+    ending: &Ending,
     changes: &mut Changes,
 ) -> ApiResult<Canceled> {
     let members: Vec<(String, String, Option<String>, Option<String>)> = conn
@@ -64,7 +65,7 @@ pub fn cancel_tree(
     let mut sessions: Vec<String> = Vec::new();
     for (id, status, session_id, parent) in members {
         let executing = matches!(status.as_str(), "claimed" | "running");
-        if executing && is_live(&id) {
+        if executing && ending.is_live(&id) {
             outcome.live.push((id, session_id));
             continue;
         }
@@ -73,14 +74,14 @@ pub fn cancel_tree(
                  not_before = NULL, finished_at = ?2, updated_at = ?2 WHERE id = ?1",
         )?
         .execute(params![id, now_ms])?;
-        if crate::triggers::chain::settle_unwatched(conn, &id)? {
+        if ending.hooks().run_ended(conn, &id)? {
             changes.end_watched(&id);
         }
         changes.run(conn, &id)?;
         if let Some(parent) = &parent {
             roll_up_canceled(conn, &id, parent)?;
         }
-        super::children::finalized(conn, &id, now_ms, changes)?;
+        super::children::finalized(conn, ending.hooks(), &id, now_ms, changes)?;
         if let Some(session_id) = session_id
             && !sessions.contains(&session_id)
         {
@@ -100,14 +101,14 @@ fn cancel_live_of(
     sql: &str,
     value: &str,
     now_ms: i64,
-    is_live: &dyn Fn(&str) -> bool,
+    ending: &Ending,
     changes: &mut Changes,
 ) -> ApiResult<Canceled> {
     let roots: Vec<String> =
         conn.prepare_cached(sql)?.query_map(params![value], |row| row.get(0))?.collect::<rusqlite::Result<_>>()?;
     let mut outcome = Canceled::default();
     for root in roots {
-        outcome.absorb(cancel_tree(conn, &root, now_ms, is_live, changes)?);
+        outcome.absorb(cancel_tree(conn, &root, now_ms, ending, changes)?);
     }
     Ok(outcome)
 }
@@ -118,7 +119,7 @@ pub fn cancel_session(
     conn: &Connection,
     session_id: &str,
     now_ms: i64,
-    is_live: &dyn Fn(&str) -> bool,
+    ending: &Ending,
     changes: &mut Changes,
 ) -> ApiResult<Canceled> {
     cancel_live_of(
@@ -127,7 +128,7 @@ pub fn cancel_session(
          ORDER BY created_at, id",
         session_id,
         now_ms,
-        is_live,
+        ending,
         changes,
     )
 }
@@ -137,7 +138,7 @@ pub fn cancel_agent(
     conn: &Connection,
     agent_id: &str,
     now_ms: i64,
-    is_live: &dyn Fn(&str) -> bool,
+    ending: &Ending,
     changes: &mut Changes,
 ) -> ApiResult<Canceled> {
     cancel_live_of(
@@ -146,7 +147,7 @@ pub fn cancel_agent(
          ORDER BY created_at, id",
         agent_id,
         now_ms,
-        is_live,
+        ending,
         changes,
     )
 }

@@ -26,6 +26,7 @@ use seed_agents_protocol::generated::{
 };
 use seed_agents_protocol::{Value, wire};
 
+use super::hooks::RunHooks;
 use super::queue::{Changes, sync_session_status};
 use super::wait::Wait;
 use crate::error::{ApiError, ApiResult};
@@ -178,7 +179,13 @@ pub fn pending_calls(conn: &Connection, session_id: &str) -> ApiResult<HashSet<S
 }
 
 /// Run `run_id` ended (succeeded, failed or canceled): see the module docs.
-pub fn finalized(conn: &Connection, run_id: &str, now_ms: i64, changes: &mut Changes) -> ApiResult<()> {
+pub fn finalized(
+    conn: &Connection,
+    hooks: &dyn RunHooks,
+    run_id: &str,
+    now_ms: i64,
+    changes: &mut Changes,
+) -> ApiResult<()> {
     let Some(run) = row(conn, run_id)? else { return Ok(()) };
     if run.kind != "agent" {
         return Ok(());
@@ -186,13 +193,13 @@ pub fn finalized(conn: &Connection, run_id: &str, now_ms: i64, changes: &mut Cha
     if let (Some(session_id), Some(agent_id)) = (&run.session_id, &run.agent_id)
         && matches!(run.status.as_str(), "succeeded" | "failed")
         && !session_has_live_run(conn, session_id)?
-        && crate::runtime::plan::close_running_steps(conn, session_id, run.status == "succeeded", now_ms)?
+        && hooks.session_quiet(conn, session_id, run.status == "succeeded", now_ms)?
     {
         changes.session(session_id, agent_id);
     }
     let Some((parent_id, call_id)) = link_of(conn, &run)? else { return Ok(()) };
     if run.status == "succeeded" {
-        settle_plan_step(conn, &run, &parent_id, now_ms, changes)?;
+        settle_plan_step(conn, hooks, &run, &parent_id, now_ms, changes)?;
     }
     deliver(conn, &run, &parent_id, &call_id, now_ms, changes)
 }
@@ -215,6 +222,7 @@ fn plan_step_of(run: &Row) -> Option<String> {
 /// parent's session) succeeded.
 fn settle_plan_step(
     conn: &Connection,
+    hooks: &dyn RunHooks,
     child: &Row,
     parent_id: &str,
     now_ms: i64,
@@ -244,7 +252,7 @@ fn settle_plan_step(
     if attached.is_empty() || attached.iter().any(|status| status.as_str() != "succeeded") {
         return Ok(());
     }
-    if crate::runtime::plan::settle_step(conn, session_id, &step_id, now_ms)? {
+    if hooks.step_done(conn, session_id, &step_id, now_ms)? {
         changes.session(session_id, agent_id);
     }
     Ok(())
@@ -502,8 +510,8 @@ mod tests {
     fn a_finished_child_is_delivered_once_and_the_last_one_requeues_its_parent() {
         let conn = db("succeeded");
         let mut changes = Changes::default();
-        finalized(&conn, "k", 5, &mut changes).unwrap();
-        finalized(&conn, "k", 6, &mut changes).unwrap();
+        finalized(&conn, &crate::server::Consumers, "k", 5, &mut changes).unwrap();
+        finalized(&conn, &crate::server::Consumers, "k", 6, &mut changes).unwrap();
         assert_eq!(results(&conn, "ps"), 1, "delivered once");
         assert_eq!(wait_of(&conn, "p").unwrap(), Some(vec!["c2".to_owned()]));
         let notices = events::after(&conn, "ks", 0, i64::MAX, None).unwrap();

@@ -25,12 +25,13 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::cancel::{self, Canceled};
-pub use super::executor::{Claimed, Executor, InlineOutcome, Outcome, RunFailure, StopReason, StopSignal};
+pub use super::executor::{Claimed, Executor, FailureCode, InlineOutcome, Outcome, RunFailure, StopReason, StopSignal};
 use super::finish::{self, Backoff, Settled};
+use super::hooks::{Ending, NoHooks, RunHooks};
 use super::queue::{self, Changes};
 pub use super::wait::Wait;
 use crate::app::App;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorKind};
 
 /// The engine's knobs (upstream's constants by default; tests shorten them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +85,8 @@ struct Inner {
     owner: String,
     limits: Limits,
     executor: RwLock<Option<Arc<dyn Executor>>>,
+    /// The consumers told when runs end ([`NoHooks`] until installed).
+    hooks: RwLock<Arc<dyn RunHooks>>,
     /// Wakes the dispatcher.
     wake: Notify,
     /// Runs executing here, by id.
@@ -129,6 +132,7 @@ impl Engine {
                 owner: uuid::Uuid::new_v4().to_string(),
                 limits,
                 executor: RwLock::new(None),
+                hooks: RwLock::new(Arc::new(NoHooks)),
                 wake: Notify::new(),
                 live: Mutex::new(HashMap::new()),
                 drained: Notify::new(),
@@ -157,6 +161,16 @@ impl Engine {
         self.notify();
     }
 
+    /// Installs the consumers told when runs end (replacing any). Install before anything can
+    /// end a run: until then, runs end with [`NoHooks`].
+    pub fn install_hooks(&self, hooks: Arc<dyn RunHooks>) {
+        *self.inner.hooks.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = hooks;
+    }
+
+    fn hooks(&self) -> Arc<dyn RunHooks> {
+        self.inner.hooks.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
     fn executor(&self) -> Option<Arc<dyn Executor>> {
         self.inner.executor.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
@@ -176,11 +190,11 @@ impl Engine {
         self.inner.is_live(run_id)
     }
 
-    /// A check, usable inside a write transaction, of whether a run executes in this process (for
-    /// the `cancel` functions).
-    pub fn live_check(&self) -> impl Fn(&str) -> bool + Send + 'static {
+    /// What ending runs inside a write transaction needs (for the `cancel` and `finish`
+    /// functions): which runs execute in this process, and the consumers' hooks.
+    pub fn ending(&self) -> Ending {
         let inner = self.inner.clone();
-        move |run_id| inner.is_live(run_id)
+        Ending::new(move |run_id| inner.is_live(run_id), self.hooks())
     }
 
     /// Asks these executing runs to end: `Stop` for those of `stopped_session`, `Cancel` for the
@@ -257,12 +271,12 @@ impl Engine {
 
     /// Cancels run `run_id` and its descendants (see `cancel`); whether anything was affected.
     pub async fn cancel_tree(&self, app: &App, run_id: &str) -> ApiResult<bool> {
-        let (run_id, now, is_live) = (run_id.to_owned(), app.clock.now_ms(), self.live_check());
+        let (run_id, now, ending) = (run_id.to_owned(), app.clock.now_ms(), self.ending());
         let (canceled, changes) = app
             .db
             .write(move |conn| {
                 let mut changes = Changes::default();
-                let canceled = cancel::cancel_tree(conn, &run_id, now, &is_live, &mut changes)?;
+                let canceled = cancel::cancel_tree(conn, &run_id, now, &ending, &mut changes)?;
                 Ok((canceled, changes))
             })
             .await?;
@@ -273,12 +287,12 @@ impl Engine {
     /// turn to stop. True when anything was canceled or signaled, or a stale `streaming` mirror
     /// was corrected; false when the session was idle.
     pub async fn stop_session(&self, app: &App, session_id: &str) -> ApiResult<bool> {
-        let (session, now, is_live) = (session_id.to_owned(), app.clock.now_ms(), self.live_check());
+        let (session, now, ending) = (session_id.to_owned(), app.clock.now_ms(), self.ending());
         let (canceled, resynced, changes) = app
             .db
             .write(move |conn| {
                 let mut changes = Changes::default();
-                let canceled = cancel::cancel_session(conn, &session, now, &is_live, &mut changes)?;
+                let canceled = cancel::cancel_session(conn, &session, now, &ending, &mut changes)?;
                 let resynced = queue::sync_session_status(conn, &session, now, &mut changes)?.changed;
                 Ok((canceled, resynced, changes))
             })
@@ -513,20 +527,20 @@ async fn execute_claimed(app: &Arc<App>, claimed: Claimed, stop: &StopSignal) ->
             let outcome = std::panic::AssertUnwindSafe(future).catch_unwind().await.unwrap_or_else(|_| {
                 tracing::error!(run = %run_id, "the executor panicked");
                 Outcome::Failed(RunFailure {
-                    code: "executor-error".into(),
+                    code: FailureCode::ExecutorError,
                     message: "The agent stopped unexpectedly".into(),
                     retryable: false,
-                    http_status: None,
+                    kind: ErrorKind::Upstream,
                 })
             });
             renewal.abort();
             outcome
         }
         None => Outcome::Failed(RunFailure {
-            code: "no-executor".into(),
+            code: FailureCode::NoExecutor,
             message: "No executor for agent runs".into(),
             retryable: false,
-            http_status: None,
+            kind: ErrorKind::Upstream,
         }),
     };
     let outcome = match (stop.reason(), outcome) {
@@ -538,13 +552,14 @@ async fn execute_claimed(app: &Arc<App>, claimed: Claimed, stop: &StopSignal) ->
         }
         (_, outcome) => outcome,
     };
-    let (backoff, random) = (engine.inner.limits.backoff, getrandom::u32().unwrap_or(0));
+    let (backoff, random, hooks) = (engine.inner.limits.backoff, getrandom::u32().unwrap_or(0), engine.hooks());
     let now = app.clock.now_ms();
     let (settled, changes) = app
         .db
         .write(move |conn| {
             let mut changes = Changes::default();
-            let settled = finish::finish(conn, &run_id, &owner, outcome, now, (backoff, random), &mut changes)?;
+            let settled =
+                finish::finish(conn, &*hooks, &run_id, &owner, outcome, now, (backoff, random), &mut changes)?;
             Ok((settled, changes))
         })
         .await?;

@@ -55,33 +55,114 @@ pub enum Outcome {
 /// Why an execution failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunFailure {
-    /// `provider-error`, `config-error`, … (`RunInfo.error.code`).
-    pub code: String,
+    /// What failed (`RunInfo.error.code`).
+    pub code: FailureCode,
     /// The message the session's `error` event and an inline caller show.
     pub message: String,
     /// Whether another execution may succeed (upstream: provider failures and unexpected errors).
     pub retryable: bool,
-    /// The HTTP status an inline caller answers with (502 when `None`).
-    pub http_status: Option<u16>,
+    /// The kind of error an inline caller answers with.
+    pub kind: ErrorKind,
 }
 
 impl RunFailure {
-    /// The error an inline caller answers with: the run's message under its HTTP status
-    /// (`http_status`, 502 by default), as upstream throws `APIError(httpStatus ?? 502, message)`.
-    /// A status our error kinds cannot say exactly answers 400 (below 500) or 502 (from 500).
+    /// A failure the model provider caused (seen through us: an upstream failure).
+    pub fn provider(message: impl Into<String>, retryable: bool) -> Self {
+        Self { code: FailureCode::ProviderError, message: message.into(), retryable, kind: ErrorKind::Upstream }
+    }
+
+    /// A run that ended on `error`: retried when the server (or a service) failed, and answered
+    /// to an inline caller as [`answered_as`] says.
+    pub fn from_error(code: FailureCode, error: &ApiError) -> Self {
+        Self {
+            code,
+            message: error.message().to_owned(),
+            retryable: error.kind().is_server_side(),
+            kind: answered_as(error.kind()),
+        }
+    }
+
+    /// The error an inline caller answers with: the run's message, as its kind.
     pub fn to_api_error(&self) -> ApiError {
-        let kind = match self.http_status.unwrap_or(502) {
-            403 => ErrorKind::Forbidden,
-            404 => ErrorKind::NotFound,
-            409 => ErrorKind::Conflict,
-            413 => ErrorKind::TooLarge,
-            429 => ErrorKind::TooMany,
-            501 => ErrorKind::NotImplemented,
-            503 => ErrorKind::Unavailable,
-            status if status < 500 => ErrorKind::Invalid,
-            _ => ErrorKind::Upstream,
-        };
-        ApiError::new(kind, self.message.clone())
+        ApiError::new(self.kind, self.message.clone())
+    }
+}
+
+/// The kind an inline caller hears for a run that failed on an error of `kind`. Upstream answers
+/// such a caller with the run's message and status, 502 when the run has none: what says
+/// something of the state the run met (a missing, forbidden, conflicting or too large thing, a
+/// limit, a saturated or unfinished server) keeps its kind; anything else about the request is
+/// invalid input, and a failure inside the run is a failed upstream (the run is the upstream of
+/// the request that waited for it).
+pub fn answered_as(kind: ErrorKind) -> ErrorKind {
+    match kind {
+        ErrorKind::Forbidden
+        | ErrorKind::NotFound
+        | ErrorKind::Conflict
+        | ErrorKind::TooLarge
+        | ErrorKind::TooMany
+        | ErrorKind::NotImplemented
+        | ErrorKind::Unavailable => kind,
+        ErrorKind::Invalid
+        | ErrorKind::Unauthorized
+        | ErrorKind::UnsupportedMediaType
+        | ErrorKind::TimedOut
+        | ErrorKind::UpdateRequired => ErrorKind::Invalid,
+        ErrorKind::Upstream | ErrorKind::Internal => ErrorKind::Upstream,
+    }
+}
+
+/// What failed, as `RunInfo.error.code` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureCode {
+    /// `provider-error`: the model provider failed or answered nothing.
+    ProviderError,
+    /// `config-error`: the agent cannot run as configured (provider, model, tools).
+    ConfigError,
+    /// `output-schema`: a typed child did not deliver a schema-valid result.
+    OutputSchema,
+    /// `step-limit`: the model took more steps in one turn than a turn may.
+    StepLimit,
+    /// `internal`: the server failed.
+    Internal,
+    /// `executor-error`: the executor panicked.
+    ExecutorError,
+    /// `no-executor`: no executor was installed for the run.
+    NoExecutor,
+    /// `run-failed`: a failed run whose stored failure is missing.
+    RunFailed,
+}
+
+impl FailureCode {
+    /// Every code.
+    pub const ALL: [Self; 8] = [
+        Self::ProviderError,
+        Self::ConfigError,
+        Self::OutputSchema,
+        Self::StepLimit,
+        Self::Internal,
+        Self::ExecutorError,
+        Self::NoExecutor,
+        Self::RunFailed,
+    ];
+
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ProviderError => "provider-error",
+            Self::ConfigError => "config-error",
+            Self::OutputSchema => "output-schema",
+            Self::StepLimit => "step-limit",
+            Self::Internal => "internal",
+            Self::ExecutorError => "executor-error",
+            Self::NoExecutor => "no-executor",
+            Self::RunFailed => "run-failed",
+        }
+    }
+
+    /// The code of a wire string.
+    pub fn parse(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|known| known.as_str() == code)
     }
 }
 

@@ -23,10 +23,11 @@ use seed_agents_protocol::wire;
 use serde::{Deserialize, Serialize};
 
 use super::children;
-use super::engine::{Outcome, RunFailure};
+use super::engine::{FailureCode, Outcome, RunFailure};
+use super::hooks::RunHooks;
 use super::queue::{Changes, sync_session_status};
 use super::wait::Wait;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::sessions::events;
 
 /// What finishing stored.
@@ -68,18 +69,55 @@ struct StoredFailure {
     message: String,
     #[serde(default)]
     retryable: bool,
-    #[serde(rename = "httpStatus", default, skip_serializing_if = "Option::is_none")]
-    http_status: Option<u16>,
+    /// [`ErrorKind::as_str`] of what an inline caller hears.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    /// What rows written before `kind` existed hold instead (see [`legacy_kind`]).
+    #[serde(rename = "httpStatus", default, skip_serializing)]
+    legacy_status: Option<u16>,
 }
 
 impl From<&RunFailure> for StoredFailure {
     fn from(failure: &RunFailure) -> Self {
         Self {
-            code: failure.code.clone(),
+            code: failure.code.as_str().to_owned(),
             message: failure.message.clone(),
             retryable: failure.retryable,
-            http_status: failure.http_status,
+            kind: Some(failure.kind.as_str().to_owned()),
+            legacy_status: None,
         }
+    }
+}
+
+impl StoredFailure {
+    fn into_failure(self) -> RunFailure {
+        let kind = match (self.kind.as_deref().and_then(ErrorKind::parse), self.legacy_status) {
+            (Some(kind), _) => kind,
+            (None, Some(status)) => legacy_kind(status),
+            (None, None) => ErrorKind::Upstream,
+        };
+        RunFailure {
+            code: FailureCode::parse(&self.code).unwrap_or(FailureCode::RunFailed),
+            message: self.message,
+            retryable: self.retryable,
+            kind,
+        }
+    }
+}
+
+/// The kind of a failure stored by a server before 2026-12 (which kept the HTTP status an inline
+/// caller was answered with): the same answer as then.
+fn legacy_kind(status: u16) -> ErrorKind {
+    match status {
+        403 => ErrorKind::Forbidden,
+        404 => ErrorKind::NotFound,
+        409 => ErrorKind::Conflict,
+        413 => ErrorKind::TooLarge,
+        429 => ErrorKind::TooMany,
+        501 => ErrorKind::NotImplemented,
+        503 => ErrorKind::Unavailable,
+        status if status < 500 => ErrorKind::Invalid,
+        _ => ErrorKind::Upstream,
     }
 }
 
@@ -103,6 +141,7 @@ fn encoding_failed(error: wire::WireError) -> ApiError {
 /// Writes `outcome` for run `run_id`, executed under `owner`'s lease (see the module docs).
 pub fn finish(
     conn: &Connection,
+    hooks: &dyn RunHooks,
     run_id: &str,
     owner: &str,
     outcome: Outcome,
@@ -118,11 +157,11 @@ pub fn finish(
     }
     let (settled, ended) = match outcome {
         Outcome::Succeeded(output) => {
-            end(conn, run_id, "succeeded", Some(&output), None, now_ms, changes)?;
+            end(conn, hooks, run_id, "succeeded", Some(&output), None, now_ms, changes)?;
             (Settled::Stored(Outcome::Succeeded(output)), true)
         }
         Outcome::Canceled(output) => {
-            end(conn, run_id, "canceled", Some(&output), None, now_ms, changes)?;
+            end(conn, hooks, run_id, "canceled", Some(&output), None, now_ms, changes)?;
             (Settled::Stored(Outcome::Canceled(output)), true)
         }
         Outcome::Parked(wait) => {
@@ -146,7 +185,7 @@ pub fn finish(
             (Settled::Requeued, false)
         }
         Outcome::Failed(failure) => {
-            end(conn, run_id, "failed", None, Some(&failure), now_ms, changes)?;
+            end(conn, hooks, run_id, "failed", None, Some(&failure), now_ms, changes)?;
             if current.kind == "agent"
                 && let Some(session_id) = &current.session_id
             {
@@ -160,7 +199,7 @@ pub fn finish(
         roll_up_usage(conn, run_id, parent)?;
     }
     if ended {
-        children::finalized(conn, run_id, now_ms, changes)?;
+        children::finalized(conn, hooks, run_id, now_ms, changes)?;
     }
     if let Some(session_id) = &current.session_id {
         let synced = sync_session_status(conn, session_id, now_ms, changes)?;
@@ -235,28 +274,25 @@ fn stored(current: &Current) -> ApiResult<Outcome> {
     Ok(match current.status.as_str() {
         "succeeded" => Outcome::Succeeded(output),
         "failed" => {
-            let failure: StoredFailure = match &current.error {
-                Some(bytes) => wire::from_slice(bytes).map_err(ApiError::internal)?,
-                None => StoredFailure { code: "run-failed".into(), message: "Agent run failed".into(), ..empty() },
+            let failure = match &current.error {
+                Some(bytes) => wire::from_slice::<StoredFailure>(bytes).map_err(ApiError::internal)?.into_failure(),
+                None => RunFailure {
+                    code: FailureCode::RunFailed,
+                    message: "Agent run failed".into(),
+                    retryable: false,
+                    kind: ErrorKind::Upstream,
+                },
             };
-            Outcome::Failed(RunFailure {
-                code: failure.code,
-                message: failure.message,
-                retryable: failure.retryable,
-                http_status: failure.http_status,
-            })
+            Outcome::Failed(failure)
         }
         _ => Outcome::Canceled(output),
     })
 }
 
-fn empty() -> StoredFailure {
-    StoredFailure { code: String::new(), message: String::new(), retryable: false, http_status: None }
-}
-
 /// Ends a run with `status`, its output or error, and no wait or lease.
 fn end(
     conn: &Connection,
+    hooks: &dyn RunHooks,
     run_id: &str,
     status: &str,
     output: Option<&Ipld>,
@@ -273,7 +309,7 @@ fn end(
          WHERE id = ?1",
     )?
     .execute(params![run_id, status, output, error, now_ms])?;
-    if crate::triggers::chain::settle_unwatched(conn, run_id)? {
+    if hooks.run_ended(conn, run_id)? {
         changes.end_watched(run_id);
     }
     Ok(())
@@ -401,4 +437,45 @@ fn roll_up_usage(conn: &Connection, child: &str, parent: &str) -> ApiResult<()> 
 /// [`roll_up_usage`] for a child canceled outside [`finish`] (tree cancellation).
 pub(super) fn roll_up_canceled(conn: &Connection, child: &str, parent: &str) -> ApiResult<()> {
     roll_up_usage(conn, child, parent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(stored: &StoredFailure) -> RunFailure {
+        wire::from_slice::<StoredFailure>(&wire::to_vec(stored).unwrap()).unwrap().into_failure()
+    }
+
+    #[test]
+    fn a_stored_failure_keeps_its_kind_and_code_and_old_rows_read_as_they_answered() {
+        let failure = RunFailure {
+            code: FailureCode::OutputSchema,
+            message: "m".into(),
+            retryable: true,
+            kind: ErrorKind::Conflict,
+        };
+        assert_eq!(read(&StoredFailure::from(&failure)), failure);
+        // As a server before `kind` wrote them: the status an inline caller was answered with.
+        let legacy = |status: Option<i128>| {
+            let mut fields = std::collections::BTreeMap::from([
+                ("code".to_owned(), Ipld::String("provider-error".into())),
+                ("message".to_owned(), Ipld::String("m".into())),
+                ("retryable".to_owned(), Ipld::Bool(false)),
+            ]);
+            if let Some(status) = status {
+                fields.insert("httpStatus".to_owned(), Ipld::Integer(status));
+            }
+            let bytes = wire::ipld_to_vec(&Ipld::Map(fields)).unwrap();
+            wire::from_slice::<StoredFailure>(&bytes).unwrap().into_failure()
+        };
+        let kinds: Vec<ErrorKind> = [None, Some(500), Some(502), Some(404), Some(400), Some(422), Some(429)]
+            .into_iter()
+            .map(|status| legacy(status).kind)
+            .collect();
+        use ErrorKind::*;
+        assert_eq!(kinds, [Upstream, Upstream, Upstream, NotFound, Invalid, Invalid, TooMany]);
+        assert_eq!(legacy(None).code, FailureCode::ProviderError);
+        assert!(!wire::to_vec(&StoredFailure::from(&failure)).unwrap().windows(10).any(|w| w == b"httpStatus"));
+    }
 }

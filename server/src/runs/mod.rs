@@ -26,6 +26,7 @@ pub mod children;
 pub mod engine;
 pub mod executor;
 pub mod finish;
+pub mod hooks;
 pub mod info;
 pub mod queue;
 pub mod signal;
@@ -34,8 +35,11 @@ pub mod wait;
 #[cfg(test)]
 mod engine_tests;
 
-pub use engine::{Claimed, Engine, Executor, InlineOutcome, Limits, Outcome, RunFailure, StopReason, StopSignal};
+pub use engine::{
+    Claimed, Engine, Executor, FailureCode, InlineOutcome, Limits, Outcome, RunFailure, StopReason, StopSignal,
+};
 pub use finish::{Usage, add_usage};
+pub use hooks::{Ending, NoHooks, RunHooks};
 pub use queue::{Changes, NewRun, Queue, enqueue, insert_run};
 pub use wait::Wait;
 

@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::access::{self, Need};
 use crate::agents;
 use crate::app::App;
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::idempotency::Key;
 use crate::runs;

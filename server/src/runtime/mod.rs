@@ -43,7 +43,7 @@ use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::model::{self, Endpoint};
 use crate::providers::models::SealedKey;
 use crate::providers::registry::ProviderType;
-use crate::runs::engine::{Claimed, Executor, Outcome, RunFailure, StopSignal, Wait};
+use crate::runs::engine::{Claimed, Executor, FailureCode, Outcome, RunFailure, StopSignal, Wait};
 use crate::sessions::events;
 
 /// System continuations per execution before a run ends owing its plan.
@@ -112,25 +112,14 @@ impl std::fmt::Debug for Turn {
     }
 }
 
-/// Why a run ends, from the runtime's side.
-fn failure(error: &ApiError, code: &str) -> RunFailure {
-    let status = crate::http::status(error.kind()).as_u16();
-    RunFailure {
-        code: code.to_owned(),
-        message: error.message().to_owned(),
-        retryable: error.kind() == ErrorKind::Upstream || status >= 500,
-        http_status: Some(status),
-    }
-}
-
 async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
     let turn = match Turn::prepare(app, &run, stop).await {
         Ok(turn) => turn,
         // The server's own trouble (a read that failed) is not the agent's configuration.
         Err(error) if matches!(error.kind(), ErrorKind::Internal | ErrorKind::Unavailable) => {
-            return Outcome::Failed(failure(&error, "internal"));
+            return Outcome::Failed(RunFailure::from_error(FailureCode::Internal, &error));
         }
-        Err(error) => return Outcome::Failed(failure(&error, "config-error")),
+        Err(error) => return Outcome::Failed(RunFailure::from_error(FailureCode::ConfigError, &error)),
     };
     // A parent that was executing when the server died parks on its live children again rather
     // than answering without them.
@@ -168,7 +157,7 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
                         continue;
                     }
                     Ok(open) => return Outcome::Parked(Wait::Children { tool_call_ids: open }),
-                    Err(error) => return Outcome::Failed(failure(&error, "internal")),
+                    Err(error) => return Outcome::Failed(RunFailure::from_error(FailureCode::Internal, &error)),
                 }
             }
         };
@@ -178,10 +167,10 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
         }
         if typed.rejected {
             return Outcome::Failed(RunFailure {
-                code: "output-schema".into(),
+                code: FailureCode::OutputSchema,
                 message: "Sub-session could not produce a schema-valid result".into(),
                 retryable: false,
-                http_status: Some(400),
+                kind: ErrorKind::Invalid,
             });
         }
         // Keep the failures counted across passes of this execution.
@@ -201,7 +190,7 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
             // Steps left open while children work on them are not abandoned.
             Ok((_, true)) => Vec::new(),
             Ok((plan, false)) => plan::open_steps(plan.as_ref()),
-            Err(error) => return Outcome::Failed(failure(&error, "internal")),
+            Err(error) => return Outcome::Failed(RunFailure::from_error(FailureCode::Internal, &error)),
         };
         if open.is_empty() && !owes_result {
             return turn.answered(&assistant_event_id, &[]).await;
@@ -224,7 +213,7 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
                  final statuses (failed or skipped) with the plan tool. Finish the work or say plainly why you cannot."
             );
             if let Err(error) = turn.append_system(text).await {
-                return Outcome::Failed(failure(&error, "internal"));
+                return Outcome::Failed(RunFailure::from_error(FailureCode::Internal, &error));
             }
             continue;
         }
@@ -237,14 +226,14 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
         }
         notice.push_str("\nNothing was completed on the agent's behalf; ask it again to continue.");
         if let Err(error) = turn.append_system(notice).await {
-            return Outcome::Failed(failure(&error, "internal"));
+            return Outcome::Failed(RunFailure::from_error(FailureCode::Internal, &error));
         }
         if owes_result {
             return Outcome::Failed(RunFailure {
-                code: "output-schema".into(),
+                code: FailureCode::OutputSchema,
                 message: "Sub-session ended without delivering a valid return_result".into(),
                 retryable: false,
-                http_status: Some(400),
+                kind: ErrorKind::Invalid,
             });
         }
         return turn.answered(&assistant_event_id, &open).await;
@@ -282,7 +271,7 @@ impl Turn {
             .await;
         let text = match text {
             Ok(text) => text.unwrap_or_default(),
-            Err(error) => return Outcome::Failed(failure(&error, "internal")),
+            Err(error) => return Outcome::Failed(RunFailure::from_error(FailureCode::Internal, &error)),
         };
         if let Ipld::Map(fields) = &mut output {
             fields.remove("assistantEventId");

@@ -26,9 +26,10 @@ use serde_json::Value as Json;
 
 use super::tools::{self, Tool};
 use super::{MAX_TOKENS, Turn, delegate, plan, prompt, replay};
+use crate::bus::SessionFrame;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::model::{self, Message, ModelRequest, StreamEvent, ToolCall, ToolResult, Usage};
-use crate::runs::engine::{RunFailure, StopReason};
+use crate::runs::engine::{FailureCode, RunFailure, StopReason};
 use crate::sessions::events;
 
 /// The most model steps one pass may take before it is stopped as runaway.
@@ -99,33 +100,22 @@ fn usage_info(usage: &Usage) -> AgentRunUsage {
 }
 
 fn provider_failure(error: &model::ModelError) -> RunFailure {
-    // Every provider failure is the provider's, seen through us: 502, retryable where the run
-    // allows retries (RUNTIME-NOTES §2.8).
-    RunFailure {
-        code: "provider-error".to_owned(),
-        message: error.message.clone(),
-        retryable: true,
-        http_status: Some(502),
-    }
+    // Every provider failure is the provider's, seen through us: retryable where the run allows
+    // retries (RUNTIME-NOTES §2.8).
+    RunFailure::provider(error.message.clone(), true)
 }
 
 fn server_failure(error: &ApiError) -> RunFailure {
     RunFailure {
-        code: "internal".to_owned(),
-        message: error.message().to_owned(),
         retryable: error.kind() == ErrorKind::Unavailable,
-        http_status: Some(crate::http::status(error.kind()).as_u16()),
+        ..RunFailure::from_error(FailureCode::Internal, error)
     }
 }
 
 impl Turn {
     /// Sends one partial patch to the subscribers of `sessions/<id>`.
     fn partial(&self, partial: &Partial, patch: PartialPatch) {
-        crate::ws::hub::to_session(
-            &self.app,
-            &self.session_id,
-            crate::ws::hub::SessionFrame::Partial { partial_id: &partial.id, patch: &patch },
-        );
+        self.app.bus.to_session(&self.session_id, SessionFrame::Partial { partial_id: &partial.id, patch: &patch });
     }
 
     fn activity(&self, partial: &Partial, activity: AgentRunActivity) {
@@ -383,12 +373,7 @@ async fn pass(turn: &Turn) -> ApiResult<Ended> {
         }
         if step.tool_calls.is_empty() {
             if !said_anything {
-                return Ok(Ended::Failed(RunFailure {
-                    code: "provider-error".to_owned(),
-                    message: "The model ended its turn without a reply".to_owned(),
-                    retryable: true,
-                    http_status: Some(502),
-                }));
+                return Ok(Ended::Failed(RunFailure::provider("The model ended its turn without a reply", true)));
             }
             return Ok(Ended::Answered { assistant_event_id: last_said });
         }
@@ -417,10 +402,10 @@ async fn pass(turn: &Turn) -> ApiResult<Ended> {
         }
     }
     Ok(Ended::Failed(RunFailure {
-        code: "step-limit".to_owned(),
+        code: FailureCode::StepLimit,
         message: format!("The model took more than {MAX_STEPS} steps in one turn; stopped it"),
         retryable: false,
-        http_status: Some(502),
+        kind: ErrorKind::Upstream,
     }))
 }
 

@@ -19,7 +19,7 @@ use seed_agents_protocol::generated::{RedactedSecret, SetSecret, SetSecretRespon
 use seed_agents_protocol::{Value, wire};
 
 use crate::app::App;
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::validate::{MAX_NAME_BYTES, MAX_OPEN_MAP_CBOR_BYTES, bounded_string, cbor_len};
 

@@ -13,7 +13,7 @@ use seed_agents_protocol::generated::{RetrySession, RetrySessionResponse, StopSe
 
 use crate::access::{self, Need};
 use crate::app::App;
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::runs::{self, Changes, InlineOutcome, NewRun, Outcome, Queue};
 

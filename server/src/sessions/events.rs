@@ -13,7 +13,7 @@ use seed_agents_protocol::generated::{SessionEvent, SessionEventPayload};
 use seed_agents_protocol::wire;
 
 use crate::app::App;
-use crate::bus::{ChangeReason, Event};
+use crate::bus::{ChangeReason, Event, SessionFrame};
 use crate::error::{ApiError, ApiResult};
 
 /// Appends `payload` to `session_id` with the next `seq` (inside the caller's write transaction,
@@ -104,7 +104,7 @@ fn decode(session_id: &str, (id, seq, bytes, created_at): RawEvent) -> ApiResult
 pub fn announce(app: &App, owner_id: &str, agent_id: &str, events: Vec<SessionEvent>) {
     for event in events {
         let session_id = event.session_id.clone();
-        crate::ws::hub::to_session(app, &session_id, crate::ws::hub::SessionFrame::Append(&event));
+        app.bus.to_session(&session_id, SessionFrame::Append(&event));
         app.bus.publish(Event::SessionAppended {
             owner_id: owner_id.to_owned(),
             agent_id: agent_id.to_owned(),

@@ -18,8 +18,8 @@ use serde::Serialize;
 use crate::access::{self, Need};
 use crate::agents;
 use crate::app::App;
-use crate::auth::Caller;
 use crate::bus::{ChangeReason, Event};
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::idempotency::{self, Key};
 use crate::providers::registry;
@@ -437,13 +437,13 @@ pub async fn update_session(app: &App, caller: &Caller, action: UpdateSession) -
 /// descendants (an executing turn is asked to stop), then deletes the session and its events in
 /// the same transaction; its child sessions become top-level and its runs stay, detached.
 pub async fn delete_session(app: &App, caller: &Caller, action: DeleteSession) -> ApiResult<DeleteSessionResponse> {
-    let (account, now, is_live) = (caller.account_id.clone(), app.clock.now_ms(), app.runs.live_check());
+    let (account, now, ending) = (caller.account_id.clone(), app.clock.now_ms(), app.runs.ending());
     let (response, owner, canceled, changes) = app
         .db
         .write(move |conn| {
             let access = access::require_session(conn, &action.session_id, &account, Need::Write)?;
             let mut changes = crate::runs::Changes::default();
-            let canceled = crate::runs::cancel::cancel_session(conn, &action.session_id, now, &is_live, &mut changes)?;
+            let canceled = crate::runs::cancel::cancel_session(conn, &action.session_id, now, &ending, &mut changes)?;
             // Events go by cascade; children are promoted and runs detached by ON DELETE SET NULL.
             conn.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute(params![action.session_id])?;
             let response = DeleteSessionResponse {

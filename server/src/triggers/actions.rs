@@ -23,8 +23,8 @@ use super::store::{self, NOT_FOUND};
 use super::{validate, webhook};
 use crate::access::{self, Need};
 use crate::app::App;
-use crate::auth::Caller;
 use crate::bus::ChangeReason;
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::idempotency::Key;
 

@@ -1,5 +1,6 @@
-//! Webhook triggers: `POST /api/triggers/<id>/webhook` (and the `/agents` alias), signed the
-//! Standard Webhooks way (<https://www.standardwebhooks.com>), so senders' libraries work.
+//! Webhook triggers: deliveries to `POST /api/triggers/<id>/webhook` (and the `/agents` alias;
+//! the route is `http::webhook`'s), signed the Standard Webhooks way
+//! (<https://www.standardwebhooks.com>), so senders' libraries work.
 //!
 //! A request carries `webhook-id` (the message id, 1 to 256 printable ASCII bytes),
 //! `webhook-timestamp` (Unix seconds) and `webhook-signature` (space-separated `v1,<base64>`
@@ -8,8 +9,8 @@
 //!
 //! 1. refuses missing or malformed headers (400) and a timestamp more than five minutes from
 //!    its clock (401), before reading the body;
-//! 2. reads the body as it streams, refusing more than [`MAX_BODY_BYTES`] (413) and a body that
-//!    does not arrive within `--body-timeout` (408);
+//! 2. reads the body as it streams (the edge's part), refusing more than [`MAX_BODY_BYTES`] (413)
+//!    and a body that does not arrive within `--body-timeout` (408);
 //! 3. answers an unknown trigger, a trigger that is not a webhook, and a wrong signature with the
 //!    same 401, so nothing is learnt about other triggers (the comparison is constant-time);
 //! 4. fires the trigger with the firing key `webhook:<webhook-id>`: a message id fires once
@@ -25,16 +26,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::Router;
-use axum::body::Body;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac};
-use http_body_util::{BodyExt, Limited};
 use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OptionalExtension, params};
 use seed_agents_protocol::Value;
@@ -71,34 +65,66 @@ pub fn rotate_secret(app: &App, conn: &Connection, owner_id: &str, trigger_id: &
     Ok(format!("{SECRET_PREFIX}{}", STANDARD.encode(key)))
 }
 
-/// The webhook routes.
-pub fn routes() -> Router<Arc<App>> {
-    Router::new()
-        .route("/api/triggers/{trigger_id}/webhook", post(receive))
-        .route("/agents/api/triggers/{trigger_id}/webhook", post(receive))
-}
-
-/// A refusal: status and a JSON `{error}` body naming only what the sender got wrong.
-fn refuse(status: StatusCode, message: &str) -> Response {
-    let body = serde_json::json!({ "error": message }).to_string();
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-/// The three Standard Webhooks headers.
-struct Signed {
+/// The three Standard Webhooks headers, checked.
+#[derive(Debug)]
+pub(crate) struct Signed {
     id: String,
     timestamp: i64,
     signatures: Vec<Vec<u8>>,
 }
 
-fn headers(headers: &HeaderMap) -> Option<Signed> {
-    let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
-    let id = text("webhook-id")?;
+/// The header values a delivery carries, as text (absent, or not text, is `None`).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Headers<'a> {
+    /// `webhook-id`.
+    pub(crate) id: Option<&'a str>,
+    /// `webhook-timestamp`.
+    pub(crate) timestamp: Option<&'a str>,
+    /// `webhook-signature`.
+    pub(crate) signature: Option<&'a str>,
+}
+
+/// What a delivery started.
+#[derive(Debug)]
+pub(crate) enum Delivered {
+    /// The trigger fired: its firing, session and run.
+    Fired {
+        /// The firing.
+        firing_id: String,
+        /// The session it opened.
+        session_id: String,
+        /// The run it queued.
+        run_id: String,
+    },
+    /// A `wake` continuation delivered its signal (to the parked run `run_id`, if one listened).
+    Woke {
+        /// The firing.
+        firing_id: String,
+        /// The parked run that took the signal.
+        run_id: Option<String>,
+    },
+}
+
+/// Steps 1 (the headers) and the window of step 1, before the body is read.
+pub(crate) fn check_headers(app: &App, headers: Headers<'_>) -> ApiResult<Signed> {
+    let signed = parse(headers).ok_or_else(|| {
+        ApiError::invalid("Missing or malformed webhook-id, webhook-timestamp or webhook-signature header")
+    })?;
+    let now_seconds = app.clock.now_ms().div_euclid(1000);
+    if (now_seconds - signed.timestamp).abs() > TOLERANCE_SECONDS {
+        return Err(ApiError::unauthorized("Webhook timestamp is outside the allowed window"));
+    }
+    Ok(signed)
+}
+
+fn parse(headers: Headers<'_>) -> Option<Signed> {
+    let id = headers.id?;
     if id.is_empty() || id.len() > 256 || !id.bytes().all(|byte| byte.is_ascii_graphic()) {
         return None;
     }
-    let timestamp = text("webhook-timestamp")?.parse::<i64>().ok()?;
-    let signatures: Vec<Vec<u8>> = text("webhook-signature")?
+    let timestamp = headers.timestamp?.parse::<i64>().ok()?;
+    let signatures: Vec<Vec<u8>> = headers
+        .signature?
         .split(' ')
         .filter_map(|entry| entry.strip_prefix("v1,"))
         .filter_map(|encoded| STANDARD.decode(encoded).ok())
@@ -162,77 +188,28 @@ fn activity(signed: &Signed, content_type: Option<&str>, body: &[u8]) -> Activit
     }
 }
 
-async fn receive(
-    State(app): State<Arc<App>>,
-    Path(trigger_id): Path<String>,
-    request_headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let Some(signed) = headers(&request_headers) else {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "Missing or malformed webhook-id, webhook-timestamp or webhook-signature header",
-        );
-    };
-    let now_seconds = app.clock.now_ms().div_euclid(1000);
-    if (now_seconds - signed.timestamp).abs() > TOLERANCE_SECONDS {
-        return refuse(StatusCode::UNAUTHORIZED, "Webhook timestamp is outside the allowed window");
-    }
-    if request_headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
-        .is_some_and(|length| length > MAX_BODY_BYTES as u64)
-    {
-        return refuse(StatusCode::PAYLOAD_TOO_LARGE, "Webhook body is too large");
-    }
-    let collected = tokio::time::timeout(app.config.body_timeout, Limited::new(body, MAX_BODY_BYTES).collect()).await;
-    let body = match collected {
-        Err(_) => return refuse(StatusCode::REQUEST_TIMEOUT, "Webhook body did not arrive in time"),
-        Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => {
-            return refuse(StatusCode::PAYLOAD_TOO_LARGE, "Webhook body is too large");
-        }
-        Ok(Err(_)) => return refuse(StatusCode::BAD_REQUEST, "Webhook body could not be read"),
-        Ok(Ok(collected)) => collected.to_bytes(),
-    };
-    let lookup = {
-        let (app, trigger_id) = (app.clone(), trigger_id.clone());
-        app.clone().db.read(move |conn| secret_key(&app, conn, &trigger_id)).await
-    };
-    let key = match lookup {
-        Ok(key) => key,
-        Err(error) => return internal(&error),
+/// Steps 3 to 6 for a delivery whose headers passed [`check_headers`] and whose body arrived.
+pub(crate) async fn deliver(
+    app: &Arc<App>,
+    trigger_id: String,
+    signed: Signed,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> ApiResult<Delivered> {
+    let key = {
+        let (reader, trigger_id) = (app.clone(), trigger_id.clone());
+        app.db.read(move |conn| secret_key(&reader, conn, &trigger_id)).await?
     };
     // An unknown trigger, one without a secret and a wrong signature look the same.
-    let verified = key.is_some_and(|key| verify(&key, &signed, &body));
-    if !verified {
-        return refuse(StatusCode::UNAUTHORIZED, UNAUTHORIZED);
+    if !key.is_some_and(|key| verify(&key, &signed, body)) {
+        return Err(ApiError::unauthorized(UNAUTHORIZED));
     }
-    let content_type = request_headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok());
-    let activity = activity(&signed, content_type, &body);
-    match firing::fire(&app, &trigger_id, &format!("webhook:{}", signed.id), activity).await {
-        Ok(FireOutcome::Fired { firing_id, session_id, run_id }) => {
-            let body = serde_json::json!({ "firingId": firing_id, "sessionId": session_id, "runId": run_id });
-            (StatusCode::ACCEPTED, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
-        }
-        Ok(FireOutcome::Woke { firing_id, run_id }) => {
-            let mut body = serde_json::json!({ "firingId": firing_id, "delivered": run_id.is_some() });
-            if let Some(run_id) = run_id {
-                body["runId"] = serde_json::Value::String(run_id);
-            }
-            (StatusCode::ACCEPTED, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
-        }
-        Ok(FireOutcome::Duplicate) => refuse(StatusCode::CONFLICT, "This webhook-id was already received"),
-        Ok(FireOutcome::Inactive) => refuse(StatusCode::CONFLICT, "This trigger is disabled"),
-        Err(error) => internal(&error),
-    }
-}
-
-fn internal(error: &ApiError) -> Response {
-    if error.kind().is_server_side() {
-        tracing::warn!(%error, "webhook failed");
-        refuse(StatusCode::INTERNAL_SERVER_ERROR, "Internal server error")
-    } else {
-        refuse(crate::http::status(error.kind()), error.message())
+    let activity = activity(&signed, content_type, body);
+    match firing::fire(app, &trigger_id, &format!("webhook:{}", signed.id), activity).await? {
+        FireOutcome::Fired { firing_id, session_id, run_id } => Ok(Delivered::Fired { firing_id, session_id, run_id }),
+        FireOutcome::Woke { firing_id, run_id } => Ok(Delivered::Woke { firing_id, run_id }),
+        FireOutcome::Duplicate => Err(ApiError::conflict("This webhook-id was already received")),
+        FireOutcome::Inactive => Err(ApiError::conflict("This trigger is disabled")),
     }
 }
 
@@ -240,27 +217,29 @@ fn internal(error: &ApiError) -> Response {
 mod tests {
     use super::*;
 
-    fn signed(id: &str, timestamp: i64, key: &[u8], body: &[u8]) -> HeaderMap {
+    /// `(webhook-id, webhook-timestamp, webhook-signature)` of a delivery of `body` signed with `key`.
+    fn signed(id: &str, timestamp: i64, key: &[u8], body: &[u8]) -> [String; 3] {
         let mut mac = HmacSha256::new_from_slice(key).unwrap();
         mac.update(format!("{id}.{timestamp}.").as_bytes());
         mac.update(body);
         let signature = STANDARD.encode(mac.finalize().into_bytes());
-        let mut headers = HeaderMap::new();
-        headers.insert("webhook-id", id.parse().unwrap());
-        headers.insert("webhook-timestamp", timestamp.to_string().parse().unwrap());
-        headers.insert("webhook-signature", format!("v1,AAAA v1,{signature}").parse().unwrap());
-        headers
+        [id.to_owned(), timestamp.to_string(), format!("v1,AAAA v1,{signature}")]
+    }
+
+    fn headers(values: &[String; 3]) -> Headers<'_> {
+        Headers { id: Some(&values[0]), timestamp: Some(&values[1]), signature: Some(&values[2]) }
     }
 
     #[test]
     fn signatures_follow_standard_webhooks() {
         // The Standard Webhooks reference example (its README's test vector).
         let key = STANDARD.decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
-        let mut headers = HeaderMap::new();
-        headers.insert("webhook-id", "msg_p5jXN8AQM9LWM0D4loKWxJek".parse().unwrap());
-        headers.insert("webhook-timestamp", "1614265330".parse().unwrap());
-        headers.insert("webhook-signature", "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=".parse().unwrap());
-        let parsed = super::headers(&headers).unwrap();
+        let headers = Headers {
+            id: Some("msg_p5jXN8AQM9LWM0D4loKWxJek"),
+            timestamp: Some("1614265330"),
+            signature: Some("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="),
+        };
+        let parsed = parse(headers).unwrap();
         assert!(verify(&key, &parsed, br#"{"test": 2432232314}"#));
         assert!(!verify(&key, &parsed, br#"{"test": 2432232315}"#));
         assert!(!verify(b"other key", &parsed, br#"{"test": 2432232314}"#));
@@ -268,24 +247,18 @@ mod tests {
 
     #[test]
     fn any_listed_signature_may_match_and_bad_headers_are_refused() {
-        let headers = signed("m1", 10, b"k", b"body");
-        let parsed = super::headers(&headers).unwrap();
+        let values = signed("m1", 10, b"k", b"body");
+        let parsed = parse(headers(&values)).unwrap();
         assert!(verify(b"k", &parsed, b"body"));
-        let mut missing = headers.clone();
-        missing.remove("webhook-id");
-        assert!(super::headers(&missing).is_none());
-        let mut bad = headers.clone();
-        bad.insert("webhook-timestamp", "soon".parse().unwrap());
-        assert!(super::headers(&bad).is_none());
-        let mut unsigned = headers;
-        unsigned.insert("webhook-signature", "v2,abc".parse().unwrap());
-        assert!(super::headers(&unsigned).is_none());
+        assert!(parse(Headers { id: None, ..headers(&values) }).is_none());
+        assert!(parse(Headers { timestamp: Some("soon"), ..headers(&values) }).is_none());
+        assert!(parse(Headers { signature: Some("v2,abc"), ..headers(&values) }).is_none());
     }
 
     #[test]
     fn bodies_become_json_text_or_bytes() {
-        let headers = signed("m1", 10, b"k", b"");
-        let parsed = super::headers(&headers).unwrap();
+        let values = signed("m1", 10, b"k", b"");
+        let parsed = parse(headers(&values)).unwrap();
         let json = activity(&parsed, Some("application/json; charset=utf-8"), br#"{"a":[1,2]}"#);
         assert!(matches!(&json.value["body"].0, Ipld::Map(map) if map.contains_key("a")));
         let text = activity(&parsed, Some("text/plain"), b"hello");

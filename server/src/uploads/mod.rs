@@ -32,8 +32,8 @@ use seed_agents_protocol::wire;
 use crate::access::{self, Need};
 use crate::app::App;
 use crate::attachments::{self, blocking};
-use crate::auth::Caller;
 use crate::bus::ChangeReason;
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::memory::path::MemoryPath;
 

@@ -26,24 +26,28 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use seed_agents_protocol::generated::{
-    AccountChangeHint, AgentInfo, AgentWsEvent, AppendFrame, AppendPartialFrame, ChangeFrame, PartialPatch, RunInfo,
-    SessionEvent,
+    AccountChangeHint, AgentInfo, AgentWsEvent, AppendFrame, AppendPartialFrame, ChangeFrame, RunInfo, SessionEvent,
 };
 use seed_agents_protocol::wire;
 use tokio::sync::{broadcast, watch};
 
+use super::Live;
 use super::frames::{self, OutFrame};
 use super::registry::{Registry, SocketId, Sub};
 use crate::access::{self, Role};
-use crate::app::App;
-use crate::bus::{ChangeReason, Event};
+use crate::bus::{ChangeReason, Event, SessionFrame, SessionSink};
+use crate::edge::Edge;
 use crate::error::{ApiError, ApiResult};
 
 /// Runs the hub until the bus closes or shutdown starts.
-pub async fn run(app: Arc<App>, mut events: broadcast::Receiver<Arc<Event>>, mut shutdown: watch::Receiver<bool>) {
+pub(crate) async fn run(
+    edge: Arc<Edge>,
+    mut events: broadcast::Receiver<Arc<Event>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let changes = Arc::new(SessionChanges::default());
-    tokio::spawn(session_snapshots(app.clone(), changes.clone(), shutdown.clone()));
-    let mut hub = Hub { app, audiences: HashMap::new(), changes };
+    tokio::spawn(session_snapshots(edge.clone(), changes.clone(), shutdown.clone()));
+    let mut hub = Hub { edge, audiences: HashMap::new(), changes };
     loop {
         tokio::select! {
             event = events.recv() => match event {
@@ -69,7 +73,7 @@ struct Audience {
 }
 
 struct Hub {
-    app: Arc<App>,
+    edge: Arc<Edge>,
     /// Per agent, until a membership change or deletion invalidates it.
     audiences: HashMap<Arc<str>, Arc<Audience>>,
     /// Session changes handed to [`session_snapshots`].
@@ -98,7 +102,7 @@ struct SessionChanges {
 
 /// Sends the `change` frames [`SessionChanges`] owes, one database read per batch, until
 /// shutdown.
-async fn session_snapshots(app: Arc<App>, changes: Arc<SessionChanges>, mut shutdown: watch::Receiver<bool>) {
+async fn session_snapshots(edge: Arc<Edge>, changes: Arc<SessionChanges>, mut shutdown: watch::Receiver<bool>) {
     loop {
         tokio::select! {
             _ = changes.wake.notified() => {}
@@ -112,7 +116,8 @@ async fn session_snapshots(app: Arc<App>, changes: Arc<SessionChanges>, mut shut
             continue;
         }
         let ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
-        let loaded = app
+        let loaded = edge
+            .app
             .db
             .read(move |conn| {
                 ids.iter()
@@ -135,7 +140,7 @@ async fn session_snapshots(app: Arc<App>, changes: Arc<SessionChanges>, mut shut
             let key = format!("sessions/{session_id}");
             let Some(session) = session else {
                 // Deleted: its subscribers hear so and stop; the account hears `session-deleted`.
-                end(&app, &key, &ApiError::not_found("Session not found"));
+                end(&edge.live, &key, &ApiError::not_found("Session not found"));
                 continue;
             };
             let value = match wire::to_ipld(&session) {
@@ -150,7 +155,7 @@ async fn session_snapshots(app: Arc<App>, changes: Arc<SessionChanges>, mut shut
                 key: key.clone(),
                 value: value.into(),
             }));
-            let registry = app.live.registry();
+            let registry = edge.live.registry();
             let mut targets = Targets::default();
             targets.key(&registry, &key);
             targets.key(&registry, &format!("agents/{agent}"));
@@ -260,7 +265,7 @@ impl Hub {
     }
 
     fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
-        self.app.live.registry()
+        self.edge.live.registry()
     }
 
     /// The owner and members of `agent` when some socket listens account-wide (`None` otherwise,
@@ -278,7 +283,7 @@ impl Hub {
             return Ok(Some(audience.clone()));
         }
         let id = agent.to_owned();
-        let loaded = self.app.db.read(move |conn| load_audience(conn, &id)).await?;
+        let loaded = self.edge.app.db.read(move |conn| load_audience(conn, &id)).await?;
         let Some(audience) = loaded.map(Arc::new) else { return Ok(None) };
         if self.audiences.len() >= 16_384 {
             self.audiences.clear();
@@ -355,6 +360,7 @@ impl Hub {
         }
         let id = agent.to_owned();
         let info = self
+            .edge
             .app
             .db
             .read(move |conn| match crate::agents::load_info(conn, &id, Role::Owner) {
@@ -464,6 +470,7 @@ impl Hub {
         let accounts: HashSet<Arc<str>> = subscriptions.iter().map(|(_, _, _, account)| account.clone()).collect();
         let id = agent.to_owned();
         let access = self
+            .edge
             .app
             .db
             .read(move |conn| {
@@ -506,31 +513,22 @@ impl Hub {
     }
 }
 
-/// What goes to a session's own subscribers on the publisher's task, in the order it is
-/// published: durable appends and partials.
-#[derive(Debug)]
-pub enum SessionFrame<'a> {
-    /// A durable event, just committed.
-    Append(&'a SessionEvent),
-    /// A piece of the assistant message `partial_id` being written (never stored).
-    Partial {
-        /// The message being written.
-        partial_id: &'a str,
-        /// What changed.
-        patch: &'a PartialPatch,
-    },
+impl SessionSink for Live {
+    /// Sends `frame` to the subscribers of `sessions/<session_id>` now, on the caller's task.
+    ///
+    /// A session's appends and partials skip the hub: its one task delayed every partial behind
+    /// whatever the bus held before it, and a partial and the appends around it must keep their
+    /// order, so both go out from the task that publishes them (the runtime's turn or the handler
+    /// that committed). The hub still sends appends to account-wide subscribers
+    /// (`Hub::appended`), whose order relative to partials nobody sees.
+    fn send(&self, session_id: &str, frame: SessionFrame<'_>) {
+        to_session(self, session_id, frame);
+    }
 }
 
-/// Sends `frame` to the subscribers of `sessions/<session_id>` now, on the caller's task.
-///
-/// A session's appends and partials skip the hub: its one task delayed every partial behind
-/// whatever the bus held before it, and a partial and the appends around it must keep their
-/// order, so both go out from the task that publishes them (the runtime's turn or the handler
-/// that committed). The hub still sends appends to account-wide subscribers
-/// (`Hub::appended`), whose order relative to partials nobody sees.
-pub fn to_session(app: &App, session_id: &str, frame: SessionFrame<'_>) {
+fn to_session(live: &Live, session_id: &str, frame: SessionFrame<'_>) {
     let key = format!("sessions/{session_id}");
-    let registry = app.live.registry();
+    let registry = live.registry();
     let mut targets = Targets::default();
     targets.key(&registry, &key);
     if targets.is_empty() {
@@ -552,8 +550,8 @@ pub fn to_session(app: &App, session_id: &str, frame: SessionFrame<'_>) {
 }
 
 /// Ends every subscription to `key` with an `error` frame.
-fn end(app: &App, key: &str, error: &ApiError) {
-    let mut registry = app.live.registry();
+fn end(live: &Live, key: &str, error: &ApiError) {
+    let mut registry = live.registry();
     let sockets: Vec<SocketId> = registry.subscribers(key).map(|(socket, _)| socket).collect();
     for socket in sockets {
         if let Some(bound) = registry.socket(socket) {

@@ -34,7 +34,7 @@ use axum::routing::get;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
-use crate::app::App;
+use crate::edge::Edge;
 use registry::Registry;
 
 /// The largest frame a client may send: a `Subscribe` envelope is a few hundred bytes.
@@ -117,17 +117,17 @@ impl Live {
 }
 
 /// The route: `GET /agents/ws`.
-pub fn routes() -> Router<Arc<App>> {
+pub(crate) fn routes() -> Router<Arc<Edge>> {
     Router::new().route("/agents/ws", get(upgrade))
 }
 
 /// Starts the hub (before any socket can subscribe).
-pub fn spawn_hub(app: &Arc<App>) -> JoinHandle<()> {
-    tokio::spawn(hub::run(app.clone(), app.bus.subscribe(), app.live.shutdown_signal()))
+pub(crate) fn spawn_hub(edge: &Arc<Edge>) -> JoinHandle<()> {
+    tokio::spawn(hub::run(edge.clone(), edge.app.bus.subscribe(), edge.live.shutdown_signal()))
 }
 
 async fn upgrade(
-    State(app): State<Arc<App>>,
+    State(edge): State<Arc<Edge>>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let text = |status, body: &'static str| {
@@ -136,14 +136,14 @@ async fn upgrade(
     let Ok(upgrade) = upgrade else {
         return text(StatusCode::BAD_REQUEST, "WebSocket upgrade failed");
     };
-    if *app.live.shutdown.borrow() {
+    if *edge.live.shutdown.borrow() {
         return text(StatusCode::SERVICE_UNAVAILABLE, "Server shutting down");
     }
-    let Ok(permit) = app.live.sockets.clone().try_acquire_owned() else {
-        tracing::warn!(max = app.live.limits.max_sockets, "WebSocket refused: the server has as many as it may");
+    let Ok(permit) = edge.live.sockets.clone().try_acquire_owned() else {
+        tracing::warn!(max = edge.live.limits.max_sockets, "WebSocket refused: the server has as many as it may");
         return text(StatusCode::SERVICE_UNAVAILABLE, "Too many live connections");
     };
-    let id = app.live.next_id.fetch_add(1, Ordering::Relaxed);
+    let id = edge.live.next_id.fetch_add(1, Ordering::Relaxed);
     upgrade
         .read_buffer_size(READ_BUFFER)
         // Frames sent together (a burst of queued live frames) share a write up to this size.
@@ -151,5 +151,5 @@ async fn upgrade(
         .max_write_buffer_size(1 << 20)
         .max_message_size(MAX_CLIENT_FRAME)
         .max_frame_size(MAX_CLIENT_FRAME)
-        .on_upgrade(move |socket| socket::run(app, socket, id, permit))
+        .on_upgrade(move |socket| socket::run(edge, socket, id, permit))
 }

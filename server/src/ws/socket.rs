@@ -27,7 +27,7 @@ use super::frames::{self, OutFrame};
 use super::registry::{Bound, Signal, SocketId};
 use super::subscribe::{self, Accepted, Refused, Replay};
 use super::{Live, WsLimits};
-use crate::app::App;
+use crate::edge::Edge;
 use crate::error::ApiError;
 
 /// Queued frames sent together, at most.
@@ -51,12 +51,12 @@ pub fn too_many_subscriptions(limit: usize) -> ApiError {
 }
 
 /// Serves one upgraded socket until it closes.
-pub async fn run(app: Arc<App>, socket: WebSocket, id: SocketId, permit: OwnedSemaphorePermit) {
-    let live = &app.live;
+pub(crate) async fn run(edge: Arc<Edge>, socket: WebSocket, id: SocketId, permit: OwnedSemaphorePermit) {
+    let live = &edge.live;
     let limits = live.limits;
     let (queue, frames) = mpsc::channel(limits.queue_frames.max(1));
     let mut task = Socket {
-        app: &app,
+        edge: &edge,
         live,
         limits,
         id,
@@ -78,7 +78,7 @@ pub async fn run(app: Arc<App>, socket: WebSocket, id: SocketId, permit: OwnedSe
 }
 
 struct Socket<'a> {
-    app: &'a App,
+    edge: &'a Edge,
     live: &'a Live,
     limits: WsLimits,
     id: SocketId,
@@ -102,7 +102,7 @@ impl Socket<'_> {
     async fn serve(&mut self) -> Ending {
         let connected = AgentWsEvent::ConnectedFrame(ConnectedFrame {
             extra: Default::default(),
-            connected_at: self.app.clock.now_ms(),
+            connected_at: self.edge.app.clock.now_ms(),
         });
         if self.send(frames::encode(&connected, AGENTS_PROTOCOL_VERSION)).await.is_err() {
             return None;
@@ -168,7 +168,7 @@ impl Socket<'_> {
     }
 
     async fn subscribe(&mut self, bytes: Vec<u8>) -> Result<(), Failure> {
-        let accepted = subscribe::accept(self.app, bytes).await.map_err(Failure::Refused)?;
+        let accepted = subscribe::accept(self.edge, bytes).await.map_err(Failure::Refused)?;
         let account: Arc<str> = Arc::from(accepted.caller.account_id.as_str());
         let refuse = |error: ApiError| Failure::Refused(Refused { error, key: Some(accepted.key.clone()) });
         match &self.account {
@@ -183,7 +183,7 @@ impl Socket<'_> {
         registered.map_err(|_| refuse(too_many_subscriptions(limit)))?;
         // Registered first, read second: an event committed after this read is queued live, one
         // committed before it is in the replay, and one in both is dropped from the queue.
-        let replay = match subscribe::load(self.app, accepted.plan.clone()).await {
+        let replay = match subscribe::load(&self.edge.app, accepted.plan.clone()).await {
             Ok(replay) => replay,
             Err(error) => {
                 self.live.registry().unsubscribe(self.id, &accepted.registered);
@@ -240,7 +240,7 @@ impl Socket<'_> {
                         self.send_append(&key, &session_id, event, protocol).await?;
                     }
                     match last {
-                        Some(last) if full => page = subscribe::more_events(self.app, &session_id, last).await?,
+                        Some(last) if full => page = subscribe::more_events(&self.edge.app, &session_id, last).await?,
                         _ => return Ok(()),
                     }
                 }

@@ -23,7 +23,9 @@ use seed_agents_protocol::generated::{RunInfo, SessionEvent, SessionInfo, Subscr
 use super::registry::Sub;
 use crate::access::{self, Need, Role};
 use crate::app::App;
-use crate::auth::{self, Caller, Transport};
+use crate::auth::{self, Transport};
+use crate::caller::Caller;
+use crate::edge::Edge;
 use crate::error::{ApiError, ApiResult};
 use crate::{runs, sessions};
 
@@ -133,8 +135,8 @@ impl From<ApiError> for Refused {
 }
 
 /// Verifies a `Subscribe` envelope and authorizes its key.
-pub async fn accept(app: &App, bytes: Vec<u8>) -> Result<Accepted, Refused> {
-    let verified = auth::verify(app, bytes, Transport::WebSocket).await?;
+pub(crate) async fn accept(edge: &Edge, bytes: Vec<u8>) -> Result<Accepted, Refused> {
+    let verified = auth::verify(edge, bytes, Transport::WebSocket).await?;
     if verified.action_name != "Subscribe" {
         return Err(ApiError::invalid(NOT_SUBSCRIBE).into());
     }
@@ -147,7 +149,7 @@ pub async fn accept(app: &App, bytes: Vec<u8>) -> Result<Accepted, Refused> {
         },
         _ => return Err(ApiError::invalid(NOT_AUTHORIZED).into()),
     };
-    authorize(app, verified.caller, action).await.map_err(|error| Refused { error, key: Some(key) })
+    authorize(&edge.app, verified.caller, action).await.map_err(|error| Refused { error, key: Some(key) })
 }
 
 /// Decodes a verified `Subscribe` action and authorizes its key for `caller`.

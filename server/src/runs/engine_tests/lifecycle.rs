@@ -7,9 +7,9 @@ use ipld_core::ipld::Ipld;
 use rusqlite::params;
 
 use super::{Harness, START, failure, limits};
-use crate::error::ErrorKind;
+use crate::error::{ApiError, ErrorKind};
 use crate::runs::cancel;
-use crate::runs::engine::{InlineOutcome, Outcome, RunFailure, StopReason};
+use crate::runs::engine::{FailureCode, InlineOutcome, Outcome, RunFailure, StopReason};
 use crate::runs::finish::{self, Backoff, Settled, Usage};
 use crate::runs::queue::{self, Changes, Queue};
 use crate::runs::wait::Wait;
@@ -39,15 +39,32 @@ fn backoff_doubles_to_its_cap_with_jitter_below_a_second_or_the_delay() {
 }
 
 #[test]
-fn a_failure_answers_an_inline_caller_under_its_status() {
-    let failure = |status| RunFailure { code: "x".into(), message: "m".into(), retryable: false, http_status: status };
-    let kinds: Vec<ErrorKind> = [None, Some(500), Some(502), Some(404), Some(400), Some(422), Some(429)]
-        .into_iter()
-        .map(|status| failure(status).to_api_error().kind())
-        .collect();
+fn a_failure_answers_an_inline_caller_under_its_kind() {
     use ErrorKind::*;
-    assert_eq!(kinds, [Upstream, Upstream, Upstream, NotFound, Invalid, Invalid, TooMany]);
-    assert_eq!(failure(None).to_api_error().message(), "m");
+    let answered = |kind| RunFailure::from_error(FailureCode::Internal, &ApiError::new(kind, "m")).to_api_error();
+    let expected = [
+        (Invalid, Invalid),
+        (Unauthorized, Invalid),
+        (Forbidden, Forbidden),
+        (NotFound, NotFound),
+        (Conflict, Conflict),
+        (TooLarge, TooLarge),
+        (UnsupportedMediaType, Invalid),
+        (TooMany, TooMany),
+        (TimedOut, Invalid),
+        (UpdateRequired, Invalid),
+        (Unavailable, Unavailable),
+        (Upstream, Upstream),
+        (NotImplemented, NotImplemented),
+        (Internal, Upstream),
+    ];
+    assert_eq!(expected.len(), ErrorKind::ALL.len(), "every kind is listed");
+    for (kind, answer) in expected {
+        assert_eq!(answered(kind).kind(), answer, "{kind:?}");
+    }
+    assert_eq!(answered(NotFound).message(), "m");
+    assert!(RunFailure::from_error(FailureCode::Internal, &ApiError::new(Internal, "m")).retryable);
+    assert!(!RunFailure::from_error(FailureCode::Internal, &ApiError::new(Invalid, "m")).retryable);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,7 +210,16 @@ async fn usage_accumulates_and_finished_children_roll_up() {
             )?;
             let mut changes = Changes::default();
             let backoff = (limits().backoff, 0);
-            finish::finish(conn, &child_id, "test", Outcome::Succeeded(Ipld::Null), now, backoff, &mut changes)
+            finish::finish(
+                conn,
+                &crate::server::Consumers,
+                &child_id,
+                "test",
+                Outcome::Succeeded(Ipld::Null),
+                now,
+                backoff,
+                &mut changes,
+            )
         })
         .await
         .unwrap();
@@ -290,7 +316,16 @@ async fn canceled_is_sticky_and_a_failure_after_a_stop_request_ends_canceled() {
         .write(move |conn| {
             let output = Ipld::String("late".into());
             let backoff = (limits().backoff, 0);
-            finish::finish(conn, &id, "other", Outcome::Succeeded(output), now, backoff, &mut Changes::default())
+            finish::finish(
+                conn,
+                &crate::server::Consumers,
+                &id,
+                "other",
+                Outcome::Succeeded(output),
+                now,
+                backoff,
+                &mut Changes::default(),
+            )
         })
         .await
         .unwrap();
@@ -371,13 +406,13 @@ async fn deleting_a_session_or_agent_cancels_its_runs_first() {
     let started = harness.next_started().await;
     let not_due = "UPDATE runs SET not_before = ?2 WHERE id = ?1";
     let queued = harness.enqueue_with("s2", Queue::Background, 3, None, Some((not_due, FAR))).await;
-    let (now, is_live) = (harness.clock.now_ms(), harness.engine().live_check());
+    let (now, ending) = (harness.clock.now_ms(), harness.engine().ending());
     let (canceled, changes) = harness
         .app
         .db
         .write(move |conn| {
             let mut changes = Changes::default();
-            let canceled = cancel::cancel_session(conn, "s1", now, &is_live, &mut changes)?;
+            let canceled = cancel::cancel_session(conn, "s1", now, &ending, &mut changes)?;
             conn.execute("DELETE FROM sessions WHERE id = 's1'", [])?;
             Ok((canceled, changes))
         })
@@ -387,11 +422,11 @@ async fn deleting_a_session_or_agent_cancels_its_runs_first() {
     assert!(harness.engine().after_cancel(&harness.app, canceled, changes, None));
     assert_eq!(started.stop.reason(), Some(StopReason::Cancel));
     harness.until_status(&turn, "canceled").await;
-    let (now, is_live) = (harness.clock.now_ms(), harness.engine().live_check());
+    let (now, ending) = (harness.clock.now_ms(), harness.engine().ending());
     let canceled = harness
         .app
         .db
-        .write(move |conn| cancel::cancel_agent(conn, "a", now, &is_live, &mut Changes::default()))
+        .write(move |conn| cancel::cancel_agent(conn, "a", now, &ending, &mut Changes::default()))
         .await
         .unwrap();
     assert_eq!(canceled.canceled, [queued]);

@@ -103,12 +103,7 @@ impl Executor for Gate {
 }
 
 fn failure(message: &str, retryable: bool) -> Outcome {
-    Outcome::Failed(RunFailure {
-        code: "provider-error".into(),
-        message: message.into(),
-        retryable,
-        http_status: Some(502),
-    })
+    Outcome::Failed(RunFailure::provider(message, retryable))
 }
 
 /// An app over a temporary database with agent `a` (owned by `owner`) and sessions `s1`–`s4`.
@@ -165,6 +160,7 @@ impl Harness {
 
     /// Installs the gate and starts the dispatcher, once its boot sweep is done.
     async fn start(&mut self) {
+        self.app.runs.install_hooks(std::sync::Arc::new(crate::server::Consumers));
         self.app.runs.install(self.gate.clone());
         self.dispatcher = Some(Engine::start(&self.app));
         self.app.runs.swept().await;

@@ -1,4 +1,5 @@
-//! Delegated signers: `RegisterSigner` and the authorization check of step 6.
+//! Delegated signers: `RegisterSigner`, and whether a signer may act for an account (step 6 of
+//! `auth::verify`).
 //!
 //! A delegate key proves a Seed `Capability` blob issued by an account names it; from then on
 //! envelopes signed by the delegate for that account pass. Authorizations are local to this
@@ -11,8 +12,8 @@ use rusqlite::{OptionalExtension, params};
 use seed_agents_protocol::generated::{RegisterSigner, RegisterSignerResponse};
 use seed_agents_protocol::{Principal, wire};
 
-use super::Caller;
 use crate::app::App;
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 
 /// Whether `caller.signer` may act for `caller.account`.

@@ -1,0 +1,117 @@
+//! The running server: what [`RunningServer::start`] wires together and the order
+//! [`RunningServer::shutdown`] takes it apart in. The one module that knows every layer.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rusqlite::Connection;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::app::{App, StartError};
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::edge::Edge;
+use crate::error::ApiResult;
+use crate::runs::RunHooks;
+
+/// A server running on a Tokio runtime: its address and a way to stop it.
+#[derive(Debug)]
+pub struct RunningServer {
+    addr: SocketAddr,
+    edge: Arc<Edge>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<std::io::Result<()>>,
+    /// Expires idle uploads (`uploads::sweep`).
+    upload_sweeper: JoinHandle<()>,
+    /// Fans bus events out to WebSockets (`ws::hub`).
+    hub: JoinHandle<()>,
+    /// The run dispatcher (`runs::engine`).
+    dispatcher: JoinHandle<()>,
+    /// The trigger monitors (`triggers::spawn_monitors`), until shutdown stops them.
+    trigger_monitors: Option<crate::triggers::Monitors>,
+}
+
+impl RunningServer {
+    /// Opens the app and binds `config.listen` (use port 0 for an ephemeral port).
+    pub async fn start(config: Config, clock: Clock) -> Result<Self, StartError> {
+        let address = config.listen;
+        let app = Arc::new(App::open(config, clock)?);
+        // Before anything that writes starts, so every temp file found is an earlier process's.
+        let config = app.config.clone();
+        let _ =
+            tokio::task::spawn_blocking(move || crate::leftovers::remove(&config, std::time::SystemTime::now())).await;
+        // Before anything can end a run or claim one.
+        app.runs.install_hooks(Arc::new(Consumers));
+        app.runs.install(Arc::new(crate::runtime::AgentExecutor));
+        let listener = TcpListener::bind(address).await.map_err(|source| StartError::Listen { address, source })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Listen { address, source })?;
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        let edge = Arc::new(Edge::new(app.clone()));
+        app.bus.install_session_sink(edge.live.clone());
+        let router = crate::http::router(edge.clone());
+        let limits = crate::http::serve::ConnectionLimits {
+            max_connections: app.config.max_connections,
+            header_timeout: app.config.header_timeout,
+        };
+        let hub = crate::ws::spawn_hub(&edge);
+        let task = tokio::spawn(crate::http::serve::serve(listener, router, limits, async move {
+            let _ = stopped.await;
+        }));
+        let upload_sweeper = crate::uploads::spawn_sweeper(&app);
+        let dispatcher = crate::runs::Engine::start(&app);
+        let trigger_monitors = Some(crate::triggers::spawn_monitors(&app));
+        Ok(Self { addr, edge, shutdown: Some(shutdown), task, upload_sweeper, hub, dispatcher, trigger_monitors })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The app (tests inspect the database or bus through it).
+    pub fn app(&self) -> &Arc<App> {
+        &self.edge.app
+    }
+
+    /// Closes WebSockets (1001), asks executing runs to end (the next start requeues them), stops
+    /// accepting connections, finishes in-flight requests, then closes the database.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        if let Some(monitors) = self.trigger_monitors.take() {
+            monitors.stop().await;
+        }
+        self.edge.live.shut_down(std::time::Duration::from_secs(5)).await;
+        let _ = (&mut self.hub).await;
+        // Before the requests: an inline run's request answers once its run stopped.
+        self.edge.app.runs.shutdown().await;
+        let _ = (&mut self.dispatcher).await;
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        let served = (&mut self.task).await.unwrap_or_else(|error| Err(std::io::Error::other(error)));
+        self.upload_sweeper.abort();
+        let db = self.edge.app.db.clone();
+        tokio::task::spawn_blocking(move || db.close()).await.map_err(std::io::Error::other)?;
+        served
+    }
+}
+
+/// The run engine's consumers (`runs::RunHooks`): trigger chains watch run ends, and plan steps
+/// settle with the runs delegated for them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Consumers;
+
+impl RunHooks for Consumers {
+    fn run_ended(&self, conn: &Connection, run_id: &str) -> ApiResult<bool> {
+        crate::triggers::chain::settle_unwatched(conn, run_id)
+    }
+
+    fn session_quiet(&self, conn: &Connection, session_id: &str, succeeded: bool, now_ms: i64) -> ApiResult<bool> {
+        crate::runtime::plan::close_running_steps(conn, session_id, succeeded, now_ms)
+    }
+
+    fn step_done(&self, conn: &Connection, session_id: &str, step_id: &str, now_ms: i64) -> ApiResult<bool> {
+        crate::runtime::plan::settle_step(conn, session_id, step_id, now_ms)
+    }
+}
