@@ -29,13 +29,13 @@ pub struct App {
     /// Model providers, over [`Self::http`].
     pub model: crate::model::Client,
     /// Automatic session titles in progress.
-    pub titles: crate::runtime::title::Titler,
+    pub titles: crate::runtime::titles::Titler,
     /// User verbs executing now, by session.
-    pub user_verbs: crate::verbs::InFlight,
+    pub user_verbs: crate::verbs::in_flight::InFlight,
     /// When the server started (for `uptime`).
     pub started: Instant,
     /// Upload chunks that arrived ahead of their predecessor (pipelined clients).
-    pub upload_order: crate::uploads::AppendOrder,
+    pub upload_order: crate::uploads::order::AppendOrder,
     /// The run engine: claims, executes, cancels and finishes runs.
     pub runs: crate::runs::Engine,
     /// Holds the data directory's lock file for the life of the server.
@@ -90,9 +90,10 @@ impl App {
             .map_err(|_| data_dir_error("another seed-agents-server is already using this directory".to_owned()))?;
         let secrets = SecretKey::load(dir, std::env::var(SecretKey::ENV).ok().as_deref())?;
         let db = Db::open_with(&config.database_path(), config.db_queues)?;
-        let upload_order = crate::uploads::AppendOrder::with_grace(config.upload_arrival_grace);
+        let upload_order = crate::uploads::order::AppendOrder::with_grace(config.upload_arrival_grace);
         let http = outbound_http_client().map_err(|error| StartError::HttpClient(error.to_string()))?;
-        let runs = crate::runs::Engine::new(config.run_limits);
+        let bus = Bus::new();
+        let runs = crate::runs::Engine::new(db.clone(), bus.clone(), clock.clone(), config.run_limits);
         let model = crate::model::Client::new(
             http.clone(),
             crate::model::Timeouts {
@@ -104,13 +105,13 @@ impl App {
         Ok(Self {
             runs,
             db,
-            bus: Bus::new(),
+            bus,
             config,
             secrets,
             clock,
             model,
-            titles: crate::runtime::title::Titler::default(),
-            user_verbs: crate::verbs::InFlight::default(),
+            titles: crate::runtime::titles::Titler::default(),
+            user_verbs: crate::verbs::in_flight::InFlight::default(),
             http,
             started: Instant::now(),
             upload_order,

@@ -139,7 +139,7 @@ pub struct Config {
     pub min_client_protocol: u32,
     /// How long an upload chunk that arrived ahead of its predecessor waits for it to arrive
     /// (not a flag: tests that skip ahead on purpose shorten it, tests of pipelining lengthen it).
-    #[arg(skip = crate::uploads::ARRIVAL_GRACE)]
+    #[arg(skip = crate::uploads::order::ARRIVAL_GRACE)]
     pub upload_arrival_grace: Duration,
     /// How much work may wait for the database (not a flag: tests shrink it to show the 503).
     #[arg(skip)]
@@ -224,21 +224,9 @@ impl Config {
             allow_private_network: false,
             hm_server_url: DEFAULT_HM_SERVER_URL.to_owned(),
             min_client_protocol: MIN_CLIENT_PROTOCOL,
-            upload_arrival_grace: crate::uploads::ARRIVAL_GRACE,
+            upload_arrival_grace: crate::uploads::order::ARRIVAL_GRACE,
             db_queues: crate::db::Queues::default(),
             run_limits: crate::runs::Limits::default(),
-        }
-    }
-
-    /// How WebSockets are bounded.
-    pub fn ws_limits(&self) -> crate::ws::WsLimits {
-        crate::ws::WsLimits {
-            max_sockets: self.ws_max_sockets,
-            per_account: self.ws_per_account,
-            subscriptions: self.ws_subscriptions,
-            queue_frames: self.ws_queue,
-            ping_interval: self.ws_ping_interval,
-            send_timeout: self.body_timeout,
         }
     }
 

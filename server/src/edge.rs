@@ -10,7 +10,7 @@ use seed_agents_protocol::envelope::KeyCache;
 use crate::app::App;
 use crate::auth::replay::ReplayGuard;
 use crate::http::body::{BodyBudget, BodyLimits};
-use crate::ws::Live;
+use crate::ws::live::{Live, WsLimits};
 
 /// The state of the HTTP routes and WebSocket sockets.
 #[derive(Debug)]
@@ -39,7 +39,7 @@ impl Edge {
             );
         }
         let bodies = BodyBudget::new(config.body_budget_bytes);
-        let live = Arc::new(Live::new(config.ws_limits()));
+        let live = Arc::new(Live::new(WsLimits::of(config)));
         Self { keys: KeyCache::new(), replay: ReplayGuard::new(ReplayGuard::DEFAULT_CAPACITY), bodies, live, app }
     }
 

@@ -44,7 +44,7 @@ impl RunningServer {
             tokio::task::spawn_blocking(move || crate::leftovers::remove(&config, std::time::SystemTime::now())).await;
         // Before anything can end a run or claim one.
         app.runs.install_hooks(Arc::new(Consumers));
-        app.runs.install(Arc::new(crate::runtime::AgentExecutor));
+        app.runs.install(Arc::new(crate::runtime::AgentExecutor::new(&app)));
         let listener = TcpListener::bind(address).await.map_err(|source| StartError::Listen { address, source })?;
         let addr = listener.local_addr().map_err(|source| StartError::Listen { address, source })?;
         let (shutdown, stopped) = oneshot::channel::<()>();
@@ -60,7 +60,7 @@ impl RunningServer {
             let _ = stopped.await;
         }));
         let upload_sweeper = crate::uploads::spawn_sweeper(&app);
-        let dispatcher = crate::runs::Engine::start(&app);
+        let dispatcher = app.runs.start();
         let trigger_monitors = Some(crate::triggers::spawn_monitors(&app));
         Ok(Self { addr, edge, shutdown: Some(shutdown), task, upload_sweeper, hub, dispatcher, trigger_monitors })
     }

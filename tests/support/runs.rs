@@ -70,12 +70,7 @@ impl Scripted {
 }
 
 impl Executor for Scripted {
-    fn execute(
-        &self,
-        _app: Arc<App>,
-        run: Claimed,
-        stop: StopSignal,
-    ) -> futures_util::future::BoxFuture<'static, Outcome> {
+    fn execute(&self, run: Claimed, stop: StopSignal) -> futures_util::future::BoxFuture<'static, Outcome> {
         if let Some(outcome) = self.answer.lock().unwrap().clone() {
             return Box::pin(async move { outcome });
         }
@@ -151,6 +146,6 @@ pub async fn stage(server: &TestServer, owner: &str, agent_id: &str, session_id:
         })
         .await
         .expect("stage a run");
-    changes.publish(&app);
+    app.runs.publish(changes);
     id
 }

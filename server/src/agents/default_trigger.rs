@@ -70,7 +70,7 @@ pub fn source(account: &str) -> AgentTriggerSource {
 /// primary signing key is not an identity with an account id. Errors are the caller's to log.
 pub fn build(conn: &Connection, owner: &str, definition: &AgentDefinition) -> ApiResult<Option<TriggerRow>> {
     let Some(key) = super::definition::primary_signing_key(definition) else { return Ok(None) };
-    let Some(account) = crate::identities::identity_account(conn, owner, key)? else { return Ok(None) };
+    let Some(account) = crate::identities::store::identity_account(conn, owner, key)? else { return Ok(None) };
     let source_cbor = wire::to_vec(&source(&account)).map_err(ApiError::internal)?;
     Ok(Some(TriggerRow {
         id: uuid::Uuid::now_v7().to_string(),

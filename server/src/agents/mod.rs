@@ -267,7 +267,7 @@ pub async fn delete_agent(app: &App, caller: &Caller, action: DeleteAgent) -> Ap
         })
         .await?;
     let (canceled, changes) = canceled;
-    app.runs.after_cancel(app, canceled, changes, None);
+    app.runs.after_cancel(canceled, changes, None);
     remove_state_dir(state_dir).await;
     crate::attachments::remove_for_sessions(app, sessions).await;
     app.bus.publish(Event::AgentChanged { agent_id: agent_id.clone() });

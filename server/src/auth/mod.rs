@@ -38,6 +38,9 @@ use crate::edge::Edge;
 use crate::error::{ApiError, ApiResult};
 use crate::signers;
 
+/// What a WebSocket frame carrying anything but `Subscribe` is told (upstream's words).
+pub const NOT_SUBSCRIBE: &str = "Expected Subscribe action";
+
 /// The transport a request arrived on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
@@ -118,7 +121,7 @@ fn check_transport(action_name: &str, transport: Transport) -> ApiResult<()> {
             Err(ApiError::invalid(format!("{action_name} is only supported over WebSocket")))
         }
         // The socket carries only `Subscribe`; upstream's words for anything else.
-        Transport::WebSocket if info.http => Err(ApiError::invalid(crate::ws::subscribe::NOT_SUBSCRIBE)),
+        Transport::WebSocket if info.http => Err(ApiError::invalid(NOT_SUBSCRIBE)),
         _ => Ok(()),
     }
 }

@@ -34,6 +34,10 @@ use crate::idempotency::{self, Key};
 use crate::secrets::{self, SIGNING_KEY_KIND};
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
+pub(crate) mod store;
+
+use store::{identity_metadata, store_metadata, stored_metadata};
+
 /// The length of an Ed25519 seed.
 pub const SEED_LEN: usize = 32;
 
@@ -349,15 +353,6 @@ pub fn list(conn: &Connection, account_id: &str) -> ApiResult<Vec<SigningIdentit
     Ok(identities)
 }
 
-/// The account id of signing key `name` of `account_id`, when it is an identity with one.
-pub fn identity_account(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<String>> {
-    let metadata = secrets::load_metadata(conn, account_id, name)?.flatten();
-    Ok(identity_metadata(metadata.as_deref()).and_then(|mut metadata| match metadata.remove("accountId") {
-        Some(Ipld::String(id)) => Some(id),
-        _ => None,
-    }))
-}
-
 fn not_found() -> ApiError {
     ApiError::not_found("Signing identity not found")
 }
@@ -402,42 +397,12 @@ pub fn record_profile(
     Ok(())
 }
 
-/// The metadata of `account_id`'s key secret `name`, when it is a signing identity.
-fn stored_metadata(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<BTreeMap<String, Ipld>>> {
-    let metadata: Option<Option<Vec<u8>>> = conn
-        .prepare_cached("SELECT metadata_cbor FROM secrets WHERE account_id = ?1 AND name = ?2")?
-        .query_row(params![account_id, name], |row| row.get(0))
-        .optional()?;
-    Ok(metadata.and_then(|bytes| identity_metadata(bytes.as_deref())))
-}
-
-/// Replaces the metadata of `account_id`'s key secret `name`; whether there was one.
-fn store_metadata(
-    conn: &Connection,
-    account_id: &str,
-    name: &str,
-    metadata: BTreeMap<String, Ipld>,
-    now_ms: i64,
-) -> ApiResult<bool> {
-    let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata)).map_err(ApiError::internal)?;
-    let updated = conn
-        .prepare_cached("UPDATE secrets SET metadata_cbor = ?3, updated_at = ?4 WHERE account_id = ?1 AND name = ?2")?
-        .execute(params![account_id, name, metadata_cbor, now_ms])?;
-    Ok(updated > 0)
-}
-
 /// A string field of identity metadata.
 fn string_field<'m>(metadata: &'m BTreeMap<String, Ipld>, key: &str) -> Option<&'m str> {
     match metadata.get(key) {
         Some(Ipld::String(value)) => Some(value),
         _ => None,
     }
-}
-
-/// Stored metadata decoded as a map, when it marks a signing identity.
-fn identity_metadata(bytes: Option<&[u8]>) -> Option<BTreeMap<String, Ipld>> {
-    let metadata = secrets::decode_metadata(bytes?)?;
-    matches!(metadata.get("kind"), Some(Ipld::String(kind)) if kind == SIGNING_KEY_KIND).then_some(metadata)
 }
 
 /// The redacted view of an identity: metadata fields of the right type, never the value.

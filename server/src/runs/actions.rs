@@ -134,7 +134,7 @@ pub async fn cancel_run(app: &App, caller: &Caller, action: CancelRun) -> ApiRes
             Ok((canceled, changes))
         })
         .await?;
-    let canceled = app.runs.after_cancel(app, canceled, changes, None);
+    let canceled = app.runs.after_cancel(canceled, changes, None);
     Ok(CancelRunResponse { extra: Default::default(), canceled, run_id: action.run_id })
 }
 
@@ -156,7 +156,7 @@ pub async fn signal_run(app: &App, caller: &Caller, action: SignalRun) -> ApiRes
             Ok((resumed, changes))
         })
         .await?;
-    changes.publish(app);
+    app.runs.publish(changes);
     Ok(SignalRunResponse { extra: Default::default(), delivered: resumed, run_id: action.run_id })
 }
 

@@ -25,12 +25,15 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::cancel::{self, Canceled};
-pub use super::executor::{Claimed, Executor, FailureCode, InlineOutcome, Outcome, RunFailure, StopReason, StopSignal};
+pub use super::executor::{Executor, FailureCode, InlineOutcome, Outcome, RunFailure, StopReason, StopSignal};
 use super::finish::{self, Backoff, Settled};
 use super::hooks::{Ending, NoHooks, RunHooks};
+pub use super::queue::Claimed;
 use super::queue::{self, Changes};
 pub use super::wait::Wait;
-use crate::app::App;
+use crate::bus::{Bus, Event};
+use crate::clock::Clock;
+use crate::db::Db;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 
 /// The engine's knobs (upstream's constants by default; tests shorten them).
@@ -75,7 +78,11 @@ struct Live {
     done: watch::Sender<Option<Settled>>,
 }
 
-/// The run engine (lives in [`App`] as `app.runs`).
+/// The run engine (lives in the `App` as `app.runs`); cheap to clone.
+///
+/// It works over its own handles (the database, the bus, the clock) and knows its executor and
+/// its consumers only through what was installed ([`Engine::install`], [`Engine::install_hooks`]).
+#[derive(Clone)]
 pub struct Engine {
     inner: Arc<Inner>,
 }
@@ -83,6 +90,9 @@ pub struct Engine {
 struct Inner {
     /// This process's lease owner id.
     owner: String,
+    db: Db,
+    bus: Bus,
+    clock: Clock,
     limits: Limits,
     executor: RwLock<Option<Arc<dyn Executor>>>,
     /// The consumers told when runs end ([`NoHooks`] until installed).
@@ -125,11 +135,14 @@ impl Inner {
 }
 
 impl Engine {
-    /// An engine with no executor installed.
-    pub fn new(limits: Limits) -> Self {
+    /// An engine over `db`, publishing on `bus`, with no executor or hooks installed.
+    pub fn new(db: Db, bus: Bus, clock: Clock, limits: Limits) -> Self {
         Self {
             inner: Arc::new(Inner {
                 owner: uuid::Uuid::new_v4().to_string(),
+                db,
+                bus,
+                clock,
                 limits,
                 executor: RwLock::new(None),
                 hooks: RwLock::new(Arc::new(NoHooks)),
@@ -175,6 +188,28 @@ impl Engine {
         self.inner.executor.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
+    /// Publishes everything `changes` noted (call after the commit): each run change, then the
+    /// appended events, then the session changes, and wakes the dispatcher when a run went back
+    /// to the queue. A run without an agent is visible to nobody and is not published.
+    pub fn publish(&self, changes: Changes) {
+        let bus = &self.inner.bus;
+        for run in changes.runs {
+            if run.agent_id.is_some() {
+                let end_watched = changes.watched.contains(&run.id);
+                bus.publish(Event::RunChanged { run: Arc::new(run), end_watched });
+            }
+        }
+        for (owner, agent, event) in changes.events {
+            crate::sessions::events::announce(bus, &owner, &agent, vec![event]);
+        }
+        for (session_id, agent_id) in changes.sessions {
+            bus.publish(Event::SessionChanged { session_id, agent_id });
+        }
+        if changes.wake {
+            self.notify();
+        }
+    }
+
     /// Wakes the dispatcher (call after committing an enqueued run).
     pub fn notify(&self) {
         self.inner.wake.notify_one();
@@ -213,9 +248,8 @@ impl Engine {
     }
 
     /// Starts the dispatcher: the boot sweep, then claims until [`Engine::shutdown`].
-    pub fn start(app: &Arc<App>) -> JoinHandle<()> {
-        let app = app.clone();
-        tokio::spawn(async move { dispatch(app).await })
+    pub fn start(&self) -> JoinHandle<()> {
+        tokio::spawn(dispatch(self.clone()))
     }
 
     /// Resolves once the dispatcher's boot sweep is done.
@@ -230,12 +264,12 @@ impl Engine {
     /// The dispatcher may claim a fresh run between the enqueuing commit and this call; the
     /// caller then waits for that execution instead (or reads how it ended, when it already
     /// did). `NotClaimed` means another turn holds the session: the run stays queued.
-    pub async fn run_inline(&self, app: &Arc<App>, run_id: &str) -> ApiResult<InlineOutcome> {
-        let settled = match self.claim(app, Some(run_id.to_owned())).await? {
+    pub async fn run_inline(&self, run_id: &str) -> ApiResult<InlineOutcome> {
+        let settled = match self.claim(Some(run_id.to_owned())).await? {
             Some((claimed, stop)) => {
-                tokio::spawn(execute(app.clone(), claimed, stop)).await.map_err(ApiError::internal)?
+                tokio::spawn(execute(self.clone(), claimed, stop)).await.map_err(ApiError::internal)?
             }
-            None => match self.attach(app, run_id).await? {
+            None => match self.attach(run_id).await? {
                 Some(settled) => settled,
                 None => return Ok(InlineOutcome::NotClaimed),
             },
@@ -248,12 +282,12 @@ impl Engine {
 
     /// For a run [`Engine::run_inline`] could not claim: waits for its execution here, or reads how
     /// it ended or parked; `None` while it waits in the queue (or another process executes it).
-    async fn attach(&self, app: &App, run_id: &str) -> ApiResult<Option<Settled>> {
+    async fn attach(&self, run_id: &str) -> ApiResult<Option<Settled>> {
         // Registration precedes the claim's commit and deregistration follows the finish's, so a
         // run the database shows executing is either registered here or ended by the next read.
         for _ in 0..3 {
             let id = run_id.to_owned();
-            let state = app.db.read(move |conn| finish::state(conn, &id)).await?;
+            let state = self.inner.db.read(move |conn| finish::state(conn, &id)).await?;
             match state {
                 finish::State::Executing => {
                     let done = lock(&self.inner.live).get(run_id).map(|live| live.done.subscribe());
@@ -270,9 +304,10 @@ impl Engine {
     }
 
     /// Cancels run `run_id` and its descendants (see `cancel`); whether anything was affected.
-    pub async fn cancel_tree(&self, app: &App, run_id: &str) -> ApiResult<bool> {
-        let (run_id, now, ending) = (run_id.to_owned(), app.clock.now_ms(), self.ending());
-        let (canceled, changes) = app
+    pub async fn cancel_tree(&self, run_id: &str) -> ApiResult<bool> {
+        let (run_id, now, ending) = (run_id.to_owned(), self.inner.clock.now_ms(), self.ending());
+        let (canceled, changes) = self
+            .inner
             .db
             .write(move |conn| {
                 let mut changes = Changes::default();
@@ -280,15 +315,16 @@ impl Engine {
                 Ok((canceled, changes))
             })
             .await?;
-        Ok(self.after_cancel(app, canceled, changes, None))
+        Ok(self.after_cancel(canceled, changes, None))
     }
 
     /// Stops session `session_id`: cancels its live runs with their descendants and asks its live
     /// turn to stop. True when anything was canceled or signaled, or a stale `streaming` mirror
     /// was corrected; false when the session was idle.
-    pub async fn stop_session(&self, app: &App, session_id: &str) -> ApiResult<bool> {
-        let (session, now, ending) = (session_id.to_owned(), app.clock.now_ms(), self.ending());
-        let (canceled, resynced, changes) = app
+    pub async fn stop_session(&self, session_id: &str) -> ApiResult<bool> {
+        let (session, now, ending) = (session_id.to_owned(), self.inner.clock.now_ms(), self.ending());
+        let (canceled, resynced, changes) = self
+            .inner
             .db
             .write(move |conn| {
                 let mut changes = Changes::default();
@@ -297,13 +333,13 @@ impl Engine {
                 Ok((canceled, resynced, changes))
             })
             .await?;
-        Ok(self.after_cancel(app, canceled, changes, Some(session_id)) || resynced)
+        Ok(self.after_cancel(canceled, changes, Some(session_id)) || resynced)
     }
 
     /// After a cancellation committed: publishes what changed, signals the live runs; whether
     /// anything was affected.
-    pub fn after_cancel(&self, app: &App, canceled: Canceled, changes: Changes, stopped_session: Option<&str>) -> bool {
-        changes.publish(app);
+    pub fn after_cancel(&self, canceled: Canceled, changes: Changes, stopped_session: Option<&str>) -> bool {
+        self.publish(changes);
         self.signal(&canceled.live, stopped_session);
         canceled.affected()
     }
@@ -341,15 +377,16 @@ impl Engine {
 
     /// Claims `run_id` (or the next due run) and registers it as executing here, in the claim's
     /// transaction. `None` when there is nothing to claim, no executor, or the server is stopping.
-    async fn claim(&self, app: &App, run_id: Option<String>) -> ApiResult<Option<(Claimed, StopSignal)>> {
+    async fn claim(&self, run_id: Option<String>) -> ApiResult<Option<(Claimed, StopSignal)>> {
         if self.closing() || self.executor().is_none() {
             return Ok(None);
         }
         let inner = self.inner.clone();
         let claim = inner.claims.fetch_add(1, Ordering::Relaxed);
-        let now = app.clock.now_ms();
+        let now = inner.clock.now_ms();
         let lease_until = now + inner.limits.lease_ms;
-        let written = app
+        let written = self
+            .inner
             .db
             .write(move |conn| {
                 let claimed = match &run_id {
@@ -372,7 +409,7 @@ impl Engine {
             .await;
         match written {
             Ok(Some((claimed, stop, changes))) => {
-                changes.publish(app);
+                self.publish(changes);
                 Ok(Some((claimed, stop)))
             }
             Ok(None) => Ok(None),
@@ -401,12 +438,11 @@ impl Engine {
 }
 
 /// The dispatcher task.
-async fn dispatch(app: Arc<App>) {
-    let engine = &app.runs;
-    sweep(&app).await;
+async fn dispatch(engine: Engine) {
+    sweep(&engine).await;
     engine.inner.swept.send_replace(true);
     while !engine.closing() {
-        pass(&app).await;
+        pass(&engine).await;
         tokio::select! {
             () = engine.inner.wake.notified() => {}
             () = tokio::time::sleep(engine.inner.limits.tick) => {}
@@ -415,9 +451,10 @@ async fn dispatch(app: Arc<App>) {
 }
 
 /// The boot sweep (see `queue::boot_sweep`).
-async fn sweep(app: &App) {
-    let (now, owner) = (app.clock.now_ms(), app.runs.inner.owner.clone());
-    let swept = app
+async fn sweep(engine: &Engine) {
+    let (now, owner) = (engine.inner.clock.now_ms(), engine.inner.owner.clone());
+    let swept = engine
+        .inner
         .db
         .write(move |conn| {
             let mut changes = Changes::default();
@@ -431,7 +468,7 @@ async fn sweep(app: &App) {
             if count > 0 {
                 tracing::info!(count, "boot sweep requeued runs a previous process left executing");
             }
-            changes.publish(app);
+            engine.publish(changes);
         }
         Err(error) => tracing::error!(%error, "the boot sweep failed"),
     }
@@ -439,10 +476,9 @@ async fn sweep(app: &App) {
 
 /// One dispatcher pass: wake parked runs that are due, then claim while there is room. A read
 /// first tells whether either has anything to do, so an idle server does not queue writes.
-async fn pass(app: &Arc<App>) {
-    let engine = &app.runs;
-    let (now, owner) = (app.clock.now_ms(), engine.inner.owner.clone());
-    let due = match app.db.read(move |conn| Ok(queue::due(conn, &owner, now)?)).await {
+async fn pass(engine: &Engine) {
+    let (now, owner) = (engine.inner.clock.now_ms(), engine.inner.owner.clone());
+    let due = match engine.inner.db.read(move |conn| Ok(queue::due(conn, &owner, now)?)).await {
         Ok(due) => due,
         Err(error) => {
             tracing::warn!(%error, "looking for due runs failed");
@@ -450,7 +486,8 @@ async fn pass(app: &Arc<App>) {
         }
     };
     if due.wake {
-        let woken = app
+        let woken = engine
+            .inner
             .db
             .write(move |conn| {
                 let mut changes = Changes::default();
@@ -459,7 +496,7 @@ async fn pass(app: &Arc<App>) {
             })
             .await;
         match woken {
-            Ok(changes) => changes.publish(app),
+            Ok(changes) => engine.publish(changes),
             Err(error) => tracing::warn!(%error, "waking parked runs failed"),
         }
     }
@@ -473,9 +510,9 @@ async fn pass(app: &Arc<App>) {
             break;
         }
         engine.inner.starved.store(false, Ordering::SeqCst);
-        match engine.claim(app, None).await {
+        match engine.claim(None).await {
             Ok(Some((claimed, stop))) => {
-                tokio::spawn(execute(app.clone(), claimed, stop));
+                tokio::spawn(execute(engine.clone(), claimed, stop));
             }
             Ok(None) => break,
             Err(error) => {
@@ -487,25 +524,25 @@ async fn pass(app: &Arc<App>) {
 }
 
 /// Executes one claimed run to its finish, then forgets it.
-async fn execute(app: Arc<App>, claimed: Claimed, stop: StopSignal) -> Settled {
+async fn execute(engine: Engine, claimed: Claimed, stop: StopSignal) -> Settled {
     let run_id = claimed.id.clone();
-    let settled = match execute_claimed(&app, claimed, &stop).await {
+    let settled = match execute_claimed(&engine, claimed, &stop).await {
         Ok(settled) => settled,
         Err(error) => {
             tracing::error!(%error, run = %run_id, "a run could not be finished; its lease will expire");
             Settled::Ignored
         }
     };
-    app.runs.deregister(&run_id, &settled);
+    engine.deregister(&run_id, &settled);
     settled
 }
 
-async fn execute_claimed(app: &Arc<App>, claimed: Claimed, stop: &StopSignal) -> ApiResult<Settled> {
-    let engine = &app.runs;
+async fn execute_claimed(engine: &Engine, claimed: Claimed, stop: &StopSignal) -> ApiResult<Settled> {
     let owner = engine.inner.owner.clone();
-    let (run_id, now) = (claimed.id.clone(), app.clock.now_ms());
+    let (run_id, now) = (claimed.id.clone(), engine.inner.clock.now_ms());
     let (id, started_by) = (run_id.clone(), owner.clone());
-    let (started, changes) = app
+    let (started, changes) = engine
+        .inner
         .db
         .write(move |conn| {
             let mut changes = Changes::default();
@@ -513,7 +550,7 @@ async fn execute_claimed(app: &Arc<App>, claimed: Claimed, stop: &StopSignal) ->
             Ok((started, changes))
         })
         .await?;
-    changes.publish(app);
+    engine.publish(changes);
     if !started {
         return Ok(Settled::Ignored);
     }
@@ -522,8 +559,8 @@ async fn execute_claimed(app: &Arc<App>, claimed: Claimed, stop: &StopSignal) ->
     }
     let outcome = match engine.executor() {
         Some(executor) => {
-            let renewal = tokio::spawn(renew(app.clone(), run_id.clone()));
-            let future = executor.execute(app.clone(), claimed, stop.clone());
+            let renewal = tokio::spawn(renew(engine.clone(), run_id.clone()));
+            let future = executor.execute(claimed, stop.clone());
             let outcome = std::panic::AssertUnwindSafe(future).catch_unwind().await.unwrap_or_else(|_| {
                 tracing::error!(run = %run_id, "the executor panicked");
                 Outcome::Failed(RunFailure {
@@ -553,8 +590,9 @@ async fn execute_claimed(app: &Arc<App>, claimed: Claimed, stop: &StopSignal) ->
         (_, outcome) => outcome,
     };
     let (backoff, random, hooks) = (engine.inner.limits.backoff, getrandom::u32().unwrap_or(0), engine.hooks());
-    let now = app.clock.now_ms();
-    let (settled, changes) = app
+    let now = engine.inner.clock.now_ms();
+    let (settled, changes) = engine
+        .inner
         .db
         .write(move |conn| {
             let mut changes = Changes::default();
@@ -563,18 +601,18 @@ async fn execute_claimed(app: &Arc<App>, claimed: Claimed, stop: &StopSignal) ->
             Ok((settled, changes))
         })
         .await?;
-    changes.publish(app);
+    engine.publish(changes);
     Ok(settled)
 }
 
 /// Renews an executing run's lease every `renew_every` until aborted.
-async fn renew(app: Arc<App>, run_id: String) {
-    let limits = app.runs.inner.limits;
+async fn renew(engine: Engine, run_id: String) {
+    let limits = engine.inner.limits;
     loop {
         tokio::time::sleep(limits.renew_every).await;
-        let (id, owner) = (run_id.clone(), app.runs.inner.owner.clone());
-        let lease_until = app.clock.now_ms() + limits.lease_ms;
-        match app.db.write(move |conn| Ok(queue::renew_lease(conn, &id, &owner, lease_until)?)).await {
+        let (id, owner) = (run_id.clone(), engine.inner.owner.clone());
+        let lease_until = engine.inner.clock.now_ms() + limits.lease_ms;
+        match engine.inner.db.write(move |conn| Ok(queue::renew_lease(conn, &id, &owner, lease_until)?)).await {
             Ok(true) => {}
             Ok(false) => {
                 tracing::warn!(run = %run_id, "an executing run's lease is no longer this process's");

@@ -1,4 +1,5 @@
-//! What the executor (the model loop) sees of the engine: the [`Claimed`] run it is given, the
+//! What the executor (the model loop) sees of the engine: the `Claimed` run it is given (from
+//! `queue`), the
 //! [`StopSignal`] that asks it to end, the [`Outcome`] it reports, and the [`Executor`] trait it
 //! implements. Re-exported from `engine`.
 
@@ -8,36 +9,9 @@ use futures_util::future::BoxFuture;
 use ipld_core::ipld::Ipld;
 use tokio::sync::watch;
 
-use super::queue::Queue;
+use super::queue::Claimed;
 use super::wait::Wait;
-use crate::app::App;
 use crate::error::{ApiError, ErrorKind};
-
-/// A run claimed for execution, as the executor receives it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Claimed {
-    /// The run.
-    pub id: String,
-    /// The root of its tree (`runs/<root>` is where its changes are published).
-    pub root_run_id: String,
-    /// The account it is stored under (the agent's owner).
-    pub account_id: String,
-    /// Its agent.
-    pub agent_id: String,
-    /// Its session.
-    pub session_id: String,
-    /// What it was enqueued with.
-    pub input: Ipld,
-    /// The execution this is, from 1 (see `queue`'s `CLAIM_SET`: a resumed execution keeps its
-    /// number).
-    pub attempt: u32,
-    /// Executions allowed before a retryable failure becomes final.
-    pub max_attempts: u32,
-    /// Its queue.
-    pub queue: Queue,
-    /// Who started it (`user`, `trigger`, `agent`, `workflow`, `system`).
-    pub origin: String,
-}
 
 /// How an execution ended, as the executor reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -228,7 +202,7 @@ impl StopSignal {
 /// Executes claimed agent runs (the model loop). Installed once at start.
 pub trait Executor: Send + Sync + 'static {
     /// Runs `run` to an [`Outcome`], ending early when `stop` says so.
-    fn execute(&self, app: Arc<App>, run: Claimed, stop: StopSignal) -> BoxFuture<'static, Outcome>;
+    fn execute(&self, run: Claimed, stop: StopSignal) -> BoxFuture<'static, Outcome>;
 }
 
 /// What [`Engine::run_inline`](super::Engine::run_inline) came to.

@@ -23,7 +23,7 @@ use seed_agents_protocol::wire;
 use serde::{Deserialize, Serialize};
 
 use super::children;
-use super::engine::{FailureCode, Outcome, RunFailure};
+use super::executor::{FailureCode, Outcome, RunFailure};
 use super::hooks::RunHooks;
 use super::queue::{Changes, sync_session_status};
 use super::wait::Wait;

@@ -6,17 +6,40 @@
 //! transition changed is noted in a [`Changes`], published once the transaction committed
 //! (DESIGN rule 5).
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{RunInfo, SessionEvent};
 use seed_agents_protocol::wire;
 
-use super::engine::Claimed;
 use super::{info, session_has_active_turn};
-use crate::app::App;
-use crate::bus::Event;
+
+/// A run claimed for execution, as the executor receives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claimed {
+    /// The run.
+    pub id: String,
+    /// The root of its tree (`runs/<root>` is where its changes are published).
+    pub root_run_id: String,
+    /// The account it is stored under (the agent's owner).
+    pub account_id: String,
+    /// Its agent.
+    pub agent_id: String,
+    /// Its session.
+    pub session_id: String,
+    /// What it was enqueued with.
+    pub input: Ipld,
+    /// The execution this is, from 1 (see `queue`'s `CLAIM_SET`: a resumed execution keeps its
+    /// number).
+    pub attempt: u32,
+    /// Executions allowed before a retryable failure becomes final.
+    pub max_attempts: u32,
+    /// Its queue.
+    pub queue: Queue,
+    /// Who started it (`user`, `trigger`, `agent`, `workflow`, `system`).
+    pub origin: String,
+}
 
 /// Which queue a run waits in: interactive runs are claimed before any background one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,13 +163,13 @@ fn insert(
 /// `runs/<root>` subscribers), sessions whose status mirror moved, and appended session events.
 #[derive(Debug, Default)]
 pub struct Changes {
-    runs: Vec<RunInfo>,
-    sessions: Vec<(String, String)>,
-    events: Vec<(String, String, SessionEvent)>,
+    pub(super) runs: Vec<RunInfo>,
+    pub(super) sessions: Vec<(String, String)>,
+    pub(super) events: Vec<(String, String, SessionEvent)>,
     /// Runs whose end is left for the run-completed trigger monitor.
-    watched: Vec<String>,
+    pub(super) watched: Vec<String>,
     /// A run went back to the queue (a parent whose children all answered): wake the dispatcher.
-    wake: bool,
+    pub(super) wake: bool,
 }
 
 impl Changes {
@@ -193,27 +216,6 @@ impl Changes {
     /// Whether nothing was noted.
     pub fn is_empty(&self) -> bool {
         self.runs.is_empty() && self.sessions.is_empty() && self.events.is_empty() && !self.wake
-    }
-
-    /// Publishes everything noted (call after the commit): each run change, then the appended
-    /// events, then the session changes. A run without an agent is visible to nobody and is not
-    /// published.
-    pub fn publish(self, app: &App) {
-        for run in self.runs {
-            if run.agent_id.is_some() {
-                let end_watched = self.watched.contains(&run.id);
-                app.bus.publish(Event::RunChanged { run: Arc::new(run), end_watched });
-            }
-        }
-        for (owner, agent, event) in self.events {
-            crate::sessions::events::announce(app, &owner, &agent, vec![event]);
-        }
-        for (session_id, agent_id) in self.sessions {
-            app.bus.publish(Event::SessionChanged { session_id, agent_id });
-        }
-        if self.wake {
-            app.runs.notify();
-        }
     }
 }
 

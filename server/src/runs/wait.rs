@@ -8,7 +8,7 @@ use seed_agents_protocol::generated::{RunWaitInfo, RunWaitInfoReason};
 use serde::{Deserialize, Serialize};
 
 /// Why a run is parked. Stored as data in `wait_cbor`; the engine itself parks nothing yet, the
-/// executor's [`Outcome::Parked`](super::engine::Outcome::Parked) does.
+/// executor's [`Outcome::Parked`](super::executor::Outcome::Parked) does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "reason")]
 pub enum Wait {

@@ -393,10 +393,10 @@ pub async fn call(turn: &Turn, call_id: &str, arguments: &Json) -> ApiResult<(Js
             .await?
     };
     let Spawned { session_id, title, agent_id, events, changes } = spawned;
-    changes.publish(&turn.app);
+    turn.app.runs.publish(changes);
     turn.app.bus.publish(Event::SessionChanged { session_id: session_id.clone(), agent_id: agent_id.clone() });
     turn.app.bus.account_change(&turn.owner_id, ChangeReason::SessionCreated, Some(&agent_id), Some(&session_id));
-    events::announce(&turn.app, &turn.owner_id, &agent_id, events);
+    events::announce(&turn.app.bus, &turn.owner_id, &agent_id, events);
     turn.app.runs.notify();
     if awaited {
         Ok((json!({"status": "spawned", "sessionId": session_id, "title": title}), true))

@@ -252,8 +252,8 @@ pub async fn message_session(
     let (run_id, queued_behind) = match written {
         Written::Replayed(previous) => return Ok(previous),
         Written::Appended { appended, run_id, queued_behind, owner_id, agent_id, changes } => {
-            events::announce(app, &owner_id, &agent_id, appended);
-            changes.publish(app);
+            events::announce(&app.bus, &owner_id, &agent_id, appended);
+            app.runs.publish(changes);
             (run_id, queued_behind)
         }
     };
@@ -261,7 +261,7 @@ pub async fn message_session(
         app.runs.notify();
         return Ok(answer(String::new()));
     }
-    let response = match app.runs.run_inline(app, &run_id).await? {
+    let response = match app.runs.run_inline(&run_id).await? {
         // Another turn took the session between our insert and the claim: the run waits its turn.
         InlineOutcome::NotClaimed | InlineOutcome::Requeued => answer(String::new()),
         InlineOutcome::Finished(Outcome::Succeeded(output) | Outcome::Canceled(output)) => {

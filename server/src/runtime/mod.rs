@@ -24,10 +24,11 @@ pub mod plan;
 pub mod prompt;
 pub mod replay;
 pub mod title;
+pub(crate) mod titles;
 pub mod tools;
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use futures_util::future::BoxFuture;
 use ipld_core::ipld::Ipld;
@@ -57,11 +58,28 @@ pub const INTERRUPTED: &str = "Interrupted by a service restart before this tool
 
 /// Runs agent runs (installed into the run engine at startup).
 #[derive(Debug, Default)]
-pub struct AgentExecutor;
+pub struct AgentExecutor {
+    /// The app runs execute in (weak: the app holds the engine that holds this executor).
+    app: Weak<App>,
+}
+
+impl AgentExecutor {
+    /// The executor of `app`'s agent runs.
+    pub fn new(app: &Arc<App>) -> Self {
+        Self { app: Arc::downgrade(app) }
+    }
+}
 
 impl Executor for AgentExecutor {
-    fn execute(&self, app: Arc<App>, run: Claimed, stop: StopSignal) -> BoxFuture<'static, Outcome> {
-        Box::pin(async move { execute(app, run, stop).await })
+    fn execute(&self, run: Claimed, stop: StopSignal) -> BoxFuture<'static, Outcome> {
+        let app = self.app.upgrade();
+        Box::pin(async move {
+            match app {
+                Some(app) => execute(app, run, stop).await,
+                // The server is gone; the next start's boot sweep resumes the run.
+                None => Outcome::Canceled(Ipld::Null),
+            }
+        })
     }
 }
 
@@ -446,7 +464,7 @@ impl Turn {
                 Ok(appended)
             })
             .await?;
-        events::announce(&self.app, &self.owner_id, &self.agent_id, appended);
+        events::announce(&self.app.bus, &self.owner_id, &self.agent_id, appended);
         Ok(())
     }
 
@@ -496,7 +514,7 @@ impl Turn {
             })
             .await?;
         let id = event.id.clone();
-        events::announce(&self.app, &self.owner_id, &self.agent_id, vec![event]);
+        events::announce(&self.app.bus, &self.owner_id, &self.agent_id, vec![event]);
         Ok(id)
     }
 }

@@ -2,14 +2,13 @@
 //! provisional (`title_source = 'system'`), one tool-less model call names it from the start of
 //! the conversation. It never overwrites a title the agent (the `status` verb) or a person
 //! gave: the update applies only while the source is still `system`. At most
-//! [`MAX_ATTEMPTS`] tries per session per process, one at a time.
+//! [`MAX_ATTEMPTS`](super::titles::MAX_ATTEMPTS) tries per session per process, one at a time.
 //!
 //! Unlike the existing server, the call uses the session's model override when there is one
 //! (the model the person chose for this conversation), and `--session-title-generation false`
 //! turns it off.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use rusqlite::params;
 use seed_agents_protocol::generated::{MessageEventRole, SessionEventPayload};
@@ -22,8 +21,6 @@ use crate::error::ApiResult;
 use crate::model::{Endpoint, Message, ModelRequest, UserPart};
 use crate::sessions::events;
 
-/// Tries per session per process.
-pub const MAX_ATTEMPTS: u8 = 3;
 /// Events the digest is made from.
 const DIGEST_EVENTS: i64 = 12;
 const USER_CHARS: usize = 1200;
@@ -34,32 +31,6 @@ const INSTRUCTION: &str = "\
 Name the conversation below. Answer with two lines and nothing else:
 Title: a specific title of at most eight words
 Description: one or two sentences on what the conversation is about";
-
-/// Attempts made, and whether one is running, per session.
-#[derive(Debug, Default)]
-pub struct Titler {
-    attempts: Mutex<HashMap<String, (u8, bool)>>,
-}
-
-impl Titler {
-    /// Takes a try for `session_id` if one is left and none is running.
-    fn begin(&self, session_id: &str) -> bool {
-        let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = attempts.entry(session_id.to_owned()).or_insert((0, false));
-        if entry.1 || entry.0 >= MAX_ATTEMPTS {
-            return false;
-        }
-        *entry = (entry.0 + 1, true);
-        true
-    }
-
-    fn end(&self, session_id: &str) {
-        let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(entry) = attempts.get_mut(session_id) {
-            entry.1 = false;
-        }
-    }
-}
 
 /// Starts naming the turn's session in the background when it still has a provisional title.
 pub fn start(turn: &Turn) {
@@ -195,7 +166,7 @@ mod tests {
 
     #[test]
     fn a_session_gets_three_tries_one_at_a_time() {
-        let titler = Titler::default();
+        let titler = super::super::titles::Titler::default();
         assert!(titler.begin("s"));
         assert!(!titler.begin("s"), "one at a time");
         titler.end("s");

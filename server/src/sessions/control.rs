@@ -26,7 +26,7 @@ pub const NOTHING_TO_RETRY: &str = "Nothing to retry: the latest run did not fai
 pub async fn stop_session(app: &App, caller: &Caller, action: StopSession) -> ApiResult<StopSessionResponse> {
     let (account, session_id) = (caller.account_id.clone(), action.session_id.clone());
     app.db.read(move |conn| access::require_session(conn, &session_id, &account, Need::Chat)).await?;
-    let stopped = app.runs.stop_session(app, &action.session_id).await?;
+    let stopped = app.runs.stop_session(&action.session_id).await?;
     Ok(StopSessionResponse { extra: Default::default(), session_id: action.session_id, stopped })
 }
 
@@ -75,10 +75,10 @@ pub async fn retry_session(app: &Arc<App>, caller: &Caller, action: RetrySession
             Ok((run_id, changes))
         })
         .await?;
-    changes.publish(app);
-    let assistant_event_id = match app.runs.run_inline(app, &run_id).await? {
+    app.runs.publish(changes);
+    let assistant_event_id = match app.runs.run_inline(&run_id).await? {
         InlineOutcome::NotClaimed => {
-            app.runs.cancel_tree(app, &run_id).await?;
+            app.runs.cancel_tree(&run_id).await?;
             return Err(ApiError::conflict(ALREADY_STREAMING));
         }
         InlineOutcome::Finished(Outcome::Succeeded(output) | Outcome::Canceled(output)) => assistant_event_id(&output),

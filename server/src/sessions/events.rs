@@ -12,8 +12,7 @@ use rusqlite::{Connection, params};
 use seed_agents_protocol::generated::{SessionEvent, SessionEventPayload};
 use seed_agents_protocol::wire;
 
-use crate::app::App;
-use crate::bus::{ChangeReason, Event, SessionFrame};
+use crate::bus::{Bus, ChangeReason, Event, SessionFrame};
 use crate::error::{ApiError, ApiResult};
 
 /// Appends `payload` to `session_id` with the next `seq` (inside the caller's write transaction,
@@ -101,15 +100,15 @@ fn decode(session_id: &str, (id, seq, bytes, created_at): RawEvent) -> ApiResult
 /// each goes out as an append and the owner hears `session-event` once per event. An append is
 /// not a session change (upstream sends none for it either: its clients refetch on every
 /// `change`); status and title changes are announced where they happen.
-pub fn announce(app: &App, owner_id: &str, agent_id: &str, events: Vec<SessionEvent>) {
+pub fn announce(bus: &Bus, owner_id: &str, agent_id: &str, events: Vec<SessionEvent>) {
     for event in events {
         let session_id = event.session_id.clone();
-        app.bus.to_session(&session_id, SessionFrame::Append(&event));
-        app.bus.publish(Event::SessionAppended {
+        bus.to_session(&session_id, SessionFrame::Append(&event));
+        bus.publish(Event::SessionAppended {
             owner_id: owner_id.to_owned(),
             agent_id: agent_id.to_owned(),
             event: Arc::new(event),
         });
-        app.bus.account_change(owner_id, ChangeReason::SessionEvent, Some(agent_id), Some(&session_id));
+        bus.account_change(owner_id, ChangeReason::SessionEvent, Some(agent_id), Some(&session_id));
     }
 }

@@ -454,7 +454,7 @@ pub async fn delete_session(app: &App, caller: &Caller, action: DeleteSession) -
             Ok((response, access.owner_id, canceled, changes))
         })
         .await?;
-    app.runs.after_cancel(app, canceled, changes, None);
+    app.runs.after_cancel(canceled, changes, None);
     app.bus.publish(Event::SessionChanged {
         session_id: response.session_id.clone(),
         agent_id: response.agent_id.clone(),

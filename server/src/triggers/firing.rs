@@ -124,7 +124,7 @@ impl Published {
     /// (`session-created`, `trigger-updated`) to the owner and the agent's members.
     pub fn publish(self, app: &App) {
         for (owner, agent, event) in self.appended {
-            events::announce(app, &owner, &agent, vec![event]);
+            events::announce(&app.bus, &owner, &agent, vec![event]);
         }
         for (owner, agent, session) in self.fired {
             app.bus.publish(Event::SessionChanged { session_id: session.clone(), agent_id: agent.clone() });
@@ -134,7 +134,7 @@ impl Published {
         for (owner, agent) in self.woke {
             app.bus.account_change(&owner, ChangeReason::TriggerUpdated, Some(&agent), None);
         }
-        self.changes.publish(app);
+        app.runs.publish(self.changes);
     }
 }
 

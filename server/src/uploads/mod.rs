@@ -15,7 +15,7 @@
 //! - A committed file appears at its target by one rename, so it is never seen half-written.
 
 pub mod memory_target;
-mod order;
+pub(crate) mod order;
 mod staging;
 mod sweep;
 

@@ -31,8 +31,8 @@ use seed_agents_protocol::generated::{
 use seed_agents_protocol::wire;
 use tokio::sync::{broadcast, watch};
 
-use super::Live;
 use super::frames::{self, OutFrame};
+use super::live::Live;
 use super::registry::{Registry, SocketId, Sub};
 use crate::access::{self, Role};
 use crate::bus::{ChangeReason, Event, SessionFrame, SessionSink};

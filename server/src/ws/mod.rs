@@ -4,6 +4,7 @@
 //!   as an HTTP action), and what each key replays;
 //! - [`socket`]: one task per socket: `connected`, subscriptions, replay, queued live frames,
 //!   ping/pong, closing;
+//! - [`live`]: the state they share (the registry, the socket permits, the shutdown signal);
 //! - [`registry`]: which bound socket listens to which key;
 //! - [`hub`]: one task turning bus events into frames for the registry's sockets;
 //! - [`frames`]: JSON text frames, encoded once per shape, and the one mapping from a failure to an
@@ -17,13 +18,13 @@
 
 pub mod frames;
 pub mod hub;
+pub(crate) mod live;
 pub mod registry;
 pub mod socket;
 pub mod subscribe;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::extract::State;
@@ -31,11 +32,9 @@ use axum::extract::ws::{WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use crate::edge::Edge;
-use registry::Registry;
 
 /// The largest frame a client may send: a `Subscribe` envelope is a few hundred bytes.
 pub const MAX_CLIENT_FRAME: usize = 64 * 1024;
@@ -47,74 +46,6 @@ pub const READ_BUFFER: usize = 512;
 
 /// Bytes of frames gathered before a write when several go out together (see `socket::BATCH`).
 pub const WRITE_BUFFER: usize = 4 * 1024;
-
-/// How sockets are bounded (from the configuration).
-#[derive(Debug, Clone, Copy)]
-pub struct WsLimits {
-    /// Sockets open at once on the server.
-    pub max_sockets: usize,
-    /// Sockets one account may have bound at once.
-    pub per_account: usize,
-    /// Subscriptions one socket may hold.
-    pub subscriptions: usize,
-    /// Frames queued for one socket before it counts as fallen behind.
-    pub queue_frames: usize,
-    /// How often a socket pings its peer.
-    pub ping_interval: Duration,
-    /// How long one frame may take to go out before the peer counts as gone.
-    pub send_timeout: Duration,
-}
-
-/// The live-update state shared by the upgrade route, the sockets and the hub.
-#[derive(Debug)]
-pub struct Live {
-    registry: Mutex<Registry>,
-    /// How sockets are bounded.
-    pub limits: WsLimits,
-    /// One permit per open socket.
-    sockets: Arc<Semaphore>,
-    next_id: AtomicU64,
-    /// `true` once shutdown started: sockets close with 1001.
-    shutdown: watch::Sender<bool>,
-}
-
-impl Live {
-    /// No sockets yet.
-    pub fn new(limits: WsLimits) -> Self {
-        let max_sockets = limits.max_sockets.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
-        Self {
-            registry: Mutex::default(),
-            limits: WsLimits { max_sockets, ..limits },
-            sockets: Arc::new(Semaphore::new(max_sockets)),
-            next_id: AtomicU64::new(1),
-            shutdown: watch::channel(false).0,
-        }
-    }
-
-    /// The registry (held briefly; never across an `.await`).
-    pub fn registry(&self) -> MutexGuard<'_, Registry> {
-        self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Changes to `true` when the server starts shutting down.
-    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
-        self.shutdown.subscribe()
-    }
-
-    /// Sockets open right now.
-    pub fn open_sockets(&self) -> usize {
-        self.limits.max_sockets - self.sockets.available_permits()
-    }
-
-    /// Closes every socket with 1001 and waits (at most `wait`) for them to finish.
-    pub async fn shut_down(&self, wait: Duration) {
-        self.shutdown.send_replace(true);
-        let all = self.limits.max_sockets as u32;
-        if tokio::time::timeout(wait, self.sockets.acquire_many(all)).await.is_err() {
-            tracing::warn!(open = self.open_sockets(), "WebSockets still open after the shutdown wait");
-        }
-    }
-}
 
 /// The route: `GET /agents/ws`.
 pub(crate) fn routes() -> Router<Arc<Edge>> {

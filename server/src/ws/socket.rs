@@ -24,9 +24,9 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio::time::Instant;
 
 use super::frames::{self, OutFrame};
+use super::live::{Live, WsLimits};
 use super::registry::{Bound, Signal, SocketId};
 use super::subscribe::{self, Accepted, Refused, Replay};
-use super::{Live, WsLimits};
 use crate::edge::Edge;
 use crate::error::ApiError;
 

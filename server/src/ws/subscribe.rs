@@ -31,8 +31,6 @@ use crate::{runs, sessions};
 
 /// The refusal of a key this socket may not have.
 pub const NOT_AUTHORIZED: &str = "Subscription key is not authorized";
-/// A verified action that is not a `Subscribe`.
-pub const NOT_SUBSCRIBE: &str = "Expected Subscribe action";
 /// A text frame that is not a JSON array of bytes.
 pub const BAD_TEXT: &str = "Subscribe frames are DAG-CBOR: send a binary frame (or a JSON array of byte values)";
 
@@ -138,7 +136,7 @@ impl From<ApiError> for Refused {
 pub(crate) async fn accept(edge: &Edge, bytes: Vec<u8>) -> Result<Accepted, Refused> {
     let verified = auth::verify(edge, bytes, Transport::WebSocket).await?;
     if verified.action_name != "Subscribe" {
-        return Err(ApiError::invalid(NOT_SUBSCRIBE).into());
+        return Err(ApiError::invalid(auth::NOT_SUBSCRIBE).into());
     }
     let action = seed_agents_compat::upgrade_action(verified.caller.protocol, "Subscribe", verified.action)
         .map_err(ApiError::from)?;

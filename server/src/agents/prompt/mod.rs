@@ -36,10 +36,11 @@
 //!
 //! The code is split by noun: `token` cuts markdown into block tokens, `inline` parses inline
 //! formatting into annotations, `tree` nests the tokens into blocks with ids from `ids`, `render`
-//! turns blocks back into markdown, `table` splits GFM table rows into cells and renders `Table`
-//! blocks, and `text` holds the white-space and id-comment helpers they share. This file keeps
-//! the public API and the validation.
+//! turns blocks back into markdown (reading them through `block`), `table` splits GFM table rows
+//! into cells and renders `Table` blocks, and `text` holds the white-space and id-comment helpers
+//! they share. This file keeps the public API and the validation.
 
+mod block;
 mod ids;
 mod inline;
 mod render;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated as proto;
 
-use super::render::{apply_annotations, as_str, attribute, field};
+use super::block::{apply_annotations, as_str, attribute, field};
 use super::text::{find_comment, id_comment, indent, is_js_space, js_trim, strip_block_id};
 
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::render::{as_str, attribute, field};
+use super::block::{as_str, attribute, field};
 use super::text::is_id_char;
 use super::*;
 

@@ -79,7 +79,7 @@ async fn never_two_executions_in_one_session_even_with_inline_claims_racing() {
     let mut inline = tokio::task::JoinSet::new();
     for (_, run) in &runs {
         let (app, run) = (harness.app.clone(), run.clone());
-        inline.spawn(async move { app.runs.run_inline(&app, &run).await.unwrap() });
+        inline.spawn(async move { app.runs.run_inline(&run).await.unwrap() });
     }
     let mut executed = Vec::new();
     while executed.len() < runs.len() {
@@ -114,11 +114,11 @@ async fn an_inline_run_executes_for_its_caller_or_is_left_queued_behind_the_turn
     // No dispatcher: only the inline caller claims.
     let first = harness.enqueue("s1", Queue::Interactive, 1, None).await;
     let (app, id) = (harness.app.clone(), first.clone());
-    let caller = tokio::spawn(async move { app.runs.run_inline(&app, &id).await.unwrap() });
+    let caller = tokio::spawn(async move { app.runs.run_inline(&id).await.unwrap() });
     let started = harness.next_started().await;
     assert_eq!((started.run.id.as_str(), started.run.attempt, started.run.max_attempts), (first.as_str(), 1, 1));
     let second = harness.enqueue("s1", Queue::Interactive, 1, None).await;
-    let held = harness.app.runs.run_inline(&harness.app, &second).await.unwrap();
+    let held = harness.app.runs.run_inline(&second).await.unwrap();
     assert_eq!(held, InlineOutcome::NotClaimed, "another turn holds the session");
     assert_eq!(harness.status(&second).await, "queued");
     let output = Ipld::Map([("assistantEventId".to_owned(), Ipld::String("e1".into()))].into());
@@ -126,13 +126,13 @@ async fn an_inline_run_executes_for_its_caller_or_is_left_queued_behind_the_turn
     assert_eq!(caller.await.unwrap(), InlineOutcome::Finished(Outcome::Succeeded(output)));
     // The caller gone does not strand a run: the execution is its own task.
     let (app, id) = (harness.app.clone(), second.clone());
-    let abandoned = tokio::spawn(async move { app.runs.run_inline(&app, &id).await });
+    let abandoned = tokio::spawn(async move { app.runs.run_inline(&id).await });
     let started = harness.next_started().await;
     abandoned.abort();
     started.finish(failure("provider down", false));
     harness.until_status(&second, "failed").await;
     // An ended run reports how it ended to a late inline caller.
-    let late = harness.app.runs.run_inline(&harness.app, &second).await.unwrap();
+    let late = harness.app.runs.run_inline(&second).await.unwrap();
     assert!(
         matches!(late, InlineOutcome::Finished(Outcome::Failed(ref failure)) if failure.message == "provider down")
     );

@@ -155,7 +155,7 @@ async fn the_status_mirror_follows_the_runs_and_is_announced_only_when_it_moves(
         .await
         .unwrap();
     assert!(resumed);
-    changes.publish(&harness.app);
+    harness.app.runs.publish(changes);
     harness.app.runs.notify();
     let started = harness.next_started().await;
     assert_eq!((started.run.id.as_str(), started.run.attempt), (second.as_str(), 1), "resuming is not a new execution");
@@ -262,7 +262,7 @@ async fn a_run_end_is_announced_as_watched_only_when_a_trigger_may_react() {
     harness.events_until(&format!("{} watched", run(&watched, "failed"))).await;
     let not_due = "UPDATE runs SET not_before = ?2 WHERE id = ?1";
     let canceled = harness.enqueue_then("s2", not_due, FAR).await;
-    assert!(harness.engine().cancel_tree(&harness.app, &canceled).await.unwrap());
+    assert!(harness.engine().cancel_tree(&canceled).await.unwrap());
     harness.events_until(&format!("{} watched", run(&canceled, "canceled"))).await;
     harness.stop().await;
 }
@@ -278,7 +278,7 @@ async fn canceling_a_tree_ends_queued_and_waiting_runs_at_once_and_signals_the_r
     let not_due = "UPDATE runs SET not_before = ?2 WHERE id = ?1";
     let grandchild = harness.enqueue_with("s3", Queue::Background, 3, Some(&child), Some((not_due, FAR))).await;
     harness.events();
-    assert!(harness.engine().cancel_tree(&harness.app, &root).await.unwrap());
+    assert!(harness.engine().cancel_tree(&root).await.unwrap());
     assert_eq!(harness.status(&child).await, "canceled");
     assert_eq!(harness.status(&grandchild).await, "canceled");
     assert_eq!(started.stop.reason(), Some(StopReason::Cancel), "the running root was asked to stop");
@@ -295,7 +295,7 @@ async fn canceling_a_tree_ends_queued_and_waiting_runs_at_once_and_signals_the_r
     let child_info =
         harness.app.db.read(move |conn| Ok(crate::runs::info::load(conn, &child)?)).await.unwrap().unwrap();
     assert_eq!(child_info.usage.unwrap().children.unwrap().runs, 1, "a canceled child rolls up into its parent");
-    assert!(!harness.engine().cancel_tree(&harness.app, &root).await.unwrap(), "nothing left to cancel");
+    assert!(!harness.engine().cancel_tree(&root).await.unwrap(), "nothing left to cancel");
     harness.stop().await;
 }
 
@@ -307,7 +307,7 @@ async fn canceled_is_sticky_and_a_failure_after_a_stop_request_ends_canceled() {
     // the cancellation ends it at once and its late result is dropped.
     let running_sql = "UPDATE runs SET status = 'running', lease_owner = 'other', lease_expires_at = ?2 WHERE id = ?1";
     let orphan = harness.enqueue_with("s1", Queue::Interactive, 1, None, Some((running_sql, FAR))).await;
-    assert!(harness.engine().cancel_tree(&harness.app, &orphan).await.unwrap());
+    assert!(harness.engine().cancel_tree(&orphan).await.unwrap());
     assert_eq!(harness.status(&orphan).await, "canceled");
     let (id, now) = (orphan.clone(), harness.clock.now_ms());
     let late = harness
@@ -336,7 +336,7 @@ async fn canceled_is_sticky_and_a_failure_after_a_stop_request_ends_canceled() {
     harness.gate.watch_stop.store(false, Ordering::SeqCst);
     let retried = harness.enqueue("s2", Queue::Background, 3, None).await;
     let started = harness.next_started().await;
-    assert!(harness.engine().cancel_tree(&harness.app, &retried).await.unwrap());
+    assert!(harness.engine().cancel_tree(&retried).await.unwrap());
     assert_eq!(harness.status(&retried).await, "running", "executing here: signaled, not ended");
     started.finish(failure("aborted", true));
     harness.until_status(&retried, "canceled").await;
@@ -353,15 +353,15 @@ async fn stopping_a_session_stops_its_turn_and_cancels_what_waits() {
     let behind = harness.enqueue("s1", Queue::Interactive, 1, None).await;
     let not_due = "UPDATE runs SET not_before = ?2 WHERE id = ?1";
     let child = harness.enqueue_with("s2", Queue::Background, 3, Some(&turn), Some((not_due, FAR))).await;
-    assert!(harness.engine().stop_session(&harness.app, "s1").await.unwrap());
+    assert!(harness.engine().stop_session("s1").await.unwrap());
     assert_eq!(started.stop.reason(), Some(StopReason::Stop), "the session's own turn is stopped, not canceled");
     assert_eq!((harness.status(&behind).await, harness.status(&child).await), ("canceled".into(), "canceled".into()));
     harness.until_status(&turn, "canceled").await;
     assert_eq!(harness.session_status("s1").await, "idle");
-    assert!(!harness.engine().stop_session(&harness.app, "s1").await.unwrap(), "idle: nothing to stop");
+    assert!(!harness.engine().stop_session("s1").await.unwrap(), "idle: nothing to stop");
     // A stale mirror with nothing live is corrected, and counts as stopped.
     harness.sql("UPDATE sessions SET status = 'streaming' WHERE id = ?1", vec!["s3".to_owned().into()]).await;
-    assert!(harness.engine().stop_session(&harness.app, "s3").await.unwrap());
+    assert!(harness.engine().stop_session("s3").await.unwrap());
     assert_eq!(harness.session_status("s3").await, "idle");
     harness.stop().await;
 }
@@ -378,7 +378,7 @@ async fn shutdown_leaves_executing_runs_to_the_next_boot_sweep() {
     assert_eq!(harness.engine().executing(), 0);
     assert_eq!(harness.status(&id).await, "running", "not finished: the failure was the shutdown's");
     let queued = harness.enqueue("s2", Queue::Interactive, 1, None).await;
-    let inline = harness.app.runs.run_inline(&harness.app, &queued).await.unwrap();
+    let inline = harness.app.runs.run_inline(&queued).await.unwrap();
     assert_eq!(inline, InlineOutcome::NotClaimed, "a stopping engine claims nothing");
     drop(started);
     let dir = harness.stop().await;
@@ -419,7 +419,7 @@ async fn deleting_a_session_or_agent_cancels_its_runs_first() {
         .await
         .unwrap();
     assert_eq!(canceled.live, [(turn.clone(), Some("s1".to_owned()))]);
-    assert!(harness.engine().after_cancel(&harness.app, canceled, changes, None));
+    assert!(harness.engine().after_cancel(canceled, changes, None));
     assert_eq!(started.stop.reason(), Some(StopReason::Cancel));
     harness.until_status(&turn, "canceled").await;
     let (now, ending) = (harness.clock.now_ms(), harness.engine().ending());

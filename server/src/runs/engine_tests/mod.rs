@@ -67,7 +67,7 @@ struct Gate {
 }
 
 impl Executor for Gate {
-    fn execute(&self, _app: Arc<App>, run: Claimed, stop: StopSignal) -> BoxFuture<'static, Outcome> {
+    fn execute(&self, run: Claimed, stop: StopSignal) -> BoxFuture<'static, Outcome> {
         let (finish, finished) = oneshot::channel();
         let session = run.session_id.clone();
         {
@@ -162,7 +162,7 @@ impl Harness {
     async fn start(&mut self) {
         self.app.runs.install_hooks(std::sync::Arc::new(crate::server::Consumers));
         self.app.runs.install(self.gate.clone());
-        self.dispatcher = Some(Engine::start(&self.app));
+        self.dispatcher = Some(self.app.runs.start());
         self.app.runs.swept().await;
     }
 
@@ -211,7 +211,7 @@ impl Harness {
             })
             .await
             .unwrap();
-        changes.publish(&self.app);
+        self.app.runs.publish(changes);
         self.app.runs.notify();
         id
     }

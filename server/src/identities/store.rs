@@ -1,0 +1,54 @@
+//! Signing identities as the `secrets` table keeps them: key secrets whose metadata marks them
+//! (`kind: hm-account-key`) and holds their account id, label, icon and description.
+
+use std::collections::BTreeMap;
+
+use ipld_core::ipld::Ipld;
+use rusqlite::{Connection, OptionalExtension, params};
+use seed_agents_protocol::wire;
+
+use crate::error::{ApiError, ApiResult};
+use crate::secrets::{self, SIGNING_KEY_KIND};
+
+/// The account id of signing key `name` of `account_id`, when it is an identity with one.
+pub fn identity_account(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<String>> {
+    let metadata = secrets::load_metadata(conn, account_id, name)?.flatten();
+    Ok(identity_metadata(metadata.as_deref()).and_then(|mut metadata| match metadata.remove("accountId") {
+        Some(Ipld::String(id)) => Some(id),
+        _ => None,
+    }))
+}
+
+/// The metadata of `account_id`'s key secret `name`, when it is a signing identity.
+pub(super) fn stored_metadata(
+    conn: &Connection,
+    account_id: &str,
+    name: &str,
+) -> ApiResult<Option<BTreeMap<String, Ipld>>> {
+    let metadata: Option<Option<Vec<u8>>> = conn
+        .prepare_cached("SELECT metadata_cbor FROM secrets WHERE account_id = ?1 AND name = ?2")?
+        .query_row(params![account_id, name], |row| row.get(0))
+        .optional()?;
+    Ok(metadata.and_then(|bytes| identity_metadata(bytes.as_deref())))
+}
+
+/// Replaces the metadata of `account_id`'s key secret `name`; whether there was one.
+pub(super) fn store_metadata(
+    conn: &Connection,
+    account_id: &str,
+    name: &str,
+    metadata: BTreeMap<String, Ipld>,
+    now_ms: i64,
+) -> ApiResult<bool> {
+    let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata)).map_err(ApiError::internal)?;
+    let updated = conn
+        .prepare_cached("UPDATE secrets SET metadata_cbor = ?3, updated_at = ?4 WHERE account_id = ?1 AND name = ?2")?
+        .execute(params![account_id, name, metadata_cbor, now_ms])?;
+    Ok(updated > 0)
+}
+
+/// Stored metadata decoded as a map, when it marks a signing identity.
+pub(super) fn identity_metadata(bytes: Option<&[u8]>) -> Option<BTreeMap<String, Ipld>> {
+    let metadata = secrets::decode_metadata(bytes?)?;
+    matches!(metadata.get("kind"), Some(Ipld::String(kind)) if kind == SIGNING_KEY_KIND).then_some(metadata)
+}

@@ -1,0 +1,92 @@
+//! The live-update state shared by the upgrade route, the sockets and the hub, and its bounds.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, watch};
+
+use super::registry::Registry;
+use crate::config::Config;
+
+/// How sockets are bounded (from the configuration).
+#[derive(Debug, Clone, Copy)]
+pub struct WsLimits {
+    /// Sockets open at once on the server.
+    pub max_sockets: usize,
+    /// Sockets one account may have bound at once.
+    pub per_account: usize,
+    /// Subscriptions one socket may hold.
+    pub subscriptions: usize,
+    /// Frames queued for one socket before it counts as fallen behind.
+    pub queue_frames: usize,
+    /// How often a socket pings its peer.
+    pub ping_interval: Duration,
+    /// How long one frame may take to go out before the peer counts as gone.
+    pub send_timeout: Duration,
+}
+
+impl WsLimits {
+    /// The limits `config` sets.
+    pub(crate) fn of(config: &Config) -> Self {
+        Self {
+            max_sockets: config.ws_max_sockets,
+            per_account: config.ws_per_account,
+            subscriptions: config.ws_subscriptions,
+            queue_frames: config.ws_queue,
+            ping_interval: config.ws_ping_interval,
+            send_timeout: config.body_timeout,
+        }
+    }
+}
+
+/// The live-update state shared by the upgrade route, the sockets and the hub.
+#[derive(Debug)]
+pub struct Live {
+    registry: Mutex<Registry>,
+    /// How sockets are bounded.
+    pub limits: WsLimits,
+    /// One permit per open socket.
+    pub(super) sockets: Arc<Semaphore>,
+    pub(super) next_id: AtomicU64,
+    /// `true` once shutdown started: sockets close with 1001.
+    pub(super) shutdown: watch::Sender<bool>,
+}
+
+impl Live {
+    /// No sockets yet.
+    pub fn new(limits: WsLimits) -> Self {
+        let max_sockets = limits.max_sockets.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+        Self {
+            registry: Mutex::default(),
+            limits: WsLimits { max_sockets, ..limits },
+            sockets: Arc::new(Semaphore::new(max_sockets)),
+            next_id: AtomicU64::new(1),
+            shutdown: watch::channel(false).0,
+        }
+    }
+
+    /// The registry (held briefly; never across an `.await`).
+    pub fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Changes to `true` when the server starts shutting down.
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// Sockets open right now.
+    pub fn open_sockets(&self) -> usize {
+        self.limits.max_sockets - self.sockets.available_permits()
+    }
+
+    /// Closes every socket with 1001 and waits (at most `wait`) for them to finish.
+    pub async fn shut_down(&self, wait: Duration) {
+        self.shutdown.send_replace(true);
+        let all = self.limits.max_sockets as u32;
+        if tokio::time::timeout(wait, self.sockets.acquire_many(all)).await.is_err() {
+            tracing::warn!(open = self.open_sockets(), "WebSockets still open after the shutdown wait");
+        }
+    }
+}
