@@ -16,8 +16,8 @@ use seed_agents_protocol::generated::{
     ModelProviderConfigAuthMode, ProviderModelInfo, SetModelProvider, SetSecret,
 };
 use seed_agents_server::error::ErrorKind;
+use seed_agents_server::model::vendors::ModelListStyle;
 use seed_agents_server::providers::models::fetch_models;
-use seed_agents_server::providers::registry::ModelListStyle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -67,9 +67,9 @@ pub struct Config {
         long = "provider-url",
         env = "SEED_AGENTS_PROVIDER_URLS",
         value_delimiter = ',',
-        value_parser = crate::providers::registry::parse_provider_url
+        value_parser = crate::model::vendors::parse_provider_url
     )]
-    pub provider_urls: Vec<crate::providers::registry::ProviderUrl>,
+    pub provider_urls: Vec<crate::model::vendors::ProviderUrl>,
 
     /// Origin of a self-hosted SearXNG instance (an http(s) URL, one trailing `/` dropped): the
     /// backend of the `web_search` callable. Without it `web_search` is neither offered nor

@@ -40,6 +40,9 @@ pub mod validate;
 pub mod verbs;
 pub mod ws;
 
+#[cfg(test)]
+mod layering;
+
 pub use app::{App, StartError};
 pub use clock::Clock;
 pub use config::Config;

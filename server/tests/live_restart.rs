@@ -18,7 +18,7 @@ mod fixtures;
 mod process;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use fixtures::{definition, provider_config};
@@ -66,7 +66,14 @@ fn write(session_id: &str, path: &str, content: &str) -> InvokeSessionTool {
 }
 
 /// Appends through `InvokeSessionTool` (two events per call) until `stop`, riding out restarts.
-fn appender(url: String, session_id: String, content: String, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+/// Writes until `stop`, adding each acknowledged write to `total` as it comes; returns its own count.
+fn appender(
+    url: String,
+    session_id: String,
+    content: String,
+    stop: Arc<AtomicBool>,
+    total: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<u64> {
     tokio::spawn(async move {
         let client = client(&url);
         let mut acknowledged = 0;
@@ -74,7 +81,10 @@ fn appender(url: String, session_id: String, content: String, stop: Arc<AtomicBo
         while !stop.load(Ordering::Relaxed) {
             index += 1;
             match client.invoke_session_tool(write(&session_id, &format!("n/{index}.md"), &content)).await {
-                Ok(_) => acknowledged += 1,
+                Ok(_) => {
+                    acknowledged += 1;
+                    total.fetch_add(1, Ordering::Relaxed);
+                }
                 Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             }
         }
@@ -126,7 +136,7 @@ async fn a_subscription_survives_three_sigkills_with_every_seq_once_in_order() {
         })
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let writes = appender(url.clone(), session_id.clone(), "x".into(), stop.clone());
+    let writes = appender(url.clone(), session_id.clone(), "x".into(), stop.clone(), Arc::default());
 
     let mut random = Lcg(u64::from(std::process::id()));
     for round in 1..=3 {
@@ -194,12 +204,15 @@ async fn a_client_that_stops_reading_is_disconnected_and_memory_stays_flat() {
 
     // 32 KiB of content per write: each tool_call frame carries it.
     let content = "y".repeat(32 * 1024);
-    let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> =
-        (0..2).map(|_| appender(server.url.clone(), session_id.clone(), content.clone(), stop.clone())).collect();
+    let (stop, total) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let writers: Vec<_> = (0..2)
+        .map(|_| appender(server.url.clone(), session_id.clone(), content.clone(), stop.clone(), total.clone()))
+        .collect();
+    // Until the stalled socket was sent well over any buffer (each write is two 32 KiB frames), or
+    // for at most two minutes on a machine too loaded to get there.
     let mut peak = idle;
     let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(8) {
+    while total.load(Ordering::Relaxed) * 2 * 32 * 1024 <= 80 << 20 && started.elapsed() < Duration::from_secs(120) {
         peak = peak.max(rss_kib(server.pid()));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -10,7 +10,7 @@ use ipld_core::ipld::Ipld;
 use seed_agents_server::App;
 use seed_agents_server::error::ErrorKind;
 use seed_agents_server::runs::engine::{Claimed, Executor, Outcome, RunFailure, StopReason, StopSignal};
-use seed_agents_server::runs::finish::{self, Backoff};
+use seed_agents_server::runs::finish::{self, Backoff, Lease};
 use seed_agents_server::runs::queue::{self, Changes, NewRun, Queue};
 use seed_agents_server::runs::wait::Wait;
 use tokio::sync::{mpsc, oneshot};
@@ -141,7 +141,15 @@ pub async fn stage(server: &TestServer, owner: &str, agent_id: &str, session_id:
             let claimed = queue::claim_run(conn, &id, "stager", now, now + 60_000)?;
             assert!(claimed.is_some(), "stage: session {} has another live run; wait for it first", run.session_id);
             let backoff = (Backoff { base_ms: 5_000, cap_ms: 300_000 }, 0);
-            finish::finish(conn, ending.hooks(), &id, "stager", outcome, now, backoff, &mut changes)?;
+            finish::finish(
+                conn,
+                ending.hooks(),
+                Lease { run_id: &id, owner: "stager" },
+                outcome,
+                now,
+                backoff,
+                &mut changes,
+            )?;
             Ok((id, changes))
         })
         .await

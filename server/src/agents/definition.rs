@@ -10,7 +10,7 @@ use seed_agents_protocol::generated::{AgentDefinition, AgentDefinitionSystemProm
 
 use crate::agents::prompt::normalize_prompt;
 use crate::error::{ApiError, ApiResult};
-use crate::providers::registry::check_reasoning_level_for;
+use crate::model::vendors::check_reasoning_level_for;
 use crate::validate::{MAX_NAME_BYTES, MAX_OPEN_MAP_CBOR_BYTES, bounded_string, cbor_len, js_trim};
 
 /// The byte limit of `model` and of each enabled model id.

@@ -26,13 +26,14 @@ mod ids;
 mod openai;
 mod retry;
 mod sse;
+pub mod vendors;
 
 use std::fmt;
 use std::ops::{Add, AddAssign};
 
 use zeroize::Zeroizing;
 
-use crate::providers::registry::reasoning_support_for;
+use crate::model::vendors::reasoning_support_for;
 
 pub use client::{Client, Timeouts};
 pub use error::{ModelError, ModelErrorKind};

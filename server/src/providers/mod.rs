@@ -1,6 +1,6 @@
 //! Model providers: set, list and delete an account's provider records, with their SQL.
 //!
-//! A provider record is a [`ModelProviderConfig`] (validated by [`registry::validate_provider`])
+//! A provider record is a [`ModelProviderConfig`] (validated by [`vendors::validate_provider`](crate::model::vendors::validate_provider))
 //! stored as canonical CBOR under `(account_id, name)`. Its `secretRefs` name account secrets
 //! (an API key, or subscription OAuth credentials); the record never holds a secret itself, and
 //! listings never return the config: clients see [`RedactedModelProvider`] only, which says
@@ -10,7 +10,6 @@
 //! still references (subscription providers of one type share one OAuth secret).
 
 pub mod models;
-pub mod registry;
 
 use std::collections::BTreeSet;
 
@@ -28,6 +27,7 @@ use crate::app::App;
 use crate::bus::ChangeReason;
 use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
+use crate::model::vendors;
 use crate::secrets;
 
 /// The 404 for a provider name the account does not have.
@@ -43,8 +43,8 @@ pub async fn set_model_provider(
     caller: &Caller,
     action: SetModelProvider,
 ) -> ApiResult<SetModelProviderResponse> {
-    let name = registry::provider_name(&action.name)?;
-    let config = registry::validate_provider(&action.name, &action.provider)?;
+    let name = vendors::provider_name(&action.name)?;
+    let config = vendors::validate_provider(&action.name, &action.provider)?;
     let config_cbor = wire::to_vec(&config).map_err(ApiError::internal)?;
     let account = caller.account_id.clone();
     let now = app.clock.now_ms();
@@ -94,7 +94,7 @@ pub async fn delete_model_provider(
     caller: &Caller,
     action: DeleteModelProvider,
 ) -> ApiResult<DeleteModelProviderResponse> {
-    let name = registry::provider_name(&action.name)?;
+    let name = vendors::provider_name(&action.name)?;
     let account = caller.account_id.clone();
     let name = app
         .db

@@ -29,12 +29,12 @@ use seed_agents_protocol::generated::{
 use serde_json::Value;
 use zeroize::Zeroizing;
 
-use super::registry::{ModelListStyle, ProviderType};
 use super::{PROVIDER_NOT_FOUND, load};
 use crate::access::{self, Need};
 use crate::app::App;
 use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
+use crate::model::vendors::{ModelListStyle, ProviderType};
 use crate::secrets;
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
@@ -149,7 +149,7 @@ fn plan(
     account_id: &str,
     agent_id: Option<&str>,
     name: &str,
-    overrides: &[super::registry::ProviderUrl],
+    overrides: &[crate::model::vendors::ProviderUrl],
 ) -> ApiResult<Listing> {
     let owner = match agent_id {
         Some(agent_id) => access::require(conn, agent_id, account_id, Need::Read)?.owner_id,

@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 
 use super::cancel::{self, Canceled};
 pub use super::executor::{Executor, FailureCode, InlineOutcome, Outcome, RunFailure, StopReason, StopSignal};
-use super::finish::{self, Backoff, Settled};
+use super::finish::{self, Backoff, Lease, Settled};
 use super::hooks::{Ending, NoHooks, RunHooks};
 pub use super::queue::Claimed;
 use super::queue::{self, Changes};
@@ -596,8 +596,8 @@ async fn execute_claimed(engine: &Engine, claimed: Claimed, stop: &StopSignal) -
         .db
         .write(move |conn| {
             let mut changes = Changes::default();
-            let settled =
-                finish::finish(conn, &*hooks, &run_id, &owner, outcome, now, (backoff, random), &mut changes)?;
+            let lease = Lease { run_id: &run_id, owner: &owner };
+            let settled = finish::finish(conn, &*hooks, lease, outcome, now, (backoff, random), &mut changes)?;
             Ok((settled, changes))
         })
         .await?;

@@ -138,12 +138,20 @@ fn encoding_failed(error: wire::WireError) -> ApiError {
     ApiError::internal(error)
 }
 
-/// Writes `outcome` for run `run_id`, executed under `owner`'s lease (see the module docs).
+/// The execution an outcome is for: the run, and the lease owner it executed under.
+#[derive(Debug, Clone, Copy)]
+pub struct Lease<'a> {
+    /// The run.
+    pub run_id: &'a str,
+    /// The lease owner (a process's `Engine::owner`).
+    pub owner: &'a str,
+}
+
+/// Writes `outcome` for the run that executed under `lease` (see the module docs).
 pub fn finish(
     conn: &Connection,
     hooks: &dyn RunHooks,
-    run_id: &str,
-    owner: &str,
+    Lease { run_id, owner }: Lease<'_>,
     outcome: Outcome,
     now_ms: i64,
     retry: (Backoff, u32),
@@ -157,11 +165,11 @@ pub fn finish(
     }
     let (settled, ended) = match outcome {
         Outcome::Succeeded(output) => {
-            end(conn, hooks, run_id, "succeeded", Some(&output), None, now_ms, changes)?;
+            end(conn, hooks, run_id, End::Succeeded(&output), now_ms, changes)?;
             (Settled::Stored(Outcome::Succeeded(output)), true)
         }
         Outcome::Canceled(output) => {
-            end(conn, hooks, run_id, "canceled", Some(&output), None, now_ms, changes)?;
+            end(conn, hooks, run_id, End::Canceled(&output), now_ms, changes)?;
             (Settled::Stored(Outcome::Canceled(output)), true)
         }
         Outcome::Parked(wait) => {
@@ -185,7 +193,7 @@ pub fn finish(
             (Settled::Requeued, false)
         }
         Outcome::Failed(failure) => {
-            end(conn, hooks, run_id, "failed", None, Some(&failure), now_ms, changes)?;
+            end(conn, hooks, run_id, End::Failed(&failure), now_ms, changes)?;
             if current.kind == "agent"
                 && let Some(session_id) = &current.session_id
             {
@@ -289,20 +297,32 @@ fn stored(current: &Current) -> ApiResult<Outcome> {
     })
 }
 
-/// Ends a run with `status`, its output or error, and no wait or lease.
+/// How [`end`] ends a run.
+enum End<'a> {
+    /// `succeeded`, with its output.
+    Succeeded(&'a Ipld),
+    /// `canceled`, with its output.
+    Canceled(&'a Ipld),
+    /// `failed`, with why.
+    Failed(&'a RunFailure),
+}
+
+/// Ends a run as `ended` says, with no wait or lease left.
 fn end(
     conn: &Connection,
     hooks: &dyn RunHooks,
     run_id: &str,
-    status: &str,
-    output: Option<&Ipld>,
-    failure: Option<&RunFailure>,
+    ended: End<'_>,
     now_ms: i64,
     changes: &mut Changes,
 ) -> ApiResult<()> {
-    let output = output.map(wire::ipld_to_vec).transpose().map_err(encoding_failed)?;
-    let error =
-        failure.map(|failure| wire::to_vec(&StoredFailure::from(failure))).transpose().map_err(encoding_failed)?;
+    let (status, output, error) = match ended {
+        End::Succeeded(output) => ("succeeded", Some(wire::ipld_to_vec(output).map_err(encoding_failed)?), None),
+        End::Canceled(output) => ("canceled", Some(wire::ipld_to_vec(output).map_err(encoding_failed)?), None),
+        End::Failed(failure) => {
+            ("failed", None, Some(wire::to_vec(&StoredFailure::from(failure)).map_err(encoding_failed)?))
+        }
+    };
     conn.prepare_cached(
         "UPDATE runs SET status = ?2, output_cbor = COALESCE(?3, output_cbor), error_cbor = ?4, wait_cbor = NULL,
              lease_owner = NULL, lease_expires_at = NULL, not_before = NULL, finished_at = ?5, updated_at = ?5

@@ -41,9 +41,9 @@ use seed_agents_protocol::wire;
 
 use crate::app::App;
 use crate::error::{ApiError, ApiResult, ErrorKind};
+use crate::model::vendors::ProviderType;
 use crate::model::{self, Endpoint};
 use crate::providers::models::SealedKey;
-use crate::providers::registry::ProviderType;
 use crate::runs::engine::{Claimed, Executor, FailureCode, Outcome, RunFailure, StopSignal, Wait};
 use crate::sessions::events;
 
@@ -564,7 +564,7 @@ fn load(
     conn: &rusqlite::Connection,
     agent_id: &str,
     session_id: &str,
-    overrides: &[crate::providers::registry::ProviderUrl],
+    overrides: &[crate::model::vendors::ProviderUrl],
 ) -> ApiResult<Loaded> {
     let row: Option<(String, Vec<u8>, String)> = conn
         .prepare_cached("SELECT account_id, definition_cbor, state_dir FROM agents WHERE id = ?1")?

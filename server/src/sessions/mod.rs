@@ -22,7 +22,7 @@ use crate::bus::{ChangeReason, Event};
 use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::idempotency::{self, Key};
-use crate::providers::registry;
+use crate::model::vendors;
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
 pub mod control;
@@ -146,7 +146,7 @@ fn check_model_override(
         .query_row(params![owner_id, provider], |row| row.get(0))
         .optional()?
         .ok_or_else(|| ApiError::invalid("Model provider not found"))?;
-    registry::check_override_reasoning_level(&provider_type, &model, model_override.reasoning_level)?;
+    vendors::check_override_reasoning_level(&provider_type, &model, model_override.reasoning_level)?;
     Ok(SessionModelOverride {
         extra: Default::default(),
         provider,

@@ -2,8 +2,8 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::model::vendors::reasoning_support_for;
 use crate::model::{Endpoint, Message, ModelRequest, ToolCall, ToolSpec, UserPart, data_url, ids, merge_defaults};
-use crate::providers::registry::reasoning_support_for;
 
 /// The JSON body for one streamed step.
 ///

@@ -10,7 +10,7 @@ use super::{Harness, START, failure, limits};
 use crate::error::{ApiError, ErrorKind};
 use crate::runs::cancel;
 use crate::runs::engine::{FailureCode, InlineOutcome, Outcome, RunFailure, StopReason};
-use crate::runs::finish::{self, Backoff, Settled, Usage};
+use crate::runs::finish::{self, Backoff, Lease, Settled, Usage};
 use crate::runs::queue::{self, Changes, Queue};
 use crate::runs::wait::Wait;
 
@@ -213,8 +213,7 @@ async fn usage_accumulates_and_finished_children_roll_up() {
             finish::finish(
                 conn,
                 &crate::server::Consumers,
-                &child_id,
-                "test",
+                Lease { run_id: &child_id, owner: "test" },
                 Outcome::Succeeded(Ipld::Null),
                 now,
                 backoff,
@@ -319,8 +318,7 @@ async fn canceled_is_sticky_and_a_failure_after_a_stop_request_ends_canceled() {
             finish::finish(
                 conn,
                 &crate::server::Consumers,
-                &id,
-                "other",
+                Lease { run_id: &id, owner: "other" },
                 Outcome::Succeeded(output),
                 now,
                 backoff,

@@ -1,5 +1,5 @@
-//! The model provider types this server knows, and the checks a provider record passes before it is
-//! stored (`SetModelProvider`).
+//! The model vendors this server speaks to: the provider types it knows, and the checks a provider
+//! record passes before it is stored (`SetModelProvider`).
 //!
 //! Everything here is static: which vendor endpoint a type talks to, whether a stored record may
 //! point it somewhere else, whether it needs an API key, which model-list endpoint shape it has, and

@@ -1,0 +1,196 @@
+//! The layers of `ARCHITECTURE.md`, checked: each module of this crate may name only the
+//! modules its layer may, and only the edge names the HTTP and WebSocket stack.
+//!
+//! A module is a top-level folder or file of `src/`; what it names is every `crate::<module>`
+//! path and every `use crate::{…}` group in its non-test code. Test code (`#[cfg(test)]` modules
+//! and `*_tests` folders) may reach anywhere.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The layers, top first. A module may name its own layer's modules and those of the layers
+/// below it, never those above.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("wiring", &["lib", "main", "server", "leftovers"]),
+    ("edge", &["edge", "http", "ws", "auth", "dispatch"]),
+    (
+        "features",
+        &[
+            "agents",
+            "attachments",
+            "collaborators",
+            "identities",
+            "memory",
+            "providers",
+            "runtime",
+            "secrets",
+            "sessions",
+            "signers",
+            "tools",
+            "triggers",
+            "uploads",
+            "verbs",
+        ],
+    ),
+    ("engine", &["runs"]),
+    ("shared", &["app", "access", "caller", "config", "idempotency"]),
+    ("storage and clients", &["db", "bus", "hm", "model"]),
+    ("foundation", &["error", "validate", "clock", "durable"]),
+];
+
+/// The transport's crates: only the edge and the wiring may name them.
+const TRANSPORT_CRATES: &[&str] =
+    &["axum", "hyper", "hyper_util", "http_body_util", "tower_service", "tokio_tungstenite"];
+
+/// Names that run up a layer on purpose: `(from, path, why)`.
+const ALLOWED: &[(&str, &str, &str)] = &[
+    // The engine appends a session's durable events (a failed run's `error`, a child's result) in
+    // the transaction that changes the run: the session log is storage both stand on.
+    ("runs", "sessions::events", "the session event log"),
+    // The App holds the in-memory state of a few features; each is a leaf module.
+    ("app", "runtime::titles", "automatic titles in progress"),
+    ("app", "verbs::in_flight", "user verbs in progress"),
+    ("app", "uploads::order", "chunks waiting for their predecessor"),
+    ("app", "secrets::crypto", "the key that seals secrets"),
+    ("app", "runs", "the run engine handle"),
+    // The configuration holds these values as their owners type them.
+    ("config", "runs::Limits", "the engine's knobs"),
+    ("config", "uploads::order::ARRIVAL_GRACE", "the default chunk grace"),
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|(_, modules)| modules.contains(&module))
+}
+
+/// Every `.rs` file under `dir`.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if !path.file_name().unwrap().to_string_lossy().ends_with("_tests") {
+                    stack.push(path);
+                }
+            } else if path.extension().is_some_and(|extension| extension == "rs")
+                && path.file_name().is_some_and(|name| name != "layering.rs")
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// The non-test code of a file: up to its first `#[cfg(test)]`, without comments.
+fn code(source: &str) -> String {
+    let source = source.split("#[cfg(test)]").next().unwrap_or_default();
+    source
+        .lines()
+        .map(|line| match line.find("//") {
+            Some(at) => &line[..at],
+            None => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The paths below `crate::` a file names: `crate::a::b` gives `a::b`; `use crate::{a, b::{c, d}}`
+/// gives `a`, `b::c` and `b::d`.
+fn named(code: &str) -> BTreeSet<String> {
+    let mut paths = BTreeSet::new();
+    for (at, _) in code.match_indices("crate::") {
+        expand("", &code[at + "crate::".len()..], &mut paths);
+    }
+    paths
+}
+
+/// Adds the paths of the use tree at the start of `tree`, each prefixed with `prefix`.
+fn expand(prefix: &str, tree: &str, paths: &mut BTreeSet<String>) {
+    let end = tree.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')).unwrap_or(tree.len());
+    let path = format!("{prefix}{}", &tree[..end]);
+    let Some(group) = tree[end..].strip_prefix('{') else {
+        paths.insert(path.trim_end_matches(':').to_owned());
+        return;
+    };
+    let (mut depth, mut start) = (0, 0);
+    for (at, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                expand(&path, group[start..at].trim_start(), paths);
+                return;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                expand(&path, group[start..at].trim_start(), paths);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The external crates a file names in `use` lines or paths.
+fn names_crate(code: &str, krate: &str) -> bool {
+    code.match_indices(krate).any(|(at, _)| {
+        let before = code[..at].chars().last();
+        let after = &code[at + krate.len()..];
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') && after.starts_with("::")
+    })
+}
+
+#[test]
+fn every_module_names_only_its_layer_and_those_below() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut violations = Vec::new();
+    for file in files(&src) {
+        let relative = file.strip_prefix(&src).unwrap().to_string_lossy().replace('\\', "/");
+        let module = relative.split('/').next().unwrap().trim_end_matches(".rs").to_owned();
+        let Some(layer) = layer_of(&module) else {
+            violations.push(format!("{relative}: module `{module}` is in no layer (add it to LAYERS)"));
+            continue;
+        };
+        let code = code(&std::fs::read_to_string(&file).unwrap());
+        for path in named(&code) {
+            let target = path.split("::").next().unwrap_or_default();
+            if target == module || target.is_empty() {
+                continue;
+            }
+            let Some(target_layer) = layer_of(target) else { continue };
+            let allowed = ALLOWED.iter().any(|(from, to, _)| *from == module && path.starts_with(to));
+            if target_layer < layer && !allowed {
+                violations.push(format!(
+                    "{relative}: the {} layer names crate::{path} of the {} layer above it",
+                    LAYERS[layer].0, LAYERS[target_layer].0
+                ));
+            }
+        }
+        if layer > LAYERS.iter().position(|(name, _)| *name == "edge").unwrap_or(0) {
+            for krate in TRANSPORT_CRATES {
+                if names_crate(&code, krate) {
+                    violations.push(format!("{relative}: names `{krate}`, which only the edge may"));
+                }
+            }
+            // An outbound client's statuses (`reqwest::StatusCode`) are what a service answered us.
+            if code.match_indices("StatusCode").any(|(at, _)| !code[..at].ends_with("reqwest::")) {
+                violations.push(format!("{relative}: names an HTTP status, which only the edge may"));
+            }
+        }
+    }
+    assert!(violations.is_empty(), "layering violations:\n{}", violations.join("\n"));
+}
+
+#[test]
+fn the_checker_sees_what_it_checks() {
+    let code = code(
+        "use crate::{a, b::{c, d::{self, E}}, f};\nuse crate::d::E;\n// crate::commented\nfn f() { crate::g::h(); }\n\
+         #[cfg(test)]\nuse crate::z;",
+    );
+    let expected = ["a", "b::c", "b::d::self", "b::d::E", "f", "d::E", "g::h"];
+    assert_eq!(named(&code), BTreeSet::from(expected.map(str::to_owned)));
+    assert!(names_crate("use axum::Router;", "axum"));
+    assert!(!names_crate("use my_axum::Router;", "axum"));
+    assert_eq!(layer_of("runs").map(|layer| LAYERS[layer].0), Some("engine"));
+}
