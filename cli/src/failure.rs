@@ -1,7 +1,7 @@
 //! Why a command failed, as one message for stderr and one exit code per class of failure.
 //!
 //! Scripts branch on the exit code, never on the message: each [`Class`] has its own code, listed
-//! in `--help` ([`EXIT_CODES`]) and in the README. The class of an SDK error is read from its kind
+//! in `--help` ([`EXIT_CODES`]) and in `cli/README.md`. The class of an SDK error is read from its kind
 //! and the HTTP status the server answered with; no message is parsed.
 
 use seed_agents_sdk::Error;
@@ -181,10 +181,10 @@ mod tests {
         assert_eq!(listed, expected);
     }
 
-    /// The README's table says the same as `--help`.
+    /// The crate README's table says the same as `--help`.
     #[test]
     fn the_readme_lists_every_exit_code() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
         for line in EXIT_CODES.lines().skip(1) {
             let code = line.split_whitespace().next().unwrap();
             assert!(readme.contains(&format!("| {code} |")), "README's CLI exit codes lack {code}");

@@ -1,19 +1,4 @@
-//! `seed-agents`: the Seed Agents signed action API from a terminal.
-//!
-//! # Layout
-//!
-//! - `args`: the command line (clap derive), with help and examples per command.
-//! - `commands/`: one module per command over the SDK (`seed-agents-sdk`, the only crate of this
-//!   workspace it uses): `keys` (keygen, whoami), `call`, `subscribe`, `upload`, `server`
-//!   (health, version).
-//! - `key`: the key file (hex seed, mode 0600, default in the platform's config directory).
-//! - `jq`: `--jq FILTER` (jaq, a pure-Rust jq).
-//! - `json`: JSON ⇄ IPLD, with `{"$bytes": "<hex>"}` for byte strings.
-//! - `output`: responses as JSON, JSON lines or CBOR diagnostic notation on stdout.
-//! - `failure`: one exit code per class of failure.
-//!
-//! `main` parses, runs the command on a single-threaded runtime, prints a failure on stderr
-//! and exits with its class's code.
+#![doc = include_str!("../README.md")]
 
 mod args;
 mod commands;

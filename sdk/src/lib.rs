@@ -1,34 +1,4 @@
-//! Rust SDK for the Seed Agents signed action API.
-//!
-//! # Brief overview
-//!
-//! A [`Client`] talks to one server for one account. Every call builds the action, adds `ts`,
-//! signs the canonical DAG-CBOR envelope with its [`Signer`], posts it to `/api/message` and
-//! decodes the typed response. There is one typed method per action (generated from the
-//! protocol's action table, e.g. [`Client::create_session`]), all over one hand-written
-//! [`Client::call`]. Failures come back as one [`Error`] that keeps transport problems, API errors
-//! (status, message, `code`), protocol skew and undecodable bodies (raw bytes kept) apart.
-//!
-//! ```no_run
-//! use seed_agents_protocol::generated::ListAgents;
-//! use seed_agents_sdk::{Client, Ed25519Signer};
-//!
-//! # async fn run() -> Result<(), seed_agents_sdk::Error> {
-//! let signer = Ed25519Signer::from_seed(&[7; 32]);
-//! let client = Client::new("http://127.0.0.1:3050", signer)?;
-//! let agents = client.list_agents(ListAgents::new()).await?;
-//! println!("{} agents", agents.agents.len());
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! [`Client::upload`] sends a file of any size in signed chunks with progress, two chunks in
-//! flight, retrying transient failures; an upload that stops can be resumed
-//! ([`Client::resume_upload`]). [`Client::subscribe`] follows sessions, agents, run trees or the
-//! whole account live over one WebSocket, resuming after drops with every session event once and
-//! in order (see [`subscription`]). The `seed-agents` command-line tool (crate
-//! `seed-agents-cli`) is built on this crate alone.
-
+#![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
 mod client;

@@ -1,8 +1,4 @@
-//! The Seed Agents server: the signed action endpoint over a SQLite store.
-//!
-//! [`RunningServer::start`] opens a data directory and serves on an address (port 0 in tests);
-//! the `seed-agents-server` binary wraps it with flags, logging and signal handling. See
-//! `ARCHITECTURE.md` at the repository root for the map and its invariants.
+#![doc = include_str!("../README.md")]
 
 pub mod access;
 pub mod agents;
