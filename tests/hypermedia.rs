@@ -575,7 +575,7 @@ async fn ipfs_writes_publish_memory_files_and_reads_download_them_back() {
     let published = output(
         &user.call(write(&session_id, "ipfs://", None, json!({ "fromPath": "notes/hello.txt" }))).await.unwrap(),
     );
-    // The UnixFS root of "hello world" (HM-INTEGRATION.md §3).
+    // The UnixFS root of "hello world" (docs/hypermedia.md §3).
     let cid = "bafkreifzjut3te2nhyekklss27nh3k72ysco7y32koao5eei66wof36n5e";
     assert_eq!((published["cid"].as_str(), published["size"].as_u64()), (Some(cid), Some(11)));
     assert_eq!(published["url"], format!("ipfs://{cid}"));

@@ -1,4 +1,4 @@
-//! Who may do what to an agent: the one place roles are decided (DESIGN rule 9).
+//! Who may do what to an agent: the one place roles are decided (ARCHITECTURE.md rule 9).
 //!
 //! Roles, lowest first: reader < chatter < writer < owner. The owner is the agent's account;
 //! accepted collaborators are readers or writers; when the agent is public-read every signed

@@ -3,7 +3,7 @@
 //!
 //! A row names the action (and the variant, when one action has several rows), builds it from
 //! the cell's state, and states per caller what must happen: allowed, or refused with the exact
-//! status and message of PROTOCOL-NOTES §C. Allowed cells also check the answer's type and, where
+//! status and message of docs/protocol.md §C. Allowed cells also check the answer's type and, where
 //! cheap, what it shows this caller. Rows of account-scoped writes also check, after the call,
 //! that the owner's own provider or identity was not touched: collaboration never grants them.
 //!

@@ -1,5 +1,5 @@
 //! The table: one row per action (or per variant of one), with its builder and, per caller,
-//! the outcome PROTOCOL-NOTES §C states. Allowed cells may also name what the answer must show
+//! the outcome docs/protocol.md §C states. Allowed cells may also name what the answer must show
 //! this caller, and account-scoped writes what must still hold for the owner afterwards.
 
 use std::fmt;

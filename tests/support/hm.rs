@@ -1,5 +1,5 @@
 //! A fake Hypermedia server on loopback: `POST /api/PublishBlobs` with a DAG-CBOR body, answered
-//! in SuperJSON (`{"json": …}`), checked the way HM-INTEGRATION.md §1.4/§2.1 describe: a given
+//! in SuperJSON (`{"json": …}`), checked the way docs/hypermedia.md §1.4/§2.1 describe: a given
 //! CID is recomputed from the data with the CID's own prefix (sha2-256; dag-cbor, raw or dag-pb),
 //! a blob without one is named CIDv1 dag-cbor BLAKE2b-256 as the real server does, and a
 //! DAG-CBOR blob must be canonical and carry a valid Ed25519 signature under the zero-sig rule.

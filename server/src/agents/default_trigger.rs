@@ -1,4 +1,4 @@
-//! The trigger every new agent with a Seed account gets (the seed's version, PROTOCOL-NOTES §C.2):
+//! The trigger every new agent with a Seed account gets (the seed's version, docs/protocol.md §C.2):
 //! when the primary signing key is an `hm-account-key`, an enabled activity trigger named
 //! `Mentions, replies, and comments for <name>` with three conditions on that account —
 //! mentioned, replied to, commented on a document it authored.

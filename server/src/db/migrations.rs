@@ -210,7 +210,7 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE sessions ADD COLUMN plan_cbor BLOB;
     "#,
-    // 6: an agent's tool documents (RUNTIME-NOTES §4.6): builtin callables' contracts and the
+    // 6: an agent's tool documents (docs/runtime.md §4.6): builtin callables' contracts and the
     // lambdas it or its writers authored. `doc_cbor` is the document's canonical DAG-CBOR and
     // `cid` its CIDv1 (dag-cbor, sha2-256). Rows are stored under the owner's account.
     r#"
@@ -249,7 +249,7 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (account_id, server_url)
     ) STRICT, WITHOUT ROWID;
     "#,
-    // Trigger firings (PROTOCOL-NOTES §E.3): one row per (trigger, activity key), so an event
+    // Trigger firings (docs/protocol.md §E.3): one row per (trigger, activity key), so an event
     // fires a trigger at most once; `parent_firing_id` is the firing whose run's completion caused
     // this one (run-completed chains). Triggers gain `merged_into` (CombineAgentTriggers) and a
     // sealed webhook secret, and `prompt_cbor` (the prompt's Seed blocks when it was sent as

@@ -111,7 +111,7 @@ pub fn profile_alias(key: &SigningKey, ts_ms: i64, alias: &Principal) -> Result<
 mod tests {
     use super::*;
 
-    /// The golden Profile vector of HM-INTEGRATION.md §2.2 (made with the upstream JS libraries).
+    /// The golden Profile vector of docs/hypermedia.md §2.2 (made with the upstream JS libraries).
     #[test]
     fn profile_matches_the_upstream_vector() {
         let key = SigningKey::from_bytes(&[7; 32]);

@@ -1,4 +1,4 @@
-//! Capabilities the server signs itself (HM-INTEGRATION.md §2.6): the signer lets another
+//! Capabilities the server signs itself (docs/hypermedia.md §2.6): the signer lets another
 //! account (the `delegate`) write its documents, all of them or those under `path`.
 //!
 //! `{type: "Capability", signer, sig, ts, delegate, role, path?, label?}`, published without a

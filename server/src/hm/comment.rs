@@ -1,5 +1,5 @@
 //! Seed comments the server writes itself: the `Comment` blob and its record id
-//! (HM-INTEGRATION.md §2.3).
+//! (docs/hypermedia.md §2.3).
 //!
 //! A comment names the document it is about by `space` (the account's principal bytes), `path`
 //! (API format) and `version` (the document version's change CIDs, as links); a reply also links

@@ -1,5 +1,5 @@
 //! Contacts the server writes itself: the `Contact` blob, its tombstone and its record id
-//! (HM-INTEGRATION.md §2.6).
+//! (docs/hypermedia.md §2.6).
 //!
 //! A contact is the signer's name for another account (`subject`). It is published without a
 //! CID (the Hypermedia server names it) and named by the record id `<authority>/<tsid>`: the

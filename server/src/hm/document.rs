@@ -1,4 +1,4 @@
-//! Seed documents the server writes itself: `Change` blobs and `Ref` blobs (HM-INTEGRATION.md
+//! Seed documents the server writes itself: `Change` blobs and `Ref` blobs (docs/hypermedia.md
 //! §2.4, §2.5).
 //!
 //! A document starts from a genesis Change `{type, signer, sig, ts: 0}`. It has no other field,

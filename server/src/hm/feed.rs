@@ -1,4 +1,4 @@
-//! The activity feed (HM-INTEGRATION.md §4.1): `GET /api/ListEvents` pages, as the trigger
+//! The activity feed (docs/hypermedia.md §4.1): `GET /api/ListEvents` pages, as the trigger
 //! monitor and the agent's dry runs read them.
 //!
 //! One page is asked for with `{pageSize, pageToken?, currentAccount, order: 'observed'}` (no

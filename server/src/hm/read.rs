@@ -1,4 +1,4 @@
-//! Read-only queries of the Hypermedia server: `GET /api/<Key>?<query>` (HM-INTEGRATION.md §1.2).
+//! Read-only queries of the Hypermedia server: `GET /api/<Key>?<query>` (docs/hypermedia.md §1.2).
 //!
 //! `Resource`, `ResourceMetadata` and `Account` take one fixed `id` parameter; every other key
 //! is "generic": one parameter per defined field, strings as they are, numbers and booleans as
@@ -55,7 +55,7 @@ impl HmClient<'_> {
         self.read_query("ListChanges", &[("targetId".to_owned(), target_id.to_owned())]).await
     }
 
-    /// `GET /api/Comment?__value=<authority>/<tsid>`: the comment (HM-INTEGRATION.md §1.6).
+    /// `GET /api/Comment?__value=<authority>/<tsid>`: the comment (docs/hypermedia.md §1.6).
     pub async fn comment(&self, record_id: &str) -> Result<Value, HmError> {
         self.read_query("Comment", &[("__value".to_owned(), record_id.to_owned())]).await
     }

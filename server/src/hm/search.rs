@@ -1,4 +1,4 @@
-//! `GET /api/Search` (HM-INTEGRATION.md §1.3): the Hypermedia server's search, behind the
+//! `GET /api/Search` (docs/hypermedia.md §1.3): the Hypermedia server's search, behind the
 //! `search` callable. A "generic" key: one query parameter per defined input field, strings as
 //! they are, numbers and booleans as their text.
 

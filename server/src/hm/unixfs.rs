@@ -1,5 +1,5 @@
 //! Bytes as UnixFS blocks, the way the upstream importer lays them out with its defaults
-//! (HM-INTEGRATION.md §3): 256 KiB fixed-size chunks as raw leaves (CIDv1 raw sha2-256); a file
+//! (docs/hypermedia.md §3): 256 KiB fixed-size chunks as raw leaves (CIDv1 raw sha2-256); a file
 //! of one chunk is that leaf; otherwise a balanced tree of dag-pb nodes with at most 174 links,
 //! built level by level (a trailing group of one still gets its own parent). [`Builder`] makes the
 //! same tree from a stream of chunks.
@@ -178,7 +178,7 @@ mod tests {
         assert_eq!(encode(u64::MAX), [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01]);
     }
 
-    /// The root-CID vectors of HM-INTEGRATION.md §3 (made with the pinned upstream importer).
+    /// The root-CID vectors of docs/hypermedia.md §3 (made with the pinned upstream importer).
     #[test]
     fn matches_the_upstream_importer() {
         let cases: [(Vec<u8>, &str, usize); 6] = [

@@ -7,7 +7,7 @@
 //! ([`crate::hm`]), the new account's signed `Profile` and its home document (genesis Change,
 //! content Change, version Ref); Update republishes the Profile; Import publishes nothing (the
 //! account usually exists already). Responses carry [`SigningIdentity`], built from metadata
-//! only: the seed never leaves (design rule 8).
+//! only: the seed never leaves (ARCHITECTURE.md rule 8).
 
 use std::collections::BTreeMap;
 

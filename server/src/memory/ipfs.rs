@@ -1,5 +1,5 @@
 //! `UploadAgentMemoryFileToIpfs`: a memory file (or a session attachment, [`publish_file`]) as
-//! UnixFS blocks (HM-INTEGRATION.md §3), published to the Hypermedia server through `PublishBlobs`.
+//! UnixFS blocks (docs/hypermedia.md §3), published to the Hypermedia server through `PublishBlobs`.
 //!
 //! The file is never held whole: it is read on the blocking pool in [`CHUNK_BYTES`] leaves, a
 //! batch of at most [`MAX_BATCH_BYTES`] at a time, hashed into a streaming [`Builder`] there, and

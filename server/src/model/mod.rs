@@ -42,7 +42,7 @@ pub use retry::Retry;
 /// The callback a step pushes its [`StreamEvent`]s to.
 pub(crate) type StepEvents<'a> = dyn FnMut(StreamEvent) + Send + 'a;
 
-/// The `max_tokens`-class limit sent on every request (RUNTIME-NOTES §1.10).
+/// The `max_tokens`-class limit sent on every request (docs/runtime.md §1.10).
 pub const MAX_TOKENS: u32 = 16_384;
 
 /// Which wire format an endpoint speaks.
@@ -100,7 +100,7 @@ pub struct ModelRequest {
     /// The output token limit ([`MAX_TOKENS`] by default).
     pub max_tokens: u32,
     /// The provider's `modelDefaults`, shallow-merged over the finished payload last, so its keys
-    /// win over ours (RUNTIME-NOTES §1.10).
+    /// win over ours (docs/runtime.md §1.10).
     pub model_defaults: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
@@ -234,7 +234,7 @@ impl fmt::Debug for Image {
     }
 }
 
-/// Whether a model takes images as input (RUNTIME-NOTES §1.3): OpenAI's gpt-4o, gpt-4.1,
+/// Whether a model takes images as input (docs/runtime.md §1.3): OpenAI's gpt-4o, gpt-4.1,
 /// gpt-4-turbo, gpt-5 and later, o1, o3 and o4-mini; Claude 3 and later; any Gemini. Others are
 /// treated as text-only, so an image they would refuse is never sent.
 pub fn accepts_images(model: &str) -> bool {
@@ -363,7 +363,7 @@ pub fn endpoint_for(
 }
 
 /// Whether a step needs OpenAI's Responses API, which this build does not speak: an `openai`
-/// model with reasoning control and a level set (RUNTIME-NOTES §1.3, §1.9). gpt-5.1 and later
+/// model with reasoning control and a level set (docs/runtime.md §1.3, §1.9). gpt-5.1 and later
 /// without a level stay on chat completions with `reasoning_effort: "none"` (§7); a level on a
 /// model without reasoning control sends nothing, as upstream does.
 pub fn needs_responses_api(provider_type: &str, model: &str, reasoning: Option<&str>) -> bool {

@@ -9,7 +9,7 @@
 //! - Anthropic: `GET {base}/v1/models`, `x-api-key` and `anthropic-version: 2023-06-01`;
 //! - Google: `GET {base}/models?key=<key>`, dropping models that cannot `generateContent`.
 //!
-//! Invariant (design rule 8): the API key is decrypted only here, into a buffer that is zeroed when
+//! Invariant (ARCHITECTURE.md rule 8): the API key is decrypted only here, into a buffer that is zeroed when
 //! dropped; it is never logged, and no error message or response carries it (network errors are
 //! logged without their URL, which holds Google's key). Copies made inside the HTTP stack (the
 //! header value, the request URL) are beyond our reach; that part is best-effort.

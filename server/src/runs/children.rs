@@ -1,4 +1,4 @@
-//! Delegated children and the parents waiting for them (RUNTIME-NOTES §5.1, §5.5, §5.7).
+//! Delegated children and the parents waiting for them (docs/runtime.md §5.1, §5.5, §5.7).
 //!
 //! A child run answers one tool call of its parent (`runs.parent_tool_call_id`; a later run on
 //! the child's session inherits the link through `sessions.run_id`). Everything here runs inside

@@ -12,7 +12,7 @@
 //! Every transition notes the run, recomputes its session's status mirror, wakes the dispatcher
 //! when another turn of the session waits to be claimed, and rolls a finished child's usage up
 //! into its parent (`usage.children`). Usage accumulates ([`add_usage`]); it is
-//! never overwritten (upstream's quirk, RUNTIME-NOTES §3.3).
+//! never overwritten (upstream's quirk, docs/runtime.md §3.3).
 
 use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OptionalExtension, params};

@@ -79,7 +79,7 @@ fn plan_step(row: &Row<'_>, index: usize, key: &str) -> rusqlite::Result<Option<
     })
 }
 
-/// `output.unmetObligations` of a run that ended owing work (RUNTIME-NOTES §5.8).
+/// `output.unmetObligations` of a run that ended owing work (docs/runtime.md §5.8).
 fn unmet_obligations(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Vec<UnmetObligation>>> {
     #[derive(serde::Deserialize)]
     struct Output {

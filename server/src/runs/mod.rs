@@ -1,4 +1,4 @@
-//! Runs: the durable queue every agent turn, child and script goes through (DESIGN rule 6).
+//! Runs: the durable queue every agent turn, child and script goes through (ARCHITECTURE.md rule 6).
 //!
 //! Layout:
 //! - [`queue`]: enqueueing (`insert_run`, `enqueue`), claiming under a lease, the boot sweep,

@@ -4,7 +4,7 @@
 //! Everything here is plain SQL on a `&Connection`, so it composes with the caller's own write
 //! transaction (MessageSession appends the user's events and enqueues the turn in one). What a
 //! transition changed is noted in a [`Changes`], published once the transaction committed
-//! (DESIGN rule 5).
+//! (ARCHITECTURE.md rule 5).
 
 use std::sync::LazyLock;
 
@@ -267,7 +267,7 @@ pub struct Synced {
 /// first claim makes it 1 and only a retry after a retryable failure raises it (see
 /// [`finish`](super::finish)); a claim that resumes the same execution (after a boot sweep, a
 /// reclaimed lease or a parked run's wake-up) keeps it, so recovery never eats the retry budget
-/// (upstream's bookkeeping quirk, RUNTIME-NOTES §8.16).
+/// (upstream's bookkeeping quirk, docs/runtime.md §8.16).
 const CLAIM_SET: &str =
     "status = 'claimed', lease_owner = ?1, lease_expires_at = ?2, attempt = MAX(attempt, 1), updated_at = ?3";
 

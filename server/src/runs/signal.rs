@@ -1,5 +1,5 @@
 //! Delivering a signal to a parked run: the one path `SignalRun` and a trigger's `wake`
-//! continuation share (PROTOCOL-NOTES §C.4, §E.1; RUNTIME-NOTES §6.1).
+//! continuation share (docs/protocol.md §C.4, §E.1; docs/runtime.md §6.1).
 //!
 //! A run parked on a budget pause is waiting for a person's permission, and any signal is that
 //! permission: it resumes (see [`super::cancel::resume_budget_pause`]). Event waits (a script's

@@ -1,4 +1,4 @@
-//! `delegate` and `return_result` (RUNTIME-NOTES §5.1, §5.3, §5.4, §5.6).
+//! `delegate` and `return_result` (docs/runtime.md §5.1, §5.3, §5.4, §5.6).
 //!
 //! An awaited `delegate` creates a child session (linked to the caller's session, its brief as
 //! the first user message, verbatim) and a child run on the background queue answering the call

@@ -1,5 +1,5 @@
-//! `MessageSession`: a person's message becomes durable, then a run answers it (RUNTIME-NOTES
-//! §1.1, §6.2, §6.4; PROTOCOL-NOTES §D.3).
+//! `MessageSession`: a person's message becomes durable, then a run answers it (docs/runtime.md
+//! §1.1, §6.2, §6.4; docs/protocol.md §D.3).
 //!
 //! In one write transaction: the access check, the idempotency key (reserved *before* the turn,
 //! so a duplicate sent while the first is still streaming posts nothing: the existing server

@@ -1,4 +1,4 @@
-//! The agent runtime: what a claimed agent run does (RUNTIME-NOTES §1).
+//! The agent runtime: what a claimed agent run does (docs/runtime.md §1).
 //!
 //! [`AgentExecutor`] is the run engine's executor for agent runs. One execution:
 //!
@@ -368,7 +368,7 @@ struct Loaded {
 }
 
 impl Turn {
-    /// Loads the agent and resolves its model (RUNTIME-NOTES §1.3): the session's override
+    /// Loads the agent and resolves its model (docs/runtime.md §1.3): the session's override
     /// replaces the agent's provider, model and reasoning level when its provider still exists.
     async fn prepare(app: Arc<App>, run: &Claimed, stop: StopSignal) -> ApiResult<Self> {
         let (agent_id, session_id) = (run.agent_id.clone(), run.session_id.clone());

@@ -1,4 +1,4 @@
-//! One model pass (RUNTIME-NOTES §1.2–§1.8, §3): the log replayed into a conversation, then
+//! One model pass (docs/runtime.md §1.2–§1.8, §3): the log replayed into a conversation, then
 //! model steps until the model stops calling tools.
 //!
 //! Per step, in this order: the reply streams out as `appendPartial` patches (never stored);
@@ -101,7 +101,7 @@ fn usage_info(usage: &Usage) -> AgentRunUsage {
 
 fn provider_failure(error: &model::ModelError) -> RunFailure {
     // Every provider failure is the provider's, seen through us: retryable where the run allows
-    // retries (RUNTIME-NOTES §2.8).
+    // retries (docs/runtime.md §2.8).
     RunFailure::provider(error.message.clone(), true)
 }
 

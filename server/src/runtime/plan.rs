@@ -1,5 +1,5 @@
 //! The `plan` and `status` verbs: the session's visible checklist and its honest name
-//! (RUNTIME-NOTES §5.7–§5.9).
+//! (docs/runtime.md §5.7–§5.9).
 //!
 //! A plan lives in `sessions.plan_cbor`, owned by the run that wrote it. It leaves no durable
 //! event (the model sees it again only through the `<plan_state>` block at the end of every
@@ -161,7 +161,7 @@ pub fn close_running_steps(conn: &Connection, session_id: &str, succeeded: bool,
 }
 
 /// Marks step `step_id` of the session's plan `done` with `resolvedBy: 'runtime'` (its children
-/// all came back succeeded, RUNTIME-NOTES §5.7); nothing when the step is gone or already
+/// all came back succeeded, docs/runtime.md §5.7); nothing when the step is gone or already
 /// settled. Whether the plan changed.
 pub fn settle_step(conn: &Connection, session_id: &str, step_id: &str, now: i64) -> ApiResult<bool> {
     let Some(mut plan) = load(conn, session_id)? else { return Ok(false) };

@@ -1,4 +1,4 @@
-//! The system prompt of a pass (RUNTIME-NOTES §1.4) and its `<space>` index (§1.5), in our own
+//! The system prompt of a pass (docs/runtime.md §1.4) and its `<space>` index (§1.5), in our own
 //! words.
 //!
 //! In order: the agent's own prompt (its blocks as markdown), how to work on the Seed network,

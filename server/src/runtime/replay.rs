@@ -1,4 +1,4 @@
-//! The durable log of a session turned into the conversation a provider reads (RUNTIME-NOTES
+//! The durable log of a session turned into the conversation a provider reads (docs/runtime.md
 //! §1.6), and the ephemeral blocks appended after it (§1.7), which are never stored.
 //!
 //! The log is the only memory of a conversation: every pass rebuilds its messages from it, so a

@@ -1,4 +1,4 @@
-//! Automatic titles (RUNTIME-NOTES §5.9): when a turn starts on a session whose title is still
+//! Automatic titles (docs/runtime.md §5.9): when a turn starts on a session whose title is still
 //! provisional (`title_source = 'system'`), one tool-less model call names it from the start of
 //! the conversation. It never overwrites a title the agent (the `status` verb) or a person
 //! gave: the update applies only while the source is still `system`. At most

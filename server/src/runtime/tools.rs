@@ -1,5 +1,5 @@
 //! The tools a model pass offers, with their JSON Schemas, and the argument check every call
-//! goes through before it runs (RUNTIME-NOTES §1.8).
+//! goes through before it runs (docs/runtime.md §1.8).
 //!
 //! The verbs are always offered, in this order: `read`, `write`, `call`, `plan`, `status`.
 //! `delegate` (after `call`, while the run may still spawn a child) and a typed child's

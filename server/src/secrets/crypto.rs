@@ -1,4 +1,4 @@
-//! Encryption at rest for account secrets (design rule 8: secrets never leave).
+//! Encryption at rest for account secrets (ARCHITECTURE.md rule 8: secrets never leave).
 //!
 //! One server-wide [`SecretKey`] seals every secret value with XChaCha20-Poly1305 before it is
 //! written to the database, and opens it again only when a run needs it. The key itself lives in

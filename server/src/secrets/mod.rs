@@ -5,7 +5,7 @@
 //! `(account_id, name)`; setting a name again replaces its value and metadata but keeps its id
 //! and creation time.
 //!
-//! Invariant (design rule 8): a plaintext value is held only long enough to seal it or hand it to
+//! Invariant (ARCHITECTURE.md rule 8): a plaintext value is held only long enough to seal it or hand it to
 //! its caller. It never reaches a response, a log line, an event or an error message; responses
 //! carry [`RedactedSecret`] only, which says `hasValue: true` and nothing more.
 
@@ -29,7 +29,7 @@ pub const MAX_SECRET_BYTES: usize = 64 * 1024;
 /// The metadata `kind` of an uploaded Hypermedia account key (a signing identity).
 pub const SIGNING_KEY_KIND: &str = "hm-account-key";
 
-/// Secret metadata: an open map, kept as IPLD (design rule 4).
+/// Secret metadata: an open map, kept as IPLD (ARCHITECTURE.md rule 4).
 pub type Metadata = BTreeMap<String, Value>;
 
 /// `SetSecret {name, value, metadata?}`: seals `value` and upserts it under the caller's account.

@@ -1,5 +1,5 @@
 //! A session's durable events: appending one with the next `seq`, reading them back in order,
-//! and announcing appends after their commit (DESIGN rule 5).
+//! and announcing appends after their commit (ARCHITECTURE.md rule 5).
 //!
 //! Every feature that writes to a session's log (user verbs today, the runtime next) appends
 //! through [`append`] inside its write transaction and, once that committed, calls

@@ -1,4 +1,4 @@
-//! Tool documents (RUNTIME-NOTES §4.6): a tool's contract as a content-addressed document.
+//! Tool documents (docs/runtime.md §4.6): a tool's contract as a content-addressed document.
 //!
 //! A document is `{name, kind, summary, description, input, output?, source?, runtime?,
 //! binding?}`; its CID is CIDv1, codec dag-cbor, sha2-256 over its canonical DAG-CBOR encoding

@@ -1,4 +1,4 @@
-//! Agent tools (RUNTIME-NOTES §4.4–§4.6): the callables an agent reaches through `call`, their
+//! Agent tools (docs/runtime.md §4.4–§4.6): the callables an agent reaches through `call`, their
 //! contracts as content-addressed tool documents, and the `*AgentTool*` actions.
 //!
 //! [`registry`] lists the callables and decides grants; [`document`](mod@document) builds, checks and

@@ -1,4 +1,4 @@
-//! The callables: service tools an agent reaches through the `call` verb (RUNTIME-NOTES §4.4),
+//! The callables: service tools an agent reaches through the `call` verb (docs/runtime.md §4.4),
 //! each with its description and JSON Schema contract, and the grants that decide which of them
 //! an agent may run.
 //!

@@ -1,4 +1,4 @@
-//! The JSON Schema subset tool contracts may use (RUNTIME-NOTES §4.5), and checking a call's
+//! The JSON Schema subset tool contracts may use (docs/runtime.md §4.5), and checking a call's
 //! input against a contract.
 //!
 //! A lambda's `input` and `output` schemas must stay inside the subset providers and our checks

@@ -1,4 +1,4 @@
-//! The `search` callable: the configured Hypermedia server's Search API (RUNTIME-NOTES §4.4).
+//! The `search` callable: the configured Hypermedia server's Search API (docs/runtime.md §4.4).
 //!
 //! Defaults and bounds are upstream's: `includeBody` false, `contextSize` 48 (0–512),
 //! `searchType` hybrid (keyword 0, semantic 1, hybrid 2), `pageSize` 20, or 30 for a query under
@@ -120,7 +120,7 @@ fn found(entity: &Map<String, Json>) -> Found {
 }
 
 /// An entity's id as an `hm://` URL: a packed string as it is, or the unpacked object
-/// `{uid, path, version, latest, blockRef}` packed (HM-INTEGRATION.md §1.5).
+/// `{uid, path, version, latest, blockRef}` packed (docs/hypermedia.md §1.5).
 fn hm_url(id: &Json) -> String {
     if let Some(text) = id.as_str() {
         return text.to_owned();

@@ -1,4 +1,4 @@
-//! The `web_search` callable: a self-hosted SearXNG (`--searxng-url`), RUNTIME-NOTES §4.4.
+//! The `web_search` callable: a self-hosted SearXNG (`--searxng-url`), docs/runtime.md §4.4.
 //!
 //! `GET <searxng>/search?q&format=json&categories=<general|news>&safesearch=1&language=<lang|en>
 //! [&time_range]`; `count` 10 by default (1–25). When nothing came back and some engines did not

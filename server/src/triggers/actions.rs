@@ -1,4 +1,4 @@
-//! The trigger actions (PROTOCOL-NOTES §C.4): `ListAgentTriggers`, `GetAgentTrigger`,
+//! The trigger actions (docs/protocol.md §C.4): `ListAgentTriggers`, `GetAgentTrigger`,
 //! `CreateAgentTrigger`, `UpdateAgentTrigger`, `DeleteAgentTrigger`, `CombineAgentTriggers`.
 //!
 //! Input is normalised (`validate`) before the write transaction; the transaction checks access,

@@ -1,4 +1,4 @@
-//! Run-completed triggers (PROTOCOL-NOTES §E.3): when a run of an account reaches a final
+//! Run-completed triggers (docs/protocol.md §E.3): when a run of an account reaches a final
 //! status, its enabled `run-completed` triggers whose filters match fire, loop-guarded.
 //!
 //! The monitor takes finished agent runs it has not handled yet (`runs.completion_pending`, read

@@ -1,5 +1,5 @@
 //! Firing a trigger: the one entry point every source (schedules, webhooks, the activity feed,
-//! run-completed chains) goes through (PROTOCOL-NOTES §E.3, §D.4).
+//! run-completed chains) goes through (docs/protocol.md §E.3, §D.4).
 //!
 //! [`fire`] is idempotent by `(trigger, firing key)`: the firing row is inserted with
 //! `ON CONFLICT DO NOTHING` against the unique index, so an event fires a trigger at most once

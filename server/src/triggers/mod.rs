@@ -1,4 +1,4 @@
-//! Triggers: agents that act without being messaged (PROTOCOL-NOTES §C.4, §E).
+//! Triggers: agents that act without being messaged (docs/protocol.md §C.4, §E).
 //!
 //! Layout:
 //! - [`actions`]: the signed CRUD actions and `CombineAgentTriggers`;

@@ -1,4 +1,4 @@
-//! Schedule triggers (PROTOCOL-NOTES §E.2): when an `interval`, `weekly` or `once` schedule is
+//! Schedule triggers (docs/protocol.md §E.2): when an `interval`, `weekly` or `once` schedule is
 //! due, and the monitor tick that fires it.
 //!
 //! The due rules, given the trigger's creation time and the last occurrence it fired for:

@@ -1,4 +1,4 @@
-//! Normalising what a client sends as a trigger (PROTOCOL-NOTES §E.1): the name, the prompt, the
+//! Normalising what a client sends as a trigger (docs/protocol.md §E.1): the name, the prompt, the
 //! continuation and every kind of source, with the protocol's limits. Everything here is pure, so
 //! the CRUD actions and the agent's `write ~/triggers/<name>` share it; it runs before any write.
 

@@ -317,7 +317,7 @@ async fn locked(app: &App, caller: &Caller, upload_id: &str) -> ApiResult<(std::
             let (target, size, received) = row.ok_or_else(not_found)?;
             let target: FileUploadTarget = wire::from_slice(&target).map_err(ApiError::internal)?;
             // A target the caller can no longer see (or that is gone) makes the upload look
-            // missing too, with the upload's own message (PROTOCOL-NOTES §C.0); a role too low
+            // missing too, with the upload's own message (docs/protocol.md §C.0); a role too low
             // keeps its 403.
             let invisible = |error: ApiError| if error.kind() == ErrorKind::NotFound { not_found() } else { error };
             let (state_dir, owner_id) = match &target {

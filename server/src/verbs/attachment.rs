@@ -23,7 +23,7 @@ struct Shown<'a> {
     content: Option<String>,
 }
 
-/// The largest image handed to a model inline (RUNTIME-NOTES §4: 4.5 MB).
+/// The largest image handed to a model inline (docs/runtime.md §4: 4.5 MB).
 const MAX_INLINE_IMAGE: usize = 4_718_592;
 
 /// Image types both vendors take inline.

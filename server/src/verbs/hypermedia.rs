@@ -1,5 +1,5 @@
 //! `read hm://…` and `read activity:` through the configured Hypermedia server
-//! (`--hm-server-url`, 30 s per request; HM-INTEGRATION.md §1.3, RUNTIME-NOTES §4.2).
+//! (`--hm-server-url`, 30 s per request; docs/hypermedia.md §1.3, docs/runtime.md §4.2).
 //!
 //! - `hm://<uid>[/<path>][?v=…]`: `Resource`; a document comes back as
 //!   `{type: 'hypermedia_document', requestedId, id, server, format, title?, version, metadata,

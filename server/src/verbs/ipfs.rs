@@ -1,4 +1,4 @@
-//! `read ipfs://<cid>` and `write ipfs://` (RUNTIME-NOTES §4.2, §4.3; HM-INTEGRATION.md §3).
+//! `read ipfs://<cid>` and `write ipfs://` (docs/runtime.md §4.2, §4.3; docs/hypermedia.md §3).
 //!
 //! `read` downloads `<hm server>/ipfs/<cid>` (the gateway of the configured Hypermedia server:
 //! this server has no separate `--ipfs-server-url`) into memory at `options.path`, else

@@ -5,7 +5,7 @@
 //! the session's agent, then no agent turn holding the session (409). A failure while executing
 //! the verb is itself part of the log and comes back in the response's `error` with HTTP 200. Both
 //! events are appended in one write transaction after the verb ran, with gap-free per-session
-//! `seq`, and published only after that commit (DESIGN rule 5).
+//! `seq`, and published only after that commit (ARCHITECTURE.md rule 5).
 //!
 //! [`address`] parses addresses; each noun has its file: `memory` (`~/memory/…`), `agent`
 //! (`~/self`), `attachment` (`attachment:<id>`), `thread` (`thread:<id>`), `tools`
@@ -178,7 +178,7 @@ pub async fn invoke_session_tool(
             // the session (runs are written only on this writer, so none can start in between).
             // A turn that started while the verb ran makes this 409 too, and nothing is logged,
             // though a `write` verb's change is already on disk then. That window closes when
-            // MessageSession refuses while a user verb is in flight (RUNTIME-NOTES §4.8).
+            // MessageSession refuses while a user verb is in flight (docs/runtime.md §4.8).
             refuse_during_agent_turn(conn, &session_id)?;
             let call = events::append(conn, &session_id, call_event, now)?;
             let result = events::append(conn, &session_id, result_event, now)?;
@@ -347,7 +347,7 @@ async fn call(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
 }
 
 /// `call {tool, input}` from a model pass: a miss is a successful result that shows what can be
-/// called, so the model corrects itself instead of failing (RUNTIME-NOTES §4.4).
+/// called, so the model corrects itself instead of failing (docs/runtime.md §4.4).
 pub(crate) async fn call_as_agent(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
     tools::call(context, input).await
 }

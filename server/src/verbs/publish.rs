@@ -1,5 +1,5 @@
 //! `write hm://<account>/<path>`: publishing to the Hypermedia network with the agent's signing
-//! identity, behind the publish grant (RUNTIME-NOTES §4.3, HM-INTEGRATION.md §2.3–§2.7).
+//! identity, behind the publish grant (docs/runtime.md §4.3, docs/hypermedia.md §2.3–§2.7).
 //!
 //! The key is `options.signer` (a signing key the definition grants) or the definition's primary
 //! key. `options.action` picks what is published, one `PublishBlobs` call each:

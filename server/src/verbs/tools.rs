@@ -1,4 +1,4 @@
-//! `~/tools` (read and write) and the `call` verb (RUNTIME-NOTES §4.2–§4.4, §4.6).
+//! `~/tools` (read and write) and the `call` verb (docs/runtime.md §4.2–§4.4, §4.6).
 //!
 //! `read ~/tools` lists the verbs and what the agent can call; `read ~/tools/<verb>` gives a
 //! verb's contract and `read ~/tools/<doc>` a tool document's, with its CID. `write
@@ -122,7 +122,7 @@ pub(super) async fn write(context: &Context<'_>, name: &str, input: &Input<'_>) 
     )
 }
 
-/// `call {tool, input}` (RUNTIME-NOTES §4.4).
+/// `call {tool, input}` (docs/runtime.md §4.4).
 pub(super) async fn call(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
     let fields = Input::new(input);
     let Some(name) = fields.text("tool").map(registry::normalise) else {

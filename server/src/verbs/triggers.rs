@@ -1,4 +1,4 @@
-//! `~/triggers` for the agent and its writers (RUNTIME-NOTES §4.2–§4.3, PROTOCOL-NOTES §E.1).
+//! `~/triggers` for the agent and its writers (docs/runtime.md §4.2–§4.3, docs/protocol.md §E.1).
 //!
 //! `read ~/triggers` lists the agent's triggers with the write contract; `read
 //! ~/triggers/<name or id>` shows one with its newest firings (an unknown name answers the

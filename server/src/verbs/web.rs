@@ -1,4 +1,4 @@
-//! `read http(s)://…`: first as Hypermedia, then as a web page (RUNTIME-NOTES §4.2).
+//! `read http(s)://…`: first as Hypermedia, then as a web page (docs/runtime.md §4.2).
 //!
 //! Hypermedia first: the configured server's `GetDomain {domain}`; when the site's domain is
 //! registered to an account, the URL's path is read as `hm://<account>/<path>` and only a

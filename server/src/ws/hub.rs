@@ -1,5 +1,5 @@
 //! The hub: one task that turns bus events into frames and hands each to the sockets that
-//! should see it (PROTOCOL-NOTES §D.6 fan-out).
+//! should see it (docs/protocol.md §D.6 fan-out).
 //!
 //! | event | frame | keys that receive it |
 //! |---|---|---|

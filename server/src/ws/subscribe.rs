@@ -1,5 +1,5 @@
 //! One `Subscribe`: from the frame's bytes to a verified caller, an authorized key and what to
-//! replay (PROTOCOL-NOTES §D.6).
+//! replay (docs/protocol.md §D.6).
 //!
 //! The envelope goes through `auth::verify` exactly as an HTTP action does (window, signature,
 //! delegated signer, replay guard, protocol floor), with the same messages. Then the key:

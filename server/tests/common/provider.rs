@@ -2,7 +2,7 @@
 //! (`/v1/chat/completions` and `/chat/completions`) and Anthropic Messages (`/v1/messages`).
 //!
 //! Each request is answered by the next [`Script`] in a queue, formatted as the vendor streams
-//! it (RUNTIME-NOTES §2.2 and §2.4): chat completions start with a role chunk whose `content` is
+//! it (docs/runtime.md §2.2 and §2.4): chat completions start with a role chunk whose `content` is
 //! null, carry `usage: null` until a final usage chunk with `choices: []`, and end with
 //! `data: [DONE]`; Messages send `event:`/`data:` pairs from `message_start` (with a `ping`) to
 //! `message_stop`. Scripts can split text into 1-character deltas and tool arguments into

@@ -319,7 +319,7 @@ fn principal_field(value: &Ipld, what: &str) -> Result<String, String> {
     .map_err(|_| format!("{what} is not a principal"))
 }
 
-/// A published Comment's record id `<author>/<tsid>` (HM-INTEGRATION.md §2.3), computed here
+/// A published Comment's record id `<author>/<tsid>` (docs/hypermedia.md §2.3), computed here
 /// independently of the server; an edit or deletion names its comment's tsid in `id`.
 pub fn comment_record_id(blob: &Published) -> Option<String> {
     if let Some(tsid) = blob.text("id") {

@@ -1,4 +1,4 @@
-//! Anthropic Messages (RUNTIME-NOTES §2.4): `request` writes the body of `POST {base}/v1/messages`
+//! Anthropic Messages (docs/runtime.md §2.4): `request` writes the body of `POST {base}/v1/messages`
 //! (cache markers, reduced tool schemas, budget thinking); `stream` reads its named SSE events
 //! into a step.
 

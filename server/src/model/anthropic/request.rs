@@ -37,7 +37,7 @@ pub(crate) fn body(endpoint: &Endpoint, request: &ModelRequest) -> Map<String, V
     body
 }
 
-/// The thinking budget when this request sends thinking (RUNTIME-NOTES §1.9): a level is set
+/// The thinking budget when this request sends thinking (docs/runtime.md §1.9): a level is set
 /// (minimal 1024, low 2048, medium 8192, high 16384 tokens; xhigh and max as high), shrunk to
 /// `max_tokens − 1024` when it does not fit under `max_tokens`. In the middle of a tool loop (the
 /// last assistant message called tools) Anthropic wants that message to start with its signed

@@ -105,7 +105,7 @@ fn tool_call(call: &ToolCall) -> Value {
 }
 
 /// Replayed arguments as the JSON text the vendor expects; anything but an object is sent as `{}`,
-/// as the runtime replays it (RUNTIME-NOTES §1.6).
+/// as the runtime replays it (docs/runtime.md §1.6).
 fn arguments_text(arguments: &Value) -> String {
     match arguments {
         Value::Object(_) => arguments.to_string(),

@@ -1,4 +1,4 @@
-//! What the monitor reads off one feed event (HM-INTEGRATION.md §4.1–4.3): its key, the key a
+//! What the monitor reads off one feed event (docs/hypermedia.md §4.1–4.3): its key, the key a
 //! firing dedupes on, its time, a summary, and canonical resource ids.
 //!
 //! Events come in two shapes: resolved `LoadedEvent`s (what `ListEvents` answers: `type`

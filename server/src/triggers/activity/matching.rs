@@ -1,4 +1,4 @@
-//! Whether a feed event matches a trigger's source (HM-INTEGRATION.md §4.3, PROTOCOL-NOTES §E.1).
+//! Whether a feed event matches a trigger's source (docs/hypermedia.md §4.3, docs/protocol.md §E.1).
 //!
 //! - `document-comment {resource, author?}`: a comment on the resource or under it, by the author
 //!   when one is named.

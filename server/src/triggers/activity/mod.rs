@@ -1,4 +1,4 @@
-//! The activity monitor (HM-INTEGRATION.md §4.2): polls the Hypermedia activity feed for every
+//! The activity monitor (docs/hypermedia.md §4.2): polls the Hypermedia activity feed for every
 //! account that has an enabled activity trigger and hands each match to the [`FiringSink`].
 //!
 //! One poll of one account, under that account's lock (two polls of one account in this process

@@ -1,6 +1,6 @@
 //! `write hm://<account>[/<path>] {action: "capability.create"}` (alias `capability.grant`): a
 //! Capability blob by which the signer lets another account write its documents
-//! (HM-INTEGRATION.md §2.6).
+//! (docs/hypermedia.md §2.6).
 //!
 //! The fields come from `options.input`, as upstream's raw commands take them: `delegate` (or
 //! `delegateUid`; an account id, `z…` or `hm://z…`), `role` (`WRITER` or `AGENT`, any case) and an optional

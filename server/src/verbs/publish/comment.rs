@@ -1,4 +1,4 @@
-//! `write hm://… {action: "comment"}`: a Comment blob on a document (HM-INTEGRATION.md §2.3,
+//! `write hm://… {action: "comment"}`: a Comment blob on a document (docs/hypermedia.md §2.3,
 //! §2.7).
 //!
 //! The target is `options.target` or the address, and must be a document (a `?v=` version in

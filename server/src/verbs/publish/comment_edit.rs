@@ -1,5 +1,5 @@
 //! `write hm://… {action: "comment.update" | "comment.delete"}`: a new version, or a tombstone,
-//! of one of the signer's comments (raw dotted commands; HM-INTEGRATION.md §2.3).
+//! of one of the signer's comments (raw dotted commands; docs/hypermedia.md §2.3).
 //!
 //! `options.input.comment` (or `commentId`) names the comment, `hm://<author>/<tsid>` or
 //! `<author>/<tsid>`; the address is not read. The comment is read with `Comment`, and must be

@@ -1,5 +1,5 @@
 //! `write hm://… {action: "contact.create" | "contact.delete"}`: the signer's contacts (raw
-//! dotted commands; HM-INTEGRATION.md §2.6).
+//! dotted commands; docs/hypermedia.md §2.6).
 //!
 //! - `contact.create`: `options.input.subject` (or `subjectUid`; else the address's account when
 //!   it is not the signer's own) and `name` (also `options.name`), a Contact blob; the output's

@@ -1,5 +1,5 @@
 //! `write hm://…` with `action` `document` (create) and `update`: content Changes and version
-//! Refs (HM-INTEGRATION.md §2.4, §2.5).
+//! Refs (docs/hypermedia.md §2.4, §2.5).
 
 use std::collections::BTreeMap;
 

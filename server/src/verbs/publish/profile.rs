@@ -1,5 +1,5 @@
 //! `write hm://<account> {action: "profile.update"}`: a new Profile blob for the signing account
-//! (a raw dotted command; HM-INTEGRATION.md §2.2).
+//! (a raw dotted command; docs/hypermedia.md §2.2).
 //!
 //! Fields, from `options.input` as upstream names and bounds them: `name` (also
 //! `options.name`; 256 bytes), `description` (64 KiB) and `icon` or `avatar` (an `ipfs://` URL,

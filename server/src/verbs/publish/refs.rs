@@ -1,5 +1,5 @@
 //! `write hm://…` with `action` `delete`, `redirect`, `move` and `fork`: Ref blobs only, no new
-//! Changes (HM-INTEGRATION.md §2.5, §2.7).
+//! Changes (docs/hypermedia.md §2.5, §2.7).
 //!
 //! - `delete`: a tombstone Ref (no heads) of the document's genesis and generation.
 //! - `redirect` (`options.toUrl`): a redirect Ref sending readers of the address to another
