@@ -54,15 +54,29 @@ const STRIPPED: &[&str] = &[
     "$comment",
 ];
 
-/// Generates the protocol types as a syn file.
-pub fn generate(model: &Model) -> Result<syn::File, Error> {
+/// The generated protocol types, and the schema file each definition comes from.
+#[derive(Debug)]
+pub struct Types {
+    /// Every type with its impls (typify's and the fix-up pass's), as one flat file.
+    pub file: syn::File,
+    /// The schema file (`agents.json`) of every definition, inline objects hoisted out of one
+    /// included (`RunInfoError` comes from the file defining `RunInfo`), keyed by [`key`].
+    pub sources: BTreeMap<String, String>,
+}
+
+/// Generates the protocol types.
+pub fn generate(model: &Model) -> Result<Types, Error> {
     // Inline objects become named definitions first, so the fix-up pass knows every struct by a
     // name we chose (typify would otherwise name them itself, out of our sight).
     let mut all = BTreeMap::new();
+    let mut sources = BTreeMap::new();
     for def in model.defs.values() {
         let mut schema = def.schema.clone();
         hoist(&def.name, &mut schema, &mut all)?;
         all.insert(def.name.clone(), schema);
+        for name in all.keys() {
+            sources.entry(key(name)).or_insert_with(|| def.file.clone());
+        }
     }
     let fixer = Fixer::new(model, &all);
     let mut defs = Map::new();
@@ -112,7 +126,7 @@ pub fn generate(model: &Model) -> Result<syn::File, Error> {
             culprits.join(", ")
         )));
     }
-    Ok(file)
+    Ok(Types { file, sources })
 }
 
 /// Replaces every inline object schema below `schema` (in properties, array items and nullable
@@ -156,7 +170,7 @@ fn hoist_at(name: &str, schema: &mut Json, out: &mut BTreeMap<String, Json>) -> 
 
 /// How a definition name and typify's Rust name for it are matched: typify re-cases names
 /// (`AgentWSEvent` becomes `AgentWsEvent`), so both sides are compared lowercased.
-fn key(name: &str) -> String {
+pub fn key(name: &str) -> String {
     name.to_ascii_lowercase()
 }
 
@@ -339,11 +353,8 @@ impl VisitMut for Fixer {
         file.items.append(&mut self.impls);
     }
 
-    fn visit_item_mod_mut(&mut self, item: &mut syn::ItemMod) {
-        if !has_doc(&item.attrs) {
-            let doc = format!(" Support items of the generated `{}` module.", item.ident);
-            item.attrs.insert(0, syn::parse_quote!(#[doc = #doc]));
-        }
+    fn visit_item_mod_mut(&mut self, _: &mut syn::ItemMod) {
+        // typify's support modules (`error`) are left as they are; `layout` documents them.
     }
 
     fn visit_item_struct_mut(&mut self, item: &mut syn::ItemStruct) {
