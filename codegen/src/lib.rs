@@ -6,14 +6,15 @@
 //! them and fixes its output where the wire needs more than typify gives. [`table`] writes the
 //! action table and the SDK's typed calls; [`layout`] splits the types, their impls and the table
 //! into one module per schema file; [`surface`] writes the reviewable listing. [`outputs`] returns
-//! every generated file with its content; the binary writes them, or with `--check` fails when a
-//! committed file differs.
+//! every generated file with its content; the binary writes them (and deletes what it no longer
+//! generates), or with `--check` fails when a committed file differs.
 //!
 //! Outputs (all committed, each starting with an `@generated` line):
 //! - `schema/src/generated/<file>.rs`, one per schema file (`agents.json` → `agents.rs`): the
 //!   types it defines, each followed by its impls; `table.rs`: `ACTIONS` and the version
 //!   constants; `error.rs`: typify's conversion error; `mod.rs`: the declarations and the
-//!   re-exports that keep every path flat (`seed_agents_protocol::generated::CreateAgent`);
+//!   re-exports that keep every path flat (`seed_agents_protocol::generated::CreateAgent`). Every
+//!   file in `schema/src/generated/` is generated;
 //! - `sdk/src/generated.rs`: one typed `Client` method per HTTP action;
 //! - `snapshots/surface.json`: the surface listing.
 
@@ -53,7 +54,8 @@ pub struct Output {
     pub content: String,
 }
 
-/// The directory of the generated protocol modules.
+/// The directory of the generated protocol modules. Codegen owns every file in it: one it no
+/// longer emits is stale, and [`write`] deletes it.
 pub const GENERATED_DIR: &str = "schema/src/generated";
 
 /// The first lines of a generated Rust file made from `source` (`agents.json`, or `*.json`).
@@ -133,30 +135,92 @@ fn rustfmt(root: &Path, source: &str) -> Result<String, Error> {
     String::from_utf8(output.stdout).map_err(|e| Error::Format(e.to_string()))
 }
 
-/// Files whose committed content differs from what the schema generates now.
-pub fn stale(root: &Path) -> Result<Vec<PathBuf>, Error> {
-    let mut stale = Vec::new();
-    for output in outputs(root)? {
-        let current = std::fs::read_to_string(root.join(&output.path)).unwrap_or_default();
-        if current != output.content {
-            stale.push(output.path);
+/// A committed file that is not what the schema generates now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stale {
+    /// Its content differs, or it is missing.
+    Outdated(PathBuf),
+    /// A file in [`GENERATED_DIR`] that codegen no longer emits.
+    Leftover(PathBuf),
+}
+
+impl std::fmt::Display for Stale {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stale::Outdated(path) => write!(f, "{} is not up to date with schema/json/", path.display()),
+            Stale::Leftover(path) => write!(f, "{} is no longer generated (codegen deletes it)", path.display()),
         }
     }
+}
+
+/// Committed files that differ from what the schema generates now, and leftovers.
+pub fn stale(root: &Path) -> Result<Vec<Stale>, Error> {
+    drift(root, &outputs(root)?)
+}
+
+fn drift(root: &Path, outputs: &[Output]) -> Result<Vec<Stale>, Error> {
+    let mut stale = Vec::new();
+    for output in outputs {
+        let current = std::fs::read_to_string(root.join(&output.path)).unwrap_or_default();
+        if current != output.content {
+            stale.push(Stale::Outdated(output.path.clone()));
+        }
+    }
+    stale.extend(leftovers(root, outputs)?.into_iter().map(Stale::Leftover));
     Ok(stale)
 }
 
-/// Writes every output under `root`.
-pub fn write(root: &Path) -> Result<Vec<PathBuf>, Error> {
-    let mut written = Vec::new();
-    for output in outputs(root)? {
+/// Files (or directories) in [`GENERATED_DIR`] that are not among `outputs`, sorted.
+fn leftovers(root: &Path, outputs: &[Output]) -> Result<Vec<PathBuf>, Error> {
+    let dir = root.join(GENERATED_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::Io(dir.display().to_string(), e)),
+    };
+    let mut leftovers = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::Io(dir.display().to_string(), e))?;
+        let path = Path::new(GENERATED_DIR).join(entry.file_name());
+        if !outputs.iter().any(|output| output.path == path) {
+            leftovers.push(path);
+        }
+    }
+    leftovers.sort();
+    Ok(leftovers)
+}
+
+/// What [`write`] changed, relative to the workspace root.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// Every output, written.
+    pub written: Vec<PathBuf>,
+    /// Leftovers in [`GENERATED_DIR`], deleted.
+    pub removed: Vec<PathBuf>,
+}
+
+/// Writes every output under `root` and deletes the files of [`GENERATED_DIR`] it no longer emits.
+pub fn write(root: &Path) -> Result<Written, Error> {
+    write_outputs(root, &outputs(root)?)
+}
+
+fn write_outputs(root: &Path, outputs: &[Output]) -> Result<Written, Error> {
+    let mut done = Written::default();
+    for output in outputs {
         let path = root.join(&output.path);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| Error::Io(parent.display().to_string(), e))?;
         }
         std::fs::write(&path, &output.content).map_err(|e| Error::Io(path.display().to_string(), e))?;
-        written.push(output.path);
+        done.written.push(output.path.clone());
     }
-    Ok(written)
+    for leftover in leftovers(root, outputs)? {
+        let path = root.join(&leftover);
+        let removed = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+        removed.map_err(|e| Error::Io(path.display().to_string(), e))?;
+        done.removed.push(leftover);
+    }
+    Ok(done)
 }
 
 /// The workspace root (the parent of this crate's directory).
@@ -169,4 +233,40 @@ pub fn workspace_root() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest_dir.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(path: &str, content: &str) -> Output {
+        Output { path: PathBuf::from(path), content: content.to_owned() }
+    }
+
+    #[test]
+    fn a_file_codegen_no_longer_emits_is_stale_and_write_deletes_it() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let root = root.path();
+        let outputs = [
+            output("schema/src/generated/mod.rs", "mod agents;\n"),
+            output("schema/src/generated/agents.rs", "// a\n"),
+        ];
+        write_outputs(root, &outputs).expect("write");
+        assert_eq!(drift(root, &outputs).expect("drift"), []);
+
+        std::fs::write(root.join("schema/src/generated/runs.rs"), "// gone from the schema\n").expect("leftover");
+        std::fs::write(root.join("schema/src/generated/agents.rs"), "// edited\n").expect("edit");
+        assert_eq!(
+            drift(root, &outputs).expect("drift"),
+            [
+                Stale::Outdated("schema/src/generated/agents.rs".into()),
+                Stale::Leftover("schema/src/generated/runs.rs".into()),
+            ]
+        );
+
+        let written = write_outputs(root, &outputs).expect("write");
+        assert_eq!(written.removed, [PathBuf::from("schema/src/generated/runs.rs")]);
+        assert!(!root.join("schema/src/generated/runs.rs").exists());
+        assert_eq!(drift(root, &outputs).expect("drift"), []);
+    }
 }

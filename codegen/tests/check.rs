@@ -1,7 +1,8 @@
 //! Drift check: the committed generated files equal what the schema generates now.
 //!
-//! On a mismatch the test names the stale files and the command that fixes them. With
-//! `UPDATE_GENERATED=1` it rewrites them instead (then review and commit the diff).
+//! On a mismatch the test names the stale files (and any file left in `schema/src/generated/` that
+//! codegen no longer emits) and the command that fixes them. With `UPDATE_GENERATED=1` it rewrites
+//! them instead, deleting the leftovers (then review and commit the diff).
 
 #[test]
 fn generated_files_are_up_to_date() {
@@ -13,8 +14,8 @@ fn generated_files_are_up_to_date() {
     let stale = seed_agents_codegen::stale(&root).expect("generate");
     assert!(
         stale.is_empty(),
-        "{} not up to date with schema/json/; run `cargo run -p seed-agents-codegen` and commit the result",
-        stale.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        "{}\nrun `cargo run -p seed-agents-codegen` and commit the result",
+        stale.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
     );
 }
 
