@@ -15,20 +15,29 @@ fn main() -> ExitCode {
         }
     };
     let root = seed_agents_codegen::workspace_root();
-    let result = if check { seed_agents_codegen::stale(&root) } else { seed_agents_codegen::write(&root) };
-    match result {
-        Ok(paths) if check && !paths.is_empty() => {
-            for path in &paths {
-                eprintln!("{} is not up to date with schema/json/", path.display());
-            }
-            eprintln!("run `cargo run -p seed-agents-codegen` and commit the result");
-            ExitCode::FAILURE
-        }
-        Ok(paths) => {
-            if !check {
-                for path in paths {
-                    println!("wrote {}", path.display());
+    if check {
+        return match seed_agents_codegen::stale(&root) {
+            Ok(stale) if stale.is_empty() => ExitCode::SUCCESS,
+            Ok(stale) => {
+                for file in &stale {
+                    eprintln!("{file}");
                 }
+                eprintln!("run `cargo run -p seed-agents-codegen` and commit the result");
+                ExitCode::FAILURE
+            }
+            Err(err) => {
+                eprintln!("seed-agents-codegen: {err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match seed_agents_codegen::write(&root) {
+        Ok(done) => {
+            for path in done.written {
+                println!("wrote {}", path.display());
+            }
+            for path in done.removed {
+                println!("removed {} (no longer generated)", path.display());
             }
             ExitCode::SUCCESS
         }

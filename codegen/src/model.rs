@@ -32,6 +32,8 @@ pub struct Model {
     pub protocol: u32,
     /// `MIN_CLIENT_PROTOCOL` as the schema states it.
     pub min_client_protocol: u32,
+    /// Every schema file by name (`agents.json`), with its `title` (empty when it has none).
+    pub files: BTreeMap<String, String>,
 }
 
 /// One named definition.
@@ -210,7 +212,9 @@ impl Model {
         let mut defs = BTreeMap::new();
         let mut protocol = None;
         let mut min_client = None;
+        let mut files = BTreeMap::new();
         for (file, doc) in documents {
+            files.insert(file.clone(), doc.get("title").and_then(Json::as_str).unwrap_or_default().to_owned());
             if let Some(v) = doc.get("x-protocol").and_then(Json::as_u64) {
                 protocol = Some(v as u32);
             }
@@ -234,6 +238,7 @@ impl Model {
             protocol: protocol.ok_or_else(|| Error::Schema("no file states x-protocol".into()))?,
             min_client_protocol: min_client
                 .ok_or_else(|| Error::Schema("no file states x-min-client-protocol".into()))?,
+            files,
         };
         model.check()?;
         Ok(model)

@@ -11,11 +11,18 @@
 //!   value);
 //! - `const` becomes `serde_json::Value`: we feed it as a one-value `enum` instead, and fail if any
 //!   `serde_json` type is left in the output.
+//!
+//! The pass reads typify's output as syntax, never as printed text: attribute arguments are parsed
+//! (`#[serde(..)]` as `syn::Meta`s, `#[derive(..)]` as paths) and types are compared by their path
+//! segments, so a change in how typify or quote prints tokens cannot silently turn a fix off.
 
 use std::collections::BTreeMap;
 
 use quote::{format_ident, quote};
 use serde_json::{Map, Value as Json, json};
+use syn::ext::IdentExt;
+use syn::punctuated::Punctuated;
+use syn::visit::Visit;
 use syn::visit_mut::VisitMut;
 use typify::{CrateVers, TypeSpace, TypeSpaceSettings};
 
@@ -47,15 +54,29 @@ const STRIPPED: &[&str] = &[
     "$comment",
 ];
 
-/// Generates the protocol types as a syn file.
-pub fn generate(model: &Model) -> Result<syn::File, Error> {
+/// The generated protocol types, and the schema file each definition comes from.
+#[derive(Debug)]
+pub struct Types {
+    /// Every type with its impls (typify's and the fix-up pass's), as one flat file.
+    pub file: syn::File,
+    /// The schema file (`agents.json`) of every definition, inline objects hoisted out of one
+    /// included (`RunInfoError` comes from the file defining `RunInfo`), keyed by [`key`].
+    pub sources: BTreeMap<String, String>,
+}
+
+/// Generates the protocol types.
+pub fn generate(model: &Model) -> Result<Types, Error> {
     // Inline objects become named definitions first, so the fix-up pass knows every struct by a
     // name we chose (typify would otherwise name them itself, out of our sight).
     let mut all = BTreeMap::new();
+    let mut sources = BTreeMap::new();
     for def in model.defs.values() {
         let mut schema = def.schema.clone();
         hoist(&def.name, &mut schema, &mut all)?;
         all.insert(def.name.clone(), schema);
+        for name in all.keys() {
+            sources.entry(key(name)).or_insert_with(|| def.file.clone());
+        }
     }
     let fixer = Fixer::new(model, &all);
     let mut defs = Map::new();
@@ -86,14 +107,17 @@ pub fn generate(model: &Model) -> Result<syn::File, Error> {
         syn::parse2(space.to_stream()).map_err(|e| Error::Typify(format!("typify output does not parse: {e}")))?;
     let mut fixer = fixer;
     fixer.visit_file_mut(&mut file);
-    let leftovers = quote!(#file).to_string();
-    if leftovers.contains("serde_json") {
+    if names_crate("serde_json", |finder| finder.visit_file(&file)) {
         let culprits: Vec<String> = file
             .items
             .iter()
             .filter_map(|item| match item {
-                syn::Item::Struct(s) if quote!(#s).to_string().contains("serde_json") => Some(s.ident.to_string()),
-                syn::Item::Enum(e) if quote!(#e).to_string().contains("serde_json") => Some(e.ident.to_string()),
+                syn::Item::Struct(s) if names_crate("serde_json", |finder| finder.visit_item_struct(s)) => {
+                    Some(s.ident.to_string())
+                }
+                syn::Item::Enum(e) if names_crate("serde_json", |finder| finder.visit_item_enum(e)) => {
+                    Some(e.ident.to_string())
+                }
                 _ => None,
             })
             .collect();
@@ -102,7 +126,7 @@ pub fn generate(model: &Model) -> Result<syn::File, Error> {
             culprits.join(", ")
         )));
     }
-    Ok(file)
+    Ok(Types { file, sources })
 }
 
 /// Replaces every inline object schema below `schema` (in properties, array items and nullable
@@ -146,7 +170,7 @@ fn hoist_at(name: &str, schema: &mut Json, out: &mut BTreeMap<String, Json>) -> 
 
 /// How a definition name and typify's Rust name for it are matched: typify re-cases names
 /// (`AgentWSEvent` becomes `AgentWsEvent`), so both sides are compared lowercased.
-fn key(name: &str) -> String {
+pub fn key(name: &str) -> String {
     name.to_ascii_lowercase()
 }
 
@@ -329,11 +353,8 @@ impl VisitMut for Fixer {
         file.items.append(&mut self.impls);
     }
 
-    fn visit_item_mod_mut(&mut self, item: &mut syn::ItemMod) {
-        if !has_doc(&item.attrs) {
-            let doc = format!(" Support items of the generated `{}` module.", item.ident);
-            item.attrs.insert(0, syn::parse_quote!(#[doc = #doc]));
-        }
+    fn visit_item_mod_mut(&mut self, _: &mut syn::ItemMod) {
+        // typify's support modules (`error`) are left as they are; `layout` documents them.
     }
 
     fn visit_item_struct_mut(&mut self, item: &mut syn::ItemStruct) {
@@ -346,8 +367,9 @@ impl VisitMut for Fixer {
         let mut setters = Vec::new();
         let mut has_flatten = false;
         for mut field in old {
-            let ident = field.ident.as_ref().map(|i| i.to_string()).unwrap_or_default();
-            let wire = serde_rename(&field.attrs).unwrap_or_else(|| ident.trim_start_matches("r#").to_owned());
+            // `r#type` is the field `type` on the wire.
+            let ident = field.ident.as_ref().map(|i| i.unraw().to_string()).unwrap_or_default();
+            let wire = serde_rename(&field.attrs).unwrap_or_else(|| ident.clone());
             if is_flatten(&field.attrs) {
                 // The `additionalProperties` map typify flattens in: keep it as typify wrote it.
                 has_flatten = true;
@@ -359,7 +381,7 @@ impl VisitMut for Fixer {
             }
             document_field(&mut field, &wire, facts);
             field.attrs.retain(|attr| !attr.path().is_ident("serde"));
-            if wire != ident.trim_start_matches("r#") {
+            if wire != ident {
                 field.attrs.push(syn::parse_quote!(#[serde(rename = #wire)]));
             }
             let name = field.ident.clone();
@@ -607,41 +629,79 @@ fn document_enum(item: &mut syn::ItemEnum) {
     }
 }
 
-/// Whether a `#[derive]` lists `name`.
+/// Whether a `#[derive]` lists `name` (by the last segment of its path: `Default` or
+/// `::std::default::Default`).
 fn derives(attrs: &[syn::Attribute], name: &str) -> bool {
-    attrs.iter().filter(|attr| attr.path().is_ident("derive")).any(|attr| {
-        let text = quote!(#attr).to_string();
-        text.split(|c: char| !c.is_alphanumeric()).any(|word| word == name)
-    })
+    attrs
+        .iter()
+        .filter(|attr| attr.path().is_ident("derive"))
+        .flat_map(|attr| attr_list::<syn::Path>(attr).unwrap_or_default())
+        .any(|path| path.segments.last().is_some_and(|segment| segment.ident == name))
 }
 
 /// Adds `name` to the first `#[derive]`.
 fn add_derive(attrs: &mut [syn::Attribute], name: &str) {
-    let ident = format_ident!("{name}");
-    for attr in attrs.iter_mut().filter(|attr| attr.path().is_ident("derive")) {
-        if let syn::Meta::List(list) = &mut attr.meta {
-            let tokens = &list.tokens;
-            list.tokens = quote!(#tokens, #ident);
-            return;
-        }
-    }
+    let Some(attr) = attrs.iter_mut().find(|attr| attr.path().is_ident("derive")) else { return };
+    let Some(mut paths) = attr_list::<syn::Path>(attr) else { return };
+    paths.push(format_ident!("{name}").into());
+    *attr = syn::parse_quote!(#[derive(#paths)]);
 }
 
 /// Removes one word (`untagged`, `deny_unknown_fields`) from `#[serde(...)]` attributes, dropping
 /// attributes left empty.
 fn strip_serde_attr(attrs: &mut Vec<syn::Attribute>, word: &str) {
-    attrs.retain(|attr| {
+    attrs.retain_mut(|attr| {
         if !attr.path().is_ident("serde") {
             return true;
         }
-        let text = quote!(#attr).to_string();
-        !text.contains(word) || text.contains(',')
+        let Some(metas) = attr_list::<syn::Meta>(attr) else { return true };
+        if !metas.iter().any(|meta| meta.path().is_ident(word)) {
+            return true;
+        }
+        let rest: Punctuated<syn::Meta, syn::Token![,]> =
+            metas.into_iter().filter(|meta| !meta.path().is_ident(word)).collect();
+        if rest.is_empty() {
+            return false;
+        }
+        *attr = syn::parse_quote!(#[serde(#rest)]);
+        true
     });
 }
 
 /// Whether a field is `#[serde(flatten)]`.
 fn is_flatten(attrs: &[syn::Attribute]) -> bool {
-    attrs.iter().filter(|attr| attr.path().is_ident("serde")).any(|attr| quote!(#attr).to_string().contains("flatten"))
+    attrs
+        .iter()
+        .filter(|attr| attr.path().is_ident("serde"))
+        .flat_map(|attr| attr_list::<syn::Meta>(attr).unwrap_or_default())
+        .any(|meta| meta.path().is_ident("flatten"))
+}
+
+/// The comma-separated arguments of a list attribute (`#[derive(A, B)]`, `#[serde(a, b = "c")]`),
+/// parsed as `T`; `None` when the attribute is not a list of `T`.
+fn attr_list<T: syn::parse::Parse>(attr: &syn::Attribute) -> Option<Punctuated<T, syn::Token![,]>> {
+    attr.parse_args_with(Punctuated::<T, syn::Token![,]>::parse_terminated).ok()
+}
+
+/// Whether any path `visit` walks has a segment named `name` (`serde_json::Value`,
+/// `::serde_json::Map<..>`, `serde_json::json!`); attribute strings and docs do not count.
+fn names_crate(name: &str, visit: impl FnOnce(&mut PathFinder<'_>)) -> bool {
+    let mut finder = PathFinder { name, found: false };
+    visit(&mut finder);
+    finder.found
+}
+
+/// The visitor of [`names_crate`].
+struct PathFinder<'a> {
+    name: &'a str,
+    found: bool,
+}
+
+impl<'ast> Visit<'ast> for PathFinder<'_> {
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        self.found |= path.segments.iter().any(|segment| segment.ident == self.name);
+        syn::visit::visit_path(self, path);
+    }
 }
 
 /// The `rename = "..."` of a field's serde attributes.
@@ -661,11 +721,12 @@ fn serde_rename(attrs: &[syn::Attribute]) -> Option<String> {
     found
 }
 
-/// Whether a type is our open value type.
+/// Whether a type is our open value type, `::seed_agents_protocol::Value`.
 fn is_open_value(ty: &syn::Type) -> bool {
-    let syn::Type::Path(path) = ty else { return false };
-    let names: Vec<String> = path.path.segments.iter().map(|s| s.ident.to_string()).collect();
-    names == ["seed_agents_protocol", "Value"]
+    let syn::Type::Path(syn::TypePath { qself: None, path }) = ty else { return false };
+    let names = ["seed_agents_protocol", "Value"];
+    path.segments.len() == names.len()
+        && path.segments.iter().zip(names).all(|(segment, name)| segment.ident == name && segment.arguments.is_none())
 }
 
 /// `T` of `::std::option::Option<T>`.
@@ -695,4 +756,88 @@ fn variant_type_name(variant: &syn::Variant) -> Option<String> {
     let syn::Fields::Unnamed(fields) = &variant.fields else { return None };
     let syn::Type::Path(path) = &fields.unnamed.first()?.ty else { return None };
     Some(path.path.segments.last()?.ident.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(item: syn::ItemStruct) -> Vec<syn::Attribute> {
+        item.attrs
+    }
+
+    #[test]
+    fn serde_words_are_matched_as_paths_not_as_text() {
+        // A rename to "flatten" is not `flatten`; a path ending in `Default` is `Default`.
+        let renamed = attrs(syn::parse_quote!(
+            #[serde(rename = "flatten")]
+            struct A;
+        ));
+        assert!(!is_flatten(&renamed));
+        assert!(is_flatten(&attrs(syn::parse_quote!(
+            #[serde(default, flatten)]
+            struct A;
+        ))));
+        let derived = attrs(syn::parse_quote!(
+            #[derive(Clone, ::std::default::Default)]
+            struct A;
+        ));
+        assert!(derives(&derived, "Default"));
+        assert!(!derives(&derived, "Debug"));
+        let named_like = attrs(syn::parse_quote!(
+            #[derive(DefaultValue)]
+            struct A;
+        ));
+        assert!(!derives(&named_like, "Default"));
+    }
+
+    #[test]
+    fn stripping_a_serde_word_keeps_the_others() {
+        let mut list = attrs(syn::parse_quote!(
+            #[derive(Clone)]
+            #[serde(untagged, rename = "untagged")]
+            #[serde(untagged)]
+            struct A;
+        ));
+        strip_serde_attr(&mut list, "untagged");
+        let expected = attrs(syn::parse_quote!(
+            #[derive(Clone)]
+            #[serde(rename = "untagged")]
+            struct A;
+        ));
+        assert_eq!(list, expected);
+        let mut derive = attrs(syn::parse_quote!(
+            #[derive(Clone, Debug)]
+            struct A;
+        ));
+        add_derive(&mut derive, "Default");
+        assert_eq!(
+            derive,
+            attrs(syn::parse_quote!(
+                #[derive(Clone, Debug, Default)]
+                struct A;
+            ))
+        );
+    }
+
+    #[test]
+    fn leftover_serde_json_is_found_in_paths_only() {
+        let typed: syn::ItemStruct = syn::parse_quote!(
+            /// Mentions serde_json in its docs only.
+            #[serde(rename = "serde_json")]
+            struct A {
+                value: ::seed_agents_protocol::Value,
+            }
+        );
+        assert!(!names_crate("serde_json", |finder| finder.visit_item_struct(&typed)));
+        let untyped: syn::ItemStruct = syn::parse_quote!(
+            struct A {
+                value: ::std::vec::Vec<::serde_json::Value>,
+            }
+        );
+        assert!(names_crate("serde_json", |finder| finder.visit_item_struct(&untyped)));
+        assert!(is_open_value(&syn::parse_quote!(::seed_agents_protocol::Value)));
+        assert!(!is_open_value(&syn::parse_quote!(::seed_agents_protocol::Value<u8>)));
+        assert!(!is_open_value(&syn::parse_quote!(::serde_json::Value)));
+    }
 }

@@ -99,8 +99,8 @@ fn build(dir: &Path, target: &Path, features: &[&str]) -> (bool, String) {
 
 fn generate(documents: Vec<(String, Json)>) -> String {
     let model = Model::from_documents(documents).expect("schema loads");
-    let file = seed_agents_codegen::types::generate(&model).expect("types generate");
-    prettyplease::unparse(&file)
+    let types = seed_agents_codegen::types::generate(&model).expect("types generate");
+    prettyplease::unparse(&types.file)
 }
 
 /// Adds an optional string property `addedLater` to the definition `name`.

@@ -7,7 +7,8 @@
 //! async runtime or a network:
 //!
 //! - [`generated`]: one Rust type per action, response and named type of the protocol, generated
-//!   from the JSON Schema in `schema/json/` (never edit it by hand), with the [`AgentAction`] and
+//!   from the JSON Schema in `schema/json/` into one file per schema file under `src/generated/`
+//!   and re-exported flat (never edit them by hand), with the [`AgentAction`] and
 //!   [`AgentResponse`] enums and the [`Action`] table linking each action to its response and its
 //!   [`Effect`] (read or write).
 //! - [`wire`]: canonical DAG-CBOR encoding and strict decoding.
