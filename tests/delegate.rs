@@ -324,7 +324,7 @@ async fn a_parked_parent_still_converses_and_a_canceled_child_answers_as_data() 
     assert_eq!(delivered["runId"], child.as_str());
     assert!(delivered.get("error").is_none() && delivered.get("output").is_none(), "{delivered}");
     let resumed = &provider.requests()[3].body;
-    assert_eq!(last_message(resumed), seed_agents_server::runtime::replay::BACKGROUND_WORK_UPDATE);
+    assert_eq!(last_message(resumed), seed_agents_server::testing::runtime::replay::BACKGROUND_WORK_UPDATE);
     server.stop().await;
 }
 
@@ -423,7 +423,7 @@ async fn canceling_a_parent_cancels_its_child_and_a_late_result_is_noted_in_the_
     let SessionEventPayload::MessageEvent(notice) = &child_log.last().unwrap().event else { panic!() };
     assert_eq!(
         (notice.actor, notice.content.as_str()),
-        (Some(SessionActor::System), seed_agents_server::runs::children::LATE_RESULT)
+        (Some(SessionActor::System), seed_agents_server::testing::runs::children::LATE_RESULT)
     );
     assert_eq!(result_of(&log(&user, &session_id).await, "d1")["status"], "canceled", "nothing delivered twice");
     server.stop().await;

@@ -160,7 +160,8 @@ async fn a_registered_delegate_acts_for_its_issuer() {
     let delegate_principal = delegate_key.principal();
     let delegate_self = User::new(&server.url, Ed25519Signer::from_seed(&delegate_key.seed()), None);
     let issuer_key = ed25519_dalek::SigningKey::from_bytes(&issuer.signer.seed());
-    let capability = seed_agents_server::signers::sign_capability(&issuer_key, &delegate_principal, "AGENT", now_ms());
+    let capability =
+        seed_agents_server::testing::signers::sign_capability(&issuer_key, &delegate_principal, "AGENT", now_ms());
 
     // Before registration the delegate cannot act for the issuer.
     let as_issuer = User::new(&server.url, Ed25519Signer::from_seed(&delegate_key.seed()), Some(issuer.principal));
@@ -249,7 +250,7 @@ async fn routes_headers_and_cors() {
 #[test]
 fn the_body_prefix_names_the_action_of_every_signed_envelope() {
     use seed_agents_protocol::envelope::{UnsignedEnvelope, insert_signature};
-    use seed_agents_server::http::body::{self, BodyLimits, Prefix};
+    use seed_agents_server::testing::http::body::{self, BodyLimits, Prefix};
 
     let limits = BodyLimits {
         max_body_bytes: 128 << 20,

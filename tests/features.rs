@@ -10,7 +10,7 @@ use seed_agents_protocol::generated::{
     SetAgentPublicRead, SetModelProvider, SetSecret, Thoroughness, UpdateAgent, UpdateSession,
 };
 use seed_agents_protocol::{Bytes, Nullable};
-use seed_agents_server::bus::{ChangeReason, Event};
+use seed_agents_server::testing::bus::{ChangeReason, Event};
 
 use crate::support::{TestServer, api_error, definition, provider_config};
 

@@ -10,8 +10,8 @@ use ed25519_dalek::SigningKey;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::Principal;
 use seed_agents_protocol::generated::{CreateAgent, CreateSigningIdentity};
-use seed_agents_server::hm::capability::{self, NewCapability, Role};
-use seed_agents_server::hm::{Blob, blob, document};
+use seed_agents_server::testing::hm::capability::{self, NewCapability, Role};
+use seed_agents_server::testing::hm::{Blob, blob, document};
 use serde_json::{Value as Json, json};
 
 use crate::hypermedia::{ops, output, start, write};
@@ -433,8 +433,8 @@ async fn a_model_turn_replies_to_a_comment_with_the_write_tool() {
     use seed_agents_protocol::generated::{
         MessageSession, MessageSessionContentPart, SetModelProvider, TextContentPart,
     };
-    use seed_agents_server::hm::comment::{NewComment, comment};
-    use seed_agents_server::hm::document::TextBlock;
+    use seed_agents_server::testing::hm::comment::{NewComment, comment};
+    use seed_agents_server::testing::hm::document::TextBlock;
 
     let hm = FakeHm::start().await;
     let provider = Provider::start().await;
@@ -749,8 +749,8 @@ async fn a_memory_file_is_published_with_its_frontmatter_then_updated_in_place()
 #[tokio::test]
 async fn raw_commands_edit_comments_update_the_profile_and_keep_contacts() {
     use seed_agents_protocol::generated::ListSigningIdentities;
-    use seed_agents_server::hm::comment::{NewComment, comment};
-    use seed_agents_server::hm::document::TextBlock;
+    use seed_agents_server::testing::hm::comment::{NewComment, comment};
+    use seed_agents_server::testing::hm::document::TextBlock;
 
     let hm = FakeHm::start().await;
     let p = publisher(&hm).await;

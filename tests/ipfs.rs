@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use seed_agents_protocol::generated::{
     GetAgent, SetAgentPublicRead, UploadAgentMemoryFileToIpfs, UploadAgentMemoryFileToIpfsResponse,
 };
-use seed_agents_server::hm::unixfs;
+use seed_agents_server::testing::hm::unixfs;
 
 use crate::support::hm::{FakeHm, Published};
 use crate::support::{TestServer, User, api_error};

@@ -551,7 +551,7 @@ async fn silent_peers_are_dropped_and_shutdown_closes_with_1001() {
 async fn run_and_session_status_changes_reach_their_subscribers_live() {
     use crate::support::runs::{Scripted, Stage, stage};
     use seed_agents_protocol::generated::SignalRun;
-    use seed_agents_server::runs::engine::Outcome;
+    use seed_agents_server::testing::runs::engine::Outcome;
 
     let server = TestServer::start().await;
     let scripted = Scripted::install(&server);

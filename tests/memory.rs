@@ -11,7 +11,7 @@ use seed_agents_protocol::generated::{
     ListAgentMemory, ListAgentMemoryDir, ReadAgentMemoryFile, SetAgentPublicRead, WriteAgentMemoryFile,
     WriteAgentMemoryFileContent,
 };
-use seed_agents_server::bus::{ChangeReason, Event};
+use seed_agents_server::testing::bus::{ChangeReason, Event};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{TestServer, User, api_error};

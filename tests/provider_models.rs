@@ -15,9 +15,9 @@ use seed_agents_protocol::generated::{
     AcceptAgentInvite, AgentCollaboratorRole, InviteAgentCollaborator, ListProviderModels, ModelProviderConfig,
     ModelProviderConfigAuthMode, ProviderModelInfo, SetModelProvider, SetSecret,
 };
-use seed_agents_server::error::ErrorKind;
-use seed_agents_server::model::vendors::ModelListStyle;
-use seed_agents_server::providers::models::fetch_models;
+use seed_agents_server::testing::error::ErrorKind;
+use seed_agents_server::testing::model::vendors::ModelListStyle;
+use seed_agents_server::testing::providers::models::fetch_models;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

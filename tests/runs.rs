@@ -8,8 +8,8 @@ use seed_agents_protocol::generated::{
     SessionInfoStatus, SignalRun, StopSession,
 };
 use seed_agents_protocol::{AgentResponse, wire};
-use seed_agents_server::error::ErrorKind;
-use seed_agents_server::runs::engine::{Outcome, StopReason};
+use seed_agents_server::testing::error::ErrorKind;
+use seed_agents_server::testing::runs::engine::{Outcome, StopReason};
 
 use crate::support::runs::{Scripted, Stage, failure, stage, turn_output};
 use crate::support::{TestServer, User, action_map, api_error, error_body, now_ms};
@@ -97,7 +97,7 @@ async fn retry_session_reruns_a_failed_turn_inline() {
     assert_eq!(events.len(), 4, "each final failure appended its error event");
     // Parked: the answer is '' and the session does not stream.
     stage(&server, &owner.id, &agent, &session, Stage::Failed).await;
-    let park = seed_agents_server::runs::Wait::BudgetPause { note: None };
+    let park = seed_agents_server::testing::runs::Wait::BudgetPause { note: None };
     scripted.answer(Some(Outcome::Parked(park)));
     assert_eq!(owner.call(retry(&session)).await.unwrap().assistant_event_id, "");
     assert_eq!(owner.call(get(&session)).await.unwrap().session.status, SessionInfoStatus::Idle);

@@ -33,9 +33,9 @@ async fn start(provider: &Provider, titles: bool, dir: tempfile::TempDir) -> Tes
     TestServer::start_with(dir, |config| {
         config.session_title_generation = titles;
         config.provider_timeout = Duration::from_secs(2);
-        config
-            .provider_urls
-            .push(seed_agents_server::model::vendors::parse_provider_url(&format!("anthropic={anthropic}")).unwrap());
+        config.provider_urls.push(
+            seed_agents_server::testing::model::vendors::parse_provider_url(&format!("anthropic={anthropic}")).unwrap(),
+        );
     })
     .await
 }
@@ -649,7 +649,7 @@ async fn an_interrupted_tool_call_is_answered_before_the_next_turn() {
             "error write: {INTERRUPTED}",
             "assistant: Checking again."
         ]
-        .map(|line| line.replace("{INTERRUPTED}", seed_agents_server::runtime::INTERRUPTED)),
+        .map(|line| line.replace("{INTERRUPTED}", seed_agents_server::testing::runtime::INTERRUPTED)),
     );
     seqs_are_gap_free(&log);
     // The model saw the call answered with that error, in place.

@@ -12,7 +12,7 @@ use seed_agents_protocol::generated::{
     SessionEventPayload, SetModelProvider,
 };
 use seed_agents_protocol::{Value, wire};
-use seed_agents_server::bus::{ChangeReason, Event};
+use seed_agents_server::testing::bus::{ChangeReason, Event};
 use serde_json::{Value as Json, json};
 
 use crate::support::hm::FakeHm;

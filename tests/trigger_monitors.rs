@@ -12,9 +12,9 @@ use std::sync::Arc;
 use seed_agents_protocol::generated::AgentTriggerSource;
 use seed_agents_protocol::wire;
 use seed_agents_server::Clock;
-use seed_agents_server::db::Db;
-use seed_agents_server::triggers::activity::{ActivityMonitor, FeedSettings};
-use seed_agents_server::triggers::sink::MemorySink;
+use seed_agents_server::testing::db::Db;
+use seed_agents_server::testing::triggers::activity::{ActivityMonitor, FeedSettings};
+use seed_agents_server::testing::triggers::sink::MemorySink;
 
 use crate::support::hm::FakeHm;
 

@@ -17,7 +17,7 @@ use seed_agents_protocol::generated::{
     RunCompletedSourceStatus, RunStatus, ToolContinuation, TriggerContinuation, UpdateAgentTrigger, WakeContinuation,
     WebhookSource,
 };
-use seed_agents_server::runs::engine::Outcome;
+use seed_agents_server::testing::runs::engine::Outcome;
 use sha2::Sha256;
 
 use crate::support::runs::{Scripted, Stage, stage};

@@ -592,7 +592,7 @@ async fn a_run_completed_chain_stops_at_the_loop_guard() {
     assert_eq!((a.firings.len(), b.firings.len()), (2, 2));
     assert!(a.firings.iter().chain(&b.firings).all(|firing| firing.status == "succeeded"));
     // One more scan finds nothing new.
-    tokio::time::sleep(seed_agents_server::triggers::chain::POLL * 2).await;
+    tokio::time::sleep(seed_agents_server::testing::triggers::chain::POLL * 2).await;
     assert_eq!(get(&user, &first.id).await.firings.len() + get(&user, &second.id).await.firings.len(), 4);
     assert_eq!(provider.request_count(), 5, "the user's turn and four triggered turns");
     server.stop().await;

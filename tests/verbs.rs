@@ -11,7 +11,7 @@ use seed_agents_protocol::generated::{
     SessionEventPayload, UploadSessionAttachment,
 };
 use seed_agents_protocol::{Bytes, Value};
-use seed_agents_server::bus::{ChangeReason, Event};
+use seed_agents_server::testing::bus::{ChangeReason, Event};
 
 use crate::support::{TestServer, User, action_map, api_error, error_body, now_ms};
 

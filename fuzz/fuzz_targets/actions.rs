@@ -17,8 +17,8 @@ use ipld_core::ipld::Ipld;
 use libfuzzer_sys::fuzz_target;
 use seed_agents_protocol::generated::ACTIONS;
 use seed_agents_protocol::{AGENTS_PROTOCOL_VERSION, AgentAction, wire};
-use seed_agents_server::dispatch::{decode_for_fuzzing, lenient_for_fuzzing};
-use seed_agents_server::error::ErrorKind;
+use seed_agents_server::testing::dispatch::{decode_for_fuzzing, lenient_for_fuzzing};
+use seed_agents_server::testing::error::ErrorKind;
 
 fuzz_target!(|data: &[u8]| {
     let [pick, protocol, cbor @ ..] = data else { return };

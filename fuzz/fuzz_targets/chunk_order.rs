@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
-use seed_agents_server::uploads::{AppendOrder, WAIT};
+use seed_agents_server::testing::uploads::{AppendOrder, WAIT};
 use tokio::runtime::Runtime;
 use tokio::sync::Mutex;
 use tokio::task::LocalSet;

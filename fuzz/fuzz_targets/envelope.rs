@@ -22,7 +22,7 @@ use libfuzzer_sys::fuzz_target;
 use seed_agents_protocol::envelope::{KeyCache, SignedEnvelope, TIMESTAMP_WINDOW_MS};
 use seed_agents_protocol::value::is_js_integer;
 use seed_agents_protocol::wire;
-use seed_agents_server::http::body::{self, BodyLimits, Prefix};
+use seed_agents_server::testing::http::body::{self, BodyLimits, Prefix};
 
 /// Shared by every run, as a server shares it between requests.
 static KEYS: LazyLock<KeyCache> = LazyLock::new(KeyCache::new);

@@ -10,8 +10,8 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use seed_agents_server::error::ErrorKind;
-use seed_agents_server::memory::path::{MAX_BYTES, MAX_DEPTH, MemoryPath};
+use seed_agents_server::testing::error::ErrorKind;
+use seed_agents_server::testing::memory::path::{MAX_BYTES, MAX_DEPTH, MemoryPath};
 
 fuzz_target!(|raw: &str| {
     let path = match MemoryPath::parse(raw) {

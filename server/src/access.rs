@@ -12,7 +12,7 @@ use crate::error::{ApiError, ApiResult};
 
 /// A caller's role on one agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Role {
+pub(crate) enum Role {
     /// May read every agent-scoped thing.
     Reader,
     /// A reader who may also create, message, stop and retry sessions (public chat).
@@ -25,7 +25,7 @@ pub enum Role {
 
 impl Role {
     /// The wire form of `accessRole`.
-    pub fn wire(self) -> AgentAccessRole {
+    pub(crate) fn wire(self) -> AgentAccessRole {
         match self {
             Role::Reader => AgentAccessRole::Reader,
             Role::Chatter => AgentAccessRole::Chatter,
@@ -37,7 +37,7 @@ impl Role {
 
 /// What an action needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
+pub(crate) enum Need {
     /// At least reader.
     Read,
     /// At least chatter.
@@ -61,7 +61,7 @@ impl Need {
 
 /// A caller's resolved access to an agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Access {
+pub(crate) struct Access {
     /// The agent.
     pub agent_id: String,
     /// The agent's owner (where agent-scoped rows are stored).
@@ -73,7 +73,7 @@ pub struct Access {
 }
 
 /// The role of `account_id` on `agent_id`, or `None` when it has none (or the agent is missing).
-pub fn resolve(conn: &Connection, agent_id: &str, account_id: &str) -> ApiResult<Option<Access>> {
+pub(crate) fn resolve(conn: &Connection, agent_id: &str, account_id: &str) -> ApiResult<Option<Access>> {
     let row = conn
         .prepare_cached(
             "SELECT a.account_id, a.public_read, a.public_chat, c.role
@@ -115,14 +115,14 @@ pub fn resolve(conn: &Connection, agent_id: &str, account_id: &str) -> ApiResult
 }
 
 /// [`resolve`], then require `need`: 404 `Agent not found` without a role, 403 when too low.
-pub fn require(conn: &Connection, agent_id: &str, account_id: &str, need: Need) -> ApiResult<Access> {
+pub(crate) fn require(conn: &Connection, agent_id: &str, account_id: &str, need: Need) -> ApiResult<Access> {
     let access = resolve(conn, agent_id, account_id)?.ok_or_else(|| ApiError::not_found("Agent not found"))?;
     check(&access, need)?;
     Ok(access)
 }
 
 /// Whether `access` satisfies `need` (403 with the protocol's message when not).
-pub fn check(access: &Access, need: Need) -> ApiResult<()> {
+pub(crate) fn check(access: &Access, need: Need) -> ApiResult<()> {
     if access.role >= need.role() {
         return Ok(());
     }
@@ -134,7 +134,7 @@ pub fn check(access: &Access, need: Need) -> ApiResult<()> {
 
 /// The agent of a session, and the caller's access to it; 404 `Session not found` when the
 /// session is missing or its agent is invisible to the caller.
-pub fn require_session(conn: &Connection, session_id: &str, account_id: &str, need: Need) -> ApiResult<Access> {
+pub(crate) fn require_session(conn: &Connection, session_id: &str, account_id: &str, need: Need) -> ApiResult<Access> {
     let agent_id: Option<String> = conn
         .prepare_cached("SELECT agent_id FROM sessions WHERE id = ?1")?
         .query_row(params![session_id], |row| row.get(0))
@@ -149,7 +149,7 @@ pub fn require_session(conn: &Connection, session_id: &str, account_id: &str, ne
 /// The agent of a run, and the caller's access to it; 404 `Run not found` when the run is
 /// missing, has no agent any more (runs outlive their agent, and then nobody sees them), or its
 /// agent is invisible to the caller.
-pub fn require_run(conn: &Connection, run_id: &str, account_id: &str, need: Need) -> ApiResult<Access> {
+pub(crate) fn require_run(conn: &Connection, run_id: &str, account_id: &str, need: Need) -> ApiResult<Access> {
     let agent_id: Option<Option<String>> = conn
         .prepare_cached("SELECT agent_id FROM runs WHERE id = ?1")?
         .query_row(params![run_id], |row| row.get(0))

@@ -127,7 +127,7 @@ pub enum Event {
         /// The event, with its `seq` and `sessionId`.
         event: Arc<SessionEvent>,
     },
-    /// A run changed state (`runs::Changes::publish`): a `change` for `runs/<rootRunId>` and the
+    /// A run changed state (`runs::Engine::publish`): a `change` for `runs/<rootRunId>` and the
     /// account-wide subscribers of its agent's owner and members.
     RunChanged {
         /// The run as it is after the change (its agent is set: runs without one are not

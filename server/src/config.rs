@@ -8,9 +8,9 @@ use clap::{Parser, ValueEnum};
 use seed_agents_protocol::version::MIN_CLIENT_PROTOCOL;
 
 /// Default listen address (loopback: exposing the server is a deliberate choice).
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:3050";
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:3050";
 /// Default data directory (database, secret key, agent state).
-pub const DEFAULT_DATA_DIR: &str = "./seed-agents-data";
+pub(crate) const DEFAULT_DATA_DIR: &str = "./seed-agents-data";
 
 /// `seed-agents-server`: the Seed Agents signed action API.
 #[derive(Debug, Clone, Parser)]
@@ -151,10 +151,10 @@ pub struct Config {
 }
 
 /// Default Hypermedia server.
-pub const DEFAULT_HM_SERVER_URL: &str = "https://hyper.media";
+pub(crate) const DEFAULT_HM_SERVER_URL: &str = "https://hyper.media";
 
 /// Checks a Hypermedia server URL is http(s) and drops one trailing `/`.
-pub fn parse_hm_server_url(value: &str) -> Result<String, String> {
+pub(crate) fn parse_hm_server_url(value: &str) -> Result<String, String> {
     let url = reqwest::Url::parse(value).map_err(|error| format!("invalid URL: {error}"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err("the Hypermedia server URL must be http(s)".to_owned());
@@ -163,7 +163,7 @@ pub fn parse_hm_server_url(value: &str) -> Result<String, String> {
 }
 
 /// Checks a SearXNG URL is http(s) and drops one trailing `/`.
-pub fn parse_searxng_url(value: &str) -> Result<String, String> {
+pub(crate) fn parse_searxng_url(value: &str) -> Result<String, String> {
     let url = reqwest::Url::parse(value).map_err(|error| format!("invalid URL: {error}"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err("the SearXNG URL must be http(s)".to_owned());
@@ -174,16 +174,16 @@ pub fn parse_searxng_url(value: &str) -> Result<String, String> {
 /// Default bound on one request body: 32 MiB. Clients send files larger than a few MiB in
 /// chunks (the desktop app above 2 MiB, the SDK's upload helpers always), so this bounds what one
 /// unauthenticated body can make the server hold without refusing any client's upload.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 32 << 20;
+pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 32 << 20;
 /// Default budget of body bytes held at once: 128 MiB.
-pub const DEFAULT_BODY_BUDGET_BYTES: usize = 128 << 20;
+pub(crate) const DEFAULT_BODY_BUDGET_BYTES: usize = 128 << 20;
 /// Default minimum body rate: 16 KiB/s.
-pub const DEFAULT_BODY_MIN_RATE: u64 = 16 * 1024;
+pub(crate) const DEFAULT_BODY_MIN_RATE: u64 = 16 * 1024;
 /// Default bound on concurrent HTTP connections.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
 /// Parses a number of seconds (fractions allowed) as a duration.
-pub fn parse_seconds(value: &str) -> Result<Duration, String> {
+pub(crate) fn parse_seconds(value: &str) -> Result<Duration, String> {
     let seconds: f64 = value.trim().parse().map_err(|_| format!("not a number of seconds: {value}"))?;
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("not a duration in seconds: {value}"))
 }

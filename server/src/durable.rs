@@ -33,7 +33,7 @@ use tempfile::TempPath;
 
 /// How a write names its temp file and who may read the result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TempOptions {
+pub(crate) struct TempOptions {
     /// Start of the temp file's name (a leading `.` keeps it out of a plain `ls`).
     pub prefix: &'static str,
     /// End of the temp file's name.
@@ -47,7 +47,7 @@ const RANDOM_CHARS: usize = 6;
 
 impl TempOptions {
     /// Whether `name` is a temp file name of these options: `<prefix><6 letters or digits><suffix>`.
-    pub fn names(&self, name: &str) -> bool {
+    pub(crate) fn names(&self, name: &str) -> bool {
         name.strip_prefix(self.prefix).and_then(|rest| rest.strip_suffix(self.suffix)).is_some_and(|random| {
             random.len() == RANDOM_CHARS && random.bytes().all(|byte| byte.is_ascii_alphanumeric())
         })
@@ -56,7 +56,7 @@ impl TempOptions {
 
 /// What [`remove_leftovers`] removed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Removed {
+pub(crate) struct Removed {
     /// Temp files removed.
     pub files: u64,
     /// Their sizes, summed.
@@ -69,7 +69,7 @@ pub struct Removed {
 /// touched). Symlinks are neither followed (`dir` itself included) nor removed; a missing `dir`
 /// removes nothing. An entry that cannot be read or removed is logged and skipped, so one bad
 /// entry does not keep the rest; only an unreadable `dir` itself is an error.
-pub fn remove_leftovers(
+pub(crate) fn remove_leftovers(
     dir: &Path,
     options: &[TempOptions],
     before: SystemTime,
@@ -148,7 +148,7 @@ fn skipped(path: &Path, error: &io::Error) {
 
 /// Writes `bytes` to `path` whole or not at all, replacing any file there (steps 1–4 of the
 /// module documentation). The directory must exist.
-pub fn write(path: &Path, bytes: &[u8], options: &TempOptions) -> io::Result<()> {
+pub(crate) fn write(path: &Path, bytes: &[u8], options: &TempOptions) -> io::Result<()> {
     let temp = TempFile::create(parent_of(path), options)?;
     io::Write::write_all(&mut temp.file(), bytes)?;
     temp.persist(path)
@@ -158,7 +158,7 @@ pub fn write(path: &Path, bytes: &[u8], options: &TempOptions) -> io::Result<()>
 /// renamed, and `to`'s directory fsynced. Across filesystems (where a rename cannot go) the bytes
 /// are copied with [`write()`]'s steps into a temp file beside `to`, and `from` is removed only once
 /// the copy is in place. On an error before the move, `from` is left where it was.
-pub fn move_into_place(from: &Path, to: &Path, options: &TempOptions) -> io::Result<()> {
+pub(crate) fn move_into_place(from: &Path, to: &Path, options: &TempOptions) -> io::Result<()> {
     File::open(from)?.sync_all()?;
     match fs::rename(from, to) {
         Ok(()) => sync_dir(parent_of(to)),
@@ -174,7 +174,7 @@ pub fn move_into_place(from: &Path, to: &Path, options: &TempOptions) -> io::Res
 
 /// Creates an empty file at `path`, failing with [`io::ErrorKind::AlreadyExists`] when anything
 /// is there (a symlink included), and makes it durable: the file and its directory are fsynced.
-pub fn create_empty(path: &Path) -> io::Result<()> {
+pub(crate) fn create_empty(path: &Path) -> io::Result<()> {
     File::create_new(path)?.sync_all()?;
     sync_dir(parent_of(path))
 }
@@ -185,7 +185,7 @@ pub fn create_empty(path: &Path) -> io::Result<()> {
 /// the removal runs on the blocking pool, so an async writer that gives up never touches the
 /// disk on an executor thread.
 #[derive(Debug)]
-pub struct TempFile {
+pub(crate) struct TempFile {
     file: File,
     path: PathBuf,
     cleanup: Cleanup,
@@ -193,7 +193,7 @@ pub struct TempFile {
 
 impl TempFile {
     /// Creates an empty temp file in `dir` (blocking), open for reading and writing.
-    pub fn create(dir: &Path, options: &TempOptions) -> io::Result<Self> {
+    pub(crate) fn create(dir: &Path, options: &TempOptions) -> io::Result<Self> {
         let (file, temp_path) = tempfile::Builder::new()
             .prefix(options.prefix)
             .suffix(options.suffix)
@@ -206,13 +206,13 @@ impl TempFile {
 
     /// The open file, to write the content through (`&File` implements `Write`) or to clone for
     /// an async writer.
-    pub fn file(&self) -> &File {
+    pub(crate) fn file(&self) -> &File {
         &self.file
     }
 
     /// Fsyncs the file, renames it over `target` and fsyncs `target`'s directory (blocking). On
     /// an error before the rename, the target is untouched and the temp file removed.
-    pub fn persist(self, target: &Path) -> io::Result<()> {
+    pub(crate) fn persist(self, target: &Path) -> io::Result<()> {
         let Self { file, path, cleanup } = self;
         file.sync_all()?;
         drop(file);

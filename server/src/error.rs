@@ -205,7 +205,7 @@ impl ApiError {
 }
 
 /// The message of every [`ErrorKind::Internal`] error (upstream's words).
-pub const INTERNAL_MESSAGE: &str = "Internal server error";
+pub(crate) const INTERNAL_MESSAGE: &str = "Internal server error";
 
 impl fmt::Display for ApiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -230,11 +230,11 @@ impl From<seed_agents_compat::Refusal> for ApiError {
 }
 
 /// The result of an action handler.
-pub type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 /// An error and its causes as one line, `: `-separated (a transport error says why only in its
 /// sources: "connection refused" is levels down).
-pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

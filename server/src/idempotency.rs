@@ -14,7 +14,7 @@ use crate::validate::bounded_string;
 
 /// One idempotency key, ready to check.
 #[derive(Debug, Clone)]
-pub struct Key {
+pub(crate) struct Key {
     account_id: String,
     action: &'static str,
     id: String,
@@ -24,7 +24,7 @@ pub struct Key {
 
 impl Key {
     /// A `clientRequestId` key for `action`; `None` when the client sent none.
-    pub fn request<T: Serialize>(
+    pub(crate) fn request<T: Serialize>(
         account_id: &str,
         action: &'static str,
         client_request_id: Option<&str>,
@@ -41,7 +41,7 @@ impl Key {
     }
 
     /// A `clientMessageId` key (MessageSession), scoped to the acting account.
-    pub fn message<T: Serialize>(
+    pub(crate) fn message<T: Serialize>(
         account_id: &str,
         action: &'static str,
         client_message_id: Option<&str>,
@@ -73,7 +73,7 @@ impl Key {
 
     /// The stored response when this key was used before with the same request (409 when with
     /// another). Call inside the write transaction that will [`Key::store`].
-    pub fn replay<R: Response>(&self, conn: &Connection) -> ApiResult<Option<R>> {
+    pub(crate) fn replay<R: Response>(&self, conn: &Connection) -> ApiResult<Option<R>> {
         let row: Option<(Vec<u8>, Vec<u8>)> = conn
             .prepare_cached(
                 "SELECT request_cbor, response_cbor FROM action_idempotency
@@ -92,7 +92,7 @@ impl Key {
     }
 
     /// Records `response` for this key.
-    pub fn store<R: Response>(&self, conn: &Connection, response: &R, now_ms: i64) -> ApiResult<()> {
+    pub(crate) fn store<R: Response>(&self, conn: &Connection, response: &R, now_ms: i64) -> ApiResult<()> {
         let bytes = wire::to_vec(&response.clone().into_response()).map_err(ApiError::internal)?;
         conn.prepare_cached(
             "INSERT INTO action_idempotency (account_id, action, client_request_id, request_cbor, response_cbor, created_at)
@@ -106,7 +106,7 @@ impl Key {
 impl Key {
     /// Replaces the response stored for this key (a reservation made before the work was done,
     /// now that it is).
-    pub fn update<R: Response>(&self, conn: &Connection, response: &R) -> ApiResult<()> {
+    pub(crate) fn update<R: Response>(&self, conn: &Connection, response: &R) -> ApiResult<()> {
         let bytes = wire::to_vec(&response.clone().into_response()).map_err(ApiError::internal)?;
         conn.prepare_cached(
             "UPDATE action_idempotency SET response_cbor = ?4
@@ -118,7 +118,7 @@ impl Key {
 }
 
 /// Runs `create` unless `key` replays; stores its response under `key`. For use inside a write.
-pub fn once<R: Response>(
+pub(crate) fn once<R: Response>(
     conn: &Connection,
     key: Option<&Key>,
     now_ms: i64,

@@ -20,7 +20,7 @@ use crate::durable::{self, Removed};
 
 /// Removes the leftovers (see the module docs) modified before `before`; logs what it removed
 /// and any directory it could not read, and answers the totals.
-pub fn remove(config: &Config, before: SystemTime) -> Removed {
+pub(crate) fn remove(config: &Config, before: SystemTime) -> Removed {
     let mut total = Removed::default();
     let mut sweep = |dir: &Path, options: &[durable::TempOptions], recursive: bool| match durable::remove_leftovers(
         dir, options, before, recursive,

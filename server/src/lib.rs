@@ -1,46 +1,53 @@
 #![doc = include_str!("../README.md")]
+#![warn(unreachable_pub)]
+// The server's API is `RunningServer` and its configuration; its modules are private, and their
+// docs (rendered with `--document-private-items`) link to each other freely.
+#![allow(rustdoc::private_intra_doc_links)]
 
-pub mod access;
-pub mod agents;
-pub mod app;
-pub mod attachments;
-pub mod auth;
-pub mod bus;
-pub mod caller;
-pub mod clock;
-pub mod collaborators;
-pub mod config;
-pub mod db;
-pub mod dispatch;
-pub mod durable;
+mod access;
+mod agents;
+mod app;
+mod attachments;
+mod auth;
+mod bus;
+mod caller;
+mod clock;
+mod collaborators;
+mod config;
+mod db;
+mod dispatch;
+mod durable;
 mod edge;
-pub mod error;
-pub mod hm;
-pub mod http;
-pub mod idempotency;
-pub mod identities;
-pub mod leftovers;
-pub mod memory;
-pub mod model;
-pub mod providers;
-pub mod runs;
-pub mod runtime;
-pub mod secrets;
+mod error;
+mod hm;
+mod http;
+mod idempotency;
+mod identities;
+mod leftovers;
+mod memory;
+mod model;
+mod providers;
+mod runs;
+mod runtime;
+mod secrets;
 mod server;
-pub mod sessions;
-pub mod signers;
-pub mod tools;
-pub mod triggers;
-pub mod uploads;
-pub mod validate;
-pub mod verbs;
-pub mod ws;
+mod sessions;
+mod signers;
+mod tools;
+mod triggers;
+mod uploads;
+mod validate;
+mod verbs;
+mod ws;
+
+#[doc(hidden)]
+pub mod testing;
 
 #[cfg(test)]
 mod layering;
 
-pub use app::{App, StartError};
+pub use app::StartError;
 pub use clock::Clock;
-pub use config::Config;
+pub use config::{Config, LogFormat};
 pub use seed_agents_protocol as protocol;
 pub use server::RunningServer;

@@ -1,7 +1,7 @@
 //! `seed-agents-server`: serves the Seed Agents signed action API until SIGINT or SIGTERM.
 
 use clap::Parser;
-use seed_agents_server::config::LogFormat;
+use seed_agents_server::LogFormat;
 use seed_agents_server::{Clock, Config, RunningServer};
 use tracing_subscriber::EnvFilter;
 

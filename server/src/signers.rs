@@ -17,7 +17,7 @@ use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 
 /// Whether `caller.signer` may act for `caller.account`.
-pub async fn is_authorized(app: &App, caller: &Caller) -> ApiResult<bool> {
+pub(crate) async fn is_authorized(app: &App, caller: &Caller) -> ApiResult<bool> {
     let account = caller.account_id.clone();
     let signer = caller.signer_id.clone();
     app.db
@@ -36,7 +36,11 @@ pub async fn is_authorized(app: &App, caller: &Caller) -> ApiResult<bool> {
 
 /// `RegisterSigner {capability}`: records that the capability's issuer authorized the envelope's
 /// signer (the capability's delegate).
-pub async fn register_signer(app: &App, caller: &Caller, action: RegisterSigner) -> ApiResult<RegisterSignerResponse> {
+pub(crate) async fn register_signer(
+    app: &App,
+    caller: &Caller,
+    action: RegisterSigner,
+) -> ApiResult<RegisterSignerResponse> {
     let capability = action.capability.0;
     let issuer = check_capability(&capability, &caller.signer)?;
     let issuer_id = issuer.to_string();

@@ -4,15 +4,15 @@
 use crate::error::{ApiError, ApiResult};
 
 /// The byte limit of names, ids, provider types, secret names and secret reference keys.
-pub const MAX_NAME_BYTES: usize = 256;
+pub(crate) const MAX_NAME_BYTES: usize = 256;
 /// The limit of the canonical CBOR encoding of open maps (`modelDefaults`, `metadata`).
-pub const MAX_OPEN_MAP_CBOR_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_OPEN_MAP_CBOR_BYTES: usize = 16 * 1024;
 
 /// Trims the characters JavaScript's `String.prototype.trim` removes.
 ///
 /// Differs from [`str::trim`] in two code points: U+FEFF is trimmed here and U+0085 is not. Inputs
 /// are compared and stored exactly as the upstream server would, so the difference matters.
-pub fn js_trim(value: &str) -> &str {
+pub(crate) fn js_trim(value: &str) -> &str {
     value.trim_matches(is_js_whitespace)
 }
 
@@ -35,7 +35,7 @@ fn is_js_whitespace(c: char) -> bool {
 
 /// The protocol's usual string check: trimmed, then 400 `<label> is required` when blank and
 /// 400 `<label> is too large` when longer than `max_bytes` UTF-8 bytes. Returns the trimmed value.
-pub fn bounded_string(value: &str, label: &str, max_bytes: usize) -> ApiResult<String> {
+pub(crate) fn bounded_string(value: &str, label: &str, max_bytes: usize) -> ApiResult<String> {
     let trimmed = js_trim(value);
     if trimmed.is_empty() {
         return Err(ApiError::invalid(format!("{label} is required")));
@@ -47,6 +47,6 @@ pub fn bounded_string(value: &str, label: &str, max_bytes: usize) -> ApiResult<S
 }
 
 /// The size of a value in canonical DAG-CBOR, for the protocol's encoded-size limits.
-pub fn cbor_len<T: serde::Serialize + ?Sized>(value: &T) -> ApiResult<usize> {
+pub(crate) fn cbor_len<T: serde::Serialize + ?Sized>(value: &T) -> ApiResult<usize> {
     seed_agents_protocol::wire::to_vec(value).map(|bytes| bytes.len()).map_err(ApiError::internal)
 }

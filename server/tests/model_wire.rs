@@ -10,7 +10,7 @@ mod provider;
 use std::time::{Duration, Instant};
 
 use provider::{Fallback, Provider, Script};
-use seed_agents_server::model::{
+use seed_agents_server::testing::model::{
     Client, Endpoint, Message, ModelError, ModelErrorKind, ModelRequest, Retry, Step, StopReason, StreamEvent,
     Timeouts, ToolSpec, Usage, UserPart, endpoint_for,
 };

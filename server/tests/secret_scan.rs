@@ -51,7 +51,7 @@ use seed_agents_protocol::{
     Action, AgentResponse, Bytes, Ed25519Signer, Principal, Response, Signer as _, Value, wire,
 };
 use seed_agents_sdk::Client;
-use seed_agents_server::secrets::crypto::SecretKey;
+use seed_agents_server::testing::secrets::crypto::SecretKey;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;

@@ -14,7 +14,7 @@ use seed_agents_protocol::generated::{
     SetModelProvider, UploadSessionAttachment, UserMentionSource, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
 use seed_agents_protocol::{Bytes, Ed25519Signer};
-use seed_agents_server::runs::engine::Outcome;
+use seed_agents_server::testing::runs::engine::Outcome;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 

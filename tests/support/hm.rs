@@ -167,8 +167,9 @@ impl FakeHm {
 
     /// Publishes `blobs` as a `PublishBlobs` request would (same checks, all or nothing); their
     /// CIDs, or why they were refused.
-    pub fn store(&self, blobs: &[&seed_agents_server::hm::Blob]) -> Result<Vec<String>, String> {
-        let body = seed_agents_server::hm::publish_blobs_body(blobs.iter().copied()).map_err(|e| e.to_string())?;
+    pub fn store(&self, blobs: &[&seed_agents_server::testing::hm::Blob]) -> Result<Vec<String>, String> {
+        let body =
+            seed_agents_server::testing::hm::publish_blobs_body(blobs.iter().copied()).map_err(|e| e.to_string())?;
         let mut state = self.state.lock().unwrap();
         let published = publish(&body, &state.blobs)?;
         let cids = published.iter().map(|blob| blob.cid.clone()).collect();

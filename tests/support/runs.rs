@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ipld_core::ipld::Ipld;
-use seed_agents_server::App;
-use seed_agents_server::error::ErrorKind;
-use seed_agents_server::runs::engine::{Claimed, Executor, Outcome, RunFailure, StopReason, StopSignal};
-use seed_agents_server::runs::finish::{self, Backoff, Lease};
-use seed_agents_server::runs::queue::{self, Changes, NewRun, Queue};
-use seed_agents_server::runs::wait::Wait;
+use seed_agents_server::testing::App;
+use seed_agents_server::testing::error::ErrorKind;
+use seed_agents_server::testing::runs::engine::{Claimed, Executor, Outcome, RunFailure, StopReason, StopSignal};
+use seed_agents_server::testing::runs::finish::{self, Backoff, Lease};
+use seed_agents_server::testing::runs::queue::{self, Changes, NewRun, Queue};
+use seed_agents_server::testing::runs::wait::Wait;
 use tokio::sync::{mpsc, oneshot};
 
 use super::TestServer;

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use seed_agents_protocol::generated::{AgentTriggerSource, DocumentCommentSource, UserMentionSource};
-use seed_agents_server::agents::default_trigger;
-use seed_agents_server::hm::HmClient;
-use seed_agents_server::triggers::activity::replay::replay;
-use seed_agents_server::triggers::activity::{AccountPoll, FeedSettings, watermark};
+use seed_agents_server::testing::agents::default_trigger;
+use seed_agents_server::testing::hm::HmClient;
+use seed_agents_server::testing::triggers::activity::replay::replay;
+use seed_agents_server::testing::triggers::activity::{AccountPoll, FeedSettings, watermark};
 use serde_json::{Value as Json, json};
 
 use super::{Harness, pairs};

@@ -8,8 +8,8 @@ use seed_agents_protocol::generated::{
     AgentScheduleTrigger, AgentTriggerSource, IntervalSchedule, IntervalScheduleUnit, OnceSchedule, ScheduleSource,
     WeeklySchedule,
 };
-use seed_agents_server::triggers::activity::FeedSettings;
-use seed_agents_server::triggers::{monitor, schedule};
+use seed_agents_server::testing::triggers::activity::FeedSettings;
+use seed_agents_server::testing::triggers::{monitor, schedule};
 
 use super::{Harness, pairs};
 

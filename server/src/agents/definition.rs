@@ -14,22 +14,22 @@ use crate::model::vendors::check_reasoning_level_for;
 use crate::validate::{MAX_NAME_BYTES, MAX_OPEN_MAP_CBOR_BYTES, bounded_string, cbor_len, js_trim};
 
 /// The byte limit of `model` and of each enabled model id.
-pub const MAX_MODEL_BYTES: usize = 256;
+pub(crate) const MAX_MODEL_BYTES: usize = 256;
 /// The most `enabledModels` entries a definition may list (counted before duplicates are removed).
-pub const MAX_ENABLED_MODELS: usize = 32;
+pub(crate) const MAX_ENABLED_MODELS: usize = 32;
 /// The most `tools` entries a definition may list.
-pub const MAX_TOOLS: usize = 32;
+pub(crate) const MAX_TOOLS: usize = 32;
 /// The byte limit of one tool name.
-pub const MAX_TOOL_NAME_BYTES: usize = 128;
+pub(crate) const MAX_TOOL_NAME_BYTES: usize = 128;
 /// The byte limit of all tool names together.
-pub const MAX_TOOLS_TOTAL_BYTES: usize = 4 * 1024;
+pub(crate) const MAX_TOOLS_TOTAL_BYTES: usize = 4 * 1024;
 /// The most `mcpServers` names a definition may list.
-pub const MAX_MCP_SERVERS: usize = 16;
+pub(crate) const MAX_MCP_SERVERS: usize = 16;
 
 /// What normalising a definition needs to know about the account that owns (or will own) the
 /// agent. The caller answers from the database; for `UpdateAgent` by a collaborator this is still
 /// the owner's account, never the caller's.
-pub trait DefinitionContext {
+pub(crate) trait DefinitionContext {
     /// The stored `type` of the owner's model provider with this name, or `None` when the owner has
     /// no such provider.
     fn provider_type(&self, name: &str) -> ApiResult<Option<String>>;
@@ -46,7 +46,7 @@ pub trait DefinitionContext {
 /// account (400 `Model provider not found`), the reasoning level must be one the provider type and
 /// model accept, and every signing key must be an account key secret of the owner
 /// (400 `Signing key not found`). `thoroughness` is kept as given.
-pub fn normalize_definition(def: &AgentDefinition, ctx: &dyn DefinitionContext) -> ApiResult<AgentDefinition> {
+pub(crate) fn normalize_definition(def: &AgentDefinition, ctx: &dyn DefinitionContext) -> ApiResult<AgentDefinition> {
     let name = bounded_string(&def.name, "Agent name", MAX_NAME_BYTES)?;
     let system_prompt = AgentDefinitionSystemPrompt::Array(normalize_prompt(&def.system_prompt, "System prompt")?);
     let model_provider = bounded_string(&def.model_provider, "Model provider", MAX_NAME_BYTES)?;
@@ -98,13 +98,13 @@ pub fn normalize_definition(def: &AgentDefinition, ctx: &dyn DefinitionContext) 
 
 /// The key an agent signs with by default (and whose account its default trigger watches): the
 /// legacy `signingKey` when set, else the first of `signingKeys`.
-pub fn primary_signing_key(def: &AgentDefinition) -> Option<&str> {
+pub(crate) fn primary_signing_key(def: &AgentDefinition) -> Option<&str> {
     def.signing_key.as_deref().or_else(|| def.signing_keys.as_ref().and_then(|keys| keys.first()).map(String::as_str))
 }
 
 /// Every signing key the definition grants the agent: `signingKeys` together with the legacy
 /// `signingKey`. Only the owner may change this set (`UpdateAgent` by a writer must leave it equal).
-pub fn signing_key_set(def: &AgentDefinition) -> BTreeSet<String> {
+pub(crate) fn signing_key_set(def: &AgentDefinition) -> BTreeSet<String> {
     def.signing_key.iter().chain(def.signing_keys.iter().flatten()).cloned().collect()
 }
 

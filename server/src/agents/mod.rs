@@ -4,8 +4,8 @@
 //! The definition is stored normalised ([`definition`]): the system prompt as Seed blocks.
 
 pub mod default_trigger;
-pub mod definition;
-pub mod prompt;
+pub(crate) mod definition;
+pub(crate) mod prompt;
 
 use std::path::PathBuf;
 
@@ -26,10 +26,10 @@ use crate::idempotency::{self, Key};
 use definition::DefinitionContext;
 
 /// The columns [`info_from_row`] reads, in order.
-pub const AGENT_COLUMNS: &str = "a.id, a.account_id, a.definition_cbor, a.state_dir, a.status, a.public_read, a.public_chat, a.created_at, a.updated_at";
+pub(crate) const AGENT_COLUMNS: &str = "a.id, a.account_id, a.definition_cbor, a.state_dir, a.status, a.public_read, a.public_chat, a.created_at, a.updated_at";
 
 /// An agent row as the protocol shows it, with the viewer's role.
-pub fn info_from_row(row: &Row<'_>, role: Role) -> rusqlite::Result<AgentInfo> {
+pub(crate) fn info_from_row(row: &Row<'_>, role: Role) -> rusqlite::Result<AgentInfo> {
     let definition: Vec<u8> = row.get(2)?;
     let definition: AgentDefinition = wire::from_slice(&definition)
         .map_err(|error| rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Blob, Box::new(error)))?;
@@ -56,7 +56,7 @@ pub fn info_from_row(row: &Row<'_>, role: Role) -> rusqlite::Result<AgentInfo> {
 }
 
 /// One agent as `role` sees it; 404 `Agent not found` when missing.
-pub fn load_info(conn: &Connection, agent_id: &str, role: Role) -> ApiResult<AgentInfo> {
+pub(crate) fn load_info(conn: &Connection, agent_id: &str, role: Role) -> ApiResult<AgentInfo> {
     conn.prepare_cached(&format!("SELECT {AGENT_COLUMNS} FROM agents a WHERE a.id = ?1"))?
         .query_row(params![agent_id], |row| info_from_row(row, role))
         .optional()?
@@ -64,7 +64,7 @@ pub fn load_info(conn: &Connection, agent_id: &str, role: Role) -> ApiResult<Age
 }
 
 /// The agents `account_id` owns or has accepted, newest update first, with its role on each.
-pub fn visible_agents(conn: &Connection, account_id: &str) -> ApiResult<Vec<AgentInfo>> {
+pub(crate) fn visible_agents(conn: &Connection, account_id: &str) -> ApiResult<Vec<AgentInfo>> {
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {AGENT_COLUMNS}, 'owner' FROM agents a WHERE a.account_id = ?1
          UNION ALL
@@ -81,7 +81,7 @@ pub fn visible_agents(conn: &Connection, account_id: &str) -> ApiResult<Vec<Agen
 }
 
 /// The effective role of a member (`owner`, `writer`, `reader`), lifted by public chat.
-pub fn member_role(member: &str, public_read: bool, public_chat: bool) -> Role {
+pub(crate) fn member_role(member: &str, public_read: bool, public_chat: bool) -> Role {
     let role = match member {
         "owner" => Role::Owner,
         "writer" => Role::Writer,
@@ -91,14 +91,14 @@ pub fn member_role(member: &str, public_read: bool, public_chat: bool) -> Role {
 }
 
 /// `ListAgents {}`.
-pub async fn list_agents(app: &App, caller: &Caller, _action: ListAgents) -> ApiResult<ListAgentsResponse> {
+pub(crate) async fn list_agents(app: &App, caller: &Caller, _action: ListAgents) -> ApiResult<ListAgentsResponse> {
     let account = caller.account_id.clone();
     let agents = app.db.read(move |conn| visible_agents(conn, &account)).await?;
     Ok(ListAgentsResponse { extra: Default::default(), agents })
 }
 
 /// `GetAgent {agentId}` (reader): the agent and how many sessions it has.
-pub async fn get_agent(app: &App, caller: &Caller, action: GetAgent) -> ApiResult<GetAgentResponse> {
+pub(crate) async fn get_agent(app: &App, caller: &Caller, action: GetAgent) -> ApiResult<GetAgentResponse> {
     let account = caller.account_id.clone();
     app.db
         .read(move |conn| {
@@ -115,7 +115,7 @@ fn agent_response(conn: &Connection, agent_id: &str, role: Role) -> ApiResult<Ge
 }
 
 /// How many sessions an agent has (children included).
-pub fn session_count(conn: &Connection, agent_id: &str) -> ApiResult<i64> {
+pub(crate) fn session_count(conn: &Connection, agent_id: &str) -> ApiResult<i64> {
     Ok(conn
         .prepare_cached("SELECT COUNT(*) FROM sessions WHERE agent_id = ?1")?
         .query_row(params![agent_id], |row| row.get(0))?)
@@ -152,7 +152,7 @@ struct CreateAgentRequest<'a> {
 }
 
 /// `CreateAgent {definition, clientRequestId?}`: the caller becomes the owner.
-pub async fn create_agent(app: &App, caller: &Caller, action: CreateAgent) -> ApiResult<CreateAgentResponse> {
+pub(crate) async fn create_agent(app: &App, caller: &Caller, action: CreateAgent) -> ApiResult<CreateAgentResponse> {
     let key = Key::request(
         &caller.account_id,
         "CreateAgent",
@@ -210,7 +210,7 @@ fn insert_agent(
 
 /// `UpdateAgent {agentId, definition}` (writer): replaces the definition, validated against the
 /// owner's providers and keys; only the owner may change the signing-key grant set.
-pub async fn update_agent(app: &App, caller: &Caller, action: UpdateAgent) -> ApiResult<GetAgentResponse> {
+pub(crate) async fn update_agent(app: &App, caller: &Caller, action: UpdateAgent) -> ApiResult<GetAgentResponse> {
     let account = caller.account_id.clone();
     let now = app.clock.now_ms();
     let (response, owner) = app
@@ -240,7 +240,7 @@ pub async fn update_agent(app: &App, caller: &Caller, action: UpdateAgent) -> Ap
 /// executing one is asked to stop), then deletes the agent, its sessions, events, collaborators
 /// and state directory; sub-sessions of other agents under its sessions become top-level, and its
 /// runs stay, detached.
-pub async fn delete_agent(app: &App, caller: &Caller, action: DeleteAgent) -> ApiResult<DeleteAgentResponse> {
+pub(crate) async fn delete_agent(app: &App, caller: &Caller, action: DeleteAgent) -> ApiResult<DeleteAgentResponse> {
     let (account, now, ending) = (caller.account_id.clone(), app.clock.now_ms(), app.runs.ending());
     let (agent_id, state_dir, members, sessions, canceled) = app
         .db

@@ -27,23 +27,23 @@ use crate::caller::Caller;
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
 
-pub use store::{infer_mime_type, read, store_bytes, store_staged};
+pub(crate) use store::{infer_mime_type, read, store_bytes, store_staged};
 
 /// The largest attachment: 100 MiB.
-pub const MAX_ATTACHMENT_BYTES: u64 = 100 * 1024 * 1024;
+pub(crate) const MAX_ATTACHMENT_BYTES: u64 = 100 * 1024 * 1024;
 /// The most attachments one session holds.
-pub const MAX_ATTACHMENTS_PER_SESSION: usize = 200;
+pub(crate) const MAX_ATTACHMENTS_PER_SESSION: usize = 200;
 /// Names longer than this (UTF-8 bytes) keep only their last 64 characters.
-pub const MAX_NAME_BYTES: usize = 256;
+pub(crate) const MAX_NAME_BYTES: usize = 256;
 
 /// Where every session's attachments live.
-pub fn root(config: &Config) -> PathBuf {
+pub(crate) fn root(config: &Config) -> PathBuf {
     config.data_dir.join("session-attachments")
 }
 
 /// One session's attachment directory; 400 `Invalid session id` unless the id is
 /// `[A-Za-z0-9_-]{1,128}` (so it can never name another directory).
-pub fn session_dir(root: &Path, session_id: &str) -> ApiResult<PathBuf> {
+pub(crate) fn session_dir(root: &Path, session_id: &str) -> ApiResult<PathBuf> {
     let valid = (1..=128).contains(&session_id.len())
         && session_id.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_');
     if !valid {
@@ -54,7 +54,7 @@ pub fn session_dir(root: &Path, session_id: &str) -> ApiResult<PathBuf> {
 
 /// A client's file name as stored: the last path segment, control characters removed, trimmed;
 /// `file` when nothing is left; only the last 64 characters when longer than 256 bytes.
-pub fn normalize_name(raw: &str) -> String {
+pub(crate) fn normalize_name(raw: &str) -> String {
     let trimmed = crate::validate::js_trim(raw);
     let base = trimmed.rsplit(['/', '\\']).next().unwrap_or("");
     let cleaned: String = base.chars().filter(|c| !matches!(*c as u32, 0x00..=0x1f | 0x7f)).collect();
@@ -71,7 +71,7 @@ pub fn normalize_name(raw: &str) -> String {
 }
 
 /// The MIME type stored: the client's (trimmed) when not blank, else inferred from the name.
-pub fn mime_type_for(name: &str, given: Option<&str>) -> Option<String> {
+pub(crate) fn mime_type_for(name: &str, given: Option<&str>) -> Option<String> {
     match given.map(crate::validate::js_trim) {
         Some(given) if !given.is_empty() => Some(given.to_owned()),
         _ => infer_mime_type(name),
@@ -80,7 +80,7 @@ pub fn mime_type_for(name: &str, given: Option<&str>) -> Option<String> {
 
 /// `UploadSessionAttachment {sessionId, name, mimeType?, content}` (writer, or chatter on a
 /// public-chat agent).
-pub async fn upload_session_attachment(
+pub(crate) async fn upload_session_attachment(
     app: &App,
     caller: &Caller,
     action: UploadSessionAttachment,
@@ -96,7 +96,7 @@ pub async fn upload_session_attachment(
 }
 
 /// `ReadSessionAttachment {sessionId, attachmentId}` (reader): the record and its bytes.
-pub async fn read_session_attachment(
+pub(crate) async fn read_session_attachment(
     app: &App,
     caller: &Caller,
     action: ReadSessionAttachment,
@@ -110,7 +110,7 @@ pub async fn read_session_attachment(
 /// Removes the attachments of sessions that were just deleted (call after the deleting commit).
 /// Failures are logged, never returned: the sessions are gone either way, and the boot sweep of
 /// `uploads` removes directories whose session no longer exists.
-pub async fn remove_for_sessions(app: &App, session_ids: Vec<String>) {
+pub(crate) async fn remove_for_sessions(app: &App, session_ids: Vec<String>) {
     let root = root(&app.config);
     let removed = tokio::task::spawn_blocking(move || {
         for session_id in session_ids {

@@ -22,13 +22,13 @@ const JSON_TEMP: TempOptions = TempOptions { prefix: ".", suffix: ".json.tmp", o
 pub(crate) const TEMPS: [TempOptions; 2] = [BIN_TEMP, JSON_TEMP];
 
 /// The MIME type of a file name's extension (the memory module's table, as upstream shares it).
-pub fn infer_mime_type(name: &str) -> Option<String> {
+pub(crate) fn infer_mime_type(name: &str) -> Option<String> {
     crate::memory::mime::infer(name)
 }
 
 /// Stores `content` as an attachment of `session_id` in `dir` (or answers the existing record
 /// for the same bytes). `name` is already normalised.
-pub fn store_bytes(
+pub(crate) fn store_bytes(
     dir: &Path,
     session_id: &str,
     name: &str,
@@ -50,7 +50,7 @@ pub fn store_bytes(
 /// Stores the complete staged file `staged` as an attachment (moving it: the staged file is gone
 /// afterwards, also when the same bytes were already attached; it stays when the move fails).
 /// The hash is computed by streaming, so memory stays flat whatever the size.
-pub fn store_staged(
+pub(crate) fn store_staged(
     dir: &Path,
     session_id: &str,
     name: &str,
@@ -72,14 +72,14 @@ pub fn store_staged(
 }
 
 /// One attachment's record: 400 for a malformed id, 404 `Attachment not found: <id>` when missing.
-pub fn info(dir: &Path, attachment_id: &str) -> ApiResult<SessionAttachmentInfo> {
+pub(crate) fn info(dir: &Path, attachment_id: &str) -> ApiResult<SessionAttachmentInfo> {
     check_id(attachment_id)?;
     read_meta(&dir.join(format!("{attachment_id}.json")))
         .ok_or_else(|| ApiError::not_found(format!("Attachment not found: {attachment_id}")))
 }
 
 /// One attachment's record and bytes: 400 for a malformed id, 404 when missing.
-pub fn read(dir: &Path, attachment_id: &str) -> ApiResult<(SessionAttachmentInfo, Vec<u8>)> {
+pub(crate) fn read(dir: &Path, attachment_id: &str) -> ApiResult<(SessionAttachmentInfo, Vec<u8>)> {
     check_id(attachment_id)?;
     let info = read_meta(&dir.join(format!("{attachment_id}.json")))
         .ok_or_else(|| ApiError::not_found(format!("Attachment not found: {attachment_id}")))?;
@@ -90,7 +90,7 @@ pub fn read(dir: &Path, attachment_id: &str) -> ApiResult<(SessionAttachmentInfo
 
 /// One attachment's record and its bytes as an open file, for a reader that streams them: 400
 /// for a malformed id, 404 when missing.
-pub fn open(dir: &Path, attachment_id: &str) -> ApiResult<(SessionAttachmentInfo, File)> {
+pub(crate) fn open(dir: &Path, attachment_id: &str) -> ApiResult<(SessionAttachmentInfo, File)> {
     let info = info(dir, attachment_id)?;
     let file = File::open(dir.join(format!("{attachment_id}.bin")))
         .map_err(|_| ApiError::not_found(format!("Attachment content missing: {attachment_id}")))?;

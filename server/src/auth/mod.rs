@@ -27,7 +27,7 @@
 //! Over WebSocket every envelope is guarded, reads included: a replayed `Subscribe` would hand the
 //! stream it opens to whoever replays it.
 
-pub mod replay;
+pub(crate) mod replay;
 
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::envelope::{DecodeError, SignedEnvelope, TIMESTAMP_WINDOW_MS};
@@ -39,11 +39,11 @@ use crate::error::{ApiError, ApiResult};
 use crate::signers;
 
 /// What a WebSocket frame carrying anything but `Subscribe` is told (upstream's words).
-pub const NOT_SUBSCRIBE: &str = "Expected Subscribe action";
+pub(crate) const NOT_SUBSCRIBE: &str = "Expected Subscribe action";
 
 /// The transport a request arrived on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// `POST /api/message`.
     Http,
     /// A WebSocket frame.
@@ -53,7 +53,7 @@ pub enum Transport {
 /// A verified request: the caller, the action's name and its generic value (the map with `_`
 /// and `ts`).
 #[derive(Debug)]
-pub struct Verified {
+pub(crate) struct Verified {
     /// Who is acting.
     pub caller: Caller,
     /// The action's `_`.

@@ -31,7 +31,7 @@ const RING_SECONDS: i64 = 2 * TIMESTAMP_WINDOW_MS / 1000 + 2;
 
 /// Remembers recently accepted signatures.
 #[derive(Debug)]
-pub struct ReplayGuard {
+pub(crate) struct ReplayGuard {
     state: Mutex<State>,
     capacity: usize,
     evicted: AtomicU64,
@@ -50,10 +50,10 @@ struct State {
 impl ReplayGuard {
     /// The default bound on remembered signatures: about 25 MiB when full, a minute of
     /// 17,000 req/s (see the module doc for what happens past it).
-    pub const DEFAULT_CAPACITY: usize = 1 << 20;
+    pub(crate) const DEFAULT_CAPACITY: usize = 1 << 20;
 
     /// A guard remembering at most `capacity` signatures.
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         let state = State {
             seen: HashSet::new(),
             ring: (0..RING_SECONDS).map(|_| Vec::new()).collect(),
@@ -64,7 +64,7 @@ impl ReplayGuard {
 
     /// Records `signature` as used until `expires_at_ms`; `false` when it was already recorded
     /// and has not expired at `now_ms` (a replay).
-    pub fn check_and_record(&self, signature: &[u8; 64], expires_at_ms: i64, now_ms: i64) -> bool {
+    pub(crate) fn check_and_record(&self, signature: &[u8; 64], expires_at_ms: i64, now_ms: i64) -> bool {
         let mut prefix = [0u8; 8];
         prefix.copy_from_slice(&signature[..8]);
         let key = u64::from_le_bytes(prefix);
@@ -88,17 +88,14 @@ impl ReplayGuard {
     }
 
     /// How many signatures are remembered now.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).seen.len()
     }
 
-    /// Whether nothing is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// How many entries were dropped before their expiry because the guard was full.
-    pub fn evicted(&self) -> u64 {
+    #[cfg(test)]
+    fn evicted(&self) -> u64 {
         self.evicted.load(Ordering::Relaxed)
     }
 }

@@ -29,7 +29,7 @@ use crate::validate::{MAX_NAME_BYTES, bounded_string};
 /// Trims `value` and requires the canonical string form of a Seed account (`z…`), as upstream's
 /// `normalizeAccountId` does: 400 `Collaborator account is required` / `… is too large` /
 /// `Collaborator account must be a valid Seed account ID`.
-pub fn collaborator_account(value: &str) -> ApiResult<String> {
+pub(crate) fn collaborator_account(value: &str) -> ApiResult<String> {
     let account = bounded_string(value, "Collaborator account", MAX_NAME_BYTES)?;
     match Principal::from_str(&account) {
         Ok(principal) if principal.to_string() == account => Ok(account),
@@ -125,7 +125,7 @@ fn members(conn: &Connection, agent_id: &str, with_pending: bool) -> ApiResult<V
 
 /// `ListAgentInvites {}`: the signed account's pending invitations, newest update first. An
 /// invite shows only the agent's id and name, its owner, the role and the timestamps.
-pub async fn list_agent_invites(
+pub(crate) async fn list_agent_invites(
     app: &App,
     caller: &Caller,
     _action: ListAgentInvites,
@@ -165,7 +165,7 @@ fn definition_name(row: &Row<'_>, index: usize) -> rusqlite::Result<String> {
 
 /// `ListAgentCollaborators {agentId}` (reader): the owner, then the members, with the public
 /// flags. Only the owner sees pending invitations.
-pub async fn list_agent_collaborators(
+pub(crate) async fn list_agent_collaborators(
     app: &App,
     caller: &Caller,
     action: ListAgentCollaborators,
@@ -198,7 +198,7 @@ pub async fn list_agent_collaborators(
 
 /// `InviteAgentCollaborator {agentId, accountId, role}` (owner): invites an account, or changes
 /// an existing member's role (it stays accepted). Re-inviting a pending account updates its role.
-pub async fn invite_agent_collaborator(
+pub(crate) async fn invite_agent_collaborator(
     app: &App,
     caller: &Caller,
     action: InviteAgentCollaborator,
@@ -253,7 +253,7 @@ fn announce(app: &App, owner: &str, member: &str, agent_id: &str) {
 
 /// `RemoveAgentCollaborator {agentId, accountId}` (owner): revokes a member or cancels a pending
 /// invitation; 404 `Collaborator not found` when there is neither.
-pub async fn remove_agent_collaborator(
+pub(crate) async fn remove_agent_collaborator(
     app: &App,
     caller: &Caller,
     action: RemoveAgentCollaborator,
@@ -298,7 +298,7 @@ fn pending_invite_owner(conn: &Connection, agent_id: &str, account_id: &str) -> 
 
 /// `AcceptAgentInvite {agentId}`: accepts the signed account's pending invitation and returns
 /// the agent as the new member sees it.
-pub async fn accept_agent_invite(
+pub(crate) async fn accept_agent_invite(
     app: &App,
     caller: &Caller,
     action: AcceptAgentInvite,
@@ -323,7 +323,7 @@ pub async fn accept_agent_invite(
 }
 
 /// `DeclineAgentInvite {agentId}`: deletes the signed account's pending invitation.
-pub async fn decline_agent_invite(
+pub(crate) async fn decline_agent_invite(
     app: &App,
     caller: &Caller,
     action: DeclineAgentInvite,
@@ -345,7 +345,7 @@ pub async fn decline_agent_invite(
 }
 
 /// `SetAgentPublicRead {agentId, publicRead}` (owner); turning it off also clears public chat.
-pub async fn set_agent_public_read(
+pub(crate) async fn set_agent_public_read(
     app: &App,
     caller: &Caller,
     action: SetAgentPublicRead,
@@ -356,7 +356,7 @@ pub async fn set_agent_public_read(
 }
 
 /// `SetAgentPublicChat {agentId, publicChat}` (owner); enabling needs public read on (400).
-pub async fn set_agent_public_chat(
+pub(crate) async fn set_agent_public_chat(
     app: &App,
     caller: &Caller,
     action: SetAgentPublicChat,

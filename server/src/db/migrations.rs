@@ -9,7 +9,7 @@ use rusqlite::Connection;
 use super::DbError;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 const MIGRATIONS: &[&str] = &[
     // 1: accounts, signers, secrets, providers, agents, collaborators, sessions, events,

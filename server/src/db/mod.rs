@@ -23,8 +23,6 @@ use tokio::sync::oneshot;
 
 use crate::error::{ApiError, ApiResult};
 
-pub use migrations::SCHEMA_VERSION;
-
 /// The most writes committed in one transaction.
 const MAX_BATCH: usize = 256;
 
@@ -40,7 +38,7 @@ fn readers() -> usize {
 }
 
 /// What a caller hears when a queue is full.
-pub const BUSY: &str = "The server is busy; try again in a moment";
+pub(crate) const BUSY: &str = "The server is busy; try again in a moment";
 
 /// How many jobs may wait for the writer and for the readers. Past these, new work is refused
 /// with [`BUSY`] instead of queueing: a saturated server answers quickly and its memory stays
@@ -258,7 +256,7 @@ impl Db {
 
 /// Records that `account_id` exists (every account the server has seen has a row). Call inside a
 /// write.
-pub fn ensure_account(conn: &Connection, account_id: &str, now_ms: i64) -> rusqlite::Result<()> {
+pub(crate) fn ensure_account(conn: &Connection, account_id: &str, now_ms: i64) -> rusqlite::Result<()> {
     conn.prepare_cached("INSERT INTO accounts (id, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
         .execute(rusqlite::params![account_id, now_ms])?;
     Ok(())

@@ -91,7 +91,7 @@ macro_rules! routes {
 
 /// Decodes `action` as the action named `name` and runs its handler. (Handlers take `&App`; the
 /// few that start tasks outliving the request, such as an inline run, take `&Arc<App>`.)
-pub async fn dispatch(app: &Arc<App>, caller: &Caller, name: &str, action: Ipld) -> ApiResult<Vec<u8>> {
+pub(crate) async fn dispatch(app: &Arc<App>, caller: &Caller, name: &str, action: Ipld) -> ApiResult<Vec<u8>> {
     let action = seed_agents_compat::upgrade_action(caller.protocol, name, action)?;
     macro_rules! route {
         ($($action:ident => $handler:path,)*) => {

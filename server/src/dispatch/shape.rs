@@ -63,7 +63,7 @@ const LABELS: &[(&str, &str)] = &[
 ];
 
 /// Runs the hand checks for `action`.
-pub fn check(action: &str, fields: &BTreeMap<String, Ipld>) -> ApiResult<()> {
+pub(super) fn check(action: &str, fields: &BTreeMap<String, Ipld>) -> ApiResult<()> {
     for (name, field, want, message) in RULES {
         if *name != action {
             continue;
@@ -89,7 +89,7 @@ pub fn check(action: &str, fields: &BTreeMap<String, Ipld>) -> ApiResult<()> {
 const LENIENT_INTEGERS: &[(&str, &str)] = &[("ListRuns", "limit")];
 
 /// Applies [`LENIENT_INTEGERS`] to `action`'s fields before typed decoding.
-pub fn lenient(action: &str, fields: &mut BTreeMap<String, Ipld>) {
+pub(super) fn lenient(action: &str, fields: &mut BTreeMap<String, Ipld>) {
     for (name, field) in LENIENT_INTEGERS {
         if *name != action {
             continue;
@@ -115,7 +115,7 @@ pub fn lenient(action: &str, fields: &mut BTreeMap<String, Ipld>) {
 /// integers (serde issue 1682), so every response or event that later carried the stored value
 /// would fail to decode: in the SDK, for every reader of a shared agent, and in the server's own
 /// idempotent replays.
-pub fn integers_fit(action: &str, value: &Ipld) -> ApiResult<()> {
+pub(super) fn integers_fit(action: &str, value: &Ipld) -> ApiResult<()> {
     let mut pending = vec![value];
     while let Some(value) = pending.pop() {
         match value {
@@ -131,7 +131,7 @@ pub fn integers_fit(action: &str, value: &Ipld) -> ApiResult<()> {
 }
 
 /// The 400 for a map that typed decoding refused.
-pub fn decode_error(action: &str, reason: &str) -> ApiError {
+pub(super) fn decode_error(action: &str, reason: &str) -> ApiError {
     if let Some(field) = reason.strip_prefix("missing field `").and_then(|rest| rest.split('`').next()) {
         return match LABELS.iter().find(|(name, _)| *name == field) {
             Some((_, label)) if label.starts_with("Invalid") => ApiError::invalid(*label),

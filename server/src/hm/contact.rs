@@ -17,7 +17,7 @@ use seed_agents_protocol::Principal;
 use super::blob::{self, Blob, BlobError};
 
 /// A signed `Contact` blob `{type, signer, sig, ts, subject, name?}` and its record id.
-pub fn contact(
+pub(crate) fn contact(
     key: &SigningKey,
     ts_ms: i64,
     subject: &Principal,
@@ -37,7 +37,7 @@ pub fn contact(
 }
 
 /// A signed tombstone `{type, signer, sig, ts, id, account}` of the contact `<authority>/<tsid>`.
-pub fn tombstone(key: &SigningKey, ts_ms: i64, authority: &Principal, tsid: &str) -> Result<Blob, BlobError> {
+pub(crate) fn tombstone(key: &SigningKey, ts_ms: i64, authority: &Principal, tsid: &str) -> Result<Blob, BlobError> {
     let fields = BTreeMap::from([
         ("type".to_owned(), Ipld::String("Contact".to_owned())),
         ("ts".to_owned(), Ipld::Integer(i128::from(ts_ms))),

@@ -13,7 +13,7 @@ use serde_json::{Map, Value as Json};
 use super::{HmClient, HmError};
 
 /// How long one `ListEvents` request may take.
-pub const LIST_EVENTS_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const LIST_EVENTS_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// One page request.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,11 +11,11 @@
 pub mod blob;
 pub mod capability;
 pub mod comment;
-pub mod contact;
+pub(crate) mod contact;
 pub mod document;
-pub mod feed;
-pub mod read;
-pub mod search;
+pub(crate) mod feed;
+pub(crate) mod read;
+pub(crate) mod search;
 pub mod unixfs;
 
 use std::collections::BTreeMap;
@@ -27,7 +27,7 @@ use seed_agents_protocol::wire;
 pub use blob::Blob;
 
 /// How long one request to the Hypermedia server may take.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a call to the Hypermedia server failed. The message never carries key material: blobs
 /// are public and the key never reaches this module.

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use super::{HmClient, HmError, REQUEST_TIMEOUT};
 
 /// The query parameters of a generic key from a JSON object of its input (nulls dropped).
-pub fn generic_params(input: &Map<String, Value>) -> Vec<(String, String)> {
+pub(crate) fn generic_params(input: &Map<String, Value>) -> Vec<(String, String)> {
     input
         .iter()
         .filter_map(|(key, value)| {

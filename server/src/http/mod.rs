@@ -3,7 +3,7 @@
 //! unauthenticated bodies ([`body`]). The only place that knows HTTP statuses ([`status`]).
 
 pub mod body;
-pub mod serve;
+pub(crate) mod serve;
 mod webhook;
 
 use std::sync::Arc;
@@ -173,7 +173,7 @@ fn cbor(status: StatusCode, bytes: Vec<u8>) -> Response {
 
 /// The CBOR error body `{_: 'Error', message, code?}` with its status, in the shape a client of
 /// `protocol` reads.
-pub fn error_response(error: &ApiError, protocol: u32) -> Response {
+pub(crate) fn error_response(error: &ApiError, protocol: u32) -> Response {
     let body = seed_agents_protocol::generated::Error {
         extra: Default::default(),
         message: error.message().to_owned(),
@@ -198,7 +198,7 @@ pub fn error_response(error: &ApiError, protocol: u32) -> Response {
 }
 
 /// The HTTP status of each kind of failure: the one place the server decides it.
-pub fn status(kind: ErrorKind) -> StatusCode {
+pub(crate) fn status(kind: ErrorKind) -> StatusCode {
     match kind {
         ErrorKind::Invalid => StatusCode::BAD_REQUEST,
         ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,

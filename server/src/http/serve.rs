@@ -28,7 +28,7 @@ use tower_service::Service as _;
 
 /// How connections are bounded.
 #[derive(Debug, Clone, Copy)]
-pub struct ConnectionLimits {
+pub(crate) struct ConnectionLimits {
     /// Connections served at once.
     pub max_connections: usize,
     /// Time to send a request head (and to stay idle between kept-alive requests).
@@ -36,7 +36,7 @@ pub struct ConnectionLimits {
 }
 
 /// Serves `router` on `listener` until `shutdown` completes, then finishes in-flight requests.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,

@@ -39,10 +39,10 @@ pub(crate) mod store;
 use store::{identity_metadata, store_metadata, stored_metadata};
 
 /// The length of an Ed25519 seed.
-pub const SEED_LEN: usize = 32;
+pub(crate) const SEED_LEN: usize = 32;
 
 /// The one paragraph of a created identity's home document.
-pub const HOME_TEXT: &str = "This is an agentic account.";
+pub(crate) const HOME_TEXT: &str = "This is an agentic account.";
 
 /// The idempotency request of Create and Import: only the label (the seed is never stored).
 #[derive(Serialize)]
@@ -52,7 +52,7 @@ struct LabelRequest<'a> {
 }
 
 /// The secret name of the identity whose account id is `account_id`.
-pub fn secret_name(account_id: &str) -> String {
+pub(crate) fn secret_name(account_id: &str) -> String {
     format!("hm-account-{}", account_id.chars().take(16).collect::<String>())
 }
 
@@ -70,7 +70,7 @@ fn publish_error(app: &App, what: &str, error: impl std::fmt::Display) -> ApiErr
 
 /// `CreateSigningIdentity {label?, clientRequestId?}`: a new key, its Profile and home document
 /// published with the label as name (502 when the Hypermedia server fails), then its seed stored.
-pub async fn create_signing_identity(
+pub(crate) async fn create_signing_identity(
     app: &App,
     caller: &Caller,
     action: CreateSigningIdentity,
@@ -147,7 +147,7 @@ fn account_blobs(key: &SigningKey, now_ms: i64, name: &str, block_id: String) ->
 
 /// `ImportSigningIdentity {seed, label?, clientRequestId?}`: stores an existing key (exactly 32
 /// bytes); 409 when the same account is already here. Publishes nothing.
-pub async fn import_signing_identity(
+pub(crate) async fn import_signing_identity(
     app: &App,
     caller: &Caller,
     action: ImportSigningIdentity,
@@ -206,7 +206,7 @@ pub async fn import_signing_identity(
 /// `UpdateSigningIdentity {name, label, icon?}`: publishes the icon (UnixFS blocks) when
 /// given, republishes the Profile `{name: label, avatar?, description?}` (the description a
 /// `profile.update` stored), then updates the metadata.
-pub async fn update_signing_identity(
+pub(crate) async fn update_signing_identity(
     app: &App,
     caller: &Caller,
     action: UpdateSigningIdentity,
@@ -275,7 +275,7 @@ pub async fn update_signing_identity(
 type KeyRow = (String, Vec<u8>, Option<Vec<u8>>, i64);
 
 /// `DeleteSigningIdentity {name}`: deletes the key secret (published blobs stay on the network).
-pub async fn delete_signing_identity(
+pub(crate) async fn delete_signing_identity(
     app: &App,
     caller: &Caller,
     action: DeleteSigningIdentity,
@@ -297,7 +297,7 @@ pub async fn delete_signing_identity(
 /// `ListSigningIdentities {agentId?}`: the caller's identities, newest first. With `agentId`,
 /// those of the agent's owner: all of them for the owner, only the keys the agent's definition
 /// grants (`signingKey`, `signingKeys`) for anyone else with access.
-pub async fn list_signing_identities(
+pub(crate) async fn list_signing_identities(
     app: &App,
     caller: &Caller,
     action: ListSigningIdentities,
@@ -329,7 +329,7 @@ pub async fn list_signing_identities(
 }
 
 /// Every signing identity of `account_id`, newest first.
-pub fn list(conn: &Connection, account_id: &str) -> ApiResult<Vec<SigningIdentity>> {
+pub(crate) fn list(conn: &Connection, account_id: &str) -> ApiResult<Vec<SigningIdentity>> {
     let mut statement = conn.prepare_cached(
         "SELECT id, name, metadata_cbor, created_at, updated_at FROM secrets
          WHERE account_id = ?1 AND metadata_cbor IS NOT NULL ORDER BY created_at DESC, rowid DESC",
@@ -360,7 +360,7 @@ fn not_found() -> ApiError {
 /// What an identity's Profile says, as its metadata keeps it (`label`, `icon`, `description`):
 /// every Profile the server publishes starts from these, so a field left out keeps its value.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ProfileFields {
+pub(crate) struct ProfileFields {
     /// The profile's name (the identity's label).
     pub name: Option<String>,
     /// Its `ipfs://` avatar.
@@ -371,7 +371,7 @@ pub struct ProfileFields {
 
 /// The profile fields of `account_id`'s identity stored as key secret `name`; `None` when that
 /// secret is not a signing identity.
-pub fn profile_fields(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<ProfileFields>> {
+pub(crate) fn profile_fields(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<ProfileFields>> {
     let Some(metadata) = stored_metadata(conn, account_id, name)? else { return Ok(None) };
     let string = |key: &str| string_field(&metadata, key).map(str::to_owned);
     Ok(Some(ProfileFields { name: string("label"), icon: string("icon"), description: string("description") }))
@@ -379,7 +379,7 @@ pub fn profile_fields(conn: &Connection, account_id: &str, name: &str) -> ApiRes
 
 /// Records a published Profile in the metadata of `account_id`'s identity `name` (a signing
 /// identity: anything else is left alone).
-pub fn record_profile(
+pub(crate) fn record_profile(
     conn: &Connection,
     account_id: &str,
     name: &str,

@@ -18,11 +18,11 @@ use crate::error::{ApiError, ApiResult};
 use crate::validate::js_trim;
 
 /// Abort a download when no bytes arrive for this long (an idle timeout, not a total cap).
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How one download runs.
 #[derive(Debug, Clone, Copy)]
-pub struct Options {
+pub(crate) struct Options {
     /// Let the fetch reach loopback, private and link-local addresses.
     pub allow_private_network: bool,
     /// [`IDLE_TIMEOUT`] in the server; shorter in tests.
@@ -33,7 +33,7 @@ pub struct Options {
 
 /// What a download stored.
 #[derive(Debug)]
-pub struct Downloaded {
+pub(crate) struct Downloaded {
     /// The file written.
     pub entry: AgentMemoryEntry,
     /// The URL fetched after redirects.
@@ -43,7 +43,12 @@ pub struct Downloaded {
 }
 
 /// Fetches `raw_url` into the memory at `root`, at `raw_path` or under `downloads/`.
-pub async fn download(root: PathBuf, raw_url: &str, raw_path: Option<&str>, options: Options) -> ApiResult<Downloaded> {
+pub(crate) async fn download(
+    root: PathBuf,
+    raw_url: &str,
+    raw_path: Option<&str>,
+    options: Options,
+) -> ApiResult<Downloaded> {
     let url = parse_url(raw_url)?;
     let path = match raw_path {
         Some(raw) if !raw.is_empty() => MemoryPath::parse(raw)?,
@@ -99,7 +104,7 @@ pub async fn download(root: PathBuf, raw_url: &str, raw_path: Option<&str>, opti
 }
 
 /// Runs blocking filesystem work on the blocking pool.
-pub async fn blocking<T: Send + 'static>(work: impl FnOnce() -> ApiResult<T> + Send + 'static) -> ApiResult<T> {
+pub(crate) async fn blocking<T: Send + 'static>(work: impl FnOnce() -> ApiResult<T> + Send + 'static) -> ApiResult<T> {
     tokio::task::spawn_blocking(work).await.map_err(ApiError::internal)?
 }
 
@@ -117,7 +122,7 @@ fn parse_url(raw: &str) -> ApiResult<Url> {
 
 /// `downloads/<last URL path segment>` (decoded, `\` and `..` replaced by `-`, at most 128
 /// UTF-16 units), or `downloads/download-<ms>` when the URL has none.
-pub fn default_path(url: &Url, now_ms: i64) -> String {
+pub(crate) fn default_path(url: &Url, now_ms: i64) -> String {
     let last = url.path().split('/').rfind(|segment| !segment.is_empty()).unwrap_or_default();
     let decoded = percent_decode(last);
     let replaced = decoded.replace('\\', "-").replace("..", "-");

@@ -18,7 +18,7 @@ use reqwest::{Url, redirect};
 const MAX_REDIRECTS: usize = 20;
 
 /// Whether a download may connect to `ip` when private networks are not allowed.
-pub fn is_public(ip: IpAddr) -> bool {
+pub(crate) fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_public_v4(v4),
         IpAddr::V6(v6) => is_public_v6(v6),
@@ -70,13 +70,13 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
 /// A destination the guard refused; found in a reqwest error's source chain by [`blocked_in`].
 #[derive(Debug, thiserror::Error)]
 #[error("{host} is a private or local network address")]
-pub struct Blocked {
+pub(crate) struct Blocked {
     /// The host as the URL or DNS named it.
     pub host: String,
 }
 
 /// Checks an IP-literal URL host; hostnames pass (the resolver checks their answers).
-pub fn check_url(url: &Url) -> Result<(), Blocked> {
+pub(crate) fn check_url(url: &Url) -> Result<(), Blocked> {
     // The URL parser has already normalised IPv4 spellings (`2130706433`, `0x7f.1`) to dotted
     // form; IPv6 hosts come bracketed.
     let host = url.host_str().unwrap_or_default();
@@ -85,7 +85,7 @@ pub fn check_url(url: &Url) -> Result<(), Blocked> {
 }
 
 /// The [`Blocked`] refusal somewhere in `error`'s source chain.
-pub fn blocked_in<'e>(error: &'e (dyn std::error::Error + 'static)) -> Option<&'e Blocked> {
+pub(crate) fn blocked_in<'e>(error: &'e (dyn std::error::Error + 'static)) -> Option<&'e Blocked> {
     let mut current = Some(error);
     while let Some(error) = current {
         if let Some(blocked) = error.downcast_ref::<Blocked>() {
@@ -98,7 +98,7 @@ pub fn blocked_in<'e>(error: &'e (dyn std::error::Error + 'static)) -> Option<&'
 
 /// System DNS, refusing any answer that holds a non-public address.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct GuardedResolver;
+pub(crate) struct GuardedResolver;
 
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
@@ -116,7 +116,7 @@ impl Resolve for GuardedResolver {
 
 /// Follows up to `MAX_REDIRECTS` http(s) redirects, refusing IP-literal private targets when
 /// `guarded`.
-pub fn redirect_policy(guarded: bool) -> redirect::Policy {
+pub(crate) fn redirect_policy(guarded: bool) -> redirect::Policy {
     redirect::Policy::custom(move |attempt| {
         if attempt.previous().len() >= MAX_REDIRECTS {
             return attempt.error("too many redirects");
@@ -134,7 +134,7 @@ pub fn redirect_policy(guarded: bool) -> redirect::Policy {
 /// The download client: like the app's outbound client (rustls, ring), never through a proxy
 /// (a proxy would resolve names past the guard), with the guard's resolver and redirect policy
 /// unless private networks are allowed. Built once per mode.
-pub fn client(allow_private_network: bool) -> reqwest::Result<reqwest::Client> {
+pub(crate) fn client(allow_private_network: bool) -> reqwest::Result<reqwest::Client> {
     static GUARDED: OnceLock<reqwest::Client> = OnceLock::new();
     static OPEN: OnceLock<reqwest::Client> = OnceLock::new();
     let cell = if allow_private_network { &OPEN } else { &GUARDED };

@@ -18,14 +18,14 @@ use crate::hm::unixfs::{Builder, CHUNK_BYTES};
 use crate::hm::{Blob, HmClient};
 
 /// Most bytes of block data in one `PublishBlobs` request.
-pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// Room kept in a batch for the interior nodes a leaf may complete (each under 8 KiB, one per
 /// level).
 const NODE_ROOM: usize = 64 * 1024;
 
 /// What was published.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Published {
+pub(crate) struct Published {
     /// The root CID string.
     pub cid: String,
     /// Bytes of file content published.
@@ -42,20 +42,20 @@ struct Reader {
 
 /// Publishes the memory file at `path` under `root`: missing or a symlink is 404 `Memory file not
 /// found: <path>`, a directory 400 `Memory path is a directory, not a file: <path>`.
-pub async fn publish(client: &HmClient<'_>, root: PathBuf, path: MemoryPath) -> ApiResult<Published> {
+pub(crate) async fn publish(client: &HmClient<'_>, root: PathBuf, path: MemoryPath) -> ApiResult<Published> {
     let file = blocking(move || store::open_file(&root, &path).map(|(file, _)| file)).await?;
     publish_file(client, file).await
 }
 
 /// Publishes the content of `file` from where it stands (a memory file, an attachment), batch by
 /// batch as [`publish`] does.
-pub async fn publish_file(client: &HmClient<'_>, file: File) -> ApiResult<Published> {
+pub(crate) async fn publish_file(client: &HmClient<'_>, file: File) -> ApiResult<Published> {
     stream(Some(client), file).await
 }
 
 /// What [`publish`] would answer for the memory file at `path`, computed the same way (streamed)
 /// without sending anything: for dry runs.
-pub async fn root_of(root: PathBuf, path: MemoryPath) -> ApiResult<Published> {
+pub(crate) async fn root_of(root: PathBuf, path: MemoryPath) -> ApiResult<Published> {
     let file = blocking(move || store::open_file(&root, &path).map(|(file, _)| file)).await?;
     stream(None, file).await
 }

@@ -39,13 +39,13 @@ const MIME_TYPES: &[(&str, &str)] = &[
 
 /// The MIME type of a path by its extension. As upstream, the "extension" is whatever follows
 /// the last `.`, or the whole path when there is none (so a file named `md` is markdown).
-pub fn infer(path: &str) -> Option<String> {
+pub(crate) fn infer(path: &str) -> Option<String> {
     let ext = path.rsplit('.').next()?.to_lowercase();
     MIME_TYPES.iter().find(|(known, _)| *known == ext).map(|(_, mime)| (*mime).to_owned())
 }
 
 /// The first extension whose MIME type is `content_type` (parameters ignored).
-pub fn extension_for(content_type: &str) -> Option<&'static str> {
+pub(crate) fn extension_for(content_type: &str) -> Option<&'static str> {
     let bare = content_type.split(';').next()?.trim().to_lowercase();
     MIME_TYPES.iter().find(|(_, mime)| *mime == bare).map(|(ext, _)| *ext)
 }

@@ -6,12 +6,12 @@
 //! into memory behind the SSRF [`guard`]. Writes, downloads and deletes that removed something
 //! publish `agent-memory-changed` to the owner's account after the change is on disk.
 
-pub mod download;
-pub mod guard;
-pub mod ipfs;
-pub mod mime;
+pub(crate) mod download;
+pub(crate) mod guard;
+pub(crate) mod ipfs;
+pub(crate) mod mime;
 pub mod path;
-pub mod store;
+pub(crate) mod store;
 
 use std::path::PathBuf;
 
@@ -57,7 +57,7 @@ fn changed(app: &App, memory: &Memory) {
 }
 
 /// `ListAgentMemory {agentId}` (reader): every file and directory, sorted by path.
-pub async fn list_agent_memory(
+pub(crate) async fn list_agent_memory(
     app: &App,
     caller: &Caller,
     action: ListAgentMemory,
@@ -76,7 +76,7 @@ pub async fn list_agent_memory(
 
 /// `ListAgentMemoryDir {agentId, path?}` (reader): one level; `path` absent, empty or `/` is the
 /// root. Directory entries carry `entryCount`.
-pub async fn list_agent_memory_dir(
+pub(crate) async fn list_agent_memory_dir(
     app: &App,
     caller: &Caller,
     action: ListAgentMemoryDir,
@@ -99,7 +99,7 @@ pub async fn list_agent_memory_dir(
 }
 
 /// `ReadAgentMemoryFile {agentId, path}` (reader): clean UTF-8 as text, anything else as bytes.
-pub async fn read_agent_memory_file(
+pub(crate) async fn read_agent_memory_file(
     app: &App,
     caller: &Caller,
     action: ReadAgentMemoryFile,
@@ -113,7 +113,7 @@ pub async fn read_agent_memory_file(
 
 /// `WriteAgentMemoryFile {agentId, path, content}` (writer): the whole file, string as UTF-8 or
 /// bytes verbatim, parents created.
-pub async fn write_agent_memory_file(
+pub(crate) async fn write_agent_memory_file(
     app: &App,
     caller: &Caller,
     action: WriteAgentMemoryFile,
@@ -132,7 +132,7 @@ pub async fn write_agent_memory_file(
 
 /// `DeleteAgentMemoryFile {agentId, path}` (writer): a file, or a directory recursively;
 /// `deleted: false` when nothing was there.
-pub async fn delete_agent_memory_file(
+pub(crate) async fn delete_agent_memory_file(
     app: &App,
     caller: &Caller,
     action: DeleteAgentMemoryFile,
@@ -153,7 +153,7 @@ pub async fn delete_agent_memory_file(
 }
 
 /// `UploadAgentMemoryFileToIpfs {agentId, path}` (writer): see [`ipfs`].
-pub async fn upload_agent_memory_file_to_ipfs(
+pub(crate) async fn upload_agent_memory_file_to_ipfs(
     app: &App,
     caller: &Caller,
     action: UploadAgentMemoryFileToIpfs,
@@ -174,7 +174,7 @@ pub async fn upload_agent_memory_file_to_ipfs(
 }
 
 /// `DownloadAgentMemoryFile {agentId, url, path?}` (writer): see [`download`].
-pub async fn download_agent_memory_file(
+pub(crate) async fn download_agent_memory_file(
     app: &App,
     caller: &Caller,
     action: DownloadAgentMemoryFile,

@@ -18,10 +18,10 @@ use crate::durable::{self, TempFile, TempOptions};
 use crate::error::{ApiError, ApiResult};
 
 /// Temp files beside their targets: `.seed-memory-<random>.tmp`, which listings hide.
-pub const TEMP: TempOptions = TempOptions { prefix: ".seed-memory-", suffix: ".tmp", owner_only: false };
+pub(crate) const TEMP: TempOptions = TempOptions { prefix: ".seed-memory-", suffix: ".tmp", owner_only: false };
 
 /// Every file and directory, sorted by path, and the total size of the files.
-pub fn list_all(root: &Path) -> ApiResult<(Vec<AgentMemoryEntry>, i64)> {
+pub(crate) fn list_all(root: &Path) -> ApiResult<(Vec<AgentMemoryEntry>, i64)> {
     let mut entries = Vec::new();
     let mut total = 0i64;
     if !path::lstat(root).map_err(ApiError::internal)?.is_some_and(|meta| meta.file_type().is_dir()) {
@@ -45,7 +45,7 @@ pub fn list_all(root: &Path) -> ApiResult<(Vec<AgentMemoryEntry>, i64)> {
 }
 
 /// One directory level (`None`: the root): its normalised path, entries and files' total size.
-pub fn list_dir(root: &Path, path: Option<&MemoryPath>) -> ApiResult<(String, Vec<AgentMemoryEntry>, i64)> {
+pub(crate) fn list_dir(root: &Path, path: Option<&MemoryPath>) -> ApiResult<(String, Vec<AgentMemoryEntry>, i64)> {
     let (rel, dir) = match path {
         None => (String::new(), root.to_path_buf()),
         Some(path) => {
@@ -82,7 +82,7 @@ pub fn list_dir(root: &Path, path: Option<&MemoryPath>) -> ApiResult<(String, Ve
 }
 
 /// Reads one file: clean UTF-8 (no NUL byte) as text, anything else as bytes.
-pub fn read(root: &Path, path: &MemoryPath) -> ApiResult<AgentMemoryFile> {
+pub(crate) fn read(root: &Path, path: &MemoryPath) -> ApiResult<AgentMemoryFile> {
     let rel = path.as_str();
     let (mut file, opened) = open_file(root, path)?;
     let mut bytes = Vec::with_capacity(usize::try_from(opened.len()).unwrap_or(0));
@@ -107,7 +107,7 @@ pub fn read(root: &Path, path: &MemoryPath) -> ApiResult<AgentMemoryFile> {
 /// Opens a regular file for reading with upstream's messages: 404 `Memory file not found` when
 /// missing or a symlink (or under one), 400 when a directory. The open file is checked to be the
 /// one inspected, so a swap in between cannot smuggle a symlink in.
-pub fn open_file(root: &Path, path: &MemoryPath) -> ApiResult<(std::fs::File, std::fs::Metadata)> {
+pub(crate) fn open_file(root: &Path, path: &MemoryPath) -> ApiResult<(std::fs::File, std::fs::Metadata)> {
     let rel = path.as_str();
     let meta = match path::inspect(root, path).map_err(ApiError::internal)? {
         Found::File(meta) => meta,
@@ -127,7 +127,7 @@ pub fn open_file(root: &Path, path: &MemoryPath) -> ApiResult<(std::fs::File, st
 
 /// Text iff no NUL byte and strict UTF-8; a leading byte-order mark is dropped (as the
 /// TextDecoder upstream uses does).
-pub fn decode_text(bytes: &[u8]) -> Option<&str> {
+pub(crate) fn decode_text(bytes: &[u8]) -> Option<&str> {
     if bytes.contains(&0) {
         return None;
     }
@@ -136,7 +136,7 @@ pub fn decode_text(bytes: &[u8]) -> Option<&str> {
 }
 
 /// Writes a whole file (creating parents): temp file, fsync, rename.
-pub fn write(root: &Path, path: &MemoryPath, content: &[u8]) -> ApiResult<AgentMemoryEntry> {
+pub(crate) fn write(root: &Path, path: &MemoryPath, content: &[u8]) -> ApiResult<AgentMemoryEntry> {
     let dir = prepare_target(root, path)?;
     let temp = TempFile::create(&dir, &TEMP).map_err(ApiError::internal)?;
     temp.file().write_all(content).map_err(ApiError::internal)?;
@@ -145,7 +145,7 @@ pub fn write(root: &Path, path: &MemoryPath, content: &[u8]) -> ApiResult<AgentM
 
 /// Checks that `path` may be written (not a symlink, not a directory, no symlink above it) and
 /// creates its parents; returns the directory the file goes in.
-pub fn prepare_target(root: &Path, path: &MemoryPath) -> ApiResult<PathBuf> {
+pub(crate) fn prepare_target(root: &Path, path: &MemoryPath) -> ApiResult<PathBuf> {
     check_target(root, path)?;
     if !path::create_parents(root, path).map_err(write_error)? {
         return Err(not_writable(path));
@@ -157,7 +157,7 @@ pub fn prepare_target(root: &Path, path: &MemoryPath) -> ApiResult<PathBuf> {
 /// Refuses a path no write may take (creates nothing): a name of the server's temp files (hidden
 /// from listings, removed at startup as a crash's leftovers), a directory, a symlink, or a
 /// symlink or file above it.
-pub fn check_target(root: &Path, path: &MemoryPath) -> ApiResult<()> {
+pub(crate) fn check_target(root: &Path, path: &MemoryPath) -> ApiResult<()> {
     if is_temp_name(path.file_name()) {
         return Err(ApiError::invalid(format!(
             "Memory path is reserved for the server's temp files: {}",
@@ -186,7 +186,7 @@ fn not_writable(path: &MemoryPath) -> ApiError {
 /// Persists `temp` (written by the caller) at `path`, re-checked first: fsync, rename, directory
 /// fsync. The bytes are flushed before the re-check, so only a rename separates check and write
 /// (the persist's own fsync then finds nothing left to flush).
-pub fn commit(root: &Path, path: &MemoryPath, temp: TempFile) -> ApiResult<AgentMemoryEntry> {
+pub(crate) fn commit(root: &Path, path: &MemoryPath, temp: TempFile) -> ApiResult<AgentMemoryEntry> {
     temp.file().sync_all().map_err(ApiError::internal)?;
     check_target(root, path)?;
     let target = path.under(root);
@@ -196,7 +196,7 @@ pub fn commit(root: &Path, path: &MemoryPath, temp: TempFile) -> ApiResult<Agent
 
 /// Moves the complete file `staged` to `path`, re-checked first (see
 /// [`durable::move_into_place`]); `staged` stays where it was when the move fails.
-pub fn commit_staged(root: &Path, path: &MemoryPath, staged: &Path) -> ApiResult<AgentMemoryEntry> {
+pub(crate) fn commit_staged(root: &Path, path: &MemoryPath, staged: &Path) -> ApiResult<AgentMemoryEntry> {
     check_target(root, path)?;
     let target = path.under(root);
     durable::move_into_place(staged, &target, &TEMP).map_err(write_error)?;
@@ -210,7 +210,7 @@ fn entry_at(path: &MemoryPath, target: &Path) -> ApiResult<AgentMemoryEntry> {
 
 /// Removes a file or a directory recursively (a symlink is removed itself, never followed);
 /// `false` when nothing was there.
-pub fn delete(root: &Path, path: &MemoryPath) -> ApiResult<bool> {
+pub(crate) fn delete(root: &Path, path: &MemoryPath) -> ApiResult<bool> {
     let target = path.under(root);
     let removed = match path::inspect(root, path).map_err(ApiError::internal)? {
         Found::Missing => return Ok(false),

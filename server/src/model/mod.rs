@@ -43,7 +43,7 @@ pub use retry::Retry;
 pub(crate) type StepEvents<'a> = dyn FnMut(StreamEvent) + Send + 'a;
 
 /// The `max_tokens`-class limit sent on every request (docs/runtime.md §1.10).
-pub const MAX_TOKENS: u32 = 16_384;
+pub(crate) const MAX_TOKENS: u32 = 16_384;
 
 /// Which wire format an endpoint speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -237,7 +237,7 @@ impl fmt::Debug for Image {
 /// Whether a model takes images as input (docs/runtime.md §1.3): OpenAI's gpt-4o, gpt-4.1,
 /// gpt-4-turbo, gpt-5 and later, o1, o3 and o4-mini; Claude 3 and later; any Gemini. Others are
 /// treated as text-only, so an image they would refuse is never sent.
-pub fn accepts_images(model: &str) -> bool {
+pub(crate) fn accepts_images(model: &str) -> bool {
     let model = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
     let gpt_five_or_later = model
         .strip_prefix("gpt-")
@@ -366,7 +366,7 @@ pub fn endpoint_for(
 /// model with reasoning control and a level set (docs/runtime.md §1.3, §1.9). gpt-5.1 and later
 /// without a level stay on chat completions with `reasoning_effort: "none"` (§7); a level on a
 /// model without reasoning control sends nothing, as upstream does.
-pub fn needs_responses_api(provider_type: &str, model: &str, reasoning: Option<&str>) -> bool {
+pub(crate) fn needs_responses_api(provider_type: &str, model: &str, reasoning: Option<&str>) -> bool {
     provider_type == "openai"
         && reasoning_level(reasoning).is_some()
         && reasoning_support_for(provider_type, model).is_some()

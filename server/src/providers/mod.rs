@@ -1,10 +1,11 @@
 //! Model providers: set, list and delete an account's provider records, with their SQL.
 //!
-//! A provider record is a [`ModelProviderConfig`] (validated by [`vendors::validate_provider`](crate::model::vendors::validate_provider))
-//! stored as canonical CBOR under `(account_id, name)`. Its `secretRefs` name account secrets
-//! (an API key, or subscription OAuth credentials); the record never holds a secret itself, and
-//! listings never return the config: clients see [`RedactedModelProvider`] only, which says
-//! whether secrets are referenced and, for subscription providers, whether sign-in is needed.
+//! A provider record is a [`ModelProviderConfig`] (validated by
+//! [`crate::model::vendors::validate_provider`]) stored as canonical CBOR under
+//! `(account_id, name)`. Its `secretRefs` name account secrets (an API key, or subscription OAuth
+//! credentials); the record never holds a secret itself, and listings never return the config:
+//! clients see [`RedactedModelProvider`] only, which says whether secrets are referenced and, for
+//! subscription providers, whether sign-in is needed.
 //!
 //! Deleting a provider deletes the secrets it referenced that no remaining provider of the account
 //! still references (subscription providers of one type share one OAuth secret).
@@ -31,14 +32,14 @@ use crate::model::vendors;
 use crate::secrets;
 
 /// The 404 for a provider name the account does not have.
-pub const PROVIDER_NOT_FOUND: &str = "Model provider not found";
+pub(crate) const PROVIDER_NOT_FOUND: &str = "Model provider not found";
 
 /// The `secretRefs` key of a subscription provider's OAuth credentials.
 const OAUTH_REF: &str = "oauth";
 
 /// `SetModelProvider {name, provider}`: validates and upserts the caller's provider `name`,
 /// keeping an existing record's id and creation time.
-pub async fn set_model_provider(
+pub(crate) async fn set_model_provider(
     app: &App,
     caller: &Caller,
     action: SetModelProvider,
@@ -62,7 +63,7 @@ pub async fn set_model_provider(
 
 /// `ListModelProviders {agentId?}`: the caller's providers, or with `agentId` those of the agent's
 /// owner (the caller must be able to read the agent), most recently updated first.
-pub async fn list_model_providers(
+pub(crate) async fn list_model_providers(
     app: &App,
     caller: &Caller,
     action: ListModelProviders,
@@ -89,7 +90,7 @@ pub async fn list_model_providers(
 
 /// `DeleteModelProvider {name}`: deletes the caller's provider `name` and, in the same
 /// transaction, every secret it referenced that no remaining provider references.
-pub async fn delete_model_provider(
+pub(crate) async fn delete_model_provider(
     app: &App,
     caller: &Caller,
     action: DeleteModelProvider,
@@ -116,7 +117,7 @@ pub async fn delete_model_provider(
 
 /// A stored provider record.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProviderRow {
+pub(crate) struct ProviderRow {
     /// The record id.
     pub id: String,
     /// The provider name (unique per account).
@@ -152,7 +153,7 @@ fn decode_config(bytes: &[u8], column: usize) -> rusqlite::Result<ModelProviderC
 }
 
 /// Every provider of `account_id`, most recently updated first (ties by name).
-pub fn load_all(conn: &Connection, account_id: &str) -> ApiResult<Vec<ProviderRow>> {
+pub(crate) fn load_all(conn: &Connection, account_id: &str) -> ApiResult<Vec<ProviderRow>> {
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {PROVIDER_COLUMNS} FROM model_providers WHERE account_id = ?1 ORDER BY updated_at DESC, name ASC"
     ))?;
@@ -161,7 +162,7 @@ pub fn load_all(conn: &Connection, account_id: &str) -> ApiResult<Vec<ProviderRo
 }
 
 /// The provider `name` of `account_id`, when it exists.
-pub fn load(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<ProviderRow>> {
+pub(crate) fn load(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<ProviderRow>> {
     Ok(conn
         .prepare_cached(&format!("SELECT {PROVIDER_COLUMNS} FROM model_providers WHERE account_id = ?1 AND name = ?2"))?
         .query_row(params![account_id, name], row_from_sql)
@@ -214,7 +215,7 @@ fn upsert(
 
 /// The auth fields of a redacted provider: both absent for api-key providers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ProviderAuth {
+pub(crate) struct ProviderAuth {
     /// `subscription` for subscription providers.
     pub mode: Option<RedactedModelProviderAuthMode>,
     /// Whether the subscription's credentials are usable.
@@ -222,7 +223,11 @@ pub struct ProviderAuth {
 }
 
 /// Looks up a subscription provider's OAuth secret and derives [`ProviderAuth`].
-pub fn provider_auth(conn: &Connection, account_id: &str, config: &ModelProviderConfig) -> ApiResult<ProviderAuth> {
+pub(crate) fn provider_auth(
+    conn: &Connection,
+    account_id: &str,
+    config: &ModelProviderConfig,
+) -> ApiResult<ProviderAuth> {
     let Some(secret_name) = oauth_secret_name(config) else {
         return Ok(auth_from_secret(config, OauthSecret::NoRef));
     };
@@ -236,7 +241,7 @@ pub fn provider_auth(conn: &Connection, account_id: &str, config: &ModelProvider
 
 /// What the lookup of a subscription provider's OAuth secret found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OauthSecret<'a> {
+pub(crate) enum OauthSecret<'a> {
     /// The config has no (non-empty) `secretRefs.oauth`.
     NoRef,
     /// The referenced secret does not exist.
@@ -253,7 +258,7 @@ fn oauth_secret_name(config: &ModelProviderConfig) -> Option<&str> {
 /// [`ProviderAuth`] from the OAuth secret's lookup. A subscription provider needs login when it
 /// references no secret, the secret is missing, or it is flagged `needsReauth` (a refresh was
 /// rejected); otherwise it is ok. Other providers have neither field.
-pub fn auth_from_secret(config: &ModelProviderConfig, oauth_secret: OauthSecret<'_>) -> ProviderAuth {
+pub(crate) fn auth_from_secret(config: &ModelProviderConfig, oauth_secret: OauthSecret<'_>) -> ProviderAuth {
     if config.auth_mode != Some(ModelProviderConfigAuthMode::Subscription) {
         return ProviderAuth::default();
     }
@@ -284,12 +289,12 @@ fn js_truthy(value: &Ipld) -> bool {
 }
 
 /// Whether a config references any secret (`hasSecrets`).
-pub fn has_secrets(config: &ModelProviderConfig) -> bool {
+pub(crate) fn has_secrets(config: &ModelProviderConfig) -> bool {
     config.secret_refs.as_ref().is_some_and(|refs| !refs.is_empty())
 }
 
 /// The redacted view of a provider record: never its config or secret names.
-pub fn redact(row: ProviderRow, auth: ProviderAuth) -> RedactedModelProvider {
+pub(crate) fn redact(row: ProviderRow, auth: ProviderAuth) -> RedactedModelProvider {
     RedactedModelProvider {
         extra: Default::default(),
         auth_mode: auth.mode,
@@ -305,7 +310,7 @@ pub fn redact(row: ProviderRow, auth: ProviderAuth) -> RedactedModelProvider {
 
 /// The secrets `deleted` referenced that none of `remaining` references, each once, in the order
 /// of `deleted`'s `secretRefs` keys.
-pub fn orphaned_secrets(deleted: &ModelProviderConfig, remaining: &[&ModelProviderConfig]) -> Vec<String> {
+pub(crate) fn orphaned_secrets(deleted: &ModelProviderConfig, remaining: &[&ModelProviderConfig]) -> Vec<String> {
     let still_referenced: BTreeSet<&str> = remaining
         .iter()
         .filter_map(|config| config.secret_refs.as_ref())

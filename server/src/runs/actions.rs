@@ -18,15 +18,15 @@ use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
 /// Runs per `ListRuns` page when the client does not say.
-pub const DEFAULT_PAGE: i64 = 50;
+pub(crate) const DEFAULT_PAGE: i64 = 50;
 /// The most runs per `ListRuns` page.
-pub const MAX_PAGE: i64 = 200;
+pub(crate) const MAX_PAGE: i64 = 200;
 
 /// `ListRuns` without a selector (upstream's words).
 const NO_SELECTOR: &str = "ListRuns requires rootRunId, sessionId, or agentId";
 
 /// `GetRun {runId}` (reader of the run's agent).
-pub async fn get_run(app: &App, caller: &Caller, action: GetRun) -> ApiResult<GetRunResponse> {
+pub(crate) async fn get_run(app: &App, caller: &Caller, action: GetRun) -> ApiResult<GetRunResponse> {
     let account = caller.account_id.clone();
     app.db
         .read(move |conn| {
@@ -49,7 +49,7 @@ pub async fn get_run(app: &App, caller: &Caller, action: GetRun) -> ApiResult<Ge
 /// rootRunId (its 404 or 403). When that is not the selector that chooses the runs, the chosen
 /// one must be visible too, else the list is empty: upstream answers that way for another
 /// owner's runs, and would list another agent of the same owner, which we do not.
-pub async fn list_runs(app: &App, caller: &Caller, action: ListRuns) -> ApiResult<ListRunsResponse> {
+pub(crate) async fn list_runs(app: &App, caller: &Caller, action: ListRuns) -> ApiResult<ListRunsResponse> {
     let limit = action.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
     let account = caller.account_id.clone();
     app.db
@@ -122,7 +122,7 @@ impl Selector<'_> {
 
 /// `CancelRun {runId}` (writer): cancels the run's tree; `canceled` says whether anything was
 /// canceled or asked to stop.
-pub async fn cancel_run(app: &App, caller: &Caller, action: CancelRun) -> ApiResult<CancelRunResponse> {
+pub(crate) async fn cancel_run(app: &App, caller: &Caller, action: CancelRun) -> ApiResult<CancelRunResponse> {
     let (account, now, ending) = (caller.account_id.clone(), app.clock.now_ms(), app.runs.ending());
     let run_id = action.run_id.clone();
     let (canceled, changes) = app
@@ -143,7 +143,7 @@ pub async fn cancel_run(app: &App, caller: &Caller, action: CancelRun) -> ApiRes
 /// is true. Event waits are not implemented (no run parks on one yet, and there is no run journal
 /// to deliver a payload into), so every other signal answers `delivered: false`, as upstream does
 /// when no wait matches.
-pub async fn signal_run(app: &App, caller: &Caller, action: SignalRun) -> ApiResult<SignalRunResponse> {
+pub(crate) async fn signal_run(app: &App, caller: &Caller, action: SignalRun) -> ApiResult<SignalRunResponse> {
     let (account, now) = (caller.account_id.clone(), app.clock.now_ms());
     let run_id = action.run_id.clone();
     let (resumed, changes) = app
@@ -163,7 +163,11 @@ pub async fn signal_run(app: &App, caller: &Caller, action: SignalRun) -> ApiRes
 /// `GetRunJournal {runId, afterSeq?}` (reader): workflow journal entries after `afterSeq`
 /// (checked while decoding: 400 `afterSeq must be a non-negative integer`). Only workflow runs
 /// keep a journal and this server runs none, so the list is empty.
-pub async fn get_run_journal(app: &App, caller: &Caller, action: GetRunJournal) -> ApiResult<GetRunJournalResponse> {
+pub(crate) async fn get_run_journal(
+    app: &App,
+    caller: &Caller,
+    action: GetRunJournal,
+) -> ApiResult<GetRunJournalResponse> {
     let account = caller.account_id.clone();
     let run_id = action.run_id.clone();
     app.db.read(move |conn| access::require_run(conn, &run_id, &account, Need::Read)).await?;

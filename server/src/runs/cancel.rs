@@ -42,7 +42,7 @@ impl Canceled {
 
 /// Cancels the tree rooted at `run_id` (see the module docs). `ending` says whether a run is
 /// executing in this process.
-pub fn cancel_tree(
+pub(crate) fn cancel_tree(
     conn: &Connection,
     run_id: &str,
     now_ms: i64,
@@ -115,7 +115,7 @@ fn cancel_live_of(
 
 /// Cancels every live run of session `session_id` with its descendants (StopSession,
 /// DeleteSession).
-pub fn cancel_session(
+pub(crate) fn cancel_session(
     conn: &Connection,
     session_id: &str,
     now_ms: i64,
@@ -134,7 +134,7 @@ pub fn cancel_session(
 }
 
 /// Cancels every live run of agent `agent_id` with its descendants (DeleteAgent).
-pub fn cancel_agent(
+pub(crate) fn cancel_agent(
     conn: &Connection,
     agent_id: &str,
     now_ms: i64,
@@ -155,7 +155,12 @@ pub fn cancel_agent(
 /// Lets a run parked on a budget pause go on: back to `queued`, with the wall-clock budget that
 /// stopped it dropped (every other budget stays), as upstream's `resumeBudgetPause`. False when
 /// the run is not parked on a budget pause.
-pub fn resume_budget_pause(conn: &Connection, run_id: &str, now_ms: i64, changes: &mut Changes) -> ApiResult<bool> {
+pub(crate) fn resume_budget_pause(
+    conn: &Connection,
+    run_id: &str,
+    now_ms: i64,
+    changes: &mut Changes,
+) -> ApiResult<bool> {
     use rusqlite::OptionalExtension as _;
     type Paused = (Option<Vec<u8>>, Option<Vec<u8>>, Option<String>);
     let row: Option<Paused> = conn

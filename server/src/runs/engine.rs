@@ -25,12 +25,12 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::cancel::{self, Canceled};
-pub use super::executor::{Executor, FailureCode, InlineOutcome, Outcome, RunFailure, StopReason, StopSignal};
+pub(crate) use super::executor::{Executor, FailureCode, InlineOutcome, Outcome, RunFailure, StopReason, StopSignal};
 use super::finish::{self, Backoff, Lease, Settled};
 use super::hooks::{Ending, NoHooks, RunHooks};
-pub use super::queue::Claimed;
+pub(crate) use super::queue::Claimed;
 use super::queue::{self, Changes};
-pub use super::wait::Wait;
+pub(crate) use super::wait::Wait;
 use crate::bus::{Bus, Event};
 use crate::clock::Clock;
 use crate::db::Db;

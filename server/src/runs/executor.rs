@@ -68,7 +68,7 @@ impl RunFailure {
 /// limit, a saturated or unfinished server) keeps its kind; anything else about the request is
 /// invalid input, and a failure inside the run is a failed upstream (the run is the upstream of
 /// the request that waited for it).
-pub fn answered_as(kind: ErrorKind) -> ErrorKind {
+pub(crate) fn answered_as(kind: ErrorKind) -> ErrorKind {
     match kind {
         ErrorKind::Forbidden
         | ErrorKind::NotFound

@@ -28,7 +28,7 @@ pub trait RunHooks: Send + Sync + fmt::Debug + 'static {
 
 /// No consumers: what an engine without installed hooks (a unit test's) calls.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NoHooks;
+pub(crate) struct NoHooks;
 
 impl RunHooks for NoHooks {
     fn run_ended(&self, _: &Connection, _: &str) -> ApiResult<bool> {

@@ -93,7 +93,7 @@ fn unmet_obligations(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Vec
 
 /// The root and the agent of run `run_id`, when it exists and still has an agent (runs outlive
 /// their agent, and a run without one is visible to nobody).
-pub fn root_and_agent(conn: &Connection, run_id: &str) -> ApiResult<Option<(String, String)>> {
+pub(crate) fn root_and_agent(conn: &Connection, run_id: &str) -> ApiResult<Option<(String, String)>> {
     Ok(conn
         .prepare_cached("SELECT root_run_id, agent_id FROM runs WHERE id = ?1 AND agent_id IS NOT NULL")?
         .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
@@ -101,7 +101,7 @@ pub fn root_and_agent(conn: &Connection, run_id: &str) -> ApiResult<Option<(Stri
 }
 
 /// Run `run_id` as clients see it, when it exists.
-pub fn load(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunInfo>> {
+pub(crate) fn load(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunInfo>> {
     conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs r WHERE r.id = ?1"))?
         .query_row(params![run_id], info_from_row)
         .optional()
@@ -127,7 +127,7 @@ pub(super) fn select(
 }
 
 /// Every run of the tree rooted at `root`, oldest first.
-pub fn tree(conn: &Connection, root: &str) -> ApiResult<Vec<RunInfo>> {
+pub(crate) fn tree(conn: &Connection, root: &str) -> ApiResult<Vec<RunInfo>> {
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {RUN_COLUMNS} FROM runs r WHERE r.root_run_id = ?1 ORDER BY r.created_at, r.id"
     ))?;

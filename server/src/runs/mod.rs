@@ -9,8 +9,9 @@
 //! - [`cancel`]: a run's tree, a session's or an agent's live runs, a budget pause lifted;
 //! - [`signal`]: delivering a signal to a parked run (`SignalRun`, a trigger's `wake`);
 //! - [`engine`]: the [`Engine`] in `App` (dispatcher, inline runs, leases, shutdown);
-//! - [`executor`]: the [`Executor`] interface the model loop implements, with what it is given
-//!   ([`Claimed`], [`StopSignal`]) and reports ([`Outcome`]);
+//! - [`executor`]: the [`Executor`](executor::Executor) interface the model loop implements, with
+//!   what it is given ([`Claimed`](queue::Claimed), [`StopSignal`](executor::StopSignal)) and
+//!   reports ([`Outcome`]);
 //! - [`wait`]: what a parked run waits for; [`info`]: rows read back as `RunInfo`;
 //! - [`children`]: delegated children answering their parents' calls (delivery, wait sets,
 //!   plan step settlement, the race closers);
@@ -20,28 +21,26 @@
 //! session's status mirror, and every change is published after that commit; at most one agent
 //! run per session is claimed or running; `attempt` counts executions, never resumptions.
 
-pub mod actions;
-pub mod cancel;
+pub(crate) mod actions;
+pub(crate) mod cancel;
 pub mod children;
-pub mod engine;
-pub mod executor;
+pub(crate) mod engine;
+pub(crate) mod executor;
 pub mod finish;
-pub mod hooks;
-pub mod info;
+pub(crate) mod hooks;
+pub(crate) mod info;
 pub mod queue;
-pub mod signal;
+pub(crate) mod signal;
 pub mod wait;
 
 #[cfg(test)]
 mod engine_tests;
 
-pub use engine::{
-    Claimed, Engine, Executor, FailureCode, InlineOutcome, Limits, Outcome, RunFailure, StopReason, StopSignal,
-};
-pub use finish::{Usage, add_usage};
-pub use hooks::{Ending, NoHooks, RunHooks};
-pub use queue::{Changes, NewRun, Queue, enqueue, insert_run};
-pub use wait::Wait;
+pub(crate) use engine::{Engine, InlineOutcome, Limits, Outcome};
+pub(crate) use finish::{Usage, add_usage};
+pub(crate) use hooks::RunHooks;
+pub(crate) use queue::{Changes, NewRun, Queue, enqueue};
+pub(crate) use wait::Wait;
 
 use rusqlite::{Connection, params};
 
@@ -51,7 +50,7 @@ use rusqlite::{Connection, params};
 /// in the middle of a turn. As upstream decides it, a `waiting` run (parked on children, a timer,
 /// an event or a budget pause) does not count, since a parked parent still converses and its resume
 /// queues behind new turns; workflow runs do not count either. Served by `runs_by_session_status`.
-pub fn session_has_active_turn(conn: &Connection, session_id: &str) -> rusqlite::Result<bool> {
+pub(crate) fn session_has_active_turn(conn: &Connection, session_id: &str) -> rusqlite::Result<bool> {
     conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = ?1 AND kind = 'agent'
              AND status IN ('queued', 'claimed', 'running'))",

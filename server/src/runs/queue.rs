@@ -97,7 +97,7 @@ pub fn insert_run(conn: &Connection, run: &NewRun, now_ms: i64) -> rusqlite::Res
 }
 
 /// [`insert_run`], noting the new run and a session status change in `changes` (publish them
-/// after the commit with [`Changes::publish`]).
+/// after the commit with [`Engine::publish`](super::Engine::publish)).
 pub fn enqueue(conn: &Connection, run: &NewRun, now_ms: i64, changes: &mut Changes) -> rusqlite::Result<String> {
     insert(conn, run, None, now_ms, changes)
 }

@@ -15,7 +15,7 @@ use crate::error::ApiResult;
 
 /// Delivers a signal to run `run_id` inside the caller's write transaction; whether the run took
 /// it (and went back to the queue: `changes` then wakes the dispatcher when published).
-pub fn deliver(conn: &Connection, run_id: &str, now_ms: i64, changes: &mut Changes) -> ApiResult<bool> {
+pub(crate) fn deliver(conn: &Connection, run_id: &str, now_ms: i64, changes: &mut Changes) -> ApiResult<bool> {
     let resumed = super::cancel::resume_budget_pause(conn, run_id, now_ms, changes)?;
     if resumed {
         changes.wake();
@@ -29,7 +29,7 @@ pub fn deliver(conn: &Connection, run_id: &str, now_ms: i64, changes: &mut Chang
 /// Budget pauses are not searched: resuming one spends money, so it takes a signal that names
 /// the run (upstream's trigger search looks at event waits only too). As event-wait delivery is
 /// not built (see the module docs), this finds no run on this server yet.
-pub fn deliver_to_listener(
+pub(crate) fn deliver_to_listener(
     conn: &Connection,
     account_id: &str,
     agent_id: &str,

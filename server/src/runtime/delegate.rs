@@ -32,24 +32,24 @@ use crate::runs::queue::{Changes, NewRun, Queue, enqueue, enqueue_child};
 use crate::sessions::events;
 
 /// The deepest a run tree (awaited children) or a session chain (detached ones) may go.
-pub const MAX_DEPTH: i64 = 3;
+pub(crate) const MAX_DEPTH: i64 = 3;
 /// Awaited children one run may spawn; also detached sessions one session may start.
-pub const MAX_SPAWNS: i64 = 10;
+pub(crate) const MAX_SPAWNS: i64 = 10;
 /// Executions a child run may take (retries of retryable failures).
-pub const CHILD_MAX_ATTEMPTS: u32 = 3;
+pub(crate) const CHILD_MAX_ATTEMPTS: u32 = 3;
 /// Failed `return_result` calls before a typed child fails `output-schema`.
-pub const MAX_RESULT_FAILURES: u32 = 3;
+pub(crate) const MAX_RESULT_FAILURES: u32 = 3;
 
 /// The tool's name.
-pub const NAME: &str = "delegate";
+pub(crate) const NAME: &str = "delegate";
 /// The typed child's result tool.
-pub const RETURN_RESULT: &str = "return_result";
+pub(crate) const RETURN_RESULT: &str = "return_result";
 
 const NO_BRIEF: &str = "delegate requires a `brief` — the task briefing as human-readable markdown";
 
 /// A model child's contract, as its run's input stores it (`input.spec`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Spec {
+pub(crate) struct Spec {
     /// The child's title, when the parent gave one.
     pub title: Option<String>,
     /// A system prompt replacing the agent's.
@@ -67,7 +67,7 @@ pub struct Spec {
 impl Spec {
     /// The agent's definition as this child runs with it: its own prompt instead of the agent's,
     /// and its tools narrowed to the ones it was given.
-    pub fn apply(&self, definition: &mut seed_agents_protocol::generated::AgentDefinition) {
+    pub(crate) fn apply(&self, definition: &mut seed_agents_protocol::generated::AgentDefinition) {
         if let Some(prompt) = &self.prompt {
             definition.system_prompt =
                 seed_agents_protocol::generated::AgentDefinitionSystemPrompt::String(prompt.clone());
@@ -78,7 +78,7 @@ impl Spec {
     }
 
     /// The stored shape: `{title?, prompt?, agentId?, input, tools?, output?}`.
-    pub fn to_json(&self) -> Json {
+    pub(crate) fn to_json(&self) -> Json {
         let mut spec = serde_json::Map::new();
         if let Some(title) = &self.title {
             spec.insert("title".into(), json!(title));
@@ -120,7 +120,7 @@ impl Spec {
 /// Normalises a model child's `delegate` input, with upstream's 400s: `brief` is the stored
 /// input; a lone `prompt` is read as the brief; `prompt` with `agentId` is refused; `output`
 /// must be a supported schema.
-pub fn normalize(raw: &Json) -> ApiResult<Spec> {
+pub(crate) fn normalize(raw: &Json) -> ApiResult<Spec> {
     let empty = serde_json::Map::new();
     let fields = raw.as_object().unwrap_or(&empty);
     let text = |key: &str| fields.get(key).and_then(Json::as_str).filter(|text| !text.is_empty()).map(str::to_owned);
@@ -162,7 +162,7 @@ pub fn normalize(raw: &Json) -> ApiResult<Spec> {
 /// Where `schema` leaves the supported subset (`type`, `description`, `properties`, `required`,
 /// `additionalProperties`, `enum`, `minLength`, `maxLength`, `minimum`, `maximum`, `items`,
 /// `minItems`, `maxItems`; an object root), as `path: message`.
-pub fn shape_errors(schema: &Json, path: &str) -> Vec<String> {
+pub(crate) fn shape_errors(schema: &Json, path: &str) -> Vec<String> {
     const KNOWN: [&str; 13] = [
         "type",
         "description",
@@ -221,7 +221,7 @@ pub fn shape_errors(schema: &Json, path: &str) -> Vec<String> {
 
 /// Checks a `return_result` payload against the child's schema: `path: message` per problem
 /// (paths as `$.field[0]`), empty when it fits.
-pub fn payload_errors(schema: &Json, payload: &Json) -> Vec<String> {
+pub(crate) fn payload_errors(schema: &Json, payload: &Json) -> Vec<String> {
     let validator = match jsonschema::validator_for(schema) {
         Ok(validator) => validator,
         Err(error) => return vec![format!("$: the schema cannot be used: {error}")],
@@ -246,7 +246,7 @@ pub fn payload_errors(schema: &Json, payload: &Json) -> Vec<String> {
 
 /// A run's contract: its own `input.spec` (from `input`, the run's input as claimed), or the
 /// spec of the run that spawned its session.
-pub fn contract(conn: &Connection, run_id: &str, input: &Ipld, session_id: &str) -> ApiResult<Option<Spec>> {
+pub(crate) fn contract(conn: &Connection, run_id: &str, input: &Ipld, session_id: &str) -> ApiResult<Option<Spec>> {
     if let Some(spec) = spec_in(input) {
         return Ok(Some(spec));
     }
@@ -256,7 +256,7 @@ pub fn contract(conn: &Connection, run_id: &str, input: &Ipld, session_id: &str)
 
 /// The contract every run of a delegated child's session runs under (the one its spawning run
 /// stored), or `None` for any other session.
-pub fn session_contract(conn: &Connection, session_id: &str) -> ApiResult<Option<Spec>> {
+pub(crate) fn session_contract(conn: &Connection, session_id: &str) -> ApiResult<Option<Spec>> {
     spawning_contract(conn, session_id, None)
 }
 
@@ -287,7 +287,7 @@ fn spec_in(input: &Ipld) -> Option<Spec> {
 }
 
 /// The `delegate` tool as offered.
-pub fn delegate_spec() -> ToolSpec {
+pub(crate) fn delegate_spec() -> ToolSpec {
     ToolSpec {
         name: NAME.to_owned(),
         description: "Hand a task to a child session and get its result back as this call's result.\n\
@@ -321,7 +321,7 @@ pub fn delegate_spec() -> ToolSpec {
 }
 
 /// `return_result` for a typed child: its parameters are the child's output schema.
-pub fn return_result_spec(schema: &Json) -> ToolSpec {
+pub(crate) fn return_result_spec(schema: &Json) -> ToolSpec {
     ToolSpec {
         name: RETURN_RESULT.to_owned(),
         description: "Deliver the final result of this delegated task. Call it once, when the task is done, with \
@@ -334,7 +334,7 @@ pub fn return_result_spec(schema: &Json) -> ToolSpec {
 
 /// The brief as the child's first message: a string verbatim, anything else as a fenced block of
 /// pretty JSON.
-pub fn render_brief(input: &Json) -> String {
+pub(crate) fn render_brief(input: &Json) -> String {
     match input {
         Json::String(text) => text.clone(),
         other => format!("```json\n{}\n```", serde_json::to_string_pretty(other).unwrap_or_default()),
@@ -352,7 +352,7 @@ struct Spawned {
 
 /// Runs a `delegate` call of `turn` with id `call_id`: the live result, and whether the pass
 /// must park on the call (an awaited child). Errors are the 400s the model reads.
-pub async fn call(turn: &Turn, call_id: &str, arguments: &Json) -> ApiResult<(Json, bool)> {
+pub(crate) async fn call(turn: &Turn, call_id: &str, arguments: &Json) -> ApiResult<(Json, bool)> {
     if arguments.get("script").and_then(Json::as_str).is_some_and(|script| !script.is_empty()) {
         return Err(ApiError::invalid(
             "Script children are not supported by this server yet; delegate a model child with a brief instead.",
@@ -582,7 +582,7 @@ fn spawn_detached(
 
 /// What `return_result` came to for this execution.
 #[derive(Debug, Default)]
-pub struct Typed {
+pub(crate) struct Typed {
     /// Failed calls so far.
     pub failures: u32,
     /// The accepted payload.
@@ -592,7 +592,7 @@ pub struct Typed {
 }
 
 /// Runs `return_result` with `payload` for a child typed by `schema`.
-pub fn return_result(typed: &std::sync::Mutex<Typed>, schema: &Json, payload: &Json) -> Result<Json, String> {
+pub(crate) fn return_result(typed: &std::sync::Mutex<Typed>, schema: &Json, payload: &Json) -> Result<Json, String> {
     let mut typed = typed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if typed.delivered.is_some() {
         return Ok(json!({"accepted": true}));

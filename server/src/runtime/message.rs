@@ -33,13 +33,13 @@ use crate::sessions::events;
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
 /// The most text one request may carry (all parts, joined by newlines), in UTF-8 bytes.
-pub const MAX_MESSAGE_TEXT_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_MESSAGE_TEXT_BYTES: usize = 64 * 1024;
 /// The most context lines one context part may carry.
-pub const MAX_CONTEXT_LINES: usize = 64;
+pub(crate) const MAX_CONTEXT_LINES: usize = 64;
 /// The longest context line, in UTF-8 bytes.
-pub const MAX_CONTEXT_LINE_BYTES: usize = 2 * 1024;
+pub(crate) const MAX_CONTEXT_LINE_BYTES: usize = 2 * 1024;
 /// The most attachments one request may reference.
-pub const MAX_MESSAGE_ATTACHMENTS: usize = 16;
+pub(crate) const MAX_MESSAGE_ATTACHMENTS: usize = 16;
 
 /// One user message of the request.
 #[derive(Debug, Default)]
@@ -125,7 +125,7 @@ fn parts(content: &[MessageSessionContentPart]) -> ApiResult<Vec<Part>> {
 
 /// A run's title: the first line of the first message, whitespace collapsed, at most 80
 /// characters.
-pub fn run_title(text: &str) -> String {
+pub(crate) fn run_title(text: &str) -> String {
     let first = text.split('\n').next().unwrap_or_default();
     let collapsed = first.split_whitespace().collect::<Vec<_>>().join(" ");
     if collapsed.is_empty() {
@@ -148,7 +148,7 @@ struct Request<'a> {
 }
 
 /// `MessageSession {sessionId, content, clientMessageId?}` (chatter or better).
-pub async fn message_session(
+pub(crate) async fn message_session(
     app: &Arc<App>,
     caller: &Caller,
     action: MessageSession,

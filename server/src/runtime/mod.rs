@@ -17,15 +17,15 @@
 //! announced after its commit; partials are never stored; nothing here decides by parsing an
 //! error's text; a stopped turn keeps what it streamed.
 
-pub mod delegate;
-pub mod message;
-pub mod pass;
-pub mod plan;
-pub mod prompt;
+pub(crate) mod delegate;
+pub(crate) mod message;
+pub(crate) mod pass;
+pub(crate) mod plan;
+pub(crate) mod prompt;
 pub mod replay;
-pub mod title;
+pub(crate) mod title;
 pub(crate) mod titles;
-pub mod tools;
+pub(crate) mod tools;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -48,9 +48,9 @@ use crate::runs::engine::{Claimed, Executor, FailureCode, Outcome, RunFailure, S
 use crate::sessions::events;
 
 /// System continuations per execution before a run ends owing its plan.
-pub const MAX_CONTINUATIONS: u32 = 3;
+pub(crate) const MAX_CONTINUATIONS: u32 = 3;
 /// The `max_tokens` of every model request.
-pub const MAX_TOKENS: u32 = 16_384;
+pub(crate) const MAX_TOKENS: u32 = 16_384;
 
 /// The error text of a tool call the server never saw finish.
 pub const INTERRUPTED: &str = "Interrupted by a service restart before this tool finished; whether its side effects \
@@ -58,14 +58,14 @@ pub const INTERRUPTED: &str = "Interrupted by a service restart before this tool
 
 /// Runs agent runs (installed into the run engine at startup).
 #[derive(Debug, Default)]
-pub struct AgentExecutor {
+pub(crate) struct AgentExecutor {
     /// The app runs execute in (weak: the app holds the engine that holds this executor).
     app: Weak<App>,
 }
 
 impl AgentExecutor {
     /// The executor of `app`'s agent runs.
-    pub fn new(app: &Arc<App>) -> Self {
+    pub(crate) fn new(app: &Arc<App>) -> Self {
         Self { app: Arc::downgrade(app) }
     }
 }
@@ -84,7 +84,7 @@ impl Executor for AgentExecutor {
 }
 
 /// Everything a pass needs, loaded once per execution.
-pub struct Turn {
+pub(crate) struct Turn {
     /// The server.
     pub app: Arc<App>,
     /// The run being executed.
@@ -488,12 +488,12 @@ impl Turn {
     }
 
     /// Appends one durable event, announces it, and returns its id.
-    pub async fn append(&self, payload: SessionEventPayload) -> ApiResult<String> {
+    pub(crate) async fn append(&self, payload: SessionEventPayload) -> ApiResult<String> {
         self.append_with_usage(payload, None).await
     }
 
     /// [`Self::append`], adding a step's usage to the run in the same transaction.
-    pub async fn append_with_usage(
+    pub(crate) async fn append_with_usage(
         &self,
         payload: SessionEventPayload,
         usage: Option<&model::Usage>,
@@ -522,7 +522,7 @@ impl Turn {
 impl Turn {
     /// Adds a step's usage to the run's total (accumulated, never overwritten: a run that
     /// continues or is retried keeps what its earlier passes used).
-    pub async fn add_usage(&self, usage: &model::Usage) -> ApiResult<()> {
+    pub(crate) async fn add_usage(&self, usage: &model::Usage) -> ApiResult<()> {
         let usage = run_usage(usage);
         let run_id = self.run_id.clone();
         self.app.db.write(move |conn| crate::runs::add_usage(conn, &run_id, &usage)).await

@@ -33,11 +33,11 @@ use crate::runs::engine::{FailureCode, RunFailure, StopReason};
 use crate::sessions::events;
 
 /// The most model steps one pass may take before it is stopped as runaway.
-pub const MAX_STEPS: u32 = 100;
+pub(crate) const MAX_STEPS: u32 = 100;
 
 /// How a pass ended.
 #[derive(Debug)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// The model stopped calling tools; its last durable message (or `""`).
     Answered {
         /// The last assistant message appended by the pass, or `""`.
@@ -257,7 +257,7 @@ impl Turn {
 }
 
 /// Runs one pass of `turn`.
-pub async fn run(turn: &Turn) -> Ended {
+pub(crate) async fn run(turn: &Turn) -> Ended {
     match pass(turn).await {
         Ok(ended) => ended,
         Err(error) => Ended::Failed(server_failure(&error)),

@@ -19,17 +19,17 @@ use crate::validate::bounded_string;
 use super::Turn;
 
 /// The longest title `status` takes, in UTF-8 bytes.
-pub const MAX_TITLE_BYTES: usize = 256;
+pub(crate) const MAX_TITLE_BYTES: usize = 256;
 /// The longest description `status` takes, in UTF-8 bytes.
-pub const MAX_DESCRIPTION_BYTES: usize = 1024;
+pub(crate) const MAX_DESCRIPTION_BYTES: usize = 1024;
 
 /// Whether a step is settled (done, failed or skipped).
-pub fn settled(step: &RunPlanStep) -> bool {
+pub(crate) fn settled(step: &RunPlanStep) -> bool {
     matches!(step.status, RunPlanStepStatus::Done | RunPlanStepStatus::Failed | RunPlanStepStatus::Skipped)
 }
 
 /// The session's plan.
-pub fn load(conn: &Connection, session_id: &str) -> ApiResult<Option<RunPlan>> {
+pub(crate) fn load(conn: &Connection, session_id: &str) -> ApiResult<Option<RunPlan>> {
     let bytes: Option<Option<Vec<u8>>> = conn
         .prepare_cached("SELECT plan_cbor FROM sessions WHERE id = ?1")?
         .query_row(params![session_id], |row| row.get(0))
@@ -56,13 +56,18 @@ fn copy_to_run(conn: &Connection, plan: &RunPlan) -> ApiResult<()> {
 }
 
 /// Whether `plan` was fully settled under a run other than `run_id` (the next pass retires it).
-pub fn retirable(plan: &RunPlan, run_id: &str) -> bool {
+pub(crate) fn retirable(plan: &RunPlan, run_id: &str) -> bool {
     plan.owner_run_id.as_deref().is_some_and(|owner| owner != run_id) && plan.steps.iter().all(settled)
 }
 
 /// At the start of a pass of `run_id`: the plan to show, after retiring one that was fully
 /// settled under an earlier run (copied onto that run, cleared from the session).
-pub fn current(conn: &Connection, session_id: &str, run_id: &str, now: i64) -> ApiResult<(Option<RunPlan>, bool)> {
+pub(crate) fn current(
+    conn: &Connection,
+    session_id: &str,
+    run_id: &str,
+    now: i64,
+) -> ApiResult<(Option<RunPlan>, bool)> {
     let Some(plan) = load(conn, session_id)? else { return Ok((None, false)) };
     if retirable(&plan, run_id) {
         copy_to_run(conn, &plan)?;
@@ -73,13 +78,13 @@ pub fn current(conn: &Connection, session_id: &str, run_id: &str, now: i64) -> A
 }
 
 /// The labels of the plan's open steps (pending or running).
-pub fn open_steps(plan: Option<&RunPlan>) -> Vec<String> {
+pub(crate) fn open_steps(plan: Option<&RunPlan>) -> Vec<String> {
     plan.map(|plan| plan.steps.iter().filter(|step| !settled(step)).map(|step| step.label.clone()).collect())
         .unwrap_or_default()
 }
 
 /// `plan {title?, steps}` (arguments already checked against its schema).
-pub async fn apply(turn: &Turn, arguments: &Json) -> ApiResult<Json> {
+pub(crate) async fn apply(turn: &Turn, arguments: &Json) -> ApiResult<Json> {
     let steps: Vec<RunPlanStep> = arguments["steps"]
         .as_array()
         .map(|steps| {
@@ -141,7 +146,7 @@ pub async fn apply(turn: &Turn, arguments: &Json) -> ApiResult<Json> {
 
 /// After a run ends with no other live run on the session: steps still `running` become `done`
 /// (the run succeeded) or `failed` (it failed). Pending steps stay as they are.
-pub fn close_running_steps(conn: &Connection, session_id: &str, succeeded: bool, now: i64) -> ApiResult<bool> {
+pub(crate) fn close_running_steps(conn: &Connection, session_id: &str, succeeded: bool, now: i64) -> ApiResult<bool> {
     let Some(mut plan) = load(conn, session_id)? else { return Ok(false) };
     let mut changed = false;
     for step in &mut plan.steps {
@@ -163,7 +168,7 @@ pub fn close_running_steps(conn: &Connection, session_id: &str, succeeded: bool,
 /// Marks step `step_id` of the session's plan `done` with `resolvedBy: 'runtime'` (its children
 /// all came back succeeded, docs/runtime.md §5.7); nothing when the step is gone or already
 /// settled. Whether the plan changed.
-pub fn settle_step(conn: &Connection, session_id: &str, step_id: &str, now: i64) -> ApiResult<bool> {
+pub(crate) fn settle_step(conn: &Connection, session_id: &str, step_id: &str, now: i64) -> ApiResult<bool> {
     let Some(mut plan) = load(conn, session_id)? else { return Ok(false) };
     let Some(step) = plan.steps.iter_mut().find(|step| step.id == step_id) else { return Ok(false) };
     if settled(step) {
@@ -181,7 +186,7 @@ pub fn settle_step(conn: &Connection, session_id: &str, step_id: &str, now: i64)
 
 /// The single `running` step of the session's plan, as `(id, label)`; none when no step or
 /// several run (a spawn then attaches to no step).
-pub fn running_step(conn: &Connection, session_id: &str) -> ApiResult<Option<(String, String)>> {
+pub(crate) fn running_step(conn: &Connection, session_id: &str) -> ApiResult<Option<(String, String)>> {
     let Some(plan) = load(conn, session_id)? else { return Ok(None) };
     let mut running = plan.steps.iter().filter(|step| step.status == RunPlanStepStatus::Running);
     match (running.next(), running.next()) {
@@ -192,7 +197,7 @@ pub fn running_step(conn: &Connection, session_id: &str) -> ApiResult<Option<(St
 
 /// `status {title?, description?}`: names the session (unless its user named it) and says
 /// where it stands.
-pub async fn status(turn: &Turn, arguments: &Json) -> ApiResult<Json> {
+pub(crate) async fn status(turn: &Turn, arguments: &Json) -> ApiResult<Json> {
     let title = arguments["title"].as_str().map(str::trim).filter(|title| !title.is_empty());
     let description = arguments["description"].as_str().map(str::trim);
     if title.is_none() && description.is_none() {

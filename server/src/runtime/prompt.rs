@@ -18,7 +18,7 @@ use crate::error::ApiResult;
 use crate::memory;
 
 /// The most characters the `<space>` block may take before it collapses to counts.
-pub const SPACE_BUDGET_CHARS: usize = 2048;
+pub(crate) const SPACE_BUDGET_CHARS: usize = 2048;
 /// Top-level memory entries named in the `<space>` block.
 const MEMORY_ENTRIES_SHOWN: usize = 12;
 /// Triggers named in the `<space>` block.
@@ -53,7 +53,7 @@ wants.";
 
 /// What the prompt is built from.
 #[derive(Debug)]
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     /// The agent's definition.
     pub definition: &'a AgentDefinition,
     /// The agent's owner.
@@ -69,7 +69,7 @@ pub struct Inputs<'a> {
 }
 
 /// The agent's own prompt as markdown.
-pub fn agent_prompt(definition: &AgentDefinition) -> String {
+pub(crate) fn agent_prompt(definition: &AgentDefinition) -> String {
     match &definition.system_prompt {
         AgentDefinitionSystemPrompt::Array(blocks) => agents::prompt::blocks_to_markdown(blocks),
         AgentDefinitionSystemPrompt::String(text) => text.clone(),
@@ -77,7 +77,7 @@ pub fn agent_prompt(definition: &AgentDefinition) -> String {
 }
 
 /// The whole system prompt (reads the members and triggers, and lists the memory folder).
-pub fn system(conn: &Connection, inputs: &Inputs<'_>) -> ApiResult<String> {
+pub(crate) fn system(conn: &Connection, inputs: &Inputs<'_>) -> ApiResult<String> {
     let mut prompt = agent_prompt(inputs.definition);
     prompt.push_str("\n\n");
     prompt.push_str(SEED_INSTRUCTIONS);
@@ -116,7 +116,7 @@ fn members(conn: &Connection, owner_id: &str, agent_id: &str) -> ApiResult<Vec<(
 
 /// The `<space>` block: the callable tools, the memory folder at a glance, the triggers;
 /// collapsed to counts when over [`SPACE_BUDGET_CHARS`].
-pub fn space(conn: &Connection, inputs: &Inputs<'_>) -> ApiResult<String> {
+pub(crate) fn space(conn: &Connection, inputs: &Inputs<'_>) -> ApiResult<String> {
     let memory = memory_line(inputs.memory_root)?;
     let mut triggers: Vec<(String, bool)> = Vec::new();
     let mut statement =
@@ -200,7 +200,7 @@ fn short_memory_line(root: &Path) -> ApiResult<String> {
 }
 
 /// `2026-12-03T10:37:06.000Z` for milliseconds since the epoch.
-pub fn iso_time(ms: i64) -> String {
+pub(crate) fn iso_time(ms: i64) -> String {
     let seconds = ms.div_euclid(1000);
     let millis = ms.rem_euclid(1000);
     let days = seconds.div_euclid(86_400);

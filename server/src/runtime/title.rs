@@ -33,7 +33,7 @@ Title: a specific title of at most eight words
 Description: one or two sentences on what the conversation is about";
 
 /// Starts naming the turn's session in the background when it still has a provisional title.
-pub fn start(turn: &Turn) {
+pub(crate) fn start(turn: &Turn) {
     if !turn.app.config.session_title_generation || !turn.app.titles.begin(&turn.session_id) {
         return;
     }
@@ -127,7 +127,7 @@ fn digest(events: &[seed_agents_protocol::generated::SessionEvent]) -> String {
 
 /// The title and description in a titling answer: the first non-empty line (without a
 /// `Title:` label, quotes or trailing periods), then the rest.
-pub fn parse(answer: &str) -> Option<(String, String)> {
+pub(crate) fn parse(answer: &str) -> Option<(String, String)> {
     let mut lines = answer.lines().map(str::trim).filter(|line| !line.is_empty());
     let title = strip_label(lines.next()?, "title:");
     let title = title.trim_matches(|c| matches!(c, '"' | '\'' | '“' | '”' | '*')).trim_end_matches('.').trim();

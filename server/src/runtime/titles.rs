@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 /// Tries per session per process.
-pub const MAX_ATTEMPTS: u8 = 3;
+pub(crate) const MAX_ATTEMPTS: u8 = 3;
 
 /// Attempts made, and whether one is running, per session.
 #[derive(Debug, Default)]

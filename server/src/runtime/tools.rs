@@ -21,7 +21,7 @@ use crate::tools::registry::Callable;
 
 /// A tool the runtime can execute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tool {
+pub(crate) enum Tool {
     /// `read {address, format?, options?}`.
     Read,
     /// `write {address, content?, options?, dryRun?}`.
@@ -36,15 +36,15 @@ pub enum Tool {
 
 impl Tool {
     /// Every tool, in the order they are offered.
-    pub const ALL: [Tool; 5] = [Tool::Read, Tool::Write, Tool::Call, Tool::Plan, Tool::Status];
+    pub(crate) const ALL: [Tool; 5] = [Tool::Read, Tool::Write, Tool::Call, Tool::Plan, Tool::Status];
 
     /// The tool called `name`.
-    pub fn named(name: &str) -> Option<Tool> {
+    pub(crate) fn named(name: &str) -> Option<Tool> {
         Self::ALL.into_iter().find(|tool| tool.name() == name)
     }
 
     /// Its name on the wire.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Tool::Read => "read",
             Tool::Write => "write",
@@ -55,7 +55,7 @@ impl Tool {
     }
 
     /// One line for the `~/tools` listing.
-    pub fn summary(self) -> &'static str {
+    pub(crate) fn summary(self) -> &'static str {
         match self {
             Tool::Read => "Read anything by address: memory, your own settings, attachments, threads, runs.",
             Tool::Write => "Write by address: files in your memory (create, replace, delete).",
@@ -66,7 +66,7 @@ impl Tool {
     }
 
     /// The model-facing description.
-    pub fn description(self) -> &'static str {
+    pub(crate) fn description(self) -> &'static str {
         match self {
             Tool::Read => {
                 "Read something by its address and get it back as text or JSON.\n\
@@ -130,12 +130,12 @@ impl Tool {
     }
 
     /// Its input schema.
-    pub fn schema(self) -> &'static Json {
+    pub(crate) fn schema(self) -> &'static Json {
         &SCHEMAS[self as usize]
     }
 
     /// The provider-facing spec.
-    pub fn spec(self) -> ToolSpec {
+    pub(crate) fn spec(self) -> ToolSpec {
         ToolSpec {
             name: self.name().to_owned(),
             description: self.description().to_owned(),
@@ -216,14 +216,14 @@ static VALIDATORS: LazyLock<Vec<jsonschema::Validator>> = LazyLock::new(|| {
 });
 
 /// The tools offered to a pass, in order: the promoted callables, then the verbs.
-pub fn offered(promoted: &[Callable]) -> Vec<ToolSpec> {
+pub(crate) fn offered(promoted: &[Callable]) -> Vec<ToolSpec> {
     promoted.iter().map(|callable| callable.spec()).chain(Tool::ALL.into_iter().map(Tool::spec)).collect()
 }
 
 /// The callables the agent itself touched in `log` (a `read ~/tools/<name>` or a `call` naming
 /// one; never a user's verbs), in first-touch order, kept only while `granted`: a hallucinated
 /// name never becomes a provider tool.
-pub fn promoted(log: &[SessionEvent], granted: &[Callable]) -> Vec<Callable> {
+pub(crate) fn promoted(log: &[SessionEvent], granted: &[Callable]) -> Vec<Callable> {
     let mut promoted = Vec::new();
     for event in log {
         let SessionEventPayload::ToolCallEvent(call) = &event.event else { continue };
@@ -253,7 +253,7 @@ pub fn promoted(log: &[SessionEvent], granted: &[Callable]) -> Vec<Callable> {
 }
 
 /// Checks a promoted callable's arguments against its contract, as [`check`] does for verbs.
-pub fn check_callable(callable: Callable, arguments: Json) -> Result<Json, String> {
+pub(crate) fn check_callable(callable: Callable, arguments: Json) -> Result<Json, String> {
     let validator = &CALLABLE_VALIDATORS[callable as usize];
     checked(callable.name(), callable.input_schema(), validator, arguments)
 }
@@ -270,7 +270,7 @@ static CALLABLE_VALIDATORS: LazyLock<Vec<jsonschema::Validator>> = LazyLock::new
 /// Checks `arguments` against `tool`'s schema, first as given and then with string primitives
 /// coerced where the schema wants a boolean or a number (models often quote them). Returns the
 /// arguments to run with, or the error text the model gets as the call's result.
-pub fn check(tool: Tool, arguments: Json) -> Result<Json, String> {
+pub(crate) fn check(tool: Tool, arguments: Json) -> Result<Json, String> {
     checked(tool.name(), tool.schema(), &VALIDATORS[tool as usize], arguments)
 }
 
@@ -294,7 +294,7 @@ fn checked(name: &str, schema: &Json, validator: &jsonschema::Validator, argumen
 }
 
 /// The error text for a tool name the pass does not offer.
-pub fn unknown(name: &str) -> String {
+pub(crate) fn unknown(name: &str) -> String {
     format!("Tool {name} not found")
 }
 

@@ -24,20 +24,20 @@ use crate::error::{ApiError, ApiResult};
 use crate::validate::{MAX_NAME_BYTES, MAX_OPEN_MAP_CBOR_BYTES, bounded_string, cbor_len};
 
 /// The largest secret value, in bytes.
-pub const MAX_SECRET_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_SECRET_BYTES: usize = 64 * 1024;
 
 /// The metadata `kind` of an uploaded Hypermedia account key (a signing identity).
-pub const SIGNING_KEY_KIND: &str = "hm-account-key";
+pub(crate) const SIGNING_KEY_KIND: &str = "hm-account-key";
 
 /// Secret metadata: an open map, kept as IPLD (ARCHITECTURE.md rule 4).
-pub type Metadata = BTreeMap<String, Value>;
+pub(crate) type Metadata = BTreeMap<String, Value>;
 
 /// `SetSecret {name, value, metadata?}`: seals `value` and upserts it under the caller's account.
 ///
 /// Checks, in the upstream order: the name (`Secret name is required` / `… is too large`), the
 /// value size (`Secret value is too large` above 64 KiB) and the metadata size (`Metadata is too
 /// large` above 16 KiB of CBOR). An empty value is a value. Publishes no event (upstream emits none).
-pub async fn set_secret(app: &App, caller: &Caller, action: SetSecret) -> ApiResult<SetSecretResponse> {
+pub(crate) async fn set_secret(app: &App, caller: &Caller, action: SetSecret) -> ApiResult<SetSecretResponse> {
     let SetSecret { metadata, name, value } = action;
     let mut value = value.into_vec();
     let checked = check_set_secret(&name, &value, metadata.as_ref());
@@ -134,12 +134,12 @@ fn wipe(value: &mut [u8]) {
 
 /// Whether stored metadata CBOR marks an uploaded Hypermedia account key: a map whose `kind` is
 /// the text `hm-account-key`. Bytes that are not a CBOR map are not a signing key.
-pub fn is_signing_key_metadata(bytes: &[u8]) -> bool {
+pub(crate) fn is_signing_key_metadata(bytes: &[u8]) -> bool {
     metadata_kind(bytes).is_some_and(|kind| kind == SIGNING_KEY_KIND)
 }
 
 /// The text `kind` of stored metadata CBOR, when it is a map with one.
-pub fn metadata_kind(bytes: &[u8]) -> Option<String> {
+pub(crate) fn metadata_kind(bytes: &[u8]) -> Option<String> {
     match wire::decode_ipld(bytes).ok()? {
         Ipld::Map(mut map) => match map.remove("kind")? {
             Ipld::String(kind) => Some(kind),
@@ -150,7 +150,7 @@ pub fn metadata_kind(bytes: &[u8]) -> Option<String> {
 }
 
 /// Decodes stored metadata CBOR as a map (`None` for bytes that are not a CBOR map).
-pub fn decode_metadata(bytes: &[u8]) -> Option<BTreeMap<String, Ipld>> {
+pub(crate) fn decode_metadata(bytes: &[u8]) -> Option<BTreeMap<String, Ipld>> {
     match wire::decode_ipld(bytes).ok()? {
         Ipld::Map(map) => Some(map),
         _ => None,
@@ -159,7 +159,7 @@ pub fn decode_metadata(bytes: &[u8]) -> Option<BTreeMap<String, Ipld>> {
 
 /// The stored metadata of secret `name`: `None` when the secret does not exist, `Some(None)` when
 /// it exists without metadata.
-pub fn load_metadata(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<Option<Vec<u8>>>> {
+pub(crate) fn load_metadata(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<Option<Vec<u8>>>> {
     Ok(conn
         .prepare_cached("SELECT metadata_cbor FROM secrets WHERE account_id = ?1 AND name = ?2")?
         .query_row(params![account_id, name], |row| row.get(0))
@@ -168,7 +168,7 @@ pub fn load_metadata(conn: &Connection, account_id: &str, name: &str) -> ApiResu
 
 /// The sealed (still encrypted) value of secret `name` of `account_id`, for callers that open it
 /// with `SecretKey::open` outside the database thread; `None` when there is no such secret.
-pub fn load_sealed(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<Vec<u8>>> {
+pub(crate) fn load_sealed(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<Vec<u8>>> {
     Ok(conn
         .prepare_cached("SELECT ciphertext FROM secrets WHERE account_id = ?1 AND name = ?2")?
         .query_row(params![account_id, name], |row| row.get(0))
@@ -177,7 +177,7 @@ pub fn load_sealed(conn: &Connection, account_id: &str, name: &str) -> ApiResult
 
 /// Inserts a new secret (a name already taken is an error, never an overwrite); its id.
 /// Registers the account when it is new.
-pub fn insert(
+pub(crate) fn insert(
     conn: &Connection,
     account_id: &str,
     name: &str,
@@ -196,7 +196,7 @@ pub fn insert(
 }
 
 /// Deletes secret `name` of `account_id`; whether it existed.
-pub fn delete_secret(conn: &Connection, account_id: &str, name: &str) -> ApiResult<bool> {
+pub(crate) fn delete_secret(conn: &Connection, account_id: &str, name: &str) -> ApiResult<bool> {
     let deleted = conn
         .prepare_cached("DELETE FROM secrets WHERE account_id = ?1 AND name = ?2")?
         .execute(params![account_id, name])?;

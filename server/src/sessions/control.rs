@@ -18,12 +18,12 @@ use crate::error::{ApiError, ApiResult};
 use crate::runs::{self, Changes, InlineOutcome, NewRun, Outcome, Queue};
 
 /// RetrySession while a turn holds the session (upstream's words, matched by clients).
-pub const ALREADY_STREAMING: &str = "Session is already streaming";
+pub(crate) const ALREADY_STREAMING: &str = "Session is already streaming";
 /// RetrySession when the latest run did not fail.
-pub const NOTHING_TO_RETRY: &str = "Nothing to retry: the latest run did not fail";
+pub(crate) const NOTHING_TO_RETRY: &str = "Nothing to retry: the latest run did not fail";
 
 /// `StopSession {sessionId}` (chatter): `stopped` is false when nothing was live.
-pub async fn stop_session(app: &App, caller: &Caller, action: StopSession) -> ApiResult<StopSessionResponse> {
+pub(crate) async fn stop_session(app: &App, caller: &Caller, action: StopSession) -> ApiResult<StopSessionResponse> {
     let (account, session_id) = (caller.account_id.clone(), action.session_id.clone());
     app.db.read(move |conn| access::require_session(conn, &session_id, &account, Need::Chat)).await?;
     let stopped = app.runs.stop_session(&action.session_id).await?;
@@ -36,7 +36,11 @@ pub async fn stop_session(app: &App, caller: &Caller, action: StopSession) -> Ap
 /// inline. The answer maps its outcome as MessageSession does: the output's `assistantEventId`
 /// (or '') when it succeeded or was stopped, the run's failure under its HTTP status, '' when it
 /// parked or went back to the queue. Losing the claim to another turn cancels the retry: 409.
-pub async fn retry_session(app: &Arc<App>, caller: &Caller, action: RetrySession) -> ApiResult<RetrySessionResponse> {
+pub(crate) async fn retry_session(
+    app: &Arc<App>,
+    caller: &Caller,
+    action: RetrySession,
+) -> ApiResult<RetrySessionResponse> {
     let (account, now) = (caller.account_id.clone(), app.clock.now_ms());
     let session_id = action.session_id.clone();
     let (run_id, changes) = app
@@ -89,7 +93,7 @@ pub async fn retry_session(app: &Arc<App>, caller: &Caller, action: RetrySession
 }
 
 /// `output.assistantEventId` when the output is a map holding a string there, else ''.
-pub fn assistant_event_id(output: &Ipld) -> String {
+pub(crate) fn assistant_event_id(output: &Ipld) -> String {
     match output {
         Ipld::Map(fields) => match fields.get("assistantEventId") {
             Some(Ipld::String(id)) => id.clone(),

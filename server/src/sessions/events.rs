@@ -17,7 +17,12 @@ use crate::error::{ApiError, ApiResult};
 
 /// Appends `payload` to `session_id` with the next `seq` (inside the caller's write transaction,
 /// so there is no gap and no duplicate) and returns the event as clients see it.
-pub fn append(conn: &Connection, session_id: &str, payload: SessionEventPayload, now: i64) -> ApiResult<SessionEvent> {
+pub(crate) fn append(
+    conn: &Connection,
+    session_id: &str,
+    payload: SessionEventPayload,
+    now: i64,
+) -> ApiResult<SessionEvent> {
     let seq: i64 = conn
         .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_id = ?1")?
         .query_row(params![session_id], |row| row.get(0))?;
@@ -40,7 +45,7 @@ pub fn append(conn: &Connection, session_id: &str, payload: SessionEventPayload,
 
 /// Events of `session_id` with `after < seq < before`, oldest first; at most `limit` of them
 /// (the oldest), or all with `None`.
-pub fn after(
+pub(crate) fn after(
     conn: &Connection,
     session_id: &str,
     after: i64,
@@ -57,7 +62,7 @@ pub fn after(
 
 /// The newest `limit` events of `session_id` with `after < seq < before`, oldest first, and
 /// whether older ones remain in that range.
-pub fn tail(
+pub(crate) fn tail(
     conn: &Connection,
     session_id: &str,
     after: i64,
@@ -100,7 +105,7 @@ fn decode(session_id: &str, (id, seq, bytes, created_at): RawEvent) -> ApiResult
 /// each goes out as an append and the owner hears `session-event` once per event. An append is
 /// not a session change (upstream sends none for it either: its clients refetch on every
 /// `change`); status and title changes are announced where they happen.
-pub fn announce(bus: &Bus, owner_id: &str, agent_id: &str, events: Vec<SessionEvent>) {
+pub(crate) fn announce(bus: &Bus, owner_id: &str, agent_id: &str, events: Vec<SessionEvent>) {
     for event in events {
         let session_id = event.session_id.clone();
         bus.to_session(&session_id, SessionFrame::Append(&event));

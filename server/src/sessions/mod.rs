@@ -25,15 +25,15 @@ use crate::idempotency::{self, Key};
 use crate::model::vendors;
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
-pub mod control;
-pub mod events;
+pub(crate) mod control;
+pub(crate) mod events;
 
 /// Sessions per page when the client does not say.
-pub const DEFAULT_PAGE: i64 = 50;
+pub(crate) const DEFAULT_PAGE: i64 = 50;
 /// The most sessions per page.
-pub const MAX_PAGE: i64 = 200;
+pub(crate) const MAX_PAGE: i64 = 200;
 /// The most events per `GetSession` page when the client asks for a tail page.
-pub const MAX_EVENT_PAGE: i64 = 1000;
+pub(crate) const MAX_EVENT_PAGE: i64 = 1000;
 
 // Every `LIMIT` binds as `LIMIT +?n`: SQLite reads a plainly bound LIMIT while compiling and
 // recompiles the cached statement whenever the value changes; the unary `+` keeps it a runtime
@@ -97,7 +97,7 @@ fn parse_thoroughness(value: &str) -> Option<Thoroughness> {
 }
 
 /// One session; 404 `Session not found` when missing.
-pub fn load_info(conn: &Connection, session_id: &str) -> ApiResult<SessionInfo> {
+pub(crate) fn load_info(conn: &Connection, session_id: &str) -> ApiResult<SessionInfo> {
     use rusqlite::OptionalExtension as _;
     let mut session = conn
         .prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?1"))?
@@ -109,7 +109,7 @@ pub fn load_info(conn: &Connection, session_id: &str) -> ApiResult<SessionInfo> 
 }
 
 /// An agent's newest top-level sessions (for protocol 1 clients' `GetAgentResponse.sessions`).
-pub async fn newest_top_level(app: &App, agent_id: &str, limit: usize) -> ApiResult<Vec<SessionInfo>> {
+pub(crate) async fn newest_top_level(app: &App, agent_id: &str, limit: usize) -> ApiResult<Vec<SessionInfo>> {
     let agent_id = agent_id.to_owned();
     app.db
         .read(move |conn| {
@@ -165,7 +165,11 @@ struct CreateSessionRequest<'a> {
 
 /// `CreateSession {agentId, title?, clientRequestId?, modelOverride?, thoroughness?}` (writer, or
 /// chatter on a public-chat agent).
-pub async fn create_session(app: &App, caller: &Caller, action: CreateSession) -> ApiResult<CreateSessionResponse> {
+pub(crate) async fn create_session(
+    app: &App,
+    caller: &Caller,
+    action: CreateSession,
+) -> ApiResult<CreateSessionResponse> {
     let key = Key::request(
         &caller.account_id,
         "CreateSession",
@@ -224,7 +228,7 @@ pub async fn create_session(app: &App, caller: &Caller, action: CreateSession) -
 
 /// `ListSessions`: the caller's sessions across agents it owns or collaborates on, or one agent's
 /// (reader, public read included) — newest update first, keyset-paged.
-pub async fn list_sessions(app: &App, caller: &Caller, action: ListSessions) -> ApiResult<ListSessionsResponse> {
+pub(crate) async fn list_sessions(app: &App, caller: &Caller, action: ListSessions) -> ApiResult<ListSessionsResponse> {
     let limit = action.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
     if let Some(cursor) = &action.cursor {
         bounded_string(&cursor.id_before, "Cursor idBefore", MAX_NAME_BYTES)?;
@@ -306,7 +310,7 @@ fn page(conn: &Connection, account: &str, action: &ListSessions, limit: i64) -> 
 /// `GetSession {sessionId, afterSeq?, beforeSeq?, limit?}` (reader): the session, its events with
 /// `seq > afterSeq` (and `< beforeSeq`), oldest first; with `limit`, the newest `limit` of those
 /// and whether older ones remain.
-pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiResult<GetSessionResponse> {
+pub(crate) async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiResult<GetSessionResponse> {
     let after = action.after_seq.unwrap_or(0);
     if after < 0 {
         return Err(ApiError::invalid("afterSeq must be a non-negative integer"));
@@ -366,7 +370,7 @@ pub async fn get_session(app: &App, caller: &Caller, action: GetSession) -> ApiR
 /// `GetSessionEvent {sessionId, seq}` (reader): one durable event by its `seq` (checked while
 /// decoding: 400 `seq must be a non-negative integer`); 404 `Session event not found` when the
 /// session has none with that `seq`.
-pub async fn get_session_event(
+pub(crate) async fn get_session_event(
     app: &App,
     caller: &Caller,
     action: GetSessionEvent,
@@ -384,7 +388,11 @@ pub async fn get_session_event(
 }
 
 /// `UpdateSession {sessionId, title?, modelOverride?, thoroughness?}` (writer).
-pub async fn update_session(app: &App, caller: &Caller, action: UpdateSession) -> ApiResult<UpdateSessionResponse> {
+pub(crate) async fn update_session(
+    app: &App,
+    caller: &Caller,
+    action: UpdateSession,
+) -> ApiResult<UpdateSessionResponse> {
     if action.title.is_none() && action.model_override.is_absent() && action.thoroughness.is_absent() {
         return Err(ApiError::invalid("Nothing to update: provide a title or a model override"));
     }
@@ -436,7 +444,11 @@ pub async fn update_session(app: &App, caller: &Caller, action: UpdateSession) -
 /// `DeleteSession {sessionId}` (writer): cancels the session's live runs with their
 /// descendants (an executing turn is asked to stop), then deletes the session and its events in
 /// the same transaction; its child sessions become top-level and its runs stay, detached.
-pub async fn delete_session(app: &App, caller: &Caller, action: DeleteSession) -> ApiResult<DeleteSessionResponse> {
+pub(crate) async fn delete_session(
+    app: &App,
+    caller: &Caller,
+    action: DeleteSession,
+) -> ApiResult<DeleteSessionResponse> {
     let (account, now, ending) = (caller.account_id.clone(), app.clock.now_ms(), app.runs.ending());
     let (response, owner, canceled, changes) = app
         .db

@@ -18,15 +18,15 @@ use crate::error::{ApiError, ApiResult};
 use crate::hm::blob;
 
 /// The largest lambda source, in bytes.
-pub const MAX_SOURCE_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_SOURCE_BYTES: usize = 256 * 1024;
 /// The largest description, in bytes.
-pub const MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
 /// The longest authored summary, in characters.
-pub const MAX_SUMMARY_CHARS: usize = 140;
+pub(crate) const MAX_SUMMARY_CHARS: usize = 140;
 
 /// What a document is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A service callable's contract, bound to its executor.
     Builtin,
     /// Authored source meant for a code sandbox.
@@ -35,7 +35,7 @@ pub enum Kind {
 
 impl Kind {
     /// The wire string.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Kind::Builtin => "builtin",
             Kind::Lambda => "lambda",
@@ -45,7 +45,7 @@ impl Kind {
 
 /// A lambda's language.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Runtime {
+pub(crate) enum Runtime {
     /// TypeScript (the default).
     Typescript,
     /// Python.
@@ -54,7 +54,7 @@ pub enum Runtime {
 
 impl Runtime {
     /// The wire string.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Runtime::Typescript => "typescript",
             Runtime::Python => "python",
@@ -64,7 +64,7 @@ impl Runtime {
 
 /// One tool document.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ToolDocument {
+pub(crate) struct ToolDocument {
     /// The tool's name.
     pub name: String,
     /// Builtin or lambda.
@@ -87,7 +87,7 @@ pub struct ToolDocument {
 
 /// What an author gives for a lambda (from `SaveAgentTool` or `write ~/tools/<name>`).
 #[derive(Debug, Clone, Default)]
-pub struct LambdaInput {
+pub(crate) struct LambdaInput {
     pub name: String,
     pub description: Option<String>,
     pub summary: Option<String>,
@@ -101,7 +101,7 @@ pub struct LambdaInput {
 
 impl ToolDocument {
     /// The builtin document of `callable`.
-    pub fn builtin(callable: Callable) -> Self {
+    pub(crate) fn builtin(callable: Callable) -> Self {
         Self {
             name: callable.name().to_owned(),
             kind: Kind::Builtin,
@@ -116,7 +116,7 @@ impl ToolDocument {
     }
 
     /// A checked lambda document (400 with the reason otherwise).
-    pub fn lambda(raw: LambdaInput) -> ApiResult<Self> {
+    pub(crate) fn lambda(raw: LambdaInput) -> ApiResult<Self> {
         check_name(&raw.name)?;
         let description = raw.description.as_deref().map(str::trim).unwrap_or_default();
         if description.is_empty() {
@@ -158,7 +158,7 @@ impl ToolDocument {
     }
 
     /// The document as an IPLD map (absent fields omitted).
-    pub fn to_ipld(&self) -> Ipld {
+    pub(crate) fn to_ipld(&self) -> Ipld {
         let text = |value: &str| Ipld::String(value.to_owned());
         let schema = wire::json_to_ipld;
         let mut fields = BTreeMap::from([
@@ -184,14 +184,14 @@ impl ToolDocument {
     }
 
     /// The canonical DAG-CBOR bytes and their CID string.
-    pub fn encode(&self) -> ApiResult<(String, Vec<u8>)> {
+    pub(crate) fn encode(&self) -> ApiResult<(String, Vec<u8>)> {
         let bytes = wire::ipld_to_vec(&self.to_ipld()).map_err(ApiError::internal)?;
         let cid = blob::cid_v1_sha256(blob::DAG_CBOR, &bytes).to_string();
         Ok((cid, bytes))
     }
 
     /// A stored document back from its bytes.
-    pub fn decode(bytes: &[u8]) -> ApiResult<Self> {
+    pub(crate) fn decode(bytes: &[u8]) -> ApiResult<Self> {
         let Ipld::Map(mut fields) = wire::decode_ipld(bytes).map_err(ApiError::internal)? else {
             return Err(ApiError::internal("a stored tool document is not a map"));
         };
@@ -220,7 +220,7 @@ impl ToolDocument {
 
     /// The contract as markdown: name, kind and version (CID), description, input and output
     /// schemas, and a lambda's source.
-    pub fn contract_markdown(&self, cid: &str) -> String {
+    pub(crate) fn contract_markdown(&self, cid: &str) -> String {
         let runtime = self.runtime.map(|runtime| format!(" · {}", runtime.as_str())).unwrap_or_default();
         let mut parts = vec![
             format!("# {}", self.name),
@@ -244,14 +244,14 @@ impl ToolDocument {
 }
 
 /// `## <title>` and the schema as pretty JSON in a fence.
-pub fn schema_section(title: &str, schema: &Json) -> String {
+pub(crate) fn schema_section(title: &str, schema: &Json) -> String {
     let pretty = serde_json::to_string_pretty(schema).unwrap_or_else(|_| schema.to_string());
     format!("## {title}\n```json\n{pretty}\n```")
 }
 
 /// A lambda's name: 2–64 of `[a-z0-9_-]`, starting with a letter, and not a verb's or a builtin
 /// callable's.
-pub fn check_name(name: &str) -> ApiResult<()> {
+pub(crate) fn check_name(name: &str) -> ApiResult<()> {
     let mut bytes = name.bytes();
     let fits = (2..=64).contains(&name.len())
         && bytes.next().is_some_and(|first| first.is_ascii_lowercase())

@@ -10,12 +10,12 @@
 //! be saved, listed, read and deleted, but this server has no code sandbox, so calling one
 //! answers an error saying so; their `granted` is false.
 
-pub mod document;
-pub mod registry;
-pub mod schema;
-pub mod search;
-pub mod store;
-pub mod web_search;
+pub(crate) mod document;
+pub(crate) mod registry;
+pub(crate) mod schema;
+pub(crate) mod search;
+pub(crate) mod store;
+pub(crate) mod web_search;
 
 use std::collections::BTreeMap;
 
@@ -38,7 +38,7 @@ use registry::Callable;
 use store::Stored;
 
 /// Why a lambda does not run here (the error of calling one, and a note in its contract).
-pub const LAMBDA_NOT_RUNNABLE: &str = "Lambda tools run in a code sandbox, which this server does not provide: it \
+pub(crate) const LAMBDA_NOT_RUNNABLE: &str = "Lambda tools run in a code sandbox, which this server does not provide: it \
                                        can save, list and show them, but not run them.";
 
 /// The longest tool name accepted before the name rules apply, in bytes.
@@ -46,7 +46,7 @@ const MAX_NAME_BYTES: usize = 256;
 
 /// Writes the agent's builtin documents when this build's differ from the stored ones (a read
 /// first, so the writer is taken only after an upgrade or for a new agent).
-pub async fn ensure_builtins(app: &App, owner_id: &str, agent_id: &str) -> ApiResult<()> {
+pub(crate) async fn ensure_builtins(app: &App, owner_id: &str, agent_id: &str) -> ApiResult<()> {
     let (owner, agent) = (owner_id.to_owned(), agent_id.to_owned());
     let stale = app.db.read(move |conn| store::builtins_stale(conn, &owner, &agent)).await?;
     if stale {
@@ -57,27 +57,31 @@ pub async fn ensure_builtins(app: &App, owner_id: &str, agent_id: &str) -> ApiRe
 }
 
 /// Every document of the agent (builtins ensured first), by name.
-pub async fn documents(app: &App, owner_id: &str, agent_id: &str) -> ApiResult<Vec<Stored>> {
+pub(crate) async fn documents(app: &App, owner_id: &str, agent_id: &str) -> ApiResult<Vec<Stored>> {
     ensure_builtins(app, owner_id, agent_id).await?;
     let (owner, agent) = (owner_id.to_owned(), agent_id.to_owned());
     app.db.read(move |conn| store::list(conn, &owner, &agent)).await
 }
 
 /// The document called `name` (builtins ensured first).
-pub async fn document(app: &App, owner_id: &str, agent_id: &str, name: &str) -> ApiResult<Option<Stored>> {
+pub(crate) async fn document(app: &App, owner_id: &str, agent_id: &str, name: &str) -> ApiResult<Option<Stored>> {
     ensure_builtins(app, owner_id, agent_id).await?;
     let (owner, agent, name) = (owner_id.to_owned(), agent_id.to_owned(), name.to_owned());
     app.db.read(move |conn| store::get(conn, &owner, &agent, &name)).await
 }
 
 /// Whether `stored` is offered to the agent: a builtin in its grants (lambdas never run here).
-pub fn is_granted(stored: &Stored, granted: &[Callable]) -> bool {
+pub(crate) fn is_granted(stored: &Stored, granted: &[Callable]) -> bool {
     stored.document.kind == Kind::Builtin
         && Callable::named(&stored.document.name).is_some_and(|callable| granted.contains(&callable))
 }
 
 /// `ListAgentTools {agentId}` (reader): every document with its CID and whether it is granted.
-pub async fn list_agent_tools(app: &App, caller: &Caller, action: ListAgentTools) -> ApiResult<ListAgentToolsResponse> {
+pub(crate) async fn list_agent_tools(
+    app: &App,
+    caller: &Caller,
+    action: ListAgentTools,
+) -> ApiResult<ListAgentToolsResponse> {
     let (account, agent_id) = (caller.account_id.clone(), action.agent_id.clone());
     let (access, definition) = app
         .db
@@ -99,7 +103,11 @@ pub async fn list_agent_tools(app: &App, caller: &Caller, action: ListAgentTools
 /// `SaveAgentTool {agentId, tool, previousName?}` (writer): creates a lambda, or replaces
 /// `previousName` (renaming it atomically, keeping its `createdAt`). 404 when `previousName` is
 /// missing, 400 for a builtin, 409 when another tool already has the name.
-pub async fn save_agent_tool(app: &App, caller: &Caller, action: SaveAgentTool) -> ApiResult<SaveAgentToolResponse> {
+pub(crate) async fn save_agent_tool(
+    app: &App,
+    caller: &Caller,
+    action: SaveAgentTool,
+) -> ApiResult<SaveAgentToolResponse> {
     let previous = action.previous_name.as_deref().map(|name| bounded_name(name, "Previous tool name")).transpose()?;
     let tool = action.tool;
     let raw = LambdaInput {
@@ -156,7 +164,7 @@ pub async fn save_agent_tool(app: &App, caller: &Caller, action: SaveAgentTool) 
 
 /// `DeleteAgentTool {agentId, name}` (writer): deletes a lambda; `deleted: false` when there is
 /// none; 400 for a builtin.
-pub async fn delete_agent_tool(
+pub(crate) async fn delete_agent_tool(
     app: &App,
     caller: &Caller,
     action: DeleteAgentTool,
@@ -178,7 +186,7 @@ pub async fn delete_agent_tool(
 }
 
 /// Deletes the lambda `name`: whether there was one; 400 for a builtin's name.
-pub fn delete_lambda(conn: &rusqlite::Connection, owner: &str, agent: &str, name: &str) -> ApiResult<bool> {
+pub(crate) fn delete_lambda(conn: &rusqlite::Connection, owner: &str, agent: &str, name: &str) -> ApiResult<bool> {
     let builtin = match store::get(conn, owner, agent, name)? {
         Some(stored) => stored.document.kind == Kind::Builtin,
         None => Callable::named(name).is_some(),
@@ -192,17 +200,17 @@ pub fn delete_lambda(conn: &rusqlite::Connection, owner: &str, agent: &str, name
 }
 
 /// Tells the owner and members the agent's tools changed.
-pub fn changed(app: &App, owner_id: &str, agent_id: &str) {
+pub(crate) fn changed(app: &App, owner_id: &str, agent_id: &str) {
     app.bus.account_change(owner_id, ChangeReason::AgentToolsChanged, Some(agent_id), None);
 }
 
 /// The callables granted to an agent of `definition` on this server.
-pub fn granted(app: &App, definition: &AgentDefinition) -> Vec<Callable> {
+pub(crate) fn granted(app: &App, definition: &AgentDefinition) -> Vec<Callable> {
     registry::granted(&app.config, definition)
 }
 
 /// A stored document as the protocol shows it.
-pub fn info(stored: &Stored, granted: bool) -> ApiResult<AgentToolInfo> {
+pub(crate) fn info(stored: &Stored, granted: bool) -> ApiResult<AgentToolInfo> {
     let document = &stored.document;
     Ok(AgentToolInfo {
         extra: Default::default(),

@@ -17,7 +17,7 @@ use crate::model::ToolSpec;
 
 /// A service callable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Callable {
+pub(crate) enum Callable {
     /// `search`: Seed Hypermedia content through the HM server's Search API.
     Search,
     /// `web_search`: the public web through SearXNG.
@@ -25,7 +25,7 @@ pub enum Callable {
 }
 
 /// Names no lambda may take: the verbs and every callable upstream knows, runnable here or not.
-pub const RESERVED_NAMES: &[&str] = &[
+pub(crate) const RESERVED_NAMES: &[&str] = &[
     "read",
     "write",
     "call",
@@ -42,16 +42,16 @@ pub const RESERVED_NAMES: &[&str] = &[
 
 impl Callable {
     /// Every callable, in listing order.
-    pub const ALL: [Callable; 2] = [Callable::Search, Callable::WebSearch];
+    pub(crate) const ALL: [Callable; 2] = [Callable::Search, Callable::WebSearch];
 
     /// The callable called `name` (legacy names normalised first).
-    pub fn named(name: &str) -> Option<Callable> {
+    pub(crate) fn named(name: &str) -> Option<Callable> {
         let name = normalise(name);
         Self::ALL.into_iter().find(|callable| callable.name() == name)
     }
 
     /// Its name on the wire.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Callable::Search => "search",
             Callable::WebSearch => "web_search",
@@ -59,7 +59,7 @@ impl Callable {
     }
 
     /// The model-facing description.
-    pub fn description(self) -> &'static str {
+    pub(crate) fn description(self) -> &'static str {
         match self {
             Callable::Search => {
                 "Search published Seed Hypermedia content by title and contact name, and optionally by document \
@@ -76,22 +76,22 @@ impl Callable {
     }
 
     /// One line for listings: the description's first sentence, at most 140 characters.
-    pub fn summary(self) -> String {
+    pub(crate) fn summary(self) -> String {
         first_sentence(self.description())
     }
 
     /// Its input schema.
-    pub fn input_schema(self) -> &'static Json {
+    pub(crate) fn input_schema(self) -> &'static Json {
         &INPUTS[self as usize]
     }
 
     /// Its output schema, when it documents one.
-    pub fn output_schema(self) -> Option<&'static Json> {
+    pub(crate) fn output_schema(self) -> Option<&'static Json> {
         OUTPUTS[self as usize].as_ref()
     }
 
     /// The provider-facing spec when the callable is promoted to a tool of its own.
-    pub fn spec(self) -> ToolSpec {
+    pub(crate) fn spec(self) -> ToolSpec {
         ToolSpec {
             name: self.name().to_owned(),
             description: self.description().to_owned(),
@@ -101,7 +101,7 @@ impl Callable {
 }
 
 /// Legacy callable names, as the current ones.
-pub fn normalise(name: &str) -> &str {
+pub(crate) fn normalise(name: &str) -> &str {
     match name {
         "execute_code" => "execute",
         other => other,
@@ -110,7 +110,7 @@ pub fn normalise(name: &str) -> &str {
 
 /// A description's first sentence (up to the first `. `), cut to 137 characters and `…` when
 /// longer than 140.
-pub fn first_sentence(text: &str) -> String {
+pub(crate) fn first_sentence(text: &str) -> String {
     let sentence = match text.find(". ") {
         Some(at) => &text[..=at],
         None => text,
@@ -126,12 +126,12 @@ pub fn first_sentence(text: &str) -> String {
 
 /// The callables an agent may run here: those this server can run (`web_search` needs a SearXNG
 /// URL) that the definition's `tools` names (normalised), or all of them when it names none.
-pub fn granted(config: &Config, definition: &AgentDefinition) -> Vec<Callable> {
+pub(crate) fn granted(config: &Config, definition: &AgentDefinition) -> Vec<Callable> {
     granted_with(config.searxng_url.is_some(), definition)
 }
 
 /// [`granted`], given whether `web_search` has a backend.
-pub fn granted_with(web_search: bool, definition: &AgentDefinition) -> Vec<Callable> {
+pub(crate) fn granted_with(web_search: bool, definition: &AgentDefinition) -> Vec<Callable> {
     Callable::ALL
         .into_iter()
         .filter(|callable| *callable != Callable::WebSearch || web_search)
@@ -145,7 +145,7 @@ pub fn granted_with(web_search: bool, definition: &AgentDefinition) -> Vec<Calla
 /// Narrows the definition's grants to the names in `wanted` (for a delegated child's or a
 /// trigger thread's `tools`): its grants are every callable when it names none, and a name it was
 /// not granted grants nothing.
-pub fn narrow(definition: &mut AgentDefinition, wanted: &[String]) {
+pub(crate) fn narrow(definition: &mut AgentDefinition, wanted: &[String]) {
     let base: Vec<String> = match &definition.tools {
         Some(tools) => tools.clone(),
         None => Callable::ALL.iter().map(|tool| tool.name().to_owned()).collect(),

@@ -42,7 +42,7 @@ static SUBSET: LazyLock<jsonschema::Validator> = LazyLock::new(|| {
 });
 
 /// The problems of `schema` as a tool contract, as `<path>: <message>` lines (empty when fine).
-pub fn shape_errors(schema: &Json) -> Vec<String> {
+pub(crate) fn shape_errors(schema: &Json) -> Vec<String> {
     let mut errors: Vec<String> = SUBSET
         .iter_errors(schema)
         .map(|error| format!("{}: {error}", dotted(&error.instance_path().to_string())))
@@ -54,7 +54,7 @@ pub fn shape_errors(schema: &Json) -> Vec<String> {
 }
 
 /// The problems of `value` against the contract `schema`, as `<path>: <message>` lines.
-pub fn value_errors(schema: &Json, value: &Json) -> Vec<String> {
+pub(crate) fn value_errors(schema: &Json, value: &Json) -> Vec<String> {
     match jsonschema::validator_for(schema) {
         Ok(validator) => validator
             .iter_errors(value)

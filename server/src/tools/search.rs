@@ -17,7 +17,7 @@ use crate::hm::search::SearchInput;
 /// One result.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Found {
+pub(crate) struct Found {
     pub title: String,
     pub url: String,
     #[serde(rename = "type")]
@@ -29,7 +29,7 @@ pub struct Found {
     pub version_time: Option<String>,
 }
 
-/// `parentNames` through [`wire::json_to_ipld`], which (unlike serde's route) takes JSON null.
+/// `parentNames` through [`json_to_ipld`](seed_agents_protocol::wire::json_to_ipld), which (unlike serde's route) takes JSON null.
 fn parents<S: serde::Serializer>(names: &[Json], serializer: S) -> Result<S::Ok, S::Error> {
     serializer.collect_seq(names.iter().map(seed_agents_protocol::wire::json_to_ipld))
 }
@@ -37,7 +37,7 @@ fn parents<S: serde::Serializer>(names: &[Json], serializer: S) -> Result<S::Ok,
 /// The output (without `summary`, which the caller adds).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Output {
+pub(crate) struct Output {
     pub markdown: String,
     pub query: String,
     pub search_type: &'static str,
@@ -46,7 +46,7 @@ pub struct Output {
 }
 
 /// Runs a search for the agent of `owner_id`: its summary and output.
-pub async fn run(app: &App, owner_id: &str, input: &Json) -> ApiResult<(String, Output)> {
+pub(crate) async fn run(app: &App, owner_id: &str, input: &Json) -> ApiResult<(String, Output)> {
     let input = fields(input);
     let query = input.get("query").and_then(Json::as_str).map(str::trim).unwrap_or_default().to_owned();
     if query.is_empty() {

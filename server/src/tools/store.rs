@@ -10,7 +10,7 @@ use crate::error::{ApiError, ApiResult};
 
 /// A stored document.
 #[derive(Debug, Clone)]
-pub struct Stored {
+pub(crate) struct Stored {
     pub document: ToolDocument,
     pub cid: String,
     pub enabled: bool,
@@ -36,7 +36,7 @@ static BUILTINS: LazyLock<Vec<(ToolDocument, String, Vec<u8>)>> = LazyLock::new(
 });
 
 /// Whether any builtin row of the agent is missing or has another CID than this build's.
-pub fn builtins_stale(conn: &Connection, owner: &str, agent: &str) -> ApiResult<bool> {
+pub(crate) fn builtins_stale(conn: &Connection, owner: &str, agent: &str) -> ApiResult<bool> {
     let mut statement =
         conn.prepare_cached("SELECT cid FROM tool_documents WHERE account_id = ?1 AND agent_id = ?2 AND name = ?3")?;
     for (document, cid, _) in BUILTINS.iter() {
@@ -50,7 +50,7 @@ pub fn builtins_stale(conn: &Connection, owner: &str, agent: &str) -> ApiResult<
 }
 
 /// Writes the builtin rows whose CID differs from this build's (new rows keep `enabled` 1).
-pub fn ensure_builtins(conn: &Connection, owner: &str, agent: &str, now: i64) -> ApiResult<()> {
+pub(crate) fn ensure_builtins(conn: &Connection, owner: &str, agent: &str, now: i64) -> ApiResult<()> {
     let mut select =
         conn.prepare_cached("SELECT cid FROM tool_documents WHERE account_id = ?1 AND agent_id = ?2 AND name = ?3")?;
     let mut upsert = conn.prepare_cached(
@@ -70,7 +70,7 @@ pub fn ensure_builtins(conn: &Connection, owner: &str, agent: &str, now: i64) ->
 }
 
 /// Every document of the agent, by name.
-pub fn list(conn: &Connection, owner: &str, agent: &str) -> ApiResult<Vec<Stored>> {
+pub(crate) fn list(conn: &Connection, owner: &str, agent: &str) -> ApiResult<Vec<Stored>> {
     let mut statement = conn.prepare_cached(
         "SELECT doc_cbor, cid, enabled, created_at, updated_at FROM tool_documents
          WHERE account_id = ?1 AND agent_id = ?2 ORDER BY name",
@@ -80,7 +80,7 @@ pub fn list(conn: &Connection, owner: &str, agent: &str) -> ApiResult<Vec<Stored
 }
 
 /// The document called `name`.
-pub fn get(conn: &Connection, owner: &str, agent: &str, name: &str) -> ApiResult<Option<Stored>> {
+pub(crate) fn get(conn: &Connection, owner: &str, agent: &str, name: &str) -> ApiResult<Option<Stored>> {
     let row = conn
         .prepare_cached(
             "SELECT doc_cbor, cid, enabled, created_at, updated_at FROM tool_documents
@@ -92,7 +92,13 @@ pub fn get(conn: &Connection, owner: &str, agent: &str, name: &str) -> ApiResult
 }
 
 /// Creates or replaces the lambda `document` (a replaced row keeps its `created_at`).
-pub fn put_lambda(conn: &Connection, owner: &str, agent: &str, document: &ToolDocument, now: i64) -> ApiResult<()> {
+pub(crate) fn put_lambda(
+    conn: &Connection,
+    owner: &str,
+    agent: &str,
+    document: &ToolDocument,
+    now: i64,
+) -> ApiResult<()> {
     if document.kind != Kind::Lambda {
         return Err(ApiError::internal("only lambda documents are authored"));
     }
@@ -108,7 +114,13 @@ pub fn put_lambda(conn: &Connection, owner: &str, agent: &str, document: &ToolDo
 }
 
 /// Sets a row's `created_at` (a rename keeps the original's).
-pub fn set_created_at(conn: &Connection, owner: &str, agent: &str, name: &str, created_at: i64) -> ApiResult<()> {
+pub(crate) fn set_created_at(
+    conn: &Connection,
+    owner: &str,
+    agent: &str,
+    name: &str,
+    created_at: i64,
+) -> ApiResult<()> {
     conn.prepare_cached(
         "UPDATE tool_documents SET created_at = ?4 WHERE account_id = ?1 AND agent_id = ?2 AND name = ?3",
     )?
@@ -117,7 +129,7 @@ pub fn set_created_at(conn: &Connection, owner: &str, agent: &str, name: &str, c
 }
 
 /// Deletes the row called `name`; whether there was one.
-pub fn delete(conn: &Connection, owner: &str, agent: &str, name: &str) -> ApiResult<bool> {
+pub(crate) fn delete(conn: &Connection, owner: &str, agent: &str, name: &str) -> ApiResult<bool> {
     let deleted = conn
         .prepare_cached("DELETE FROM tool_documents WHERE account_id = ?1 AND agent_id = ?2 AND name = ?3")?
         .execute(params![owner, agent, name])?;

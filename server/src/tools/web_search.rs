@@ -16,13 +16,13 @@ use crate::app::App;
 use crate::error::{ApiError, ApiResult};
 
 /// How long one SearXNG request may take.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// The engines of the second try.
-pub const FALLBACK_ENGINES: &str = "duckduckgo,bing,startpage,wikipedia";
+pub(crate) const FALLBACK_ENGINES: &str = "duckduckgo,bing,startpage,wikipedia";
 
 /// One result.
 #[derive(Debug, Clone, Serialize)]
-pub struct Hit {
+pub(crate) struct Hit {
     pub title: String,
     pub url: String,
     pub snippet: String,
@@ -31,7 +31,7 @@ pub struct Hit {
 
 /// The output (without `summary`, which the caller adds).
 #[derive(Debug, Serialize)]
-pub struct Output {
+pub(crate) struct Output {
     pub query: String,
     pub results: Vec<Hit>,
     pub partial: bool,
@@ -39,7 +39,7 @@ pub struct Output {
 }
 
 /// Runs a web search: its summary and output.
-pub async fn run(app: &App, input: &Json) -> ApiResult<(String, Output)> {
+pub(crate) async fn run(app: &App, input: &Json) -> ApiResult<(String, Output)> {
     let Some(base) = app.config.searxng_url.as_deref() else {
         return Err(ApiError::unavailable("web_search is not configured (no SearXNG backend)"));
     };

@@ -29,9 +29,9 @@ use crate::error::{ApiError, ApiResult};
 use crate::idempotency::Key;
 
 /// The 409 for a stale `expectedUpdatedAt`.
-pub const STALE: &str = "Agent trigger was changed since it was read; reload it and try again";
+pub(crate) const STALE: &str = "Agent trigger was changed since it was read; reload it and try again";
 /// The 400 for editing a trigger merged into another.
-pub const MERGED: &str = "This trigger was combined into another and cannot be edited or enabled";
+pub(crate) const MERGED: &str = "This trigger was combined into another and cannot be edited or enabled";
 
 fn new_condition_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..12].to_owned()
@@ -46,7 +46,7 @@ fn prompt_input(prompt: Option<AgentTriggerInputPrompt>) -> Option<AgentDefiniti
 
 /// A trigger checked and ready to store.
 #[derive(Debug, Clone)]
-pub struct Normalized {
+pub(crate) struct Normalized {
     /// The name.
     pub name: String,
     /// Whether it fires.
@@ -60,7 +60,7 @@ pub struct Normalized {
 }
 
 /// Normalises a `CreateAgentTrigger` input (see [`validate`]).
-pub fn normalize_input(input: &AgentTriggerInput) -> ApiResult<Normalized> {
+pub(crate) fn normalize_input(input: &AgentTriggerInput) -> ApiResult<Normalized> {
     Ok(Normalized {
         name: validate::name(&input.name)?,
         enabled: input.enabled.unwrap_or(true),
@@ -76,7 +76,7 @@ fn blob<T: Serialize>(value: &T) -> ApiResult<Vec<u8>> {
 
 /// Inserts a new trigger for `agent_id` (stored under `owner_id`); returns its id and, for a
 /// webhook source, its freshly minted secret.
-pub fn insert(
+pub(crate) fn insert(
     app: &App,
     conn: &Connection,
     owner_id: &str,
@@ -93,7 +93,7 @@ pub fn insert(
 }
 
 /// Inserts the trigger's row (without minting a webhook secret); returns its id.
-pub fn insert_row(
+pub(crate) fn insert_row(
     conn: &Connection,
     owner_id: &str,
     agent_id: &str,
@@ -124,7 +124,7 @@ pub fn insert_row(
 }
 
 /// `ListAgentTriggers {agentId}` (reader): the agent's triggers, most recently updated first.
-pub async fn list_agent_triggers(
+pub(crate) async fn list_agent_triggers(
     app: &App,
     caller: &Caller,
     action: ListAgentTriggers,
@@ -140,7 +140,7 @@ pub async fn list_agent_triggers(
 
 /// `GetAgentTrigger {triggerId}` (reader): the trigger, its newest firings and the sessions they
 /// opened. The webhook secret is never shown again after create or rotation.
-pub async fn get_agent_trigger(
+pub(crate) async fn get_agent_trigger(
     app: &App,
     caller: &Caller,
     action: GetAgentTrigger,
@@ -170,7 +170,7 @@ struct CreateRequest<'a> {
 /// `CreateAgentTrigger {agentId, trigger, clientRequestId?}` (writer). A webhook source's secret
 /// is in this answer only; a replayed `clientRequestId` answers the trigger without it (the
 /// secret is never stored in the clear), and the caller rotates it if it lost the first answer.
-pub async fn create_agent_trigger(
+pub(crate) async fn create_agent_trigger(
     app: &Arc<App>,
     caller: &Caller,
     action: CreateAgentTrigger,
@@ -233,7 +233,7 @@ fn next_updated_at(previous: i64, now: i64) -> i64 {
 /// `UpdateAgentTrigger {triggerId, patch, expectedUpdatedAt?}` (writer): changes only the patch's
 /// fields. Giving a webhook source (again) mints a new secret, answered once in `webhookSecret`;
 /// the old one stops working at once.
-pub async fn update_agent_trigger(
+pub(crate) async fn update_agent_trigger(
     app: &Arc<App>,
     caller: &Caller,
     action: UpdateAgentTrigger,
@@ -315,7 +315,7 @@ pub async fn update_agent_trigger(
 
 /// `DeleteAgentTrigger {triggerId}` (writer): deletes the trigger and its firings; sessions and
 /// runs they started stay (their attribution goes with the firings).
-pub async fn delete_agent_trigger(
+pub(crate) async fn delete_agent_trigger(
     app: &App,
     caller: &Caller,
     action: DeleteAgentTrigger,
@@ -338,7 +338,7 @@ pub async fn delete_agent_trigger(
 /// `CombineAgentTriggers` (writer, protocol 3): see the schema. The survivor keeps its name and
 /// enabled state and gains the other's conditions (one copy of each distinct source; a clashing
 /// id is renamed); the other is disabled and marked `mergedInto`.
-pub async fn combine_agent_triggers(
+pub(crate) async fn combine_agent_triggers(
     app: &App,
     caller: &Caller,
     action: CombineAgentTriggers,
@@ -426,7 +426,7 @@ fn copy_action(conn: &Connection, from: &AgentTriggerInfo, to: &str) -> ApiResul
 
 /// Replaces every field of trigger `trigger_id` (not a webhook source: its secret is minted
 /// only by the signed actions) with `trigger`; `updatedAt` moves past `previous_updated_at`.
-pub fn replace(
+pub(crate) fn replace(
     conn: &Connection,
     trigger_id: &str,
     trigger: &Normalized,

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 use seed_agents_protocol::generated::{
     AgentActivityCondition, AgentTriggerInfo, AgentTriggerInfoPrompt, MessageEvent, MessageEventRole, MessageEventType,
     SessionActor, SessionEvent, SessionEventPayload, TriggerContinuation, WakeContinuation,
@@ -34,22 +34,22 @@ use crate::runs::{
 use crate::sessions::events;
 
 /// Executions a trigger's run may take before a retryable failure is final (background runs).
-pub const MAX_ATTEMPTS: u32 = 3;
+pub(crate) const MAX_ATTEMPTS: u32 = 3;
 /// The longest activity key, in UTF-8 bytes.
-pub const MAX_KEY_BYTES: usize = 1024;
+pub(crate) const MAX_KEY_BYTES: usize = 1024;
 /// The largest activity (canonical CBOR) a firing stores and hands to the run.
-pub const MAX_ACTIVITY_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_ACTIVITY_BYTES: usize = 256 * 1024;
 /// Firing status: the session is open and its run queued (or running).
-pub const STARTED: &str = "started";
+pub(crate) const STARTED: &str = "started";
 /// Firing status of a `wake` continuation: the signal reached a parked run (`runId`), which
 /// went back to the queue.
-pub const DELIVERED: &str = "delivered";
+pub(crate) const DELIVERED: &str = "delivered";
 /// Firing status of a `wake` continuation: no run took the signal (`error` says why).
-pub const NO_LISTENER: &str = "no-listener";
+pub(crate) const NO_LISTENER: &str = "no-listener";
 
 /// What happened that fires the trigger.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Activity {
+pub(crate) struct Activity {
     /// One line for people (`TriggerFiringInfo.activitySummary`), at most a few hundred bytes.
     pub summary: String,
     /// The activity as an open map: what the run is shown and `triggerContext.activity` returns.
@@ -63,7 +63,7 @@ pub struct Activity {
 
 /// What [`fire`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FireOutcome {
+pub(crate) enum FireOutcome {
     /// The trigger fired: a firing row, a new session and a queued background run.
     Fired {
         /// The firing's id.
@@ -93,7 +93,7 @@ pub enum FireOutcome {
 /// Idempotent: the same `(trigger_id, firing_key)` fires once ever; later calls answer
 /// [`FireOutcome::Duplicate`]. Errors are the database's (or a key or activity over its size);
 /// nothing is written when one is returned. The run is started by the engine after the commit.
-pub async fn fire(app: &App, trigger_id: &str, firing_key: &str, activity: Activity) -> ApiResult<FireOutcome> {
+pub(crate) async fn fire(app: &App, trigger_id: &str, firing_key: &str, activity: Activity) -> ApiResult<FireOutcome> {
     let (trigger_id, firing_key, now) = (trigger_id.to_owned(), firing_key.to_owned(), app.clock.now_ms());
     let (outcome, published) = app
         .db
@@ -112,7 +112,7 @@ pub async fn fire(app: &App, trigger_id: &str, firing_key: &str, activity: Activ
 
 /// What a firing changed, to publish after its commit.
 #[derive(Debug, Default)]
-pub struct Published {
+pub(crate) struct Published {
     changes: Changes,
     appended: Vec<(String, String, SessionEvent)>,
     fired: Vec<(String, String, String)>,
@@ -122,7 +122,7 @@ pub struct Published {
 impl Published {
     /// Publishes the run and session changes, the appended prompt, and the account changes
     /// (`session-created`, `trigger-updated`) to the owner and the agent's members.
-    pub fn publish(self, app: &App) {
+    pub(crate) fn publish(self, app: &App) {
         for (owner, agent, event) in self.appended {
             events::announce(&app.bus, &owner, &agent, vec![event]);
         }
@@ -139,7 +139,7 @@ impl Published {
 }
 
 /// [`fire`] inside the caller's write transaction, noting what to publish in `published`.
-pub fn fire_in(
+pub(crate) fn fire_in(
     conn: &Connection,
     trigger_id: &str,
     firing_key: &str,
@@ -344,13 +344,4 @@ fn message_text(prompt: &str, trigger_name: &str, activity: &Activity) -> String
         escape(&summary(&activity.summary)),
         escape(&json)
     )
-}
-
-/// The firing that started run `run_id`, if a trigger started it.
-pub fn firing_of_run(conn: &Connection, run_id: &str) -> ApiResult<Option<String>> {
-    Ok(conn
-        .prepare_cached("SELECT trigger_firing_id FROM runs WHERE id = ?1")?
-        .query_row(params![run_id], |row| row.get::<_, Option<String>>(0))
-        .optional()?
-        .flatten())
 }

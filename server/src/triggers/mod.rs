@@ -20,23 +20,23 @@
 //! code as `SignalRun`); webhook secrets are stored sealed and shown only when minted; the monitors never
 //! record firings themselves and save their progress only after the sink answered.
 
-pub mod actions;
+pub(crate) mod actions;
 pub mod activity;
 pub mod chain;
-pub mod firing;
+pub(crate) mod firing;
 pub mod monitor;
 pub mod schedule;
 pub mod sink;
-pub mod store;
-pub mod thread;
-pub mod validate;
-pub mod webhook;
+pub(crate) mod store;
+pub(crate) mod thread;
+pub(crate) mod validate;
+pub(crate) mod webhook;
 
-pub use actions::{
+pub(crate) use actions::{
     combine_agent_triggers, create_agent_trigger, delete_agent_trigger, get_agent_trigger, list_agent_triggers,
     update_agent_trigger,
 };
-pub use firing::{Activity, FireOutcome, fire};
+pub(crate) use firing::{Activity, FireOutcome, fire};
 
 use std::sync::{Arc, Weak};
 
@@ -49,7 +49,7 @@ use crate::error::{ApiError, ApiResult};
 /// The sink the schedule and activity monitors fire through: [`firing::fire`], which records
 /// the firing once and starts its run. It holds the app weakly: the monitors live inside it.
 #[derive(Debug)]
-pub struct FireSink {
+pub(crate) struct FireSink {
     app: Weak<App>,
 }
 
@@ -71,7 +71,7 @@ impl sink::FiringSink for FireSink {
 
 /// The trigger monitors this server runs: run-completed chains, schedules and the activity feed.
 #[derive(Debug)]
-pub struct Monitors {
+pub(crate) struct Monitors {
     chain: JoinHandle<()>,
     timed: monitor::Monitors,
 }
@@ -79,14 +79,14 @@ pub struct Monitors {
 impl Monitors {
     /// Stops them; a schedule or feed tick in progress finishes first, so a firing being
     /// recorded is never cut in half.
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.chain.abort();
         self.timed.stop().await;
     }
 }
 
 /// Starts the trigger monitors, ticking every `--trigger-poll-interval`.
-pub fn spawn_monitors(app: &Arc<App>) -> Monitors {
+pub(crate) fn spawn_monitors(app: &Arc<App>) -> Monitors {
     let sink = Arc::new(FireSink { app: Arc::downgrade(app) });
     let settings = monitor::MonitorSettings { poll_interval: app.config.trigger_poll_interval, ..Default::default() };
     Monitors { chain: chain::spawn(app), timed: monitor::spawn(app, sink, settings) }

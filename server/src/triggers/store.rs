@@ -12,12 +12,12 @@ use crate::access::{self, Access, Need};
 use crate::error::{ApiError, ApiResult};
 
 /// What a trigger-scoped action answers when the trigger is missing or invisible.
-pub const NOT_FOUND: &str = "Agent trigger not found";
+pub(crate) const NOT_FOUND: &str = "Agent trigger not found";
 
 /// Firings `GetAgentTrigger` shows, newest first.
-pub const FIRINGS_SHOWN: i64 = 50;
+pub(crate) const FIRINGS_SHOWN: i64 = 50;
 /// Sessions `GetAgentTrigger` shows, newest first.
-pub const SESSIONS_SHOWN: i64 = 50;
+pub(crate) const SESSIONS_SHOWN: i64 = 50;
 
 const COLUMNS: &str = "id, account_id, agent_id, name, enabled, source_cbor, prompt, prompt_cbor, continuation_cbor, \
      created_at, updated_at, last_checked_at, last_fired_at, last_error, merged_into";
@@ -62,7 +62,7 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<AgentTriggerInfo> {
 }
 
 /// One trigger, or `None` when it does not exist.
-pub fn load(conn: &Connection, trigger_id: &str) -> ApiResult<Option<AgentTriggerInfo>> {
+pub(crate) fn load(conn: &Connection, trigger_id: &str) -> ApiResult<Option<AgentTriggerInfo>> {
     Ok(conn
         .prepare_cached(&format!("SELECT {COLUMNS} FROM agent_triggers WHERE id = ?1"))?
         .query_row(params![trigger_id], info_from_row)
@@ -70,7 +70,7 @@ pub fn load(conn: &Connection, trigger_id: &str) -> ApiResult<Option<AgentTrigge
 }
 
 /// An agent's triggers, most recently updated first.
-pub fn list(conn: &Connection, agent_id: &str) -> ApiResult<Vec<AgentTriggerInfo>> {
+pub(crate) fn list(conn: &Connection, agent_id: &str) -> ApiResult<Vec<AgentTriggerInfo>> {
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM agent_triggers WHERE agent_id = ?1 ORDER BY updated_at DESC, id DESC"
     ))?;
@@ -80,7 +80,7 @@ pub fn list(conn: &Connection, agent_id: &str) -> ApiResult<Vec<AgentTriggerInfo
 
 /// The trigger and the caller's access to its agent: 404 `Agent trigger not found` when the
 /// trigger is missing or its agent invisible, 403 when the role is too low.
-pub fn require(
+pub(crate) fn require(
     conn: &Connection,
     trigger_id: &str,
     account_id: &str,
@@ -116,7 +116,7 @@ fn matched(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Vec<AgentActi
 }
 
 /// A trigger's firings, newest first (at most [`FIRINGS_SHOWN`]).
-pub fn firings(conn: &Connection, trigger_id: &str) -> ApiResult<Vec<TriggerFiringInfo>> {
+pub(crate) fn firings(conn: &Connection, trigger_id: &str) -> ApiResult<Vec<TriggerFiringInfo>> {
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {FIRING_COLUMNS} FROM trigger_firings f WHERE f.trigger_id = ?1
          ORDER BY f.created_at DESC, f.id DESC LIMIT +?2"
@@ -126,7 +126,7 @@ pub fn firings(conn: &Connection, trigger_id: &str) -> ApiResult<Vec<TriggerFiri
 }
 
 /// The ids of the sessions a trigger's firings opened, newest first (at most [`SESSIONS_SHOWN`]).
-pub fn session_ids(conn: &Connection, trigger_id: &str) -> ApiResult<Vec<String>> {
+pub(crate) fn session_ids(conn: &Connection, trigger_id: &str) -> ApiResult<Vec<String>> {
     let mut statement = conn.prepare_cached(
         "SELECT f.session_id FROM trigger_firings f WHERE f.trigger_id = ?1 AND f.session_id IS NOT NULL
          ORDER BY f.created_at DESC, f.id DESC LIMIT +?2",
@@ -136,7 +136,7 @@ pub fn session_ids(conn: &Connection, trigger_id: &str) -> ApiResult<Vec<String>
 }
 
 /// Which trigger firing opened session `session_id`, as `SessionInfo.startedByTrigger` shows it.
-pub fn attribution(conn: &Connection, session_id: &str) -> ApiResult<Option<AgentSessionTriggerSummary>> {
+pub(crate) fn attribution(conn: &Connection, session_id: &str) -> ApiResult<Option<AgentSessionTriggerSummary>> {
     Ok(conn
         .prepare_cached(
             "SELECT f.id, f.activity_key, f.activity_summary, f.created_at, f.matched_cbor, f.source_cbor,
@@ -162,7 +162,7 @@ pub fn attribution(conn: &Connection, session_id: &str) -> ApiResult<Option<Agen
 }
 
 /// Fills `startedByTrigger` on each session a trigger firing opened.
-pub fn attribute(conn: &Connection, sessions: &mut [SessionInfo]) -> ApiResult<()> {
+pub(crate) fn attribute(conn: &Connection, sessions: &mut [SessionInfo]) -> ApiResult<()> {
     for session in sessions {
         session.started_by_trigger = attribution(conn, &session.id)?;
     }
@@ -170,7 +170,7 @@ pub fn attribute(conn: &Connection, sessions: &mut [SessionInfo]) -> ApiResult<(
 }
 
 /// The firing that opened session `session_id`, as `GetSession.triggerContext` shows it.
-pub fn context(
+pub(crate) fn context(
     conn: &Connection,
     session_id: &str,
 ) -> ApiResult<Option<seed_agents_protocol::generated::AgentSessionTriggerContext>> {

@@ -21,7 +21,7 @@ const KEY: &str = "thread";
 
 /// What a new-thread continuation changes about the agent for its session's runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Thread {
+pub(crate) struct Thread {
     /// Instructions for the thread.
     pub system_prompt: Option<String>,
     /// Whether the agent's own prompt stays, with `system_prompt` after it (the default).
@@ -32,7 +32,7 @@ pub struct Thread {
 
 impl Thread {
     /// The overrides a trigger's continuation asks for, or `None` when it asks for none.
-    pub fn of(continuation: Option<&TriggerContinuation>) -> Option<Self> {
+    pub(crate) fn of(continuation: Option<&TriggerContinuation>) -> Option<Self> {
         let Some(TriggerContinuation::NewThreadContinuation(new_thread)) = continuation else { return None };
         let thread = Self {
             system_prompt: new_thread.system_prompt.clone(),
@@ -43,7 +43,7 @@ impl Thread {
     }
 
     /// The stored form: `{systemPrompt?, includeAgentSystemPrompt, tools?}`.
-    pub fn to_ipld(&self) -> Ipld {
+    pub(crate) fn to_ipld(&self) -> Ipld {
         let mut fields =
             BTreeMap::from([("includeAgentSystemPrompt".to_owned(), Ipld::Bool(self.include_agent_system_prompt))]);
         if let Some(prompt) = &self.system_prompt {
@@ -78,7 +78,7 @@ impl Thread {
     }
 
     /// The agent as the thread runs it.
-    pub fn apply(&self, definition: &mut AgentDefinition) {
+    pub(crate) fn apply(&self, definition: &mut AgentDefinition) {
         if let Some(prompt) = &self.system_prompt {
             let combined = if self.include_agent_system_prompt {
                 let own = match &definition.system_prompt {
@@ -99,7 +99,7 @@ impl Thread {
 
 /// The overrides for a run in session `session_id` whose input (as claimed) is `input`: its own
 /// `input.thread`, or that of the run a firing opened the session with.
-pub fn of_run(conn: &Connection, input: &Ipld, session_id: &str) -> ApiResult<Option<Thread>> {
+pub(crate) fn of_run(conn: &Connection, input: &Ipld, session_id: &str) -> ApiResult<Option<Thread>> {
     if let Some(thread) = stored_in(input) {
         return Ok(Some(thread));
     }
@@ -107,7 +107,7 @@ pub fn of_run(conn: &Connection, input: &Ipld, session_id: &str) -> ApiResult<Op
 }
 
 /// The overrides of session `session_id`: those of the run a firing opened it with.
-pub fn of_session(conn: &Connection, session_id: &str) -> ApiResult<Option<Thread>> {
+pub(crate) fn of_session(conn: &Connection, session_id: &str) -> ApiResult<Option<Thread>> {
     let opening: Option<Vec<u8>> = conn
         .prepare_cached(
             "SELECT r.input_cbor FROM trigger_firings f JOIN runs r ON r.id = f.run_id
@@ -130,7 +130,7 @@ fn stored_in(input: &Ipld) -> Option<Thread> {
 }
 
 /// Adds the overrides to a run's input map.
-pub fn store(input: &mut BTreeMap<String, Ipld>, thread: &Thread) {
+pub(crate) fn store(input: &mut BTreeMap<String, Ipld>, thread: &Thread) {
     input.insert(KEY.to_owned(), thread.to_ipld());
 }
 

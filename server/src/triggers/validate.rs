@@ -16,11 +16,11 @@ use crate::error::{ApiError, ApiResult};
 use crate::validate::{MAX_NAME_BYTES, bounded_string, js_trim};
 
 /// The longest document address or prefix, in UTF-8 bytes.
-pub const MAX_RESOURCE_BYTES: usize = 2048;
+pub(crate) const MAX_RESOURCE_BYTES: usize = 2048;
 /// The most accounts a source watches, and the most event types of a `site-update` source.
-pub const MAX_LIST: usize = 32;
+pub(crate) const MAX_LIST: usize = 32;
 /// The most conditions of a compound (`activity`) source.
-pub const MAX_CONDITIONS: usize = 32;
+pub(crate) const MAX_CONDITIONS: usize = 32;
 /// The largest `once` time: JavaScript's largest safe integer.
 const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 /// `site-update` event types, with the legacy aliases upstream still accepts.
@@ -29,7 +29,7 @@ const EVENT_TYPES: &[&str] =
 
 /// A trigger's prompt, normalised: what is stored and what the model is told.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Prompt {
+pub(crate) struct Prompt {
     /// The rendered markdown (for text prompts: the trimmed text as sent).
     pub markdown: String,
     /// The Seed blocks, when the prompt was sent as blocks.
@@ -37,12 +37,12 @@ pub struct Prompt {
 }
 
 /// The name: trimmed, required, at most 256 bytes.
-pub fn name(name: &str) -> ApiResult<String> {
+pub(crate) fn name(name: &str) -> ApiResult<String> {
     bounded_string(name, "Trigger name", MAX_NAME_BYTES)
 }
 
 /// The prompt, given as text or blocks (the generated prompt unions share this shape).
-pub fn prompt(input: Option<AgentDefinitionSystemPrompt>) -> ApiResult<Prompt> {
+pub(crate) fn prompt(input: Option<AgentDefinitionSystemPrompt>) -> ApiResult<Prompt> {
     let input = input.ok_or_else(|| ApiError::invalid("Trigger prompt is required"))?;
     let blocks = prompt::normalize_prompt(&input, "Trigger prompt")?;
     Ok(match input {
@@ -54,7 +54,7 @@ pub fn prompt(input: Option<AgentDefinitionSystemPrompt>) -> ApiResult<Prompt> {
 }
 
 /// The most tool names a new-thread continuation narrows to.
-pub const MAX_THREAD_TOOLS: usize = 64;
+pub(crate) const MAX_THREAD_TOOLS: usize = 64;
 
 /// The continuation: a new thread or a `wake` (signal and run id trimmed, each required when
 /// present and at most 256 bytes; the payload is kept as sent, like upstream, within the
@@ -63,7 +63,7 @@ pub const MAX_THREAD_TOOLS: usize = 64;
 /// A new thread's `systemPrompt` is trimmed and checked like a trigger prompt (required when
 /// present, at most 64 KiB); its `tools` are trimmed, non-empty names (at most
 /// [`MAX_THREAD_TOOLS`], duplicates dropped, order kept).
-pub fn continuation(continuation: Option<TriggerContinuation>) -> ApiResult<Option<TriggerContinuation>> {
+pub(crate) fn continuation(continuation: Option<TriggerContinuation>) -> ApiResult<Option<TriggerContinuation>> {
     match continuation {
         None => Ok(None),
         Some(TriggerContinuation::NewThreadContinuation(new_thread)) => {
@@ -112,7 +112,7 @@ fn thread_tools(tools: &[String]) -> ApiResult<Vec<String>> {
 }
 
 /// A source, checked and canonicalised. `new_id` mints ids for conditions sent without one.
-pub fn source(source: AgentTriggerSource, new_id: &mut dyn FnMut() -> String) -> ApiResult<AgentTriggerSource> {
+pub(crate) fn source(source: AgentTriggerSource, new_id: &mut dyn FnMut() -> String) -> ApiResult<AgentTriggerSource> {
     Ok(match source {
         AgentTriggerSource::ActivitySource(activity) => AgentTriggerSource::ActivitySource(compound(activity, new_id)?),
         AgentTriggerSource::CommentReplySource(source) => {
@@ -138,7 +138,7 @@ pub fn source(source: AgentTriggerSource, new_id: &mut dyn FnMut() -> String) ->
 }
 
 /// The kind of a source, as its `type` tag (what `replaceSource` guards).
-pub fn kind(source: &AgentTriggerSource) -> &'static str {
+pub(crate) fn kind(source: &AgentTriggerSource) -> &'static str {
     match source {
         AgentTriggerSource::ActivitySource(_) => "activity",
         AgentTriggerSource::CommentReplySource(_) => "comment-reply",
@@ -175,7 +175,7 @@ fn compound(activity: ActivitySource, new_id: &mut dyn FnMut() -> String) -> Api
 }
 
 /// One simple activity source (a condition of a compound source).
-pub fn simple(source: AgentActivitySource) -> ApiResult<AgentActivitySource> {
+pub(crate) fn simple(source: AgentActivitySource) -> ApiResult<AgentActivitySource> {
     Ok(match source {
         AgentActivitySource::CommentReplySource(source) => {
             AgentActivitySource::CommentReplySource(comment_reply(source)?)
@@ -382,7 +382,7 @@ fn optional_address(value: Option<&str>, label: &str) -> ApiResult<Option<String
 
 /// A document field: `hm://<account uid>[/path]`, canonicalised (no trailing slash, no query or
 /// fragment); a bare `hm://` or a wildcard is refused rather than read as "everything".
-pub fn address(value: &str, label: &str) -> ApiResult<String> {
+pub(crate) fn address(value: &str, label: &str) -> ApiResult<String> {
     let value = js_trim(value);
     if value.is_empty() {
         return Err(ApiError::invalid(format!("{label} is required")));

@@ -39,13 +39,13 @@ use crate::app::App;
 use crate::error::{ApiError, ApiResult};
 
 /// The largest body a webhook accepts, in bytes.
-pub const MAX_BODY_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 256 * 1024;
 /// How far `webhook-timestamp` may be from the server's clock, in seconds.
-pub const TOLERANCE_SECONDS: i64 = 5 * 60;
+pub(crate) const TOLERANCE_SECONDS: i64 = 5 * 60;
 /// The secret's prefix.
-pub const SECRET_PREFIX: &str = "whsec_";
+pub(crate) const SECRET_PREFIX: &str = "whsec_";
 /// The one answer for an unknown trigger, a non-webhook trigger and a wrong signature.
-pub const UNAUTHORIZED: &str = "Invalid webhook signature";
+pub(crate) const UNAUTHORIZED: &str = "Invalid webhook signature";
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -56,7 +56,7 @@ fn sealed_name(trigger_id: &str) -> String {
 
 /// Mints, seals and stores a new secret for trigger `trigger_id` (replacing any previous one);
 /// returns it as `whsec_<base64>`, the only time it is shown.
-pub fn rotate_secret(app: &App, conn: &Connection, owner_id: &str, trigger_id: &str) -> ApiResult<String> {
+pub(crate) fn rotate_secret(app: &App, conn: &Connection, owner_id: &str, trigger_id: &str) -> ApiResult<String> {
     let mut key = [0u8; 32];
     getrandom::fill(&mut key).map_err(|error| ApiError::internal(format!("no randomness: {error}")))?;
     let sealed = app.secrets.seal(owner_id, &sealed_name(trigger_id), &key).map_err(ApiError::internal)?;

@@ -14,7 +14,7 @@
 //!   (see `order`), so a client may keep two appends in flight.
 //! - A committed file appears at its target by one rename, so it is never seen half-written.
 
-pub mod memory_target;
+pub(crate) mod memory_target;
 pub(crate) mod order;
 mod staging;
 mod sweep;
@@ -37,17 +37,16 @@ use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::memory::path::MemoryPath;
 
-pub use order::{ARRIVAL_GRACE, AppendOrder, WAIT};
-pub use sweep::{spawn_sweeper, sweep};
+pub(crate) use sweep::spawn_sweeper;
 
 /// The largest chunk: 8 MiB.
-pub const MAX_CHUNK_BYTES: i64 = 8 * 1024 * 1024;
+pub(crate) const MAX_CHUNK_BYTES: i64 = 8 * 1024 * 1024;
 /// The largest upload into memory: 2 GiB.
-pub const MAX_MEMORY_UPLOAD_BYTES: i64 = 2 * 1024 * 1024 * 1024;
+pub(crate) const MAX_MEMORY_UPLOAD_BYTES: i64 = 2 * 1024 * 1024 * 1024;
 /// Uploads untouched this long expire.
-pub const TTL_MS: i64 = 60 * 60 * 1000;
+pub(crate) const TTL_MS: i64 = 60 * 60 * 1000;
 /// Unexpired uploads one account may have open.
-pub const MAX_ACTIVE_PER_ACCOUNT: i64 = 8;
+pub(crate) const MAX_ACTIVE_PER_ACCOUNT: i64 = 8;
 
 /// One upload's row.
 #[derive(Debug, Clone)]
@@ -63,7 +62,7 @@ struct Upload {
 
 /// `BeginFileUpload {target, size}`: validates the target now, so a long upload cannot fail at
 /// the end; answers the id and the chunk size.
-pub async fn begin_file_upload(
+pub(crate) async fn begin_file_upload(
     app: &App,
     caller: &Caller,
     action: BeginFileUpload,
@@ -127,7 +126,7 @@ pub async fn begin_file_upload(
 
 /// `AppendFileUploadChunk {uploadId, offset, content}`: chunks in order, each durable before the
 /// answer.
-pub async fn append_file_upload_chunk(
+pub(crate) async fn append_file_upload_chunk(
     app: &App,
     caller: &Caller,
     action: AppendFileUploadChunk,
@@ -195,7 +194,7 @@ pub async fn append_file_upload_chunk(
 /// `CommitFileUpload {uploadId}`: moves the complete file to its target. Memory answers
 /// `entry`, a session attachment `attachment`. A refused commit discards the upload, as
 /// upstream does; an internal failure keeps it, so the commit can be retried.
-pub async fn commit_file_upload(
+pub(crate) async fn commit_file_upload(
     app: &App,
     caller: &Caller,
     action: CommitFileUpload,
@@ -265,7 +264,7 @@ pub async fn commit_file_upload(
 }
 
 /// `AbortFileUpload {uploadId}`: discards the staged bytes.
-pub async fn abort_file_upload(
+pub(crate) async fn abort_file_upload(
     app: &App,
     caller: &Caller,
     action: AbortFileUpload,

@@ -34,7 +34,7 @@ pub const WAIT: Duration = Duration::from_secs(30);
 
 /// How long it waits when no other append is in the server yet (its predecessor may be on the
 /// wire, or being verified).
-pub const ARRIVAL_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const ARRIVAL_GRACE: Duration = Duration::from_secs(2);
 
 /// Appends in the server, per upload, and the chunks waiting for a predecessor.
 #[derive(Debug)]

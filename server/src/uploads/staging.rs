@@ -13,29 +13,29 @@ use crate::config::Config;
 use crate::durable;
 
 /// Where staging files live.
-pub fn dir(config: &Config) -> PathBuf {
+pub(super) fn dir(config: &Config) -> PathBuf {
     config.data_dir.join("uploads")
 }
 
 /// The staging path stored in the row (relative to the data directory).
-pub fn relative_path(id: &str) -> String {
+pub(super) fn relative_path(id: &str) -> String {
     format!("uploads/{id}.part")
 }
 
 /// An upload's staging file.
-pub fn part_path(config: &Config, id: &str) -> PathBuf {
+pub(super) fn part_path(config: &Config, id: &str) -> PathBuf {
     dir(config).join(format!("{id}.part"))
 }
 
 /// Creates the empty staging file durably (the file and its directory entry are fsynced).
-pub fn create(path: &Path) -> io::Result<()> {
+pub(super) fn create(path: &Path) -> io::Result<()> {
     let parent = path.parent().ok_or_else(|| io::Error::other("staging path has no parent"))?;
     fs::create_dir_all(parent)?;
     durable::create_empty(path)
 }
 
 /// Opens and locks the staging file (waiting for another holder); `None` when it is gone.
-pub async fn open_locked(path: PathBuf) -> io::Result<Option<File>> {
+pub(super) async fn open_locked(path: PathBuf) -> io::Result<Option<File>> {
     tokio::task::spawn_blocking(move || match OpenOptions::new().read(true).write(true).open(&path) {
         Ok(file) => {
             file.lock()?;
@@ -49,7 +49,7 @@ pub async fn open_locked(path: PathBuf) -> io::Result<Option<File>> {
 }
 
 /// Opens and locks the staging file unless another holder has it; `None` when gone or busy.
-pub fn try_open_locked(path: &Path) -> io::Result<Option<File>> {
+pub(super) fn try_open_locked(path: &Path) -> io::Result<Option<File>> {
     match OpenOptions::new().read(true).write(true).open(path) {
         Ok(file) => match file.try_lock() {
             Ok(()) => Ok(Some(file)),
@@ -63,7 +63,7 @@ pub fn try_open_locked(path: &Path) -> io::Result<Option<File>> {
 
 /// Writes `chunk` at `received` and makes it durable. Bytes past `received` (a chunk written
 /// before a crash but never recorded) are cut off first.
-pub fn append(file: &File, received: u64, chunk: &[u8]) -> io::Result<()> {
+pub(super) fn append(file: &File, received: u64, chunk: &[u8]) -> io::Result<()> {
     let length = file.metadata()?.len();
     if length < received {
         return Err(io::Error::other(format!("staging file has {length} bytes but {received} were recorded")));
@@ -76,7 +76,7 @@ pub fn append(file: &File, received: u64, chunk: &[u8]) -> io::Result<()> {
 }
 
 /// Cuts the staging file back to `size` bytes (the recorded total) and makes that durable.
-pub fn trim(file: &File, size: u64) -> io::Result<()> {
+pub(super) fn trim(file: &File, size: u64) -> io::Result<()> {
     let length = file.metadata()?.len();
     if length < size {
         return Err(io::Error::other(format!("staging file has {length} bytes but {size} were recorded")));
@@ -89,7 +89,7 @@ pub fn trim(file: &File, size: u64) -> io::Result<()> {
 }
 
 /// Removes a staging file; a missing one is fine.
-pub fn remove(path: &Path) {
+pub(super) fn remove(path: &Path) {
     if let Err(error) = fs::remove_file(path)
         && error.kind() != io::ErrorKind::NotFound
     {

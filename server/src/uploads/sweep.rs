@@ -15,10 +15,10 @@ use crate::attachments::{self, blocking};
 use crate::error::ApiResult;
 
 /// How often the sweep runs (it also runs once at start).
-pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+pub(super) const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Starts the sweep; it stops when the app is dropped or the handle aborted.
-pub fn spawn_sweeper(app: &Arc<App>) -> JoinHandle<()> {
+pub(crate) fn spawn_sweeper(app: &Arc<App>) -> JoinHandle<()> {
     let app: Weak<App> = Arc::downgrade(app);
     tokio::spawn(async move {
         loop {
@@ -34,7 +34,7 @@ pub fn spawn_sweeper(app: &Arc<App>) -> JoinHandle<()> {
 }
 
 /// One sweep; answers how many expired uploads it removed.
-pub async fn sweep(app: &App) -> ApiResult<usize> {
+pub(crate) async fn sweep(app: &App) -> ApiResult<usize> {
     let cutoff = app.clock.now_ms() - TTL_MS;
     let (expired, known) = app
         .db

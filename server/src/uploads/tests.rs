@@ -13,6 +13,7 @@ use seed_agents_protocol::generated::{
 use seed_agents_protocol::{Bytes, Ed25519Signer, Signer};
 use sha2::{Digest, Sha256};
 
+use super::sweep::sweep;
 use super::*;
 use crate::clock::Clock;
 use crate::config::Config;

@@ -7,7 +7,7 @@
 
 /// One parsed address.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Address {
+pub(crate) enum Address {
     /// `~/memory/<path>`: the raw relative path ("" for the root). A trailing `/` is kept: it
     /// asks for a listing.
     Memory(String),
@@ -42,7 +42,7 @@ const UNSUPPORTED: &[(&str, &str)] = &[];
 
 impl Address {
     /// Parses `raw` (already trimmed of surrounding whitespace by the caller or not).
-    pub fn parse(raw: &str) -> Address {
+    pub(crate) fn parse(raw: &str) -> Address {
         let address = raw.trim();
         if address == "~/memory" {
             return Address::Memory(String::new());

@@ -21,7 +21,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::hm::{HmClient, HmError};
 use seed_agents_protocol::Value;
 
-pub mod markdown;
+pub(super) mod markdown;
 
 /// The most markdown kept inline, in UTF-8 bytes before the cut (which then keeps characters).
 const MAX_MARKDOWN: usize = 256 * 1024;
@@ -30,7 +30,7 @@ const PAGE_SIZE: (i64, i64) = (1, 50);
 
 /// A parsed `hm://` address: the id to ask for and the view term, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HmAddress {
+pub(super) struct HmAddress {
     /// The account uid (`z6Mk…`).
     pub uid: String,
     /// Path segments without view terms.
@@ -44,7 +44,7 @@ pub struct HmAddress {
 impl HmAddress {
     /// Parses `hm://<uid>[/<path…>][/:view][?query][#fragment]` (the fragment is dropped: it
     /// names a block of the same document). 400 on a malformed uid or path.
-    pub fn parse(raw: &str) -> ApiResult<HmAddress> {
+    pub(super) fn parse(raw: &str) -> ApiResult<HmAddress> {
         let invalid = || ApiError::invalid(format!("Invalid Hypermedia id: {raw}"));
         let rest = raw.strip_prefix("hm://").ok_or_else(invalid)?;
         let rest = rest.split('#').next().unwrap_or_default();
@@ -69,7 +69,7 @@ impl HmAddress {
     }
 
     /// `hm://<uid>/<path>` (no version, no view).
-    pub fn canonical(&self) -> String {
+    pub(super) fn canonical(&self) -> String {
         let mut id = format!("hm://{}", self.uid);
         for segment in &self.path {
             id.push('/');
@@ -93,7 +93,7 @@ impl HmAddress {
 }
 
 /// Why a Hypermedia read failed, as a verb error (the server's message kept).
-pub fn hm_error(error: HmError) -> ApiError {
+pub(super) fn hm_error(error: HmError) -> ApiError {
     match error {
         HmError::Status { status: 404, message, .. } => ApiError::not_found(message),
         HmError::Status { status: 400, message, .. } => ApiError::invalid(message),
@@ -106,13 +106,13 @@ fn client<'a>(context: &'a Context<'_>) -> HmClient<'a> {
 }
 
 /// `read hm://…` on the configured server.
-pub async fn read(context: &Context<'_>, raw: &str, options: Option<&Map<String, Json>>) -> ApiResult<Value> {
+pub(super) async fn read(context: &Context<'_>, raw: &str, options: Option<&Map<String, Json>>) -> ApiResult<Value> {
     let address = HmAddress::parse(raw)?;
     read_from(&client(context), raw, &address, options).await
 }
 
 /// A read of `address` from `hm` (the configured server, or a site's origin for web URLs).
-pub async fn read_from(
+pub(super) async fn read_from(
     hm: &HmClient<'_>,
     raw: &str,
     address: &HmAddress,
@@ -395,7 +395,7 @@ async fn profile(hm: &HmClient<'_>, raw: &str, address: &HmAddress) -> ApiResult
 /// `read activity:` (any suffix ignored): `ListEvents` for the agent's owner with `options`
 /// `pageSize` (1–50), `pageToken`, `trustedOnly`, `authors` → `filterAuthors`, `eventTypes` →
 /// `filterEventType`, `resource` → `filterResource`.
-pub async fn activity(context: &Context<'_>, options: Option<&Map<String, Json>>) -> ApiResult<Value> {
+pub(super) async fn activity(context: &Context<'_>, options: Option<&Map<String, Json>>) -> ApiResult<Value> {
     let mut input = Map::new();
     let option = |key: &str| options.and_then(|options| options.get(key));
     if let Some(size) = option("pageSize").and_then(Json::as_f64) {
@@ -438,7 +438,7 @@ pub async fn activity(context: &Context<'_>, options: Option<&Map<String, Json>>
 }
 
 /// Cuts markdown over [`MAX_MARKDOWN`] bytes to that many characters plus `\n[truncated]`.
-pub fn cut_markdown(markdown: String) -> (String, bool) {
+pub(super) fn cut_markdown(markdown: String) -> (String, bool) {
     if markdown.len() <= MAX_MARKDOWN {
         return (markdown, false);
     }

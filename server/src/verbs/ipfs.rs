@@ -24,7 +24,7 @@ use seed_agents_protocol::Value;
 const MAX_INLINE: i64 = 256 * 1024;
 
 /// The CID of `ipfs://<cid>[/…]`, `ipfs:<cid>`, a bare CID or any URL holding `/ipfs/<cid>`.
-pub fn cid_of(raw: &str) -> ApiResult<String> {
+pub(super) fn cid_of(raw: &str) -> ApiResult<String> {
     let rest = raw
         .strip_prefix("ipfs://")
         .or_else(|| raw.strip_prefix("ipfs:"))
@@ -51,7 +51,7 @@ struct Downloaded {
 }
 
 /// `read ipfs://<cid>` into memory.
-pub async fn read(context: &Context<'_>, raw: &str, input: &Input<'_>) -> ApiResult<Value> {
+pub(super) async fn read(context: &Context<'_>, raw: &str, input: &Input<'_>) -> ApiResult<Value> {
     let cid = cid_of(raw)?;
     let path = match input.options().and_then(|options| options.get("path")) {
         Some(Ipld::String(path)) if !path.trim().is_empty() => path.trim().to_owned(),
@@ -109,7 +109,7 @@ struct Published {
 }
 
 /// `write ipfs://` with `options.fromPath` or `options.fromAttachment`.
-pub async fn write(context: &Context<'_>, input: &Input<'_>) -> ApiResult<Value> {
+pub(super) async fn write(context: &Context<'_>, input: &Input<'_>) -> ApiResult<Value> {
     let options = input.options();
     if let Some(unknown) =
         options.and_then(|options| options.keys().find(|key| !["fromPath", "fromAttachment"].contains(&key.as_str())))

@@ -11,7 +11,7 @@
 //! (`~/self`), `attachment` (`attachment:<id>`), `thread` (`thread:<id>`), `tools`
 //! (`~/tools…` and the `call` verb), `hypermedia` (`hm://…`, `activity:`), `web` (`http(s)://…`).
 
-pub mod address;
+pub(crate) mod address;
 mod agent;
 mod attachment;
 mod hypermedia;
@@ -48,7 +48,7 @@ use crate::sessions::events;
 use address::Address;
 
 /// The largest text a verb returns inline (upstream's tool-result bound): 256 KiB.
-pub const MAX_RESULT_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_RESULT_BYTES: usize = 256 * 1024;
 
 /// The refusal while an agent turn holds the session (upstream's words).
 const AGENT_IS_WORKING: &str = "The agent is working in this thread right now; wait for its turn to finish";
@@ -128,7 +128,7 @@ impl Context<'_> {
 }
 
 /// `InvokeSessionTool {sessionId, verb, input}` (writer on the session's agent).
-pub async fn invoke_session_tool(
+pub(crate) async fn invoke_session_tool(
     app: &App,
     caller: &Caller,
     action: InvokeSessionTool,

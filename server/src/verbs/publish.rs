@@ -227,7 +227,7 @@ struct Publish<'c, 'a> {
 }
 
 /// `write hm://…`.
-pub async fn write(context: &Context<'_>, raw: &str, input: &Input<'_>) -> ApiResult<Value> {
+pub(super) async fn write(context: &Context<'_>, raw: &str, input: &Input<'_>) -> ApiResult<Value> {
     let dry_run = match input.get("dryRun") {
         None => false,
         Some(Ipld::Bool(value)) => *value,

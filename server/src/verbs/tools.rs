@@ -224,7 +224,7 @@ fn verb_contract(verb: Tool) -> String {
 }
 
 /// A callable's contract: name, description, input and output schemas.
-pub fn callable_contract(callable: Callable) -> String {
+pub(super) fn callable_contract(callable: Callable) -> String {
     let mut parts = vec![
         format!("# {}", callable.name()),
         String::new(),

@@ -31,7 +31,7 @@ const DRY_RUN_SHOWN: usize = 10;
 
 const WRITE_OPTIONS: &[&str] = &["delete", "dryRun", "replaceSource", "frequentSchedule", "trigger"];
 /// The shortest interval an agent may set without `frequentSchedule`, in minutes.
-pub const MIN_INTERVAL_MINUTES: i64 = 5;
+pub(super) const MIN_INTERVAL_MINUTES: i64 = 5;
 /// Firings `read ~/triggers/<name>` shows.
 const RECENT_FIRINGS: usize = 5;
 

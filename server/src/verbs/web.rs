@@ -27,9 +27,9 @@ use crate::memory::guard;
 use seed_agents_protocol::Value;
 
 /// Most markdown (or raw text) returned, in UTF-8 bytes.
-pub const MAX_MARKDOWN: usize = 200 * 1024;
+pub(super) const MAX_MARKDOWN: usize = 200 * 1024;
 /// Most body bytes read from the site; the rest is not fetched.
-pub const MAX_BODY: usize = 2 * 1024 * 1024;
+pub(super) const MAX_BODY: usize = 2 * 1024 * 1024;
 /// Time to answer, and between two chunks of the body.
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// Elements whose content is not page text.
@@ -56,7 +56,7 @@ struct Page {
 }
 
 /// `read http(s)://…`.
-pub async fn read(context: &Context<'_>, raw: &str, options: Option<&Map<String, Json>>) -> ApiResult<Value> {
+pub(super) async fn read(context: &Context<'_>, raw: &str, options: Option<&Map<String, Json>>) -> ApiResult<Value> {
     let url = Url::parse(raw).map_err(|_| ApiError::invalid(format!("Invalid URL: {raw}")))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(ApiError::invalid(format!("Invalid URL: {raw}")));
@@ -173,7 +173,7 @@ async fn fetch(url: Url, raw_body: bool, allow_private_network: bool) -> ApiResu
 }
 
 /// HTML as markdown: `htmd` (Turndown's rules) without the elements in [`SKIPPED`].
-pub fn to_markdown(html: &str) -> String {
+pub(super) fn to_markdown(html: &str) -> String {
     let converter = htmd::HtmlToMarkdown::builder().skip_tags(SKIPPED.to_vec()).build();
     match converter.convert(html) {
         Ok(markdown) => markdown.trim().to_owned(),
@@ -200,7 +200,7 @@ fn title_of(html: &str) -> Option<String> {
 }
 
 /// The longest prefix of at most `max` bytes ending on a character boundary.
-pub fn cut_on_char_boundary(mut text: String, max: usize) -> (String, bool) {
+pub(super) fn cut_on_char_boundary(mut text: String, max: usize) -> (String, bool) {
     if text.len() <= max {
         return (text, false);
     }

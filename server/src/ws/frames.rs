@@ -14,7 +14,7 @@ use crate::error::ApiError;
 
 /// A frame ready to send, shared by the sockets it goes to.
 #[derive(Debug)]
-pub struct OutFrame {
+pub(crate) struct OutFrame {
     /// The JSON text.
     pub text: Utf8Bytes,
     /// For a session `append`: the session and the event's `seq`, so a socket can drop what its
@@ -24,18 +24,18 @@ pub struct OutFrame {
 
 impl OutFrame {
     /// A frame with no `seq` to dedupe by.
-    pub fn plain(text: Utf8Bytes) -> Arc<Self> {
+    pub(crate) fn plain(text: Utf8Bytes) -> Arc<Self> {
         Arc::new(Self { text, append: None })
     }
 }
 
 /// Which shape of a frame a client of `protocol` reads: the current one, or an older protocol's.
-pub fn shape(protocol: u32) -> u32 {
+pub(crate) fn shape(protocol: u32) -> u32 {
     protocol.min(AGENTS_PROTOCOL_VERSION)
 }
 
 /// The frame as JSON text for a client of `protocol`.
-pub fn encode(frame: &AgentWsEvent, protocol: u32) -> Utf8Bytes {
+pub(crate) fn encode(frame: &AgentWsEvent, protocol: u32) -> Utf8Bytes {
     let text = if shape(protocol) >= AGENTS_PROTOCOL_VERSION {
         serde_json::to_string(frame)
     } else {
@@ -53,7 +53,7 @@ pub fn encode(frame: &AgentWsEvent, protocol: u32) -> Utf8Bytes {
 /// The `error` frame for a failure, as a client of `protocol` reads it: the same message and
 /// `code` the HTTP answer carries, and the subscription `key` it concerns, when it concerns one;
 /// the socket stays open.
-pub fn error(error: &ApiError, key: Option<&str>, protocol: u32) -> Utf8Bytes {
+pub(crate) fn error(error: &ApiError, key: Option<&str>, protocol: u32) -> Utf8Bytes {
     let frame = AgentWsEvent::ErrorFrame(ErrorFrame {
         extra: Default::default(),
         code: error.code().map(str::to_owned),

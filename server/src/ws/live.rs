@@ -11,7 +11,7 @@ use crate::config::Config;
 
 /// How sockets are bounded (from the configuration).
 #[derive(Debug, Clone, Copy)]
-pub struct WsLimits {
+pub(crate) struct WsLimits {
     /// Sockets open at once on the server.
     pub max_sockets: usize,
     /// Sockets one account may have bound at once.
@@ -42,7 +42,7 @@ impl WsLimits {
 
 /// The live-update state shared by the upgrade route, the sockets and the hub.
 #[derive(Debug)]
-pub struct Live {
+pub(crate) struct Live {
     registry: Mutex<Registry>,
     /// How sockets are bounded.
     pub limits: WsLimits,
@@ -55,7 +55,7 @@ pub struct Live {
 
 impl Live {
     /// No sockets yet.
-    pub fn new(limits: WsLimits) -> Self {
+    pub(crate) fn new(limits: WsLimits) -> Self {
         let max_sockets = limits.max_sockets.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
         Self {
             registry: Mutex::default(),
@@ -67,22 +67,22 @@ impl Live {
     }
 
     /// The registry (held briefly; never across an `.await`).
-    pub fn registry(&self) -> MutexGuard<'_, Registry> {
+    pub(crate) fn registry(&self) -> MutexGuard<'_, Registry> {
         self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Changes to `true` when the server starts shutting down.
-    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
         self.shutdown.subscribe()
     }
 
     /// Sockets open right now.
-    pub fn open_sockets(&self) -> usize {
+    pub(crate) fn open_sockets(&self) -> usize {
         self.limits.max_sockets - self.sockets.available_permits()
     }
 
     /// Closes every socket with 1001 and waits (at most `wait`) for them to finish.
-    pub async fn shut_down(&self, wait: Duration) {
+    pub(crate) async fn shut_down(&self, wait: Duration) {
         self.shutdown.send_replace(true);
         let all = self.limits.max_sockets as u32;
         if tokio::time::timeout(wait, self.sockets.acquire_many(all)).await.is_err() {

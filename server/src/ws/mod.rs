@@ -16,12 +16,12 @@
 //! socket are limited; read and write buffers are small; losing access to an agent ends the
 //! subscriptions that depended on it.
 
-pub mod frames;
-pub mod hub;
+pub(crate) mod frames;
+pub(crate) mod hub;
 pub(crate) mod live;
-pub mod registry;
-pub mod socket;
-pub mod subscribe;
+pub(crate) mod registry;
+pub(crate) mod socket;
+pub(crate) mod subscribe;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -37,15 +37,15 @@ use tokio::task::JoinHandle;
 use crate::edge::Edge;
 
 /// The largest frame a client may send: a `Subscribe` envelope is a few hundred bytes.
-pub const MAX_CLIENT_FRAME: usize = 64 * 1024;
+pub(crate) const MAX_CLIENT_FRAME: usize = 64 * 1024;
 
 /// Bytes a socket reads from its connection at a time: a `Subscribe` frame is a few hundred bytes
 /// and pongs are tiny (tungstenite's default is 128 KiB, held by every socket for its life; a
 /// larger frame still arrives whole, the buffer grows for it).
-pub const READ_BUFFER: usize = 512;
+pub(crate) const READ_BUFFER: usize = 512;
 
 /// Bytes of frames gathered before a write when several go out together (see `socket::BATCH`).
-pub const WRITE_BUFFER: usize = 4 * 1024;
+pub(crate) const WRITE_BUFFER: usize = 4 * 1024;
 
 /// The route: `GET /agents/ws`.
 pub(crate) fn routes() -> Router<Arc<Edge>> {

@@ -15,11 +15,11 @@ use super::frames::OutFrame;
 use crate::access::Role;
 
 /// A socket's number, unique for the life of the server.
-pub type SocketId = u64;
+pub(crate) type SocketId = u64;
 
 /// What the hub can tell a socket without going through its (possibly full) queue.
 #[derive(Debug, Default)]
-pub struct Signal {
+pub(crate) struct Signal {
     /// Set when the socket's queue overflowed: it must close, its client resumes from its cursor.
     overflowed: AtomicBool,
     /// Wakes the socket's task.
@@ -28,20 +28,20 @@ pub struct Signal {
 
 impl Signal {
     /// Marks the socket as fallen behind and wakes it.
-    pub fn overflow(&self) {
+    pub(crate) fn overflow(&self) {
         self.overflowed.store(true, Ordering::Release);
         self.notify.notify_one();
     }
 
     /// Whether the socket fell behind.
-    pub fn overflowed(&self) -> bool {
+    pub(crate) fn overflowed(&self) -> bool {
         self.overflowed.load(Ordering::Acquire)
     }
 }
 
 /// A socket bound to an account (by its first accepted `Subscribe`).
 #[derive(Debug)]
-pub struct Bound {
+pub(crate) struct Bound {
     /// The account every subscription of the socket acts for.
     pub account_id: Arc<str>,
     /// The protocol its client declared (the shape of its frames).
@@ -54,7 +54,7 @@ pub struct Bound {
 
 impl Bound {
     /// Queues `frame`; a full queue marks the socket as fallen behind instead of waiting.
-    pub fn send(&self, frame: &Arc<OutFrame>) {
+    pub(crate) fn send(&self, frame: &Arc<OutFrame>) {
         if let Err(mpsc::error::TrySendError::Full(_)) = self.queue.try_send(frame.clone()) {
             self.signal.overflow();
         }
@@ -63,7 +63,7 @@ impl Bound {
 
 /// How one socket is subscribed to one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sub {
+pub(crate) struct Sub {
     /// The agent the key belongs to (`None` for `account/<id>`).
     pub agent_id: Option<Arc<str>>,
     /// The subscriber's role on that agent.
@@ -74,7 +74,7 @@ pub struct Sub {
 
 /// Why a subscription could not be added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// The account has as many bound sockets as it may.
     AccountFull,
     /// The socket has as many subscriptions as it may.
@@ -83,7 +83,7 @@ pub enum Refused {
 
 /// The registry.
 #[derive(Debug, Default)]
-pub struct Registry {
+pub(crate) struct Registry {
     sockets: HashMap<SocketId, Bound>,
     keys: HashMap<Arc<str>, HashMap<SocketId, Sub>>,
     /// Keys per socket (for limits and for removal).
@@ -102,7 +102,7 @@ fn is_account_key(key: &str) -> bool {
 
 impl Registry {
     /// Binds `socket` to its account, unless the account already has `limit` sockets.
-    pub fn bind(&mut self, socket: SocketId, bound: Bound, limit: usize) -> Result<(), Refused> {
+    pub(crate) fn bind(&mut self, socket: SocketId, bound: Bound, limit: usize) -> Result<(), Refused> {
         let count = self.per_account.entry(bound.account_id.clone()).or_default();
         if *count >= limit {
             return Err(Refused::AccountFull);
@@ -113,13 +113,13 @@ impl Registry {
     }
 
     /// The bound socket `socket`.
-    pub fn socket(&self, socket: SocketId) -> Option<&Bound> {
+    pub(crate) fn socket(&self, socket: SocketId) -> Option<&Bound> {
         self.sockets.get(&socket)
     }
 
     /// Subscribes a bound socket to `key` (again: its access is refreshed), unless it already has
     /// `limit` other keys.
-    pub fn subscribe(&mut self, socket: SocketId, key: &str, sub: Sub, limit: usize) -> Result<(), Refused> {
+    pub(crate) fn subscribe(&mut self, socket: SocketId, key: &str, sub: Sub, limit: usize) -> Result<(), Refused> {
         let keys = self.by_socket.entry(socket).or_default();
         if !keys.contains(key) && keys.len() >= limit {
             return Err(Refused::SocketFull);
@@ -138,7 +138,7 @@ impl Registry {
     }
 
     /// Drops one subscription.
-    pub fn unsubscribe(&mut self, socket: SocketId, key: &str) {
+    pub(crate) fn unsubscribe(&mut self, socket: SocketId, key: &str) {
         if let Some(keys) = self.by_socket.get_mut(&socket) {
             keys.remove(key);
         }
@@ -161,7 +161,7 @@ impl Registry {
     }
 
     /// Forgets a socket and all its subscriptions.
-    pub fn remove_socket(&mut self, socket: SocketId) {
+    pub(crate) fn remove_socket(&mut self, socket: SocketId) {
         for key in self.by_socket.remove(&socket).unwrap_or_default() {
             if let Some(subscribers) = self.keys.get_mut(&key) {
                 if let Some(Sub { agent_id: Some(agent), .. }) = subscribers.remove(&socket)
@@ -191,22 +191,22 @@ impl Registry {
     }
 
     /// The subscribers of `key`.
-    pub fn subscribers(&self, key: &str) -> impl Iterator<Item = (SocketId, &Sub)> {
+    pub(crate) fn subscribers(&self, key: &str) -> impl Iterator<Item = (SocketId, &Sub)> {
         self.keys.get(key).into_iter().flat_map(|subscribers| subscribers.iter().map(|(id, sub)| (*id, sub)))
     }
 
     /// Whether any socket listens to an `account/<id>` key.
-    pub fn has_account_keys(&self) -> bool {
+    pub(crate) fn has_account_keys(&self) -> bool {
         self.account_keys > 0
     }
 
     /// Whether anyone listens to `key`.
-    pub fn has(&self, key: &str) -> bool {
+    pub(crate) fn has(&self, key: &str) -> bool {
         self.keys.contains_key(key)
     }
 
     /// Every `(socket, key, subscription)` that depends on access to `agent`.
-    pub fn of_agent(&self, agent: &str) -> Vec<(SocketId, Arc<str>, Sub)> {
+    pub(crate) fn of_agent(&self, agent: &str) -> Vec<(SocketId, Arc<str>, Sub)> {
         let Some(pairs) = self.by_agent.get(agent) else { return Vec::new() };
         pairs
             .iter()
@@ -218,12 +218,13 @@ impl Registry {
     }
 
     /// Every bound socket.
-    pub fn sockets(&self) -> impl Iterator<Item = (SocketId, &Bound)> {
+    pub(crate) fn sockets(&self) -> impl Iterator<Item = (SocketId, &Bound)> {
         self.sockets.iter().map(|(id, bound)| (*id, bound))
     }
 
-    /// Bound sockets and subscriptions, for tests and logs.
-    pub fn counts(&self) -> (usize, usize) {
+    /// Bound sockets and subscriptions.
+    #[cfg(test)]
+    fn counts(&self) -> (usize, usize) {
         (self.sockets.len(), self.keys.values().map(HashMap::len).sum())
     }
 }

@@ -40,12 +40,12 @@ const NO_PONG: &str = "No answer to ping";
 const ACCOUNT_FULL: &str = "Too many live connections for this account";
 
 /// The `code` of the refusal when a socket has as many subscriptions as it may.
-pub const SUBSCRIPTION_LIMIT: &str = "subscription_limit";
+pub(crate) const SUBSCRIPTION_LIMIT: &str = "subscription_limit";
 /// The `code` of the refusal when an account has as many sockets as it may.
-pub const SOCKET_LIMIT: &str = "socket_limit";
+pub(crate) const SOCKET_LIMIT: &str = "socket_limit";
 
 /// The error when a socket has as many subscriptions as it may.
-pub fn too_many_subscriptions(limit: usize) -> ApiError {
+pub(crate) fn too_many_subscriptions(limit: usize) -> ApiError {
     ApiError::too_many(format!("Too many subscriptions on this connection (limit {limit})"))
         .with_code(SUBSCRIPTION_LIMIT)
 }
@@ -350,6 +350,6 @@ impl From<ApiError> for Failure {
 
 /// How long a peer may stay silent (pongs count) before it is taken for dead: two and a half
 /// ping intervals, so one lost pong is forgiven.
-pub fn silence_limit(interval: Duration) -> Duration {
+pub(crate) fn silence_limit(interval: Duration) -> Duration {
     interval * 5 / 2
 }

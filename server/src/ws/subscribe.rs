@@ -30,16 +30,16 @@ use crate::error::{ApiError, ApiResult};
 use crate::{runs, sessions};
 
 /// The refusal of a key this socket may not have.
-pub const NOT_AUTHORIZED: &str = "Subscription key is not authorized";
+pub(crate) const NOT_AUTHORIZED: &str = "Subscription key is not authorized";
 /// A text frame that is not a JSON array of bytes.
-pub const BAD_TEXT: &str = "Subscribe frames are DAG-CBOR: send a binary frame (or a JSON array of byte values)";
+pub(crate) const BAD_TEXT: &str = "Subscribe frames are DAG-CBOR: send a binary frame (or a JSON array of byte values)";
 
 /// Session events replayed per database read.
-pub const REPLAY_PAGE: i64 = 500;
+pub(crate) const REPLAY_PAGE: i64 = 500;
 
 /// A verified, authorized subscription and what it replays first.
 #[derive(Debug)]
-pub struct Accepted {
+pub(crate) struct Accepted {
     /// Who subscribed.
     pub caller: Caller,
     /// The key as the client sent it (echoed in `subscribed`).
@@ -55,7 +55,7 @@ pub struct Accepted {
 
 /// What a subscription will replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Plan {
+pub(crate) enum Plan {
     /// `account/` and `agents/` keys replay nothing.
     Nothing,
     /// The session, then its events with `seq > after`.
@@ -74,7 +74,7 @@ pub enum Plan {
 
 /// What a subscription replays before live frames.
 #[derive(Debug)]
-pub enum Replay {
+pub(crate) enum Replay {
     /// Nothing to replay.
     Nothing,
     /// The session, then its first page of events (more are read by [`more_events`]).
@@ -89,7 +89,7 @@ pub enum Replay {
 }
 
 /// Reads what `plan` replays (its first page, for a session).
-pub async fn load(app: &App, plan: Plan) -> ApiResult<Replay> {
+pub(crate) async fn load(app: &App, plan: Plan) -> ApiResult<Replay> {
     match plan {
         Plan::Nothing => Ok(Replay::Nothing),
         Plan::Session { id, after } => {
@@ -107,7 +107,7 @@ pub async fn load(app: &App, plan: Plan) -> ApiResult<Replay> {
 
 /// The bytes of a `Subscribe` frame: a binary frame as it is, a text frame only as a JSON array
 /// of byte values (upstream accepts that form; anything looser is refused).
-pub fn frame_bytes(message: Message) -> Option<Result<Vec<u8>, ApiError>> {
+pub(crate) fn frame_bytes(message: Message) -> Option<Result<Vec<u8>, ApiError>> {
     match message {
         Message::Binary(bytes) => Some(Ok(bytes.into())),
         Message::Text(text) => {
@@ -119,7 +119,7 @@ pub fn frame_bytes(message: Message) -> Option<Result<Vec<u8>, ApiError>> {
 
 /// A refused `Subscribe`: the failure, and the key it named once that could be read.
 #[derive(Debug)]
-pub struct Refused {
+pub(crate) struct Refused {
     /// What went wrong.
     pub error: ApiError,
     /// The key, when the action got that far.
@@ -194,7 +194,7 @@ async fn authorize(app: &App, caller: Caller, action: Ipld) -> ApiResult<Accepte
 }
 
 /// The next page of a session's events after `after`.
-pub async fn more_events(app: &App, session_id: &str, after: i64) -> ApiResult<Vec<SessionEvent>> {
+pub(crate) async fn more_events(app: &App, session_id: &str, after: i64) -> ApiResult<Vec<SessionEvent>> {
     let session_id = session_id.to_owned();
     app.db.read(move |conn| sessions::events::after(conn, &session_id, after, i64::MAX, Some(REPLAY_PAGE))).await
 }

@@ -410,14 +410,14 @@ fn check_signed(data: &[u8]) -> Result<BTreeMap<String, Ipld>, String> {
 #[cfg(test)]
 mod tests {
     use ed25519_dalek::SigningKey;
-    use seed_agents_server::hm::Blob;
-    use seed_agents_server::hm::blob::principal;
-    use seed_agents_server::hm::document;
+    use seed_agents_server::testing::hm::Blob;
+    use seed_agents_server::testing::hm::blob::principal;
+    use seed_agents_server::testing::hm::document;
 
     use super::*;
 
     fn body(blobs: &[&Blob]) -> Vec<u8> {
-        seed_agents_server::hm::publish_blobs_body(blobs.iter().copied()).unwrap()
+        seed_agents_server::testing::hm::publish_blobs_body(blobs.iter().copied()).unwrap()
     }
 
     #[test]
@@ -458,8 +458,8 @@ mod tests {
 
     #[test]
     fn comments_redirects_and_capabilities_are_checked() {
-        use seed_agents_server::hm::comment::{NewComment, comment};
-        use seed_agents_server::hm::document::{RefTarget, TextBlock};
+        use seed_agents_server::testing::hm::comment::{NewComment, comment};
+        use seed_agents_server::testing::hm::document::{RefTarget, TextBlock};
         let key = SigningKey::from_bytes(&[7; 32]);
         let me = principal(&key);
         let new = document::new_document(&key, 5, me, "/a", &document::new_document_ops("A", Vec::new())).unwrap();
@@ -510,7 +510,7 @@ mod tests {
         fields.insert("heads".into(), Ipld::List(heads.iter().copied().map(Ipld::Link).collect()));
         fields.remove("sig");
         fields.remove("signer");
-        bad.data = seed_agents_server::hm::blob::sign(&key, fields).unwrap();
+        bad.data = seed_agents_server::testing::hm::blob::sign(&key, fields).unwrap();
         assert!(rejected(&[&bad], &stored).contains("a redirect Ref must have no heads"));
         let other = SigningKey::from_bytes(&[8; 32]);
         let theirs = principal(&other);
@@ -523,7 +523,7 @@ mod tests {
                 ("delegate".to_owned(), Ipld::Bytes(delegate.to_bytes().to_vec())),
                 ("role".to_owned(), Ipld::String(role.into())),
             ]);
-            Blob { cid: None, data: seed_agents_server::hm::blob::sign(&other, fields).unwrap() }
+            Blob { cid: None, data: seed_agents_server::testing::hm::blob::sign(&other, fields).unwrap() }
         };
         let wrong = publish(&body(&[&grant("WRITER", theirs)]), &stored).unwrap();
         let right = publish(&body(&[&grant("AGENT", me)]), &stored).unwrap();

@@ -49,8 +49,6 @@ mod text;
 mod token;
 mod tree;
 
-use ipld_core::ipld::Ipld;
-use seed_agents_protocol::Value;
 use seed_agents_protocol::generated as proto;
 
 use crate::error::{ApiError, ApiResult};
@@ -59,7 +57,7 @@ use text::js_trim;
 use tree::parse_markdown;
 
 /// The largest prompt, in UTF-8 bytes: of the trimmed markdown input and of the rendered blocks.
-pub const MAX_PROMPT_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_PROMPT_BYTES: usize = 64 * 1024;
 
 /// Every table cell renders as at least three bytes (`| ` ... ` |`), so a prompt whose tables
 /// hold more cells than this is too large whatever the cells say.
@@ -70,8 +68,8 @@ const MAX_TABLE_CELLS: usize = MAX_PROMPT_BYTES / 3;
 /// `label` names the field in error messages (`System prompt`, `Trigger prompt`): `<label> is
 /// required` when the rendered markdown is empty, `<label> is too large` over [`MAX_PROMPT_BYTES`]
 /// and `<label> blocks are invalid` when a block has an empty `id` or `type`. Blocks are returned
-/// as given (unknown fields kept); text is parsed with [`markdown_to_blocks`] after trimming.
-pub fn normalize_prompt(
+/// as given (unknown fields kept); text is parsed with [`parse_markdown`] after trimming.
+pub(crate) fn normalize_prompt(
     input: &proto::AgentDefinitionSystemPrompt,
     label: &str,
 ) -> ApiResult<Vec<proto::AgentPromptBlock>> {
@@ -109,32 +107,14 @@ pub fn normalize_prompt(
     Ok(blocks)
 }
 
-/// Reads a prompt from an undecoded value with upstream's messages for malformed shapes:
-/// `<label> must be blocks` (neither text nor a list), `<label> blocks are invalid` (a node or its
-/// `block` is not a map, or `id`/`type` is not a non-empty string) and `<label> block children are
-/// invalid` (`children` neither absent, null nor a list). Other node keys are dropped.
-pub fn prompt_from_ipld(value: &Ipld, label: &str) -> ApiResult<proto::AgentDefinitionSystemPrompt> {
-    match value {
-        Ipld::String(text) => Ok(proto::AgentDefinitionSystemPrompt::String(text.clone())),
-        Ipld::List(nodes) => {
-            let nodes = nodes.iter().map(|node| node_from_ipld(node, label)).collect::<ApiResult<_>>()?;
-            Ok(proto::AgentDefinitionSystemPrompt::Array(nodes))
-        }
-        _ => Err(ApiError::invalid(format!("{label} must be blocks"))),
-    }
-}
-
-/// Parses markdown into Seed block nodes (see the module docs for the dialect).
-///
-/// Tables get one cell per row and column. Once the tables of a document hold more cells than a
-/// prompt can render (at three bytes a cell), further tables keep their columns but lose their rows;
-/// [`normalize_prompt`] rejects such a prompt as too large, as upstream does after rendering it.
-pub fn markdown_to_blocks(markdown: &str) -> Vec<proto::AgentPromptBlock> {
+/// The blocks of `markdown` ([`parse_markdown`] without its table report).
+#[cfg(test)]
+pub(crate) fn markdown_to_blocks(markdown: &str) -> Vec<proto::AgentPromptBlock> {
     parse_markdown(markdown).0
 }
 
 /// Renders blocks as markdown, without block id comments and trimmed.
-pub fn blocks_to_markdown(blocks: &[proto::AgentPromptBlock]) -> String {
+pub(crate) fn blocks_to_markdown(blocks: &[proto::AgentPromptBlock]) -> String {
     let parts: Vec<String> = blocks.iter().map(|node| render_node(node, 0)).filter(|md| !md.is_empty()).collect();
     js_trim(&strip_id_comments(&parts.join("\n"))).to_string()
 }
@@ -159,33 +139,5 @@ fn check_node(node: &proto::AgentPromptBlock, label: &str) -> ApiResult<()> {
     node.children.iter().flatten().try_for_each(|child| check_node(child, label))
 }
 
-fn node_from_ipld(value: &Ipld, label: &str) -> ApiResult<proto::AgentPromptBlock> {
-    let invalid = || ApiError::invalid(format!("{label} blocks are invalid"));
-    let Ipld::Map(node) = value else { return Err(invalid()) };
-    let Some(Ipld::Map(block)) = node.get("block") else { return Err(invalid()) };
-    let (Some(Ipld::String(id)), Some(Ipld::String(type_))) = (block.get("id"), block.get("type")) else {
-        return Err(invalid());
-    };
-    if id.is_empty() || type_.is_empty() {
-        return Err(invalid());
-    }
-    let children = match node.get("children") {
-        None | Some(Ipld::Null) => None,
-        Some(Ipld::List(children)) => {
-            Some(children.iter().map(|child| node_from_ipld(child, label)).collect::<ApiResult<_>>()?)
-        }
-        Some(_) => return Err(ApiError::invalid(format!("{label} block children are invalid"))),
-    };
-    let extra = block
-        .iter()
-        .filter(|(key, _)| *key != "id" && *key != "type")
-        .map(|(key, value)| (key.clone(), Value(value.clone())))
-        .collect();
-    Ok(proto::AgentPromptBlock {
-        extra: Default::default(),
-        block: proto::AgentPromptBlockBlock { id: id.clone(), type_: type_.clone(), extra },
-        children,
-    })
-}
 #[cfg(test)]
 mod tests;

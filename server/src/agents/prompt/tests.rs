@@ -4,6 +4,9 @@ use std::collections::BTreeMap;
 
 use super::block::{as_str, attribute, field};
 use super::text::is_id_char;
+use ipld_core::ipld::Ipld;
+use seed_agents_protocol::Value;
+
 use super::*;
 
 fn normalize(input: &str) -> String {
@@ -98,35 +101,6 @@ fn invalid_blocks_are_rejected() {
     // Valid blocks come back unchanged.
     let valid = proto::AgentDefinitionSystemPrompt::Array(vec![nested.clone()]);
     assert_eq!(normalize_prompt(&valid, "System prompt"), Ok(vec![nested]));
-}
-
-#[test]
-fn undecoded_values_get_upstream_messages() {
-    let map = |pairs: Vec<(&str, Ipld)>| Ipld::Map(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
-    let block = || map(vec![("id", Ipld::String("a".into())), ("type", Ipld::String("Paragraph".into()))]);
-    let check = |value: Ipld, expected: &str| {
-        let message = prompt_from_ipld(&value, "System prompt").expect_err("should fail").message().to_string();
-        assert_eq!(message, expected);
-    };
-    check(Ipld::Integer(1), "System prompt must be blocks");
-    check(Ipld::Null, "System prompt must be blocks");
-    check(Ipld::List(vec![Ipld::String("x".into())]), "System prompt blocks are invalid");
-    check(Ipld::List(vec![map(vec![("block", Ipld::List(vec![]))])]), "System prompt blocks are invalid");
-    let no_type = map(vec![("block", map(vec![("id", Ipld::String("a".into()))]))]);
-    check(Ipld::List(vec![no_type]), "System prompt blocks are invalid");
-    let bad_children = map(vec![("block", block()), ("children", Ipld::String("x".into()))]);
-    check(Ipld::List(vec![bad_children]), "System prompt block children are invalid");
-
-    let null_children = map(vec![("block", block()), ("children", Ipld::Null), ("extra", Ipld::Bool(true))]);
-    let parsed = prompt_from_ipld(&Ipld::List(vec![null_children]), "System prompt");
-    let expected = proto::AgentPromptBlock {
-        extra: Default::default(),
-        block: proto::AgentPromptBlockBlock { id: "a".into(), type_: "Paragraph".into(), extra: BTreeMap::new() },
-        children: None,
-    };
-    assert_eq!(parsed, Ok(proto::AgentDefinitionSystemPrompt::Array(vec![expected])));
-    let text = prompt_from_ipld(&Ipld::String("hi".into()), "System prompt");
-    assert_eq!(text, Ok(text_prompt("hi")));
 }
 
 #[test]

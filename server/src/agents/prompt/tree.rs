@@ -13,8 +13,13 @@ use super::inline::{Inline, InlineParser};
 use super::table::{TableRow, replace_br, split_table_row};
 use super::token::{Token, strip_front_matter, tokenize};
 
-/// The blocks and whether every table got all its cells (see
-/// [`markdown_to_blocks`](super::markdown_to_blocks)).
+/// Parses markdown into Seed block nodes (see the module docs for the dialect), and says whether
+/// every table got all its cells.
+///
+/// Tables get one cell per row and column. Once the tables of a document hold more cells than a
+/// prompt can render (at three bytes a cell), further tables keep their columns but lose their rows;
+/// [`normalize_prompt`](super::normalize_prompt) rejects such a prompt as too large, as upstream
+/// does after rendering it.
 pub(super) fn parse_markdown(markdown: &str) -> (Vec<proto::AgentPromptBlock>, bool) {
     let mut tree = Tree::new(markdown);
     for token in tokenize(strip_front_matter(markdown)) {
@@ -41,8 +46,7 @@ struct Tree {
     roots: Vec<usize>,
     headings: Vec<(usize, usize)>,
     ids: BlockIds,
-    /// Table cells still allowed, and whether a table went over (see
-    /// [`markdown_to_blocks`](super::markdown_to_blocks)).
+    /// Table cells still allowed, and whether a table went over (see [`parse_markdown`]).
     cells_left: usize,
     oversized: bool,
 }

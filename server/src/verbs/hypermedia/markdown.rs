@@ -14,7 +14,7 @@
 use serde_json::Value as Json;
 
 /// `# title` then the blocks.
-pub fn document(title: Option<&str>, content: Option<&Json>) -> String {
+pub(crate) fn document(title: Option<&str>, content: Option<&Json>) -> String {
     let body = blocks(content);
     match title.filter(|title| !title.trim().is_empty()) {
         Some(title) if body.is_empty() => format!("# {title}\n"),
@@ -24,7 +24,7 @@ pub fn document(title: Option<&str>, content: Option<&Json>) -> String {
 }
 
 /// The blocks of a document or comment body.
-pub fn blocks(content: Option<&Json>) -> String {
+pub(crate) fn blocks(content: Option<&Json>) -> String {
     let mut out = Vec::new();
     if let Some(Json::Array(nodes)) = content {
         render_nodes(nodes, 0, Kind::Group, "", &mut out);
