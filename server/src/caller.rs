@@ -8,10 +8,9 @@ use seed_agents_protocol::Principal;
 
 /// Who is acting: the verified account, the key that signed, and the protocol it speaks.
 #[derive(Debug, Clone)]
-pub struct Caller {
-    /// The account the action is performed for.
-    pub account: Principal,
-    /// [`Self::account`] in its string form (`z…`), as stored and returned.
+pub(crate) struct Caller {
+    /// The account the action is performed for, in its string form (`z…`), as stored and
+    /// returned.
     pub account_id: String,
     /// The key that signed (the account itself or a delegate).
     pub signer: Principal,

@@ -16,7 +16,7 @@ use crate::app::App;
 use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 
-/// Whether `caller.signer` may act for `caller.account`.
+/// Whether `caller.signer` may act for `caller.account_id`.
 pub(crate) async fn is_authorized(app: &App, caller: &Caller) -> ApiResult<bool> {
     let account = caller.account_id.clone();
     let signer = caller.signer_id.clone();

@@ -27,7 +27,26 @@ pub mod db {
 /// The run engine's parts a scripted executor and staged runs need.
 pub mod runs {
     pub use crate::runs::wait::Wait;
-    pub use crate::runs::{children, finish, queue, wait};
+
+    /// Delegated children's texts.
+    pub mod children {
+        pub use crate::runs::children::LATE_RESULT;
+    }
+
+    /// Writing an outcome.
+    pub mod finish {
+        pub use crate::runs::finish::{Backoff, Lease, finish};
+    }
+
+    /// Enqueueing and claiming.
+    pub mod queue {
+        pub use crate::runs::queue::{Changes, NewRun, Queue, claim_run, enqueue};
+    }
+
+    /// What a parked run waits for.
+    pub mod wait {
+        pub use crate::runs::wait::Wait;
+    }
 
     /// What the executor sees of the engine.
     pub mod engine {
@@ -38,17 +57,53 @@ pub mod runs {
 
 /// The agent runtime's visible texts.
 pub mod runtime {
-    pub use crate::runtime::{INTERRUPTED, replay};
+    pub use crate::runtime::INTERRUPTED;
+
+    /// Texts of the replayed log.
+    pub mod replay {
+        pub use crate::runtime::replay::BACKGROUND_WORK_UPDATE;
+    }
 }
 
 /// The Hypermedia client and blob builders.
 pub mod hm {
-    pub use crate::hm::{Blob, HmClient, blob, capability, comment, document, publish_blobs_body, unixfs};
+    pub use crate::hm::{Blob, HmClient, publish_blobs_body};
+
+    /// Signed blobs.
+    pub mod blob {
+        pub use crate::hm::blob::{principal, sign};
+    }
+
+    /// Capabilities.
+    pub mod capability {
+        pub use crate::hm::capability::{NewCapability, Role, capability};
+    }
+
+    /// Comments.
+    pub mod comment {
+        pub use crate::hm::comment::{NewComment, comment};
+    }
+
+    /// Documents.
+    pub mod document {
+        pub use crate::hm::document::{
+            RefTarget, TextBlock, VersionRef, content_change, genesis, new_document, new_document_ops, reference,
+            version_ref,
+        };
+    }
+
+    /// UnixFS files.
+    pub mod unixfs {
+        pub use crate::hm::unixfs::file;
+    }
 }
 
 /// The body prefix parser the envelope fuzz target drives.
 pub mod http {
-    pub use crate::http::body;
+    /// The body limits.
+    pub mod body {
+        pub use crate::http::body::{BodyLimits, Prefix, action_limit, limit_for, parse_prefix};
+    }
 }
 
 /// The dispatch path without a handler, for the actions fuzz target.
@@ -63,7 +118,10 @@ pub mod uploads {
 
 /// Memory paths, for the memory-path fuzz target.
 pub mod memory {
-    pub use crate::memory::path;
+    /// Memory paths.
+    pub mod path {
+        pub use crate::memory::path::{MAX_BYTES, MAX_DEPTH, MemoryPath};
+    }
 }
 
 /// Delegated signers' capabilities.
@@ -73,28 +131,70 @@ pub mod signers {
 
 /// The key that seals secrets.
 pub mod secrets {
-    pub use crate::secrets::crypto;
+    /// The sealing key.
+    pub mod crypto {
+        pub use crate::secrets::crypto::SecretKey;
+    }
 }
 
 /// Model providers' wire formats and vendors.
 pub mod model {
     pub use crate::model::{
         Client, Endpoint, Message, ModelError, ModelErrorKind, ModelRequest, Retry, Step, StopReason, StreamEvent,
-        Timeouts, ToolSpec, Usage, UserPart, endpoint_for, vendors,
+        Timeouts, ToolSpec, Usage, UserPart, endpoint_for,
     };
+
+    /// The vendor catalog.
+    pub mod vendors {
+        pub use crate::model::vendors::{ModelListStyle, parse_provider_url};
+    }
 }
 
 /// Provider model lists.
 pub mod providers {
-    pub use crate::providers::models;
+    /// Vendors' model lists.
+    pub mod models {
+        pub use crate::providers::models::fetch_models;
+    }
 }
 
 /// Agents' default triggers.
 pub mod agents {
-    pub use crate::agents::default_trigger;
+    /// The default trigger of an agent with an account.
+    pub mod default_trigger {
+        pub use crate::agents::default_trigger::source;
+    }
 }
 
 /// The trigger monitors, driven on a manual clock.
 pub mod triggers {
-    pub use crate::triggers::{activity, chain, monitor, schedule, sink};
+    /// The activity monitor.
+    pub mod activity {
+        pub use crate::triggers::activity::{AccountPoll, ActivityMonitor, FeedSettings, watermark};
+
+        /// Replaying recent activity.
+        pub mod replay {
+            pub use crate::triggers::activity::replay::replay;
+        }
+    }
+
+    /// Run-completed chains.
+    pub mod chain {
+        pub use crate::triggers::chain::POLL;
+    }
+
+    /// Spawning a monitor.
+    pub mod monitor {
+        pub use crate::triggers::monitor::spawn_with;
+    }
+
+    /// The schedule monitor's check.
+    pub mod schedule {
+        pub use crate::triggers::schedule::check;
+    }
+
+    /// A sink that records firings.
+    pub mod sink {
+        pub use crate::triggers::sink::MemorySink;
+    }
 }

@@ -16,11 +16,12 @@ use seed_agents_protocol::wire;
 use crate::error::{ApiError, ApiResult};
 
 /// The prompt of the default trigger.
-pub const PROMPT: &str = "Respond to the mention, reply, or comment on your document, performing any action requested.";
+pub(crate) const PROMPT: &str =
+    "Respond to the mention, reply, or comment on your document, performing any action requested.";
 
 /// A trigger row ready to insert.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TriggerRow {
+pub(crate) struct TriggerRow {
     /// The trigger's id.
     pub id: String,
     /// Its name.
@@ -68,7 +69,7 @@ pub fn source(account: &str) -> AgentTriggerSource {
 
 /// The default trigger of a (normalised) definition in `owner`'s account, or `None` when its
 /// primary signing key is not an identity with an account id. Errors are the caller's to log.
-pub fn build(conn: &Connection, owner: &str, definition: &AgentDefinition) -> ApiResult<Option<TriggerRow>> {
+pub(crate) fn build(conn: &Connection, owner: &str, definition: &AgentDefinition) -> ApiResult<Option<TriggerRow>> {
     let Some(key) = super::definition::primary_signing_key(definition) else { return Ok(None) };
     let Some(account) = crate::identities::store::identity_account(conn, owner, key)? else { return Ok(None) };
     let source_cbor = wire::to_vec(&source(&account)).map_err(ApiError::internal)?;
@@ -81,7 +82,7 @@ pub fn build(conn: &Connection, owner: &str, definition: &AgentDefinition) -> Ap
 }
 
 /// [`build`], logging and dropping any error.
-pub fn build_or_skip(
+pub(crate) fn build_or_skip(
     conn: &Connection,
     owner: &str,
     agent_id_hint: &str,
@@ -95,7 +96,7 @@ pub fn build_or_skip(
 
 /// Inserts `row` for `agent_id` under a savepoint: on failure the savepoint is rolled back, a
 /// warning logged, and the surrounding transaction goes on.
-pub fn insert_or_skip(conn: &Connection, owner: &str, agent_id: &str, row: &TriggerRow, now: i64) {
+pub(crate) fn insert_or_skip(conn: &Connection, owner: &str, agent_id: &str, row: &TriggerRow, now: i64) {
     let inserted = (|| -> rusqlite::Result<()> {
         conn.execute_batch("SAVEPOINT default_trigger")?;
         let result = conn

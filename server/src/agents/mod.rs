@@ -3,7 +3,7 @@
 //! Agent rows live under the owner's account; collaborators act on them through [`access`].
 //! The definition is stored normalised ([`definition`]): the system prompt as Seed blocks.
 
-pub mod default_trigger;
+pub(crate) mod default_trigger;
 pub(crate) mod definition;
 pub(crate) mod prompt;
 

@@ -90,7 +90,7 @@ pub(crate) async fn verify(edge: &Edge, bytes: Vec<u8>, transport: Transport) ->
     let signer = verified.signer();
     let account_id = account.to_string();
     let signer_id = if signer == account { account_id.clone() } else { signer.to_string() };
-    let caller = Caller { account, account_id, signer, signer_id, protocol: verified.declared_protocol() };
+    let caller = Caller { account_id, signer, signer_id, protocol: verified.declared_protocol() };
     if signer != account && !signers::is_authorized(app, &caller).await? {
         return Err(ApiError::unauthorized("Signer is not authorized for account"));
     }

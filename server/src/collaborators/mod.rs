@@ -405,13 +405,7 @@ mod tests {
 
     fn account(n: u8) -> Caller {
         let principal = Principal::from_public_key(&[n; 32]);
-        Caller {
-            account: principal,
-            account_id: principal.to_string(),
-            signer: principal,
-            signer_id: principal.to_string(),
-            protocol: 3,
-        }
+        Caller { account_id: principal.to_string(), signer: principal, signer_id: principal.to_string(), protocol: 3 }
     }
 
     #[test]

@@ -15,11 +15,11 @@ use seed_agents_protocol::{Principal, wire};
 use sha2::{Digest, Sha256};
 
 /// Multicodec of DAG-CBOR.
-pub const DAG_CBOR: u64 = 0x71;
+pub(crate) const DAG_CBOR: u64 = 0x71;
 /// Multicodec of raw bytes (UnixFS raw leaves).
-pub const RAW: u64 = 0x55;
+pub(crate) const RAW: u64 = 0x55;
 /// Multicodec of dag-pb (UnixFS interior nodes).
-pub const DAG_PB: u64 = 0x70;
+pub(crate) const DAG_PB: u64 = 0x70;
 /// Multihash code of sha2-256.
 const SHA2_256: u64 = 0x12;
 
@@ -39,7 +39,7 @@ pub struct BlobError(String);
 
 /// The CIDv1 of `data` under `codec`, hashed with sha2-256. `to_bytes` is the binary form,
 /// `to_string` the `b…` string.
-pub fn cid_v1_sha256(codec: u64, data: &[u8]) -> Cid {
+pub(crate) fn cid_v1_sha256(codec: u64, data: &[u8]) -> Cid {
     let digest = Sha256::digest(data);
     // A sha2-256 digest is 32 bytes; a `Cid`'s multihash holds up to 64.
     let hash = Multihash::wrap(SHA2_256, &digest).expect("a 32-byte digest fits a 64-byte multihash");
@@ -67,7 +67,7 @@ pub fn sign(key: &SigningKey, mut fields: BTreeMap<String, Ipld>) -> Result<Vec<
 
 /// Signs `fields` like [`sign`] and names the bytes with their sha2-256 DAG-CBOR CID, returned
 /// both in the blob (as a string) and as a [`Cid`] that later blobs can link to.
-pub fn sign_named(key: &SigningKey, fields: BTreeMap<String, Ipld>) -> Result<(Blob, Cid), BlobError> {
+pub(crate) fn sign_named(key: &SigningKey, fields: BTreeMap<String, Ipld>) -> Result<(Blob, Cid), BlobError> {
     let data = sign(key, fields)?;
     let cid = cid_v1_sha256(DAG_CBOR, &data);
     Ok((Blob { cid: Some(cid.to_string()), data }, cid))
@@ -75,7 +75,7 @@ pub fn sign_named(key: &SigningKey, fields: BTreeMap<String, Ipld>) -> Result<(B
 
 /// A signed `Profile` blob with its sha2-256 CID: `{type, signer, sig, ts, name, avatar?,
 /// description?}`.
-pub fn profile(
+pub(crate) fn profile(
     key: &SigningKey,
     ts_ms: i64,
     name: &str,
@@ -98,7 +98,7 @@ pub fn profile(
 
 /// A signed alias `Profile` with its sha2-256 CID: `{type, signer, sig, ts, alias}`, saying the
 /// signer's identity is `alias`'s (no name).
-pub fn profile_alias(key: &SigningKey, ts_ms: i64, alias: &Principal) -> Result<Blob, BlobError> {
+pub(crate) fn profile_alias(key: &SigningKey, ts_ms: i64, alias: &Principal) -> Result<Blob, BlobError> {
     let fields = BTreeMap::from([
         ("type".to_owned(), Ipld::String("Profile".to_owned())),
         ("ts".to_owned(), Ipld::Integer(i128::from(ts_ms))),

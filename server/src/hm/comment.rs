@@ -88,7 +88,7 @@ pub fn comment(key: &SigningKey, input: &NewComment<'_>) -> Result<SignedComment
 /// A comment's record id `<author uid>/<tsid>`: the tsid is multibase base58btc (`z…`) of ten
 /// bytes, the low 48 bits of `ts_ms` big-endian then the first four bytes of SHA-256 of the
 /// signed blob bytes.
-pub fn record_id(author: &Principal, ts_ms: i64, data: &[u8]) -> String {
+pub(crate) fn record_id(author: &Principal, ts_ms: i64, data: &[u8]) -> String {
     let mut tsid = [0u8; 10];
     tsid[..6].copy_from_slice(&ts_ms.to_be_bytes()[2..]);
     tsid[6..].copy_from_slice(&Sha256::digest(data)[..4]);

@@ -119,7 +119,7 @@ pub enum RefTarget<'a> {
 }
 
 /// An 8-character block id made from random bytes.
-pub fn block_id(random: [u8; 8]) -> String {
+pub(crate) fn block_id(random: [u8; 8]) -> String {
     random.iter().map(|byte| char::from(BLOCK_ID_ALPHABET[usize::from(byte & 63)])).collect()
 }
 

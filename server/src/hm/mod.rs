@@ -8,15 +8,15 @@
 //! is the `Search` query behind the `search` callable, and [`feed`] the `ListEvents` pages the
 //! trigger monitor reads.
 
-pub mod blob;
-pub mod capability;
-pub mod comment;
+pub(crate) mod blob;
+pub(crate) mod capability;
+pub(crate) mod comment;
 pub(crate) mod contact;
-pub mod document;
+pub(crate) mod document;
 pub(crate) mod feed;
 pub(crate) mod read;
 pub(crate) mod search;
-pub mod unixfs;
+pub(crate) mod unixfs;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -9,9 +9,9 @@ use cid::Cid;
 use super::blob::{Blob, DAG_PB, RAW, cid_v1_sha256};
 
 /// Bytes per leaf.
-pub const CHUNK_BYTES: usize = 256 * 1024;
+pub(crate) const CHUNK_BYTES: usize = 256 * 1024;
 /// Links per interior node.
-pub const MAX_CHILDREN: usize = 174;
+pub(crate) const MAX_CHILDREN: usize = 174;
 
 /// The blocks of a file and its root CID string.
 #[derive(Debug, Clone)]
@@ -55,7 +55,7 @@ pub fn file(data: &[u8]) -> File {
 /// of each level (at most [`MAX_CHILDREN`] per level): a level that fills up gets its parent at
 /// once; [`Builder::finish`] closes the partial groups from the bottom up.
 #[derive(Debug, Default)]
-pub struct Builder {
+pub(crate) struct Builder {
     /// `levels[0]` pending leaves, `levels[1]` pending nodes over them, and so on.
     levels: Vec<Vec<Child>>,
     leaves: u64,
@@ -64,7 +64,7 @@ pub struct Builder {
 impl Builder {
     /// Adds the next chunk of the file (exactly [`CHUNK_BYTES`] unless it is the last); returns
     /// its raw leaf and any interior node it completed, children before parents.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<Blob> {
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Vec<Blob> {
         let cid = cid_v1_sha256(RAW, chunk);
         let mut blocks = vec![Blob { cid: Some(cid.to_string()), data: chunk.to_vec() }];
         self.leaves += 1;
@@ -81,7 +81,7 @@ impl Builder {
 
     /// Closes the tree: its root CID and the blocks not returned yet (the remaining interior
     /// nodes, or the empty leaf of an empty file).
-    pub fn finish(mut self) -> (String, Vec<Blob>) {
+    pub(crate) fn finish(mut self) -> (String, Vec<Blob>) {
         let mut blocks = if self.leaves == 0 { self.push(&[]) } else { Vec::new() };
         let mut level = 0;
         loop {

@@ -36,20 +36,20 @@ use crate::error::{ApiError, ErrorKind};
 /// one block per character (about 1.5 MiB with 16 KiB of metadata); a `MessageSession` with
 /// 64 KiB of text, 64 context lines of 2 KiB and 16 attachments, or a 64 KiB `SetSecret`, are
 /// far smaller (the `largest_ordinary_actions_fit` test measures them).
-pub const ORDINARY_LIMIT: usize = 4 << 20;
+pub(crate) const ORDINARY_LIMIT: usize = 4 << 20;
 
 /// Room for an envelope around a file: principals, signature, names, paths, ids.
-pub const ENVELOPE_SLACK: usize = 64 * 1024;
+pub(crate) const ENVELOPE_SLACK: usize = 64 * 1024;
 
 /// How many leading bytes are enough to find the action's name.
 const PREFIX_BYTES: usize = 512;
 
 /// The answer to a body over its limit (upstream has none; the server's own words).
-pub const TOO_LARGE: &str = "Request body is too large";
+pub(crate) const TOO_LARGE: &str = "Request body is too large";
 /// The answer to a body that stalls or trickles.
-pub const TOO_SLOW: &str = "Request body arrived too slowly";
+pub(crate) const TOO_SLOW: &str = "Request body arrived too slowly";
 /// The answer when the budget of body bytes is spent.
-pub const BUSY: &str = "The server is receiving too much right now; try again in a moment";
+pub(crate) const BUSY: &str = "The server is receiving too much right now; try again in a moment";
 
 /// How bodies are bounded (from the server's configuration).
 #[derive(Debug, Clone, Copy)]
@@ -185,7 +185,7 @@ impl<'a> Reader<'a> {
 /// The server-wide budget of bytes held by request bodies (from before they are read until their
 /// request is answered).
 #[derive(Debug, Clone)]
-pub struct BodyBudget {
+pub(crate) struct BodyBudget {
     /// One permit per KiB.
     permits: Arc<Semaphore>,
     /// The whole budget, in bytes.
@@ -194,7 +194,7 @@ pub struct BodyBudget {
 
 /// Budget held by one body until its request is answered (dropping it gives the bytes back).
 #[derive(Debug)]
-pub struct Reservation {
+pub(crate) struct Reservation {
     permit: Option<OwnedSemaphorePermit>,
     budget: BodyBudget,
     kib: u32,
@@ -202,24 +202,20 @@ pub struct Reservation {
 
 impl BodyBudget {
     /// A budget of `bytes` (rounded up to whole KiB).
-    pub fn new(bytes: usize) -> Self {
+    pub(crate) fn new(bytes: usize) -> Self {
         let kib = bytes.div_ceil(1024).clamp(1, Semaphore::MAX_PERMITS);
         Self { permits: Arc::new(Semaphore::new(kib)), bytes }
     }
 
-    /// The whole budget, in bytes.
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
     /// Bytes reserved right now.
-    pub fn in_use(&self) -> usize {
+    #[cfg(test)]
+    fn in_use(&self) -> usize {
         let total = self.bytes.div_ceil(1024).clamp(1, Semaphore::MAX_PERMITS);
         (total - self.permits.available_permits()) * 1024
     }
 
     /// An empty reservation.
-    pub fn reservation(&self) -> Reservation {
+    pub(crate) fn reservation(&self) -> Reservation {
         Reservation { permit: None, budget: self.clone(), kib: 0 }
     }
 }
@@ -246,7 +242,7 @@ impl Reservation {
 
 /// Reads a body under the rules of the module doc. The returned [`Reservation`] holds its
 /// bytes' share of the budget: keep it until the request is answered.
-pub async fn read(
+pub(crate) async fn read(
     headers: &HeaderMap,
     body: Body,
     limits: &BodyLimits,

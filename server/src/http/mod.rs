@@ -2,7 +2,7 @@
 //! protocol header on every response; the accept loop ([`serve`]) and the bounded reading of
 //! unauthenticated bodies ([`body`]). The only place that knows HTTP statuses ([`status`]).
 
-pub mod body;
+pub(crate) mod body;
 pub(crate) mod serve;
 mod webhook;
 

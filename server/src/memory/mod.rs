@@ -10,7 +10,7 @@ pub(crate) mod download;
 pub(crate) mod guard;
 pub(crate) mod ipfs;
 pub(crate) mod mime;
-pub mod path;
+pub(crate) mod path;
 pub(crate) mod store;
 
 use std::path::PathBuf;

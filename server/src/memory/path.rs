@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{ApiError, ApiResult};
 
 /// Name of the memory directory inside an agent's state directory.
-pub const MEMORY_DIR: &str = "memory";
+pub(crate) const MEMORY_DIR: &str = "memory";
 /// Largest normalised path, in UTF-8 bytes.
 pub const MAX_BYTES: usize = 512;
 /// Deepest nesting, in segments.
@@ -73,7 +73,7 @@ impl MemoryPath {
 
 /// What a path names on disk, found without following symlinks.
 #[derive(Debug)]
-pub enum Found {
+pub(crate) enum Found {
     /// Nothing there (or a parent is missing).
     Missing,
     /// The root or a parent directory is a symlink or not a directory.
@@ -81,14 +81,14 @@ pub enum Found {
     /// The path itself is a symlink (or another non-file, non-directory).
     Link,
     /// A directory.
-    Dir(std::fs::Metadata),
+    Dir,
     /// A regular file.
     File(std::fs::Metadata),
 }
 
 /// Looks at `path` under `root` (blocking): every component, the root included, is checked with
 /// `symlink_metadata`; a symlink anywhere is reported, never followed.
-pub fn inspect(root: &Path, path: &MemoryPath) -> io::Result<Found> {
+pub(crate) fn inspect(root: &Path, path: &MemoryPath) -> io::Result<Found> {
     match lstat(root)? {
         None => return Ok(Found::Missing),
         Some(meta) if !meta.file_type().is_dir() => return Ok(Found::BlockedParent),
@@ -108,7 +108,7 @@ pub fn inspect(root: &Path, path: &MemoryPath) -> io::Result<Found> {
             continue;
         }
         return Ok(if file_type.is_dir() {
-            Found::Dir(meta)
+            Found::Dir
         } else if file_type.is_file() {
             Found::File(meta)
         } else {
@@ -120,7 +120,7 @@ pub fn inspect(root: &Path, path: &MemoryPath) -> io::Result<Found> {
 
 /// Creates the root and the parents of `path` (blocking), refusing any symlink or non-directory
 /// on the way: `Ok(false)` when one is in the way.
-pub fn create_parents(root: &Path, path: &MemoryPath) -> io::Result<bool> {
+pub(crate) fn create_parents(root: &Path, path: &MemoryPath) -> io::Result<bool> {
     let segments: Vec<&str> = path.segments().collect();
     let mut current = root.to_path_buf();
     let parents = segments.len().saturating_sub(1);
@@ -147,7 +147,7 @@ pub fn create_parents(root: &Path, path: &MemoryPath) -> io::Result<bool> {
 }
 
 /// `symlink_metadata`, with "not found" as `None`.
-pub fn lstat(path: &Path) -> io::Result<Option<std::fs::Metadata>> {
+pub(crate) fn lstat(path: &Path) -> io::Result<Option<std::fs::Metadata>> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) => Ok(Some(meta)),
         // A name longer than the filesystem allows cannot exist.
@@ -224,7 +224,7 @@ mod tests {
         std::os::unix::fs::symlink(outside.join("secret"), root.join("file-link")).unwrap();
         let path = |raw: &str| MemoryPath::parse(raw).unwrap();
         assert!(matches!(inspect(&root, &path("real/file")).unwrap(), Found::File(_)));
-        assert!(matches!(inspect(&root, &path("real")).unwrap(), Found::Dir(_)));
+        assert!(matches!(inspect(&root, &path("real")).unwrap(), Found::Dir));
         assert!(matches!(inspect(&root, &path("nope/file")).unwrap(), Found::Missing));
         assert!(matches!(inspect(&root, &path("link/secret")).unwrap(), Found::BlockedParent));
         assert!(matches!(inspect(&root, &path("link")).unwrap(), Found::Link));

@@ -51,7 +51,7 @@ pub(crate) fn list_dir(root: &Path, path: Option<&MemoryPath>) -> ApiResult<(Str
         Some(path) => {
             let rel = path.as_str().to_owned();
             match path::inspect(root, path).map_err(ApiError::internal)? {
-                Found::Dir(_) => (rel, path.under(root)),
+                Found::Dir => (rel, path.under(root)),
                 Found::File(_) => {
                     return Err(ApiError::invalid(format!(
                         "Memory path is a file, not a directory: {rel}. Use memory_read for files."
@@ -111,7 +111,7 @@ pub(crate) fn open_file(root: &Path, path: &MemoryPath) -> ApiResult<(std::fs::F
     let rel = path.as_str();
     let meta = match path::inspect(root, path).map_err(ApiError::internal)? {
         Found::File(meta) => meta,
-        Found::Dir(_) => return Err(ApiError::invalid(format!("Memory path is a directory, not a file: {rel}"))),
+        Found::Dir => return Err(ApiError::invalid(format!("Memory path is a directory, not a file: {rel}"))),
         Found::Missing | Found::BlockedParent | Found::Link => {
             return Err(ApiError::not_found(format!("Memory file not found: {rel}")));
         }
@@ -166,7 +166,7 @@ pub(crate) fn check_target(root: &Path, path: &MemoryPath) -> ApiResult<()> {
     }
     match path::inspect(root, path).map_err(ApiError::internal)? {
         Found::Missing | Found::File(_) => Ok(()),
-        Found::Dir(_) => Err(ApiError::invalid(format!("Memory path is a directory, not a file: {}", path.as_str()))),
+        Found::Dir => Err(ApiError::invalid(format!("Memory path is a directory, not a file: {}", path.as_str()))),
         Found::Link | Found::BlockedParent => Err(not_writable(path)),
     }
 }
@@ -215,7 +215,7 @@ pub(crate) fn delete(root: &Path, path: &MemoryPath) -> ApiResult<bool> {
     let removed = match path::inspect(root, path).map_err(ApiError::internal)? {
         Found::Missing => return Ok(false),
         Found::BlockedParent => return Err(not_writable(path)),
-        Found::Dir(_) => std::fs::remove_dir_all(&target),
+        Found::Dir => std::fs::remove_dir_all(&target),
         Found::File(_) | Found::Link => std::fs::remove_file(&target),
     };
     match removed {

@@ -26,7 +26,7 @@ mod ids;
 mod openai;
 mod retry;
 mod sse;
-pub mod vendors;
+pub(crate) mod vendors;
 
 use std::fmt;
 use std::ops::{Add, AddAssign};

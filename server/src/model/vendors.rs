@@ -13,7 +13,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::validate::{MAX_NAME_BYTES, MAX_OPEN_MAP_CBOR_BYTES, bounded_string, cbor_len, js_trim};
 
 /// The byte limit of a provider base URL.
-pub const MAX_BASE_URL_BYTES: usize = 2048;
+pub(crate) const MAX_BASE_URL_BYTES: usize = 2048;
 
 /// A supported model provider type (`ModelProviderConfig.type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -230,7 +230,7 @@ pub fn parse_provider_url(value: &str) -> Result<ProviderUrl, String> {
 }
 
 /// Checks and trims a provider name (`Provider name is required` / `… is too large`).
-pub fn provider_name(name: &str) -> ApiResult<String> {
+pub(crate) fn provider_name(name: &str) -> ApiResult<String> {
     bounded_string(name, "Provider name", MAX_NAME_BYTES)
 }
 
@@ -239,7 +239,7 @@ pub fn provider_name(name: &str) -> ApiResult<String> {
 /// The name is checked with [`provider_name`] (call that too for the trimmed name to store). The
 /// returned config has its type, base URL and secret references trimmed, keeps `authMode` and
 /// `modelDefaults` as given, and drops a base URL the type would never use.
-pub fn validate_provider(name: &str, config: &ModelProviderConfig) -> ApiResult<ModelProviderConfig> {
+pub(crate) fn validate_provider(name: &str, config: &ModelProviderConfig) -> ApiResult<ModelProviderConfig> {
     provider_name(name)?;
     let type_name = bounded_string(&config.type_, "Provider type", MAX_NAME_BYTES)?;
     let provider_type = ProviderType::require(&type_name)?;
@@ -303,7 +303,7 @@ pub fn validate_provider(name: &str, config: &ModelProviderConfig) -> ApiResult<
 /// A deliberately small check (the server has no URL crate): scheme, `//`, a non-empty host
 /// (a name, an IPv4 address or a bracketed IPv6 address), an optional numeric port ≤ 65535, and no
 /// whitespace or control characters anywhere.
-pub fn is_http_url(url: &str) -> bool {
+pub(crate) fn is_http_url(url: &str) -> bool {
     if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return false;
     }
@@ -355,7 +355,7 @@ fn is_forbidden_host_char(c: char) -> bool {
 
 /// What leaving the reasoning level unset means for a model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReasoningOff {
+pub(crate) enum ReasoningOff {
     /// The model does no reasoning; the server disables or omits it.
     Off,
     /// Reasoning cannot be disabled; the provider's default level applies.
@@ -364,7 +364,7 @@ pub enum ReasoningOff {
 
 /// How a model's reasoning can be controlled (upstream `modelReasoningSupport`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReasoningSupport {
+pub(crate) struct ReasoningSupport {
     /// The levels the model accepts, least reasoning first.
     pub levels: &'static [ReasoningLevel],
     /// What an unset level means.
@@ -393,7 +393,7 @@ const LOW_TO_XHIGH: &[ReasoningLevel] =
 /// - every other type: no control.
 ///
 /// No model accepts `max` yet.
-pub fn reasoning_support(provider_type: ProviderType, model: &str) -> Option<ReasoningSupport> {
+pub(crate) fn reasoning_support(provider_type: ProviderType, model: &str) -> Option<ReasoningSupport> {
     match provider_type {
         ProviderType::OpenAi => openai_reasoning(model),
         ProviderType::Anthropic => anthropic_reasoning(model),
@@ -403,25 +403,33 @@ pub fn reasoning_support(provider_type: ProviderType, model: &str) -> Option<Rea
 }
 
 /// [`reasoning_support`] for a provider type by name; an unknown type has no reasoning control.
-pub fn reasoning_support_for(provider_type: &str, model: &str) -> Option<ReasoningSupport> {
+pub(crate) fn reasoning_support_for(provider_type: &str, model: &str) -> Option<ReasoningSupport> {
     ProviderType::parse(provider_type).and_then(|provider_type| reasoning_support(provider_type, model))
 }
 
 /// The levels a model accepts (empty when it has no reasoning control).
-pub fn reasoning_levels(provider_type: ProviderType, model: &str) -> &'static [ReasoningLevel] {
+#[cfg(test)]
+fn reasoning_levels(provider_type: ProviderType, model: &str) -> &'static [ReasoningLevel] {
     reasoning_support(provider_type, model).map_or(&[], |support| support.levels)
 }
 
-/// Checks an agent definition's reasoning level against its model (no level always passes).
-///
-/// 400 `Model X does not support a reasoning level` when the model has no reasoning control, and
-/// 400 `Model X does not support reasoning level 'L' (valid: a, b)` when the level is not one it takes.
-pub fn check_reasoning_level(provider_type: ProviderType, model: &str, level: Option<ReasoningLevel>) -> ApiResult<()> {
+/// [`check_reasoning_level_for`] for a typed provider type.
+#[cfg(test)]
+fn check_reasoning_level(provider_type: ProviderType, model: &str, level: Option<ReasoningLevel>) -> ApiResult<()> {
     check_reasoning_support(reasoning_support(provider_type, model), model, level)
 }
 
-/// [`check_reasoning_level`] for a provider type by name (as stored on a provider record).
-pub fn check_reasoning_level_for(provider_type: &str, model: &str, level: Option<ReasoningLevel>) -> ApiResult<()> {
+/// Checks an agent definition's reasoning level against its model (no level always passes), for a
+/// provider type by name (as stored on a provider record).
+///
+/// Invalid input `Model X does not support a reasoning level` when the model has no reasoning
+/// control, and `Model X does not support reasoning level 'L' (valid: a, b)` when the level is not
+/// one it takes.
+pub(crate) fn check_reasoning_level_for(
+    provider_type: &str,
+    model: &str,
+    level: Option<ReasoningLevel>,
+) -> ApiResult<()> {
     check_reasoning_support(reasoning_support_for(provider_type, model), model, level)
 }
 
@@ -449,7 +457,7 @@ fn check_reasoning_support(
 /// The reasoning check of a session model override (`UpdateSession`), which upstream words
 /// differently: 400 `Model X does not support reasoning level 'L'` whether the model has no
 /// reasoning control or just not that level.
-pub fn check_override_reasoning_level(
+pub(crate) fn check_override_reasoning_level(
     provider_type: &str,
     model: &str,
     level: Option<ReasoningLevel>,

@@ -10,7 +10,7 @@
 //! Deleting a provider deletes the secrets it referenced that no remaining provider of the account
 //! still references (subscription providers of one type share one OAuth secret).
 
-pub mod models;
+pub(crate) mod models;
 
 use std::collections::BTreeSet;
 
@@ -471,7 +471,6 @@ mod tests {
         let app = App::open(Config::new(dir.path(), "127.0.0.1:0".parse().unwrap()), clock.clone()).unwrap();
         let principal = Principal::from_public_key(&[9; 32]);
         let caller = Caller {
-            account: principal,
             account_id: principal.to_string(),
             signer: principal,
             signer_id: principal.to_string(),

@@ -39,20 +39,20 @@ use crate::secrets;
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
 /// How long one model-list request may take, connection included.
-pub const MODEL_LIST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const MODEL_LIST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The largest model-list answer read; a longer one is an invalid response.
-pub const MAX_MODEL_LIST_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const MAX_MODEL_LIST_BYTES: usize = 8 * 1024 * 1024;
 
 /// The `anthropic-version` header value of Anthropic requests.
-pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// The `secretRefs` key naming a provider's API key secret.
 const API_KEY_REF: &str = "apiKey";
 
 /// The models a subscription provider offers: what the ChatGPT Codex backend accepts (it has no
 /// list endpoint), as upstream serves them.
-pub const SUBSCRIPTION_MODELS: [(&str, &str); 5] = [
+pub(crate) const SUBSCRIPTION_MODELS: [(&str, &str); 5] = [
     ("gpt-5.6-sol", "GPT-5.6 Sol"),
     ("gpt-5.6-terra", "GPT-5.6 Terra"),
     ("gpt-5.6-luna", "GPT-5.6 Luna"),
@@ -67,7 +67,7 @@ pub const SUBSCRIPTION_MODELS: [(&str, &str); 5] = [
 /// `Model provider not found`; 400 `<type> API key is not configured` when the type needs a key
 /// and the record names none; 400 `Required secret is not configured` when the named secret is
 /// missing; 502 `<label> request failed: HTTP n` / `<label> response is invalid` from the vendor.
-pub async fn list_provider_models(
+pub(crate) async fn list_provider_models(
     app: &App,
     caller: &Caller,
     action: ListProviderModels,
@@ -101,7 +101,7 @@ enum Listing {
 
 /// An API key secret as stored: opened only on the async side, where the secret key lives.
 #[derive(Debug)]
-pub struct SealedKey {
+pub(crate) struct SealedKey {
     account_id: String,
     name: String,
     sealed: Vec<u8>,
@@ -112,7 +112,7 @@ impl SealedKey {
     /// order of checks: 400 `Required secret is not configured` when the named secret is missing,
     /// 400 `<type> API key is not configured` when a type that needs one names none, `None` for
     /// a keyless type without one. Model lists and agent turns both read keys through here.
-    pub fn load(
+    pub(crate) fn load(
         conn: &Connection,
         owner: &str,
         provider_type: ProviderType,
@@ -137,7 +137,7 @@ impl SealedKey {
     }
 
     /// Decrypts the key as header-safe text (`api_key_text`'s rule), zeroed on drop.
-    pub fn open_text(self, app: &App, provider_type: ProviderType) -> ApiResult<Zeroizing<String>> {
+    pub(crate) fn open_text(self, app: &App, provider_type: ProviderType) -> ApiResult<Zeroizing<String>> {
         let key = self.open(app)?;
         Ok(Zeroizing::new(api_key_text(provider_type, &key)?.to_owned()))
     }
@@ -177,7 +177,7 @@ fn api_key_text(provider_type: ProviderType, key: &[u8]) -> ApiResult<&str> {
 }
 
 /// The fixed list of [`SUBSCRIPTION_MODELS`].
-pub fn subscription_models() -> Vec<ProviderModelInfo> {
+pub(crate) fn subscription_models() -> Vec<ProviderModelInfo> {
     SUBSCRIPTION_MODELS
         .iter()
         .map(|(id, name)| ProviderModelInfo { extra: Default::default(), id: (*id).into(), name: (*name).into() })
@@ -185,7 +185,7 @@ pub fn subscription_models() -> Vec<ProviderModelInfo> {
 }
 
 /// One model-list request: where to send it and its headers (sensitive ones marked so).
-pub struct ModelListRequest {
+pub(crate) struct ModelListRequest {
     /// The endpoint, query included.
     pub url: Url,
     /// The request headers.
@@ -208,7 +208,11 @@ impl std::fmt::Debug for ModelListRequest {
 ///
 /// 400 `Provider base URL is invalid` when the base URL does not parse; 400 `API key is invalid`
 /// when the key cannot be a header value.
-pub fn build_request(style: ModelListStyle, base_url: &str, api_key: Option<&str>) -> ApiResult<ModelListRequest> {
+pub(crate) fn build_request(
+    style: ModelListStyle,
+    base_url: &str,
+    api_key: Option<&str>,
+) -> ApiResult<ModelListRequest> {
     let mut url = join_url_path(base_url, style.path())?;
     let mut headers = HeaderMap::new();
     let key = api_key.unwrap_or("");
@@ -237,7 +241,7 @@ fn sensitive(value: &str) -> ApiResult<HeaderValue> {
 }
 
 /// `base_url` with `path` appended to its path, without query or fragment.
-pub fn join_url_path(base_url: &str, path: &str) -> ApiResult<Url> {
+pub(crate) fn join_url_path(base_url: &str, path: &str) -> ApiResult<Url> {
     let mut url = Url::parse(base_url).map_err(|_| ApiError::invalid("Provider base URL is invalid"))?;
     let joined = format!("{}/{}", url.path().trim_end_matches('/'), path.trim_start_matches('/'));
     url.set_path(&joined);
@@ -251,7 +255,7 @@ pub fn join_url_path(base_url: &str, path: &str) -> ApiResult<Url> {
 /// their `models/` prefix, and models whose `supportedGenerationMethods` lack `generateContent`
 /// are dropped); OpenAI-style names are the ids. 502 `<label> response is invalid` for anything
 /// that is not JSON with the expected list.
-pub fn parse_models(style: ModelListStyle, body: &[u8]) -> ApiResult<Vec<ProviderModelInfo>> {
+pub(crate) fn parse_models(style: ModelListStyle, body: &[u8]) -> ApiResult<Vec<ProviderModelInfo>> {
     let body: Value = serde_json::from_slice(body).map_err(|_| style.invalid_response())?;
     let list_key = match style {
         ModelListStyle::OpenAi | ModelListStyle::Anthropic => "data",

@@ -33,7 +33,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::sessions::events;
 
 /// The tool name a child's result is recorded under in its parent's log.
-pub const DELEGATE: &str = "delegate";
+pub(crate) const DELEGATE: &str = "delegate";
 
 /// What a child that succeeded after its parent's call was already answered reads in its log.
 pub const LATE_RESULT: &str = "Result accepted, but the task that delegated this one had already stopped waiting for \
@@ -96,11 +96,6 @@ fn text_field(value: &Ipld, key: &str) -> Option<String> {
 
 /// The parent call a run answers: its own link, or (for a later run on a child's session) the
 /// link of the run that spawned the session. `(parent run, parent tool call)`.
-pub fn spawn_link(conn: &Connection, run_id: &str) -> ApiResult<Option<(String, String)>> {
-    let Some(run) = row(conn, run_id)? else { return Ok(None) };
-    link_of(conn, &run)
-}
-
 fn link_of(conn: &Connection, run: &Row) -> ApiResult<Option<(String, String)>> {
     if let (Some(parent), Some(call)) = (&run.parent_run_id, &run.parent_tool_call_id) {
         return Ok(Some((parent.clone(), call.clone())));
@@ -119,7 +114,7 @@ fn link_of(conn: &Connection, run: &Row) -> ApiResult<Option<(String, String)>> 
 }
 
 /// Whether session `session_id` holds an agent `tool_result` for call `call_id`.
-pub fn has_result(conn: &Connection, session_id: &str, call_id: &str) -> ApiResult<bool> {
+pub(crate) fn has_result(conn: &Connection, session_id: &str, call_id: &str) -> ApiResult<bool> {
     Ok(answered(conn, session_id)?.contains(call_id))
 }
 
@@ -138,7 +133,7 @@ fn answered(conn: &Connection, session_id: &str) -> ApiResult<HashSet<String>> {
 
 /// The calls of session `session_id` a child still works on: calls of its runs' live children
 /// (queued, claimed, running or waiting) that have no result yet.
-pub fn live_child_calls(conn: &Connection, session_id: &str) -> ApiResult<HashSet<String>> {
+pub(crate) fn live_child_calls(conn: &Connection, session_id: &str) -> ApiResult<HashSet<String>> {
     let calls: Vec<String> = conn
         .prepare_cached(
             "SELECT c.parent_tool_call_id FROM runs c JOIN runs p ON p.id = c.parent_run_id
@@ -152,7 +147,7 @@ pub fn live_child_calls(conn: &Connection, session_id: &str) -> ApiResult<HashSe
 
 /// The calls of run `run_id` whose children are still live, oldest first (a parent that was
 /// executing when the server died parks on them again instead of answering without them).
-pub fn live_children_of(conn: &Connection, run_id: &str) -> ApiResult<Vec<String>> {
+pub(crate) fn live_children_of(conn: &Connection, run_id: &str) -> ApiResult<Vec<String>> {
     Ok(conn
         .prepare_cached(
             "SELECT parent_tool_call_id FROM runs WHERE parent_run_id = ?1 AND parent_tool_call_id IS NOT NULL
@@ -164,7 +159,7 @@ pub fn live_children_of(conn: &Connection, run_id: &str) -> ApiResult<Vec<String
 
 /// Pending calls as the replay shows them: every call a `waiting` run of the session is parked
 /// on, and every call a live child still works on.
-pub fn pending_calls(conn: &Connection, session_id: &str) -> ApiResult<HashSet<String>> {
+pub(crate) fn pending_calls(conn: &Connection, session_id: &str) -> ApiResult<HashSet<String>> {
     let mut pending = live_child_calls(conn, session_id)?;
     let waits: Vec<Option<Vec<u8>>> = conn
         .prepare_cached("SELECT wait_cbor FROM runs WHERE session_id = ?1 AND status = 'waiting'")?
@@ -179,7 +174,7 @@ pub fn pending_calls(conn: &Connection, session_id: &str) -> ApiResult<HashSet<S
 }
 
 /// Run `run_id` ended (succeeded, failed or canceled): see the module docs.
-pub fn finalized(
+pub(crate) fn finalized(
     conn: &Connection,
     hooks: &dyn RunHooks,
     run_id: &str,
@@ -408,7 +403,7 @@ fn store_wait(conn: &Connection, run_id: &str, ids: Vec<String>, now_ms: i64, ch
 
 /// The race closer after run `run_id` parked on children: calls already answered leave its wait
 /// set; with none left it is requeued. Whether it stays parked.
-pub fn park(conn: &Connection, run_id: &str, now_ms: i64, changes: &mut Changes) -> ApiResult<bool> {
+pub(crate) fn park(conn: &Connection, run_id: &str, now_ms: i64, changes: &mut Changes) -> ApiResult<bool> {
     let Some(ids) = wait_of(conn, run_id)? else { return Ok(false) };
     let session: Option<Option<String>> = conn
         .prepare_cached("SELECT session_id FROM runs WHERE id = ?1")?
@@ -429,7 +424,7 @@ pub fn park(conn: &Connection, run_id: &str, now_ms: i64, changes: &mut Changes)
 /// delivered (a result lost with a transaction that never committed cannot exist, but a wait
 /// written by an older build may lag), then the park race closer. Returns how many runs were
 /// requeued.
-pub fn boot_reconcile(conn: &Connection, now_ms: i64, changes: &mut Changes) -> ApiResult<usize> {
+pub(crate) fn boot_reconcile(conn: &Connection, now_ms: i64, changes: &mut Changes) -> ApiResult<usize> {
     let waiting: Vec<String> = conn
         .prepare_cached("SELECT id FROM runs WHERE status = 'waiting' AND not_before IS NULL")?
         .query_map([], |row| row.get(0))?

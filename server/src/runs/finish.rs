@@ -221,7 +221,7 @@ pub fn finish(
 
 /// Where a run is, for an inline caller that could not claim it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum State {
+pub(crate) enum State {
     /// Queued (or waiting for its retry).
     Queued,
     /// Claimed or running.
@@ -233,7 +233,7 @@ pub enum State {
 }
 
 /// Where run `run_id` is.
-pub fn state(conn: &Connection, run_id: &str) -> ApiResult<State> {
+pub(crate) fn state(conn: &Connection, run_id: &str) -> ApiResult<State> {
     let Some(current) = current(conn, run_id)? else { return Ok(State::Missing) };
     Ok(match current.status.as_str() {
         "queued" => State::Queued,
@@ -375,7 +375,7 @@ fn append_error(
 
 /// Token counts to add to a run's usage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
+pub(crate) struct Usage {
     /// Input tokens.
     pub input: i64,
     /// Output tokens.
@@ -419,7 +419,7 @@ fn store_usage(conn: &Connection, run_id: &str, usage: &RunUsageInfo) -> ApiResu
 
 /// Adds `usage` to run `run_id`'s usage (every pass and step adds; nothing is overwritten). No
 /// event: the next run change carries it.
-pub fn add_usage(conn: &Connection, run_id: &str, usage: &Usage) -> ApiResult<()> {
+pub(crate) fn add_usage(conn: &Connection, run_id: &str, usage: &Usage) -> ApiResult<()> {
     let mut total = usage_of(conn, run_id)?.unwrap_or_else(zero_usage);
     total.input += usage.input;
     total.output += usage.output;

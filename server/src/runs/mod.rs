@@ -23,15 +23,15 @@
 
 pub(crate) mod actions;
 pub(crate) mod cancel;
-pub mod children;
+pub(crate) mod children;
 pub(crate) mod engine;
 pub(crate) mod executor;
-pub mod finish;
+pub(crate) mod finish;
 pub(crate) mod hooks;
 pub(crate) mod info;
-pub mod queue;
+pub(crate) mod queue;
 pub(crate) mod signal;
-pub mod wait;
+pub(crate) mod wait;
 
 #[cfg(test)]
 mod engine_tests;

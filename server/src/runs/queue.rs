@@ -88,23 +88,16 @@ pub struct NewRun {
 }
 
 /// Inserts `run` as `queued` and recomputes its session's status mirror; returns the new run's
-/// id (a time-ordered UUID). Call [`Engine::notify`](super::Engine::notify) after the commit.
-///
-/// What changed is not reported; [`enqueue`] does the same and notes the run and session changes
-/// for publication.
-pub fn insert_run(conn: &Connection, run: &NewRun, now_ms: i64) -> rusqlite::Result<String> {
-    enqueue(conn, run, now_ms, &mut Changes::default())
-}
-
-/// [`insert_run`], noting the new run and a session status change in `changes` (publish them
-/// after the commit with [`Engine::publish`](super::Engine::publish)).
+/// id (a time-ordered UUID). The new run and a session status change are noted in `changes`:
+/// publish them after the commit with [`Engine::publish`](super::Engine::publish), which also
+/// wakes the dispatcher.
 pub fn enqueue(conn: &Connection, run: &NewRun, now_ms: i64, changes: &mut Changes) -> rusqlite::Result<String> {
     insert(conn, run, None, now_ms, changes)
 }
 
 /// [`enqueue`] for a delegated child whose result answers the parent's tool call
 /// `parent_tool_call_id` (`runs.parent_tool_call_id`).
-pub fn enqueue_child(
+pub(crate) fn enqueue_child(
     conn: &Connection,
     run: &NewRun,
     parent_tool_call_id: &str,
@@ -222,7 +215,7 @@ impl Changes {
 /// Recomputes session `session_id`'s status mirror: `streaming` while one of its agent runs is
 /// queued, claimed or running (a `waiting` run does not count), else `error` when its latest run
 /// failed, else `idle`. Writes (and notes) the status only when it changed.
-pub fn sync_session_status(
+pub(crate) fn sync_session_status(
     conn: &Connection,
     session_id: &str,
     now_ms: i64,
@@ -256,7 +249,7 @@ pub fn sync_session_status(
 
 /// What [`sync_session_status`] found.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Synced {
+pub(crate) struct Synced {
     /// The stored status moved.
     pub changed: bool,
     /// An agent run of the session is queued, claimed or running (the status is `streaming`).
@@ -301,7 +294,7 @@ fn claimed_from_row(row: &Row<'_>) -> rusqlite::Result<Claimed> {
 
 /// Whether the dispatcher has work: parked runs to wake, runs to claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Due {
+pub(crate) struct Due {
     /// A parked run's wake time came.
     pub wake: bool,
     /// A queued run is due, or another owner's lease expired.
@@ -315,7 +308,7 @@ const DUE: &str = "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'waiting' AN
                      AND lease_owner IS NOT ?1 AND lease_expires_at <= ?2)";
 
 /// What the dispatcher would find to do at `now_ms` (a read, so an idle tick writes nothing).
-pub fn due(conn: &Connection, owner: &str, now_ms: i64) -> rusqlite::Result<Due> {
+pub(crate) fn due(conn: &Connection, owner: &str, now_ms: i64) -> rusqlite::Result<Due> {
     conn.prepare_cached(DUE)?.query_row(params![owner, now_ms], |row| Ok(Due { wake: row.get(0)?, claim: row.get(1)? }))
 }
 
@@ -340,7 +333,12 @@ static CLAIM_RUN: LazyLock<String> = LazyLock::new(|| {
 /// Claims the next run for `owner` until `lease_until`: queued runs whose `not_before` passed,
 /// and runs of another owner whose lease expired; interactive before background, then oldest
 /// first; never a second claimed or running agent run in one session.
-pub fn claim_next(conn: &Connection, owner: &str, now_ms: i64, lease_until: i64) -> rusqlite::Result<Option<Claimed>> {
+pub(crate) fn claim_next(
+    conn: &Connection,
+    owner: &str,
+    now_ms: i64,
+    lease_until: i64,
+) -> rusqlite::Result<Option<Claimed>> {
     conn.prepare_cached(&CLAIM_NEXT)?.query_row(params![owner, lease_until, now_ms], claimed_from_row).optional()
 }
 
@@ -372,7 +370,7 @@ pub fn claim_run(
 
 /// Moves a run `owner` claimed to `running` (its first start is `started_at`); false when the
 /// run is no longer this owner's claim.
-pub fn start_running(
+pub(crate) fn start_running(
     conn: &Connection,
     run_id: &str,
     owner: &str,
@@ -393,7 +391,7 @@ pub fn start_running(
 }
 
 /// Extends `owner`'s lease on a claimed or running run; false when the lease is no longer its.
-pub fn renew_lease(conn: &Connection, run_id: &str, owner: &str, lease_until: i64) -> rusqlite::Result<bool> {
+pub(crate) fn renew_lease(conn: &Connection, run_id: &str, owner: &str, lease_until: i64) -> rusqlite::Result<bool> {
     Ok(conn
         .prepare_cached(
             "UPDATE runs SET lease_expires_at = ?3
@@ -408,7 +406,12 @@ pub fn renew_lease(conn: &Connection, run_id: &str, owner: &str, lease_until: i6
 /// lease cleared and its `attempt` kept; the claim that resumes it does not count a new
 /// execution. `owner` is this process, whose inline claims may already be executing. Returns how
 /// many were requeued.
-pub fn boot_sweep(conn: &Connection, owner: &str, now_ms: i64, changes: &mut Changes) -> rusqlite::Result<usize> {
+pub(crate) fn boot_sweep(
+    conn: &Connection,
+    owner: &str,
+    now_ms: i64,
+    changes: &mut Changes,
+) -> rusqlite::Result<usize> {
     requeue(
         conn,
         "UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1
@@ -420,7 +423,7 @@ pub fn boot_sweep(conn: &Connection, owner: &str, now_ms: i64, changes: &mut Cha
 }
 
 /// Requeues parked runs whose wake time came (a timer, an event wait's timeout). Returns how many.
-pub fn wake_due(conn: &Connection, now_ms: i64, changes: &mut Changes) -> rusqlite::Result<usize> {
+pub(crate) fn wake_due(conn: &Connection, now_ms: i64, changes: &mut Changes) -> rusqlite::Result<usize> {
     requeue(
         conn,
         "UPDATE runs SET status = 'queued', wait_cbor = NULL, not_before = NULL, updated_at = ?1

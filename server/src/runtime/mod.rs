@@ -22,7 +22,7 @@ pub(crate) mod message;
 pub(crate) mod pass;
 pub(crate) mod plan;
 pub(crate) mod prompt;
-pub mod replay;
+pub(crate) mod replay;
 pub(crate) mod title;
 pub(crate) mod titles;
 pub(crate) mod tools;

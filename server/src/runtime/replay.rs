@@ -26,14 +26,14 @@ use crate::model::{Message, ToolCall, ToolResult, UserPart};
 
 /// The most of one tool result (or user action) the model sees, in UTF-8 bytes. The log keeps
 /// the whole result.
-pub const MODEL_RESULT_BYTES: usize = 8 * 1024;
+pub(crate) const MODEL_RESULT_BYTES: usize = 8 * 1024;
 
 /// The result text for a call whose result never reached the log.
 const NO_RESULT: &str = "No result was recorded for this call.";
 
 /// What the pass appends after the log.
 #[derive(Debug, Default)]
-pub struct Tail<'a> {
+pub(crate) struct Tail<'a> {
     /// The user messages this run answers, when it was queued behind another turn: their ids.
     pub queued_behind: Option<&'a [String]>,
     /// The session's live plan.
@@ -46,7 +46,7 @@ pub struct Tail<'a> {
 }
 
 /// The result a call a child still works on replays with (never stored).
-pub const STILL_RUNNING: &str = "{\"status\":\"running\",\"note\":\"Still running in the background. Its real result \
+pub(crate) const STILL_RUNNING: &str = "{\"status\":\"running\",\"note\":\"Still running in the background. Its real result \
                                  will arrive in a later turn as this tool call's result; do not wait for it — respond \
                                  to the user now.\"}";
 
@@ -56,7 +56,7 @@ pub const BACKGROUND_WORK_UPDATE: &str = "<background_work_update>\nThe children
      including anything you promised to deliver once they completed.\n</background_work_update>";
 
 /// The provider conversation for `events` (in seq order) and `tail`.
-pub fn conversation(events: &[SessionEvent], tail: &Tail<'_>) -> Vec<Message> {
+pub(crate) fn conversation(events: &[SessionEvent], tail: &Tail<'_>) -> Vec<Message> {
     let mut replay = Replay::index(events);
     replay.pending = tail.pending;
     for event in events {
@@ -105,7 +105,7 @@ pub fn conversation(events: &[SessionEvent], tail: &Tail<'_>) -> Vec<Message> {
 }
 
 /// The `<plan_state>` block: one line per step, then what to do with it.
-pub fn plan_state(plan: &RunPlan) -> String {
+pub(crate) fn plan_state(plan: &RunPlan) -> String {
     let mut text = String::from("<plan_state>\n");
     for step in &plan.steps {
         text.push_str(&format!("{} · {} · {}\n", escape(&step.id), escape(&step.label), step.status));
@@ -125,7 +125,7 @@ pub fn plan_state(plan: &RunPlan) -> String {
 
 /// `text` cut to [`MODEL_RESULT_BYTES`] on a character boundary, with a notice saying how much
 /// was left out and what to do about it.
-pub fn bound(text: &str) -> String {
+pub(crate) fn bound(text: &str) -> String {
     if text.len() <= MODEL_RESULT_BYTES {
         return text.to_owned();
     }
@@ -143,12 +143,12 @@ pub fn bound(text: &str) -> String {
 }
 
 /// Every `<` as the six characters `\u003c`, so text inside a block cannot close or open one.
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     text.replace('<', "\\u003c")
 }
 
 /// A stored value as JSON text (the model's view of a tool output).
-pub fn json_text(value: Option<&Value>) -> String {
+pub(crate) fn json_text(value: Option<&Value>) -> String {
     match value {
         None => "{}".to_owned(),
         Some(value) => serde_json::to_string(value).unwrap_or_else(|_| "{}".to_owned()),
@@ -156,7 +156,7 @@ pub fn json_text(value: Option<&Value>) -> String {
 }
 
 /// A stored value as JSON (a tool call's arguments: an object, else `{}`).
-pub fn json_arguments(value: &Value) -> Json {
+pub(crate) fn json_arguments(value: &Value) -> Json {
     match serde_json::to_value(value) {
         Ok(Json::Object(fields)) => Json::Object(fields),
         _ => Json::Object(Default::default()),
@@ -178,7 +178,7 @@ fn user_text(text: String) -> Message {
 /// Whether an agent call in `log` has no agent result. Only then do the calls parked runs and
 /// live children wait on matter (to the replay, and to repairing interrupted calls), so the
 /// queries for them are skipped in the usual case where every call was answered.
-pub fn has_unanswered_calls(log: &[SessionEvent]) -> bool {
+pub(crate) fn has_unanswered_calls(log: &[SessionEvent]) -> bool {
     let answered: HashSet<&str> = log
         .iter()
         .filter_map(|event| match &event.event {

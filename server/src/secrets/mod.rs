@@ -9,7 +9,7 @@
 //! its caller. It never reaches a response, a log line, an event or an error message; responses
 //! carry [`RedactedSecret`] only, which says `hasValue: true` and nothing more.
 
-pub mod crypto;
+pub(crate) mod crypto;
 
 use std::collections::BTreeMap;
 

@@ -30,16 +30,16 @@ use crate::bus::Event;
 use crate::error::ApiResult;
 
 /// Longest chain of run-completed firings (upstream's `TRIGGER_CHAIN_MAX_HOPS`).
-pub const MAX_HOPS: usize = 8;
+pub(crate) const MAX_HOPS: usize = 8;
 /// How far back the monitor looks for finished runs it has not handled.
-pub const LOOKBACK_MS: i64 = 10 * 60 * 1000;
+pub(crate) const LOOKBACK_MS: i64 = 10 * 60 * 1000;
 /// Runs handled per transaction.
 const BATCH: i64 = 100;
 /// How often the monitor scans without a bus event.
 pub const POLL: Duration = Duration::from_secs(1);
 
 /// Starts the monitor; it stops when the bus closes or the task is aborted.
-pub fn spawn(app: &Arc<App>) -> JoinHandle<()> {
+pub(crate) fn spawn(app: &Arc<App>) -> JoinHandle<()> {
     let app = app.clone();
     let mut events = app.bus.subscribe();
     tokio::spawn(async move {
@@ -97,7 +97,7 @@ struct Finished {
 /// ends the run, so the monitor never sees it (the common case costs no monitor write, and no
 /// scan: see [`Event::RunChanged`]'s `end_watched`); a trigger created later watches only runs
 /// that finish after it exists anyway. Returns whether the end is left for the monitor.
-pub fn settle_unwatched(conn: &Connection, run_id: &str) -> ApiResult<bool> {
+pub(crate) fn settle_unwatched(conn: &Connection, run_id: &str) -> ApiResult<bool> {
     let settled = conn
         .prepare_cached(
             "UPDATE runs SET completion_pending = 0
@@ -110,7 +110,7 @@ pub fn settle_unwatched(conn: &Connection, run_id: &str) -> ApiResult<bool> {
 }
 
 /// Handles one batch of finished runs; returns how many.
-pub async fn scan(app: &App) -> ApiResult<usize> {
+pub(crate) async fn scan(app: &App) -> ApiResult<usize> {
     // Looked for on a reader first: most run ends were settled in their own transaction.
     let pending = app
         .db
@@ -257,7 +257,7 @@ fn matches(source: &RunCompletedSource, run: &Finished) -> bool {
 
 /// Whether the chain of firings ending at `parent` already holds `trigger_id` or is
 /// [`MAX_HOPS`] long.
-pub fn blocked_by_chain(conn: &Connection, parent: Option<&str>, trigger_id: &str) -> ApiResult<bool> {
+pub(crate) fn blocked_by_chain(conn: &Connection, parent: Option<&str>, trigger_id: &str) -> ApiResult<bool> {
     let mut current = parent.map(str::to_owned);
     let mut hops = 0;
     while let Some(firing_id) = current {

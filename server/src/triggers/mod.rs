@@ -21,12 +21,12 @@
 //! record firings themselves and save their progress only after the sink answered.
 
 pub(crate) mod actions;
-pub mod activity;
-pub mod chain;
+pub(crate) mod activity;
+pub(crate) mod chain;
 pub(crate) mod firing;
-pub mod monitor;
-pub mod schedule;
-pub mod sink;
+pub(crate) mod monitor;
+pub(crate) mod schedule;
+pub(crate) mod sink;
 pub(crate) mod store;
 pub(crate) mod thread;
 pub(crate) mod validate;

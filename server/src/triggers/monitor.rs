@@ -19,7 +19,7 @@ use crate::db::Db;
 
 /// How often the monitors tick, and how the feed is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MonitorSettings {
+pub(crate) struct MonitorSettings {
     /// Time between ticks of both monitors (default 5 s).
     pub poll_interval: Duration,
     /// The activity feed's paging.
@@ -50,7 +50,7 @@ impl Monitors {
 }
 
 /// Starts both monitors over the app's database, clock, HTTP client and Hypermedia server.
-pub fn spawn(app: &Arc<App>, sink: Arc<dyn FiringSink>, settings: MonitorSettings) -> Monitors {
+pub(crate) fn spawn(app: &Arc<App>, sink: Arc<dyn FiringSink>, settings: MonitorSettings) -> Monitors {
     let activity = Arc::new(ActivityMonitor::new(
         app.db.clone(),
         app.clock.clone(),

@@ -38,7 +38,7 @@ const HOUR_MS: i64 = 60 * MINUTE_MS;
 
 /// Why a stored schedule cannot be evaluated (the trigger's `lastError`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ScheduleError {
+pub(crate) enum ScheduleError {
     /// `every` is not a positive number of minutes or hours that fits in milliseconds.
     #[error("Schedule interval must be a positive whole number")]
     Interval,
@@ -54,13 +54,13 @@ pub enum ScheduleError {
 }
 
 /// The firing key of one occurrence.
-pub fn firing_key(trigger_id: &str, scheduled_at: i64) -> String {
+pub(crate) fn firing_key(trigger_id: &str, scheduled_at: i64) -> String {
     format!("schedule:{trigger_id}:{scheduled_at}")
 }
 
 /// The occurrence of `schedule` due at `now`, if any (see the module docs for the rules).
 /// `last_scheduled_at` is the last occurrence this trigger fired for.
-pub fn due(
+pub(crate) fn due(
     schedule: &AgentScheduleTrigger,
     created_at: i64,
     last_scheduled_at: Option<i64>,
@@ -140,7 +140,7 @@ fn kind(schedule: &AgentScheduleTrigger) -> &'static str {
 
 /// The activity a schedule firing records: `{type: 'schedule', scheduleKind, scheduledAt,
 /// firedAt, timezone?}`.
-pub fn activity(schedule: &AgentScheduleTrigger, scheduled_at: i64, fired_at: i64) -> BTreeMap<String, Value> {
+pub(crate) fn activity(schedule: &AgentScheduleTrigger, scheduled_at: i64, fired_at: i64) -> BTreeMap<String, Value> {
     let text = |text: &str| Value::from(Ipld::String(text.to_owned()));
     let mut activity = BTreeMap::from([
         ("type".to_owned(), text("schedule")),
@@ -160,7 +160,7 @@ pub fn activity(schedule: &AgentScheduleTrigger, scheduled_at: i64, fired_at: i6
 }
 
 /// A short summary of one occurrence (session titles).
-pub fn summary(schedule: &AgentScheduleTrigger, scheduled_at: i64) -> String {
+pub(crate) fn summary(schedule: &AgentScheduleTrigger, scheduled_at: i64) -> String {
     let at =
         Timestamp::from_millisecond(scheduled_at).map_or_else(|_| scheduled_at.to_string(), |at| format!("{at:.3}"));
     match schedule {

@@ -31,7 +31,6 @@ impl Fixture {
         let signer = Ed25519Signer::generate().unwrap();
         let principal = signer.principal();
         let caller = Caller {
-            account: principal,
             account_id: principal.to_string(),
             signer: principal,
             signer_id: principal.to_string(),

@@ -8,12 +8,12 @@
 use serde_json::{Map, Value as Json};
 
 /// A feed event, as the Hypermedia server sent it.
-pub type Event = Map<String, Json>;
+pub(crate) type Event = Map<String, Json>;
 
 /// The event's identity: `feedEventId`; else `<type>-<id>`; else `blob-<cid>` / `blob-id-<id>`
 /// of a raw blob; else `mention-<cid>-<mentionType>-<target>` of a raw mention; else none (the
 /// event is skipped).
-pub fn event_key(event: &Event) -> Option<String> {
+pub(crate) fn event_key(event: &Event) -> Option<String> {
     if let Some(id) = text(event, "feedEventId") {
         return Some(id);
     }
@@ -39,7 +39,7 @@ pub fn event_key(event: &Event) -> Option<String> {
 /// The key a firing dedupes on: the event key, except that a mention key
 /// (`mention-<cid>--<target>`) collapses onto `blob-<cid>`, the key of the comment it came from,
 /// so a comment and its citation twin fire a trigger once.
-pub fn firing_key(event: &Event) -> Option<String> {
+pub(crate) fn firing_key(event: &Event) -> Option<String> {
     let key = event_key(event)?;
     if let Some(rest) = key.strip_prefix("mention-")
         && let Some((cid, _)) = rest.split_once("--")
@@ -52,7 +52,7 @@ pub fn firing_key(event: &Event) -> Option<String> {
 
 /// When the event happened, in Unix ms: `eventAtMs`; else `time` (RFC 3339 or `{seconds,
 /// nanos}`); else the later of `eventTime` and `observeTime`.
-pub fn event_time_ms(event: &Event) -> Option<i64> {
+pub(crate) fn event_time_ms(event: &Event) -> Option<i64> {
     if let Some(at) = event.get("eventAtMs").and_then(number_ms) {
         return Some(at);
     }
@@ -66,7 +66,7 @@ pub fn event_time_ms(event: &Event) -> Option<i64> {
 
 /// A short summary for session titles: `<blobType> on <resource>`, `Mention of <target>`,
 /// `<type> on <target name>`, or the type.
-pub fn summary(event: &Event) -> String {
+pub(crate) fn summary(event: &Event) -> String {
     if let Some(blob) = raw_blob(event) {
         let kind = text(blob, "blobType").or_else(|| text(blob, "blob_type")).unwrap_or_else(|| "activity".into());
         return match text(blob, "resource") {
@@ -94,7 +94,7 @@ pub fn summary(event: &Event) -> String {
 /// A resource id as triggers compare it: `hm://<uid>[/<path>]` without version, block
 /// reference, query or trailing slash; `https://<host>/hm/<uid>/<path>` becomes the same (view
 /// terms such as `:comments` dropped). Anything else loses its query, fragment and trailing `/`.
-pub fn canonical_resource(value: &str) -> String {
+pub(crate) fn canonical_resource(value: &str) -> String {
     let trimmed = value.trim();
     let bare = trimmed.split(['?', '#']).next().unwrap_or_default();
     if let Some(rest) = bare.strip_prefix("hm://") {
@@ -126,7 +126,7 @@ fn join<'a>(uid: &str, segments: impl Iterator<Item = &'a str>) -> String {
 
 /// Whether `resource` is `prefix` or lies under it (the next character after the prefix is a
 /// path, query or fragment separator). Both should be canonical.
-pub fn under(resource: &str, prefix: &str) -> bool {
+pub(crate) fn under(resource: &str, prefix: &str) -> bool {
     let prefix = prefix.trim_end_matches('/');
     match resource.strip_prefix(prefix) {
         Some(rest) => rest.is_empty() || rest.starts_with(['/', '?', '#']),
@@ -135,17 +135,17 @@ pub fn under(resource: &str, prefix: &str) -> bool {
 }
 
 /// The raw `newBlob` of a daemon-shaped event.
-pub fn raw_blob(event: &Event) -> Option<&Event> {
+pub(crate) fn raw_blob(event: &Event) -> Option<&Event> {
     object(event, "newBlob").or_else(|| object(event, "new_blob")).or_else(|| data_value(event, "newBlob"))
 }
 
 /// The raw `newMention` of a daemon-shaped event.
-pub fn raw_mention(event: &Event) -> Option<&Event> {
+pub(crate) fn raw_mention(event: &Event) -> Option<&Event> {
     object(event, "newMention").or_else(|| object(event, "new_mention")).or_else(|| data_value(event, "newMention"))
 }
 
 /// `data.case` of a daemon-shaped event.
-pub fn data_case(event: &Event) -> Option<String> {
+pub(crate) fn data_case(event: &Event) -> Option<String> {
     object(event, "data").and_then(|data| text(data, "case"))
 }
 
@@ -155,12 +155,12 @@ fn data_value<'a>(event: &'a Event, case: &str) -> Option<&'a Event> {
 }
 
 /// A field that is an object.
-pub fn object<'a>(record: &'a Event, field: &str) -> Option<&'a Event> {
+pub(crate) fn object<'a>(record: &'a Event, field: &str) -> Option<&'a Event> {
     record.get(field).and_then(Json::as_object)
 }
 
 /// A field that is a string (or a number, as its text).
-pub fn text(record: &Event, field: &str) -> Option<String> {
+pub(crate) fn text(record: &Event, field: &str) -> Option<String> {
     match record.get(field)? {
         Json::String(text) => Some(text.clone()),
         Json::Number(number) => Some(number.to_string()),
@@ -169,7 +169,7 @@ pub fn text(record: &Event, field: &str) -> Option<String> {
 }
 
 /// `record.<field>.id` when it is an object with a string `id` (an unpacked hm id's full id).
-pub fn id_of(record: &Event, field: &str) -> Option<String> {
+pub(crate) fn id_of(record: &Event, field: &str) -> Option<String> {
     let value = object(record, field)?;
     match object(value, "id") {
         Some(id) => text(id, "id"),
@@ -178,7 +178,7 @@ pub fn id_of(record: &Event, field: &str) -> Option<String> {
 }
 
 /// Whether any string inside `value` contains `needle`.
-pub fn contains_text(value: &Json, needle: &str) -> bool {
+pub(crate) fn contains_text(value: &Json, needle: &str) -> bool {
     if needle.is_empty() {
         return false;
     }

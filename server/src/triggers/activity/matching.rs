@@ -29,7 +29,7 @@ use super::event::{
 
 /// How a trigger matched an event.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Matched {
+pub(crate) enum Matched {
     /// A single-condition source matched.
     Source,
     /// A compound `activity` source matched these conditions (at least one).
@@ -38,7 +38,7 @@ pub enum Matched {
 
 impl Matched {
     /// The conditions to record on the firing (`None` for a single source).
-    pub fn into_conditions(self) -> Option<Vec<AgentActivityCondition>> {
+    pub(crate) fn into_conditions(self) -> Option<Vec<AgentActivityCondition>> {
         match self {
             Self::Source => None,
             Self::Conditions(conditions) => Some(conditions),
@@ -47,12 +47,12 @@ impl Matched {
 }
 
 /// Whether `source` reads the activity feed at all (schedules, webhooks and run-completed do not).
-pub fn is_activity_source(source: &AgentTriggerSource) -> bool {
+pub(crate) fn is_activity_source(source: &AgentTriggerSource) -> bool {
     as_activity(source).is_some() || matches!(source, AgentTriggerSource::ActivitySource(_))
 }
 
 /// How `source` matches `event`, or `None`.
-pub fn match_trigger(source: &AgentTriggerSource, event: &Event) -> Option<Matched> {
+pub(crate) fn match_trigger(source: &AgentTriggerSource, event: &Event) -> Option<Matched> {
     if let AgentTriggerSource::ActivitySource(compound) = source {
         let matched: Vec<AgentActivityCondition> =
             compound.conditions.iter().filter(|condition| matches(&condition.source, event)).cloned().collect();
@@ -79,7 +79,7 @@ fn as_activity(source: &AgentTriggerSource) -> Option<AgentActivitySource> {
 }
 
 /// Whether one activity source matches `event`.
-pub fn matches(source: &AgentActivitySource, event: &Event) -> bool {
+pub(crate) fn matches(source: &AgentActivitySource, event: &Event) -> bool {
     match source {
         AgentActivitySource::DocumentCommentSource(source) => document_comment(source, event),
         AgentActivitySource::UserMentionSource(source) => user_mention(source, event),

@@ -22,9 +22,9 @@
 //!    saves nothing but `last_error`: the next poll reads the same events again, and the
 //!    triggers that already fired for them dedupe.
 
-pub mod event;
-pub mod matching;
-pub mod replay;
+pub(crate) mod event;
+pub(crate) mod matching;
+pub(crate) mod replay;
 pub mod watermark;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -300,7 +300,7 @@ impl ActivityMonitor {
 }
 
 /// The feed event as the IPLD map a firing records.
-pub fn activity_value(event: &Event) -> BTreeMap<String, Value> {
+pub(crate) fn activity_value(event: &Event) -> BTreeMap<String, Value> {
     event.iter().map(|(key, value)| (key.clone(), Value::from(wire::json_to_ipld(value)))).collect()
 }
 

@@ -13,7 +13,7 @@ use crate::hm::HmClient;
 use crate::hm::feed::FeedQuery;
 
 /// How many recent events a dry run reads by default.
-pub const REPLAY_EVENTS: usize = 100;
+pub(crate) const REPLAY_EVENTS: usize = 100;
 
 /// One firing a source would have produced.
 #[derive(Debug, Clone, PartialEq)]
