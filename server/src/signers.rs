@@ -56,7 +56,7 @@ pub async fn register_signer(app: &App, caller: &Caller, action: RegisterSigner)
             Ok(())
         })
         .await?;
-    Ok(RegisterSignerResponse { extra: Default::default(), account_id: issuer_id, signer_id: delegate_id })
+    Ok(RegisterSignerResponse { extra: Default::default(), account_id: issuer_id.into(), signer_id: delegate_id })
 }
 
 /// Checks a Capability blob in upstream's order; returns its issuer.

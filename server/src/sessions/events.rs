@@ -31,9 +31,9 @@ pub fn append(conn: &Connection, session_id: &str, payload: SessionEventPayload,
         extra: Default::default(),
         created_at: now,
         event: payload,
-        id,
+        id: id.into(),
         seq,
-        session_id: session_id.to_owned(),
+        session_id: session_id.into(),
         truncated: None,
     })
 }
@@ -89,9 +89,9 @@ fn decode(session_id: &str, (id, seq, bytes, created_at): RawEvent) -> ApiResult
         extra: Default::default(),
         created_at,
         event,
-        id,
+        id: id.into(),
         seq,
-        session_id: session_id.to_owned(),
+        session_id: session_id.into(),
         truncated: None,
     })
 }

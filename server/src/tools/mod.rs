@@ -93,7 +93,7 @@ pub async fn list_agent_tools(app: &App, caller: &Caller, action: ListAgentTools
         .iter()
         .map(|stored| info(stored, is_granted(stored, &granted)))
         .collect::<ApiResult<Vec<_>>>()?;
-    Ok(ListAgentToolsResponse { extra: Default::default(), agent_id: access.agent_id, tools })
+    Ok(ListAgentToolsResponse { extra: Default::default(), agent_id: access.agent_id.into(), tools })
 }
 
 /// `SaveAgentTool {agentId, tool, previousName?}` (writer): creates a lambda, or replaces
@@ -151,7 +151,11 @@ pub async fn save_agent_tool(app: &App, caller: &Caller, action: SaveAgentTool) 
         })
         .await?;
     changed(app, &access.owner_id, &access.agent_id);
-    Ok(SaveAgentToolResponse { extra: Default::default(), agent_id: access.agent_id, tool: info(&saved, false)? })
+    Ok(SaveAgentToolResponse {
+        extra: Default::default(),
+        agent_id: access.agent_id.into(),
+        tool: info(&saved, false)?,
+    })
 }
 
 /// `DeleteAgentTool {agentId, name}` (writer): deletes a lambda; `deleted: false` when there is
@@ -174,7 +178,7 @@ pub async fn delete_agent_tool(
     if deleted {
         changed(app, &access.owner_id, &access.agent_id);
     }
-    Ok(DeleteAgentToolResponse { extra: Default::default(), agent_id: access.agent_id, deleted, name })
+    Ok(DeleteAgentToolResponse { extra: Default::default(), agent_id: access.agent_id.into(), deleted, name })
 }
 
 /// Deletes the lambda `name`: whether there was one; 400 for a builtin's name.
