@@ -58,7 +58,8 @@ pub enum ModuleKind {
     Table,
     /// typify's types that no single schema file owns; private, its items re-exported.
     Shared,
-    /// The typed ids of the `x-ids` table; private, its items re-exported.
+    /// The typed ids of the `x-ids` table; crate-visible (the crate root re-exports them too),
+    /// its items re-exported.
     Ids,
     /// A support module typify emits (`error`); public under its own name, as typify made it.
     Support,
@@ -166,6 +167,10 @@ pub fn root(modules: &[Module]) -> [syn::File; 2] {
         let name = format_ident!("{}", module.name);
         if module.kind == ModuleKind::Support {
             declarations.push(syn::parse_quote!(pub mod #name;));
+        } else if module.kind == ModuleKind::Ids {
+            // The crate root re-exports the ids too (`seed_agents_protocol::AgentId`).
+            declarations.push(syn::parse_quote!(pub(crate) mod #name;));
+            reexports.push(syn::parse_quote!(pub use #name::*;));
         } else {
             declarations.push(syn::parse_quote!(mod #name;));
             reexports.push(syn::parse_quote!(pub use #name::*;));
@@ -636,6 +641,8 @@ mod tests {
         let (inherent, from) = (printed.find("impl AgentId"), printed.find("impl ::std::convert::From"));
         assert!(inherent < from, "inherent impls first: {printed}");
         assert!(text(module(&modules, "agents")).starts_with("use super::ids::AgentId;"));
+        let root = root(&modules).map(|file| prettyplease::unparse(&file)).concat();
+        assert!(root.contains("pub(crate) mod ids;") && root.contains("pub use ids::*;"), "{root}");
     }
 
     #[test]

@@ -59,10 +59,8 @@ pub mod wire;
 
 pub use action::{Action, ActionInfo, Effect, Response};
 pub use envelope::{EnvelopeError, SignedEnvelope, UnsignedEnvelope, VerifiedEnvelope};
-pub use generated::{
-    AccountId, AgentAction, AgentId, AgentResponse, AttachmentId, BrowserConnectionId, BrowserRequestId, EventId,
-    FiringId, LoginId, RunId, SessionId, ToolCallId, TriggerId, UploadId,
-};
+pub use generated::ids::*;
+pub use generated::{AgentAction, AgentResponse};
 pub use id::{IdError, IdFormat};
 pub use principal::{Principal, PrincipalError};
 pub use signer::{Ed25519Signer, KeyError, Signer, SignerError};

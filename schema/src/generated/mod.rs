@@ -30,7 +30,7 @@ mod common;
 mod envelope;
 pub mod error;
 mod identities;
-mod ids;
+pub(crate) mod ids;
 mod mcp;
 mod memory;
 mod oauth;
