@@ -57,7 +57,7 @@ pub struct Output {
 }
 
 /// The directory of the generated protocol modules. Codegen owns every file in it: one it no
-/// longer emits is stale, and [`write`] deletes it.
+/// longer emits is stale, and [`write()`] deletes it.
 pub const GENERATED_DIR: &str = "schema/src/generated";
 
 /// The first lines of a generated Rust file made from `source` (`agents.json`, or `*.json`).
@@ -192,7 +192,7 @@ fn leftovers(root: &Path, outputs: &[Output]) -> Result<Vec<PathBuf>, Error> {
     Ok(leftovers)
 }
 
-/// What [`write`] changed, relative to the workspace root.
+/// What [`write()`] changed, relative to the workspace root.
 #[derive(Debug, Default)]
 pub struct Written {
     /// Every output, written.
