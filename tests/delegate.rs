@@ -16,7 +16,9 @@ use serde_json::{Value as Json, json};
 use crate::support::provider::{Provider, Script};
 use crate::support::{TestServer, User, custom_provider_config, definition, say};
 
-async fn setup(provider: &Provider) -> (TestServer, User, String, String) {
+async fn setup(
+    provider: &Provider,
+) -> (TestServer, User, seed_agents_protocol::AgentId, seed_agents_protocol::SessionId) {
     let server = TestServer::start_with(tempfile::tempdir().unwrap(), |config| {
         config.session_title_generation = false;
         config.provider_timeout = Duration::from_secs(5);
@@ -248,7 +250,7 @@ async fn a_parent_plans_two_steps_delegates_the_first_parks_and_finishes_the_sec
         })
         .await
         .unwrap();
-    assert_eq!(attempts, [(root.clone(), 1), (child.id.clone(), 1)]);
+    assert_eq!(attempts, [(root.to_string(), 1), (child.id.to_string(), 1)]);
     server.stop().await;
 }
 

@@ -102,7 +102,7 @@ async fn every_envelope_rejection_has_its_status_and_message() {
         "InviteAgentCollaborator",
         &[
             ("agentId", Ipld::String("a".into())),
-            ("accountId", Ipld::String(user.id.clone())),
+            ("accountId", Ipld::String(user.id.to_string())),
             ("role", Ipld::String("owner".into())),
         ],
     );
@@ -139,7 +139,7 @@ async fn a_replayed_write_is_refused_but_a_keyed_retry_replays_its_answer() {
     let agent_id = user.create_agent("Replay").await;
     let create = action_map(
         "CreateSession",
-        &[("agentId", Ipld::String(agent_id.clone())), ("clientRequestId", Ipld::String("req-1".into()))],
+        &[("agentId", Ipld::String(agent_id.to_string())), ("clientRequestId", Ipld::String("req-1".into()))],
     );
     let bytes = user.sign_map(create.clone(), now_ms(), Some(3)).await;
     let (first_status, _, first) = server.post_raw("application/cbor", bytes.clone()).await;

@@ -309,7 +309,7 @@ async fn sessions_titles_overrides_events_and_deletion() {
     // A child session (as an agent would start) is promoted when its parent is deleted.
     let child = owner.call(new_session(&agent_id, Some("child"), None)).await.unwrap().session_id;
     let app = server.server.as_ref().unwrap().app().clone();
-    let (parent, kid) = (session_id.clone(), child.clone());
+    let (parent, kid) = (session_id.to_string(), child.to_string());
     app.db
         .write(move |conn| {
             conn.execute("UPDATE sessions SET parent_session_id = ?1 WHERE id = ?2", [&parent, &kid])?;

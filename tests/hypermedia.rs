@@ -19,7 +19,10 @@ use crate::support::{TestServer, User, custom_provider_config, definition};
 
 const UID: &str = "z6MkhQQtSzw5wRsR3Yk4kbzmCDeHCgVmS2A9GXBvV6uXo4jV";
 
-pub(crate) async fn start(hm: &FakeHm, allow_private_network: bool) -> (TestServer, User, String) {
+pub(crate) async fn start(
+    hm: &FakeHm,
+    allow_private_network: bool,
+) -> (TestServer, User, seed_agents_protocol::SessionId) {
     let url = hm.url.clone();
     let server = TestServer::start_with(tempfile::tempdir().unwrap(), move |config| {
         config.hm_server_url = url;

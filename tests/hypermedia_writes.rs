@@ -22,7 +22,7 @@ use crate::support::{TestServer, User, definition};
 struct Publisher {
     server: TestServer,
     owner: User,
-    session_id: String,
+    session_id: seed_agents_protocol::SessionId,
     account: String,
 }
 
@@ -37,7 +37,7 @@ async fn publisher(hm: &FakeHm) -> Publisher {
     def.signing_key = Some(identity.name.clone());
     let agent_id = owner.call(CreateAgent { client_request_id: None, definition: def }).await.unwrap().agent_id;
     let session_id = owner.create_session(&agent_id, None).await;
-    Publisher { server, owner, session_id, account: identity.account_id.unwrap() }
+    Publisher { server, owner, session_id, account: identity.account_id.unwrap().into_string() }
 }
 
 /// A published document: its genesis, its change (the version) and its Ref's generation.
@@ -454,7 +454,7 @@ async fn a_model_turn_replies_to_a_comment_with_the_write_tool() {
         .await
         .unwrap()
         .identity;
-    let account = identity.account_id.unwrap();
+    let account = identity.account_id.unwrap().into_string();
     let mut def = definition("Replier");
     def.signing_key = Some(identity.name.clone());
     let agent_id = owner.call(CreateAgent { client_request_id: None, definition: def }).await.unwrap().agent_id;

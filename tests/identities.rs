@@ -578,7 +578,9 @@ async fn a_trigger_that_cannot_be_stored_does_not_fail_create_agent() {
     let exists: Option<String> = app
         .db
         .read(move |conn| {
-            Ok(conn.query_row("SELECT id FROM agents WHERE id = ?1", params![agent_id], |row| row.get(0)).optional()?)
+            Ok(conn
+                .query_row("SELECT id FROM agents WHERE id = ?1", params![agent_id.as_str()], |row| row.get(0))
+                .optional()?)
         })
         .await
         .unwrap();

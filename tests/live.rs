@@ -128,7 +128,7 @@ fn insert_runs(server: &TestServer, owner: &User, agent_id: &str, session_id: &s
             "INSERT INTO runs (id, account_id, root_run_id, parent_run_id, kind, origin, agent_id, session_id,
                                title, input_cbor, status, queue, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, 'agent', 'user', ?5, ?6, 'Turn', x'a0', 'succeeded', 'interactive', ?7, ?7)",
-            params![id, owner.id, root, parent, agent_id, session_id, created],
+            params![id, owner.id.as_str(), root, parent, agent_id, session_id, created],
         )
         .unwrap();
     }
@@ -197,7 +197,7 @@ async fn every_key_kind_for_every_role() {
                 if sees && key.starts_with("sessions/") {
                     let change = socket.next().await;
                     assert_eq!((change["_"].as_str(), change["key"].as_str()), (Some("change"), Some(key.as_str())));
-                    assert_eq!(change["value"]["id"], *session);
+                    assert_eq!(change["value"]["id"], session.as_str());
                 }
                 if sees && key.starts_with("runs/") {
                     for expected_id in [root, child] {

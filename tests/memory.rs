@@ -77,9 +77,9 @@ async fn files_are_written_read_listed_and_deleted() {
     assert_eq!(
         *event,
         Event::AccountChange {
-            account_id: owner.id.clone(),
+            account_id: owner.id.to_string(),
             reason: ChangeReason::AgentMemoryChanged,
-            agent_id: Some(agent.clone()),
+            agent_id: Some(agent.to_string()),
             session_id: None,
         }
     );

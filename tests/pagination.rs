@@ -7,7 +7,11 @@ use seed_agents_protocol::generated::{CreateSession, ListSessions, SessionListCu
 
 use crate::support::TestServer;
 
-fn list(agent_id: Option<String>, cursor: Option<SessionListCursor>, limit: i64) -> ListSessions {
+fn list(
+    agent_id: Option<seed_agents_protocol::AgentId>,
+    cursor: Option<SessionListCursor>,
+    limit: i64,
+) -> ListSessions {
     ListSessions {
         agent_id,
         cursor,

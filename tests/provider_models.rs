@@ -154,7 +154,7 @@ async fn set_key(user: &User, name: &str, value: &str) {
 }
 
 fn list(provider: &str, agent_id: Option<&str>) -> ListProviderModels {
-    ListProviderModels { provider: provider.into(), agent_id: agent_id.map(str::to_owned) }
+    ListProviderModels { provider: provider.into(), agent_id: agent_id.map(Into::into) }
 }
 
 fn models(list: &[(&str, &str)]) -> Vec<ProviderModelInfo> {

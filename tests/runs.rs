@@ -20,9 +20,9 @@ fn get(session_id: &str) -> GetSession {
 
 fn list(root: Option<&str>, session: Option<&str>, agent: Option<&str>) -> ListRuns {
     ListRuns {
-        root_run_id: root.map(str::to_owned),
-        session_id: session.map(str::to_owned),
-        agent_id: agent.map(str::to_owned),
+        root_run_id: root.map(Into::into),
+        session_id: session.map(Into::into),
+        agent_id: agent.map(Into::into),
         limit: None,
         status: None,
     }
@@ -42,7 +42,7 @@ fn spawn_retry(
 }
 
 /// An owner with an agent and a session.
-async fn setup(server: &TestServer) -> (User, String, String) {
+async fn setup(server: &TestServer) -> (User, seed_agents_protocol::AgentId, seed_agents_protocol::SessionId) {
     let owner = server.user();
     let agent = owner.create_agent("Runner").await;
     let session = owner.create_session(&agent, Some("Work")).await;
@@ -120,7 +120,10 @@ async fn stop_session_stops_the_turn_and_cancels_what_waits() {
     assert_eq!(execution.stop.reason(), Some(StopReason::Stop));
     // The scripted turn answers a Stop with the partial message's id.
     assert_eq!(retrying.await.unwrap().unwrap().assistant_event_id, "stopped");
-    assert_eq!(owner.call(GetRun { run_id: execution.run.id.clone() }).await.unwrap().run.status, RunStatus::Canceled);
+    assert_eq!(
+        owner.call(GetRun { run_id: execution.run.id.clone().into() }).await.unwrap().run.status,
+        RunStatus::Canceled
+    );
     assert_eq!(owner.call(get(&session)).await.unwrap().session.status, SessionInfoStatus::Idle);
 
     // Queued and parked runs of the session are canceled at once.
@@ -173,7 +176,7 @@ async fn run_actions_answer_and_refuse_as_upstream() {
     let one = ListRuns { limit: Some(1), ..list(None, None, Some(&agent)) };
     assert_eq!(ids(owner.call(one).await.unwrap().runs), vec![failed.clone()]);
     for (limit, expected) in [(Ipld::Float(1.9), 1), (Ipld::String("5".into()), 2), (Ipld::Float(-4.0), 1)] {
-        let fields = [("agentId", Ipld::String(agent.clone())), ("limit", limit)];
+        let fields = [("agentId", Ipld::String(agent.to_string())), ("limit", limit)];
         let bytes = owner.sign_map(action_map("ListRuns", &fields), now_ms(), Some(3)).await;
         let (status, _, body) = server.post_raw("application/cbor", bytes).await;
         assert_eq!(status, 200, "{:?}", error_body(&body));

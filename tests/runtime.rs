@@ -16,7 +16,10 @@ use crate::support::{TestServer, User, api_error, custom_provider_config, defini
 
 /// A server whose turns go to `provider`: a `custom` (chat completions) provider `main` at the
 /// scripted server, automatic titles off unless `titles` (they would take scripted answers).
-async fn setup(provider: &Provider, titles: bool) -> (TestServer, User, String, String) {
+async fn setup(
+    provider: &Provider,
+    titles: bool,
+) -> (TestServer, User, seed_agents_protocol::AgentId, seed_agents_protocol::SessionId) {
     let server = start(provider, titles, tempfile::tempdir().unwrap()).await;
     let user = server.user();
     let custom = custom_provider_config(provider.openai_base());
@@ -512,7 +515,7 @@ async fn two_writers_at_once_are_answered_in_turn() {
     let requests = provider.requests();
     let last = requests[1].body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_owned();
     assert!(last.starts_with("<concurrent_user_messages>"), "{last}");
-    assert!(last.contains(&format!("\"accountId\":\"{}\"", friend.id)) && last.contains(&log[1].id), "{last}");
+    assert!(last.contains(&format!("\"accountId\":\"{}\"", friend.id)) && last.contains(log[1].id.as_str()), "{last}");
     let SessionEventPayload::MessageEvent(by_friend) = &log[1].event else { panic!() };
     assert_eq!(by_friend.meta.as_ref().unwrap().account_id.as_deref(), Some(&*friend.id));
     server.stop().await;
@@ -629,7 +632,7 @@ async fn an_interrupted_tool_call_is_answered_before_the_next_turn() {
     db.execute(
         "INSERT INTO session_events (id, session_id, seq, event_cbor, created_at)
          SELECT 'lost', ?1, MAX(seq) + 1, ?2, 1 FROM session_events WHERE session_id = ?1",
-        rusqlite::params![session_id, seed_agents_protocol::wire::ipld_to_vec(&call).unwrap()],
+        rusqlite::params![session_id.as_str(), seed_agents_protocol::wire::ipld_to_vec(&call).unwrap()],
     )
     .unwrap();
     drop(db);

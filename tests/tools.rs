@@ -81,9 +81,9 @@ async fn tool_documents_have_stable_cids_and_lambdas_are_saved_renamed_and_delet
     assert_eq!(
         *event,
         Event::AccountChange {
-            account_id: owner.id.clone(),
+            account_id: owner.id.to_string(),
             reason: ChangeReason::AgentToolsChanged,
-            agent_id: Some(agent.clone()),
+            agent_id: Some(agent.to_string()),
             session_id: None,
         }
     );
@@ -245,7 +245,11 @@ async fn users_read_tools_and_call_search_through_the_hypermedia_server() {
 }
 
 /// A server whose turns go to `provider` and whose HM server is `hm`, with SearXNG at `searxng`.
-async fn agent_setup(provider: &Provider, hm: &FakeHm, searxng: Option<&str>) -> (TestServer, User, String, String) {
+async fn agent_setup(
+    provider: &Provider,
+    hm: &FakeHm,
+    searxng: Option<&str>,
+) -> (TestServer, User, seed_agents_protocol::AgentId, seed_agents_protocol::SessionId) {
     let (hm_url, searxng) = (hm.url.clone(), searxng.map(str::to_owned));
     let server = TestServer::start_with(tempfile::tempdir().unwrap(), move |config| {
         config.session_title_generation = false;

@@ -27,7 +27,7 @@ fn wake(signal: &str, run_id: Option<&str>) -> Option<TriggerContinuation> {
     Some(TriggerContinuation::WakeContinuation(WakeContinuation {
         extra: Default::default(),
         payload: Some(Value::from(Ipld::String("approved by the webhook".into()))),
-        run_id: run_id.map(str::to_owned),
+        run_id: run_id.map(Into::into),
         signal: signal.into(),
     }))
 }
@@ -80,7 +80,8 @@ async fn post(server: &TestServer, trigger_id: &str, secret: &str, id: &str) -> 
 }
 
 /// An owner with an agent and a session, on a server whose runs a scripted executor holds.
-async fn setup() -> (TestServer, std::sync::Arc<Scripted>, User, String, String) {
+async fn setup()
+-> (TestServer, std::sync::Arc<Scripted>, User, seed_agents_protocol::AgentId, seed_agents_protocol::SessionId) {
     let server = TestServer::start().await;
     let scripted = Scripted::install(&server);
     let owner = server.user();

@@ -25,7 +25,7 @@ use crate::support::provider::{Fallback, Provider};
 use crate::support::{TestServer, User, api_error, custom_provider_config, definition, say};
 
 /// A server whose agent turns all answer `done` from the scripted provider; a user with an agent.
-async fn setup(provider: &Provider) -> (TestServer, User, String) {
+async fn setup(provider: &Provider) -> (TestServer, User, seed_agents_protocol::AgentId) {
     provider.set_fallback(Fallback::Text("done".into()));
     let server = TestServer::start_with(tempfile::tempdir().unwrap(), |config| {
         config.session_title_generation = false;
@@ -327,7 +327,7 @@ async fn a_signed_webhook_fires_once_and_the_firing_shows_everywhere() {
 
     // The session it opened: titled after the trigger, the prompt with the activity, the answer.
     let session = user
-        .call(GetSession { session_id: session_id.clone(), after_seq: None, before_seq: None, limit: None })
+        .call(GetSession { session_id: session_id.clone().into(), after_seq: None, before_seq: None, limit: None })
         .await
         .unwrap();
     let context = session.trigger_context.unwrap();
@@ -374,7 +374,7 @@ async fn a_signed_webhook_fires_once_and_the_firing_shows_everywhere() {
 
     // Deleting the session keeps the firing, detached; deleting the agent takes trigger and
     // firings with it while the run survives.
-    user.call(DeleteSession { session_id: session_id.clone() }).await.unwrap();
+    user.call(DeleteSession { session_id: session_id.clone().into() }).await.unwrap();
     let read = get(&user, &trigger.id).await;
     assert_eq!((read.firings.len(), read.firings[0].session_id.as_deref(), read.sessions.len()), (1, None, 0));
     user.call(DeleteAgent { agent_id: agent_id.clone() }).await.unwrap();
@@ -441,7 +441,10 @@ async fn a_new_thread_runs_with_the_triggers_own_instructions_and_tools_for_its_
     user.call(say(&session_id, "encore")).await.unwrap();
     let system = system_of(&provider, 1);
     assert!(system.contains("Answer in French.") && system.contains("no callable tools"), "{system}");
-    let session = user.call(GetSession { session_id, after_seq: None, before_seq: None, limit: None }).await.unwrap();
+    let session = user
+        .call(GetSession { session_id: session_id.into(), after_seq: None, before_seq: None, limit: None })
+        .await
+        .unwrap();
     assert!(session.system_prompt_markdown.contains("You are helpful.\n\nAnswer in French."));
 
     // Instead of the agent's prompt; a later edit of the trigger leaves a fired thread alone.

@@ -14,7 +14,7 @@ use crate::support::{TestServer, User, api_error};
 
 const MIB: usize = 1024 * 1024;
 
-async fn agent_and_session(user: &User) -> (String, String) {
+async fn agent_and_session(user: &User) -> (seed_agents_protocol::AgentId, seed_agents_protocol::SessionId) {
     let agent_id = user.create_agent("Uploader").await;
     let session_id = user.create_session(&agent_id, None).await;
     (agent_id, session_id)
@@ -78,7 +78,7 @@ async fn attachments_are_stored_by_hash_read_back_and_limited() {
     assert_eq!(stored.id, sha256_hex(b"meow"));
     assert_eq!((stored.name.as_str(), stored.mime_type.as_deref(), stored.size), ("cat.PNG", Some("image/png"), 4));
     assert_eq!(stored.session_id, session_id);
-    let dir = server.dir.path().join("session-attachments").join(&session_id);
+    let dir = server.dir.path().join("session-attachments").join(session_id.as_str());
     assert!(dir.join(format!("{}.bin", stored.id)).is_file());
     assert!(dir.join(format!("{}.json", stored.id)).is_file());
 
@@ -135,9 +135,9 @@ async fn attachments_are_deleted_with_their_session_and_agent() {
     let (agent_id, session_id) = agent_and_session(&user).await;
     let root = server.dir.path().join("session-attachments");
     user.call(upload(&session_id, "a.txt", None, b"first")).await.unwrap();
-    assert!(root.join(&session_id).is_dir());
+    assert!(root.join(session_id.as_str()).is_dir());
     user.call(DeleteSession { session_id: session_id.clone() }).await.unwrap();
-    assert!(!root.join(&session_id).exists());
+    assert!(!root.join(session_id.as_str()).exists());
 
     let second = user.create_session(&agent_id, None).await;
     // Attached through a chunked upload this time.
@@ -145,9 +145,9 @@ async fn attachments_are_deleted_with_their_session_and_agent() {
     user.call(chunk(&begun.upload_id, 0, b"second")).await.unwrap();
     let attachment = user.call(CommitFileUpload { upload_id: begun.upload_id }).await.unwrap().attachment.unwrap();
     assert_eq!((attachment.name.as_str(), attachment.mime_type.as_deref()), ("b.md", Some("text/markdown")));
-    assert!(root.join(&second).join(format!("{}.bin", attachment.id)).is_file());
+    assert!(root.join(second.as_str()).join(format!("{}.bin", attachment.id)).is_file());
     user.call(DeleteAgent { agent_id }).await.unwrap();
-    assert!(!root.join(&second).exists());
+    assert!(!root.join(second.as_str()).exists());
     server.stop().await;
 }
 
@@ -187,7 +187,7 @@ async fn chunked_uploads_into_memory_check_every_step() {
         (entry.path.as_str(), entry.size, entry.mime_type.as_deref()),
         ("docs/data.json", 20, Some("application/json"))
     );
-    let state_dir = server.dir.path().join("agents").join(&agent_id);
+    let state_dir = server.dir.path().join("agents").join(agent_id.as_str());
     assert_eq!(std::fs::read(state_dir.join("memory/docs/data.json")).unwrap(), content);
     assert!(!server.dir.path().join("uploads").join(format!("{id}.part")).exists());
     let (status, message) = api_error(user.call(CommitFileUpload { upload_id: id.clone() }).await);
@@ -205,7 +205,7 @@ async fn chunked_uploads_into_memory_check_every_step() {
         let (status, message) = api_error(user.call(AbortFileUpload { upload_id: bogus.into() }).await);
         assert_eq!((status, message.as_str()), (404, "Upload not found"), "{bogus}");
     }
-    let (status, message) = api_error(user.call(AbortFileUpload { upload_id: String::new() }).await);
+    let (status, message) = api_error(user.call(AbortFileUpload { upload_id: "".into() }).await);
     assert_eq!((status, message.as_str()), (400, "Upload id is required"));
 
     // Begin refuses what could not be committed.
@@ -277,7 +277,8 @@ async fn an_upload_survives_a_restart_and_resumes_at_the_received_offset() {
     assert_eq!(user.call(chunk(&id, 2 * MIB, &content[2 * MIB..])).await.unwrap().received, 3 * MIB as i64);
     let entry = user.call(CommitFileUpload { upload_id: id }).await.unwrap().entry.unwrap();
     assert_eq!(entry.size, 3 * MIB as i64);
-    let written = std::fs::read(server.dir.path().join("agents").join(&agent_id).join("memory/big/blob.bin")).unwrap();
+    let written =
+        std::fs::read(server.dir.path().join("agents").join(agent_id.as_str()).join("memory/big/blob.bin")).unwrap();
     assert!(written == content, "the committed file is exactly the uploaded bytes");
     server.stop().await;
 }
@@ -311,7 +312,8 @@ async fn a_chunk_ahead_of_its_predecessor_waits_for_it() {
     assert_eq!(second.await.unwrap().unwrap().received, 2 * MIB as i64, "the waiting chunk went in after the first");
     assert_eq!(user.call(chunk(&id, 2 * MIB, &content[2 * MIB..])).await.unwrap().received, 3 * MIB as i64);
     user.call(CommitFileUpload { upload_id: id }).await.unwrap();
-    let written = std::fs::read(server.dir.path().join("agents").join(&agent_id).join("memory/pipelined.bin")).unwrap();
+    let written =
+        std::fs::read(server.dir.path().join("agents").join(agent_id.as_str()).join("memory/pipelined.bin")).unwrap();
     assert!(written == content, "the committed file is exactly the uploaded bytes");
     server.stop().await;
 }
@@ -333,7 +335,8 @@ async fn the_sdk_uploads_in_pipelined_chunks_with_progress() {
     let received: Vec<u64> = seen.iter().map(|progress| progress.received).collect();
     assert_eq!(received, [8 * MIB as u64, 16 * MIB as u64, content.len() as u64], "one report per acknowledged chunk");
     assert!(seen.iter().all(|progress| progress.size == content.len() as u64));
-    let written = std::fs::read(server.dir.path().join("agents").join(&agent_id).join("memory/sdk/big.bin")).unwrap();
+    let written =
+        std::fs::read(server.dir.path().join("agents").join(agent_id.as_str()).join("memory/sdk/big.bin")).unwrap();
     assert!(written == content, "the committed file is exactly the uploaded bytes");
 
     // From a file on disk, into a session attachment.
@@ -376,7 +379,8 @@ async fn an_sdk_upload_that_stops_can_be_resumed() {
     // lands; either way the report starts at or past the server's offset.
     assert!(first >= Some(8 * MIB as u64), "{first:?}");
     assert_eq!(done.entry.unwrap().size, content.len() as i64);
-    let written = std::fs::read(server.dir.path().join("agents").join(&agent_id).join("memory/resumed.bin")).unwrap();
+    let written =
+        std::fs::read(server.dir.path().join("agents").join(agent_id.as_str()).join("memory/resumed.bin")).unwrap();
     assert!(written == content, "the committed file is exactly the uploaded bytes");
 
     // Failures before anything was sent are plain API errors.
@@ -398,8 +402,8 @@ async fn temp_files_an_interrupted_write_left_are_removed_at_the_next_start() {
 
     // What writes that were between their temp file and its rename leave (the random middle is
     // six letters or digits), and names that only look alike, which stay.
-    let memory = dir.path().join("agents").join(&agent_id).join("memory");
-    let attachments = dir.path().join("session-attachments").join(&session_id);
+    let memory = dir.path().join("agents").join(agent_id.as_str()).join("memory");
+    let attachments = dir.path().join("session-attachments").join(session_id.as_str());
     let left = [
         dir.path().join(".secret.key.tmp-Ab12Cd"),
         memory.join(".seed-memory-q1W2e3.tmp"),

@@ -76,9 +76,9 @@ async fn memory_is_written_and_read_through_verbs() {
     assert_eq!(
         *memory_event,
         Event::AccountChange {
-            account_id: owner.id.clone(),
+            account_id: owner.id.to_string(),
             reason: ChangeReason::AgentMemoryChanged,
-            agent_id: Some(agent.clone()),
+            agent_id: Some(agent.to_string()),
             session_id: None,
         }
     );
@@ -251,7 +251,7 @@ fn set_run(conn: &Connection, id: &str, owner: &User, agent_id: &str, session_id
                            queue, created_at, updated_at)
          VALUES (?1, ?2, ?1, ?3, 'user', ?4, ?5, x'a0', ?6, 'interactive', 1, 1)
          ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, status = excluded.status",
-        params![id, owner.id, kind, agent_id, session_id, status],
+        params![id, owner.id.as_str(), kind, agent_id, session_id, status],
     )
     .unwrap();
 }
@@ -326,7 +326,7 @@ async fn runs_outlive_their_session_and_agent() {
     set_run(&db, "run-1", &owner, &agent, &session_id, "agent", "succeeded");
 
     owner.call(DeleteSession { session_id: session_id.clone() }).await.unwrap();
-    assert_eq!(run_owners(&db, "run-1"), (Some(agent.clone()), None), "session_id is nulled");
+    assert_eq!(run_owners(&db, "run-1"), (Some(agent.to_string()), None), "session_id is nulled");
     owner.call(DeleteAgent { agent_id: agent.clone() }).await.unwrap();
     assert_eq!(run_owners(&db, "run-1"), (None, None), "agent_id is nulled");
 }

@@ -63,7 +63,10 @@ async fn get_agent_has_the_shape_of_each_protocol() {
     let app = server.server.as_ref().unwrap().app().clone();
     app.db
         .write(move |conn| {
-            conn.execute("UPDATE sessions SET parent_session_id = ?1 WHERE id = ?2", [&parent, &child])?;
+            conn.execute(
+                "UPDATE sessions SET parent_session_id = ?1 WHERE id = ?2",
+                [parent.as_str(), child.as_str()],
+            )?;
             Ok(())
         })
         .await

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use seed_agents_sdk::types::{AgentId, SessionId};
 
 use crate::failure::EXIT_CODES;
 
@@ -169,13 +170,13 @@ pub struct Upload {
     pub file: PathBuf,
     /// Into this agent's memory (with --path).
     #[arg(long, value_name = "ID", required_unless_present = "session", conflicts_with = "session", requires = "path")]
-    pub agent: Option<String>,
+    pub agent: Option<AgentId>,
     /// The path in the agent's memory.
     #[arg(long, value_name = "P", requires = "agent")]
     pub path: Option<String>,
     /// As an attachment of this session.
     #[arg(long, value_name = "ID")]
-    pub session: Option<String>,
+    pub session: Option<SessionId>,
     /// The attachment's name [default: the file's name].
     #[arg(long, requires = "session")]
     pub name: Option<String>,

@@ -9,6 +9,9 @@
 //! - An impl goes right after its self type: inherent impls (constructor and setters) first, then
 //!   trait impls (typify's `From`, `Display`, `FromStr`; the action table's `Action`/`Response`).
 //! - Constants (`ACTIONS` and the version constants) go to `table`.
+//! - The typed ids of the `x-ids` table go to `ids`, with their impls; an impl of a trait for a
+//!   foreign type (`From<AgentId> for String`, `PartialEq<AgentId> for str`) goes with the
+//!   generated type its trait names.
 //! - A module typify emits for support (`error`, its `ConversionError`) becomes a public module
 //!   of its own, as it was; no schema file defines it.
 //!
@@ -30,6 +33,8 @@ use crate::types::key;
 const TABLE: &str = "table";
 /// The module of typify's types without one owning schema file.
 const SHARED: &str = "shared";
+/// The module of the typed ids (`x-ids`).
+const IDS: &str = "ids";
 
 /// One generated module: `schema/src/generated/<name>.rs`.
 #[derive(Debug)]
@@ -53,6 +58,9 @@ pub enum ModuleKind {
     Table,
     /// typify's types that no single schema file owns; private, its items re-exported.
     Shared,
+    /// The typed ids of the `x-ids` table; crate-visible (the crate root re-exports them too),
+    /// its items re-exported.
+    Ids,
     /// A support module typify emits (`error`); public under its own name, as typify made it.
     Support,
 }
@@ -102,7 +110,7 @@ pub fn split(model: &Model, sources: &BTreeMap<String, String>, items: Vec<syn::
         return Err(Error::Typify(format!("an impl for {name}, which is not a generated type")));
     }
 
-    let module_of = assign(&groups, &table, sources, &schema_modules)?;
+    let module_of = assign(model, &groups, &table, sources, &schema_modules)?;
     let support_names: BTreeSet<String> = support
         .iter()
         .filter_map(|item| match item {
@@ -129,6 +137,7 @@ pub fn split(model: &Model, sources: &BTreeMap<String, String>, items: Vec<syn::
         let kind = match schema_modules.iter().find(|(_, module)| **module == name) {
             Some((file, _)) => ModuleKind::Schema(file.clone()),
             None if name == TABLE => ModuleKind::Table,
+            None if name == IDS => ModuleKind::Ids,
             None => ModuleKind::Shared,
         };
         let mut to_parent = SupportPaths { names: &support_names };
@@ -158,6 +167,10 @@ pub fn root(modules: &[Module]) -> [syn::File; 2] {
         let name = format_ident!("{}", module.name);
         if module.kind == ModuleKind::Support {
             declarations.push(syn::parse_quote!(pub mod #name;));
+        } else if module.kind == ModuleKind::Ids {
+            // The crate root re-exports the ids too (`seed_agents_protocol::AgentId`).
+            declarations.push(syn::parse_quote!(pub(crate) mod #name;));
+            reexports.push(syn::parse_quote!(pub use #name::*;));
         } else {
             declarations.push(syn::parse_quote!(mod #name;));
             reexports.push(syn::parse_quote!(pub use #name::*;));
@@ -180,6 +193,7 @@ pub fn root_doc(modules: &[Module]) -> Vec<String> {
             ModuleKind::Schema(file) => format!("`schema/json/{file}`"),
             ModuleKind::Table => "the `ACTIONS` table and the schema's version constants".to_owned(),
             ModuleKind::Shared => "typify's types no single schema file owns".to_owned(),
+            ModuleKind::Ids => "the typed ids of the schema's `x-ids` table (`AgentId`, …)".to_owned(),
             ModuleKind::Support => "typify's support items, shared (not re-exported)".to_owned(),
         };
         doc.push(format!("- `{}`: {what}", module.name));
@@ -211,7 +225,7 @@ fn place(item: &syn::Item) -> Result<Place, Error> {
         syn::Item::Enum(item) => Place::Type(item.ident.to_string()),
         syn::Item::Type(item) => Place::Type(item.ident.to_string()),
         syn::Item::Union(item) => Place::Type(item.ident.to_string()),
-        syn::Item::Impl(item) => match local_type(&item.self_ty) {
+        syn::Item::Impl(item) => match local_type(&item.self_ty).or_else(|| trait_argument(item)) {
             Some(name) => Place::Type(name),
             None => return Err(Error::Typify("an impl whose self type is not a generated type".into())),
         },
@@ -233,6 +247,17 @@ fn local_type(ty: &syn::Type) -> Option<String> {
     }
 }
 
+/// For an impl of a trait for a foreign type (`impl From<AgentId> for String`), the generated type
+/// among the trait's generic arguments.
+fn trait_argument(item: &syn::ItemImpl) -> Option<String> {
+    let (_, path, _) = item.trait_.as_ref()?;
+    let syn::PathArguments::AngleBracketed(args) = &path.segments.last()?.arguments else { return None };
+    args.args.iter().find_map(|arg| match arg {
+        syn::GenericArgument::Type(ty) => local_type(ty),
+        _ => None,
+    })
+}
+
 /// The module of each schema file, by file name: its stem, which must be an identifier that names
 /// no other generated module.
 fn schema_modules(model: &Model) -> Result<BTreeMap<String, String>, Error> {
@@ -241,10 +266,10 @@ fn schema_modules(model: &Model) -> Result<BTreeMap<String, String>, Error> {
         let stem = file.strip_suffix(".json").unwrap_or(file);
         let valid = syn::parse_str::<syn::Ident>(stem).is_ok()
             && stem.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-        if !valid || [TABLE, SHARED, "mod", "error"].contains(&stem) {
+        if !valid || [TABLE, SHARED, IDS, "mod", "error"].contains(&stem) {
             return Err(Error::Schema(format!(
                 "{file}: its generated module would be `{stem}`, which is not a lowercase Rust identifier or is \
-                 taken (`table`, `shared`, `mod`, `error`); rename the file"
+                 taken (`table`, `shared`, `ids`, `mod`, `error`); rename the file"
             )));
         }
         modules.insert(file.clone(), stem.to_owned());
@@ -254,6 +279,7 @@ fn schema_modules(model: &Model) -> Result<BTreeMap<String, String>, Error> {
 
 /// Which module each type goes to.
 fn assign(
+    model: &Model,
     groups: &BTreeMap<String, Group>,
     table: &[syn::Item],
     sources: &BTreeMap<String, String>,
@@ -263,6 +289,10 @@ fn assign(
     let mut module_of = BTreeMap::new();
     let mut unplaced = BTreeSet::new();
     for name in groups.keys() {
+        if model.ids.contains_key(name) {
+            module_of.insert(name.clone(), IDS.to_owned());
+            continue;
+        }
         match sources.get(&key(name)) {
             Some(file) => {
                 let module = schema_modules
@@ -452,6 +482,11 @@ fn module_doc(name: &str, kind: &ModuleKind, model: &Model) -> Vec<String> {
             "The action table as data: `ACTIONS` (one row per action, sorted by name) and the protocol".to_owned(),
             "versions the schema states. Each action's and response's trait impl sits next to its type.".to_owned(),
         ],
+        ModuleKind::Ids => vec![
+            "The typed ids: one newtype per entry of the schema's `x-ids` table, for the properties whose".to_owned(),
+            "`x-id` names it. Each is a string on the wire (`#[serde(transparent)]`), so it changes no".to_owned(),
+            "encoded byte; decoding checks nothing (an empty id decodes).".to_owned(),
+        ],
         ModuleKind::Shared => vec![
             "Types typify named itself for inline schemas used from several schema files (or from none):".to_owned(),
             "they have no single owning file, so they are shared here.".to_owned(),
@@ -569,6 +604,45 @@ mod tests {
         }
         let root = root(&modules).map(|file| prettyplease::unparse(&file)).concat();
         assert!(root.contains("mod shared;") && root.contains("pub use shared::*;"), "{root}");
+    }
+
+    #[test]
+    fn typed_ids_go_to_ids_with_their_impls_for_foreign_types() {
+        let documents = vec![(
+            "agents.json".to_owned(),
+            json!({"x-protocol": 3, "x-min-client-protocol": 1,
+            "x-ids": {"AgentId": {"description": "An agent."}},
+            "$defs": {
+                "Agent": {"type": "object", "properties": {"id": {"type": "string", "x-id": "AgentId"}}},
+            }}),
+        )];
+        let model = Model::from_documents(documents).expect("model");
+        let sources = [("agent".to_owned(), "agents.json".to_owned())].into();
+        let file: syn::File = syn::parse_quote! {
+            pub struct Agent { pub id: AgentId }
+            pub struct AgentId(::std::string::String);
+            impl ::std::convert::From<AgentId> for ::std::string::String {
+                fn from(value: AgentId) -> Self { value.0 }
+            }
+            impl ::std::cmp::PartialEq<AgentId> for &::std::primitive::str {
+                fn eq(&self, other: &AgentId) -> bool { *self == other.0 }
+            }
+            impl AgentId { pub fn as_str(&self) -> &str { &self.0 } }
+        };
+        let modules = split(&model, &sources, file.items).expect("split");
+        let names: Vec<&str> = modules.iter().map(|module| module.name.as_str()).collect();
+        assert_eq!(names, ["agents", "ids"]);
+        let ids = module(&modules, "ids");
+        assert_eq!(ids.kind, ModuleKind::Ids);
+        let printed = text(ids);
+        assert!(printed.starts_with("pub struct AgentId"), "{printed}");
+        assert!(printed.contains("From<AgentId> for ::std::string::String"), "{printed}");
+        assert!(printed.contains("PartialEq<AgentId> for &::std::primitive::str"), "{printed}");
+        let (inherent, from) = (printed.find("impl AgentId"), printed.find("impl ::std::convert::From"));
+        assert!(inherent < from, "inherent impls first: {printed}");
+        assert!(text(module(&modules, "agents")).starts_with("use super::ids::AgentId;"));
+        let root = root(&modules).map(|file| prettyplease::unparse(&file)).concat();
+        assert!(root.contains("pub(crate) mod ids;") && root.contains("pub use ids::*;"), "{root}");
     }
 
     #[test]

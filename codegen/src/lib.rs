@@ -3,7 +3,8 @@
 //! # Brief overview
 //!
 //! [`model::Model`] loads and checks the schema files. [`types`] runs typify's `TypeSpace` over
-//! them and fixes its output where the wire needs more than typify gives. [`table`] writes the
+//! them and fixes its output where the wire needs more than typify gives, typing `x-id` fields with
+//! the newtypes [`ids`] writes from the `x-ids` table. [`table`] writes the
 //! action table and the SDK's typed calls; [`layout`] splits the types, their impls and the table
 //! into one module per schema file; [`surface`] writes the reviewable listing. [`outputs`] returns
 //! every generated file with its content; the binary writes them (and deletes what it no longer
@@ -11,13 +12,14 @@
 //!
 //! Outputs (all committed, each starting with an `@generated` line):
 //! - `schema/src/generated/<file>.rs`, one per schema file (`agents.json` → `agents.rs`): the
-//!   types it defines, each followed by its impls; `table.rs`: `ACTIONS` and the version
-//!   constants; `error.rs`: typify's conversion error; `mod.rs`: the declarations and the
+//!   types it defines, each followed by its impls; `ids.rs`: the typed ids (`AgentId`, …) of the
+//!   `x-ids` table; `table.rs`: `ACTIONS` and the version constants; `error.rs`: typify's conversion error; `mod.rs`: the declarations and the
 //!   re-exports that keep every path flat (`seed_agents_protocol::generated::CreateAgent`). Every
 //!   file in `schema/src/generated/` is generated;
 //! - `sdk/src/generated.rs`: one typed `Client` method per HTTP action;
 //! - `snapshots/surface.json`: the surface listing.
 
+pub mod ids;
 pub mod layout;
 pub mod model;
 pub mod surface;

@@ -15,6 +15,12 @@
 //! - `x-open`: on such a union, members not listed are kept as open values instead of refused.
 //! - `x-rust-type`: typify's keyword, naming our hand-written leaf types.
 //! - `x-protocol`, `x-min-client-protocol`: on the envelope file, the version constants.
+//! - `x-ids`: on a file (`common.json`), the typed ids: each entry names a newtype (`AgentId`) with
+//!   its `description` and, optionally, a `format` its checked `parse` enforces (`principal`: a
+//!   canonical base58btc principal string; `sha256-hex`: 64 lowercase hex digits).
+//! - `x-id`: on a string property, the `x-ids` entry it holds (its Rust type; the wire stays a
+//!   string), or `false` for an id that stays a plain string. Every property named `id` or ending
+//!   in `Id` states one or the other.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -34,6 +40,44 @@ pub struct Model {
     pub min_client_protocol: u32,
     /// Every schema file by name (`agents.json`), with its `title` (empty when it has none).
     pub files: BTreeMap<String, String>,
+    /// The typed ids (`x-ids`), by type name.
+    pub ids: BTreeMap<String, IdType>,
+}
+
+/// One typed id of the `x-ids` table: a transparent newtype over the wire's string.
+#[derive(Debug, Clone)]
+pub struct IdType {
+    /// The Rust type name (`AgentId`).
+    pub name: String,
+    /// The file whose `x-ids` declares it.
+    pub file: String,
+    /// What the id names (its rustdoc).
+    pub description: String,
+    /// The format its checked `parse` enforces, if any.
+    pub format: Option<IdFormat>,
+}
+
+/// A format an `x-ids` entry may name (`format`), checked by the type's `parse`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdFormat {
+    /// `principal`: the canonical base58btc string of a principal (`z…`).
+    Principal,
+    /// `sha256-hex`: a SHA-256 digest as 64 lowercase hex digits.
+    Sha256Hex,
+}
+
+impl IdFormat {
+    /// The schema's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdFormat::Principal => "principal",
+            IdFormat::Sha256Hex => "sha256-hex",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        [IdFormat::Principal, IdFormat::Sha256Hex].into_iter().find(|format| format.as_str() == text)
+    }
 }
 
 /// One named definition.
@@ -181,6 +225,88 @@ pub fn required(schema: &Json) -> BTreeSet<&str> {
         .unwrap_or_default()
 }
 
+/// What a property's `x-id` says: `Some(Some(name))` for a typed id, `Some(None)` for `false` (a
+/// plain string on purpose), `None` when it has none (or not one of those).
+pub fn id_of(schema: &Json) -> Option<Option<&str>> {
+    match schema.get("x-id")? {
+        Json::String(name) => Some(Some(name)),
+        Json::Bool(false) => Some(None),
+        _ => None,
+    }
+}
+
+/// Whether a property name asks for an `x-id`: `id`, or ending in `Id` (`agentId`).
+pub fn is_id_name(name: &str) -> bool {
+    name == "id" || name.ends_with("Id")
+}
+
+/// Calls `f` with every property below `schema` (nested objects, array items, map values and union
+/// alternatives included) as `(path, name, schema)`, the path `Def.field.sub`.
+pub fn walk_properties<'a>(path: &str, schema: &'a Json, f: &mut impl FnMut(&str, &'a str, &'a Json)) {
+    if let Some(props) = schema.get("properties").and_then(Json::as_object) {
+        for (name, prop) in props {
+            let at = format!("{path}.{name}");
+            f(&at, name, prop);
+            walk_properties(&at, prop, f);
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(inner) = schema.get(key).filter(|inner| inner.is_object()) {
+            walk_properties(path, inner, f);
+        }
+    }
+    for key in ["oneOf", "anyOf", "allOf"] {
+        for member in schema.get(key).and_then(Json::as_array).into_iter().flatten() {
+            walk_properties(path, member, f);
+        }
+    }
+}
+
+/// Whether a schema is a string (or a nullable one) and nothing narrower: what an `x-id` may type.
+fn is_plain_string(schema: &Json) -> bool {
+    let schema = nullable_inner(schema).unwrap_or(schema);
+    schema.get("type").and_then(Json::as_str) == Some("string")
+        && schema.get("enum").is_none()
+        && schema.get("const").is_none()
+        && schema.get("$ref").is_none()
+}
+
+/// The `x-ids` table of one file.
+fn read_ids(file: &str, table: &Json, ids: &mut BTreeMap<String, IdType>) -> Result<(), Error> {
+    let table = table.as_object().ok_or_else(|| Error::Schema(format!("{file}: x-ids is not an object")))?;
+    for (name, entry) in table {
+        let problem = |what: &str| Error::Schema(format!("{file}: x-ids {name}: {what}"));
+        let valid = syn::parse_str::<syn::Ident>(name).is_ok()
+            && name.ends_with("Id")
+            && name.starts_with(|c: char| c.is_ascii_uppercase());
+        if !valid {
+            return Err(problem("the name must be a Rust type name ending in `Id`"));
+        }
+        let entry = entry.as_object().ok_or_else(|| problem("not an object"))?;
+        if let Some(key) = entry.keys().find(|key| !["description", "format"].contains(&key.as_str())) {
+            return Err(problem(&format!("unknown key {key:?} (only description and format)")));
+        }
+        let description = entry
+            .get("description")
+            .and_then(Json::as_str)
+            .filter(|text| !text.trim().is_empty())
+            .ok_or_else(|| problem("needs a description (its rustdoc)"))?;
+        let format = match entry.get("format") {
+            None => None,
+            Some(Json::String(format)) => Some(
+                IdFormat::parse(format)
+                    .ok_or_else(|| problem(&format!("unknown format {format:?} (known: principal, sha256-hex)")))?,
+            ),
+            Some(other) => return Err(problem(&format!("format {other} is not a string"))),
+        };
+        let id = IdType { name: name.clone(), file: file.to_owned(), description: description.to_owned(), format };
+        if let Some(previous) = ids.insert(name.clone(), id) {
+            return Err(problem(&format!("also declared in {}", previous.file)));
+        }
+    }
+    Ok(())
+}
+
 /// The definition a `{"$ref": "#/$defs/X"}` schema names.
 pub fn ref_name(schema: &Json) -> Option<&str> {
     schema.get("$ref")?.as_str()?.strip_prefix("#/$defs/")
@@ -213,7 +339,11 @@ impl Model {
         let mut protocol = None;
         let mut min_client = None;
         let mut files = BTreeMap::new();
+        let mut ids = BTreeMap::new();
         for (file, doc) in documents {
+            if let Some(table) = doc.get("x-ids") {
+                read_ids(&file, table, &mut ids)?;
+            }
             files.insert(file.clone(), doc.get("title").and_then(Json::as_str).unwrap_or_default().to_owned());
             if let Some(v) = doc.get("x-protocol").and_then(Json::as_u64) {
                 protocol = Some(v as u32);
@@ -239,6 +369,7 @@ impl Model {
             min_client_protocol: min_client
                 .ok_or_else(|| Error::Schema("no file states x-min-client-protocol".into()))?,
             files,
+            ids,
         };
         model.check()?;
         Ok(model)
@@ -289,6 +420,7 @@ impl Model {
                 }
             }
         }
+        self.check_ids(&mut problems);
         for (union_name, kind) in [("AgentAction", Kind::Action), ("AgentResponse", Kind::Response)] {
             let listed: BTreeSet<String> = self
                 .defs
@@ -303,6 +435,46 @@ impl Model {
             }
         }
         if problems.is_empty() { Ok(()) } else { Err(Error::Schema(problems.join("\n"))) }
+    }
+}
+
+impl Model {
+    /// Typed ids: every id-named property states its `x-id`, every `x-id` names an `x-ids` entry
+    /// and types a plain string, every entry is used, and no entry shares a definition's name.
+    fn check_ids(&self, problems: &mut Vec<String>) {
+        let mut used = BTreeSet::new();
+        for def in self.defs.values() {
+            if def.schema.get("x-id").is_some() {
+                problems.push(format!("{}: x-id belongs on a property, not on a definition", def.name));
+            }
+            walk_properties(&def.name, &def.schema, &mut |path, name, prop| match prop.get("x-id") {
+                None if is_id_name(name) => problems.push(format!(
+                    "{path}: an id property needs \"x-id\": the x-ids type it holds, or false to keep a plain string"
+                )),
+                None => {}
+                Some(_) => match id_of(prop) {
+                    None => problems.push(format!("{path}: x-id must be an x-ids type name or false")),
+                    Some(None) => {}
+                    Some(Some(id)) => {
+                        used.insert(id.to_owned());
+                        if !self.ids.contains_key(id) {
+                            problems.push(format!("{path}: x-id {id} is not an entry of x-ids"));
+                        }
+                        if !is_plain_string(prop) {
+                            problems.push(format!("{path}: x-id {id} types a string property, and this is not one"));
+                        }
+                    }
+                },
+            });
+        }
+        for id in self.ids.values() {
+            if self.defs.contains_key(&id.name) {
+                problems.push(format!("x-ids {} has the name of a definition", id.name));
+            }
+            if !used.contains(&id.name) {
+                problems.push(format!("x-ids {} ({}): no property holds it (x-id)", id.name, id.file));
+            }
+        }
     }
 }
 
@@ -410,5 +582,56 @@ mod tests {
         assert!(message.contains("ListAgents: every action needs x-effect"), "{message}");
         assert!(message.contains("found \"readonly\""), "{message}");
         assert_eq!(message.matches("x-effect").count(), 2, "only the two broken actions: {message}");
+    }
+
+    /// A property of `definition` (`name`), wherever the definition lives.
+    fn property<'a>(
+        documents: &'a mut [(String, Json)],
+        def: &str,
+        name: &str,
+    ) -> &'a mut serde_json::Map<String, Json> {
+        definition(documents, def)
+            .get_mut("properties")
+            .and_then(|props| props.get_mut(name))
+            .and_then(Json::as_object_mut)
+            .expect("property exists")
+    }
+
+    #[test]
+    fn the_schema_types_its_ids() {
+        let model = Model::from_documents(documents()).expect("the schema loads");
+        assert!(model.ids.contains_key("AgentId") && model.ids.contains_key("AccountId"));
+        assert_eq!(model.ids["AccountId"].format, Some(IdFormat::Principal));
+        assert_eq!(id_of(&model.defs["GetAgent"].schema["properties"]["agentId"]), Some(Some("AgentId")));
+        assert_eq!(id_of(&model.defs["CreateAgent"].schema["properties"]["clientRequestId"]), Some(None));
+    }
+
+    #[test]
+    fn an_id_property_without_x_id_or_with_an_unknown_one_fails_generation() {
+        let mut documents = documents();
+        assert!(property(&mut documents, "GetAgent", "agentId").remove("x-id").is_some());
+        property(&mut documents, "GetRun", "runId").insert("x-id".into(), Json::from("RunIdentifier"));
+        property(&mut documents, "CreateAgent", "clientRequestId").insert("x-id".into(), Json::from(true));
+        let Err(Error::Schema(message)) = Model::from_documents(documents) else {
+            panic!("a schema with an untyped id property must not load");
+        };
+        assert!(message.contains("GetAgent.agentId: an id property needs \"x-id\""), "{message}");
+        assert!(message.contains("GetRun.runId: x-id RunIdentifier is not an entry of x-ids"), "{message}");
+        assert!(message.contains("CreateAgent.clientRequestId: x-id must be an x-ids type name or false"), "{message}");
+    }
+
+    #[test]
+    fn x_ids_entries_are_used_documented_and_in_a_known_format() {
+        let mut documents = documents();
+        let table =
+            documents.iter_mut().find_map(|(_, doc)| doc.get_mut("x-ids")?.as_object_mut()).expect("a file has x-ids");
+        table.insert("UnusedId".into(), serde_json::json!({"description": "Nobody holds it."}));
+        table.insert("CheckedId".into(), serde_json::json!({"description": "Checked.", "format": "uuid"}));
+        let Err(Error::Schema(message)) = Model::from_documents(documents.clone()) else { panic!("loaded") };
+        assert!(message.contains("x-ids CheckedId: unknown format \"uuid\""), "{message}");
+        let table = documents.iter_mut().find_map(|(_, doc)| doc.get_mut("x-ids")?.as_object_mut()).expect("x-ids");
+        table.remove("CheckedId");
+        let Err(Error::Schema(message)) = Model::from_documents(documents) else { panic!("loaded") };
+        assert!(message.contains("x-ids UnusedId (common.json): no property holds it"), "{message}");
     }
 }

@@ -12,6 +12,10 @@
 //! - `const` becomes `serde_json::Value`: we feed it as a one-value `enum` instead, and fail if any
 //!   `serde_json` type is left in the output.
 //!
+//! typify never sees our `x-id`: it types a string property as `String`, and the fix-up pass puts
+//! the property's id type (`AgentId`, see [`crate::ids`]) in its place, in the field, the
+//! constructor and the setter. The id types themselves are appended to the file.
+//!
 //! The pass reads typify's output as syntax, never as printed text: attribute arguments are parsed
 //! (`#[serde(..)]` as `syn::Meta`s, `#[derive(..)]` as paths) and types are compared by their path
 //! segments, so a change in how typify or quote prints tokens cannot silently turn a fix off.
@@ -39,6 +43,7 @@ const STRIPPED: &[&str] = &[
     "x-effect",
     "x-discriminator",
     "x-open",
+    "x-id",
     "x-protocol",
     "x-min-client-protocol",
     "pattern",
@@ -107,6 +112,10 @@ pub fn generate(model: &Model) -> Result<Types, Error> {
         syn::parse2(space.to_stream()).map_err(|e| Error::Typify(format!("typify output does not parse: {e}")))?;
     let mut fixer = fixer;
     fixer.visit_file_mut(&mut file);
+    if !fixer.problems.is_empty() {
+        return Err(Error::Typify(fixer.problems.join("\n")));
+    }
+    file.items.extend(crate::ids::items(model));
     if names_crate("serde_json", |finder| finder.visit_file(&file)) {
         let culprits: Vec<String> = file
             .items
@@ -257,6 +266,8 @@ struct StructFacts {
     name: String,
     /// Wire name → (`x-since`, whether the schema describes it).
     props: BTreeMap<String, (u32, bool)>,
+    /// Wire name → the id type its `x-id` names.
+    ids: BTreeMap<String, String>,
     /// The definition's `x-since`.
     since: u32,
     /// For an action: its response name, effect and whether it travels over HTTP.
@@ -278,6 +289,8 @@ struct Fixer {
     unions: BTreeMap<String, UnionFacts>,
     /// Constructors and setters, one `impl` per struct, appended to the file.
     impls: Vec<syn::Item>,
+    /// What the pass could not fix (a visitor returns nothing): generation fails with these.
+    problems: Vec<String>,
 }
 
 impl Fixer {
@@ -302,6 +315,10 @@ impl Fixer {
                         (prop.to_owned(), (model::since_of(value), described))
                     })
                     .collect();
+                let ids = model::properties(schema)
+                    .into_iter()
+                    .filter_map(|(prop, value)| Some((prop.to_owned(), model::id_of(value)??.to_owned())))
+                    .collect();
                 let action = def.filter(|def| def.kind() == Kind::Action).map(|def| {
                     let effect = def.effect().map(model::Effect::as_str).unwrap_or("write");
                     (def.response().unwrap_or_default().to_owned(), effect, def.http())
@@ -320,6 +337,7 @@ impl Fixer {
                         kind,
                         name: name.clone(),
                         props,
+                        ids,
                         since: model::since_of(schema),
                         action,
                         answers,
@@ -341,7 +359,7 @@ impl Fixer {
             }
             unions.insert(key(&def.name), UnionFacts { tag: union.tag.to_owned(), open: union.open, members });
         }
-        Fixer { structs, unions, impls: Vec::new() }
+        Fixer { structs, unions, impls: Vec::new(), problems: Vec::new() }
     }
 }
 
@@ -380,6 +398,16 @@ impl VisitMut for Fixer {
                 continue;
             }
             document_field(&mut field, &wire, facts);
+            if let Some(id) = facts.ids.get(&wire) {
+                let mut retype = IdRetype { id: format_ident!("{id}"), replaced: 0 };
+                retype.visit_type_mut(&mut field.ty);
+                if retype.replaced != 1 {
+                    self.problems.push(format!(
+                        "{}.{wire}: x-id {id} needs typify's type to hold one `String`, found {} in it",
+                        facts.name, retype.replaced
+                    ));
+                }
+            }
             field.attrs.retain(|attr| !attr.path().is_ident("serde"));
             if wire != ident {
                 field.attrs.push(syn::parse_quote!(#[serde(rename = #wire)]));
@@ -507,6 +535,32 @@ impl VisitMut for Fixer {
             item.attrs.push(syn::parse_quote!(#[serde(tag = #tag)]));
         }
     }
+}
+
+/// Replaces `::std::string::String` in a field's type (`String`, `Option<String>`) by an id type.
+struct IdRetype {
+    id: syn::Ident,
+    replaced: usize,
+}
+
+impl VisitMut for IdRetype {
+    fn visit_type_mut(&mut self, ty: &mut syn::Type) {
+        if is_string(ty) {
+            let id = &self.id;
+            *ty = syn::parse_quote!(#id);
+            self.replaced += 1;
+            return;
+        }
+        syn::visit_mut::visit_type_mut(self, ty);
+    }
+}
+
+/// Whether a type is `::std::string::String` (or `String`).
+fn is_string(ty: &syn::Type) -> bool {
+    let syn::Type::Path(syn::TypePath { qself: None, path }) = ty else { return false };
+    let names: Vec<String> = path.segments.iter().map(|segment| segment.ident.to_string()).collect();
+    path.segments.iter().all(|segment| segment.arguments.is_none())
+        && (names == ["std", "string", "String"] || names == ["String"])
 }
 
 /// Whether attributes hold a `#[doc]` that says more than typify's placeholder (the item's own

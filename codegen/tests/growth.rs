@@ -44,7 +44,7 @@ const LITERAL: &str = r#"
 use crate::generated::*;
 
 pub fn literal() -> GetAgent {
-    GetAgent { agent_id: "agent-1".to_owned() }
+    GetAgent { agent_id: "agent-1".into() }
 }
 "#;
 

@@ -14,6 +14,9 @@
 //! - [`wire`]: canonical DAG-CBOR encoding and strict decoding.
 //! - [`Value`], [`Bytes`], [`Float`], [`Nullable`]: wire distinctions plain Rust types would lose.
 //! - [`Principal`]: account and signer identities.
+//! - Typed ids ([`AgentId`], [`SessionId`], [`RunId`], [`AccountId`], …), generated from the
+//!   schema's `x-ids` table: transparent newtypes over the wire's strings ([`id`] has what they
+//!   share).
 //! - [`envelope`]: signing ([`UnsignedEnvelope`]) and verification ([`SignedEnvelope`] →
 //!   [`VerifiedEnvelope`]) with the upstream error messages.
 //! - [`Signer`] and [`Ed25519Signer`].
@@ -46,6 +49,7 @@ pub mod codes;
 pub mod envelope;
 #[allow(clippy::all, missing_debug_implementations)]
 pub mod generated;
+pub mod id;
 mod ipld_de;
 pub mod principal;
 pub mod signer;
@@ -55,7 +59,9 @@ pub mod wire;
 
 pub use action::{Action, ActionInfo, Effect, Response};
 pub use envelope::{EnvelopeError, SignedEnvelope, UnsignedEnvelope, VerifiedEnvelope};
+pub use generated::ids::*;
 pub use generated::{AgentAction, AgentResponse};
+pub use id::{IdError, IdFormat};
 pub use principal::{Principal, PrincipalError};
 pub use signer::{Ed25519Signer, KeyError, Signer, SignerError};
 pub use value::{Bytes, Float, Nullable, Value};

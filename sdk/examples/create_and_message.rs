@@ -29,6 +29,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .tools(vec!["read".to_owned(), "write".to_owned()]);
     let agent = client.create_agent(CreateAgent::new(definition)).await?;
+    // Ids are typed (`AgentId`, `SessionId`): `&agent.agent_id` passes where an agent id is taken.
     let session = client.create_session(CreateSession::new(&agent.agent_id).title("First chat")).await?;
 
     // Follow the session before sending, so no event is missed.

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use seed_agents_protocol::UploadId;
 use seed_agents_protocol::envelope::SignError;
 use seed_agents_protocol::wire::WireError;
 
@@ -66,7 +67,7 @@ pub enum Error {
     #[non_exhaustive]
     Upload {
         /// The upload, for `resume_upload` or `AbortFileUpload`.
-        upload_id: String,
+        upload_id: UploadId,
         /// Bytes the server acknowledged (at least this many are there).
         received: u64,
         /// Why it stopped.
@@ -203,7 +204,7 @@ impl Error {
     }
 
     /// An upload that stopped at `received` bytes because of `source`.
-    pub fn upload(upload_id: impl Into<String>, received: u64, source: Error) -> Self {
+    pub fn upload(upload_id: impl Into<UploadId>, received: u64, source: Error) -> Self {
         Error::Upload { upload_id: upload_id.into(), received, source: Box::new(source) }
     }
 

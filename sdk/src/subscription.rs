@@ -29,7 +29,7 @@ use backon::BackoffBuilder as _;
 use futures_util::{SinkExt as _, Stream, StreamExt as _};
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{AgentWsEvent, AppendFrame, GetSession, PartialPatch, SessionEvent, Subscribe};
-use seed_agents_protocol::{AgentAction, Value};
+use seed_agents_protocol::{AccountId, AgentAction, RunId, SessionId, Value};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -43,7 +43,7 @@ pub enum Event {
         /// The key as subscribed.
         key: String,
         /// The account the socket acts for.
-        account_id: String,
+        account_id: AccountId,
     },
     /// A durable session event, delivered once and in `seq` order per session.
     Append {
@@ -57,7 +57,7 @@ pub enum Event {
         /// The key it arrived under.
         key: String,
         /// The run whose journal grew.
-        run_id: String,
+        run_id: RunId,
         /// The entry's sequence number.
         seq: i64,
         /// The entry.
@@ -70,7 +70,7 @@ pub enum Event {
         /// Which stream it patches.
         partial_id: String,
         /// For `runs/` keys: the run.
-        run_id: Option<String>,
+        run_id: Option<RunId>,
         /// The change.
         patch: Box<PartialPatch>,
     },
@@ -220,7 +220,7 @@ struct State {
     /// Keys the server refused: not asked for again.
     refused: HashSet<String>,
     /// Per session: the last `seq` delivered.
-    delivered: HashMap<String, i64>,
+    delivered: HashMap<SessionId, i64>,
     /// Partial streams open (no `done` yet).
     open_partials: HashSet<String>,
     events: mpsc::Sender<Result<Event, Error>>,

@@ -20,7 +20,7 @@ use seed_agents_protocol::generated::{
     AppendFileUploadChunk, AppendFileUploadChunkResponse, BeginFileUpload, CommitFileUpload, CommitFileUploadResponse,
     FileUploadTarget,
 };
-use seed_agents_protocol::{Action, AgentResponse};
+use seed_agents_protocol::{Action, AgentResponse, UploadId};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinHandle;
 
@@ -56,7 +56,8 @@ impl Client {
     ///
     /// ```no_run
     /// use seed_agents_protocol::generated::{FileUploadTarget, MemoryUploadTarget};
-    /// # async fn run(client: seed_agents_sdk::Client, agent_id: String) -> Result<(), seed_agents_sdk::Error> {
+    /// # use seed_agents_protocol::AgentId;
+    /// # async fn run(client: seed_agents_sdk::Client, agent_id: AgentId) -> Result<(), seed_agents_sdk::Error> {
     /// let file = tokio::fs::File::open("notes.pdf").await.expect("readable");
     /// let size = file.metadata().await.expect("a file").len();
     /// let target = FileUploadTarget::from(MemoryUploadTarget::new(agent_id, "docs/notes.pdf"));
@@ -101,7 +102,7 @@ impl Client {
     /// `received`, the bytes it already has are skipped.
     pub async fn resume_upload<R>(
         &self,
-        upload_id: String,
+        upload_id: impl Into<UploadId>,
         size: u64,
         received: u64,
         source: R,
@@ -110,12 +111,12 @@ impl Client {
     where
         R: AsyncRead + Unpin,
     {
-        self.finish_upload(upload_id, size, received, DEFAULT_CHUNK, source, on_progress).await
+        self.finish_upload(upload_id.into(), size, received, DEFAULT_CHUNK, source, on_progress).await
     }
 
     async fn finish_upload<R>(
         &self,
-        upload_id: String,
+        upload_id: UploadId,
         size: u64,
         start: u64,
         chunk: u64,
@@ -144,7 +145,7 @@ impl Client {
         if let Err(source) = outcome {
             return Err(Error::Upload { upload_id, received, source: Box::new(source) });
         }
-        self.call(CommitFileUpload::new(upload_id.clone())).await.map_err(|source| Error::Upload {
+        self.call(CommitFileUpload::new(&upload_id)).await.map_err(|source| Error::Upload {
             upload_id,
             received,
             source: Box::new(source),

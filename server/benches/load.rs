@@ -200,8 +200,8 @@ fn baseline_command() -> (Command, SocketAddr) {
 #[derive(Clone)]
 struct Account {
     client: Client,
-    agent_id: String,
-    session_id: String,
+    agent_id: seed_agents_protocol::AgentId,
+    session_id: seed_agents_protocol::SessionId,
 }
 
 async fn create_accounts(http: &reqwest::Client, server: &Server, count: usize) -> Vec<Account> {
@@ -224,7 +224,7 @@ async fn create_accounts(http: &reqwest::Client, server: &Server, count: usize) 
 
 fn create_session(agent_id: &str) -> CreateSession {
     CreateSession {
-        agent_id: agent_id.to_owned(),
+        agent_id: agent_id.into(),
         client_request_id: None,
         model_override: None,
         thoroughness: None,

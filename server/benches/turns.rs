@@ -106,9 +106,9 @@ impl Drop for Watcher {
     }
 }
 
-async fn new_session(client: &Client, agent_id: &str) -> String {
+async fn new_session(client: &Client, agent_id: &str) -> seed_agents_protocol::SessionId {
     let create = CreateSession {
-        agent_id: agent_id.to_owned(),
+        agent_id: agent_id.into(),
         client_request_id: None,
         model_override: None,
         thoroughness: None,

@@ -111,7 +111,7 @@ fn main() {
     );
 }
 
-async fn setup(addr: SocketAddr) -> (Client, String) {
+async fn setup(addr: SocketAddr) -> (Client, seed_agents_protocol::AgentId) {
     let client = Client::builder(&format!("http://{addr}"), Ed25519Signer::generate().unwrap()).build().unwrap();
     client.call(SetModelProvider { name: "main".into(), provider: provider_config() }).await.unwrap();
     let agent_id = client
@@ -125,7 +125,7 @@ async fn setup(addr: SocketAddr) -> (Client, String) {
 fn target(agent_id: &str, path: &str) -> FileUploadTarget {
     FileUploadTarget::MemoryUploadTarget(MemoryUploadTarget {
         extra: Default::default(),
-        agent_id: agent_id.to_owned(),
+        agent_id: agent_id.into(),
         path: path.into(),
     })
 }

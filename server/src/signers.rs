@@ -60,7 +60,7 @@ pub(crate) async fn register_signer(
             Ok(())
         })
         .await?;
-    Ok(RegisterSignerResponse { extra: Default::default(), account_id: issuer_id, signer_id: delegate_id })
+    Ok(RegisterSignerResponse { extra: Default::default(), account_id: issuer_id.into(), signer_id: delegate_id })
 }
 
 /// Checks a Capability blob in upstream's order; returns its issuer.

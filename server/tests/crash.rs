@@ -79,7 +79,7 @@ fn client_of(server: &ServerProcess) -> Client {
 
 fn create(agent_id: &str, request_id: &str, title: &str) -> CreateSession {
     CreateSession {
-        agent_id: agent_id.to_owned(),
+        agent_id: agent_id.into(),
         client_request_id: Some(request_id.to_owned()),
         model_override: None,
         thoroughness: None,
@@ -103,7 +103,9 @@ async fn writer(
         let request_id = format!("crash-r{round}-w{writer}-n{n}");
         let title = format!("Crash round {round} writer {writer} #{n}");
         match client.call(create(&agent_id, &request_id, &title)).await {
-            Ok(response) => outcome.acked.push(Ack { request_id, title, session_id: response.session_id }),
+            Ok(response) => {
+                outcome.acked.push(Ack { request_id, title, session_id: response.session_id.into_string() })
+            }
             // No (complete) answer: the server died under this request.
             Err(error @ (Error::Transport(_) | Error::Decode { .. })) => {
                 outcome.cut_off.push((request_id, title, error.to_string()));
@@ -136,7 +138,7 @@ async fn list_all(client: &Client) -> Vec<String> {
             .await
             .unwrap_or_else(|error| panic!("ListSessions page {page}: {error}"));
         assert!(response.sessions.len() <= 200, "page {page} has {} sessions", response.sessions.len());
-        ids.extend(response.sessions.into_iter().map(|session| session.id));
+        ids.extend(response.sessions.into_iter().map(|session| session.id.into_string()));
         match response.next_cursor {
             Some(next) => cursor = Some(next),
             None => break,
@@ -201,7 +203,7 @@ async fn acknowledged_session_creates_survive_sigkill() {
         let client = Arc::new(client_of(&server));
         let stop = Arc::new(AtomicBool::new(false));
         let tasks: Vec<_> = (0..WRITERS)
-            .map(|w| tokio::spawn(writer(client.clone(), agent_id.clone(), round, w, stop.clone())))
+            .map(|w| tokio::spawn(writer(client.clone(), agent_id.to_string(), round, w, stop.clone())))
             .collect();
         // 50..=400 ms, spread deterministically over the rounds.
         let delay = Duration::from_millis(50 + u64::from(round * 137 % 351));
@@ -244,7 +246,7 @@ async fn acknowledged_session_creates_survive_sigkill() {
                         after_seq: None,
                         before_seq: None,
                         limit: None,
-                        session_id: ack.session_id.clone(),
+                        session_id: ack.session_id.clone().into(),
                     })
                     .await
                 {
@@ -357,7 +359,8 @@ async fn acknowledged_session_creates_survive_sigkill() {
             .unwrap_or_else(|error| panic!("idempotency row {request_id}: response_cbor does not decode: {error}"));
         let session_id = CreateSessionResponse::from_response(response.clone())
             .unwrap_or_else(|| panic!("idempotency row {request_id} stores {response:?}, not a CreateSessionResponse"))
-            .session_id;
+            .session_id
+            .into_string();
         let request: Ipld = wire::from_slice(&request)
             .unwrap_or_else(|error| panic!("idempotency row {request_id}: request_cbor does not decode: {error}"));
         let Ipld::Map(request) = request else { panic!("idempotency row {request_id}: request is {request:?}") };

@@ -75,7 +75,7 @@ impl Lcg {
 }
 
 async fn log(client: &Client, session_id: &str) -> Vec<SessionEvent> {
-    let get = GetSession { session_id: session_id.to_owned(), after_seq: None, before_seq: None, limit: None };
+    let get = GetSession { session_id: session_id.into(), after_seq: None, before_seq: None, limit: None };
     client.get_session(get).await.unwrap().events
 }
 
@@ -87,7 +87,7 @@ async fn runs_of(client: &Client, parents: &[String]) -> Vec<seed_agents_protoco
             agent_id: None,
             limit: Some(200),
             root_run_id: None,
-            session_id: Some(session.clone()),
+            session_id: Some(session.clone().into()),
             status: None,
         };
         for root in client.list_runs(roots).await.unwrap().runs {
@@ -136,7 +136,7 @@ async fn parked_parents_resume_once_with_every_child_result_delivered_once_acros
                 title: None,
             };
             let session = owner.create_session(create).await.unwrap().session_id;
-            parents.push(session.clone());
+            parents.push(session.to_string());
             let (client, message) = (client(&server.url), say(&session, format!("task {kill}.{index}")));
             tokio::spawn(async move { client.message_session(message).await });
         }
@@ -196,7 +196,7 @@ async fn parked_parents_resume_once_with_every_child_result_delivered_once_acros
             match &event.event {
                 SessionEventPayload::ToolCallEvent(call) if call.name == "delegate" => calls.push(call.id.clone()),
                 SessionEventPayload::ToolResultEvent(result) if result.name == "delegate" => {
-                    *results.entry(result.tool_call_id.clone()).or_default() += 1;
+                    *results.entry(result.tool_call_id.to_string()).or_default() += 1;
                     last_result = position;
                     match &result.output {
                         Some(output) => {
@@ -214,7 +214,11 @@ async fn parked_parents_resume_once_with_every_child_result_delivered_once_acros
         }
         assert!(!calls.is_empty(), "parent {session} delegated");
         for call in &calls {
-            assert_eq!(results.get(call), Some(&1), "call {call} of {session} answered exactly once: {results:?}");
+            assert_eq!(
+                results.get(call.as_str()),
+                Some(&1),
+                "call {call} of {session} answered exactly once: {results:?}"
+            );
         }
         let answers: Vec<usize> = events
             .iter()
@@ -231,7 +235,7 @@ async fn parked_parents_resume_once_with_every_child_result_delivered_once_acros
         let root = runs.iter().find(|run| run.session_id.as_deref() == Some(session) && run.parent_run_id.is_none());
         let root = root.unwrap();
         for child in children.iter().filter(|child| child.parent_run_id.as_deref() == Some(&root.id)) {
-            assert!(child_runs.contains(&child.id), "child {} of {session} was delivered", child.id);
+            assert!(child_runs.contains(child.id.as_str()), "child {} of {session} was delivered", child.id);
         }
     }
     assert_eq!(delivered, children.len(), "one delivery per child");

@@ -44,10 +44,10 @@ use std::time::{Duration, Instant};
 use fixtures::{definition, provider_config};
 use ipld_core::ipld::Ipld;
 use process::{Launch, ServerProcess};
-use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, InvokeSessionTool, InvokeSessionToolVerb, SessionEvent, SetModelProvider,
 };
+use seed_agents_protocol::{AgentId, SessionId, Value};
 use seed_agents_sdk::{Client, Ed25519Signer};
 use serde_json::{Value as Json, json};
 use tokio::sync::mpsc;
@@ -102,7 +102,7 @@ fn client(url: &str, seed: &[u8; 32]) -> Client {
 struct World {
     server: ServerProcess,
     client: Client,
-    agent_id: String,
+    agent_id: AgentId,
     account_id: String,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
@@ -122,7 +122,7 @@ impl World {
         format!("{}/agents/ws", self.server.url.replacen("http", "ws", 1))
     }
 
-    async fn session(&self) -> String {
+    async fn session(&self) -> SessionId {
         let create = CreateSession {
             agent_id: self.agent_id.clone(),
             client_request_id: None,
@@ -148,7 +148,7 @@ impl World {
     }
 }
 
-async fn create_agent(client: &Client, name: &str) -> String {
+async fn create_agent(client: &Client, name: &str) -> AgentId {
     client.set_model_provider(SetModelProvider { name: "main".into(), provider: provider_config() }).await.unwrap();
     client.create_agent(CreateAgent { client_request_id: None, definition: definition(name) }).await.unwrap().agent_id
 }

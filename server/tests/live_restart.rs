@@ -28,7 +28,7 @@ use process::{Launch, ServerProcess, rss_kib};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, InvokeSessionTool, InvokeSessionToolVerb, SetModelProvider, Subscribe,
 };
-use seed_agents_protocol::{AgentAction, Value};
+use seed_agents_protocol::{AgentAction, SessionId, Value};
 use seed_agents_sdk::subscription::Reconnect;
 use seed_agents_sdk::{Client, Ed25519Signer, Event};
 
@@ -39,7 +39,7 @@ fn client(url: &str) -> Client {
 }
 
 /// An agent and a session of it; returns the session id.
-async fn session(client: &Client) -> String {
+async fn session(client: &Client) -> SessionId {
     client.set_model_provider(SetModelProvider { name: "main".into(), provider: provider_config() }).await.unwrap();
     let agent =
         client.create_agent(CreateAgent { client_request_id: None, definition: definition("live") }).await.unwrap();
@@ -69,7 +69,7 @@ fn write(session_id: &str, path: &str, content: &str) -> InvokeSessionTool {
 /// Writes until `stop`, adding each acknowledged write to `total` as it comes; returns its own count.
 fn appender(
     url: String,
-    session_id: String,
+    session_id: SessionId,
     content: String,
     stop: Arc<AtomicBool>,
     total: Arc<AtomicU64>,

@@ -38,7 +38,7 @@ fn client(url: &str) -> Client {
 
 async fn log(client: &Client, session_id: &str) -> (Vec<SessionEvent>, SessionInfoStatus) {
     let got = client
-        .get_session(GetSession { session_id: session_id.to_owned(), after_seq: None, before_seq: None, limit: None })
+        .get_session(GetSession { session_id: session_id.into(), after_seq: None, before_seq: None, limit: None })
         .await
         .unwrap();
     (got.events, got.session.status)

@@ -228,7 +228,7 @@ async fn run_session(script: &mut Script, secrets: &Secrets, vendor_url: &str) -
     script.ok(ListModelProviders { agent_id: None }).await;
     let models = |provider: &str, agent_id: Option<&str>| ListProviderModels {
         provider: provider.into(),
-        agent_id: agent_id.map(str::to_owned),
+        agent_id: agent_id.map(Into::into),
     };
     assert!(!script.ok(models("vendor", None)).await.models.is_empty());
     assert_eq!(script.refused(models("echo", None)).await, (502, "OpenAI models request failed: HTTP 500".into()));
@@ -348,7 +348,11 @@ async fn run_session(script: &mut Script, secrets: &Secrets, vendor_url: &str) -
     };
     script.ok(list).await;
     script.ok(GetSession { session_id, after_seq: None, before_seq: None, limit: None }).await;
-    Created { name: created.name, account_id: created.account_id, webhook_secrets: vec![first_secret, rotated] }
+    Created {
+        name: created.name,
+        account_id: created.account_id.map(String::from),
+        webhook_secrets: vec![first_secret, rotated],
+    }
 }
 
 /// The secrets the test hands the server.

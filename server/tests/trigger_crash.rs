@@ -201,7 +201,7 @@ async fn firings_survive_sigkill_once_each() {
     let keys: Vec<String> = conn
         .prepare("SELECT activity_key FROM trigger_firings WHERE trigger_id = ?1")
         .unwrap()
-        .query_map([&trigger_id], |row| row.get(0))
+        .query_map([trigger_id.as_str()], |row| row.get(0))
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap();

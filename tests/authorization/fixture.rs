@@ -13,7 +13,7 @@ use seed_agents_protocol::generated::{
     RemoveAgentCollaborator, SaveAgentTool, SessionAttachmentUploadTarget, SetAgentPublicChat, SetAgentPublicRead,
     SetModelProvider, UploadSessionAttachment, UserMentionSource, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
-use seed_agents_protocol::{Bytes, Ed25519Signer};
+use seed_agents_protocol::{AccountId, AgentId, AttachmentId, Bytes, Ed25519Signer, RunId, SessionId, UploadId};
 use seed_agents_server::testing::runs::engine::Outcome;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -109,21 +109,21 @@ pub struct Cell {
     pub owner: User,
     /// Who performs the cell's action (the owner in the owner column).
     pub actor: User,
-    pub agent_id: String,
+    pub agent_id: AgentId,
     /// The agent's definition as created (it grants [`Cell::granted`]).
     pub definition: AgentDefinition,
-    pub session_id: String,
-    pub attachment_id: String,
+    pub session_id: SessionId,
+    pub attachment_id: AttachmentId,
     /// An account with a pending reader invitation (someone every cell can remove).
-    pub bystander: String,
+    pub bystander: AccountId,
     /// The owner's signing identity the agent's definition grants (its secret name).
     pub granted: String,
     /// The owner's other signing identity, granted to no agent.
     pub ungranted: String,
     /// The staged upload's id, when the row asked for one.
-    pub upload_id: Option<String>,
+    pub upload_id: Option<UploadId>,
     /// The staged run's id, when the row asked for one (else empty).
-    pub run_id: String,
+    pub run_id: RunId,
     /// The agent's default (activity) trigger, as created.
     pub trigger: AgentTriggerInfo,
     /// A second activity trigger of the agent (for `CombineAgentTriggers`), as created.
@@ -133,7 +133,7 @@ pub struct Cell {
 
 impl Cell {
     /// The staged upload's id (a row that uses it asks for one).
-    pub fn upload(&self) -> String {
+    pub fn upload(&self) -> UploadId {
         self.upload_id.clone().expect("the row stages an upload")
     }
 }
@@ -184,7 +184,7 @@ pub async fn cell(env: &Env, caller: Caller, staged: Option<Staged>, run: Option
         granted,
         ungranted,
         upload_id: None,
-        run_id: String::new(),
+        run_id: RunId::from(""),
         trigger,
         other_trigger,
         download_url: env.download_url.clone(),
@@ -235,7 +235,7 @@ async fn relate(cell: &Cell, caller: Caller) {
 }
 
 /// Begins (and fills, when asked) an upload as the actor; returns its id.
-async fn stage(cell: &Cell, staged: Staged) -> String {
+async fn stage(cell: &Cell, staged: Staged) -> UploadId {
     let target = if staged.into_session {
         FileUploadTarget::SessionAttachmentUploadTarget(SessionAttachmentUploadTarget {
             extra: Default::default(),
@@ -307,7 +307,7 @@ pub fn lambda(name: &str) -> seed_agents_protocol::generated::AgentToolInput {
 
 /// The agent's default trigger (its signing identity gets one) and a second activity trigger.
 async fn triggers(owner: &User, agent_id: &str) -> (AgentTriggerInfo, AgentTriggerInfo) {
-    let listed = ok(owner.call(ListAgentTriggers { agent_id: agent_id.to_owned() }).await, "list triggers");
+    let listed = ok(owner.call(ListAgentTriggers { agent_id: agent_id.into() }).await, "list triggers");
     let default = listed.triggers.into_iter().next().expect("the default trigger");
     let source = AgentTriggerSource::ActivitySource(ActivitySource {
         extra: Default::default(),
@@ -316,7 +316,7 @@ async fn triggers(owner: &User, agent_id: &str) -> (AgentTriggerInfo, AgentTrigg
             id: "mention".into(),
             source: AgentActivitySource::UserMentionSource(UserMentionSource {
                 extra: Default::default(),
-                mentioned_accounts: vec![owner.id.clone()],
+                mentioned_accounts: vec![owner.id.to_string()],
                 resource_prefix: None,
             }),
         }],
@@ -329,7 +329,7 @@ async fn triggers(owner: &User, agent_id: &str) -> (AgentTriggerInfo, AgentTrigg
         prompt: Some(AgentTriggerInputPrompt::String("Answer the mention.".into())),
         source,
     };
-    let create = CreateAgentTrigger { agent_id: agent_id.to_owned(), client_request_id: None, trigger };
+    let create = CreateAgentTrigger { agent_id: agent_id.into(), client_request_id: None, trigger };
     let other = ok(owner.call(create).await, "create trigger").trigger;
     (default, other)
 }

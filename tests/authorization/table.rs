@@ -206,7 +206,7 @@ pub fn table() -> Vec<Row> {
                 let account_id = Ed25519Signer::generate().unwrap().principal().to_string();
                 InviteAgentCollaborator {
                     agent_id: c.agent_id.clone(),
-                    account_id,
+                    account_id: account_id.into(),
                     role: AgentCollaboratorRole::Reader,
                 }
                 .into_action()
@@ -786,7 +786,7 @@ fn update_agent(cell: &Cell, definition: AgentDefinition) -> AgentAction {
     UpdateAgent { agent_id: cell.agent_id.clone(), definition }.into_action()
 }
 
-fn list_sessions(agent_id: Option<String>) -> AgentAction {
+fn list_sessions(agent_id: Option<seed_agents_protocol::AgentId>) -> AgentAction {
     ListSessions {
         agent_id,
         cursor: None,

@@ -14,7 +14,9 @@ use std::sync::Arc;
 
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{CreateAgent, CreateSession, SetModelProvider};
-use seed_agents_protocol::{Action, AgentResponse, Ed25519Signer, Principal, Signer, UnsignedEnvelope, wire};
+use seed_agents_protocol::{
+    AccountId, Action, AgentId, AgentResponse, Ed25519Signer, Principal, SessionId, Signer, UnsignedEnvelope, wire,
+};
 use seed_agents_sdk::{Client, Error};
 use seed_agents_server::{Clock, Config, RunningServer};
 
@@ -89,7 +91,7 @@ impl TestServer {
 #[derive(Clone)]
 pub struct User {
     pub signer: Arc<Ed25519Signer>,
-    pub id: String,
+    pub id: AccountId,
     pub principal: Principal,
     pub client: Arc<Client>,
 }
@@ -104,7 +106,7 @@ impl User {
         }
         let client = builder.build().expect("client");
         let acting = account.unwrap_or(principal);
-        Self { signer: Arc::new(signer), id: acting.to_string(), principal: acting, client: Arc::new(client) }
+        Self { signer: Arc::new(signer), id: AccountId::from(acting), principal: acting, client: Arc::new(client) }
     }
 
     pub async fn call<A: Action>(&self, action: A) -> Result<A::Response, Error> {
@@ -124,7 +126,7 @@ impl User {
     }
 
     /// Creates a provider `main` (type openai) and an agent using it; returns the agent id.
-    pub async fn create_agent(&self, name: &str) -> String {
+    pub async fn create_agent(&self, name: &str) -> AgentId {
         self.ensure_provider().await;
         self.call(CreateAgent { client_request_id: None, definition: definition(name) })
             .await
@@ -133,9 +135,9 @@ impl User {
     }
 
     /// Creates a session of `agent_id` (no model override); returns the session id.
-    pub async fn create_session(&self, agent_id: &str, title: Option<&str>) -> String {
+    pub async fn create_session(&self, agent_id: &str, title: Option<&str>) -> SessionId {
         let create = CreateSession {
-            agent_id: agent_id.to_owned(),
+            agent_id: agent_id.into(),
             client_request_id: None,
             model_override: None,
             thoroughness: None,

@@ -110,7 +110,13 @@ pub enum Stage {
 }
 
 /// Stages a run of `agent_id` in `session_id` (stored under `owner`), titled "Staged turn".
-pub async fn stage(server: &TestServer, owner: &str, agent_id: &str, session_id: &str, stage: Stage) -> String {
+pub async fn stage(
+    server: &TestServer,
+    owner: &str,
+    agent_id: &str,
+    session_id: &str,
+    stage: Stage,
+) -> seed_agents_protocol::RunId {
     let app = app(server).clone();
     let run = NewRun {
         account_id: owner.to_owned(),
@@ -155,5 +161,5 @@ pub async fn stage(server: &TestServer, owner: &str, agent_id: &str, session_id:
         .await
         .expect("stage a run");
     app.runs.publish(changes);
-    id
+    id.into()
 }

@@ -1,14 +1,12 @@
 //! `upload <file> --agent ID --path P | --session ID`: the SDK's chunked upload with progress.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal as _;
 use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use ipld_core::ipld::Ipld;
 use seed_agents_sdk::Progress;
-use seed_agents_sdk::protocol::generated::FileUploadTarget;
-use seed_agents_sdk::protocol::{Response as _, wire};
+use seed_agents_sdk::protocol::Response as _;
+use seed_agents_sdk::types::{FileUploadTarget, MemoryUploadTarget, SessionAttachmentUploadTarget};
 
 use super::Context;
 use crate::args::{ProgressMode, Upload};
@@ -33,32 +31,24 @@ pub async fn upload(context: &Context, args: Upload) -> Result<(), Output> {
     output::response(&done?.into_response(), args.format, None)
 }
 
-/// The upload's target, built from its wire form (agent memory, or a session attachment named
-/// after the file unless `--name` says otherwise).
+/// The upload's target: agent memory, or a session attachment named after the file unless
+/// `--name` says otherwise.
 fn target(args: &Upload) -> Result<FileUploadTarget, Failure> {
-    let mut fields = BTreeMap::new();
-    let mut put = |key: &str, value: &str| fields.insert(key.to_owned(), Ipld::String(value.to_owned()));
     match (&args.agent, &args.path, &args.session) {
-        (Some(agent), Some(path), None) => {
-            put("kind", "memory");
-            put("agentId", agent);
-            put("path", path);
-        }
+        (Some(agent), Some(path), None) => Ok(MemoryUploadTarget::new(agent, path).into()),
         (None, None, Some(session)) => {
             let name = match &args.name {
                 Some(name) => name.clone(),
                 None => file_name(&args.file)?,
             };
-            put("kind", "session-attachment");
-            put("sessionId", session);
-            put("name", &name);
+            let mut target = SessionAttachmentUploadTarget::new(name, session);
             if let Some(mime) = &args.mime_type {
-                put("mimeType", mime);
+                target = target.mime_type(mime);
             }
+            Ok(target.into())
         }
-        _ => return Err(Failure::usage("name one target: --agent ID --path P, or --session ID")),
+        _ => Err(Failure::usage("name one target: --agent ID --path P, or --session ID")),
     }
-    wire::from_ipld(Ipld::Map(fields)).map_err(|error| Failure::usage(format!("invalid upload target: {error}")))
 }
 
 fn file_name(path: &Path) -> Result<String, Failure> {
@@ -113,6 +103,7 @@ mod tests {
     use super::*;
     use crate::args::{Cli, Command};
     use clap::Parser as _;
+    use seed_agents_sdk::protocol::wire;
 
     fn upload_args(args: &[&str]) -> Upload {
         match Cli::parse_from([&["seed-agents", "upload", "dir/notes.pdf"], args].concat()).command {

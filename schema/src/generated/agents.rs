@@ -9,6 +9,7 @@
 use super::common::{AgentModelRef, AgentPromptBlock, ReasoningLevel, Thoroughness};
 use super::envelope::{AgentAction, AgentResponse};
 use super::identities::SigningIdentity;
+use super::ids::{AccountId, AgentId, SessionId};
 
 /// Accepts the signed account's pending invitation to collaborate on an agent; the account becomes a member with the invited role (`reader` or `writer`). Only the invited account may call it. Fails with 404 `Agent invitation not found` when that account has no pending invitation for the agent.
 ///
@@ -21,12 +22,12 @@ use super::identities::SigningIdentity;
 pub struct AcceptAgentInvite {
     /// Id of the agent whose invitation to accept.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
 }
 impl AcceptAgentInvite {
     /// A value with the required `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self { agent_id: agent_id.into() }
     }
 }
@@ -145,7 +146,7 @@ pub struct AgentActivity {
     pub message_from: AgentActivityMessageFrom,
     /// Id of the session the activity happened in.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -160,7 +161,7 @@ impl AgentActivity {
         kind: impl ::std::convert::Into<AgentActivityKind>,
         message_at: impl ::std::convert::Into<i64>,
         message_from: impl ::std::convert::Into<AgentActivityMessageFrom>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self {
             at: at.into(),
@@ -267,7 +268,7 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentActivityMessageFrom
 pub struct AgentCollaboratorInfo {
     /// The member's account, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
-    pub account_id: ::std::string::String,
+    pub account_id: AccountId,
     /// When the invitation (or, for the owner, the agent) was created, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
@@ -287,7 +288,7 @@ impl AgentCollaboratorInfo {
     /// A value with the required `accountId`, `createdAt`, `role`, `status`, `updatedAt`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        account_id: impl ::std::convert::Into<::std::string::String>,
+        account_id: impl ::std::convert::Into<AccountId>,
         created_at: impl ::std::convert::Into<i64>,
         role: impl ::std::convert::Into<AgentAccessRole>,
         status: impl ::std::convert::Into<AgentCollaboratorInfoStatus>,
@@ -548,7 +549,7 @@ pub struct AgentInfo {
     /// The stored (normalised) definition; its system prompt is always blocks.
     pub definition: AgentDefinition,
     /// Id of the agent (a UUID).
-    pub id: ::std::string::String,
+    pub id: AgentId,
     /// Whether every signed account may also chat with the agent (create and message sessions). Absent means false.
     #[serde(rename = "publicChat")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -577,7 +578,7 @@ impl AgentInfo {
         account: impl ::std::convert::Into<::std::string::String>,
         created_at: impl ::std::convert::Into<i64>,
         definition: impl ::std::convert::Into<AgentDefinition>,
-        id: impl ::std::convert::Into<::std::string::String>,
+        id: impl ::std::convert::Into<AgentId>,
         state_dir: impl ::std::convert::Into<::std::string::String>,
         status: impl ::std::convert::Into<AgentInfoStatus>,
         updated_at: impl ::std::convert::Into<i64>,
@@ -681,7 +682,7 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentInfoStatus {
 pub struct AgentInviteInfo {
     /// Id of the agent the invitation is for.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The agent's name, so the invitee can tell what they are joining.
     #[serde(rename = "agentName")]
     pub agent_name: ::std::string::String,
@@ -690,7 +691,7 @@ pub struct AgentInviteInfo {
     pub created_at: i64,
     /// The inviting owner's account, as a base58btc principal string (`z…`).
     #[serde(rename = "ownerAccountId")]
-    pub owner_account_id: ::std::string::String,
+    pub owner_account_id: AccountId,
     /// The role the invitee gets on accepting.
     pub role: AgentCollaboratorRole,
     /// When the invitation last changed (for example its role), Unix epoch milliseconds.
@@ -705,10 +706,10 @@ impl AgentInviteInfo {
     /// A value with the required `agentId`, `agentName`, `createdAt`, `ownerAccountId`, `role`, `updatedAt`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         agent_name: impl ::std::convert::Into<::std::string::String>,
         created_at: impl ::std::convert::Into<i64>,
-        owner_account_id: impl ::std::convert::Into<::std::string::String>,
+        owner_account_id: impl ::std::convert::Into<AccountId>,
         role: impl ::std::convert::Into<AgentCollaboratorRole>,
         updated_at: impl ::std::convert::Into<i64>,
     ) -> Self {
@@ -772,7 +773,7 @@ impl crate::Action for CreateAgent {
 pub struct CreateAgentResponse {
     /// Id of the created agent (a UUID).
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -781,7 +782,7 @@ pub struct CreateAgentResponse {
 impl CreateAgentResponse {
     /// A value with the required `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self { agent_id: agent_id.into(), extra: ::std::default::Default::default() }
     }
 }
@@ -808,12 +809,12 @@ impl crate::Response for CreateAgentResponse {
 pub struct DeclineAgentInvite {
     /// Id of the agent whose invitation to decline.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
 }
 impl DeclineAgentInvite {
     /// A value with the required `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self { agent_id: agent_id.into() }
     }
 }
@@ -837,7 +838,7 @@ impl crate::Action for DeclineAgentInvite {
 pub struct DeclineAgentInviteResponse {
     /// Id of the agent whose invitation was declined.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -846,7 +847,7 @@ pub struct DeclineAgentInviteResponse {
 impl DeclineAgentInviteResponse {
     /// A value with the required `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self { agent_id: agent_id.into(), extra: ::std::default::Default::default() }
     }
 }
@@ -873,12 +874,12 @@ impl crate::Response for DeclineAgentInviteResponse {
 pub struct DeleteAgent {
     /// Id of the agent to delete.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
 }
 impl DeleteAgent {
     /// A value with the required `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self { agent_id: agent_id.into() }
     }
 }
@@ -902,7 +903,7 @@ impl crate::Action for DeleteAgent {
 pub struct DeleteAgentResponse {
     /// Id of the deleted agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -911,7 +912,7 @@ pub struct DeleteAgentResponse {
 impl DeleteAgentResponse {
     /// A value with the required `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self { agent_id: agent_id.into(), extra: ::std::default::Default::default() }
     }
 }
@@ -938,12 +939,12 @@ impl crate::Response for DeleteAgentResponse {
 pub struct GetAgent {
     /// Id of the agent to read.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
 }
 impl GetAgent {
     /// A value with the required `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self { agent_id: agent_id.into() }
     }
 }
@@ -1007,10 +1008,10 @@ impl crate::Response for GetAgentResponse {
 pub struct InviteAgentCollaborator {
     /// The account to invite, as a canonical base58btc principal string (`z…`); trimmed.
     #[serde(rename = "accountId")]
-    pub account_id: ::std::string::String,
+    pub account_id: AccountId,
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The role to grant: `reader` or `writer`.
     pub role: AgentCollaboratorRole,
 }
@@ -1018,8 +1019,8 @@ impl InviteAgentCollaborator {
     /// A value with the required `accountId`, `agentId`, `role`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        account_id: impl ::std::convert::Into<::std::string::String>,
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        account_id: impl ::std::convert::Into<AccountId>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         role: impl ::std::convert::Into<AgentCollaboratorRole>,
     ) -> Self {
         Self { account_id: account_id.into(), agent_id: agent_id.into(), role: role.into() }
@@ -1080,12 +1081,12 @@ impl crate::Response for InviteAgentCollaboratorResponse {
 pub struct ListAgentCollaborators {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
 }
 impl ListAgentCollaborators {
     /// A value with the required `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self { agent_id: agent_id.into() }
     }
 }
@@ -1109,7 +1110,7 @@ impl crate::Action for ListAgentCollaborators {
 pub struct ListAgentCollaboratorsResponse {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The owner first, then accepted members and (for the owner) pending invitations, accepted first and most recently updated first.
     pub collaborators: ::std::vec::Vec<AgentCollaboratorInfo>,
     /// Whether public chat is on.
@@ -1127,7 +1128,7 @@ impl ListAgentCollaboratorsResponse {
     /// A value with the required `agentId`, `collaborators`, `publicChat`, `publicRead`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         collaborators: impl ::std::convert::Into<::std::vec::Vec<AgentCollaboratorInfo>>,
         public_chat: impl ::std::convert::Into<bool>,
         public_read: impl ::std::convert::Into<bool>,
@@ -1282,7 +1283,7 @@ pub struct ListSigningIdentities {
     /// List the identities available to this agent instead of the caller's own.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub agent_id: ::std::option::Option<::std::string::String>,
+    pub agent_id: ::std::option::Option<AgentId>,
 }
 impl ListSigningIdentities {
     /// A value with every (optional) field unset.
@@ -1292,7 +1293,7 @@ impl ListSigningIdentities {
     }
     /// Sets `agentId` (optional).
     #[must_use]
-    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<AgentId>) -> Self {
         self.agent_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -1352,18 +1353,15 @@ impl crate::Response for ListSigningIdentitiesResponse {
 pub struct RemoveAgentCollaborator {
     /// The member or invitee to remove, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
-    pub account_id: ::std::string::String,
+    pub account_id: AccountId,
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
 }
 impl RemoveAgentCollaborator {
     /// A value with the required `accountId`, `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(
-        account_id: impl ::std::convert::Into<::std::string::String>,
-        agent_id: impl ::std::convert::Into<::std::string::String>,
-    ) -> Self {
+    pub fn new(account_id: impl ::std::convert::Into<AccountId>, agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self { account_id: account_id.into(), agent_id: agent_id.into() }
     }
 }
@@ -1387,10 +1385,10 @@ impl crate::Action for RemoveAgentCollaborator {
 pub struct RemoveAgentCollaboratorResponse {
     /// The removed account.
     #[serde(rename = "accountId")]
-    pub account_id: ::std::string::String,
+    pub account_id: AccountId,
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -1399,10 +1397,7 @@ pub struct RemoveAgentCollaboratorResponse {
 impl RemoveAgentCollaboratorResponse {
     /// A value with the required `accountId`, `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(
-        account_id: impl ::std::convert::Into<::std::string::String>,
-        agent_id: impl ::std::convert::Into<::std::string::String>,
-    ) -> Self {
+    pub fn new(account_id: impl ::std::convert::Into<AccountId>, agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self { account_id: account_id.into(), agent_id: agent_id.into(), extra: ::std::default::Default::default() }
     }
 }
@@ -1429,7 +1424,7 @@ impl crate::Response for RemoveAgentCollaboratorResponse {
 pub struct SetAgentPublicChat {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The new setting.
     #[serde(rename = "publicChat")]
     pub public_chat: bool,
@@ -1437,10 +1432,7 @@ pub struct SetAgentPublicChat {
 impl SetAgentPublicChat {
     /// A value with the required `agentId`, `publicChat`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
-        public_chat: impl ::std::convert::Into<bool>,
-    ) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>, public_chat: impl ::std::convert::Into<bool>) -> Self {
         Self { agent_id: agent_id.into(), public_chat: public_chat.into() }
     }
 }
@@ -1499,7 +1491,7 @@ impl crate::Response for SetAgentPublicChatResponse {
 pub struct SetAgentPublicRead {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The new setting.
     #[serde(rename = "publicRead")]
     pub public_read: bool,
@@ -1507,10 +1499,7 @@ pub struct SetAgentPublicRead {
 impl SetAgentPublicRead {
     /// A value with the required `agentId`, `publicRead`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
-        public_read: impl ::std::convert::Into<bool>,
-    ) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>, public_read: impl ::std::convert::Into<bool>) -> Self {
         Self { agent_id: agent_id.into(), public_read: public_read.into() }
     }
 }
@@ -1569,7 +1558,7 @@ impl crate::Response for SetAgentPublicReadResponse {
 pub struct UpdateAgent {
     /// Id of the agent to update.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The complete new definition.
     pub definition: AgentDefinition,
 }
@@ -1577,7 +1566,7 @@ impl UpdateAgent {
     /// A value with the required `agentId`, `definition`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         definition: impl ::std::convert::Into<AgentDefinition>,
     ) -> Self {
         Self { agent_id: agent_id.into(), definition: definition.into() }

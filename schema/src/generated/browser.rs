@@ -7,6 +7,7 @@
 //! response, its row of the `Action`/`Response` table).
 
 use super::envelope::{AgentAction, AgentResponse};
+use super::ids::{BrowserConnectionId, BrowserRequestId, SessionId};
 
 /// Close (archive) a browser document.
 ///
@@ -108,7 +109,7 @@ pub struct BrowserRequest {
     /// The command.
     pub command: BrowserCommand,
     /// Id of the request; pass it as `requestId` to `ResolveSessionBrowser`.
-    pub id: ::std::string::String,
+    pub id: BrowserRequestId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -119,7 +120,7 @@ impl BrowserRequest {
     #[allow(clippy::new_without_default)]
     pub fn new(
         command: impl ::std::convert::Into<BrowserCommand>,
-        id: impl ::std::convert::Into<::std::string::String>,
+        id: impl ::std::convert::Into<BrowserRequestId>,
     ) -> Self {
         Self { command: command.into(), id: id.into(), extra: ::std::default::Default::default() }
     }
@@ -162,17 +163,17 @@ impl ClickBrowserCommand {
 pub struct ConnectSessionBrowser {
     /// Id the client chose for this browser connection.
     #[serde(rename = "connectionId")]
-    pub connection_id: ::std::string::String,
+    pub connection_id: BrowserConnectionId,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
 }
 impl ConnectSessionBrowser {
     /// A value with the required `connectionId`, `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        connection_id: impl ::std::convert::Into<::std::string::String>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        connection_id: impl ::std::convert::Into<BrowserConnectionId>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self { connection_id: connection_id.into(), session_id: session_id.into() }
     }
@@ -199,17 +200,17 @@ impl crate::Action for ConnectSessionBrowser {
 pub struct DisconnectSessionBrowser {
     /// Id of the browser connection.
     #[serde(rename = "connectionId")]
-    pub connection_id: ::std::string::String,
+    pub connection_id: BrowserConnectionId,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
 }
 impl DisconnectSessionBrowser {
     /// A value with the required `connectionId`, `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        connection_id: impl ::std::convert::Into<::std::string::String>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        connection_id: impl ::std::convert::Into<BrowserConnectionId>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self { connection_id: connection_id.into(), session_id: session_id.into() }
     }
@@ -262,17 +263,17 @@ impl NavigateBrowserCommand {
 pub struct PollSessionBrowser {
     /// Id of the browser connection.
     #[serde(rename = "connectionId")]
-    pub connection_id: ::std::string::String,
+    pub connection_id: BrowserConnectionId,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
 }
 impl PollSessionBrowser {
     /// A value with the required `connectionId`, `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        connection_id: impl ::std::convert::Into<::std::string::String>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        connection_id: impl ::std::convert::Into<BrowserConnectionId>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self { connection_id: connection_id.into(), session_id: session_id.into() }
     }
@@ -379,7 +380,7 @@ impl ::std::convert::TryFrom<::std::string::String> for PressBrowserCommandKey {
 pub struct ResolveSessionBrowser {
     /// Id of the browser connection.
     #[serde(rename = "connectionId")]
-    pub connection_id: ::std::string::String,
+    pub connection_id: BrowserConnectionId,
     /// Why the command failed, when it did.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
@@ -389,18 +390,18 @@ pub struct ResolveSessionBrowser {
         ::std::option::Option<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
     /// Id of the request being answered (`BrowserRequest.id`).
     #[serde(rename = "requestId")]
-    pub request_id: ::std::string::String,
+    pub request_id: BrowserRequestId,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
 }
 impl ResolveSessionBrowser {
     /// A value with the required `connectionId`, `requestId`, `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        connection_id: impl ::std::convert::Into<::std::string::String>,
-        request_id: impl ::std::convert::Into<::std::string::String>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        connection_id: impl ::std::convert::Into<BrowserConnectionId>,
+        request_id: impl ::std::convert::Into<BrowserRequestId>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self {
             connection_id: connection_id.into(),

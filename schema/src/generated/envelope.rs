@@ -21,6 +21,7 @@ use super::identities::{
     CreateSigningIdentity, CreateSigningIdentityResponse, DeleteSigningIdentity, DeleteSigningIdentityResponse,
     ImportSigningIdentity, ImportSigningIdentityResponse, UpdateSigningIdentity, UpdateSigningIdentityResponse,
 };
+use super::ids::AccountId;
 use super::mcp::{
     DeleteMcpServer, DeleteMcpServerResponse, ListMcpServers, ListMcpServersResponse, RefreshMcpServer, SetMcpServer,
     SetMcpServerResponse,
@@ -1577,7 +1578,7 @@ impl crate::Action for RegisterSigner {
 pub struct RegisterSignerResponse {
     /// The issuing account (the capability's `signer`), as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
-    pub account_id: ::std::string::String,
+    pub account_id: AccountId,
     /// The delegated signer (the envelope's signer), as a base58btc principal string (`z…`).
     #[serde(rename = "signerId")]
     pub signer_id: ::std::string::String,
@@ -1590,7 +1591,7 @@ impl RegisterSignerResponse {
     /// A value with the required `accountId`, `signerId`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        account_id: impl ::std::convert::Into<::std::string::String>,
+        account_id: impl ::std::convert::Into<AccountId>,
         signer_id: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
         Self { account_id: account_id.into(), signer_id: signer_id.into(), extra: ::std::default::Default::default() }

@@ -7,6 +7,7 @@
 //! response, its row of the `Action`/`Response` table).
 
 use super::envelope::{AgentAction, AgentResponse};
+use super::ids::AccountId;
 
 /// Creates a signing identity: a new Seed account key that agents of the signed account can sign with. The server generates the key, publishes the account's profile and home document (named by `label`) to the configured Seed server and stores the key encrypted as a secret. Account-scoped. 502 when publishing fails. With `clientRequestId`, a retry with the same `label` returns the first identity; another label fails with 409 `Client request ID payload mismatch`.
 ///
@@ -246,7 +247,7 @@ pub struct SigningIdentity {
     /// The identity's Seed account, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub account_id: ::std::option::Option<::std::string::String>,
+    pub account_id: ::std::option::Option<AccountId>,
     /// Creation time, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
@@ -299,7 +300,7 @@ impl SigningIdentity {
     }
     /// Sets `accountId` (optional).
     #[must_use]
-    pub fn account_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn account_id(mut self, value: impl ::std::convert::Into<AccountId>) -> Self {
         self.account_id = ::std::option::Option::Some(value.into());
         self
     }

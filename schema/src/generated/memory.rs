@@ -7,6 +7,7 @@
 //! response, its row of the `Action`/`Response` table).
 
 use super::envelope::{AgentAction, AgentResponse};
+use super::ids::AgentId;
 
 /// A file or directory in an agent's memory.
 ///
@@ -231,7 +232,7 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentMemoryFileEncoding 
 pub struct DeleteAgentMemoryFile {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
     pub path: ::std::string::String,
 }
@@ -239,7 +240,7 @@ impl DeleteAgentMemoryFile {
     /// A value with the required `agentId`, `path`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         path: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
         Self { agent_id: agent_id.into(), path: path.into() }
@@ -265,7 +266,7 @@ impl crate::Action for DeleteAgentMemoryFile {
 pub struct DeleteAgentMemoryFileResponse {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Whether anything was there to delete.
     pub deleted: bool,
     /// The normalised path.
@@ -279,7 +280,7 @@ impl DeleteAgentMemoryFileResponse {
     /// A value with the required `agentId`, `deleted`, `path`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         deleted: impl ::std::convert::Into<bool>,
         path: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
@@ -314,7 +315,7 @@ impl crate::Response for DeleteAgentMemoryFileResponse {
 pub struct DownloadAgentMemoryFile {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Where to store the file (rules as for any memory path). Absent: `downloads/<last URL segment>`, or `downloads/download-<ms>` when the URL has none. A path without an extension gets one from the response's content type when known.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub path: ::std::option::Option<::std::string::String>,
@@ -325,7 +326,7 @@ impl DownloadAgentMemoryFile {
     /// A value with the required `agentId`, `url`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         url: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
         Self { agent_id: agent_id.into(), url: url.into(), path: ::std::default::Default::default() }
@@ -357,7 +358,7 @@ impl crate::Action for DownloadAgentMemoryFile {
 pub struct DownloadAgentMemoryFileResponse {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The response's `Content-Type`, when it had one.
     #[serde(rename = "contentType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -376,7 +377,7 @@ impl DownloadAgentMemoryFileResponse {
     /// A value with the required `agentId`, `entry`, `finalUrl`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         entry: impl ::std::convert::Into<AgentMemoryEntry>,
         final_url: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
@@ -418,12 +419,12 @@ impl crate::Response for DownloadAgentMemoryFileResponse {
 pub struct ListAgentMemory {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
 }
 impl ListAgentMemory {
     /// A value with the required `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self { agent_id: agent_id.into() }
     }
 }
@@ -449,7 +450,7 @@ impl crate::Action for ListAgentMemory {
 pub struct ListAgentMemoryDir {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The directory; absent, empty or `/` means the memory root.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub path: ::std::option::Option<::std::string::String>,
@@ -457,7 +458,7 @@ pub struct ListAgentMemoryDir {
 impl ListAgentMemoryDir {
     /// A value with the required `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self { agent_id: agent_id.into(), path: ::std::default::Default::default() }
     }
     /// Sets `path` (optional).
@@ -487,7 +488,7 @@ impl crate::Action for ListAgentMemoryDir {
 pub struct ListAgentMemoryDirResponse {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The directory's entries, sorted by path.
     pub entries: ::std::vec::Vec<AgentMemoryEntry>,
     /// The listed directory (empty for the root).
@@ -507,7 +508,7 @@ impl ListAgentMemoryDirResponse {
     /// A value with the required `agentId`, `entries`, `path`, `totalBytes`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         entries: impl ::std::convert::Into<::std::vec::Vec<AgentMemoryEntry>>,
         path: impl ::std::convert::Into<::std::string::String>,
         total_bytes: impl ::std::convert::Into<i64>,
@@ -583,7 +584,7 @@ impl ListAgentMemoryDirResponseTotals {
 pub struct ListAgentMemoryResponse {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Every file and directory, sorted by path.
     pub entries: ::std::vec::Vec<AgentMemoryEntry>,
     /// Total size of all files, in bytes.
@@ -601,7 +602,7 @@ impl ListAgentMemoryResponse {
     /// A value with the required `agentId`, `entries`, `totalBytes`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         entries: impl ::std::convert::Into<::std::vec::Vec<AgentMemoryEntry>>,
         total_bytes: impl ::std::convert::Into<i64>,
     ) -> Self {
@@ -641,7 +642,7 @@ impl crate::Response for ListAgentMemoryResponse {
 pub struct MemoryUploadTarget {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400. It must not be a directory; an existing file is replaced at commit.
     pub path: ::std::string::String,
     /// Fields this build does not know, kept as received and sent back unchanged (so
@@ -653,7 +654,7 @@ impl MemoryUploadTarget {
     /// A value with the required `agentId`, `path`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         path: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
         Self { agent_id: agent_id.into(), path: path.into(), extra: ::std::default::Default::default() }
@@ -670,7 +671,7 @@ impl MemoryUploadTarget {
 pub struct ReadAgentMemoryFile {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
     pub path: ::std::string::String,
 }
@@ -678,7 +679,7 @@ impl ReadAgentMemoryFile {
     /// A value with the required `agentId`, `path`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         path: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
         Self { agent_id: agent_id.into(), path: path.into() }
@@ -704,7 +705,7 @@ impl crate::Action for ReadAgentMemoryFile {
 pub struct ReadAgentMemoryFileResponse {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The file.
     pub file: AgentMemoryFile,
     /// Fields this build does not know, kept as received and sent back unchanged (so
@@ -715,10 +716,7 @@ pub struct ReadAgentMemoryFileResponse {
 impl ReadAgentMemoryFileResponse {
     /// A value with the required `agentId`, `file`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
-        file: impl ::std::convert::Into<AgentMemoryFile>,
-    ) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>, file: impl ::std::convert::Into<AgentMemoryFile>) -> Self {
         Self { agent_id: agent_id.into(), file: file.into(), extra: ::std::default::Default::default() }
     }
 }
@@ -745,7 +743,7 @@ impl crate::Response for ReadAgentMemoryFileResponse {
 pub struct UploadAgentMemoryFileToIpfs {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
     pub path: ::std::string::String,
 }
@@ -753,7 +751,7 @@ impl UploadAgentMemoryFileToIpfs {
     /// A value with the required `agentId`, `path`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         path: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
         Self { agent_id: agent_id.into(), path: path.into() }
@@ -779,7 +777,7 @@ impl crate::Action for UploadAgentMemoryFileToIpfs {
 pub struct UploadAgentMemoryFileToIpfsResponse {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// CID of the file's UnixFS root.
     pub cid: ::std::string::String,
     /// MIME type inferred from the extension, when known.
@@ -801,7 +799,7 @@ impl UploadAgentMemoryFileToIpfsResponse {
     /// A value with the required `agentId`, `cid`, `path`, `size`, `url`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         cid: impl ::std::convert::Into<::std::string::String>,
         path: impl ::std::convert::Into<::std::string::String>,
         size: impl ::std::convert::Into<i64>,
@@ -847,7 +845,7 @@ impl crate::Response for UploadAgentMemoryFileToIpfsResponse {
 pub struct WriteAgentMemoryFile {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The content: a string is stored as UTF-8, bytes verbatim.
     pub content: WriteAgentMemoryFileContent,
     /// Path of the file, relative to the memory root: `/`-separated (`\` counts as `/`), no leading `/`, no `..`, at most 16 segments and 512 bytes once normalised (empty and `.` segments are dropped). A bad path answers 400.
@@ -857,7 +855,7 @@ impl WriteAgentMemoryFile {
     /// A value with the required `agentId`, `content`, `path`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         content: impl ::std::convert::Into<WriteAgentMemoryFileContent>,
         path: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
@@ -898,7 +896,7 @@ impl ::std::convert::From<::seed_agents_protocol::Bytes> for WriteAgentMemoryFil
 pub struct WriteAgentMemoryFileResponse {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The written file.
     pub entry: AgentMemoryEntry,
     /// Fields this build does not know, kept as received and sent back unchanged (so
@@ -910,7 +908,7 @@ impl WriteAgentMemoryFileResponse {
     /// A value with the required `agentId`, `entry`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         entry: impl ::std::convert::Into<AgentMemoryEntry>,
     ) -> Self {
         Self { agent_id: agent_id.into(), entry: entry.into(), extra: ::std::default::Default::default() }

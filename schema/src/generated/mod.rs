@@ -11,6 +11,7 @@
 //! - `envelope`: `schema/json/envelope.json`
 //! - `error`: typify's support items, shared (not re-exported)
 //! - `identities`: `schema/json/identities.json`
+//! - `ids`: the typed ids of the schema's `x-ids` table (`AgentId`, …)
 //! - `mcp`: `schema/json/mcp.json`
 //! - `memory`: `schema/json/memory.json`
 //! - `oauth`: `schema/json/oauth.json`
@@ -29,6 +30,7 @@ mod common;
 mod envelope;
 pub mod error;
 mod identities;
+pub(crate) mod ids;
 mod mcp;
 mod memory;
 mod oauth;
@@ -46,6 +48,7 @@ pub use browser::*;
 pub use common::*;
 pub use envelope::*;
 pub use identities::*;
+pub use ids::*;
 pub use mcp::*;
 pub use memory::*;
 pub use oauth::*;

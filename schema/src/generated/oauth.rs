@@ -7,6 +7,7 @@
 //! response, its row of the `Action`/`Response` table).
 
 use super::envelope::{AgentAction, AgentResponse};
+use super::ids::LoginId;
 
 /// Cancels a pending subscription sign-in of the signed account. 404 `Sign-in not found` for an unknown login or another account's. This server does not implement it yet and answers 501.
 ///
@@ -19,12 +20,12 @@ use super::envelope::{AgentAction, AgentResponse};
 pub struct CancelProviderOAuth {
     /// Id of the sign-in, from `StartProviderOAuth`.
     #[serde(rename = "loginId")]
-    pub login_id: ::std::string::String,
+    pub login_id: LoginId,
 }
 impl CancelProviderOAuth {
     /// A value with the required `loginId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(login_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(login_id: impl ::std::convert::Into<LoginId>) -> Self {
         Self { login_id: login_id.into() }
     }
 }
@@ -48,7 +49,7 @@ impl crate::Action for CancelProviderOAuth {
 pub struct CancelProviderOAuthResponse {
     /// Id of the canceled sign-in.
     #[serde(rename = "loginId")]
-    pub login_id: ::std::string::String,
+    pub login_id: LoginId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -57,7 +58,7 @@ pub struct CancelProviderOAuthResponse {
 impl CancelProviderOAuthResponse {
     /// A value with the required `loginId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(login_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(login_id: impl ::std::convert::Into<LoginId>) -> Self {
         Self { login_id: login_id.into(), extra: ::std::default::Default::default() }
     }
 }
@@ -84,12 +85,12 @@ impl crate::Response for CancelProviderOAuthResponse {
 pub struct GetProviderOAuthStatus {
     /// Id of the sign-in.
     #[serde(rename = "loginId")]
-    pub login_id: ::std::string::String,
+    pub login_id: LoginId,
 }
 impl GetProviderOAuthStatus {
     /// A value with the required `loginId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(login_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(login_id: impl ::std::convert::Into<LoginId>) -> Self {
         Self { login_id: login_id.into() }
     }
 }
@@ -116,7 +117,7 @@ pub struct ProviderOAuthStatusResponse {
     pub error: ::std::option::Option<::std::string::String>,
     /// Id of the sign-in.
     #[serde(rename = "loginId")]
-    pub login_id: ::std::string::String,
+    pub login_id: LoginId,
     /// When completed: name of the secret holding the credentials, to reference as `secretRefs.oauth` of a subscription provider.
     #[serde(rename = "secretName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -132,7 +133,7 @@ impl ProviderOAuthStatusResponse {
     /// A value with the required `loginId`, `status`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        login_id: impl ::std::convert::Into<::std::string::String>,
+        login_id: impl ::std::convert::Into<LoginId>,
         status: impl ::std::convert::Into<ProviderOAuthStatusResponseStatus>,
     ) -> Self {
         Self {
@@ -259,7 +260,7 @@ pub struct StartProviderOAuthResponse {
     pub expires_at: i64,
     /// Id of the sign-in.
     #[serde(rename = "loginId")]
-    pub login_id: ::std::string::String,
+    pub login_id: LoginId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -271,7 +272,7 @@ impl StartProviderOAuthResponse {
     pub fn new(
         auth_url: impl ::std::convert::Into<::std::string::String>,
         expires_at: impl ::std::convert::Into<i64>,
-        login_id: impl ::std::convert::Into<::std::string::String>,
+        login_id: impl ::std::convert::Into<LoginId>,
     ) -> Self {
         Self {
             auth_url: auth_url.into(),
@@ -306,14 +307,14 @@ pub struct SubmitProviderOAuthCode {
     pub code: ::std::string::String,
     /// Id of the sign-in.
     #[serde(rename = "loginId")]
-    pub login_id: ::std::string::String,
+    pub login_id: LoginId,
 }
 impl SubmitProviderOAuthCode {
     /// A value with the required `code`, `loginId`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
         code: impl ::std::convert::Into<::std::string::String>,
-        login_id: impl ::std::convert::Into<::std::string::String>,
+        login_id: impl ::std::convert::Into<LoginId>,
     ) -> Self {
         Self { code: code.into(), login_id: login_id.into() }
     }

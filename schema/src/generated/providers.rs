@@ -7,6 +7,7 @@
 //! response, its row of the `Action`/`Response` table).
 
 use super::envelope::{AgentAction, AgentResponse};
+use super::ids::AgentId;
 
 /// Deletes one of the signed account's model providers, and every secret it referenced that no remaining provider references. Account-scoped: collaboration never grants it. 404 `Model provider not found` when the account has no provider of that name.
 ///
@@ -82,7 +83,7 @@ pub struct ListModelProviders {
     /// List the providers available to this agent (its owner's) instead of the caller's own.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub agent_id: ::std::option::Option<::std::string::String>,
+    pub agent_id: ::std::option::Option<AgentId>,
 }
 impl ListModelProviders {
     /// A value with every (optional) field unset.
@@ -92,7 +93,7 @@ impl ListModelProviders {
     }
     /// Sets `agentId` (optional).
     #[must_use]
-    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<AgentId>) -> Self {
         self.agent_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -153,7 +154,7 @@ pub struct ListProviderModels {
     /// Use the provider of this agent's owner instead of the caller's own.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub agent_id: ::std::option::Option<::std::string::String>,
+    pub agent_id: ::std::option::Option<AgentId>,
     /// Name of the provider; at most 256 bytes.
     pub provider: ::std::string::String,
 }
@@ -165,7 +166,7 @@ impl ListProviderModels {
     }
     /// Sets `agentId` (optional).
     #[must_use]
-    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<AgentId>) -> Self {
         self.agent_id = ::std::option::Option::Some(value.into());
         self
     }

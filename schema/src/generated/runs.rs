@@ -7,6 +7,7 @@
 //! response, its row of the `Action`/`Response` table).
 
 use super::envelope::{AgentAction, AgentResponse};
+use super::ids::{AgentId, RunId, SessionId, ToolCallId};
 
 /// Tokens a model call or turn used.
 ///
@@ -63,12 +64,12 @@ impl AgentRunUsage {
 pub struct CancelRun {
     /// Id of the run to cancel (any run of a tree; its descendants are canceled with it).
     #[serde(rename = "runId")]
-    pub run_id: ::std::string::String,
+    pub run_id: RunId,
 }
 impl CancelRun {
     /// A value with the required `runId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(run_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(run_id: impl ::std::convert::Into<RunId>) -> Self {
         Self { run_id: run_id.into() }
     }
 }
@@ -94,7 +95,7 @@ pub struct CancelRunResponse {
     pub canceled: bool,
     /// Id of the run.
     #[serde(rename = "runId")]
-    pub run_id: ::std::string::String,
+    pub run_id: RunId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -103,10 +104,7 @@ pub struct CancelRunResponse {
 impl CancelRunResponse {
     /// A value with the required `canceled`, `runId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(
-        canceled: impl ::std::convert::Into<bool>,
-        run_id: impl ::std::convert::Into<::std::string::String>,
-    ) -> Self {
+    pub fn new(canceled: impl ::std::convert::Into<bool>, run_id: impl ::std::convert::Into<RunId>) -> Self {
         Self { canceled: canceled.into(), run_id: run_id.into(), extra: ::std::default::Default::default() }
     }
 }
@@ -133,12 +131,12 @@ impl crate::Response for CancelRunResponse {
 pub struct GetRun {
     /// Id of the run.
     #[serde(rename = "runId")]
-    pub run_id: ::std::string::String,
+    pub run_id: RunId,
 }
 impl GetRun {
     /// A value with the required `runId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(run_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(run_id: impl ::std::convert::Into<RunId>) -> Self {
         Self { run_id: run_id.into() }
     }
 }
@@ -168,12 +166,12 @@ pub struct GetRunJournal {
     pub after_seq: ::std::option::Option<i64>,
     /// Id of the run.
     #[serde(rename = "runId")]
-    pub run_id: ::std::string::String,
+    pub run_id: RunId,
 }
 impl GetRunJournal {
     /// A value with the required `runId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(run_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(run_id: impl ::std::convert::Into<RunId>) -> Self {
         Self { run_id: run_id.into(), after_seq: ::std::default::Default::default() }
     }
     /// Sets `afterSeq` (optional).
@@ -205,7 +203,7 @@ pub struct GetRunJournalResponse {
     pub entries: ::std::vec::Vec<RunJournalEntryInfo>,
     /// Id of the run.
     #[serde(rename = "runId")]
-    pub run_id: ::std::string::String,
+    pub run_id: RunId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -216,7 +214,7 @@ impl GetRunJournalResponse {
     #[allow(clippy::new_without_default)]
     pub fn new(
         entries: impl ::std::convert::Into<::std::vec::Vec<RunJournalEntryInfo>>,
-        run_id: impl ::std::convert::Into<::std::string::String>,
+        run_id: impl ::std::convert::Into<RunId>,
     ) -> Self {
         Self { entries: entries.into(), run_id: run_id.into(), extra: ::std::default::Default::default() }
     }
@@ -277,18 +275,18 @@ pub struct ListRuns {
     /// List this agent's runs, newest first.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub agent_id: ::std::option::Option<::std::string::String>,
+    pub agent_id: ::std::option::Option<AgentId>,
     /// Page size: default 50, clamped to 1..200; a fractional number is rounded down.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub limit: ::std::option::Option<i64>,
     /// List the whole tree under this root run, oldest first.
     #[serde(rename = "rootRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub root_run_id: ::std::option::Option<::std::string::String>,
+    pub root_run_id: ::std::option::Option<RunId>,
     /// List this session's root runs, newest first.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub session_id: ::std::option::Option<::std::string::String>,
+    pub session_id: ::std::option::Option<SessionId>,
     /// Only runs in this status.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub status: ::std::option::Option<RunStatus>,
@@ -301,7 +299,7 @@ impl ListRuns {
     }
     /// Sets `agentId` (optional).
     #[must_use]
-    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<AgentId>) -> Self {
         self.agent_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -313,13 +311,13 @@ impl ListRuns {
     }
     /// Sets `rootRunId` (optional).
     #[must_use]
-    pub fn root_run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn root_run_id(mut self, value: impl ::std::convert::Into<RunId>) -> Self {
         self.root_run_id = ::std::option::Option::Some(value.into());
         self
     }
     /// Sets `sessionId` (optional).
     #[must_use]
-    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn session_id(mut self, value: impl ::std::convert::Into<SessionId>) -> Self {
         self.session_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -407,7 +405,7 @@ pub struct RunInfo {
     /// Id of the agent the run works for. Absent once the agent is deleted (the run is then invisible).
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub agent_id: ::std::option::Option<::std::string::String>,
+    pub agent_id: ::std::option::Option<AgentId>,
     /// Number of direct child runs; absent when there are none.
     #[serde(rename = "childRunCount")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -415,7 +413,7 @@ pub struct RunInfo {
     /// Id of the run this one continues, when it does.
     #[serde(rename = "continuedFromRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub continued_from_run_id: ::std::option::Option<::std::string::String>,
+    pub continued_from_run_id: ::std::option::Option<RunId>,
     /// When the run was queued, Unix epoch milliseconds.
     #[serde(rename = "createdAt")]
     pub created_at: i64,
@@ -429,7 +427,7 @@ pub struct RunInfo {
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub finished_at: ::std::option::Option<i64>,
     /// Id of the run (a UUID).
-    pub id: ::std::string::String,
+    pub id: RunId,
     /// `agent` (a model turn of an agent) or `workflow` (a script).
     pub kind: RunInfoKind,
     /// What started the run: `user`, `trigger`, `agent`, `workflow` or `system`.
@@ -437,11 +435,11 @@ pub struct RunInfo {
     /// Id of the parent run; absent for a root run.
     #[serde(rename = "parentRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub parent_run_id: ::std::option::Option<::std::string::String>,
+    pub parent_run_id: ::std::option::Option<RunId>,
     /// Id of the parent's tool call that started this run.
     #[serde(rename = "parentToolCallId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub parent_tool_call_id: ::std::option::Option<::std::string::String>,
+    pub parent_tool_call_id: ::std::option::Option<ToolCallId>,
     /// The plan the run settled, copied from its session when every step was done, failed or skipped.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub plan: ::std::option::Option<RunPlan>,
@@ -451,11 +449,11 @@ pub struct RunInfo {
     pub plan_step_id: ::std::option::Option<::std::string::String>,
     /// Id of the root of the run's tree (its own id for a root run). Live WebSocket frames of a tree go to `runs/<rootRunId>`.
     #[serde(rename = "rootRunId")]
-    pub root_run_id: ::std::string::String,
+    pub root_run_id: RunId,
     /// Id of the session the run works in, when it has one and the session still exists.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub session_id: ::std::option::Option<::std::string::String>,
+    pub session_id: ::std::option::Option<SessionId>,
     /// The text the run was started from, when recorded.
     #[serde(rename = "sourceText")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -497,10 +495,10 @@ impl RunInfo {
         account: impl ::std::convert::Into<::std::string::String>,
         created_at: impl ::std::convert::Into<i64>,
         depth: impl ::std::convert::Into<i64>,
-        id: impl ::std::convert::Into<::std::string::String>,
+        id: impl ::std::convert::Into<RunId>,
         kind: impl ::std::convert::Into<RunInfoKind>,
         origin: impl ::std::convert::Into<RunInfoOrigin>,
-        root_run_id: impl ::std::convert::Into<::std::string::String>,
+        root_run_id: impl ::std::convert::Into<RunId>,
         status: impl ::std::convert::Into<RunStatus>,
         title: impl ::std::convert::Into<::std::string::String>,
         updated_at: impl ::std::convert::Into<i64>,
@@ -537,7 +535,7 @@ impl RunInfo {
     }
     /// Sets `agentId` (optional).
     #[must_use]
-    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<AgentId>) -> Self {
         self.agent_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -549,7 +547,7 @@ impl RunInfo {
     }
     /// Sets `continuedFromRunId` (optional).
     #[must_use]
-    pub fn continued_from_run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn continued_from_run_id(mut self, value: impl ::std::convert::Into<RunId>) -> Self {
         self.continued_from_run_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -567,13 +565,13 @@ impl RunInfo {
     }
     /// Sets `parentRunId` (optional).
     #[must_use]
-    pub fn parent_run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn parent_run_id(mut self, value: impl ::std::convert::Into<RunId>) -> Self {
         self.parent_run_id = ::std::option::Option::Some(value.into());
         self
     }
     /// Sets `parentToolCallId` (optional).
     #[must_use]
-    pub fn parent_tool_call_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn parent_tool_call_id(mut self, value: impl ::std::convert::Into<ToolCallId>) -> Self {
         self.parent_tool_call_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -591,7 +589,7 @@ impl RunInfo {
     }
     /// Sets `sessionId` (optional).
     #[must_use]
-    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn session_id(mut self, value: impl ::std::convert::Into<SessionId>) -> Self {
         self.session_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -816,7 +814,7 @@ pub struct RunJournalEntryInfo {
     pub entry: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
     /// Id of the run.
     #[serde(rename = "runId")]
-    pub run_id: ::std::string::String,
+    pub run_id: RunId,
     /// Position in the journal; entries are returned in this order.
     pub seq: i64,
     /// Fields this build does not know, kept as received and sent back unchanged (so
@@ -830,7 +828,7 @@ impl RunJournalEntryInfo {
     pub fn new(
         created_at: impl ::std::convert::Into<i64>,
         entry: impl ::std::convert::Into<::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>>,
-        run_id: impl ::std::convert::Into<::std::string::String>,
+        run_id: impl ::std::convert::Into<RunId>,
         seq: impl ::std::convert::Into<i64>,
     ) -> Self {
         Self {
@@ -852,7 +850,7 @@ pub struct RunPlan {
     /// Id of the run that wrote the plan.
     #[serde(rename = "ownerRunId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub owner_run_id: ::std::option::Option<::std::string::String>,
+    pub owner_run_id: ::std::option::Option<RunId>,
     /// When every step became done, failed or skipped, Unix epoch milliseconds.
     #[serde(rename = "settledAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -881,7 +879,7 @@ impl RunPlan {
     }
     /// Sets `ownerRunId` (optional).
     #[must_use]
-    pub fn owner_run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn owner_run_id(mut self, value: impl ::std::convert::Into<RunId>) -> Self {
         self.owner_run_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -1335,7 +1333,7 @@ pub struct SignalRun {
     pub payload: ::std::option::Option<::seed_agents_protocol::Value>,
     /// Id of the run to signal.
     #[serde(rename = "runId")]
-    pub run_id: ::std::string::String,
+    pub run_id: RunId,
     /// The signal's name, matched against the run's wait.
     pub signal: ::std::string::String,
 }
@@ -1343,7 +1341,7 @@ impl SignalRun {
     /// A value with the required `runId`, `signal`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        run_id: impl ::std::convert::Into<::std::string::String>,
+        run_id: impl ::std::convert::Into<RunId>,
         signal: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
         Self { run_id: run_id.into(), signal: signal.into(), payload: ::std::default::Default::default() }
@@ -1377,7 +1375,7 @@ pub struct SignalRunResponse {
     pub delivered: bool,
     /// Id of the run.
     #[serde(rename = "runId")]
-    pub run_id: ::std::string::String,
+    pub run_id: RunId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -1386,10 +1384,7 @@ pub struct SignalRunResponse {
 impl SignalRunResponse {
     /// A value with the required `delivered`, `runId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(
-        delivered: impl ::std::convert::Into<bool>,
-        run_id: impl ::std::convert::Into<::std::string::String>,
-    ) -> Self {
+    pub fn new(delivered: impl ::std::convert::Into<bool>, run_id: impl ::std::convert::Into<RunId>) -> Self {
         Self { delivered: delivered.into(), run_id: run_id.into(), extra: ::std::default::Default::default() }
     }
 }

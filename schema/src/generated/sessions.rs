@@ -9,6 +9,7 @@
 use super::agents::AgentInfo;
 use super::common::{AgentPromptBlock, ReasoningLevel, Thoroughness};
 use super::envelope::{AgentAction, AgentResponse};
+use super::ids::{AccountId, AgentId, EventId, RunId, SessionId, ToolCallId};
 use super::runs::{AgentRunUsage, RunPlan};
 use super::triggers::{AgentSessionTriggerContext, AgentSessionTriggerSummary};
 use super::uploads::{AttachmentContentPart, SessionAttachmentInfo};
@@ -45,7 +46,7 @@ impl ContextContentPart {
 pub struct CreateSession {
     /// Id of the agent the session belongs to.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Idempotency key chosen by the client, at most 256 bytes, scoped to the signed account.
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -64,7 +65,7 @@ pub struct CreateSession {
 impl CreateSession {
     /// A value with the required `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self {
             agent_id: agent_id.into(),
             client_request_id: ::std::default::Default::default(),
@@ -118,7 +119,7 @@ impl crate::Action for CreateSession {
 pub struct CreateSessionResponse {
     /// Id of the new session (a UUID).
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -127,7 +128,7 @@ pub struct CreateSessionResponse {
 impl CreateSessionResponse {
     /// A value with the required `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(session_id: impl ::std::convert::Into<SessionId>) -> Self {
         Self { session_id: session_id.into(), extra: ::std::default::Default::default() }
     }
 }
@@ -154,12 +155,12 @@ impl crate::Response for CreateSessionResponse {
 pub struct DeleteSession {
     /// Id of the session to delete.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
 }
 impl DeleteSession {
     /// A value with the required `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(session_id: impl ::std::convert::Into<SessionId>) -> Self {
         Self { session_id: session_id.into() }
     }
 }
@@ -183,10 +184,10 @@ impl crate::Action for DeleteSession {
 pub struct DeleteSessionResponse {
     /// Id of the agent the session belonged to.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Id of the deleted session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -195,10 +196,7 @@ pub struct DeleteSessionResponse {
 impl DeleteSessionResponse {
     /// A value with the required `agentId`, `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
-    ) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>, session_id: impl ::std::convert::Into<SessionId>) -> Self {
         Self { agent_id: agent_id.into(), session_id: session_id.into(), extra: ::std::default::Default::default() }
     }
 }
@@ -312,12 +310,12 @@ pub struct GetSession {
     pub limit: ::std::option::Option<i64>,
     /// Id of the session to read.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
 }
 impl GetSession {
     /// A value with the required `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(session_id: impl ::std::convert::Into<SessionId>) -> Self {
         Self {
             session_id: session_id.into(),
             after_seq: ::std::default::Default::default(),
@@ -368,15 +366,12 @@ pub struct GetSessionEvent {
     pub seq: i64,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
 }
 impl GetSessionEvent {
     /// A value with the required `seq`, `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(
-        seq: impl ::std::convert::Into<i64>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
-    ) -> Self {
+    pub fn new(seq: impl ::std::convert::Into<i64>, session_id: impl ::std::convert::Into<SessionId>) -> Self {
         Self { seq: seq.into(), session_id: session_id.into() }
     }
 }
@@ -517,7 +512,7 @@ pub struct InvokeSessionTool {
     pub input: ::seed_agents_protocol::Value,
     /// Id of the session to run the verb in.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
     /// The verb: `read` (read an address), `write` (write to an address) or `call` (call a tool). Anything else fails with 400 `verb must be read, write, or call`.
     pub verb: InvokeSessionToolVerb,
 }
@@ -526,7 +521,7 @@ impl InvokeSessionTool {
     #[allow(clippy::new_without_default)]
     pub fn new(
         input: impl ::std::convert::Into<::seed_agents_protocol::Value>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<SessionId>,
         verb: impl ::std::convert::Into<InvokeSessionToolVerb>,
     ) -> Self {
         Self { input: input.into(), session_id: session_id.into(), verb: verb.into() }
@@ -562,10 +557,10 @@ pub struct InvokeSessionToolResponse {
     pub output: ::std::option::Option<::seed_agents_protocol::Value>,
     /// Id of the `tool_result` event recorded in the session.
     #[serde(rename = "resultEventId")]
-    pub result_event_id: ::std::string::String,
+    pub result_event_id: EventId,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -575,8 +570,8 @@ impl InvokeSessionToolResponse {
     /// A value with the required `resultEventId`, `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        result_event_id: impl ::std::convert::Into<::std::string::String>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        result_event_id: impl ::std::convert::Into<EventId>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self {
             result_event_id: result_event_id.into(),
@@ -667,7 +662,7 @@ pub struct ListSessions {
     /// Only sessions of this agent.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub agent_id: ::std::option::Option<::std::string::String>,
+    pub agent_id: ::std::option::Option<AgentId>,
     /// Where the previous page ended (its `nextCursor`); absent for the first page.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub cursor: ::std::option::Option<SessionListCursor>,
@@ -685,7 +680,7 @@ pub struct ListSessions {
     /// Only the direct sub-sessions of this session.
     #[serde(rename = "parentSessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub parent_session_id: ::std::option::Option<::std::string::String>,
+    pub parent_session_id: ::std::option::Option<SessionId>,
 }
 impl ListSessions {
     /// A value with every (optional) field unset.
@@ -695,7 +690,7 @@ impl ListSessions {
     }
     /// Sets `agentId` (optional).
     #[must_use]
-    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<AgentId>) -> Self {
         self.agent_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -725,7 +720,7 @@ impl ListSessions {
     }
     /// Sets `parentSessionId` (optional).
     #[must_use]
-    pub fn parent_session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn parent_session_id(mut self, value: impl ::std::convert::Into<SessionId>) -> Self {
         self.parent_session_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -832,7 +827,7 @@ pub struct MessageEvent {
     /// For a `tool` message, the tool call it answers.
     #[serde(rename = "toolCallId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub tool_call_id: ::std::option::Option<::std::string::String>,
+    pub tool_call_id: ::std::option::Option<ToolCallId>,
     /// Event kind: always `message`.
     #[serde(rename = "type")]
     pub type_: MessageEventType,
@@ -908,7 +903,7 @@ impl MessageEvent {
     }
     /// Sets `toolCallId` (optional).
     #[must_use]
-    pub fn tool_call_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn tool_call_id(mut self, value: impl ::std::convert::Into<ToolCallId>) -> Self {
         self.tool_call_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -1010,14 +1005,14 @@ pub struct MessageSession {
     pub content: ::std::vec::Vec<MessageSessionContentPart>,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
 }
 impl MessageSession {
     /// A value with the required `content`, `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
         content: impl ::std::convert::Into<::std::vec::Vec<MessageSessionContentPart>>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self {
             content: content.into(),
@@ -1081,14 +1076,14 @@ impl ::std::convert::From<TextContentPart> for MessageSessionContentPart {
 pub struct MessageSessionResponse {
     /// Id of the assistant's reply event. Empty (`''`) when the turn was queued, backgrounded or parked, or when a duplicate `clientMessageId` arrived while the first turn was still running; follow the session to see the reply.
     #[serde(rename = "assistantEventId")]
-    pub assistant_event_id: ::std::string::String,
+    pub assistant_event_id: EventId,
     /// When the agent continued the conversation in a new session, that session's id. This server does not send it yet.
     #[serde(rename = "continuedToSessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub continued_to_session_id: ::std::option::Option<::std::string::String>,
+    pub continued_to_session_id: ::std::option::Option<SessionId>,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -1098,8 +1093,8 @@ impl MessageSessionResponse {
     /// A value with the required `assistantEventId`, `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        assistant_event_id: impl ::std::convert::Into<::std::string::String>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        assistant_event_id: impl ::std::convert::Into<EventId>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self {
             assistant_event_id: assistant_event_id.into(),
@@ -1110,7 +1105,7 @@ impl MessageSessionResponse {
     }
     /// Sets `continuedToSessionId` (optional).
     #[must_use]
-    pub fn continued_to_session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn continued_to_session_id(mut self, value: impl ::std::convert::Into<SessionId>) -> Self {
         self.continued_to_session_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -1138,12 +1133,12 @@ impl crate::Response for MessageSessionResponse {
 pub struct RetrySession {
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
 }
 impl RetrySession {
     /// A value with the required `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(session_id: impl ::std::convert::Into<SessionId>) -> Self {
         Self { session_id: session_id.into() }
     }
 }
@@ -1167,10 +1162,10 @@ impl crate::Action for RetrySession {
 pub struct RetrySessionResponse {
     /// Id of the new assistant reply event; empty (`''`) when the retried turn was parked or queued.
     #[serde(rename = "assistantEventId")]
-    pub assistant_event_id: ::std::string::String,
+    pub assistant_event_id: EventId,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -1180,8 +1175,8 @@ impl RetrySessionResponse {
     /// A value with the required `assistantEventId`, `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        assistant_event_id: impl ::std::convert::Into<::std::string::String>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        assistant_event_id: impl ::std::convert::Into<EventId>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self {
             assistant_event_id: assistant_event_id.into(),
@@ -1341,7 +1336,7 @@ pub struct SessionContinuationLink {
     pub reason: SessionContinuationReason,
     /// Id of the other session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
     /// Title of the other session, when it has one.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub title: ::std::option::Option<::std::string::String>,
@@ -1357,7 +1352,7 @@ impl SessionContinuationLink {
         continuation_id: impl ::std::convert::Into<::std::string::String>,
         created_at: impl ::std::convert::Into<i64>,
         reason: impl ::std::convert::Into<SessionContinuationReason>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self {
             continuation_id: continuation_id.into(),
@@ -1448,12 +1443,12 @@ pub struct SessionEvent {
     /// The payload (message, tool call, tool result, error, tool spawn, or a kind this build does not know).
     pub event: SessionEventPayload,
     /// Id of the event (a UUID).
-    pub id: ::std::string::String,
+    pub id: EventId,
     /// Position in the session: starts at 1, increases by one per event and is never reused. Replay and paging go by `seq`.
     pub seq: i64,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
     /// Whether the payload was shortened for this answer. This server does not send it yet.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub truncated: ::std::option::Option<bool>,
@@ -1468,9 +1463,9 @@ impl SessionEvent {
     pub fn new(
         created_at: impl ::std::convert::Into<i64>,
         event: impl ::std::convert::Into<SessionEventPayload>,
-        id: impl ::std::convert::Into<::std::string::String>,
+        id: impl ::std::convert::Into<EventId>,
         seq: impl ::std::convert::Into<i64>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self {
             created_at: created_at.into(),
@@ -1498,7 +1493,7 @@ pub struct SessionEventMeta {
     /// The account that sent a user message, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub account_id: ::std::option::Option<::std::string::String>,
+    pub account_id: ::std::option::Option<AccountId>,
     /// `continuedFrom` (optional).
     #[serde(rename = "continuedFrom")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -1540,7 +1535,7 @@ impl SessionEventMeta {
     }
     /// Sets `accountId` (optional).
     #[must_use]
-    pub fn account_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn account_id(mut self, value: impl ::std::convert::Into<AccountId>) -> Self {
         self.account_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -1602,12 +1597,12 @@ impl SessionEventMeta {
 pub struct SessionEventMetaContinuedFrom {
     /// Id of the event in the earlier session.
     #[serde(rename = "eventId")]
-    pub event_id: ::std::string::String,
+    pub event_id: EventId,
     /// `seq` of that event.
     pub seq: i64,
     /// Id of the earlier session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -1617,9 +1612,9 @@ impl SessionEventMetaContinuedFrom {
     /// A value with the required `eventId`, `seq`, `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        event_id: impl ::std::convert::Into<::std::string::String>,
+        event_id: impl ::std::convert::Into<EventId>,
         seq: impl ::std::convert::Into<i64>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self {
             event_id: event_id.into(),
@@ -1802,7 +1797,7 @@ pub struct SessionInfo {
     pub activity: ::std::option::Option<SessionActivity>,
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Number of direct sub-sessions.
     #[serde(rename = "childSessionCount")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -1822,7 +1817,7 @@ pub struct SessionInfo {
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub description: ::std::option::Option<::std::string::String>,
     /// Id of the session (a UUID).
-    pub id: ::std::string::String,
+    pub id: SessionId,
     /// The provider and model this session runs with instead of the agent's, when set.
     #[serde(rename = "modelOverride")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -1830,14 +1825,14 @@ pub struct SessionInfo {
     /// For a sub-session, the session it was started from.
     #[serde(rename = "parentSessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub parent_session_id: ::std::option::Option<::std::string::String>,
+    pub parent_session_id: ::std::option::Option<SessionId>,
     /// The agent's current plan for the work in this session, when it made one.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub plan: ::std::option::Option<RunPlan>,
     /// For a session started by a run (a sub-session), that run's id.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub run_id: ::std::option::Option<::std::string::String>,
+    pub run_id: ::std::option::Option<RunId>,
     /// For a session started by a trigger: which trigger and when. This server does not send it yet.
     #[serde(rename = "startedByTrigger")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -1863,9 +1858,9 @@ impl SessionInfo {
     #[allow(clippy::new_without_default)]
     pub fn new(
         account: impl ::std::convert::Into<::std::string::String>,
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         created_at: impl ::std::convert::Into<i64>,
-        id: impl ::std::convert::Into<::std::string::String>,
+        id: impl ::std::convert::Into<SessionId>,
         status: impl ::std::convert::Into<SessionInfoStatus>,
         updated_at: impl ::std::convert::Into<i64>,
     ) -> Self {
@@ -1929,7 +1924,7 @@ impl SessionInfo {
     }
     /// Sets `parentSessionId` (optional).
     #[must_use]
-    pub fn parent_session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn parent_session_id(mut self, value: impl ::std::convert::Into<SessionId>) -> Self {
         self.parent_session_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -1941,7 +1936,7 @@ impl SessionInfo {
     }
     /// Sets `runId` (optional).
     #[must_use]
-    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn run_id(mut self, value: impl ::std::convert::Into<RunId>) -> Self {
         self.run_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -2098,12 +2093,12 @@ impl SessionModelOverride {
 pub struct StopSession {
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
 }
 impl StopSession {
     /// A value with the required `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(session_id: impl ::std::convert::Into<SessionId>) -> Self {
         Self { session_id: session_id.into() }
     }
 }
@@ -2127,7 +2122,7 @@ impl crate::Action for StopSession {
 pub struct StopSessionResponse {
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
     /// Whether anything was running or queued to stop; false when the session was idle.
     pub stopped: bool,
     /// Fields this build does not know, kept as received and sent back unchanged (so
@@ -2138,10 +2133,7 @@ pub struct StopSessionResponse {
 impl StopSessionResponse {
     /// A value with the required `sessionId`, `stopped`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(
-        session_id: impl ::std::convert::Into<::std::string::String>,
-        stopped: impl ::std::convert::Into<bool>,
-    ) -> Self {
+    pub fn new(session_id: impl ::std::convert::Into<SessionId>, stopped: impl ::std::convert::Into<bool>) -> Self {
         Self { session_id: session_id.into(), stopped: stopped.into(), extra: ::std::default::Default::default() }
     }
 }
@@ -2213,7 +2205,7 @@ pub struct ToolCallEvent {
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub actor: ::std::option::Option<SessionActor>,
     /// Id of the call; the matching `tool_result` carries it as `toolCallId`.
-    pub id: ::std::string::String,
+    pub id: ToolCallId,
     /// The call's arguments.
     pub input: ::seed_agents_protocol::Value,
     /// Provider, model and timing of the turn that made the call.
@@ -2233,7 +2225,7 @@ impl ToolCallEvent {
     /// A value with the required `id`, `input`, `name`, `type`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        id: impl ::std::convert::Into<::std::string::String>,
+        id: impl ::std::convert::Into<ToolCallId>,
         input: impl ::std::convert::Into<::seed_agents_protocol::Value>,
         name: impl ::std::convert::Into<::std::string::String>,
         type_: impl ::std::convert::Into<ToolCallEventType>,
@@ -2323,7 +2315,7 @@ pub struct ToolResultEvent {
     pub output: ::std::option::Option<::seed_agents_protocol::Value>,
     /// Id of the `tool_call` event this answers.
     #[serde(rename = "toolCallId")]
-    pub tool_call_id: ::std::string::String,
+    pub tool_call_id: ToolCallId,
     /// Event kind: always `tool_result`.
     #[serde(rename = "type")]
     pub type_: ToolResultEventType,
@@ -2337,7 +2329,7 @@ impl ToolResultEvent {
     #[allow(clippy::new_without_default)]
     pub fn new(
         name: impl ::std::convert::Into<::std::string::String>,
-        tool_call_id: impl ::std::convert::Into<::std::string::String>,
+        tool_call_id: impl ::std::convert::Into<ToolCallId>,
         type_: impl ::std::convert::Into<ToolResultEventType>,
     ) -> Self {
         Self {
@@ -2425,16 +2417,16 @@ pub struct ToolSpawnEvent {
     pub name: ::std::string::String,
     /// Id of the child run.
     #[serde(rename = "runId")]
-    pub run_id: ::std::string::String,
+    pub run_id: RunId,
     /// Id of the child's sub-session, when it has one.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub session_id: ::std::option::Option<::std::string::String>,
+    pub session_id: ::std::option::Option<SessionId>,
     /// Title of the child run.
     pub title: ::std::string::String,
     /// Id of the tool call that spawned it.
     #[serde(rename = "toolCallId")]
-    pub tool_call_id: ::std::string::String,
+    pub tool_call_id: ToolCallId,
     /// Event kind: always `tool_spawn`.
     #[serde(rename = "type")]
     pub type_: ToolSpawnEventType,
@@ -2448,9 +2440,9 @@ impl ToolSpawnEvent {
     #[allow(clippy::new_without_default)]
     pub fn new(
         name: impl ::std::convert::Into<::std::string::String>,
-        run_id: impl ::std::convert::Into<::std::string::String>,
+        run_id: impl ::std::convert::Into<RunId>,
         title: impl ::std::convert::Into<::std::string::String>,
-        tool_call_id: impl ::std::convert::Into<::std::string::String>,
+        tool_call_id: impl ::std::convert::Into<ToolCallId>,
         type_: impl ::std::convert::Into<ToolSpawnEventType>,
     ) -> Self {
         Self {
@@ -2472,7 +2464,7 @@ impl ToolSpawnEvent {
     }
     /// Sets `sessionId` (optional).
     #[must_use]
-    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn session_id(mut self, value: impl ::std::convert::Into<SessionId>) -> Self {
         self.session_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -2527,7 +2519,7 @@ pub struct UpdateSession {
     pub model_override: ::seed_agents_protocol::Nullable<SessionModelOverride>,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
     /// `thoroughness` (optional).
     #[serde(default, skip_serializing_if = "::seed_agents_protocol::Nullable::is_absent")]
     pub thoroughness: ::seed_agents_protocol::Nullable<Thoroughness>,
@@ -2538,7 +2530,7 @@ pub struct UpdateSession {
 impl UpdateSession {
     /// A value with the required `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(session_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(session_id: impl ::std::convert::Into<SessionId>) -> Self {
         Self {
             session_id: session_id.into(),
             model_override: ::std::default::Default::default(),

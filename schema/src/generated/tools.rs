@@ -7,6 +7,7 @@
 //! response, its row of the `Action`/`Response` table).
 
 use super::envelope::{AgentAction, AgentResponse};
+use super::ids::AgentId;
 
 /// A tool document of an agent: a builtin tool the server runs (such as `search`), a lambda tool (a script saved with `SaveAgentTool`) or a tool of an MCP server, with whether the agent may call it.
 ///
@@ -329,7 +330,7 @@ impl ::std::convert::TryFrom<::std::string::String> for AgentToolInputRuntime {
 pub struct DeleteAgentTool {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Name of the tool.
     pub name: ::std::string::String,
 }
@@ -337,7 +338,7 @@ impl DeleteAgentTool {
     /// A value with the required `agentId`, `name`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         name: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
         Self { agent_id: agent_id.into(), name: name.into() }
@@ -363,7 +364,7 @@ impl crate::Action for DeleteAgentTool {
 pub struct DeleteAgentToolResponse {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Whether a tool was deleted.
     pub deleted: bool,
     /// Name of the tool.
@@ -377,7 +378,7 @@ impl DeleteAgentToolResponse {
     /// A value with the required `agentId`, `deleted`, `name`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         deleted: impl ::std::convert::Into<bool>,
         name: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
@@ -947,12 +948,12 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant6 {
 pub struct ListAgentTools {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
 }
 impl ListAgentTools {
     /// A value with the required `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self { agent_id: agent_id.into() }
     }
 }
@@ -976,7 +977,7 @@ impl crate::Action for ListAgentTools {
 pub struct ListAgentToolsResponse {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The tools.
     pub tools: ::std::vec::Vec<AgentToolInfo>,
     /// Fields this build does not know, kept as received and sent back unchanged (so
@@ -988,7 +989,7 @@ impl ListAgentToolsResponse {
     /// A value with the required `agentId`, `tools`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         tools: impl ::std::convert::Into<::std::vec::Vec<AgentToolInfo>>,
     ) -> Self {
         Self { agent_id: agent_id.into(), tools: tools.into(), extra: ::std::default::Default::default() }
@@ -1017,7 +1018,7 @@ impl crate::Response for ListAgentToolsResponse {
 pub struct SaveAgentTool {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The tool's current name, when renaming it.
     #[serde(rename = "previousName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -1028,10 +1029,7 @@ pub struct SaveAgentTool {
 impl SaveAgentTool {
     /// A value with the required `agentId`, `tool`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
-        tool: impl ::std::convert::Into<AgentToolInput>,
-    ) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>, tool: impl ::std::convert::Into<AgentToolInput>) -> Self {
         Self { agent_id: agent_id.into(), tool: tool.into(), previous_name: ::std::default::Default::default() }
     }
     /// Sets `previousName` (optional).
@@ -1061,7 +1059,7 @@ impl crate::Action for SaveAgentTool {
 pub struct SaveAgentToolResponse {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// The saved tool.
     pub tool: AgentToolInfo,
     /// Fields this build does not know, kept as received and sent back unchanged (so
@@ -1072,10 +1070,7 @@ pub struct SaveAgentToolResponse {
 impl SaveAgentToolResponse {
     /// A value with the required `agentId`, `tool`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
-        tool: impl ::std::convert::Into<AgentToolInfo>,
-    ) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>, tool: impl ::std::convert::Into<AgentToolInfo>) -> Self {
         Self { agent_id: agent_id.into(), tool: tool.into(), extra: ::std::default::Default::default() }
     }
 }

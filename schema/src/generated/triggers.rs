@@ -8,6 +8,7 @@
 
 use super::common::AgentPromptBlock;
 use super::envelope::{AgentAction, AgentResponse};
+use super::ids::{AgentId, FiringId, RunId, SessionId, TriggerId};
 use super::sessions::SessionInfo;
 
 /// A compound source: fires when any of its conditions matches new activity on the Seed network. Needs protocol 3; older clients get 426 `update_required` for it.
@@ -154,7 +155,7 @@ pub struct AgentSessionTriggerContext {
     pub fired_at: i64,
     /// Id of the firing.
     #[serde(rename = "firingId")]
-    pub firing_id: ::std::string::String,
+    pub firing_id: FiringId,
     /// For a compound trigger, the conditions that matched.
     #[serde(rename = "matchedConditions")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -171,7 +172,7 @@ pub struct AgentSessionTriggerContext {
     pub status: ::std::string::String,
     /// Id of the trigger.
     #[serde(rename = "triggerId")]
-    pub trigger_id: ::std::string::String,
+    pub trigger_id: TriggerId,
     /// Name of the trigger.
     #[serde(rename = "triggerName")]
     pub trigger_name: ::std::string::String,
@@ -190,11 +191,11 @@ impl AgentSessionTriggerContext {
         activity_key: impl ::std::convert::Into<::std::string::String>,
         activity_summary: impl ::std::convert::Into<::std::string::String>,
         fired_at: impl ::std::convert::Into<i64>,
-        firing_id: impl ::std::convert::Into<::std::string::String>,
+        firing_id: impl ::std::convert::Into<FiringId>,
         prompt: impl ::std::convert::Into<::std::string::String>,
         source: impl ::std::convert::Into<AgentTriggerSource>,
         status: impl ::std::convert::Into<::std::string::String>,
-        trigger_id: impl ::std::convert::Into<::std::string::String>,
+        trigger_id: impl ::std::convert::Into<TriggerId>,
         trigger_name: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
         Self {
@@ -254,7 +255,7 @@ pub struct AgentSessionTriggerSummary {
     pub fired_at: i64,
     /// Id of the firing.
     #[serde(rename = "firingId")]
-    pub firing_id: ::std::string::String,
+    pub firing_id: FiringId,
     /// For a compound trigger, the conditions that matched.
     #[serde(rename = "matchedConditions")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -263,7 +264,7 @@ pub struct AgentSessionTriggerSummary {
     pub source: AgentTriggerSource,
     /// Id of the trigger.
     #[serde(rename = "triggerId")]
-    pub trigger_id: ::std::string::String,
+    pub trigger_id: TriggerId,
     /// Name of the trigger.
     #[serde(rename = "triggerName")]
     pub trigger_name: ::std::string::String,
@@ -279,9 +280,9 @@ impl AgentSessionTriggerSummary {
         activity_key: impl ::std::convert::Into<::std::string::String>,
         activity_summary: impl ::std::convert::Into<::std::string::String>,
         fired_at: impl ::std::convert::Into<i64>,
-        firing_id: impl ::std::convert::Into<::std::string::String>,
+        firing_id: impl ::std::convert::Into<FiringId>,
         source: impl ::std::convert::Into<AgentTriggerSource>,
-        trigger_id: impl ::std::convert::Into<::std::string::String>,
+        trigger_id: impl ::std::convert::Into<TriggerId>,
         trigger_name: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
         Self {
@@ -317,7 +318,7 @@ pub struct AgentTriggerInfo {
     pub account: ::std::string::String,
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// What a firing does; absent means a new thread (session) with the prompt.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continuation: ::std::option::Option<TriggerContinuation>,
@@ -327,7 +328,7 @@ pub struct AgentTriggerInfo {
     /// Whether the trigger fires.
     pub enabled: bool,
     /// Id of the trigger (a UUID).
-    pub id: ::std::string::String,
+    pub id: TriggerId,
     /// When the server last checked the source for new activity, Unix epoch milliseconds.
     #[serde(rename = "lastCheckedAt")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -365,10 +366,10 @@ impl AgentTriggerInfo {
     #[allow(clippy::new_without_default)]
     pub fn new(
         account: impl ::std::convert::Into<::std::string::String>,
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         created_at: impl ::std::convert::Into<i64>,
         enabled: impl ::std::convert::Into<bool>,
-        id: impl ::std::convert::Into<::std::string::String>,
+        id: impl ::std::convert::Into<TriggerId>,
         name: impl ::std::convert::Into<::std::string::String>,
         prompt: impl ::std::convert::Into<AgentTriggerInfoPrompt>,
         source: impl ::std::convert::Into<AgentTriggerSource>,
@@ -682,10 +683,10 @@ pub struct CombineAgentTriggers {
     pub other_expected_updated_at: i64,
     /// Id of the trigger to merge in and disable.
     #[serde(rename = "otherTriggerId")]
-    pub other_trigger_id: ::std::string::String,
+    pub other_trigger_id: TriggerId,
     /// Id of the trigger that survives.
     #[serde(rename = "triggerId")]
-    pub trigger_id: ::std::string::String,
+    pub trigger_id: TriggerId,
     /// Keep the other trigger's prompt and continuation instead of the survivor's.
     #[serde(rename = "useOtherAction")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -697,8 +698,8 @@ impl CombineAgentTriggers {
     pub fn new(
         expected_updated_at: impl ::std::convert::Into<i64>,
         other_expected_updated_at: impl ::std::convert::Into<i64>,
-        other_trigger_id: impl ::std::convert::Into<::std::string::String>,
-        trigger_id: impl ::std::convert::Into<::std::string::String>,
+        other_trigger_id: impl ::std::convert::Into<TriggerId>,
+        trigger_id: impl ::std::convert::Into<TriggerId>,
     ) -> Self {
         Self {
             expected_updated_at: expected_updated_at.into(),
@@ -773,7 +774,7 @@ impl CommentReplySource {
 pub struct CreateAgentTrigger {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
     /// Idempotency key chosen by the client, at most 256 bytes.
     #[serde(rename = "clientRequestId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -785,7 +786,7 @@ impl CreateAgentTrigger {
     /// A value with the required `agentId`, `trigger`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        agent_id: impl ::std::convert::Into<::std::string::String>,
+        agent_id: impl ::std::convert::Into<AgentId>,
         trigger: impl ::std::convert::Into<AgentTriggerInput>,
     ) -> Self {
         Self {
@@ -870,12 +871,12 @@ impl crate::Response for CreateAgentTriggerResponse {
 pub struct DeleteAgentTrigger {
     /// Id of the trigger to delete.
     #[serde(rename = "triggerId")]
-    pub trigger_id: ::std::string::String,
+    pub trigger_id: TriggerId,
 }
 impl DeleteAgentTrigger {
     /// A value with the required `triggerId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(trigger_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(trigger_id: impl ::std::convert::Into<TriggerId>) -> Self {
         Self { trigger_id: trigger_id.into() }
     }
 }
@@ -899,7 +900,7 @@ impl crate::Action for DeleteAgentTrigger {
 pub struct DeleteAgentTriggerResponse {
     /// Id of the deleted trigger.
     #[serde(rename = "triggerId")]
-    pub trigger_id: ::std::string::String,
+    pub trigger_id: TriggerId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -908,7 +909,7 @@ pub struct DeleteAgentTriggerResponse {
 impl DeleteAgentTriggerResponse {
     /// A value with the required `triggerId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(trigger_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(trigger_id: impl ::std::convert::Into<TriggerId>) -> Self {
         Self { trigger_id: trigger_id.into(), extra: ::std::default::Default::default() }
     }
 }
@@ -1005,12 +1006,12 @@ impl DocumentCommentSource {
 pub struct GetAgentTrigger {
     /// Id of the trigger.
     #[serde(rename = "triggerId")]
-    pub trigger_id: ::std::string::String,
+    pub trigger_id: TriggerId,
 }
 impl GetAgentTrigger {
     /// A value with the required `triggerId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(trigger_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(trigger_id: impl ::std::convert::Into<TriggerId>) -> Self {
         Self { trigger_id: trigger_id.into() }
     }
 }
@@ -1156,12 +1157,12 @@ impl ::std::convert::TryFrom<::std::string::String> for IntervalScheduleUnit {
 pub struct ListAgentTriggers {
     /// Id of the agent.
     #[serde(rename = "agentId")]
-    pub agent_id: ::std::string::String,
+    pub agent_id: AgentId,
 }
 impl ListAgentTriggers {
     /// A value with the required `agentId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(agent_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(agent_id: impl ::std::convert::Into<AgentId>) -> Self {
         Self { agent_id: agent_id.into() }
     }
 }
@@ -1300,7 +1301,7 @@ pub struct RunCompletedSource {
     /// Only runs of this agent.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub agent_id: ::std::option::Option<::std::string::String>,
+    pub agent_id: ::std::option::Option<AgentId>,
     /// Only runs that ended this way: `succeeded`, `failed` or `canceled`.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub status: ::std::option::Option<RunCompletedSourceStatus>,
@@ -1321,7 +1322,7 @@ impl RunCompletedSource {
     }
     /// Sets `agentId` (optional).
     #[must_use]
-    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<AgentId>) -> Self {
         self.agent_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -1635,7 +1636,7 @@ pub struct TriggerFiringInfo {
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub error: ::std::option::Option<::std::string::String>,
     /// Id of the firing.
-    pub id: ::std::string::String,
+    pub id: FiringId,
     /// For a compound trigger, the conditions that matched.
     ///
     /// Since protocol 3.
@@ -1645,11 +1646,11 @@ pub struct TriggerFiringInfo {
     /// Id of the run the firing started, when it started one.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub run_id: ::std::option::Option<::std::string::String>,
+    pub run_id: ::std::option::Option<RunId>,
     /// Id of the session the firing started, when it started one.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub session_id: ::std::option::Option<::std::string::String>,
+    pub session_id: ::std::option::Option<SessionId>,
     /// Status of the firing.
     pub status: ::std::string::String,
     /// Fields this build does not know, kept as received and sent back unchanged (so
@@ -1664,7 +1665,7 @@ impl TriggerFiringInfo {
         activity_key: impl ::std::convert::Into<::std::string::String>,
         activity_summary: impl ::std::convert::Into<::std::string::String>,
         created_at: impl ::std::convert::Into<i64>,
-        id: impl ::std::convert::Into<::std::string::String>,
+        id: impl ::std::convert::Into<FiringId>,
         status: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
         Self {
@@ -1697,13 +1698,13 @@ impl TriggerFiringInfo {
     }
     /// Sets `runId` (optional).
     #[must_use]
-    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn run_id(mut self, value: impl ::std::convert::Into<RunId>) -> Self {
         self.run_id = ::std::option::Option::Some(value.into());
         self
     }
     /// Sets `sessionId` (optional).
     #[must_use]
-    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn session_id(mut self, value: impl ::std::convert::Into<SessionId>) -> Self {
         self.session_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -1727,14 +1728,14 @@ pub struct UpdateAgentTrigger {
     pub patch: AgentTriggerPatch,
     /// Id of the trigger.
     #[serde(rename = "triggerId")]
-    pub trigger_id: ::std::string::String,
+    pub trigger_id: TriggerId,
 }
 impl UpdateAgentTrigger {
     /// A value with the required `patch`, `triggerId`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
         patch: impl ::std::convert::Into<AgentTriggerPatch>,
-        trigger_id: impl ::std::convert::Into<::std::string::String>,
+        trigger_id: impl ::std::convert::Into<TriggerId>,
     ) -> Self {
         Self {
             patch: patch.into(),
@@ -1862,7 +1863,7 @@ pub struct WakeContinuation {
     /// The run to wake; absent means any parked run of the account waiting for this signal.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub run_id: ::std::option::Option<::std::string::String>,
+    pub run_id: ::std::option::Option<RunId>,
     /// The signal's name; at most 256 bytes.
     pub signal: ::std::string::String,
     /// Fields this build does not know, kept as received and sent back unchanged (so
@@ -1889,7 +1890,7 @@ impl WakeContinuation {
     }
     /// Sets `runId` (optional).
     #[must_use]
-    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn run_id(mut self, value: impl ::std::convert::Into<RunId>) -> Self {
         self.run_id = ::std::option::Option::Some(value.into());
         self
     }

@@ -7,6 +7,7 @@
 //! response, its row of the `Action`/`Response` table).
 
 use super::envelope::{AgentAction, AgentResponse};
+use super::ids::{AttachmentId, SessionId, UploadId};
 use super::memory::{AgentMemoryEntry, MemoryUploadTarget};
 
 /// Abandons a chunked upload and discards its bytes. Needs, on the upload's target, the role `BeginFileUpload` needs (403 when the caller's role has dropped); 404 `Upload not found` for an unknown, expired or another account's upload.
@@ -20,12 +21,12 @@ use super::memory::{AgentMemoryEntry, MemoryUploadTarget};
 pub struct AbortFileUpload {
     /// Id of the upload, from `BeginFileUpload`.
     #[serde(rename = "uploadId")]
-    pub upload_id: ::std::string::String,
+    pub upload_id: UploadId,
 }
 impl AbortFileUpload {
     /// A value with the required `uploadId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(upload_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(upload_id: impl ::std::convert::Into<UploadId>) -> Self {
         Self { upload_id: upload_id.into() }
     }
 }
@@ -49,7 +50,7 @@ impl crate::Action for AbortFileUpload {
 pub struct AbortFileUploadResponse {
     /// Id of the abandoned upload.
     #[serde(rename = "uploadId")]
-    pub upload_id: ::std::string::String,
+    pub upload_id: UploadId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -58,7 +59,7 @@ pub struct AbortFileUploadResponse {
 impl AbortFileUploadResponse {
     /// A value with the required `uploadId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(upload_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(upload_id: impl ::std::convert::Into<UploadId>) -> Self {
         Self { upload_id: upload_id.into(), extra: ::std::default::Default::default() }
     }
 }
@@ -89,7 +90,7 @@ pub struct AppendFileUploadChunk {
     pub offset: i64,
     /// Id of the upload, from `BeginFileUpload`.
     #[serde(rename = "uploadId")]
-    pub upload_id: ::std::string::String,
+    pub upload_id: UploadId,
 }
 impl AppendFileUploadChunk {
     /// A value with the required `content`, `offset`, `uploadId`; optional fields unset.
@@ -97,7 +98,7 @@ impl AppendFileUploadChunk {
     pub fn new(
         content: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
         offset: impl ::std::convert::Into<i64>,
-        upload_id: impl ::std::convert::Into<::std::string::String>,
+        upload_id: impl ::std::convert::Into<UploadId>,
     ) -> Self {
         Self { content: content.into(), offset: offset.into(), upload_id: upload_id.into() }
     }
@@ -124,7 +125,7 @@ pub struct AppendFileUploadChunkResponse {
     pub received: i64,
     /// Id of the upload.
     #[serde(rename = "uploadId")]
-    pub upload_id: ::std::string::String,
+    pub upload_id: UploadId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -133,10 +134,7 @@ pub struct AppendFileUploadChunkResponse {
 impl AppendFileUploadChunkResponse {
     /// A value with the required `received`, `uploadId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(
-        received: impl ::std::convert::Into<i64>,
-        upload_id: impl ::std::convert::Into<::std::string::String>,
-    ) -> Self {
+    pub fn new(received: impl ::std::convert::Into<i64>, upload_id: impl ::std::convert::Into<UploadId>) -> Self {
         Self { received: received.into(), upload_id: upload_id.into(), extra: ::std::default::Default::default() }
     }
 }
@@ -160,7 +158,7 @@ impl crate::Response for AppendFileUploadChunkResponse {
 #[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct AttachmentContentPart {
     /// Id of the attachment: 64 lowercase hex characters (400 `Invalid attachment id` otherwise). It must exist in the session (404 `Attachment not found: <id>`).
-    pub id: ::std::string::String,
+    pub id: AttachmentId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -169,7 +167,7 @@ pub struct AttachmentContentPart {
 impl AttachmentContentPart {
     /// A value with the required `id`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(id: impl ::std::convert::Into<AttachmentId>) -> Self {
         Self { id: id.into(), extra: ::std::default::Default::default() }
     }
 }
@@ -217,7 +215,7 @@ pub struct BeginFileUploadResponse {
     pub max_chunk_bytes: i64,
     /// Id of the new upload.
     #[serde(rename = "uploadId")]
-    pub upload_id: ::std::string::String,
+    pub upload_id: UploadId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -228,7 +226,7 @@ impl BeginFileUploadResponse {
     #[allow(clippy::new_without_default)]
     pub fn new(
         max_chunk_bytes: impl ::std::convert::Into<i64>,
-        upload_id: impl ::std::convert::Into<::std::string::String>,
+        upload_id: impl ::std::convert::Into<UploadId>,
     ) -> Self {
         Self {
             max_chunk_bytes: max_chunk_bytes.into(),
@@ -260,12 +258,12 @@ impl crate::Response for BeginFileUploadResponse {
 pub struct CommitFileUpload {
     /// Id of the upload, from `BeginFileUpload`.
     #[serde(rename = "uploadId")]
-    pub upload_id: ::std::string::String,
+    pub upload_id: UploadId,
 }
 impl CommitFileUpload {
     /// A value with the required `uploadId`; optional fields unset.
     #[allow(clippy::new_without_default)]
-    pub fn new(upload_id: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn new(upload_id: impl ::std::convert::Into<UploadId>) -> Self {
         Self { upload_id: upload_id.into() }
     }
 }
@@ -360,17 +358,17 @@ impl ::std::convert::From<SessionAttachmentUploadTarget> for FileUploadTarget {
 pub struct ReadSessionAttachment {
     /// Id of the attachment (64 lowercase hex characters).
     #[serde(rename = "attachmentId")]
-    pub attachment_id: ::std::string::String,
+    pub attachment_id: AttachmentId,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
 }
 impl ReadSessionAttachment {
     /// A value with the required `attachmentId`, `sessionId`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        attachment_id: impl ::std::convert::Into<::std::string::String>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        attachment_id: impl ::std::convert::Into<AttachmentId>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self { attachment_id: attachment_id.into(), session_id: session_id.into() }
     }
@@ -435,7 +433,7 @@ pub struct SessionAttachmentInfo {
     #[serde(rename = "createdAt")]
     pub created_at: i64,
     /// Id: lowercase hex SHA-256 of the bytes (64 characters).
-    pub id: ::std::string::String,
+    pub id: AttachmentId,
     /// MIME type: the one given, else inferred from the name's extension; absent when unknown.
     #[serde(rename = "mimeType")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -444,7 +442,7 @@ pub struct SessionAttachmentInfo {
     pub name: ::std::string::String,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
     /// Size in bytes.
     pub size: i64,
     /// Fields this build does not know, kept as received and sent back unchanged (so
@@ -457,9 +455,9 @@ impl SessionAttachmentInfo {
     #[allow(clippy::new_without_default)]
     pub fn new(
         created_at: impl ::std::convert::Into<i64>,
-        id: impl ::std::convert::Into<::std::string::String>,
+        id: impl ::std::convert::Into<AttachmentId>,
         name: impl ::std::convert::Into<::std::string::String>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<SessionId>,
         size: impl ::std::convert::Into<i64>,
     ) -> Self {
         Self {
@@ -494,7 +492,7 @@ pub struct SessionAttachmentUploadTarget {
     pub name: ::std::string::String,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -505,7 +503,7 @@ impl SessionAttachmentUploadTarget {
     #[allow(clippy::new_without_default)]
     pub fn new(
         name: impl ::std::convert::Into<::std::string::String>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self {
             name: name.into(),
@@ -540,7 +538,7 @@ pub struct UploadSessionAttachment {
     pub name: ::std::string::String,
     /// Id of the session.
     #[serde(rename = "sessionId")]
-    pub session_id: ::std::string::String,
+    pub session_id: SessionId,
 }
 impl UploadSessionAttachment {
     /// A value with the required `content`, `name`, `sessionId`; optional fields unset.
@@ -548,7 +546,7 @@ impl UploadSessionAttachment {
     pub fn new(
         content: impl ::std::convert::Into<::seed_agents_protocol::Bytes>,
         name: impl ::std::convert::Into<::std::string::String>,
-        session_id: impl ::std::convert::Into<::std::string::String>,
+        session_id: impl ::std::convert::Into<SessionId>,
     ) -> Self {
         Self {
             content: content.into(),

@@ -6,6 +6,7 @@
 //! followed by its impls: constructor and setters, then trait impls (for an action or a
 //! response, its row of the `Action`/`Response` table).
 
+use super::ids::{AccountId, AgentId, RunId, SessionId, ToolCallId};
 use super::runs::AgentRunUsage;
 use super::sessions::SessionEvent;
 
@@ -19,7 +20,7 @@ pub struct AccountChangeHint {
     /// The agent concerned, when there is one.
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub agent_id: ::std::option::Option<::std::string::String>,
+    pub agent_id: ::std::option::Option<AgentId>,
     /// What changed, in kebab case, for example `agent-created`, `agent-updated`, `agent-deleted`, `agent-collaborators-changed`, `agent-invites-changed`, `agent-memory-changed`, `model-provider-changed`, `session-created`, `session-updated`, `session-deleted` or `session-event`. Clients must tolerate reasons they do not know.
     pub reason: ::std::string::String,
     /// hm:// resources a write produced, version-pinned (session-event hints only).
@@ -30,7 +31,7 @@ pub struct AccountChangeHint {
     /// The session concerned, when there is one.
     #[serde(rename = "sessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub session_id: ::std::option::Option<::std::string::String>,
+    pub session_id: ::std::option::Option<SessionId>,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -50,7 +51,7 @@ impl AccountChangeHint {
     }
     /// Sets `agentId` (optional).
     #[must_use]
-    pub fn agent_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn agent_id(mut self, value: impl ::std::convert::Into<AgentId>) -> Self {
         self.agent_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -62,7 +63,7 @@ impl AccountChangeHint {
     }
     /// Sets `sessionId` (optional).
     #[must_use]
-    pub fn session_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn session_id(mut self, value: impl ::std::convert::Into<SessionId>) -> Self {
         self.session_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -86,7 +87,7 @@ pub struct AgentRunActivity {
     /// In the `tool` phase: id of the tool call.
     #[serde(rename = "toolCallId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub tool_call_id: ::std::option::Option<::std::string::String>,
+    pub tool_call_id: ::std::option::Option<ToolCallId>,
     /// In the `tool` phase: the tool running.
     #[serde(rename = "toolName")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
@@ -123,7 +124,7 @@ impl AgentRunActivity {
     }
     /// Sets `toolCallId` (optional).
     #[must_use]
-    pub fn tool_call_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn tool_call_id(mut self, value: impl ::std::convert::Into<ToolCallId>) -> Self {
         self.tool_call_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -265,7 +266,7 @@ pub struct AppendFrame {
     /// `runs/<id>` keys: the run whose journal grew.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub run_id: ::std::option::Option<::std::string::String>,
+    pub run_id: ::std::option::Option<RunId>,
     /// `runs/<id>` keys: the journal entry sequence number.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub seq: ::std::option::Option<i64>,
@@ -311,7 +312,7 @@ impl AppendFrame {
     }
     /// Sets `runId` (optional).
     #[must_use]
-    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn run_id(mut self, value: impl ::std::convert::Into<RunId>) -> Self {
         self.run_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -339,7 +340,7 @@ pub struct AppendPartialFrame {
     /// `runs/<id>` keys only.
     #[serde(rename = "runId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
-    pub run_id: ::std::option::Option<::std::string::String>,
+    pub run_id: ::std::option::Option<RunId>,
     /// Fields this build does not know, kept as received and sent back unchanged (so
     /// get → modify → update loses nothing a newer server added).
     #[serde(flatten)]
@@ -363,7 +364,7 @@ impl AppendPartialFrame {
     }
     /// Sets `runId` (optional).
     #[must_use]
-    pub fn run_id(mut self, value: impl ::std::convert::Into<::std::string::String>) -> Self {
+    pub fn run_id(mut self, value: impl ::std::convert::Into<RunId>) -> Self {
         self.run_id = ::std::option::Option::Some(value.into());
         self
     }
@@ -602,7 +603,7 @@ impl Subscribe {
 pub struct SubscribedFrame {
     /// The account the socket is bound to, as a base58btc principal string (`z…`).
     #[serde(rename = "accountId")]
-    pub account_id: ::std::string::String,
+    pub account_id: AccountId,
     /// The key subscribed to.
     pub key: ::std::string::String,
     /// Fields this build does not know, kept as received and sent back unchanged (so
@@ -614,7 +615,7 @@ impl SubscribedFrame {
     /// A value with the required `accountId`, `key`; optional fields unset.
     #[allow(clippy::new_without_default)]
     pub fn new(
-        account_id: impl ::std::convert::Into<::std::string::String>,
+        account_id: impl ::std::convert::Into<AccountId>,
         key: impl ::std::convert::Into<::std::string::String>,
     ) -> Self {
         Self { account_id: account_id.into(), key: key.into(), extra: ::std::default::Default::default() }

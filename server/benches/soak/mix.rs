@@ -12,7 +12,7 @@ use seed_agents_protocol::generated::{
     GetAgent, GetSession, InviteAgentCollaborator, InvokeSessionTool, InvokeSessionToolVerb, ListAgents, ListSessions,
     MemoryUploadTarget, ReadAgentMemoryFile, SetModelProvider, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
-use seed_agents_protocol::{Bytes, Value};
+use seed_agents_protocol::{AgentId, Bytes, SessionId, Value};
 use seed_agents_sdk::{Client, Ed25519Signer};
 
 use super::fixtures::{definition, provider_config};
@@ -167,8 +167,8 @@ pub struct Worker {
     /// A writer collaborator: the other half of the reads, creates and verbs, and the session's
     /// WebSocket subscription.
     pub member: Client,
-    pub agent_id: String,
-    pub session_id: String,
+    pub agent_id: AgentId,
+    pub session_id: SessionId,
     rng: Rng,
     /// The size of each `soak/slot-<n>.bin` this worker wrote and has not deleted since (only
     /// its owner account writes those files, so this is what the server must have).
@@ -202,7 +202,7 @@ impl Worker {
         let created = client.create_agent(CreateAgent { client_request_id: None, definition }).await;
         let agent_id = created.expect("setup: CreateAgent").agent_id;
         let invite = InviteAgentCollaborator {
-            account_id: member.account().to_string(),
+            account_id: member.account().into(),
             agent_id: agent_id.clone(),
             role: AgentCollaboratorRole::Writer,
         };
@@ -426,7 +426,7 @@ impl Worker {
 
 fn create_session(agent_id: &str, client_request_id: Option<String>) -> CreateSession {
     CreateSession {
-        agent_id: agent_id.to_owned(),
+        agent_id: agent_id.into(),
         client_request_id,
         model_override: None,
         thoroughness: None,

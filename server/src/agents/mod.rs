@@ -41,7 +41,7 @@ pub(crate) fn info_from_row(row: &Row<'_>, role: Role) -> rusqlite::Result<Agent
         activity: None,
         created_at: row.get(7)?,
         definition,
-        id: row.get(0)?,
+        id: row.get::<_, String>(0)?.into(),
         public_chat: Some(row.get(6)?),
         public_read: Some(row.get(5)?),
         state_dir: row.get(3)?,
@@ -179,12 +179,12 @@ pub(crate) async fn create_agent(app: &App, caller: &Caller, action: CreateAgent
                 if let Some(trigger) = &trigger {
                     default_trigger::insert_or_skip(conn, &account, &id, trigger, now);
                 }
-                Ok(CreateAgentResponse { extra: Default::default(), agent_id: id })
+                Ok(CreateAgentResponse { extra: Default::default(), agent_id: id.into() })
             })
         })
         .await?;
     if !replayed {
-        app.bus.publish(Event::AgentChanged { agent_id: response.agent_id.clone() });
+        app.bus.publish(Event::AgentChanged { agent_id: response.agent_id.to_string() });
         app.bus.account_change(&caller.account_id, ChangeReason::AgentCreated, Some(&response.agent_id), None);
     }
     Ok(response)
@@ -231,7 +231,7 @@ pub(crate) async fn update_agent(app: &App, caller: &Caller, action: UpdateAgent
             Ok((agent_response(conn, &access.agent_id, access.role)?, access.owner_id))
         })
         .await?;
-    app.bus.publish(Event::AgentChanged { agent_id: response.agent.id.clone() });
+    app.bus.publish(Event::AgentChanged { agent_id: response.agent.id.to_string() });
     app.bus.account_change(owner, ChangeReason::AgentUpdated, Some(&response.agent.id), None);
     Ok(response)
 }
@@ -275,7 +275,7 @@ pub(crate) async fn delete_agent(app: &App, caller: &Caller, action: DeleteAgent
     for member in members {
         app.bus.account_change(member, ChangeReason::AgentDeleted, Some(&agent_id), None);
     }
-    Ok(DeleteAgentResponse { extra: Default::default(), agent_id })
+    Ok(DeleteAgentResponse { extra: Default::default(), agent_id: agent_id.into() })
 }
 
 async fn remove_state_dir(dir: PathBuf) {

@@ -167,10 +167,10 @@ impl<'a> SessionFiles<'a> {
         let info = SessionAttachmentInfo {
             extra: Default::default(),
             created_at: now_ms,
-            id: id.to_owned(),
+            id: id.into(),
             mime_type: mime_type_for(name, given_mime),
             name: name.to_owned(),
-            session_id: session_id.to_owned(),
+            session_id: session_id.into(),
             size: size as i64,
         };
         let meta = serde_json::to_vec(&info).map_err(ApiError::internal)?;

@@ -104,7 +104,7 @@ const COLLABORATOR_COLUMNS: &str = "account_id, role, status, created_at, update
 fn collaborator_from_row(row: &Row<'_>) -> rusqlite::Result<AgentCollaboratorInfo> {
     Ok(AgentCollaboratorInfo {
         extra: Default::default(),
-        account_id: row.get(0)?,
+        account_id: row.get::<_, String>(0)?.into(),
         role: access_role(parsed(row, 1)?),
         status: parsed(row, 2)?,
         created_at: row.get(3)?,
@@ -145,8 +145,8 @@ fn pending_invites(conn: &Connection, account_id: &str) -> ApiResult<Vec<AgentIn
     let rows = statement.query_map(params![account_id], |row| {
         Ok(AgentInviteInfo {
             extra: Default::default(),
-            agent_id: row.get(0)?,
-            owner_account_id: row.get(1)?,
+            agent_id: row.get::<_, String>(0)?.into(),
+            owner_account_id: row.get::<_, String>(1)?.into(),
             agent_name: definition_name(row, 2)?,
             role: parsed(row, 3)?,
             created_at: row.get(4)?,
@@ -177,7 +177,7 @@ pub(crate) async fn list_agent_collaborators(
             let agent = agent_summary(conn, &access.agent_id)?;
             let owner = AgentCollaboratorInfo {
                 extra: Default::default(),
-                account_id: access.owner_id.clone(),
+                account_id: access.owner_id.clone().into(),
                 role: AgentAccessRole::Owner,
                 status: AgentCollaboratorInfoStatus::Accepted,
                 created_at: agent.created_at,
@@ -187,7 +187,7 @@ pub(crate) async fn list_agent_collaborators(
             collaborators.extend(members(conn, &access.agent_id, access.role == Role::Owner)?);
             Ok(ListAgentCollaboratorsResponse {
                 extra: Default::default(),
-                agent_id: access.agent_id,
+                agent_id: access.agent_id.into(),
                 collaborators,
                 public_chat: agent.flags.chat,
                 public_read: agent.flags.read,
@@ -273,8 +273,8 @@ pub(crate) async fn remove_agent_collaborator(
             Ok((
                 RemoveAgentCollaboratorResponse {
                     extra: Default::default(),
-                    account_id: member,
-                    agent_id: access.agent_id,
+                    account_id: member.into(),
+                    agent_id: access.agent_id.into(),
                 },
                 access.owner_id,
             ))
@@ -313,7 +313,7 @@ pub(crate) async fn accept_agent_invite(
                 "UPDATE agent_collaborators SET status = 'accepted', accepted_at = ?3, updated_at = ?3
                  WHERE agent_id = ?1 AND account_id = ?2 AND status = 'pending'",
             )?
-            .execute(params![action.agent_id, account, now])?;
+            .execute(params![action.agent_id.as_str(), account, now])?;
             let access = access::require(conn, &action.agent_id, &account, Need::Read)?;
             Ok((agents::load_info(conn, &access.agent_id, access.role)?, owner))
         })
@@ -336,7 +336,7 @@ pub(crate) async fn decline_agent_invite(
             conn.prepare_cached(
                 "DELETE FROM agent_collaborators WHERE agent_id = ?1 AND account_id = ?2 AND status = 'pending'",
             )?
-            .execute(params![action.agent_id, account])?;
+            .execute(params![action.agent_id.as_str(), account])?;
             Ok((action.agent_id, owner))
         })
         .await?;
@@ -351,7 +351,8 @@ pub(crate) async fn set_agent_public_read(
     action: SetAgentPublicRead,
 ) -> ApiResult<SetAgentPublicReadResponse> {
     let public_read = action.public_read;
-    let agent = set_public_flags(app, caller, action.agent_id, move |flags| Ok(flags.with_read(public_read))).await?;
+    let agent =
+        set_public_flags(app, caller, action.agent_id.into(), move |flags| Ok(flags.with_read(public_read))).await?;
     Ok(SetAgentPublicReadResponse { extra: Default::default(), agent })
 }
 
@@ -362,7 +363,8 @@ pub(crate) async fn set_agent_public_chat(
     action: SetAgentPublicChat,
 ) -> ApiResult<SetAgentPublicChatResponse> {
     let public_chat = action.public_chat;
-    let agent = set_public_flags(app, caller, action.agent_id, move |flags| flags.with_chat(public_chat)).await?;
+    let agent =
+        set_public_flags(app, caller, action.agent_id.into(), move |flags| flags.with_chat(public_chat)).await?;
     Ok(SetAgentPublicChatResponse { extra: Default::default(), agent })
 }
 
@@ -382,11 +384,13 @@ where
             conn.prepare_cached("UPDATE agents SET public_read = ?2, public_chat = ?3, updated_at = ?4 WHERE id = ?1")?
                 .execute(params![access.agent_id, flags.read, flags.chat, now])?;
             let mut audience = vec![access.owner_id];
-            audience.extend(members(conn, &access.agent_id, false)?.into_iter().map(|member| member.account_id));
+            audience.extend(
+                members(conn, &access.agent_id, false)?.into_iter().map(|member| member.account_id.into_string()),
+            );
             Ok((agents::load_info(conn, &access.agent_id, Role::Owner)?, audience))
         })
         .await?;
-    app.bus.publish(Event::AgentChanged { agent_id: agent.id.clone() });
+    app.bus.publish(Event::AgentChanged { agent_id: agent.id.to_string() });
     for account in audience {
         app.bus.account_change(account, ChangeReason::AgentCollaboratorsChanged, Some(&agent.id), None);
     }
@@ -466,18 +470,23 @@ mod tests {
             member: &str,
             role: AgentCollaboratorRole,
         ) -> ApiResult<AgentCollaboratorInfo> {
-            let action = InviteAgentCollaborator { account_id: member.into(), agent_id: self.agent_id.clone(), role };
+            let action =
+                InviteAgentCollaborator { account_id: member.into(), agent_id: self.agent_id.clone().into(), role };
             Ok(invite_agent_collaborator(&self.app, by, action).await?.collaborator)
         }
 
         async fn remove(&self, by: &Caller, member: &str) -> ApiResult<RemoveAgentCollaboratorResponse> {
-            let action = RemoveAgentCollaborator { account_id: member.into(), agent_id: self.agent_id.clone() };
+            let action = RemoveAgentCollaborator { account_id: member.into(), agent_id: self.agent_id.clone().into() };
             remove_agent_collaborator(&self.app, by, action).await
         }
 
         async fn collaborators(&self, caller: &Caller) -> ApiResult<ListAgentCollaboratorsResponse> {
-            list_agent_collaborators(&self.app, caller, ListAgentCollaborators { agent_id: self.agent_id.clone() })
-                .await
+            list_agent_collaborators(
+                &self.app,
+                caller,
+                ListAgentCollaborators { agent_id: self.agent_id.clone().into() },
+            )
+            .await
         }
 
         async fn invites(&self, caller: &Caller) -> Vec<AgentInviteInfo> {
@@ -485,22 +494,22 @@ mod tests {
         }
 
         async fn accept(&self, caller: &Caller) -> ApiResult<AgentInfo> {
-            Ok(accept_agent_invite(&self.app, caller, AcceptAgentInvite { agent_id: self.agent_id.clone() })
+            Ok(accept_agent_invite(&self.app, caller, AcceptAgentInvite { agent_id: self.agent_id.clone().into() })
                 .await?
                 .agent)
         }
 
         async fn decline(&self, caller: &Caller) -> ApiResult<DeclineAgentInviteResponse> {
-            decline_agent_invite(&self.app, caller, DeclineAgentInvite { agent_id: self.agent_id.clone() }).await
+            decline_agent_invite(&self.app, caller, DeclineAgentInvite { agent_id: self.agent_id.clone().into() }).await
         }
 
         async fn public_read(&self, caller: &Caller, public_read: bool) -> ApiResult<AgentInfo> {
-            let action = SetAgentPublicRead { agent_id: self.agent_id.clone(), public_read };
+            let action = SetAgentPublicRead { agent_id: self.agent_id.clone().into(), public_read };
             Ok(set_agent_public_read(&self.app, caller, action).await?.agent)
         }
 
         async fn public_chat(&self, caller: &Caller, public_chat: bool) -> ApiResult<AgentInfo> {
-            let action = SetAgentPublicChat { agent_id: self.agent_id.clone(), public_chat };
+            let action = SetAgentPublicChat { agent_id: self.agent_id.clone().into(), public_chat };
             Ok(set_agent_public_chat(&self.app, caller, action).await?.agent)
         }
     }

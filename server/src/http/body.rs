@@ -413,13 +413,13 @@ mod tests {
         content.extend((0..16).map(|_| {
             MessageSessionContentPart::AttachmentContentPart(AttachmentContentPart {
                 extra: Default::default(),
-                id: "0".repeat(64),
+                id: "0".repeat(64).into(),
             })
         }));
         let message = signed(AgentAction::MessageSession(MessageSession {
             client_message_id: Some("m".repeat(64)),
             content,
-            session_id: "s".repeat(36),
+            session_id: "s".repeat(36).into(),
         }))
         .await;
         println!(

@@ -416,7 +416,7 @@ fn identity(
     let string = |key: &str| string_field(metadata, key).map(str::to_owned);
     SigningIdentity {
         extra: Default::default(),
-        account_id: string("accountId"),
+        account_id: string("accountId").map(Into::into),
         created_at,
         dev: match metadata.get("dev") {
             Some(Ipld::Bool(dev)) => Some(*dev),

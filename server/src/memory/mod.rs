@@ -67,7 +67,7 @@ pub(crate) async fn list_agent_memory(
     let (entries, total_bytes) = blocking(move || store::list_all(&root)).await?;
     Ok(ListAgentMemoryResponse {
         extra: Default::default(),
-        agent_id: memory.agent_id,
+        agent_id: memory.agent_id.into(),
         entries,
         total_bytes,
         truncated: None,
@@ -90,7 +90,7 @@ pub(crate) async fn list_agent_memory_dir(
     let (path, entries, total_bytes) = blocking(move || store::list_dir(&root, path.as_ref())).await?;
     Ok(ListAgentMemoryDirResponse {
         extra: Default::default(),
-        agent_id: memory.agent_id,
+        agent_id: memory.agent_id.into(),
         entries,
         path,
         total_bytes,
@@ -108,7 +108,7 @@ pub(crate) async fn read_agent_memory_file(
     let path = MemoryPath::parse(&action.path)?;
     let root = memory.root.clone();
     let file = blocking(move || store::read(&root, &path)).await?;
-    Ok(ReadAgentMemoryFileResponse { extra: Default::default(), agent_id: memory.agent_id, file })
+    Ok(ReadAgentMemoryFileResponse { extra: Default::default(), agent_id: memory.agent_id.into(), file })
 }
 
 /// `WriteAgentMemoryFile {agentId, path, content}` (writer): the whole file, string as UTF-8 or
@@ -127,7 +127,7 @@ pub(crate) async fn write_agent_memory_file(
     let root = memory.root.clone();
     let entry = blocking(move || store::write(&root, &path, &content)).await?;
     changed(app, &memory);
-    Ok(WriteAgentMemoryFileResponse { extra: Default::default(), agent_id: memory.agent_id, entry })
+    Ok(WriteAgentMemoryFileResponse { extra: Default::default(), agent_id: memory.agent_id.into(), entry })
 }
 
 /// `DeleteAgentMemoryFile {agentId, path}` (writer): a file, or a directory recursively;
@@ -146,7 +146,7 @@ pub(crate) async fn delete_agent_memory_file(
     }
     Ok(DeleteAgentMemoryFileResponse {
         extra: Default::default(),
-        agent_id: memory.agent_id,
+        agent_id: memory.agent_id.into(),
         deleted,
         path: path.as_str().to_owned(),
     })
@@ -164,7 +164,7 @@ pub(crate) async fn upload_agent_memory_file_to_ipfs(
     let published = ipfs::publish(&client, memory.root.clone(), path.clone()).await?;
     Ok(UploadAgentMemoryFileToIpfsResponse {
         extra: Default::default(),
-        agent_id: memory.agent_id,
+        agent_id: memory.agent_id.into(),
         url: format!("ipfs://{}", published.cid),
         cid: published.cid,
         mime_type: mime::infer(path.as_str()),
@@ -189,7 +189,7 @@ pub(crate) async fn download_agent_memory_file(
     changed(app, &memory);
     Ok(DownloadAgentMemoryFileResponse {
         extra: Default::default(),
-        agent_id: memory.agent_id,
+        agent_id: memory.agent_id.into(),
         content_type: done.content_type,
         entry: done.entry,
         final_url: done.final_url,

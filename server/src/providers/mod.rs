@@ -496,7 +496,7 @@ mod tests {
         assert_eq!((again.id.as_str(), again.created_at, again.updated_at), (first.id.as_str(), 1_000, 1_030));
 
         let list = |agent_id: Option<&str>| {
-            list_model_providers(&app, &caller, ListModelProviders { agent_id: agent_id.map(str::to_owned) })
+            list_model_providers(&app, &caller, ListModelProviders { agent_id: agent_id.map(Into::into) })
         };
         let names: Vec<String> = list(None).await.unwrap().providers.into_iter().map(|p| p.name).collect();
         assert_eq!(names, ["main", "sub2", "sub1"]);

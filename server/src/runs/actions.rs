@@ -71,16 +71,16 @@ pub(crate) async fn list_runs(app: &App, caller: &Caller, action: ListRuns) -> A
                 return Ok(ListRunsResponse { extra: Default::default(), runs: Vec::new() });
             }
             let mut runs = match selector {
-                Selector::Root(root) => info::select(conn, "r.root_run_id = ?1", "r.created_at, r.id", -1, &[root])?,
+                Selector::Root(root) => info::select(conn, "r.root_run_id = ?1", "r.created_at, r.id", -1, &[&root])?,
                 Selector::Session(session) => info::select(
                     conn,
                     "r.session_id = ?1 AND r.id = r.root_run_id",
                     "r.created_at DESC, r.id DESC",
                     limit,
-                    &[session],
+                    &[&session],
                 )?,
                 Selector::Agent(agent) => {
-                    info::select(conn, "r.agent_id = ?1", "r.created_at DESC, r.id DESC", limit, &[agent])?
+                    info::select(conn, "r.agent_id = ?1", "r.created_at DESC, r.id DESC", limit, &[&agent])?
                 }
             };
             if let Some(status) = action.status {
@@ -95,9 +95,9 @@ pub(crate) async fn list_runs(app: &App, caller: &Caller, action: ListRuns) -> A
 /// One of `ListRuns`'s selectors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Selector<'a> {
-    Root(&'a String),
-    Session(&'a String),
-    Agent(&'a String),
+    Root(&'a str),
+    Session(&'a str),
+    Agent(&'a str),
 }
 
 impl Selector<'_> {

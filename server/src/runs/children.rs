@@ -124,7 +124,7 @@ fn answered(conn: &Connection, session_id: &str) -> ApiResult<HashSet<String>> {
         .into_iter()
         .filter_map(|event| match event.event {
             SessionEventPayload::ToolResultEvent(result) if result.actor != Some(SessionActor::User) => {
-                Some(result.tool_call_id)
+                Some(result.tool_call_id.into_string())
             }
             _ => None,
         })
@@ -309,7 +309,7 @@ fn deliver(
             meta: None,
             name: DELEGATE.to_owned(),
             output: Some(output),
-            tool_call_id: call_id.to_owned(),
+            tool_call_id: call_id.into(),
             type_: ToolResultEventType::ToolResult,
         });
         append(conn, session_id, &parent.account_id, agent_id, payload, now_ms, changes)?;

@@ -195,7 +195,7 @@ impl Engine {
         let bus = &self.inner.bus;
         for run in changes.runs {
             if run.agent_id.is_some() {
-                let end_watched = changes.watched.contains(&run.id);
+                let end_watched = changes.watched.iter().any(|watched| *watched == run.id);
                 bus.publish(Event::RunChanged { run: Arc::new(run), end_watched });
             }
         }

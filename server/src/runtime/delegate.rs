@@ -562,7 +562,7 @@ fn spawn_detached(
     let (child_session, event) = new_session(conn, owner, agent_id, session_id, &title, title_source, brief, now)?;
     let input = BTreeMap::from([
         ("kind".to_owned(), Ipld::String("session-message".into())),
-        ("userEventIds".to_owned(), Ipld::List(vec![Ipld::String(event.id.clone())])),
+        ("userEventIds".to_owned(), Ipld::List(vec![Ipld::String(event.id.to_string())])),
     ]);
     let run = NewRun {
         account_id: owner.to_owned(),

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use ipld_core::ipld::Ipld;
+use seed_agents_protocol::AttachmentId;
 use seed_agents_protocol::generated::{
     MessageEvent, MessageEventRole, MessageEventType, MessageSession, MessageSessionContentPart,
     MessageSessionResponse, SessionAttachmentInfo, SessionEventMeta, SessionEventPayload,
@@ -51,7 +52,7 @@ struct Part {
     blocks: Option<Vec<seed_agents_protocol::generated::AgentPromptBlock>>,
     client_message_id: Option<String>,
     context_lines: Option<Vec<String>>,
-    attachment_ids: Vec<String>,
+    attachment_ids: Vec<AttachmentId>,
 }
 
 /// The request's content as user messages, with upstream's checks and messages.
@@ -61,7 +62,7 @@ fn parts(content: &[MessageSessionContentPart]) -> ApiResult<Vec<Part>> {
         return Err(required());
     }
     let mut context_lines = Vec::new();
-    let mut attachment_ids: Vec<String> = Vec::new();
+    let mut attachment_ids: Vec<AttachmentId> = Vec::new();
     let mut parts = Vec::new();
     for part in content {
         match part {
@@ -164,7 +165,7 @@ pub(crate) async fn message_session(
     let session_id = action.session_id.clone();
     let answer = |assistant_event_id: String| MessageSessionResponse {
         extra: Default::default(),
-        assistant_event_id,
+        assistant_event_id: assistant_event_id.into(),
         continued_to_session_id: None,
         session_id: session_id.clone(),
     };
@@ -193,8 +194,11 @@ pub(crate) async fn message_session(
                     .map(|id| crate::attachments::store::info(&dir, id))
                     .collect::<ApiResult<_>>()?
             };
-            let meta =
-                SessionEventMeta { account_id: Some(account.clone()), signer_id: Some(signer), ..Default::default() };
+            let meta = SessionEventMeta {
+                account_id: Some(account.clone().into()),
+                signer_id: Some(signer),
+                ..Default::default()
+            };
             let mut appended = Vec::new();
             for (index, part) in parts.iter().enumerate() {
                 let payload = SessionEventPayload::MessageEvent(MessageEvent {
@@ -214,9 +218,9 @@ pub(crate) async fn message_session(
                 appended.push(events::append(conn, &write_session, payload, now)?);
             }
             conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
-                .execute(rusqlite::params![write_session, now])?;
+                .execute(rusqlite::params![write_session.as_str(), now])?;
             let queued_behind = runs::session_has_active_turn(conn, &write_session)?;
-            let ids: Vec<Ipld> = appended.iter().map(|event| Ipld::String(event.id.clone())).collect();
+            let ids: Vec<Ipld> = appended.iter().map(|event| Ipld::String(event.id.to_string())).collect();
             let input = Ipld::Map(
                 [
                     ("kind".to_owned(), Ipld::String("session-message".to_owned())),
@@ -229,7 +233,7 @@ pub(crate) async fn message_session(
             let run = NewRun {
                 account_id: access.owner_id.clone(),
                 agent_id: access.agent_id.clone(),
-                session_id: write_session.clone(),
+                session_id: write_session.to_string(),
                 origin: "user",
                 title: Some(run_title(&parts[0].raw)),
                 input,
@@ -322,7 +326,10 @@ mod tests {
         assert_eq!(message(vec![context(65, 1), text("a")]).unwrap_err(), "Too many context lines");
         assert_eq!(message(vec![context(1, 2049), text("a")]).unwrap_err(), "Context line is too large");
         let attachment = |id: String| {
-            MessageSessionContentPart::AttachmentContentPart(AttachmentContentPart { extra: Default::default(), id })
+            MessageSessionContentPart::AttachmentContentPart(AttachmentContentPart {
+                extra: Default::default(),
+                id: id.into(),
+            })
         };
         assert_eq!(message(vec![attachment("x".into()), text("a")]).unwrap_err(), "Invalid attachment id");
         let many: Vec<_> = (0..17).map(|n| attachment(format!("{n:064x}"))).chain([text("a")]).collect();
@@ -343,11 +350,11 @@ mod tests {
             }),
             MessageSessionContentPart::AttachmentContentPart(AttachmentContentPart {
                 extra: Default::default(),
-                id: id.clone(),
+                id: id.clone().into(),
             }),
             MessageSessionContentPart::AttachmentContentPart(AttachmentContentPart {
                 extra: Default::default(),
-                id: id.clone(),
+                id: id.clone().into(),
             }),
             text("second"),
         ])

@@ -345,9 +345,9 @@ fn dangling_in(
             SessionEventPayload::ToolCallEvent(call)
                 if call.actor != Some(SessionActor::User)
                     && !answered.contains(call.id.as_str())
-                    && !pending.contains(&call.id) =>
+                    && !pending.contains(call.id.as_str()) =>
             {
-                Some((call.id.clone(), call.name.clone()))
+                Some((call.id.to_string(), call.name.clone()))
             }
             _ => None,
         })
@@ -456,7 +456,7 @@ impl Turn {
                         meta: None,
                         name,
                         output: None,
-                        tool_call_id: id,
+                        tool_call_id: id.into(),
                         type_: ToolResultEventType::ToolResult,
                     });
                     appended.push(events::append(conn, &session_id, result, now)?);
@@ -513,7 +513,7 @@ impl Turn {
                 Ok(event)
             })
             .await?;
-        let id = event.id.clone();
+        let id = event.id.to_string();
         events::announce(&self.app.bus, &self.owner_id, &self.agent_id, vec![event]);
         Ok(id)
     }

@@ -425,7 +425,7 @@ async fn run_tools(
         turn.append(SessionEventPayload::ToolCallEvent(ToolCallEvent {
             extra: Default::default(),
             actor: None,
-            id: call.id.clone(),
+            id: call.id.clone().into(),
             input,
             meta: None,
             name: call.name.clone(),
@@ -446,7 +446,7 @@ async fn run_tools(
                         detail: detail(&call.arguments),
                         output_tail: None,
                         phase: AgentRunActivityPhase::Tool,
-                        tool_call_id: Some(call.id.clone()),
+                        tool_call_id: Some(call.id.clone().into()),
                         tool_name: Some(call.name.clone()),
                     },
                 );
@@ -476,7 +476,7 @@ async fn run_tools(
                 meta: Some(SessionEventMeta { duration_ms: Some(duration), ..Default::default() }),
                 name: call.name.clone(),
                 output,
-                tool_call_id: call.id.clone(),
+                tool_call_id: call.id.clone().into(),
                 type_: ToolResultEventType::ToolResult,
             }))
             .await?;

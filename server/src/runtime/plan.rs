@@ -50,7 +50,7 @@ fn store(conn: &Connection, session_id: &str, plan: Option<&RunPlan>, now: i64) 
 fn copy_to_run(conn: &Connection, plan: &RunPlan) -> ApiResult<()> {
     if let Some(owner) = &plan.owner_run_id {
         let bytes = wire::to_vec(plan).map_err(ApiError::internal)?;
-        conn.prepare_cached("UPDATE runs SET plan_cbor = ?2 WHERE id = ?1")?.execute(params![owner, bytes])?;
+        conn.prepare_cached("UPDATE runs SET plan_cbor = ?2 WHERE id = ?1")?.execute(params![owner.as_str(), bytes])?;
     }
     Ok(())
 }
@@ -109,8 +109,13 @@ pub(crate) async fn apply(turn: &Turn, arguments: &Json) -> ApiResult<Json> {
         .db
         .write(move |conn| {
             let previous = load(conn, &session_id)?;
-            let mut plan =
-                RunPlan { extra: Default::default(), owner_run_id: Some(run_id), settled_at: None, steps, title };
+            let mut plan = RunPlan {
+                extra: Default::default(),
+                owner_run_id: Some(run_id.into()),
+                settled_at: None,
+                steps,
+                title,
+            };
             let all_settled = !plan.steps.is_empty() && plan.steps.iter().all(settled);
             if let Some(previous) = &previous {
                 // A step the runtime settled from its children keeps the mark while it stays done.

@@ -276,10 +276,10 @@ impl<'a> Replay<'a> {
                     return; // an agent result for a user's call is not an answer to it
                 }
                 self.flush();
-                if !self.emitted.contains(&result.tool_call_id) {
+                if !self.emitted.contains(result.tool_call_id.as_str()) {
                     // A result whose call is not in the log: give the model both halves.
                     let call = ToolCall {
-                        id: result.tool_call_id.clone(),
+                        id: result.tool_call_id.to_string(),
                         name: result.name.clone(),
                         arguments: Json::Object(Default::default()),
                     };
@@ -290,13 +290,13 @@ impl<'a> Replay<'a> {
                         thinking: Vec::new(),
                     });
                     self.messages.push(Message::ToolResults(vec![ToolResult {
-                        call_id: result.tool_call_id.clone(),
+                        call_id: result.tool_call_id.to_string(),
                         name: result.name.clone(),
                         text,
                         images: Vec::new(),
                         is_error,
                     }]));
-                    self.emitted.insert(result.tool_call_id.clone());
+                    self.emitted.insert(result.tool_call_id.to_string());
                 }
             }
             SessionEventPayload::ErrorEvent(_)
@@ -335,7 +335,7 @@ impl<'a> Replay<'a> {
 
 fn agent_call(call: &ToolCallEvent) -> ToolCall {
     let name = if call.name.is_empty() { "read".to_owned() } else { call.name.clone() };
-    ToolCall { id: call.id.clone(), name, arguments: json_arguments(&call.input) }
+    ToolCall { id: call.id.to_string(), name, arguments: json_arguments(&call.input) }
 }
 
 /// A user message as the model reads it: who sent it, what it says, the context lines the

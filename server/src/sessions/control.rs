@@ -54,7 +54,7 @@ pub(crate) async fn retry_session(
                 .prepare_cached(
                     "SELECT id, status, title FROM runs WHERE session_id = ?1 ORDER BY created_at DESC, id DESC LIMIT 1",
                 )?
-                .query_row(params![session_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+                .query_row(params![session_id.as_str()], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
                 .optional()?;
             let Some((failed_run, _, title)) = latest.filter(|(_, status, _)| status == "failed") else {
                 return Err(ApiError::invalid(NOTHING_TO_RETRY));
@@ -66,7 +66,7 @@ pub(crate) async fn retry_session(
             let run = NewRun {
                 account_id: access.owner_id,
                 agent_id: access.agent_id,
-                session_id: session_id.clone(),
+                session_id: session_id.to_string(),
                 origin: "user",
                 title,
                 input,
@@ -89,7 +89,11 @@ pub(crate) async fn retry_session(
         InlineOutcome::Finished(Outcome::Failed(failure)) => return Err(failure.to_api_error()),
         InlineOutcome::Finished(Outcome::Parked(_)) | InlineOutcome::Requeued => String::new(),
     };
-    Ok(RetrySessionResponse { extra: Default::default(), assistant_event_id, session_id: action.session_id })
+    Ok(RetrySessionResponse {
+        extra: Default::default(),
+        assistant_event_id: assistant_event_id.into(),
+        session_id: action.session_id,
+    })
 }
 
 /// `output.assistantEventId` when the output is a map holding a string there, else ''.

@@ -36,9 +36,9 @@ pub(crate) fn append(
         extra: Default::default(),
         created_at: now,
         event: payload,
-        id,
+        id: id.into(),
         seq,
-        session_id: session_id.to_owned(),
+        session_id: session_id.into(),
         truncated: None,
     })
 }
@@ -94,9 +94,9 @@ fn decode(session_id: &str, (id, seq, bytes, created_at): RawEvent) -> ApiResult
         extra: Default::default(),
         created_at,
         event,
-        id,
+        id: id.into(),
         seq,
-        session_id: session_id.to_owned(),
+        session_id: session_id.into(),
         truncated: None,
     })
 }

@@ -63,17 +63,17 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
         extra: Default::default(),
         account: row.get(1)?,
         activity: None,
-        agent_id: row.get(2)?,
+        agent_id: row.get::<_, String>(2)?.into(),
         child_session_count: Some(row.get(10)?),
         continued_from: None,
         continued_to: None,
         created_at: row.get(11)?,
         description: row.get(9)?,
-        id: row.get(0)?,
+        id: row.get::<_, String>(0)?.into(),
         model_override,
-        parent_session_id: row.get(5)?,
+        parent_session_id: row.get::<_, Option<String>>(5)?.map(Into::into),
         plan,
-        run_id: row.get(6)?,
+        run_id: row.get::<_, Option<String>>(6)?.map(Into::into),
         started_by_trigger: None,
         status: match status.as_str() {
             "streaming" => SessionInfoStatus::Streaming,
@@ -213,13 +213,13 @@ pub(crate) async fn create_session(
                     action.thoroughness.map(|value| value.to_string()),
                     now
                 ])?;
-                Ok(CreateSessionResponse { extra: Default::default(), session_id: id })
+                Ok(CreateSessionResponse { extra: Default::default(), session_id: id.into() })
             })?;
             Ok((response, access.agent_id, access.owner_id, replayed))
         })
         .await?;
     if !replayed {
-        let session_id = response.session_id.clone();
+        let session_id = response.session_id.to_string();
         app.bus.publish(Event::SessionChanged { session_id: session_id.clone(), agent_id: agent_id.clone() });
         app.bus.account_change(owner, ChangeReason::SessionCreated, Some(&agent_id), Some(&session_id));
     }
@@ -247,7 +247,7 @@ pub(crate) async fn list_sessions(app: &App, caller: &Caller, action: ListSessio
                 (true, Some(last)) => Some(SessionListCursor {
                     extra: Default::default(),
                     updated_before: last.updated_at,
-                    id_before: last.id.clone(),
+                    id_before: last.id.to_string(),
                 }),
                 _ => None,
             };
@@ -277,7 +277,7 @@ fn page(conn: &Connection, account: &str, action: &ListSessions, limit: i64) -> 
         format!("?{}", values.len())
     };
     match &action.agent_id {
-        Some(agent_id) => sql.push_str(&format!("s.agent_id = {}", bind(agent_id.clone().into()))),
+        Some(agent_id) => sql.push_str(&format!("s.agent_id = {}", bind(agent_id.to_string().into()))),
         None => {
             let account = bind(account.to_owned().into());
             sql.push_str(&format!(
@@ -287,7 +287,7 @@ fn page(conn: &Connection, account: &str, action: &ListSessions, limit: i64) -> 
         }
     }
     if let Some(parent) = &action.parent_session_id {
-        sql.push_str(&format!(" AND s.parent_session_id = {}", bind(parent.clone().into())));
+        sql.push_str(&format!(" AND s.parent_session_id = {}", bind(parent.to_string().into())));
     } else if action.include_children == Some(false) {
         sql.push_str(" AND s.parent_session_id IS NULL");
     }
@@ -410,7 +410,7 @@ pub(crate) async fn update_session(
                 conn.prepare_cached(
                     "UPDATE sessions SET title = ?2, title_source = 'user', updated_at = ?3 WHERE id = ?1",
                 )?
-                .execute(params![action.session_id, title, now])?;
+                .execute(params![action.session_id.as_str(), title, now])?;
             }
             let model_override = match &action.model_override {
                 Nullable::Absent => None,
@@ -422,7 +422,7 @@ pub(crate) async fn update_session(
             };
             if let Some(model_override) = model_override {
                 conn.prepare_cached("UPDATE sessions SET model_override_cbor = ?2, updated_at = ?3 WHERE id = ?1")?
-                    .execute(params![action.session_id, model_override, now])?;
+                    .execute(params![action.session_id.as_str(), model_override, now])?;
             }
             let thoroughness = match &action.thoroughness {
                 Nullable::Absent => None,
@@ -431,12 +431,13 @@ pub(crate) async fn update_session(
             };
             if let Some(thoroughness) = thoroughness {
                 conn.prepare_cached("UPDATE sessions SET thoroughness = ?2, updated_at = ?3 WHERE id = ?1")?
-                    .execute(params![action.session_id, thoroughness, now])?;
+                    .execute(params![action.session_id.as_str(), thoroughness, now])?;
             }
             Ok((load_info(conn, &action.session_id)?, access.owner_id))
         })
         .await?;
-    app.bus.publish(Event::SessionChanged { session_id: session.id.clone(), agent_id: session.agent_id.clone() });
+    app.bus
+        .publish(Event::SessionChanged { session_id: session.id.to_string(), agent_id: session.agent_id.to_string() });
     app.bus.account_change(owner, ChangeReason::SessionUpdated, Some(&session.agent_id), Some(&session.id));
     Ok(UpdateSessionResponse { extra: Default::default(), session })
 }
@@ -457,10 +458,10 @@ pub(crate) async fn delete_session(
             let mut changes = crate::runs::Changes::default();
             let canceled = crate::runs::cancel::cancel_session(conn, &action.session_id, now, &ending, &mut changes)?;
             // Events go by cascade; children are promoted and runs detached by ON DELETE SET NULL.
-            conn.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute(params![action.session_id])?;
+            conn.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute(params![action.session_id.as_str()])?;
             let response = DeleteSessionResponse {
                 extra: Default::default(),
-                agent_id: access.agent_id,
+                agent_id: access.agent_id.into(),
                 session_id: action.session_id,
             };
             Ok((response, access.owner_id, canceled, changes))
@@ -468,10 +469,10 @@ pub(crate) async fn delete_session(
         .await?;
     app.runs.after_cancel(canceled, changes, None);
     app.bus.publish(Event::SessionChanged {
-        session_id: response.session_id.clone(),
-        agent_id: response.agent_id.clone(),
+        session_id: response.session_id.to_string(),
+        agent_id: response.agent_id.to_string(),
     });
-    crate::attachments::remove_for_sessions(app, vec![response.session_id.clone()]).await;
+    crate::attachments::remove_for_sessions(app, vec![response.session_id.to_string()]).await;
     app.bus.account_change(owner, ChangeReason::SessionDeleted, Some(&response.agent_id), Some(&response.session_id));
     Ok(response)
 }

@@ -97,7 +97,7 @@ pub(crate) async fn list_agent_tools(
         .iter()
         .map(|stored| info(stored, is_granted(stored, &granted)))
         .collect::<ApiResult<Vec<_>>>()?;
-    Ok(ListAgentToolsResponse { extra: Default::default(), agent_id: access.agent_id, tools })
+    Ok(ListAgentToolsResponse { extra: Default::default(), agent_id: access.agent_id.into(), tools })
 }
 
 /// `SaveAgentTool {agentId, tool, previousName?}` (writer): creates a lambda, or replaces
@@ -159,7 +159,11 @@ pub(crate) async fn save_agent_tool(
         })
         .await?;
     changed(app, &access.owner_id, &access.agent_id);
-    Ok(SaveAgentToolResponse { extra: Default::default(), agent_id: access.agent_id, tool: info(&saved, false)? })
+    Ok(SaveAgentToolResponse {
+        extra: Default::default(),
+        agent_id: access.agent_id.into(),
+        tool: info(&saved, false)?,
+    })
 }
 
 /// `DeleteAgentTool {agentId, name}` (writer): deletes a lambda; `deleted: false` when there is
@@ -182,7 +186,7 @@ pub(crate) async fn delete_agent_tool(
     if deleted {
         changed(app, &access.owner_id, &access.agent_id);
     }
-    Ok(DeleteAgentToolResponse { extra: Default::default(), agent_id: access.agent_id, deleted, name })
+    Ok(DeleteAgentToolResponse { extra: Default::default(), agent_id: access.agent_id.into(), deleted, name })
 }
 
 /// Deletes the lambda `name`: whether there was one; 400 for a builtin's name.

@@ -277,7 +277,7 @@ pub(crate) async fn update_agent_trigger(
             let updated_at = next_updated_at(trigger.updated_at, now);
             let set = |sql: &str, value: &dyn rusqlite::ToSql| -> ApiResult<()> {
                 conn.prepare_cached(&format!("UPDATE agent_triggers SET {sql} WHERE id = ?1"))?
-                    .execute(params![trigger.id, value])?;
+                    .execute(params![trigger.id.as_str(), value])?;
                 Ok(())
             };
             if let Some(name) = &name {
@@ -326,8 +326,8 @@ pub(crate) async fn delete_agent_trigger(
         .write(move |conn| {
             let (trigger, access) = store::require(conn, &action.trigger_id, &account, Need::Write)?;
             conn.prepare_cached("UPDATE agent_triggers SET merged_into = NULL WHERE merged_into = ?1")?
-                .execute(params![trigger.id])?;
-            conn.prepare_cached("DELETE FROM agent_triggers WHERE id = ?1")?.execute(params![trigger.id])?;
+                .execute(params![trigger.id.as_str()])?;
+            conn.prepare_cached("DELETE FROM agent_triggers WHERE id = ?1")?.execute(params![trigger.id.as_str()])?;
             Ok((access.owner_id, access.agent_id, trigger.id))
         })
         .await?;
@@ -378,7 +378,7 @@ pub(crate) async fn combine_agent_triggers(
                 copy_action(conn, &other, &survivor.id)?;
             }
             set(&survivor.id, "updated_at = ?2", &next_updated_at(survivor.updated_at, now))?;
-            set(&other.id, "merged_into = ?2", &survivor.id)?;
+            set(&other.id, "merged_into = ?2", &survivor.id.as_str())?;
             set(&other.id, "enabled = ?2", &false)?;
             set(&other.id, "updated_at = ?2", &next_updated_at(other.updated_at, now))?;
             let trigger = store::load(conn, &survivor.id)?.ok_or_else(|| ApiError::not_found(NOT_FOUND))?;

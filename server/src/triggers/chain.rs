@@ -248,7 +248,7 @@ fn matches(source: &RunCompletedSource, run: &Finished) -> bool {
                 RunCompletedSourceStatus::Canceled => "canceled",
             }
     });
-    let agent_ok = source.agent_id.as_ref().is_none_or(|agent| run.agent_id.as_ref() == Some(agent));
+    let agent_ok = source.agent_id.as_ref().is_none_or(|agent| run.agent_id.as_deref() == Some(agent.as_str()));
     let title_ok = source.title_match.as_ref().is_none_or(|needle| {
         run.title.as_ref().is_some_and(|title| title.to_lowercase().contains(&needle.to_lowercase()))
     });
@@ -391,7 +391,7 @@ mod tests {
         };
         let source = |status, agent: Option<&str>, title: Option<&str>| RunCompletedSource {
             extra: Default::default(),
-            agent_id: agent.map(str::to_owned),
+            agent_id: agent.map(Into::into),
             status,
             title_match: title.map(str::to_owned),
         };

@@ -206,7 +206,7 @@ pub(crate) fn fire_in(
         .execute(params![firing_id, session_id, run_id])?;
     conn.prepare_cached("UPDATE agent_triggers SET last_fired_at = ?2, last_error = NULL WHERE id = ?1")?
         .execute(params![trigger_id, now])?;
-    published.fired.push((trigger.account.clone(), trigger.agent_id.clone(), session_id.clone()));
+    published.fired.push((trigger.account.clone(), trigger.agent_id.to_string(), session_id.clone()));
     Ok(FireOutcome::Fired { firing_id, session_id, run_id })
 }
 
@@ -232,11 +232,11 @@ fn wake_in(
                 .prepare_cached(
                     "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND account_id = ?2 AND agent_id = ?3)",
                 )?
-                .query_row(params![run_id, trigger.account, trigger.agent_id], |row| row.get(0))?;
+                .query_row(params![run_id.as_str(), trigger.account, trigger.agent_id.as_str()], |row| row.get(0))?;
             if !ours {
                 Err("Run not found")
             } else if runs::signal::deliver(conn, run_id, now, changes)? {
-                Ok(run_id.clone())
+                Ok(run_id.to_string())
             } else {
                 Err("The run is not waiting for this signal")
             }
@@ -254,9 +254,9 @@ fn wake_in(
     .execute(params![firing_id, status, error, woken, now])?;
     if woken.is_some() {
         conn.prepare_cached("UPDATE agent_triggers SET last_fired_at = ?2, last_error = NULL WHERE id = ?1")?
-            .execute(params![trigger.id, now])?;
+            .execute(params![trigger.id.as_str(), now])?;
     }
-    published.woke.push((trigger.account.clone(), trigger.agent_id.clone()));
+    published.woke.push((trigger.account.clone(), trigger.agent_id.to_string()));
     Ok(woken)
 }
 
@@ -284,7 +284,7 @@ fn open_thread(
         "INSERT INTO sessions (id, account_id, agent_id, title, title_source, status, created_at, updated_at)
          VALUES (?1, ?2, ?3, ?4, 'system', 'idle', ?5, ?5)",
     )?
-    .execute(params![session_id, trigger.account, trigger.agent_id, trigger.name, now])?;
+    .execute(params![session_id, trigger.account, trigger.agent_id.as_str(), trigger.name, now])?;
     let prompt = match &trigger.prompt {
         AgentTriggerInfoPrompt::String(text) => text.clone(),
         AgentTriggerInfoPrompt::Array(blocks) => crate::agents::prompt::blocks_to_markdown(blocks),
@@ -307,7 +307,7 @@ fn open_thread(
     let event = events::append(conn, &session_id, payload, now)?;
     let mut input = BTreeMap::from([
         ("kind".to_owned(), Ipld::String("session-message".to_owned())),
-        ("userEventIds".to_owned(), Ipld::List(vec![Ipld::String(event.id.clone())])),
+        ("userEventIds".to_owned(), Ipld::List(vec![Ipld::String(event.id.to_string())])),
         ("queuedBehindAnotherTurn".to_owned(), Ipld::Bool(false)),
         ("triggerFiringId".to_owned(), Ipld::String(firing_id.to_owned())),
     ]);
@@ -317,7 +317,7 @@ fn open_thread(
     let input = Ipld::Map(input);
     let run = NewRun {
         account_id: trigger.account.clone(),
-        agent_id: trigger.agent_id.clone(),
+        agent_id: trigger.agent_id.to_string(),
         session_id: session_id.clone(),
         origin: "trigger",
         title: Some(trigger.name.clone()),
@@ -330,7 +330,7 @@ fn open_thread(
     conn.prepare_cached("UPDATE runs SET trigger_firing_id = ?2 WHERE id = ?1")?.execute(params![run_id, firing_id])?;
     // The run snapshot noted by `enqueue` predates the firing id; note it again.
     published.changes.run(conn, &run_id)?;
-    published.appended.push((trigger.account.clone(), trigger.agent_id.clone(), event));
+    published.appended.push((trigger.account.clone(), trigger.agent_id.to_string(), event));
     Ok((session_id, run_id))
 }
 

@@ -44,9 +44,9 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<AgentTriggerInfo> {
     };
     Ok(AgentTriggerInfo {
         extra: Default::default(),
-        id: row.get(0)?,
+        id: row.get::<_, String>(0)?.into(),
         account: row.get(1)?,
-        agent_id: row.get(2)?,
+        agent_id: row.get::<_, String>(2)?.into(),
         name: row.get(3)?,
         enabled: row.get(4)?,
         source,
@@ -98,14 +98,14 @@ const FIRING_COLUMNS: &str =
 fn firing_from_row(row: &Row<'_>) -> rusqlite::Result<TriggerFiringInfo> {
     Ok(TriggerFiringInfo {
         extra: Default::default(),
-        id: row.get(0)?,
+        id: row.get::<_, String>(0)?.into(),
         activity_key: row.get(1)?,
         activity_summary: row.get(2)?,
         created_at: row.get(3)?,
         error: row.get(4)?,
         matched_conditions: matched(row, 5)?,
-        run_id: row.get(6)?,
-        session_id: row.get(7)?,
+        run_id: row.get::<_, Option<String>>(6)?.map(Into::into),
+        session_id: row.get::<_, Option<String>>(7)?.map(Into::into),
         status: row.get(8)?,
     })
 }
@@ -148,13 +148,13 @@ pub(crate) fn attribution(conn: &Connection, session_id: &str) -> ApiResult<Opti
             let source: Vec<u8> = row.get(5)?;
             Ok(AgentSessionTriggerSummary {
                 extra: Default::default(),
-                firing_id: row.get(0)?,
+                firing_id: row.get::<_, String>(0)?.into(),
                 activity_key: row.get(1)?,
                 activity_summary: row.get(2)?,
                 fired_at: row.get(3)?,
                 matched_conditions: matched(row, 4)?,
                 source: wire::from_slice(&source).map_err(|error| blob_error(5, error))?,
-                trigger_id: row.get(6)?,
+                trigger_id: row.get::<_, String>(6)?.into(),
                 trigger_name: row.get(7)?,
             })
         })
@@ -188,13 +188,13 @@ pub(crate) fn context(
             let blocks: Option<Vec<u8>> = row.get(12)?;
             Ok(AgentSessionTriggerContext {
                 extra: Default::default(),
-                firing_id: row.get(0)?,
+                firing_id: row.get::<_, String>(0)?.into(),
                 activity_key: row.get(1)?,
                 activity_summary: row.get(2)?,
                 fired_at: row.get(3)?,
                 matched_conditions: matched(row, 4)?,
                 source: wire::from_slice(&source).map_err(|error| blob_error(5, error))?,
-                trigger_id: row.get(6)?,
+                trigger_id: row.get::<_, String>(6)?.into(),
                 trigger_name: row.get(7)?,
                 activity: wire::from_slice(&activity).map_err(|error| blob_error(8, error))?,
                 status: row.get(9)?,

@@ -86,7 +86,10 @@ pub(crate) fn continuation(continuation: Option<TriggerContinuation>) -> ApiResu
             Ok(Some(TriggerContinuation::WakeContinuation(WakeContinuation {
                 extra: Default::default(),
                 signal: bounded_string(&wake.signal, "Trigger signal", MAX_NAME_BYTES)?,
-                run_id: wake.run_id.map(|run| bounded_string(&run, "Trigger run ID", MAX_NAME_BYTES)).transpose()?,
+                run_id: wake
+                    .run_id
+                    .map(|run| bounded_string(&run, "Trigger run ID", MAX_NAME_BYTES).map(Into::into))
+                    .transpose()?,
                 payload: wake.payload,
             })))
         }
@@ -266,7 +269,7 @@ fn run_completed(source: RunCompletedSource) -> ApiResult<RunCompletedSource> {
     };
     Ok(RunCompletedSource {
         extra: Default::default(),
-        agent_id: optional(source.agent_id.as_deref(), "Trigger agent ID")?,
+        agent_id: optional(source.agent_id.as_deref(), "Trigger agent ID")?.map(Into::into),
         status: source.status,
         title_match: optional(source.title_match.as_deref(), "Trigger title match")?,
     })
@@ -560,7 +563,7 @@ mod tests {
                 extra: [("unknown".to_owned(), seed_agents_protocol::Value::from(ipld_core::ipld::Ipld::Integer(1)))]
                     .into(),
                 payload: Some(seed_agents_protocol::Value::from(ipld_core::ipld::Ipld::String("data".into()))),
-                run_id: run_id.map(str::to_owned),
+                run_id: run_id.map(Into::into),
                 signal: signal.into(),
             }))
         };

@@ -121,7 +121,7 @@ pub(crate) async fn begin_file_upload(
         .await?;
         return Err(error);
     }
-    Ok(BeginFileUploadResponse { extra: Default::default(), max_chunk_bytes: MAX_CHUNK_BYTES, upload_id: id })
+    Ok(BeginFileUploadResponse { extra: Default::default(), max_chunk_bytes: MAX_CHUNK_BYTES, upload_id: id.into() })
 }
 
 /// `AppendFileUploadChunk {uploadId, offset, content}`: chunks in order, each durable before the
@@ -180,7 +180,7 @@ pub(crate) async fn append_file_upload_chunk(
         .write(move |conn| {
             let changed = conn
                 .prepare_cached("UPDATE uploads SET received = ?2, updated_at = ?3 WHERE id = ?1 AND received = ?4")?
-                .execute(params![id, received, now, before])?;
+                .execute(params![id.as_str(), received, now, before])?;
             match changed {
                 1 => Ok(file),
                 _ => Err(ApiError::internal("an upload's row changed while its staging file was locked")),

@@ -10,7 +10,7 @@ use seed_agents_protocol::generated::{
     AbortFileUpload, AppendFileUploadChunk, BeginFileUpload, CommitFileUpload, FileUploadTarget, MemoryUploadTarget,
     SessionAttachmentUploadTarget,
 };
-use seed_agents_protocol::{Bytes, Ed25519Signer, Signer};
+use seed_agents_protocol::{Bytes, Ed25519Signer, Signer, UploadId};
 use sha2::{Digest, Sha256};
 
 use super::sweep::sweep;
@@ -188,7 +188,7 @@ fn content(seed: u8, range: std::ops::Range<usize>) -> Vec<u8> {
 }
 
 struct Open {
-    id: String,
+    id: UploadId,
     target: u8,
     size: usize,
     received: usize,

@@ -93,7 +93,7 @@ pub(super) async fn read(context: &Context<'_>) -> ApiResult<Value> {
                 .into_iter()
                 .map(|trigger| TriggerBrief {
                     source: crate::triggers::validate::kind(&trigger.source),
-                    id: trigger.id,
+                    id: trigger.id.into(),
                     name: trigger.name,
                     enabled: trigger.enabled,
                 })

@@ -163,7 +163,7 @@ pub(super) async fn write(context: &Context<'_>, input: &Input<'_>) -> ApiResult
                     size: published.size,
                     mime_type: info.mime_type,
                     path: None,
-                    id: Some(info.id),
+                    id: Some(info.id.into()),
                     name: Some(info.name),
                 },
             )

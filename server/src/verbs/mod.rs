@@ -152,7 +152,7 @@ pub(crate) async fn invoke_session_tool(
     let call_event = SessionEventPayload::ToolCallEvent(ToolCallEvent {
         extra: Default::default(),
         actor: Some(SessionActor::User),
-        id: tool_call_id.clone(),
+        id: tool_call_id.clone().into(),
         input: action.input,
         meta: None,
         name: verb.clone(),
@@ -165,7 +165,7 @@ pub(crate) async fn invoke_session_tool(
         meta: None,
         name: verb,
         output: output.clone(),
-        tool_call_id,
+        tool_call_id: tool_call_id.into(),
         type_: ToolResultEventType::ToolResult,
     });
     let (account, session_id, now) = (caller.account_id.clone(), action.session_id.clone(), app.clock.now_ms());
@@ -183,11 +183,11 @@ pub(crate) async fn invoke_session_tool(
             let call = events::append(conn, &session_id, call_event, now)?;
             let result = events::append(conn, &session_id, result_event, now)?;
             conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
-                .execute(params![session_id, now])?;
+                .execute(params![session_id.as_str(), now])?;
             Ok((vec![call, result], access.agent_id, access.owner_id))
         })
         .await?;
-    let result_event_id = appended.last().map(|event| event.id.clone()).unwrap_or_default();
+    let result_event_id = appended.last().map(|event| event.id.clone()).unwrap_or_else(|| "".into());
     events::announce(&app.bus, &owner_id, &agent_id, appended);
     Ok(InvokeSessionToolResponse {
         extra: Default::default(),

@@ -26,7 +26,7 @@ pub(super) async fn read(context: &Context<'_>, run_id: String) -> ApiResult<Val
         })
         .await?
         .ok_or_else(|| ApiError::not_found(format!("No run {run_id}")))?;
-    let title = if run.title.is_empty() { run.id.clone() } else { run.title.clone() };
+    let title = if run.title.is_empty() { run.id.to_string() } else { run.title.clone() };
     let summary = format!("Run \"{title}\" is {}.", run.status);
     record(summary, &run)
 }

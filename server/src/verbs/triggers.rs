@@ -99,8 +99,8 @@ pub(super) async fn read(context: &Context<'_>, name: Option<&str>) -> ApiResult
         .into_iter()
         .take(RECENT_FIRINGS)
         .map(|firing| Firing {
-            firing_id: firing.id,
-            session_id: firing.session_id,
+            firing_id: firing.id.into(),
+            session_id: firing.session_id.map(Into::into),
             status: firing.status,
             error: firing.error,
             fired_at: firing.created_at,
@@ -294,7 +294,7 @@ pub(super) async fn write(context: &Context<'_>, name: &str, input: &Input<'_>) 
                     return Err(ApiError::invalid(actions::MERGED));
                 }
                 actions::replace(conn, &current.id, &saved, current.updated_at, now)?;
-                Ok(current.id)
+                Ok(current.id.into_string())
             }
             None => actions::insert_row(conn, &owner, &agent, &saved, now),
         })
@@ -329,8 +329,8 @@ async fn delete(context: &Context<'_>, name: &str, existing: Option<AgentTrigger
         .db
         .write(move |conn| {
             conn.prepare_cached("UPDATE agent_triggers SET merged_into = NULL WHERE merged_into = ?1")?
-                .execute([&id])?;
-            conn.prepare_cached("DELETE FROM agent_triggers WHERE id = ?1")?.execute([&id])?;
+                .execute([id.as_str()])?;
+            conn.prepare_cached("DELETE FROM agent_triggers WHERE id = ?1")?.execute([id.as_str()])?;
             Ok(())
         })
         .await?;

@@ -424,10 +424,10 @@ impl Hub {
             let key = format!("account/{receiver}");
             let hint = AccountChangeHint {
                 extra: Default::default(),
-                agent_id: agent.map(str::to_owned),
+                agent_id: agent.map(Into::into),
                 reason: reason.as_str().to_owned(),
                 references: None,
-                session_id: session.map(str::to_owned),
+                session_id: session.map(Into::into),
             };
             let Ok(value) = wire::to_ipld(&hint) else { continue };
             let mut outgoing = Outgoing::new(AgentWsEvent::ChangeFrame(ChangeFrame {

@@ -217,7 +217,7 @@ impl Socket<'_> {
         let key = accepted.key;
         let subscribed = AgentWsEvent::SubscribedFrame(SubscribedFrame {
             extra: Default::default(),
-            account_id: accepted.caller.account_id,
+            account_id: accepted.caller.account_id.into(),
             key: key.clone(),
         });
         self.send(frames::encode(&subscribed, protocol)).await.map_err(|()| Failure::Close(None))?;

@@ -13,7 +13,7 @@ fn event(seq: i64, payload: SessionEventPayload) -> SessionEvent {
         extra: Default::default(),
         created_at: 0,
         event: payload,
-        id: format!("e{seq}"),
+        id: format!("e{seq}").into(),
         seq,
         session_id: "s".into(),
         truncated: None,
