@@ -12,6 +12,7 @@
 //!   [`ErrorKind::Unavailable`](crate::error::ErrorKind) at once (503 with `Retry-After` over
 //!   HTTP) instead of waiting behind an unbounded backlog.
 
+mod cbor;
 mod migrations;
 
 use std::path::Path;
@@ -22,6 +23,8 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
 use crate::error::{ApiError, ApiResult};
+
+pub(crate) use cbor::{Cbor, Generic, Text};
 
 /// The most writes committed in one transaction.
 const MAX_BATCH: usize = 256;

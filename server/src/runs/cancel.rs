@@ -8,10 +8,12 @@
 //! whatever result its executor might still send is dropped (canceled is sticky).
 
 use rusqlite::{Connection, params};
+use seed_agents_protocol::generated::RunStatus;
 
 use super::finish::roll_up_canceled;
 use super::hooks::Ending;
 use super::queue::{Changes, sync_session_status};
+use crate::db::Text;
 use crate::error::ApiResult;
 
 /// What a cancellation did.
@@ -49,7 +51,7 @@ pub(crate) fn cancel_tree(
     ending: &Ending,
     changes: &mut Changes,
 ) -> ApiResult<Canceled> {
-    let members: Vec<(String, String, Option<String>, Option<String>)> = conn
+    let members: Vec<(String, RunStatus, Option<String>, Option<String>)> = conn
         .prepare_cached(
             "WITH RECURSIVE tree(id) AS (
                SELECT id FROM runs WHERE id = ?1
@@ -59,12 +61,14 @@ pub(crate) fn cancel_tree(
              WHERE id IN (SELECT id FROM tree) AND status IN ('queued', 'claimed', 'running', 'waiting')
              ORDER BY created_at, id",
         )?
-        .query_map(params![run_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
+        .query_map(params![run_id], |row| {
+            Ok((row.get(0)?, row.get::<_, Text<RunStatus>>(1)?.0, row.get(2)?, row.get(3)?))
+        })?
         .collect::<rusqlite::Result<_>>()?;
     let mut outcome = Canceled::default();
     let mut sessions: Vec<String> = Vec::new();
     for (id, status, session_id, parent) in members {
-        let executing = matches!(status.as_str(), "claimed" | "running");
+        let executing = matches!(status, RunStatus::Claimed | RunStatus::Running);
         if executing && ending.is_live(&id) {
             outcome.live.push((id, session_id));
             continue;

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashSet};
 use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OptionalExtension, params};
 use seed_agents_protocol::generated::{
-    MessageEvent, MessageEventRole, MessageEventType, SessionActor, SessionEventPayload, ToolResultEvent,
+    MessageEvent, MessageEventRole, MessageEventType, RunStatus, SessionActor, SessionEventPayload, ToolResultEvent,
     ToolResultEventType,
 };
 use seed_agents_protocol::{Value, wire};
@@ -29,6 +29,7 @@ use seed_agents_protocol::{Value, wire};
 use super::hooks::RunHooks;
 use super::queue::{Changes, sync_session_status};
 use super::wait::Wait;
+use crate::db::Text;
 use crate::error::{ApiError, ApiResult};
 use crate::sessions::events;
 
@@ -43,7 +44,7 @@ pub const LATE_RESULT: &str = "Result accepted, but the task that delegated this
 #[derive(Debug)]
 struct Row {
     id: String,
-    status: String,
+    status: RunStatus,
     kind: String,
     session_id: Option<String>,
     agent_id: Option<String>,
@@ -64,7 +65,7 @@ fn row(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<Row>> {
         .query_row(params![run_id], |row| {
             Ok(Row {
                 id: row.get(0)?,
-                status: row.get(1)?,
+                status: row.get::<_, Text<RunStatus>>(1)?.0,
                 kind: row.get(2)?,
                 session_id: row.get(3)?,
                 agent_id: row.get(4)?,
@@ -186,14 +187,14 @@ pub(crate) fn finalized(
         return Ok(());
     }
     if let (Some(session_id), Some(agent_id)) = (&run.session_id, &run.agent_id)
-        && matches!(run.status.as_str(), "succeeded" | "failed")
+        && matches!(run.status, RunStatus::Succeeded | RunStatus::Failed)
         && !session_has_live_run(conn, session_id)?
-        && hooks.session_quiet(conn, session_id, run.status == "succeeded", now_ms)?
+        && hooks.session_quiet(conn, session_id, run.status == RunStatus::Succeeded, now_ms)?
     {
         changes.session(session_id, agent_id);
     }
     let Some((parent_id, call_id)) = link_of(conn, &run)? else { return Ok(()) };
-    if run.status == "succeeded" {
+    if run.status == RunStatus::Succeeded {
         settle_plan_step(conn, hooks, &run, &parent_id, now_ms, changes)?;
     }
     deliver(conn, &run, &parent_id, &call_id, now_ms, changes)
@@ -227,24 +228,26 @@ fn settle_plan_step(
     let Some(parent) = row(conn, parent_id)? else { return Ok(()) };
     let (Some(session_id), Some(agent_id)) = (&parent.session_id, &parent.agent_id) else { return Ok(()) };
     /// A tree member: its status, its parent's session, its input, its parent.
-    type Member = (String, Option<String>, Option<Vec<u8>>, Option<String>);
+    type Member = (RunStatus, Option<String>, Option<Vec<u8>>, Option<String>);
     let tree: Vec<Member> = conn
         .prepare_cached(
             "SELECT r.status, p.session_id, r.input_cbor, r.parent_run_id FROM runs r
              LEFT JOIN runs p ON p.id = r.parent_run_id WHERE r.root_run_id = ?1",
         )?
-        .query_map(params![parent.root_run_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
+        .query_map(params![parent.root_run_id], |row| {
+            Ok((row.get::<_, Text<RunStatus>>(0)?.0, row.get(1)?, row.get(2)?, row.get(3)?))
+        })?
         .collect::<rusqlite::Result<_>>()?;
-    let attached: Vec<&String> = tree
+    let attached: Vec<RunStatus> = tree
         .iter()
         .filter(|(_, parent_session, input, parent)| {
             parent.is_some()
                 && parent_session.as_deref() == Some(session_id.as_str())
                 && text_field(&decode(input.as_deref()), "planStepId").as_deref() == Some(step_id.as_str())
         })
-        .map(|(status, ..)| status)
+        .map(|(status, ..)| *status)
         .collect();
-    if attached.is_empty() || attached.iter().any(|status| status.as_str() != "succeeded") {
+    if attached.is_empty() || attached.iter().any(|status| *status != RunStatus::Succeeded) {
         return Ok(());
     }
     if hooks.step_done(conn, session_id, &step_id, now_ms)? {
@@ -260,12 +263,12 @@ fn result_of(child: &Row) -> Ipld {
     if let Some(session_id) = &child.session_id {
         fields.insert("sessionId".to_owned(), Ipld::String(session_id.clone()));
     }
-    match child.status.as_str() {
-        "succeeded" => {
+    match child.status {
+        RunStatus::Succeeded => {
             fields.insert("status".to_owned(), Ipld::String("succeeded".into()));
             fields.insert("output".to_owned(), decode(child.output.as_deref()));
         }
-        "canceled" => {
+        RunStatus::Canceled => {
             fields.insert("status".to_owned(), Ipld::String("canceled".into()));
         }
         _ => {
@@ -313,7 +316,7 @@ fn deliver(
             type_: ToolResultEventType::ToolResult,
         });
         append(conn, session_id, &parent.account_id, agent_id, payload, now_ms, changes)?;
-    } else if child.status == "succeeded"
+    } else if child.status == RunStatus::Succeeded
         && let (Some(child_session), Some(child_agent)) = (&child.session_id, &child.agent_id)
     {
         let payload = SessionEventPayload::MessageEvent(MessageEvent {

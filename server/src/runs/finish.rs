@@ -17,7 +17,7 @@
 use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OptionalExtension, params};
 use seed_agents_protocol::generated::{
-    ErrorEvent, ErrorEventType, RunUsageInfo, RunUsageInfoChildren, SessionEventPayload,
+    ErrorEvent, ErrorEventType, RunStatus, RunUsageInfo, RunUsageInfoChildren, SessionEventPayload,
 };
 use seed_agents_protocol::wire;
 use serde::{Deserialize, Serialize};
@@ -27,6 +27,7 @@ use super::executor::{FailureCode, Outcome, RunFailure};
 use super::hooks::RunHooks;
 use super::queue::{Changes, sync_session_status};
 use super::wait::Wait;
+use crate::db::{Cbor, Generic, Text};
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::sessions::events;
 
@@ -123,15 +124,15 @@ fn legacy_kind(status: u16) -> ErrorKind {
 
 /// The row as finishing needs it.
 struct Current {
-    status: String,
+    status: RunStatus,
     lease_owner: Option<String>,
     attempt: u32,
     max_attempts: u32,
     session_id: Option<String>,
     kind: String,
     parent_run_id: Option<String>,
-    output: Option<Vec<u8>>,
-    error: Option<Vec<u8>>,
+    output: Option<Cbor<Generic>>,
+    error: Option<Cbor<StoredFailure>>,
 }
 
 fn encoding_failed(error: wire::WireError) -> ApiError {
@@ -158,9 +159,9 @@ pub fn finish(
     changes: &mut Changes,
 ) -> ApiResult<Settled> {
     let Some(current) = current(conn, run_id)? else { return Ok(Settled::Ignored) };
-    match current.status.as_str() {
-        "succeeded" | "failed" | "canceled" => return Ok(Settled::Stored(stored(&current)?)),
-        "claimed" | "running" if current.lease_owner.as_deref() == Some(owner) => {}
+    match current.status {
+        RunStatus::Succeeded | RunStatus::Failed | RunStatus::Canceled => return Ok(Settled::Stored(stored(current))),
+        RunStatus::Claimed | RunStatus::Running if current.lease_owner.as_deref() == Some(owner) => {}
         _ => return Ok(Settled::Ignored),
     }
     let (settled, ended) = match outcome {
@@ -235,20 +236,16 @@ pub(crate) enum State {
 /// Where run `run_id` is.
 pub(crate) fn state(conn: &Connection, run_id: &str) -> ApiResult<State> {
     let Some(current) = current(conn, run_id)? else { return Ok(State::Missing) };
-    Ok(match current.status.as_str() {
-        "queued" => State::Queued,
-        "claimed" | "running" => State::Executing,
-        "waiting" => {
-            let wait: Option<Vec<u8>> = conn
+    Ok(match current.status {
+        RunStatus::Queued => State::Queued,
+        RunStatus::Claimed | RunStatus::Running => State::Executing,
+        RunStatus::Waiting => {
+            let wait: Option<Cbor<Wait>> = conn
                 .prepare_cached("SELECT wait_cbor FROM runs WHERE id = ?1")?
                 .query_row(params![run_id], |row| row.get(0))?;
-            let wait = match wait {
-                Some(bytes) => wire::from_slice(&bytes).map_err(ApiError::internal)?,
-                None => Wait::BudgetPause { note: None },
-            };
-            State::Ended(Outcome::Parked(wait))
+            State::Ended(Outcome::Parked(wait.map_or(Wait::BudgetPause { note: None }, |Cbor(wait)| wait)))
         }
-        _ => State::Ended(stored(&current)?),
+        RunStatus::Succeeded | RunStatus::Failed | RunStatus::Canceled => State::Ended(stored(current)),
     })
 }
 
@@ -259,7 +256,7 @@ fn current(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<Current>>
     )?
     .query_row(params![run_id], |row| {
         Ok(Current {
-            status: row.get(0)?,
+            status: row.get::<_, Text<RunStatus>>(0)?.0,
             lease_owner: row.get(1)?,
             attempt: row.get(2)?,
             max_attempts: row.get(3)?,
@@ -274,27 +271,21 @@ fn current(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<Current>>
 }
 
 /// What an ended run ended with.
-fn stored(current: &Current) -> ApiResult<Outcome> {
-    let output = match &current.output {
-        Some(bytes) => wire::decode_ipld(bytes).map_err(ApiError::internal)?,
-        None => Ipld::Null,
-    };
-    Ok(match current.status.as_str() {
-        "succeeded" => Outcome::Succeeded(output),
-        "failed" => {
-            let failure = match &current.error {
-                Some(bytes) => wire::from_slice::<StoredFailure>(bytes).map_err(ApiError::internal)?.into_failure(),
-                None => RunFailure {
-                    code: FailureCode::RunFailed,
-                    message: "Agent run failed".into(),
-                    retryable: false,
-                    kind: ErrorKind::Upstream,
-                },
-            };
-            Outcome::Failed(failure)
-        }
+fn stored(current: Current) -> Outcome {
+    let output = current.output.map_or(Ipld::Null, |Cbor(Generic(output))| output);
+    match current.status {
+        RunStatus::Succeeded => Outcome::Succeeded(output),
+        RunStatus::Failed => Outcome::Failed(match current.error {
+            Some(Cbor(failure)) => failure.into_failure(),
+            None => RunFailure {
+                code: FailureCode::RunFailed,
+                message: "Agent run failed".into(),
+                retryable: false,
+                kind: ErrorKind::Upstream,
+            },
+        }),
         _ => Outcome::Canceled(output),
-    })
+    }
 }
 
 /// How [`end`] ends a run.
@@ -317,10 +308,12 @@ fn end(
     changes: &mut Changes,
 ) -> ApiResult<()> {
     let (status, output, error) = match ended {
-        End::Succeeded(output) => ("succeeded", Some(wire::ipld_to_vec(output).map_err(encoding_failed)?), None),
-        End::Canceled(output) => ("canceled", Some(wire::ipld_to_vec(output).map_err(encoding_failed)?), None),
+        End::Succeeded(output) => {
+            (RunStatus::Succeeded, Some(wire::ipld_to_vec(output).map_err(encoding_failed)?), None)
+        }
+        End::Canceled(output) => (RunStatus::Canceled, Some(wire::ipld_to_vec(output).map_err(encoding_failed)?), None),
         End::Failed(failure) => {
-            ("failed", None, Some(wire::to_vec(&StoredFailure::from(failure)).map_err(encoding_failed)?))
+            (RunStatus::Failed, None, Some(wire::to_vec(&StoredFailure::from(failure)).map_err(encoding_failed)?))
         }
     };
     conn.prepare_cached(
@@ -328,7 +321,7 @@ fn end(
              lease_owner = NULL, lease_expires_at = NULL, not_before = NULL, finished_at = ?5, updated_at = ?5
          WHERE id = ?1",
     )?
-    .execute(params![run_id, status, output, error, now_ms])?;
+    .execute(params![run_id, Text(status), output, error, now_ms])?;
     if hooks.run_ended(conn, run_id)? {
         changes.end_watched(run_id);
     }

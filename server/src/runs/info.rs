@@ -3,9 +3,9 @@
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{RunInfo, UnmetObligation};
 use seed_agents_protocol::wire;
-use serde::de::DeserializeOwned;
 
 use super::Wait;
+use crate::db::{Cbor, Text};
 use crate::error::{ApiError, ApiResult};
 
 /// The columns [`info_from_row`] reads, in order.
@@ -13,24 +13,6 @@ const RUN_COLUMNS: &str = "r.id, r.account_id, r.root_run_id, r.parent_run_id, r
      r.continued_from_run_id, r.depth, r.kind, r.origin, r.agent_id, r.session_id, r.title, r.source_text, \
      r.error_cbor, r.wait_cbor, r.usage_cbor, r.plan_cbor, r.status, r.created_at, r.updated_at, r.started_at, \
      r.finished_at, (SELECT COUNT(*) FROM runs c WHERE c.parent_run_id = r.id), r.output_cbor, r.input_cbor";
-
-/// A stored enum or CBOR column that does not read back is a broken invariant, not bad input.
-fn column<T: std::str::FromStr>(row: &Row<'_>, index: usize) -> rusqlite::Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    let text: String = row.get(index)?;
-    text.parse().map_err(|error: T::Err| {
-        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, error.to_string().into())
-    })
-}
-
-fn cbor<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<T>> {
-    let Some(bytes) = row.get::<_, Option<Vec<u8>>>(index)? else { return Ok(None) };
-    wire::from_slice(&bytes)
-        .map(Some)
-        .map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Blob, Box::new(error)))
-}
 
 /// A run row selected with [`RUN_COLUMNS`].
 fn info_from_row(row: &Row<'_>) -> rusqlite::Result<RunInfo> {
@@ -43,17 +25,17 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<RunInfo> {
         parent_tool_call_id: row.get::<_, Option<String>>(4)?.map(Into::into),
         continued_from_run_id: row.get::<_, Option<String>>(5)?.map(Into::into),
         depth: row.get(6)?,
-        kind: column(row, 7)?,
-        origin: column(row, 8)?,
+        kind: row.get::<_, Text<_>>(7)?.0,
+        origin: row.get::<_, Text<_>>(8)?.0,
         agent_id: row.get::<_, Option<String>>(9)?.map(Into::into),
         session_id: row.get::<_, Option<String>>(10)?.map(Into::into),
         title: row.get::<_, Option<String>>(11)?.unwrap_or_default(),
         source_text: row.get(12)?,
-        error: cbor(row, 13)?,
-        wait: cbor::<Wait>(row, 14)?.map(|wait| wait.to_info()),
-        usage: cbor(row, 15)?,
-        plan: cbor(row, 16)?,
-        status: column(row, 17)?,
+        error: row.get::<_, Option<Cbor<_>>>(13)?.map(|Cbor(value)| value),
+        wait: row.get::<_, Option<Cbor<Wait>>>(14)?.map(|Cbor(wait)| wait.to_info()),
+        usage: row.get::<_, Option<Cbor<_>>>(15)?.map(|Cbor(value)| value),
+        plan: row.get::<_, Option<Cbor<_>>>(16)?.map(|Cbor(value)| value),
+        status: row.get::<_, Text<_>>(17)?.0,
         created_at: row.get(18)?,
         updated_at: row.get(19)?,
         started_at: row.get(20)?,

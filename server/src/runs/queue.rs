@@ -10,10 +10,11 @@ use std::sync::LazyLock;
 
 use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use seed_agents_protocol::generated::{RunInfo, SessionEvent};
+use seed_agents_protocol::generated::{RunInfo, RunStatus, SessionEvent};
 use seed_agents_protocol::wire;
 
 use super::{info, session_has_active_turn};
+use crate::db::Text;
 
 /// A run claimed for execution, as the executor receives it.
 #[derive(Debug, Clone, PartialEq)]
@@ -232,11 +233,11 @@ pub(crate) fn sync_session_status(
     let derived = if streaming {
         "streaming"
     } else {
-        let latest: Option<String> = conn
+        let latest: Option<Text<RunStatus>> = conn
             .prepare_cached("SELECT status FROM runs WHERE session_id = ?1 ORDER BY created_at DESC, id DESC LIMIT 1")?
             .query_row(params![session_id], |row| row.get(0))
             .optional()?;
-        if latest.as_deref() == Some("failed") { "error" } else { "idle" }
+        if latest.is_some_and(|Text(status)| status == RunStatus::Failed) { "error" } else { "idle" }
     };
     if derived == stored {
         return Ok(Synced { changed: false, streaming });
