@@ -8,6 +8,8 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use seed_agents_protocol::generated::AgentAccessRole;
 
+use crate::app::App;
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 
 /// A caller's role on one agent.
@@ -112,6 +114,40 @@ pub(crate) fn resolve(conn: &Connection, agent_id: &str, account_id: &str) -> Ap
         (None, Some(public)) => access(public, false),
         (None, None) => None,
     })
+}
+
+/// The prologue of most agent-scoped actions: a read transaction in which `caller` must have
+/// `need` on `agent_id` ([`require`]), then `work` with that access. Queued when called, as
+/// [`Db::read`](crate::db::Db::read) is.
+pub(crate) fn read<T, F>(
+    app: &App,
+    caller: &Caller,
+    agent_id: String,
+    need: Need,
+    work: F,
+) -> impl Future<Output = ApiResult<T>> + Send + use<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection, Access) -> ApiResult<T> + Send + 'static,
+{
+    let account = caller.account_id.clone();
+    app.db.read(move |conn| work(conn, require(conn, &agent_id, &account, need)?))
+}
+
+/// [`read`], in a write transaction: the check and the write it guards commit together.
+pub(crate) fn write<T, F>(
+    app: &App,
+    caller: &Caller,
+    agent_id: String,
+    need: Need,
+    work: F,
+) -> impl Future<Output = ApiResult<T>> + Send + use<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection, Access) -> ApiResult<T> + Send + 'static,
+{
+    let account = caller.account_id.clone();
+    app.db.write(move |conn| work(conn, require(conn, &agent_id, &account, need)?))
 }
 
 /// [`resolve`], then require `need`: 404 `Agent not found` without a role, 403 when too low.

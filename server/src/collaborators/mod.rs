@@ -315,7 +315,7 @@ pub(crate) async fn accept_agent_invite(
             )?
             .execute(params![action.agent_id.as_str(), account, now])?;
             let access = access::require(conn, &action.agent_id, &account, Need::Read)?;
-            Ok((agents::load_info(conn, &access.agent_id, access.role)?, owner))
+            Ok((agents::store::load_info(conn, &access.agent_id, access.role)?, owner))
         })
         .await?;
     announce(app, &owner, &caller.account_id, &agent.id);
@@ -387,7 +387,7 @@ where
             audience.extend(
                 members(conn, &access.agent_id, false)?.into_iter().map(|member| member.account_id.into_string()),
             );
-            Ok((agents::load_info(conn, &access.agent_id, Role::Owner)?, audience))
+            Ok((agents::store::load_info(conn, &access.agent_id, Role::Owner)?, audience))
         })
         .await?;
     app.bus.publish(Event::AgentChanged { agent_id: agent.id.to_string() });

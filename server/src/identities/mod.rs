@@ -121,7 +121,7 @@ pub(crate) async fn create_signing_identity(
         .write(move |conn| {
             idempotency::once(conn, key.as_ref(), now, || {
                 let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata.clone())).map_err(ApiError::internal)?;
-                let id = secrets::insert(conn, &account, &name, &ciphertext, &metadata_cbor, now)?;
+                let id = secrets::store::insert(conn, &account, &name, &ciphertext, &metadata_cbor, now)?;
                 Ok(CreateSigningIdentityResponse {
                     extra: Default::default(),
                     identity: identity(id, name, &metadata, now, now),
@@ -186,13 +186,13 @@ pub(crate) async fn import_signing_identity(
         .write(move |conn| {
             idempotency::once(conn, key.as_ref(), now, || {
                 let (identity_account, name, ciphertext, metadata) = prepared?;
-                if secrets::load_metadata(conn, &account, &name)?.is_some() {
+                if secrets::store::load_metadata(conn, &account, &name)?.is_some() {
                     return Err(ApiError::conflict(format!(
                         "This account key is already on the server ({identity_account})"
                     )));
                 }
                 let metadata_cbor = wire::ipld_to_vec(&Ipld::Map(metadata.clone())).map_err(ApiError::internal)?;
-                let id = secrets::insert(conn, &account, &name, &ciphertext, &metadata_cbor, now)?;
+                let id = secrets::store::insert(conn, &account, &name, &ciphertext, &metadata_cbor, now)?;
                 Ok(ImportSigningIdentityResponse {
                     extra: Default::default(),
                     identity: identity(id, name, &metadata, now, now),
@@ -284,11 +284,11 @@ pub(crate) async fn delete_signing_identity(
     let account = caller.account_id.clone();
     app.db
         .write(move |conn| {
-            let metadata = secrets::load_metadata(conn, &account, &name)?.flatten();
+            let metadata = secrets::store::load_metadata(conn, &account, &name)?.flatten();
             if identity_metadata(metadata.as_deref()).is_none() {
                 return Err(not_found());
             }
-            secrets::delete_secret(conn, &account, &name)?;
+            secrets::store::delete_secret(conn, &account, &name)?;
             Ok(DeleteSigningIdentityResponse { extra: Default::default(), name })
         })
         .await
@@ -312,7 +312,7 @@ pub(crate) async fn list_signing_identities(
                     let granted = match access.role {
                         Role::Owner => None,
                         role => {
-                            let definition = crate::agents::load_info(conn, &access.agent_id, role)?.definition;
+                            let definition = crate::agents::store::load_info(conn, &access.agent_id, role)?.definition;
                             Some(crate::agents::definition::signing_key_set(&definition))
                         }
                     };

@@ -12,7 +12,7 @@ use crate::secrets::{self, SIGNING_KEY_KIND};
 
 /// The account id of signing key `name` of `account_id`, when it is an identity with one.
 pub(crate) fn identity_account(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<String>> {
-    let metadata = secrets::load_metadata(conn, account_id, name)?.flatten();
+    let metadata = secrets::store::load_metadata(conn, account_id, name)?.flatten();
     Ok(identity_metadata(metadata.as_deref()).and_then(|mut metadata| match metadata.remove("accountId") {
         Some(Ipld::String(id)) => Some(id),
         _ => None,

@@ -11,17 +11,17 @@
 //! still references (subscription providers of one type share one OAuth secret).
 
 pub(crate) mod models;
+pub(crate) mod store;
 
 use std::collections::BTreeSet;
 
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     DeleteModelProvider, DeleteModelProviderResponse, ListModelProviders, ListModelProvidersResponse,
     ModelProviderConfig, ModelProviderConfigAuthMode, RedactedModelProvider, RedactedModelProviderAuthMode,
     RedactedModelProviderAuthStatus, SetModelProvider, SetModelProviderResponse,
 };
-use seed_agents_protocol::wire;
 
 use crate::access::{self, Need};
 use crate::app::App;
@@ -30,6 +30,7 @@ use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::model::vendors;
 use crate::secrets;
+use store::ProviderRow;
 
 /// The 404 for a provider name the account does not have.
 pub(crate) const PROVIDER_NOT_FOUND: &str = "Model provider not found";
@@ -46,13 +47,12 @@ pub(crate) async fn set_model_provider(
 ) -> ApiResult<SetModelProviderResponse> {
     let name = vendors::provider_name(&action.name)?;
     let config = vendors::validate_provider(&action.name, &action.provider)?;
-    let config_cbor = wire::to_vec(&config).map_err(ApiError::internal)?;
     let account = caller.account_id.clone();
     let now = app.clock.now_ms();
     let provider = app
         .db
         .write(move |conn| {
-            let row = upsert(conn, &account, &name, &config, &config_cbor, now)?;
+            let row = store::upsert(conn, &account, &name, &config, now)?;
             let auth = provider_auth(conn, &account, &row.config)?;
             Ok(redact(row, auth))
         })
@@ -76,7 +76,7 @@ pub(crate) async fn list_model_providers(
                 Some(agent_id) => access::require(conn, agent_id, &account, Need::Read)?.owner_id,
                 None => account,
             };
-            load_all(conn, &owner)?
+            store::load_all(conn, &owner)?
                 .into_iter()
                 .map(|row| {
                     let auth = provider_auth(conn, &owner, &row.config)?;
@@ -100,117 +100,19 @@ pub(crate) async fn delete_model_provider(
     let name = app
         .db
         .write(move |conn| {
-            let deleted = load_config(conn, &account, &name)?.ok_or_else(|| ApiError::not_found(PROVIDER_NOT_FOUND))?;
-            conn.prepare_cached("DELETE FROM model_providers WHERE account_id = ?1 AND name = ?2")?
-                .execute(params![account, name])?;
-            let remaining = load_all(conn, &account)?;
+            let deleted =
+                store::load_config(conn, &account, &name)?.ok_or_else(|| ApiError::not_found(PROVIDER_NOT_FOUND))?;
+            store::delete(conn, &account, &name)?;
+            let remaining = store::load_all(conn, &account)?;
             let remaining: Vec<&ModelProviderConfig> = remaining.iter().map(|row| &row.config).collect();
             for secret in orphaned_secrets(&deleted, &remaining) {
-                secrets::delete_secret(conn, &account, &secret)?;
+                secrets::store::delete_secret(conn, &account, &secret)?;
             }
             Ok(name)
         })
         .await?;
     app.bus.account_change(&caller.account_id, ChangeReason::ModelProviderChanged, None, None);
     Ok(DeleteModelProviderResponse { extra: Default::default(), name })
-}
-
-/// A stored provider record.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ProviderRow {
-    /// The record id.
-    pub id: String,
-    /// The provider name (unique per account).
-    pub name: String,
-    /// The provider type as stored.
-    pub type_: String,
-    /// The decoded config.
-    pub config: ModelProviderConfig,
-    /// Milliseconds since the epoch.
-    pub created_at: i64,
-    /// Milliseconds since the epoch.
-    pub updated_at: i64,
-}
-
-const PROVIDER_COLUMNS: &str = "id, name, type, config_cbor, created_at, updated_at";
-
-fn row_from_sql(row: &rusqlite::Row<'_>) -> rusqlite::Result<ProviderRow> {
-    let bytes: Vec<u8> = row.get(3)?;
-    Ok(ProviderRow {
-        id: row.get(0)?,
-        name: row.get(1)?,
-        type_: row.get(2)?,
-        config: decode_config(&bytes, 3)?,
-        created_at: row.get(4)?,
-        updated_at: row.get(5)?,
-    })
-}
-
-fn decode_config(bytes: &[u8], column: usize) -> rusqlite::Result<ModelProviderConfig> {
-    wire::from_slice(bytes).map_err(|error| {
-        rusqlite::Error::FromSqlConversionFailure(column, rusqlite::types::Type::Blob, Box::new(error))
-    })
-}
-
-/// Every provider of `account_id`, most recently updated first (ties by name).
-pub(crate) fn load_all(conn: &Connection, account_id: &str) -> ApiResult<Vec<ProviderRow>> {
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {PROVIDER_COLUMNS} FROM model_providers WHERE account_id = ?1 ORDER BY updated_at DESC, name ASC"
-    ))?;
-    let rows = statement.query_map(params![account_id], row_from_sql)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-}
-
-/// The provider `name` of `account_id`, when it exists.
-pub(crate) fn load(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<ProviderRow>> {
-    Ok(conn
-        .prepare_cached(&format!("SELECT {PROVIDER_COLUMNS} FROM model_providers WHERE account_id = ?1 AND name = ?2"))?
-        .query_row(params![account_id, name], row_from_sql)
-        .optional()?)
-}
-
-fn load_config(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<ModelProviderConfig>> {
-    let bytes: Option<Vec<u8>> = conn
-        .prepare_cached("SELECT config_cbor FROM model_providers WHERE account_id = ?1 AND name = ?2")?
-        .query_row(params![account_id, name], |row| row.get(0))
-        .optional()?;
-    bytes.map(|bytes| decode_config(&bytes, 0).map_err(ApiError::internal)).transpose()
-}
-
-/// Inserts or replaces provider `name`, keeping an existing record's id and creation time, and
-/// registers the account when it is new.
-fn upsert(
-    conn: &Connection,
-    account_id: &str,
-    name: &str,
-    config: &ModelProviderConfig,
-    config_cbor: &[u8],
-    now: i64,
-) -> ApiResult<ProviderRow> {
-    crate::db::ensure_account(conn, account_id, now)?;
-    // On a conflict the row keeps its id and creation time, and RETURNING reports them.
-    let (id, created_at): (String, i64) = conn
-        .prepare_cached(
-            "INSERT INTO model_providers (id, account_id, name, type, config_cbor, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
-             ON CONFLICT (account_id, name) DO UPDATE SET
-               type = excluded.type,
-               config_cbor = excluded.config_cbor,
-               updated_at = excluded.updated_at
-             RETURNING id, created_at",
-        )?
-        .query_row(
-            params![uuid::Uuid::new_v4().to_string(), account_id, name, config.type_, config_cbor, now],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )?;
-    Ok(ProviderRow {
-        id,
-        name: name.to_owned(),
-        type_: config.type_.clone(),
-        config: config.clone(),
-        created_at,
-        updated_at: now,
-    })
 }
 
 /// The auth fields of a redacted provider: both absent for api-key providers.
@@ -231,7 +133,7 @@ pub(crate) fn provider_auth(
     let Some(secret_name) = oauth_secret_name(config) else {
         return Ok(auth_from_secret(config, OauthSecret::NoRef));
     };
-    let metadata = secrets::load_metadata(conn, account_id, secret_name)?;
+    let metadata = secrets::store::load_metadata(conn, account_id, secret_name)?;
     let secret = match &metadata {
         None => OauthSecret::Missing,
         Some(metadata) => OauthSecret::Present(metadata.as_deref()),
@@ -329,6 +231,8 @@ pub(crate) fn orphaned_secrets(deleted: &ModelProviderConfig, remaining: &[&Mode
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+
+    use seed_agents_protocol::wire;
 
     use super::*;
     use crate::error::ErrorKind;
@@ -505,7 +409,7 @@ mod tests {
         let delete = |name: &str| delete_model_provider(&app, &caller, DeleteModelProvider { name: name.into() });
         let secret_exists = |name: &'static str| {
             let account = caller.account_id.clone();
-            app.db.read(move |conn| Ok(secrets::load_metadata(conn, &account, name)?.is_some()))
+            app.db.read(move |conn| Ok(secrets::store::load_metadata(conn, &account, name)?.is_some()))
         };
         assert_eq!(delete("sub1").await.unwrap().name, "sub1");
         assert!(secret_exists("openai-subscription-oauth").await.unwrap(), "still used by sub2");

@@ -29,7 +29,8 @@ use seed_agents_protocol::generated::{
 use serde_json::Value;
 use zeroize::Zeroizing;
 
-use super::{PROVIDER_NOT_FOUND, load};
+use super::PROVIDER_NOT_FOUND;
+use super::store::load;
 use crate::access::{self, Need};
 use crate::app::App;
 use crate::caller::Caller;
@@ -121,7 +122,7 @@ impl SealedKey {
         let key_name = config.secret_refs.as_ref().and_then(|refs| refs.get(API_KEY_REF)).filter(|n| !n.is_empty());
         match key_name {
             Some(key_name) => {
-                let sealed = secrets::load_sealed(conn, owner, key_name)?
+                let sealed = secrets::store::load_sealed(conn, owner, key_name)?
                     .ok_or_else(|| ApiError::invalid("Required secret is not configured"))?;
                 Ok(Some(SealedKey { account_id: owner.to_owned(), name: key_name.to_owned(), sealed }))
             }

@@ -584,14 +584,14 @@ fn load(
     let mut chosen = (definition.model_provider.clone(), definition.model.clone(), definition.reasoning_level);
     let mut provider = None;
     if let Some(session_override) = session_override
-        && let Some(row) = crate::providers::load(conn, &owner_id, &session_override.provider)?
+        && let Some(row) = crate::providers::store::load(conn, &owner_id, &session_override.provider)?
     {
         chosen = (session_override.provider, session_override.model, session_override.reasoning_level);
         provider = Some(row);
     }
     let provider = match provider {
         Some(row) => row,
-        None => crate::providers::load(conn, &owner_id, &chosen.0)?
+        None => crate::providers::store::load(conn, &owner_id, &chosen.0)?
             .ok_or_else(|| ApiError::invalid(crate::providers::PROVIDER_NOT_FOUND))?,
     };
     let provider_type = ProviderType::require(&provider.config.type_)?;

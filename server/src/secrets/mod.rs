@@ -10,11 +10,14 @@
 //! carry [`RedactedSecret`] only, which says `hasValue: true` and nothing more.
 
 pub(crate) mod crypto;
+pub(crate) mod store;
+
+use store::StoredRow;
 
 use std::collections::BTreeMap;
 
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, OptionalExtension, params};
+
 use seed_agents_protocol::generated::{RedactedSecret, SetSecret, SetSecretResponse};
 use seed_agents_protocol::{Value, wire};
 
@@ -56,7 +59,7 @@ pub(crate) async fn set_secret(app: &App, caller: &Caller, action: SetSecret) ->
     let (stored, name) = app
         .db
         .write(move |conn| {
-            let stored = upsert(conn, &account, &name, &ciphertext, metadata_cbor.as_deref(), now)?;
+            let stored = store::upsert(conn, &account, &name, &ciphertext, metadata_cbor.as_deref(), now)?;
             Ok((stored, name))
         })
         .await?;
@@ -80,43 +83,6 @@ fn check_set_secret(name: &str, value: &[u8], metadata: Option<&Metadata>) -> Ap
         }
     };
     Ok((name, metadata_cbor))
-}
-
-/// The id and timestamps of a stored secret row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct StoredRow {
-    id: String,
-    created_at: i64,
-    updated_at: i64,
-}
-
-/// Inserts or replaces the secret `name` of `account_id`, keeping an existing row's id and
-/// creation time. Registers the account when it is new.
-fn upsert(
-    conn: &Connection,
-    account_id: &str,
-    name: &str,
-    ciphertext: &[u8],
-    metadata_cbor: Option<&[u8]>,
-    now: i64,
-) -> ApiResult<StoredRow> {
-    crate::db::ensure_account(conn, account_id, now)?;
-    // On a conflict the row keeps its id and creation time, and RETURNING reports them.
-    let (id, created_at): (String, i64) = conn
-        .prepare_cached(
-            "INSERT INTO secrets (id, account_id, name, ciphertext, metadata_cbor, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
-             ON CONFLICT (account_id, name) DO UPDATE SET
-               ciphertext = excluded.ciphertext,
-               metadata_cbor = excluded.metadata_cbor,
-               updated_at = excluded.updated_at
-             RETURNING id, created_at",
-        )?
-        .query_row(
-            params![uuid::Uuid::new_v4().to_string(), account_id, name, ciphertext, metadata_cbor, now],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )?;
-    Ok(StoredRow { id, created_at, updated_at: now })
 }
 
 /// The redacted view of a stored secret: never its value.
@@ -157,54 +123,11 @@ pub(crate) fn decode_metadata(bytes: &[u8]) -> Option<BTreeMap<String, Ipld>> {
     }
 }
 
-/// The stored metadata of secret `name`: `None` when the secret does not exist, `Some(None)` when
-/// it exists without metadata.
-pub(crate) fn load_metadata(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<Option<Vec<u8>>>> {
-    Ok(conn
-        .prepare_cached("SELECT metadata_cbor FROM secrets WHERE account_id = ?1 AND name = ?2")?
-        .query_row(params![account_id, name], |row| row.get(0))
-        .optional()?)
-}
-
-/// The sealed (still encrypted) value of secret `name` of `account_id`, for callers that open it
-/// with `SecretKey::open` outside the database thread; `None` when there is no such secret.
-pub(crate) fn load_sealed(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<Vec<u8>>> {
-    Ok(conn
-        .prepare_cached("SELECT ciphertext FROM secrets WHERE account_id = ?1 AND name = ?2")?
-        .query_row(params![account_id, name], |row| row.get(0))
-        .optional()?)
-}
-
-/// Inserts a new secret (a name already taken is an error, never an overwrite); its id.
-/// Registers the account when it is new.
-pub(crate) fn insert(
-    conn: &Connection,
-    account_id: &str,
-    name: &str,
-    ciphertext: &[u8],
-    metadata_cbor: &[u8],
-    now: i64,
-) -> ApiResult<String> {
-    let id = uuid::Uuid::new_v4().to_string();
-    crate::db::ensure_account(conn, account_id, now)?;
-    conn.prepare_cached(
-        "INSERT INTO secrets (id, account_id, name, ciphertext, metadata_cbor, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
-    )?
-    .execute(params![id, account_id, name, ciphertext, metadata_cbor, now])?;
-    Ok(id)
-}
-
-/// Deletes secret `name` of `account_id`; whether it existed.
-pub(crate) fn delete_secret(conn: &Connection, account_id: &str, name: &str) -> ApiResult<bool> {
-    let deleted = conn
-        .prepare_cached("DELETE FROM secrets WHERE account_id = ?1 AND name = ?2")?
-        .execute(params![account_id, name])?;
-    Ok(deleted > 0)
-}
-
 #[cfg(test)]
 mod tests {
+    use rusqlite::Connection;
+
+    use super::store::{delete_secret, load_metadata, load_sealed, upsert};
     use super::*;
     use crate::error::ErrorKind;
 

@@ -138,14 +138,10 @@ fn check_model_override(
     owner_id: &str,
     model_override: &SessionModelOverride,
 ) -> ApiResult<SessionModelOverride> {
-    use rusqlite::OptionalExtension as _;
     let provider = bounded_string(&model_override.provider, "Model provider", MAX_NAME_BYTES)?;
     let model = bounded_string(&model_override.model, "Model", agents::definition::MAX_MODEL_BYTES)?;
-    let provider_type: String = conn
-        .prepare_cached("SELECT type FROM model_providers WHERE account_id = ?1 AND name = ?2")?
-        .query_row(params![owner_id, provider], |row| row.get(0))
-        .optional()?
-        .ok_or_else(|| ApiError::invalid("Model provider not found"))?;
+    let provider_type = crate::providers::store::provider_type(conn, owner_id, &provider)?
+        .ok_or_else(|| ApiError::invalid(crate::providers::PROVIDER_NOT_FOUND))?;
     vendors::check_override_reasoning_level(&provider_type, &model, model_override.reasoning_level)?;
     Ok(SessionModelOverride {
         extra: Default::default(),
@@ -252,7 +248,7 @@ pub(crate) async fn list_sessions(app: &App, caller: &Caller, action: ListSessio
                 _ => None,
             };
             let referenced: BTreeSet<&str> = rows.iter().map(|session| session.agent_id.as_str()).collect();
-            let mut agents: Vec<_> = agents::visible_agents(conn, &account)?
+            let mut agents: Vec<_> = agents::store::visible_agents(conn, &account)?
                 .into_iter()
                 .filter(|agent| referenced.contains(agent.id.as_str()))
                 .collect();
@@ -261,7 +257,7 @@ pub(crate) async fn list_sessions(app: &App, caller: &Caller, action: ListSessio
                 && !rows.is_empty()
                 && !agents.iter().any(|agent| agent.id == access.agent_id)
             {
-                agents.push(agents::load_info(conn, &access.agent_id, access.role)?);
+                agents.push(agents::store::load_info(conn, &access.agent_id, access.role)?);
             }
             Ok(ListSessionsResponse { extra: Default::default(), agents, next_cursor, sessions: rows })
         })
@@ -333,7 +329,7 @@ pub(crate) async fn get_session(app: &App, caller: &Caller, action: GetSession) 
                 }
                 None => (events::after(conn, &action.session_id, after, before, None)?, None),
             };
-            let mut agent = agents::load_info(conn, &access.agent_id, access.role)?;
+            let mut agent = agents::store::load_info(conn, &access.agent_id, access.role)?;
             // What the agent's next pass is told (the live parts: time, members, `<space>`), with
             // a delegated child's contract or a trigger thread's own instructions and tools, applied
             // in the order the runtime applies them.

@@ -87,7 +87,7 @@ pub(crate) async fn list_agent_tools(
         .db
         .read(move |conn| {
             let access = access::require(conn, &agent_id, &account, Need::Read)?;
-            let definition = agents::load_info(conn, &access.agent_id, access.role)?.definition;
+            let definition = agents::store::load_info(conn, &access.agent_id, access.role)?.definition;
             Ok((access, definition))
         })
         .await?;

@@ -88,7 +88,7 @@ pub(super) async fn read(context: &Context<'_>) -> ApiResult<Value> {
                     Ok(Provider::Known { id: row.get(0)?, name: row.get(1)?, r#type: row.get(2)? })
                 })
                 .optional()?;
-            let sessions = crate::agents::session_count(conn, &agent_id)?;
+            let sessions = crate::agents::store::session_count(conn, &agent_id)?;
             let triggers = crate::triggers::store::list(conn, &agent_id)?
                 .into_iter()
                 .map(|trigger| TriggerBrief {

@@ -207,7 +207,7 @@ async fn open<'a>(app: &'a App, caller: &Caller, session_id: &str) -> ApiResult<
         .read(move |conn| {
             let access = access::require_session(conn, &session, &account, Need::Write)?;
             refuse_during_agent_turn(conn, &session)?;
-            let agent = agents::load_info(conn, &access.agent_id, access.role)?;
+            let agent = agents::store::load_info(conn, &access.agent_id, access.role)?;
             Ok((access, agent))
         })
         .await?;

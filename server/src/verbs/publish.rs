@@ -343,7 +343,7 @@ impl Publish<'_, '_> {
         let sealed = context
             .app
             .db
-            .read(move |conn| crate::secrets::load_sealed(conn, &owner, &lookup))
+            .read(move |conn| crate::secrets::store::load_sealed(conn, &owner, &lookup))
             .await?
             .ok_or_else(|| ApiError::invalid(format!("Signing key {name} is not on this server")))?;
         let seed =

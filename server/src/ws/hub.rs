@@ -363,7 +363,7 @@ impl Hub {
             .edge
             .app
             .db
-            .read(move |conn| match crate::agents::load_info(conn, &id, Role::Owner) {
+            .read(move |conn| match crate::agents::store::load_info(conn, &id, Role::Owner) {
                 Ok(info) => Ok(Some(info)),
                 Err(error) if error.kind() == crate::error::ErrorKind::NotFound => Ok(None),
                 Err(error) => Err(error),
@@ -588,7 +588,7 @@ fn load_audience(conn: &rusqlite::Connection, agent: &str) -> ApiResult<Option<A
         statement.query_map(params![agent], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
     for member in members {
         let (account, role) = member?;
-        accounts.push((Arc::from(account), crate::agents::member_role(&role, public_read, public_chat)));
+        accounts.push((Arc::from(account), crate::agents::store::member_role(&role, public_read, public_chat)));
     }
     Ok(Some(Audience { owner, accounts }))
 }

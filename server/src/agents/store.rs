@@ -1,0 +1,144 @@
+//! The `agents` table: agent rows as the protocol shows them, and their inserts, updates and
+//! deletes.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use seed_agents_protocol::generated::{AgentDefinition, AgentInfo, AgentInfoStatus};
+
+use crate::access::Role;
+use crate::db::Cbor;
+use crate::error::{ApiError, ApiResult};
+
+/// The columns [`info_from_row`] reads, in order.
+pub(crate) const AGENT_COLUMNS: &str = "a.id, a.account_id, a.definition_cbor, a.state_dir, a.status, a.public_read, a.public_chat, a.created_at, a.updated_at";
+
+/// An agent row as the protocol shows it, with the viewer's role.
+pub(crate) fn info_from_row(row: &Row<'_>, role: Role) -> rusqlite::Result<AgentInfo> {
+    let Cbor(definition) = row.get::<_, Cbor<AgentDefinition>>(2)?;
+    let status: String = row.get(4)?;
+    Ok(AgentInfo {
+        extra: Default::default(),
+        access_role: Some(role.wire()),
+        account: row.get(1)?,
+        activity: None,
+        created_at: row.get(7)?,
+        definition,
+        id: row.get::<_, String>(0)?.into(),
+        public_chat: Some(row.get(6)?),
+        public_read: Some(row.get(5)?),
+        state_dir: row.get(3)?,
+        status: match status.as_str() {
+            "running" => AgentInfoStatus::Running,
+            "stopped" => AgentInfoStatus::Stopped,
+            "error" => AgentInfoStatus::Error,
+            _ => AgentInfoStatus::Idle,
+        },
+        updated_at: row.get(8)?,
+    })
+}
+
+/// One agent as `role` sees it; 404 `Agent not found` when missing.
+pub(crate) fn load_info(conn: &Connection, agent_id: &str, role: Role) -> ApiResult<AgentInfo> {
+    conn.prepare_cached(&format!("SELECT {AGENT_COLUMNS} FROM agents a WHERE a.id = ?1"))?
+        .query_row(params![agent_id], |row| info_from_row(row, role))
+        .optional()?
+        .ok_or_else(|| ApiError::not_found("Agent not found"))
+}
+
+/// The agents `account_id` owns or has accepted, newest update first, with its role on each.
+pub(crate) fn visible_agents(conn: &Connection, account_id: &str) -> ApiResult<Vec<AgentInfo>> {
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {AGENT_COLUMNS}, 'owner' FROM agents a WHERE a.account_id = ?1
+         UNION ALL
+         SELECT {AGENT_COLUMNS}, c.role FROM agent_collaborators c JOIN agents a ON a.id = c.agent_id
+         WHERE c.account_id = ?1 AND c.status = 'accepted' AND a.account_id <> ?1
+         ORDER BY 9 DESC, 1 DESC"
+    ))?;
+    let rows = statement.query_map(params![account_id], |row| {
+        let member: String = row.get(9)?;
+        let (public_read, public_chat): (bool, bool) = (row.get(5)?, row.get(6)?);
+        info_from_row(row, member_role(&member, public_read, public_chat))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// The effective role of a member (`owner`, `writer`, `reader`), lifted by public chat.
+pub(crate) fn member_role(member: &str, public_read: bool, public_chat: bool) -> Role {
+    let role = match member {
+        "owner" => Role::Owner,
+        "writer" => Role::Writer,
+        _ => Role::Reader,
+    };
+    if public_read && public_chat { role.max(Role::Chatter) } else { role }
+}
+
+/// How many sessions an agent has (children included).
+pub(crate) fn session_count(conn: &Connection, agent_id: &str) -> ApiResult<i64> {
+    Ok(conn
+        .prepare_cached("SELECT COUNT(*) FROM sessions WHERE agent_id = ?1")?
+        .query_row(params![agent_id], |row| row.get(0))?)
+}
+
+/// Inserts agent `id` of `account` (creating the account row if needed), `idle`.
+pub(crate) fn insert(
+    conn: &Connection,
+    id: &str,
+    account: &str,
+    definition: &AgentDefinition,
+    state_dir: &Path,
+    now: i64,
+) -> ApiResult<()> {
+    crate::db::ensure_account(conn, account, now)?;
+    conn.prepare_cached(
+        "INSERT INTO agents (id, account_id, definition_cbor, state_dir, status, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, 'idle', ?5, ?5)",
+    )?
+    .execute(params![id, account, Cbor(definition), state_dir.to_string_lossy(), now])?;
+    Ok(())
+}
+
+/// Replaces agent `agent_id`'s definition.
+pub(crate) fn set_definition(
+    conn: &Connection,
+    agent_id: &str,
+    definition: &AgentDefinition,
+    now: i64,
+) -> ApiResult<()> {
+    conn.prepare_cached("UPDATE agents SET definition_cbor = ?2, updated_at = ?3 WHERE id = ?1")?.execute(params![
+        agent_id,
+        Cbor(definition),
+        now
+    ])?;
+    Ok(())
+}
+
+/// What deleting an agent leaves for after the commit.
+#[derive(Debug)]
+pub(crate) struct Deleted {
+    /// Its state directory.
+    pub(crate) state_dir: String,
+    /// Its collaborators' accounts.
+    pub(crate) members: Vec<String>,
+    /// Its sessions (their attachments' files go too).
+    pub(crate) sessions: Vec<String>,
+}
+
+/// Deletes agent `agent_id`. Sessions, their events and collaborator rows go by foreign-key
+/// cascade; children of the agent's sessions that belong to other agents are promoted by ON DELETE
+/// SET NULL.
+pub(crate) fn delete(conn: &Connection, agent_id: &str) -> ApiResult<Deleted> {
+    let sessions = conn
+        .prepare_cached("SELECT id FROM sessions WHERE agent_id = ?1")?
+        .query_map(params![agent_id], |row| row.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let state_dir: String = conn
+        .prepare_cached("SELECT state_dir FROM agents WHERE id = ?1")?
+        .query_row(params![agent_id], |row| row.get(0))?;
+    let members = conn
+        .prepare_cached("SELECT account_id FROM agent_collaborators WHERE agent_id = ?1")?
+        .query_map(params![agent_id], |row| row.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    conn.prepare_cached("DELETE FROM agents WHERE id = ?1")?.execute(params![agent_id])?;
+    Ok(Deleted { state_dir, members, sessions })
+}
