@@ -7,16 +7,14 @@
 
 use std::str::FromStr;
 
-use rusqlite::types::Type;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use seed_agents_protocol::Principal;
 use seed_agents_protocol::generated::{
     AcceptAgentInvite, AcceptAgentInviteResponse, AgentAccessRole, AgentCollaboratorInfo, AgentCollaboratorInfoStatus,
-    AgentCollaboratorRole, AgentDefinition, AgentInfo, AgentInviteInfo, DeclineAgentInvite, DeclineAgentInviteResponse,
-    InviteAgentCollaborator, InviteAgentCollaboratorResponse, ListAgentCollaborators, ListAgentCollaboratorsResponse,
-    ListAgentInvites, ListAgentInvitesResponse, RemoveAgentCollaborator, RemoveAgentCollaboratorResponse,
-    SetAgentPublicChat, SetAgentPublicChatResponse, SetAgentPublicRead, SetAgentPublicReadResponse,
+    AgentCollaboratorRole, AgentInfo, DeclineAgentInvite, DeclineAgentInviteResponse, InviteAgentCollaborator,
+    InviteAgentCollaboratorResponse, ListAgentCollaborators, ListAgentCollaboratorsResponse, ListAgentInvites,
+    ListAgentInvitesResponse, RemoveAgentCollaborator, RemoveAgentCollaboratorResponse, SetAgentPublicChat,
+    SetAgentPublicChatResponse, SetAgentPublicRead, SetAgentPublicReadResponse,
 };
-use seed_agents_protocol::{Principal, wire};
 
 use crate::access::{self, Need, Role};
 use crate::agents;
@@ -25,6 +23,9 @@ use crate::bus::{ChangeReason, Event};
 use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
+use store::PublicFlags;
+
+mod store;
 
 /// Trims `value` and requires the canonical string form of a Seed account (`z…`), as upstream's
 /// `normalizeAccountId` does: 400 `Collaborator account is required` / `… is too large` /
@@ -45,13 +46,6 @@ fn access_role(role: AgentCollaboratorRole) -> AgentAccessRole {
     }
 }
 
-/// An agent's public access flags.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct PublicFlags {
-    read: bool,
-    chat: bool,
-}
-
 impl PublicFlags {
     /// After `SetAgentPublicRead`: turning read off turns chat off too.
     fn with_read(self, read: bool) -> Self {
@@ -67,62 +61,6 @@ impl PublicFlags {
     }
 }
 
-/// What the collaborator list needs of the agent row.
-#[derive(Debug)]
-struct AgentSummary {
-    created_at: i64,
-    updated_at: i64,
-    flags: PublicFlags,
-}
-
-fn agent_summary(conn: &Connection, agent_id: &str) -> ApiResult<AgentSummary> {
-    conn.prepare_cached("SELECT created_at, updated_at, public_read, public_chat FROM agents WHERE id = ?1")?
-        .query_row(params![agent_id], |row| {
-            Ok(AgentSummary {
-                created_at: row.get(0)?,
-                updated_at: row.get(1)?,
-                flags: PublicFlags { read: row.get(2)?, chat: row.get(3)? },
-            })
-        })
-        .optional()?
-        .ok_or_else(|| ApiError::not_found("Agent not found"))
-}
-
-/// A text column parsed into a generated enum; a value we never write is a conversion failure.
-fn parsed<T>(row: &Row<'_>, index: usize) -> rusqlite::Result<T>
-where
-    T: FromStr,
-    T::Err: std::error::Error + Send + Sync + 'static,
-{
-    let text: String = row.get(index)?;
-    text.parse().map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, Type::Text, Box::new(error)))
-}
-
-/// The columns [`collaborator_from_row`] reads, in order.
-const COLLABORATOR_COLUMNS: &str = "account_id, role, status, created_at, updated_at";
-
-fn collaborator_from_row(row: &Row<'_>) -> rusqlite::Result<AgentCollaboratorInfo> {
-    Ok(AgentCollaboratorInfo {
-        extra: Default::default(),
-        account_id: row.get::<_, String>(0)?.into(),
-        role: access_role(parsed(row, 1)?),
-        status: parsed(row, 2)?,
-        created_at: row.get(3)?,
-        updated_at: row.get(4)?,
-    })
-}
-
-/// The agent's members, accepted first then newest update first; pending ones only when asked.
-fn members(conn: &Connection, agent_id: &str, with_pending: bool) -> ApiResult<Vec<AgentCollaboratorInfo>> {
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {COLLABORATOR_COLUMNS} FROM agent_collaborators
-         WHERE agent_id = ?1 AND (?2 OR status = 'accepted')
-         ORDER BY status, updated_at DESC, account_id"
-    ))?;
-    let rows = statement.query_map(params![agent_id, with_pending], collaborator_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-}
-
 /// `ListAgentInvites {}`: the signed account's pending invitations, newest update first. An
 /// invite shows only the agent's id and name, its owner, the role and the timestamps.
 pub(crate) async fn list_agent_invites(
@@ -131,36 +69,8 @@ pub(crate) async fn list_agent_invites(
     _action: ListAgentInvites,
 ) -> ApiResult<ListAgentInvitesResponse> {
     let account = caller.account_id.clone();
-    let invites = app.db.read(move |conn| pending_invites(conn, &account)).await?;
+    let invites = app.db.read(move |conn| store::pending_invites(conn, &account)).await?;
     Ok(ListAgentInvitesResponse { extra: Default::default(), invites })
-}
-
-fn pending_invites(conn: &Connection, account_id: &str) -> ApiResult<Vec<AgentInviteInfo>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT c.agent_id, a.account_id, a.definition_cbor, c.role, c.created_at, c.updated_at
-         FROM agent_collaborators c JOIN agents a ON a.id = c.agent_id
-         WHERE c.account_id = ?1 AND c.status = 'pending'
-         ORDER BY c.updated_at DESC, c.agent_id",
-    )?;
-    let rows = statement.query_map(params![account_id], |row| {
-        Ok(AgentInviteInfo {
-            extra: Default::default(),
-            agent_id: row.get::<_, String>(0)?.into(),
-            owner_account_id: row.get::<_, String>(1)?.into(),
-            agent_name: definition_name(row, 2)?,
-            role: parsed(row, 3)?,
-            created_at: row.get(4)?,
-            updated_at: row.get(5)?,
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-}
-
-fn definition_name(row: &Row<'_>, index: usize) -> rusqlite::Result<String> {
-    let bytes: Vec<u8> = row.get(index)?;
-    let definition: AgentDefinition = wire::from_slice(&bytes)
-        .map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, Type::Blob, Box::new(error)))?;
-    Ok(definition.name)
 }
 
 /// `ListAgentCollaborators {agentId}` (reader): the owner, then the members, with the public
@@ -174,7 +84,7 @@ pub(crate) async fn list_agent_collaborators(
     app.db
         .read(move |conn| {
             let access = access::require(conn, &action.agent_id, &account, Need::Read)?;
-            let agent = agent_summary(conn, &access.agent_id)?;
+            let agent = store::agent_summary(conn, &access.agent_id)?;
             let owner = AgentCollaboratorInfo {
                 extra: Default::default(),
                 account_id: access.owner_id.clone().into(),
@@ -184,7 +94,7 @@ pub(crate) async fn list_agent_collaborators(
                 updated_at: agent.updated_at,
             };
             let mut collaborators = vec![owner];
-            collaborators.extend(members(conn, &access.agent_id, access.role == Role::Owner)?);
+            collaborators.extend(store::members(conn, &access.agent_id, access.role == Role::Owner)?);
             Ok(ListAgentCollaboratorsResponse {
                 extra: Default::default(),
                 agent_id: access.agent_id.into(),
@@ -213,35 +123,12 @@ pub(crate) async fn invite_agent_collaborator(
             if member == access.owner_id {
                 return Err(ApiError::invalid("The agent owner is already a member"));
             }
-            let collaborator = upsert_invite(conn, &access.agent_id, &member, action.role, now)?;
+            let collaborator = store::upsert_invite(conn, &access.agent_id, &member, action.role, now)?;
             Ok((collaborator, access.agent_id, access.owner_id))
         })
         .await?;
     announce(app, &owner, &collaborator.account_id, &agent_id);
     Ok(InviteAgentCollaboratorResponse { extra: Default::default(), collaborator })
-}
-
-/// Creates a pending invitation, or updates the role of an existing row; returns the row.
-fn upsert_invite(
-    conn: &Connection,
-    agent_id: &str,
-    account_id: &str,
-    role: AgentCollaboratorRole,
-    now: i64,
-) -> ApiResult<AgentCollaboratorInfo> {
-    crate::db::ensure_account(conn, account_id, now)?;
-    // The status expression keeps an accepted member accepted; anything else is pending.
-    Ok(conn
-        .prepare_cached(&format!(
-            "INSERT INTO agent_collaborators (agent_id, account_id, role, status, created_at, updated_at)
-             VALUES (?1, ?2, ?3, 'pending', ?4, ?4)
-             ON CONFLICT (agent_id, account_id) DO UPDATE SET
-               role = excluded.role,
-               status = CASE WHEN agent_collaborators.status = 'accepted' THEN 'accepted' ELSE 'pending' END,
-               updated_at = excluded.updated_at
-             RETURNING {COLLABORATOR_COLUMNS}"
-        ))?
-        .query_row(params![agent_id, account_id, role.to_string(), now], collaborator_from_row)?)
 }
 
 /// After a membership change: `agent-collaborators-changed` to the owner and
@@ -264,10 +151,7 @@ pub(crate) async fn remove_agent_collaborator(
         .write(move |conn| {
             let access = access::require(conn, &action.agent_id, &account, Need::Own)?;
             let member = collaborator_account(&action.account_id)?;
-            let removed = conn
-                .prepare_cached("DELETE FROM agent_collaborators WHERE agent_id = ?1 AND account_id = ?2")?
-                .execute(params![access.agent_id, member])?;
-            if removed == 0 {
+            if !store::remove(conn, &access.agent_id, &member)? {
                 return Err(ApiError::not_found("Collaborator not found"));
             }
             Ok((
@@ -284,18 +168,6 @@ pub(crate) async fn remove_agent_collaborator(
     Ok(response)
 }
 
-/// The owner of the agent on which `account_id` has a pending invitation; 404
-/// `Agent invitation not found` otherwise.
-fn pending_invite_owner(conn: &Connection, agent_id: &str, account_id: &str) -> ApiResult<String> {
-    conn.prepare_cached(
-        "SELECT a.account_id FROM agent_collaborators c JOIN agents a ON a.id = c.agent_id
-         WHERE c.agent_id = ?1 AND c.account_id = ?2 AND c.status = 'pending'",
-    )?
-    .query_row(params![agent_id, account_id], |row| row.get(0))
-    .optional()?
-    .ok_or_else(|| ApiError::not_found("Agent invitation not found"))
-}
-
 /// `AcceptAgentInvite {agentId}`: accepts the signed account's pending invitation and returns
 /// the agent as the new member sees it.
 pub(crate) async fn accept_agent_invite(
@@ -308,12 +180,8 @@ pub(crate) async fn accept_agent_invite(
     let (agent, owner) = app
         .db
         .write(move |conn| {
-            let owner = pending_invite_owner(conn, &action.agent_id, &account)?;
-            conn.prepare_cached(
-                "UPDATE agent_collaborators SET status = 'accepted', accepted_at = ?3, updated_at = ?3
-                 WHERE agent_id = ?1 AND account_id = ?2 AND status = 'pending'",
-            )?
-            .execute(params![action.agent_id.as_str(), account, now])?;
+            let owner = store::pending_invite_owner(conn, &action.agent_id, &account)?;
+            store::accept(conn, &action.agent_id, &account, now)?;
             let access = access::require(conn, &action.agent_id, &account, Need::Read)?;
             Ok((agents::store::load_info(conn, &access.agent_id, access.role)?, owner))
         })
@@ -332,11 +200,8 @@ pub(crate) async fn decline_agent_invite(
     let (agent_id, owner) = app
         .db
         .write(move |conn| {
-            let owner = pending_invite_owner(conn, &action.agent_id, &account)?;
-            conn.prepare_cached(
-                "DELETE FROM agent_collaborators WHERE agent_id = ?1 AND account_id = ?2 AND status = 'pending'",
-            )?
-            .execute(params![action.agent_id.as_str(), account])?;
+            let owner = store::pending_invite_owner(conn, &action.agent_id, &account)?;
+            store::decline(conn, &action.agent_id, &account)?;
             Ok((action.agent_id, owner))
         })
         .await?;
@@ -380,12 +245,13 @@ where
         .db
         .write(move |conn| {
             let access = access::require(conn, &agent_id, &account, Need::Own)?;
-            let flags = change(agent_summary(conn, &access.agent_id)?.flags)?;
-            conn.prepare_cached("UPDATE agents SET public_read = ?2, public_chat = ?3, updated_at = ?4 WHERE id = ?1")?
-                .execute(params![access.agent_id, flags.read, flags.chat, now])?;
+            let flags = change(store::agent_summary(conn, &access.agent_id)?.flags)?;
+            store::set_public_flags(conn, &access.agent_id, flags, now)?;
             let mut audience = vec![access.owner_id];
             audience.extend(
-                members(conn, &access.agent_id, false)?.into_iter().map(|member| member.account_id.into_string()),
+                store::members(conn, &access.agent_id, false)?
+                    .into_iter()
+                    .map(|member| member.account_id.into_string()),
             );
             Ok((agents::store::load_info(conn, &access.agent_id, Role::Owner)?, audience))
         })
@@ -400,6 +266,10 @@ where
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    use rusqlite::params;
+    use seed_agents_protocol::generated::{AgentDefinition, AgentInviteInfo};
+    use seed_agents_protocol::wire;
 
     use super::*;
     use crate::bus::Event;

@@ -6,13 +6,13 @@
 
 use std::collections::BTreeSet;
 
-use rusqlite::{Connection, Row, params};
+use rusqlite::Connection;
+use seed_agents_protocol::Nullable;
 use seed_agents_protocol::generated::{
     CreateSession, CreateSessionResponse, DeleteSession, DeleteSessionResponse, GetSession, GetSessionEvent,
-    GetSessionEventResponse, GetSessionResponse, ListSessions, ListSessionsResponse, RunPlan, SessionInfo,
-    SessionInfoStatus, SessionListCursor, SessionModelOverride, Thoroughness, UpdateSession, UpdateSessionResponse,
+    GetSessionEventResponse, GetSessionResponse, ListSessions, ListSessionsResponse, SessionInfo, SessionListCursor,
+    SessionModelOverride, UpdateSession, UpdateSessionResponse,
 };
-use seed_agents_protocol::{Nullable, wire};
 use serde::Serialize;
 
 use crate::access::{self, Need};
@@ -27,6 +27,7 @@ use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
 pub(crate) mod control;
 pub(crate) mod events;
+pub(crate) mod store;
 
 /// Sessions per page when the client does not say.
 pub(crate) const DEFAULT_PAGE: i64 = 50;
@@ -35,94 +36,10 @@ pub(crate) const MAX_PAGE: i64 = 200;
 /// The most events per `GetSession` page when the client asks for a tail page.
 pub(crate) const MAX_EVENT_PAGE: i64 = 1000;
 
-// Every `LIMIT` binds as `LIMIT +?n`: SQLite reads a plainly bound LIMIT while compiling and
-// recompiles the cached statement whenever the value changes; the unary `+` keeps it a runtime
-// expression (the test `limits_do_not_recompile_cached_statements` checks it).
-
-const SESSION_COLUMNS: &str = "s.id, s.account_id, s.agent_id, s.title, s.status, s.parent_session_id, s.run_id, \
-     s.model_override_cbor, s.thoroughness, s.description, \
-     (SELECT COUNT(*) FROM sessions c WHERE c.parent_session_id = s.id), s.created_at, s.updated_at, s.plan_cbor";
-
-fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
-    let blob_error = |index, error: wire::WireError| {
-        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Blob, Box::new(error))
-    };
-    let model_override: Option<Vec<u8>> = row.get(7)?;
-    let model_override = match model_override {
-        Some(bytes) => Some(wire::from_slice::<SessionModelOverride>(&bytes).map_err(|error| blob_error(7, error))?),
-        None => None,
-    };
-    let status: String = row.get(4)?;
-    let thoroughness: Option<String> = row.get(8)?;
-    let plan: Option<Vec<u8>> = row.get(13)?;
-    let plan = match plan {
-        Some(bytes) => Some(wire::from_slice::<RunPlan>(&bytes).map_err(|error| blob_error(13, error))?),
-        None => None,
-    };
-    Ok(SessionInfo {
-        extra: Default::default(),
-        account: row.get(1)?,
-        activity: None,
-        agent_id: row.get::<_, String>(2)?.into(),
-        child_session_count: Some(row.get(10)?),
-        continued_from: None,
-        continued_to: None,
-        created_at: row.get(11)?,
-        description: row.get(9)?,
-        id: row.get::<_, String>(0)?.into(),
-        model_override,
-        parent_session_id: row.get::<_, Option<String>>(5)?.map(Into::into),
-        plan,
-        run_id: row.get::<_, Option<String>>(6)?.map(Into::into),
-        started_by_trigger: None,
-        status: match status.as_str() {
-            "streaming" => SessionInfoStatus::Streaming,
-            "stopped" => SessionInfoStatus::Stopped,
-            "error" => SessionInfoStatus::Error,
-            _ => SessionInfoStatus::Idle,
-        },
-        thoroughness: thoroughness.as_deref().and_then(parse_thoroughness),
-        title: row.get(3)?,
-        updated_at: row.get(12)?,
-    })
-}
-
-fn parse_thoroughness(value: &str) -> Option<Thoroughness> {
-    match value {
-        "quick" => Some(Thoroughness::Quick),
-        "normal" => Some(Thoroughness::Normal),
-        "deep" => Some(Thoroughness::Deep),
-        _ => None,
-    }
-}
-
-/// One session; 404 `Session not found` when missing.
-pub(crate) fn load_info(conn: &Connection, session_id: &str) -> ApiResult<SessionInfo> {
-    use rusqlite::OptionalExtension as _;
-    let mut session = conn
-        .prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?1"))?
-        .query_row(params![session_id], info_from_row)
-        .optional()?
-        .ok_or_else(|| ApiError::not_found("Session not found"))?;
-    session.started_by_trigger = crate::triggers::store::attribution(conn, session_id)?;
-    Ok(session)
-}
-
 /// An agent's newest top-level sessions (for protocol 1 clients' `GetAgentResponse.sessions`).
 pub(crate) async fn newest_top_level(app: &App, agent_id: &str, limit: usize) -> ApiResult<Vec<SessionInfo>> {
     let agent_id = agent_id.to_owned();
-    app.db
-        .read(move |conn| {
-            let mut statement = conn.prepare_cached(&format!(
-                "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.agent_id = ?1 AND s.parent_session_id IS NULL
-                 ORDER BY s.updated_at DESC, s.id DESC LIMIT +?2"
-            ))?;
-            let rows = statement.query_map(params![agent_id, limit as i64], info_from_row)?;
-            let mut sessions = rows.collect::<rusqlite::Result<Vec<_>>>()?;
-            crate::triggers::store::attribute(conn, &mut sessions)?;
-            Ok(sessions)
-        })
-        .await
+    app.db.read(move |conn| store::newest_top_level(conn, &agent_id, limit)).await
 }
 
 /// Titles clients sent as display placeholders; stored as no title.
@@ -191,24 +108,15 @@ pub(crate) async fn create_session(
                 // A time-ordered UUID (v7): inserts append to the primary key's index instead of
                 // touching a random page each.
                 let id = uuid::Uuid::now_v7().to_string();
-                let model_override = match &model_override {
-                    Some(value) => Some(wire::to_vec(value).map_err(ApiError::internal)?),
-                    None => None,
+                let session = store::NewSession {
+                    id: &id,
+                    owner_id: &access.owner_id,
+                    agent_id: &access.agent_id,
+                    title: title.as_deref(),
+                    model_override: model_override.as_ref(),
+                    thoroughness: action.thoroughness,
                 };
-                conn.prepare_cached(
-                    "INSERT INTO sessions (id, account_id, agent_id, title, title_source, status, model_override_cbor,
-                                           thoroughness, created_at, updated_at)
-                     VALUES (?1, ?2, ?3, ?4, 'system', 'idle', ?5, ?6, ?7, ?7)",
-                )?
-                .execute(params![
-                    id,
-                    access.owner_id,
-                    access.agent_id,
-                    title,
-                    model_override,
-                    action.thoroughness.map(|value| value.to_string()),
-                    now
-                ])?;
+                store::insert(conn, &session, now)?;
                 Ok(CreateSessionResponse { extra: Default::default(), session_id: id.into() })
             })?;
             Ok((response, access.agent_id, access.owner_id, replayed))
@@ -236,7 +144,7 @@ pub(crate) async fn list_sessions(app: &App, caller: &Caller, action: ListSessio
                 Some(agent_id) => Some(access::require(conn, agent_id, &account, Need::Read)?),
                 None => None,
             };
-            let mut rows = page(conn, &account, &action, limit)?;
+            let mut rows = store::page(conn, &account, &action, limit)?;
             let more = rows.len() as i64 > limit;
             rows.truncate(limit as usize);
             let next_cursor = match (more, rows.last()) {
@@ -264,45 +172,6 @@ pub(crate) async fn list_sessions(app: &App, caller: &Caller, action: ListSessio
         .await
 }
 
-/// One page (plus one row, to tell whether more exist).
-fn page(conn: &Connection, account: &str, action: &ListSessions, limit: i64) -> ApiResult<Vec<SessionInfo>> {
-    let mut sql = format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE ");
-    let mut values: Vec<rusqlite::types::Value> = Vec::new();
-    let mut bind = |value: rusqlite::types::Value| {
-        values.push(value);
-        format!("?{}", values.len())
-    };
-    match &action.agent_id {
-        Some(agent_id) => sql.push_str(&format!("s.agent_id = {}", bind(agent_id.to_string().into()))),
-        None => {
-            let account = bind(account.to_owned().into());
-            sql.push_str(&format!(
-                "(s.account_id = {account} OR s.agent_id IN (SELECT agent_id FROM agent_collaborators
-                   WHERE account_id = {account} AND status = 'accepted'))"
-            ));
-        }
-    }
-    if let Some(parent) = &action.parent_session_id {
-        sql.push_str(&format!(" AND s.parent_session_id = {}", bind(parent.to_string().into())));
-    } else if action.include_children == Some(false) {
-        sql.push_str(" AND s.parent_session_id IS NULL");
-    }
-    if let Some(cursor) = &action.cursor {
-        let updated = bind(cursor.updated_before.into());
-        let id = bind(cursor.id_before.clone().into());
-        sql.push_str(&format!(" AND (s.updated_at < {updated} OR (s.updated_at = {updated} AND s.id < {id}))"));
-    }
-    if action.exclude_triggered == Some(true) {
-        sql.push_str(" AND NOT EXISTS (SELECT 1 FROM trigger_firings f WHERE f.session_id = s.id)");
-    }
-    sql.push_str(&format!(" ORDER BY s.updated_at DESC, s.id DESC LIMIT +{}", bind((limit + 1).into())));
-    let mut statement = conn.prepare_cached(&sql)?;
-    let rows = statement.query_map(rusqlite::params_from_iter(values.iter()), info_from_row)?;
-    let mut sessions = rows.collect::<rusqlite::Result<Vec<_>>>()?;
-    crate::triggers::store::attribute(conn, &mut sessions)?;
-    Ok(sessions)
-}
-
 /// `GetSession {sessionId, afterSeq?, beforeSeq?, limit?}` (reader): the session, its events with
 /// `seq > afterSeq` (and `< beforeSeq`), oldest first; with `limit`, the newest `limit` of those
 /// and whether older ones remain.
@@ -320,7 +189,7 @@ pub(crate) async fn get_session(app: &App, caller: &Caller, action: GetSession) 
     app.db
         .read(move |conn| {
             let access = access::require_session(conn, &action.session_id, &account, Need::Read)?;
-            let session = load_info(conn, &action.session_id)?;
+            let session = store::load_info(conn, &action.session_id)?;
             let before = action.before_seq.unwrap_or(i64::MAX);
             let (events, has_more_before) = match limit {
                 Some(limit) => {
@@ -403,33 +272,25 @@ pub(crate) async fn update_session(
         .write(move |conn| {
             let access = access::require_session(conn, &action.session_id, &account, Need::Write)?;
             if let Some(title) = &title {
-                conn.prepare_cached(
-                    "UPDATE sessions SET title = ?2, title_source = 'user', updated_at = ?3 WHERE id = ?1",
-                )?
-                .execute(params![action.session_id.as_str(), title, now])?;
+                store::set_title(conn, &action.session_id, title, now)?;
             }
             let model_override = match &action.model_override {
                 Nullable::Absent => None,
                 Nullable::Null => Some(None),
-                Nullable::Value(value) => {
-                    let checked = check_model_override(conn, &access.owner_id, value)?;
-                    Some(Some(wire::to_vec(&checked).map_err(ApiError::internal)?))
-                }
+                Nullable::Value(value) => Some(Some(check_model_override(conn, &access.owner_id, value)?)),
             };
             if let Some(model_override) = model_override {
-                conn.prepare_cached("UPDATE sessions SET model_override_cbor = ?2, updated_at = ?3 WHERE id = ?1")?
-                    .execute(params![action.session_id.as_str(), model_override, now])?;
+                store::set_model_override(conn, &action.session_id, model_override.as_ref(), now)?;
             }
-            let thoroughness = match &action.thoroughness {
+            let thoroughness = match action.thoroughness {
                 Nullable::Absent => None,
                 Nullable::Null => Some(None),
-                Nullable::Value(value) => Some(Some(value.to_string())),
+                Nullable::Value(value) => Some(Some(value)),
             };
             if let Some(thoroughness) = thoroughness {
-                conn.prepare_cached("UPDATE sessions SET thoroughness = ?2, updated_at = ?3 WHERE id = ?1")?
-                    .execute(params![action.session_id.as_str(), thoroughness, now])?;
+                store::set_thoroughness(conn, &action.session_id, thoroughness, now)?;
             }
-            Ok((load_info(conn, &action.session_id)?, access.owner_id))
+            Ok((store::load_info(conn, &action.session_id)?, access.owner_id))
         })
         .await?;
     app.bus
@@ -453,8 +314,7 @@ pub(crate) async fn delete_session(
             let access = access::require_session(conn, &action.session_id, &account, Need::Write)?;
             let mut changes = crate::runs::Changes::default();
             let canceled = crate::runs::cancel::cancel_session(conn, &action.session_id, now, &ending, &mut changes)?;
-            // Events go by cascade; children are promoted and runs detached by ON DELETE SET NULL.
-            conn.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute(params![action.session_id.as_str()])?;
+            store::delete(conn, &action.session_id)?;
             let response = DeleteSessionResponse {
                 extra: Default::default(),
                 agent_id: access.agent_id.into(),
@@ -476,27 +336,6 @@ pub(crate) async fn delete_session(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn limits_do_not_recompile_cached_statements() {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch("CREATE TABLE t (n INTEGER); INSERT INTO t VALUES (1), (2), (3);").unwrap();
-        for sql in ["SELECT n FROM t ORDER BY n LIMIT +?1", "SELECT n FROM t ORDER BY n LIMIT ?1"] {
-            for limit in [1, 2, 3] {
-                let mut statement = conn.prepare_cached(sql).unwrap();
-                let rows: Vec<i64> =
-                    statement.query_map([limit], |row| row.get(0)).unwrap().collect::<Result<_, _>>().unwrap();
-                assert_eq!(rows.len(), limit as usize);
-            }
-            let statement = conn.prepare_cached(sql).unwrap();
-            let reprepared = statement.get_status(rusqlite::StatementStatus::RePrepare);
-            if sql.contains('+') {
-                assert_eq!(reprepared, 0, "{sql}");
-            } else {
-                assert!(reprepared > 0, "the plain form does recompile (this test's premise): {sql}");
-            }
-        }
-    }
 
     #[test]
     fn placeholder_titles_are_recognised_in_any_case() {

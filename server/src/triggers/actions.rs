@@ -152,7 +152,7 @@ pub(crate) async fn get_agent_trigger(
             let firings = store::firings(conn, &trigger.id)?;
             let mut sessions = Vec::new();
             for session_id in store::session_ids(conn, &trigger.id)? {
-                sessions.push(crate::sessions::load_info(conn, &session_id)?);
+                sessions.push(crate::sessions::store::load_info(conn, &session_id)?);
             }
             store::attribute(conn, &mut sessions)?;
             Ok(GetAgentTriggerResponse { extra: Default::default(), firings, sessions, trigger, webhook_secret: None })

@@ -121,7 +121,7 @@ async fn session_snapshots(edge: Arc<Edge>, changes: Arc<SessionChanges>, mut sh
             .db
             .read(move |conn| {
                 ids.iter()
-                    .map(|id| match crate::sessions::load_info(conn, id) {
+                    .map(|id| match crate::sessions::store::load_info(conn, id) {
                         Ok(info) => Ok(Some(info)),
                         Err(error) if error.kind() == crate::error::ErrorKind::NotFound => Ok(None),
                         Err(error) => Err(error),

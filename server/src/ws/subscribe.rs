@@ -95,7 +95,7 @@ pub(crate) async fn load(app: &App, plan: Plan) -> ApiResult<Replay> {
         Plan::Session { id, after } => {
             app.db
                 .read(move |conn| {
-                    let session = Box::new(sessions::load_info(conn, &id)?);
+                    let session = Box::new(sessions::store::load_info(conn, &id)?);
                     let events = sessions::events::after(conn, &id, after, i64::MAX, Some(REPLAY_PAGE))?;
                     Ok(Replay::Session { session, events })
                 })

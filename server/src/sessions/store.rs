@@ -1,0 +1,225 @@
+//! The `sessions` table: session rows as the protocol shows them, keyset pages, and the inserts,
+//! updates and deletes of the session actions. (The event log is `events`.)
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use seed_agents_protocol::generated::{
+    ListSessions, RunPlan, SessionInfo, SessionInfoStatus, SessionModelOverride, Thoroughness,
+};
+
+use crate::db::Cbor;
+use crate::error::{ApiError, ApiResult};
+
+// Every `LIMIT` binds as `LIMIT +?n`: SQLite reads a plainly bound LIMIT while compiling and
+// recompiles the cached statement whenever the value changes; the unary `+` keeps it a runtime
+// expression (the test `limits_do_not_recompile_cached_statements` checks it).
+
+const SESSION_COLUMNS: &str = "s.id, s.account_id, s.agent_id, s.title, s.status, s.parent_session_id, s.run_id, \
+     s.model_override_cbor, s.thoroughness, s.description, \
+     (SELECT COUNT(*) FROM sessions c WHERE c.parent_session_id = s.id), s.created_at, s.updated_at, s.plan_cbor";
+
+fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
+    let model_override = row.get::<_, Option<Cbor<SessionModelOverride>>>(7)?.map(|Cbor(value)| value);
+    let status: String = row.get(4)?;
+    let thoroughness: Option<String> = row.get(8)?;
+    let plan = row.get::<_, Option<Cbor<RunPlan>>>(13)?.map(|Cbor(plan)| plan);
+    Ok(SessionInfo {
+        extra: Default::default(),
+        account: row.get(1)?,
+        activity: None,
+        agent_id: row.get::<_, String>(2)?.into(),
+        child_session_count: Some(row.get(10)?),
+        continued_from: None,
+        continued_to: None,
+        created_at: row.get(11)?,
+        description: row.get(9)?,
+        id: row.get::<_, String>(0)?.into(),
+        model_override,
+        parent_session_id: row.get::<_, Option<String>>(5)?.map(Into::into),
+        plan,
+        run_id: row.get::<_, Option<String>>(6)?.map(Into::into),
+        started_by_trigger: None,
+        status: match status.as_str() {
+            "streaming" => SessionInfoStatus::Streaming,
+            "stopped" => SessionInfoStatus::Stopped,
+            "error" => SessionInfoStatus::Error,
+            _ => SessionInfoStatus::Idle,
+        },
+        thoroughness: thoroughness.as_deref().and_then(parse_thoroughness),
+        title: row.get(3)?,
+        updated_at: row.get(12)?,
+    })
+}
+
+fn parse_thoroughness(value: &str) -> Option<Thoroughness> {
+    match value {
+        "quick" => Some(Thoroughness::Quick),
+        "normal" => Some(Thoroughness::Normal),
+        "deep" => Some(Thoroughness::Deep),
+        _ => None,
+    }
+}
+
+/// One session; 404 `Session not found` when missing.
+pub(crate) fn load_info(conn: &Connection, session_id: &str) -> ApiResult<SessionInfo> {
+    let mut session = conn
+        .prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?1"))?
+        .query_row(params![session_id], info_from_row)
+        .optional()?
+        .ok_or_else(|| ApiError::not_found("Session not found"))?;
+    session.started_by_trigger = crate::triggers::store::attribution(conn, session_id)?;
+    Ok(session)
+}
+
+/// An agent's newest top-level sessions, newest update first.
+pub(crate) fn newest_top_level(conn: &Connection, agent_id: &str, limit: usize) -> ApiResult<Vec<SessionInfo>> {
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.agent_id = ?1 AND s.parent_session_id IS NULL
+         ORDER BY s.updated_at DESC, s.id DESC LIMIT +?2"
+    ))?;
+    let rows = statement.query_map(params![agent_id, limit as i64], info_from_row)?;
+    let mut sessions = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    crate::triggers::store::attribute(conn, &mut sessions)?;
+    Ok(sessions)
+}
+
+/// One page (plus one row, to tell whether more exist).
+pub(crate) fn page(conn: &Connection, account: &str, action: &ListSessions, limit: i64) -> ApiResult<Vec<SessionInfo>> {
+    let mut sql = format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE ");
+    let mut values: Vec<rusqlite::types::Value> = Vec::new();
+    let mut bind = |value: rusqlite::types::Value| {
+        values.push(value);
+        format!("?{}", values.len())
+    };
+    match &action.agent_id {
+        Some(agent_id) => sql.push_str(&format!("s.agent_id = {}", bind(agent_id.to_string().into()))),
+        None => {
+            let account = bind(account.to_owned().into());
+            sql.push_str(&format!(
+                "(s.account_id = {account} OR s.agent_id IN (SELECT agent_id FROM agent_collaborators
+                   WHERE account_id = {account} AND status = 'accepted'))"
+            ));
+        }
+    }
+    if let Some(parent) = &action.parent_session_id {
+        sql.push_str(&format!(" AND s.parent_session_id = {}", bind(parent.to_string().into())));
+    } else if action.include_children == Some(false) {
+        sql.push_str(" AND s.parent_session_id IS NULL");
+    }
+    if let Some(cursor) = &action.cursor {
+        let updated = bind(cursor.updated_before.into());
+        let id = bind(cursor.id_before.clone().into());
+        sql.push_str(&format!(" AND (s.updated_at < {updated} OR (s.updated_at = {updated} AND s.id < {id}))"));
+    }
+    if action.exclude_triggered == Some(true) {
+        sql.push_str(" AND NOT EXISTS (SELECT 1 FROM trigger_firings f WHERE f.session_id = s.id)");
+    }
+    sql.push_str(&format!(" ORDER BY s.updated_at DESC, s.id DESC LIMIT +{}", bind((limit + 1).into())));
+    let mut statement = conn.prepare_cached(&sql)?;
+    let rows = statement.query_map(rusqlite::params_from_iter(values.iter()), info_from_row)?;
+    let mut sessions = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    crate::triggers::store::attribute(conn, &mut sessions)?;
+    Ok(sessions)
+}
+
+/// A session to insert.
+#[derive(Debug)]
+pub(crate) struct NewSession<'a> {
+    /// Its id.
+    pub(crate) id: &'a str,
+    /// The agent's owner (where session rows are stored).
+    pub(crate) owner_id: &'a str,
+    /// Its agent.
+    pub(crate) agent_id: &'a str,
+    /// Its title, when it has one yet.
+    pub(crate) title: Option<&'a str>,
+    /// The model it uses instead of the agent's.
+    pub(crate) model_override: Option<&'a SessionModelOverride>,
+    /// How thoroughly its agent works.
+    pub(crate) thoroughness: Option<Thoroughness>,
+}
+
+/// Inserts `session`, `idle`, its title the system's to replace.
+pub(crate) fn insert(conn: &Connection, session: &NewSession<'_>, now: i64) -> ApiResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO sessions (id, account_id, agent_id, title, title_source, status, model_override_cbor,
+                               thoroughness, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, 'system', 'idle', ?5, ?6, ?7, ?7)",
+    )?
+    .execute(params![
+        session.id,
+        session.owner_id,
+        session.agent_id,
+        session.title,
+        session.model_override.map(Cbor),
+        session.thoroughness.map(|value| value.to_string()),
+        now
+    ])?;
+    Ok(())
+}
+
+/// Sets a session's title, as a person gave it.
+pub(crate) fn set_title(conn: &Connection, session_id: &str, title: &str, now: i64) -> ApiResult<()> {
+    conn.prepare_cached("UPDATE sessions SET title = ?2, title_source = 'user', updated_at = ?3 WHERE id = ?1")?
+        .execute(params![session_id, title, now])?;
+    Ok(())
+}
+
+/// Sets (or, with `None`, clears) a session's model override.
+pub(crate) fn set_model_override(
+    conn: &Connection,
+    session_id: &str,
+    model_override: Option<&SessionModelOverride>,
+    now: i64,
+) -> ApiResult<()> {
+    conn.prepare_cached("UPDATE sessions SET model_override_cbor = ?2, updated_at = ?3 WHERE id = ?1")?
+        .execute(params![session_id, model_override.map(Cbor), now])?;
+    Ok(())
+}
+
+/// Sets (or, with `None`, clears) a session's thoroughness.
+pub(crate) fn set_thoroughness(
+    conn: &Connection,
+    session_id: &str,
+    thoroughness: Option<Thoroughness>,
+    now: i64,
+) -> ApiResult<()> {
+    conn.prepare_cached("UPDATE sessions SET thoroughness = ?2, updated_at = ?3 WHERE id = ?1")?.execute(params![
+        session_id,
+        thoroughness.map(|value| value.to_string()),
+        now
+    ])?;
+    Ok(())
+}
+
+/// Deletes a session. Its events go by cascade; its children are promoted and its runs detached
+/// by ON DELETE SET NULL.
+pub(crate) fn delete(conn: &Connection, session_id: &str) -> ApiResult<()> {
+    conn.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute(params![session_id])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_do_not_recompile_cached_statements() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (n INTEGER); INSERT INTO t VALUES (1), (2), (3);").unwrap();
+        for sql in ["SELECT n FROM t ORDER BY n LIMIT +?1", "SELECT n FROM t ORDER BY n LIMIT ?1"] {
+            for limit in [1, 2, 3] {
+                let mut statement = conn.prepare_cached(sql).unwrap();
+                let rows: Vec<i64> =
+                    statement.query_map([limit], |row| row.get(0)).unwrap().collect::<Result<_, _>>().unwrap();
+                assert_eq!(rows.len(), limit as usize);
+            }
+            let statement = conn.prepare_cached(sql).unwrap();
+            let reprepared = statement.get_status(rusqlite::StatementStatus::RePrepare);
+            if sql.contains('+') {
+                assert_eq!(reprepared, 0, "{sql}");
+            } else {
+                assert!(reprepared > 0, "the plain form does recompile (this test's premise): {sql}");
+            }
+        }
+    }
+}
