@@ -12,6 +12,23 @@ use jaq_json::Val;
 
 use crate::failure::{Class, Failure};
 
+/// jq's `@csv` and `@tsv`, which jaq's standard library leaves to its command-line tool; defined
+/// ahead of the user's filter. Strings are quoted (`@csv`: `"` doubled) or escaped (`@tsv`: `\\`,
+/// tab, newline, carriage return), numbers and booleans printed, null empty, as jq does.
+const FORMATS: &str = r#"def @csv: if type == "array" then . else error("cannot csv-format \(type), only an array") end
+  | map(if type == "string" then "\"" + gsub("\""; "\"\"") + "\""
+        elif type == "null" then ""
+        elif type == "number" or type == "boolean" then tostring
+        else error("cannot csv-format \(type) in an array") end)
+  | join(",");
+def @tsv: if type == "array" then . else error("cannot tsv-format \(type), only an array") end
+  | map(if type == "string" then gsub("\\\\"; "\\\\") | gsub("\t"; "\\t") | gsub("\n"; "\\n") | gsub("\r"; "\\r")
+        elif type == "null" then ""
+        elif type == "number" or type == "boolean" then tostring
+        else error("cannot tsv-format \(type) in an array") end)
+  | join("\t");
+"#;
+
 /// A compiled filter.
 pub struct Filter {
     filter: compile::Filter<Native<JustLut<Val>>>,
@@ -29,8 +46,10 @@ impl Filter {
         let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
         let funs = jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs());
         let arena = Arena::default();
-        let modules = Loader::new(defs).load(&arena, File { code, path: () }).map_err(|errors| {
-            let reasons: Vec<String> = errors.into_iter().map(|(_, error)| load_error(code, error)).collect();
+        let program = format!("{FORMATS}{code}");
+        let modules = Loader::new(defs).load(&arena, File { code: program.as_str(), path: () }).map_err(|errors| {
+            let reasons: Vec<String> =
+                errors.into_iter().map(|(_, error)| load_error(&program, FORMATS.len(), error)).collect();
             Failure::usage(format!("--jq: {}", reasons.join("; ")))
         })?;
         let filter = jaq_core::Compiler::default().with_funs(funs).compile(modules).map_err(|errors| {
@@ -61,12 +80,13 @@ impl Filter {
     }
 }
 
-/// A lexing or parsing error, with where in the filter it happened.
-fn load_error(code: &str, error: jaq_core::load::Error<&str>) -> String {
+/// A lexing or parsing error, with where in the user's filter (which starts at `start` of
+/// `program`) it happened.
+fn load_error(program: &str, start: usize, error: jaq_core::load::Error<&str>) -> String {
     use jaq_core::load::Error;
     let at = |rest: &str| {
-        let offset = (rest.as_ptr() as usize).saturating_sub(code.as_ptr() as usize).min(code.len());
-        format!("at character {offset}")
+        let offset = (rest.as_ptr() as usize).saturating_sub(program.as_ptr() as usize).min(program.len());
+        format!("at character {}", offset.saturating_sub(start))
     };
     match error {
         Error::Io(errors) => {
@@ -97,6 +117,32 @@ mod tests {
         assert_eq!(filter.run(r#"{"agents": [1, 2]}"#).unwrap(), [r#"{"n":2}"#]);
         let filter = Filter::new(r#"map(select(startswith("x"))) | sort"#).unwrap();
         assert_eq!(filter.run(r#"["xb", "y", "xa"]"#).unwrap(), [r#"["xa","xb"]"#]);
+    }
+
+    #[test]
+    fn csv_and_tsv_format_rows_as_jq_does() {
+        let input = r#"{"rows": [["a", "b,\"c\"", 1, true, null], ["tab\there", "new\nline", "back\\slash"]]}"#;
+        let csv = Filter::new(".rows[] | @csv").unwrap().run(input).unwrap();
+        assert_eq!(
+            csv,
+            [
+                r#""a","b,""c""",1,true,"#,
+                r#""tab	here","new
+line","back\slash""#
+            ]
+        );
+        let tsv = Filter::new(".rows[] | @tsv").unwrap().run(input).unwrap();
+        assert_eq!(tsv, ["a\tb,\"c\"\t1\ttrue\t", r"tab\there	new\nline	back\\slash"]);
+        let refused = Filter::new("@csv").unwrap().run(r#"{"a": 1}"#).unwrap_err();
+        assert!(refused.message.contains("cannot csv-format object"), "{}", refused.message);
+        let nested = Filter::new("@tsv").unwrap().run(r#"[[1]]"#).unwrap_err();
+        assert!(nested.message.contains("cannot tsv-format array in an array"), "{}", nested.message);
+    }
+
+    #[test]
+    fn a_syntax_error_is_placed_in_the_users_filter() {
+        let failure = Filter::new(".a | ]").unwrap_err();
+        assert!(failure.message.contains("at character 5"), "{}", failure.message);
     }
 
     #[test]
