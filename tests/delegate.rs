@@ -1,7 +1,7 @@
 //! Orchestration end to end: `delegate` children on the background queue, the parent parked on
 //! them and resumed with their results as data, plan steps settled by the runtime, typed results,
 //! cancellation, and a parked parent that still converses. A real server, the SDK, and the
-//! scripted model provider (`server/tests/common/provider.rs`) on loopback.
+//! scripted model provider (`support::provider`) on loopback.
 
 use std::time::Duration;
 

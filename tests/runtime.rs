@@ -1,5 +1,5 @@
 //! Agent turns end to end: a real server, the SDK, and a scripted model provider on loopback that
-//! streams exactly as the vendors do (`server/tests/common/provider.rs`).
+//! streams exactly as the vendors do (`support::provider`).
 
 use std::time::Duration;
 

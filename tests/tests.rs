@@ -3,11 +3,14 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod support;
+// The shared test code (servers, fakes, fixtures, waits) is its own crate; `crate::support::…`
+// names it in every module.
+use seed_agents_test_support as support;
 
 mod authorization;
 mod delegate;
 mod envelope;
+mod fake_hm;
 mod features;
 mod hypermedia;
 mod hypermedia_writes;

@@ -14,10 +14,7 @@
 //!
 //! Creates that were in flight when the server died may or may not have committed; both are fine,
 //! as long as the two rows agree. The test prints how many creates were acknowledged and how many
-//! were cut off in each round (`cargo test --test crash -- --nocapture`).
-
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+//! were cut off in each round (`cargo test -p seed-agents-server --test tests crash:: -- --nocapture`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -25,14 +22,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-#[path = "common/fixtures.rs"]
-mod fixtures;
-#[path = "common/process.rs"]
-mod process;
-
-use fixtures::{definition, provider_config};
+use crate::support::fixtures::{definition, provider_config};
+use crate::support::process::{Launch, ServerProcess};
 use ipld_core::ipld::Ipld;
-use process::{Launch, ServerProcess};
 use rusqlite::{Connection, OpenFlags};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, CreateSessionResponse, GetSession, ListSessions, SetModelProvider,
@@ -70,7 +62,7 @@ struct WriterOutcome {
 
 /// Starts the binary over `data_dir`, logging into `<log_dir>/<label>.log`.
 async fn start(data_dir: &Path, log_dir: &Path, label: &str) -> ServerProcess {
-    ServerProcess::start(&Launch::new(data_dir, &log_dir.join(format!("{label}.log")))).await
+    ServerProcess::start(&Launch::new(crate::SERVER_BIN, data_dir, &log_dir.join(format!("{label}.log")))).await
 }
 
 fn client_of(server: &ServerProcess) -> Client {

@@ -5,26 +5,16 @@
 //! (each child's result delivered exactly once, before the parent's final answer), and no run
 //! spent a retry on a park, a resume or a boot sweep.
 //!
-//! `cargo test -p seed-agents-server --test delegate_crash -- --nocapture` prints the figures;
+//! `cargo test -p seed-agents-server --test tests delegate_crash -- --nocapture` prints the figures;
 //! `CRASH_KILLS=n` changes the number of kills.
-
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/fixtures.rs"]
-mod fixtures;
-#[path = "common/process.rs"]
-mod process;
-#[path = "common/provider.rs"]
-mod provider;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fixtures::{custom_provider_config, definition, say};
-use process::{Launch, ServerProcess, free_port};
-use provider::{Fallback, Provider, Script};
+use crate::support::fixtures::{custom_provider_config, definition, say};
+use crate::support::process::{Launch, ServerProcess, free_port};
+use crate::support::provider::{Fallback, Provider, Script};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, ListRuns, RunStatus, SessionEvent, SessionEventPayload, SetModelProvider,
 };
@@ -106,7 +96,7 @@ async fn parked_parents_resume_once_with_every_child_result_delivered_once_acros
     provider.set_fallback(Fallback::Rule(rule));
     let mut random = Lcg(0xde1e_9a7e);
     let dir = tempfile::tempdir().unwrap();
-    let launch = Launch::new(&dir.path().join("data"), &dir.path().join("server.log"))
+    let launch = Launch::new(crate::SERVER_BIN, &dir.path().join("data"), &dir.path().join("server.log"))
         .port(free_port())
         .arg("--session-title-generation")
         .arg("false");

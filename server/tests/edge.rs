@@ -3,17 +3,11 @@
 //! off, and a server whose body budget is spent answers 503 with `Retry-After` at once. (The
 //! figures at full size come from `cargo bench -p seed-agents-server --bench edge`.)
 
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/process.rs"]
-mod process;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use process::{Launch, ServerProcess, rss_kib};
+use crate::support::process::{Launch, ServerProcess, rss_kib};
 
 /// The status code of the answer on `stream` (or how the connection ended instead).
 fn status(stream: &mut TcpStream) -> String {
@@ -61,7 +55,7 @@ fn write_memory_head(size: u64) -> Vec<u8> {
 
 async fn server(args: &[&str]) -> (ServerProcess, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let mut launch = Launch::new(&dir.path().join("data"), &dir.path().join("server.log"));
+    let mut launch = Launch::new(crate::SERVER_BIN, &dir.path().join("data"), &dir.path().join("server.log"));
     for arg in args {
         launch = launch.arg(*arg);
     }

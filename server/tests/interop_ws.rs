@@ -23,27 +23,19 @@
 //!
 //! ```sh
 //! npm ci --prefix interop/ws
-//! cargo test --workspace --test interop_ws -- --ignored --nocapture
+//! cargo test -p seed-agents-server --test tests interop_ws -- --ignored --nocapture
 //! ```
 //!
 //! `NODE` overrides the node binary.
-
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/fixtures.rs"]
-mod fixtures;
-#[path = "common/process.rs"]
-mod process;
 
 use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use fixtures::{definition, provider_config};
+use crate::support::fixtures::{definition, provider_config};
+use crate::support::process::{Launch, ServerProcess};
 use ipld_core::ipld::Ipld;
-use process::{Launch, ServerProcess};
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, InvokeSessionTool, InvokeSessionToolVerb, SessionEvent, SetModelProvider,
@@ -111,7 +103,8 @@ impl World {
     async fn start() -> Self {
         preflight();
         let (data, logs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let server = ServerProcess::start(&Launch::new(data.path(), &logs.path().join("server.log"))).await;
+        let server =
+            ServerProcess::start(&Launch::new(crate::SERVER_BIN, data.path(), &logs.path().join("server.log"))).await;
         let client = client(&server.url, &SEED);
         let agent_id = create_agent(&client, "interop").await;
         let account_id = client.account().to_string();

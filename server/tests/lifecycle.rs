@@ -2,20 +2,15 @@
 //! flags, stops cleanly on SIGTERM (exit 0, database closed), and refuses a database written by a
 //! newer server with a message that names the file.
 
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+use crate::support::process::free_port;
 
 fn spawn(data_dir: &Path, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_seed-agents-server"))
+    Command::new(crate::SERVER_BIN)
         .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
         .arg(data_dir)
         .env("RUST_LOG", "info")

@@ -6,25 +6,17 @@
 //! - a client that stops reading is disconnected instead of buffered, and the server's memory
 //!   stays flat while it happens.
 //!
-//! Run with `cargo test -p seed-agents-server --test live_restart -- --nocapture` to see the
+//! Run with `cargo test -p seed-agents-server --test tests live_restart -- --nocapture` to see the
 //! figures.
-
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/fixtures.rs"]
-mod fixtures;
-#[path = "common/process.rs"]
-mod process;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use fixtures::{definition, provider_config};
+use crate::support::fixtures::{definition, provider_config};
+use crate::support::process::{Launch, ServerProcess, free_port, rss_kib};
 use futures_util::{SinkExt as _, StreamExt as _};
 use ipld_core::ipld::Ipld;
-use process::{Launch, ServerProcess, rss_kib};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, InvokeSessionTool, InvokeSessionToolVerb, SetModelProvider, Subscribe,
 };
@@ -96,8 +88,10 @@ impl Lcg {
 async fn a_subscription_survives_three_sigkills_with_every_seq_once_in_order() {
     let data = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
-    let port = process::free_port();
-    let launch = |round: u32| Launch::new(data.path(), &logs.path().join(format!("round-{round}.log"))).port(port);
+    let port = free_port();
+    let launch = |round: u32| {
+        Launch::new(crate::SERVER_BIN, data.path(), &logs.path().join(format!("round-{round}.log"))).port(port)
+    };
     let mut server = ServerProcess::start(&launch(0)).await;
     let url = server.url.clone();
     let session_id = session(&client(&url)).await;
@@ -172,7 +166,7 @@ async fn a_subscription_survives_three_sigkills_with_every_seq_once_in_order() {
 async fn a_client_that_stops_reading_is_disconnected_and_memory_stays_flat() {
     let data = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
-    let launch = Launch::new(data.path(), &logs.path().join("server.log"))
+    let launch = Launch::new(crate::SERVER_BIN, data.path(), &logs.path().join("server.log"))
         .arg("--ws-queue")
         .arg("64")
         .arg("--body-timeout")

@@ -5,25 +5,15 @@
 //! at the end no session is left streaming and every run ended (the interrupted ones re-ran from
 //! the boot sweep, or failed by the rules).
 //!
-//! `cargo test -p seed-agents-server --test runtime_crash -- --nocapture` prints the figures;
+//! `cargo test -p seed-agents-server --test tests runtime_crash -- --nocapture` prints the figures;
 //! `CRASH_KILLS=n` changes the number of kills.
-
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/fixtures.rs"]
-mod fixtures;
-#[path = "common/process.rs"]
-mod process;
-#[path = "common/provider.rs"]
-mod provider;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use fixtures::{custom_provider_config, definition, say};
-use process::{Launch, ServerProcess, free_port};
-use provider::{Provider, Script};
+use crate::support::fixtures::{custom_provider_config, definition, say};
+use crate::support::process::{Launch, ServerProcess, free_port};
+use crate::support::provider::{Fallback, Provider, Script};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, ListRuns, RunStatus, SessionEvent, SessionInfoStatus, SetModelProvider,
 };
@@ -73,12 +63,12 @@ fn scripts(provider: &Provider, count: usize, random: &mut Lcg) {
 async fn turns_survive_sigkill_at_random_points() {
     let kills: usize = std::env::var("CRASH_KILLS").ok().and_then(|n| n.parse().ok()).unwrap_or(50);
     let provider = Provider::start().await;
-    provider.set_fallback(provider::Fallback::Text("Done.".into()));
+    provider.set_fallback(Fallback::Text("Done.".into()));
     let mut random = Lcg(0x5eed);
     scripts(&provider, kills * SESSIONS * 3, &mut random);
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let launch = Launch::new(&dir.path().join("data"), &dir.path().join("server.log"))
+    let launch = Launch::new(crate::SERVER_BIN, &dir.path().join("data"), &dir.path().join("server.log"))
         .port(port)
         .arg("--session-title-generation")
         .arg("false");

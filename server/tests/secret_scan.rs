@@ -9,7 +9,7 @@
 //! `secret.key`. Each is looked for as raw bytes, lower and upper hex, base64 (standard and
 //! URL-safe), base58btc, base32 and Rust's `{:?}` of a byte list; any 16-byte window of a form
 //! counts (32 or 40 for the low-entropy `{:?}` forms), so a truncated print is found too
-//! (`common/needles.rs`).
+//! (`secret_scan/needles.rs`).
 //!
 //! Where: every HTTP response (status, headers, body, refusals included), the server's whole
 //! stderr at `RUST_LOG=debug`, every file under the data directory (read while the server runs,
@@ -19,16 +19,7 @@
 //! place it may go, and no other secret; one of its paths answers 500 with the whole request
 //! (key included) echoed in the body, which must not travel on.
 
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/fixtures.rs"]
-mod fixtures;
-#[path = "common/needles.rs"]
 mod needles;
-#[path = "common/process.rs"]
-mod process;
-#[path = "common/recorder.rs"]
 mod recorder;
 
 use std::collections::BTreeMap;
@@ -53,11 +44,12 @@ use seed_agents_protocol::{
 use seed_agents_sdk::Client;
 use seed_agents_server::secrets::crypto::SecretKey;
 
+use crate::support::fixtures;
+use crate::support::process::{Launch, ServerProcess};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac as _};
 use needles::Needles;
-use process::{Launch, ServerProcess};
 use recorder::Fake;
 use sha2::Sha256;
 
@@ -69,7 +61,8 @@ async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let log = dir.path().join("stderr.log");
-    let launch = Launch::new(&data_dir, &log).arg("--hm-server-url").arg(hm.url.clone()).log_level("debug");
+    let launch =
+        Launch::new(crate::SERVER_BIN, &data_dir, &log).arg("--hm-server-url").arg(hm.url.clone()).log_level("debug");
     let server = ServerProcess::start(&launch).await;
     let mut script = Script::new(&server.url);
 

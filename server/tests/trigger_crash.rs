@@ -14,28 +14,18 @@
 //!   session or run exists without its firing. After a clean stop, `PRAGMA integrity_check` is
 //!   `ok` and `PRAGMA foreign_key_check` finds nothing.
 
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/fixtures.rs"]
-mod fixtures;
-#[path = "common/process.rs"]
-mod process;
-#[path = "common/provider.rs"]
-mod provider;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::support::fixtures::{custom_provider_config, definition};
+use crate::support::process::{Launch, ServerProcess};
+use crate::support::provider::{Fallback, Provider};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use fixtures::{custom_provider_config, definition};
 use hmac::{Hmac, Mac};
-use process::{Launch, ServerProcess};
-use provider::{Fallback, Provider};
 use rusqlite::{Connection, OpenFlags};
 use seed_agents_protocol::generated::{
     AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerSource, CreateAgent, CreateAgentTrigger, SetModelProvider,
@@ -50,7 +40,7 @@ const SENDERS: u32 = 4;
 const DATABASE_FILE: &str = "seed-agents.sqlite";
 
 async fn start(data_dir: &Path, log_dir: &Path, label: &str) -> ServerProcess {
-    ServerProcess::start(&Launch::new(data_dir, &log_dir.join(format!("{label}.log")))).await
+    ServerProcess::start(&Launch::new(crate::SERVER_BIN, data_dir, &log_dir.join(format!("{label}.log")))).await
 }
 
 fn now_seconds() -> i64 {

@@ -9,10 +9,7 @@
 //! mid-token fragments, delay chunks, drop the connection or hang part-way, or answer an error
 //! status. When the queue is empty a [`Fallback`] answers (echo, for benchmarks), or a 500 that
 //! names the missing script. Every request is recorded (path, headers, JSON body) so tests can
-//! assert on the conversation sent. Include with `#[path = "common/provider.rs"] mod provider;`
-//! from tests or benches.
-
-#![allow(dead_code)]
+//! assert on the conversation sent.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

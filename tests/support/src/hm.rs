@@ -36,7 +36,7 @@ use seed_agents_protocol::Principal;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-mod blobs;
+pub mod blobs;
 
 pub use blobs::comment_record_id;
 use blobs::{comment_answer, link_list, publish};
