@@ -4,8 +4,6 @@
 //! with what was not replayed, refused keys not asked for again, several keys on one socket,
 //! and the socket closed when the stream is dropped.
 
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Arc;
 use std::time::Duration;
 
