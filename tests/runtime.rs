@@ -6,12 +6,13 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{
-    AgentDefinition, CreateAgent, GetSession, MessageEventRole, ModelProviderConfig, SessionActor, SessionEvent,
-    SessionEventPayload, SessionInfoStatus, SetModelProvider, StopSession,
+    AgentDefinition, CreateAgent, GetSession, ModelProviderConfig, SessionEvent, SessionEventPayload,
+    SessionInfoStatus, SetModelProvider, StopSession,
 };
 use seed_agents_sdk::subscription::Event as Live;
 
 use crate::support::provider::{Provider, Script};
+use crate::support::transcript::{read_log, transcript};
 use crate::support::{TestServer, User, api_error, custom_provider_config, definition, say};
 
 /// A server whose turns go to `provider`: a `custom` (chat completions) provider `main` at the
@@ -40,38 +41,6 @@ async fn start(provider: &Provider, titles: bool, dir: tempfile::TempDir) -> Tes
     .await
 }
 
-async fn events(user: &User, session_id: &str) -> Vec<SessionEvent> {
-    user.call(GetSession { session_id: session_id.into(), after_seq: None, before_seq: None, limit: None })
-        .await
-        .unwrap()
-        .events
-}
-
-/// The log as short lines: `user: hi`, `assistant: hello`, `call read`, `result read`, …
-fn transcript(events: &[SessionEvent]) -> Vec<String> {
-    events
-        .iter()
-        .map(|event| match &event.event {
-            SessionEventPayload::MessageEvent(message) => {
-                let who = match (message.role, message.actor) {
-                    (_, Some(SessionActor::System)) => "system",
-                    (MessageEventRole::User, _) => "user",
-                    (MessageEventRole::Assistant, _) => "assistant",
-                    (MessageEventRole::Tool, _) => "tool",
-                };
-                format!("{who}: {}", message.content.lines().next().unwrap_or_default())
-            }
-            SessionEventPayload::ToolCallEvent(call) => format!("call {}", call.name),
-            SessionEventPayload::ToolResultEvent(result) => match &result.error {
-                Some(error) => format!("error {}: {error}", result.name),
-                None => format!("result {}", result.name),
-            },
-            SessionEventPayload::ErrorEvent(error) => format!("error: {}", error.message),
-            other => format!("{other:?}"),
-        })
-        .collect()
-}
-
 fn seqs_are_gap_free(events: &[SessionEvent]) {
     let seqs: Vec<i64> = events.iter().map(|event| event.seq).collect();
     assert_eq!(seqs, (1..=events.len() as i64).collect::<Vec<_>>());
@@ -86,7 +55,7 @@ async fn a_text_turn_streams_partials_and_stores_the_answer_with_its_meta() {
     provider.push(Script::text("Hello there, friend.").split().usage(120, 7, 100, 0));
 
     let answer = user.call(say(&session_id, "  hi  ")).await.unwrap();
-    let log = events(&user, &session_id).await;
+    let log = read_log(&user, &session_id).await;
     assert_eq!(transcript(&log), ["user: hi", "assistant: Hello there, friend."]);
     assert_eq!(answer.assistant_event_id, log[1].id);
     seqs_are_gap_free(&log);
@@ -162,7 +131,7 @@ async fn a_turn_writes_then_reads_its_memory_with_tools() {
     provider.push(Script::tool_call("call_2", "read", r#"{"address":"~/memory/notes.md"}"#).split());
     provider.push(Script::text("Your list: milk, eggs."));
     user.call(say(&session_id, "remember milk and eggs")).await.unwrap();
-    let log = events(&user, &session_id).await;
+    let log = read_log(&user, &session_id).await;
     assert_eq!(
         transcript(&log),
         [
@@ -200,7 +169,7 @@ async fn bad_arguments_and_unknown_tools_come_back_as_errors_the_model_can_fix()
     );
     provider.push(Script::text("Sorry about that."));
     user.call(say(&session_id, "look around")).await.unwrap();
-    let lines = transcript(&events(&user, &session_id).await);
+    let lines = transcript(&read_log(&user, &session_id).await);
     assert_eq!(lines.len(), 8, "{lines:?}");
     assert!(lines[4].starts_with("error read: Validation failed for tool \"read\":"), "{lines:?}");
     assert_eq!(lines[5], "error bash: Tool bash not found");
@@ -224,7 +193,7 @@ async fn an_open_plan_is_sent_back_and_settles_and_status_names_the_session() {
     provider.push(Script::tool_call("p2", "plan", &plan("done")));
     provider.push(Script::text("Found them."));
     user.call(say(&session_id, "find my notes")).await.unwrap();
-    let log = events(&user, &session_id).await;
+    let log = read_log(&user, &session_id).await;
     assert_eq!(
         transcript(&log),
         [
@@ -262,7 +231,7 @@ async fn a_plan_never_finished_ends_with_a_notice_and_unmet_obligations() {
         provider.push(Script::text("Not yet."));
     }
     user.call(say(&session_id, "write it")).await.unwrap();
-    let lines = transcript(&events(&user, &session_id).await);
+    let lines = transcript(&read_log(&user, &session_id).await);
     let continuations = lines.iter().filter(|line| line.starts_with("system: This turn is ending")).count();
     assert_eq!(continuations, 3, "{lines:?}");
     assert_eq!(lines.last().unwrap(), "system: This run ended with work still open:");
@@ -299,7 +268,7 @@ async fn a_provider_failure_is_an_error_event_and_a_502_and_a_hang_times_out() {
     let (status, message) = api_error(user.call(say(&session_id, "again")).await);
     assert_eq!(status, 502);
     assert!(message.to_lowercase().contains("idle"), "{message}");
-    let lines = transcript(&events(&user, &session_id).await);
+    let lines = transcript(&read_log(&user, &session_id).await);
     assert_eq!(lines.len(), 4, "{lines:?}");
     assert!(lines[1].starts_with("error: 500"), "{lines:?}");
     assert!(lines[3].starts_with("error: "), "{lines:?}");
@@ -334,7 +303,7 @@ async fn stop_mid_stream_keeps_the_partial_text() {
     let stopped = user.call(StopSession { session_id: session_id.clone() }).await.unwrap();
     assert!(stopped.stopped);
     let answer = sending.await.unwrap().unwrap();
-    let log = events(&user, &session_id).await;
+    let log = read_log(&user, &session_id).await;
     let SessionEventPayload::MessageEvent(kept) = &log.last().unwrap().event else { panic!() };
     assert_eq!(answer.assistant_event_id, log.last().unwrap().id);
     assert!(kept.content.starts_with("One ") && kept.content.len() < "One two three four five six".len(), "{kept:?}");
@@ -366,7 +335,7 @@ async fn a_duplicate_message_sent_mid_stream_posts_once() {
     assert!(!first.assistant_event_id.is_empty());
     let again = user.call(keyed).await.unwrap();
     assert_eq!(again.assistant_event_id, first.assistant_event_id, "after the turn: its answer");
-    let lines = transcript(&events(&user, &session_id).await);
+    let lines = transcript(&read_log(&user, &session_id).await);
     assert_eq!(lines, ["user: only once", "assistant: slow answer"]);
     assert_eq!(provider.request_count(), 1);
     server.stop().await;
@@ -406,7 +375,7 @@ async fn anthropic_wire_turns_work_through_a_provider_url() {
     provider.push(Script::text("Your memory is empty.").split());
     user.call(say(&session_id, "what do you remember?")).await.unwrap();
     assert_eq!(
-        transcript(&events(&user, &session_id).await),
+        transcript(&read_log(&user, &session_id).await),
         ["user: what do you remember?", "call read", "result read", "assistant: Your memory is empty."]
     );
     let requests = provider.requests();
@@ -424,7 +393,7 @@ async fn anthropic_wire_turns_work_through_a_provider_url() {
     );
     assert_eq!(second[1]["content"][1]["type"], "tool_use");
     // Reasoning is never stored: the log holds no trace of it.
-    let log = serde_json::to_string(&events(&user, &session_id).await).unwrap();
+    let log = serde_json::to_string(&read_log(&user, &session_id).await).unwrap();
     assert!(!log.contains("Check memory first"), "{log}");
     server.stop().await;
 }
@@ -503,7 +472,7 @@ async fn two_writers_at_once_are_answered_in_turn() {
     let first = first.await.unwrap().unwrap();
     assert!(!first.assistant_event_id.is_empty());
     wait_idle(&owner, &session_id).await;
-    let log = events(&owner, &session_id).await;
+    let log = read_log(&owner, &session_id).await;
     assert_eq!(
         transcript(&log),
         ["user: from the owner", "user: from the friend", "assistant: First answer.", "assistant: Second answer."]
@@ -530,7 +499,7 @@ async fn retry_after_a_provider_failure_answers_and_cancel_ends_a_queued_run() {
     assert_eq!(status, 502);
     provider.push(Script::text("Better now."));
     let retried = user.call(RetrySession { session_id: session_id.clone() }).await.unwrap();
-    let log = events(&user, &session_id).await;
+    let log = read_log(&user, &session_id).await;
     assert_eq!(transcript(&log), ["user: hi", "error: 500 overloaded", "assistant: Better now."]);
     assert_eq!(retried.assistant_event_id, log[2].id);
     // The retried pass replayed the log without the error event.
@@ -561,7 +530,7 @@ async fn retry_after_a_provider_failure_answers_and_cancel_ends_a_queued_run() {
     assert!(canceled.canceled);
     first.await.unwrap().unwrap();
     wait_idle(&user, &session_id).await;
-    let lines = transcript(&events(&user, &session_id).await);
+    let lines = transcript(&read_log(&user, &session_id).await);
     assert_eq!(
         &lines[3..],
         ["user: first", "user: second", "assistant: Long answer here."],
@@ -638,7 +607,7 @@ async fn an_interrupted_tool_call_is_answered_before_the_next_turn() {
     let user = User::new(&server.url, (*user.signer).clone(), None);
     provider.push(Script::text("Checking again."));
     user.call(say(&session_id, "did it save?")).await.unwrap();
-    let log = events(&user, &session_id).await;
+    let log = read_log(&user, &session_id).await;
     assert_eq!(
         transcript(&log),
         [
@@ -664,7 +633,7 @@ async fn an_interrupted_tool_call_is_answered_before_the_next_turn() {
     provider.push(Script::text("Yes."));
     user.call(say(&session_id, "ok")).await.unwrap();
     let results =
-        transcript(&events(&user, &session_id).await).iter().filter(|line| line.starts_with("error write")).count();
+        transcript(&read_log(&user, &session_id).await).iter().filter(|line| line.starts_with("error write")).count();
     assert_eq!(results, 1);
     server.stop().await;
 }
@@ -703,7 +672,7 @@ async fn an_image_attachment_is_shown_to_a_model_that_takes_images() {
     let url = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(&png));
     assert_eq!(last["content"][1]["image_url"]["url"], url.as_str());
     // The log keeps what was shown, not the bytes.
-    let log = events(&user, &session_id).await;
+    let log = read_log(&user, &session_id).await;
     let SessionEventPayload::ToolResultEvent(result) = &log[2].event else { panic!("{log:?}") };
     let stored = serde_json::to_value(result.output.as_ref().unwrap()).unwrap();
     assert_eq!(stored["shownAsImage"], true);

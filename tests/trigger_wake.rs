@@ -6,9 +6,6 @@
 
 use std::time::Duration;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use hmac::{Hmac, Mac};
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
@@ -18,9 +15,9 @@ use seed_agents_protocol::generated::{
     WebhookSource,
 };
 use seed_agents_server::runs::engine::Outcome;
-use sha2::Sha256;
 
 use crate::support::runs::{Scripted, Stage, stage};
+use crate::support::webhook;
 use crate::support::{TestServer, User, api_error, now_ms};
 
 fn wake(signal: &str, run_id: Option<&str>) -> Option<TriggerContinuation> {
@@ -60,21 +57,11 @@ async fn status(user: &User, run_id: &str) -> RunStatus {
 /// Posts a Standard Webhooks request signed with `secret` (`whsec_…`); status and parsed body.
 async fn post(server: &TestServer, trigger_id: &str, secret: &str, id: &str) -> (u16, serde_json::Value) {
     let (timestamp, body) = (now_ms() / 1000, r#"{"approved":true}"#);
-    let key = STANDARD.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
-    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
-    mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
-    let signature = STANDARD.encode(mac.finalize().into_bytes());
-    let response = server
-        .http
-        .post(format!("{}/api/triggers/{trigger_id}/webhook", server.url))
-        .header("webhook-id", id)
-        .header("webhook-timestamp", timestamp.to_string())
-        .header("webhook-signature", format!("v1,{signature}"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let mut request = server.http.post(format!("{}/api/triggers/{trigger_id}/webhook", server.url)).body(body);
+    for (name, value) in webhook::signed(secret, id, timestamp, body) {
+        request = request.header(name, value);
+    }
+    let response = request.send().await.unwrap();
     let status = response.status().as_u16();
     (status, serde_json::from_str(&response.text().await.unwrap()).unwrap())
 }

@@ -7,7 +7,6 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use futures_util::StreamExt as _;
-use hmac::{Hmac, Mac};
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
@@ -19,9 +18,9 @@ use seed_agents_protocol::generated::{
     SetModelProvider, TriggerContinuation, UpdateAgentTrigger, UserMentionSource, WebhookSource,
 };
 use seed_agents_sdk::subscription::Event as Live;
-use sha2::Sha256;
 
 use crate::support::provider::{Fallback, Provider};
+use crate::support::webhook::{now_seconds, signed};
 use crate::support::{TestServer, User, api_error, custom_provider_config, definition, say};
 
 /// A server whose agent turns all answer `done` from the scripted provider; a user with an agent.
@@ -266,20 +265,6 @@ async fn protocol_2_clients_are_refused_compound_triggers_before_any_write() {
     server.stop().await;
 }
 
-/// A Standard Webhooks request: headers and body, signed with `secret` (`whsec_…`).
-fn signed(secret: &str, id: &str, timestamp: i64, body: &str) -> Vec<(&'static str, String)> {
-    let key = STANDARD.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
-    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
-    mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
-    let signature = STANDARD.encode(mac.finalize().into_bytes());
-    vec![
-        ("webhook-id", id.to_owned()),
-        ("webhook-timestamp", timestamp.to_string()),
-        ("webhook-signature", format!("v1,{signature}")),
-        ("content-type", "application/json".to_owned()),
-    ]
-}
-
 async fn post_hook(server: &TestServer, trigger_id: &str, headers: &[(&str, String)], body: &str) -> (u16, String) {
     let mut request =
         server.http.post(format!("{}/api/triggers/{trigger_id}/webhook", server.url)).body(body.to_owned());
@@ -288,10 +273,6 @@ async fn post_hook(server: &TestServer, trigger_id: &str, headers: &[(&str, Stri
     }
     let response = request.send().await.unwrap();
     (response.status().as_u16(), response.text().await.unwrap())
-}
-
-fn now_seconds() -> i64 {
-    crate::support::now_ms() / 1000
 }
 
 #[tokio::test]

@@ -12,21 +12,23 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::support::fixtures::{custom_provider_config, definition, say};
-use crate::support::process::{Launch, ServerProcess, free_port};
-use crate::support::provider::{Fallback, Provider, Script};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, ListRuns, RunStatus, SessionEvent, SessionEventPayload, SetModelProvider,
 };
-use seed_agents_sdk::{Client, Ed25519Signer};
+use seed_agents_sdk::Client;
 use serde_json::{Value, json};
+
+use crate::support::crash::{self, Lcg};
+use crate::support::fixtures::{custom_provider_config, definition, say};
+use crate::support::process::{Launch, ServerProcess, free_port};
+use crate::support::provider::{Fallback, Provider, Script};
 
 const SEED: [u8; 32] = [9; 32];
 const CHILD_PROMPT: &str = "You are a child worker.";
 const PARENTS_PER_ROUND: usize = 2;
 
 fn client(url: &str) -> Client {
-    Client::builder(url, Ed25519Signer::from_seed(&SEED)).build().unwrap()
+    crash::client(url, &SEED)
 }
 
 static CALLS: AtomicUsize = AtomicUsize::new(0);
@@ -52,16 +54,6 @@ fn rule(body: &Value) -> Script {
         "delegate",
         &call(first + 1),
     )
-}
-
-/// A small deterministic generator.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % below
-    }
 }
 
 async fn log(client: &Client, session_id: &str) -> Vec<SessionEvent> {
@@ -91,7 +83,7 @@ async fn runs_of(client: &Client, parents: &[String]) -> Vec<seed_agents_protoco
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_parents_resume_once_with_every_child_result_delivered_once_across_sigkills() {
-    let kills: usize = std::env::var("CRASH_KILLS").ok().and_then(|n| n.parse().ok()).unwrap_or(20);
+    let kills = crash::kills(20);
     let provider = Provider::start().await;
     provider.set_fallback(Fallback::Rule(rule));
     let mut random = Lcg(0xde1e_9a7e);
@@ -228,7 +220,7 @@ async fn parked_parents_resume_once_with_every_child_result_delivered_once_acros
 
     // Parks, resumes and boot sweeps are not retries.
     server.terminate().await;
-    let db = rusqlite::Connection::open(dir.path().join("data/seed-agents.sqlite")).unwrap();
+    let db = rusqlite::Connection::open(dir.path().join("data").join(crash::DATABASE_FILE)).unwrap();
     let over: i64 = db.query_row("SELECT COUNT(*) FROM runs WHERE attempt > 1", [], |row| row.get(0)).unwrap();
     assert_eq!(over, 0, "no run spent a retry");
     println!(

@@ -33,8 +33,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::fixtures::{definition, provider_config};
-use crate::support::process::{Launch, ServerProcess};
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
@@ -43,6 +41,9 @@ use seed_agents_protocol::generated::{
 use seed_agents_sdk::{Client, Ed25519Signer};
 use serde_json::{Value as Json, json};
 use tokio::sync::mpsc;
+
+use crate::support::fixtures::{definition, provider_config};
+use crate::support::process::{Launch, ServerProcess};
 
 /// The seed both sides use: the SDK for the setup, the script (as hex) for the subscription.
 const SEED: [u8; 32] = [0x5e; 32];

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::crash::{self, Lcg};
 use crate::support::fixtures::{definition, provider_config};
 use crate::support::process::{Launch, ServerProcess, free_port, rss_kib};
 use futures_util::{SinkExt as _, StreamExt as _};
@@ -22,12 +23,12 @@ use seed_agents_protocol::generated::{
 };
 use seed_agents_protocol::{AgentAction, Value};
 use seed_agents_sdk::subscription::Reconnect;
-use seed_agents_sdk::{Client, Ed25519Signer, Event};
+use seed_agents_sdk::{Client, Event};
 
 const SEED: [u8; 32] = [9; 32];
 
 fn client(url: &str) -> Client {
-    Client::builder(url, Ed25519Signer::from_seed(&SEED)).build().unwrap()
+    crash::client(url, &SEED)
 }
 
 /// An agent and a session of it; returns the session id.
@@ -72,16 +73,6 @@ fn appender(url: String, session_id: String, content: String, stop: Arc<AtomicBo
         }
         acknowledged
     })
-}
-
-/// A small deterministic generator for the kill points.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next_in(&mut self, low: u64, high: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        low + (self.0 >> 33) % (high - low)
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,13 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::provider::{Fallback, Provider, Script};
 use seed_agents_server::model::{
     Client, Endpoint, Message, ModelError, ModelErrorKind, ModelRequest, Retry, Step, StopReason, StreamEvent,
     Timeouts, ToolSpec, Usage, UserPart, endpoint_for,
 };
 use serde_json::json;
 use zeroize::Zeroizing;
+
+use crate::support::provider::{Fallback, Provider, Script};
 
 const KEY: &str = "sk-test-0123456789-secret";
 

@@ -11,19 +11,21 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::support::fixtures::{custom_provider_config, definition, say};
-use crate::support::process::{Launch, ServerProcess, free_port};
-use crate::support::provider::{Fallback, Provider, Script};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, ListRuns, RunStatus, SessionEvent, SessionInfoStatus, SetModelProvider,
 };
-use seed_agents_sdk::{Client, Ed25519Signer};
+use seed_agents_sdk::Client;
+
+use crate::support::crash::{self, Lcg};
+use crate::support::fixtures::{custom_provider_config, definition, say};
+use crate::support::process::{Launch, ServerProcess, free_port};
+use crate::support::provider::{Fallback, Provider, Script};
 
 const SEED: [u8; 32] = [7; 32];
 const SESSIONS: usize = 4;
 
 fn client(url: &str) -> Client {
-    Client::builder(url, Ed25519Signer::from_seed(&SEED)).build().unwrap()
+    crash::client(url, &SEED)
 }
 
 async fn log(client: &Client, session_id: &str) -> (Vec<SessionEvent>, SessionInfoStatus) {
@@ -32,16 +34,6 @@ async fn log(client: &Client, session_id: &str) -> (Vec<SessionEvent>, SessionIn
         .await
         .unwrap();
     (got.events, got.session.status)
-}
-
-/// A small deterministic generator (no dependency needed for a test's randomness).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % below
-    }
 }
 
 fn scripts(provider: &Provider, count: usize, random: &mut Lcg) {
@@ -61,7 +53,7 @@ fn scripts(provider: &Provider, count: usize, random: &mut Lcg) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn turns_survive_sigkill_at_random_points() {
-    let kills: usize = std::env::var("CRASH_KILLS").ok().and_then(|n| n.parse().ok()).unwrap_or(50);
+    let kills = crash::kills(50);
     let provider = Provider::start().await;
     provider.set_fallback(Fallback::Text("Done.".into()));
     let mut random = Lcg(0x5eed);

@@ -44,14 +44,12 @@ use seed_agents_protocol::{
 use seed_agents_sdk::Client;
 use seed_agents_server::secrets::crypto::SecretKey;
 
-use crate::support::fixtures;
-use crate::support::process::{Launch, ServerProcess};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use hmac::{Hmac, Mac as _};
 use needles::Needles;
 use recorder::Fake;
-use sha2::Sha256;
+
+use crate::support::fixtures;
+use crate::support::process::{Launch, ServerProcess};
+use crate::support::webhook;
 
 #[tokio::test]
 async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server() {
@@ -123,7 +121,7 @@ async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server
     let mut with_server_key = all.clone();
     with_server_key.add("the server's secret key", &server_key);
     for (number, secret) in created.webhook_secrets.iter().enumerate() {
-        let key = STANDARD.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
+        let key = webhook::key(secret);
         with_server_key.add(&format!("webhook secret {}", number + 1), &key);
         all.add(&format!("webhook secret {}", number + 1), &key);
     }
@@ -428,23 +426,12 @@ impl Script {
     /// Calls trigger `trigger_id`'s webhook with `body`, signed with `secret` as Standard Webhooks
     /// does; the status.
     async fn webhook(&mut self, trigger_id: &str, secret: &str, id: &str, body: &str) -> u16 {
-        let key = STANDARD.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
-        let timestamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-        let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
-        mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
-        let signature = STANDARD.encode(mac.finalize().into_bytes());
         let url = self.endpoint.replace("/api/message", &format!("/api/triggers/{trigger_id}/webhook"));
-        let answer = self
-            .http
-            .post(url)
-            .header("content-type", "application/json")
-            .header("webhook-id", id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", format!("v1,{signature}"))
-            .body(body.to_owned())
-            .send()
-            .await
-            .unwrap();
+        let mut request = self.http.post(url).body(body.to_owned());
+        for (name, value) in webhook::signed(secret, id, webhook::now_seconds(), body) {
+            request = request.header(name, value);
+        }
+        let answer = request.send().await.unwrap();
         self.record(&format!("webhook {id}"), answer).await.0
     }
 

@@ -7,12 +7,13 @@
 //!   (`TestServer`), users with their own keys and SDK clients (`User`), raw signed CBOR for
 //!   what the SDK would never send. Re-exported at the root.
 //! - `process`: the real `seed-agents-server` binary as a child process, started, waited for,
-//!   SIGKILLed or SIGTERMed, reaped on drop.
+//!   SIGKILLed or SIGTERMed, reaped on drop; `crash`: what the kill-and-restart tests share.
 //! - `bench`: child-process servers for the benchmarks and what `/proc` says about them.
 //! - `fixtures`: fixed inputs (a provider, an agent definition, a message).
 //! - `provider`: a scripted model provider on loopback, speaking both vendors' streams.
 //! - `hm`, `searxng`: fake Hypermedia and SearXNG servers on loopback.
 //! - `runs`: a scripted run executor and runs staged through the engine's own SQL.
+//! - `transcript`: a session's log as short lines; `webhook`: Standard Webhooks signing.
 //! - `schema`: the merged schema definitions and one example value per definition (the
 //!   round-trip and payload snapshot tests); `vectors`: the signing vectors' JSON notation
 //!   (the protocol's and the SDK's vector tests).
@@ -27,6 +28,8 @@
 #[cfg(feature = "server")]
 pub mod bench;
 #[cfg(feature = "server")]
+pub mod crash;
+#[cfg(feature = "server")]
 pub mod fixtures;
 #[cfg(feature = "server")]
 pub mod hm;
@@ -40,6 +43,10 @@ pub mod runs;
 pub mod searxng;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "server")]
+pub mod transcript;
+#[cfg(feature = "server")]
+pub mod webhook;
 
 pub mod schema;
 pub mod vectors;
