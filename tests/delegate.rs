@@ -15,6 +15,7 @@ use serde_json::{Value as Json, json};
 
 use crate::support::provider::{Provider, Script};
 use crate::support::transcript::{read_log, transcript};
+use crate::support::wait;
 use crate::support::{TestServer, User, custom_provider_config, definition, say};
 
 async fn setup(provider: &Provider) -> (TestServer, User, String, String) {
@@ -61,24 +62,15 @@ async fn session_runs(user: &User, session_id: &str) -> Vec<RunInfo> {
 
 /// Waits until run `run_id` (in the tree of `root`) has `status`.
 async fn wait_for(user: &User, root: &str, run_id: &str, status: RunStatus) -> Vec<RunInfo> {
-    for _ in 0..400 {
+    wait::until_ok(&format!("run {run_id} becomes {status}"), || async move {
         let runs = tree(user, root).await;
-        if runs.iter().any(|run| run.id == run_id && run.status == status) {
-            return runs;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("run {run_id} never became {status}: {:?}", tree(user, root).await);
+        if runs.iter().any(|run| run.id == run_id && run.status == status) { Ok(runs) } else { Err(runs) }
+    })
+    .await
 }
 
 async fn wait_requests(provider: &Provider, count: usize) {
-    for _ in 0..400 {
-        if provider.request_count() >= count {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("only {} provider requests", provider.request_count());
+    wait::until_true(&format!("{count} provider requests"), || provider.request_count() >= count).await;
 }
 
 fn last_message(request: &Json) -> String {

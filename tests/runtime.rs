@@ -11,8 +11,9 @@ use seed_agents_protocol::generated::{
 };
 use seed_agents_sdk::subscription::Event as Live;
 
-use crate::support::provider::{Provider, Script};
+use crate::support::provider::{Gate, Provider, Script};
 use crate::support::transcript::{read_log, transcript};
+use crate::support::wait;
 use crate::support::{TestServer, User, api_error, custom_provider_config, definition, say};
 
 /// A server whose turns go to `provider`: a `custom` (chat completions) provider `main` at the
@@ -321,16 +322,19 @@ async fn stop_mid_stream_keeps_the_partial_text() {
 async fn a_duplicate_message_sent_mid_stream_posts_once() {
     let provider = Provider::start().await;
     let (server, user, _agent, session_id) = setup(&provider, false).await;
-    provider.push(Script::text("slow answer").split().delay(Duration::from_millis(100)));
+    // The answer holds after its first event until the duplicate is in.
+    let gate = Gate::new();
+    provider.push(Script::text("slow answer").split().hold_after(1, &gate));
     let mut keyed = say(&session_id, "only once");
     keyed.client_message_id = Some("m-1".into());
     let first = {
         let (client, keyed) = (user.client.clone(), keyed.clone());
         tokio::spawn(async move { client.call(keyed).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait::until_true("the turn asks the provider", || provider.request_count() == 1).await;
     let duplicate = user.call(keyed.clone()).await.unwrap();
     assert_eq!(duplicate.assistant_event_id, "", "still streaming: nothing new posted, nothing to show yet");
+    gate.open();
     let first = first.await.unwrap().unwrap();
     assert!(!first.assistant_event_id.is_empty());
     let again = user.call(keyed).await.unwrap();
@@ -407,15 +411,13 @@ async fn an_automatic_title_names_a_new_session_once() {
         "Title: \"Grocery planning.\"\nDescription: A shopping list.".into(),
     ));
     user.call(say(&session_id, "plan my groceries")).await.unwrap();
-    let get = || GetSession { session_id: session_id.clone(), after_seq: None, before_seq: None, limit: None };
-    let mut session = user.call(get()).await.unwrap().session;
-    for _ in 0..200 {
-        if session.title.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-        session = user.call(get()).await.unwrap().session;
-    }
+    let (user_ref, session_ref) = (&user, &session_id);
+    let session = wait::until_ok("the session has a title", || async move {
+        let get = GetSession { session_id: session_ref.clone(), after_seq: None, before_seq: None, limit: None };
+        let session = user_ref.call(get).await.unwrap().session;
+        if session.title.is_some() { Ok(session) } else { Err(session) }
+    })
+    .await;
     assert_eq!(session.title.as_deref(), Some("Grocery planning"));
     assert_eq!(session.description.as_deref(), Some("A shopping list."));
     let requests = provider.requests();
@@ -431,19 +433,11 @@ async fn an_automatic_title_names_a_new_session_once() {
 }
 
 async fn wait_idle(user: &User, session_id: &str) {
-    for _ in 0..400 {
-        let status = user
-            .call(GetSession { session_id: session_id.into(), after_seq: None, before_seq: None, limit: None })
-            .await
-            .unwrap()
-            .session
-            .status;
-        if status != SessionInfoStatus::Streaming {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("session {session_id} still streaming");
+    wait::until(&format!("session {session_id} stops streaming"), || async move {
+        let get = GetSession { session_id: session_id.into(), after_seq: None, before_seq: None, limit: None };
+        user.call(get).await.unwrap().session.status != SessionInfoStatus::Streaming
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -459,16 +453,19 @@ async fn two_writers_at_once_are_answered_in_turn() {
     };
     owner.call(invite).await.unwrap();
     friend.call(AcceptAgentInvite { agent_id: agent_id.clone() }).await.unwrap();
-    provider.push(Script::text("First answer.").split().delay(Duration::from_millis(40)));
+    // The first answer holds after its first event until the friend has written.
+    let gate = Gate::new();
+    provider.push(Script::text("First answer.").split().hold_after(1, &gate));
     provider.push(Script::text("Second answer."));
     let first = {
         let (client, session_id) = (owner.client.clone(), session_id.clone());
         tokio::spawn(async move { client.call(say(&session_id, "from the owner")).await })
     };
     // Once the first turn is streaming, the friend writes.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait::until_true("the owner's turn asks the provider", || provider.request_count() == 1).await;
     let second = friend.call(say(&session_id, "from the friend")).await.unwrap();
     assert_eq!(second.assistant_event_id, "", "queued behind the owner's turn, not refused");
+    gate.open();
     let first = first.await.unwrap().unwrap();
     assert!(!first.assistant_event_id.is_empty());
     wait_idle(&owner, &session_id).await;
@@ -506,13 +503,15 @@ async fn retry_after_a_provider_failure_answers_and_cancel_ends_a_queued_run() {
     let retry_request = &provider.requests()[3].body["messages"];
     assert_eq!(retry_request.as_array().unwrap().len(), 2, "system and the user message only");
 
-    // A run queued behind a streaming turn is canceled before it starts.
-    provider.push(Script::text("Long answer here.").split().delay(Duration::from_millis(40)));
+    // A run queued behind a streaming turn is canceled before it starts (the answer holds after
+    // its first event until then).
+    let gate = Gate::new();
+    provider.push(Script::text("Long answer here.").split().hold_after(1, &gate));
     let first = {
         let (client, session_id) = (user.client.clone(), session_id.clone());
         tokio::spawn(async move { client.call(say(&session_id, "first")).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait::until_true("the first turn asks the provider", || provider.request_count() == 5).await;
     assert_eq!(user.call(say(&session_id, "second")).await.unwrap().assistant_event_id, "");
     let runs = user
         .call(ListRuns {
@@ -528,6 +527,7 @@ async fn retry_after_a_provider_failure_answers_and_cancel_ends_a_queued_run() {
     let queued = runs.iter().find(|run| run.status == RunStatus::Queued).expect("the second turn is queued");
     let canceled = user.call(CancelRun { run_id: queued.id.clone() }).await.unwrap();
     assert!(canceled.canceled);
+    gate.open();
     first.await.unwrap().unwrap();
     wait_idle(&user, &session_id).await;
     let lines = transcript(&read_log(&user, &session_id).await);

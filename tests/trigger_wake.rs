@@ -4,8 +4,6 @@
 //! nothing; a run-completed trigger's wake resumes a parked run when another run fails; the
 //! continuation's validation messages.
 
-use std::time::Duration;
-
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
@@ -17,8 +15,8 @@ use seed_agents_protocol::generated::{
 use seed_agents_server::runs::engine::Outcome;
 
 use crate::support::runs::{Scripted, Stage, stage};
-use crate::support::webhook;
 use crate::support::{TestServer, User, api_error, now_ms};
+use crate::support::{wait, webhook};
 
 fn wake(signal: &str, run_id: Option<&str>) -> Option<TriggerContinuation> {
     Some(TriggerContinuation::WakeContinuation(WakeContinuation {
@@ -110,12 +108,7 @@ async fn a_wake_webhook_resumes_its_budget_paused_run_exactly_once() {
     let (code, answer) = post(&server, &trigger.id, &secret, "msg_1").await;
     assert_eq!((code, answer["error"].as_str()), (409, Some("This webhook-id was already received")));
     execution.finish(Outcome::Succeeded(Ipld::Null));
-    for _ in 0..600 {
-        if status(&owner, &paused).await == RunStatus::Succeeded {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until("the resumed run succeeds", || async { status(&owner, &paused).await == RunStatus::Succeeded }).await;
     assert_eq!(status(&owner, &paused).await, RunStatus::Succeeded);
 
     // A new delivery finds the run finished: recorded, nothing resumed.

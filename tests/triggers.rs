@@ -20,6 +20,8 @@ use seed_agents_protocol::generated::{
 use seed_agents_sdk::subscription::Event as Live;
 
 use crate::support::provider::{Fallback, Provider};
+use crate::support::runs;
+use crate::support::wait::until;
 use crate::support::webhook::{now_seconds, signed};
 use crate::support::{TestServer, User, api_error, custom_provider_config, definition, say};
 
@@ -92,17 +94,6 @@ async fn get(user: &User, trigger_id: &str) -> GetAgentTriggerResponse {
 
 fn patch() -> AgentTriggerPatch {
     AgentTriggerPatch::default()
-}
-
-/// Polls `check` every 50 ms until it holds (fails after 30 s: a hang, not a timing claim).
-async fn until<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
-    for _ in 0..600 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("never happened: {what}");
 }
 
 #[tokio::test]
@@ -572,8 +563,8 @@ async fn a_run_completed_chain_stops_at_the_loop_guard() {
     let (a, b) = (get(&user, &first.id).await, get(&user, &second.id).await);
     assert_eq!((a.firings.len(), b.firings.len()), (2, 2));
     assert!(a.firings.iter().chain(&b.firings).all(|firing| firing.status == "succeeded"));
-    // One more scan finds nothing new.
-    tokio::time::sleep(seed_agents_server::triggers::chain::POLL * 2).await;
+    // One more scan finds nothing new (run here rather than waited for on the monitor's timer).
+    seed_agents_server::triggers::chain::scan(runs::app(&server)).await.unwrap();
     assert_eq!(get(&user, &first.id).await.firings.len() + get(&user, &second.id).await.firings.len(), 4);
     assert_eq!(provider.request_count(), 5, "the user's turn and four triggered turns");
     server.stop().await;

@@ -195,6 +195,7 @@ async fn acknowledged_session_creates_survive_sigkill() {
             .collect();
         // 50..=400 ms, spread deterministically over the rounds.
         let delay = Duration::from_millis(50 + u64::from(round * 137 % 351));
+        // The kill lands this long into the round's writes: the scenario, not a wait.
         tokio::time::sleep(delay).await;
         let status = server.kill();
         stop.store(true, Ordering::Relaxed);

@@ -22,6 +22,7 @@ use crate::support::crash::{self, Lcg};
 use crate::support::fixtures::{custom_provider_config, definition, say};
 use crate::support::process::{Launch, ServerProcess, free_port};
 use crate::support::provider::{Fallback, Provider, Script};
+use crate::support::wait;
 
 const SEED: [u8; 32] = [9; 32];
 const CHILD_PROMPT: &str = "You are a child worker.";
@@ -122,6 +123,7 @@ async fn parked_parents_resume_once_with_every_child_result_delivered_once_acros
             let (client, message) = (client(&server.url), say(&session, format!("task {kill}.{index}")));
             tokio::spawn(async move { client.message_session(message).await });
         }
+        // The kill lands at a random moment of the delegations: the scenario, not a wait.
         tokio::time::sleep(Duration::from_millis(30 + random.next(400))).await;
         // What the kill is about to interrupt (read just before it).
         for run in runs_of(&client(&server.url), &parents).await {
@@ -147,21 +149,18 @@ async fn parked_parents_resume_once_with_every_child_result_delivered_once_acros
 
     // Let the last restart finish what the last kill interrupted.
     let owner = client(&server.url);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let runs = loop {
-        let runs = runs_of(&owner, &parents).await;
+    let (owner_ref, parents_ref) = (&owner, &parents);
+    let runs = wait::until_ok_within(Duration::from_secs(120), "every run has ended", || async move {
+        let runs = runs_of(owner_ref, parents_ref).await;
         let settled =
             runs.iter().all(|run| matches!(run.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Canceled));
-        if settled && runs.len() >= parents.len() {
-            break runs;
+        if settled && runs.len() >= parents_ref.len() {
+            Ok(runs)
+        } else {
+            Err(format!("runs left unfinished: {:?}", runs.iter().map(|r| r.status).collect::<Vec<_>>()))
         }
-        assert!(
-            Instant::now() < deadline,
-            "runs left unfinished: {:?}",
-            runs.iter().map(|r| r.status).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
     let children: Vec<_> = runs.iter().filter(|run| run.parent_tool_call_id.is_some()).collect();
     assert!(runs.iter().all(|run| run.status == RunStatus::Succeeded), "every run succeeded");
 

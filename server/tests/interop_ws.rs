@@ -435,6 +435,7 @@ async fn a_text_frame_of_byte_values_subscribes_while_events_are_appended() {
                 if index == early {
                     subscribed.take().unwrap().await.unwrap();
                 }
+                // Appends spread over the subscription, as a busy session's are: the scenario.
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 client.invoke_session_tool(write(&session_id, &format!("busy/{index}.md"), "x")).await.unwrap();
             }

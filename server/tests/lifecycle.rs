@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::process::free_port;
+use crate::support::wait;
 
 fn spawn(data_dir: &Path, port: u16) -> Child {
     Command::new(crate::SERVER_BIN)
@@ -23,16 +24,11 @@ fn spawn(data_dir: &Path, port: u16) -> Child {
 
 async fn wait_healthy(port: u16) {
     let http = seed_agents_sdk::default_http_client().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(response) = http.get(format!("http://127.0.0.1:{port}/api/health")).send().await
-            && response.status() == 200
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "server did not become healthy");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let health = format!("http://127.0.0.1:{port}/api/health");
+    wait::until("the server answers /api/health", || async {
+        http.get(&health).send().await.is_ok_and(|response| response.status() == 200)
+    })
+    .await;
 }
 
 fn wait_exit(child: &mut Child) -> (std::process::ExitStatus, String) {

@@ -20,6 +20,7 @@ use crate::support::crash::{self, Lcg};
 use crate::support::fixtures::{custom_provider_config, definition, say};
 use crate::support::process::{Launch, ServerProcess, free_port};
 use crate::support::provider::{Fallback, Provider, Script};
+use crate::support::wait;
 
 const SEED: [u8; 32] = [7; 32];
 const SESSIONS: usize = 4;
@@ -93,6 +94,7 @@ async fn turns_survive_sigkill_at_random_points() {
             // Answered or cut off by the kill: either is fine, the log says what happened.
             tokio::spawn(async move { client.message_session(message).await });
         }
+        // The kill lands at a random moment of the turns: the scenario, not a wait.
         tokio::time::sleep(Duration::from_millis(20 + random.next(250))).await;
         server.kill();
         server = ServerProcess::start(&launch).await;
@@ -110,16 +112,17 @@ async fn turns_survive_sigkill_at_random_points() {
     }
     // Let the boot sweep finish what the last kill interrupted.
     let owner = client(&server.url);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for session in &sessions {
-        loop {
-            let (_, status) = log(&owner, session).await;
-            if status != SessionInfoStatus::Streaming {
-                break;
+    let (owner_ref, sessions_ref) = (&owner, &sessions);
+    wait::until_ok_within(Duration::from_secs(60), "no session is streaming", || async move {
+        for session in sessions_ref {
+            if log(owner_ref, session).await.1 == SessionInfoStatus::Streaming {
+                return Err(format!("session {session} still streaming"));
             }
-            assert!(Instant::now() < deadline, "session {session} still streaming");
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        Ok(())
+    })
+    .await;
+    for session in &sessions {
         let runs = owner
             .list_runs(ListRuns {
                 agent_id: None,

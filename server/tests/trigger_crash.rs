@@ -141,6 +141,7 @@ async fn firings_survive_sigkill_once_each() {
             })
             .collect();
         let delay = Duration::from_millis(100 + u64::from(round * 137 % 351));
+        // The kill lands this long into the round's writes: the scenario, not a wait.
         tokio::time::sleep(delay).await;
         server.kill();
         stop.store(true, Ordering::Relaxed);

@@ -14,6 +14,7 @@
 //! - `hm`, `searxng`: fake Hypermedia and SearXNG servers on loopback.
 //! - `runs`: a scripted run executor and runs staged through the engine's own SQL.
 //! - `transcript`: a session's log as short lines; `webhook`: Standard Webhooks signing.
+//! - `wait`: polling a condition until a deadline, instead of sleeping for a guessed time.
 //! - `schema`: the merged schema definitions and one example value per definition (the
 //!   round-trip and payload snapshot tests); `vectors`: the signing vectors' JSON notation
 //!   (the protocol's and the SDK's vector tests).
@@ -45,6 +46,8 @@ pub mod searxng;
 pub mod server;
 #[cfg(feature = "server")]
 pub mod transcript;
+#[cfg(feature = "server")]
+pub mod wait;
 #[cfg(feature = "server")]
 pub mod webhook;
 
