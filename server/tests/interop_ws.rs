@@ -19,11 +19,12 @@
 //!
 //! Needs Node.js and the package's modules, so its tests are `#[ignore]`d in `cargo test --workspace`
 //! (which reports them as ignored) and run on request; asked to run, they fail (do not skip) when
-//! either is missing:
+//! either is missing (`--workspace` builds with the features of the workspace's test build, so it
+//! reuses it):
 //!
 //! ```sh
 //! npm ci --prefix interop/ws
-//! cargo test -p seed-agents-server --test tests interop_ws -- --ignored --nocapture
+//! cargo test --workspace --test tests interop_ws -- --ignored --nocapture
 //! ```
 //!
 //! `NODE` overrides the node binary.

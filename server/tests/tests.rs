@@ -30,7 +30,7 @@ mod delegate_crash;
 #[cfg(unix)]
 mod edge;
 // The published TypeScript client against `/agents/ws` (needs Node.js: ignored unless asked for;
-// CI runs them with `--ignored interop_ws`).
+// `cargo test --workspace --test tests interop_ws -- --ignored` runs them, as CI does).
 #[cfg(unix)]
 mod interop_ws;
 // The binary's own lifecycle: flags, a clean stop on SIGTERM, a newer database refused.
