@@ -395,6 +395,7 @@ async fn feed_answer(state: &Mutex<State>, path: &str) -> (u16, serde_json::Valu
         state.feed.delay
     };
     if let Some(delay) = delay {
+        // A scripted slow feed (`delay_feed`): the behaviour a test asked for.
         tokio::time::sleep(delay).await;
     }
     let state = state.lock().unwrap();
