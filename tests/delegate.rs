@@ -1,7 +1,7 @@
 //! Orchestration end to end: `delegate` children on the background queue, the parent parked on
 //! them and resumed with their results as data, plan steps settled by the runtime, typed results,
 //! cancellation, and a parked parent that still converses. A real server, the SDK, and the
-//! scripted model provider (`server/tests/common/provider.rs`) on loopback.
+//! scripted model provider (`support::provider`) on loopback.
 
 use std::time::Duration;
 
@@ -14,6 +14,8 @@ use seed_agents_sdk::subscription::Event as Live;
 use serde_json::{Value as Json, json};
 
 use crate::support::provider::{Provider, Script};
+use crate::support::transcript::{read_log, transcript};
+use crate::support::wait;
 use crate::support::{TestServer, User, custom_provider_config, definition, say};
 
 async fn setup(
@@ -32,36 +34,6 @@ async fn setup(
         user.call(CreateAgent { client_request_id: None, definition: definition("Lead") }).await.unwrap().agent_id;
     let session_id = user.create_session(&agent_id, None).await;
     (server, user, agent_id, session_id)
-}
-
-async fn log(user: &User, session_id: &str) -> Vec<SessionEvent> {
-    user.call(GetSession { session_id: session_id.into(), after_seq: None, before_seq: None, limit: None })
-        .await
-        .unwrap()
-        .events
-}
-
-fn lines(events: &[SessionEvent]) -> Vec<String> {
-    events
-        .iter()
-        .map(|event| match &event.event {
-            SessionEventPayload::MessageEvent(message) => {
-                let who = match (message.role, message.actor) {
-                    (_, Some(SessionActor::System)) => "system",
-                    (MessageEventRole::User, _) => "user",
-                    _ => "assistant",
-                };
-                format!("{who}: {}", message.content.lines().next().unwrap_or_default())
-            }
-            SessionEventPayload::ToolCallEvent(call) => format!("call {}", call.name),
-            SessionEventPayload::ToolResultEvent(result) => match &result.error {
-                Some(error) => format!("error {}: {error}", result.name),
-                None => format!("result {}", result.name),
-            },
-            SessionEventPayload::ErrorEvent(error) => format!("error: {}", error.message),
-            other => format!("{other:?}"),
-        })
-        .collect()
 }
 
 /// The output of the `tool_result` answering `call_id`, as JSON.
@@ -92,24 +64,15 @@ async fn session_runs(user: &User, session_id: &str) -> Vec<RunInfo> {
 
 /// Waits until run `run_id` (in the tree of `root`) has `status`.
 async fn wait_for(user: &User, root: &str, run_id: &str, status: RunStatus) -> Vec<RunInfo> {
-    for _ in 0..400 {
+    wait::until_ok(&format!("run {run_id} becomes {status}"), || async move {
         let runs = tree(user, root).await;
-        if runs.iter().any(|run| run.id == run_id && run.status == status) {
-            return runs;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("run {run_id} never became {status}: {:?}", tree(user, root).await);
+        if runs.iter().any(|run| run.id == run_id && run.status == status) { Ok(runs) } else { Err(runs) }
+    })
+    .await
 }
 
 async fn wait_requests(provider: &Provider, count: usize) {
-    for _ in 0..400 {
-        if provider.request_count() >= count {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("only {} provider requests", provider.request_count());
+    wait::until_true(&format!("{count} provider requests"), || provider.request_count() >= count).await;
 }
 
 fn last_message(request: &Json) -> String {
@@ -163,9 +126,9 @@ async fn a_parent_plans_two_steps_delegates_the_first_parks_and_finishes_the_sec
     let child_session = child.session_id.clone().unwrap();
 
     // The parent's log: the call, then the child's result as data, then the second step done here.
-    let events = log(&user, &session_id).await;
+    let events = read_log(&user, &session_id).await;
     assert_eq!(
-        lines(&events),
+        transcript(&events),
         [
             "user: write about otters",
             "call delegate",
@@ -183,7 +146,7 @@ async fn a_parent_plans_two_steps_delegates_the_first_parks_and_finishes_the_sec
     }
 
     // The child's session: linked to the parent's, its brief verbatim as the first message.
-    let child_events = log(&user, &child_session).await;
+    let child_events = read_log(&user, &child_session).await;
     let SessionEventPayload::MessageEvent(first) = &child_events[0].event else { panic!() };
     assert_eq!((first.role, first.content.as_str()), (MessageEventRole::User, brief));
     let read = user
@@ -309,9 +272,9 @@ async fn a_parked_parent_still_converses_and_a_canceled_child_answers_as_data() 
     assert!(position(&child, "canceled") < position(&root, "queued"), "{seen:?}");
     assert!(position(&root, "queued") < position(&root, "running"), "{seen:?}");
     wait_for(&user, &root, &root, RunStatus::Succeeded).await;
-    let events = log(&user, &session_id).await;
+    let events = read_log(&user, &session_id).await;
     assert_eq!(
-        lines(&events),
+        transcript(&events),
         [
             "user: survey the archive",
             "call delegate",
@@ -357,7 +320,7 @@ async fn typed_children_deliver_valid_results_fix_invalid_ones_and_fail_at_the_a
     let runs = wait_for(&user, &root, &root, RunStatus::Succeeded).await;
     assert_eq!(provider.request_count(), 10, "no request after a delivered or finally rejected result");
 
-    let events = log(&user, &session_id).await;
+    let events = read_log(&user, &session_id).await;
     assert_eq!(result_of(&events, "d1")["output"], json!({"count": 3}));
     assert_eq!(result_of(&events, "d2")["output"], json!({"count": 2}));
     let failed = result_of(&events, "d3");
@@ -366,7 +329,7 @@ async fn typed_children_deliver_valid_results_fix_invalid_ones_and_fail_at_the_a
         failed["error"],
         json!({"code": "output-schema", "message": "Sub-session could not produce a schema-valid result"})
     );
-    assert_eq!(lines(&events).last().unwrap(), "assistant: Apples 3, pears 2, plums unknown.");
+    assert_eq!(transcript(&events).last().unwrap(), "assistant: Apples 3, pears 2, plums unknown.");
 
     // The children saw return_result with the schema as its parameters, after the verbs.
     let child_request = &provider.requests()[1].body;
@@ -378,7 +341,7 @@ async fn typed_children_deliver_valid_results_fix_invalid_ones_and_fail_at_the_a
     );
     // The second child fixed its result after the schema error.
     let pears = runs.iter().find(|run| run.title == "Count the pears.").unwrap();
-    let pears_log = lines(&log(&user, pears.session_id.as_ref().unwrap()).await);
+    let pears_log = transcript(&read_log(&user, pears.session_id.as_ref().unwrap()).await);
     assert_eq!(pears_log.len(), 5, "{pears_log:?}");
     assert!(pears_log[2].starts_with("error return_result: Result does not match the required schema: $.count: "));
     assert!(pears_log[2].ends_with(". Fix and call return_result again."), "{pears_log:?}");
@@ -386,7 +349,7 @@ async fn typed_children_deliver_valid_results_fix_invalid_ones_and_fail_at_the_a
     // The third gave up after three refusals.
     let plums = runs.iter().find(|run| run.title == "Count the plums.").unwrap();
     assert_eq!(plums.status, RunStatus::Failed);
-    let plums_log = lines(&log(&user, plums.session_id.as_ref().unwrap()).await);
+    let plums_log = transcript(&read_log(&user, plums.session_id.as_ref().unwrap()).await);
     assert!(
         plums_log[6].starts_with("error return_result: Result rejected (attempt limit reached): $: "),
         "{plums_log:?}"
@@ -412,7 +375,7 @@ async fn canceling_a_parent_cancels_its_child_and_a_late_result_is_noted_in_the_
     assert!(user.call(CancelRun { run_id: root.clone() }).await.unwrap().canceled);
     let runs = wait_for(&user, &root, &child.id, RunStatus::Canceled).await;
     assert_eq!(runs[0].status, RunStatus::Canceled, "the tree went with its root");
-    let events = log(&user, &session_id).await;
+    let events = read_log(&user, &session_id).await;
     assert_eq!(result_of(&events, "d1")["status"], "canceled");
 
     // Later, someone asks the child again: it inherits its contract and delivers, too late.
@@ -421,13 +384,13 @@ async fn canceling_a_parent_cancels_its_child_and_a_late_result_is_noted_in_the_
     user.call(say(&child_session, "please finish")).await.unwrap();
     let offered = &provider.requests()[2].body["tools"];
     assert!(offered.as_array().unwrap().iter().any(|tool| tool["function"]["name"] == "return_result"));
-    let child_log = log(&user, &child_session).await;
+    let child_log = read_log(&user, &child_session).await;
     let SessionEventPayload::MessageEvent(notice) = &child_log.last().unwrap().event else { panic!() };
     assert_eq!(
         (notice.actor, notice.content.as_str()),
         (Some(SessionActor::System), seed_agents_server::testing::runs::children::LATE_RESULT)
     );
-    assert_eq!(result_of(&log(&user, &session_id).await, "d1")["status"], "canceled", "nothing delivered twice");
+    assert_eq!(result_of(&read_log(&user, &session_id).await, "d1")["status"], "canceled", "nothing delivered twice");
     server.stop().await;
 }
 
@@ -445,8 +408,8 @@ async fn detached_children_start_their_own_session_and_answer_nobody() {
     );
     let answer = user.call(say(&session_id, "tidy up in the background")).await.unwrap();
     assert!(!answer.assistant_event_id.is_empty(), "a detached child does not park the turn");
-    let events = log(&user, &session_id).await;
-    let refused = lines(&events).into_iter().find(|line| line.starts_with("error delegate")).unwrap();
+    let events = read_log(&user, &session_id).await;
+    let refused = transcript(&events).into_iter().find(|line| line.starts_with("error delegate")).unwrap();
     assert_eq!(
         refused,
         "error delegate: delegate {await: false} does not support `tools` — a detached child runs as this agent and \
@@ -464,8 +427,14 @@ async fn detached_children_start_their_own_session_and_answer_nobody() {
     let child = tree(&user, &root).await.into_iter().find(|run| run.id != root).unwrap();
     assert_eq!((child.parent_run_id.as_deref(), child.parent_tool_call_id.as_deref()), (Some(root.as_str()), None));
     wait_for(&user, &root, &child.id, RunStatus::Succeeded).await;
-    assert_eq!(lines(&log(&user, &child_session).await), ["user: Tidy the notes folder.", "assistant: Done."]);
-    assert_eq!(lines(&log(&user, &session_id).await).iter().filter(|line| line.starts_with("result")).count(), 1);
+    assert_eq!(
+        transcript(&read_log(&user, &child_session).await),
+        ["user: Tidy the notes folder.", "assistant: Done."]
+    );
+    assert_eq!(
+        transcript(&read_log(&user, &session_id).await).iter().filter(|line| line.starts_with("result")).count(),
+        1
+    );
     server.stop().await;
 }
 
@@ -485,10 +454,11 @@ async fn a_run_spawns_at_most_ten_children_and_the_tree_is_listed_from_its_root(
     assert_eq!(runs.len(), 11, "the root and ten children");
     assert_eq!(runs[0].child_run_count, Some(10));
     assert!(runs[1..].iter().all(|run| run.root_run_id == root && run.status == RunStatus::Succeeded));
-    let events = log(&user, &session_id).await;
-    let refused: Vec<String> = lines(&events).into_iter().filter(|line| line.starts_with("error delegate")).collect();
+    let events = read_log(&user, &session_id).await;
+    let refused: Vec<String> =
+        transcript(&events).into_iter().filter(|line| line.starts_with("error delegate")).collect();
     assert_eq!(refused, ["error delegate: This run already spawned 10 sub-sessions; finish the remaining work here."]);
-    assert_eq!(lines(&events).iter().filter(|line| *line == "result delegate").count(), 10);
+    assert_eq!(transcript(&events).iter().filter(|line| *line == "result delegate").count(), 10);
     server.stop().await;
 }
 
@@ -518,9 +488,9 @@ async fn children_nest_three_deep_and_a_leaf_is_not_offered_delegate() {
     };
     assert!(names(2).contains(&"delegate".to_owned()), "depth 2 may still spawn");
     assert!(!names(3).contains(&"delegate".to_owned()), "depth 3 is a leaf");
-    let events = log(&user, &session_id).await;
+    let events = read_log(&user, &session_id).await;
     assert_eq!(result_of(&events, "d1")["output"], json!({"text": "Level 1 done."}));
-    assert_eq!(lines(&events).last().unwrap(), "assistant: Level 0 done.");
+    assert_eq!(transcript(&events).last().unwrap(), "assistant: Level 0 done.");
     server.stop().await;
 }
 
@@ -547,11 +517,11 @@ async fn a_typed_child_that_never_delivers_is_sent_back_then_fails_and_its_paren
         (error.code.as_str(), error.message.as_str()),
         ("output-schema", "Sub-session ended without delivering a valid return_result")
     );
-    let child_log = lines(&log(&user, child.session_id.as_ref().unwrap()).await);
+    let child_log = transcript(&read_log(&user, child.session_id.as_ref().unwrap()).await);
     let sent_back = child_log.iter().filter(|line| line.starts_with("system: This turn is ending")).count();
     assert_eq!(sent_back, 3, "{child_log:?}");
     assert!(child_log.contains(&"system: This run ended with work still open:".to_owned()), "{child_log:?}");
-    let delivered = result_of(&log(&user, &session_id).await, "d1");
+    let delivered = result_of(&read_log(&user, &session_id).await, "d1");
     assert_eq!(delivered["status"], "failed");
     assert_eq!(delivered["error"]["code"], "output-schema");
     server.stop().await;

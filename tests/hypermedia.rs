@@ -1,5 +1,5 @@
 //! `read hm://…`, `read activity:` and `read http(s)://…`: user verbs (`InvokeSessionTool`) and a
-//! model turn against the fake Hypermedia server (`support/hm.rs`) and a web server on loopback.
+//! model turn against the fake Hypermedia server (`support::hm`) and a web server on loopback.
 //! Loopback is private, so the web tests turn `allow_private_network` on; one test shows the
 //! guard refusing loopback with the default configuration.
 

@@ -3,7 +3,7 @@
 //! contacts),
 //! and writing another account's documents through a capability. User verbs
 //! (`InvokeSessionTool`) against the fake Hypermedia server, which checks every blob's
-//! signature, fields and links as the real server would (`support/hm.rs`). Reads of documents are
+//! signature, fields and links as the real server would (`support::hm`). Reads of documents are
 //! scripted from what was actually published; comment reads come from the published Comments.
 
 use ed25519_dalek::SigningKey;

@@ -256,17 +256,19 @@ async fn replay_then_live_has_no_gap_and_no_duplicate_under_concurrent_appends()
     let agent = owner.create_agent("busy").await;
     let session = owner.create_session(&agent, None).await;
     let writes = 60;
+    let (started, mut some_written) = tokio::sync::watch::channel(0);
     let appender = {
         let owner = owner.clone();
         let session = session.clone();
         tokio::spawn(async move {
             for index in 0..writes {
                 owner.call(write(&session, &format!("notes/{index}.md"), "x")).await.unwrap();
+                started.send_replace(index + 1);
             }
         })
     };
     // Subscribe while the appender runs: part of the log is replayed, the rest arrives live.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    some_written.wait_for(|written| *written >= 5).await.unwrap();
     let mut socket = Socket::open(&server).await;
     assert_eq!(socket.subscribe(&owner, &format!("sessions/{session}")).await["_"], "subscribed");
     assert_eq!(socket.next().await["_"], "change");
@@ -526,11 +528,11 @@ async fn silent_peers_are_dropped_and_shutdown_closes_with_1001() {
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
     );
     tokio::io::AsyncWriteExt::write_all(&mut raw, request.as_bytes()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    // Everything the server sent (the upgrade, `connected`, pings, the close) then end of stream.
+    // Everything the server sent (the upgrade, `connected`, pings, the close) then end of stream:
+    // the read ends when the server gives up on the peer (reading answers no ping).
     let mut received = Vec::new();
     let read =
-        tokio::time::timeout(Duration::from_secs(5), tokio::io::AsyncReadExt::read_to_end(&mut raw, &mut received));
+        tokio::time::timeout(Duration::from_secs(30), tokio::io::AsyncReadExt::read_to_end(&mut raw, &mut received));
     assert!(read.await.is_ok(), "the server closed the silent socket");
     // A close frame (0x88) with code 1001 and the reason, before the end of the stream.
     let reason = b"No answer to ping";

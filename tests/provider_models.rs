@@ -120,6 +120,7 @@ async fn serve(mut stream: TcpStream, seen: Arc<Mutex<Vec<Seen>>>) {
             .to_owned(),
         ),
         "/slow/models" => {
+            // A vendor slower than the server's timeout: the behaviour under test.
             tokio::time::sleep(Duration::from_secs(30)).await;
             return;
         }

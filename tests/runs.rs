@@ -12,6 +12,7 @@ use seed_agents_server::testing::error::ErrorKind;
 use seed_agents_server::testing::runs::engine::{Outcome, StopReason};
 
 use crate::support::runs::{Scripted, Stage, failure, stage, turn_output};
+use crate::support::wait;
 use crate::support::{TestServer, User, action_map, api_error, error_body, now_ms};
 
 fn get(session_id: &str) -> GetSession {
@@ -230,9 +231,10 @@ async fn run_actions_answer_and_refuse_as_upstream() {
     assert_eq!((execution.run.id.as_str(), execution.run.attempt), (paused.as_str(), 1), "the same execution resumes");
     execution.finish(Outcome::Succeeded(Ipld::Null));
     // The resumed run finishes on the executor's task; the next stage needs a quiet session.
-    while owner.call(GetRun { run_id: paused.clone() }).await.unwrap().run.status != RunStatus::Succeeded {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    wait::until("the resumed run succeeds", || async {
+        owner.call(GetRun { run_id: paused.clone() }).await.unwrap().run.status == RunStatus::Succeeded
+    })
+    .await;
 
     // CancelRun: a parked run ends at once; nothing left the second time.
     let parked = stage(&server, &owner.id, &agent, &session, Stage::Paused).await;

@@ -1,17 +1,19 @@
 //! Agent turns end to end: a real server, the SDK, and a scripted model provider on loopback that
-//! streams exactly as the vendors do (`server/tests/common/provider.rs`).
+//! streams exactly as the vendors do (`support::provider`).
 
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{
-    AgentDefinition, CreateAgent, GetSession, MessageEventRole, ModelProviderConfig, SessionActor, SessionEvent,
-    SessionEventPayload, SessionInfoStatus, SetModelProvider, StopSession,
+    AgentDefinition, CreateAgent, GetSession, ModelProviderConfig, SessionEvent, SessionEventPayload,
+    SessionInfoStatus, SetModelProvider, StopSession,
 };
 use seed_agents_sdk::subscription::Event as Live;
 
-use crate::support::provider::{Provider, Script};
+use crate::support::provider::{Gate, Provider, Script};
+use crate::support::transcript::{read_log, transcript};
+use crate::support::wait;
 use crate::support::{TestServer, User, api_error, custom_provider_config, definition, say};
 
 /// A server whose turns go to `provider`: a `custom` (chat completions) provider `main` at the
@@ -43,38 +45,6 @@ async fn start(provider: &Provider, titles: bool, dir: tempfile::TempDir) -> Tes
     .await
 }
 
-async fn events(user: &User, session_id: &str) -> Vec<SessionEvent> {
-    user.call(GetSession { session_id: session_id.into(), after_seq: None, before_seq: None, limit: None })
-        .await
-        .unwrap()
-        .events
-}
-
-/// The log as short lines: `user: hi`, `assistant: hello`, `call read`, `result read`, …
-fn transcript(events: &[SessionEvent]) -> Vec<String> {
-    events
-        .iter()
-        .map(|event| match &event.event {
-            SessionEventPayload::MessageEvent(message) => {
-                let who = match (message.role, message.actor) {
-                    (_, Some(SessionActor::System)) => "system",
-                    (MessageEventRole::User, _) => "user",
-                    (MessageEventRole::Assistant, _) => "assistant",
-                    (MessageEventRole::Tool, _) => "tool",
-                };
-                format!("{who}: {}", message.content.lines().next().unwrap_or_default())
-            }
-            SessionEventPayload::ToolCallEvent(call) => format!("call {}", call.name),
-            SessionEventPayload::ToolResultEvent(result) => match &result.error {
-                Some(error) => format!("error {}: {error}", result.name),
-                None => format!("result {}", result.name),
-            },
-            SessionEventPayload::ErrorEvent(error) => format!("error: {}", error.message),
-            other => format!("{other:?}"),
-        })
-        .collect()
-}
-
 fn seqs_are_gap_free(events: &[SessionEvent]) {
     let seqs: Vec<i64> = events.iter().map(|event| event.seq).collect();
     assert_eq!(seqs, (1..=events.len() as i64).collect::<Vec<_>>());
@@ -89,7 +59,7 @@ async fn a_text_turn_streams_partials_and_stores_the_answer_with_its_meta() {
     provider.push(Script::text("Hello there, friend.").split().usage(120, 7, 100, 0));
 
     let answer = user.call(say(&session_id, "  hi  ")).await.unwrap();
-    let log = events(&user, &session_id).await;
+    let log = read_log(&user, &session_id).await;
     assert_eq!(transcript(&log), ["user: hi", "assistant: Hello there, friend."]);
     assert_eq!(answer.assistant_event_id, log[1].id);
     seqs_are_gap_free(&log);
@@ -165,7 +135,7 @@ async fn a_turn_writes_then_reads_its_memory_with_tools() {
     provider.push(Script::tool_call("call_2", "read", r#"{"address":"~/memory/notes.md"}"#).split());
     provider.push(Script::text("Your list: milk, eggs."));
     user.call(say(&session_id, "remember milk and eggs")).await.unwrap();
-    let log = events(&user, &session_id).await;
+    let log = read_log(&user, &session_id).await;
     assert_eq!(
         transcript(&log),
         [
@@ -203,7 +173,7 @@ async fn bad_arguments_and_unknown_tools_come_back_as_errors_the_model_can_fix()
     );
     provider.push(Script::text("Sorry about that."));
     user.call(say(&session_id, "look around")).await.unwrap();
-    let lines = transcript(&events(&user, &session_id).await);
+    let lines = transcript(&read_log(&user, &session_id).await);
     assert_eq!(lines.len(), 8, "{lines:?}");
     assert!(lines[4].starts_with("error read: Validation failed for tool \"read\":"), "{lines:?}");
     assert_eq!(lines[5], "error bash: Tool bash not found");
@@ -227,7 +197,7 @@ async fn an_open_plan_is_sent_back_and_settles_and_status_names_the_session() {
     provider.push(Script::tool_call("p2", "plan", &plan("done")));
     provider.push(Script::text("Found them."));
     user.call(say(&session_id, "find my notes")).await.unwrap();
-    let log = events(&user, &session_id).await;
+    let log = read_log(&user, &session_id).await;
     assert_eq!(
         transcript(&log),
         [
@@ -265,7 +235,7 @@ async fn a_plan_never_finished_ends_with_a_notice_and_unmet_obligations() {
         provider.push(Script::text("Not yet."));
     }
     user.call(say(&session_id, "write it")).await.unwrap();
-    let lines = transcript(&events(&user, &session_id).await);
+    let lines = transcript(&read_log(&user, &session_id).await);
     let continuations = lines.iter().filter(|line| line.starts_with("system: This turn is ending")).count();
     assert_eq!(continuations, 3, "{lines:?}");
     assert_eq!(lines.last().unwrap(), "system: This run ended with work still open:");
@@ -302,7 +272,7 @@ async fn a_provider_failure_is_an_error_event_and_a_502_and_a_hang_times_out() {
     let (status, message) = api_error(user.call(say(&session_id, "again")).await);
     assert_eq!(status, 502);
     assert!(message.to_lowercase().contains("idle"), "{message}");
-    let lines = transcript(&events(&user, &session_id).await);
+    let lines = transcript(&read_log(&user, &session_id).await);
     assert_eq!(lines.len(), 4, "{lines:?}");
     assert!(lines[1].starts_with("error: 500"), "{lines:?}");
     assert!(lines[3].starts_with("error: "), "{lines:?}");
@@ -337,7 +307,7 @@ async fn stop_mid_stream_keeps_the_partial_text() {
     let stopped = user.call(StopSession { session_id: session_id.clone() }).await.unwrap();
     assert!(stopped.stopped);
     let answer = sending.await.unwrap().unwrap();
-    let log = events(&user, &session_id).await;
+    let log = read_log(&user, &session_id).await;
     let SessionEventPayload::MessageEvent(kept) = &log.last().unwrap().event else { panic!() };
     assert_eq!(answer.assistant_event_id, log.last().unwrap().id);
     assert!(kept.content.starts_with("One ") && kept.content.len() < "One two three four five six".len(), "{kept:?}");
@@ -355,21 +325,24 @@ async fn stop_mid_stream_keeps_the_partial_text() {
 async fn a_duplicate_message_sent_mid_stream_posts_once() {
     let provider = Provider::start().await;
     let (server, user, _agent, session_id) = setup(&provider, false).await;
-    provider.push(Script::text("slow answer").split().delay(Duration::from_millis(100)));
+    // The answer holds after its first event until the duplicate is in.
+    let gate = Gate::new();
+    provider.push(Script::text("slow answer").split().hold_after(1, &gate));
     let mut keyed = say(&session_id, "only once");
     keyed.client_message_id = Some("m-1".into());
     let first = {
         let (client, keyed) = (user.client.clone(), keyed.clone());
         tokio::spawn(async move { client.call(keyed).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait::until_true("the turn asks the provider", || provider.request_count() == 1).await;
     let duplicate = user.call(keyed.clone()).await.unwrap();
     assert_eq!(duplicate.assistant_event_id, "", "still streaming: nothing new posted, nothing to show yet");
+    gate.open();
     let first = first.await.unwrap().unwrap();
     assert!(!first.assistant_event_id.is_empty());
     let again = user.call(keyed).await.unwrap();
     assert_eq!(again.assistant_event_id, first.assistant_event_id, "after the turn: its answer");
-    let lines = transcript(&events(&user, &session_id).await);
+    let lines = transcript(&read_log(&user, &session_id).await);
     assert_eq!(lines, ["user: only once", "assistant: slow answer"]);
     assert_eq!(provider.request_count(), 1);
     server.stop().await;
@@ -409,7 +382,7 @@ async fn anthropic_wire_turns_work_through_a_provider_url() {
     provider.push(Script::text("Your memory is empty.").split());
     user.call(say(&session_id, "what do you remember?")).await.unwrap();
     assert_eq!(
-        transcript(&events(&user, &session_id).await),
+        transcript(&read_log(&user, &session_id).await),
         ["user: what do you remember?", "call read", "result read", "assistant: Your memory is empty."]
     );
     let requests = provider.requests();
@@ -427,7 +400,7 @@ async fn anthropic_wire_turns_work_through_a_provider_url() {
     );
     assert_eq!(second[1]["content"][1]["type"], "tool_use");
     // Reasoning is never stored: the log holds no trace of it.
-    let log = serde_json::to_string(&events(&user, &session_id).await).unwrap();
+    let log = serde_json::to_string(&read_log(&user, &session_id).await).unwrap();
     assert!(!log.contains("Check memory first"), "{log}");
     server.stop().await;
 }
@@ -441,15 +414,13 @@ async fn an_automatic_title_names_a_new_session_once() {
         "Title: \"Grocery planning.\"\nDescription: A shopping list.".into(),
     ));
     user.call(say(&session_id, "plan my groceries")).await.unwrap();
-    let get = || GetSession { session_id: session_id.clone(), after_seq: None, before_seq: None, limit: None };
-    let mut session = user.call(get()).await.unwrap().session;
-    for _ in 0..200 {
-        if session.title.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-        session = user.call(get()).await.unwrap().session;
-    }
+    let (user_ref, session_ref) = (&user, &session_id);
+    let session = wait::until_ok("the session has a title", || async move {
+        let get = GetSession { session_id: session_ref.clone(), after_seq: None, before_seq: None, limit: None };
+        let session = user_ref.call(get).await.unwrap().session;
+        if session.title.is_some() { Ok(session) } else { Err(session) }
+    })
+    .await;
     assert_eq!(session.title.as_deref(), Some("Grocery planning"));
     assert_eq!(session.description.as_deref(), Some("A shopping list."));
     let requests = provider.requests();
@@ -465,19 +436,11 @@ async fn an_automatic_title_names_a_new_session_once() {
 }
 
 async fn wait_idle(user: &User, session_id: &str) {
-    for _ in 0..400 {
-        let status = user
-            .call(GetSession { session_id: session_id.into(), after_seq: None, before_seq: None, limit: None })
-            .await
-            .unwrap()
-            .session
-            .status;
-        if status != SessionInfoStatus::Streaming {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("session {session_id} still streaming");
+    wait::until(&format!("session {session_id} stops streaming"), || async move {
+        let get = GetSession { session_id: session_id.into(), after_seq: None, before_seq: None, limit: None };
+        user.call(get).await.unwrap().session.status != SessionInfoStatus::Streaming
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -493,20 +456,23 @@ async fn two_writers_at_once_are_answered_in_turn() {
     };
     owner.call(invite).await.unwrap();
     friend.call(AcceptAgentInvite { agent_id: agent_id.clone() }).await.unwrap();
-    provider.push(Script::text("First answer.").split().delay(Duration::from_millis(40)));
+    // The first answer holds after its first event until the friend has written.
+    let gate = Gate::new();
+    provider.push(Script::text("First answer.").split().hold_after(1, &gate));
     provider.push(Script::text("Second answer."));
     let first = {
         let (client, session_id) = (owner.client.clone(), session_id.clone());
         tokio::spawn(async move { client.call(say(&session_id, "from the owner")).await })
     };
     // Once the first turn is streaming, the friend writes.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait::until_true("the owner's turn asks the provider", || provider.request_count() == 1).await;
     let second = friend.call(say(&session_id, "from the friend")).await.unwrap();
     assert_eq!(second.assistant_event_id, "", "queued behind the owner's turn, not refused");
+    gate.open();
     let first = first.await.unwrap().unwrap();
     assert!(!first.assistant_event_id.is_empty());
     wait_idle(&owner, &session_id).await;
-    let log = events(&owner, &session_id).await;
+    let log = read_log(&owner, &session_id).await;
     assert_eq!(
         transcript(&log),
         ["user: from the owner", "user: from the friend", "assistant: First answer.", "assistant: Second answer."]
@@ -533,20 +499,22 @@ async fn retry_after_a_provider_failure_answers_and_cancel_ends_a_queued_run() {
     assert_eq!(status, 502);
     provider.push(Script::text("Better now."));
     let retried = user.call(RetrySession { session_id: session_id.clone() }).await.unwrap();
-    let log = events(&user, &session_id).await;
+    let log = read_log(&user, &session_id).await;
     assert_eq!(transcript(&log), ["user: hi", "error: 500 overloaded", "assistant: Better now."]);
     assert_eq!(retried.assistant_event_id, log[2].id);
     // The retried pass replayed the log without the error event.
     let retry_request = &provider.requests()[3].body["messages"];
     assert_eq!(retry_request.as_array().unwrap().len(), 2, "system and the user message only");
 
-    // A run queued behind a streaming turn is canceled before it starts.
-    provider.push(Script::text("Long answer here.").split().delay(Duration::from_millis(40)));
+    // A run queued behind a streaming turn is canceled before it starts (the answer holds after
+    // its first event until then).
+    let gate = Gate::new();
+    provider.push(Script::text("Long answer here.").split().hold_after(1, &gate));
     let first = {
         let (client, session_id) = (user.client.clone(), session_id.clone());
         tokio::spawn(async move { client.call(say(&session_id, "first")).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait::until_true("the first turn asks the provider", || provider.request_count() == 5).await;
     assert_eq!(user.call(say(&session_id, "second")).await.unwrap().assistant_event_id, "");
     let runs = user
         .call(ListRuns {
@@ -562,9 +530,10 @@ async fn retry_after_a_provider_failure_answers_and_cancel_ends_a_queued_run() {
     let queued = runs.iter().find(|run| run.status == RunStatus::Queued).expect("the second turn is queued");
     let canceled = user.call(CancelRun { run_id: queued.id.clone() }).await.unwrap();
     assert!(canceled.canceled);
+    gate.open();
     first.await.unwrap().unwrap();
     wait_idle(&user, &session_id).await;
-    let lines = transcript(&events(&user, &session_id).await);
+    let lines = transcript(&read_log(&user, &session_id).await);
     assert_eq!(
         &lines[3..],
         ["user: first", "user: second", "assistant: Long answer here."],
@@ -641,7 +610,7 @@ async fn an_interrupted_tool_call_is_answered_before_the_next_turn() {
     let user = User::new(&server.url, (*user.signer).clone(), None);
     provider.push(Script::text("Checking again."));
     user.call(say(&session_id, "did it save?")).await.unwrap();
-    let log = events(&user, &session_id).await;
+    let log = read_log(&user, &session_id).await;
     assert_eq!(
         transcript(&log),
         [
@@ -667,7 +636,7 @@ async fn an_interrupted_tool_call_is_answered_before_the_next_turn() {
     provider.push(Script::text("Yes."));
     user.call(say(&session_id, "ok")).await.unwrap();
     let results =
-        transcript(&events(&user, &session_id).await).iter().filter(|line| line.starts_with("error write")).count();
+        transcript(&read_log(&user, &session_id).await).iter().filter(|line| line.starts_with("error write")).count();
     assert_eq!(results, 1);
     server.stop().await;
 }
@@ -706,7 +675,7 @@ async fn an_image_attachment_is_shown_to_a_model_that_takes_images() {
     let url = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(&png));
     assert_eq!(last["content"][1]["image_url"]["url"], url.as_str());
     // The log keeps what was shown, not the bytes.
-    let log = events(&user, &session_id).await;
+    let log = read_log(&user, &session_id).await;
     let SessionEventPayload::ToolResultEvent(result) = &log[2].event else { panic!("{log:?}") };
     let stored = serde_json::to_value(result.output.as_ref().unwrap()).unwrap();
     assert_eq!(stored["shownAsImage"], true);

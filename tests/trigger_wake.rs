@@ -4,11 +4,6 @@
 //! nothing; a run-completed trigger's wake resumes a parked run when another run fails; the
 //! continuation's validation messages.
 
-use std::time::Duration;
-
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use hmac::{Hmac, Mac};
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
@@ -18,10 +13,10 @@ use seed_agents_protocol::generated::{
     WebhookSource,
 };
 use seed_agents_server::testing::runs::engine::Outcome;
-use sha2::Sha256;
 
 use crate::support::runs::{Scripted, Stage, stage};
 use crate::support::{TestServer, User, api_error, now_ms};
+use crate::support::{wait, webhook};
 
 fn wake(signal: &str, run_id: Option<&str>) -> Option<TriggerContinuation> {
     Some(TriggerContinuation::WakeContinuation(WakeContinuation {
@@ -60,21 +55,11 @@ async fn status(user: &User, run_id: &str) -> RunStatus {
 /// Posts a Standard Webhooks request signed with `secret` (`whsec_…`); status and parsed body.
 async fn post(server: &TestServer, trigger_id: &str, secret: &str, id: &str) -> (u16, serde_json::Value) {
     let (timestamp, body) = (now_ms() / 1000, r#"{"approved":true}"#);
-    let key = STANDARD.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
-    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
-    mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
-    let signature = STANDARD.encode(mac.finalize().into_bytes());
-    let response = server
-        .http
-        .post(format!("{}/api/triggers/{trigger_id}/webhook", server.url))
-        .header("webhook-id", id)
-        .header("webhook-timestamp", timestamp.to_string())
-        .header("webhook-signature", format!("v1,{signature}"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let mut request = server.http.post(format!("{}/api/triggers/{trigger_id}/webhook", server.url)).body(body);
+    for (name, value) in webhook::signed(secret, id, timestamp, body) {
+        request = request.header(name, value);
+    }
+    let response = request.send().await.unwrap();
     let status = response.status().as_u16();
     (status, serde_json::from_str(&response.text().await.unwrap()).unwrap())
 }
@@ -124,12 +109,7 @@ async fn a_wake_webhook_resumes_its_budget_paused_run_exactly_once() {
     let (code, answer) = post(&server, &trigger.id, &secret, "msg_1").await;
     assert_eq!((code, answer["error"].as_str()), (409, Some("This webhook-id was already received")));
     execution.finish(Outcome::Succeeded(Ipld::Null));
-    for _ in 0..600 {
-        if status(&owner, &paused).await == RunStatus::Succeeded {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until("the resumed run succeeds", || async { status(&owner, &paused).await == RunStatus::Succeeded }).await;
     assert_eq!(status(&owner, &paused).await, RunStatus::Succeeded);
 
     // A new delivery finds the run finished: recorded, nothing resumed.

@@ -7,7 +7,6 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use futures_util::StreamExt as _;
-use hmac::{Hmac, Mac};
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
@@ -19,9 +18,11 @@ use seed_agents_protocol::generated::{
     SetModelProvider, TriggerContinuation, UpdateAgentTrigger, UserMentionSource, WebhookSource,
 };
 use seed_agents_sdk::subscription::Event as Live;
-use sha2::Sha256;
 
 use crate::support::provider::{Fallback, Provider};
+use crate::support::runs;
+use crate::support::wait::until;
+use crate::support::webhook::{now_seconds, signed};
 use crate::support::{TestServer, User, api_error, custom_provider_config, definition, say};
 
 /// A server whose agent turns all answer `done` from the scripted provider; a user with an agent.
@@ -93,17 +94,6 @@ async fn get(user: &User, trigger_id: &str) -> GetAgentTriggerResponse {
 
 fn patch() -> AgentTriggerPatch {
     AgentTriggerPatch::default()
-}
-
-/// Polls `check` every 50 ms until it holds (fails after 30 s: a hang, not a timing claim).
-async fn until<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
-    for _ in 0..600 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("never happened: {what}");
 }
 
 #[tokio::test]
@@ -266,20 +256,6 @@ async fn protocol_2_clients_are_refused_compound_triggers_before_any_write() {
     server.stop().await;
 }
 
-/// A Standard Webhooks request: headers and body, signed with `secret` (`whsec_…`).
-fn signed(secret: &str, id: &str, timestamp: i64, body: &str) -> Vec<(&'static str, String)> {
-    let key = STANDARD.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
-    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
-    mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
-    let signature = STANDARD.encode(mac.finalize().into_bytes());
-    vec![
-        ("webhook-id", id.to_owned()),
-        ("webhook-timestamp", timestamp.to_string()),
-        ("webhook-signature", format!("v1,{signature}")),
-        ("content-type", "application/json".to_owned()),
-    ]
-}
-
 async fn post_hook(server: &TestServer, trigger_id: &str, headers: &[(&str, String)], body: &str) -> (u16, String) {
     let mut request =
         server.http.post(format!("{}/api/triggers/{trigger_id}/webhook", server.url)).body(body.to_owned());
@@ -288,10 +264,6 @@ async fn post_hook(server: &TestServer, trigger_id: &str, headers: &[(&str, Stri
     }
     let response = request.send().await.unwrap();
     (response.status().as_u16(), response.text().await.unwrap())
-}
-
-fn now_seconds() -> i64 {
-    crate::support::now_ms() / 1000
 }
 
 #[tokio::test]
@@ -594,8 +566,8 @@ async fn a_run_completed_chain_stops_at_the_loop_guard() {
     let (a, b) = (get(&user, &first.id).await, get(&user, &second.id).await);
     assert_eq!((a.firings.len(), b.firings.len()), (2, 2));
     assert!(a.firings.iter().chain(&b.firings).all(|firing| firing.status == "succeeded"));
-    // One more scan finds nothing new.
-    tokio::time::sleep(seed_agents_server::testing::triggers::chain::POLL * 2).await;
+    // One more scan finds nothing new (run here rather than waited for on the monitor's timer).
+    seed_agents_server::testing::triggers::chain::scan(runs::app(&server)).await.unwrap();
     assert_eq!(get(&user, &first.id).await.firings.len() + get(&user, &second.id).await.firings.len(), 4);
     assert_eq!(provider.request_count(), 5, "the user's turn and four triggered turns");
     server.stop().await;

@@ -299,6 +299,9 @@ async fn a_chunk_ahead_of_its_predecessor_waits_for_it() {
         let action = chunk(&id, MIB, &content[MIB..2 * MIB]);
         tokio::spawn(async move { client.call(action).await })
     };
+    // FIXME: no signal says the second chunk has taken the upload's waiting place (the server
+    // keeps its `AppendOrder` to itself), so this pause stands in for one. A hook there would
+    // make the order certain.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     // A third chunk while the second holds the upload's one waiting place is refused at once
     // (were the second not waiting, this one would wait its 30 s instead).

@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used)]
 //! The breaking-change classifier: one test per row of the table in `schema/PROTOCOL.md` ("What
 //! counts as breaking"), for what clients read and for what they write, on small hand-written
 //! surfaces in the format of `snapshots/surface.json`; then the verdict, and the real snapshot.

@@ -3,9 +3,9 @@
 //! `AGENTS_PROTOCOL_VERSION`. A change to a shim, to the schema or to the encoder shows up as a
 //! snapshot diff for review.
 //!
-//! The examples are built from the schema (`schema/tests/common/example.rs`: every property filled,
-//! unions showing their first member), decoded into their generated type, and taken where the
-//! server takes them for a client of protocol N:
+//! The examples are built from the schema (`seed_agents_test_support::schema::example`: every
+//! property filled, unions showing their first member), decoded into their generated type, and
+//! taken where the server takes them for a client of protocol N:
 //!
 //! - an action (`action-<Name>`) through `compat::upgrade_action`: the map the server goes on
 //!   with, or the refusal. Every action is shown for every protocol, also one newer than that
@@ -35,10 +35,7 @@ use seed_agents_protocol::generated::{AgentWsEvent, Error as ErrorBody, SessionI
 use seed_agents_protocol::{AgentAction, AgentResponse, wire};
 use serde_json::Value as Json;
 
-#[path = "../../schema/tests/common/mod.rs"]
-mod common;
-#[path = "../../schema/tests/common/example.rs"]
-mod example;
+use seed_agents_test_support::schema::{self as common, example};
 
 type Defs = BTreeMap<String, Json>;
 

@@ -18,8 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value as Json;
 
-mod common;
-use common::defs;
+use seed_agents_test_support::schema::{defs, ref_target};
 
 /// A small deterministic generator (xorshift64*), seeded by proptest.
 struct Gen<'a> {
@@ -98,7 +97,7 @@ impl Gen<'_> {
     }
 
     fn value(&mut self, schema: &Json, depth: u32) -> Ipld {
-        if let Some(name) = common::ref_target(schema) {
+        if let Some(name) = ref_target(schema) {
             let def = self.defs.get(name).unwrap_or_else(|| panic!("missing {name}")).clone();
             return self.value(&def, depth + 1);
         }

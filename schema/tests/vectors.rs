@@ -7,16 +7,7 @@ use seed_agents_protocol::envelope::{DecodeError, EnvelopeError, SignedEnvelope,
 use seed_agents_protocol::{AgentAction, Ed25519Signer, Principal, Signer, wire};
 use serde_json::Value as Json;
 
-#[path = "support/vector_notation.rs"]
-mod vector_notation;
-use vector_notation::{hex_field, ipld};
-
-const VECTORS: &str = include_str!("data/signing-vectors.json");
-
-fn cases() -> Vec<Json> {
-    let doc: Json = serde_json::from_str(VECTORS).expect("vectors parse");
-    doc["cases"].as_array().expect("cases").clone()
-}
+use seed_agents_test_support::vectors::{cases, hex_field, ipld};
 
 fn id(case: &Json) -> &str {
     case["id"].as_str().unwrap_or("?")

@@ -14,11 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
-const VECTORS: &str = include_str!("../../schema/tests/data/signing-vectors.json");
-
-#[path = "../../schema/tests/support/vector_notation.rs"]
-mod vector_notation;
-use vector_notation::{hex_field, ipld};
+use seed_agents_test_support::vectors::{cases, hex_field, ipld};
 
 /// A fixed `ts` for the tests that do not come from the vectors.
 const TS: i64 = 1_767_225_600_000;
@@ -221,8 +217,7 @@ fn typed_action(case: &Json) -> Result<(AgentAction, &'static str), String> {
 
 #[tokio::test]
 async fn send_posts_the_js_clients_envelope_byte_for_byte() {
-    let doc: Json = serde_json::from_str(VECTORS).expect("vectors parse");
-    let cases = doc["cases"].as_array().expect("cases");
+    let cases = cases();
     let mut checked = Vec::new();
     let mut skipped = Vec::new();
     for case in cases.iter().filter(|case| case["valid"] == Json::Bool(true)) {

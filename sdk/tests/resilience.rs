@@ -2,8 +2,6 @@
 //! calls that are safe to repeat (and only those), idempotency keys, and unknown fields kept
 //! through get → modify → update.
 
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

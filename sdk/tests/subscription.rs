@@ -4,8 +4,6 @@
 //! with what was not replayed, refused keys not asked for again, several keys on one socket,
 //! and the socket closed when the stream is dropped.
 
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +20,7 @@ use seed_agents_protocol::{AgentResponse, SignedEnvelope, Value, wire};
 use seed_agents_sdk::subscription::Reconnect;
 use seed_agents_sdk::{Client, Ed25519Signer, Event};
 use serde_json::json;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, mpsc, watch};
 
 const SESSION: &str = "s1";
 
@@ -40,6 +38,9 @@ enum Seen {
 struct Script {
     connections: Mutex<usize>,
     seen: mpsc::UnboundedSender<Seen>,
+    /// The last `seq` the test took from the stream: a connection is dropped only once the
+    /// client has delivered everything sent on it.
+    delivered: watch::Sender<i64>,
 }
 
 fn event(seq: i64) -> SessionEvent {
@@ -107,17 +108,18 @@ async fn serve(script: Arc<Script>, mut socket: WebSocket) {
         if subscribed < expected {
             continue;
         }
-        let script: &[i64] = match number {
+        let appends: &[i64] = match number {
             1 => &[1, 2, 2, 5],
             2 => &[4, 6],
             _ => &[7],
         };
-        for seq in script {
+        for seq in appends {
             socket.send(send(append(*seq))).await.unwrap();
         }
         if number < 3 {
-            // Give the client time to read, then drop the connection as a restart would.
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            // Once the client has delivered what this connection sent, drop it as a restart would.
+            let last = appends.last().copied().unwrap_or_default();
+            let _ = script.delivered.subscribe().wait_for(|delivered| *delivered >= last).await;
             return;
         }
     }
@@ -143,9 +145,11 @@ use axum::response::IntoResponse as _;
 #[tokio::test]
 async fn a_subscription_delivers_each_seq_once_across_gaps_duplicates_and_reconnects() {
     let (seen, mut sightings) = mpsc::unbounded_channel();
-    let script = Arc::new(Script { connections: Mutex::new(0), seen });
-    let app =
-        axum::Router::new().route("/agents/ws", get(socket)).route("/api/message", post(message)).with_state(script);
+    let script = Arc::new(Script { connections: Mutex::new(0), seen, delivered: watch::channel(0).0 });
+    let app = axum::Router::new()
+        .route("/agents/ws", get(socket))
+        .route("/api/message", post(message))
+        .with_state(script.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -163,7 +167,10 @@ async fn a_subscription_delivers_each_seq_once_across_gaps_duplicates_and_reconn
     while seqs.last() != Some(&7) {
         let next = tokio::time::timeout(Duration::from_secs(10), events.next()).await.unwrap().unwrap().unwrap();
         match &next {
-            Event::Append { event, .. } => seqs.push(event.seq),
+            Event::Append { event, .. } => {
+                seqs.push(event.seq);
+                script.delivered.send_replace(event.seq);
+            }
             Event::Subscribed { key, .. } => log.push(format!("subscribed {key}")),
             Event::Error { key, message, .. } => log.push(format!("error {key:?} {message}")),
             Event::Disconnected { .. } => log.push("disconnected".into()),

@@ -22,14 +22,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "support/process.rs"]
-mod process;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use process::{Memory, Server, server_command};
+use seed_agents_test_support::bench::{Memory, Server, server_command};
+
+/// The server binary Cargo built for the benches.
+const SERVER_BIN: &str = env!("CARGO_BIN_EXE_seed-agents-server");
 
 fn main() {
     let smoke = !std::env::args().any(|arg| arg == "--bench");
@@ -89,7 +89,7 @@ struct Scenario {
 impl Scenario {
     fn start(extra: &[String]) -> Self {
         let data = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let (mut command, addr) = server_command(data.path());
+        let (mut command, addr) = server_command(SERVER_BIN, data.path());
         command.args(extra);
         let mut server = Server::spawn("seed-agents-server", (command, addr));
         server.wait_ready();

@@ -19,26 +19,24 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../tests/common/fixtures.rs"]
-mod fixtures;
-#[path = "support/process.rs"]
-mod process;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fixtures::{definition, provider_config};
 use futures_util::{SinkExt as _, StreamExt as _};
 use ipld_core::ipld::Ipld;
-use process::{CLOCK_TICKS_PER_SECOND, Memory, Server, cpu_ticks, server_command};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, InvokeSessionTool, InvokeSessionToolVerb, SetAgentPublicRead, SetModelProvider,
     Subscribe,
 };
 use seed_agents_protocol::{AgentAction, Value};
 use seed_agents_sdk::{Client, Ed25519Signer};
+use seed_agents_test_support::bench::{CLOCK_TICKS_PER_SECOND, Memory, Server, cpu_ticks, server_command};
+use seed_agents_test_support::fixtures::{definition, provider_config};
 use tokio::sync::{Barrier, mpsc};
 use tokio_tungstenite::tungstenite::Message;
+
+/// The server binary Cargo built for the benches.
+const SERVER_BIN: &str = env!("CARGO_BIN_EXE_seed-agents-server");
 
 fn main() {
     let smoke = !std::env::args().any(|arg| arg == "--bench");
@@ -60,7 +58,7 @@ fn main() {
 
 async fn run(count: usize, rounds: usize) {
     let data = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (mut command, addr) = server_command(data.path());
+    let (mut command, addr) = server_command(SERVER_BIN, data.path());
     command.args(["--ws-max-sockets", "20000", "--max-connections", "20000"]);
     // `FANOUT_WRAP="valgrind --tool=massif"` runs the server under a profiler.
     if let Ok(wrap) = std::env::var("FANOUT_WRAP") {

@@ -57,17 +57,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[path = "../tests/common/fixtures.rs"]
-mod fixtures;
-#[path = "support/process.rs"]
-mod process;
-
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use fixtures::{definition, provider_config};
-use process::{CLOCK_TICKS_PER_SECOND, Memory, Server, cpu_ticks, free_port, load_average, server_command};
 use seed_agents_protocol::envelope::{KeyCache, SignedEnvelope, TIMESTAMP_WINDOW_MS};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, ListAgents, ListAgentsResponse, SetModelProvider,
@@ -75,6 +68,13 @@ use seed_agents_protocol::generated::{
 use seed_agents_protocol::{Action, AgentAction, AgentResponse, Ed25519Signer, Response, wire};
 use seed_agents_sdk::Client;
 use seed_agents_server::Clock;
+use seed_agents_test_support::bench::{
+    CLOCK_TICKS_PER_SECOND, Memory, Server, cpu_ticks, free_addr, load_average, server_command,
+};
+use seed_agents_test_support::fixtures::{definition, provider_config};
+
+/// The server binary Cargo built for the benches.
+const SERVER_BIN: &str = env!("CARGO_BIN_EXE_seed-agents-server");
 
 /// Set (to the address to listen on) when this binary runs as the verify-only baseline.
 const BASELINE_ENV: &str = "SEED_AGENTS_LOAD_BASELINE_LISTEN";
@@ -89,7 +89,7 @@ fn main() {
     // Declared first so it is removed last, after both children are gone.
     let data = tempfile::tempdir_in(&settings.data_parent).unwrap();
     println!("data dir  : {} ({})", data.path().display(), filesystem_of(data.path()));
-    let mut server = Server::spawn("seed-agents-server", server_command(data.path()));
+    let mut server = Server::spawn("seed-agents-server", server_command(SERVER_BIN, data.path()));
     let mut baseline = Server::spawn("verify-only baseline", baseline_command());
     server.wait_ready();
     baseline.wait_ready();
@@ -187,7 +187,7 @@ async fn verify_only(State(baseline): State<Arc<Baseline>>, body: Bytes) -> axum
 // Child processes.
 
 fn baseline_command() -> (Command, SocketAddr) {
-    let addr = free_port();
+    let addr = free_addr();
     let mut command = Command::new(std::env::current_exe().unwrap());
     command.env(BASELINE_ENV, addr.to_string());
     (command, addr)

@@ -20,25 +20,21 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../tests/common/fixtures.rs"]
-mod fixtures;
-#[path = "support/process.rs"]
-mod process;
-#[path = "../tests/common/provider.rs"]
-mod provider;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fixtures::{custom_provider_config, definition, say};
 use futures_util::StreamExt as _;
-use process::{Memory, Server, server_command};
-use provider::{Fallback, Provider};
 use seed_agents_protocol::generated::{CreateAgent, CreateSession, SetModelProvider};
 use seed_agents_sdk::subscription::Event as Live;
 use seed_agents_sdk::{Client, Ed25519Signer};
+use seed_agents_test_support::bench::{Memory, Server, server_command};
+use seed_agents_test_support::fixtures::{custom_provider_config, definition, say};
+use seed_agents_test_support::provider::{Fallback, Provider};
+
+/// The server binary Cargo built for the benches.
+const SERVER_BIN: &str = env!("CARGO_BIN_EXE_seed-agents-server");
 
 const SEED: [u8; 32] = [3; 32];
 const TURNS_PER_SESSION: usize = 25;
@@ -121,7 +117,7 @@ async fn run(turns: usize, workers: usize) {
     let provider = Arc::new(Provider::start().await);
     provider.set_fallback(Fallback::Pieces("Hi!!".into()));
     let dir = tempfile::tempdir().unwrap();
-    let (mut command, addr) = server_command(dir.path());
+    let (mut command, addr) = server_command(SERVER_BIN, dir.path());
     command.arg("--session-title-generation").arg("false");
     let mut server = Server::spawn("turns", (command, addr));
     server.wait_ready();

@@ -30,19 +30,17 @@ use std::process::{Command, Stdio};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-#[path = "../tests/common/fixtures.rs"]
-mod fixtures;
-#[path = "support/process.rs"]
-mod process;
-
-use fixtures::{definition, provider_config};
-use process::{CLOCK_TICKS_PER_SECOND, Memory, Server, cpu_ticks, server_command};
 use seed_agents_protocol::Bytes;
 use seed_agents_protocol::generated::{
     AppendFileUploadChunk, BeginFileUpload, CommitFileUpload, CreateAgent, FileUploadTarget, MemoryUploadTarget,
     SetModelProvider,
 };
 use seed_agents_sdk::{Client, Ed25519Signer};
+use seed_agents_test_support::bench::{CLOCK_TICKS_PER_SECOND, Memory, Server, cpu_ticks, server_command};
+use seed_agents_test_support::fixtures::{definition, provider_config};
+
+/// The server binary Cargo built for the benches.
+const SERVER_BIN: &str = env!("CARGO_BIN_EXE_seed-agents-server");
 
 const CHUNK: usize = 8 * 1024 * 1024;
 
@@ -56,7 +54,7 @@ fn main() {
     let parent = std::env::var("UPLOAD_DATA_DIR").unwrap_or_else(|_| env!("CARGO_TARGET_TMPDIR").to_owned());
     std::fs::create_dir_all(&parent).unwrap();
     let dir = tempfile::tempdir_in(&parent).unwrap();
-    let mut server = Server::spawn("seed-agents-server", server_command(dir.path()));
+    let mut server = Server::spawn("seed-agents-server", server_command(SERVER_BIN, dir.path()));
     server.wait_ready();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let (client, agent_id) = runtime.block_on(setup(server.addr));

@@ -180,7 +180,7 @@ pub mod triggers {
 
     /// Run-completed chains.
     pub mod chain {
-        pub use crate::triggers::chain::POLL;
+        pub use crate::triggers::chain::{POLL, scan};
     }
 
     /// Spawning a monitor.

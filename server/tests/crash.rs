@@ -14,10 +14,7 @@
 //!
 //! Creates that were in flight when the server died may or may not have committed; both are fine,
 //! as long as the two rows agree. The test prints how many creates were acknowledged and how many
-//! were cut off in each round (`cargo test --test crash -- --nocapture`).
-
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+//! were cut off in each round (`cargo test -p seed-agents-server --test tests crash:: -- --nocapture`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -25,20 +22,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-#[path = "common/fixtures.rs"]
-mod fixtures;
-#[path = "common/process.rs"]
-mod process;
-
-use fixtures::{definition, provider_config};
 use ipld_core::ipld::Ipld;
-use process::{Launch, ServerProcess};
-use rusqlite::{Connection, OpenFlags};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, CreateSessionResponse, GetSession, ListSessions, SetModelProvider,
 };
 use seed_agents_protocol::{AgentResponse, Ed25519Signer, Response as _, Signer as _, wire};
 use seed_agents_sdk::{Client, Error};
+
+use crate::support::crash;
+use crate::support::fixtures::{definition, provider_config};
+use crate::support::process::ServerProcess;
 
 /// The one user's key; fixed so the account survives restarts.
 const SEED: [u8; 32] = [7; 32];
@@ -46,9 +39,6 @@ const SEED: [u8; 32] = [7; 32];
 const ROUNDS: u32 = 8;
 /// Clients creating sessions concurrently in each round.
 const WRITERS: u32 = 4;
-
-/// The SQLite file inside the data directory (`Config::database_path`).
-const DATABASE_FILE: &str = "seed-agents.sqlite";
 
 /// One create the server answered with a session id.
 #[derive(Debug, Clone)]
@@ -70,11 +60,11 @@ struct WriterOutcome {
 
 /// Starts the binary over `data_dir`, logging into `<log_dir>/<label>.log`.
 async fn start(data_dir: &Path, log_dir: &Path, label: &str) -> ServerProcess {
-    ServerProcess::start(&Launch::new(data_dir, &log_dir.join(format!("{label}.log")))).await
+    crash::start(crate::SERVER_BIN, data_dir, log_dir, label).await
 }
 
 fn client_of(server: &ServerProcess) -> Client {
-    Client::builder(&server.url, Ed25519Signer::from_seed(&SEED)).build().unwrap()
+    crash::client(&server.url, &SEED)
 }
 
 fn create(agent_id: &str, request_id: &str, title: &str) -> CreateSession {
@@ -207,6 +197,7 @@ async fn acknowledged_session_creates_survive_sigkill() {
             .collect();
         // 50..=400 ms, spread deterministically over the rounds.
         let delay = Duration::from_millis(50 + u64::from(round * 137 % 351));
+        // The kill lands this long into the round's writes: the scenario, not a wait.
         tokio::time::sleep(delay).await;
         let status = server.kill();
         stop.store(true, Ordering::Relaxed);
@@ -311,24 +302,8 @@ async fn acknowledged_session_creates_survive_sigkill() {
     let status = server.terminate().await;
     assert!(status.success(), "the server did not stop cleanly on SIGTERM: {status}");
 
-    // The file itself, read-only, after a clean stop.
-    let conn = Connection::open_with_flags(data.path().join(DATABASE_FILE), OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let integrity: Vec<String> = conn
-        .prepare("PRAGMA integrity_check")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap();
-    assert_eq!(integrity, ["ok"], "PRAGMA integrity_check");
-    let violations: Vec<(String, Option<i64>, String)> = conn
-        .prepare("PRAGMA foreign_key_check")
-        .unwrap()
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap();
-    assert!(violations.is_empty(), "PRAGMA foreign_key_check (table, rowid, parent): {violations:?}");
+    // The file itself, read-only, after a clean stop: sound, then as below.
+    let conn = crash::open_sound(data.path());
 
     // Sessions as stored: id -> (account, agent, title).
     let sessions: BTreeMap<String, (String, String, Option<String>)> = conn

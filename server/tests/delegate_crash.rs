@@ -5,38 +5,31 @@
 //! (each child's result delivered exactly once, before the parent's final answer), and no run
 //! spent a retry on a park, a resume or a boot sweep.
 //!
-//! `cargo test -p seed-agents-server --test delegate_crash -- --nocapture` prints the figures;
+//! `cargo test -p seed-agents-server --test tests delegate_crash -- --nocapture` prints the figures;
 //! `CRASH_KILLS=n` changes the number of kills.
-
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/fixtures.rs"]
-mod fixtures;
-#[path = "common/process.rs"]
-mod process;
-#[path = "common/provider.rs"]
-mod provider;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fixtures::{custom_provider_config, definition, say};
-use process::{Launch, ServerProcess, free_port};
-use provider::{Fallback, Provider, Script};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, ListRuns, RunStatus, SessionEvent, SessionEventPayload, SetModelProvider,
 };
-use seed_agents_sdk::{Client, Ed25519Signer};
+use seed_agents_sdk::Client;
 use serde_json::{Value, json};
+
+use crate::support::crash::{self, Lcg};
+use crate::support::fixtures::{custom_provider_config, definition, say};
+use crate::support::process::{Launch, ServerProcess, free_port};
+use crate::support::provider::{Fallback, Provider, Script};
+use crate::support::wait;
 
 const SEED: [u8; 32] = [9; 32];
 const CHILD_PROMPT: &str = "You are a child worker.";
 const PARENTS_PER_ROUND: usize = 2;
 
 fn client(url: &str) -> Client {
-    Client::builder(url, Ed25519Signer::from_seed(&SEED)).build().unwrap()
+    crash::client(url, &SEED)
 }
 
 static CALLS: AtomicUsize = AtomicUsize::new(0);
@@ -62,16 +55,6 @@ fn rule(body: &Value) -> Script {
         "delegate",
         &call(first + 1),
     )
-}
-
-/// A small deterministic generator.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % below
-    }
 }
 
 async fn log(client: &Client, session_id: &str) -> Vec<SessionEvent> {
@@ -101,12 +84,12 @@ async fn runs_of(client: &Client, parents: &[String]) -> Vec<seed_agents_protoco
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_parents_resume_once_with_every_child_result_delivered_once_across_sigkills() {
-    let kills: usize = std::env::var("CRASH_KILLS").ok().and_then(|n| n.parse().ok()).unwrap_or(20);
+    let kills = crash::kills(20);
     let provider = Provider::start().await;
     provider.set_fallback(Fallback::Rule(rule));
     let mut random = Lcg(0xde1e_9a7e);
     let dir = tempfile::tempdir().unwrap();
-    let launch = Launch::new(&dir.path().join("data"), &dir.path().join("server.log"))
+    let launch = Launch::new(crate::SERVER_BIN, &dir.path().join("data"), &dir.path().join("server.log"))
         .port(free_port())
         .arg("--session-title-generation")
         .arg("false");
@@ -140,6 +123,7 @@ async fn parked_parents_resume_once_with_every_child_result_delivered_once_acros
             let (client, message) = (client(&server.url), say(&session, format!("task {kill}.{index}")));
             tokio::spawn(async move { client.message_session(message).await });
         }
+        // The kill lands at a random moment of the delegations: the scenario, not a wait.
         tokio::time::sleep(Duration::from_millis(30 + random.next(400))).await;
         // What the kill is about to interrupt (read just before it).
         for run in runs_of(&client(&server.url), &parents).await {
@@ -165,21 +149,18 @@ async fn parked_parents_resume_once_with_every_child_result_delivered_once_acros
 
     // Let the last restart finish what the last kill interrupted.
     let owner = client(&server.url);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let runs = loop {
-        let runs = runs_of(&owner, &parents).await;
+    let (owner_ref, parents_ref) = (&owner, &parents);
+    let runs = wait::until_ok_within(Duration::from_secs(120), "every run has ended", || async move {
+        let runs = runs_of(owner_ref, parents_ref).await;
         let settled =
             runs.iter().all(|run| matches!(run.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Canceled));
-        if settled && runs.len() >= parents.len() {
-            break runs;
+        if settled && runs.len() >= parents_ref.len() {
+            Ok(runs)
+        } else {
+            Err(format!("runs left unfinished: {:?}", runs.iter().map(|r| r.status).collect::<Vec<_>>()))
         }
-        assert!(
-            Instant::now() < deadline,
-            "runs left unfinished: {:?}",
-            runs.iter().map(|r| r.status).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
     let children: Vec<_> = runs.iter().filter(|run| run.parent_tool_call_id.is_some()).collect();
     assert!(runs.iter().all(|run| run.status == RunStatus::Succeeded), "every run succeeded");
 
@@ -242,7 +223,7 @@ async fn parked_parents_resume_once_with_every_child_result_delivered_once_acros
 
     // Parks, resumes and boot sweeps are not retries.
     server.terminate().await;
-    let db = rusqlite::Connection::open(dir.path().join("data/seed-agents.sqlite")).unwrap();
+    let db = rusqlite::Connection::open(dir.path().join("data").join(crash::DATABASE_FILE)).unwrap();
     let over: i64 = db.query_row("SELECT COUNT(*) FROM runs WHERE attempt > 1", [], |row| row.get(0)).unwrap();
     assert_eq!(over, 0, "no run spent a retry");
     println!(

@@ -3,17 +3,12 @@
 //! off, and a server whose body budget is spent answers 503 with `Retry-After` at once. (The
 //! figures at full size come from `cargo bench -p seed-agents-server --bench edge`.)
 
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/process.rs"]
-mod process;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use process::{Launch, ServerProcess, rss_kib};
+use crate::support::process::{Launch, ServerProcess, rss_kib};
+use crate::support::wait;
 
 /// The status code of the answer on `stream` (or how the connection ended instead).
 fn status(stream: &mut TcpStream) -> String {
@@ -61,7 +56,7 @@ fn write_memory_head(size: u64) -> Vec<u8> {
 
 async fn server(args: &[&str]) -> (ServerProcess, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let mut launch = Launch::new(&dir.path().join("data"), &dir.path().join("server.log"));
+    let mut launch = Launch::new(crate::SERVER_BIN, &dir.path().join("data"), &dir.path().join("server.log"));
     for arg in args {
         launch = launch.arg(*arg);
     }
@@ -150,6 +145,7 @@ async fn slow_clients_are_cut_off() {
             let answer = std::thread::spawn(move || status(&mut reader));
             while !answer.is_finished() && started.elapsed() < Duration::from_secs(20) {
                 let _ = stream.write_all(&[0xa5]);
+                // The slow client: a byte a quarter second is the behaviour under test.
                 std::thread::sleep(Duration::from_millis(250));
             }
             (answer.join().unwrap(), started.elapsed())
@@ -169,36 +165,49 @@ async fn slow_clients_are_cut_off() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spent_body_budget_answers_503_at_once() {
     let (server, _dir) = server(&["--body-budget-bytes", "1048576"]).await;
-    // The first request announces 800 KiB and sends part of it: its reservation holds the budget.
-    let mut first = connect(&server);
     let head = |length: usize| {
         format!(
             "POST /api/message HTTP/1.1\r\nHost: x\r\nContent-Type: application/cbor\r\nContent-Length: {length}\r\n\r\n"
         )
     };
-    first.write_all(head(800 * 1024).as_bytes()).unwrap();
-    first.write_all(&write_memory_head(800 * 1024 - 120)).unwrap();
-    first.write_all(&[0u8; 1024]).unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // The second one cannot fit: refused before its body is read.
-    let mut second = connect(&server);
-    second.write_all(head(800 * 1024).as_bytes()).unwrap();
-    second.write_all(&write_memory_head(800 * 1024 - 120)).unwrap();
-    second.write_all(&[0u8; 1024]).unwrap(); // past the prefix the limit is decided from
-    // The first request never finishes, so an answer here is one given while the budget is
-    // held, not one that waited for it.
-    let answer = tokio::task::spawn_blocking(move || status(&mut second)).await.unwrap();
+    // Two requests announce 800 KiB each and send part of it; the budget holds one of them. The
+    // one the server reads first reserves it and never finishes; the other cannot fit and is
+    // refused before its body is read. Which is which is the server's order (no pause decides).
+    let (answered, mut answers) = tokio::sync::mpsc::unbounded_channel();
+    let mut requests = Vec::new();
+    for index in 0..2 {
+        let mut request = connect(&server);
+        request.write_all(head(800 * 1024).as_bytes()).unwrap();
+        request.write_all(&write_memory_head(800 * 1024 - 120)).unwrap();
+        request.write_all(&[0u8; 1024]).unwrap(); // past the prefix the limit is decided from
+        let (mut reader, answered) = (request.try_clone().unwrap(), answered.clone());
+        std::thread::spawn(move || answered.send((index, status(&mut reader))));
+        requests.push(request);
+    }
+    // The holder never finishes, so the first answer is one given while the budget is held, not
+    // one that waited for it.
+    let (refused, answer) = tokio::time::timeout(Duration::from_secs(30), answers.recv()).await.unwrap().unwrap();
     println!("{answer:?}");
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.to_ascii_lowercase().contains("retry-after: 1"), "{answer}");
-    // Once the first connection goes, its reservation comes back and the next request is read.
-    drop(first);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut third = connect(&server);
-    third.write_all(head(800 * 1024).as_bytes()).unwrap();
-    third.write_all(&write_memory_head(800 * 1024 - 120)).unwrap();
-    third.write_all(&vec![0u8; 800 * 1024 - 120 - write_memory_head(0).len()]).unwrap();
-    let answer = tokio::task::spawn_blocking(move || status(&mut third)).await.unwrap();
+    // Once the holder's connection goes, its reservation comes back and the next request is read
+    // (as soon as the server has seen the connection close).
+    requests[1 - refused].shutdown(std::net::Shutdown::Both).unwrap();
+    drop(requests);
+    let port = server.port;
+    let answer = wait::until_ok("the budget came back", || async move {
+        let answer = tokio::task::spawn_blocking(move || {
+            let mut third = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            third.write_all(head(800 * 1024).as_bytes()).unwrap();
+            third.write_all(&write_memory_head(800 * 1024 - 120)).unwrap();
+            third.write_all(&vec![0u8; 800 * 1024 - 120 - write_memory_head(0).len()]).unwrap();
+            status(&mut third)
+        })
+        .await
+        .unwrap();
+        if answer.starts_with("HTTP/1.1 503") { Err(answer) } else { Ok(answer) }
+    })
+    .await;
     assert!(!answer.starts_with("HTTP/1.1 503"), "the budget came back: {answer}");
     server.terminate().await;
 }

@@ -19,31 +19,22 @@
 //!
 //! Needs Node.js and the package's modules, so its tests are `#[ignore]`d in `cargo test --workspace`
 //! (which reports them as ignored) and run on request; asked to run, they fail (do not skip) when
-//! either is missing:
+//! either is missing (`--workspace` builds with the features of the workspace's test build, so it
+//! reuses it):
 //!
 //! ```sh
 //! npm ci --prefix interop/ws
-//! cargo test --workspace --test interop_ws -- --ignored --nocapture
+//! cargo test --workspace --test tests interop_ws -- --ignored --nocapture
 //! ```
 //!
 //! `NODE` overrides the node binary.
-
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/fixtures.rs"]
-mod fixtures;
-#[path = "common/process.rs"]
-mod process;
 
 use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use fixtures::{definition, provider_config};
 use ipld_core::ipld::Ipld;
-use process::{Launch, ServerProcess};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, InvokeSessionTool, InvokeSessionToolVerb, SessionEvent, SetModelProvider,
 };
@@ -51,6 +42,9 @@ use seed_agents_protocol::{AgentId, SessionId, Value};
 use seed_agents_sdk::{Client, Ed25519Signer};
 use serde_json::{Value as Json, json};
 use tokio::sync::mpsc;
+
+use crate::support::fixtures::{definition, provider_config};
+use crate::support::process::{Launch, ServerProcess};
 
 /// The seed both sides use: the SDK for the setup, the script (as hex) for the subscription.
 const SEED: [u8; 32] = [0x5e; 32];
@@ -111,7 +105,8 @@ impl World {
     async fn start() -> Self {
         preflight();
         let (data, logs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let server = ServerProcess::start(&Launch::new(data.path(), &logs.path().join("server.log"))).await;
+        let server =
+            ServerProcess::start(&Launch::new(crate::SERVER_BIN, data.path(), &logs.path().join("server.log"))).await;
         let client = client(&server.url, &SEED);
         let agent_id = create_agent(&client, "interop").await;
         let account_id = client.account().to_string();
@@ -441,6 +436,7 @@ async fn a_text_frame_of_byte_values_subscribes_while_events_are_appended() {
                 if index == early {
                     subscribed.take().unwrap().await.unwrap();
                 }
+                // Appends spread over the subscription, as a busy session's are: the scenario.
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 client.invoke_session_tool(write(&session_id, &format!("busy/{index}.md"), "x")).await.unwrap();
             }

@@ -2,20 +2,16 @@
 //! flags, stops cleanly on SIGTERM (exit 0, database closed), and refuses a database written by a
 //! newer server with a message that names the file.
 
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+use crate::support::process::free_port;
+use crate::support::wait;
 
 fn spawn(data_dir: &Path, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_seed-agents-server"))
+    Command::new(crate::SERVER_BIN)
         .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
         .arg(data_dir)
         .env("RUST_LOG", "info")
@@ -28,16 +24,11 @@ fn spawn(data_dir: &Path, port: u16) -> Child {
 
 async fn wait_healthy(port: u16) {
     let http = seed_agents_sdk::default_http_client().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(response) = http.get(format!("http://127.0.0.1:{port}/api/health")).send().await
-            && response.status() == 200
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "server did not become healthy");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let health = format!("http://127.0.0.1:{port}/api/health");
+    wait::until("the server answers /api/health", || async {
+        http.get(&health).send().await.is_ok_and(|response| response.status() == 200)
+    })
+    .await;
 }
 
 fn wait_exit(child: &mut Child) -> (std::process::ExitStatus, String) {

@@ -6,36 +6,31 @@
 //! - a client that stops reading is disconnected instead of buffered, and the server's memory
 //!   stays flat while it happens.
 //!
-//! Run with `cargo test -p seed-agents-server --test live_restart -- --nocapture` to see the
+//! Run with `cargo test -p seed-agents-server --test tests live_restart -- --nocapture` to see the
 //! figures.
-
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/fixtures.rs"]
-mod fixtures;
-#[path = "common/process.rs"]
-mod process;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use fixtures::{definition, provider_config};
 use futures_util::{SinkExt as _, StreamExt as _};
 use ipld_core::ipld::Ipld;
-use process::{Launch, ServerProcess, rss_kib};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, InvokeSessionTool, InvokeSessionToolVerb, SetModelProvider, Subscribe,
 };
 use seed_agents_protocol::{AgentAction, SessionId, Value};
 use seed_agents_sdk::subscription::Reconnect;
-use seed_agents_sdk::{Client, Ed25519Signer, Event};
+use seed_agents_sdk::{Client, Event};
+
+use crate::support::crash::{self, Lcg};
+use crate::support::fixtures::{definition, provider_config};
+use crate::support::process::{Launch, ServerProcess, free_port, rss_kib};
+use crate::support::wait;
 
 const SEED: [u8; 32] = [9; 32];
 
 fn client(url: &str) -> Client {
-    Client::builder(url, Ed25519Signer::from_seed(&SEED)).build().unwrap()
+    crash::client(url, &SEED)
 }
 
 /// An agent and a session of it; returns the session id.
@@ -65,49 +60,40 @@ fn write(session_id: &str, path: &str, content: &str) -> InvokeSessionTool {
     }
 }
 
-/// Appends through `InvokeSessionTool` (two events per call) until `stop`, riding out restarts.
-/// Writes until `stop`, adding each acknowledged write to `total` as it comes; returns its own count.
+/// Appends through `InvokeSessionTool` (two events per call) until `stop`, riding out restarts;
+/// counts the acknowledged calls in `acknowledged`.
 fn appender(
     url: String,
-    session_id: SessionId,
+    session_id: String,
     content: String,
     stop: Arc<AtomicBool>,
-    total: Arc<AtomicU64>,
-) -> tokio::task::JoinHandle<u64> {
+    acknowledged: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let client = client(&url);
-        let mut acknowledged = 0;
         let mut index = 0u64;
         while !stop.load(Ordering::Relaxed) {
             index += 1;
             match client.invoke_session_tool(write(&session_id, &format!("n/{index}.md"), &content)).await {
                 Ok(_) => {
-                    acknowledged += 1;
-                    total.fetch_add(1, Ordering::Relaxed);
+                    acknowledged.fetch_add(1, Ordering::Relaxed);
                 }
+                // The server is down (killed, not yet restarted): a pause before the next try, so
+                // the retries do not spin.
                 Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             }
         }
-        acknowledged
     })
-}
-
-/// A small deterministic generator for the kill points.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next_in(&mut self, low: u64, high: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        low + (self.0 >> 33) % (high - low)
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_survives_three_sigkills_with_every_seq_once_in_order() {
     let data = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
-    let port = process::free_port();
-    let launch = |round: u32| Launch::new(data.path(), &logs.path().join(format!("round-{round}.log"))).port(port);
+    let port = free_port();
+    let launch = |round: u32| {
+        Launch::new(crate::SERVER_BIN, data.path(), &logs.path().join(format!("round-{round}.log"))).port(port)
+    };
     let mut server = ServerProcess::start(&launch(0)).await;
     let url = server.url.clone();
     let session_id = session(&client(&url)).await;
@@ -136,10 +122,13 @@ async fn a_subscription_survives_three_sigkills_with_every_seq_once_in_order() {
         })
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let writes = appender(url.clone(), session_id.clone(), "x".into(), stop.clone(), Arc::default());
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let writes = appender(url.clone(), session_id.to_string(), "x".into(), stop.clone(), acknowledged.clone());
 
     let mut random = Lcg(u64::from(std::process::id()));
     for round in 1..=3 {
+        // The kill lands at a random moment of the writes, after a random downtime the server
+        // comes back: both pauses are the scenario, not waits for something.
         tokio::time::sleep(Duration::from_millis(random.next_in(300, 900))).await;
         let before = delivered.lock().unwrap().len();
         server.kill();
@@ -147,9 +136,11 @@ async fn a_subscription_survives_three_sigkills_with_every_seq_once_in_order() {
         server = ServerProcess::start(&launch(round)).await;
         println!("round {round}: killed after {before} events delivered; restarted");
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The subscription is back after the last restart (while the writes go on) before they stop.
+    wait::until_true("the subscription resumes after the third restart", || resumed.load(Ordering::Relaxed) >= 3).await;
     stop.store(true, Ordering::Relaxed);
-    let acknowledged = writes.await.unwrap();
+    writes.await.unwrap();
+    let acknowledged = acknowledged.load(Ordering::Relaxed);
 
     // Everything the database holds, every event once, in order.
     let log = client(&url)
@@ -160,11 +151,12 @@ async fn a_subscription_survives_three_sigkills_with_every_seq_once_in_order() {
     let last = *stored.last().unwrap();
     assert_eq!(stored, (1..=last).collect::<Vec<_>>(), "the log itself is gap-free");
     assert!(last >= acknowledged as i64 * 2, "every acknowledged write is in the log");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while delivered.lock().unwrap().last() != Some(&last) {
-        assert!(Instant::now() < deadline, "the subscription did not catch up: {:?}", delivered.lock().unwrap().last());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until_true(&format!("the subscription catches up with seq {last}"), || {
+        delivered.lock().unwrap().last() == Some(&last)
+    })
+    .await;
+    // A quiet moment after the last event: a late duplicate would show up in it. Waiting for
+    // nothing to happen has no signal to wait on.
     tokio::time::sleep(Duration::from_millis(200)).await;
     collector.abort();
     let delivered = delivered.lock().unwrap().clone();
@@ -182,7 +174,7 @@ async fn a_subscription_survives_three_sigkills_with_every_seq_once_in_order() {
 async fn a_client_that_stops_reading_is_disconnected_and_memory_stays_flat() {
     let data = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
-    let launch = Launch::new(data.path(), &logs.path().join("server.log"))
+    let launch = Launch::new(crate::SERVER_BIN, data.path(), &logs.path().join("server.log"))
         .arg("--ws-queue")
         .arg("64")
         .arg("--body-timeout")
@@ -199,28 +191,42 @@ async fn a_client_that_stops_reading_is_disconnected_and_memory_stays_flat() {
         .send(tokio_tungstenite::tungstenite::Message::Binary(owner.sign(&subscribe).await.unwrap().into()))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Read up to the server's answer (the subscription is in place), then never again.
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), socket.next()).await.unwrap() {
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Text(text))) if text.contains("\"subscribed\"") => break,
+            Some(Ok(_)) => {}
+            other => panic!("no `subscribed` frame: {other:?}"),
+        }
+    }
     let idle = rss_kib(server.pid());
 
-    // 32 KiB of content per write: each tool_call frame carries it.
+    // 32 KiB of content per write: each tool_call frame carries it. Two frames per write; the
+    // writers go on until more than 64 MiB of frames were due to the stalled socket.
     let content = "y".repeat(32 * 1024);
-    let (stop, total) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let enough = (64 << 20) / (2 * 32 * 1024) + 1;
+    let stop = Arc::new(AtomicBool::new(false));
+    let acknowledged = Arc::new(AtomicU64::new(0));
     let writers: Vec<_> = (0..2)
-        .map(|_| appender(server.url.clone(), session_id.clone(), content.clone(), stop.clone(), total.clone()))
+        .map(|_| {
+            appender(server.url.clone(), session_id.to_string(), content.clone(), stop.clone(), acknowledged.clone())
+        })
         .collect();
-    // Until the stalled socket was sent well over any buffer (each write is two 32 KiB frames), or
-    // for at most two minutes on a machine too loaded to get there.
     let mut peak = idle;
-    let started = Instant::now();
-    while total.load(Ordering::Relaxed) * 2 * 32 * 1024 <= 80 << 20 && started.elapsed() < Duration::from_secs(120) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while acknowledged.load(Ordering::Relaxed) < enough {
         peak = peak.max(rss_kib(server.pid()));
+        let writes = acknowledged.load(Ordering::Relaxed);
+        assert!(Instant::now() < deadline, "only {writes} of {enough} writes acknowledged in 120 s");
+        // How often the server's memory is sampled while the writes go on.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     stop.store(true, Ordering::Relaxed);
-    let mut writes = 0;
     for writer in writers {
-        writes += writer.await.unwrap();
+        writer.await.unwrap();
     }
+    peak = peak.max(rss_kib(server.pid()));
+    let writes = acknowledged.load(Ordering::Relaxed);
     let stream_bytes = writes * 2 * 32 * 1024;
     println!(
         "{writes} writes (~{} MiB of frames for the stalled socket); server RSS idle {} MiB, peak {} MiB, growth {} MiB",

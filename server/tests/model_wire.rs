@@ -2,20 +2,16 @@
 //! vendors, how streamed answers come back, and how every kind of failure is retried or
 //! classified.
 
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/provider.rs"]
-mod provider;
-
 use std::time::{Duration, Instant};
 
-use provider::{Fallback, Provider, Script};
 use seed_agents_server::testing::model::{
     Client, Endpoint, Message, ModelError, ModelErrorKind, ModelRequest, Retry, Step, StopReason, StreamEvent,
     Timeouts, ToolSpec, Usage, UserPart, endpoint_for,
 };
 use serde_json::json;
 use zeroize::Zeroizing;
+
+use crate::support::provider::{Fallback, Provider, Script};
 
 const KEY: &str = "sk-test-0123456789-secret";
 

@@ -5,35 +5,28 @@
 //! at the end no session is left streaming and every run ended (the interrupted ones re-ran from
 //! the boot sweep, or failed by the rules).
 //!
-//! `cargo test -p seed-agents-server --test runtime_crash -- --nocapture` prints the figures;
+//! `cargo test -p seed-agents-server --test tests runtime_crash -- --nocapture` prints the figures;
 //! `CRASH_KILLS=n` changes the number of kills.
-
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/fixtures.rs"]
-mod fixtures;
-#[path = "common/process.rs"]
-mod process;
-#[path = "common/provider.rs"]
-mod provider;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use fixtures::{custom_provider_config, definition, say};
-use process::{Launch, ServerProcess, free_port};
-use provider::{Provider, Script};
 use seed_agents_protocol::generated::{
     CreateAgent, CreateSession, GetSession, ListRuns, RunStatus, SessionEvent, SessionInfoStatus, SetModelProvider,
 };
-use seed_agents_sdk::{Client, Ed25519Signer};
+use seed_agents_sdk::Client;
+
+use crate::support::crash::{self, Lcg};
+use crate::support::fixtures::{custom_provider_config, definition, say};
+use crate::support::process::{Launch, ServerProcess, free_port};
+use crate::support::provider::{Fallback, Provider, Script};
+use crate::support::wait;
 
 const SEED: [u8; 32] = [7; 32];
 const SESSIONS: usize = 4;
 
 fn client(url: &str) -> Client {
-    Client::builder(url, Ed25519Signer::from_seed(&SEED)).build().unwrap()
+    crash::client(url, &SEED)
 }
 
 async fn log(client: &Client, session_id: &str) -> (Vec<SessionEvent>, SessionInfoStatus) {
@@ -42,16 +35,6 @@ async fn log(client: &Client, session_id: &str) -> (Vec<SessionEvent>, SessionIn
         .await
         .unwrap();
     (got.events, got.session.status)
-}
-
-/// A small deterministic generator (no dependency needed for a test's randomness).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % below
-    }
 }
 
 fn scripts(provider: &Provider, count: usize, random: &mut Lcg) {
@@ -71,14 +54,14 @@ fn scripts(provider: &Provider, count: usize, random: &mut Lcg) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn turns_survive_sigkill_at_random_points() {
-    let kills: usize = std::env::var("CRASH_KILLS").ok().and_then(|n| n.parse().ok()).unwrap_or(50);
+    let kills = crash::kills(50);
     let provider = Provider::start().await;
-    provider.set_fallback(provider::Fallback::Text("Done.".into()));
+    provider.set_fallback(Fallback::Text("Done.".into()));
     let mut random = Lcg(0x5eed);
     scripts(&provider, kills * SESSIONS * 3, &mut random);
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let launch = Launch::new(&dir.path().join("data"), &dir.path().join("server.log"))
+    let launch = Launch::new(crate::SERVER_BIN, &dir.path().join("data"), &dir.path().join("server.log"))
         .port(port)
         .arg("--session-title-generation")
         .arg("false");
@@ -111,6 +94,7 @@ async fn turns_survive_sigkill_at_random_points() {
             // Answered or cut off by the kill: either is fine, the log says what happened.
             tokio::spawn(async move { client.message_session(message).await });
         }
+        // The kill lands at a random moment of the turns: the scenario, not a wait.
         tokio::time::sleep(Duration::from_millis(20 + random.next(250))).await;
         server.kill();
         server = ServerProcess::start(&launch).await;
@@ -128,16 +112,17 @@ async fn turns_survive_sigkill_at_random_points() {
     }
     // Let the boot sweep finish what the last kill interrupted.
     let owner = client(&server.url);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for session in &sessions {
-        loop {
-            let (_, status) = log(&owner, session).await;
-            if status != SessionInfoStatus::Streaming {
-                break;
+    let (owner_ref, sessions_ref) = (&owner, &sessions);
+    wait::until_ok_within(Duration::from_secs(60), "no session is streaming", || async move {
+        for session in sessions_ref {
+            if log(owner_ref, session).await.1 == SessionInfoStatus::Streaming {
+                return Err(format!("session {session} still streaming"));
             }
-            assert!(Instant::now() < deadline, "session {session} still streaming");
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        Ok(())
+    })
+    .await;
+    for session in &sessions {
         let runs = owner
             .list_runs(ListRuns {
                 agent_id: None,

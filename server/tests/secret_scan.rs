@@ -9,7 +9,7 @@
 //! `secret.key`. Each is looked for as raw bytes, lower and upper hex, base64 (standard and
 //! URL-safe), base58btc, base32 and Rust's `{:?}` of a byte list; any 16-byte window of a form
 //! counts (32 or 40 for the low-entropy `{:?}` forms), so a truncated print is found too
-//! (`common/needles.rs`).
+//! (`secret_scan/needles.rs`).
 //!
 //! Where: every HTTP response (status, headers, body, refusals included), the server's whole
 //! stderr at `RUST_LOG=debug`, every file under the data directory (read while the server runs,
@@ -19,16 +19,7 @@
 //! place it may go, and no other secret; one of its paths answers 500 with the whole request
 //! (key included) echoed in the body, which must not travel on.
 
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/fixtures.rs"]
-mod fixtures;
-#[path = "common/needles.rs"]
 mod needles;
-#[path = "common/process.rs"]
-mod process;
-#[path = "common/recorder.rs"]
 mod recorder;
 
 use std::collections::BTreeMap;
@@ -53,13 +44,12 @@ use seed_agents_protocol::{
 use seed_agents_sdk::Client;
 use seed_agents_server::testing::secrets::crypto::SecretKey;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use hmac::{Hmac, Mac as _};
 use needles::Needles;
-use process::{Launch, ServerProcess};
 use recorder::Fake;
-use sha2::Sha256;
+
+use crate::support::fixtures;
+use crate::support::process::{Launch, ServerProcess};
+use crate::support::webhook;
 
 #[tokio::test]
 async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server() {
@@ -69,7 +59,8 @@ async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let log = dir.path().join("stderr.log");
-    let launch = Launch::new(&data_dir, &log).arg("--hm-server-url").arg(hm.url.clone()).log_level("debug");
+    let launch =
+        Launch::new(crate::SERVER_BIN, &data_dir, &log).arg("--hm-server-url").arg(hm.url.clone()).log_level("debug");
     let server = ServerProcess::start(&launch).await;
     let mut script = Script::new(&server.url);
 
@@ -130,7 +121,7 @@ async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server
     let mut with_server_key = all.clone();
     with_server_key.add("the server's secret key", &server_key);
     for (number, secret) in created.webhook_secrets.iter().enumerate() {
-        let key = STANDARD.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
+        let key = webhook::key(secret);
         with_server_key.add(&format!("webhook secret {}", number + 1), &key);
         all.add(&format!("webhook secret {}", number + 1), &key);
     }
@@ -439,23 +430,12 @@ impl Script {
     /// Calls trigger `trigger_id`'s webhook with `body`, signed with `secret` as Standard Webhooks
     /// does; the status.
     async fn webhook(&mut self, trigger_id: &str, secret: &str, id: &str, body: &str) -> u16 {
-        let key = STANDARD.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
-        let timestamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-        let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
-        mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
-        let signature = STANDARD.encode(mac.finalize().into_bytes());
         let url = self.endpoint.replace("/api/message", &format!("/api/triggers/{trigger_id}/webhook"));
-        let answer = self
-            .http
-            .post(url)
-            .header("content-type", "application/json")
-            .header("webhook-id", id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", format!("v1,{signature}"))
-            .body(body.to_owned())
-            .send()
-            .await
-            .unwrap();
+        let mut request = self.http.post(url).body(body.to_owned());
+        for (name, value) in webhook::signed(secret, id, webhook::now_seconds(), body) {
+            request = request.header(name, value);
+        }
+        let answer = request.send().await.unwrap();
         self.record(&format!("webhook {id}"), answer).await.0
     }
 

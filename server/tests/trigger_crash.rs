@@ -14,47 +14,29 @@
 //!   session or run exists without its firing. After a clean stop, `PRAGMA integrity_check` is
 //!   `ok` and `PRAGMA foreign_key_check` finds nothing.
 
-#![cfg(unix)]
-#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
-
-#[path = "common/fixtures.rs"]
-mod fixtures;
-#[path = "common/process.rs"]
-mod process;
-#[path = "common/provider.rs"]
-mod provider;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use fixtures::{custom_provider_config, definition};
-use hmac::{Hmac, Mac};
-use process::{Launch, ServerProcess};
-use provider::{Fallback, Provider};
-use rusqlite::{Connection, OpenFlags};
 use seed_agents_protocol::generated::{
     AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerSource, CreateAgent, CreateAgentTrigger, SetModelProvider,
     WebhookSource,
 };
-use seed_agents_sdk::{Client, Ed25519Signer};
-use sha2::Sha256;
+
+use crate::support::crash;
+use crate::support::fixtures::{custom_provider_config, definition};
+use crate::support::process::ServerProcess;
+use crate::support::provider::{Fallback, Provider};
+use crate::support::webhook;
 
 const SEED: [u8; 32] = [9; 32];
 const ROUNDS: u32 = 6;
 const SENDERS: u32 = 4;
-const DATABASE_FILE: &str = "seed-agents.sqlite";
 
 async fn start(data_dir: &Path, log_dir: &Path, label: &str) -> ServerProcess {
-    ServerProcess::start(&Launch::new(data_dir, &log_dir.join(format!("{label}.log")))).await
-}
-
-fn now_seconds() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+    crash::start(crate::SERVER_BIN, data_dir, log_dir, label).await
 }
 
 /// One webhook call: what a Standard Webhooks sender posts.
@@ -74,20 +56,14 @@ enum Answer {
 }
 
 async fn send(http: &reqwest::Client, url: &str, trigger_id: &str, secret: &[u8], call: &Call) -> Answer {
-    let timestamp = now_seconds();
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
-    mac.update(format!("{}.{timestamp}.{}", call.id, call.body).as_bytes());
-    let signature = STANDARD.encode(mac.finalize().into_bytes());
-    let sent = http
+    let mut request = http
         .post(format!("{url}/api/triggers/{trigger_id}/webhook"))
-        .header("webhook-id", &call.id)
-        .header("webhook-timestamp", timestamp.to_string())
-        .header("webhook-signature", format!("v1,{signature}"))
-        .header("content-type", "application/json")
         .body(call.body.clone())
-        .timeout(Duration::from_secs(20))
-        .send()
-        .await;
+        .timeout(Duration::from_secs(20));
+    for (name, value) in webhook::headers(secret, &call.id, webhook::now_seconds(), &call.body) {
+        request = request.header(name, value);
+    }
+    let sent = request.send().await;
     match sent {
         Err(_) => Answer::CutOff,
         Ok(response) => match response.status().as_u16() {
@@ -109,7 +85,7 @@ async fn firings_survive_sigkill_once_each() {
     provider.set_fallback(Fallback::Text("handled".into()));
 
     let server = start(data.path(), logs.path(), "setup").await;
-    let client = Client::builder(&server.url, Ed25519Signer::from_seed(&SEED)).build().unwrap();
+    let client = crash::client(&server.url, &SEED);
     client
         .call(SetModelProvider { name: "main".into(), provider: custom_provider_config(provider.openai_base()) })
         .await
@@ -127,8 +103,7 @@ async fn firings_survive_sigkill_once_each() {
     let created =
         client.call(CreateAgentTrigger { agent_id: agent_id.clone(), client_request_id: None, trigger }).await.unwrap();
     let trigger_id = created.trigger.id;
-    let secret = STANDARD.decode(created.webhook_secret.unwrap().strip_prefix("whsec_").unwrap()).unwrap();
-    let secret: Arc<[u8]> = secret.into();
+    let secret: Arc<[u8]> = webhook::key(&created.webhook_secret.unwrap()).into();
     server.kill();
 
     let http = seed_agents_sdk::default_http_client().unwrap();
@@ -166,6 +141,7 @@ async fn firings_survive_sigkill_once_each() {
             })
             .collect();
         let delay = Duration::from_millis(100 + u64::from(round * 137 % 351));
+        // The kill lands this long into the round's writes: the scenario, not a wait.
         tokio::time::sleep(delay).await;
         server.kill();
         stop.store(true, Ordering::Relaxed);
@@ -197,7 +173,8 @@ async fn firings_survive_sigkill_once_each() {
     let status = server.terminate().await;
     assert!(status.success(), "the server did not stop cleanly: {status}");
 
-    let conn = Connection::open_with_flags(data.path().join(DATABASE_FILE), OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    // Sound (`integrity_check` ok, no foreign key violations), then as below.
+    let conn = crash::open_sound(data.path());
     let keys: Vec<String> = conn
         .prepare("SELECT activity_key FROM trigger_firings WHERE trigger_id = ?1")
         .unwrap()
@@ -233,8 +210,5 @@ async fn firings_survive_sigkill_once_each() {
         firings,
         "every triggered session opens with the prompt"
     );
-    let integrity: String = conn.query_row("PRAGMA integrity_check", [], |row| row.get(0)).unwrap();
-    assert_eq!(integrity, "ok");
-    assert_eq!(count("SELECT COUNT(*) FROM pragma_foreign_key_check"), 0);
     println!("{} firings, {} acknowledged, {} cut off and re-sent", firings, acked.len(), cut_off.len());
 }

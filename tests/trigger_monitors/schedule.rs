@@ -12,6 +12,7 @@ use seed_agents_server::testing::triggers::activity::FeedSettings;
 use seed_agents_server::testing::triggers::{monitor, schedule};
 
 use super::{Harness, pairs};
+use crate::support::wait;
 
 const MINUTE: i64 = 60_000;
 
@@ -222,15 +223,7 @@ async fn the_spawned_monitor_fires_as_the_clock_moves() {
     );
     let wait_for = |count: usize| {
         let sink = harness.sink.clone();
-        async move {
-            tokio::time::timeout(Duration::from_secs(30), async {
-                while sink.fired().len() < count {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            })
-            .await
-            .expect("the monitor fired");
-        }
+        async move { wait::until_true(&format!("the monitor fired {count} times"), || sink.fired().len() >= count).await }
     };
     harness.clock.advance(5 * MINUTE);
     wait_for(1).await;

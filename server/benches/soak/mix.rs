@@ -14,8 +14,8 @@ use seed_agents_protocol::generated::{
 };
 use seed_agents_protocol::{AgentId, Bytes, SessionId, Value};
 use seed_agents_sdk::{Client, Ed25519Signer};
+use seed_agents_test_support::fixtures::{definition, provider_config};
 
-use super::fixtures::{definition, provider_config};
 use super::live::{self, Live};
 use super::report::{Failure, Recorder, Shared};
 

@@ -110,7 +110,7 @@ pub(crate) fn settle_unwatched(conn: &Connection, run_id: &str) -> ApiResult<boo
 }
 
 /// Handles one batch of finished runs; returns how many.
-pub(crate) async fn scan(app: &App) -> ApiResult<usize> {
+pub async fn scan(app: &App) -> ApiResult<usize> {
     // Looked for on a reader first: most run ends were settled in their own transaction.
     let pending = app
         .db

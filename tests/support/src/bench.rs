@@ -1,7 +1,4 @@
-//! Child-process servers and what `/proc` says about them, shared by the server's benchmarks
-//! (included with `#[path]`; each bench compiles its own copy).
-
-#![allow(dead_code)] // not every bench uses every piece
+//! Child-process servers and what `/proc` says about them, for the server's benchmarks.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
@@ -52,14 +49,14 @@ impl Drop for Server {
     }
 }
 
-/// The real server binary on a free loopback port, keeping its data in `data_dir`.
+/// The server `binary` (`env!("CARGO_BIN_EXE_seed-agents-server")` in a bench) on a free
+/// loopback port, keeping its data in `data_dir`.
 ///
 /// `BENCH_SERVER_BIN` names another build of the server to drive instead (an older commit's
 /// binary, say), so an A/B comparison runs both under the same load generator in one session.
-pub fn server_command(data_dir: &Path) -> (Command, SocketAddr) {
-    let addr = free_port();
-    let binary = std::env::var_os("BENCH_SERVER_BIN")
-        .map_or_else(|| env!("CARGO_BIN_EXE_seed-agents-server").into(), std::path::PathBuf::from);
+pub fn server_command(binary: &str, data_dir: &Path) -> (Command, SocketAddr) {
+    let addr = free_addr();
+    let binary = std::env::var_os("BENCH_SERVER_BIN").map_or_else(|| binary.into(), std::path::PathBuf::from);
     let mut command = Command::new(binary);
     command
         .arg("--data-dir")
@@ -72,7 +69,7 @@ pub fn server_command(data_dir: &Path) -> (Command, SocketAddr) {
 }
 
 /// A loopback address nobody listens on right now.
-pub fn free_port() -> SocketAddr {
+pub fn free_addr() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0").and_then(|listener| listener.local_addr()).expect("a free loopback port")
 }
 

@@ -1,5 +1,8 @@
-//! Shared by the schema-driven tests: the merged schema definitions. The compat crate's
-//! `tests/versions.rs` includes this file (and `example.rs` beside it) with `#[path]`.
+//! The schema-driven tests' view of `schema/json/`: the merged definitions, and one example value
+//! per definition ([`example`]). The protocol's round-trip properties and compat's payload
+//! snapshots are built from them.
+
+pub mod example;
 
 use std::collections::BTreeMap;
 
@@ -7,9 +10,8 @@ use serde_json::Value as Json;
 
 /// The merged `$defs` of every schema file, by name.
 pub fn defs() -> BTreeMap<String, Json> {
-    // `../schema/json` from any workspace member's manifest directory, so that other crates'
-    // tests can include this file.
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../schema/json");
+    // This crate's manifest is in `tests/support/`.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schema/json");
     let mut defs = BTreeMap::new();
     let mut paths: Vec<_> =
         std::fs::read_dir(dir).expect("schema dir").map(|entry| entry.expect("entry").path()).collect();

@@ -15,7 +15,7 @@ use seed_agents_server::testing::runs::queue::{self, Changes, NewRun, Queue};
 use seed_agents_server::testing::runs::wait::Wait;
 use tokio::sync::{mpsc, oneshot};
 
-use super::TestServer;
+use crate::TestServer;
 
 /// `{assistantEventId: id}`, a turn's output.
 pub fn turn_output(id: &str) -> Ipld {

@@ -6,13 +6,10 @@
 //! null, carry `usage: null` until a final usage chunk with `choices: []`, and end with
 //! `data: [DONE]`; Messages send `event:`/`data:` pairs from `message_start` (with a `ping`) to
 //! `message_stop`. Scripts can split text into 1-character deltas and tool arguments into
-//! mid-token fragments, delay chunks, drop the connection or hang part-way, or answer an error
-//! status. When the queue is empty a [`Fallback`] answers (echo, for benchmarks), or a 500 that
+//! mid-token fragments, delay chunks, drop the connection or hang part-way, hold part-way until
+//! the test opens a [`Gate`], or answer an error status. When the queue is empty a [`Fallback`] answers (echo, for benchmarks), or a 500 that
 //! names the missing script. Every request is recorded (path, headers, JSON body) so tests can
-//! assert on the conversation sent. Include with `#[path = "common/provider.rs"] mod provider;`
-//! from tests or benches.
-
-#![allow(dead_code)]
+//! assert on the conversation sent.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -100,6 +97,36 @@ pub struct Script {
     drop_after: Option<usize>,
     /// Send this many SSE events, then send nothing more without closing.
     hang_after: Option<usize>,
+    /// Send this many SSE events, then wait for the gate to open before the rest.
+    hold: Option<(usize, Gate)>,
+}
+
+/// Where a held answer waits (see [`Script::hold_after`]): the test opens it once it did what
+/// must happen while the answer is still streaming, instead of slowing the answer down and
+/// sleeping for part of it.
+#[derive(Clone, Debug)]
+pub struct Gate(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Self {
+        Self(Arc::new(tokio::sync::watch::channel(false).0))
+    }
+
+    /// Lets every answer held at this gate go on (and any held later pass at once).
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+
+    async fn opened(&self) {
+        let _ = self.0.subscribe().wait_for(|open| *open).await;
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -119,7 +146,8 @@ struct Reply {
 
 impl Script {
     fn reply(reply: Reply) -> Self {
-        Self { answer: Answer::Reply(reply), split: false, delay: Duration::ZERO, drop_after: None, hang_after: None }
+        let answer = Answer::Reply(reply);
+        Self { answer, split: false, delay: Duration::ZERO, drop_after: None, hang_after: None, hold: None }
     }
 
     /// A text answer.
@@ -141,7 +169,7 @@ impl Script {
     pub fn status(status: u16) -> Self {
         let answer =
             Answer::Status { status, message: format!("scripted {status}"), retry_after: None, raw_body: None };
-        Self { answer, split: false, delay: Duration::ZERO, drop_after: None, hang_after: None }
+        Self { answer, split: false, delay: Duration::ZERO, drop_after: None, hang_after: None, hold: None }
     }
 
     /// Another tool call after the ones already scripted.
@@ -207,6 +235,12 @@ impl Script {
     /// Send `events` SSE events, then nothing more, keeping the connection open.
     pub fn hang_after(mut self, events: usize) -> Self {
         self.hang_after = Some(events);
+        self
+    }
+
+    /// Send `events` SSE events, then wait until `gate` opens before sending the rest.
+    pub fn hold_after(mut self, events: usize, gate: &Gate) -> Self {
+        self.hold = Some((events, gate.clone()));
         self
     }
 
@@ -374,10 +408,16 @@ fn stream_response(
     first_byte: Arc<Mutex<Option<std::time::Instant>>>,
 ) -> Response {
     let delay = script.delay;
+    let hold = script.hold.clone();
     let cut = script.drop_after.or(script.hang_after).unwrap_or(events.len());
     let head = stream::iter(events.into_iter().take(cut).enumerate()).then(move |(position, event)| {
         let first_byte = first_byte.clone();
+        let gate = hold.as_ref().filter(|(at, _)| *at == position).map(|(_, gate)| gate.clone());
         async move {
+            if let Some(gate) = gate {
+                gate.opened().await;
+            }
+            // A scripted slow vendor: the pause is what the test is about.
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
@@ -388,7 +428,8 @@ fn stream_response(
         }
     });
     let tail: BoxStream<'static, Result<Bytes, std::io::Error>> = if script.drop_after.is_some() {
-        // A pause first, so what came before is flushed and the client sees a stream break off.
+        // A pause first, so what came before is flushed and the client sees a stream break off
+        // (the body stream cannot tell when hyper has written what it yielded).
         stream::once(async {
             tokio::time::sleep(Duration::from_millis(20)).await;
             Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "scripted drop"))

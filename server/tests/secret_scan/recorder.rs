@@ -1,6 +1,5 @@
 //! A loopback HTTP/1.1 server that records every request it gets, head and body as received,
-//! and answers from a plain function. Used by `secret_scan.rs` (included with `#[path]`) as the
-//! fake vendor and the fake Hypermedia server.
+//! and answers from a plain function: the secret scan's fake vendor and fake Hypermedia server.
 
 use std::sync::{Arc, Mutex};
 

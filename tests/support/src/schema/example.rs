@@ -1,6 +1,5 @@
-//! One fixed example value per schema definition, for the payload snapshots
-//! (`compat/tests/versions.rs` includes this file with `#[path]`, next to `common/mod.rs`, which
-//! it expects as the includer's `crate::common`).
+//! One fixed example value per schema definition, for the payload snapshots (compat's
+//! `versions` tests).
 //!
 //! Every property is filled (optional ones too), so every field's wire form is visible: text
 //! properties hold their own name, integers a fixed timestamp (`…At`, `ts`) or 1, byte strings
@@ -16,7 +15,7 @@ use serde_json::Value as Json;
 /// The example of `schema` (a definition or a property schema); `name` is the property or
 /// definition name, `depth` 0 for a definition.
 pub fn example(defs: &BTreeMap<String, Json>, schema: &Json, name: &str, depth: u32) -> Ipld {
-    if let Some(target) = crate::common::ref_target(schema) {
+    if let Some(target) = super::ref_target(schema) {
         return example(defs, &defs[target], name, depth + 1);
     }
     if let Some(path) = schema.get("x-rust-type").and_then(|x| x["path"].as_str()) {

@@ -1,7 +1,7 @@
 //! Looking for a secret in bytes, in every form it could be printed in: raw, lower and upper hex,
 //! base64 (standard and URL-safe), base58btc, base32 and Rust's `{:?}` of a byte list. Any window
 //! of 16 bytes of a form counts (32 or 40 for the low-entropy `{:?}` forms), so a truncated
-//! print is found too. Used by `secret_scan.rs` (included with `#[path]`).
+//! print is found too.
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -1,10 +1,19 @@
-//! Reading `signing-vectors.json` (shared by the protocol's and the SDK's vector tests, which
-//! include this file with `#[path]`).
+//! Reading `schema/tests/data/signing-vectors.json` (made by the published JS client library),
+//! for the protocol's and the SDK's vector tests.
 
 use std::collections::BTreeMap;
 
 use ipld_core::ipld::Ipld;
 use serde_json::Value as Json;
+
+/// The vectors file, as committed.
+const VECTORS: &str = include_str!("../../../schema/tests/data/signing-vectors.json");
+
+/// Every case of the vectors file, in order.
+pub fn cases() -> Vec<Json> {
+    let doc: Json = serde_json::from_str(VECTORS).expect("vectors parse");
+    doc["cases"].as_array().expect("cases").clone()
+}
 
 /// The vectors' JSON notation as IPLD: `{"$bytes": hex}` is a byte string, integral numbers are
 /// integers, fractional numbers floats. `{"$undefined": true}` has no IPLD form (`None`).

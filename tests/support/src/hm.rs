@@ -36,7 +36,7 @@ use seed_agents_protocol::Principal;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-mod blobs;
+pub mod blobs;
 
 pub use blobs::comment_record_id;
 use blobs::{comment_answer, link_list, publish};
@@ -396,6 +396,7 @@ async fn feed_answer(state: &Mutex<State>, path: &str) -> (u16, serde_json::Valu
         state.feed.delay
     };
     if let Some(delay) = delay {
+        // A scripted slow feed (`delay_feed`): the behaviour a test asked for.
         tokio::time::sleep(delay).await;
     }
     let state = state.lock().unwrap();

@@ -1,13 +1,5 @@
-//! Test support: a real server on an ephemeral loopback port with a temporary data directory,
+//! The server in this process: on an ephemeral loopback port with a temporary data directory,
 //! users with their own keys and SDK clients, and raw HTTP for what the SDK would never send.
-
-#[path = "../../server/tests/common/fixtures.rs"]
-mod fixtures;
-pub mod hm;
-#[path = "../../server/tests/common/provider.rs"]
-pub mod provider;
-pub mod runs;
-pub mod searxng;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,6 +11,8 @@ use seed_agents_protocol::{
 };
 use seed_agents_sdk::{Client, Error};
 use seed_agents_server::{Clock, Config, RunningServer};
+
+use crate::fixtures::{definition, provider_config};
 
 /// A server on 127.0.0.1:0 with its own data directory (removed on drop).
 pub struct TestServer {
@@ -38,10 +32,10 @@ impl TestServer {
         Self::start_with(dir, |_| {}).await
     }
 
-    /// A server whose configuration `adjust` changed first.
     /// A Hypermedia server address nothing listens on (the discard port on loopback).
     pub const CLOSED_HM_SERVER: &'static str = "http://127.0.0.1:9";
 
+    /// A server whose configuration `adjust` changed first.
     pub async fn start_with(dir: tempfile::TempDir, adjust: impl FnOnce(&mut Config)) -> Self {
         let mut config = Config::new(dir.path(), "127.0.0.1:0".parse().expect("address"));
         // Nothing leaves loopback: a test that talks to a Hypermedia server sets its fake here;
@@ -150,8 +144,6 @@ impl User {
         self.call(SetModelProvider { name: "main".into(), provider: provider_config() }).await.expect("provider");
     }
 }
-
-pub use fixtures::{custom_provider_config, definition, provider_config, say};
 
 /// The status and message of an API error (panics on anything else).
 pub fn api_error<T: std::fmt::Debug>(result: Result<T, Error>) -> (u16, String) {

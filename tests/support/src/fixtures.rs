@@ -1,7 +1,5 @@
 //! Fixed inputs shared by the server's process-level tests, its benchmarks and the workspace's
-//! integration tests (included with `#[path]`; each user compiles its own copy).
-
-#![allow(dead_code)] // not every includer uses every fixture
+//! integration tests.
 
 use seed_agents_protocol::generated::{
     AgentDefinition, AgentDefinitionSystemPrompt, MessageSession, MessageSessionContentPart, ModelProviderConfig,
@@ -40,8 +38,8 @@ pub fn definition(name: &str) -> AgentDefinition {
     }
 }
 
-/// A keyless `custom` (OpenAI-compatible) provider at `base_url`: the scripted provider of
-/// `common/provider.rs` in the tests and benchmarks that run turns.
+/// A keyless `custom` (OpenAI-compatible) provider at `base_url`: the scripted
+/// [`provider`](crate::provider) in the tests and benchmarks that run turns.
 pub fn custom_provider_config(base_url: String) -> ModelProviderConfig {
     ModelProviderConfig {
         extra: Default::default(),

@@ -41,15 +41,8 @@
 //! actions, default 1), `SOAK_DATA_DIR` (parent of the data directory). Run without `--bench` (by
 //! `cargo test --benches`) it does a 3-second smoke run with 4 workers.
 
-#[path = "../tests/common/fixtures.rs"]
-mod fixtures;
-#[path = "soak/live.rs"]
 mod live;
-#[path = "soak/mix.rs"]
 mod mix;
-#[path = "support/process.rs"]
-mod process;
-#[path = "soak/report.rs"]
 mod report;
 
 use std::path::{Path, PathBuf};
@@ -58,10 +51,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mix::{Op, Worker};
-use process::{Memory, Server, load_average, server_command};
 use report::{Shared, Tally};
 use seed_agents_protocol::envelope::TIMESTAMP_WINDOW_MS;
 use seed_agents_protocol::generated::GetSession;
+use seed_agents_test_support::bench::{Memory, Server, load_average, server_command};
+
+/// The server binary Cargo built for the benches.
+const SERVER_BIN: &str = env!("CARGO_BIN_EXE_seed-agents-server");
 
 fn main() {
     let settings = Settings::load();
@@ -69,7 +65,7 @@ fn main() {
     // Declared first so it is removed last, after the server is gone.
     let data = tempfile::tempdir_in(&settings.data_parent).expect("a temporary data directory");
     println!("soak data dir: {}", data.path().display());
-    let mut server = Server::spawn("seed-agents-server", server_command(data.path()));
+    let mut server = Server::spawn("seed-agents-server", server_command(SERVER_BIN, data.path()));
     server.wait_ready();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a Tokio runtime");
     runtime.block_on(run(&settings, &server, data.path()));
