@@ -119,34 +119,36 @@ pub(crate) fn resolve(conn: &Connection, agent_id: &str, account_id: &str) -> Ap
 /// The prologue of most agent-scoped actions: a read transaction in which `caller` must have
 /// `need` on `agent_id` ([`require`]), then `work` with that access. Queued when called, as
 /// [`Db::read`](crate::db::Db::read) is.
-pub(crate) fn read<T, F>(
+pub(crate) fn read<T, F, A>(
     app: &App,
     caller: &Caller,
-    agent_id: String,
+    agent_id: A,
     need: Need,
     work: F,
-) -> impl Future<Output = ApiResult<T>> + Send + use<T, F>
+) -> impl Future<Output = ApiResult<T>> + Send + use<T, F, A>
 where
     T: Send + 'static,
     F: FnOnce(&Connection, Access) -> ApiResult<T> + Send + 'static,
+    A: Into<String>,
 {
-    let account = caller.account_id.clone();
+    let (account, agent_id) = (caller.account_id.clone(), agent_id.into());
     app.db.read(move |conn| work(conn, require(conn, &agent_id, &account, need)?))
 }
 
 /// [`read`], in a write transaction: the check and the write it guards commit together.
-pub(crate) fn write<T, F>(
+pub(crate) fn write<T, F, A>(
     app: &App,
     caller: &Caller,
-    agent_id: String,
+    agent_id: A,
     need: Need,
     work: F,
-) -> impl Future<Output = ApiResult<T>> + Send + use<T, F>
+) -> impl Future<Output = ApiResult<T>> + Send + use<T, F, A>
 where
     T: Send + 'static,
     F: FnOnce(&Connection, Access) -> ApiResult<T> + Send + 'static,
+    A: Into<String>,
 {
-    let account = caller.account_id.clone();
+    let (account, agent_id) = (caller.account_id.clone(), agent_id.into());
     app.db.write(move |conn| work(conn, require(conn, &agent_id, &account, need)?))
 }
 

@@ -34,7 +34,7 @@ pub(crate) async fn list_agents(app: &App, caller: &Caller, _action: ListAgents)
 
 /// `GetAgent {agentId}` (reader): the agent and how many sessions it has.
 pub(crate) async fn get_agent(app: &App, caller: &Caller, action: GetAgent) -> ApiResult<GetAgentResponse> {
-    access::read(app, caller, action.agent_id.into(), Need::Read, |conn, access| {
+    access::read(app, caller, action.agent_id, Need::Read, |conn, access| {
         agent_response(conn, &access.agent_id, access.role)
     })
     .await
@@ -136,7 +136,7 @@ pub(crate) async fn update_agent(app: &App, caller: &Caller, action: UpdateAgent
 /// runs stay, detached.
 pub(crate) async fn delete_agent(app: &App, caller: &Caller, action: DeleteAgent) -> ApiResult<DeleteAgentResponse> {
     let (now, ending) = (app.clock.now_ms(), app.runs.ending());
-    let deleted = access::write(app, caller, action.agent_id.into(), Need::Own, move |conn, access| {
+    let deleted = access::write(app, caller, action.agent_id, Need::Own, move |conn, access| {
         // Live runs end first (executing ones are asked to stop after the commit).
         let mut changes = crate::runs::Changes::default();
         let canceled = crate::runs::cancel::cancel_agent(conn, &access.agent_id, now, &ending, &mut changes)?;

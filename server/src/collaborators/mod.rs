@@ -113,12 +113,9 @@ pub(crate) async fn invite_agent_collaborator(
     caller: &Caller,
     action: InviteAgentCollaborator,
 ) -> ApiResult<InviteAgentCollaboratorResponse> {
-    let account = caller.account_id.clone();
     let now = app.clock.now_ms();
-    let (collaborator, agent_id, owner) = app
-        .db
-        .write(move |conn| {
-            let access = access::require(conn, &action.agent_id, &account, Need::Own)?;
+    let (collaborator, agent_id, owner) =
+        access::write(app, caller, action.agent_id.clone(), Need::Own, move |conn, access| {
             let member = collaborator_account(&action.account_id)?;
             if member == access.owner_id {
                 return Err(ApiError::invalid("The agent owner is already a member"));
@@ -145,25 +142,21 @@ pub(crate) async fn remove_agent_collaborator(
     caller: &Caller,
     action: RemoveAgentCollaborator,
 ) -> ApiResult<RemoveAgentCollaboratorResponse> {
-    let account = caller.account_id.clone();
-    let (response, owner) = app
-        .db
-        .write(move |conn| {
-            let access = access::require(conn, &action.agent_id, &account, Need::Own)?;
-            let member = collaborator_account(&action.account_id)?;
-            if !store::remove(conn, &access.agent_id, &member)? {
-                return Err(ApiError::not_found("Collaborator not found"));
-            }
-            Ok((
-                RemoveAgentCollaboratorResponse {
-                    extra: Default::default(),
-                    account_id: member.into(),
-                    agent_id: access.agent_id.into(),
-                },
-                access.owner_id,
-            ))
-        })
-        .await?;
+    let (response, owner) = access::write(app, caller, action.agent_id.clone(), Need::Own, move |conn, access| {
+        let member = collaborator_account(&action.account_id)?;
+        if !store::remove(conn, &access.agent_id, &member)? {
+            return Err(ApiError::not_found("Collaborator not found"));
+        }
+        Ok((
+            RemoveAgentCollaboratorResponse {
+                extra: Default::default(),
+                account_id: member.into(),
+                agent_id: access.agent_id.into(),
+            },
+            access.owner_id,
+        ))
+    })
+    .await?;
     announce(app, &owner, &response.account_id, &response.agent_id);
     Ok(response)
 }
@@ -239,23 +232,17 @@ async fn set_public_flags<F>(app: &App, caller: &Caller, agent_id: String, chang
 where
     F: FnOnce(PublicFlags) -> ApiResult<PublicFlags> + Send + 'static,
 {
-    let account = caller.account_id.clone();
     let now = app.clock.now_ms();
-    let (agent, audience) = app
-        .db
-        .write(move |conn| {
-            let access = access::require(conn, &agent_id, &account, Need::Own)?;
-            let flags = change(store::agent_summary(conn, &access.agent_id)?.flags)?;
-            store::set_public_flags(conn, &access.agent_id, flags, now)?;
-            let mut audience = vec![access.owner_id];
-            audience.extend(
-                store::members(conn, &access.agent_id, false)?
-                    .into_iter()
-                    .map(|member| member.account_id.into_string()),
-            );
-            Ok((agents::store::load_info(conn, &access.agent_id, Role::Owner)?, audience))
-        })
-        .await?;
+    let (agent, audience) = access::write(app, caller, agent_id.clone(), Need::Own, move |conn, access| {
+        let flags = change(store::agent_summary(conn, &access.agent_id)?.flags)?;
+        store::set_public_flags(conn, &access.agent_id, flags, now)?;
+        let mut audience = vec![access.owner_id];
+        audience.extend(
+            store::members(conn, &access.agent_id, false)?.into_iter().map(|member| member.account_id.into_string()),
+        );
+        Ok((agents::store::load_info(conn, &access.agent_id, Role::Owner)?, audience))
+    })
+    .await?;
     app.bus.publish(Event::AgentChanged { agent_id: agent.id.to_string() });
     for account in audience {
         app.bus.account_change(account, ChangeReason::AgentCollaboratorsChanged, Some(&agent.id), None);

@@ -94,12 +94,9 @@ pub(crate) async fn create_session(
         None => None,
     }
     .filter(|title| !is_placeholder_title(title));
-    let account = caller.account_id.clone();
     let now = app.clock.now_ms();
-    let (response, agent_id, owner, replayed) = app
-        .db
-        .write(move |conn| {
-            let access = access::require(conn, &action.agent_id, &account, Need::Chat)?;
+    let (response, agent_id, owner, replayed) =
+        access::write(app, caller, action.agent_id.clone(), Need::Chat, move |conn, access| {
             let model_override = match &action.model_override {
                 Some(model_override) => Some(check_model_override(conn, &access.owner_id, model_override)?),
                 None => None,

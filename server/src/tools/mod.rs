@@ -82,15 +82,12 @@ pub(crate) async fn list_agent_tools(
     caller: &Caller,
     action: ListAgentTools,
 ) -> ApiResult<ListAgentToolsResponse> {
-    let (account, agent_id) = (caller.account_id.clone(), action.agent_id.clone());
-    let (access, definition) = app
-        .db
-        .read(move |conn| {
-            let access = access::require(conn, &agent_id, &account, Need::Read)?;
-            let definition = agents::store::load_info(conn, &access.agent_id, access.role)?.definition;
-            Ok((access, definition))
-        })
-        .await?;
+    let agent_id = action.agent_id.clone();
+    let (access, definition) = access::read(app, caller, agent_id, Need::Read, move |conn, access| {
+        let definition = agents::store::load_info(conn, &access.agent_id, access.role)?.definition;
+        Ok((access, definition))
+    })
+    .await?;
     let granted = registry::granted(&app.config, &definition);
     let tools = documents(app, &access.owner_id, &access.agent_id)
         .await?
@@ -125,39 +122,36 @@ pub(crate) async fn save_agent_tool(
             .to_owned(),
         ),
     };
-    let (account, agent_id, now) = (caller.account_id.clone(), action.agent_id, app.clock.now_ms());
-    let (access, saved) = app
-        .db
-        .write(move |conn| {
-            let access = access::require(conn, &agent_id, &account, Need::Write)?;
-            let (owner, agent) = (access.owner_id.as_str(), access.agent_id.as_str());
-            store::ensure_builtins(conn, owner, agent, now)?;
-            let before = match &previous {
-                Some(name) => match store::get(conn, owner, agent, name)? {
-                    None => return Err(ApiError::not_found(format!("Tool \"{name}\" not found"))),
-                    Some(stored) if stored.document.kind == Kind::Builtin => {
-                        return Err(ApiError::invalid("Builtin tools cannot be edited"));
-                    }
-                    Some(stored) => Some(stored),
-                },
-                None => None,
-            };
-            if previous.as_deref() != Some(raw.name.as_str()) && store::get(conn, owner, agent, &raw.name)?.is_some() {
-                return Err(ApiError::conflict(format!("A tool named \"{}\" already exists", raw.name)));
-            }
-            let document = ToolDocument::lambda(raw)?;
-            store::put_lambda(conn, owner, agent, &document, now)?;
-            if let (Some(before), Some(previous)) = (before, &previous)
-                && *previous != document.name
-            {
-                store::set_created_at(conn, owner, agent, &document.name, before.created_at)?;
-                store::delete(conn, owner, agent, previous)?;
-            }
-            let saved = store::get(conn, owner, agent, &document.name)?
-                .ok_or_else(|| ApiError::internal("a saved tool document is missing"))?;
-            Ok((access, saved))
-        })
-        .await?;
+    let (agent_id, now) = (action.agent_id, app.clock.now_ms());
+    let (access, saved) = access::write(app, caller, agent_id, Need::Write, move |conn, access| {
+        let (owner, agent) = (access.owner_id.as_str(), access.agent_id.as_str());
+        store::ensure_builtins(conn, owner, agent, now)?;
+        let before = match &previous {
+            Some(name) => match store::get(conn, owner, agent, name)? {
+                None => return Err(ApiError::not_found(format!("Tool \"{name}\" not found"))),
+                Some(stored) if stored.document.kind == Kind::Builtin => {
+                    return Err(ApiError::invalid("Builtin tools cannot be edited"));
+                }
+                Some(stored) => Some(stored),
+            },
+            None => None,
+        };
+        if previous.as_deref() != Some(raw.name.as_str()) && store::get(conn, owner, agent, &raw.name)?.is_some() {
+            return Err(ApiError::conflict(format!("A tool named \"{}\" already exists", raw.name)));
+        }
+        let document = ToolDocument::lambda(raw)?;
+        store::put_lambda(conn, owner, agent, &document, now)?;
+        if let (Some(before), Some(previous)) = (before, &previous)
+            && *previous != document.name
+        {
+            store::set_created_at(conn, owner, agent, &document.name, before.created_at)?;
+            store::delete(conn, owner, agent, previous)?;
+        }
+        let saved = store::get(conn, owner, agent, &document.name)?
+            .ok_or_else(|| ApiError::internal("a saved tool document is missing"))?;
+        Ok((access, saved))
+    })
+    .await?;
     changed(app, &access.owner_id, &access.agent_id);
     Ok(SaveAgentToolResponse {
         extra: Default::default(),
@@ -174,15 +168,12 @@ pub(crate) async fn delete_agent_tool(
     action: DeleteAgentTool,
 ) -> ApiResult<DeleteAgentToolResponse> {
     let name = bounded_name(&action.name, "Tool name")?;
-    let (account, agent_id, deleting) = (caller.account_id.clone(), action.agent_id, name.clone());
-    let (access, deleted) = app
-        .db
-        .write(move |conn| {
-            let access = access::require(conn, &agent_id, &account, Need::Write)?;
-            let deleted = delete_lambda(conn, &access.owner_id, &access.agent_id, &deleting)?;
-            Ok((access, deleted))
-        })
-        .await?;
+    let (agent_id, deleting) = (action.agent_id, name.clone());
+    let (access, deleted) = access::write(app, caller, agent_id, Need::Write, move |conn, access| {
+        let deleted = delete_lambda(conn, &access.owner_id, &access.agent_id, &deleting)?;
+        Ok((access, deleted))
+    })
+    .await?;
     if deleted {
         changed(app, &access.owner_id, &access.agent_id);
     }

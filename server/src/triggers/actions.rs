@@ -181,31 +181,24 @@ pub(crate) async fn create_agent_trigger(
         action.client_request_id.as_deref(),
         &CreateRequest { agent_id: &action.agent_id, trigger: &action.trigger },
     )?;
-    let account = caller.account_id.clone();
     let now = app.clock.now_ms();
     let writer = Arc::clone(app);
-    let (response, announce) = app
-        .db
-        .write(move |conn| {
-            let access = access::require(conn, &action.agent_id, &account, Need::Write)?;
-            if let Some(key) = &key
-                && let Some(previous) = key.replay::<CreateAgentTriggerResponse>(conn)?
-            {
-                return Ok((previous, None));
-            }
-            let trigger = normalize_input(&action.trigger)?;
-            let (id, secret) = insert(&writer, conn, &access.owner_id, &access.agent_id, &trigger, now)?;
-            let info = store::load(conn, &id)?.ok_or_else(|| ApiError::internal("created trigger vanished"))?;
-            let stored = CreateAgentTriggerResponse { extra: Default::default(), trigger: info, webhook_secret: None };
-            if let Some(key) = &key {
-                key.store(conn, &stored, now)?;
-            }
-            Ok((
-                CreateAgentTriggerResponse { webhook_secret: secret, ..stored },
-                Some((access.owner_id, access.agent_id)),
-            ))
-        })
-        .await?;
+    let (response, announce) = access::write(app, caller, action.agent_id.clone(), Need::Write, move |conn, access| {
+        if let Some(key) = &key
+            && let Some(previous) = key.replay::<CreateAgentTriggerResponse>(conn)?
+        {
+            return Ok((previous, None));
+        }
+        let trigger = normalize_input(&action.trigger)?;
+        let (id, secret) = insert(&writer, conn, &access.owner_id, &access.agent_id, &trigger, now)?;
+        let info = store::load(conn, &id)?.ok_or_else(|| ApiError::internal("created trigger vanished"))?;
+        let stored = CreateAgentTriggerResponse { extra: Default::default(), trigger: info, webhook_secret: None };
+        if let Some(key) = &key {
+            key.store(conn, &stored, now)?;
+        }
+        Ok((CreateAgentTriggerResponse { webhook_secret: secret, ..stored }, Some((access.owner_id, access.agent_id))))
+    })
+    .await?;
     if let Some((owner, agent)) = announce {
         app.bus.account_change(owner, ChangeReason::TriggerCreated, Some(&agent), None);
     }
