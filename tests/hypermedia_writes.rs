@@ -930,3 +930,73 @@ async fn raw_commands_edit_comments_update_the_profile_and_keep_contacts() {
 fn profile_alias(session: &str, home: &str, alias: &str) -> seed_agents_protocol::generated::InvokeSessionTool {
     write(session, home, None, json!({ "action": "profile.alias", "input": { "alias": alias } }))
 }
+
+/// The identities an agent may sign with are in its prompt by profile name and public key, and
+/// `write hm://…` takes either (or `{publicKey}`) as `options.signer` — only for granted keys.
+#[tokio::test]
+async fn the_prompt_lists_granted_identities_and_the_signer_option_takes_their_public_key() {
+    use seed_agents_protocol::generated::GetSession;
+
+    let hm = FakeHm::start().await;
+    let (server, owner, _) = start(&hm, false).await;
+    let mut identities = Vec::new();
+    for label in ["Ada", "Bea", "Bea", "Cy"] {
+        let identity = owner
+            .call(CreateSigningIdentity { client_request_id: None, label: Some(label.into()) })
+            .await
+            .unwrap()
+            .identity;
+        identities.push((identity.name.clone(), identity.account_id.unwrap().into_string()));
+    }
+    let [(ada_key, ada), (bea_key, bea), (bea2_key, bea2), (_, cy)] = identities.try_into().unwrap();
+    let mut def = definition("Signer");
+    def.signing_keys = Some(vec![ada_key, bea_key, bea2_key]);
+    let agent_id = owner.call(CreateAgent { client_request_id: None, definition: def }).await.unwrap().agent_id;
+    let session = owner.create_session(&agent_id, None).await;
+
+    let prompt = owner.call(GetSession::new(session.clone())).await.unwrap().system_prompt_markdown;
+    let block = prompt.split_once("<available_signing_identities>\n").expect("the identities block").1;
+    let (list, guidance) = block.split_once("\n</available_signing_identities>\n").unwrap();
+    let list: Json = serde_json::from_str(list).unwrap();
+    assert_eq!(
+        list,
+        json!([
+            { "name": "Ada", "publicKey": ada },
+            { "name": "Bea", "publicKey": bea },
+            { "name": "Bea", "publicKey": bea2 },
+        ])
+    );
+    assert!(guidance.contains("options.signer"), "{guidance}");
+
+    // A public key, `{publicKey}` and a unique profile name each pick the key that signs.
+    for (signer, account, path) in [
+        (json!(bea), &bea, "/by-key"),
+        (json!({ "publicKey": ada }), &ada, "/by-object"),
+        (json!("Ada"), &ada, "/by-name"),
+    ] {
+        let id = format!("hm://{account}{path}");
+        not_found(&hm, &id);
+        let options = json!({ "name": "Notes", "signer": signer });
+        output(&owner.call(write(&session, &id, Some("Herons."), options)).await.unwrap());
+        let blobs = hm.blobs();
+        assert_eq!(blobs[blobs.len() - 2].signer().as_deref(), Some(account.as_str()), "signer {signer}");
+    }
+
+    // Two granted identities share a name: the error lists both keys. A key the owner holds but
+    // did not grant is refused, and nothing is published.
+    let before = hm.blobs().len();
+    let id = format!("hm://{bea}/ambiguous");
+    let ambiguous = error(owner.call(write(&session, &id, Some("x"), json!({ "name": "N", "signer": "Bea" }))).await);
+    assert!(ambiguous.contains(&bea) && ambiguous.contains(&bea2), "{ambiguous}");
+    let id = format!("hm://{cy}/refused");
+    let refused = error(owner.call(write(&session, &id, Some("x"), json!({ "name": "N", "signer": cy }))).await);
+    assert!(refused.contains("is not granted"), "{refused}");
+    assert_eq!(hm.blobs().len(), before);
+
+    // An agent without signing keys gets no identities block.
+    let plain = owner.create_agent("Plain").await;
+    let plain_session = owner.create_session(&plain, None).await;
+    let prompt = owner.call(GetSession::new(plain_session)).await.unwrap().system_prompt_markdown;
+    assert!(!prompt.contains("<available_signing_identities>"));
+    server.stop().await;
+}

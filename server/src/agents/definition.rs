@@ -108,6 +108,18 @@ pub(crate) fn signing_key_set(def: &AgentDefinition) -> BTreeSet<String> {
     def.signing_key.iter().chain(def.signing_keys.iter().flatten()).cloned().collect()
 }
 
+/// [`signing_key_set`] in the order a prompt lists them: the primary key first, then
+/// `signingKeys` as the definition lists them, each once.
+pub(crate) fn signing_keys_in_order(def: &AgentDefinition) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for key in def.signing_key.iter().chain(def.signing_keys.iter().flatten()) {
+        if !keys.contains(key) {
+            keys.push(key.clone());
+        }
+    }
+    keys
+}
+
 fn signing_key_name(key: &str) -> ApiResult<String> {
     bounded_string(key, "Signing key", MAX_NAME_BYTES)
 }

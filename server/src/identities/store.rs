@@ -52,3 +52,30 @@ pub(super) fn identity_metadata(bytes: Option<&[u8]>) -> Option<BTreeMap<String,
     let metadata = secrets::decode_metadata(bytes?)?;
     matches!(metadata.get("kind"), Some(Ipld::String(kind)) if kind == SIGNING_KEY_KIND).then_some(metadata)
 }
+
+/// A signing identity an agent may sign with, as its prompt names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Granted {
+    /// The key secret's name (what `signingKeys` lists).
+    pub key: String,
+    /// The profile name (the identity's label), when it has one.
+    pub label: Option<String>,
+    /// The account it signs as: its public key id.
+    pub account_id: String,
+}
+
+/// The signing identities among `keys` (names of `account_id`'s key secrets), in that order;
+/// names that are not identities with an account id are left out.
+pub(crate) fn granted(conn: &Connection, account_id: &str, keys: &[String]) -> ApiResult<Vec<Granted>> {
+    let mut granted = Vec::with_capacity(keys.len());
+    for key in keys {
+        let Some(mut metadata) = stored_metadata(conn, account_id, key)? else { continue };
+        let Some(Ipld::String(account)) = metadata.remove("accountId") else { continue };
+        let label = match metadata.remove("label") {
+            Some(Ipld::String(label)) if !label.trim().is_empty() => Some(label),
+            _ => None,
+        };
+        granted.push(Granted { key: key.clone(), label, account_id: account });
+    }
+    Ok(granted)
+}

@@ -15,6 +15,7 @@ use seed_agents_protocol::generated::{AgentDefinition, AgentDefinitionSystemProm
 
 use crate::agents;
 use crate::error::ApiResult;
+use crate::identities;
 use crate::memory;
 
 /// The most characters the `<space>` block may take before it collapses to counts.
@@ -50,6 +51,12 @@ Several people take part in this agent's conversations. Every signed message sta
 naming the account that sent it: that account id is authoritative, a name inside a message is not. Keep people \
 apart, address each by their name when you know it, and remember that what one person asks may not be what another \
 wants.";
+
+const SIGNING_PARAGRAPH: &str = "\
+These are the identities you publish and sign as. People may call one by its name; on the network it is its \
+publicKey, the account it signs as. To publish as one, give write hm://… the option signer with that publicKey \
+(options.signer); without it you sign as the first identity listed. A document's title is options.name: a # \
+heading in the content is only content.";
 
 /// What the prompt is built from.
 #[derive(Debug)]
@@ -97,7 +104,30 @@ pub(crate) fn system(conn: &Connection, inputs: &Inputs<'_>) -> ApiResult<String
     }
     prompt.push_str("\n\n");
     prompt.push_str(&space(conn, inputs)?);
+    let keys = agents::definition::signing_keys_in_order(inputs.definition);
+    let identities = identities::store::granted(conn, inputs.owner_id, &keys)?;
+    if !identities.is_empty() {
+        prompt.push_str("\n\n");
+        prompt.push_str(&signing_identities(&identities));
+    }
     Ok(prompt)
+}
+
+/// The `<available_signing_identities>` block (docs/runtime.md §1.4, item 7): each identity the
+/// agent may sign with, by profile name and public key id, so the model can map a name someone
+/// uses to the key to sign with; then how `write hm://…` takes one.
+fn signing_identities(identities: &[identities::store::Granted]) -> String {
+    let list: Vec<serde_json::Value> = identities
+        .iter()
+        .map(|identity| {
+            serde_json::json!({
+                "name": identity.label.as_deref().unwrap_or(&identity.key),
+                "publicKey": identity.account_id,
+            })
+        })
+        .collect();
+    let list = serde_json::to_string_pretty(&list).unwrap_or_default();
+    format!("<available_signing_identities>\n{list}\n</available_signing_identities>\n{SIGNING_PARAGRAPH}")
 }
 
 /// The owner, then accepted collaborators by when they joined: `(account, role)`.

@@ -326,15 +326,13 @@ impl Publish<'_, '_> {
     /// [`Self::signing_key`] with the name of the key secret it is stored as.
     async fn signing_identity(&self) -> ApiResult<(String, SigningKey)> {
         let context = self.context;
-        let granted = definition::signing_key_set(&context.definition);
         let name = match self.option("signer") {
-            Some(Ipld::String(name)) => {
-                if !granted.contains(name) {
-                    return Err(ApiError::forbidden(format!("Signing key {name} is not granted to this agent")));
-                }
-                name.clone()
-            }
-            Some(_) => return Err(ApiError::invalid("options.signer must be a signing key name")),
+            Some(Ipld::String(signer)) => self.granted_signer(signer).await?,
+            Some(Ipld::Map(signer)) => match signer.get("publicKey") {
+                Some(Ipld::String(public_key)) => self.granted_signer(public_key).await?,
+                _ => return Err(ApiError::invalid("options.signer must name a signing key or carry its publicKey")),
+            },
+            Some(_) => return Err(ApiError::invalid("options.signer must name a signing key or carry its publicKey")),
             None => definition::primary_signing_key(&context.definition).map(str::to_owned).ok_or_else(|| {
                 ApiError::invalid("This agent has no signing key; its owner can give it one (signingKeys) to publish")
             })?,
@@ -353,6 +351,32 @@ impl Publish<'_, '_> {
             .try_into()
             .map_err(|_| ApiError::invalid(format!("Secret {name} is not an account signing key")))?;
         Ok((name, SigningKey::from_bytes(seed)))
+    }
+
+    /// The name of the granted key `signer` names: a key's name, the public key id of the account
+    /// it signs as, or its profile name (the prompt lists the latter two, docs/runtime.md §1.4).
+    /// A key the definition does not grant is refused, whatever the owner holds.
+    async fn granted_signer(&self, signer: &str) -> ApiResult<String> {
+        let context = self.context;
+        let keys = definition::signing_keys_in_order(&context.definition);
+        if keys.iter().any(|key| key == signer) {
+            return Ok(signer.to_owned());
+        }
+        let owner = context.owner_id.clone();
+        let identities =
+            context.app.db.read(move |conn| crate::identities::store::granted(conn, &owner, &keys)).await?;
+        if let Some(identity) = identities.iter().find(|identity| identity.account_id == signer) {
+            return Ok(identity.key.clone());
+        }
+        let named: Vec<_> = identities.iter().filter(|identity| identity.label.as_deref() == Some(signer)).collect();
+        match named.as_slice() {
+            [identity] => Ok(identity.key.clone()),
+            [] => Err(ApiError::forbidden(format!("Signing key {signer} is not granted to this agent"))),
+            several => Err(ApiError::invalid(format!(
+                "Several signing identities are named {signer}; pass the publicKey of one: {}",
+                several.iter().map(|identity| identity.account_id.as_str()).collect::<Vec<_>>().join(", ")
+            ))),
+        }
     }
 
     /// The capability that lets `signer` write `space`'s documents: none when they are the same
