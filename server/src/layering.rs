@@ -47,6 +47,9 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     // The engine appends a session's durable events (a failed run's `error`, a child's result) in
     // the transaction that changes the run: the session log is storage both stand on.
     ("runs", "sessions::events", "the session event log"),
+    // The session rows the engine's transactions read and touch: the status mirror it derives,
+    // the owner of a failed run's session, the run that spawned a child's session.
+    ("runs", "sessions::store", "the session rows under the status mirror"),
     // The App holds the in-memory state of a few features; each is a leaf module.
     ("app", "runtime::titles", "automatic titles in progress"),
     ("app", "verbs::in_flight", "user verbs in progress"),

@@ -262,22 +262,11 @@ pub(crate) fn session_contract(conn: &Connection, session_id: &str) -> ApiResult
 
 /// The spec stored by the run that spawned `session_id`, unless that run is `except`.
 fn spawning_contract(conn: &Connection, session_id: &str, except: Option<&str>) -> ApiResult<Option<Spec>> {
-    let spawning: Option<Option<String>> = conn
-        .prepare_cached("SELECT run_id FROM sessions WHERE id = ?1")?
-        .query_row(params![session_id], |row| row.get(0))
-        .optional()?;
-    let Some(spawning) = spawning.flatten().filter(|spawning| Some(spawning.as_str()) != except) else {
+    let spawning = crate::sessions::store::spawning_run(conn, session_id)?;
+    let Some(spawning) = spawning.filter(|spawning| Some(spawning.as_str()) != except) else {
         return Ok(None);
     };
-    let input: Option<Vec<u8>> = conn
-        .prepare_cached("SELECT input_cbor FROM runs WHERE id = ?1")?
-        .query_row(params![spawning], |row| row.get(0))
-        .optional()?;
-    Ok(input.as_deref().and_then(spec_of))
-}
-
-fn spec_of(input: &[u8]) -> Option<Spec> {
-    spec_in(&wire::decode_ipld(input).ok()?)
+    Ok(crate::runs::store::input(conn, &spawning)?.as_ref().and_then(spec_in))
 }
 
 fn spec_in(input: &Ipld) -> Option<Spec> {
@@ -461,17 +450,11 @@ fn spawn_child(
     spec: Spec,
     now: i64,
 ) -> ApiResult<Spawned> {
-    let depth: i64 = conn
-        .prepare_cached("SELECT depth FROM runs WHERE id = ?1")?
-        .query_row(params![run_id], |row| row.get(0))
-        .optional()?
-        .ok_or_else(|| ApiError::not_found("Run not found"))?;
+    let depth = crate::runs::store::depth(conn, run_id)?.ok_or_else(|| ApiError::not_found("Run not found"))?;
     if depth + 1 > MAX_DEPTH {
         return Err(ApiError::invalid(format!("Sub-session depth limit reached ({MAX_DEPTH}); finish the work here.")));
     }
-    let spawned: i64 = conn
-        .prepare_cached("SELECT COUNT(*) FROM runs WHERE parent_run_id = ?1")?
-        .query_row(params![run_id], |row| row.get(0))?;
+    let spawned = crate::runs::store::child_count(conn, run_id)?;
     if spawned >= MAX_SPAWNS {
         return Err(ApiError::invalid(format!(
             "This run already spawned {MAX_SPAWNS} sub-sessions; finish the remaining work here."

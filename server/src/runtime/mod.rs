@@ -381,15 +381,7 @@ impl Turn {
                 let loaded = load(conn, &agent_id, &session_id, &overrides)?;
                 let contract = delegate::contract(conn, &run_id, &input, &session_id)?;
                 let thread = crate::triggers::thread::of_run(conn, &input, &session_id)?;
-                let (depth, children): (i64, bool) = conn
-                    .prepare_cached(
-                        "SELECT depth, EXISTS (SELECT 1 FROM runs c WHERE c.parent_run_id = r.id
-                                                 AND c.parent_tool_call_id IS NOT NULL)
-                         FROM runs r WHERE r.id = ?1",
-                    )?
-                    .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
-                    .optional()?
-                    .unwrap_or((0, false));
+                let (depth, children) = crate::runs::store::depth_and_children(conn, &run_id)?.unwrap_or((0, false));
                 let live = if children { crate::runs::children::live_children_of(conn, &run_id)? } else { Vec::new() };
                 Ok((loaded, contract, thread, depth, children, live))
             })

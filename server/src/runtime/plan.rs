@@ -49,8 +49,7 @@ fn store(conn: &Connection, session_id: &str, plan: Option<&RunPlan>, now: i64) 
 
 fn copy_to_run(conn: &Connection, plan: &RunPlan) -> ApiResult<()> {
     if let Some(owner) = &plan.owner_run_id {
-        let bytes = wire::to_vec(plan).map_err(ApiError::internal)?;
-        conn.prepare_cached("UPDATE runs SET plan_cbor = ?2 WHERE id = ?1")?.execute(params![owner.as_str(), bytes])?;
+        crate::runs::store::set_plan(conn, owner.as_str(), plan)?;
     }
     Ok(())
 }

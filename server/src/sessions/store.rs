@@ -6,7 +6,7 @@ use seed_agents_protocol::generated::{
     ListSessions, RunPlan, SessionInfo, SessionInfoStatus, SessionModelOverride, Thoroughness,
 };
 
-use crate::db::Cbor;
+use crate::db::{Cbor, Text};
 use crate::error::{ApiError, ApiResult};
 
 // Every `LIMIT` binds as `LIMIT +?n`: SQLite reads a plainly bound LIMIT while compiling and
@@ -196,6 +196,58 @@ pub(crate) fn set_thoroughness(
 pub(crate) fn delete(conn: &Connection, session_id: &str) -> ApiResult<()> {
     conn.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute(params![session_id])?;
     Ok(())
+}
+
+// What the run engine reads and writes of a session, inside the transaction that changes a run
+// (the status mirror, the touch after an appended event): `rusqlite::Result`, as the engine's
+// queue functions answer.
+
+/// A session's status mirror and its agent, when the session exists.
+pub(crate) fn status_and_agent(
+    conn: &Connection,
+    session_id: &str,
+) -> rusqlite::Result<Option<(SessionInfoStatus, String)>> {
+    conn.prepare_cached("SELECT status, agent_id FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| Ok((row.get::<_, Text<SessionInfoStatus>>(0)?.0, row.get(1)?)))
+        .optional()
+}
+
+/// Sets a session's status mirror (the run engine's to derive).
+pub(crate) fn set_status(
+    conn: &Connection,
+    session_id: &str,
+    status: SessionInfoStatus,
+    now: i64,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE sessions SET status = ?2, updated_at = ?3 WHERE id = ?1")?.execute(params![
+        session_id,
+        Text(status),
+        now
+    ])?;
+    Ok(())
+}
+
+/// The owner (where its rows are stored) and the agent of a session, when it exists.
+pub(crate) fn owner_and_agent(conn: &Connection, session_id: &str) -> rusqlite::Result<Option<(String, String)>> {
+    conn.prepare_cached("SELECT account_id, agent_id FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()
+}
+
+/// Marks a session updated (after an event was appended to it).
+pub(crate) fn touch(conn: &Connection, session_id: &str, now: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?.execute(params![session_id, now])?;
+    Ok(())
+}
+
+/// The run that spawned a delegated child's session (`sessions.run_id`), when the session exists
+/// and has one.
+pub(crate) fn spawning_run(conn: &Connection, session_id: &str) -> rusqlite::Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT run_id FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| row.get::<_, Option<String>>(0))
+        .optional()?
+        .flatten())
 }
 
 #[cfg(test)]
