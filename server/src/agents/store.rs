@@ -73,6 +73,40 @@ pub(crate) fn member_role(member: &str, public_read: bool, public_chat: bool) ->
     if public_read && public_chat { role.max(Role::Chatter) } else { role }
 }
 
+/// What a run needs of its agent.
+#[derive(Debug)]
+pub(crate) struct Runnable {
+    /// The agent's owner (where its rows are stored).
+    pub(crate) owner_id: String,
+    /// Its definition.
+    pub(crate) definition: AgentDefinition,
+    /// Its state directory.
+    pub(crate) state_dir: String,
+}
+
+/// Agent `agent_id` as a run needs it, when it exists.
+pub(crate) fn runnable(conn: &Connection, agent_id: &str) -> ApiResult<Option<Runnable>> {
+    Ok(conn
+        .prepare_cached("SELECT account_id, definition_cbor, state_dir FROM agents WHERE id = ?1")?
+        .query_row(params![agent_id], |row| {
+            Ok(Runnable {
+                owner_id: row.get(0)?,
+                definition: row.get::<_, Cbor<AgentDefinition>>(1)?.0,
+                state_dir: row.get(2)?,
+            })
+        })
+        .optional()?)
+}
+
+/// Whether agent `agent_id` exists and belongs to `account_id`.
+pub(crate) fn belongs_to(conn: &Connection, agent_id: &str, account_id: &str) -> ApiResult<bool> {
+    Ok(conn
+        .prepare_cached("SELECT id FROM agents WHERE id = ?1 AND account_id = ?2")?
+        .query_row(params![agent_id, account_id], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
 /// How many sessions an agent has (children included).
 pub(crate) fn session_count(conn: &Connection, agent_id: &str) -> ApiResult<i64> {
     Ok(conn

@@ -198,6 +198,169 @@ pub(crate) fn delete(conn: &Connection, session_id: &str) -> ApiResult<()> {
     Ok(())
 }
 
+/// Who gave a session its title (`sessions.title_source`): the system's provisional one is
+/// replaced by a generated title, the agent's by the user's; the user's is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TitleSource {
+    /// Provisional (a run's first line, the trigger's name).
+    System,
+    /// The agent's (`status`, a generated title, a delegation's given title).
+    Agent,
+}
+
+impl TitleSource {
+    fn as_str(self) -> &'static str {
+        match self {
+            TitleSource::System => "system",
+            TitleSource::Agent => "agent",
+        }
+    }
+}
+
+/// A delegated child's session to insert: `idle`, under `parent_session_id`.
+#[derive(Debug)]
+pub(crate) struct NewChild<'a> {
+    /// Its id.
+    pub(crate) id: &'a str,
+    /// The agent's owner (where session rows are stored).
+    pub(crate) owner_id: &'a str,
+    /// Its agent.
+    pub(crate) agent_id: &'a str,
+    /// The session that spawned it.
+    pub(crate) parent_session_id: &'a str,
+    /// Its title.
+    pub(crate) title: &'a str,
+    /// Who gave the title.
+    pub(crate) title_source: TitleSource,
+}
+
+/// Inserts a delegated child's session.
+pub(crate) fn insert_child(conn: &Connection, session: &NewChild<'_>, now: i64) -> ApiResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO sessions (id, account_id, agent_id, title, title_source, status, parent_session_id, created_at,
+                               updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'idle', ?6, ?7, ?7)",
+    )?
+    .execute(params![
+        session.id,
+        session.owner_id,
+        session.agent_id,
+        session.title,
+        session.title_source.as_str(),
+        session.parent_session_id,
+        now
+    ])?;
+    Ok(())
+}
+
+/// Links a delegated child's session to the run that spawned it (`sessions.run_id`).
+pub(crate) fn set_spawning_run(conn: &Connection, session_id: &str, run_id: &str) -> ApiResult<()> {
+    conn.prepare_cached("UPDATE sessions SET run_id = ?2 WHERE id = ?1")?.execute(params![session_id, run_id])?;
+    Ok(())
+}
+
+/// How many sessions up the chain of parents from `session_id` goes (0 for a top-level session;
+/// the walk stops at 32).
+pub(crate) fn parent_chain_depth(conn: &Connection, session_id: &str) -> ApiResult<i64> {
+    Ok(conn
+        .prepare_cached(
+            "WITH RECURSIVE chain(id, d) AS (
+               SELECT parent_session_id, 1 FROM sessions WHERE id = ?1 AND parent_session_id IS NOT NULL
+               UNION ALL
+               SELECT s.parent_session_id, c.d + 1 FROM sessions s JOIN chain c ON s.id = c.id
+                WHERE s.parent_session_id IS NOT NULL AND c.d < 32
+             )
+             SELECT COALESCE(MAX(d), 0) FROM chain",
+        )?
+        .query_row(params![session_id], |row| row.get(0))?)
+}
+
+/// How many sessions `session_id` started.
+pub(crate) fn child_count(conn: &Connection, session_id: &str) -> ApiResult<i64> {
+    Ok(conn
+        .prepare_cached("SELECT COUNT(*) FROM sessions WHERE parent_session_id = ?1")?
+        .query_row(params![session_id], |row| row.get(0))?)
+}
+
+/// A session's model override: `None` when the session does not exist, `Some(None)` when it
+/// has none.
+pub(crate) fn model_override(conn: &Connection, session_id: &str) -> ApiResult<Option<Option<SessionModelOverride>>> {
+    Ok(conn
+        .prepare_cached("SELECT model_override_cbor FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| row.get::<_, Option<Cbor<SessionModelOverride>>>(0))
+        .optional()?
+        .map(|value| value.map(|Cbor(value)| value)))
+}
+
+/// A session's plan, when it has one.
+pub(crate) fn plan(conn: &Connection, session_id: &str) -> ApiResult<Option<RunPlan>> {
+    Ok(conn
+        .prepare_cached("SELECT plan_cbor FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| row.get::<_, Option<Cbor<RunPlan>>>(0))
+        .optional()?
+        .flatten()
+        .map(|Cbor(plan)| plan))
+}
+
+/// Replaces (or, with `None`, clears) a session's plan.
+pub(crate) fn set_plan(conn: &Connection, session_id: &str, plan: Option<&RunPlan>, now: i64) -> ApiResult<()> {
+    conn.prepare_cached("UPDATE sessions SET plan_cbor = ?2, updated_at = ?3 WHERE id = ?1")?.execute(params![
+        session_id,
+        plan.map(Cbor),
+        now
+    ])?;
+    Ok(())
+}
+
+/// Sets a session's title as the agent's unless its user named it; whether it did.
+pub(crate) fn set_agent_title(conn: &Connection, session_id: &str, title: &str, now: i64) -> ApiResult<bool> {
+    Ok(conn
+        .prepare_cached(
+            "UPDATE sessions SET title = ?2, title_source = 'agent', updated_at = ?3
+             WHERE id = ?1 AND title_source <> 'user'",
+        )?
+        .execute(params![session_id, title, now])?
+        > 0)
+}
+
+/// Sets a session's description.
+pub(crate) fn set_description(conn: &Connection, session_id: &str, description: &str, now: i64) -> ApiResult<()> {
+    conn.prepare_cached("UPDATE sessions SET description = ?2, updated_at = ?3 WHERE id = ?1")?.execute(params![
+        session_id,
+        description,
+        now
+    ])?;
+    Ok(())
+}
+
+/// Whether a session's title is still the system's provisional one (an error when the session
+/// does not exist).
+pub(crate) fn has_provisional_title(conn: &Connection, session_id: &str) -> ApiResult<bool> {
+    let source: String = conn
+        .prepare_cached("SELECT title_source FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| row.get(0))?;
+    Ok(source == TitleSource::System.as_str())
+}
+
+/// Replaces a provisional title with a generated one (and fills an empty description); whether
+/// the title was still provisional.
+pub(crate) fn set_generated_title(
+    conn: &Connection,
+    session_id: &str,
+    title: &str,
+    description: &str,
+    now: i64,
+) -> ApiResult<bool> {
+    Ok(conn
+        .prepare_cached(
+            "UPDATE sessions SET title = ?2, title_source = 'agent', updated_at = ?4,
+                 description = CASE WHEN description IS NULL OR description = '' THEN ?3 ELSE description END
+             WHERE id = ?1 AND title_source = 'system'",
+        )?
+        .execute(params![session_id, title, description, now])?
+        > 0)
+}
+
 // What the run engine reads and writes of a session, inside the transaction that changes a run
 // (the status mirror, the touch after an appended event): `rusqlite::Result`, as the engine's
 // queue functions answer.

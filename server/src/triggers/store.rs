@@ -92,6 +92,14 @@ pub(crate) fn list(conn: &Connection, agent_id: &str) -> ApiResult<Vec<AgentTrig
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// An agent's triggers as the system prompt lists them: `(name, enabled)`, by name.
+pub(crate) fn names(conn: &Connection, agent_id: &str) -> ApiResult<Vec<(String, bool)>> {
+    let mut statement =
+        conn.prepare_cached("SELECT name, enabled FROM agent_triggers WHERE agent_id = ?1 ORDER BY name, id")?;
+    let rows = statement.query_map(params![agent_id], |row| Ok((row.get(0)?, row.get::<_, i64>(1)? != 0)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 /// The trigger and the caller's access to its agent: 404 `Agent trigger not found` when the
 /// trigger is missing or its agent invisible, 403 when the role is too low.
 pub(crate) fn require(
