@@ -98,6 +98,13 @@ pub(crate) fn runnable(conn: &Connection, agent_id: &str) -> ApiResult<Option<Ru
         .optional()?)
 }
 
+/// Agent `agent_id`'s state directory (an error when the agent does not exist).
+pub(crate) fn state_dir(conn: &Connection, agent_id: &str) -> ApiResult<String> {
+    Ok(conn
+        .prepare_cached("SELECT state_dir FROM agents WHERE id = ?1")?
+        .query_row(params![agent_id], |row| row.get(0))?)
+}
+
 /// Whether agent `agent_id` exists and belongs to `account_id`.
 pub(crate) fn belongs_to(conn: &Connection, agent_id: &str, account_id: &str) -> ApiResult<bool> {
     Ok(conn

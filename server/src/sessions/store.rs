@@ -198,6 +198,13 @@ pub(crate) fn delete(conn: &Connection, session_id: &str) -> ApiResult<()> {
     Ok(())
 }
 
+/// The id of every session.
+pub(crate) fn all_ids(conn: &Connection) -> ApiResult<std::collections::HashSet<String>> {
+    let mut statement = conn.prepare_cached("SELECT id FROM sessions")?;
+    let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 /// Who gave a session its title (`sessions.title_source`): the system's provisional one is
 /// replaced by a generated title, the agent's by the user's; the user's is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
