@@ -105,6 +105,14 @@ pub(crate) fn state_dir(conn: &Connection, agent_id: &str) -> ApiResult<String> 
         .query_row(params![agent_id], |row| row.get(0))?)
 }
 
+/// The owner of agent `agent_id` and its public read and chat flags, when it exists.
+pub(crate) fn owner_and_flags(conn: &Connection, agent_id: &str) -> ApiResult<Option<(String, bool, bool)>> {
+    Ok(conn
+        .prepare_cached("SELECT account_id, public_read, public_chat FROM agents WHERE id = ?1")?
+        .query_row(params![agent_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?)
+}
+
 /// Whether agent `agent_id` exists and belongs to `account_id`.
 pub(crate) fn belongs_to(conn: &Connection, agent_id: &str, account_id: &str) -> ApiResult<bool> {
     Ok(conn

@@ -49,6 +49,15 @@ fn collaborator_from_row(row: &Row<'_>) -> rusqlite::Result<AgentCollaboratorInf
     })
 }
 
+/// The agent's accepted collaborators: `(account, role)`, the role as stored.
+pub(crate) fn accepted(conn: &Connection, agent_id: &str) -> ApiResult<Vec<(String, String)>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT account_id, role FROM agent_collaborators WHERE agent_id = ?1 AND status = 'accepted'",
+    )?;
+    let rows = statement.query_map(params![agent_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 /// The agent's accepted collaborators by when they joined: `(account, role)`, the role as stored.
 pub(crate) fn accepted_by_joining(conn: &Connection, agent_id: &str) -> ApiResult<Vec<(String, String)>> {
     let mut statement = conn.prepare_cached(

@@ -54,6 +54,27 @@ pub(crate) fn load(conn: &Connection, account_id: &str, name: &str) -> ApiResult
         .optional()?)
 }
 
+/// A provider's id, name and stored type (its config unread).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProviderBrief {
+    /// The record id.
+    pub id: String,
+    /// The provider name.
+    pub name: String,
+    /// The provider type as stored.
+    pub type_: String,
+}
+
+/// The id, name and type of provider `name` of `account_id`, when it exists.
+pub(crate) fn brief(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<ProviderBrief>> {
+    Ok(conn
+        .prepare_cached("SELECT id, name, type FROM model_providers WHERE account_id = ?1 AND name = ?2")?
+        .query_row(params![account_id, name], |row| {
+            Ok(ProviderBrief { id: row.get(0)?, name: row.get(1)?, type_: row.get(2)? })
+        })
+        .optional()?)
+}
+
 /// The config of provider `name` of `account_id`, when it exists.
 pub(crate) fn load_config(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<ModelProviderConfig>> {
     Ok(conn

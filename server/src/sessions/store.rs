@@ -1,10 +1,18 @@
-//! The `sessions` table: session rows as the protocol shows them, keyset pages, and the inserts,
-//! updates and deletes of the session actions. (The event log is `events`.)
+//! The `sessions` table and its event log (`session_events`): session rows as the protocol shows
+//! them, keyset pages, the inserts, updates and deletes of the session actions, what the run
+//! engine and the runtime read and write of a session, and the statements under `events` (which
+//! keeps the log's rules: the next `seq`, announcing after the commit).
+//!
+//! SQLite-only constructs, for a second backend: `LIMIT +?n` (below); `WITH RECURSIVE` with
+//! `UNION ALL` in [`parent_chain_depth`] (portable); `EXISTS`/`COUNT` subqueries read as columns.
 
+use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{
-    ListSessions, RunPlan, SessionInfo, SessionInfoStatus, SessionModelOverride, Thoroughness,
+    ListSessions, RunPlan, SessionEvent, SessionEventPayload, SessionInfo, SessionInfoStatus, SessionModelOverride,
+    Thoroughness,
 };
+use seed_agents_protocol::wire;
 
 use crate::db::{Cbor, Text};
 use crate::error::{ApiError, ApiResult};
@@ -196,6 +204,145 @@ pub(crate) fn set_thoroughness(
 pub(crate) fn delete(conn: &Connection, session_id: &str) -> ApiResult<()> {
     conn.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute(params![session_id])?;
     Ok(())
+}
+
+// The event log (`session_events`): `events` appends and reads through these.
+
+/// The `seq` the next event of `session_id` gets.
+pub(crate) fn next_seq(conn: &Connection, session_id: &str) -> ApiResult<i64> {
+    Ok(conn
+        .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_id = ?1")?
+        .query_row(params![session_id], |row| row.get(0))?)
+}
+
+/// Inserts event `id` of `session_id` at `seq`.
+pub(crate) fn insert_event(
+    conn: &Connection,
+    id: &str,
+    session_id: &str,
+    seq: i64,
+    payload: &SessionEventPayload,
+    now: i64,
+) -> ApiResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO session_events (id, session_id, seq, event_cbor, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![id, session_id, seq, Cbor(payload), now])?;
+    Ok(())
+}
+
+fn event_from_row(row: &Row<'_>) -> rusqlite::Result<SessionEvent> {
+    Ok(SessionEvent {
+        extra: Default::default(),
+        id: row.get::<_, String>(0)?.into(),
+        seq: row.get(1)?,
+        event: row.get::<_, Cbor<SessionEventPayload>>(2)?.0,
+        created_at: row.get(3)?,
+        session_id: row.get::<_, String>(4)?.into(),
+        truncated: None,
+    })
+}
+
+/// Events of `session_id` with `after < seq < before`, oldest first; at most `limit` of them
+/// (`-1`: all).
+pub(crate) fn events_after(
+    conn: &Connection,
+    session_id: &str,
+    after: i64,
+    before: i64,
+    limit: i64,
+) -> ApiResult<Vec<SessionEvent>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT id, seq, event_cbor, created_at, session_id FROM session_events
+         WHERE session_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq LIMIT +?4",
+    )?;
+    let rows = statement.query_map(params![session_id, after, before, limit], event_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Events of `session_id` with `after < seq < before`, newest first; at most `limit` of them.
+pub(crate) fn events_before(
+    conn: &Connection,
+    session_id: &str,
+    after: i64,
+    before: i64,
+    limit: i64,
+) -> ApiResult<Vec<SessionEvent>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT id, seq, event_cbor, created_at, session_id FROM session_events
+         WHERE session_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq DESC LIMIT +?4",
+    )?;
+    let rows = statement.query_map(params![session_id, after, before, limit], event_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The newest `limit` events of `session_id`, oldest first, each read leniently (an event this
+/// build cannot decode is null).
+pub(crate) fn newest_events_lenient(conn: &Connection, session_id: &str, limit: i64) -> ApiResult<Vec<Ipld>> {
+    let mut events = conn
+        .prepare_cached("SELECT event_cbor FROM session_events WHERE session_id = ?1 ORDER BY seq DESC LIMIT +?2")?
+        .query_map(params![session_id, limit], |row| row.get::<_, Vec<u8>>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    events.reverse();
+    Ok(events.iter().map(|bytes| wire::from_slice(bytes).unwrap_or(Ipld::Null)).collect())
+}
+
+/// The newest `limit` events of agent `agent_id`'s sessions, newest first, as `(session, event)`,
+/// each read leniently (an event this build cannot decode is null).
+pub(crate) fn agent_events_lenient(conn: &Connection, agent_id: &str, limit: i64) -> ApiResult<Vec<(String, Ipld)>> {
+    let rows = conn
+        .prepare_cached(
+            "SELECT e.session_id, e.event_cbor FROM session_events e JOIN sessions s ON s.id = e.session_id
+             WHERE s.agent_id = ?1 ORDER BY e.created_at DESC, e.seq DESC LIMIT +?2",
+        )?
+        .query_map(params![agent_id, limit], |row| Ok((row.get::<_, String>(0)?, row.get::<_, Vec<u8>>(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows.into_iter().map(|(session, bytes)| (session, wire::from_slice(&bytes).unwrap_or(Ipld::Null))).collect())
+}
+
+/// The title and description of session `session_id` when it belongs to agent `agent_id`.
+pub(crate) fn title_of_agents(
+    conn: &Connection,
+    session_id: &str,
+    agent_id: &str,
+) -> ApiResult<Option<(Option<String>, Option<String>)>> {
+    Ok(conn
+        .prepare_cached("SELECT title, description FROM sessions WHERE id = ?1 AND agent_id = ?2")?
+        .query_row(params![session_id, agent_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?)
+}
+
+/// A session as the agent's `thread:` listing shows it.
+#[derive(Debug)]
+pub(crate) struct Thread {
+    /// The session.
+    pub(crate) id: String,
+    /// Its title.
+    pub(crate) title: Option<String>,
+    /// Its description.
+    pub(crate) description: Option<String>,
+    /// Its status mirror.
+    pub(crate) status: SessionInfoStatus,
+    /// When it last changed.
+    pub(crate) updated_at: i64,
+}
+
+/// Every session of agent `agent_id`, newest update first.
+pub(crate) fn threads(conn: &Connection, agent_id: &str) -> ApiResult<Vec<Thread>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT id, title, description, status, updated_at FROM sessions WHERE agent_id = ?1
+         ORDER BY updated_at DESC, id DESC",
+    )?;
+    let rows = statement.query_map(params![agent_id], |row| {
+        Ok(Thread {
+            id: row.get(0)?,
+            title: row.get(1)?,
+            description: row.get(2)?,
+            status: row.get::<_, Text<SessionInfoStatus>>(3)?.0,
+            updated_at: row.get(4)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 /// The id of every session.

@@ -262,6 +262,28 @@ pub(crate) fn insert(
     Ok(())
 }
 
+/// Inserts an enabled trigger `id` for `agent_id` (stored under `owner_id`) with a text prompt
+/// and no continuation (an agent's default trigger).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn insert_enabled(
+    conn: &Connection,
+    id: &str,
+    owner_id: &str,
+    agent_id: &str,
+    name: &str,
+    source: &AgentTriggerSource,
+    prompt: &str,
+    now: i64,
+) -> ApiResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO agent_triggers
+           (id, account_id, agent_id, name, enabled, source_cbor, prompt, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?7)",
+    )?
+    .execute(params![id, owner_id, agent_id, name, Cbor(source), prompt, now])?;
+    Ok(())
+}
+
 /// Replaces every field of trigger `id` with `trigger`, its webhook secret cleared, `updatedAt`
 /// set to `updated_at`.
 pub(crate) fn replace(conn: &Connection, id: &str, trigger: &Normalized, updated_at: i64) -> ApiResult<()> {
