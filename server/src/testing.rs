@@ -41,7 +41,7 @@ pub mod runs {
     /// Enqueueing and claiming.
     pub mod queue {
         pub use crate::runs::queue::{Changes, NewRun, Queue, enqueue};
-        pub use crate::runs::store::claim_run;
+        pub use crate::runs::store::queue::claim_run;
     }
 
     /// What a parked run waits for.

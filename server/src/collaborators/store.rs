@@ -1,4 +1,7 @@
 //! The `agent_collaborators` rows of an agent and the public flags of its row.
+//!
+//! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE … RETURNING` (PostgreSQL spells it
+//! the same), a bound boolean in `(?2 OR status = 'accepted')`, and 0/1 integer flags.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{AgentCollaboratorInfo, AgentCollaboratorRole, AgentDefinition, AgentInviteInfo};

@@ -11,8 +11,8 @@ use ipld_core::ipld::Ipld;
 use rusqlite::Connection;
 use seed_agents_protocol::generated::{RunInfo, RunStatus, SessionEvent, SessionInfoStatus};
 
+pub use super::store::queue::{Claimed, Queue};
 use super::store::{self, NewRow};
-pub use super::store::{Claimed, Queue};
 use crate::sessions::store as session_store;
 
 /// A run to enqueue (always `kind = 'agent'`).
