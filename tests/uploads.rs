@@ -285,7 +285,7 @@ async fn an_upload_survives_a_restart_and_resumes_at_the_received_offset() {
 
 #[tokio::test]
 async fn a_chunk_ahead_of_its_predecessor_waits_for_it() {
-    // The first chunk is sent 300 ms after the second; a long grace keeps that deterministic.
+    // The first chunk is sent once the second waits for it; a long grace keeps it waiting.
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_with(dir, |config| config.upload_arrival_grace = Duration::from_secs(60)).await;
     let user = server.user();
@@ -299,10 +299,9 @@ async fn a_chunk_ahead_of_its_predecessor_waits_for_it() {
         let action = chunk(&id, MIB, &content[MIB..2 * MIB]);
         tokio::spawn(async move { client.call(action).await })
     };
-    // FIXME: no signal says the second chunk has taken the upload's waiting place (the server
-    // keeps its `AppendOrder` to itself), so this pause stands in for one. A hook there would
-    // make the order certain.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Once it holds the upload's one waiting place (the server says so through its chunk order):
+    let app = server.server.as_ref().unwrap().app().clone();
+    app.upload_order.waiting(&id).await;
     // A third chunk while the second holds the upload's one waiting place is refused at once
     // (were the second not waiting, this one would wait its 30 s instead).
     let third =

@@ -1,9 +1,11 @@
 //! The layers of `ARCHITECTURE.md`, checked: each module of this crate may name only the
-//! modules its layer may, and only the edge names the HTTP and WebSocket stack.
+//! modules its layer may, only the edge names the HTTP and WebSocket stack, and only `store`
+//! modules and `db/` run SQL.
 //!
 //! A module is a top-level folder or file of `src/`; what it names is every `crate::<module>`
-//! path and every `use crate::{…}` group in its non-test code. Test code (`#[cfg(test)]` modules
-//! and `*_tests` folders) may reach anywhere.
+//! path and every `use crate::{…}` group in its non-test code. Test code (`#[cfg(test)]` modules,
+//! `tests.rs` files, which their modules declare under `#[cfg(test)]`, and `*_tests` folders) may
+//! reach anywhere.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -47,6 +49,9 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     // The engine appends a session's durable events (a failed run's `error`, a child's result) in
     // the transaction that changes the run: the session log is storage both stand on.
     ("runs", "sessions::events", "the session event log"),
+    // The session rows the engine's transactions read and touch: the status mirror it derives,
+    // the owner of a failed run's session, the run that spawned a child's session.
+    ("runs", "sessions::store", "the session rows under the status mirror"),
     // The App holds the in-memory state of a few features; each is a leaf module.
     ("app", "runtime::titles", "automatic titles in progress"),
     ("app", "verbs::in_flight", "user verbs in progress"),
@@ -57,6 +62,34 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     ("config", "runs::Limits", "the engine's knobs"),
     ("config", "uploads::order::ARRIVAL_GRACE", "the default chunk grace"),
 ];
+
+/// The connection methods that run SQL (rusqlite's `Connection` and `Statement`).
+const SQL_CALLS: &[&str] =
+    &[".prepare(", ".prepare_cached(", ".execute(", ".execute_batch(", ".query_row(", ".query_map("];
+
+/// Calls of those names outside a store that are not SQL, or SQL that must stay where it is:
+/// `(file, call, why)`.
+const SQL_ALLOWED: &[(&str, &str, &str)] = &[
+    // The engine hands a claimed run to the runtime: `Executor::execute`, not a statement.
+    ("runs/engine.rs", "executor.execute(", "the Executor trait's method"),
+];
+
+/// Whether `relative` (a path below `src/`) may run SQL: `db/`, a `store.rs`, a `store/` folder.
+fn may_run_sql(relative: &str) -> bool {
+    relative.starts_with("db/") || relative.split('/').any(|part| part == "store" || part == "store.rs")
+}
+
+/// The SQL calls of `code`, as `<receiver>.<method>(` (the receiver's last word, if any).
+fn sql_calls(code: &str) -> Vec<String> {
+    let mut calls = Vec::new();
+    for call in SQL_CALLS {
+        for (at, _) in code.match_indices(call) {
+            let receiver = code[..at].rsplit(|c: char| !(c.is_alphanumeric() || c == '_')).next().unwrap_or_default();
+            calls.push(format!("{receiver}{call}"));
+        }
+    }
+    calls
+}
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|(_, modules)| modules.contains(&module))
@@ -183,6 +216,26 @@ fn every_module_names_only_its_layer_and_those_below() {
 }
 
 #[test]
+fn only_stores_and_db_run_sql() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut violations = Vec::new();
+    for file in files(&src) {
+        let relative = file.strip_prefix(&src).unwrap().to_string_lossy().replace('\\', "/");
+        if may_run_sql(&relative) || relative.ends_with("/tests.rs") {
+            continue;
+        }
+        for call in sql_calls(&code(&std::fs::read_to_string(&file).unwrap())) {
+            let allowed = SQL_ALLOWED.iter().any(|(path, allowed, _)| *path == relative && *allowed == call);
+            if !allowed {
+                violations
+                    .push(format!("{relative}: `{call}` outside a store (move the statement to the feature's store)"));
+            }
+        }
+    }
+    assert!(violations.is_empty(), "SQL outside the stores:\n{}", violations.join("\n"));
+}
+
+#[test]
 fn the_checker_sees_what_it_checks() {
     let code = code(
         "use crate::{a, b::{c, d::{self, E}}, f};\nuse crate::d::E;\n// crate::commented\nfn f() { crate::g::h(); }\n\
@@ -193,4 +246,13 @@ fn the_checker_sees_what_it_checks() {
     assert!(names_crate("use axum::Router;", "axum"));
     assert!(!names_crate("use my_axum::Router;", "axum"));
     assert_eq!(layer_of("runs").map(|layer| LAYERS[layer].0), Some("engine"));
+    let sql = self::code(
+        "conn.prepare_cached(\"SELECT 1\")?.query_row([], f)?;\n    conn\n        .execute(\"DELETE\", [])?;\n\
+         executor.execute(run); // conn.execute_batch(\"x\")\n#[cfg(test)]\nconn.execute_batch(\"y\");",
+    );
+    let mut calls = sql_calls(&sql);
+    calls.sort();
+    assert_eq!(calls, [".execute(", ".query_row(", "conn.prepare_cached(", "executor.execute("]);
+    assert!(may_run_sql("runs/store.rs") && may_run_sql("db/cbor.rs") && may_run_sql("x/store/rows.rs"));
+    assert!(!may_run_sql("runs/queue.rs") && !may_run_sql("restore.rs"));
 }

@@ -40,7 +40,8 @@ pub mod runs {
 
     /// Enqueueing and claiming.
     pub mod queue {
-        pub use crate::runs::queue::{Changes, NewRun, Queue, claim_run, enqueue};
+        pub use crate::runs::queue::{Changes, NewRun, Queue, enqueue};
+        pub use crate::runs::store::queue::claim_run;
     }
 
     /// What a parked run waits for.

@@ -6,14 +6,13 @@
 //! Best effort: building or storing it never fails `CreateAgent`. The row is built before the
 //! agent's writes, and stored under a savepoint that is rolled back on error.
 
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     ActivitySource, AgentActivityCondition, AgentActivitySource, AgentDefinition, AgentTriggerSource,
     CommentReplySource, DocumentAuthorCommentSource, UserMentionSource,
 };
-use seed_agents_protocol::wire;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 
 /// The prompt of the default trigger.
 pub(crate) const PROMPT: &str =
@@ -26,8 +25,8 @@ pub(crate) struct TriggerRow {
     pub id: String,
     /// Its name.
     pub name: String,
-    /// Canonical CBOR of its `AgentTriggerSource`.
-    pub source_cbor: Vec<u8>,
+    /// Its source.
+    pub source: AgentTriggerSource,
     /// Its prompt.
     pub prompt: String,
 }
@@ -72,11 +71,10 @@ pub fn source(account: &str) -> AgentTriggerSource {
 pub(crate) fn build(conn: &Connection, owner: &str, definition: &AgentDefinition) -> ApiResult<Option<TriggerRow>> {
     let Some(key) = super::definition::primary_signing_key(definition) else { return Ok(None) };
     let Some(account) = crate::identities::store::identity_account(conn, owner, key)? else { return Ok(None) };
-    let source_cbor = wire::to_vec(&source(&account)).map_err(ApiError::internal)?;
     Ok(Some(TriggerRow {
         id: uuid::Uuid::now_v7().to_string(),
         name: format!("Mentions, replies, and comments for {}", definition.name),
-        source_cbor,
+        source: source(&account),
         prompt: PROMPT.to_owned(),
     }))
 }
@@ -97,25 +95,9 @@ pub(crate) fn build_or_skip(
 /// Inserts `row` for `agent_id` under a savepoint: on failure the savepoint is rolled back, a
 /// warning logged, and the surrounding transaction goes on.
 pub(crate) fn insert_or_skip(conn: &Connection, owner: &str, agent_id: &str, row: &TriggerRow, now: i64) {
-    let inserted = (|| -> rusqlite::Result<()> {
-        conn.execute_batch("SAVEPOINT default_trigger")?;
-        let result = conn
-            .prepare_cached(
-                "INSERT INTO agent_triggers
-                   (id, account_id, agent_id, name, enabled, source_cbor, prompt, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?7)",
-            )
-            .and_then(|mut statement| {
-                statement.execute(params![row.id, owner, agent_id, row.name, row.source_cbor, row.prompt, now])
-            });
-        match result {
-            Ok(_) => conn.execute_batch("RELEASE default_trigger"),
-            Err(error) => {
-                conn.execute_batch("ROLLBACK TO default_trigger; RELEASE default_trigger")?;
-                Err(error)
-            }
-        }
-    })();
+    let inserted = crate::db::savepoint(conn, |conn| {
+        crate::triggers::store::insert_enabled(conn, &row.id, owner, agent_id, &row.name, &row.source, &row.prompt, now)
+    });
     if let Err(error) = inserted {
         tracing::warn!(agent = agent_id, %error, "could not store the default trigger; the agent gets none");
     }

@@ -1,5 +1,8 @@
 //! The `agents` table: agent rows as the protocol shows them, and their inserts, updates and
 //! deletes.
+//!
+//! For a second backend: `public_read`/`public_chat` are 0/1 integers read as booleans; the rest
+//! is portable SQL.
 
 use std::path::Path;
 
@@ -71,6 +74,55 @@ pub(crate) fn member_role(member: &str, public_read: bool, public_chat: bool) ->
         _ => Role::Reader,
     };
     if public_read && public_chat { role.max(Role::Chatter) } else { role }
+}
+
+/// What a run needs of its agent.
+#[derive(Debug)]
+pub(crate) struct Runnable {
+    /// The agent's owner (where its rows are stored).
+    pub(crate) owner_id: String,
+    /// Its definition.
+    pub(crate) definition: AgentDefinition,
+    /// Its state directory.
+    pub(crate) state_dir: String,
+}
+
+/// Agent `agent_id` as a run needs it, when it exists.
+pub(crate) fn runnable(conn: &Connection, agent_id: &str) -> ApiResult<Option<Runnable>> {
+    Ok(conn
+        .prepare_cached("SELECT account_id, definition_cbor, state_dir FROM agents WHERE id = ?1")?
+        .query_row(params![agent_id], |row| {
+            Ok(Runnable {
+                owner_id: row.get(0)?,
+                definition: row.get::<_, Cbor<AgentDefinition>>(1)?.0,
+                state_dir: row.get(2)?,
+            })
+        })
+        .optional()?)
+}
+
+/// Agent `agent_id`'s state directory (an error when the agent does not exist).
+pub(crate) fn state_dir(conn: &Connection, agent_id: &str) -> ApiResult<String> {
+    Ok(conn
+        .prepare_cached("SELECT state_dir FROM agents WHERE id = ?1")?
+        .query_row(params![agent_id], |row| row.get(0))?)
+}
+
+/// The owner of agent `agent_id` and its public read and chat flags, when it exists.
+pub(crate) fn owner_and_flags(conn: &Connection, agent_id: &str) -> ApiResult<Option<(String, bool, bool)>> {
+    Ok(conn
+        .prepare_cached("SELECT account_id, public_read, public_chat FROM agents WHERE id = ?1")?
+        .query_row(params![agent_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?)
+}
+
+/// Whether agent `agent_id` exists and belongs to `account_id`.
+pub(crate) fn belongs_to(conn: &Connection, agent_id: &str, account_id: &str) -> ApiResult<bool> {
+    Ok(conn
+        .prepare_cached("SELECT id FROM agents WHERE id = ?1 AND account_id = ?2")?
+        .query_row(params![agent_id, account_id], |_| Ok(()))
+        .optional()?
+        .is_some())
 }
 
 /// How many sessions an agent has (children included).

@@ -25,7 +25,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 use store::PublicFlags;
 
-mod store;
+pub(crate) mod store;
 
 /// Trims `value` and requires the canonical string form of a Seed account (`z…`), as upstream's
 /// `normalizeAccountId` does: 400 `Collaborator account is required` / `… is too large` /

@@ -1,4 +1,7 @@
 //! The `agent_collaborators` rows of an agent and the public flags of its row.
+//!
+//! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE … RETURNING` (PostgreSQL spells it
+//! the same), a bound boolean in `(?2 OR status = 'accepted')`, and 0/1 integer flags.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{AgentCollaboratorInfo, AgentCollaboratorRole, AgentDefinition, AgentInviteInfo};
@@ -47,6 +50,25 @@ fn collaborator_from_row(row: &Row<'_>) -> rusqlite::Result<AgentCollaboratorInf
         created_at: row.get(3)?,
         updated_at: row.get(4)?,
     })
+}
+
+/// The agent's accepted collaborators: `(account, role)`, the role as stored.
+pub(crate) fn accepted(conn: &Connection, agent_id: &str) -> ApiResult<Vec<(String, String)>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT account_id, role FROM agent_collaborators WHERE agent_id = ?1 AND status = 'accepted'",
+    )?;
+    let rows = statement.query_map(params![agent_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The agent's accepted collaborators by when they joined: `(account, role)`, the role as stored.
+pub(crate) fn accepted_by_joining(conn: &Connection, agent_id: &str) -> ApiResult<Vec<(String, String)>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT account_id, role FROM agent_collaborators WHERE agent_id = ?1 AND status = 'accepted'
+         ORDER BY created_at, account_id",
+    )?;
+    let rows = statement.query_map(params![agent_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 /// The agent's members, accepted first then newest update first; pending ones only when asked.

@@ -265,6 +265,18 @@ pub(crate) fn ensure_account(conn: &Connection, account_id: &str, now_ms: i64) -
     Ok(())
 }
 
+/// Runs `work` under a savepoint nested in the caller's transaction: when it fails, what it
+/// wrote is rolled back and the transaction goes on (the error is returned).
+pub(crate) fn savepoint<T>(conn: &Connection, work: impl FnOnce(&Connection) -> ApiResult<T>) -> ApiResult<T> {
+    run_cached(conn, "SAVEPOINT nested")?;
+    let outcome = work(conn);
+    if outcome.is_err() {
+        run_cached(conn, "ROLLBACK TO nested")?;
+    }
+    run_cached(conn, "RELEASE nested")?;
+    outcome
+}
+
 /// A migrated in-memory database with foreign keys on, for unit tests of the features' SQL.
 #[cfg(test)]
 pub(crate) fn migrated_in_memory() -> Connection {

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use ed25519_dalek::SigningKey;
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     CreateSigningIdentity, CreateSigningIdentityResponse, DeleteSigningIdentity, DeleteSigningIdentityResponse,
     ImportSigningIdentity, ImportSigningIdentityResponse, ListSigningIdentities, ListSigningIdentitiesResponse,
@@ -219,15 +219,8 @@ pub(crate) async fn update_signing_identity(
     let (id, sealed, mut metadata, created_at) = app
         .db
         .read(move |conn| {
-            let row: Option<KeyRow> = conn
-                .prepare_cached(
-                    "SELECT id, ciphertext, metadata_cbor, created_at FROM secrets WHERE account_id = ?1 AND name = ?2",
-                )?
-                .query_row(params![account, lookup], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
-                .optional()?;
-            let (id, sealed, metadata, created_at) = row.ok_or_else(not_found)?;
-            let metadata = identity_metadata(metadata.as_deref()).ok_or_else(not_found)?;
-            Ok((id, sealed, metadata, created_at))
+            let key = store::identity_key(conn, &account, &lookup)?.ok_or_else(not_found)?;
+            Ok((key.id, key.sealed, key.metadata, key.created_at))
         })
         .await?;
     let seed = Zeroizing::new(app.secrets.open(&caller.account_id, &name, &sealed).map_err(ApiError::internal)?);
@@ -270,9 +263,6 @@ pub(crate) async fn update_signing_identity(
         identity: identity(id, name, &metadata, created_at, now),
     })
 }
-
-/// A key secret's id, sealed value, metadata CBOR and creation time.
-type KeyRow = (String, Vec<u8>, Option<Vec<u8>>, i64);
 
 /// `DeleteSigningIdentity {name}`: deletes the key secret (published blobs stay on the network).
 pub(crate) async fn delete_signing_identity(
@@ -330,27 +320,10 @@ pub(crate) async fn list_signing_identities(
 
 /// Every signing identity of `account_id`, newest first.
 pub(crate) fn list(conn: &Connection, account_id: &str) -> ApiResult<Vec<SigningIdentity>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT id, name, metadata_cbor, created_at, updated_at FROM secrets
-         WHERE account_id = ?1 AND metadata_cbor IS NOT NULL ORDER BY created_at DESC, rowid DESC",
-    )?;
-    let rows = statement.query_map(params![account_id], |row| {
-        Ok((
-            row.get::<_, String>(0)?,
-            row.get::<_, String>(1)?,
-            row.get::<_, Vec<u8>>(2)?,
-            row.get::<_, i64>(3)?,
-            row.get::<_, i64>(4)?,
-        ))
-    })?;
-    let mut identities = Vec::new();
-    for row in rows {
-        let (id, name, metadata, created_at, updated_at) = row?;
-        if let Some(metadata) = identity_metadata(Some(&metadata)) {
-            identities.push(identity(id, name, &metadata, created_at, updated_at));
-        }
-    }
-    Ok(identities)
+    Ok(store::identities(conn, account_id)?
+        .into_iter()
+        .map(|listed| identity(listed.id, listed.name, &listed.metadata, listed.created_at, listed.updated_at))
+        .collect())
 }
 
 fn not_found() -> ApiError {

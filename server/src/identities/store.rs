@@ -1,5 +1,8 @@
 //! Signing identities as the `secrets` table keeps them: key secrets whose metadata marks them
 //! (`kind: hm-account-key`) and holds their account id, label, icon and description.
+//!
+//! SQLite-only constructs, for a second backend: `rowid` as the tie-break of a listing (a second
+//! backend needs a sequence column).
 
 use std::collections::BTreeMap;
 
@@ -45,6 +48,69 @@ pub(super) fn store_metadata(
         .prepare_cached("UPDATE secrets SET metadata_cbor = ?3, updated_at = ?4 WHERE account_id = ?1 AND name = ?2")?
         .execute(params![account_id, name, metadata_cbor, now_ms])?;
     Ok(updated > 0)
+}
+
+/// A signing identity's key secret.
+#[derive(Debug)]
+pub(super) struct IdentityKey {
+    /// The secret's id.
+    pub(super) id: String,
+    /// The sealed seed.
+    pub(super) sealed: Vec<u8>,
+    /// Its metadata (it marks a signing identity).
+    pub(super) metadata: BTreeMap<String, Ipld>,
+    /// When it was created.
+    pub(super) created_at: i64,
+}
+
+/// `account_id`'s key secret `name`, when it is a signing identity.
+pub(super) fn identity_key(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<IdentityKey>> {
+    type Raw = (String, Vec<u8>, Option<Vec<u8>>, i64);
+    let row: Option<Raw> = conn
+        .prepare_cached(
+            "SELECT id, ciphertext, metadata_cbor, created_at FROM secrets WHERE account_id = ?1 AND name = ?2",
+        )?
+        .query_row(params![account_id, name], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+        .optional()?;
+    Ok(row.and_then(|(id, sealed, metadata, created_at)| {
+        let metadata = identity_metadata(metadata.as_deref())?;
+        Some(IdentityKey { id, sealed, metadata, created_at })
+    }))
+}
+
+/// A signing identity as listed.
+#[derive(Debug)]
+pub(super) struct Listed {
+    /// The secret's id.
+    pub(super) id: String,
+    /// The key's name.
+    pub(super) name: String,
+    /// Its metadata.
+    pub(super) metadata: BTreeMap<String, Ipld>,
+    /// When it was created.
+    pub(super) created_at: i64,
+    /// When it last changed.
+    pub(super) updated_at: i64,
+}
+
+/// Every signing identity of `account_id`, newest first (secrets whose metadata does not mark
+/// one are left out).
+pub(super) fn identities(conn: &Connection, account_id: &str) -> ApiResult<Vec<Listed>> {
+    type Raw = (String, String, Vec<u8>, i64, i64);
+    let rows: Vec<Raw> = conn
+        .prepare_cached(
+            "SELECT id, name, metadata_cbor, created_at, updated_at FROM secrets
+             WHERE account_id = ?1 AND metadata_cbor IS NOT NULL ORDER BY created_at DESC, rowid DESC",
+        )?
+        .query_map(params![account_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(id, name, metadata, created_at, updated_at)| {
+            let metadata = identity_metadata(Some(&metadata))?;
+            Some(Listed { id, name, metadata, created_at, updated_at })
+        })
+        .collect())
 }
 
 /// Stored metadata decoded as a map, when it marks a signing identity.

@@ -15,7 +15,6 @@ pub(crate) mod store;
 
 use std::path::PathBuf;
 
-use rusqlite::params;
 use seed_agents_protocol::generated::{
     DeleteAgentMemoryFile, DeleteAgentMemoryFileResponse, DownloadAgentMemoryFile, DownloadAgentMemoryFileResponse,
     ListAgentMemory, ListAgentMemoryDir, ListAgentMemoryDirResponse, ListAgentMemoryResponse, ReadAgentMemoryFile,
@@ -43,9 +42,7 @@ async fn open(app: &App, caller: &Caller, agent_id: &str, need: Need) -> ApiResu
     app.db
         .read(move |conn| {
             let access = access::require(conn, &agent_id, &account, need)?;
-            let state_dir: String = conn
-                .prepare_cached("SELECT state_dir FROM agents WHERE id = ?1")?
-                .query_row(params![access.agent_id], |row| row.get(0))?;
+            let state_dir = crate::agents::store::state_dir(conn, &access.agent_id)?;
             let root = PathBuf::from(state_dir).join(path::MEMORY_DIR);
             Ok(Memory { agent_id: access.agent_id, owner_id: access.owner_id, root })
         })

@@ -1,5 +1,8 @@
 //! The `model_providers` table: an account's provider records, stored as canonical CBOR under
 //! `(account_id, name)`.
+//!
+//! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE … RETURNING` (PostgreSQL spells it
+//! the same); the rest is portable SQL.
 
 use rusqlite::{Connection, OptionalExtension, params};
 use seed_agents_protocol::generated::ModelProviderConfig;
@@ -51,6 +54,27 @@ pub(crate) fn load(conn: &Connection, account_id: &str, name: &str) -> ApiResult
     Ok(conn
         .prepare_cached(&format!("SELECT {PROVIDER_COLUMNS} FROM model_providers WHERE account_id = ?1 AND name = ?2"))?
         .query_row(params![account_id, name], row_from_sql)
+        .optional()?)
+}
+
+/// A provider's id, name and stored type (its config unread).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProviderBrief {
+    /// The record id.
+    pub id: String,
+    /// The provider name.
+    pub name: String,
+    /// The provider type as stored.
+    pub type_: String,
+}
+
+/// The id, name and type of provider `name` of `account_id`, when it exists.
+pub(crate) fn brief(conn: &Connection, account_id: &str, name: &str) -> ApiResult<Option<ProviderBrief>> {
+    Ok(conn
+        .prepare_cached("SELECT id, name, type FROM model_providers WHERE account_id = ?1 AND name = ?2")?
+        .query_row(params![account_id, name], |row| {
+            Ok(ProviderBrief { id: row.get(0)?, name: row.get(1)?, type_: row.get(2)? })
+        })
         .optional()?)
 }
 

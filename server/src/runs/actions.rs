@@ -9,8 +9,8 @@ use seed_agents_protocol::generated::{
     ListRunsResponse, SignalRun, SignalRunResponse,
 };
 
-use super::info;
 use super::queue::Changes;
+use super::store;
 use crate::access::{self, Need};
 use crate::app::App;
 use crate::caller::Caller;
@@ -31,7 +31,7 @@ pub(crate) async fn get_run(app: &App, caller: &Caller, action: GetRun) -> ApiRe
     app.db
         .read(move |conn| {
             access::require_run(conn, &action.run_id, &account, Need::Read)?;
-            let run = info::load(conn, &action.run_id)?.ok_or_else(|| ApiError::not_found("Run not found"))?;
+            let run = store::load_info(conn, &action.run_id)?.ok_or_else(|| ApiError::not_found("Run not found"))?;
             Ok(GetRunResponse { extra: Default::default(), run })
         })
         .await
@@ -71,17 +71,9 @@ pub(crate) async fn list_runs(app: &App, caller: &Caller, action: ListRuns) -> A
                 return Ok(ListRunsResponse { extra: Default::default(), runs: Vec::new() });
             }
             let mut runs = match selector {
-                Selector::Root(root) => info::select(conn, "r.root_run_id = ?1", "r.created_at, r.id", -1, &[&root])?,
-                Selector::Session(session) => info::select(
-                    conn,
-                    "r.session_id = ?1 AND r.id = r.root_run_id",
-                    "r.created_at DESC, r.id DESC",
-                    limit,
-                    &[&session],
-                )?,
-                Selector::Agent(agent) => {
-                    info::select(conn, "r.agent_id = ?1", "r.created_at DESC, r.id DESC", limit, &[&agent])?
-                }
+                Selector::Root(root) => store::tree(conn, root)?,
+                Selector::Session(session) => store::session_roots(conn, session, limit)?,
+                Selector::Agent(agent) => store::agent_runs(conn, agent, limit)?,
             };
             if let Some(status) = action.status {
                 runs.retain(|run| run.status == status);

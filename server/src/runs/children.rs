@@ -19,19 +19,20 @@
 use std::collections::{BTreeMap, HashSet};
 
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
+use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
-    MessageEvent, MessageEventRole, MessageEventType, RunStatus, SessionActor, SessionEventPayload, ToolResultEvent,
-    ToolResultEventType,
+    MessageEvent, MessageEventRole, MessageEventType, RunInfoKind, RunStatus, SessionActor, SessionEventPayload,
+    ToolResultEvent, ToolResultEventType,
 };
-use seed_agents_protocol::{Value, wire};
 
 use super::hooks::RunHooks;
 use super::queue::{Changes, sync_session_status};
+use super::store::{self, Delivery};
 use super::wait::Wait;
-use crate::db::Text;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::sessions::events;
+use crate::sessions::store as session_store;
 
 /// The tool name a child's result is recorded under in its parent's log.
 pub(crate) const DELEGATE: &str = "delegate";
@@ -39,51 +40,6 @@ pub(crate) const DELEGATE: &str = "delegate";
 /// What a child that succeeded after its parent's call was already answered reads in its log.
 pub const LATE_RESULT: &str = "Result accepted, but the task that delegated this one had already stopped waiting for \
                                it — nothing was delivered upstream.";
-
-/// A run row as delivery needs it.
-#[derive(Debug)]
-struct Row {
-    id: String,
-    status: RunStatus,
-    kind: String,
-    session_id: Option<String>,
-    agent_id: Option<String>,
-    account_id: String,
-    parent_run_id: Option<String>,
-    parent_tool_call_id: Option<String>,
-    input: Option<Vec<u8>>,
-    output: Option<Vec<u8>>,
-    error: Option<Vec<u8>>,
-    root_run_id: String,
-}
-
-const ROW: &str = "SELECT id, status, kind, session_id, agent_id, account_id, parent_run_id, parent_tool_call_id,
-                          input_cbor, output_cbor, error_cbor, root_run_id FROM runs";
-
-fn row(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<Row>> {
-    conn.prepare_cached(&format!("{ROW} WHERE id = ?1"))?
-        .query_row(params![run_id], |row| {
-            Ok(Row {
-                id: row.get(0)?,
-                status: row.get::<_, Text<RunStatus>>(1)?.0,
-                kind: row.get(2)?,
-                session_id: row.get(3)?,
-                agent_id: row.get(4)?,
-                account_id: row.get(5)?,
-                parent_run_id: row.get(6)?,
-                parent_tool_call_id: row.get(7)?,
-                input: row.get(8)?,
-                output: row.get(9)?,
-                error: row.get(10)?,
-                root_run_id: row.get(11)?,
-            })
-        })
-        .optional()
-}
-
-fn decode(bytes: Option<&[u8]>) -> Ipld {
-    bytes.and_then(|bytes| wire::decode_ipld(bytes).ok()).unwrap_or(Ipld::Null)
-}
 
 fn text_field(value: &Ipld, key: &str) -> Option<String> {
     match value {
@@ -97,17 +53,14 @@ fn text_field(value: &Ipld, key: &str) -> Option<String> {
 
 /// The parent call a run answers: its own link, or (for a later run on a child's session) the
 /// link of the run that spawned the session. `(parent run, parent tool call)`.
-fn link_of(conn: &Connection, run: &Row) -> ApiResult<Option<(String, String)>> {
+fn link_of(conn: &Connection, run: &Delivery) -> ApiResult<Option<(String, String)>> {
     if let (Some(parent), Some(call)) = (&run.parent_run_id, &run.parent_tool_call_id) {
         return Ok(Some((parent.clone(), call.clone())));
     }
     let Some(session_id) = &run.session_id else { return Ok(None) };
-    let spawning: Option<Option<String>> = conn
-        .prepare_cached("SELECT run_id FROM sessions WHERE id = ?1")?
-        .query_row(params![session_id], |row| row.get(0))
-        .optional()?;
-    let Some(spawning) = spawning.flatten().filter(|spawning| *spawning != run.id) else { return Ok(None) };
-    let Some(spawning) = row(conn, &spawning)? else { return Ok(None) };
+    let spawning = session_store::spawning_run(conn, session_id)?;
+    let Some(spawning) = spawning.filter(|spawning| *spawning != run.id) else { return Ok(None) };
+    let Some(spawning) = store::delivery(conn, &spawning)? else { return Ok(None) };
     Ok(match (spawning.parent_run_id, spawning.parent_tool_call_id) {
         (Some(parent), Some(call)) => Some((parent, call)),
         _ => None,
@@ -135,39 +88,21 @@ fn answered(conn: &Connection, session_id: &str) -> ApiResult<HashSet<String>> {
 /// The calls of session `session_id` a child still works on: calls of its runs' live children
 /// (queued, claimed, running or waiting) that have no result yet.
 pub(crate) fn live_child_calls(conn: &Connection, session_id: &str) -> ApiResult<HashSet<String>> {
-    let calls: Vec<String> = conn
-        .prepare_cached(
-            "SELECT c.parent_tool_call_id FROM runs c JOIN runs p ON p.id = c.parent_run_id
-             WHERE p.session_id = ?1 AND c.parent_tool_call_id IS NOT NULL
-               AND c.status IN ('queued', 'claimed', 'running', 'waiting')",
-        )?
-        .query_map(params![session_id], |row| row.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(calls.into_iter().collect())
+    Ok(store::live_child_calls(conn, session_id)?.into_iter().collect())
 }
 
 /// The calls of run `run_id` whose children are still live, oldest first (a parent that was
 /// executing when the server died parks on them again instead of answering without them).
 pub(crate) fn live_children_of(conn: &Connection, run_id: &str) -> ApiResult<Vec<String>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT parent_tool_call_id FROM runs WHERE parent_run_id = ?1 AND parent_tool_call_id IS NOT NULL
-               AND status IN ('queued', 'claimed', 'running', 'waiting') ORDER BY created_at, id",
-        )?
-        .query_map(params![run_id], |row| row.get(0))?
-        .collect::<rusqlite::Result<_>>()?)
+    Ok(store::live_children_of(conn, run_id)?)
 }
 
 /// Pending calls as the replay shows them: every call a `waiting` run of the session is parked
 /// on, and every call a live child still works on.
 pub(crate) fn pending_calls(conn: &Connection, session_id: &str) -> ApiResult<HashSet<String>> {
     let mut pending = live_child_calls(conn, session_id)?;
-    let waits: Vec<Option<Vec<u8>>> = conn
-        .prepare_cached("SELECT wait_cbor FROM runs WHERE session_id = ?1 AND status = 'waiting'")?
-        .query_map(params![session_id], |row| row.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    for wait in waits.into_iter().flatten() {
-        if let Ok(Wait::Children { tool_call_ids }) = wire::from_slice::<Wait>(&wait) {
+    for wait in store::session_waits(conn, session_id)? {
+        if let Wait::Children { tool_call_ids } = wait {
             pending.extend(tool_call_ids);
         }
     }
@@ -182,13 +117,13 @@ pub(crate) fn finalized(
     now_ms: i64,
     changes: &mut Changes,
 ) -> ApiResult<()> {
-    let Some(run) = row(conn, run_id)? else { return Ok(()) };
-    if run.kind != "agent" {
+    let Some(run) = store::delivery(conn, run_id)? else { return Ok(()) };
+    if run.kind != RunInfoKind::Agent {
         return Ok(());
     }
     if let (Some(session_id), Some(agent_id)) = (&run.session_id, &run.agent_id)
         && matches!(run.status, RunStatus::Succeeded | RunStatus::Failed)
-        && !session_has_live_run(conn, session_id)?
+        && !store::session_has_live_run(conn, session_id)?
         && hooks.session_quiet(conn, session_id, run.status == RunStatus::Succeeded, now_ms)?
     {
         changes.session(session_id, agent_id);
@@ -200,18 +135,9 @@ pub(crate) fn finalized(
     deliver(conn, &run, &parent_id, &call_id, now_ms, changes)
 }
 
-/// Whether any run of the session is queued, claimed, running or waiting.
-fn session_has_live_run(conn: &Connection, session_id: &str) -> rusqlite::Result<bool> {
-    conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = ?1
-             AND status IN ('queued', 'claimed', 'running', 'waiting'))",
-    )?
-    .query_row(params![session_id], |row| row.get(0))
-}
-
 /// `input.planStepId` of a run.
-fn plan_step_of(run: &Row) -> Option<String> {
-    text_field(&decode(run.input.as_deref()), "planStepId")
+fn plan_step_of(run: &Delivery) -> Option<String> {
+    text_field(&run.input, "planStepId")
 }
 
 /// Settles the parent's plan step when every run of the tree attached to it (spawned from the
@@ -219,33 +145,22 @@ fn plan_step_of(run: &Row) -> Option<String> {
 fn settle_plan_step(
     conn: &Connection,
     hooks: &dyn RunHooks,
-    child: &Row,
+    child: &Delivery,
     parent_id: &str,
     now_ms: i64,
     changes: &mut Changes,
 ) -> ApiResult<()> {
     let Some(step_id) = plan_step_of(child) else { return Ok(()) };
-    let Some(parent) = row(conn, parent_id)? else { return Ok(()) };
+    let Some(parent) = store::delivery(conn, parent_id)? else { return Ok(()) };
     let (Some(session_id), Some(agent_id)) = (&parent.session_id, &parent.agent_id) else { return Ok(()) };
-    /// A tree member: its status, its parent's session, its input, its parent.
-    type Member = (RunStatus, Option<String>, Option<Vec<u8>>, Option<String>);
-    let tree: Vec<Member> = conn
-        .prepare_cached(
-            "SELECT r.status, p.session_id, r.input_cbor, r.parent_run_id FROM runs r
-             LEFT JOIN runs p ON p.id = r.parent_run_id WHERE r.root_run_id = ?1",
-        )?
-        .query_map(params![parent.root_run_id], |row| {
-            Ok((row.get::<_, Text<RunStatus>>(0)?.0, row.get(1)?, row.get(2)?, row.get(3)?))
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    let attached: Vec<RunStatus> = tree
+    let attached: Vec<RunStatus> = store::tree_members(conn, &parent.root_run_id)?
         .iter()
-        .filter(|(_, parent_session, input, parent)| {
-            parent.is_some()
-                && parent_session.as_deref() == Some(session_id.as_str())
-                && text_field(&decode(input.as_deref()), "planStepId").as_deref() == Some(step_id.as_str())
+        .filter(|member| {
+            member.parent_run_id.is_some()
+                && member.parent_session_id.as_deref() == Some(session_id.as_str())
+                && text_field(&member.input, "planStepId").as_deref() == Some(step_id.as_str())
         })
-        .map(|(status, ..)| *status)
+        .map(|member| member.status)
         .collect();
     if attached.is_empty() || attached.iter().any(|status| *status != RunStatus::Succeeded) {
         return Ok(());
@@ -257,7 +172,7 @@ fn settle_plan_step(
 }
 
 /// The result a parent's call receives for a child that ended: always data, never an error.
-fn result_of(child: &Row) -> Ipld {
+fn result_of(child: &Delivery) -> Ipld {
     let mut fields = BTreeMap::new();
     fields.insert("runId".to_owned(), Ipld::String(child.id.clone()));
     if let Some(session_id) = &child.session_id {
@@ -266,15 +181,15 @@ fn result_of(child: &Row) -> Ipld {
     match child.status {
         RunStatus::Succeeded => {
             fields.insert("status".to_owned(), Ipld::String("succeeded".into()));
-            fields.insert("output".to_owned(), decode(child.output.as_deref()));
+            fields.insert("output".to_owned(), child.output.clone());
         }
         RunStatus::Canceled => {
             fields.insert("status".to_owned(), Ipld::String("canceled".into()));
         }
         _ => {
-            let error = decode(child.error.as_deref());
-            let code = text_field(&error, "code").unwrap_or_else(|| "run-failed".into());
-            let message = text_field(&error, "message").unwrap_or_else(|| "Sub-session failed".into());
+            let error = &child.error;
+            let code = text_field(error, "code").unwrap_or_else(|| "run-failed".into());
+            let message = text_field(error, "message").unwrap_or_else(|| "Sub-session failed".into());
             fields.insert("status".to_owned(), Ipld::String("failed".into()));
             fields.insert(
                 "error".to_owned(),
@@ -292,15 +207,15 @@ fn result_of(child: &Row) -> Ipld {
 /// then takes the call out of the parent's wait set.
 fn deliver(
     conn: &Connection,
-    child: &Row,
+    child: &Delivery,
     parent_id: &str,
     call_id: &str,
     now_ms: i64,
     changes: &mut Changes,
 ) -> ApiResult<()> {
-    let Some(parent) = row(conn, parent_id)? else { return Ok(()) };
+    let Some(parent) = store::delivery(conn, parent_id)? else { return Ok(()) };
     let (Some(session_id), Some(agent_id)) = (&parent.session_id, &parent.agent_id) else { return Ok(()) };
-    if parent.kind != "agent" {
+    if parent.kind != RunInfoKind::Agent {
         return Ok(());
     }
     if !has_result(conn, session_id, call_id)? {
@@ -348,22 +263,15 @@ fn append(
     changes: &mut Changes,
 ) -> ApiResult<()> {
     let event = events::append(conn, session_id, payload, now_ms)?;
-    conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?.execute(params![session_id, now_ms])?;
+    session_store::touch(conn, session_id, now_ms)?;
     changes.event(owner, agent_id, event);
     Ok(())
 }
 
 fn wait_of(conn: &Connection, run_id: &str) -> ApiResult<Option<Vec<String>>> {
-    let bytes: Option<Option<Vec<u8>>> = conn
-        .prepare_cached("SELECT wait_cbor FROM runs WHERE id = ?1 AND status = 'waiting'")?
-        .query_row(params![run_id], |row| row.get(0))
-        .optional()?;
-    match bytes.flatten() {
-        Some(bytes) => match wire::from_slice::<Wait>(&bytes).map_err(ApiError::internal)? {
-            Wait::Children { tool_call_ids } => Ok(Some(tool_call_ids)),
-            _ => Ok(None),
-        },
-        None => Ok(None),
+    match store::parked_wait(conn, run_id)? {
+        Some(Wait::Children { tool_call_ids }) => Ok(Some(tool_call_ids)),
+        _ => Ok(None),
     }
 }
 
@@ -382,23 +290,13 @@ fn resolve_wait(conn: &Connection, run_id: &str, call_id: &str, now_ms: i64, cha
 /// `created_at`, unchanged; resuming is not a new execution, so `attempt` stays).
 fn store_wait(conn: &Connection, run_id: &str, ids: Vec<String>, now_ms: i64, changes: &mut Changes) -> ApiResult<()> {
     if ids.is_empty() {
-        conn.prepare_cached(
-            "UPDATE runs SET status = 'queued', wait_cbor = NULL, not_before = NULL, updated_at = ?2
-             WHERE id = ?1 AND status = 'waiting'",
-        )?
-        .execute(params![run_id, now_ms])?;
+        store::resume_parked(conn, run_id, now_ms)?;
         changes.wake();
     } else {
-        let bytes = wire::to_vec(&Wait::Children { tool_call_ids: ids }).map_err(ApiError::internal)?;
-        conn.prepare_cached("UPDATE runs SET wait_cbor = ?2, updated_at = ?3 WHERE id = ?1 AND status = 'waiting'")?
-            .execute(params![run_id, bytes, now_ms])?;
+        store::set_parked_wait(conn, run_id, &Wait::Children { tool_call_ids: ids }, now_ms)?;
     }
     changes.run(conn, run_id)?;
-    let session: Option<Option<String>> = conn
-        .prepare_cached("SELECT session_id FROM runs WHERE id = ?1")?
-        .query_row(params![run_id], |row| row.get(0))
-        .optional()?;
-    if let Some(session_id) = session.flatten() {
+    if let Some(session_id) = store::session_of(conn, run_id)? {
         sync_session_status(conn, &session_id, now_ms, changes)?;
     }
     Ok(())
@@ -408,11 +306,7 @@ fn store_wait(conn: &Connection, run_id: &str, ids: Vec<String>, now_ms: i64, ch
 /// set; with none left it is requeued. Whether it stays parked.
 pub(crate) fn park(conn: &Connection, run_id: &str, now_ms: i64, changes: &mut Changes) -> ApiResult<bool> {
     let Some(ids) = wait_of(conn, run_id)? else { return Ok(false) };
-    let session: Option<Option<String>> = conn
-        .prepare_cached("SELECT session_id FROM runs WHERE id = ?1")?
-        .query_row(params![run_id], |row| row.get(0))
-        .optional()?;
-    let Some(session_id) = session.flatten() else { return Ok(true) };
+    let Some(session_id) = store::session_of(conn, run_id)? else { return Ok(true) };
     let answered = answered(conn, &session_id)?;
     let open: Vec<String> = ids.iter().filter(|id| !answered.contains(*id)).cloned().collect();
     if open.len() == ids.len() {
@@ -428,22 +322,12 @@ pub(crate) fn park(conn: &Connection, run_id: &str, now_ms: i64, changes: &mut C
 /// written by an older build may lag), then the park race closer. Returns how many runs were
 /// requeued.
 pub(crate) fn boot_reconcile(conn: &Connection, now_ms: i64, changes: &mut Changes) -> ApiResult<usize> {
-    let waiting: Vec<String> = conn
-        .prepare_cached("SELECT id FROM runs WHERE status = 'waiting' AND not_before IS NULL")?
-        .query_map([], |row| row.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+    let waiting = store::parked_without_timer(conn)?;
     let mut requeued = 0;
     for run_id in waiting {
         let Some(ids) = wait_of(conn, &run_id)? else { continue };
-        let children: Vec<String> = conn
-            .prepare_cached(
-                "SELECT id FROM runs WHERE parent_run_id = ?1 AND parent_tool_call_id IS NOT NULL
-                   AND status IN ('succeeded', 'failed', 'canceled')",
-            )?
-            .query_map(params![run_id], |row| row.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        for child_id in children {
-            let Some(child) = row(conn, &child_id)? else { continue };
+        for child_id in store::ended_children(conn, &run_id)? {
+            let Some(child) = store::delivery(conn, &child_id)? else { continue };
             if let Some(call_id) = child.parent_tool_call_id.clone()
                 && ids.contains(&call_id)
             {
@@ -459,6 +343,9 @@ pub(crate) fn boot_reconcile(conn: &Connection, now_ms: i64, changes: &mut Chang
 
 #[cfg(test)]
 mod tests {
+    use rusqlite::params;
+    use seed_agents_protocol::wire;
+
     use super::*;
     use crate::db::migrated_in_memory;
 

@@ -30,6 +30,7 @@ use super::finish::{self, Backoff, Lease, Settled};
 use super::hooks::{Ending, NoHooks, RunHooks};
 pub(crate) use super::queue::Claimed;
 use super::queue::{self, Changes};
+use super::store;
 pub(crate) use super::wait::Wait;
 use crate::bus::{Bus, Event};
 use crate::clock::Clock;
@@ -390,8 +391,8 @@ impl Engine {
             .db
             .write(move |conn| {
                 let claimed = match &run_id {
-                    Some(run_id) => queue::claim_run(conn, run_id, &inner.owner, now, lease_until)?,
-                    None => queue::claim_next(conn, &inner.owner, now, lease_until)?,
+                    Some(run_id) => store::claim_run(conn, run_id, &inner.owner, now, lease_until)?,
+                    None => store::claim_next(conn, &inner.owner, now, lease_until)?,
                 };
                 let Some(claimed) = claimed else { return Ok(None) };
                 let mut changes = Changes::default();
@@ -478,7 +479,7 @@ async fn sweep(engine: &Engine) {
 /// first tells whether either has anything to do, so an idle server does not queue writes.
 async fn pass(engine: &Engine) {
     let (now, owner) = (engine.inner.clock.now_ms(), engine.inner.owner.clone());
-    let due = match engine.inner.db.read(move |conn| Ok(queue::due(conn, &owner, now)?)).await {
+    let due = match engine.inner.db.read(move |conn| Ok(store::due(conn, &owner, now)?)).await {
         Ok(due) => due,
         Err(error) => {
             tracing::warn!(%error, "looking for due runs failed");
@@ -612,7 +613,7 @@ async fn renew(engine: Engine, run_id: String) {
         tokio::time::sleep(limits.renew_every).await;
         let (id, owner) = (run_id.clone(), engine.inner.owner.clone());
         let lease_until = engine.inner.clock.now_ms() + limits.lease_ms;
-        match engine.inner.db.write(move |conn| Ok(queue::renew_lease(conn, &id, &owner, lease_until)?)).await {
+        match engine.inner.db.write(move |conn| Ok(store::renew_lease(conn, &id, &owner, lease_until)?)).await {
             Ok(true) => {}
             Ok(false) => {
                 tracing::warn!(run = %run_id, "an executing run's lease is no longer this process's");

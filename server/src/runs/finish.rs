@@ -15,21 +15,20 @@
 //! never overwritten (upstream's quirk, docs/runtime.md §3.3).
 
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use seed_agents_protocol::generated::{
-    ErrorEvent, ErrorEventType, RunStatus, RunUsageInfo, RunUsageInfoChildren, SessionEventPayload,
+    ErrorEvent, ErrorEventType, RunInfoKind, RunStatus, RunUsageInfo, RunUsageInfoChildren, SessionEventPayload,
 };
-use seed_agents_protocol::wire;
-use serde::{Deserialize, Serialize};
 
 use super::children;
 use super::executor::{FailureCode, Outcome, RunFailure};
 use super::hooks::RunHooks;
 use super::queue::{Changes, sync_session_status};
+use super::store::{self, Finishing, StoredFailure};
 use super::wait::Wait;
-use crate::db::{Cbor, Generic, Text};
-use crate::error::{ApiError, ApiResult, ErrorKind};
+use crate::error::{ApiResult, ErrorKind};
 use crate::sessions::events;
+use crate::sessions::store as session_store;
 
 /// What finishing stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,22 +59,6 @@ impl Backoff {
         let span = delay.clamp(1, 1_000);
         delay + i64::from(random) % span
     }
-}
-
-/// A failure as `error_cbor` holds it: `RunInfo.error`'s `code` and `message`, plus what the
-/// engine and an inline caller need.
-#[derive(Debug, Serialize, Deserialize)]
-struct StoredFailure {
-    code: String,
-    message: String,
-    #[serde(default)]
-    retryable: bool,
-    /// [`ErrorKind::as_str`] of what an inline caller hears.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    kind: Option<String>,
-    /// What rows written before `kind` existed hold instead (see [`legacy_kind`]).
-    #[serde(rename = "httpStatus", default, skip_serializing)]
-    legacy_status: Option<u16>,
 }
 
 impl From<&RunFailure> for StoredFailure {
@@ -122,23 +105,6 @@ fn legacy_kind(status: u16) -> ErrorKind {
     }
 }
 
-/// The row as finishing needs it.
-struct Current {
-    status: RunStatus,
-    lease_owner: Option<String>,
-    attempt: u32,
-    max_attempts: u32,
-    session_id: Option<String>,
-    kind: String,
-    parent_run_id: Option<String>,
-    output: Option<Cbor<Generic>>,
-    error: Option<Cbor<StoredFailure>>,
-}
-
-fn encoding_failed(error: wire::WireError) -> ApiError {
-    ApiError::internal(error)
-}
-
 /// The execution an outcome is for: the run, and the lease owner it executed under.
 #[derive(Debug, Clone, Copy)]
 pub struct Lease<'a> {
@@ -158,7 +124,7 @@ pub fn finish(
     retry: (Backoff, u32),
     changes: &mut Changes,
 ) -> ApiResult<Settled> {
-    let Some(current) = current(conn, run_id)? else { return Ok(Settled::Ignored) };
+    let Some(current) = store::finishing(conn, run_id)? else { return Ok(Settled::Ignored) };
     match current.status {
         RunStatus::Succeeded | RunStatus::Failed | RunStatus::Canceled => return Ok(Settled::Stored(stored(current))),
         RunStatus::Claimed | RunStatus::Running if current.lease_owner.as_deref() == Some(owner) => {}
@@ -174,7 +140,7 @@ pub fn finish(
             (Settled::Stored(Outcome::Canceled(output)), true)
         }
         Outcome::Parked(wait) => {
-            park(conn, run_id, &wait, now_ms)?;
+            store::park(conn, run_id, &wait, now_ms)?;
             // The race closer: a child may have answered between the executor's check and now.
             if matches!(wait, Wait::Children { .. }) && !children::park(conn, run_id, now_ms, changes)? {
                 (Settled::Requeued, false)
@@ -185,17 +151,12 @@ pub fn finish(
         Outcome::Failed(failure) if failure.retryable && current.attempt < current.max_attempts => {
             let (backoff, random) = retry;
             let not_before = now_ms.saturating_add(backoff.delay(current.attempt, random));
-            let error = wire::to_vec(&StoredFailure::from(&failure)).map_err(encoding_failed)?;
-            conn.prepare_cached(
-                "UPDATE runs SET status = 'queued', error_cbor = ?2, lease_owner = NULL, lease_expires_at = NULL,
-                     not_before = ?3, attempt = attempt + 1, updated_at = ?4 WHERE id = ?1",
-            )?
-            .execute(params![run_id, error, not_before, now_ms])?;
+            store::requeue_for_retry(conn, run_id, &StoredFailure::from(&failure), not_before, now_ms)?;
             (Settled::Requeued, false)
         }
         Outcome::Failed(failure) => {
             end(conn, hooks, run_id, End::Failed(&failure), now_ms, changes)?;
-            if current.kind == "agent"
+            if current.kind == RunInfoKind::Agent
                 && let Some(session_id) = &current.session_id
             {
                 append_error(conn, session_id, &failure.message, now_ms, changes)?;
@@ -213,7 +174,7 @@ pub fn finish(
     if let Some(session_id) = &current.session_id {
         let synced = sync_session_status(conn, session_id, now_ms, changes)?;
         // A turn queued behind this one may be claimed now that the session is free.
-        if current.kind == "agent" && synced.streaming {
+        if current.kind == RunInfoKind::Agent && synced.streaming {
             changes.wake();
         }
     }
@@ -235,48 +196,25 @@ pub(crate) enum State {
 
 /// Where run `run_id` is.
 pub(crate) fn state(conn: &Connection, run_id: &str) -> ApiResult<State> {
-    let Some(current) = current(conn, run_id)? else { return Ok(State::Missing) };
+    let Some(current) = store::finishing(conn, run_id)? else { return Ok(State::Missing) };
     Ok(match current.status {
         RunStatus::Queued => State::Queued,
         RunStatus::Claimed | RunStatus::Running => State::Executing,
         RunStatus::Waiting => {
-            let wait: Option<Cbor<Wait>> = conn
-                .prepare_cached("SELECT wait_cbor FROM runs WHERE id = ?1")?
-                .query_row(params![run_id], |row| row.get(0))?;
-            State::Ended(Outcome::Parked(wait.map_or(Wait::BudgetPause { note: None }, |Cbor(wait)| wait)))
+            let wait = store::wait(conn, run_id)?;
+            State::Ended(Outcome::Parked(wait.unwrap_or(Wait::BudgetPause { note: None })))
         }
         RunStatus::Succeeded | RunStatus::Failed | RunStatus::Canceled => State::Ended(stored(current)),
     })
 }
 
-fn current(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<Current>> {
-    conn.prepare_cached(
-        "SELECT status, lease_owner, attempt, max_attempts, session_id, kind, parent_run_id, output_cbor, error_cbor
-         FROM runs WHERE id = ?1",
-    )?
-    .query_row(params![run_id], |row| {
-        Ok(Current {
-            status: row.get::<_, Text<RunStatus>>(0)?.0,
-            lease_owner: row.get(1)?,
-            attempt: row.get(2)?,
-            max_attempts: row.get(3)?,
-            session_id: row.get(4)?,
-            kind: row.get(5)?,
-            parent_run_id: row.get(6)?,
-            output: row.get(7)?,
-            error: row.get(8)?,
-        })
-    })
-    .optional()
-}
-
 /// What an ended run ended with.
-fn stored(current: Current) -> Outcome {
-    let output = current.output.map_or(Ipld::Null, |Cbor(Generic(output))| output);
+fn stored(current: Finishing) -> Outcome {
+    let output = current.output.unwrap_or(Ipld::Null);
     match current.status {
         RunStatus::Succeeded => Outcome::Succeeded(output),
         RunStatus::Failed => Outcome::Failed(match current.error {
-            Some(Cbor(failure)) => failure.into_failure(),
+            Some(failure) => failure.into_failure(),
             None => RunFailure {
                 code: FailureCode::RunFailed,
                 message: "Agent run failed".into(),
@@ -307,34 +245,19 @@ fn end(
     now_ms: i64,
     changes: &mut Changes,
 ) -> ApiResult<()> {
+    let stored;
     let (status, output, error) = match ended {
-        End::Succeeded(output) => {
-            (RunStatus::Succeeded, Some(wire::ipld_to_vec(output).map_err(encoding_failed)?), None)
-        }
-        End::Canceled(output) => (RunStatus::Canceled, Some(wire::ipld_to_vec(output).map_err(encoding_failed)?), None),
+        End::Succeeded(output) => (RunStatus::Succeeded, Some(output), None),
+        End::Canceled(output) => (RunStatus::Canceled, Some(output), None),
         End::Failed(failure) => {
-            (RunStatus::Failed, None, Some(wire::to_vec(&StoredFailure::from(failure)).map_err(encoding_failed)?))
+            stored = StoredFailure::from(failure);
+            (RunStatus::Failed, None, Some(&stored))
         }
     };
-    conn.prepare_cached(
-        "UPDATE runs SET status = ?2, output_cbor = COALESCE(?3, output_cbor), error_cbor = ?4, wait_cbor = NULL,
-             lease_owner = NULL, lease_expires_at = NULL, not_before = NULL, finished_at = ?5, updated_at = ?5
-         WHERE id = ?1",
-    )?
-    .execute(params![run_id, Text(status), output, error, now_ms])?;
+    store::end(conn, run_id, status, output, error, now_ms)?;
     if hooks.run_ended(conn, run_id)? {
         changes.end_watched(run_id);
     }
-    Ok(())
-}
-
-fn park(conn: &Connection, run_id: &str, wait: &Wait, now_ms: i64) -> ApiResult<()> {
-    let stored = wire::to_vec(wait).map_err(encoding_failed)?;
-    conn.prepare_cached(
-        "UPDATE runs SET status = 'waiting', wait_cbor = ?2, lease_owner = NULL, lease_expires_at = NULL,
-             not_before = ?3, updated_at = ?4 WHERE id = ?1",
-    )?
-    .execute(params![run_id, stored, wait.wake_at(), now_ms])?;
     Ok(())
 }
 
@@ -347,13 +270,7 @@ fn append_error(
     now_ms: i64,
     changes: &mut Changes,
 ) -> ApiResult<()> {
-    let Some((owner, agent)) = conn
-        .prepare_cached("SELECT account_id, agent_id FROM sessions WHERE id = ?1")?
-        .query_row(params![session_id], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))
-        .optional()?
-    else {
-        return Ok(());
-    };
+    let Some((owner, agent)) = session_store::owner_and_agent(conn, session_id)? else { return Ok(()) };
     let payload = SessionEventPayload::ErrorEvent(ErrorEvent {
         extra: Default::default(),
         actor: None,
@@ -361,7 +278,7 @@ fn append_error(
         type_: ErrorEventType::Error,
     });
     let event = events::append(conn, session_id, payload, now_ms)?;
-    conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?.execute(params![session_id, now_ms])?;
+    session_store::touch(conn, session_id, now_ms)?;
     changes.event(&owner, &agent, event);
     Ok(())
 }
@@ -393,39 +310,22 @@ fn zero_usage() -> RunUsageInfo {
     }
 }
 
-fn usage_of(conn: &Connection, run_id: &str) -> ApiResult<Option<RunUsageInfo>> {
-    let bytes: Option<Option<Vec<u8>>> = conn
-        .prepare_cached("SELECT usage_cbor FROM runs WHERE id = ?1")?
-        .query_row(params![run_id], |row| row.get(0))
-        .optional()?;
-    match bytes.flatten() {
-        Some(bytes) => Ok(Some(wire::from_slice(&bytes).map_err(ApiError::internal)?)),
-        None => Ok(None),
-    }
-}
-
-fn store_usage(conn: &Connection, run_id: &str, usage: &RunUsageInfo) -> ApiResult<()> {
-    let bytes = wire::to_vec(usage).map_err(encoding_failed)?;
-    conn.prepare_cached("UPDATE runs SET usage_cbor = ?2 WHERE id = ?1")?.execute(params![run_id, bytes])?;
-    Ok(())
-}
-
 /// Adds `usage` to run `run_id`'s usage (every pass and step adds; nothing is overwritten). No
 /// event: the next run change carries it.
 pub(crate) fn add_usage(conn: &Connection, run_id: &str, usage: &Usage) -> ApiResult<()> {
-    let mut total = usage_of(conn, run_id)?.unwrap_or_else(zero_usage);
+    let mut total = store::usage(conn, run_id)?.unwrap_or_else(zero_usage);
     total.input += usage.input;
     total.output += usage.output;
     total.cache_read += usage.cache_read;
     total.cache_write += usage.cache_write;
     total.total += usage.total;
-    store_usage(conn, run_id, &total)
+    Ok(store::set_usage(conn, run_id, &total)?)
 }
 
 /// Rolls a finished child's usage (its own and its children's) into `parent`'s `usage.children`.
 fn roll_up_usage(conn: &Connection, child: &str, parent: &str) -> ApiResult<()> {
-    let child = usage_of(conn, child)?;
-    let mut usage = usage_of(conn, parent)?.unwrap_or_else(zero_usage);
+    let child = store::usage(conn, child)?;
+    let mut usage = store::usage(conn, parent)?.unwrap_or_else(zero_usage);
     let children = usage.children.get_or_insert(RunUsageInfoChildren {
         extra: Default::default(),
         cache_read: 0,
@@ -444,7 +344,7 @@ fn roll_up_usage(conn: &Connection, child: &str, parent: &str) -> ApiResult<()> 
         children.total += child.total + nested.map_or(0, |n| n.total);
     }
     children.runs += 1;
-    store_usage(conn, parent, &usage)
+    Ok(store::set_usage(conn, parent, &usage)?)
 }
 
 /// [`roll_up_usage`] for a child canceled outside [`finish`] (tree cancellation).
@@ -454,6 +354,8 @@ pub(super) fn roll_up_canceled(conn: &Connection, child: &str, parent: &str) -> 
 
 #[cfg(test)]
 mod tests {
+    use seed_agents_protocol::wire;
+
     use super::*;
 
     fn read(stored: &StoredFailure) -> RunFailure {

@@ -12,7 +12,8 @@
 //! - [`executor`]: the [`Executor`](executor::Executor) interface the model loop implements, with
 //!   what it is given ([`Claimed`](queue::Claimed), [`StopSignal`](executor::StopSignal)) and
 //!   reports ([`Outcome`]);
-//! - [`wait`]: what a parked run waits for; [`info`]: rows read back as `RunInfo`;
+//! - [`wait`]: what a parked run waits for;
+//! - [`store`]: every statement on the `runs` table, and run rows read back as `RunInfo`;
 //! - [`children`]: delegated children answering their parents' calls (delivery, wait sets,
 //!   plan step settlement, the race closers);
 //! - [`actions`]: `GetRun`, `ListRuns`, `CancelRun`, `SignalRun`, `GetRunJournal`.
@@ -28,9 +29,9 @@ pub(crate) mod engine;
 pub(crate) mod executor;
 pub(crate) mod finish;
 pub(crate) mod hooks;
-pub(crate) mod info;
 pub(crate) mod queue;
 pub(crate) mod signal;
+pub(crate) mod store;
 pub(crate) mod wait;
 
 #[cfg(test)]
@@ -40,26 +41,13 @@ pub(crate) use engine::{Engine, InlineOutcome, Limits, Outcome};
 pub(crate) use finish::{Usage, add_usage};
 pub(crate) use hooks::RunHooks;
 pub(crate) use queue::{Changes, NewRun, Queue, enqueue};
-pub(crate) use wait::Wait;
 
-use rusqlite::{Connection, params};
-
-/// Whether an agent turn holds the session: one of its `agent` runs is queued, claimed or running.
-///
-/// `InvokeSessionTool` refuses user verbs while this holds, so the user's tool events never land
-/// in the middle of a turn. As upstream decides it, a `waiting` run (parked on children, a timer,
-/// an event or a budget pause) does not count, since a parked parent still converses and its resume
-/// queues behind new turns; workflow runs do not count either. Served by `runs_by_session_status`.
-pub(crate) fn session_has_active_turn(conn: &Connection, session_id: &str) -> rusqlite::Result<bool> {
-    conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = ?1 AND kind = 'agent'
-             AND status IN ('queued', 'claimed', 'running'))",
-    )?
-    .query_row(params![session_id], |row| row.get(0))
-}
+pub(crate) use store::session_has_active_turn;
 
 #[cfg(test)]
 mod tests {
+    use rusqlite::{Connection, params};
+
     use super::*;
     use crate::db::migrated_in_memory;
 

@@ -7,9 +7,10 @@
 //! there is no run journal to deliver a payload into, so a signal for any other run is not
 //! delivered, which is a normal outcome, not an error.
 
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 
 use super::queue::Changes;
+use super::store;
 use super::wait::Wait;
 use crate::error::ApiResult;
 
@@ -36,17 +37,8 @@ pub(crate) fn deliver_to_listener(
     now_ms: i64,
     changes: &mut Changes,
 ) -> ApiResult<Option<String>> {
-    let parked: Vec<(String, Option<Vec<u8>>)> = conn
-        .prepare_cached(
-            "SELECT id, wait_cbor FROM runs WHERE account_id = ?1 AND agent_id = ?2 AND status = 'waiting'
-             ORDER BY created_at, id",
-        )?
-        .query_map(params![account_id, agent_id], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<rusqlite::Result<_>>()?;
-    for (run_id, wait) in parked {
-        let on_event = wait.is_some_and(|bytes| {
-            matches!(seed_agents_protocol::wire::from_slice::<Wait>(&bytes), Ok(Wait::Event { .. }))
-        });
+    for (run_id, wait) in store::parked_of_agent(conn, account_id, agent_id)? {
+        let on_event = matches!(wait, Some(Wait::Event { .. }));
         if on_event && deliver(conn, &run_id, now_ms, changes)? {
             return Ok(Some(run_id));
         }

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use seed_agents_protocol::generated::{MessageEvent, MessageEventRole, MessageEventType, SessionEventPayload};
 use seed_agents_protocol::wire;
 use serde_json::{Value as Json, json};
@@ -30,6 +30,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::model::ToolSpec;
 use crate::runs::queue::{Changes, NewRun, Queue, enqueue, enqueue_child};
 use crate::sessions::events;
+use crate::sessions::store::{self as session_store, NewChild, TitleSource};
 
 /// The deepest a run tree (awaited children) or a session chain (detached ones) may go.
 pub(crate) const MAX_DEPTH: i64 = 3;
@@ -262,22 +263,11 @@ pub(crate) fn session_contract(conn: &Connection, session_id: &str) -> ApiResult
 
 /// The spec stored by the run that spawned `session_id`, unless that run is `except`.
 fn spawning_contract(conn: &Connection, session_id: &str, except: Option<&str>) -> ApiResult<Option<Spec>> {
-    let spawning: Option<Option<String>> = conn
-        .prepare_cached("SELECT run_id FROM sessions WHERE id = ?1")?
-        .query_row(params![session_id], |row| row.get(0))
-        .optional()?;
-    let Some(spawning) = spawning.flatten().filter(|spawning| Some(spawning.as_str()) != except) else {
+    let spawning = session_store::spawning_run(conn, session_id)?;
+    let Some(spawning) = spawning.filter(|spawning| Some(spawning.as_str()) != except) else {
         return Ok(None);
     };
-    let input: Option<Vec<u8>> = conn
-        .prepare_cached("SELECT input_cbor FROM runs WHERE id = ?1")?
-        .query_row(params![spawning], |row| row.get(0))
-        .optional()?;
-    Ok(input.as_deref().and_then(spec_of))
-}
-
-fn spec_of(input: &[u8]) -> Option<Spec> {
-    spec_in(&wire::decode_ipld(input).ok()?)
+    Ok(crate::runs::store::input(conn, &spawning)?.as_ref().and_then(spec_in))
 }
 
 fn spec_in(input: &Ipld) -> Option<Spec> {
@@ -421,17 +411,13 @@ fn new_session(
     agent_id: &str,
     parent_session_id: &str,
     title: &str,
-    title_source: &str,
+    title_source: TitleSource,
     brief: String,
     now: i64,
 ) -> ApiResult<(String, seed_agents_protocol::generated::SessionEvent)> {
     let id = uuid::Uuid::now_v7().to_string();
-    conn.prepare_cached(
-        "INSERT INTO sessions (id, account_id, agent_id, title, title_source, status, parent_session_id, created_at,
-                               updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, 'idle', ?6, ?7, ?7)",
-    )?
-    .execute(params![id, owner, agent_id, title, title_source, parent_session_id, now])?;
+    let session = NewChild { id: &id, owner_id: owner, agent_id, parent_session_id, title, title_source };
+    session_store::insert_child(conn, &session, now)?;
     let message = SessionEventPayload::MessageEvent(MessageEvent {
         extra: Default::default(),
         actor: None,
@@ -461,17 +447,11 @@ fn spawn_child(
     spec: Spec,
     now: i64,
 ) -> ApiResult<Spawned> {
-    let depth: i64 = conn
-        .prepare_cached("SELECT depth FROM runs WHERE id = ?1")?
-        .query_row(params![run_id], |row| row.get(0))
-        .optional()?
-        .ok_or_else(|| ApiError::not_found("Run not found"))?;
+    let depth = crate::runs::store::depth(conn, run_id)?.ok_or_else(|| ApiError::not_found("Run not found"))?;
     if depth + 1 > MAX_DEPTH {
         return Err(ApiError::invalid(format!("Sub-session depth limit reached ({MAX_DEPTH}); finish the work here.")));
     }
-    let spawned: i64 = conn
-        .prepare_cached("SELECT COUNT(*) FROM runs WHERE parent_run_id = ?1")?
-        .query_row(params![run_id], |row| row.get(0))?;
+    let spawned = crate::runs::store::child_count(conn, run_id)?;
     if spawned >= MAX_SPAWNS {
         return Err(ApiError::invalid(format!(
             "This run already spawned {MAX_SPAWNS} sub-sessions; finish the remaining work here."
@@ -479,11 +459,10 @@ fn spawn_child(
     }
     let child_agent = match &spec.agent_id {
         Some(other) => {
-            let found: Option<String> = conn
-                .prepare_cached("SELECT id FROM agents WHERE id = ?1 AND account_id = ?2")?
-                .query_row(params![other, owner], |row| row.get(0))
-                .optional()?;
-            found.ok_or_else(|| ApiError::not_found("Agent not found"))?
+            if !crate::agents::store::belongs_to(conn, other, owner)? {
+                return Err(ApiError::not_found("Agent not found"));
+            }
+            other.clone()
         }
         None => agent_id.to_owned(),
     };
@@ -492,7 +471,7 @@ fn spawn_child(
         (None, Json::String(brief)) => super::message::run_title(brief),
         (None, _) => "Sub-session".to_owned(),
     };
-    let title_source = if spec.title.is_some() { "agent" } else { "system" };
+    let title_source = if spec.title.is_some() { TitleSource::Agent } else { TitleSource::System };
     let (child_session, event) =
         new_session(conn, owner, &child_agent, session_id, &title, title_source, render_brief(&spec.input), now)?;
     let mut input = BTreeMap::from([
@@ -516,7 +495,7 @@ fn spawn_child(
     };
     let mut changes = Changes::default();
     let child_run = enqueue_child(conn, &run, call_id, now, &mut changes)?;
-    conn.prepare_cached("UPDATE sessions SET run_id = ?2 WHERE id = ?1")?.execute(params![child_session, child_run])?;
+    session_store::set_spawning_run(conn, &child_session, &child_run)?;
     Ok(Spawned { session_id: child_session, title, agent_id: child_agent, events: vec![event], changes })
 }
 
@@ -531,33 +510,21 @@ fn spawn_detached(
     title: Option<String>,
     now: i64,
 ) -> ApiResult<Spawned> {
-    let depth: i64 = conn
-        .prepare_cached(
-            "WITH RECURSIVE chain(id, d) AS (
-               SELECT parent_session_id, 1 FROM sessions WHERE id = ?1 AND parent_session_id IS NOT NULL
-               UNION ALL
-               SELECT s.parent_session_id, c.d + 1 FROM sessions s JOIN chain c ON s.id = c.id
-                WHERE s.parent_session_id IS NOT NULL AND c.d < 32
-             )
-             SELECT COALESCE(MAX(d), 0) FROM chain",
-        )?
-        .query_row(params![session_id], |row| row.get(0))?;
+    let depth = session_store::parent_chain_depth(conn, session_id)?;
     if depth >= MAX_DEPTH {
         return Err(ApiError::invalid(format!(
             "Session spawn chain limit reached ({MAX_DEPTH}); this session was itself started by a chain of \
              agent-started sessions. Finish the work here instead."
         )));
     }
-    let started: i64 = conn
-        .prepare_cached("SELECT COUNT(*) FROM sessions WHERE parent_session_id = ?1")?
-        .query_row(params![session_id], |row| row.get(0))?;
+    let started = session_store::child_count(conn, session_id)?;
     if started >= MAX_SPAWNS {
         return Err(ApiError::invalid(format!(
             "This session already started {MAX_SPAWNS} sessions; finish the remaining work here instead."
         )));
     }
     let brief = render_brief(brief);
-    let title_source = if title.is_some() { "agent" } else { "system" };
+    let title_source = if title.is_some() { TitleSource::Agent } else { TitleSource::System };
     let title = title.unwrap_or_else(|| super::message::run_title(&brief));
     let (child_session, event) = new_session(conn, owner, agent_id, session_id, &title, title_source, brief, now)?;
     let input = BTreeMap::from([
@@ -613,6 +580,8 @@ pub(crate) fn return_result(typed: &std::sync::Mutex<Typed>, schema: &Json, payl
 
 #[cfg(test)]
 mod tests {
+    use rusqlite::params;
+
     use super::*;
 
     #[test]

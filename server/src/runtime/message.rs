@@ -217,8 +217,7 @@ pub(crate) async fn message_session(
                 });
                 appended.push(events::append(conn, &write_session, payload, now)?);
             }
-            conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
-                .execute(rusqlite::params![write_session.as_str(), now])?;
+            crate::sessions::store::touch(conn, &write_session, now)?;
             let queued_behind = runs::session_has_active_turn(conn, &write_session)?;
             let ids: Vec<Ipld> = appended.iter().map(|event| Ipld::String(event.id.to_string())).collect();
             let input = Ipld::Map(

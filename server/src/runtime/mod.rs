@@ -32,10 +32,9 @@ use std::sync::{Arc, Weak};
 
 use futures_util::future::BoxFuture;
 use ipld_core::ipld::Ipld;
-use rusqlite::{OptionalExtension, params};
 use seed_agents_protocol::generated::{
     AgentDefinition, MessageEvent, MessageEventRole, MessageEventType, ModelProviderConfigAuthMode, SessionActor,
-    SessionEventPayload, SessionModelOverride, ToolResultEvent, ToolResultEventType,
+    SessionEventPayload, ToolResultEvent, ToolResultEventType,
 };
 use seed_agents_protocol::wire;
 
@@ -381,15 +380,7 @@ impl Turn {
                 let loaded = load(conn, &agent_id, &session_id, &overrides)?;
                 let contract = delegate::contract(conn, &run_id, &input, &session_id)?;
                 let thread = crate::triggers::thread::of_run(conn, &input, &session_id)?;
-                let (depth, children): (i64, bool) = conn
-                    .prepare_cached(
-                        "SELECT depth, EXISTS (SELECT 1 FROM runs c WHERE c.parent_run_id = r.id
-                                                 AND c.parent_tool_call_id IS NOT NULL)
-                         FROM runs r WHERE r.id = ?1",
-                    )?
-                    .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
-                    .optional()?
-                    .unwrap_or((0, false));
+                let (depth, children) = crate::runs::store::depth_and_children(conn, &run_id)?.unwrap_or((0, false));
                 let live = if children { crate::runs::children::live_children_of(conn, &run_id)? } else { Vec::new() };
                 Ok((loaded, contract, thread, depth, children, live))
             })
@@ -508,8 +499,7 @@ impl Turn {
                     crate::runs::add_usage(conn, &run_id, usage)?;
                 }
                 let event = events::append(conn, &session_id, payload, now)?;
-                conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
-                    .execute(params![session_id, now])?;
+                crate::sessions::store::touch(conn, &session_id, now)?;
                 Ok(event)
             })
             .await?;
@@ -566,20 +556,10 @@ fn load(
     session_id: &str,
     overrides: &[crate::model::vendors::ProviderUrl],
 ) -> ApiResult<Loaded> {
-    let row: Option<(String, Vec<u8>, String)> = conn
-        .prepare_cached("SELECT account_id, definition_cbor, state_dir FROM agents WHERE id = ?1")?
-        .query_row(params![agent_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-        .optional()?;
-    let (owner_id, definition, state_dir) = row.ok_or_else(|| ApiError::not_found("Agent not found"))?;
-    let definition: AgentDefinition = wire::from_slice(&definition).map_err(ApiError::internal)?;
-    let override_bytes: Option<Option<Vec<u8>>> = conn
-        .prepare_cached("SELECT model_override_cbor FROM sessions WHERE id = ?1")?
-        .query_row(params![session_id], |row| row.get(0))
-        .optional()?;
-    let session_override = match override_bytes.ok_or_else(|| ApiError::not_found("Session not found"))? {
-        Some(bytes) => Some(wire::from_slice::<SessionModelOverride>(&bytes).map_err(ApiError::internal)?),
-        None => None,
-    };
+    let crate::agents::store::Runnable { owner_id, definition, state_dir } =
+        crate::agents::store::runnable(conn, agent_id)?.ok_or_else(|| ApiError::not_found("Agent not found"))?;
+    let session_override = crate::sessions::store::model_override(conn, session_id)?
+        .ok_or_else(|| ApiError::not_found("Session not found"))?;
     // The override applies only while its provider still exists; it replaces the level too.
     let mut chosen = (definition.model_provider.clone(), definition.model.clone(), definition.reasoning_level);
     let mut provider = None;

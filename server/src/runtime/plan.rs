@@ -7,13 +7,13 @@
 //! stamped `settledAt` and copied onto its owner run; the next run retires it. A turn that ends
 //! with open steps is sent back (see `obligations`).
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use seed_agents_protocol::generated::{RunPlan, RunPlanStep, RunPlanStepResolvedBy, RunPlanStepStatus};
-use seed_agents_protocol::wire;
 use serde_json::{Value as Json, json};
 
 use crate::bus::{ChangeReason, Event};
 use crate::error::{ApiError, ApiResult};
+use crate::sessions::store as session_store;
 use crate::validate::bounded_string;
 
 use super::Turn;
@@ -30,27 +30,16 @@ pub(crate) fn settled(step: &RunPlanStep) -> bool {
 
 /// The session's plan.
 pub(crate) fn load(conn: &Connection, session_id: &str) -> ApiResult<Option<RunPlan>> {
-    let bytes: Option<Option<Vec<u8>>> = conn
-        .prepare_cached("SELECT plan_cbor FROM sessions WHERE id = ?1")?
-        .query_row(params![session_id], |row| row.get(0))
-        .optional()?;
-    match bytes.flatten() {
-        Some(bytes) => Ok(Some(wire::from_slice(&bytes).map_err(ApiError::internal)?)),
-        None => Ok(None),
-    }
+    session_store::plan(conn, session_id)
 }
 
 fn store(conn: &Connection, session_id: &str, plan: Option<&RunPlan>, now: i64) -> ApiResult<()> {
-    let bytes = plan.map(wire::to_vec).transpose().map_err(ApiError::internal)?;
-    conn.prepare_cached("UPDATE sessions SET plan_cbor = ?2, updated_at = ?3 WHERE id = ?1")?
-        .execute(params![session_id, bytes, now])?;
-    Ok(())
+    session_store::set_plan(conn, session_id, plan, now)
 }
 
 fn copy_to_run(conn: &Connection, plan: &RunPlan) -> ApiResult<()> {
     if let Some(owner) = &plan.owner_run_id {
-        let bytes = wire::to_vec(plan).map_err(ApiError::internal)?;
-        conn.prepare_cached("UPDATE runs SET plan_cbor = ?2 WHERE id = ?1")?.execute(params![owner.as_str(), bytes])?;
+        crate::runs::store::set_plan(conn, owner.as_str(), plan)?;
     }
     Ok(())
 }
@@ -218,17 +207,10 @@ pub(crate) async fn status(turn: &Turn, arguments: &Json) -> ApiResult<Json> {
         .write(move |conn| {
             let mut titled = false;
             if let Some(title) = &new_title {
-                titled = conn
-                    .prepare_cached(
-                        "UPDATE sessions SET title = ?2, title_source = 'agent', updated_at = ?3
-                         WHERE id = ?1 AND title_source <> 'user'",
-                    )?
-                    .execute(params![session_id, title, now])?
-                    > 0;
+                titled = session_store::set_agent_title(conn, &session_id, title, now)?;
             }
             if let Some(description) = &new_description {
-                conn.prepare_cached("UPDATE sessions SET description = ?2, updated_at = ?3 WHERE id = ?1")?
-                    .execute(params![session_id, description, now])?;
+                session_store::set_description(conn, &session_id, description, now)?;
             }
             Ok(titled)
         })
@@ -264,6 +246,8 @@ impl Turn {
 
 #[cfg(test)]
 mod tests {
+    use seed_agents_protocol::wire;
+
     use super::*;
     use crate::db::migrated_in_memory;
 

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 use seed_agents_protocol::generated::{AgentDefinition, AgentDefinitionSystemPrompt, AgentMemoryEntryType};
 
 use crate::agents;
@@ -133,14 +133,7 @@ fn signing_identities(identities: &[identities::store::Granted]) -> String {
 /// The owner, then accepted collaborators by when they joined: `(account, role)`.
 fn members(conn: &Connection, owner_id: &str, agent_id: &str) -> ApiResult<Vec<(String, String)>> {
     let mut members = vec![(owner_id.to_owned(), "owner".to_owned())];
-    let mut statement = conn.prepare_cached(
-        "SELECT account_id, role FROM agent_collaborators WHERE agent_id = ?1 AND status = 'accepted'
-         ORDER BY created_at, account_id",
-    )?;
-    let rows = statement.query_map(params![agent_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
-    for row in rows {
-        members.push(row?);
-    }
+    members.extend(crate::collaborators::store::accepted_by_joining(conn, agent_id)?);
     Ok(members)
 }
 
@@ -148,12 +141,7 @@ fn members(conn: &Connection, owner_id: &str, agent_id: &str) -> ApiResult<Vec<(
 /// collapsed to counts when over [`SPACE_BUDGET_CHARS`].
 pub(crate) fn space(conn: &Connection, inputs: &Inputs<'_>) -> ApiResult<String> {
     let memory = memory_line(inputs.memory_root)?;
-    let mut triggers: Vec<(String, bool)> = Vec::new();
-    let mut statement =
-        conn.prepare_cached("SELECT name, enabled FROM agent_triggers WHERE agent_id = ?1 ORDER BY name, id")?;
-    for row in statement.query_map(params![inputs.agent_id], |row| Ok((row.get(0)?, row.get::<_, i64>(1)? != 0)))? {
-        triggers.push(row?);
-    }
+    let triggers = crate::triggers::store::names(conn, inputs.agent_id)?;
     let active: Vec<&str> =
         triggers.iter().take(TRIGGERS_SHOWN).filter(|(_, on)| *on).map(|(name, _)| name.as_str()).collect();
     let mut trigger_line =

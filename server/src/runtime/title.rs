@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 
-use rusqlite::params;
 use seed_agents_protocol::generated::{MessageEventRole, SessionEventPayload};
 
 use super::Turn;
@@ -20,6 +19,7 @@ use crate::bus::{ChangeReason, Event};
 use crate::error::ApiResult;
 use crate::model::{Endpoint, Message, ModelRequest, UserPart};
 use crate::sessions::events;
+use crate::sessions::store as session_store;
 
 /// Events the digest is made from.
 const DIGEST_EVENTS: i64 = 12;
@@ -61,9 +61,7 @@ async fn name(
     let digest = app
         .db
         .read(move |conn| {
-            let source: String =
-                conn.query_row("SELECT title_source FROM sessions WHERE id = ?1", params![id], |row| row.get(0))?;
-            if source != "system" {
+            if !session_store::has_provisional_title(conn, &id)? {
                 return Ok(None);
             }
             let first = events::after(conn, &id, 0, DIGEST_EVENTS + 1, None)?;
@@ -86,19 +84,8 @@ async fn name(
         .map_err(|error| crate::error::ApiError::upstream(error.message))?;
     let Some((title, description)) = parse(&step.text) else { return Ok(()) };
     let (id, now) = (session_id.to_owned(), app.clock.now_ms());
-    let changed = app
-        .db
-        .write(move |conn| {
-            let changed = conn
-                .prepare_cached(
-                    "UPDATE sessions SET title = ?2, title_source = 'agent', updated_at = ?4,
-                         description = CASE WHEN description IS NULL OR description = '' THEN ?3 ELSE description END
-                     WHERE id = ?1 AND title_source = 'system'",
-                )?
-                .execute(params![id, title, description, now])?;
-            Ok(changed > 0)
-        })
-        .await?;
+    let changed =
+        app.db.write(move |conn| session_store::set_generated_title(conn, &id, &title, &description, now)).await?;
     if changed {
         app.bus.publish(Event::SessionChanged { session_id: session_id.to_owned(), agent_id: agent_id.to_owned() });
         app.bus.account_change(owner_id, ChangeReason::SessionUpdated, Some(agent_id), Some(session_id));

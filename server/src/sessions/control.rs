@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ipld_core::ipld::Ipld;
-use rusqlite::{OptionalExtension, params};
-use seed_agents_protocol::generated::{RetrySession, RetrySessionResponse, StopSession, StopSessionResponse};
+use seed_agents_protocol::generated::{
+    RetrySession, RetrySessionResponse, RunStatus, StopSession, StopSessionResponse,
+};
 
 use crate::access::{self, Need};
 use crate::app::App;
@@ -50,13 +51,10 @@ pub(crate) async fn retry_session(
             if runs::session_has_active_turn(conn, &session_id)? {
                 return Err(ApiError::conflict(ALREADY_STREAMING));
             }
-            let latest: Option<(String, String, Option<String>)> = conn
-                .prepare_cached(
-                    "SELECT id, status, title FROM runs WHERE session_id = ?1 ORDER BY created_at DESC, id DESC LIMIT 1",
-                )?
-                .query_row(params![session_id.as_str()], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-                .optional()?;
-            let Some((failed_run, _, title)) = latest.filter(|(_, status, _)| status == "failed") else {
+            let latest = runs::store::latest(conn, &session_id)?;
+            let Some(runs::store::Latest { id: failed_run, title, .. }) =
+                latest.filter(|latest| latest.status == RunStatus::Failed)
+            else {
                 return Err(ApiError::invalid(NOTHING_TO_RETRY));
             };
             let input = Ipld::Map(BTreeMap::from([

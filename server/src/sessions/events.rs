@@ -8,12 +8,12 @@
 
 use std::sync::Arc;
 
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 use seed_agents_protocol::generated::{SessionEvent, SessionEventPayload};
-use seed_agents_protocol::wire;
 
+use super::store;
 use crate::bus::{Bus, ChangeReason, Event, SessionFrame};
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 
 /// Appends `payload` to `session_id` with the next `seq` (inside the caller's write transaction,
 /// so there is no gap and no duplicate) and returns the event as clients see it.
@@ -23,15 +23,9 @@ pub(crate) fn append(
     payload: SessionEventPayload,
     now: i64,
 ) -> ApiResult<SessionEvent> {
-    let seq: i64 = conn
-        .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_id = ?1")?
-        .query_row(params![session_id], |row| row.get(0))?;
+    let seq = store::next_seq(conn, session_id)?;
     let id = uuid::Uuid::now_v7().to_string();
-    let bytes = wire::to_vec(&payload).map_err(ApiError::internal)?;
-    conn.prepare_cached(
-        "INSERT INTO session_events (id, session_id, seq, event_cbor, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![id, session_id, seq, bytes, now])?;
+    store::insert_event(conn, &id, session_id, seq, &payload, now)?;
     Ok(SessionEvent {
         extra: Default::default(),
         created_at: now,
@@ -52,12 +46,7 @@ pub(crate) fn after(
     before: i64,
     limit: Option<i64>,
 ) -> ApiResult<Vec<SessionEvent>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT id, seq, event_cbor, created_at FROM session_events
-         WHERE session_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq LIMIT +?4",
-    )?;
-    let rows = statement.query_map(params![session_id, after, before, limit.unwrap_or(-1)], raw_event)?;
-    rows.map(|row| decode(session_id, row?)).collect()
+    store::events_after(conn, session_id, after, before, limit.unwrap_or(-1))
 }
 
 /// The newest `limit` events of `session_id` with `after < seq < before`, oldest first, and
@@ -69,36 +58,11 @@ pub(crate) fn tail(
     before: i64,
     limit: i64,
 ) -> ApiResult<(Vec<SessionEvent>, bool)> {
-    let mut statement = conn.prepare_cached(
-        "SELECT id, seq, event_cbor, created_at FROM session_events
-         WHERE session_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq DESC LIMIT +?4",
-    )?;
-    let rows = statement.query_map(params![session_id, after, before, limit + 1], raw_event)?;
-    let mut events = rows.map(|row| decode(session_id, row?)).collect::<ApiResult<Vec<_>>>()?;
+    let mut events = store::events_before(conn, session_id, after, before, limit + 1)?;
     let more = events.len() as i64 > limit;
     events.truncate(limit.max(0) as usize);
     events.reverse();
     Ok((events, more))
-}
-
-/// `(id, seq, event_cbor, created_at)` of a `session_events` row selected in that order.
-type RawEvent = (String, i64, Vec<u8>, i64);
-
-fn raw_event(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawEvent> {
-    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-}
-
-fn decode(session_id: &str, (id, seq, bytes, created_at): RawEvent) -> ApiResult<SessionEvent> {
-    let event = wire::from_slice(&bytes).map_err(ApiError::internal)?;
-    Ok(SessionEvent {
-        extra: Default::default(),
-        created_at,
-        event,
-        id: id.into(),
-        seq,
-        session_id: session_id.into(),
-        truncated: None,
-    })
 }
 
 /// After the commit that appended `events` to a session of `agent_id` (stored under `owner_id`):

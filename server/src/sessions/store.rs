@@ -1,12 +1,20 @@
-//! The `sessions` table: session rows as the protocol shows them, keyset pages, and the inserts,
-//! updates and deletes of the session actions. (The event log is `events`.)
+//! The `sessions` table and its event log (`session_events`): session rows as the protocol shows
+//! them, keyset pages, the inserts, updates and deletes of the session actions, what the run
+//! engine and the runtime read and write of a session, and the statements under `events` (which
+//! keeps the log's rules: the next `seq`, announcing after the commit).
+//!
+//! SQLite-only constructs, for a second backend: `LIMIT +?n` (below); `WITH RECURSIVE` with
+//! `UNION ALL` in [`parent_chain_depth`] (portable); `EXISTS`/`COUNT` subqueries read as columns.
 
+use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{
-    ListSessions, RunPlan, SessionInfo, SessionInfoStatus, SessionModelOverride, Thoroughness,
+    ListSessions, RunPlan, SessionEvent, SessionEventPayload, SessionInfo, SessionInfoStatus, SessionModelOverride,
+    Thoroughness,
 };
+use seed_agents_protocol::wire;
 
-use crate::db::Cbor;
+use crate::db::{Cbor, Text};
 use crate::error::{ApiError, ApiResult};
 
 // Every `LIMIT` binds as `LIMIT +?n`: SQLite reads a plainly bound LIMIT while compiling and
@@ -196,6 +204,367 @@ pub(crate) fn set_thoroughness(
 pub(crate) fn delete(conn: &Connection, session_id: &str) -> ApiResult<()> {
     conn.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute(params![session_id])?;
     Ok(())
+}
+
+// The event log (`session_events`): `events` appends and reads through these.
+
+/// The `seq` the next event of `session_id` gets.
+pub(crate) fn next_seq(conn: &Connection, session_id: &str) -> ApiResult<i64> {
+    Ok(conn
+        .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_id = ?1")?
+        .query_row(params![session_id], |row| row.get(0))?)
+}
+
+/// Inserts event `id` of `session_id` at `seq`.
+pub(crate) fn insert_event(
+    conn: &Connection,
+    id: &str,
+    session_id: &str,
+    seq: i64,
+    payload: &SessionEventPayload,
+    now: i64,
+) -> ApiResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO session_events (id, session_id, seq, event_cbor, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![id, session_id, seq, Cbor(payload), now])?;
+    Ok(())
+}
+
+fn event_from_row(row: &Row<'_>) -> rusqlite::Result<SessionEvent> {
+    Ok(SessionEvent {
+        extra: Default::default(),
+        id: row.get::<_, String>(0)?.into(),
+        seq: row.get(1)?,
+        event: row.get::<_, Cbor<SessionEventPayload>>(2)?.0,
+        created_at: row.get(3)?,
+        session_id: row.get::<_, String>(4)?.into(),
+        truncated: None,
+    })
+}
+
+/// Events of `session_id` with `after < seq < before`, oldest first; at most `limit` of them
+/// (`-1`: all).
+pub(crate) fn events_after(
+    conn: &Connection,
+    session_id: &str,
+    after: i64,
+    before: i64,
+    limit: i64,
+) -> ApiResult<Vec<SessionEvent>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT id, seq, event_cbor, created_at, session_id FROM session_events
+         WHERE session_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq LIMIT +?4",
+    )?;
+    let rows = statement.query_map(params![session_id, after, before, limit], event_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Events of `session_id` with `after < seq < before`, newest first; at most `limit` of them.
+pub(crate) fn events_before(
+    conn: &Connection,
+    session_id: &str,
+    after: i64,
+    before: i64,
+    limit: i64,
+) -> ApiResult<Vec<SessionEvent>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT id, seq, event_cbor, created_at, session_id FROM session_events
+         WHERE session_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq DESC LIMIT +?4",
+    )?;
+    let rows = statement.query_map(params![session_id, after, before, limit], event_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The newest `limit` events of `session_id`, oldest first, each read leniently (an event this
+/// build cannot decode is null).
+pub(crate) fn newest_events_lenient(conn: &Connection, session_id: &str, limit: i64) -> ApiResult<Vec<Ipld>> {
+    let mut events = conn
+        .prepare_cached("SELECT event_cbor FROM session_events WHERE session_id = ?1 ORDER BY seq DESC LIMIT +?2")?
+        .query_map(params![session_id, limit], |row| row.get::<_, Vec<u8>>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    events.reverse();
+    Ok(events.iter().map(|bytes| wire::from_slice(bytes).unwrap_or(Ipld::Null)).collect())
+}
+
+/// The newest `limit` events of agent `agent_id`'s sessions, newest first, as `(session, event)`,
+/// each read leniently (an event this build cannot decode is null).
+pub(crate) fn agent_events_lenient(conn: &Connection, agent_id: &str, limit: i64) -> ApiResult<Vec<(String, Ipld)>> {
+    let rows = conn
+        .prepare_cached(
+            "SELECT e.session_id, e.event_cbor FROM session_events e JOIN sessions s ON s.id = e.session_id
+             WHERE s.agent_id = ?1 ORDER BY e.created_at DESC, e.seq DESC LIMIT +?2",
+        )?
+        .query_map(params![agent_id, limit], |row| Ok((row.get::<_, String>(0)?, row.get::<_, Vec<u8>>(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows.into_iter().map(|(session, bytes)| (session, wire::from_slice(&bytes).unwrap_or(Ipld::Null))).collect())
+}
+
+/// The title and description of session `session_id` when it belongs to agent `agent_id`.
+pub(crate) fn title_of_agents(
+    conn: &Connection,
+    session_id: &str,
+    agent_id: &str,
+) -> ApiResult<Option<(Option<String>, Option<String>)>> {
+    Ok(conn
+        .prepare_cached("SELECT title, description FROM sessions WHERE id = ?1 AND agent_id = ?2")?
+        .query_row(params![session_id, agent_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?)
+}
+
+/// A session as the agent's `thread:` listing shows it.
+#[derive(Debug)]
+pub(crate) struct Thread {
+    /// The session.
+    pub(crate) id: String,
+    /// Its title.
+    pub(crate) title: Option<String>,
+    /// Its description.
+    pub(crate) description: Option<String>,
+    /// Its status mirror.
+    pub(crate) status: SessionInfoStatus,
+    /// When it last changed.
+    pub(crate) updated_at: i64,
+}
+
+/// Every session of agent `agent_id`, newest update first.
+pub(crate) fn threads(conn: &Connection, agent_id: &str) -> ApiResult<Vec<Thread>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT id, title, description, status, updated_at FROM sessions WHERE agent_id = ?1
+         ORDER BY updated_at DESC, id DESC",
+    )?;
+    let rows = statement.query_map(params![agent_id], |row| {
+        Ok(Thread {
+            id: row.get(0)?,
+            title: row.get(1)?,
+            description: row.get(2)?,
+            status: row.get::<_, Text<SessionInfoStatus>>(3)?.0,
+            updated_at: row.get(4)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The id of every session.
+pub(crate) fn all_ids(conn: &Connection) -> ApiResult<std::collections::HashSet<String>> {
+    let mut statement = conn.prepare_cached("SELECT id FROM sessions")?;
+    let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Who gave a session its title (`sessions.title_source`): the system's provisional one is
+/// replaced by a generated title, the agent's by the user's; the user's is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TitleSource {
+    /// Provisional (a run's first line, the trigger's name).
+    System,
+    /// The agent's (`status`, a generated title, a delegation's given title).
+    Agent,
+}
+
+impl TitleSource {
+    fn as_str(self) -> &'static str {
+        match self {
+            TitleSource::System => "system",
+            TitleSource::Agent => "agent",
+        }
+    }
+}
+
+/// A delegated child's session to insert: `idle`, under `parent_session_id`.
+#[derive(Debug)]
+pub(crate) struct NewChild<'a> {
+    /// Its id.
+    pub(crate) id: &'a str,
+    /// The agent's owner (where session rows are stored).
+    pub(crate) owner_id: &'a str,
+    /// Its agent.
+    pub(crate) agent_id: &'a str,
+    /// The session that spawned it.
+    pub(crate) parent_session_id: &'a str,
+    /// Its title.
+    pub(crate) title: &'a str,
+    /// Who gave the title.
+    pub(crate) title_source: TitleSource,
+}
+
+/// Inserts a delegated child's session.
+pub(crate) fn insert_child(conn: &Connection, session: &NewChild<'_>, now: i64) -> ApiResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO sessions (id, account_id, agent_id, title, title_source, status, parent_session_id, created_at,
+                               updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'idle', ?6, ?7, ?7)",
+    )?
+    .execute(params![
+        session.id,
+        session.owner_id,
+        session.agent_id,
+        session.title,
+        session.title_source.as_str(),
+        session.parent_session_id,
+        now
+    ])?;
+    Ok(())
+}
+
+/// Links a delegated child's session to the run that spawned it (`sessions.run_id`).
+pub(crate) fn set_spawning_run(conn: &Connection, session_id: &str, run_id: &str) -> ApiResult<()> {
+    conn.prepare_cached("UPDATE sessions SET run_id = ?2 WHERE id = ?1")?.execute(params![session_id, run_id])?;
+    Ok(())
+}
+
+/// How many sessions up the chain of parents from `session_id` goes (0 for a top-level session;
+/// the walk stops at 32).
+pub(crate) fn parent_chain_depth(conn: &Connection, session_id: &str) -> ApiResult<i64> {
+    Ok(conn
+        .prepare_cached(
+            "WITH RECURSIVE chain(id, d) AS (
+               SELECT parent_session_id, 1 FROM sessions WHERE id = ?1 AND parent_session_id IS NOT NULL
+               UNION ALL
+               SELECT s.parent_session_id, c.d + 1 FROM sessions s JOIN chain c ON s.id = c.id
+                WHERE s.parent_session_id IS NOT NULL AND c.d < 32
+             )
+             SELECT COALESCE(MAX(d), 0) FROM chain",
+        )?
+        .query_row(params![session_id], |row| row.get(0))?)
+}
+
+/// How many sessions `session_id` started.
+pub(crate) fn child_count(conn: &Connection, session_id: &str) -> ApiResult<i64> {
+    Ok(conn
+        .prepare_cached("SELECT COUNT(*) FROM sessions WHERE parent_session_id = ?1")?
+        .query_row(params![session_id], |row| row.get(0))?)
+}
+
+/// A session's model override: `None` when the session does not exist, `Some(None)` when it
+/// has none.
+pub(crate) fn model_override(conn: &Connection, session_id: &str) -> ApiResult<Option<Option<SessionModelOverride>>> {
+    Ok(conn
+        .prepare_cached("SELECT model_override_cbor FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| row.get::<_, Option<Cbor<SessionModelOverride>>>(0))
+        .optional()?
+        .map(|value| value.map(|Cbor(value)| value)))
+}
+
+/// A session's plan, when it has one.
+pub(crate) fn plan(conn: &Connection, session_id: &str) -> ApiResult<Option<RunPlan>> {
+    Ok(conn
+        .prepare_cached("SELECT plan_cbor FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| row.get::<_, Option<Cbor<RunPlan>>>(0))
+        .optional()?
+        .flatten()
+        .map(|Cbor(plan)| plan))
+}
+
+/// Replaces (or, with `None`, clears) a session's plan.
+pub(crate) fn set_plan(conn: &Connection, session_id: &str, plan: Option<&RunPlan>, now: i64) -> ApiResult<()> {
+    conn.prepare_cached("UPDATE sessions SET plan_cbor = ?2, updated_at = ?3 WHERE id = ?1")?.execute(params![
+        session_id,
+        plan.map(Cbor),
+        now
+    ])?;
+    Ok(())
+}
+
+/// Sets a session's title as the agent's unless its user named it; whether it did.
+pub(crate) fn set_agent_title(conn: &Connection, session_id: &str, title: &str, now: i64) -> ApiResult<bool> {
+    Ok(conn
+        .prepare_cached(
+            "UPDATE sessions SET title = ?2, title_source = 'agent', updated_at = ?3
+             WHERE id = ?1 AND title_source <> 'user'",
+        )?
+        .execute(params![session_id, title, now])?
+        > 0)
+}
+
+/// Sets a session's description.
+pub(crate) fn set_description(conn: &Connection, session_id: &str, description: &str, now: i64) -> ApiResult<()> {
+    conn.prepare_cached("UPDATE sessions SET description = ?2, updated_at = ?3 WHERE id = ?1")?.execute(params![
+        session_id,
+        description,
+        now
+    ])?;
+    Ok(())
+}
+
+/// Whether a session's title is still the system's provisional one (an error when the session
+/// does not exist).
+pub(crate) fn has_provisional_title(conn: &Connection, session_id: &str) -> ApiResult<bool> {
+    let source: String = conn
+        .prepare_cached("SELECT title_source FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| row.get(0))?;
+    Ok(source == TitleSource::System.as_str())
+}
+
+/// Replaces a provisional title with a generated one (and fills an empty description); whether
+/// the title was still provisional.
+pub(crate) fn set_generated_title(
+    conn: &Connection,
+    session_id: &str,
+    title: &str,
+    description: &str,
+    now: i64,
+) -> ApiResult<bool> {
+    Ok(conn
+        .prepare_cached(
+            "UPDATE sessions SET title = ?2, title_source = 'agent', updated_at = ?4,
+                 description = CASE WHEN description IS NULL OR description = '' THEN ?3 ELSE description END
+             WHERE id = ?1 AND title_source = 'system'",
+        )?
+        .execute(params![session_id, title, description, now])?
+        > 0)
+}
+
+// What the run engine reads and writes of a session, inside the transaction that changes a run
+// (the status mirror, the touch after an appended event): `rusqlite::Result`, as the engine's
+// queue functions answer.
+
+/// A session's status mirror and its agent, when the session exists.
+pub(crate) fn status_and_agent(
+    conn: &Connection,
+    session_id: &str,
+) -> rusqlite::Result<Option<(SessionInfoStatus, String)>> {
+    conn.prepare_cached("SELECT status, agent_id FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| Ok((row.get::<_, Text<SessionInfoStatus>>(0)?.0, row.get(1)?)))
+        .optional()
+}
+
+/// Sets a session's status mirror (the run engine's to derive).
+pub(crate) fn set_status(
+    conn: &Connection,
+    session_id: &str,
+    status: SessionInfoStatus,
+    now: i64,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE sessions SET status = ?2, updated_at = ?3 WHERE id = ?1")?.execute(params![
+        session_id,
+        Text(status),
+        now
+    ])?;
+    Ok(())
+}
+
+/// The owner (where its rows are stored) and the agent of a session, when it exists.
+pub(crate) fn owner_and_agent(conn: &Connection, session_id: &str) -> rusqlite::Result<Option<(String, String)>> {
+    conn.prepare_cached("SELECT account_id, agent_id FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()
+}
+
+/// Marks a session updated (after an event was appended to it).
+pub(crate) fn touch(conn: &Connection, session_id: &str, now: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?.execute(params![session_id, now])?;
+    Ok(())
+}
+
+/// The run that spawned a delegated child's session (`sessions.run_id`), when the session exists
+/// and has one.
+pub(crate) fn spawning_run(conn: &Connection, session_id: &str) -> rusqlite::Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT run_id FROM sessions WHERE id = ?1")?
+        .query_row(params![session_id], |row| row.get::<_, Option<String>>(0))
+        .optional()?
+        .flatten())
 }
 
 #[cfg(test)]

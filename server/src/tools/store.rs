@@ -1,4 +1,7 @@
 //! The `tool_documents` table: one row per (owner account, agent, name).
+//!
+//! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE SET … = excluded.…` (PostgreSQL
+//! spells it the same) and a 0/1 integer `enabled`; the rest is portable SQL.
 
 use std::sync::LazyLock;
 

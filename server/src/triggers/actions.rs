@@ -7,12 +7,12 @@
 
 use std::sync::Arc;
 
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     ActivitySource, AgentDefinitionSystemPrompt, AgentTriggerInfo, AgentTriggerInfoPrompt, AgentTriggerInput,
     AgentTriggerInputPrompt, AgentTriggerPatchPrompt, AgentTriggerSource, CombineAgentTriggers, CreateAgentTrigger,
     CreateAgentTriggerResponse, DeleteAgentTrigger, DeleteAgentTriggerResponse, GetAgentTrigger,
-    GetAgentTriggerResponse, ListAgentTriggers, ListAgentTriggersResponse, TriggerContinuation, UpdateAgentTrigger,
+    GetAgentTriggerResponse, ListAgentTriggers, ListAgentTriggersResponse, UpdateAgentTrigger,
     UpdateAgentTriggerResponse,
 };
 use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
@@ -20,7 +20,8 @@ use seed_agents_protocol::wire;
 use serde::Serialize;
 
 use super::store::{self, NOT_FOUND};
-use super::{validate, webhook};
+use super::validate::{self, Normalized};
+use super::webhook;
 use crate::access::{self, Need};
 use crate::app::App;
 use crate::bus::ChangeReason;
@@ -44,21 +45,6 @@ fn prompt_input(prompt: Option<AgentTriggerInputPrompt>) -> Option<AgentDefiniti
     })
 }
 
-/// A trigger checked and ready to store.
-#[derive(Debug, Clone)]
-pub(crate) struct Normalized {
-    /// The name.
-    pub name: String,
-    /// Whether it fires.
-    pub enabled: bool,
-    /// The source.
-    pub source: AgentTriggerSource,
-    /// The prompt.
-    pub prompt: validate::Prompt,
-    /// The continuation.
-    pub continuation: Option<TriggerContinuation>,
-}
-
 /// Normalises a `CreateAgentTrigger` input (see [`validate`]).
 pub(crate) fn normalize_input(input: &AgentTriggerInput) -> ApiResult<Normalized> {
     Ok(Normalized {
@@ -68,10 +54,6 @@ pub(crate) fn normalize_input(input: &AgentTriggerInput) -> ApiResult<Normalized
         prompt: validate::prompt(prompt_input(input.prompt.clone()))?,
         continuation: validate::continuation(input.continuation.clone())?,
     })
-}
-
-fn blob<T: Serialize>(value: &T) -> ApiResult<Vec<u8>> {
-    wire::to_vec(value).map_err(ApiError::internal)
 }
 
 /// Inserts a new trigger for `agent_id` (stored under `owner_id`); returns its id and, for a
@@ -101,25 +83,7 @@ pub(crate) fn insert_row(
     now: i64,
 ) -> ApiResult<String> {
     let id = uuid::Uuid::now_v7().to_string();
-    let continuation = trigger.continuation.as_ref().map(blob).transpose()?;
-    let blocks = trigger.prompt.blocks.as_ref().map(blob).transpose()?;
-    conn.prepare_cached(
-        "INSERT INTO agent_triggers (id, account_id, agent_id, name, enabled, source_cbor, prompt, prompt_cbor,
-                                     continuation_cbor, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
-    )?
-    .execute(params![
-        id,
-        owner_id,
-        agent_id,
-        trigger.name,
-        trigger.enabled,
-        blob(&trigger.source)?,
-        trigger.prompt.markdown,
-        blocks,
-        continuation,
-        now
-    ])?;
+    store::insert(conn, &id, owner_id, agent_id, trigger, now)?;
     Ok(id)
 }
 
@@ -268,35 +232,30 @@ pub(crate) async fn update_agent_trigger(
                 return Err(ApiError::conflict(STALE));
             }
             let updated_at = next_updated_at(trigger.updated_at, now);
-            let set = |sql: &str, value: &dyn rusqlite::ToSql| -> ApiResult<()> {
-                conn.prepare_cached(&format!("UPDATE agent_triggers SET {sql} WHERE id = ?1"))?
-                    .execute(params![trigger.id.as_str(), value])?;
-                Ok(())
-            };
+            let id = trigger.id.as_str();
             if let Some(name) = &name {
-                set("name = ?2", name)?;
+                store::set_name(conn, id, name)?;
             }
             if let Some(enabled) = enabled {
-                set("enabled = ?2", &enabled)?;
+                store::set_enabled(conn, id, enabled)?;
             }
             if let Some(prompt) = &prompt {
-                set("prompt = ?2", &prompt.markdown)?;
-                set("prompt_cbor = ?2", &prompt.blocks.as_ref().map(blob).transpose()?)?;
+                store::set_prompt(conn, id, prompt)?;
             }
             if let Some(continuation) = &continuation {
-                set("continuation_cbor = ?2", &continuation.as_ref().map(blob).transpose()?)?;
+                store::set_continuation(conn, id, continuation.as_ref())?;
             }
             let mut secret = None;
             if let Some(source) = &source {
-                set("source_cbor = ?2", &blob(source)?)?;
+                store::set_source(conn, id, source)?;
                 match source {
                     AgentTriggerSource::WebhookSource(_) => {
-                        secret = Some(webhook::rotate_secret(&writer, conn, &access.owner_id, &trigger.id)?);
+                        secret = Some(webhook::rotate_secret(&writer, conn, &access.owner_id, id)?);
                     }
-                    _ => set("webhook_secret = ?2", &Option::<Vec<u8>>::None)?,
+                    _ => store::set_webhook_secret(conn, id, None)?,
                 }
             }
-            set("updated_at = ?2", &updated_at)?;
+            store::set_updated_at(conn, id, updated_at)?;
             let trigger = store::load(conn, &trigger.id)?.ok_or_else(|| ApiError::not_found(NOT_FOUND))?;
             let response = UpdateAgentTriggerResponse { extra: Default::default(), trigger, webhook_secret: secret };
             Ok((response, access.owner_id, access.agent_id))
@@ -318,9 +277,7 @@ pub(crate) async fn delete_agent_trigger(
         .db
         .write(move |conn| {
             let (trigger, access) = store::require(conn, &action.trigger_id, &account, Need::Write)?;
-            conn.prepare_cached("UPDATE agent_triggers SET merged_into = NULL WHERE merged_into = ?1")?
-                .execute(params![trigger.id.as_str()])?;
-            conn.prepare_cached("DELETE FROM agent_triggers WHERE id = ?1")?.execute(params![trigger.id.as_str()])?;
+            store::delete(conn, &trigger.id)?;
             Ok((access.owner_id, access.agent_id, trigger.id))
         })
         .await?;
@@ -361,19 +318,12 @@ pub(crate) async fn combine_agent_triggers(
                 return Err(ApiError::invalid("Only activity triggers can be combined"));
             };
             let source = AgentTriggerSource::ActivitySource(union(first, second)?);
-            let set = |id: &str, sql: &str, value: &dyn rusqlite::ToSql| -> ApiResult<()> {
-                conn.prepare_cached(&format!("UPDATE agent_triggers SET {sql} WHERE id = ?1"))?
-                    .execute(params![id, value])?;
-                Ok(())
-            };
-            set(&survivor.id, "source_cbor = ?2", &blob(&source)?)?;
+            store::set_source(conn, &survivor.id, &source)?;
             if action.use_other_action == Some(true) {
                 copy_action(conn, &other, &survivor.id)?;
             }
-            set(&survivor.id, "updated_at = ?2", &next_updated_at(survivor.updated_at, now))?;
-            set(&other.id, "merged_into = ?2", &survivor.id.as_str())?;
-            set(&other.id, "enabled = ?2", &false)?;
-            set(&other.id, "updated_at = ?2", &next_updated_at(other.updated_at, now))?;
+            store::set_updated_at(conn, &survivor.id, next_updated_at(survivor.updated_at, now))?;
+            store::merge_into(conn, &other.id, &survivor.id, next_updated_at(other.updated_at, now))?;
             let trigger = store::load(conn, &survivor.id)?.ok_or_else(|| ApiError::not_found(NOT_FOUND))?;
             let response = UpdateAgentTriggerResponse { extra: Default::default(), trigger, webhook_secret: None };
             Ok((response, access.owner_id, access.agent_id))
@@ -405,16 +355,9 @@ fn union(first: &ActivitySource, second: &ActivitySource) -> ApiResult<ActivityS
 fn copy_action(conn: &Connection, from: &AgentTriggerInfo, to: &str) -> ApiResult<()> {
     let (markdown, blocks) = match &from.prompt {
         AgentTriggerInfoPrompt::String(text) => (text.clone(), None),
-        AgentTriggerInfoPrompt::Array(blocks) => {
-            (crate::agents::prompt::blocks_to_markdown(blocks), Some(blob(blocks)?))
-        }
+        AgentTriggerInfoPrompt::Array(blocks) => (crate::agents::prompt::blocks_to_markdown(blocks), Some(blocks)),
     };
-    let continuation = from.continuation.as_ref().map(blob).transpose()?;
-    conn.prepare_cached(
-        "UPDATE agent_triggers SET prompt = ?2, prompt_cbor = ?3, continuation_cbor = ?4 WHERE id = ?1",
-    )?
-    .execute(params![to, markdown, blocks, continuation])?;
-    Ok(())
+    store::set_action(conn, to, &markdown, blocks, from.continuation.as_ref())
 }
 
 /// Replaces every field of trigger `trigger_id` (not a webhook source: its secret is minted
@@ -426,22 +369,5 @@ pub(crate) fn replace(
     previous_updated_at: i64,
     now: i64,
 ) -> ApiResult<()> {
-    let continuation = trigger.continuation.as_ref().map(blob).transpose()?;
-    let blocks = trigger.prompt.blocks.as_ref().map(blob).transpose()?;
-    conn.prepare_cached(
-        "UPDATE agent_triggers SET name = ?2, enabled = ?3, source_cbor = ?4, prompt = ?5, prompt_cbor = ?6,
-                continuation_cbor = ?7, webhook_secret = NULL, updated_at = ?8
-         WHERE id = ?1",
-    )?
-    .execute(params![
-        trigger_id,
-        trigger.name,
-        trigger.enabled,
-        blob(&trigger.source)?,
-        trigger.prompt.markdown,
-        blocks,
-        continuation,
-        next_updated_at(previous_updated_at, now)
-    ])?;
-    Ok(())
+    store::replace(conn, trigger_id, trigger, next_updated_at(previous_updated_at, now))
 }

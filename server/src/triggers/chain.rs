@@ -18,16 +18,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, params};
-use seed_agents_protocol::generated::{AgentTriggerSource, RunCompletedSource, RunCompletedSourceStatus};
-use seed_agents_protocol::{Value, wire};
+use rusqlite::Connection;
+use seed_agents_protocol::Value;
+use seed_agents_protocol::generated::{AgentTriggerSource, RunCompletedSource, RunCompletedSourceStatus, RunStatus};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::task::JoinHandle;
 
 use super::firing::{self, Activity, FireOutcome, Published};
+use super::store;
 use crate::app::App;
 use crate::bus::Event;
 use crate::error::ApiResult;
+use crate::runs::store::{self as runs_store, Completed};
 
 /// Longest chain of run-completed firings (upstream's `TRIGGER_CHAIN_MAX_HOPS`).
 pub(crate) const MAX_HOPS: usize = 8;
@@ -78,51 +80,19 @@ pub(crate) fn spawn(app: &Arc<App>) -> JoinHandle<()> {
     })
 }
 
-/// One finished run, as the monitor reads it.
-#[derive(Debug)]
-struct Finished {
-    id: String,
-    account_id: String,
-    agent_id: Option<String>,
-    session_id: Option<String>,
-    title: Option<String>,
-    status: String,
-    finished_at: i64,
-    firing_id: Option<String>,
-    error: Option<String>,
-}
-
 /// Clears the pending mark of a run that has just ended when nothing can watch its end: it was
 /// not started by a firing and its account has no enabled trigger. Called in the transaction that
 /// ends the run, so the monitor never sees it (the common case costs no monitor write, and no
 /// scan: see [`Event::RunChanged`]'s `end_watched`); a trigger created later watches only runs
 /// that finish after it exists anyway. Returns whether the end is left for the monitor.
 pub(crate) fn settle_unwatched(conn: &Connection, run_id: &str) -> ApiResult<bool> {
-    let settled = conn
-        .prepare_cached(
-            "UPDATE runs SET completion_pending = 0
-         WHERE id = ?1 AND trigger_firing_id IS NULL AND NOT EXISTS (
-             SELECT 1 FROM agent_triggers t
-             WHERE t.account_id = runs.account_id AND t.enabled = 1 AND t.merged_into IS NULL)",
-        )?
-        .execute(params![run_id])?;
-    Ok(settled == 0)
+    store::clear_unwatched_completion(conn, run_id)
 }
 
 /// Handles one batch of finished runs; returns how many.
 pub async fn scan(app: &App) -> ApiResult<usize> {
     // Looked for on a reader first: most run ends were settled in their own transaction.
-    let pending = app
-        .db
-        .read(|conn| {
-            Ok(conn
-                .prepare_cached(
-                    "SELECT EXISTS (SELECT 1 FROM runs INDEXED BY runs_completion_pending
-                                    WHERE completion_pending = 1 AND finished_at IS NOT NULL AND kind = 'agent')",
-                )?
-                .query_row([], |row| row.get::<_, bool>(0))?)
-        })
-        .await?;
+    let pending = app.db.read(|conn| Ok(runs_store::completion_pending(conn)?)).await?;
     if !pending {
         return Ok(0);
     }
@@ -131,15 +101,14 @@ pub async fn scan(app: &App) -> ApiResult<usize> {
         .db
         .write(move |conn| {
             let mut published = Published::default();
-            let runs = unhandled(conn)?;
+            let runs = runs_store::pending_completions(conn, BATCH)?;
             let mut fired = false;
             for run in &runs {
                 settle_firing(conn, run, now)?;
                 if run.finished_at >= now - LOOKBACK_MS {
                     fired |= fire_matching(conn, run, now, &mut published)?;
                 }
-                conn.prepare_cached("UPDATE runs SET completion_pending = 0 WHERE id = ?1")?
-                    .execute(params![run.id])?;
+                runs_store::clear_completion_pending(conn, &run.id)?;
             }
             Ok((runs.len(), published, fired))
         })
@@ -151,75 +120,19 @@ pub async fn scan(app: &App) -> ApiResult<usize> {
     Ok(handled)
 }
 
-/// Finished agent runs not handled yet, oldest first (the partial index `runs_completion_pending`
-/// holds exactly these; the `WHERE` repeats its condition so SQLite can use it).
-fn unhandled(conn: &Connection) -> ApiResult<Vec<Finished>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT r.id, r.account_id, r.agent_id, r.session_id, r.title, r.status, r.finished_at, r.trigger_firing_id,
-                r.error_cbor
-         FROM runs r INDEXED BY runs_completion_pending
-         WHERE r.completion_pending = 1 AND r.finished_at IS NOT NULL AND r.kind = 'agent'
-         ORDER BY r.finished_at, r.id LIMIT ?1",
-    )?;
-    let rows = statement.query_map(params![BATCH], |row| {
-        let error: Option<Vec<u8>> = row.get(8)?;
-        Ok(Finished {
-            id: row.get(0)?,
-            account_id: row.get(1)?,
-            agent_id: row.get(2)?,
-            session_id: row.get(3)?,
-            title: row.get(4)?,
-            status: row.get(5)?,
-            finished_at: row.get(6)?,
-            firing_id: row.get(7)?,
-            error: error.and_then(|bytes| error_message(&bytes)),
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
-/// The `message` of a stored run failure.
-fn error_message(bytes: &[u8]) -> Option<String> {
-    let value: Value = wire::from_slice(bytes).ok()?;
-    match value.0 {
-        ipld_core::ipld::Ipld::Map(map) => match map.get("message") {
-            Some(ipld_core::ipld::Ipld::String(message)) => Some(message.clone()),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
 /// Records the run's outcome on the firing that started it (and a failure on its trigger).
-fn settle_firing(conn: &Connection, run: &Finished, now: i64) -> ApiResult<()> {
+fn settle_firing(conn: &Connection, run: &Completed, now: i64) -> ApiResult<()> {
     let Some(firing_id) = &run.firing_id else { return Ok(()) };
-    let error = (run.status == "failed").then(|| run.error.clone().unwrap_or_else(|| "The run failed".to_owned()));
-    conn.prepare_cached("UPDATE trigger_firings SET status = ?2, error = ?3, updated_at = ?4 WHERE id = ?1")?
-        .execute(params![firing_id, run.status, error, now])?;
-    if let Some(error) = error {
-        conn.prepare_cached(
-            "UPDATE agent_triggers SET last_error = ?2
-             WHERE id = (SELECT trigger_id FROM trigger_firings WHERE id = ?1)",
-        )?
-        .execute(params![firing_id, error])?;
-    }
-    Ok(())
+    let error =
+        (run.status == RunStatus::Failed).then(|| run.error.clone().unwrap_or_else(|| "The run failed".to_owned()));
+    store::settle_firing(conn, firing_id, &run.status.to_string(), error.as_deref(), now)
 }
 
 /// Fires the account's matching run-completed triggers for `run`; whether any fired.
-fn fire_matching(conn: &Connection, run: &Finished, now: i64, published: &mut Published) -> ApiResult<bool> {
-    let candidates: Vec<(String, Vec<u8>, i64)> = conn
-        .prepare_cached(
-            "SELECT id, source_cbor, created_at FROM agent_triggers
-             WHERE account_id = ?1 AND enabled = 1 AND merged_into IS NULL",
-        )?
-        .query_map(params![run.account_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+fn fire_matching(conn: &Connection, run: &Completed, now: i64, published: &mut Published) -> ApiResult<bool> {
     let mut fired = false;
-    for (trigger_id, source, created_at) in candidates {
-        let Ok(AgentTriggerSource::RunCompletedSource(source)) = wire::from_slice::<AgentTriggerSource>(&source) else {
-            continue;
-        };
+    for store::Enabled { id: trigger_id, source, created_at, .. } in store::enabled_unmerged(conn, &run.account_id)? {
+        let AgentTriggerSource::RunCompletedSource(source) = source else { continue };
         // A trigger watches runs that finish after it exists.
         if run.finished_at < created_at || !matches(&source, run) {
             continue;
@@ -239,13 +152,13 @@ fn fire_matching(conn: &Connection, run: &Finished, now: i64, published: &mut Pu
 }
 
 /// Whether `run` passes the source's filters (title: case-insensitive substring).
-fn matches(source: &RunCompletedSource, run: &Finished) -> bool {
+fn matches(source: &RunCompletedSource, run: &Completed) -> bool {
     let status_ok = source.status.is_none_or(|status| {
         run.status
             == match status {
-                RunCompletedSourceStatus::Succeeded => "succeeded",
-                RunCompletedSourceStatus::Failed => "failed",
-                RunCompletedSourceStatus::Canceled => "canceled",
+                RunCompletedSourceStatus::Succeeded => RunStatus::Succeeded,
+                RunCompletedSourceStatus::Failed => RunStatus::Failed,
+                RunCompletedSourceStatus::Canceled => RunStatus::Canceled,
             }
     });
     let agent_ok = source.agent_id.as_ref().is_none_or(|agent| run.agent_id.as_deref() == Some(agent.as_str()));
@@ -265,11 +178,7 @@ pub(crate) fn blocked_by_chain(conn: &Connection, parent: Option<&str>, trigger_
             return Ok(true);
         }
         hops += 1;
-        let row: Option<(String, Option<String>)> = conn
-            .prepare_cached("SELECT trigger_id, parent_firing_id FROM trigger_firings WHERE id = ?1")?
-            .query_row(params![firing_id], |row| Ok((row.get(0)?, row.get(1)?)))
-            .optional()?;
-        let Some((ancestor, parent)) = row else { break };
+        let Some((ancestor, parent)) = store::firing_parent(conn, &firing_id)? else { break };
         if ancestor == trigger_id {
             return Ok(true);
         }
@@ -278,13 +187,13 @@ pub(crate) fn blocked_by_chain(conn: &Connection, parent: Option<&str>, trigger_
     Ok(hops >= MAX_HOPS)
 }
 
-fn activity(run: &Finished) -> Activity {
+fn activity(run: &Completed) -> Activity {
     use ipld_core::ipld::Ipld;
     let text = |value: &str| Value(Ipld::String(value.to_owned()));
     let mut value = std::collections::BTreeMap::from([
         ("type".to_owned(), text("run-completed")),
         ("runId".to_owned(), text(&run.id)),
-        ("status".to_owned(), text(&run.status)),
+        ("status".to_owned(), text(&run.status.to_string())),
         ("finishedAt".to_owned(), Value(Ipld::Integer(i128::from(run.finished_at)))),
     ]);
     for (key, field) in
@@ -304,6 +213,8 @@ fn activity(run: &Finished) -> Activity {
 
 #[cfg(test)]
 mod tests {
+    use rusqlite::params;
+
     use super::*;
     use crate::db::migrated_in_memory;
 
@@ -378,13 +289,13 @@ mod tests {
 
     #[test]
     fn filters_match_status_agent_and_title() {
-        let run = Finished {
+        let run = Completed {
             id: "r".into(),
             account_id: "o".into(),
             agent_id: Some("a".into()),
             session_id: None,
             title: Some("Nightly Report".into()),
-            status: "failed".into(),
+            status: RunStatus::Failed,
             finished_at: 1,
             firing_id: None,
             error: None,

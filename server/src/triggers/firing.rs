@@ -17,13 +17,14 @@
 use std::collections::BTreeMap;
 
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     AgentActivityCondition, AgentTriggerInfo, AgentTriggerInfoPrompt, MessageEvent, MessageEventRole, MessageEventType,
     SessionActor, SessionEvent, SessionEventPayload, TriggerContinuation, WakeContinuation,
 };
 use seed_agents_protocol::{Value, wire};
 
+use super::store;
 use crate::app::App;
 use crate::bus::{ChangeReason, Event};
 use crate::error::{ApiError, ApiResult};
@@ -150,51 +151,31 @@ pub(crate) fn fire_in(
     if firing_key.is_empty() || firing_key.len() > MAX_KEY_BYTES {
         return Err(ApiError::invalid("Activity key must be 1 to 1024 bytes"));
     }
-    let Some(trigger) = super::store::load(conn, trigger_id)? else { return Ok(FireOutcome::Inactive) };
+    let Some(trigger) = store::load(conn, trigger_id)? else { return Ok(FireOutcome::Inactive) };
     if !trigger.enabled || trigger.merged_into.is_some() {
         return Ok(FireOutcome::Inactive);
     }
-    let handled_by_merged: bool = conn
-        .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM trigger_firings f JOIN agent_triggers t ON t.id = f.trigger_id
-                             WHERE t.merged_into = ?1 AND f.activity_key = ?2)",
-        )?
-        .query_row(params![trigger_id, firing_key], |row| row.get(0))?;
-    if handled_by_merged {
+    if store::handled_by_merged(conn, trigger_id, firing_key)? {
         return Ok(FireOutcome::Duplicate);
     }
     let activity_bytes = wire::to_vec(&activity.value).map_err(ApiError::internal)?;
     if activity_bytes.len() > MAX_ACTIVITY_BYTES {
         return Err(ApiError::too_large("Trigger activity is too large"));
     }
-    let source = wire::to_vec(&trigger.source).map_err(ApiError::internal)?;
-    let matched = activity
-        .matched_conditions
-        .as_ref()
-        .map(|conditions| wire::to_vec(conditions).map_err(ApiError::internal))
-        .transpose()?;
     let firing_id = uuid::Uuid::now_v7().to_string();
-    let inserted = conn
-        .prepare_cached(
-            "INSERT INTO trigger_firings (id, account_id, trigger_id, activity_key, activity_summary, activity_cbor,
-                                          source_cbor, matched_cbor, parent_firing_id, status, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
-             ON CONFLICT (trigger_id, activity_key) DO NOTHING",
-        )?
-        .execute(params![
-            firing_id,
-            trigger.account,
-            trigger_id,
-            firing_key,
-            summary(&activity.summary),
-            activity_bytes,
-            source,
-            matched,
-            activity.parent_firing_id,
-            STARTED,
-            now
-        ])?;
-    if inserted == 0 {
+    let firing = store::NewFiring {
+        id: &firing_id,
+        account_id: &trigger.account,
+        trigger_id,
+        activity_key: firing_key,
+        activity_summary: &summary(&activity.summary),
+        activity: &activity_bytes,
+        source: &trigger.source,
+        matched: activity.matched_conditions.as_ref(),
+        parent_firing_id: activity.parent_firing_id.as_deref(),
+        status: STARTED,
+    };
+    if !store::insert_firing(conn, &firing, now)? {
         return Ok(FireOutcome::Duplicate);
     }
     if let Some(TriggerContinuation::WakeContinuation(wake)) = &trigger.continuation {
@@ -202,10 +183,8 @@ pub(crate) fn fire_in(
         return Ok(FireOutcome::Woke { firing_id, run_id });
     }
     let (session_id, run_id) = open_thread(conn, &trigger, &firing_id, activity, now, published)?;
-    conn.prepare_cached("UPDATE trigger_firings SET session_id = ?2, run_id = ?3 WHERE id = ?1")?
-        .execute(params![firing_id, session_id, run_id])?;
-    conn.prepare_cached("UPDATE agent_triggers SET last_fired_at = ?2, last_error = NULL WHERE id = ?1")?
-        .execute(params![trigger_id, now])?;
+    store::set_firing_thread(conn, &firing_id, &session_id, &run_id)?;
+    store::mark_fired(conn, trigger_id, now)?;
     published.fired.push((trigger.account.clone(), trigger.agent_id.to_string(), session_id.clone()));
     Ok(FireOutcome::Fired { firing_id, session_id, run_id })
 }
@@ -228,12 +207,7 @@ fn wake_in(
     // The run that took the signal, or why none did.
     let outcome: Result<String, &str> = match &wake.run_id {
         Some(run_id) => {
-            let ours: bool = conn
-                .prepare_cached(
-                    "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND account_id = ?2 AND agent_id = ?3)",
-                )?
-                .query_row(params![run_id.as_str(), trigger.account, trigger.agent_id.as_str()], |row| row.get(0))?;
-            if !ours {
+            if !runs::store::of_account_agent(conn, run_id, &trigger.account, &trigger.agent_id)? {
                 Err("Run not found")
             } else if runs::signal::deliver(conn, run_id, now, changes)? {
                 Ok(run_id.to_string())
@@ -248,13 +222,9 @@ fn wake_in(
         Ok(run_id) => (DELIVERED, Some(run_id), None),
         Err(why) => (NO_LISTENER, None, Some(why)),
     };
-    conn.prepare_cached(
-        "UPDATE trigger_firings SET status = ?2, error = ?3, run_id = ?4, updated_at = ?5 WHERE id = ?1",
-    )?
-    .execute(params![firing_id, status, error, woken, now])?;
+    store::set_firing_outcome(conn, firing_id, status, error, woken.as_deref(), now)?;
     if woken.is_some() {
-        conn.prepare_cached("UPDATE agent_triggers SET last_fired_at = ?2, last_error = NULL WHERE id = ?1")?
-            .execute(params![trigger.id.as_str(), now])?;
+        store::mark_fired(conn, &trigger.id, now)?;
     }
     published.woke.push((trigger.account.clone(), trigger.agent_id.to_string()));
     Ok(woken)
@@ -280,11 +250,15 @@ fn open_thread(
     published: &mut Published,
 ) -> ApiResult<(String, String)> {
     let session_id = uuid::Uuid::now_v7().to_string();
-    conn.prepare_cached(
-        "INSERT INTO sessions (id, account_id, agent_id, title, title_source, status, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, 'system', 'idle', ?5, ?5)",
-    )?
-    .execute(params![session_id, trigger.account, trigger.agent_id.as_str(), trigger.name, now])?;
+    let session = crate::sessions::store::NewSession {
+        id: &session_id,
+        owner_id: &trigger.account,
+        agent_id: &trigger.agent_id,
+        title: Some(&trigger.name),
+        model_override: None,
+        thoroughness: None,
+    };
+    crate::sessions::store::insert(conn, &session, now)?;
     let prompt = match &trigger.prompt {
         AgentTriggerInfoPrompt::String(text) => text.clone(),
         AgentTriggerInfoPrompt::Array(blocks) => crate::agents::prompt::blocks_to_markdown(blocks),
@@ -327,7 +301,7 @@ fn open_thread(
         parent_run_id: None,
     };
     let run_id = crate::runs::queue::enqueue(conn, &run, now, &mut published.changes)?;
-    conn.prepare_cached("UPDATE runs SET trigger_firing_id = ?2 WHERE id = ?1")?.execute(params![run_id, firing_id])?;
+    runs::store::set_trigger_firing(conn, &run_id, firing_id)?;
     // The run snapshot noted by `enqueue` predates the firing id; note it again.
     published.changes.run(conn, &run_id)?;
     published.appended.push((trigger.account.clone(), trigger.agent_id.to_string(), event));

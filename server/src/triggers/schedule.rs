@@ -24,12 +24,11 @@ use ipld_core::ipld::Ipld;
 use jiff::Timestamp;
 use jiff::civil::Date;
 use jiff::tz::TimeZone;
-use rusqlite::{OptionalExtension as _, params};
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{AgentScheduleTrigger, AgentTriggerSource, IntervalScheduleUnit, WeeklySchedule};
-use seed_agents_protocol::wire;
 
 use super::sink::{FiringSink, TriggerMatch};
+use super::store;
 use crate::db::Db;
 use crate::error::ApiResult;
 
@@ -205,14 +204,7 @@ pub async fn check(db: &Db, sink: &dyn FiringSink, now: i64) -> ApiResult<Schedu
     if ids.is_empty() {
         return Ok(tick);
     }
-    db.write(move |conn| {
-        let mut statement = conn.prepare_cached("UPDATE agent_triggers SET last_checked_at = ?1 WHERE id = ?2")?;
-        for id in &ids {
-            statement.execute(params![now, id])?;
-        }
-        Ok(())
-    })
-    .await?;
+    db.write(move |conn| store::mark_checked(conn, &ids, now)).await?;
     for row in rows {
         let scheduled_at = match due(&row.schedule, row.created_at, row.last_scheduled_at, now) {
             Ok(Some(at)) => at,
@@ -255,72 +247,37 @@ pub async fn check(db: &Db, sink: &dyn FiringSink, now: i64) -> ApiResult<Schedu
 }
 
 fn enabled_schedules(conn: &rusqlite::Connection) -> ApiResult<Vec<Row>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT t.id, t.created_at, t.source_cbor, s.last_scheduled_at, t.last_error
-         FROM agent_triggers t LEFT JOIN trigger_schedule_state s ON s.trigger_id = t.id
-         WHERE t.enabled = 1 ORDER BY t.created_at, t.id",
-    )?;
-    let rows = statement.query_map([], |row| {
-        // Sources this build cannot decode are not schedules it could run.
-        let schedule = match wire::from_slice::<AgentTriggerSource>(&row.get::<_, Vec<u8>>(2)?) {
-            Ok(AgentTriggerSource::ScheduleSource(source)) => Some(source.schedule),
+    Ok(store::enabled_with_schedule_state(conn)?
+        .into_iter()
+        .filter_map(|scheduled| match scheduled.trigger.source {
+            AgentTriggerSource::ScheduleSource(source) => Some(Row {
+                id: scheduled.trigger.id,
+                created_at: scheduled.trigger.created_at,
+                schedule: source.schedule,
+                last_scheduled_at: scheduled.last_scheduled_at,
+                last_error: scheduled.last_error,
+            }),
             _ => None,
-        };
-        let row = |schedule| -> rusqlite::Result<Row> {
-            Ok(Row {
-                id: row.get(0)?,
-                created_at: row.get(1)?,
-                schedule,
-                last_scheduled_at: row.get(3)?,
-                last_error: row.get(4)?,
-            })
-        };
-        schedule.map(row).transpose()
-    })?;
-    let mut schedules = Vec::new();
-    for row in rows {
-        schedules.extend(row?);
-    }
-    Ok(schedules)
+        })
+        .collect())
 }
 
 /// Records the occurrence fired (so it is never due again), `last_fired_at`, a cleared error,
 /// and for a once-schedule the trigger disabled. A trigger deleted meanwhile records nothing.
 async fn record_fired(db: &Db, trigger_id: String, scheduled_at: i64, once: bool, now: i64) -> ApiResult<()> {
     db.write(move |conn| {
-        let exists = conn
-            .prepare_cached("SELECT 1 FROM agent_triggers WHERE id = ?1")?
-            .query_row(params![trigger_id], |_| Ok(()))
-            .optional()?
-            .is_some();
-        if !exists {
+        if !store::exists(conn, &trigger_id)? {
             return Ok(());
         }
-        conn.prepare_cached(
-            "INSERT INTO trigger_schedule_state (trigger_id, last_scheduled_at, updated_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (trigger_id) DO UPDATE SET last_scheduled_at = excluded.last_scheduled_at,
-                                                    updated_at = excluded.updated_at",
-        )?
-        .execute(params![trigger_id, scheduled_at, now])?;
-        conn.prepare_cached(
-            "UPDATE agent_triggers SET last_fired_at = ?2, last_error = NULL,
-                    enabled = CASE WHEN ?3 THEN 0 ELSE enabled END
-             WHERE id = ?1",
-        )?
-        .execute(params![trigger_id, now, once])?;
-        Ok(())
+        store::save_schedule_state(conn, &trigger_id, scheduled_at, now)?;
+        store::mark_schedule_fired(conn, &trigger_id, once, now)
     })
     .await
 }
 
 async fn record_error(db: &Db, trigger_id: &str, message: String) -> ApiResult<()> {
     let trigger_id = trigger_id.to_owned();
-    db.write(move |conn| {
-        conn.prepare_cached("UPDATE agent_triggers SET last_error = ?2 WHERE id = ?1")?
-            .execute(params![trigger_id, message])?;
-        Ok(())
-    })
-    .await
+    db.write(move |conn| store::set_last_error(conn, &trigger_id, &message)).await
 }
 
 #[cfg(test)]

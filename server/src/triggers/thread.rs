@@ -10,9 +10,8 @@
 use std::collections::BTreeMap;
 
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use seed_agents_protocol::generated::{AgentDefinition, AgentDefinitionSystemPrompt, TriggerContinuation};
-use seed_agents_protocol::wire;
 
 use crate::error::ApiResult;
 
@@ -108,18 +107,7 @@ pub(crate) fn of_run(conn: &Connection, input: &Ipld, session_id: &str) -> ApiRe
 
 /// The overrides of session `session_id`: those of the run a firing opened it with.
 pub(crate) fn of_session(conn: &Connection, session_id: &str) -> ApiResult<Option<Thread>> {
-    let opening: Option<Vec<u8>> = conn
-        .prepare_cached(
-            "SELECT r.input_cbor FROM trigger_firings f JOIN runs r ON r.id = f.run_id
-             WHERE f.session_id = ?1 ORDER BY f.created_at, f.id LIMIT 1",
-        )?
-        .query_row(params![session_id], |row| row.get(0))
-        .optional()?;
-    Ok(opening.as_deref().and_then(stored))
-}
-
-fn stored(input: &[u8]) -> Option<Thread> {
-    stored_in(&wire::decode_ipld(input).ok()?)
+    Ok(super::store::opening_run_input(conn, session_id)?.as_ref().and_then(stored_in))
 }
 
 fn stored_in(input: &Ipld) -> Option<Thread> {

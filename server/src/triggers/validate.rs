@@ -27,6 +27,21 @@ const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 const EVENT_TYPES: &[&str] =
     &["doc-update", "comment", "citation", "capability", "contact", "document-update", "change", "ref"];
 
+/// A trigger checked and ready to store.
+#[derive(Debug, Clone)]
+pub(crate) struct Normalized {
+    /// The name.
+    pub name: String,
+    /// Whether it fires.
+    pub enabled: bool,
+    /// The source.
+    pub source: AgentTriggerSource,
+    /// The prompt.
+    pub prompt: Prompt,
+    /// The continuation.
+    pub continuation: Option<TriggerContinuation>,
+}
+
 /// A trigger's prompt, normalised: what is stored and what the model is told.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Prompt {

@@ -30,11 +30,12 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac};
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use seed_agents_protocol::Value;
 use sha2::Sha256;
 
 use super::firing::{self, Activity, FireOutcome};
+use super::store;
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
 
@@ -60,8 +61,7 @@ pub(crate) fn rotate_secret(app: &App, conn: &Connection, owner_id: &str, trigge
     let mut key = [0u8; 32];
     getrandom::fill(&mut key).map_err(|error| ApiError::internal(format!("no randomness: {error}")))?;
     let sealed = app.secrets.seal(owner_id, &sealed_name(trigger_id), &key).map_err(ApiError::internal)?;
-    conn.prepare_cached("UPDATE agent_triggers SET webhook_secret = ?2 WHERE id = ?1")?
-        .execute(params![trigger_id, sealed])?;
+    store::set_webhook_secret(conn, trigger_id, Some(&sealed))?;
     Ok(format!("{SECRET_PREFIX}{}", STANDARD.encode(key)))
 }
 
@@ -149,11 +149,7 @@ fn verify(key: &[u8], signed: &Signed, body: &[u8]) -> bool {
 
 /// The secret key bytes of webhook trigger `trigger_id`, if it is one and has a secret.
 fn secret_key(app: &App, conn: &Connection, trigger_id: &str) -> ApiResult<Option<Vec<u8>>> {
-    let row: Option<(String, Option<Vec<u8>>)> = conn
-        .prepare_cached("SELECT account_id, webhook_secret FROM agent_triggers WHERE id = ?1")?
-        .query_row(params![trigger_id], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?;
-    let Some((owner, Some(sealed))) = row else { return Ok(None) };
+    let Some((owner, Some(sealed))) = store::webhook_secret(conn, trigger_id)? else { return Ok(None) };
     Ok(app.secrets.open(&owner, &sealed_name(trigger_id), &sealed).ok())
 }
 

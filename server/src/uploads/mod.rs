@@ -17,17 +17,17 @@
 pub(crate) mod memory_target;
 pub(crate) mod order;
 mod staging;
+mod store;
 mod sweep;
 
 use std::path::PathBuf;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use seed_agents_protocol::codes::UPLOAD_OFFSET_MISMATCH;
 use seed_agents_protocol::generated::{
     AbortFileUpload, AbortFileUploadResponse, AppendFileUploadChunk, AppendFileUploadChunkResponse, BeginFileUpload,
     BeginFileUploadResponse, CommitFileUpload, CommitFileUploadResponse, FileUploadTarget,
 };
-use seed_agents_protocol::wire;
 
 use crate::access::{self, Need};
 use crate::app::App;
@@ -94,23 +94,23 @@ pub(crate) async fn begin_file_upload(
     let part = staging::part_path(&app.config, &id);
     let created = part.clone();
     blocking(move || staging::create(&created).map_err(ApiError::internal)).await?;
-    let target = wire::to_vec(&action.target).map_err(ApiError::internal)?;
     let (row_id, account, now, size) = (id.clone(), caller.account_id.clone(), app.clock.now_ms(), action.size);
+    let target = action.target;
     let inserted = app
         .db
         .write(move |conn| {
-            let active: i64 = conn
-                .prepare_cached("SELECT COUNT(*) FROM uploads WHERE account_id = ?1 AND updated_at >= ?2")?
-                .query_row(params![account, now - TTL_MS], |row| row.get(0))?;
-            if active >= MAX_ACTIVE_PER_ACCOUNT {
+            if store::active_count(conn, &account, now - TTL_MS)? >= MAX_ACTIVE_PER_ACCOUNT {
                 return Err(ApiError::too_many("Too many uploads in progress"));
             }
-            conn.prepare_cached(
-                "INSERT INTO uploads (id, account_id, target_cbor, size, received, staging_path, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?6)",
-            )?
-            .execute(params![row_id, account, target, size, staging::relative_path(&row_id), now])?;
-            Ok(())
+            let staging_path = staging::relative_path(&row_id);
+            let upload = store::NewUpload {
+                id: &row_id,
+                account_id: &account,
+                target: &target,
+                size,
+                staging_path: &staging_path,
+            };
+            store::insert(conn, &upload, now)
         })
         .await;
     if let Err(error) = inserted {
@@ -178,12 +178,10 @@ pub(crate) async fn append_file_upload_chunk(
     let file = app
         .db
         .write(move |conn| {
-            let changed = conn
-                .prepare_cached("UPDATE uploads SET received = ?2, updated_at = ?3 WHERE id = ?1 AND received = ?4")?
-                .execute(params![id.as_str(), received, now, before])?;
-            match changed {
-                1 => Ok(file),
-                _ => Err(ApiError::internal("an upload's row changed while its staging file was locked")),
+            if store::advance(conn, &id, before, received, now)? {
+                Ok(file)
+            } else {
+                Err(ApiError::internal("an upload's row changed while its staging file was locked"))
             }
         })
         .await?;
@@ -304,17 +302,8 @@ async fn locked(app: &App, caller: &Caller, upload_id: &str) -> ApiResult<(std::
     let upload = app
         .db
         .read(move |conn| {
-            let row = conn
-                .prepare_cached(
-                    "SELECT target_cbor, size, received FROM uploads
-                     WHERE id = ?1 AND account_id = ?2 AND updated_at >= ?3",
-                )?
-                .query_row(params![id, account, cutoff], |row| {
-                    Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
-                })
-                .optional()?;
-            let (target, size, received) = row.ok_or_else(not_found)?;
-            let target: FileUploadTarget = wire::from_slice(&target).map_err(ApiError::internal)?;
+            let store::Row { target, size, received } =
+                store::load(conn, &id, &account, cutoff)?.ok_or_else(not_found)?;
             // A target the caller can no longer see (or that is gone) makes the upload look
             // missing too, with the upload's own message (docs/protocol.md §C.0); a role too low
             // keeps its 403.
@@ -343,21 +332,14 @@ fn memory_state_dir(conn: &Connection, agent_id: &str, account: &str) -> ApiResu
 /// The agent's state directory and owner, when the account may write to it.
 fn memory_access(conn: &Connection, agent_id: &str, account: &str) -> ApiResult<(PathBuf, String)> {
     let access = access::require(conn, agent_id, account, Need::Write)?;
-    let state_dir: String = conn
-        .prepare_cached("SELECT state_dir FROM agents WHERE id = ?1")?
-        .query_row(params![access.agent_id], |row| row.get(0))?;
+    let state_dir = crate::agents::store::state_dir(conn, &access.agent_id)?;
     Ok((PathBuf::from(state_dir), access.owner_id))
 }
 
 /// Deletes an upload's row.
 async fn forget(app: &App, upload_id: &str) -> ApiResult<()> {
     let id = upload_id.to_owned();
-    app.db
-        .write(move |conn| {
-            conn.prepare_cached("DELETE FROM uploads WHERE id = ?1")?.execute(params![id])?;
-            Ok(())
-        })
-        .await
+    app.db.write(move |conn| store::delete(conn, &id)).await
 }
 
 #[cfg(test)]

@@ -42,6 +42,8 @@ pub struct AppendOrder {
     uploads: Mutex<HashMap<String, Slot>>,
     /// [`ARRIVAL_GRACE`], shorter in tests of sequences that skip ahead on purpose.
     grace: Duration,
+    /// Counts the waiting places taken, so [`AppendOrder::waiting`] can watch for one.
+    reserved: watch::Sender<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -61,7 +63,7 @@ impl Default for AppendOrder {
 impl AppendOrder {
     /// An order with another arrival grace.
     pub fn with_grace(grace: Duration) -> Self {
-        AppendOrder { uploads: Mutex::default(), grace }
+        AppendOrder { uploads: Mutex::default(), grace, reserved: watch::channel(0).0 }
     }
 
     /// Counts an append as in the server until the returned guard drops.
@@ -81,7 +83,20 @@ impl AppendOrder {
         let (sender, finished) = watch::channel(0);
         slot.waiter = Some(sender);
         let bound = if slot.in_flight > 1 { WAIT } else { self.grace };
+        self.reserved.send_modify(|count| *count += 1);
         Some(Waiter { order: self, upload_id: upload_id.to_owned(), finished, bound })
+    }
+
+    /// Resolves once a chunk holds the upload's waiting place (at once if one does now): what a
+    /// test waits for before it sends the chunk that must find the place taken.
+    pub async fn waiting(&self, upload_id: &str) {
+        let mut reserved = self.reserved.subscribe();
+        // Subscribed before looking: a place taken after the look is a change still to be seen.
+        while self.lock().get(upload_id).is_none_or(|slot| slot.waiter.is_none()) {
+            if reserved.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Appends on the upload in the server now (the asking waiter's own included).
@@ -223,6 +238,18 @@ mod tests {
         assert!(tokio::time::timeout(Duration::from_millis(200), &mut wait).await.is_err());
         order.finished("u");
         wait.await;
+    }
+
+    #[tokio::test]
+    async fn a_taken_waiting_place_is_seen_whenever_it_is_taken() {
+        let order = AppendOrder::default();
+        let _append = order.enter("u");
+        let seen = order.waiting("u");
+        tokio::pin!(seen);
+        assert!(futures_util::FutureExt::now_or_never(seen.as_mut()).is_none(), "nobody waits yet");
+        let _waiter = order.reserve("u").expect("free");
+        seen.await;
+        order.waiting("u").await; // taken already: resolves at once
     }
 
     #[test]

@@ -6,10 +6,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use rusqlite::params;
 use tokio::task::JoinHandle;
 
-use super::{TTL_MS, staging};
+use super::{TTL_MS, staging, store};
 use crate::app::App;
 use crate::attachments::{self, blocking};
 use crate::error::ApiResult;
@@ -39,9 +38,7 @@ pub(crate) async fn sweep(app: &App) -> ApiResult<usize> {
     let (expired, known) = app
         .db
         .read(move |conn| {
-            let mut statement = conn.prepare_cached("SELECT id, updated_at < ?1 FROM uploads")?;
-            let rows = statement.query_map(params![cutoff], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))?;
-            let rows = rows.collect::<rusqlite::Result<Vec<(String, bool)>>>()?;
+            let rows = store::all(conn, cutoff)?;
             let expired = rows.iter().filter(|(_, expired)| *expired).map(|(id, _)| id.clone()).collect::<Vec<_>>();
             let known = rows.into_iter().map(|(id, _)| id).collect::<HashSet<_>>();
             Ok((expired, known))
@@ -74,13 +71,7 @@ pub(crate) async fn sweep(app: &App) -> ApiResult<usize> {
 
 async fn delete_expired(app: &App, id: &str, cutoff: i64) -> ApiResult<usize> {
     let id = id.to_owned();
-    app.db
-        .write(move |conn| {
-            Ok(conn
-                .prepare_cached("DELETE FROM uploads WHERE id = ?1 AND updated_at < ?2")?
-                .execute(params![id, cutoff])?)
-        })
-        .await
+    app.db.write(move |conn| store::delete_expired(conn, &id, cutoff)).await
 }
 
 /// Staging files older than the TTL without a row, and attachment directories whose session
@@ -88,14 +79,7 @@ async fn delete_expired(app: &App, id: &str, cutoff: i64) -> ApiResult<usize> {
 async fn remove_orphans(app: &App, known: HashSet<String>) -> ApiResult<()> {
     // A directory touched after this instant may belong to a session created after the read.
     let started = std::time::SystemTime::now();
-    let sessions: HashSet<String> = app
-        .db
-        .read(|conn| {
-            let mut statement = conn.prepare_cached("SELECT id FROM sessions")?;
-            let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
-            Ok(rows.collect::<rusqlite::Result<HashSet<_>>>()?)
-        })
-        .await?;
+    let sessions: HashSet<String> = app.db.read(crate::sessions::store::all_ids).await?;
     let staging_dir = staging::dir(&app.config);
     let attachments_dir = attachments::root(&app.config);
     blocking(move || {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
+use rusqlite::params;
 use seed_agents_protocol::generated::{
     AbortFileUpload, AppendFileUploadChunk, BeginFileUpload, CommitFileUpload, FileUploadTarget, MemoryUploadTarget,
     SessionAttachmentUploadTarget,

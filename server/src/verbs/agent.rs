@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{OptionalExtension, params};
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{AgentDefinitionSystemPrompt, AgentMemoryEntryType, ReasoningLevel};
 use serde::Serialize;
@@ -77,30 +76,27 @@ pub(super) async fn read(context: &Context<'_>) -> ApiResult<Value> {
     let definition = &context.definition;
     let (owner, provider_name, agent_id) =
         (context.owner_id.clone(), definition.model_provider.clone(), context.agent_id.clone());
-    let (provider, session_count, triggers) = context
-        .app
-        .db
-        .read(move |conn| {
-            let provider = conn
+    let (provider, session_count, triggers) =
+        context
+            .app
+            .db
+            .read(move |conn| {
                 // `definition.modelProvider` names the provider (as CreateAgent checked it).
-                .prepare_cached("SELECT id, name, type FROM model_providers WHERE account_id = ?1 AND name = ?2")?
-                .query_row(params![owner, provider_name], |row| {
-                    Ok(Provider::Known { id: row.get(0)?, name: row.get(1)?, r#type: row.get(2)? })
-                })
-                .optional()?;
-            let sessions = crate::agents::store::session_count(conn, &agent_id)?;
-            let triggers = crate::triggers::store::list(conn, &agent_id)?
-                .into_iter()
-                .map(|trigger| TriggerBrief {
-                    source: crate::triggers::validate::kind(&trigger.source),
-                    id: trigger.id.into(),
-                    name: trigger.name,
-                    enabled: trigger.enabled,
-                })
-                .collect::<Vec<_>>();
-            Ok((provider, sessions, triggers))
-        })
-        .await?;
+                let provider = crate::providers::store::brief(conn, &owner, &provider_name)?
+                    .map(|brief| Provider::Known { id: brief.id, name: brief.name, r#type: brief.type_ });
+                let sessions = crate::agents::store::session_count(conn, &agent_id)?;
+                let triggers = crate::triggers::store::list(conn, &agent_id)?
+                    .into_iter()
+                    .map(|trigger| TriggerBrief {
+                        source: crate::triggers::validate::kind(&trigger.source),
+                        id: trigger.id.into(),
+                        name: trigger.name,
+                        enabled: trigger.enabled,
+                    })
+                    .collect::<Vec<_>>();
+                Ok((provider, sessions, triggers))
+            })
+            .await?;
     let root = context.memory_root.clone();
     // A memory that cannot be listed leaves the field out rather than failing the read.
     let memory = blocking(move || store::list_all(&root)).await.ok().map(|(entries, _)| {

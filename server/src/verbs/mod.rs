@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     AgentDefinition, InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, SessionActor,
     SessionEventPayload, ToolCallEvent, ToolCallEventType, ToolResultEvent, ToolResultEventType,
@@ -182,8 +182,7 @@ pub(crate) async fn invoke_session_tool(
             refuse_during_agent_turn(conn, &session_id)?;
             let call = events::append(conn, &session_id, call_event, now)?;
             let result = events::append(conn, &session_id, result_event, now)?;
-            conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
-                .execute(params![session_id.as_str(), now])?;
+            crate::sessions::store::touch(conn, &session_id, now)?;
             Ok((vec![call, result], access.agent_id, access.owner_id))
         })
         .await?;

@@ -1,6 +1,5 @@
 //! `run:<id>`: one run of the agent, as `RunInfo` with a one-line summary.
 
-use rusqlite::params;
 use seed_agents_protocol::Value;
 
 use super::{Context, record};
@@ -16,13 +15,10 @@ pub(super) async fn read(context: &Context<'_>, run_id: String) -> ApiResult<Val
         .read(move |conn| {
             // Only runs of the same agent: the caller's access covers exactly those (as with
             // `thread:`). A run that outlived its agent belongs to nobody.
-            let same_agent: bool = conn
-                .prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND agent_id = ?2)")?
-                .query_row(params![id, agent_id], |row| row.get(0))?;
-            if !same_agent {
+            if !runs::store::of_agent(conn, &id, &agent_id)? {
                 return Ok(None);
             }
-            Ok(runs::info::load(conn, &id)?)
+            Ok(runs::store::load_info(conn, &id)?)
         })
         .await?
         .ok_or_else(|| ApiError::not_found(format!("No run {run_id}")))?;

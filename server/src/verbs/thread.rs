@@ -3,12 +3,12 @@
 use std::collections::BTreeMap;
 
 use ipld_core::ipld::Ipld;
-use rusqlite::{OptionalExtension, params};
-use seed_agents_protocol::{Value, wire};
+use seed_agents_protocol::Value;
 use serde::Serialize;
 
 use super::{Context, MAX_RESULT_BYTES, plural, record};
 use crate::error::{ApiError, ApiResult};
+use crate::sessions::store as session_store;
 
 /// The most events a transcript shows.
 const MAX_EVENTS: i64 = 200;
@@ -31,25 +31,14 @@ pub(super) async fn read(context: &Context<'_>, session_id: String) -> ApiResult
         .db
         .read(move |conn| {
             // Only sessions of the same agent: the caller's writer access covers exactly those.
-            let session = conn
-                .prepare_cached("SELECT title, description FROM sessions WHERE id = ?1 AND agent_id = ?2")?
-                .query_row(params![session_id, agent_id], |row| {
-                    Ok((row.get::<_, Option<String>>(0)?, row.get::<_, Option<String>>(1)?))
-                })
-                .optional()?
+            let session = session_store::title_of_agents(conn, &session_id, &agent_id)?
                 .ok_or_else(|| ApiError::not_found(format!("No thread {session_id}")))?;
-            let mut events = conn
-                .prepare_cached(
-                    "SELECT event_cbor FROM session_events WHERE session_id = ?1 ORDER BY seq DESC LIMIT +?2",
-                )?
-                .query_map(params![session_id, MAX_EVENTS], |row| row.get::<_, Vec<u8>>(0))?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            events.reverse();
+            let events = session_store::newest_events_lenient(conn, &session_id, MAX_EVENTS)?;
             Ok(((session_id, session), events))
         })
         .await?;
     let ((session_id, (title, description)), events) = (session, events);
-    let lines: Vec<String> = events.iter().map(|bytes| line(&wire::from_slice(bytes).unwrap_or(Ipld::Null))).collect();
+    let lines: Vec<String> = events.iter().map(line).collect();
     let markdown = bound(lines.join("\n\n"));
     let summary = format!("Thread \"{}\": {} recent events.", title.as_deref().unwrap_or(&session_id), events.len());
     record(summary, &Transcript { session_id, title, description: description.filter(|d| !d.is_empty()), markdown })
@@ -104,19 +93,10 @@ pub(super) async fn list(context: &Context<'_>, options: Option<&BTreeMap<String
         .read(move |conn| {
             let mut snippets: std::collections::HashMap<String, String> = std::collections::HashMap::new();
             if let Some(query) = &wanted {
-                let mut statement = conn.prepare_cached(
-                    "SELECT e.session_id, e.event_cbor FROM session_events e JOIN sessions s ON s.id = e.session_id
-                     WHERE s.agent_id = ?1 ORDER BY e.created_at DESC, e.seq DESC LIMIT +?2",
-                )?;
-                let rows = statement.query_map(params![agent_id, QUERY_SCAN_EVENTS], |row| {
-                    Ok((row.get::<_, String>(0)?, row.get::<_, Vec<u8>>(1)?))
-                })?;
-                for row in rows {
-                    let (session, bytes) = row?;
+                for (session, event) in session_store::agent_events_lenient(conn, &agent_id, QUERY_SCAN_EVENTS)? {
                     if snippets.contains_key(&session) {
                         continue;
                     }
-                    let event = wire::from_slice(&bytes).unwrap_or(Ipld::Null);
                     let text = match &event {
                         Ipld::Map(fields) => content_text(fields.get("content")),
                         _ => String::new(),
@@ -126,23 +106,16 @@ pub(super) async fn list(context: &Context<'_>, options: Option<&BTreeMap<String
                     }
                 }
             }
-            let mut statement = conn.prepare_cached(
-                "SELECT id, title, description, status, updated_at FROM sessions WHERE agent_id = ?1
-                 ORDER BY updated_at DESC, id DESC",
-            )?;
-            let rows = statement.query_map(params![agent_id], |row| {
-                Ok(Listed {
-                    session_id: row.get(0)?,
-                    title: row.get(1)?,
-                    description: row.get::<_, Option<String>>(2)?.filter(|d| !d.is_empty()),
-                    status: row.get(3)?,
-                    updated_at: row.get(4)?,
-                    snippet: None,
-                })
-            })?;
             let mut threads = Vec::new();
-            for row in rows {
-                let mut thread = row?;
+            for row in session_store::threads(conn, &agent_id)? {
+                let mut thread = Listed {
+                    session_id: row.id,
+                    title: row.title,
+                    description: row.description.filter(|d| !d.is_empty()),
+                    status: row.status.to_string(),
+                    updated_at: row.updated_at,
+                    snippet: None,
+                };
                 if let Some(query) = &wanted {
                     let titled = thread.title.as_deref().is_some_and(|title| title.to_lowercase().contains(query));
                     thread.snippet = snippets.remove(&thread.session_id);

@@ -324,16 +324,7 @@ async fn delete(context: &Context<'_>, name: &str, existing: Option<AgentTrigger
         return record(format!("No trigger named {name}."), &Deleted { name, deleted: false });
     };
     let id = existing.id.clone();
-    context
-        .app
-        .db
-        .write(move |conn| {
-            conn.prepare_cached("UPDATE agent_triggers SET merged_into = NULL WHERE merged_into = ?1")?
-                .execute([id.as_str()])?;
-            conn.prepare_cached("DELETE FROM agent_triggers WHERE id = ?1")?.execute([id.as_str()])?;
-            Ok(())
-        })
-        .await?;
+    context.app.db.write(move |conn| crate::triggers::store::delete(conn, &id)).await?;
     context.app.bus.account_change(&context.owner_id, ChangeReason::TriggerDeleted, Some(&context.agent_id), None);
     record(format!("Deleted trigger {}.", existing.name), &Deleted { name: &existing.name, deleted: true })
 }

@@ -571,23 +571,12 @@ fn not_found_message(key: &str) -> &'static str {
 }
 
 fn load_audience(conn: &rusqlite::Connection, agent: &str) -> ApiResult<Option<Audience>> {
-    use rusqlite::{OptionalExtension, params};
-    let Some((owner, public_read, public_chat)) = conn
-        .prepare_cached("SELECT account_id, public_read, public_chat FROM agents WHERE id = ?1")?
-        .query_row(params![agent], |row| Ok((row.get::<_, String>(0)?, row.get::<_, bool>(1)?, row.get::<_, bool>(2)?)))
-        .optional()?
-    else {
+    let Some((owner, public_read, public_chat)) = crate::agents::store::owner_and_flags(conn, agent)? else {
         return Ok(None);
     };
     let owner: Arc<str> = Arc::from(owner);
     let mut accounts = vec![(owner.clone(), Role::Owner)];
-    let mut statement = conn.prepare_cached(
-        "SELECT account_id, role FROM agent_collaborators WHERE agent_id = ?1 AND status = 'accepted'",
-    )?;
-    let members =
-        statement.query_map(params![agent], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
-    for member in members {
-        let (account, role) = member?;
+    for (account, role) in crate::collaborators::store::accepted(conn, agent)? {
         accounts.push((Arc::from(account), crate::agents::store::member_role(&role, public_read, public_chat)));
     }
     Ok(Some(Audience { owner, accounts }))

@@ -101,7 +101,7 @@ pub(crate) async fn load(app: &App, plan: Plan) -> ApiResult<Replay> {
                 })
                 .await
         }
-        Plan::Runs { root } => app.db.read(move |conn| Ok(Replay::Runs(runs::info::tree(conn, &root)?))).await,
+        Plan::Runs { root } => app.db.read(move |conn| Ok(Replay::Runs(runs::store::tree(conn, &root)?))).await,
     }
 }
 
@@ -182,7 +182,7 @@ async fn authorize(app: &App, caller: Caller, action: Ipld) -> ApiResult<Accepte
             app.db
                 .read(move |conn| {
                     let missing = || ApiError::not_found("Run not found");
-                    let (root, agent) = runs::info::root_and_agent(conn, &id)?.ok_or_else(missing)?;
+                    let (root, agent) = runs::store::root_and_agent(conn, &id)?.ok_or_else(missing)?;
                     let access = access::resolve(conn, &agent, &account)?.ok_or_else(missing)?;
                     Ok((format!("runs/{root}"), sub_of(&access), Plan::Runs { root }))
                 })

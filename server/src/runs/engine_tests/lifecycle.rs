@@ -11,7 +11,7 @@ use crate::error::{ApiError, ErrorKind};
 use crate::runs::cancel;
 use crate::runs::engine::{FailureCode, InlineOutcome, Outcome, RunFailure, StopReason};
 use crate::runs::finish::{self, Backoff, Lease, Settled, Usage};
-use crate::runs::queue::{self, Changes, Queue};
+use crate::runs::queue::{Changes, Queue};
 use crate::runs::wait::Wait;
 
 /// Effectively never (keeps a run queued but not due).
@@ -102,7 +102,7 @@ async fn retries_back_off_on_the_clock_and_the_last_failure_is_final() {
         .collect();
     assert_eq!(events.len(), 1, "one error event, for the final failure only: {payloads:?}");
     assert!(payloads[0].contains("down 3") && payloads[0].contains("error"), "{payloads:?}");
-    let info = harness.app.db.read(move |conn| Ok(crate::runs::info::load(conn, &id)?)).await.unwrap().unwrap();
+    let info = harness.app.db.read(move |conn| Ok(crate::runs::store::load_info(conn, &id)?)).await.unwrap().unwrap();
     let error = info.error.unwrap();
     assert_eq!((error.code.as_str(), error.message.as_str()), ("provider-error", "down 3"));
     harness.stop().await;
@@ -176,7 +176,7 @@ async fn a_timer_park_wakes_on_the_clock_as_the_same_execution() {
     harness.until_status(&id, "waiting").await;
     let info = harness.app.db.read({
         let id = id.clone();
-        move |conn| Ok(crate::runs::info::load(conn, &id)?)
+        move |conn| Ok(crate::runs::store::load_info(conn, &id)?)
     });
     let wait = info.await.unwrap().unwrap().wait.unwrap();
     assert_eq!((wait.reason.to_string(), wait.wake_at), ("timer".to_owned(), Some(wake_at)));
@@ -202,7 +202,7 @@ async fn usage_accumulates_and_finished_children_roll_up() {
             let step = Usage { input: 10, output: 2, cache_read: 1, cache_write: 0, total: 12 };
             finish::add_usage(conn, &parent_id, &step)?;
             finish::add_usage(conn, &parent_id, &step)?;
-            queue::claim_run(conn, &child_id, "test", now, now + 60_000)?.expect("claimable");
+            crate::runs::store::claim_run(conn, &child_id, "test", now, now + 60_000)?.expect("claimable");
             finish::add_usage(
                 conn,
                 &child_id,
@@ -223,7 +223,8 @@ async fn usage_accumulates_and_finished_children_roll_up() {
         .await
         .unwrap();
     assert_eq!(settled, Settled::Stored(Outcome::Succeeded(Ipld::Null)));
-    let usage = harness.app.db.read(move |conn| Ok(crate::runs::info::load(conn, &parent)?)).await.unwrap().unwrap();
+    let usage =
+        harness.app.db.read(move |conn| Ok(crate::runs::store::load_info(conn, &parent)?)).await.unwrap().unwrap();
     let usage = usage.usage.unwrap();
     assert_eq!((usage.input, usage.output, usage.cache_read, usage.total), (20, 4, 2, 24));
     let children = usage.children.unwrap();
@@ -287,12 +288,12 @@ async fn canceling_a_tree_ends_queued_and_waiting_runs_at_once_and_signals_the_r
     assert_eq!(harness.session_status("s3").await, "idle");
     let usage = harness.app.db.read({
         let root = root.clone();
-        move |conn| Ok(crate::runs::info::load(conn, &root)?)
+        move |conn| Ok(crate::runs::store::load_info(conn, &root)?)
     });
     let info = usage.await.unwrap().unwrap();
     assert_eq!(info.child_run_count, Some(1));
     let child_info =
-        harness.app.db.read(move |conn| Ok(crate::runs::info::load(conn, &child)?)).await.unwrap().unwrap();
+        harness.app.db.read(move |conn| Ok(crate::runs::store::load_info(conn, &child)?)).await.unwrap().unwrap();
     assert_eq!(child_info.usage.unwrap().children.unwrap().runs, 1, "a canceled child rolls up into its parent");
     assert!(!harness.engine().cancel_tree(&root).await.unwrap(), "nothing left to cancel");
     harness.stop().await;

@@ -37,6 +37,7 @@ use seed_agents_protocol::{Value, wire};
 use self::event::Event;
 use self::watermark::{Backlog, Cursor};
 use super::sink::{FiringSink, TriggerMatch};
+use super::store;
 use crate::clock::Clock;
 use crate::db::Db;
 use crate::error::{ApiError, ApiResult};
@@ -162,16 +163,7 @@ impl ActivityMonitor {
             Ok((poll, cursor)) => {
                 watermark::save(&self.db, account, &self.server_url, &cursor, poll_at, self.clock.now_ms()).await?;
                 let ids: Vec<String> = triggers.into_iter().map(|trigger| trigger.id).collect();
-                self.db
-                    .write(move |conn| {
-                        let mut statement =
-                            conn.prepare_cached("UPDATE agent_triggers SET last_checked_at = ?1 WHERE id = ?2")?;
-                        for id in &ids {
-                            statement.execute(rusqlite::params![poll_at, id])?;
-                        }
-                        Ok(())
-                    })
-                    .await?;
+                self.db.write(move |conn| store::mark_checked(conn, &ids, poll_at)).await?;
                 Ok(poll)
             }
             Err(error) => {
@@ -312,20 +304,10 @@ fn unique_keys(events: &[Event]) -> Vec<String> {
 
 /// Enabled activity triggers by account (one account's, when given), oldest first.
 fn activity_triggers(conn: &rusqlite::Connection, account: Option<&str>) -> ApiResult<BTreeMap<String, Vec<Trigger>>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT account_id, id, created_at, source_cbor FROM agent_triggers
-         WHERE enabled = 1 AND (?1 IS NULL OR account_id = ?1) ORDER BY created_at, id",
-    )?;
-    let rows = statement.query_map([account], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, i64>(2)?, row.get::<_, Vec<u8>>(3)?))
-    })?;
     let mut triggers: BTreeMap<String, Vec<Trigger>> = BTreeMap::new();
-    for row in rows {
-        let (account, id, created_at, source) = row?;
-        // Sources this build cannot decode are not activity sources it could match.
-        let Ok(source) = wire::from_slice::<AgentTriggerSource>(&source) else { continue };
+    for store::Enabled { id, account_id, created_at, source } in store::enabled_triggers(conn, account)? {
         if matching::is_activity_source(&source) {
-            triggers.entry(account).or_default().push(Trigger { id, created_at, source });
+            triggers.entry(account_id).or_default().push(Trigger { id, created_at, source });
         }
     }
     Ok(triggers)

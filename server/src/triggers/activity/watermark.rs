@@ -3,100 +3,28 @@
 //! backlog), plus when it last polled, last succeeded, and the last error. Keying by server URL
 //! means a new Hypermedia server starts with a fresh baseline.
 
-use rusqlite::{OptionalExtension as _, params};
-use seed_agents_protocol::wire;
-use serde::{Deserialize, Serialize};
-
 use crate::db::Db;
-use crate::error::{ApiError, ApiResult};
-
-/// What the monitor remembers of an account's feed, stored as CBOR
-/// `{seenKeys: [..], backlog?: {pageToken, until: [..]}}`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Cursor {
-    /// Keys of the events handled at the top of the feed, newest first.
-    #[serde(rename = "seenKeys")]
-    pub seen_keys: Vec<String>,
-    /// A walk down the feed that ran out of pages before it met handled events.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backlog: Option<Backlog>,
-}
-
-/// Where the walk through a backlog goes on, and where it ends.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Backlog {
-    /// The page token to continue from.
-    #[serde(rename = "pageToken")]
-    pub page_token: String,
-    /// Keys of the newest events handled before the backlog arrived: meeting one ends it.
-    pub until: Vec<String>,
-}
-
-/// One account's watermark row, as read.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Watermark {
-    /// `None` until a poll succeeded (no baseline yet).
-    pub cursor: Option<Cursor>,
-    /// When a poll last started.
-    pub last_poll_at: Option<i64>,
-    /// When a poll last succeeded.
-    pub last_success_at: Option<i64>,
-    /// Why the last poll failed (cleared by a success).
-    pub last_error: Option<String>,
-}
+use crate::error::ApiResult;
+use crate::triggers::store;
+pub use crate::triggers::store::{Backlog, Cursor, Watermark};
 
 /// The row of `account` on `server` (all `None` when there is none).
 pub async fn load(db: &Db, account: &str, server: &str) -> ApiResult<Watermark> {
     let (account, server) = (account.to_owned(), server.to_owned());
-    db.read(move |conn| {
-        let row = conn
-            .prepare_cached(
-                "SELECT cursor_cbor, last_poll_at, last_success_at, last_error FROM activity_watermarks
-                 WHERE account_id = ?1 AND server_url = ?2",
-            )?
-            .query_row(params![account, server], |row| {
-                Ok((row.get::<_, Option<Vec<u8>>>(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-            })
-            .optional()?;
-        let Some((cursor, last_poll_at, last_success_at, last_error)) = row else { return Ok(Watermark::default()) };
-        let cursor = cursor.map(|bytes| wire::from_slice::<Cursor>(&bytes)).transpose().map_err(ApiError::internal)?;
-        Ok(Watermark { cursor, last_poll_at, last_success_at, last_error })
-    })
-    .await
+    db.read(move |conn| store::watermark(conn, &account, &server)).await
 }
 
 /// Stores `cursor` after a successful poll that started at `poll_at` and ended at `now`.
 pub async fn save(db: &Db, account: &str, server: &str, cursor: &Cursor, poll_at: i64, now: i64) -> ApiResult<()> {
-    let (account, server) = (account.to_owned(), server.to_owned());
-    let cursor = wire::to_vec(cursor).map_err(ApiError::internal)?;
-    db.write(move |conn| {
-        conn.prepare_cached(
-            "INSERT INTO activity_watermarks (account_id, server_url, cursor_cbor, last_poll_at, last_success_at, last_error)
-             VALUES (?1, ?2, ?3, ?4, ?5, NULL)
-             ON CONFLICT (account_id, server_url) DO UPDATE SET cursor_cbor = excluded.cursor_cbor,
-                 last_poll_at = excluded.last_poll_at, last_success_at = excluded.last_success_at, last_error = NULL",
-        )?
-        .execute(params![account, server, cursor, poll_at, now])?;
-        Ok(())
-    })
-    .await
+    let (account, server, cursor) = (account.to_owned(), server.to_owned(), cursor.clone());
+    db.write(move |conn| store::save_watermark(conn, &account, &server, &cursor, poll_at, now)).await
 }
 
 /// Records a failed poll. A row that did not exist is created without a cursor, so the next
 /// successful poll still takes the baseline instead of replaying what the feed holds.
 pub async fn record_error(db: &Db, account: &str, server: &str, poll_at: i64, message: String) -> ApiResult<()> {
     let (account, server) = (account.to_owned(), server.to_owned());
-    db.write(move |conn| {
-        conn.prepare_cached(
-            "INSERT INTO activity_watermarks (account_id, server_url, cursor_cbor, last_poll_at, last_error)
-             VALUES (?1, ?2, NULL, ?3, ?4)
-             ON CONFLICT (account_id, server_url) DO UPDATE SET last_poll_at = excluded.last_poll_at,
-                 last_error = excluded.last_error",
-        )?
-        .execute(params![account, server, poll_at, message])?;
-        Ok(())
-    })
-    .await
+    db.write(move |conn| store::record_watermark_error(conn, &account, &server, poll_at, &message)).await
 }
 
 #[cfg(test)]

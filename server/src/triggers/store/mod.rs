@@ -1,15 +1,38 @@
-//! Trigger rows and firing rows, read back as the protocol's `AgentTriggerInfo`,
-//! `TriggerFiringInfo` and session attributions; the access check for trigger-scoped actions.
+//! The trigger tables (`agent_triggers`, `trigger_firings`, `trigger_schedule_state`,
+//! `activity_watermarks`): trigger and firing rows read back as the protocol's
+//! `AgentTriggerInfo`, `TriggerFiringInfo` and session attributions; the access check for
+//! trigger-scoped actions; every insert and update of the actions, of firing, and of the
+//! monitors' progress.
+//!
+//! SQLite-only constructs, for a second backend: `INSERT … ON CONFLICT (…) DO NOTHING` and
+//! `DO UPDATE SET … = excluded.…` (PostgreSQL spells them the same); booleans stored as 0/1
+//! integers (`enabled = 1`); `CASE WHEN ?3 THEN 0 …` on a bound boolean; `LIMIT +?n` (see
+//! `sessions::store`); `?1 IS NULL OR account_id = ?1` on an untyped parameter (PostgreSQL needs
+//! a cast); `EXISTS (…)` read as a boolean column; and, in [`clear_unwatched_completion`], an
+//! `UPDATE` whose subquery names the updated table (`runs.account_id`).
 
+use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{
     AgentActivityCondition, AgentPromptBlock, AgentSessionTriggerSummary, AgentTriggerInfo, AgentTriggerInfoPrompt,
     AgentTriggerSource, SessionInfo, TriggerContinuation, TriggerFiringInfo,
 };
 use seed_agents_protocol::wire;
+use serde::{Deserialize, Serialize};
 
+use super::validate::{Normalized, Prompt};
 use crate::access::{self, Access, Need};
+use crate::db::Cbor;
 use crate::error::{ApiError, ApiResult};
+
+mod firing;
+mod monitors;
+mod writes;
+
+pub(crate) use firing::*;
+pub(crate) use monitors::*;
+pub use monitors::{Backlog, Cursor, Watermark};
+pub(crate) use writes::*;
 
 /// What a trigger-scoped action answers when the trigger is missing or invisible.
 pub(crate) const NOT_FOUND: &str = "Agent trigger not found";
@@ -75,6 +98,14 @@ pub(crate) fn list(conn: &Connection, agent_id: &str) -> ApiResult<Vec<AgentTrig
         "SELECT {COLUMNS} FROM agent_triggers WHERE agent_id = ?1 ORDER BY updated_at DESC, id DESC"
     ))?;
     let rows = statement.query_map(params![agent_id], info_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// An agent's triggers as the system prompt lists them: `(name, enabled)`, by name.
+pub(crate) fn names(conn: &Connection, agent_id: &str) -> ApiResult<Vec<(String, bool)>> {
+    let mut statement =
+        conn.prepare_cached("SELECT name, enabled FROM agent_triggers WHERE agent_id = ?1 ORDER BY name, id")?;
+    let rows = statement.query_map(params![agent_id], |row| Ok((row.get(0)?, row.get::<_, i64>(1)? != 0)))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 

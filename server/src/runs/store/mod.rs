@@ -1,12 +1,51 @@
-//! Run rows as the protocol shows them (`RunInfo`), and the trees they form.
+//! The `runs` table: every statement the engine (and its consumers) run on it, as plain functions
+//! over the caller's connection, so each composes with the caller's transaction; run rows as the
+//! protocol shows them (`RunInfo`) and as the engine reads them (typed: [`RunStatus`], the run's
+//! kind, [`Queue`], `Cbor` columns).
+//!
+//! What a transition changed is the caller's to note (`queue::Changes`); the order of statements
+//! inside a transaction stays the caller's too.
+//!
+//! SQLite-only constructs, for a second backend: `UPDATE … RETURNING` (claims, the boot sweep,
+//! wake-ups: PostgreSQL has it too); the two-argument scalar `MAX(attempt, 1)` (PostgreSQL:
+//! `GREATEST`); `IS NOT` on nullable columns (PostgreSQL: `IS DISTINCT FROM`); `LIMIT +?n` (a
+//! unary plus keeps one cached statement for every limit, see `sessions::store`; PostgreSQL takes
+//! a plain parameter); `EXISTS (…)` read as a boolean column.
 
+use std::sync::LazyLock;
+
+use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use seed_agents_protocol::generated::{RunInfo, UnmetObligation};
+use seed_agents_protocol::generated::{RunInfo, RunInfoKind, RunPlan, RunStatus, RunUsageInfo, UnmetObligation};
 use seed_agents_protocol::wire;
+use serde::{Deserialize, Serialize};
 
-use super::Wait;
-use crate::db::{Cbor, Text};
+use super::wait::Wait;
+use crate::db::{Cbor, Generic, Text};
 use crate::error::{ApiError, ApiResult};
+
+mod cancel;
+mod children;
+mod completion;
+mod finish;
+pub(crate) mod queue;
+
+pub(crate) use cancel::*;
+pub(crate) use children::*;
+pub(crate) use completion::*;
+pub(crate) use finish::*;
+pub(crate) use queue::*;
+
+/// Decodes a free-form CBOR column leniently: absent or undecodable is null.
+fn lenient(bytes: Option<Vec<u8>>) -> Ipld {
+    bytes.and_then(|bytes| wire::decode_ipld(&bytes).ok()).unwrap_or(Ipld::Null)
+}
+
+/// A wait column read leniently: absent or undecodable is `None` (a wait of another shape than
+/// the caller looks for).
+fn lenient_wait(bytes: Option<Vec<u8>>) -> Option<Wait> {
+    bytes.and_then(|bytes| wire::from_slice(&bytes).ok())
+}
 
 /// The columns [`info_from_row`] reads, in order.
 const RUN_COLUMNS: &str = "r.id, r.account_id, r.root_run_id, r.parent_run_id, r.parent_tool_call_id, \
@@ -53,8 +92,8 @@ fn plan_step(row: &Row<'_>, index: usize, key: &str) -> rusqlite::Result<Option<
     let Some(bytes) = row.get::<_, Option<Vec<u8>>>(index)? else { return Ok(None) };
     // Inputs are free-form: anything else names no step.
     Ok(match wire::decode_ipld(&bytes) {
-        Ok(ipld_core::ipld::Ipld::Map(fields)) => match fields.get(key) {
-            Some(ipld_core::ipld::Ipld::String(text)) => Some(text.clone()),
+        Ok(Ipld::Map(fields)) => match fields.get(key) {
+            Some(Ipld::String(text)) => Some(text.clone()),
             _ => None,
         },
         _ => None,
@@ -73,39 +112,11 @@ fn unmet_obligations(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Vec
     Ok(wire::from_slice::<Output>(&bytes).ok().and_then(|output| output.unmet_obligations))
 }
 
-/// The root and the agent of run `run_id`, when it exists and still has an agent (runs outlive
-/// their agent, and a run without one is visible to nobody).
-pub(crate) fn root_and_agent(conn: &Connection, run_id: &str) -> ApiResult<Option<(String, String)>> {
-    Ok(conn
-        .prepare_cached("SELECT root_run_id, agent_id FROM runs WHERE id = ?1 AND agent_id IS NOT NULL")?
-        .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?)
-}
-
 /// Run `run_id` as clients see it, when it exists.
-pub(crate) fn load(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunInfo>> {
+pub(crate) fn load_info(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunInfo>> {
     conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs r WHERE r.id = ?1"))?
         .query_row(params![run_id], info_from_row)
         .optional()
-}
-
-/// Runs selected by `condition` (over the alias `r`, with `params` bound as `?1`, `?2`, …), in
-/// `order`, at most `limit` of them (`-1`: all).
-pub(super) fn select(
-    conn: &Connection,
-    condition: &str,
-    order: &str,
-    limit: i64,
-    params: &[&dyn rusqlite::ToSql],
-) -> rusqlite::Result<Vec<RunInfo>> {
-    // `LIMIT +?n` keeps one cached statement for every limit (see `sessions`).
-    let limit_param = params.len() + 1;
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {RUN_COLUMNS} FROM runs r WHERE {condition} ORDER BY {order} LIMIT +?{limit_param}"
-    ))?;
-    let mut bound: Vec<&dyn rusqlite::ToSql> = params.to_vec();
-    bound.push(&limit);
-    statement.query_map(bound.as_slice(), info_from_row)?.collect()
 }
 
 /// Every run of the tree rooted at `root`, oldest first.
@@ -115,6 +126,55 @@ pub(crate) fn tree(conn: &Connection, root: &str) -> ApiResult<Vec<RunInfo>> {
     ))?;
     let runs = statement.query_map(params![root], info_from_row)?.collect::<rusqlite::Result<Vec<_>>>();
     runs.map_err(ApiError::internal)
+}
+
+/// The newest root runs of session `session_id` (not its delegated children), at most `limit`.
+pub(crate) fn session_roots(conn: &Connection, session_id: &str, limit: i64) -> rusqlite::Result<Vec<RunInfo>> {
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs r WHERE r.session_id = ?1 AND r.id = r.root_run_id
+         ORDER BY r.created_at DESC, r.id DESC LIMIT +?2"
+    ))?;
+    statement.query_map(params![session_id, limit], info_from_row)?.collect()
+}
+
+/// The newest runs of agent `agent_id`, at most `limit`.
+pub(crate) fn agent_runs(conn: &Connection, agent_id: &str, limit: i64) -> rusqlite::Result<Vec<RunInfo>> {
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs r WHERE r.agent_id = ?1 ORDER BY r.created_at DESC, r.id DESC LIMIT +?2"
+    ))?;
+    statement.query_map(params![agent_id, limit], info_from_row)?.collect()
+}
+
+/// The root and the agent of run `run_id`, when it exists and still has an agent (runs outlive
+/// their agent, and a run without one is visible to nobody).
+pub(crate) fn root_and_agent(conn: &Connection, run_id: &str) -> ApiResult<Option<(String, String)>> {
+    Ok(conn
+        .prepare_cached("SELECT root_run_id, agent_id FROM runs WHERE id = ?1 AND agent_id IS NOT NULL")?
+        .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?)
+}
+
+/// Whether run `run_id` exists and belongs to agent `agent_id`.
+pub(crate) fn of_agent(conn: &Connection, run_id: &str, agent_id: &str) -> rusqlite::Result<bool> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND agent_id = ?2)")?
+        .query_row(params![run_id, agent_id], |row| row.get(0))
+}
+
+/// Whether run `run_id` exists, is stored under `account_id` and belongs to agent `agent_id`.
+pub(crate) fn of_account_agent(
+    conn: &Connection,
+    run_id: &str,
+    account_id: &str,
+    agent_id: &str,
+) -> rusqlite::Result<bool> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND account_id = ?2 AND agent_id = ?3)")?
+        .query_row(params![run_id, account_id, agent_id], |row| row.get(0))
+}
+
+/// Records that run `run_id` answers trigger firing `firing_id`.
+pub(crate) fn set_trigger_firing(conn: &Connection, run_id: &str, firing_id: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE runs SET trigger_firing_id = ?2 WHERE id = ?1")?.execute(params![run_id, firing_id])?;
+    Ok(())
 }
 
 #[cfg(test)]

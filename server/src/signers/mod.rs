@@ -5,10 +5,11 @@
 //! envelopes signed by the delegate for that account pass. Authorizations are local to this
 //! server (no Hypermedia lookup), like upstream.
 
+mod store;
+
 use std::collections::BTreeMap;
 
 use ipld_core::ipld::Ipld;
-use rusqlite::{OptionalExtension, params};
 use seed_agents_protocol::generated::{RegisterSigner, RegisterSignerResponse};
 use seed_agents_protocol::{Principal, wire};
 
@@ -20,18 +21,7 @@ use crate::error::{ApiError, ApiResult};
 pub(crate) async fn is_authorized(app: &App, caller: &Caller) -> ApiResult<bool> {
     let account = caller.account_id.clone();
     let signer = caller.signer_id.clone();
-    app.db
-        .read(move |conn| {
-            let found = conn
-                .prepare_cached(
-                    "SELECT 1 FROM account_authorizations
-                     WHERE account_id = ?1 AND signer = ?2 AND role IN ('AGENT', 'OWNER')",
-                )?
-                .query_row(params![account, signer], |_| Ok(()))
-                .optional()?;
-            Ok(found.is_some())
-        })
-        .await
+    app.db.read(move |conn| store::may_act(conn, &account, &signer)).await
 }
 
 /// `RegisterSigner {capability}`: records that the capability's issuer authorized the envelope's
@@ -50,14 +40,7 @@ pub(crate) async fn register_signer(
     app.db
         .write(move |conn| {
             crate::db::ensure_account(conn, &account, now)?;
-            conn.prepare_cached(
-                "INSERT INTO account_authorizations (account_id, signer, role, capability, created_at, updated_at)
-                 VALUES (?1, ?2, 'AGENT', ?3, ?4, ?4)
-                 ON CONFLICT (account_id, signer) DO UPDATE
-                 SET role = 'AGENT', capability = excluded.capability, updated_at = excluded.updated_at",
-            )?
-            .execute(params![account, signer, capability, now])?;
-            Ok(())
+            store::authorize_agent(conn, &account, &signer, &capability, now)
         })
         .await?;
     Ok(RegisterSignerResponse { extra: Default::default(), account_id: issuer_id.into(), signer_id: delegate_id })

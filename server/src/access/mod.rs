@@ -5,7 +5,9 @@
 //! account is at least a reader, and a chatter when public chat is on too. A caller with no role
 //! sees `404 Agent not found` (invisible looks missing); a role too low gets 403.
 
-use rusqlite::{Connection, OptionalExtension, params};
+mod store;
+
+use rusqlite::Connection;
 use seed_agents_protocol::generated::AgentAccessRole;
 
 use crate::app::App;
@@ -76,24 +78,11 @@ pub(crate) struct Access {
 
 /// The role of `account_id` on `agent_id`, or `None` when it has none (or the agent is missing).
 pub(crate) fn resolve(conn: &Connection, agent_id: &str, account_id: &str) -> ApiResult<Option<Access>> {
-    let row = conn
-        .prepare_cached(
-            "SELECT a.account_id, a.public_read, a.public_chat, c.role
-             FROM agents a
-             LEFT JOIN agent_collaborators c
-               ON c.agent_id = a.id AND c.account_id = ?2 AND c.status = 'accepted'
-             WHERE a.id = ?1",
-        )?
-        .query_row(params![agent_id, account_id], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, bool>(1)?,
-                row.get::<_, bool>(2)?,
-                row.get::<_, Option<String>>(3)?,
-            ))
-        })
-        .optional()?;
-    let Some((owner_id, public_read, public_chat, member_role)) = row else { return Ok(None) };
+    let Some(store::Standing { owner_id, public_read, public_chat, member_role }) =
+        store::standing(conn, agent_id, account_id)?
+    else {
+        return Ok(None);
+    };
     let access =
         |role, member| Some(Access { agent_id: agent_id.to_owned(), owner_id: owner_id.clone(), role, member });
     if owner_id == account_id {
@@ -173,12 +162,8 @@ pub(crate) fn check(access: &Access, need: Need) -> ApiResult<()> {
 /// The agent of a session, and the caller's access to it; 404 `Session not found` when the
 /// session is missing or its agent is invisible to the caller.
 pub(crate) fn require_session(conn: &Connection, session_id: &str, account_id: &str, need: Need) -> ApiResult<Access> {
-    let agent_id: Option<String> = conn
-        .prepare_cached("SELECT agent_id FROM sessions WHERE id = ?1")?
-        .query_row(params![session_id], |row| row.get(0))
-        .optional()?;
     let missing = || ApiError::not_found("Session not found");
-    let agent_id = agent_id.ok_or_else(missing)?;
+    let agent_id = store::agent_of_session(conn, session_id)?.ok_or_else(missing)?;
     let access = resolve(conn, &agent_id, account_id)?.ok_or_else(missing)?;
     check(&access, need)?;
     Ok(access)
@@ -188,12 +173,8 @@ pub(crate) fn require_session(conn: &Connection, session_id: &str, account_id: &
 /// missing, has no agent any more (runs outlive their agent, and then nobody sees them), or its
 /// agent is invisible to the caller.
 pub(crate) fn require_run(conn: &Connection, run_id: &str, account_id: &str, need: Need) -> ApiResult<Access> {
-    let agent_id: Option<Option<String>> = conn
-        .prepare_cached("SELECT agent_id FROM runs WHERE id = ?1")?
-        .query_row(params![run_id], |row| row.get(0))
-        .optional()?;
     let missing = || ApiError::not_found("Run not found");
-    let agent_id = agent_id.flatten().ok_or_else(missing)?;
+    let agent_id = store::agent_of_run(conn, run_id)?.ok_or_else(missing)?;
     let access = resolve(conn, &agent_id, account_id)?.ok_or_else(missing)?;
     check(&access, need)?;
     Ok(access)

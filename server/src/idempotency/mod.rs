@@ -5,8 +5,10 @@
 //! retries cannot both create. The request bytes are the canonical CBOR of the action's
 //! identifying fields (never `ts`), so a re-signed retry with a fresh timestamp replays.
 
-use rusqlite::{Connection, OptionalExtension, params};
-use seed_agents_protocol::{AgentResponse, Response, wire};
+mod store;
+
+use rusqlite::Connection;
+use seed_agents_protocol::{Response, wire};
 use serde::Serialize;
 
 use crate::error::{ApiError, ApiResult};
@@ -71,21 +73,17 @@ impl Key {
         Ok(Some(Self { account_id: account_id.to_owned(), action, id, request, mismatch }))
     }
 
+    fn slot(&self) -> store::Slot<'_> {
+        store::Slot { account_id: &self.account_id, action: self.action, id: &self.id }
+    }
+
     /// The stored response when this key was used before with the same request (409 when with
     /// another). Call inside the write transaction that will [`Key::store`].
     pub(crate) fn replay<R: Response>(&self, conn: &Connection) -> ApiResult<Option<R>> {
-        let row: Option<(Vec<u8>, Vec<u8>)> = conn
-            .prepare_cached(
-                "SELECT request_cbor, response_cbor FROM action_idempotency
-                 WHERE account_id = ?1 AND action = ?2 AND client_request_id = ?3",
-            )?
-            .query_row(params![self.account_id, self.action, self.id], |row| Ok((row.get(0)?, row.get(1)?)))
-            .optional()?;
-        let Some((request, response)) = row else { return Ok(None) };
+        let Some((request, response)) = store::load(conn, self.slot())? else { return Ok(None) };
         if request != self.request {
             return Err(ApiError::conflict(self.mismatch));
         }
-        let response: AgentResponse = wire::from_slice(&response).map_err(ApiError::internal)?;
         R::from_response(response)
             .map(Some)
             .ok_or_else(|| ApiError::internal("stored idempotent response has another type"))
@@ -93,13 +91,7 @@ impl Key {
 
     /// Records `response` for this key.
     pub(crate) fn store<R: Response>(&self, conn: &Connection, response: &R, now_ms: i64) -> ApiResult<()> {
-        let bytes = wire::to_vec(&response.clone().into_response()).map_err(ApiError::internal)?;
-        conn.prepare_cached(
-            "INSERT INTO action_idempotency (account_id, action, client_request_id, request_cbor, response_cbor, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?
-        .execute(params![self.account_id, self.action, self.id, self.request, bytes, now_ms])?;
-        Ok(())
+        store::insert(conn, self.slot(), &self.request, &response.clone().into_response(), now_ms)
     }
 }
 
@@ -107,13 +99,7 @@ impl Key {
     /// Replaces the response stored for this key (a reservation made before the work was done,
     /// now that it is).
     pub(crate) fn update<R: Response>(&self, conn: &Connection, response: &R) -> ApiResult<()> {
-        let bytes = wire::to_vec(&response.clone().into_response()).map_err(ApiError::internal)?;
-        conn.prepare_cached(
-            "UPDATE action_idempotency SET response_cbor = ?4
-             WHERE account_id = ?1 AND action = ?2 AND client_request_id = ?3",
-        )?
-        .execute(params![self.account_id, self.action, self.id, bytes])?;
-        Ok(())
+        store::set_response(conn, self.slot(), &response.clone().into_response())
     }
 }
 
