@@ -39,6 +39,8 @@ mod provider_models;
 mod runs;
 // Agent turns end to end against the scripted provider: streaming, tools, titles, queueing.
 mod runtime;
+// The same on a `google` provider: Gemini's wire, thought signatures through tool loops.
+mod runtime_google;
 // Agent tools: tool documents, `~/tools`, `call`, and turns that use them.
 mod tools;
 // The schedule and activity monitors, on virtual time and the fake feed.

@@ -1,12 +1,17 @@
 //! Agent turns: `cargo bench -p seed-agents-server --bench turns`.
 //!
 //! The real server binary runs as a child process; a scripted provider in this process answers
-//! every model request at once with a four-chunk streamed reply (chat completions wire format).
-//! `TURNS_SESSIONS` workers (default 16) each send `MessageSession` one after another on their own
-//! session (a fresh session every 25 turns, so conversations stay the size of real ones) until
-//! `TURNS` turns (default 20,000; the issue's figure is 100,000) are done. Reported:
+//! every model request at once with a four-chunk streamed reply. `TURNS_WIRE` chooses its wire
+//! format: `chat` (the default: a `custom` provider speaking chat completions) or `google` (a
+//! `google` provider on gemini-2.5-flash, the server started with `--provider-url google=…`, the
+//! reply streamed as Gemini chunks). `TURNS_SESSIONS` workers (default 16) each send
+//! `MessageSession` one after another on their own session (a fresh session every 25 turns, so
+//! conversations stay the size of real ones) until `TURNS` turns (default 20,000; the issue's
+//! figure is 100,000) are done. Reported:
 //!
 //! - **turns per second** over the whole run;
+//! - **server CPU per turn**: the server process's user plus system time over the run, divided
+//!   by the turns;
 //! - **turn latency**: from sending `MessageSession` to its answer (the assistant message is
 //!   durable by then), p50 / p99 / max;
 //! - **server-added streaming latency**: for each turn, from the provider writing the first byte
@@ -26,10 +31,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
-use seed_agents_protocol::generated::{CreateAgent, CreateSession, SetModelProvider};
+use seed_agents_protocol::generated::{CreateAgent, CreateSession, ModelProviderConfig, SetModelProvider, SetSecret};
 use seed_agents_sdk::subscription::Event as Live;
 use seed_agents_sdk::{Client, Ed25519Signer};
-use seed_agents_test_support::bench::{Memory, Server, server_command};
+use seed_agents_test_support::bench::{
+    CLOCK_TICKS_PER_SECOND, Memory, Server, cpu_ticks, load_average, server_command,
+};
 use seed_agents_test_support::fixtures::{custom_provider_config, definition, say};
 use seed_agents_test_support::provider::{Fallback, Provider};
 
@@ -44,11 +51,23 @@ fn main() {
     let env = |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
     let turns = env("TURNS", if smoke { 200 } else { 20_000 });
     let workers = env("TURNS_SESSIONS", 16);
+    let wire = match std::env::var("TURNS_WIRE").as_deref() {
+        Ok("google") => Wire::Google,
+        Ok("chat") | Err(_) => Wire::Chat,
+        Ok(other) => panic!("TURNS_WIRE is chat or google, not {other}"),
+    };
     if smoke {
         println!("smoke run (no --bench): figures are not meaningful; use `cargo bench --bench turns`");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    runtime.block_on(run(turns, workers));
+    runtime.block_on(run(turns, workers, wire));
+}
+
+/// The wire format the scripted provider answers in (`TURNS_WIRE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wire {
+    Chat,
+    Google,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -59,11 +78,17 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[index].as_secs_f64() * 1000.0
 }
 
-/// The tag (`turn w-k`) at the end of a request's last user message.
+/// The tag (`turn w-k`) at the end of a request's last user message (chat completions `messages`
+/// or Gemini `contents`).
 fn tag_of(body: &serde_json::Value) -> Option<String> {
-    let messages = body["messages"].as_array()?;
-    let last = messages.iter().rev().find(|message| message["role"] == "user")?;
-    let content = last["content"].as_str()?;
+    let content = match body["messages"].as_array() {
+        Some(messages) => messages.iter().rev().find(|message| message["role"] == "user")?["content"].as_str()?,
+        None => {
+            let contents = body["contents"].as_array()?;
+            let last = contents.iter().rev().find(|content| content["role"] == "user")?;
+            last["parts"].as_array()?.iter().rev().find_map(|part| part["text"].as_str())?
+        }
+    };
     content.rfind("turn ").map(|at| content[at..].to_owned())
 }
 
@@ -113,22 +138,42 @@ async fn new_session(client: &Client, agent_id: &str) -> seed_agents_protocol::S
     client.create_session(create).await.unwrap().session_id
 }
 
-async fn run(turns: usize, workers: usize) {
+async fn run(turns: usize, workers: usize, wire: Wire) {
     let provider = Arc::new(Provider::start().await);
     provider.set_fallback(Fallback::Pieces("Hi!!".into()));
     let dir = tempfile::tempdir().unwrap();
     let (mut command, addr) = server_command(SERVER_BIN, dir.path());
     command.arg("--session-title-generation").arg("false");
+    if wire == Wire::Google {
+        command.arg("--provider-url").arg(format!("google={}", provider.google_base()));
+    }
     let mut server = Server::spawn("turns", (command, addr));
     server.wait_ready();
     let client = Client::builder(&format!("http://{addr}"), Ed25519Signer::from_seed(&SEED)).build().unwrap();
-    let custom = custom_provider_config(provider.openai_base());
-    client.set_model_provider(SetModelProvider { name: "main".into(), provider: custom }).await.unwrap();
-    let agent_id = client
-        .create_agent(CreateAgent { client_request_id: None, definition: definition("bench") })
-        .await
-        .unwrap()
-        .agent_id;
+    let mut definition = definition("bench");
+    let provider_config = match wire {
+        Wire::Chat => custom_provider_config(provider.openai_base()),
+        Wire::Google => {
+            let key = SetSecret {
+                name: "gemini".into(),
+                value: seed_agents_protocol::Bytes(b"bench-key".to_vec()),
+                metadata: None,
+            };
+            client.set_secret(key).await.unwrap();
+            definition.model = "gemini-2.5-flash".into();
+            ModelProviderConfig {
+                extra: Default::default(),
+                auth_mode: None,
+                base_url: None,
+                model_defaults: None,
+                secret_refs: Some([("apiKey".to_owned(), "gemini".to_owned())].into()),
+                type_: "google".into(),
+            }
+        }
+    };
+    client.set_model_provider(SetModelProvider { name: "main".into(), provider: provider_config }).await.unwrap();
+    let agent_id = client.create_agent(CreateAgent { client_request_id: None, definition }).await.unwrap().agent_id;
+    println!("wire {wire:?}; load average before: {}", load_average());
 
     // The provider's first-byte instants, by turn tag, drained as the run goes.
     let first_bytes: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
@@ -159,6 +204,7 @@ async fn run(turns: usize, workers: usize) {
     let watcher = Watcher::start();
 
     let idle = Memory::of(server.pid()).rss;
+    let cpu_before = cpu_ticks(server.pid());
     let done = Arc::new(AtomicUsize::new(0));
     let samples: Arc<Mutex<Vec<(usize, f64)>>> = Arc::new(Mutex::new(vec![(0, idle)]));
     let started = Instant::now();
@@ -225,6 +271,7 @@ async fn run(turns: usize, workers: usize) {
         partials.append(&mut worker_partials);
     }
     let elapsed = started.elapsed();
+    let cpu = cpu_ticks(server.pid()).saturating_sub(cpu_before);
     tokio::time::sleep(Duration::from_millis(300)).await;
     drainer.abort();
     drain();
@@ -243,6 +290,11 @@ async fn run(turns: usize, workers: usize) {
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99),
         percentile(&latencies, 1.0),
+    );
+    println!(
+        "server CPU {:.2} s over the run: {:.3} ms per turn",
+        cpu as f64 / CLOCK_TICKS_PER_SECOND as f64,
+        cpu as f64 * 1000.0 / CLOCK_TICKS_PER_SECOND as f64 / latencies.len().max(1) as f64,
     );
     println!(
         "provider first byte -> first textDelta at the client ({} turns matched): p50 {:.2} ms, p90 {:.2} ms, \

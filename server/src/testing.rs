@@ -142,7 +142,7 @@ pub mod secrets {
 pub mod model {
     pub use crate::model::{
         Client, Endpoint, Message, ModelError, ModelErrorKind, ModelRequest, Retry, Step, StopReason, StreamEvent,
-        Timeouts, ToolSpec, Usage, UserPart, endpoint_for,
+        Timeouts, ToolResult, ToolSpec, Usage, UserPart, endpoint_for,
     };
 
     /// The vendor catalog.

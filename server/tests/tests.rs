@@ -41,6 +41,8 @@ mod lifecycle;
 mod live_restart;
 // The model client against the scripted provider: the wire format of both vendors, retries.
 mod model_wire;
+// The same for Gemini: its wire format, thought signatures through a tool loop, retries.
+mod model_wire_google;
 // Streaming turns survive SIGKILLs at random points: durable events stay, in order, once.
 #[cfg(unix)]
 mod runtime_crash;

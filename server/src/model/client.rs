@@ -8,7 +8,9 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, Header
 
 use super::error::seconds;
 use super::retry::{Retry, retryable_status};
-use super::{Endpoint, ModelError, ModelErrorKind, ModelRequest, Step, StepEvents, Wire, anthropic, openai, sse};
+use super::{
+    Endpoint, ModelError, ModelErrorKind, ModelRequest, Step, StepEvents, Wire, anthropic, google, openai, sse,
+};
 
 /// The most of an error body we read (the message is cut shorter still).
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
@@ -171,6 +173,10 @@ fn prepare(endpoint: &Endpoint, request: &ModelRequest) -> Result<Prepared, Mode
             }
             (format!("{base}/v1/messages"), anthropic::body(endpoint, request))
         }
+        Wire::Google => {
+            headers.insert(HeaderName::from_static("x-goog-api-key"), secret_header(key)?);
+            (format!("{base}/{}", google::stream_path(&endpoint.model)), google::body(endpoint, request)?)
+        }
     };
     let url = reqwest::Url::parse(&url)
         .map_err(|error| ModelError::new(ModelErrorKind::Connect, format!("Invalid provider URL {url}: {error}")))?;
@@ -218,6 +224,15 @@ mod tests {
         assert_eq!(prepared.url.as_str(), "https://api.anthropic.com/v1/messages");
         assert_eq!(prepared.headers["x-api-key"], "local");
         assert!(prepared.headers["x-api-key"].is_sensitive());
+        let google = endpoint_for("google", "http://127.0.0.1:9/v1beta/".into(), None, "gemini-2.5-flash".into());
+        let prepared = prepare(&google.expect("ok"), &ModelRequest::default()).expect("prepared");
+        assert_eq!(
+            prepared.url.as_str(),
+            "http://127.0.0.1:9/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+        );
+        assert_eq!(prepared.headers["x-goog-api-key"], "local");
+        assert!(prepared.headers["x-goog-api-key"].is_sensitive());
+        assert!(prepared.headers.get("authorization").is_none());
         let bad = endpoint_for("custom", "not a url".into(), None, "m".into()).expect("ok");
         let error = prepare(&bad, &ModelRequest::default()).expect_err("invalid URL");
         assert_eq!(error.kind, ModelErrorKind::Connect);

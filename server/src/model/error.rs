@@ -104,9 +104,9 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// The OpenAI SDK's message for a status and body: `error.message` from a JSON error body (both
-/// vendors nest it there; a plain string `error` counts too), else the body text, else
-/// `status code (no body)`.
+/// The OpenAI SDK's message for a status and body: `error.message` from a JSON error body (every
+/// vendor nests it there; a plain string `error` counts too, and so does the first element of an
+/// array, as Gemini wraps errors outside SSE), else the body text, else `status code (no body)`.
 fn http_message(status: u16, body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
@@ -114,7 +114,7 @@ fn http_message(status: u16, body: &[u8]) -> String {
         return format!("{status} status code (no body)");
     }
     let from_json = serde_json::from_str::<serde_json::Value>(text).ok().and_then(|json| {
-        let error = json.get("error")?;
+        let error = json.get("error").or_else(|| json.get(0)?.get("error"))?;
         match error.get("message") {
             Some(serde_json::Value::String(message)) => Some(message.clone()),
             _ => match error {
@@ -150,6 +150,10 @@ mod tests {
             br#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too large"}}"#;
         assert_eq!(ModelError::http(400, anthropic).message, "400 max_tokens: too large");
         assert_eq!(ModelError::http(404, br#"{"error":"model 'x' not found"}"#).message, "404 model 'x' not found");
+        let gemini = br#"{"error":{"code":400,"message":"API key not valid.","status":"INVALID_ARGUMENT"}}"#;
+        assert_eq!(ModelError::http(400, gemini).message, "400 API key not valid.");
+        let wrapped = br#"[{"error":{"code":429,"message":"Quota exceeded.","status":"RESOURCE_EXHAUSTED"}}]"#;
+        assert_eq!(ModelError::http(429, wrapped).message, "429 Quota exceeded.");
         assert_eq!(ModelError::http(500, b"nope\n").message, "500 nope");
         assert_eq!(ModelError::http(502, b"").message, "502 status code (no body)");
         assert_eq!(ModelError::http(400, br#"{"detail":"bad"}"#).message, r#"400 {"detail":"bad"}"#);

@@ -2,6 +2,12 @@
 //! them (OpenAI's Responses API makes long composite `call_id|item_id` ids, Gemini invents its
 //! own), so a conversation replayed to another vendor must be rewritten on the way out. The
 //! rewrite is a pure function of the id, so a call and its result always agree.
+//!
+//! Gemini is the other way round: it rarely names its calls, and calls and their responses pair
+//! up by order and name, so no id is ever sent to it; [`google`] names each call it makes.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// OpenAI chat completions: at most 40 characters; a composite `a|b` id keeps `a`, with anything
 /// outside `[A-Za-z0-9_-]` replaced by `_`.
@@ -15,6 +21,20 @@ pub(crate) fn openai(id: &str) -> String {
 /// Anthropic: only `[a-zA-Z0-9_-]` (anything else becomes `_`), at most 64 characters.
 pub(crate) fn anthropic(id: &str) -> String {
     sanitized(id, 64)
+}
+
+/// The id of a call Gemini made: the id it sent when it sent one not yet used in the step (`taken`),
+/// else `<name>_<epoch ms>_<n>` as upstream names them, with at most 16 characters of the name and
+/// `n` counting up across the process, so ids stay unique and under OpenAI's 40 characters.
+pub(crate) fn google(sent: Option<&str>, name: &str, taken: &[String]) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    if let Some(id) = sent.filter(|id| !id.is_empty() && !taken.iter().any(|used| used == id)) {
+        return id.to_owned();
+    }
+    let millis = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_millis());
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed) + 1;
+    let name: String = name.chars().take(16).collect();
+    format!("{name}_{millis}_{n}")
 }
 
 fn sanitized(id: &str, max_chars: usize) -> String {
@@ -45,5 +65,22 @@ mod tests {
         assert_eq!(anthropic("read_1700000000000_1"), "read_1700000000000_1");
         assert_eq!(anthropic("é:x"), "__x");
         assert_eq!(anthropic(&"x".repeat(70)).len(), 64);
+    }
+
+    #[test]
+    fn google_ids() {
+        assert_eq!(google(Some("fc_1"), "read", &[]), "fc_1");
+        let made = google(None, "read", &[]);
+        let parts: Vec<&str> = made.split('_').collect();
+        assert_eq!(parts.len(), 3, "{made}");
+        assert_eq!(parts[0], "read");
+        assert!(parts[1].parse::<u128>().is_ok() && parts[2].parse::<u64>().is_ok(), "{made}");
+        // A repeated or empty id is replaced; every made-up id is new.
+        let again = google(Some("fc_1"), "read", &["fc_1".to_owned()]);
+        assert!(again.starts_with("read_"), "{again}");
+        assert_ne!(google(Some(""), "read", &[]), google(None, "read", &[]));
+        let long = google(None, &"n".repeat(64), &[]);
+        assert!(long.len() <= 40 && long.starts_with(&"n".repeat(16)), "{long}");
+        assert_eq!(openai(&long), long, "fits OpenAI's 40 characters");
     }
 }

@@ -2,11 +2,12 @@
 //!
 //! The runtime speaks one neutral conversation ([`ModelRequest`]: a system prompt, [`Message`]s,
 //! [`ToolSpec`]s) and gets back one assembled [`Step`] (text, tool calls, why it stopped, token
-//! usage), with [`StreamEvent`]s pushed to a callback while the answer streams in. Two codecs
+//! usage), with [`StreamEvent`]s pushed to a callback while the answer streams in. Three codecs
 //! translate: `openai` writes OpenAI-compatible chat completions (provider types openai,
-//! openrouter, deepseek, groq, xai, ollama, custom) and `anthropic` writes Anthropic Messages.
-//! Each codec has a request half (neutral conversation to vendor JSON) and a stream half (vendor
-//! SSE events to neutral events and a step); neither touches the network.
+//! openrouter, deepseek, groq, xai, ollama, custom), `anthropic` writes Anthropic Messages and
+//! `google` writes Gemini's `streamGenerateContent`. Each codec has a request half (neutral
+//! conversation to vendor JSON) and a stream half (vendor SSE events to neutral events and a
+//! step); neither touches the network.
 //!
 //! [`Client`] owns the network: the HTTP request, our own retry layer (a few quick retries before
 //! any byte of an answer was consumed), the connect / first-byte / idle timeouts, and the
@@ -16,12 +17,14 @@
 //! Layout: `client` (requests, retries, streaming), `retry` (which answers are retried and when),
 //! `sse` (response bytes under timeouts, framed as SSE events by `sseer`), `assemble` (the step
 //! being built: text, tool-call fragments, usage), `ids` (tool-call id rules per vendor),
-//! `error`, `openai/` and `anthropic/` (request and stream halves of each codec).
+//! `error`, `openai/`, `anthropic/` and `google/` (request and stream halves of each codec;
+//! `google/schema` also turns tool schemas into the subset Gemini takes).
 
 mod anthropic;
 mod assemble;
 mod client;
 mod error;
+mod google;
 mod ids;
 mod openai;
 mod retry;
@@ -52,6 +55,8 @@ pub enum Wire {
     OpenAiChat,
     /// Anthropic Messages: `POST {base}/v1/messages`.
     Anthropic,
+    /// Google Gemini: `POST {base}/models/{model}:streamGenerateContent?alt=sse`.
+    Google,
 }
 
 /// Where one model step goes: the wire format, the provider type (which tunes a few fields), the
@@ -63,7 +68,8 @@ pub struct Endpoint {
     /// The provider type's wire name: `openai`, `anthropic`, `ollama`, …
     pub provider_type: String,
     /// The base URL: `https://api.openai.com/v1` style for chat completions (the path
-    /// `chat/completions` is appended), `https://api.anthropic.com` for Anthropic (`v1/messages`).
+    /// `chat/completions` is appended), `https://api.anthropic.com` for Anthropic (`v1/messages`),
+    /// `https://generativelanguage.googleapis.com/v1beta` for Google (`models/…`).
     pub base_url: String,
     /// The API key; `None` sends the placeholder `local` (keyless types such as ollama and custom).
     pub api_key: Option<Zeroizing<String>>,
@@ -93,9 +99,9 @@ pub struct ModelRequest {
     /// The tools offered, in the order the provider should list them.
     pub tools: Vec<ToolSpec>,
     /// The reasoning level name (`minimal` … `xhigh`); `None`, `off`, `none` and `default` mean no
-    /// level. Only Anthropic budget thinking is sent in this build; on OpenAI gpt-5.1 and later,
-    /// no level sends `reasoning_effort: "none"`, and a level on an OpenAI reasoning model is
-    /// refused as [`ModelErrorKind::Unsupported`] (it needs the Responses API).
+    /// level. Anthropic gets budget thinking and Gemini a `thinkingConfig`; on OpenAI gpt-5.1 and
+    /// later, no level sends `reasoning_effort: "none"`, and a level on an OpenAI reasoning model
+    /// is refused as [`ModelErrorKind::Unsupported`] (it needs the Responses API).
     pub reasoning: Option<String>,
     /// The output token limit ([`MAX_TOKENS`] by default).
     pub max_tokens: u32,
@@ -128,9 +134,10 @@ pub enum Message {
         text: String,
         /// The calls it made, in order.
         tool_calls: Vec<ToolCall>,
-        /// The signed reasoning the step began with, kept only within the pass that produced it
-        /// (never stored, so replayed messages have none) and sent back only by the Anthropic
-        /// codec, which needs it to keep thinking through a tool loop.
+        /// The signed reasoning the step began with and the signatures on its parts, kept only
+        /// within the pass that produced them (never stored, so replayed messages have none) and
+        /// sent back by the Anthropic and Google codecs, which need them to keep thinking through
+        /// a tool loop.
         thinking: Vec<Thinking>,
     },
     /// The results of the preceding assistant message's calls, in call order.
@@ -162,8 +169,9 @@ impl fmt::Debug for UserPart {
     }
 }
 
-/// A reasoning block as the provider signed it, to be handed back unchanged (Anthropic
-/// `thinking` and `redacted_thinking` blocks). Its text is never shown, stored or replayed.
+/// A reasoning block or signature as the provider made it, to be handed back unchanged
+/// (Anthropic `thinking` and `redacted_thinking` blocks, Gemini thought parts and
+/// `thoughtSignature`s). Its text is never shown, stored or replayed.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Thinking {
     /// Readable reasoning and the provider's signature over it.
@@ -178,6 +186,14 @@ pub enum Thinking {
         /// The opaque payload.
         data: String,
     },
+    /// A signature the provider put on one part of its answer (Gemini `thoughtSignature`), handed
+    /// back on the same part: the answer text when `call_id` is `None`, else that tool call.
+    PartSignature {
+        /// The call whose part carried it; `None` for the answer text.
+        call_id: Option<String>,
+        /// The opaque signature.
+        signature: String,
+    },
 }
 
 impl fmt::Debug for Thinking {
@@ -185,6 +201,9 @@ impl fmt::Debug for Thinking {
         match self {
             Self::Signed { text, .. } => f.debug_struct("Signed").field("chars", &text.chars().count()).finish(),
             Self::Redacted { data } => f.debug_struct("Redacted").field("bytes", &data.len()).finish(),
+            Self::PartSignature { call_id, signature } => {
+                f.debug_struct("PartSignature").field("call_id", call_id).field("bytes", &signature.len()).finish()
+            }
         }
     }
 }
@@ -289,7 +308,8 @@ pub struct Step {
     pub text: String,
     /// The tool calls, in the order the provider started them.
     pub tool_calls: Vec<ToolCall>,
-    /// Signed reasoning blocks, in order (Anthropic only; empty elsewhere).
+    /// Signed reasoning blocks and part signatures, in order (Anthropic and Google; empty
+    /// elsewhere).
     pub thinking: Vec<Thinking>,
     /// Why the model stopped.
     pub stop: StopReason,
@@ -344,7 +364,7 @@ impl Add for Usage {
 }
 
 /// The endpoint for a provider type, or [`ModelErrorKind::Unsupported`] when this build has no
-/// codec for it (google, and any unknown type).
+/// codec for it (an unknown type).
 pub fn endpoint_for(
     provider_type: &str,
     base_url: String,
@@ -354,9 +374,7 @@ pub fn endpoint_for(
     let wire = match provider_type {
         "anthropic" => Wire::Anthropic,
         "openai" | "openrouter" | "deepseek" | "groq" | "xai" | "ollama" | "custom" => Wire::OpenAiChat,
-        "google" => {
-            return Err(ModelError::unsupported("Provider type google is not supported by this server's runtime yet"));
-        }
+        "google" => Wire::Google,
         other => return Err(ModelError::unsupported(format!("Unsupported model provider type: {other}"))),
     };
     Ok(Endpoint { wire, provider_type: provider_type.to_owned(), base_url, api_key, model })
@@ -392,7 +410,7 @@ pub(crate) fn data_url(mime: &str, data: &[u8]) -> String {
     format!("data:{mime};base64,{}", base64_text(data))
 }
 
-/// Standard padded base64, as both vendors expect for inline images.
+/// Standard padded base64, as every vendor expects for inline images.
 pub(crate) fn base64_text(data: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(data)
@@ -530,9 +548,9 @@ mod tests {
         let anthropic = endpoint_for("anthropic", "https://api.anthropic.com".into(), None, "c".into());
         assert_eq!(anthropic.expect("supported").wire, Wire::Anthropic);
 
-        let google = endpoint_for("google", String::new(), None, "gemini-2.5-flash".into()).expect_err("unsupported");
-        assert_eq!(google.kind, ModelErrorKind::Unsupported);
-        assert_eq!(google.message, "Provider type google is not supported by this server's runtime yet");
+        let google =
+            endpoint_for("google", "https://generativelanguage.googleapis.com/v1beta".into(), None, "g".into());
+        assert_eq!(google.expect("supported").wire, Wire::Google);
         let unknown = endpoint_for("mistral", String::new(), None, "m".into()).expect_err("unsupported");
         assert_eq!(unknown.message, "Unsupported model provider type: mistral");
     }

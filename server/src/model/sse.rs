@@ -7,6 +7,7 @@ use sseer::errors::EventStreamError;
 
 use super::anthropic::MessagesStream;
 use super::error::{error_chain, seconds};
+use super::google::GenerateStream;
 use super::openai::ChatStream;
 use super::{ModelError, Step, StepEvents, Timeouts, Wire};
 
@@ -15,15 +16,17 @@ use super::{ModelError, Step, StepEvents, Timeouts, Wire};
 pub(crate) enum Flow {
     /// Keep reading.
     More,
-    /// The vendor's end marker arrived (`[DONE]`, `message_stop`); stop reading.
+    /// The vendor's end marker arrived (`[DONE]`, `message_stop`); stop reading. (Gemini has
+    /// none: its stream ends with the body.)
     Done,
 }
 
-/// The stream codec of either wire.
+/// The stream codec of each wire.
 #[derive(Debug)]
 enum Decoder {
     OpenAi(ChatStream),
     Anthropic(MessagesStream),
+    Google(GenerateStream),
 }
 
 impl Decoder {
@@ -31,6 +34,7 @@ impl Decoder {
         match wire {
             Wire::OpenAiChat => Self::OpenAi(ChatStream::default()),
             Wire::Anthropic => Self::Anthropic(MessagesStream::default()),
+            Wire::Google => Self::Google(GenerateStream::default()),
         }
     }
 
@@ -38,6 +42,7 @@ impl Decoder {
         match self {
             Self::OpenAi(stream) => stream.data(data, events),
             Self::Anthropic(stream) => stream.event(name, data, events),
+            Self::Google(stream) => stream.data(data, events),
         }
     }
 
@@ -45,6 +50,7 @@ impl Decoder {
         match self {
             Self::OpenAi(stream) => stream.finish(),
             Self::Anthropic(stream) => stream.finish(),
+            Self::Google(stream) => stream.finish(),
         }
     }
 }

@@ -483,7 +483,7 @@ fn leading_number(text: &str) -> Option<(u64, &str)> {
 }
 
 /// Parses `<major>` or `<major>.<minor>` at the start of `text` (minor 0 when absent).
-fn leading_version(text: &str) -> Option<(u64, u64)> {
+pub(crate) fn leading_version(text: &str) -> Option<(u64, u64)> {
     let (major, rest) = leading_number(text)?;
     let minor = rest.strip_prefix('.').and_then(leading_number).map_or(0, |(minor, _)| minor);
     Some((major, minor))

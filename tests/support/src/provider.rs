@@ -1,11 +1,13 @@
 //! A scripted model provider on loopback, speaking OpenAI chat completions
-//! (`/v1/chat/completions` and `/chat/completions`) and Anthropic Messages (`/v1/messages`).
+//! (`/v1/chat/completions` and `/chat/completions`), Anthropic Messages (`/v1/messages`) and
+//! Gemini (`/v1beta/models/<model>:streamGenerateContent`, in [`gemini`]).
 //!
 //! Each request is answered by the next [`Script`] in a queue, formatted as the vendor streams
-//! it (docs/runtime.md §2.2 and §2.4): chat completions start with a role chunk whose `content` is
-//! null, carry `usage: null` until a final usage chunk with `choices: []`, and end with
-//! `data: [DONE]`; Messages send `event:`/`data:` pairs from `message_start` (with a `ping`) to
-//! `message_stop`. Scripts can split text into 1-character deltas and tool arguments into
+//! it (docs/runtime.md §2.2, §2.4 and §2.5): chat completions start with a role chunk whose
+//! `content` is null, carry `usage: null` until a final usage chunk with `choices: []`, and end
+//! with `data: [DONE]`; Messages send `event:`/`data:` pairs from `message_start` (with a `ping`)
+//! to `message_stop`; Gemini sends `GenerateContentResponse` chunks until one with a finish
+//! reason. Scripts can split text into 1-character deltas and tool arguments into
 //! mid-token fragments, delay chunks, drop the connection or hang part-way, hold part-way until
 //! the test opens a [`Gate`], or answer an error status. When the queue is empty a [`Fallback`] answers (echo, for benchmarks), or a 500 that
 //! names the missing script. Every request is recorded (path, headers, JSON body) so tests can
@@ -24,6 +26,8 @@ use axum::response::Response;
 use axum::routing::post;
 use futures_util::stream::{self, BoxStream, StreamExt as _};
 use serde_json::{Value, json};
+
+pub mod gemini;
 
 /// A running scripted provider; stops when dropped.
 pub struct Provider {
@@ -85,6 +89,7 @@ pub enum Fallback {
 enum Vendor {
     OpenAi,
     Anthropic,
+    Google,
 }
 
 /// One scripted answer.
@@ -279,6 +284,7 @@ impl Provider {
             .route("/v1/chat/completions", post(chat_completions))
             .route("/chat/completions", post(chat_completions))
             .route("/v1/messages", post(messages))
+            .route("/v1beta/{*resource}", post(gemini::generate))
             .with_state(state.clone());
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -294,6 +300,11 @@ impl Provider {
     /// The base URL for Anthropic endpoints (no `/v1`).
     pub fn anthropic_base(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The base URL for Gemini endpoints (`…/v1beta`, as `--provider-url google=` takes it).
+    pub fn google_base(&self) -> String {
+        format!("http://{}/v1beta", self.addr)
     }
 
     /// Queues a script for the next request.
@@ -338,7 +349,11 @@ async fn messages(State(state): State<Arc<Shared>>, uri: Uri, headers: HeaderMap
 
 fn answer(state: &Shared, vendor: Vendor, uri: Uri, headers: HeaderMap, body: &[u8]) -> Response {
     let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    let model = body.get("model").and_then(Value::as_str).unwrap_or("scripted").to_owned();
+    let model = match vendor {
+        Vendor::Google => gemini::model_of(&uri),
+        _ => body.get("model").and_then(Value::as_str).unwrap_or("scripted").to_owned(),
+    };
+    let refusal = if vendor == Vendor::Google { gemini::refusal(&uri, &model, &body) } else { None };
     let echo = last_user_text(vendor, &body);
     let ruled = match &*state.fallback.lock().expect("fallback") {
         Some(Fallback::Rule(rule)) => Some(rule(&body)),
@@ -352,6 +367,9 @@ fn answer(state: &Shared, vendor: Vendor, uri: Uri, headers: HeaderMap, body: &[
         received: std::time::Instant::now(),
         first_byte: first_byte.clone(),
     });
+    if let Some(refusal) = refusal {
+        return error_response(vendor, 400, &refusal, None, None);
+    }
     let script = state.scripts.lock().expect("scripts").pop_front().or_else(|| {
         state.fallback.lock().expect("fallback").clone().map(|fallback| match fallback {
             Fallback::Echo => Script::text(&echo),
@@ -371,6 +389,7 @@ fn answer(state: &Shared, vendor: Vendor, uri: Uri, headers: HeaderMap, body: &[
             let events = match vendor {
                 Vendor::OpenAi => openai_events(reply, &model, script.split),
                 Vendor::Anthropic => anthropic_events(reply, &model, script.split),
+                Vendor::Google => gemini::events(reply, &model, script.split),
             };
             stream_response(events, &script, first_byte)
         }
@@ -390,6 +409,7 @@ fn error_response(
                 json!({"error": {"message": message, "type": "scripted_error", "param": null, "code": null}})
             }
             Vendor::Anthropic => json!({"type": "error", "error": {"type": "scripted_error", "message": message}}),
+            Vendor::Google => return gemini::error_body(status, message),
         };
         json.to_string()
     });
@@ -482,6 +502,8 @@ fn finish_reason(reply: &Reply, vendor: Vendor) -> String {
         ("length", Vendor::Anthropic) => "max_tokens",
         ("tool_use", Vendor::OpenAi) => "tool_calls",
         ("tool_use", Vendor::Anthropic) => "tool_use",
+        ("stop" | "tool_use", Vendor::Google) => "STOP",
+        ("length", Vendor::Google) => "MAX_TOKENS",
         (other, _) => other,
     };
     mapped.to_owned()
@@ -572,8 +594,11 @@ fn anthropic_events(reply: &Reply, model: &str, split: bool) -> Vec<String> {
     events
 }
 
-/// The text of the last user message in either vendor's body.
+/// The text of the last user message in a vendor's body.
 fn last_user_text(vendor: Vendor, body: &Value) -> String {
+    if vendor == Vendor::Google {
+        return gemini::last_user_text(body);
+    }
     let last_user = body["messages"].as_array().and_then(|messages| {
         messages.iter().rev().find(|message| {
             message["role"] == "user"
