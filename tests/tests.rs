@@ -39,6 +39,8 @@ mod provider_models;
 mod runs;
 // Agent turns end to end against the scripted provider: streaming, tools, titles, queueing.
 mod runtime;
+// Agent turns on OpenAI's Responses API: encrypted reasoning through a tool loop, failures.
+mod runtime_responses;
 // Agent tools: tool documents, `~/tools`, `call`, and turns that use them.
 mod tools;
 // The schedule and activity monitors, on virtual time and the fake feed.

@@ -1,12 +1,16 @@
 //! Agent turns: `cargo bench -p seed-agents-server --bench turns`.
 //!
 //! The real server binary runs as a child process; a scripted provider in this process answers
-//! every model request at once with a four-chunk streamed reply (chat completions wire format).
+//! every model request at once with a four-chunk streamed reply. `TURNS_WIRE` chooses its wire
+//! format: `chat` (the default: a `custom` provider on OpenAI-compatible chat completions) or
+//! `responses` (an `openai` provider, pointed at the scripted one with `--provider-url`, and an
+//! agent on gpt-5 with a reasoning level, so every step goes to the Responses API).
 //! `TURNS_SESSIONS` workers (default 16) each send `MessageSession` one after another on their own
 //! session (a fresh session every 25 turns, so conversations stay the size of real ones) until
 //! `TURNS` turns (default 20,000; the figure is 100,000) are done. Reported:
 //!
-//! - **turns per second** over the whole run;
+//! - **turns per second** over the whole run, and the server's **CPU time per turn** (user plus
+//!   system, from `/proc`);
 //! - **turn latency**: from sending `MessageSession` to its answer (the assistant message is
 //!   durable by then), p50 / p99 / max;
 //! - **server-added streaming latency**: for each turn, from the provider writing the first byte
@@ -26,11 +30,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
-use seed_agents_protocol::generated::{CreateAgent, CreateSession, SetModelProvider};
+use seed_agents_protocol::generated::{CreateAgent, CreateSession, ReasoningLevel, SetModelProvider, SetSecret};
 use seed_agents_sdk::subscription::Event as Live;
 use seed_agents_sdk::{Client, Ed25519Signer};
-use seed_agents_test_support::bench::{Memory, Server, server_command};
-use seed_agents_test_support::fixtures::{custom_provider_config, definition, say};
+use seed_agents_test_support::bench::{
+    CLOCK_TICKS_PER_SECOND, Memory, Server, cpu_ticks, load_average, server_command,
+};
+use seed_agents_test_support::fixtures::{custom_provider_config, definition, provider_config, say};
 use seed_agents_test_support::provider::{Fallback, Provider};
 
 /// The server binary Cargo built for the benches.
@@ -44,11 +50,25 @@ fn main() {
     let env = |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
     let turns = env("TURNS", if smoke { 200 } else { 20_000 });
     let workers = env("TURNS_SESSIONS", 16);
+    let wire = match std::env::var("TURNS_WIRE").as_deref() {
+        Ok("responses") => Wire::Responses,
+        Ok("chat") | Err(_) => Wire::Chat,
+        Ok(other) => panic!("TURNS_WIRE={other}: expected chat or responses"),
+    };
     if smoke {
         println!("smoke run (no --bench): figures are not meaningful; use `cargo bench --bench turns`");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    runtime.block_on(run(turns, workers));
+    runtime.block_on(run(turns, workers, wire));
+}
+
+/// The wire format the scripted provider answers in (`TURNS_WIRE`).
+#[derive(Clone, Copy, Debug)]
+enum Wire {
+    /// OpenAI-compatible chat completions, through a `custom` provider.
+    Chat,
+    /// OpenAI's Responses API, through an `openai` provider and a reasoning level.
+    Responses,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -59,11 +79,15 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[index].as_secs_f64() * 1000.0
 }
 
-/// The tag (`turn w-k`) at the end of a request's last user message.
+/// The tag (`turn w-k`) at the end of a request's last user message (chat completions
+/// `messages` or Responses `input`).
 fn tag_of(body: &serde_json::Value) -> Option<String> {
-    let messages = body["messages"].as_array()?;
+    let messages = body["messages"].as_array().or_else(|| body["input"].as_array())?;
     let last = messages.iter().rev().find(|message| message["role"] == "user")?;
-    let content = last["content"].as_str()?;
+    let content = match &last["content"] {
+        serde_json::Value::Array(parts) => parts.last()?["text"].as_str()?,
+        content => content.as_str()?,
+    };
     content.rfind("turn ").map(|at| content[at..].to_owned())
 }
 
@@ -113,22 +137,31 @@ async fn new_session(client: &Client, agent_id: &str) -> seed_agents_protocol::S
     client.create_session(create).await.unwrap().session_id
 }
 
-async fn run(turns: usize, workers: usize) {
+async fn run(turns: usize, workers: usize, wire: Wire) {
     let provider = Arc::new(Provider::start().await);
     provider.set_fallback(Fallback::Pieces("Hi!!".into()));
     let dir = tempfile::tempdir().unwrap();
     let (mut command, addr) = server_command(SERVER_BIN, dir.path());
     command.arg("--session-title-generation").arg("false");
+    if let Wire::Responses = wire {
+        command.arg("--provider-url").arg(format!("openai={}", provider.openai_base()));
+    }
     let mut server = Server::spawn("turns", (command, addr));
     server.wait_ready();
     let client = Client::builder(&format!("http://{addr}"), Ed25519Signer::from_seed(&SEED)).build().unwrap();
-    let custom = custom_provider_config(provider.openai_base());
-    client.set_model_provider(SetModelProvider { name: "main".into(), provider: custom }).await.unwrap();
-    let agent_id = client
-        .create_agent(CreateAgent { client_request_id: None, definition: definition("bench") })
-        .await
-        .unwrap()
-        .agent_id;
+    let mut definition = definition("bench");
+    let provider_record = match wire {
+        Wire::Chat => custom_provider_config(provider.openai_base()),
+        Wire::Responses => {
+            let key = seed_agents_protocol::Bytes(b"sk-bench".to_vec());
+            client.set_secret(SetSecret { name: "openai-key".into(), value: key, metadata: None }).await.unwrap();
+            definition.model = "gpt-5".into();
+            definition.reasoning_level = Some(ReasoningLevel::Low);
+            provider_config()
+        }
+    };
+    client.set_model_provider(SetModelProvider { name: "main".into(), provider: provider_record }).await.unwrap();
+    let agent_id = client.create_agent(CreateAgent { client_request_id: None, definition }).await.unwrap().agent_id;
 
     // The provider's first-byte instants, by turn tag, drained as the run goes.
     let first_bytes: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
@@ -159,6 +192,8 @@ async fn run(turns: usize, workers: usize) {
     let watcher = Watcher::start();
 
     let idle = Memory::of(server.pid()).rss;
+    let cpu_before = cpu_ticks(server.pid());
+    let load = load_average();
     let done = Arc::new(AtomicUsize::new(0));
     let samples: Arc<Mutex<Vec<(usize, f64)>>> = Arc::new(Mutex::new(vec![(0, idle)]));
     let started = Instant::now();
@@ -225,6 +260,7 @@ async fn run(turns: usize, workers: usize) {
         partials.append(&mut worker_partials);
     }
     let elapsed = started.elapsed();
+    let cpu = (cpu_ticks(server.pid()) - cpu_before) as f64 / CLOCK_TICKS_PER_SECOND as f64;
     tokio::time::sleep(Duration::from_millis(300)).await;
     drainer.abort();
     drain();
@@ -236,6 +272,8 @@ async fn run(turns: usize, workers: usize) {
         .filter_map(|(tag, at)| first_bytes.get(tag).map(|first| at.saturating_duration_since(*first)))
         .collect();
     added.sort();
+    println!("wire {wire:?}; load average before the run: {load}");
+    println!("server CPU {:.2} s over the run: {:.3} ms per turn", cpu, cpu * 1000.0 / latencies.len().max(1) as f64);
     println!(
         "{} turns, {workers} sessions at once: {:.0} turns/s; turn p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         latencies.len(),

@@ -41,6 +41,9 @@ mod lifecycle;
 mod live_restart;
 // The model client against the scripted provider: the wire format of both vendors, retries.
 mod model_wire;
+// The model client against the scripted provider's OpenAI Responses API: requests, streamed
+// answers, encrypted reasoning handed back, retries and failures.
+mod responses_wire;
 // Streaming turns survive SIGKILLs at random points: durable events stay, in order, once.
 #[cfg(unix)]
 mod runtime_crash;

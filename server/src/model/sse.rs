@@ -8,6 +8,7 @@ use sseer::errors::EventStreamError;
 use super::anthropic::MessagesStream;
 use super::error::{error_chain, seconds};
 use super::openai::ChatStream;
+use super::responses::ResponsesStream;
 use super::{ModelError, Step, StepEvents, Timeouts, Wire};
 
 /// Whether a codec wants more events.
@@ -15,14 +16,16 @@ use super::{ModelError, Step, StepEvents, Timeouts, Wire};
 pub(crate) enum Flow {
     /// Keep reading.
     More,
-    /// The vendor's end marker arrived (`[DONE]`, `message_stop`); stop reading.
+    /// The vendor's end marker arrived (`[DONE]`, `message_stop`, `response.completed`); stop
+    /// reading.
     Done,
 }
 
-/// The stream codec of either wire.
+/// The stream codec of a wire.
 #[derive(Debug)]
 enum Decoder {
     OpenAi(ChatStream),
+    Responses(ResponsesStream),
     Anthropic(MessagesStream),
 }
 
@@ -30,6 +33,7 @@ impl Decoder {
     fn new(wire: Wire) -> Self {
         match wire {
             Wire::OpenAiChat => Self::OpenAi(ChatStream::default()),
+            Wire::OpenAiResponses => Self::Responses(ResponsesStream::default()),
             Wire::Anthropic => Self::Anthropic(MessagesStream::default()),
         }
     }
@@ -37,6 +41,7 @@ impl Decoder {
     fn event(&mut self, name: &str, data: &str, events: &mut StepEvents<'_>) -> Result<Flow, ModelError> {
         match self {
             Self::OpenAi(stream) => stream.data(data, events),
+            Self::Responses(stream) => stream.event(name, data, events),
             Self::Anthropic(stream) => stream.event(name, data, events),
         }
     }
@@ -44,6 +49,7 @@ impl Decoder {
     fn finish(self) -> Result<Step, ModelError> {
         match self {
             Self::OpenAi(stream) => stream.finish(),
+            Self::Responses(stream) => stream.finish(),
             Self::Anthropic(stream) => stream.finish(),
         }
     }

@@ -1,5 +1,6 @@
 //! A scripted model provider on loopback, speaking OpenAI chat completions
-//! (`/v1/chat/completions` and `/chat/completions`) and Anthropic Messages (`/v1/messages`).
+//! (`/v1/chat/completions` and `/chat/completions`), Anthropic Messages (`/v1/messages`) and
+//! OpenAI's Responses API (`/v1/responses` and `/responses`, formatted in [`responses`]).
 //!
 //! Each request is answered by the next [`Script`] in a queue, formatted as the vendor streams
 //! it (docs/runtime.md §2.2 and §2.4): chat completions start with a role chunk whose `content` is
@@ -24,6 +25,8 @@ use axum::response::Response;
 use axum::routing::post;
 use futures_util::stream::{self, BoxStream, StreamExt as _};
 use serde_json::{Value, json};
+
+pub mod responses;
 
 /// A running scripted provider; stops when dropped.
 pub struct Provider {
@@ -85,6 +88,7 @@ pub enum Fallback {
 enum Vendor {
     OpenAi,
     Anthropic,
+    Responses,
 }
 
 /// One scripted answer.
@@ -279,6 +283,8 @@ impl Provider {
             .route("/v1/chat/completions", post(chat_completions))
             .route("/chat/completions", post(chat_completions))
             .route("/v1/messages", post(messages))
+            .route("/v1/responses", post(responses_api))
+            .route("/responses", post(responses_api))
             .with_state(state.clone());
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -336,6 +342,10 @@ async fn messages(State(state): State<Arc<Shared>>, uri: Uri, headers: HeaderMap
     answer(&state, Vendor::Anthropic, uri, headers, &body)
 }
 
+async fn responses_api(State(state): State<Arc<Shared>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    answer(&state, Vendor::Responses, uri, headers, &body)
+}
+
 fn answer(state: &Shared, vendor: Vendor, uri: Uri, headers: HeaderMap, body: &[u8]) -> Response {
     let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let model = body.get("model").and_then(Value::as_str).unwrap_or("scripted").to_owned();
@@ -345,6 +355,8 @@ fn answer(state: &Shared, vendor: Vendor, uri: Uri, headers: HeaderMap, body: &[
         _ => None,
     };
     let first_byte = Arc::new(Mutex::new(None));
+    // Responses hand reasoning back encrypted only to a request that asked for it.
+    let encrypted = vendor == Vendor::Responses && responses::wants_encrypted_reasoning(&body);
     state.requests.lock().expect("requests").push(Recorded {
         path: uri.path().to_owned(),
         headers,
@@ -371,6 +383,7 @@ fn answer(state: &Shared, vendor: Vendor, uri: Uri, headers: HeaderMap, body: &[
             let events = match vendor {
                 Vendor::OpenAi => openai_events(reply, &model, script.split),
                 Vendor::Anthropic => anthropic_events(reply, &model, script.split),
+                Vendor::Responses => responses::events(reply, &model, script.split, encrypted),
             };
             stream_response(events, &script, first_byte)
         }
@@ -386,7 +399,7 @@ fn error_response(
 ) -> Response {
     let body = raw_body.unwrap_or_else(|| {
         let json = match vendor {
-            Vendor::OpenAi => {
+            Vendor::OpenAi | Vendor::Responses => {
                 json!({"error": {"message": message, "type": "scripted_error", "param": null, "code": null}})
             }
             Vendor::Anthropic => json!({"type": "error", "error": {"type": "scripted_error", "message": message}}),
@@ -572,8 +585,11 @@ fn anthropic_events(reply: &Reply, model: &str, split: bool) -> Vec<String> {
     events
 }
 
-/// The text of the last user message in either vendor's body.
+/// The text of the last user message in any vendor's body.
 fn last_user_text(vendor: Vendor, body: &Value) -> String {
+    if vendor == Vendor::Responses {
+        return responses::last_user_text(body);
+    }
     let last_user = body["messages"].as_array().and_then(|messages| {
         messages.iter().rev().find(|message| {
             message["role"] == "user"

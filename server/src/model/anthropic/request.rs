@@ -60,7 +60,7 @@ pub(crate) fn thinking_enabled(request: &ModelRequest) -> Option<u32> {
         .rev()
         .find_map(|message| match message {
             Message::Assistant { text, tool_calls, thinking } if !(text.is_empty() && tool_calls.is_empty()) => {
-                Some(!tool_calls.is_empty() && thinking.is_empty())
+                Some(!tool_calls.is_empty() && !thinking.iter().any(Thinking::is_anthropic))
             }
             _ => None,
         })
@@ -88,7 +88,7 @@ fn messages(messages: &[Message]) -> Vec<Value> {
             Message::Assistant { text, tool_calls, thinking } => {
                 let mut blocks = Vec::new();
                 if !(text.is_empty() && tool_calls.is_empty()) {
-                    blocks.extend(thinking.iter().map(thinking_block));
+                    blocks.extend(thinking.iter().filter_map(thinking_block));
                 }
                 if !text.is_empty() {
                     blocks.push(json!({"type": "text", "text": text}));
@@ -132,11 +132,14 @@ fn user_block(part: &UserPart) -> Option<Value> {
     }
 }
 
-/// A reasoning block exactly as the provider sent it.
-fn thinking_block(block: &Thinking) -> Value {
+/// A reasoning block exactly as the provider sent it; another vendor's reasoning is not sent.
+fn thinking_block(block: &Thinking) -> Option<Value> {
     match block {
-        Thinking::Signed { text, signature } => json!({"type": "thinking", "thinking": text, "signature": signature}),
-        Thinking::Redacted { data } => json!({"type": "redacted_thinking", "data": data}),
+        Thinking::Signed { text, signature } => {
+            Some(json!({"type": "thinking", "thinking": text, "signature": signature}))
+        }
+        Thinking::Redacted { data } => Some(json!({"type": "redacted_thinking", "data": data})),
+        Thinking::Encrypted(_) => None,
     }
 }
 
