@@ -470,7 +470,7 @@ pub(crate) fn data_url(mime: &str, data: &[u8]) -> String {
     format!("data:{mime};base64,{}", base64_text(data))
 }
 
-/// Standard padded base64, as both vendors expect for inline images.
+/// Standard padded base64, as every vendor expects for inline images.
 pub(crate) fn base64_text(data: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(data)

@@ -10,7 +10,7 @@
 //!   SIGKILLed or SIGTERMed, reaped on drop; `crash`: what the kill-and-restart tests share.
 //! - `bench`: child-process servers for the benchmarks and what `/proc` says about them.
 //! - `fixtures`: fixed inputs (a provider, an agent definition, a message).
-//! - `provider`: a scripted model provider on loopback, speaking both vendors' streams.
+//! - `provider`: a scripted model provider on loopback, speaking every codec's streams.
 //! - `hm`, `searxng`: fake Hypermedia and SearXNG servers on loopback.
 //! - `runs`: a scripted run executor and runs staged through the engine's own SQL.
 //! - `transcript`: a session's log as short lines; `webhook`: Standard Webhooks signing.
