@@ -217,19 +217,7 @@ impl ResponsesStream {
                     self.step.call_arguments(slot, text("arguments"));
                 }
             }
-            Some("message") => {
-                // A message whose text never came as deltas.
-                if self.streamed.insert(slot) {
-                    for part in item.get("content").and_then(Value::as_array).into_iter().flatten() {
-                        let key = if part.get("type").and_then(Value::as_str) == Some("refusal") {
-                            "refusal"
-                        } else {
-                            "text"
-                        };
-                        self.step.text(part.get(key).and_then(Value::as_str).unwrap_or(""), events);
-                    }
-                }
-            }
+            Some("message") => self.message_done(slot, item, events),
             Some("reasoning") => {
                 if !self.reasoning.iter().any(|reasoning| reasoning.slot == slot) {
                     self.item_added(slot, item, events);
@@ -250,6 +238,17 @@ impl ResponsesStream {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// The text of a finished message whose text never came as deltas.
+    fn message_done(&mut self, slot: u64, item: &Value, events: &mut StepEvents<'_>) {
+        if !self.streamed.insert(slot) {
+            return;
+        }
+        for part in item.get("content").and_then(Value::as_array).into_iter().flatten() {
+            let key = if part.get("type").and_then(Value::as_str) == Some("refusal") { "refusal" } else { "text" };
+            self.step.text(part.get(key).and_then(Value::as_str).unwrap_or(""), events);
         }
     }
 
