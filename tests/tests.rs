@@ -41,6 +41,8 @@ mod runs;
 mod runtime;
 // The same on a `google` provider: Gemini's wire, thought signatures through tool loops.
 mod runtime_google;
+// Agent turns on OpenAI's Responses API: encrypted reasoning through a tool loop, failures.
+mod runtime_responses;
 // Agent tools: tool documents, `~/tools`, `call`, and turns that use them.
 mod tools;
 // The schedule and activity monitors, on virtual time and the fake feed.

@@ -2,9 +2,11 @@
 //!
 //! The real server binary runs as a child process; a scripted provider in this process answers
 //! every model request at once with a four-chunk streamed reply. `TURNS_WIRE` chooses its wire
-//! format: `chat` (the default: a `custom` provider speaking chat completions) or `google` (a
-//! `google` provider on gemini-2.5-flash, the server started with `--provider-url google=…`, the
-//! reply streamed as Gemini chunks). `TURNS_SESSIONS` workers (default 16) each send
+//! format: `chat` (the default: a `custom` provider speaking chat completions), `responses` (an
+//! `openai` provider pointed at the scripted one with `--provider-url openai=…`, and an agent on
+//! gpt-5 with a reasoning level, so every step goes to the Responses API) or `google` (a `google`
+//! provider on gemini-2.5-flash, the server started with `--provider-url google=…`, the reply
+//! streamed as Gemini chunks). `TURNS_SESSIONS` workers (default 16) each send
 //! `MessageSession` one after another on their own session (a fresh session every 25 turns, so
 //! conversations stay the size of real ones) until `TURNS` turns (default 20,000; the issue's
 //! figure is 100,000) are done. Reported:
@@ -31,13 +33,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
-use seed_agents_protocol::generated::{CreateAgent, CreateSession, ModelProviderConfig, SetModelProvider, SetSecret};
+use seed_agents_protocol::generated::{
+    CreateAgent, CreateSession, ModelProviderConfig, ReasoningLevel, SetModelProvider, SetSecret,
+};
 use seed_agents_sdk::subscription::Event as Live;
 use seed_agents_sdk::{Client, Ed25519Signer};
 use seed_agents_test_support::bench::{
     CLOCK_TICKS_PER_SECOND, Memory, Server, cpu_ticks, load_average, server_command,
 };
-use seed_agents_test_support::fixtures::{custom_provider_config, definition, say};
+use seed_agents_test_support::fixtures::{custom_provider_config, definition, provider_config, say};
 use seed_agents_test_support::provider::{Fallback, Provider};
 
 /// The server binary Cargo built for the benches.
@@ -53,8 +57,9 @@ fn main() {
     let workers = env("TURNS_SESSIONS", 16);
     let wire = match std::env::var("TURNS_WIRE").as_deref() {
         Ok("google") => Wire::Google,
+        Ok("responses") => Wire::Responses,
         Ok("chat") | Err(_) => Wire::Chat,
-        Ok(other) => panic!("TURNS_WIRE is chat or google, not {other}"),
+        Ok(other) => panic!("TURNS_WIRE is chat, responses or google, not {other}"),
     };
     if smoke {
         println!("smoke run (no --bench): figures are not meaningful; use `cargo bench --bench turns`");
@@ -66,7 +71,11 @@ fn main() {
 /// The wire format the scripted provider answers in (`TURNS_WIRE`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Wire {
+    /// OpenAI-compatible chat completions, through a `custom` provider.
     Chat,
+    /// OpenAI's Responses API, through an `openai` provider and a reasoning level.
+    Responses,
+    /// Gemini's `streamGenerateContent`, through a `google` provider.
     Google,
 }
 
@@ -78,11 +87,17 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[index].as_secs_f64() * 1000.0
 }
 
-/// The tag (`turn w-k`) at the end of a request's last user message (chat completions `messages`
-/// or Gemini `contents`).
+/// The tag (`turn w-k`) at the end of a request's last user message (chat completions `messages`,
+/// Responses `input` or Gemini `contents`).
 fn tag_of(body: &serde_json::Value) -> Option<String> {
-    let content = match body["messages"].as_array() {
-        Some(messages) => messages.iter().rev().find(|message| message["role"] == "user")?["content"].as_str()?,
+    let content = match body["messages"].as_array().or_else(|| body["input"].as_array()) {
+        Some(messages) => {
+            let last = messages.iter().rev().find(|message| message["role"] == "user")?;
+            match &last["content"] {
+                serde_json::Value::Array(parts) => parts.last()?["text"].as_str()?,
+                content => content.as_str()?,
+            }
+        }
         None => {
             let contents = body["contents"].as_array()?;
             let last = contents.iter().rev().find(|content| content["role"] == "user")?;
@@ -144,6 +159,9 @@ async fn run(turns: usize, workers: usize, wire: Wire) {
     let dir = tempfile::tempdir().unwrap();
     let (mut command, addr) = server_command(SERVER_BIN, dir.path());
     command.arg("--session-title-generation").arg("false");
+    if wire == Wire::Responses {
+        command.arg("--provider-url").arg(format!("openai={}", provider.openai_base()));
+    }
     if wire == Wire::Google {
         command.arg("--provider-url").arg(format!("google={}", provider.google_base()));
     }
@@ -153,6 +171,13 @@ async fn run(turns: usize, workers: usize, wire: Wire) {
     let mut definition = definition("bench");
     let provider_config = match wire {
         Wire::Chat => custom_provider_config(provider.openai_base()),
+        Wire::Responses => {
+            let key = seed_agents_protocol::Bytes(b"sk-bench".to_vec());
+            client.set_secret(SetSecret { name: "openai-key".into(), value: key, metadata: None }).await.unwrap();
+            definition.model = "gpt-5".into();
+            definition.reasoning_level = Some(ReasoningLevel::Low);
+            provider_config()
+        }
         Wire::Google => {
             let key = SetSecret {
                 name: "gemini".into(),

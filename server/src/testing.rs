@@ -141,8 +141,9 @@ pub mod secrets {
 /// Model providers' wire formats and vendors.
 pub mod model {
     pub use crate::model::{
-        Client, Endpoint, Message, ModelError, ModelErrorKind, ModelRequest, Retry, Step, StopReason, StreamEvent,
-        Timeouts, ToolResult, ToolSpec, Usage, UserPart, endpoint_for,
+        Client, EncryptedReasoning, Endpoint, Image, Message, ModelError, ModelErrorKind, ModelRequest, Retry, Step,
+        StopReason, StreamEvent, Thinking, Timeouts, ToolCall, ToolResult, ToolSpec, Usage, UserPart, Wire,
+        endpoint_for,
     };
 
     /// The vendor catalog.

@@ -13,9 +13,9 @@ use zeroize::Zeroizing;
 
 use crate::support::provider::{Fallback, Provider, Script};
 
-const KEY: &str = "sk-test-0123456789-secret";
+pub(crate) const KEY: &str = "sk-test-0123456789-secret";
 
-fn client(timeouts: Timeouts) -> Client {
+pub(crate) fn client(timeouts: Timeouts) -> Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::builder().connect_timeout(timeouts.connect).build().unwrap();
     let retry = Retry {
@@ -27,7 +27,7 @@ fn client(timeouts: Timeouts) -> Client {
     Client::new(http, timeouts).with_retry(retry)
 }
 
-fn quick() -> Timeouts {
+pub(crate) fn quick() -> Timeouts {
     Timeouts { connect: Duration::from_secs(2), first_byte: Duration::from_secs(5), idle: Duration::from_secs(5) }
 }
 
@@ -40,7 +40,7 @@ fn anthropic(provider: &Provider) -> Endpoint {
         .unwrap()
 }
 
-fn request(text: &str) -> ModelRequest {
+pub(crate) fn request(text: &str) -> ModelRequest {
     ModelRequest {
         system: "You are terse.".into(),
         messages: vec![Message::User(vec![UserPart::Text(text.into())])],
@@ -55,7 +55,7 @@ fn request(text: &str) -> ModelRequest {
 }
 
 /// Runs one step, collecting the streamed events.
-async fn step(
+pub(crate) async fn step(
     client: &Client,
     endpoint: &Endpoint,
     request: &ModelRequest,
@@ -66,7 +66,7 @@ async fn step(
     (events, result)
 }
 
-fn texts(events: &[StreamEvent]) -> Vec<&str> {
+pub(crate) fn texts(events: &[StreamEvent]) -> Vec<&str> {
     events
         .iter()
         .filter_map(|event| match event {
@@ -333,25 +333,6 @@ async fn errors_never_contain_the_api_key() {
     let error = step(&client, &anthropic(&provider), &request("go")).await.1.unwrap_err();
     assert!(!format!("{error:?}").contains(KEY), "{error:?}");
     assert!(!format!("{:?}", anthropic(&provider)).contains(KEY));
-}
-
-#[tokio::test]
-async fn openai_levels_that_need_the_responses_api_are_refused_before_sending() {
-    let provider = Provider::start().await;
-    let endpoint = endpoint_for("openai", provider.openai_base(), None, "o3".into()).unwrap();
-    let leveled = ModelRequest { reasoning: Some("high".into()), ..request("go") };
-    let error = step(&client(quick()), &endpoint, &leveled).await.1.unwrap_err();
-    assert_eq!(error.kind, ModelErrorKind::Unsupported);
-    assert!(error.message.contains("Responses API"), "{}", error.message);
-    assert_eq!(provider.request_count(), 0);
-
-    // gpt-5.1 without a level goes out on chat completions with reasoning_effort "none".
-    provider.push(Script::text("ok"));
-    let endpoint = endpoint_for("openai", provider.openai_base(), None, "gpt-5.1".into()).unwrap();
-    step(&client(quick()), &endpoint, &request("go")).await.1.unwrap();
-    let sent = &provider.requests()[0];
-    assert_eq!(sent.body["reasoning_effort"], "none");
-    assert_eq!(sent.header("authorization"), "Bearer local");
 }
 
 #[tokio::test]

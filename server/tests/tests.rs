@@ -43,6 +43,9 @@ mod live_restart;
 mod model_wire;
 // The same for Gemini: its wire format, thought signatures through a tool loop, retries.
 mod model_wire_google;
+// The model client against the scripted provider's OpenAI Responses API: requests, streamed
+// answers, encrypted reasoning handed back, retries and failures.
+mod responses_wire;
 // Streaming turns survive SIGKILLs at random points: durable events stay, in order, once.
 #[cfg(unix)]
 mod runtime_crash;

@@ -9,7 +9,8 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, Header
 use super::error::seconds;
 use super::retry::{Retry, retryable_status};
 use super::{
-    Endpoint, ModelError, ModelErrorKind, ModelRequest, Step, StepEvents, Wire, anthropic, google, openai, sse,
+    Endpoint, ModelError, ModelErrorKind, ModelRequest, Step, StepEvents, Wire, anthropic, google, openai, responses,
+    sse,
 };
 
 /// The most of an error body we read (the message is cut shorter still).
@@ -46,6 +47,8 @@ pub struct Client {
 /// One step's request, ready to send as often as the retry policy allows.
 #[derive(Debug)]
 struct Prepared {
+    /// The wire it goes out on (and its answer comes back in).
+    wire: Wire,
     url: reqwest::Url,
     headers: HeaderMap,
     body: Bytes,
@@ -85,7 +88,7 @@ impl Client {
     ) -> Result<Step, ModelError> {
         let prepared = prepare(endpoint, request)?;
         let response = self.send(&prepared).await?;
-        sse::decode(endpoint.wire, sse::body_chunks(response, self.timeouts), on_event).await
+        sse::decode(prepared.wire, sse::body_chunks(response, self.timeouts), on_event).await
     }
 
     /// Sends until a 2xx answer, a failure not worth retrying, or the retries are spent.
@@ -149,18 +152,15 @@ fn prepare(endpoint: &Endpoint, request: &ModelRequest) -> Result<Prepared, Mode
     let key = endpoint.api_key.as_ref().map_or("local", |key| key.as_str());
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let (url, body) = match endpoint.wire {
+    let wire = endpoint.wire_for(request);
+    let (url, body) = match wire {
         Wire::OpenAiChat => {
-            if super::needs_responses_api(&endpoint.provider_type, &endpoint.model, request.reasoning.as_deref()) {
-                return Err(ModelError::unsupported(format!(
-                    "Reasoning level {} on OpenAI model {} needs the Responses API, which this server's runtime \
-                     does not support yet; clear the reasoning level to use this model",
-                    request.reasoning.as_deref().unwrap_or_default().trim(),
-                    endpoint.model
-                )));
-            }
             headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
             (format!("{base}/chat/completions"), openai::body(endpoint, request))
+        }
+        Wire::OpenAiResponses => {
+            headers.insert(AUTHORIZATION, secret_header(&format!("Bearer {key}"))?);
+            (format!("{base}/responses"), responses::body(endpoint, request))
         }
         Wire::Anthropic => {
             headers.insert(HeaderName::from_static("x-api-key"), secret_header(key)?);
@@ -178,11 +178,17 @@ fn prepare(endpoint: &Endpoint, request: &ModelRequest) -> Result<Prepared, Mode
             (format!("{base}/{}", google::stream_path(&endpoint.model)), google::body(endpoint, request)?)
         }
     };
+    for name in endpoint.extra_headers.keys() {
+        headers.remove(name);
+    }
+    for (name, value) in &endpoint.extra_headers {
+        headers.append(name, value.clone());
+    }
     let url = reqwest::Url::parse(&url)
         .map_err(|error| ModelError::new(ModelErrorKind::Connect, format!("Invalid provider URL {url}: {error}")))?;
     let body = serde_json::to_vec(&body)
         .map_err(|error| ModelError::stream(format!("Could not encode the provider request: {error}")))?;
-    Ok(Prepared { url, headers, body: Bytes::from(body) })
+    Ok(Prepared { wire, url, headers, body: Bytes::from(body) })
 }
 
 /// A header carrying the key, marked sensitive so no debug output shows it.
@@ -236,5 +242,35 @@ mod tests {
         let bad = endpoint_for("custom", "not a url".into(), None, "m".into()).expect("ok");
         let error = prepare(&bad, &ModelRequest::default()).expect_err("invalid URL");
         assert_eq!(error.kind, ModelErrorKind::Connect);
+    }
+
+    /// A reasoning level on an OpenAI reasoning model goes to `/responses`; a subscription-style
+    /// endpoint adds its own headers after the wire's.
+    #[test]
+    fn responses_requests_and_extra_headers() {
+        let key = zeroize::Zeroizing::new("sk-abc".to_owned());
+        let mut endpoint =
+            endpoint_for("openai", "https://api.openai.com/v1/".into(), Some(key), "o3".into()).expect("ok");
+        let leveled = ModelRequest { reasoning: Some("high".into()), ..ModelRequest::default() };
+        let prepared = prepare(&endpoint, &leveled).expect("prepared");
+        assert_eq!(
+            (prepared.wire, prepared.url.as_str()),
+            (Wire::OpenAiResponses, "https://api.openai.com/v1/responses")
+        );
+        assert_eq!(prepared.headers[AUTHORIZATION], "Bearer sk-abc");
+        assert!(prepared.headers[AUTHORIZATION].is_sensitive());
+        let plain = prepare(&endpoint, &ModelRequest::default()).expect("prepared");
+        assert_eq!((plain.wire, plain.url.path()), (Wire::OpenAiChat, "/v1/chat/completions"));
+
+        endpoint.extra_headers.insert("chatgpt-account-id", HeaderValue::from_static("acct_1"));
+        endpoint.extra_headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json; charset=utf-8"));
+        let prepared = prepare(&endpoint, &leveled).expect("prepared");
+        assert_eq!(prepared.headers["chatgpt-account-id"], "acct_1");
+        assert_eq!(prepared.headers[CONTENT_TYPE], "application/json; charset=utf-8");
+        let shown = format!("{endpoint:?}");
+        assert!(
+            shown.contains("chatgpt-account-id") && !shown.contains("acct_1") && !shown.contains("sk-abc"),
+            "{shown}"
+        );
     }
 }

@@ -37,6 +37,26 @@ pub(crate) fn google(sent: Option<&str>, name: &str, taken: &[String]) -> String
     format!("{name}_{millis}_{n}")
 }
 
+/// OpenAI Responses: a composite `call_id|item_id` splits into its `call_id` and its function-call
+/// item id; any other id is a `call_id` alone. Each part keeps `[A-Za-z0-9_-]` (anything else
+/// becomes `_`), at most 64 characters, without trailing underscores (the ChatGPT backend refuses
+/// them); an item id starts with `fc` (the vendor's prefix for function-call items).
+pub(crate) fn responses(id: &str) -> (String, Option<String>) {
+    let part = |text: &str| {
+        let clean = sanitized(text, 64);
+        let trimmed = clean.trim_end_matches('_');
+        if trimmed.is_empty() { clean } else { trimmed.to_owned() }
+    };
+    match id.split_once('|') {
+        Some((call_id, item_id)) => {
+            let item_id = part(item_id);
+            let item_id = if item_id.starts_with("fc") { item_id } else { part(&format!("fc_{item_id}")) };
+            (part(call_id), Some(item_id))
+        }
+        None => (part(id), None),
+    }
+}
+
 fn sanitized(id: &str, max_chars: usize) -> String {
     id.chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
@@ -56,6 +76,21 @@ mod tests {
         assert_eq!(openai("call_9|fc_123456"), "call_9");
         assert_eq!(openai("call.9+x|fc_1"), "call_9_x");
         assert_eq!(openai(&format!("{}|item", "d".repeat(45))), "d".repeat(40));
+    }
+
+    #[test]
+    fn responses_ids() {
+        let split = |id: &str| responses(id);
+        assert_eq!(split("call_9|fc_123"), ("call_9".into(), Some("fc_123".into())));
+        assert_eq!(split("call_9"), ("call_9".into(), None));
+        assert_eq!(split("toolu_01A-b"), ("toolu_01A-b".into(), None));
+        assert_eq!(split("read_1700000000000_1"), ("read_1700000000000_1".into(), None));
+        assert_eq!(split("call.9+x|item 7"), ("call_9_x".into(), Some("fc_item_7".into())));
+        assert_eq!(split("call__|fc_1__"), ("call".into(), Some("fc_1".into())));
+        let (call, item) = split(&format!("{}|fc_{}", "c".repeat(70), "i".repeat(70)));
+        assert_eq!((call.len(), item.map(|item| item.len())), (64, Some(64)));
+        // Only underscores: kept rather than sent empty.
+        assert_eq!(split("é"), ("_".into(), None));
     }
 
     #[test]

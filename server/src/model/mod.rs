@@ -4,10 +4,18 @@
 //! [`ToolSpec`]s) and gets back one assembled [`Step`] (text, tool calls, why it stopped, token
 //! usage), with [`StreamEvent`]s pushed to a callback while the answer streams in. Three codecs
 //! translate: `openai` writes OpenAI-compatible chat completions (provider types openai,
-//! openrouter, deepseek, groq, xai, ollama, custom), `anthropic` writes Anthropic Messages and
-//! `google` writes Gemini's `streamGenerateContent`. Each codec has a request half (neutral
-//! conversation to vendor JSON) and a stream half (vendor SSE events to neutral events and a
-//! step); neither touches the network.
+//! openrouter, deepseek, groq, xai, ollama, custom), `responses` writes OpenAI's Responses API
+//! (an `openai` model whose reasoning is controlled: a level set, or an explicit `none`; see
+//! [`Endpoint::wire_for`]), `anthropic` writes Anthropic Messages and `google` writes Gemini's
+//! `streamGenerateContent`. Each codec has a request half (neutral conversation to vendor JSON)
+//! and a stream half (vendor SSE events to neutral events and a step); neither touches the
+//! network.
+//!
+//! Reasoning a vendor wants handed back ([`Thinking`]: Anthropic's signed blocks, the Responses
+//! API's encrypted reasoning items, Gemini's thought signatures) travels in the assistant
+//! [`Message`] of the step that made it, within one pass only: it is never stored, so a
+//! conversation replayed from the log carries none and each codec sends what is valid without it
+//! (docs/runtime.md §1.6, §2.3, §2.4, §2.5).
 //!
 //! [`Client`] owns the network: the HTTP request, our own retry layer (a few quick retries before
 //! any byte of an answer was consumed), the connect / first-byte / idle timeouts, and the
@@ -17,8 +25,8 @@
 //! Layout: `client` (requests, retries, streaming), `retry` (which answers are retried and when),
 //! `sse` (response bytes under timeouts, framed as SSE events by `sseer`), `assemble` (the step
 //! being built: text, tool-call fragments, usage), `ids` (tool-call id rules per vendor),
-//! `error`, `openai/`, `anthropic/` and `google/` (request and stream halves of each codec;
-//! `google/schema` also turns tool schemas into the subset Gemini takes).
+//! `error`, `openai/`, `responses/`, `anthropic/` and `google/` (request and stream halves of
+//! each codec; `google/schema` also turns tool schemas into the subset Gemini takes).
 
 mod anthropic;
 mod assemble;
@@ -27,6 +35,7 @@ mod error;
 mod google;
 mod ids;
 mod openai;
+mod responses;
 mod retry;
 mod sse;
 pub(crate) mod vendors;
@@ -34,6 +43,7 @@ pub(crate) mod vendors;
 use std::fmt;
 use std::ops::{Add, AddAssign};
 
+use reqwest::header::HeaderMap;
 use zeroize::Zeroizing;
 
 use crate::model::vendors::reasoning_support_for;
@@ -53,6 +63,8 @@ pub(crate) const MAX_TOKENS: u32 = 16_384;
 pub enum Wire {
     /// OpenAI-compatible chat completions: `POST {base}/chat/completions`.
     OpenAiChat,
+    /// OpenAI's Responses API: `POST {base}/responses`.
+    OpenAiResponses,
     /// Anthropic Messages: `POST {base}/v1/messages`.
     Anthropic,
     /// Google Gemini: `POST {base}/models/{model}:streamGenerateContent?alt=sse`.
@@ -61,9 +73,14 @@ pub enum Wire {
 
 /// Where one model step goes: the wire format, the provider type (which tunes a few fields), the
 /// base URL, the key and the model id. Its `Debug` never shows the key.
+///
+/// A subscription ("Sign in with ChatGPT") endpoint is the same shape: `wire`
+/// [`Wire::OpenAiResponses`], the vendor's backend as `base_url`, the OAuth access token as
+/// `api_key` (sent as the bearer) and the account id and client headers in `extra_headers`.
 #[derive(Clone)]
 pub struct Endpoint {
-    /// The wire format, from the provider type ([`endpoint_for`]).
+    /// The wire format, from the provider type ([`endpoint_for`]); a step may still go out on the
+    /// Responses API ([`Endpoint::wire_for`]).
     pub wire: Wire,
     /// The provider type's wire name: `openai`, `anthropic`, `ollama`, …
     pub provider_type: String,
@@ -75,6 +92,9 @@ pub struct Endpoint {
     pub api_key: Option<Zeroizing<String>>,
     /// The model id sent as `model`.
     pub model: String,
+    /// Headers sent with every request after the wire's own (they win on a clash); empty for
+    /// API-key providers. Mark a secret one sensitive so no debug output shows it.
+    pub extra_headers: HeaderMap,
 }
 
 impl fmt::Debug for Endpoint {
@@ -85,7 +105,24 @@ impl fmt::Debug for Endpoint {
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model)
+            .field("extra_headers", &self.extra_headers.keys().collect::<Vec<_>>())
             .finish()
+    }
+}
+
+impl Endpoint {
+    /// The wire a request goes out on: the endpoint's own, except that an `openai` chat
+    /// completions endpoint sends a request to the Responses API when its model's reasoning is
+    /// controlled (docs/runtime.md §1.9, §2.3): a level is set, or the model needs an explicit
+    /// `none` without one (gpt-5.1 and later). Everything else stays on chat completions, so a
+    /// turn's title (asked for without reasoning) on o3 or gpt-5 goes there.
+    pub fn wire_for(&self, request: &ModelRequest) -> Wire {
+        match self.wire {
+            Wire::OpenAiChat if uses_responses_api(&self.provider_type, &self.model, request.reasoning.as_deref()) => {
+                Wire::OpenAiResponses
+            }
+            wire => wire,
+        }
     }
 }
 
@@ -99,9 +136,10 @@ pub struct ModelRequest {
     /// The tools offered, in the order the provider should list them.
     pub tools: Vec<ToolSpec>,
     /// The reasoning level name (`minimal` … `xhigh`); `None`, `off`, `none` and `default` mean no
-    /// level. Anthropic gets budget thinking and Gemini a `thinkingConfig`; on OpenAI gpt-5.1 and
-    /// later, no level sends `reasoning_effort: "none"`, and a level on an OpenAI reasoning model
-    /// is refused as [`ModelErrorKind::Unsupported`] (it needs the Responses API).
+    /// level. Anthropic sends budget thinking and Gemini a `thinkingConfig`; an OpenAI model with
+    /// reasoning control goes to the Responses API with the level as its effort (or `none`, on
+    /// gpt-5.1 and later without one); a level on a model without reasoning control sends nothing
+    /// (docs/runtime.md §1.9).
     pub reasoning: Option<String>,
     /// The output token limit ([`MAX_TOKENS`] by default).
     pub max_tokens: u32,
@@ -134,10 +172,10 @@ pub enum Message {
         text: String,
         /// The calls it made, in order.
         tool_calls: Vec<ToolCall>,
-        /// The signed reasoning the step began with and the signatures on its parts, kept only
-        /// within the pass that produced them (never stored, so replayed messages have none) and
-        /// sent back by the Anthropic and Google codecs, which need them to keep thinking through
-        /// a tool loop.
+        /// The reasoning the step began with and the signatures on its parts, kept only within the
+        /// pass that produced them (never stored, so replayed messages have none) and sent back by
+        /// the codec of the vendor that made them, which needs them to keep reasoning through a
+        /// tool loop; other codecs skip them.
         thinking: Vec<Thinking>,
     },
     /// The results of the preceding assistant message's calls, in call order.
@@ -169,9 +207,9 @@ impl fmt::Debug for UserPart {
     }
 }
 
-/// A reasoning block or signature as the provider made it, to be handed back unchanged
-/// (Anthropic `thinking` and `redacted_thinking` blocks, Gemini thought parts and
-/// `thoughtSignature`s). Its text is never shown, stored or replayed.
+/// Reasoning as the provider sent it, to be handed back unchanged: Anthropic `thinking` and
+/// `redacted_thinking` blocks, OpenAI Responses `reasoning` items, Gemini thought parts and
+/// `thoughtSignature`s. Its text is never shown, stored or replayed.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Thinking {
     /// Readable reasoning and the provider's signature over it.
@@ -194,6 +232,15 @@ pub enum Thinking {
         /// The opaque signature.
         signature: String,
     },
+    /// An OpenAI Responses `reasoning` item (Responses only).
+    Encrypted(EncryptedReasoning),
+}
+
+impl Thinking {
+    /// Whether this is an Anthropic block (signed or redacted).
+    pub(crate) fn is_anthropic(&self) -> bool {
+        matches!(self, Self::Signed { .. } | Self::Redacted { .. })
+    }
 }
 
 impl fmt::Debug for Thinking {
@@ -204,7 +251,31 @@ impl fmt::Debug for Thinking {
             Self::PartSignature { call_id, signature } => {
                 f.debug_struct("PartSignature").field("call_id", call_id).field("bytes", &signature.len()).finish()
             }
+            Self::Encrypted(item) => f.debug_tuple("Encrypted").field(item).finish(),
         }
+    }
+}
+
+/// An OpenAI Responses `reasoning` item as the stream finished it. With `store: false` the vendor
+/// keeps nothing, so the next request of the pass hands the item back whole, before the message
+/// and calls that followed it; the model then goes on from its own reasoning.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EncryptedReasoning {
+    /// The item id (`rs_…`).
+    pub id: String,
+    /// The reasoning summary, one entry per part (streamed as reasoning deltas).
+    pub summary: Vec<String>,
+    /// The vendor's encrypted reasoning (`include: ["reasoning.encrypted_content"]`): opaque.
+    pub encrypted_content: String,
+}
+
+impl fmt::Debug for EncryptedReasoning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EncryptedReasoning")
+            .field("id", &self.id)
+            .field("summary_parts", &self.summary.len())
+            .field("bytes", &self.encrypted_content.len())
+            .finish()
     }
 }
 
@@ -308,8 +379,8 @@ pub struct Step {
     pub text: String,
     /// The tool calls, in the order the provider started them.
     pub tool_calls: Vec<ToolCall>,
-    /// Signed reasoning blocks and part signatures, in order (Anthropic and Google; empty
-    /// elsewhere).
+    /// Reasoning to hand back within the pass, in order (Anthropic signed blocks, Responses
+    /// reasoning items, Gemini part signatures; empty elsewhere).
     pub thinking: Vec<Thinking>,
     /// Why the model stopped.
     pub stop: StopReason,
@@ -377,17 +448,24 @@ pub fn endpoint_for(
         "google" => Wire::Google,
         other => return Err(ModelError::unsupported(format!("Unsupported model provider type: {other}"))),
     };
-    Ok(Endpoint { wire, provider_type: provider_type.to_owned(), base_url, api_key, model })
+    Ok(Endpoint {
+        wire,
+        provider_type: provider_type.to_owned(),
+        base_url,
+        api_key,
+        model,
+        extra_headers: HeaderMap::new(),
+    })
 }
 
-/// Whether a step needs OpenAI's Responses API, which this build does not speak: an `openai`
-/// model with reasoning control and a level set (docs/runtime.md §1.3, §1.9). gpt-5.1 and later
-/// without a level stay on chat completions with `reasoning_effort: "none"` (§7); a level on a
-/// model without reasoning control sends nothing, as upstream does.
-pub(crate) fn needs_responses_api(provider_type: &str, model: &str, reasoning: Option<&str>) -> bool {
+/// Whether a step goes to OpenAI's Responses API (docs/runtime.md §1.3, §1.9): an `openai` model
+/// with reasoning control, and either a level set or a model that must be told `none` without
+/// one (gpt-5.1 and later). A level on a model without reasoning control sends nothing, as
+/// upstream does; other provider types never switch.
+pub(crate) fn uses_responses_api(provider_type: &str, model: &str, reasoning: Option<&str>) -> bool {
     provider_type == "openai"
-        && reasoning_level(reasoning).is_some()
-        && reasoning_support_for(provider_type, model).is_some()
+        && reasoning_support_for(provider_type, model)
+            .is_some_and(|support| reasoning_level(reasoning).is_some() || support.supports_effort_none)
 }
 
 /// The level name when one is really set (`off`, `none`, `default` and blank mean none).
@@ -565,18 +643,36 @@ mod tests {
     }
 
     #[test]
-    fn responses_api_only_for_a_level_on_an_openai_reasoning_model() {
-        assert!(needs_responses_api("openai", "o3", Some("high")));
-        assert!(needs_responses_api("openai", "gpt-5", Some("minimal")));
-        assert!(needs_responses_api("openai", "gpt-5.2", Some("xhigh")));
-        // No level: chat completions (gpt-5.1+ get reasoning_effort "none" there).
-        assert!(!needs_responses_api("openai", "gpt-5.2", None));
-        assert!(!needs_responses_api("openai", "gpt-5.1", Some("off")));
-        assert!(!needs_responses_api("openai", "o4-mini", Some("")));
+    fn responses_api_for_openai_models_whose_reasoning_is_controlled() {
+        assert!(uses_responses_api("openai", "o3", Some("high")));
+        assert!(uses_responses_api("openai", "gpt-5", Some("minimal")));
+        assert!(uses_responses_api("openai", "gpt-5.2", Some("xhigh")));
+        // gpt-5.1 and later must be told `none` without a level: that is a Responses request too.
+        assert!(uses_responses_api("openai", "gpt-5.2", None));
+        assert!(uses_responses_api("openai", "gpt-5.1", Some("off")));
+        // No level on a model that reasons by default: chat completions, nothing sent.
+        assert!(!uses_responses_api("openai", "o4-mini", Some("")));
+        assert!(!uses_responses_api("openai", "gpt-5", None));
         // No reasoning control, or not OpenAI: nothing to switch for.
-        assert!(!needs_responses_api("openai", "gpt-4.1", Some("high")));
-        assert!(!needs_responses_api("anthropic", "claude-sonnet-4-5", Some("high")));
-        assert!(!needs_responses_api("openrouter", "openai/o3", Some("high")));
+        assert!(!uses_responses_api("openai", "gpt-4.1", Some("high")));
+        assert!(!uses_responses_api("openai", "gpt-5-chat-latest", Some("high")));
+        assert!(!uses_responses_api("anthropic", "claude-sonnet-4-5", Some("high")));
+        assert!(!uses_responses_api("openrouter", "openai/o3", Some("high")));
+    }
+
+    #[test]
+    fn the_wire_follows_the_request() {
+        let leveled = ModelRequest { reasoning: Some("high".into()), ..ModelRequest::default() };
+        let plain = ModelRequest::default();
+        let o3 = test_support::endpoint("openai", "o3");
+        assert_eq!((o3.wire_for(&leveled), o3.wire_for(&plain)), (Wire::OpenAiResponses, Wire::OpenAiChat));
+        let gpt51 = test_support::endpoint("openai", "gpt-5.1");
+        assert_eq!(gpt51.wire_for(&plain), Wire::OpenAiResponses);
+        let claude = test_support::endpoint("anthropic", "claude-sonnet-4-5");
+        assert_eq!(claude.wire_for(&leveled), Wire::Anthropic);
+        // An endpoint that is Responses only (a subscription backend) stays there.
+        let codex = Endpoint { wire: Wire::OpenAiResponses, ..test_support::endpoint("openai", "gpt-4.1") };
+        assert_eq!(codex.wire_for(&plain), Wire::OpenAiResponses);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use super::anthropic::MessagesStream;
 use super::error::{error_chain, seconds};
 use super::google::GenerateStream;
 use super::openai::ChatStream;
+use super::responses::ResponsesStream;
 use super::{ModelError, Step, StepEvents, Timeouts, Wire};
 
 /// Whether a codec wants more events.
@@ -16,8 +17,8 @@ use super::{ModelError, Step, StepEvents, Timeouts, Wire};
 pub(crate) enum Flow {
     /// Keep reading.
     More,
-    /// The vendor's end marker arrived (`[DONE]`, `message_stop`); stop reading. (Gemini has
-    /// none: its stream ends with the body.)
+    /// The vendor's end marker arrived (`[DONE]`, `message_stop`, `response.completed`); stop
+    /// reading. (Gemini has none: its stream ends with the body.)
     Done,
 }
 
@@ -25,6 +26,7 @@ pub(crate) enum Flow {
 #[derive(Debug)]
 enum Decoder {
     OpenAi(ChatStream),
+    Responses(ResponsesStream),
     Anthropic(MessagesStream),
     Google(GenerateStream),
 }
@@ -33,6 +35,7 @@ impl Decoder {
     fn new(wire: Wire) -> Self {
         match wire {
             Wire::OpenAiChat => Self::OpenAi(ChatStream::default()),
+            Wire::OpenAiResponses => Self::Responses(ResponsesStream::default()),
             Wire::Anthropic => Self::Anthropic(MessagesStream::default()),
             Wire::Google => Self::Google(GenerateStream::default()),
         }
@@ -41,6 +44,7 @@ impl Decoder {
     fn event(&mut self, name: &str, data: &str, events: &mut StepEvents<'_>) -> Result<Flow, ModelError> {
         match self {
             Self::OpenAi(stream) => stream.data(data, events),
+            Self::Responses(stream) => stream.event(name, data, events),
             Self::Anthropic(stream) => stream.event(name, data, events),
             Self::Google(stream) => stream.data(data, events),
         }
@@ -49,6 +53,7 @@ impl Decoder {
     fn finish(self) -> Result<Step, ModelError> {
         match self {
             Self::OpenAi(stream) => stream.finish(),
+            Self::Responses(stream) => stream.finish(),
             Self::Anthropic(stream) => stream.finish(),
             Self::Google(stream) => stream.finish(),
         }

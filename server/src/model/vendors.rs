@@ -369,9 +369,9 @@ pub(crate) struct ReasoningSupport {
     pub levels: &'static [ReasoningLevel],
     /// What an unset level means.
     pub off: ReasoningOff,
-    /// Whether the model takes an explicit "no reasoning" value (OpenAI `reasoning_effort: none`),
-    /// which it needs when no level is chosen (gpt-5.1 and later default to reasoning, and then
-    /// refuse function tools on the chat completions path).
+    /// Whether the model takes an explicit "no reasoning" value (OpenAI `reasoning.effort: none`),
+    /// which it needs when no level is chosen (gpt-5.1 and later default to reasoning): such a
+    /// step goes to the Responses API with that value (docs/runtime.md §1.9).
     pub supports_effort_none: bool,
 }
 

@@ -387,13 +387,6 @@ impl Turn {
             .await?;
         let api_key = loaded.sealed_key.map(|key| key.open_text(&app, loaded.provider_type)).transpose()?;
         let provider = loaded.provider_type.as_str();
-        if model::needs_responses_api(provider, &loaded.model, loaded.reasoning.as_deref()) {
-            return Err(ApiError::invalid(format!(
-                "Model {} with a reasoning level needs the OpenAI Responses API, which this server's runtime does not \
-                 speak yet; clear the reasoning level or choose another model",
-                loaded.model
-            )));
-        }
         let endpoint = model::endpoint_for(provider, loaded.base_url, api_key, loaded.model)
             .map_err(|error| ApiError::invalid(error.message))?;
         let queued_behind = queued_behind(&run.input);

@@ -10,8 +10,8 @@
 //!   SIGKILLed or SIGTERMed, reaped on drop; `crash`: what the kill-and-restart tests share.
 //! - `bench`: child-process servers for the benchmarks and what `/proc` says about them.
 //! - `fixtures`: fixed inputs (a provider, an agent definition, a message).
-//! - `provider`: a scripted model provider on loopback, speaking each vendor's stream (chat
-//!   completions, Anthropic Messages, Gemini).
+//! - `provider`: a scripted model provider on loopback, speaking each codec's stream (chat
+//!   completions, the Responses API, Anthropic Messages, Gemini).
 //! - `hm`, `searxng`: fake Hypermedia and SearXNG servers on loopback.
 //! - `runs`: a scripted run executor and runs staged through the engine's own SQL.
 //! - `transcript`: a session's log as short lines; `webhook`: Standard Webhooks signing.

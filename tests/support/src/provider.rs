@@ -1,5 +1,6 @@
 //! A scripted model provider on loopback, speaking OpenAI chat completions
 //! (`/v1/chat/completions` and `/chat/completions`), Anthropic Messages (`/v1/messages`) and
+//! OpenAI's Responses API (`/v1/responses` and `/responses`, formatted in [`responses`]) and
 //! Gemini (`/v1beta/models/<model>:streamGenerateContent`, in [`gemini`]).
 //!
 //! Each request is answered by the next [`Script`] in a queue, formatted as the vendor streams
@@ -28,6 +29,7 @@ use futures_util::stream::{self, BoxStream, StreamExt as _};
 use serde_json::{Value, json};
 
 pub mod gemini;
+pub mod responses;
 
 /// A running scripted provider; stops when dropped.
 pub struct Provider {
@@ -90,6 +92,7 @@ enum Vendor {
     OpenAi,
     Anthropic,
     Google,
+    Responses,
 }
 
 /// One scripted answer.
@@ -285,6 +288,8 @@ impl Provider {
             .route("/chat/completions", post(chat_completions))
             .route("/v1/messages", post(messages))
             .route("/v1beta/{*resource}", post(gemini::generate))
+            .route("/v1/responses", post(responses_api))
+            .route("/responses", post(responses_api))
             .with_state(state.clone());
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -347,6 +352,10 @@ async fn messages(State(state): State<Arc<Shared>>, uri: Uri, headers: HeaderMap
     answer(&state, Vendor::Anthropic, uri, headers, &body)
 }
 
+async fn responses_api(State(state): State<Arc<Shared>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    answer(&state, Vendor::Responses, uri, headers, &body)
+}
+
 fn answer(state: &Shared, vendor: Vendor, uri: Uri, headers: HeaderMap, body: &[u8]) -> Response {
     let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let model = match vendor {
@@ -360,6 +369,8 @@ fn answer(state: &Shared, vendor: Vendor, uri: Uri, headers: HeaderMap, body: &[
         _ => None,
     };
     let first_byte = Arc::new(Mutex::new(None));
+    // Responses hand reasoning back encrypted only to a request that asked for it.
+    let encrypted = vendor == Vendor::Responses && responses::wants_encrypted_reasoning(&body);
     state.requests.lock().expect("requests").push(Recorded {
         path: uri.path().to_owned(),
         headers,
@@ -390,6 +401,7 @@ fn answer(state: &Shared, vendor: Vendor, uri: Uri, headers: HeaderMap, body: &[
                 Vendor::OpenAi => openai_events(reply, &model, script.split),
                 Vendor::Anthropic => anthropic_events(reply, &model, script.split),
                 Vendor::Google => gemini::events(reply, &model, script.split),
+                Vendor::Responses => responses::events(reply, &model, script.split, encrypted),
             };
             stream_response(events, &script, first_byte)
         }
@@ -405,7 +417,7 @@ fn error_response(
 ) -> Response {
     let body = raw_body.unwrap_or_else(|| {
         let json = match vendor {
-            Vendor::OpenAi => {
+            Vendor::OpenAi | Vendor::Responses => {
                 json!({"error": {"message": message, "type": "scripted_error", "param": null, "code": null}})
             }
             Vendor::Anthropic => json!({"type": "error", "error": {"type": "scripted_error", "message": message}}),
@@ -598,6 +610,9 @@ fn anthropic_events(reply: &Reply, model: &str, split: bool) -> Vec<String> {
 fn last_user_text(vendor: Vendor, body: &Value) -> String {
     if vendor == Vendor::Google {
         return gemini::last_user_text(body);
+    }
+    if vendor == Vendor::Responses {
+        return responses::last_user_text(body);
     }
     let last_user = body["messages"].as_array().and_then(|messages| {
         messages.iter().rev().find(|message| {

@@ -60,7 +60,7 @@ pub(crate) fn thinking_enabled(request: &ModelRequest) -> Option<u32> {
         .rev()
         .find_map(|message| match message {
             Message::Assistant { text, tool_calls, thinking } if !(text.is_empty() && tool_calls.is_empty()) => {
-                Some(!tool_calls.is_empty() && thinking.is_empty())
+                Some(!tool_calls.is_empty() && !thinking.iter().any(Thinking::is_anthropic))
             }
             _ => None,
         })
@@ -132,7 +132,7 @@ fn user_block(part: &UserPart) -> Option<Value> {
     }
 }
 
-/// A reasoning block exactly as the provider sent it (another vendor's signatures have no block).
+/// A reasoning block exactly as the provider sent it; another vendor's reasoning is not sent.
 fn thinking_block(block: &Thinking) -> Option<Value> {
     match block {
         Thinking::Signed { text, signature } => {
@@ -140,6 +140,7 @@ fn thinking_block(block: &Thinking) -> Option<Value> {
         }
         Thinking::Redacted { data } => Some(json!({"type": "redacted_thinking", "data": data})),
         Thinking::PartSignature { .. } => None,
+        Thinking::Encrypted(_) => None,
     }
 }
 

@@ -2,15 +2,14 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::model::vendors::reasoning_support_for;
 use crate::model::{Endpoint, Message, ModelRequest, ToolCall, ToolSpec, UserPart, data_url, ids, merge_defaults};
 
 /// The JSON body for one streamed step.
 ///
 /// `store: false` is sent except to xai and deepseek, which refuse unknown fields; deepseek gets
-/// `reasoning_content: ""` on assistant messages; an `openai` model that takes an explicit "no
-/// reasoning" (gpt-5.1 and later) gets `reasoning_effort: "none"` when no level is set. Reasoning
-/// levels themselves are never sent on this path (they need the Responses API).
+/// `reasoning_content: ""` on assistant messages. No reasoning field is ever sent on this path: an
+/// `openai` model whose reasoning is controlled goes to the Responses API instead
+/// ([`Endpoint::wire_for`]).
 pub(crate) fn body(endpoint: &Endpoint, request: &ModelRequest) -> Map<String, Value> {
     let provider_type = endpoint.provider_type.as_str();
     let mut body = Map::new();
@@ -24,11 +23,6 @@ pub(crate) fn body(endpoint: &Endpoint, request: &ModelRequest) -> Map<String, V
     }
     if !request.tools.is_empty() {
         body.insert("tools".into(), request.tools.iter().map(tool).collect());
-    }
-    let takes_none = provider_type == "openai"
-        && reasoning_support_for(provider_type, &endpoint.model).is_some_and(|support| support.supports_effort_none);
-    if takes_none && crate::model::reasoning_level(request.reasoning.as_deref()).is_none() {
-        body.insert("reasoning_effort".into(), "none".into());
     }
     merge_defaults(&mut body, request.model_defaults.as_ref());
     body
@@ -199,19 +193,6 @@ mod tests {
         assert!(!body(&endpoint("xai", "grok-4"), &request).contains_key("store"));
         assert_eq!(body(&endpoint("ollama", "llama3.2"), &request)["store"], false);
         assert!(!body(&endpoint("ollama", "llama3.2"), &request).contains_key("tools"));
-    }
-
-    #[test]
-    fn gpt_5_1_and_later_send_effort_none_without_a_level() {
-        let plain = ModelRequest::default();
-        assert_eq!(body(&endpoint("openai", "gpt-5.1"), &plain)["reasoning_effort"], "none");
-        assert_eq!(body(&endpoint("openai", "gpt-5.2-mini"), &plain)["reasoning_effort"], "none");
-        let off = ModelRequest { reasoning: Some("off".into()), ..ModelRequest::default() };
-        assert_eq!(body(&endpoint("openai", "gpt-6"), &off)["reasoning_effort"], "none");
-        for (type_, model) in [("openai", "gpt-5"), ("openai", "o3"), ("openai", "gpt-4.1"), ("openrouter", "gpt-5.1")]
-        {
-            assert!(!body(&endpoint(type_, model), &plain).contains_key("reasoning_effort"), "{type_} {model}");
-        }
     }
 
     #[test]
