@@ -266,8 +266,12 @@ pub(crate) fn ensure_account(conn: &Connection, account_id: &str, now_ms: i64) -
 }
 
 /// Runs `work` under a savepoint nested in the caller's transaction: when it fails, what it
-/// wrote is rolled back and the transaction goes on (the error is returned).
-pub(crate) fn savepoint<T>(conn: &Connection, work: impl FnOnce(&Connection) -> ApiResult<T>) -> ApiResult<T> {
+/// wrote is rolled back and the transaction goes on (the error is returned, as `work`'s type:
+/// a caller that only logs a `rusqlite::Error` keeps it out of the internal-error log).
+pub(crate) fn savepoint<T, E: From<rusqlite::Error>>(
+    conn: &Connection,
+    work: impl FnOnce(&Connection) -> Result<T, E>,
+) -> Result<T, E> {
     run_cached(conn, "SAVEPOINT nested")?;
     let outcome = work(conn);
     if outcome.is_err() {
@@ -399,6 +403,29 @@ mod tests {
 
     fn count(conn: &Connection) -> ApiResult<i64> {
         Ok(conn.query_row("SELECT COUNT(*) FROM accounts", [], |row| row.get(0))?)
+    }
+
+    #[test]
+    fn a_failed_savepoint_rolls_back_its_own_writes_and_the_transaction_goes_on() {
+        let conn = migrated_in_memory();
+        conn.execute_batch("BEGIN").unwrap();
+        ensure_account(&conn, "before", 1).unwrap();
+        let failed: rusqlite::Result<()> = savepoint(&conn, |conn| {
+            ensure_account(conn, "inside", 1)?;
+            conn.execute("INSERT INTO accounts (id, created_at) VALUES ('before', 1)", []).map(drop)
+        });
+        assert!(failed.is_err(), "the duplicate id fails the savepoint's work");
+        let kept: rusqlite::Result<()> = savepoint(&conn, |conn| ensure_account(conn, "after", 1));
+        kept.unwrap();
+        conn.execute_batch("COMMIT").unwrap();
+        let ids: Vec<String> = conn
+            .prepare("SELECT id FROM accounts ORDER BY id")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(ids, ["after", "before"], "what failed inside is gone; before and after stay");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

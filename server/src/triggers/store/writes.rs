@@ -33,7 +33,8 @@ pub(crate) fn insert(
 }
 
 /// Inserts an enabled trigger `id` for `agent_id` (stored under `owner_id`) with a text prompt
-/// and no continuation (an agent's default trigger).
+/// and no continuation (an agent's default trigger; its caller logs a failure and goes on, so the
+/// error stays a `rusqlite::Error`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn insert_enabled(
     conn: &Connection,
@@ -44,7 +45,7 @@ pub(crate) fn insert_enabled(
     source: &AgentTriggerSource,
     prompt: &str,
     now: i64,
-) -> ApiResult<()> {
+) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO agent_triggers
            (id, account_id, agent_id, name, enabled, source_cbor, prompt, created_at, updated_at)
