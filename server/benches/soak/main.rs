@@ -43,6 +43,7 @@
 
 mod live;
 mod mix;
+mod op;
 mod report;
 
 use std::path::{Path, PathBuf};
@@ -50,7 +51,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use mix::{Op, Worker};
+use mix::Worker;
+use op::Op;
 use report::{Shared, Tally};
 use seed_agents_protocol::envelope::TIMESTAMP_WINDOW_MS;
 use seed_agents_protocol::generated::GetSession;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::mix::Op;
+use super::op::Op;
 
 /// A request that takes longer than this is a failure (`timeout`), so a stuck request cannot
 /// hold a worker past the end of the run.
