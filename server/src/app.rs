@@ -1,6 +1,6 @@
 //! The application state every feature receives: the database, the event bus, the configuration,
 //! the secret key, the clock, the outbound clients, and the state of the features that keep some
-//! in memory (the run engine, user verbs and titles in progress, upload chunk order).
+//! in memory (the run engine, user verbs and titles in progress, upload chunk order, sign-ins).
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -38,6 +38,8 @@ pub struct App {
     pub upload_order: crate::uploads::order::AppendOrder,
     /// The run engine: claims, executes, cancels and finishes runs.
     pub runs: crate::runs::Engine,
+    /// Subscription sign-ins in progress and the refresh locks of signed-in secrets.
+    pub(crate) sign_ins: crate::providers::signin::SignIns,
     /// Holds the data directory's lock file for the life of the server.
     _lock: std::fs::File,
 }
@@ -92,6 +94,7 @@ impl App {
         let db = Db::open_with(&config.database_path(), config.db_queues)?;
         let upload_order = crate::uploads::order::AppendOrder::with_grace(config.upload_arrival_grace);
         let http = outbound_http_client().map_err(|error| StartError::HttpClient(error.to_string()))?;
+        let issuer = crate::model::oauth::Issuer::new(&config.oauth_issuer_url).map_err(StartError::HttpClient)?;
         let bus = Bus::new();
         let runs = crate::runs::Engine::new(db.clone(), bus.clone(), clock.clone(), config.run_limits);
         let model = crate::model::Client::new(
@@ -115,6 +118,7 @@ impl App {
             http,
             started: Instant::now(),
             upload_order,
+            sign_ins: crate::providers::signin::SignIns::new(issuer),
             _lock: lock,
         })
     }

@@ -133,6 +133,18 @@ pub struct Config {
     #[arg(long, env = "SEED_AGENTS_HM_SERVER_URL", default_value = DEFAULT_HM_SERVER_URL, value_parser = parse_hm_server_url)]
     pub hm_server_url: String,
 
+    /// Offer "Sign in with ChatGPT" (`StartProviderOAuth` and the other provider OAuth actions;
+    /// `subscriptionAuth` on `/api/health`). Off by default: finishing a sign-in needs a client
+    /// that catches the vendor's redirect to `localhost:1455` or a user who pastes it. Providers
+    /// already signed in keep running either way.
+    #[arg(long, env = "SEED_AGENTS_SUBSCRIPTION_AUTH")]
+    pub subscription_auth: bool,
+
+    /// The OAuth issuer subscription sign-in talks to (its `/oauth/authorize` and `/oauth/token`):
+    /// an http(s) origin, one trailing `/` dropped. Change it only for a gateway or a test issuer.
+    #[arg(long, env = "SEED_AGENTS_OAUTH_ISSUER_URL", default_value = DEFAULT_OAUTH_ISSUER_URL, value_parser = parse_oauth_issuer_url)]
+    pub oauth_issuer_url: String,
+
     /// The oldest client protocol answered (not a flag: the build's `MIN_CLIENT_PROTOCOL`; tests
     /// raise it to exercise the 426 answer).
     #[arg(skip = MIN_CLIENT_PROTOCOL)]
@@ -148,6 +160,18 @@ pub struct Config {
     /// constants; tests shorten them).
     #[arg(skip)]
     pub run_limits: crate::runs::Limits,
+}
+
+/// The default OAuth issuer of subscription sign-in (OpenAI's).
+pub(crate) const DEFAULT_OAUTH_ISSUER_URL: &str = "https://auth.openai.com";
+
+/// Checks an OAuth issuer URL is http(s) and drops one trailing `/`.
+pub(crate) fn parse_oauth_issuer_url(value: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(value).map_err(|error| format!("invalid URL: {error}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err("the OAuth issuer URL must be http(s)".to_owned());
+    }
+    Ok(value.strip_suffix('/').unwrap_or(value).to_owned())
 }
 
 /// Default Hypermedia server.
@@ -223,6 +247,8 @@ impl Config {
             ws_ping_interval: Duration::from_secs(20),
             allow_private_network: false,
             hm_server_url: DEFAULT_HM_SERVER_URL.to_owned(),
+            subscription_auth: false,
+            oauth_issuer_url: DEFAULT_OAUTH_ISSUER_URL.to_owned(),
             min_client_protocol: MIN_CLIENT_PROTOCOL,
             upload_arrival_grace: crate::uploads::order::ARRIVAL_GRACE,
             db_queues: crate::db::Queues::default(),

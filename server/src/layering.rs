@@ -56,6 +56,7 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     ("app", "runtime::titles", "automatic titles in progress"),
     ("app", "verbs::in_flight", "user verbs in progress"),
     ("app", "uploads::order", "chunks waiting for their predecessor"),
+    ("app", "providers::signin", "subscription sign-ins in progress"),
     ("app", "secrets::crypto", "the key that seals secrets"),
     ("app", "runs", "the run engine handle"),
     // The configuration holds these values as their owners type them.

@@ -43,7 +43,8 @@ pub(crate) trait DefinitionContext {
 /// In order: name; system prompt (stored as blocks); model provider and model names; enabled
 /// models (deduplicated; their providers need not exist); signing keys; tools; metadata; MCP
 /// servers (deduplicated); then the references: the model provider must exist in the owner's
-/// account (400 `Model provider not found`), the reasoning level must be one the provider type and
+/// account (400 `Model provider not found`) and be of a type this build runs (400 `Unsupported
+/// model provider type: X`), the reasoning level must be one the provider type and
 /// model accept, and every signing key must be an account key secret of the owner
 /// (400 `Signing key not found`). `thoroughness` is kept as given.
 pub(crate) fn normalize_definition(def: &AgentDefinition, ctx: &dyn DefinitionContext) -> ApiResult<AgentDefinition> {
@@ -87,6 +88,9 @@ pub(crate) fn normalize_definition(def: &AgentDefinition, ctx: &dyn DefinitionCo
     let Some(provider_type) = ctx.provider_type(&definition.model_provider)? else {
         return Err(ApiError::invalid("Model provider not found"));
     };
+    // A record of a type this build cannot run (written by another server) is refused here,
+    // not discovered by a failed turn.
+    crate::model::vendors::ProviderType::require(&provider_type)?;
     check_reasoning_level_for(&provider_type, &definition.model, definition.reasoning_level)?;
     for key in signing_key_set(&definition) {
         if !ctx.is_signing_key(&key)? {
@@ -357,11 +361,11 @@ mod tests {
         def.reasoning_level = Some(ReasoningLevel::High);
         assert!(normalize(&def).is_ok());
 
-        // A provider record of a type this build no longer knows has no reasoning control.
+        // A provider record of a type this build cannot run is refused, level or not.
         def.model_provider = "legacy".into();
-        rejects(&def, "Model claude-sonnet-4-5 does not support a reasoning level");
+        rejects(&def, "Unsupported model provider type: retired-type");
         def.reasoning_level = None;
-        assert!(normalize(&def).is_ok());
+        rejects(&def, "Unsupported model provider type: retired-type");
     }
 
     #[test]

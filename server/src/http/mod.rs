@@ -234,7 +234,7 @@ async fn health(State(edge): State<Arc<Edge>>) -> Response {
         "minClientProtocol": app.config.min_client_protocol,
         "hmServerUrl": app.config.hm_server_url,
         "webTools": {"search": app.config.searxng_url.is_some(), "readBrowser": false},
-        "subscriptionAuth": false,
+        "subscriptionAuth": app.config.subscription_auth,
         "codeExec": false,
         "codeExecReason": "Code execution is not built into this server yet",
         "codeExecReasonCode": "not-built",

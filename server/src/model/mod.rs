@@ -34,6 +34,7 @@ mod client;
 mod error;
 mod google;
 mod ids;
+pub(crate) mod oauth;
 mod openai;
 mod responses;
 mod retry;
@@ -95,6 +96,9 @@ pub struct Endpoint {
     /// Headers sent with every request after the wire's own (they win on a clash); empty for
     /// API-key providers. Mark a secret one sensitive so no debug output shows it.
     pub extra_headers: HeaderMap,
+    /// Whether this is a subscription backend ([`subscription_endpoint`]): it takes no output
+    /// token limit, and its models always reason.
+    pub subscription: bool,
 }
 
 impl fmt::Debug for Endpoint {
@@ -106,6 +110,7 @@ impl fmt::Debug for Endpoint {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model)
             .field("extra_headers", &self.extra_headers.keys().collect::<Vec<_>>())
+            .field("subscription", &self.subscription)
             .finish()
     }
 }
@@ -455,6 +460,35 @@ pub fn endpoint_for(
         api_key,
         model,
         extra_headers: HeaderMap::new(),
+        subscription: false,
+    })
+}
+
+/// The endpoint of a "Sign in with ChatGPT" turn (docs/runtime.md §1.3, §2.3): the Responses
+/// API at `base_url` (the ChatGPT Codex backend, `{base}/responses`), the OAuth access token as
+/// the bearer, and the ChatGPT account and this client named in headers.
+pub(crate) fn subscription_endpoint(
+    base_url: String,
+    access_token: Zeroizing<String>,
+    chatgpt_account_id: &str,
+    model: String,
+) -> Result<Endpoint, ModelError> {
+    use reqwest::header::{HeaderName, HeaderValue};
+    let mut extra_headers = HeaderMap::new();
+    let mut account = HeaderValue::from_str(chatgpt_account_id)
+        .map_err(|_| ModelError::new(ModelErrorKind::Connect, "The ChatGPT account id is not a valid header value"))?;
+    account.set_sensitive(true);
+    extra_headers.insert(HeaderName::from_static("chatgpt-account-id"), account);
+    extra_headers.insert(HeaderName::from_static("originator"), HeaderValue::from_static(oauth::ORIGINATOR));
+    extra_headers.insert(HeaderName::from_static("openai-beta"), HeaderValue::from_static("responses=experimental"));
+    Ok(Endpoint {
+        wire: Wire::OpenAiResponses,
+        provider_type: "openai".to_owned(),
+        base_url,
+        api_key: Some(access_token),
+        model,
+        extra_headers,
+        subscription: true,
     })
 }
 

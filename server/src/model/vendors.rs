@@ -191,7 +191,7 @@ impl ProviderType {
         if own.is_some() && self.allows_custom_base_url() {
             return self.resolve_base_url(config);
         }
-        match overrides.iter().rev().find(|entry| entry.provider_type == self) {
+        match overrides.iter().rev().find(|entry| !entry.subscription && entry.provider_type == self) {
             Some(entry) => Ok(entry.url.clone()),
             None => self.resolve_base_url(config),
         }
@@ -208,26 +208,55 @@ impl std::fmt::Display for ProviderType {
     }
 }
 
-/// An operator's base URL for every provider of one type (`--provider-url anthropic=https://…`).
+/// An operator's base URL for every provider of one type (`--provider-url anthropic=https://…`),
+/// or for the subscription backend of a type (`--provider-url openai-subscription=https://…`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderUrl {
     /// The type it applies to.
     pub provider_type: ProviderType,
+    /// Whether it is the type's subscription backend rather than its API.
+    pub subscription: bool,
     /// Where that type's requests go instead of the vendor's default.
     pub url: String,
 }
 
-/// Parses `type=url` (an http(s) URL; one trailing `/` dropped).
+/// The suffix of a `--provider-url` key that names a type's subscription backend.
+const SUBSCRIPTION_SUFFIX: &str = "-subscription";
+
+/// Parses `type=url` or `type-subscription=url` (an http(s) URL; one trailing `/` dropped).
 pub fn parse_provider_url(value: &str) -> Result<ProviderUrl, String> {
     let (name, url) = value.split_once('=').ok_or_else(|| format!("expected <type>=<url>, got {value}"))?;
-    let provider_type =
-        ProviderType::parse(name.trim()).ok_or_else(|| format!("unknown provider type: {}", name.trim()))?;
+    let name = name.trim();
+    let (type_name, subscription) = match name.strip_suffix(SUBSCRIPTION_SUFFIX) {
+        Some(type_name) => (type_name, true),
+        None => (name, false),
+    };
+    let provider_type = ProviderType::parse(type_name).ok_or_else(|| format!("unknown provider type: {name}"))?;
+    if subscription && !provider_type.supports_subscription() {
+        return Err(format!("provider type {type_name} has no subscription sign-in"));
+    }
     let url = url.trim();
     if !is_http_url(url) {
         return Err(format!("not an http(s) URL: {url}"));
     }
-    Ok(ProviderUrl { provider_type, url: url.strip_suffix('/').unwrap_or(url).to_owned() })
+    Ok(ProviderUrl { provider_type, subscription, url: url.strip_suffix('/').unwrap_or(url).to_owned() })
 }
+
+/// The base URL of a type's subscription backend: the operator's `<type>-subscription=` URL, or
+/// the vendor's (OpenAI: the ChatGPT Codex backend, whose Responses endpoint is `{base}/responses`).
+pub(crate) fn subscription_base_url(provider_type: ProviderType, overrides: &[ProviderUrl]) -> ApiResult<String> {
+    if let Some(entry) = overrides.iter().rev().find(|entry| entry.subscription && entry.provider_type == provider_type)
+    {
+        return Ok(entry.url.clone());
+    }
+    match provider_type {
+        ProviderType::OpenAi => Ok(OPENAI_SUBSCRIPTION_BASE_URL.to_owned()),
+        other => Err(ApiError::invalid(format!("Provider type does not support subscription auth: {other}"))),
+    }
+}
+
+/// Where "Sign in with ChatGPT" turns go: the backend the Codex CLI uses with a ChatGPT plan.
+pub(crate) const OPENAI_SUBSCRIPTION_BASE_URL: &str = "https://chatgpt.com/backend-api/codex";
 
 /// Checks and trims a provider name (`Provider name is required` / `… is too large`).
 pub(crate) fn provider_name(name: &str) -> ApiResult<String> {
@@ -645,6 +674,31 @@ mod tests {
         rejects(ProviderType::Custom.resolve_base_url(&custom), "Base URL is required for provider type: custom");
         custom.base_url = Some("https://llm.internal/v1".into());
         assert_eq!(ProviderType::Custom.resolve_base_url(&custom).ok().as_deref(), Some("https://llm.internal/v1"));
+    }
+
+    #[test]
+    fn subscription_provider_urls() {
+        let api = parse_provider_url("openai=http://127.0.0.1:9/v1/").unwrap();
+        let backend = parse_provider_url("openai-subscription=http://127.0.0.1:9/backend-api/codex").unwrap();
+        assert_eq!((api.subscription, backend.subscription), (false, true));
+        assert_eq!(backend.provider_type, ProviderType::OpenAi);
+        let overrides = [api.clone(), backend.clone()];
+        // Each key reaches only its own target.
+        assert_eq!(ProviderType::OpenAi.resolve_base_url_with(&config("openai"), &overrides).unwrap(), api.url);
+        assert_eq!(subscription_base_url(ProviderType::OpenAi, &overrides).unwrap(), backend.url);
+        assert_eq!(subscription_base_url(ProviderType::OpenAi, &[api]).unwrap(), OPENAI_SUBSCRIPTION_BASE_URL);
+        assert_eq!(
+            ProviderType::OpenAi.resolve_base_url_with(&config("openai"), &[backend]).unwrap(),
+            "https://api.openai.com/v1"
+        );
+        assert_eq!(
+            parse_provider_url("groq-subscription=http://x/").unwrap_err(),
+            "provider type groq has no subscription sign-in"
+        );
+        assert_eq!(
+            parse_provider_url("nope-subscription=http://x/").unwrap_err(),
+            "unknown provider type: nope-subscription"
+        );
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //! still references (subscription providers of one type share one OAuth secret).
 
 pub(crate) mod models;
+pub(crate) mod oauth;
+pub(crate) mod signin;
 pub(crate) mod store;
+pub(crate) mod subscription;
 
 use std::collections::BTreeSet;
 
@@ -153,7 +156,7 @@ pub(crate) enum OauthSecret<'a> {
 }
 
 /// The non-empty `secretRefs.oauth` of a config.
-fn oauth_secret_name(config: &ModelProviderConfig) -> Option<&str> {
+pub(crate) fn oauth_secret_name(config: &ModelProviderConfig) -> Option<&str> {
     config.secret_refs.as_ref()?.get(OAUTH_REF).map(String::as_str).filter(|name| !name.is_empty())
 }
 
@@ -175,7 +178,7 @@ pub(crate) fn auth_from_secret(config: &ModelProviderConfig, oauth_secret: Oauth
 }
 
 /// Whether secret metadata carries a truthy `needsReauth` (JavaScript truthiness, as upstream).
-fn needs_reauth(metadata: &[u8]) -> bool {
+pub(crate) fn needs_reauth(metadata: &[u8]) -> bool {
     secrets::decode_metadata(metadata).and_then(|map| map.get("needsReauth").map(js_truthy)).unwrap_or(false)
 }
 

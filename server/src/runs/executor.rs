@@ -105,11 +105,14 @@ pub enum FailureCode {
     NoExecutor,
     /// `run-failed`: a failed run whose stored failure is missing.
     RunFailed,
+    /// `sign-in-required`: the provider's subscription sign-in is missing, expired or revoked;
+    /// the owner must sign in again.
+    SignInRequired,
 }
 
 impl FailureCode {
     /// Every code.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::ProviderError,
         Self::ConfigError,
         Self::OutputSchema,
@@ -118,6 +121,7 @@ impl FailureCode {
         Self::ExecutorError,
         Self::NoExecutor,
         Self::RunFailed,
+        Self::SignInRequired,
     ];
 
     /// The wire string.
@@ -131,6 +135,7 @@ impl FailureCode {
             Self::ExecutorError => "executor-error",
             Self::NoExecutor => "no-executor",
             Self::RunFailed => "run-failed",
+            Self::SignInRequired => "sign-in-required",
         }
     }
 

@@ -98,8 +98,10 @@ pub(crate) struct Turn {
     pub definition: AgentDefinition,
     /// `<stateDir>/memory`.
     pub memory_root: PathBuf,
-    /// Where the model is.
+    /// Where the model is (the pass refreshes a subscription's token in its own copy).
     pub endpoint: Endpoint,
+    /// The OAuth secret of a subscription provider, whose token a pass refreshes.
+    pub subscription: Option<String>,
     /// The reasoning level to ask for, if any.
     pub reasoning: Option<String>,
     /// The provider record's `modelDefaults`.
@@ -136,7 +138,7 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
         Err(error) if matches!(error.kind(), ErrorKind::Internal | ErrorKind::Unavailable) => {
             return Outcome::Failed(RunFailure::from_error(FailureCode::Internal, &error));
         }
-        Err(error) => return Outcome::Failed(RunFailure::from_error(FailureCode::ConfigError, &error)),
+        Err(error) => return Outcome::Failed(pass::prepare_failure(&error)),
     };
     // A parent that was executing when the server died parks on its live children again rather
     // than answering without them.
@@ -364,6 +366,8 @@ struct Loaded {
     reasoning: Option<String>,
     model_defaults: Option<serde_json::Map<String, serde_json::Value>>,
     sealed_key: Option<SealedKey>,
+    /// The OAuth secret of a subscription provider (then `sealed_key` is `None`).
+    subscription: Option<String>,
 }
 
 impl Turn {
@@ -385,10 +389,19 @@ impl Turn {
                 Ok((loaded, contract, thread, depth, children, live))
             })
             .await?;
-        let api_key = loaded.sealed_key.map(|key| key.open_text(&app, loaded.provider_type)).transpose()?;
-        let provider = loaded.provider_type.as_str();
-        let endpoint = model::endpoint_for(provider, loaded.base_url, api_key, loaded.model)
-            .map_err(|error| ApiError::invalid(error.message))?;
+        let endpoint = match &loaded.subscription {
+            Some(secret) => {
+                let access = crate::providers::subscription::access(&app, &loaded.owner_id, secret, None).await?;
+                model::subscription_endpoint(loaded.base_url, access.token, &access.account_id, loaded.model)
+                    .map_err(|error| ApiError::invalid(error.message))?
+            }
+            None => {
+                let api_key = loaded.sealed_key.map(|key| key.open_text(&app, loaded.provider_type)).transpose()?;
+                let provider = loaded.provider_type.as_str();
+                model::endpoint_for(provider, loaded.base_url, api_key, loaded.model)
+                    .map_err(|error| ApiError::invalid(error.message))?
+            }
+        };
         let queued_behind = queued_behind(&run.input);
         let mut definition = loaded.definition;
         if let Some(spec) = &contract {
@@ -413,6 +426,7 @@ impl Turn {
             park: Default::default(),
             typed: Default::default(),
             endpoint,
+            subscription: loaded.subscription,
             reasoning: loaded.reasoning,
             model_defaults: loaded.model_defaults,
             queued_behind,
@@ -568,13 +582,21 @@ fn load(
             .ok_or_else(|| ApiError::invalid(crate::providers::PROVIDER_NOT_FOUND))?,
     };
     let provider_type = ProviderType::require(&provider.config.type_)?;
-    if provider.config.auth_mode == Some(ModelProviderConfigAuthMode::Subscription) {
-        return Err(ApiError::invalid(
-            "Subscription sign-in providers are not supported by this server's runtime yet; use an API key provider",
-        ));
-    }
-    let sealed_key = SealedKey::load(conn, &owner_id, provider_type, &provider.config)?;
-    let base_url = provider_type.resolve_base_url_with(&provider.config, overrides)?;
+    let (sealed_key, base_url, subscription) =
+        if provider.config.auth_mode == Some(ModelProviderConfigAuthMode::Subscription) {
+            // Signed in with a subscription: the type's subscription backend, with the OAuth
+            // secret's tokens (docs/runtime.md §1.3).
+            let secret = crate::providers::oauth_secret_name(&provider.config)
+                .ok_or_else(|| {
+                    ApiError::unauthorized(crate::providers::subscription::SIGN_IN_EXPIRED)
+                        .with_code(crate::providers::subscription::CODE_SIGN_IN_REQUIRED)
+                })?
+                .to_owned();
+            (None, crate::model::vendors::subscription_base_url(provider_type, overrides)?, Some(secret))
+        } else {
+            let sealed_key = SealedKey::load(conn, &owner_id, provider_type, &provider.config)?;
+            (sealed_key, provider_type.resolve_base_url_with(&provider.config, overrides)?, None)
+        };
     let model_defaults = provider.config.model_defaults.as_ref().map(|defaults| {
         defaults
             .iter()
@@ -591,5 +613,6 @@ fn load(
         reasoning: chosen.2.map(|level| level.to_string()),
         model_defaults,
         sealed_key,
+        subscription,
     })
 }

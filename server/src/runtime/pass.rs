@@ -12,7 +12,7 @@
 //! no further request is made. A provider failure discards the unfinished step's text; the run
 //! engine turns the failure into the durable `error` event.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
@@ -104,6 +104,48 @@ fn provider_failure(error: &model::ModelError) -> RunFailure {
     // retries (docs/runtime.md §2.8).
     RunFailure::provider(error.message.clone(), true)
 }
+
+/// A turn that could not start: the owner must sign in again (`sign-in-required`), the provider
+/// (or its sign-in service) failed, or the agent cannot run as configured.
+pub(super) fn prepare_failure(error: &ApiError) -> RunFailure {
+    let code = if error.code() == Some(crate::providers::subscription::CODE_SIGN_IN_REQUIRED) {
+        FailureCode::SignInRequired
+    } else if error.kind() == ErrorKind::Upstream {
+        FailureCode::ProviderError
+    } else {
+        FailureCode::ConfigError
+    };
+    RunFailure::from_error(code, error)
+}
+
+/// A subscription endpoint with a token refreshed when `endpoint`'s expires within the margin,
+/// or when `refused` (the backend answered 401 to it); `None` when nothing changed.
+async fn refresh_subscription(
+    turn: &Turn,
+    endpoint: &model::Endpoint,
+    refused: bool,
+) -> Result<Option<model::Endpoint>, RunFailure> {
+    let Some(secret) = &turn.subscription else { return Ok(None) };
+    let current = endpoint.api_key.as_ref().map(|key| key.as_str());
+    let refused = if refused { current } else { None };
+    let access = crate::providers::subscription::access(&turn.app, &turn.owner_id, secret, refused)
+        .await
+        .map_err(|error| prepare_failure(&error))?;
+    if current == Some(access.token.as_str()) {
+        return Ok(None);
+    }
+    let fresh = crate::model::subscription_endpoint(
+        endpoint.base_url.clone(),
+        access.token,
+        &access.account_id,
+        endpoint.model.clone(),
+    )
+    .map_err(|error| RunFailure::provider(error.message, false))?;
+    Ok(Some(fresh))
+}
+
+/// How often a long pass looks at its subscription token's expiry again.
+const SUBSCRIPTION_RECHECK: Duration = Duration::from_secs(60);
 
 fn server_failure(error: &ApiError) -> RunFailure {
     RunFailure {
@@ -284,35 +326,68 @@ async fn pass(turn: &Turn) -> ApiResult<Ended> {
     }
     let mut request = turn.request().await?;
     let client = &turn.app.model;
+    let mut endpoint = turn.endpoint.clone();
+    // A subscription token that expires within the margin is refreshed before each step (a
+    // pass can outlive one); `providers::subscription` leaves a fresh one alone.
+    let mut token_checked_at = Instant::now();
     let mut pass_usage = Usage::default();
     let mut last_said = String::new();
     let mut said_anything = false;
     let mut since = Instant::now();
     for step_index in 1..=MAX_STEPS {
+        if turn.subscription.is_some() && token_checked_at.elapsed() >= SUBSCRIPTION_RECHECK {
+            token_checked_at = Instant::now();
+            match refresh_subscription(turn, &endpoint, false).await {
+                Ok(fresh) => endpoint = fresh.unwrap_or(endpoint),
+                Err(failure) => return Ok(Ended::Failed(failure)),
+            }
+        }
         let step_started = Instant::now();
         let mut streamed = String::new();
         let mut first_token: Option<Instant> = None;
-        let outcome = {
-            let mut sink = |event: StreamEvent| match event {
-                StreamEvent::TextDelta(delta) => {
-                    first_token.get_or_insert_with(Instant::now);
-                    if !partial.responding {
-                        partial.responding = true;
-                        turn.activity(&partial, activity(AgentRunActivityPhase::Responding));
+        let mut refreshed_after_401 = false;
+        let outcome = loop {
+            let outcome = {
+                let mut sink = |event: StreamEvent| match event {
+                    StreamEvent::TextDelta(delta) => {
+                        first_token.get_or_insert_with(Instant::now);
+                        if !partial.responding {
+                            partial.responding = true;
+                            turn.activity(&partial, activity(AgentRunActivityPhase::Responding));
+                        }
+                        streamed.push_str(&delta);
+                        turn.partial(&partial, PartialPatch { text_delta: Some(delta), ..Default::default() });
                     }
-                    streamed.push_str(&delta);
-                    turn.partial(&partial, PartialPatch { text_delta: Some(delta), ..Default::default() });
+                    StreamEvent::ToolCallStarted { .. } => {
+                        first_token.get_or_insert_with(Instant::now);
+                    }
+                    StreamEvent::ReasoningDelta(_) => {}
+                };
+                let step = client.step(&endpoint, &request, &mut sink);
+                tokio::select! {
+                    result = step => Some(result),
+                    _ = turn.stop.stopped() => None,
                 }
-                StreamEvent::ToolCallStarted { .. } => {
-                    first_token.get_or_insert_with(Instant::now);
-                }
-                StreamEvent::ReasoningDelta(_) => {}
             };
-            let step = client.step(&turn.endpoint, &request, &mut sink);
-            tokio::select! {
-                result = step => Some(result),
-                _ = turn.stop.stopped() => None,
+            // A subscription backend that refuses the token (before any of the answer) gets one
+            // refreshed token, once.
+            let refused = matches!(&outcome, Some(Err(error)) if error.status == Some(401));
+            if refused && turn.subscription.is_some() && streamed.is_empty() {
+                if refreshed_after_401 {
+                    let failure = RunFailure::from_error(
+                        FailureCode::SignInRequired,
+                        &ApiError::unauthorized(crate::providers::subscription::SIGN_IN_EXPIRED),
+                    );
+                    return Ok(Ended::Failed(failure));
+                }
+                refreshed_after_401 = true;
+                match refresh_subscription(turn, &endpoint, true).await {
+                    Ok(fresh) => endpoint = fresh.unwrap_or(endpoint),
+                    Err(failure) => return Ok(Ended::Failed(failure)),
+                }
+                continue;
             }
+            break outcome;
         };
         let step = match outcome {
             None if turn.stop.reason() == Some(StopReason::Shutdown) => {

@@ -90,3 +90,55 @@ pub(crate) fn delete_secret(conn: &Connection, account_id: &str, name: &str) -> 
         .execute(params![account_id, name])?;
     Ok(deleted > 0)
 }
+
+/// The sealed value and the metadata of secret `name`; `None` when there is no such secret.
+pub(crate) fn load_sealed_and_metadata(
+    conn: &Connection,
+    account_id: &str,
+    name: &str,
+) -> ApiResult<Option<(Vec<u8>, Option<Vec<u8>>)>> {
+    Ok(conn
+        .prepare_cached("SELECT ciphertext, metadata_cbor FROM secrets WHERE account_id = ?1 AND name = ?2")?
+        .query_row(params![account_id, name], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?)
+}
+
+/// Replaces the value and metadata of secret `name` only while its sealed value is still
+/// `expected` (a compare-and-set: a sign-in or another refresh that wrote first wins); whether it
+/// was replaced.
+pub(crate) fn replace_if_unchanged(
+    conn: &Connection,
+    account_id: &str,
+    name: &str,
+    expected: &[u8],
+    ciphertext: &[u8],
+    metadata_cbor: Option<&[u8]>,
+    now: i64,
+) -> ApiResult<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE secrets SET ciphertext = ?4, metadata_cbor = ?5, updated_at = ?6
+             WHERE account_id = ?1 AND name = ?2 AND ciphertext = ?3",
+        )?
+        .execute(params![account_id, name, expected, ciphertext, metadata_cbor, now])?;
+    Ok(changed > 0)
+}
+
+/// Replaces the metadata of secret `name` while its sealed value is still `expected`; whether it
+/// was replaced.
+pub(crate) fn set_metadata_if_unchanged(
+    conn: &Connection,
+    account_id: &str,
+    name: &str,
+    expected: &[u8],
+    metadata_cbor: &[u8],
+    now: i64,
+) -> ApiResult<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE secrets SET metadata_cbor = ?4, updated_at = ?5
+             WHERE account_id = ?1 AND name = ?2 AND ciphertext = ?3",
+        )?
+        .execute(params![account_id, name, expected, metadata_cbor, now])?;
+    Ok(changed > 0)
+}

@@ -24,14 +24,23 @@ pub(crate) fn body(endpoint: &Endpoint, request: &ModelRequest) -> Map<String, V
     body.insert("input".into(), Value::Array(input(&request.messages)));
     body.insert("stream".into(), true.into());
     body.insert("store".into(), false.into());
-    body.insert("max_output_tokens".into(), request.max_tokens.into());
+    // A subscription backend refuses an output limit; its plan sets one.
+    if !endpoint.subscription {
+        body.insert("max_output_tokens".into(), request.max_tokens.into());
+    }
     if !request.tools.is_empty() {
         body.insert("tools".into(), request.tools.iter().map(tool).collect());
     }
-    if let Some(reasoning) = reasoning(endpoint, request) {
-        if reasoning["effort"] != "none" {
-            body.insert("include".into(), json!(["reasoning.encrypted_content"]));
-        }
+    let reasoning = reasoning(endpoint, request);
+    // A subscription model reasons even when no level is set (at the backend's default effort).
+    let reasons = match &reasoning {
+        Some(reasoning) => reasoning["effort"] != "none",
+        None => endpoint.subscription,
+    };
+    if reasons {
+        body.insert("include".into(), json!(["reasoning.encrypted_content"]));
+    }
+    if let Some(reasoning) = reasoning {
         body.insert("reasoning".into(), reasoning);
     }
     merge_defaults(&mut body, request.model_defaults.as_ref());
@@ -45,6 +54,9 @@ pub(crate) fn body(endpoint: &Endpoint, request: &ModelRequest) -> Map<String, V
 fn reasoning(endpoint: &Endpoint, request: &ModelRequest) -> Option<Value> {
     if let Some(level) = reasoning_level(request.reasoning.as_deref()) {
         return Some(json!({"effort": level, "summary": "auto"}));
+    }
+    if endpoint.subscription {
+        return None;
     }
     reasoning_support_for(&endpoint.provider_type, &endpoint.model)
         .filter(|support| support.supports_effort_none)
@@ -213,6 +225,34 @@ mod tests {
             ],
         });
         assert_eq!(Value::Object(body), expected);
+    }
+
+    /// A subscription backend gets no output limit, and encrypted reasoning whether or not a
+    /// level is set (its models always reason); a level is still the effort.
+    #[test]
+    fn subscription_bodies() {
+        let token = zeroize::Zeroizing::new("at".to_owned());
+        let codex = crate::model::subscription_endpoint(
+            "http://127.0.0.1:9/codex".into(),
+            token,
+            "acct",
+            "gpt-5.1-codex".into(),
+        )
+        .expect("endpoint");
+        let plain = body(&codex, &ModelRequest::default());
+        assert_eq!(plain.get("max_output_tokens"), None);
+        assert_eq!(plain.get("reasoning"), None);
+        assert_eq!(plain["include"], json!(["reasoning.encrypted_content"]));
+        let leveled = body(&codex, &ModelRequest { reasoning: Some("low".into()), ..ModelRequest::default() });
+        assert_eq!(leveled["reasoning"], json!({"effort": "low", "summary": "auto"}));
+        assert_eq!(leveled["include"], json!(["reasoning.encrypted_content"]));
+        assert_eq!(codex.extra_headers["chatgpt-account-id"], "acct");
+        assert!(codex.extra_headers["chatgpt-account-id"].is_sensitive());
+        assert_eq!(codex.extra_headers["originator"], "seed-agents");
+        // Not a subscription: the API's limit and no reasoning fields without a level.
+        let api = body(&endpoint("openai", "o3"), &ModelRequest::default());
+        assert_eq!(api["max_output_tokens"], 16384);
+        assert_eq!((api.get("include"), api.get("reasoning")), (None, None));
     }
 
     /// A step of this pass hands its reasoning back first, and then names its call items so the
