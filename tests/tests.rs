@@ -33,6 +33,8 @@ mod live;
 mod memory;
 // Keyset pagination: ties on `updatedAt` listed once each, in order.
 mod pagination;
+// "Sign in with ChatGPT": sign-ins against a fake issuer, subscription turns, token refreshes.
+mod provider_oauth;
 // `ListProviderModels` against a fixture vendor of each model-list format.
 mod provider_models;
 // The run engine through the endpoint: retries, stops, and every run action.

@@ -133,6 +133,9 @@ pub enum ErrorCode {
     SubscriptionLimit,
     /// `socket_limit`: too many sockets for the account.
     SocketLimit,
+    /// `sign_in_required`: the turn's subscription provider must be signed in again (offer "Sign
+    /// in with ChatGPT").
+    SignInRequired,
     /// Any other code, as sent.
     Other(String),
 }
@@ -146,6 +149,7 @@ impl ErrorCode {
             ErrorCode::UploadOffsetMismatch => seed_agents_protocol::codes::UPLOAD_OFFSET_MISMATCH,
             ErrorCode::SubscriptionLimit => "subscription_limit",
             ErrorCode::SocketLimit => "socket_limit",
+            ErrorCode::SignInRequired => seed_agents_protocol::codes::SIGN_IN_REQUIRED,
             ErrorCode::Other(code) => code,
         }
     }
@@ -159,6 +163,7 @@ impl From<String> for ErrorCode {
             seed_agents_protocol::codes::UPLOAD_OFFSET_MISMATCH => ErrorCode::UploadOffsetMismatch,
             "subscription_limit" => ErrorCode::SubscriptionLimit,
             "socket_limit" => ErrorCode::SocketLimit,
+            seed_agents_protocol::codes::SIGN_IN_REQUIRED => ErrorCode::SignInRequired,
             _ => ErrorCode::Other(code),
         }
     }

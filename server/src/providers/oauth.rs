@@ -36,12 +36,10 @@ const NOT_FOUND: &str = "Sign-in not found";
 /// The longest code (or redirect URL) taken.
 const MAX_CODE_BYTES: usize = 8192;
 
-/// `code` of a submitted code refused because the sign-in already ended.
-pub(crate) const CODE_SIGN_IN_ENDED: &str = "sign-in-ended";
-/// `code` of a redirect whose `state` is not the sign-in's.
-pub(crate) const CODE_STATE_MISMATCH: &str = "state-mismatch";
-/// `code` of a code the issuer refused.
-pub(crate) const CODE_REFUSED: &str = "code-refused";
+use seed_agents_protocol::codes::{
+    SIGN_IN_CODE_REFUSED as CODE_REFUSED, SIGN_IN_ENDED as CODE_SIGN_IN_ENDED,
+    SIGN_IN_STATE_MISMATCH as CODE_STATE_MISMATCH,
+};
 
 /// The secret a type's subscription credentials are stored as.
 pub(crate) fn secret_name(provider_type: ProviderType) -> String {

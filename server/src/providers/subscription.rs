@@ -28,8 +28,8 @@ use crate::secrets;
 /// How close to its expiry an access token is refreshed before use.
 pub(crate) const REFRESH_MARGIN_MS: i64 = 5 * 60 * 1000;
 
-/// `code` of a turn (or action) that cannot run until the user signs in again.
-pub(crate) const CODE_SIGN_IN_REQUIRED: &str = "sign-in-required";
+/// `code` of a turn that cannot run until the owner signs in again.
+pub(crate) use seed_agents_protocol::codes::SIGN_IN_REQUIRED as CODE_SIGN_IN_REQUIRED;
 
 /// The message of a subscription whose sign-in ended (upstream's words).
 pub(crate) const SIGN_IN_EXPIRED: &str = "Your OpenAI subscription sign-in has expired or was revoked. Open model provider settings and sign in with ChatGPT again.";

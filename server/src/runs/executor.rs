@@ -58,7 +58,12 @@ impl RunFailure {
 
     /// The error an inline caller answers with: the run's message, as its kind.
     pub fn to_api_error(&self) -> ApiError {
-        ApiError::new(self.kind, self.message.clone())
+        let error = ApiError::new(self.kind, self.message.clone());
+        // The one failure a client acts on by itself (it offers the sign-in again) says so.
+        match self.code {
+            FailureCode::SignInRequired => error.with_code(seed_agents_protocol::codes::SIGN_IN_REQUIRED),
+            _ => error,
+        }
     }
 }
 

@@ -12,7 +12,7 @@
 //! - `fixtures`: fixed inputs (a provider, an agent definition, a message).
 //! - `provider`: a scripted model provider on loopback, speaking each codec's stream (chat
 //!   completions, the Responses API, Anthropic Messages, Gemini).
-//! - `hm`, `searxng`: fake Hypermedia and SearXNG servers on loopback.
+//! - `hm`, `searxng`, `oauth`: fake Hypermedia, SearXNG and OAuth issuer servers on loopback.
 //! - `runs`: a scripted run executor and runs staged through the engine's own SQL.
 //! - `transcript`: a session's log as short lines; `webhook`: Standard Webhooks signing.
 //! - `wait`: polling a condition until a deadline, instead of sleeping for a guessed time.
@@ -35,6 +35,8 @@ pub mod crash;
 pub mod fixtures;
 #[cfg(feature = "server")]
 pub mod hm;
+#[cfg(feature = "server")]
+pub mod oauth;
 #[cfg(feature = "server")]
 pub mod process;
 #[cfg(feature = "server")]

@@ -1,6 +1,7 @@
 //! A scripted model provider on loopback, speaking OpenAI chat completions
 //! (`/v1/chat/completions` and `/chat/completions`), Anthropic Messages (`/v1/messages`) and
-//! OpenAI's Responses API (`/v1/responses` and `/responses`, formatted in [`responses`]) and
+//! OpenAI's Responses API (`/v1/responses`, `/responses` and the subscription backend's
+//! `/backend-api/codex/responses`, formatted in [`responses`]) and
 //! Gemini (`/v1beta/models/<model>:streamGenerateContent`, in [`gemini`]).
 //!
 //! Each request is answered by the next [`Script`] in a queue, formatted as the vendor streams
@@ -132,7 +133,7 @@ impl Gate {
         self.0.send_replace(true);
     }
 
-    async fn opened(&self) {
+    pub(crate) async fn opened(&self) {
         let _ = self.0.subscribe().wait_for(|open| *open).await;
     }
 }
@@ -290,6 +291,7 @@ impl Provider {
             .route("/v1beta/{*resource}", post(gemini::generate))
             .route("/v1/responses", post(responses_api))
             .route("/responses", post(responses_api))
+            .route("/backend-api/codex/responses", post(responses_api))
             .with_state(state.clone());
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -310,6 +312,12 @@ impl Provider {
     /// The base URL for Gemini endpoints (`…/v1beta`, as `--provider-url google=` takes it).
     pub fn google_base(&self) -> String {
         format!("http://{}/v1beta", self.addr)
+    }
+
+    /// The base URL of the subscription backend (`…/backend-api/codex`, as
+    /// `--provider-url openai-subscription=` takes it).
+    pub fn codex_base(&self) -> String {
+        format!("http://{}/backend-api/codex", self.addr)
     }
 
     /// Queues a script for the next request.
