@@ -5,8 +5,9 @@
 //! secret, the 32-byte seed of an imported signing identity, the seed the server generated for a
 //! created one (read back after the run by decrypting its row), a webhook trigger's secret and
 //! the one its rotation made (each may appear only in the one response that hands it over; the
-//! webhook calls signed with them carry HMACs, never the secret), and the server's own
-//! `secret.key`. Each is looked for as raw bytes, lower and upper hex, base64 (standard and
+//! webhook calls signed with them carry HMACs, never the secret), the access and refresh tokens
+//! of a "Sign in with ChatGPT" (a fake issuer hands out tokens that expire within the refresh
+//! margin, so the subscription turn refreshes them first), and the server's own `secret.key`. Each is looked for as raw bytes, lower and upper hex, base64 (standard and
 //! URL-safe), base58btc, base32 and Rust's `{:?}` of a byte list; any 16-byte window of a form
 //! counts (32 or 40 for the low-entropy `{:?}` forms), so a truncated print is found too
 //! (`secret_scan/needles.rs`).
@@ -17,7 +18,8 @@
 //! server key), and every request the fake Hypermedia server received (public keys may go there,
 //! seeds never). The fake vendor must receive the API key in its `Authorization` header, the one
 //! place it may go, and no other secret; one of its paths answers 500 with the whole request
-//! (key included) echoed in the body, which must not travel on.
+//! (key included) echoed in the body, which must not travel on. Its subscription backend must
+//! receive the refreshed access token the same way, and the issuer only the first refresh token.
 
 mod needles;
 mod recorder;
@@ -31,10 +33,11 @@ use rusqlite::{Connection, OpenFlags, params};
 use seed_agents_protocol::generated::{
     AgentDefinition, AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerPatch, AgentTriggerSource,
     AppendFileUploadChunk, BeginFileUpload, CommitFileUpload, CreateAgent, CreateAgentTrigger, CreateSession,
-    CreateSigningIdentity, FileUploadTarget, GetAgent, GetAgentTrigger, GetSession, ImportSigningIdentity,
-    InvokeSessionTool, InvokeSessionToolVerb, ListAgentMemory, ListAgentTriggers, ListAgents, ListModelProviders,
-    ListProviderModels, ListSessions, ListSigningIdentities, MemoryUploadTarget, ModelProviderConfig,
-    ReadAgentMemoryFile, ReadSessionAttachment, SessionAttachmentUploadTarget, SetModelProvider, SetSecret,
+    CreateSigningIdentity, FileUploadTarget, GetAgent, GetAgentTrigger, GetProviderOAuthStatus, GetSession,
+    ImportSigningIdentity, InvokeSessionTool, InvokeSessionToolVerb, ListAgentMemory, ListAgentTriggers, ListAgents,
+    ListModelProviders, ListProviderModels, ListSessions, ListSigningIdentities, MemoryUploadTarget,
+    ModelProviderConfig, ModelProviderConfigAuthMode, ReadAgentMemoryFile, ReadSessionAttachment,
+    SessionAttachmentUploadTarget, SetModelProvider, SetSecret, StartProviderOAuth, SubmitProviderOAuthCode,
     UpdateAgentTrigger, UpdateSigningIdentity, UploadAgentMemoryFileToIpfs, WebhookSource, WriteAgentMemoryFile,
     WriteAgentMemoryFileContent,
 };
@@ -56,15 +59,24 @@ async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server
     let secrets = Secrets::generate();
     let vendor = Fake::start(vendor_answer).await;
     let hm = Fake::start(hm_answer).await;
+    let issuer = Fake::start(issuer_answer).await;
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let log = dir.path().join("stderr.log");
-    let launch =
-        Launch::new(crate::SERVER_BIN, &data_dir, &log).arg("--hm-server-url").arg(hm.url.clone()).log_level("debug");
+    let launch = Launch::new(crate::SERVER_BIN, &data_dir, &log)
+        .arg("--hm-server-url")
+        .arg(hm.url.clone())
+        .arg("--subscription-auth")
+        .arg("--oauth-issuer-url")
+        .arg(issuer.url.clone())
+        .arg("--provider-url")
+        .arg(format!("openai-subscription={}/backend-api/codex", vendor.url))
+        .log_level("debug");
     let server = ServerProcess::start(&launch).await;
     let mut script = Script::new(&server.url);
 
     let created = run_session(&mut script, &secrets, &vendor.url).await;
+    subscription_session(&mut script, &secrets).await;
 
     // The vendor got the key where it belongs, and the scan can see it there.
     let vendor_requests = vendor.requests();
@@ -155,10 +167,28 @@ async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server
     for (number, request) in hm_requests.iter().enumerate() {
         found.extend(with_server_key.scan(&format!("Hypermedia request {}", number + 1), request));
     }
+    // The vendor gets the API key and the access token in use, each in its Authorization header
+    // (checked above and in `subscription_session`); the issuer gets the refresh token it is
+    // asked to trade. Nothing else anywhere.
     let mut not_the_key = with_server_key.clone();
     not_the_key.remove("the API key");
+    not_the_key.remove("the refreshed access token");
     for (number, request) in vendor_requests.iter().enumerate() {
         found.extend(not_the_key.scan(&format!("vendor request {}", number + 1), request));
+    }
+    let bearer = format!("authorization: Bearer {}", secrets.tokens().refreshed_access);
+    assert!(
+        vendor_requests
+            .iter()
+            .any(|request| String::from_utf8_lossy(request).to_lowercase().contains(&bearer.to_lowercase())),
+        "the subscription backend never got the refreshed access token"
+    );
+    let issuer_requests = issuer.requests();
+    assert!(issuer_requests.len() >= 2, "a sign-in and a refresh: {}", issuer_requests.len());
+    let mut not_the_refresh_token = with_server_key.clone();
+    not_the_refresh_token.remove("the first refresh token");
+    for (number, request) in issuer_requests.iter().enumerate() {
+        found.extend(not_the_refresh_token.scan(&format!("issuer request {}", number + 1), request));
     }
     // The scan does find a secret where one is.
     assert!(!with_server_key.scan("vendor requests", &vendor_requests.concat()).is_empty());
@@ -346,6 +376,117 @@ async fn run_session(script: &mut Script, secrets: &Secrets, vendor_url: &str) -
     }
 }
 
+/// "Sign in with ChatGPT" and a turn on it: the issuer hands out tokens that expire within the
+/// refresh margin, so the turn refreshes them before it goes to the subscription backend.
+async fn subscription_session(script: &mut Script, secrets: &Secrets) {
+    let started = script.ok(StartProviderOAuth { provider_type: "openai".into() }).await;
+    let auth_url = reqwest::Url::parse(&started.auth_url).unwrap();
+    let state = auth_url.query_pairs().find(|(key, _)| key == "state").unwrap().1.into_owned();
+    let redirect = format!("http://localhost:1455/auth/callback?code={}&state={state}", secrets.oauth_code);
+    script.ok(SubmitProviderOAuthCode { login_id: started.login_id.clone(), code: redirect }).await;
+    let status = script.ok(GetProviderOAuthStatus { login_id: started.login_id }).await;
+    assert_eq!(status.secret_name.as_deref(), Some("openai-subscription-oauth"), "{status:?}");
+    let provider = ModelProviderConfig {
+        extra: Default::default(),
+        auth_mode: Some(ModelProviderConfigAuthMode::Subscription),
+        base_url: None,
+        model_defaults: None,
+        secret_refs: Some(BTreeMap::from([("oauth".to_owned(), "openai-subscription-oauth".to_owned())])),
+        type_: "openai".into(),
+    };
+    script.ok(SetModelProvider { name: "plan".into(), provider }).await;
+    script.ok(ListModelProviders { agent_id: None }).await;
+    let definition = AgentDefinition {
+        model_provider: "plan".into(),
+        model: "gpt-5.1-codex".into(),
+        ..fixtures::definition("On the plan")
+    };
+    let agent_id = script.ok(CreateAgent { client_request_id: None, definition }).await.agent_id;
+    let session = CreateSession {
+        agent_id,
+        client_request_id: None,
+        model_override: None,
+        thoroughness: None,
+        title: Some("Plan thread".into()),
+    };
+    let session_id = script.ok(session).await.session_id;
+    script.ok(fixtures::say(&session_id, "hello on the plan")).await;
+    script.ok(GetSession { session_id, after_seq: None, before_seq: None, limit: None }).await;
+}
+
+/// The tokens the fake issuer hands out for a code `C`: for the code, an access token (a JWT
+/// naming the ChatGPT account) and `refresh-C`; for `refresh-C`, a second pair.
+struct Tokens {
+    first_access: String,
+    first_refresh: String,
+    refreshed_access: String,
+    refreshed_refresh: String,
+}
+
+fn tokens_for(code: &str) -> Tokens {
+    // Each token is a digest of the code and its role: none contains another, or the code.
+    let digest = |tag: &str| {
+        use sha2::Digest as _;
+        hex::encode(sha2::Sha256::digest(format!("{tag}:{code}").as_bytes()))
+    };
+    let jwt = |tag: &str| {
+        let claims = serde_json::json!({
+            "https://api.openai.com/auth": {"chatgpt_account_id": "acct_scanned"},
+            "k": digest(tag),
+        });
+        format!("eyJhbGciOiJSUzI1NiJ9.{}.c2ln", base64_url(claims.to_string().as_bytes()))
+    };
+    Tokens {
+        first_access: jwt("access"),
+        first_refresh: format!("refresh-{}", digest("refresh")),
+        refreshed_access: jwt("access2"),
+        refreshed_refresh: format!("refresh-{}", digest("refresh2")),
+    }
+}
+
+fn base64_url(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The code the issuer traded (the fake answers from a plain function, so it remembers here).
+static ISSUED_CODE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The issuer's token endpoint: a code grant gets the first pair (expiring within the refresh
+/// margin), a refresh grant of the first refresh token the second pair.
+fn issuer_answer(path: &str, request: &[u8]) -> (u16, String) {
+    let body = request.windows(4).position(|window| window == b"\r\n\r\n").map_or(&[][..], |at| &request[at + 4..]);
+    let form: BTreeMap<String, String> =
+        reqwest::Url::parse(&format!("http://form/?{}", String::from_utf8_lossy(body)))
+            .map(|url| url.query_pairs().into_owned().collect())
+            .unwrap_or_default();
+    if path != "/oauth/token" {
+        return (404, r#"{"error":"not_found"}"#.to_owned());
+    }
+    let answer = |access: String, refresh: String, expires_in: u64| {
+        let json = serde_json::json!({"access_token": access, "refresh_token": refresh, "token_type": "Bearer",
+            "expires_in": expires_in, "id_token": "x.y.z"});
+        (200, json.to_string())
+    };
+    match (form.get("grant_type").map(String::as_str), form.get("code"), form.get("refresh_token")) {
+        (Some("authorization_code"), Some(code), _) => {
+            let _ = ISSUED_CODE.set(code.clone());
+            let tokens = tokens_for(code);
+            answer(tokens.first_access, tokens.first_refresh, 60)
+        }
+        // The code cannot be read back from its refresh token: the server's first refresh
+        // token is the only one it may present, so any other is refused.
+        (Some("refresh_token"), _, Some(refresh)) => match ISSUED_CODE.get() {
+            Some(code) if *refresh == tokens_for(code).first_refresh => {
+                let tokens = tokens_for(code);
+                answer(tokens.refreshed_access, tokens.refreshed_refresh, 3600)
+            }
+            _ => (401, r#"{"error":"invalid_grant"}"#.to_owned()),
+        },
+        _ => (400, r#"{"error":"invalid_grant"}"#.to_owned()),
+    }
+}
+
 /// The secrets the test hands the server.
 struct Secrets {
     /// A UTF-8 key in the shape vendors use.
@@ -355,6 +496,8 @@ struct Secrets {
     imported_seed: [u8; 32],
     /// The imported identity's secret name.
     imported_name: String,
+    /// The authorization code the "browser" brings back; the fake issuer's tokens derive from it.
+    oauth_code: String,
 }
 
 impl Secrets {
@@ -369,7 +512,12 @@ impl Secrets {
             raw: random::<48>().to_vec(),
             imported_seed,
             imported_name: format!("hm-account-{}", &account[..16]),
+            oauth_code: hex::encode(random::<24>()),
         }
+    }
+
+    fn tokens(&self) -> Tokens {
+        tokens_for(&self.oauth_code)
     }
 
     fn needles(&self) -> Needles {
@@ -377,6 +525,11 @@ impl Secrets {
         needles.add("the API key", self.api_key.as_bytes());
         needles.add("the binary secret", &self.raw);
         needles.add("the imported seed", &self.imported_seed);
+        let tokens = self.tokens();
+        needles.add("the first access token", tokens.first_access.as_bytes());
+        needles.add("the first refresh token", tokens.first_refresh.as_bytes());
+        needles.add("the refreshed access token", tokens.refreshed_access.as_bytes());
+        needles.add("the refreshed refresh token", tokens.refreshed_refresh.as_bytes());
         needles
     }
 }
@@ -503,8 +656,19 @@ fn vendor_answer(path: &str, request: &[u8]) -> (u16, String) {
         let echoed = serde_json::json!({ "error": String::from_utf8_lossy(request) });
         return (500, echoed.to_string());
     }
+    if path == "/backend-api/codex/responses" {
+        return (200, CODEX_ANSWER.to_owned());
+    }
     (200, r#"{"object":"list","data":[{"id":"gpt-5","object":"model"}]}"#.to_owned())
 }
+
+/// The subscription backend's streamed answer (Responses API events).
+const CODEX_ANSWER: &str = concat!(
+    "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"status\":\"in_progress\",\"output\":[]}}\n\n",
+    "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"Hello from the plan.\"}\n\n",
+    "event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"output_index\":0,\"item\":{\"type\":\"message\",\"id\":\"msg_1\",\"role\":\"assistant\",\"status\":\"completed\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hello from the plan.\"}]}}\n\n",
+    "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"status\":\"completed\",\"output\":[],\"usage\":{\"input_tokens\":10,\"output_tokens\":4,\"total_tokens\":14}}}\n\n",
+);
 
 /// The Hypermedia server: `PublishBlobs` answers one placeholder CID per blob.
 fn hm_answer(path: &str, request: &[u8]) -> (u16, String) {

@@ -11,9 +11,12 @@ use seed_agents_protocol::generated::{
     AppendFileUploadChunk, BeginFileUpload, CreateAgent, CreateAgentTrigger, FileUploadTarget, ImportSigningIdentity,
     InviteAgentCollaborator, ListAgentTriggers, MemoryUploadTarget, ModelProviderConfig, ModelProviderConfigAuthMode,
     RemoveAgentCollaborator, SaveAgentTool, SessionAttachmentUploadTarget, SetAgentPublicChat, SetAgentPublicRead,
-    SetModelProvider, UploadSessionAttachment, UserMentionSource, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
+    SetModelProvider, StartProviderOAuth, UploadSessionAttachment, UserMentionSource, WriteAgentMemoryFile,
+    WriteAgentMemoryFileContent,
 };
-use seed_agents_protocol::{AccountId, AgentId, AttachmentId, Bytes, Ed25519Signer, RunId, SessionId, UploadId};
+use seed_agents_protocol::{
+    AccountId, AgentId, AttachmentId, Bytes, Ed25519Signer, LoginId, RunId, SessionId, UploadId,
+};
 use seed_agents_server::testing::runs::engine::Outcome;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -56,6 +59,9 @@ impl Env {
         let server = TestServer::start_with(tempfile::tempdir().expect("temp dir"), move |config| {
             config.hm_server_url = hm_url;
             config.allow_private_network = true;
+            // Sign-ins start without the issuer; nothing reaches this closed port.
+            config.subscription_auth = true;
+            config.oauth_issuer_url = TestServer::CLOSED_HM_SERVER.to_owned();
         })
         .await;
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
@@ -129,6 +135,8 @@ pub struct Cell {
     /// A second activity trigger of the agent (for `CombineAgentTriggers`), as created.
     pub other_trigger: AgentTriggerInfo,
     pub download_url: String,
+    /// A subscription sign-in the owner started.
+    pub login_id: LoginId,
 }
 
 impl Cell {
@@ -168,6 +176,7 @@ pub async fn cell(env: &Env, caller: Caller, staged: Option<Staged>, run: Option
     let attachment_id = ok(owner.call(attach).await, "attachment").attachment.id;
     let bystander = server.user().id;
     invite(&owner, &agent_id, &bystander, AgentCollaboratorRole::Reader).await;
+    let login_id = ok(owner.call(StartProviderOAuth { provider_type: "openai".into() }).await, "sign-in").login_id;
 
     let actor = match caller {
         Caller::Owner => owner.clone(),
@@ -188,6 +197,7 @@ pub async fn cell(env: &Env, caller: Caller, staged: Option<Staged>, run: Option
         trigger,
         other_trigger,
         download_url: env.download_url.clone(),
+        login_id,
     };
     match staged {
         None => relate(&cell, caller).await,

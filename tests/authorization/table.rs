@@ -28,6 +28,7 @@ use seed_agents_protocol::generated::{
     GetAgentTriggerResponse, ListAgentTriggers, ListAgentTriggersResponse, UpdateAgentTrigger,
     UpdateAgentTriggerResponse, WebhookSource,
 };
+use seed_agents_protocol::generated::{CancelProviderOAuth, GetProviderOAuthStatus, SubmitProviderOAuthCode};
 use seed_agents_protocol::generated::{
     CancelRun, CancelRunResponse, GetRun, GetRunJournal, GetRunJournalResponse, GetRunResponse, GetSessionEvent,
     GetSessionEventResponse, ListRuns, ListRunsResponse, MessageSession, MessageSessionContentPart,
@@ -62,6 +63,7 @@ pub const NO_TRIGGER: Expect = Expect::Refused(404, "Agent trigger not found");
 pub const NO_INVITE: Expect = Expect::Refused(404, "Agent invitation not found");
 pub const NO_PROVIDER: Expect = Expect::Refused(404, "Model provider not found");
 pub const NO_IDENTITY: Expect = Expect::Refused(404, "Signing identity not found");
+pub const NO_SIGN_IN: Expect = Expect::Refused(404, "Sign-in not found");
 pub const WRITE: Expect = Expect::Refused(403, "Write access is required");
 pub const OWNER: Expect = Expect::Refused(403, "Only the agent owner can do this");
 pub const SIGNING: Expect = Expect::Refused(403, "Only the agent owner can change signing accounts");
@@ -140,6 +142,8 @@ pub const UNRELATED: &[&str] = &[
     // A new key in the caller's own account.
     "CreateSigningIdentity",
     "ImportSigningIdentity",
+    // A new sign-in of the caller's own account.
+    "StartProviderOAuth",
 ];
 
 /// The table. Columns: owner, writer, reader, chatter, public reader, pending invitee, stranger.
@@ -739,6 +743,33 @@ pub fn table() -> Vec<Row> {
             [OK, NO_PROVIDER, NO_PROVIDER, NO_PROVIDER, NO_PROVIDER, NO_PROVIDER, NO_PROVIDER],
         )
         .owner_keeps(OwnerKeeps::SubscriptionProvider),
+        // The owner's sign-in in progress: nobody else's to see, finish or cancel.
+        row(
+            "GetProviderOAuthStatus (the owner's sign-in)",
+            |c| GetProviderOAuthStatus { login_id: c.login_id.clone() }.into_action(),
+            [OK, NO_SIGN_IN, NO_SIGN_IN, NO_SIGN_IN, NO_SIGN_IN, NO_SIGN_IN, NO_SIGN_IN],
+        ),
+        row(
+            "SubmitProviderOAuthCode (the owner's sign-in, a foreign state)",
+            |c| SubmitProviderOAuthCode { login_id: c.login_id.clone(), code: "code#forged".into() }.into_action(),
+            [
+                Expect::Refused(
+                    400,
+                    "State mismatch: this redirect belongs to another sign-in; the sign-in failed, start a new one",
+                ),
+                NO_SIGN_IN,
+                NO_SIGN_IN,
+                NO_SIGN_IN,
+                NO_SIGN_IN,
+                NO_SIGN_IN,
+                NO_SIGN_IN,
+            ],
+        ),
+        row(
+            "CancelProviderOAuth (the owner's sign-in)",
+            |c| CancelProviderOAuth { login_id: c.login_id.clone() }.into_action(),
+            [OK, NO_SIGN_IN, NO_SIGN_IN, NO_SIGN_IN, NO_SIGN_IN, NO_SIGN_IN, NO_SIGN_IN],
+        ),
         row(
             "SetSecret (the owner's identity name)",
             |c| {
