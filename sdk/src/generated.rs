@@ -43,7 +43,7 @@ impl Client {
     }
     /// Sends `CancelProviderOAuth` and returns its `CancelProviderOAuthResponse`.
     ///
-    /// Cancels a pending subscription sign-in of the signed account. 404 `Sign-in not found` for an unknown login or another account's. This server does not implement it yet and answers 501.
+    /// Cancels a subscription sign-in of the signed account that has not ended (a code exchange in flight is abandoned and its credentials are not stored); one that ended stays as it was. 404 `Sign-in not found` for an unknown login or another account's.
     pub async fn cancel_provider_oauth(
         &self,
         action: proto::CancelProviderOAuth,
@@ -235,7 +235,7 @@ impl Client {
     }
     /// Sends `GetProviderOAuthStatus` and returns its `ProviderOAuthStatusResponse`.
     ///
-    /// Reads the state of a subscription sign-in of the signed account. 404 `Sign-in not found` for an unknown login or another account's. This server does not implement it yet and answers 501.
+    /// Reads the state of a subscription sign-in of the signed account; an ended sign-in stays readable for 10 minutes. 404 `Sign-in not found` for an unknown login or another account's.
     pub async fn get_provider_oauth_status(
         &self,
         action: proto::GetProviderOAuthStatus,
@@ -556,7 +556,7 @@ impl Client {
     }
     /// Sends `StartProviderOAuth` and returns its `StartProviderOAuthResponse`.
     ///
-    /// Starts signing in to a model vendor with a subscription (OAuth with PKCE) instead of an API key; only `openai` supports it (400 otherwise). It replaces the signed account's previous pending sign-in and expires after 10 minutes. 403 `Subscription sign-in is not enabled on this server` unless the server allows subscription sign-in. This server does not implement it yet and answers 501.
+    /// Starts signing in to a model vendor with a subscription (OAuth with PKCE) instead of an API key; only `openai` supports it (400 otherwise). It replaces the signed account's previous pending sign-in and expires after 10 minutes. 403 `Subscription sign-in is not enabled on this server` unless the server allows subscription sign-in (`subscriptionAuth` on `/api/health`).
     pub async fn start_provider_oauth(
         &self,
         action: proto::StartProviderOAuth,
@@ -574,7 +574,7 @@ impl Client {
     }
     /// Sends `SubmitProviderOAuthCode` and returns its `SubmitProviderOAuthCodeResponse`.
     ///
-    /// Completes a sign-in with the code the vendor showed the user, or the full redirect URL. 400 when the code is refused; 404 `Sign-in not found` for an unknown login. This server does not implement it yet and answers 501.
+    /// Completes a sign-in with the code the vendor showed the user, or the full redirect URL (then its `state` must be the sign-in's). The server exchanges the code before answering and stores the credentials as the account's secret `openai-subscription-oauth`. 400 when the input has no code, the sign-in already ended (code `sign_in_ended`), the `state` is another sign-in's (code `sign_in_state_mismatch`; the sign-in fails) or the vendor refuses the code (code `sign_in_code_refused`; the sign-in fails); 502 when the vendor cannot be reached (the sign-in waits for the code again); 404 `Sign-in not found` for an unknown login or another account's.
     pub async fn submit_provider_oauth_code(
         &self,
         action: proto::SubmitProviderOAuthCode,
