@@ -6,7 +6,9 @@
 //! `openai` provider pointed at the scripted one with `--provider-url openai=…`, and an agent on
 //! gpt-5 with a reasoning level, so every step goes to the Responses API) or `google` (a `google`
 //! provider on gemini-2.5-flash, the server started with `--provider-url google=…`, the reply
-//! streamed as Gemini chunks). `TURNS_SESSIONS` workers (default 16) each send
+//! streamed as Gemini chunks) or `subscription` (an `openai` subscription provider signed in
+//! against the fake OAuth issuer, its turns on the scripted Codex backend, so each turn also
+//! opens the OAuth secret). `TURNS_SESSIONS` workers (default 16) each send
 //! `MessageSession` one after another on their own session (a fresh session every 25 turns, so
 //! conversations stay the size of real ones) until `TURNS` turns (default 20,000; the issue's
 //! figure is 100,000) are done. Reported:
@@ -34,7 +36,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
 use seed_agents_protocol::generated::{
-    CreateAgent, CreateSession, ModelProviderConfig, ReasoningLevel, SetModelProvider, SetSecret,
+    CreateAgent, CreateSession, ModelProviderConfig, ModelProviderConfigAuthMode, ReasoningLevel, SetModelProvider,
+    SetSecret, StartProviderOAuth, SubmitProviderOAuthCode,
 };
 use seed_agents_sdk::subscription::Event as Live;
 use seed_agents_sdk::{Client, Ed25519Signer};
@@ -58,8 +61,9 @@ fn main() {
     let wire = match std::env::var("TURNS_WIRE").as_deref() {
         Ok("google") => Wire::Google,
         Ok("responses") => Wire::Responses,
+        Ok("subscription") => Wire::Subscription,
         Ok("chat") | Err(_) => Wire::Chat,
-        Ok(other) => panic!("TURNS_WIRE is chat, responses or google, not {other}"),
+        Ok(other) => panic!("TURNS_WIRE is chat, responses, google or subscription, not {other}"),
     };
     if smoke {
         println!("smoke run (no --bench): figures are not meaningful; use `cargo bench --bench turns`");
@@ -77,6 +81,8 @@ enum Wire {
     Responses,
     /// Gemini's `streamGenerateContent`, through a `google` provider.
     Google,
+    /// The Responses API on the Codex backend, through a signed-in subscription provider.
+    Subscription,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -165,6 +171,11 @@ async fn run(turns: usize, workers: usize, wire: Wire) {
     if wire == Wire::Google {
         command.arg("--provider-url").arg(format!("google={}", provider.google_base()));
     }
+    let issuer = seed_agents_test_support::oauth::Issuer::start().await;
+    if wire == Wire::Subscription {
+        command.arg("--subscription-auth").arg("--oauth-issuer-url").arg(issuer.url());
+        command.arg("--provider-url").arg(format!("openai-subscription={}", provider.codex_base()));
+    }
     let mut server = Server::spawn("turns", (command, addr));
     server.wait_ready();
     let client = Client::builder(&format!("http://{addr}"), Ed25519Signer::from_seed(&SEED)).build().unwrap();
@@ -193,6 +204,20 @@ async fn run(turns: usize, workers: usize, wire: Wire) {
                 model_defaults: None,
                 secret_refs: Some([("apiKey".to_owned(), "gemini".to_owned())].into()),
                 type_: "google".into(),
+            }
+        }
+        Wire::Subscription => {
+            let started = client.start_provider_oauth(StartProviderOAuth::new("openai")).await.unwrap();
+            let redirect = issuer.authorize(&started.auth_url);
+            client.submit_provider_oauth_code(SubmitProviderOAuthCode::new(redirect, started.login_id)).await.unwrap();
+            definition.model = "gpt-5.1-codex".into();
+            ModelProviderConfig {
+                extra: Default::default(),
+                auth_mode: Some(ModelProviderConfigAuthMode::Subscription),
+                base_url: None,
+                model_defaults: None,
+                secret_refs: Some([("oauth".to_owned(), "openai-subscription-oauth".to_owned())].into()),
+                type_: "openai".into(),
             }
         }
     };

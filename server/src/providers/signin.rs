@@ -28,8 +28,11 @@ const FINISHED_PER_ACCOUNT: usize = 4;
 pub(crate) struct SignIns {
     issuer: Issuer,
     logins: Mutex<HashMap<String, Login>>,
-    refreshing: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+    refreshing: Mutex<HashMap<SecretKey, Arc<tokio::sync::Mutex<()>>>>,
 }
+
+/// `(account, secret name)`.
+type SecretKey = (String, String);
 
 impl std::fmt::Debug for SignIns {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -223,7 +226,7 @@ impl SignIns {
 /// One user of a refresh lock; the map forgets the lock when its last user is dropped.
 pub(crate) struct RefreshLock<'a> {
     owner: &'a SignIns,
-    key: (String, String),
+    key: SecretKey,
     lock: Arc<tokio::sync::Mutex<()>>,
 }
 

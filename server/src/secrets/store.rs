@@ -91,12 +91,15 @@ pub(crate) fn delete_secret(conn: &Connection, account_id: &str, name: &str) -> 
     Ok(deleted > 0)
 }
 
+/// A sealed value and the metadata CBOR beside it.
+pub(crate) type SealedWithMetadata = (Vec<u8>, Option<Vec<u8>>);
+
 /// The sealed value and the metadata of secret `name`; `None` when there is no such secret.
 pub(crate) fn load_sealed_and_metadata(
     conn: &Connection,
     account_id: &str,
     name: &str,
-) -> ApiResult<Option<(Vec<u8>, Option<Vec<u8>>)>> {
+) -> ApiResult<Option<SealedWithMetadata>> {
     Ok(conn
         .prepare_cached("SELECT ciphertext, metadata_cbor FROM secrets WHERE account_id = ?1 AND name = ?2")?
         .query_row(params![account_id, name], |row| Ok((row.get(0)?, row.get(1)?)))
