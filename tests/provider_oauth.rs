@@ -381,3 +381,50 @@ async fn two_turns_share_one_refresh() {
     let tokens: Vec<String> = provider.requests().iter().map(bearer).collect();
     assert_eq!(tokens, vec![Issuer::access_token(1); 2]);
 }
+
+/// A sign-in nobody finished in 10 minutes times out: its status says so, and its code arriving
+/// later is refused. (The server and the client share a manual clock.)
+#[tokio::test]
+async fn an_unfinished_sign_in_times_out_after_ten_minutes() {
+    let issuer = Issuer::start().await;
+    let clock = seed_agents_server::Clock::manual(crate::support::now_ms());
+    let issuer_url = issuer.url();
+    let server = TestServer::start_with_clock(tempfile::tempdir().unwrap(), clock.clone(), |config| {
+        config.subscription_auth = true;
+        config.oauth_issuer_url = issuer_url;
+    })
+    .await;
+    let signer = seed_agents_protocol::Ed25519Signer::generate().unwrap();
+    let client = seed_agents_sdk::Client::builder(&server.url, signer)
+        .clock(std::sync::Arc::new({
+            let clock = clock.clone();
+            move || clock.now_ms()
+        }))
+        .build()
+        .unwrap();
+    let started = client.start_provider_oauth(StartProviderOAuth { provider_type: "openai".into() }).await.unwrap();
+    assert_eq!(started.expires_at, clock.now_ms() + 10 * 60 * 1000);
+    let login_id = started.login_id;
+    let read = || client.get_provider_oauth_status(GetProviderOAuthStatus { login_id: login_id.clone() });
+    clock.advance(10 * 60 * 1000 - 1);
+    assert_eq!(read().await.unwrap().status, ProviderOAuthStatusResponseStatus::Pending);
+    clock.advance(1);
+    let timed_out = read().await.unwrap();
+    assert_eq!(
+        (timed_out.status, timed_out.error.as_deref()),
+        (ProviderOAuthStatusResponseStatus::Failed, Some("Sign-in timed out"))
+    );
+    let redirect = issuer.authorize(&started.auth_url);
+    let late =
+        client.submit_provider_oauth_code(SubmitProviderOAuthCode { login_id: login_id.clone(), code: redirect });
+    let Err(seed_agents_sdk::Error::Api { status: 400, code: Some(code), .. }) = late.await else {
+        panic!("a late code is refused")
+    };
+    assert_eq!(code.as_str(), "sign_in_ended");
+    assert!(issuer.requests().is_empty(), "nothing was exchanged");
+    // Ten more minutes after it ended, it is forgotten (at the account's next sign-in).
+    clock.advance(10 * 60 * 1000 + 1);
+    client.start_provider_oauth(StartProviderOAuth { provider_type: "openai".into() }).await.unwrap();
+    let forgotten = read().await;
+    assert!(matches!(forgotten, Err(seed_agents_sdk::Error::Api { status: 404, .. })), "{forgotten:?}");
+}

@@ -37,12 +37,18 @@ impl TestServer {
 
     /// A server whose configuration `adjust` changed first.
     pub async fn start_with(dir: tempfile::TempDir, adjust: impl FnOnce(&mut Config)) -> Self {
+        Self::start_with_clock(dir, Clock::system(), adjust).await
+    }
+
+    /// [`Self::start_with`] on `clock` (a manual clock moves the server's time; sign with the
+    /// same clock, or the envelopes fall outside its window).
+    pub async fn start_with_clock(dir: tempfile::TempDir, clock: Clock, adjust: impl FnOnce(&mut Config)) -> Self {
         let mut config = Config::new(dir.path(), "127.0.0.1:0".parse().expect("address"));
         // Nothing leaves loopback: a test that talks to a Hypermedia server sets its fake here;
         // the others (the activity monitor included) reach a closed loopback port.
         config.hm_server_url = Self::CLOSED_HM_SERVER.to_owned();
         adjust(&mut config);
-        let server = RunningServer::start(config, Clock::system()).await.expect("server starts");
+        let server = RunningServer::start(config, clock).await.expect("server starts");
         let url = format!("http://{}", server.addr());
         Self { server: Some(server), url, dir, http: seed_agents_sdk::default_http_client().expect("http client") }
     }
