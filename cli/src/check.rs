@@ -298,10 +298,8 @@ fn expected(schema: &Json) -> String {
             },
         }
     };
-    schema::alternatives(schema).map_or_else(
-        || words(schema),
-        |alternatives| alternatives.iter().map(words).collect::<Vec<_>>().join(" or "),
-    )
+    schema::alternatives(schema)
+        .map_or_else(|| words(schema), |alternatives| alternatives.iter().map(words).collect::<Vec<_>>().join(" or "))
 }
 
 /// A JSON value in words, for "got …" (strings and numbers quoted, short).
@@ -349,7 +347,10 @@ mod tests {
             json!({"name": "m", "provider": {"type": "openai", "secretRefs": {"anything": "k"}, "modelDefaults": {"temperature": 0.2}}}),
         );
         assert!(found.is_empty(), "{found:?}");
-        let wrong = problems("SetModelProvider", json!({"name": "m", "provider": {"type": "openai", "secretRefs": {"apiKey": 5}}}));
+        let wrong = problems(
+            "SetModelProvider",
+            json!({"name": "m", "provider": {"type": "openai", "secretRefs": {"apiKey": 5}}}),
+        );
         assert_eq!(wrong, ["at .provider.secretRefs.apiKey: expected a string, got the number 5"]);
     }
 
@@ -364,21 +365,35 @@ mod tests {
         let missing = problems("GetAgent", json!({}));
         assert_eq!(missing, ["at the top level: missing the required field \"agentId\" (string)"]);
         let verb = problems("InvokeSessionTool", json!({"sessionId": "s", "verb": "rread", "input": {}}));
-        assert_eq!(verb, ["at .verb: expected one of \"call\", \"read\", \"write\", got the string \"rread\" (did you mean \"read\"?)"]);
+        assert_eq!(
+            verb,
+            [
+                "at .verb: expected one of \"call\", \"read\", \"write\", got the string \"rread\" (did you mean \"read\"?)"
+            ]
+        );
     }
 
     #[test]
     fn unions_are_checked_by_their_tag_and_alternatives_by_kind() {
         let target = problems("BeginFileUpload", json!({"target": {"kind": "memroy"}, "size": 1}));
-        assert!(target.iter().any(|p| p.contains("at .target.kind") && p.contains("did you mean \"memory\"")), "{target:?}");
+        assert!(
+            target.iter().any(|p| p.contains("at .target.kind") && p.contains("did you mean \"memory\"")),
+            "{target:?}"
+        );
         let prompt = problems(
             "CreateAgent",
             json!({"definition": {"name": "n", "model": "m", "modelProvider": "p", "systemPrompt": [{"block": {"id": "b", "type": "Paragraph", "text": "hi"}, "childern": []}]}}),
         );
         assert_eq!(prompt, ["at .definition.systemPrompt[0].childern: unknown field (did you mean \"children\"?)"]);
-        let neither = problems("CreateAgent", json!({"definition": {"name": "n", "model": "m", "modelProvider": "p", "systemPrompt": 5}}));
+        let neither = problems(
+            "CreateAgent",
+            json!({"definition": {"name": "n", "model": "m", "modelProvider": "p", "systemPrompt": 5}}),
+        );
         assert_eq!(neither.len(), 1, "{neither:?}");
-        assert!(neither[0].contains("expected an array of AgentPromptBlock or a string, got the number 5"), "{neither:?}");
+        assert!(
+            neither[0].contains("expected an array of AgentPromptBlock or a string, got the number 5"),
+            "{neither:?}"
+        );
     }
 
     #[test]

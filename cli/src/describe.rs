@@ -34,7 +34,7 @@ pub fn list() -> Json {
     Json::Array(rows)
 }
 
-/// The action table as text: name, effect, one-line description.
+/// The action table as text: name, effect, the description's first sentence (cut to the width).
 pub fn list_text(rows: &Json) -> String {
     let rows = rows.as_array().map(Vec::as_slice).unwrap_or_default();
     let width = rows.iter().filter_map(|row| row["action"].as_str()).map(str::len).max().unwrap_or(0);
@@ -43,6 +43,12 @@ pub fn list_text(rows: &Json) -> String {
         let name = row["action"].as_str().unwrap_or_default();
         let effect = row["effect"].as_str().unwrap_or_default();
         let description = row["description"].as_str().unwrap_or_default();
+        let room = WIDTH.saturating_sub(width + 9).max(20);
+        let description = if description.chars().count() > room {
+            format!("{}…", description.chars().take(room - 1).collect::<String>())
+        } else {
+            description.to_owned()
+        };
         text.push_str(&format!("{name:<width$}  {effect:<5}  {description}\n"));
     }
     text.push_str("\n`seed-agents call <Action> --describe` shows an action's fields and a skeleton to fill in.");
@@ -72,10 +78,23 @@ pub fn describe(name: &str) -> Option<Json> {
     Some(Json::Object(out))
 }
 
+/// The union member a field belongs to: its definition, and the tag value that selects it.
+#[derive(Debug, Clone)]
+struct Member {
+    name: &'static str,
+    when: String,
+}
+
 /// Appends the fields of object `schema` under `path`, then each one's nested fields. `stack`
 /// holds the definitions being expanded (a recursive type is not expanded again); `member` names
 /// the union member these fields belong to.
-fn walk(schema: &'static Json, path: &str, stack: &mut Vec<&'static str>, member: Option<&str>, out: &mut Vec<Json>) {
+fn walk(
+    schema: &'static Json,
+    path: &str,
+    stack: &mut Vec<&'static str>,
+    member: Option<&Member>,
+    out: &mut Vec<Json>,
+) {
     let Some(properties) = schema::properties(schema) else { return };
     for (name, property) in properties.iter().filter(|(name, _)| name.as_str() != "_") {
         let at = format!("{path}.{name}");
@@ -88,16 +107,23 @@ fn walk(schema: &'static Json, path: &str, stack: &mut Vec<&'static str>, member
             "description": description,
         });
         if let Some(member) = member {
-            field["member"] = json!(member);
+            field["member"] = json!(member.name);
+            field["when"] = json!(member.when);
         }
         out.push(field);
-        nested(property, &at, stack, out);
+        nested(property, &at, stack, member, out);
     }
 }
 
 /// The fields inside a field's type, when it has any: objects, array items, map values, union
 /// members and alternatives.
-fn nested(schema: &'static Json, path: &str, stack: &mut Vec<&'static str>, out: &mut Vec<Json>) {
+fn nested(
+    schema: &'static Json,
+    path: &str,
+    stack: &mut Vec<&'static str>,
+    member: Option<&Member>,
+    out: &mut Vec<Json>,
+) {
     let named = schema::ref_name(schema);
     if let Some(name) = named {
         if stack.contains(&name) {
@@ -106,24 +132,25 @@ fn nested(schema: &'static Json, path: &str, stack: &mut Vec<&'static str>, out:
         stack.push(name);
     }
     let resolved = schema::resolve(schema);
-    if let Some((_, members)) = schema::union(resolved) {
-        for member in members {
-            if !stack.contains(&member.name) {
-                stack.push(member.name);
-                walk(member.schema, path, stack, Some(member.name), out);
+    if let Some((tag, members)) = schema::union(resolved) {
+        for one in members {
+            if !stack.contains(&one.name) {
+                stack.push(one.name);
+                let this = Member { name: one.name, when: format!("{path}.{tag} is \"{}\"", one.tag) };
+                walk(one.schema, path, stack, Some(&this), out);
                 stack.pop();
             }
         }
     } else if let Some(alternatives) = schema::alternatives(resolved) {
         for alternative in alternatives {
-            nested(alternative, path, stack, out);
+            nested(alternative, path, stack, member, out);
         }
     } else if schema::properties(resolved).is_some() {
-        walk(resolved, path, stack, None, out);
+        walk(resolved, path, stack, member, out);
     } else if let Some(items) = resolved.get("items") {
-        nested(items, &format!("{path}[]"), stack, out);
+        nested(items, &format!("{path}[]"), stack, member, out);
     } else if let Some(values) = resolved.get("additionalProperties").filter(|values| values.is_object()) {
-        nested(values, &format!("{path}.<key>"), stack, out);
+        nested(values, &format!("{path}.<key>"), stack, member, out);
     }
     if named.is_some() {
         stack.pop();
@@ -211,10 +238,11 @@ pub fn describe_text(described: &Json) -> String {
     }
     let mut member = None;
     for field in fields {
-        let this_member = field["member"].as_str();
+        let this_member = field["when"].as_str();
         if this_member != member {
-            if let Some(name) = this_member {
-                text.push_str(&format!("  -- when it is a {name}:\n"));
+            if let Some(when) = this_member {
+                let name = field["member"].as_str().unwrap_or_default();
+                text.push_str(&format!("  -- {name}, when {when}:\n"));
             }
             member = this_member;
         }
@@ -288,6 +316,8 @@ mod tests {
         let described = describe("MessageSession").unwrap();
         let text = field(&described, ".content[].text");
         assert_eq!(text["member"], "TextContentPart");
+        assert_eq!(text["when"], ".content[].type is \"text\"");
+        assert_eq!(field(&described, ".content[].blocks[].block.id")["member"], "TextContentPart");
         let agent = describe("CreateAgent").unwrap();
         field(&agent, ".definition.systemPrompt[].block.id");
         field(&agent, ".definition.systemPrompt[].children");
@@ -310,5 +340,6 @@ mod tests {
         assert!(rows.as_array().unwrap().iter().all(|row| !row["description"].as_str().unwrap().is_empty()));
         let text = list_text(&rows);
         assert!(text.lines().any(|line| line.starts_with("ListAgents ") && line.contains("  read   ")), "{text}");
+        assert!(text.lines().all(|line| line.chars().count() <= WIDTH), "{text}");
     }
 }

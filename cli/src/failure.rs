@@ -191,8 +191,12 @@ mod tests {
     /// Every class has its own code, and the help text lists exactly those codes, in order.
     #[test]
     fn the_help_table_lists_every_class_once() {
-        let listed: Vec<u8> =
-            EXIT_CODES.lines().skip(1).filter(|line| !line.starts_with("    ")).map(|line| line.split_whitespace().next().unwrap().parse().unwrap()).collect();
+        let listed: Vec<u8> = EXIT_CODES
+            .lines()
+            .skip(1)
+            .filter(|line| !line.starts_with("    "))
+            .map(|line| line.split_whitespace().next().unwrap().parse().unwrap())
+            .collect();
         let mut expected = vec![0];
         expected.extend(ALL.iter().map(|class| *class as u8));
         assert_eq!(listed, expected);

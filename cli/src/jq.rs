@@ -22,7 +22,11 @@ type Data = JustLut<Val>;
 /// `@csv` and `@tsv`: an array of strings, numbers, booleans and nulls as one CSV or TSV row, as
 /// jq writes it.
 fn formats() -> impl Iterator<Item = Fun<Data>> {
-    fn row(value: &Val, format: &str, write: fn(&Row, &mut dyn std::io::Write) -> std::io::Result<()>) -> Result<Val, jaq_json::Error> {
+    fn row(
+        value: &Val,
+        format: &str,
+        write: fn(&Row, &mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> Result<Val, jaq_json::Error> {
         let row = Row::try_from(value).map_err(|error| jaq_json::Error::str(format_args!("@{format}: {error}")))?;
         let mut text = Vec::new();
         write(&row, &mut text).map_err(|error| jaq_json::Error::str(format_args!("@{format}: {error}")))?;

@@ -18,8 +18,7 @@ use crate::model::{self, Kind, Model};
 pub const PATH: &str = "cli/src/generated/schema.json";
 
 /// The `@generated` marker, the value of the file's first key.
-pub const MARKER: &str =
-    "by seed-agents-codegen from schema/json/*.json — DO NOT EDIT; change the schema and run `cargo run -p seed-agents-codegen`";
+pub const MARKER: &str = "by seed-agents-codegen from schema/json/*.json — DO NOT EDIT; change the schema and run `cargo run -p seed-agents-codegen`";
 
 /// The keywords kept (anything else is dropped).
 const KEPT: &[&str] = &[
@@ -58,10 +57,8 @@ pub fn render(model: &Model) -> String {
             model::walk_refs(&def.schema, &mut |target| queue.push(target));
         }
     }
-    let defs: BTreeMap<&str, Json> = wanted
-        .into_iter()
-        .filter_map(|name| model.defs.get(name).map(|def| (name, compact(&def.schema))))
-        .collect();
+    let defs: BTreeMap<&str, Json> =
+        wanted.into_iter().filter_map(|name| model.defs.get(name).map(|def| (name, compact(&def.schema)))).collect();
     let mut text = String::from("{\n");
     text.push_str(&format!("\"@generated\": {},\n", Json::from(MARKER)));
     text.push_str(&format!("\"protocol\": {},\n", model.protocol));

@@ -11,7 +11,6 @@
 
 use std::io::{IsTerminal as _, Read as _};
 
-use ipld_core::ipld::Ipld;
 use seed_agents_sdk::protocol::{ActionInfo, AgentAction, AgentResponse, generated::ACTIONS, wire};
 use seed_agents_sdk::types::ProviderOAuthStatusResponseStatus;
 
@@ -52,7 +51,12 @@ pub async fn call(context: &Context, args: Call) -> Result<(), Output> {
 
 /// Prints an explanation: as text by default, as JSON with `--format json`/`jsonl` or through
 /// `--jq`.
-fn explained(value: &serde_json::Value, format: Option<Format>, jq: Option<&Filter>, text: fn(&serde_json::Value) -> String) -> Result<(), Output> {
+fn explained(
+    value: &serde_json::Value,
+    format: Option<Format>,
+    jq: Option<&Filter>,
+    text: fn(&serde_json::Value) -> String,
+) -> Result<(), Output> {
     if let Some(filter) = jq {
         return output::filtered(value, filter);
     }
@@ -145,7 +149,9 @@ pub fn action(name: &str, input: Option<&str>, value: Option<Vec<u8>>) -> Result
     }
     if let Some(value) = value {
         if object.contains_key("value") {
-            return Err(Failure::usage("the secret's value comes from --value-file or --value-stdin: leave \"value\" out"));
+            return Err(Failure::usage(
+                "the secret's value comes from --value-file or --value-stdin: leave \"value\" out",
+            ));
         }
         object.insert("value".to_owned(), serde_json::json!({ json::BYTES_KEY: hex::encode(value) }));
     }
@@ -206,7 +212,7 @@ fn read_input(input: Option<&str>, stdin_allowed: bool) -> Result<String, Failur
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::failure::Class;
+    use ipld_core::ipld::Ipld;
 
     #[test]
     fn inline_input_becomes_the_typed_action() {

@@ -31,8 +31,8 @@ pub async fn subscribe(context: &Context, args: Subscribe) -> Result<(), Output>
         builder = builder.after_seq(after);
     }
     let mut events = builder.start();
-    let deadline = (args.connect_timeout > 0)
-        .then(|| tokio::time::Instant::now() + Duration::from_secs(args.connect_timeout));
+    let deadline =
+        (args.connect_timeout > 0).then(|| tokio::time::Instant::now() + Duration::from_secs(args.connect_timeout));
     let mut connected = false;
     let mut lost = false;
     let mut last_reason = String::from("no answer");

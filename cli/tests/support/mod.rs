@@ -69,8 +69,7 @@ impl Server {
         for _ in 0..3 {
             let port = free_port();
             let child = spawn_server(dir.path(), port, args);
-            let mut server =
-                Server { child, url: format!("http://127.0.0.1:{port}"), dir, port, args: args.to_vec() };
+            let mut server = Server { child, url: format!("http://127.0.0.1:{port}"), dir, port, args: args.to_vec() };
             match server.wait_listening(port) {
                 Ok(()) => return server,
                 Err(failure) => {
@@ -198,7 +197,8 @@ impl Cli {
     pub fn shell(home: &Path, script: &str) -> Cli {
         let bin = Path::new(CLI).parent().expect("the CLI binary has a directory");
         let path = std::env::join_paths(
-            std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+            std::iter::once(bin.to_path_buf())
+                .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
         )
         .expect("PATH");
         let mut command = Command::new("sh");
