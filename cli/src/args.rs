@@ -79,9 +79,9 @@ Examples:
     #[command(after_help = "\
 Keys: sessions/<id>, agents/<id>, runs/<root run id>, account/<account>. Each line is an object
 with a \"type\": subscribed, append (a durable session event, with its \"seq\"), runAppend,
-partial, change, error, disconnected or resumed. Durable session events arrive once and in
+partial, change, error, disconnected, retrying or resumed. Durable session events arrive once and in
 order, across dropped connections; to resume after this command stopped, pass the last \"seq\"
-it printed as --after-seq. Each lost connection and each failed attempt to reconnect is
+it printed as --after-seq. Each lost connection, failed attempt to reconnect and return is
 reported on stderr. It runs until interrupted; it exits 8 when the server refuses the key, and
 11 when the first connection does not succeed within --connect-timeout.
 

@@ -1,8 +1,8 @@
 //! `subscribe <key> [--after-seq N]`: the SDK's subscription as JSON lines on stdout.
 //!
 //! One line per [`Event`], each an object with a `type`. The SDK reconnects by itself and
-//! delivers every durable session event once and in `seq` order; each lost connection and each
-//! return is also said on stderr. A refusal of the key ends the command with exit code 8 after its
+//! delivers every durable session event once and in `seq` order; each lost connection, each failed
+//! attempt to reconnect and each return is also said on stderr. A refusal of the key ends the command with exit code 8 after its
 //! line is printed (no status comes with a WebSocket refusal, so it is one class); a first
 //! connection that does not succeed within `--connect-timeout` ends it with 11.
 
@@ -59,6 +59,13 @@ pub async fn subscribe(context: &Context, args: Subscribe) -> Result<(), Output>
                 eprintln!("seed-agents: connection lost ({reason}); reconnecting");
                 lost = true;
             }
+            Event::Retrying { reason, retry_in } if !connected => {
+                eprintln!("seed-agents: still cannot connect ({reason}); next attempt in {}", seconds(*retry_in));
+                last_reason.clone_from(reason);
+            }
+            Event::Retrying { reason, retry_in } => {
+                eprintln!("seed-agents: reconnect attempt failed ({reason}); next in {}", seconds(*retry_in));
+            }
             Event::Resumed { .. } if lost => {
                 eprintln!("seed-agents: reconnected");
                 lost = false;
@@ -96,10 +103,20 @@ pub fn frame(event: &Event) -> Value {
         }
         Event::Error { key, message, code } => json!({"type": "error", "key": key, "message": message, "code": code}),
         Event::Disconnected { reason } => json!({"type": "disconnected", "reason": reason}),
+        Event::Retrying { reason, retry_in } => {
+            json!({"type": "retrying", "reason": reason, "retryInMs": retry_in.as_millis()})
+        }
         Event::Resumed { refetch, partials_lost } => {
             json!({"type": "resumed", "refetch": refetch, "partialsLost": partials_lost})
         }
+        // A kind of event this build does not know by name.
+        other => json!({"type": "other", "event": format!("{other:?}")}),
     }
+}
+
+/// A delay as seconds with one decimal (`0.3 s`).
+fn seconds(delay: Duration) -> String {
+    format!("{:.1} s", delay.as_secs_f64())
 }
 
 /// A generated value as JSON (through its IPLD form, so bytes and integers keep their kind).
