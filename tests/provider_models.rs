@@ -213,13 +213,14 @@ async fn vendor_failures_are_bad_gateway_without_the_key() {
     let closed = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
     set_provider(&user, "gone", provider("custom", Some(format!("http://{closed}/v1")), Some("local-key"))).await;
 
+    // Each failure names the provider's type and base URL, never a vendor it is not.
     for (name, message) in [
-        ("fail", "OpenAI models request failed: HTTP 500"),
-        ("garbage", "OpenAI models response is invalid"),
-        ("gone", "OpenAI models request failed: unreachable"),
+        ("fail", format!("custom provider at {}: models request failed: HTTP 500", fixture.url("fail"))),
+        ("garbage", format!("custom provider at {}: models response is invalid", fixture.url("garbage"))),
+        ("gone", format!("custom provider at http://{closed}/v1: models request failed: unreachable")),
     ] {
         let (status, got) = api_error(user.call(list(name, None)).await);
-        assert_eq!((status, got.as_str()), (502, message), "{name}");
+        assert_eq!((status, got.as_str()), (502, message.as_str()), "{name}");
         assert!(!got.contains(KEY));
     }
     // The 500 body echoed the key; none of it reached the client.

@@ -47,39 +47,49 @@ Examples:
     #[command(after_help = "\
 Examples:
   seed-agents whoami
+  seed-agents whoami --jq .account
   seed-agents --key-file ./ci.key whoami")]
-    Whoami,
+    Whoami(Whoami),
 
-    /// Sign and send one action; print the response.
+    /// Sign and send one action; print the response. --list and --describe explain the actions.
     #[command(after_help = "\
 The input is a JSON object with the action's fields (no `_`, no `ts`: both are added), given
-inline, as @FILE, or as - for stdin; none means {}. A byte string is {\"$bytes\": \"<hex>\"} in
-input and output. Fields this build does not know are refused before anything is sent.
+inline, as @FILE, or as - for stdin; with no input argument, stdin is read when it is not a
+terminal, and none means {}. A byte string is {\"$bytes\": \"<hex>\"} in input and output. The
+input is checked against the schema at every depth before anything is signed: an unknown or
+missing field or a wrong type is refused (exit 2), naming its path.
+
+A response whose result reports a failure (InvokeSessionTool with an `error`, a `failed`
+GetProviderOAuthStatus) is printed and exits 13.
 
 Examples:
+  seed-agents call --list
+  seed-agents call --list --jq '.[] | select(.effect == \"read\") | .action'
+  seed-agents call SetModelProvider --describe
   seed-agents call ListAgents
   seed-agents call GetAgent '{\"agentId\": \"0b6c…\"}'
-  seed-agents call SetSecret '{\"name\": \"openai-key\", \"value\": {\"$bytes\": \"736b2d…\"}}'
+  seed-agents call SetSecret '{\"name\": \"openai-key\"}' --value-file key.txt
   seed-agents call CreateAgent @agent.json --format diag
-  echo '{\"agentId\": \"0b6c…\"}' | seed-agents call CreateSession -
+  echo '{\"agentId\": \"0b6c…\"}' | seed-agents call CreateSession
   seed-agents call ListAgents --format jsonl
-  seed-agents call ListAgents --jq '.agents[] | [.id, .definition.name] | @tsv'
-  seed-agents call --list")]
+  seed-agents call ListAgents --jq '.agents[] | [.id, .definition.name] | @tsv'")]
     Call(Call),
 
     /// Follow a subscription key live: one JSON line per frame, resuming after drops.
     #[command(after_help = "\
 Keys: sessions/<id>, agents/<id>, runs/<root run id>, account/<account>. Each line is an object
 with a \"type\": subscribed, append (a durable session event, with its \"seq\"), runAppend,
-partial, change, error, disconnected or resumed. Durable session events arrive once and in
+partial, change, error, disconnected, retrying or resumed. Durable session events arrive once and in
 order, across dropped connections; to resume after this command stopped, pass the last \"seq\"
-it printed as --after-seq. It runs until interrupted, or exits 8 when the server refuses the key.
+it printed as --after-seq. Each lost connection, failed attempt to reconnect and return is
+reported on stderr. It runs until interrupted; it exits 8 when the server refuses the key, and
+11 when the first connection does not succeed within --connect-timeout.
 
 Examples:
-  seed-agents subscribe sessions/0b6c…
-  seed-agents subscribe sessions/0b6c… --after-seq 41
-  seed-agents subscribe sessions/0b6c… --jq 'select(.type == \"append\") | .event.event.type'
-  seed-agents subscribe account/$(seed-agents whoami | jq -r .account)")]
+  seed-agents subscribe sessions/7f2a…
+  seed-agents subscribe sessions/7f2a… --after-seq 1
+  seed-agents subscribe sessions/7f2a… --jq 'select(.type == \"append\") | .event.event.type'
+  seed-agents subscribe account/$(seed-agents whoami --jq .account) --connect-timeout 30")]
     Subscribe(Subscribe),
 
     /// Upload a file in signed chunks into an agent's memory or as a session attachment.
@@ -97,7 +107,7 @@ Examples:
     #[command(after_help = "\
 Examples:
   seed-agents health
-  seed-agents --server https://agents.example.com health")]
+  seed-agents --server http://127.0.0.1:3050 health")]
     Health,
 
     /// Print this tool's version and the protocol version it speaks.
@@ -118,23 +128,46 @@ pub struct Keygen {
     pub force: bool,
 }
 
+/// `whoami`.
+#[derive(Debug, Args)]
+pub struct Whoami {
+    /// Print what this jq filter makes of the JSON instead (strings without quotes).
+    #[arg(long, value_name = "FILTER")]
+    pub jq: Option<String>,
+}
+
 /// `call`.
 #[derive(Debug, Args)]
 pub struct Call {
     /// The action's name, as on the wire (`ListAgents`, `CreateSession`, …).
     #[arg(required_unless_present = "list")]
     pub action: Option<String>,
-    /// The action's fields: inline JSON, @FILE, or - for stdin.
+    /// The action's fields: inline JSON, @FILE, or - for stdin [default: stdin when it is not a
+    /// terminal, else {}].
     #[arg(value_name = "JSON | @FILE | -")]
     pub input: Option<String>,
-    /// List every action with its response, effect and protocol version, then exit.
+    /// List every action (name, effect, first line of its description), then exit; with
+    /// --format json or --jq, as JSON with its response and protocol version.
     #[arg(long, conflicts_with_all = ["action", "input"])]
     pub list: bool,
-    /// How to print the response.
-    #[arg(long, value_enum, default_value_t = Format::Json)]
-    pub format: Format,
+    /// Explain the action instead of sending it: its fields (types, required, descriptions,
+    /// nested types expanded) and a skeleton of the input to fill in.
+    #[arg(long, conflicts_with_all = ["input", "describe_response", "value_file", "value_stdin"])]
+    pub describe: bool,
+    /// Explain the action's response instead of sending it: its fields.
+    #[arg(long, conflicts_with_all = ["input", "value_file", "value_stdin"])]
+    pub describe_response: bool,
+    /// SetSecret: the secret's value is this file's bytes (instead of the input's `value`).
+    #[arg(long, value_name = "FILE", conflicts_with = "value_stdin")]
+    pub value_file: Option<PathBuf>,
+    /// SetSecret: the secret's value is read from stdin, without one trailing newline.
+    #[arg(long)]
+    pub value_stdin: bool,
+    /// How to print the response [default: json; for --list and --describe, text].
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
     /// Print what this jq filter makes of the JSON response instead: a line per result, strings
-    /// without quotes.
+    /// without quotes. jq's formats are there: @tsv, @csv, @json, @text, @sh, @base64, @uri.
     #[arg(long, value_name = "FILTER", conflicts_with = "format")]
     pub jq: Option<String>,
 }
@@ -161,6 +194,10 @@ pub struct Subscribe {
     /// Print what this jq filter makes of each frame instead (a line per result, strings raw).
     #[arg(long, value_name = "FILTER")]
     pub jq: Option<String>,
+    /// Give up (exit 11) when the first connection has not succeeded after this many seconds; 0
+    /// waits forever. Later outages are always waited out.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub connect_timeout: u64,
 }
 
 /// `upload`.

@@ -34,6 +34,9 @@ pub enum Class {
     Unreachable = 11,
     /// The server answered something that is not a valid response.
     BadAnswer = 12,
+    /// The action ran, and its result reports a failure (a verb of InvokeSessionTool that failed,
+    /// a failed provider sign-in); the response is printed.
+    ResultFailed = 13,
 }
 
 /// The exit-code table shown by `--help` (a unit test keeps it equal to [`Class`]).
@@ -51,7 +54,9 @@ Exit codes:
    9  server failure (5xx, including 501 not supported)
   10  this client's protocol is too old for the server (HTTP 426)
   11  server unreachable (connection refused, DNS, TLS, timeout)
-  12  the server's answer could not be decoded";
+  12  the server's answer could not be decoded
+  13  the action ran but its result reports a failure (printed): InvokeSessionTool's error,
+      a failed GetProviderOAuthStatus";
 
 /// A failed command: what to print and how to exit.
 #[derive(Debug)]
@@ -87,7 +92,9 @@ impl Failure {
 impl From<Error> for Failure {
     fn from(error: Error) -> Self {
         let class = classify(&error);
-        let mut message = chain(&error);
+        // A transport error says why only at the end of its chain ("connection refused"); the
+        // command names the server's URL around it (`commands::run`).
+        let mut message = if class == Class::Unreachable { root_cause(&error) } else { chain(&error) };
         if let Some(code) = error.code() {
             message.push_str(&format!(" (code {code})"));
         }
@@ -109,6 +116,15 @@ pub fn chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     message
+}
+
+/// The innermost source of an error: the reason itself, without the layers that wrapped it.
+pub fn root_cause(error: &dyn std::error::Error) -> String {
+    let mut cause = error;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
 }
 
 /// The class of an SDK error: by its kind, then by the HTTP status the server sent.
@@ -156,7 +172,7 @@ pub fn class_of_status(status: u16) -> Class {
 mod tests {
     use super::*;
 
-    const ALL: [Class; 12] = [
+    const ALL: [Class; 13] = [
         Class::Local,
         Class::Usage,
         Class::Key,
@@ -169,13 +185,18 @@ mod tests {
         Class::ProtocolTooOld,
         Class::Unreachable,
         Class::BadAnswer,
+        Class::ResultFailed,
     ];
 
     /// Every class has its own code, and the help text lists exactly those codes, in order.
     #[test]
     fn the_help_table_lists_every_class_once() {
-        let listed: Vec<u8> =
-            EXIT_CODES.lines().skip(1).map(|line| line.split_whitespace().next().unwrap().parse().unwrap()).collect();
+        let listed: Vec<u8> = EXIT_CODES
+            .lines()
+            .skip(1)
+            .filter(|line| !line.starts_with("    "))
+            .map(|line| line.split_whitespace().next().unwrap().parse().unwrap())
+            .collect();
         let mut expected = vec![0];
         expected.extend(ALL.iter().map(|class| *class as u8));
         assert_eq!(listed, expected);
@@ -185,7 +206,7 @@ mod tests {
     #[test]
     fn the_readme_lists_every_exit_code() {
         let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-        for line in EXIT_CODES.lines().skip(1) {
+        for line in EXIT_CODES.lines().skip(1).filter(|line| !line.starts_with("    ")) {
             let code = line.split_whitespace().next().unwrap();
             assert!(readme.contains(&format!("| {code} |")), "README's CLI exit codes lack {code}");
         }

@@ -3,35 +3,45 @@
 //!
 //! The filter is compiled once, before anything is sent, so a bad filter is a usage error that
 //! costs no request. Each result is printed on its own line: strings raw (without quotes), other
-//! values as compact JSON.
+//! values as compact JSON. jq's format strings are all there: `@text`, `@json`, `@html`, `@uri`,
+//! `@sh`, `@base64` and `@base64d` from jaq's standard library, and `@csv` and `@tsv` from jaq's
+//! own CSV/TSV writer (jaq-fmts), which its standard library leaves to the command-line tool.
 
 use jaq_core::data::JustLut;
 use jaq_core::load::{Arena, File, Loader};
-use jaq_core::{Ctx, Native, Vars, compile};
+use jaq_core::native::{Filter as NativeFilter, Fun, bome, run, v};
+use jaq_core::{Ctx, Native, RunPtr, Vars, compile};
+use jaq_fmts::write::tabular::Row;
 use jaq_json::Val;
 
 use crate::failure::{Class, Failure};
 
-/// jq's `@csv` and `@tsv`, which jaq's standard library leaves to its command-line tool; defined
-/// ahead of the user's filter. Strings are quoted (`@csv`: `"` doubled) or escaped (`@tsv`: `\\`,
-/// tab, newline, carriage return), numbers and booleans printed, null empty, as jq does.
-const FORMATS: &str = r#"def @csv: if type == "array" then . else error("cannot csv-format \(type), only an array") end
-  | map(if type == "string" then "\"" + gsub("\""; "\"\"") + "\""
-        elif type == "null" then ""
-        elif type == "number" or type == "boolean" then tostring
-        else error("cannot csv-format \(type) in an array") end)
-  | join(",");
-def @tsv: if type == "array" then . else error("cannot tsv-format \(type), only an array") end
-  | map(if type == "string" then gsub("\\\\"; "\\\\") | gsub("\t"; "\\t") | gsub("\n"; "\\n") | gsub("\r"; "\\r")
-        elif type == "null" then ""
-        elif type == "number" or type == "boolean" then tostring
-        else error("cannot tsv-format \(type) in an array") end)
-  | join("\t");
-"#;
+/// What filters run over: JSON values, and nothing global but the filters themselves.
+type Data = JustLut<Val>;
+
+/// `@csv` and `@tsv`: an array of strings, numbers, booleans and nulls as one CSV or TSV row, as
+/// jq writes it.
+fn formats() -> impl Iterator<Item = Fun<Data>> {
+    fn row(
+        value: &Val,
+        format: &str,
+        write: fn(&Row, &mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> Result<Val, jaq_json::Error> {
+        let row = Row::try_from(value).map_err(|error| jaq_json::Error::str(format_args!("@{format}: {error}")))?;
+        let mut text = Vec::new();
+        write(&row, &mut text).map_err(|error| jaq_json::Error::str(format_args!("@{format}: {error}")))?;
+        Ok(Val::utf8_str(text))
+    }
+    let filters: Box<[NativeFilter<RunPtr<Data>>]> = Box::new([
+        ("@csv", v(0), |cv| bome(row(&cv.1, "csv", Row::write_csv))),
+        ("@tsv", v(0), |cv| bome(row(&cv.1, "tsv", Row::write_tsv))),
+    ]);
+    filters.into_vec().into_iter().map(run::<Data>)
+}
 
 /// A compiled filter.
 pub struct Filter {
-    filter: compile::Filter<Native<JustLut<Val>>>,
+    filter: compile::Filter<Native<Data>>,
 }
 
 impl std::fmt::Debug for Filter {
@@ -44,12 +54,10 @@ impl Filter {
     /// Parses and compiles `code` with jq's standard library.
     pub fn new(code: &str) -> Result<Filter, Failure> {
         let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
-        let funs = jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs());
+        let funs = jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs()).chain(formats());
         let arena = Arena::default();
-        let program = format!("{FORMATS}{code}");
-        let modules = Loader::new(defs).load(&arena, File { code: program.as_str(), path: () }).map_err(|errors| {
-            let reasons: Vec<String> =
-                errors.into_iter().map(|(_, error)| load_error(&program, FORMATS.len(), error)).collect();
+        let modules = Loader::new(defs).load(&arena, File { code, path: () }).map_err(|errors| {
+            let reasons: Vec<String> = errors.into_iter().map(|(_, error)| load_error(code, error)).collect();
             Failure::usage(format!("--jq: {}", reasons.join("; ")))
         })?;
         let filter = jaq_core::Compiler::default().with_funs(funs).compile(modules).map_err(|errors| {
@@ -80,13 +88,12 @@ impl Filter {
     }
 }
 
-/// A lexing or parsing error, with where in the user's filter (which starts at `start` of
-/// `program`) it happened.
-fn load_error(program: &str, start: usize, error: jaq_core::load::Error<&str>) -> String {
+/// A lexing or parsing error, with where in the user's filter it happened.
+fn load_error(program: &str, error: jaq_core::load::Error<&str>) -> String {
     use jaq_core::load::Error;
     let at = |rest: &str| {
         let offset = (rest.as_ptr() as usize).saturating_sub(program.as_ptr() as usize).min(program.len());
-        format!("at character {}", offset.saturating_sub(start))
+        format!("at character {offset}")
     };
     match error {
         Error::Io(errors) => {
@@ -134,9 +141,20 @@ line","back\slash""#
         let tsv = Filter::new(".rows[] | @tsv").unwrap().run(input).unwrap();
         assert_eq!(tsv, ["a\tb,\"c\"\t1\ttrue\t", r"tab\there	new\nline	back\\slash"]);
         let refused = Filter::new("@csv").unwrap().run(r#"{"a": 1}"#).unwrap_err();
-        assert!(refused.message.contains("cannot csv-format object"), "{}", refused.message);
+        assert!(refused.message.contains("@csv: expected table row (array)"), "{}", refused.message);
         let nested = Filter::new("@tsv").unwrap().run(r#"[[1]]"#).unwrap_err();
-        assert!(nested.message.contains("cannot tsv-format array in an array"), "{}", nested.message);
+        assert!(nested.message.contains("@tsv: expected table field"), "{}", nested.message);
+    }
+
+    #[test]
+    fn the_other_formats_are_jqs() {
+        let run = |code: &str, input: &str| Filter::new(code).unwrap().run(input).unwrap();
+        assert_eq!(run("@json", r#"{"a": [1, "x"]}"#), [r#"{"a":[1,"x"]}"#]);
+        assert_eq!(run("@text", "[1]"), ["[1]"]);
+        assert_eq!(run("@base64", r#""hello""#), ["aGVsbG8="]);
+        assert_eq!(run("@base64d", r#""aGVsbG8=""#), ["hello"]);
+        assert_eq!(run("@sh", r#"["it's", 1]"#), [r#"'it'\''s' 1"#]);
+        assert_eq!(run(r#"@uri "q=\(.)""#, r#""a b""#), ["q=a%20b"]);
     }
 
     #[test]

@@ -1,12 +1,15 @@
 #![doc = include_str!("../README.md")]
 
 mod args;
+mod check;
 mod commands;
+mod describe;
 mod failure;
 mod jq;
 mod json;
 mod key;
 mod output;
+mod schema;
 
 use std::process::ExitCode;
 

@@ -245,3 +245,232 @@ fn subscribe_prints_a_line_per_frame_and_resumes_after_a_seq() {
     let frames: Vec<Value> = refused.stdout().lines().map(|line| serde_json::from_str(line).unwrap()).collect();
     assert_eq!(frames.last().unwrap()["type"], "error", "{frames:?}");
 }
+
+/// The number of actions `call --list` shows: every HTTP action of this build.
+fn http_actions() -> usize {
+    let listed = Cli::new(std::env::temp_dir().as_path()).run(["call", "--list", "--format", "json"]).json();
+    listed.as_array().expect("an array").len()
+}
+
+#[test]
+fn actions_describe_themselves_without_a_server() {
+    let home = tempfile::tempdir().unwrap();
+    let cli = || Cli::new(home.path()).env("SEED_AGENTS_SERVER", format!("http://127.0.0.1:{}", free_port()));
+
+    let table = cli().run(["call", "--list"]);
+    table.expect_code(0);
+    let stdout = table.stdout();
+    let rows: Vec<&str> = stdout.lines().take_while(|line| !line.is_empty()).map(str::trim_end).collect();
+    assert_eq!(rows.len(), http_actions(), "one line per action:\n{}", table.stdout());
+    let list_agents = rows.iter().find(|line| line.starts_with("ListAgents ")).expect("ListAgents is listed");
+    assert!(list_agents.contains(" read ") && list_agents.len() < 200, "{list_agents}");
+    let json = cli().run(["call", "--list", "--format", "json"]).json();
+    let set = json.as_array().unwrap().iter().find(|row| row["action"] == "SetModelProvider").unwrap();
+    assert_eq!((set["effect"].as_str(), set["response"].as_str()), (Some("write"), Some("SetModelProviderResponse")));
+    let reads = cli().run(["call", "--list", "--jq", r#".[] | select(.effect == "read") | .action"#]);
+    reads.expect_code(0);
+    assert!(reads.stdout().lines().any(|line| line == "ListAgents") && !reads.stdout().contains("CreateAgent"));
+    assert_eq!(cli().run(["call", "--list", "--format", "jsonl"]).stdout().lines().count(), http_actions());
+
+    let described = cli().run(["call", "SetModelProvider", "--describe"]);
+    described.expect_code(0);
+    let text = described.stdout();
+    assert!(text.starts_with("SetModelProvider: a write action"), "{text}");
+    for expected in
+        ["  .name*  string\n", "  .provider*  ModelProviderConfig\n", "  .provider.secretRefs  map<string>\n"]
+    {
+        assert!(text.contains(expected), "{expected:?} in\n{text}");
+    }
+    assert!(text.contains("Skeleton"), "{text}");
+    let as_json = cli().run(["call", "SetModelProvider", "--describe", "--format", "json"]).json();
+    assert_eq!(as_json["skeleton"], json!({"name": "<string>", "provider": {"type": "<string>"}}));
+    let members = cli().run(["call", "MessageSession", "--describe", "--jq", ".fields[] | select(.member) | .path"]);
+    assert!(members.stdout().lines().any(|line| line == ".content[].text"), "{}", members.stdout());
+    let response = cli().run(["call", "InvokeSessionTool", "--describe-response"]);
+    response.expect_code(0);
+    assert!(response.stdout().starts_with("InvokeSessionToolResponse: a response."), "{}", response.stdout());
+    assert!(response.stdout().contains("  .error  string\n      Why the verb failed"), "{}", response.stdout());
+
+    let typo = cli().run(["call", "ListAgent", "--describe"]);
+    typo.expect_code(2);
+    assert!(typo.stderr().contains("did you mean ListAgents?"), "{}", typo.stderr());
+}
+
+#[test]
+fn input_is_checked_at_every_depth_before_anything_is_signed() {
+    let server = Server::start();
+    let (key, _) = keygen(&server, "key");
+    let refused = |input: Value, action: &str| {
+        let run = server.cli(&key).run(["call", action, &input.to_string()]);
+        run.expect_code(2);
+        assert_eq!(run.stdout(), "");
+        run.stderr()
+    };
+    let nested = refused(
+        json!({"name": "main", "provider": {"type": "openai", "secretRef": {"apiKey": "openai-key"}}}),
+        "SetModelProvider",
+    );
+    assert!(nested.contains("at .provider.secretRef: unknown field (did you mean \"secretRefs\"?)"), "{nested}");
+    // Nothing was stored.
+    let providers = server.cli(&key).run(["call", "ListModelProviders", "--jq", ".providers | length"]);
+    assert_eq!(providers.stdout(), "0\n", "{}", providers.stderr());
+
+    let limit = refused(json!({"limit": "5"}), "ListSessions");
+    assert!(limit.contains("at .limit: expected an integer, got the string \"5\""), "{limit}");
+    let secret = refused(json!({"name": "k", "value": "sk-plain"}), "SetSecret");
+    assert!(secret.contains("at .value: expected bytes, written {\"$bytes\": \"<hex digits>\"}"), "{secret}");
+    assert!(secret.contains("--value-file") && !secret.contains("sk-plain"), "{secret}");
+    let verb = refused(json!({"sessionId": "s", "verb": "raed", "input": {}}), "InvokeSessionTool");
+    assert!(
+        verb.contains("at .verb: expected one of \"call\", \"read\", \"write\"") && verb.contains("\"read\"?"),
+        "{verb}"
+    );
+    // An open map takes any key; its values are still checked.
+    let open = server.cli(&key).run([
+        "call",
+        "SetModelProvider",
+        &json!({"name": "m", "provider": {"type": "ollama", "modelDefaults": {"anyKey": [1]}}}).to_string(),
+    ]);
+    open.expect_code(0);
+
+    let misspelled = server.cli(&key).run(["call", "ListAgnets"]);
+    misspelled.expect_code(2);
+    assert!(misspelled.stderr().contains("did you mean ListAgents?"), "{}", misspelled.stderr());
+
+    // A value read raw: from a file, and from stdin without its trailing newline.
+    let value = server.dir.path().join("value.bin");
+    std::fs::write(&value, [0u8, 1, 2, 255]).unwrap();
+    let from_file = server
+        .cli(&key)
+        .run(["call", "SetSecret", r#"{"name": "from-file"}"#, "--value-file", value.to_str().unwrap()])
+        .json();
+    assert_eq!(from_file["secret"]["hasValue"], true);
+    let from_stdin = server
+        .cli(&key)
+        .stdin("typed\n")
+        .run(["call", "SetSecret", r#"{"name": "from-stdin"}"#, "--value-stdin"])
+        .json();
+    assert_eq!(from_stdin["secret"]["name"], "from-stdin");
+    let both = server.cli(&key).run([
+        "call",
+        "SetSecret",
+        r#"{"name": "k", "value": {"$bytes": "00"}}"#,
+        "--value-file",
+        value.to_str().unwrap(),
+    ]);
+    both.expect_code(2);
+    // JSON piped in without `-` is the input.
+    let piped = server.cli(&key).stdin(r#"{"limit": 1}"#).run(["call", "ListSessions"]).json();
+    assert_eq!(piped["_"], "ListSessionsResponse");
+    let wrong = server.cli(&key).stdin(r#"{"limit": "x"}"#).run(["call", "ListSessions"]);
+    wrong.expect_code(2);
+}
+
+#[test]
+fn jq_formats_verb_failures_and_unreachable_servers() {
+    let server = Server::start();
+    let (key, _) = keygen(&server, "key");
+    let agent_id = create_agent(&server, &key, "tab\tname");
+    let tsv = server.cli(&key).run(["call", "ListAgents", "--jq", ".agents[] | [.id, .definition.name] | @tsv"]);
+    tsv.expect_code(0);
+    assert_eq!(tsv.stdout(), format!("{agent_id}\ttab\\tname\n"));
+    let csv =
+        server.cli(&key).run(["call", "ListAgents", "--jq", ".agents[] | [.id, .definition.name, 1, null] | @csv"]);
+    assert_eq!(csv.stdout(), format!("\"{agent_id}\",\"tab\tname\",1,\n"));
+    let others = server.cli(&key).run([
+        "call",
+        "ListAgents",
+        "--jq",
+        r#".agents[0] | (.definition | {name} | @json), (.definition.name | @base64), ([.definition.name] | @sh), (.definition.model | @text)"#,
+    ]);
+    assert_eq!(others.stdout(), "{\"name\":\"tab\\tname\"}\ndGFiCW5hbWU=\n'tab\tname'\ngpt-4.1\n");
+
+    // A verb that fails: the answer is printed, and the exit code says so.
+    let session = server.cli(&key).run(["call", "CreateSession", &json!({"agentId": agent_id}).to_string()]).json();
+    let session_id = text(&session, "/sessionId").to_owned();
+    let read = json!({"sessionId": session_id, "verb": "read", "input": {"address": "~/memory/missing.md"}});
+    let failed = server.cli(&key).run(["call", "InvokeSessionTool", &read.to_string()]);
+    failed.expect_code(13);
+    let answer: Value = serde_json::from_str(&failed.stdout()).expect("the answer is printed");
+    assert!(answer["error"].is_string(), "{answer}");
+    assert!(failed.stderr().contains("InvokeSessionTool answered a failure"), "{}", failed.stderr());
+
+    // An unreachable server is named, with how to name another.
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let refused = server.cli(&key).run(["--server", &closed, "call", "ListAgents"]);
+    refused.expect_code(11);
+    let stderr = refused.stderr();
+    assert!(stderr.contains(&format!("cannot reach the server at {closed}: ")), "{stderr}");
+    assert!(stderr.to_lowercase().contains("connection refused"), "{stderr}");
+    assert!(stderr.contains("--server URL or SEED_AGENTS_SERVER"), "{stderr}");
+    assert!(!stderr.contains("error sending request"), "no connector chain: {stderr}");
+
+    // A subscription whose first connection never succeeds gives up, saying why.
+    let gave_up = server.cli(&key).run([
+        "--server",
+        &closed,
+        "subscribe",
+        &format!("sessions/{session_id}"),
+        "--connect-timeout",
+        "1",
+    ]);
+    gave_up.expect_code(11);
+    let stderr = gave_up.stderr();
+    assert!(stderr.contains("cannot connect yet"), "{stderr}");
+    assert!(stderr.contains(&format!("cannot reach the server at {closed}: no connection within 1 s")), "{stderr}");
+}
+
+#[test]
+fn subscribe_reports_a_lost_connection_and_its_return() {
+    let mut server = Server::start();
+    let (key, _) = keygen(&server, "key");
+    let agent_id = create_agent(&server, &key, "followed");
+    let session = server.cli(&key).run(["call", "CreateSession", &json!({"agentId": agent_id}).to_string()]).json();
+    let session_id = text(&session, "/sessionId").to_owned();
+    let mut child = server.cli(&key).spawn(["subscribe", &format!("sessions/{session_id}")]);
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first: Value = serde_json::from_str(&stdout.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["type"], "subscribed");
+
+    server.kill();
+    let lost = stderr.next().expect("a line").expect("readable");
+    assert!(lost.starts_with("seed-agents: connection lost ("), "{lost}");
+    // While the server is down, each attempt fails and says so.
+    let failed = stderr.next().expect("a line").expect("readable");
+    assert!(failed.starts_with("seed-agents: reconnect attempt failed ("), "{failed}");
+    assert!(failed.contains("); next in "), "{failed}");
+    server.restart();
+    let back = stderr
+        .by_ref()
+        .map(|line| line.expect("readable"))
+        .find(|line| !line.starts_with("seed-agents: reconnect attempt failed ("))
+        .expect("a line");
+    assert_eq!(back, "seed-agents: reconnected");
+    // On stdout, the same story as frames (a session's `change` snapshots aside).
+    let mut types = Vec::new();
+    while types.last().is_none_or(|last| last != "resumed") {
+        let frame: Value = serde_json::from_str(&stdout.next().expect("a frame").expect("readable")).unwrap();
+        if frame["type"] != "change" {
+            types.push(frame["type"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    types.dedup();
+    assert_eq!(types, ["disconnected", "retrying", "subscribed", "resumed"]);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn model_list_failures_name_the_provider_type_and_url() {
+    let server = Server::start();
+    let (key, _) = keygen(&server, "key");
+    let closed = format!("http://127.0.0.1:{}/v1", free_port());
+    let provider = json!({"name": "local", "provider": {"type": "custom", "baseUrl": closed}});
+    server.cli(&key).run(["call", "SetModelProvider", &provider.to_string()]).expect_code(0);
+    let listed = server.cli(&key).run(["call", "ListProviderModels", r#"{"provider": "local"}"#]);
+    listed.expect_code(9);
+    let stderr = listed.stderr();
+    assert!(stderr.contains(&format!("custom provider at {closed}: models request failed: unreachable")), "{stderr}");
+    assert!(!stderr.contains("OpenAI"), "{stderr}");
+}

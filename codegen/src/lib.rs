@@ -6,7 +6,8 @@
 //! them and fixes its output where the wire needs more than typify gives, typing `x-id` fields with
 //! the newtypes [`ids`] writes from the `x-ids` table. [`table`] writes the
 //! action table and the SDK's typed calls; [`layout`] splits the types, their impls and the table
-//! into one module per schema file; [`surface`] writes the reviewable listing. [`outputs`] returns
+//! into one module per schema file; [`surface`] writes the reviewable listing; [`describe`] the
+//! schema the CLI embeds. [`outputs`] returns
 //! every generated file with its content; the binary writes them (and deletes what it no longer
 //! generates), or with `--check` fails when a committed file differs.
 //!
@@ -17,8 +18,11 @@
 //!   re-exports that keep every path flat (`seed_agents_protocol::generated::CreateAgent`). Every
 //!   file in `schema/src/generated/` is generated;
 //! - `sdk/src/generated.rs`: one typed `Client` method per HTTP action;
-//! - `snapshots/surface.json`: the surface listing.
+//! - `snapshots/surface.json`: the surface listing;
+//! - `cli/src/generated/schema.json`: the compact schema the CLI embeds for `call --describe` and
+//!   its input check ([`describe`]); its first key is `"@generated"`.
 
+pub mod describe;
 pub mod ids;
 pub mod layout;
 pub mod model;
@@ -112,6 +116,7 @@ pub fn outputs(root: &Path) -> Result<Vec<Output>, Error> {
     );
     outputs.push(Output { path: "sdk/src/generated.rs".into(), content: rustfmt(root, &sdk)? });
     outputs.push(Output { path: "snapshots/surface.json".into(), content: surface::render(&model) });
+    outputs.push(Output { path: describe::PATH.into(), content: describe::render(&model) });
     Ok(outputs)
 }
 

@@ -11,7 +11,8 @@
 //!   it delivered per session; a repeat is dropped; a `seq` that skips ahead is a gap, filled
 //!   from `GetSession` before the event that revealed it.
 //! - **resumption.** When the socket drops (server restart, network), the stream says so
-//!   ([`Event::Disconnected`]), reconnects with jittered exponential back-off, signs a fresh
+//!   ([`Event::Disconnected`]), reconnects with jittered exponential back-off (each failed attempt
+//!   is an [`Event::Retrying`]), signs a fresh
 //!   `Subscribe` per key (a `sessions/` key with `afterSeq` = the last `seq` delivered, so the
 //!   server replays exactly what was missed) and says it is back ([`Event::Resumed`]) with what
 //!   could not be replayed: keys whose changes are live-only, and whether a streaming message
@@ -36,7 +37,10 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::{Client, Error};
 
 /// One thing a subscription reports.
+///
+/// `#[non_exhaustive]`: later releases may add variants (match with a `_` arm).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Event {
     /// The server accepted `key` for `account_id` (after each (re)connection).
     Subscribed {
@@ -91,10 +95,18 @@ pub enum Event {
         /// The server's machine-readable code, when it sent one.
         code: Option<String>,
     },
-    /// The socket dropped; the subscription is reconnecting.
+    /// The socket dropped (or the first connection failed); the subscription is reconnecting.
     Disconnected {
         /// What happened.
         reason: String,
+    },
+    /// An attempt to reconnect after [`Event::Disconnected`] failed too; the next one follows
+    /// after `retry_in`.
+    Retrying {
+        /// Why the attempt failed.
+        reason: String,
+        /// How long until the next attempt.
+        retry_in: Duration,
     },
     /// The subscription is back after a disconnection, and every key resubscribed.
     Resumed {
@@ -277,20 +289,23 @@ async fn run(builder: SubscriptionBuilder, events: mpsc::Sender<Result<Event, Er
             }
             Err(error) => Ended::Lost(error.to_string()),
         };
-        match ended {
+        let delay = match ended {
             Ended::Dropped => return,
             Ended::Fatal(error) => {
                 let _ = state.events.send(Err(error)).await;
                 return;
             }
             Ended::Lost(reason) => {
-                if !resuming && state.deliver(Event::Disconnected { reason }).await.is_err() {
+                let delay = delays.next().unwrap_or(reconnect.max_delay);
+                let event =
+                    if resuming { Event::Retrying { reason, retry_in: delay } } else { Event::Disconnected { reason } };
+                if state.deliver(event).await.is_err() {
                     return;
                 }
                 resuming = true;
+                delay
             }
-        }
-        let delay = delays.next().unwrap_or(reconnect.max_delay);
+        };
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
             () = state.events.closed() => return,

@@ -215,3 +215,29 @@ async fn a_subscription_delivers_each_seq_once_across_gaps_duplicates_and_reconn
         "dropping the stream closed the socket"
     );
 }
+
+/// A server that is not there: the first failure is `Disconnected`, each later one `Retrying`
+/// with the delay before the next attempt, and none ends the stream.
+#[tokio::test]
+async fn every_failed_attempt_to_connect_is_reported() {
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let client = Client::new(&format!("http://{closed}"), Ed25519Signer::from_seed(&[4; 32])).unwrap();
+    let fast =
+        Reconnect { min_delay: Duration::from_millis(5), max_delay: Duration::from_millis(20), ..Reconnect::default() };
+    let mut events = client.subscribe(format!("sessions/{SESSION}")).reconnect(fast).start();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        seen.push(tokio::time::timeout(Duration::from_secs(10), events.next()).await.unwrap().unwrap().unwrap());
+    }
+    assert!(matches!(&seen[0], Event::Disconnected { .. }), "{seen:?}");
+    for event in &seen[1..] {
+        match event {
+            Event::Retrying { reason, retry_in } => {
+                assert!(!reason.is_empty());
+                // The back-off with its jitter (up to the delay again).
+                assert!(*retry_in <= Duration::from_millis(40), "{retry_in:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

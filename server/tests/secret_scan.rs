@@ -252,7 +252,8 @@ async fn run_session(script: &mut Script, secrets: &Secrets, vendor_url: &str) -
         agent_id: agent_id.map(Into::into),
     };
     assert!(!script.ok(models("vendor", None)).await.models.is_empty());
-    assert_eq!(script.refused(models("echo", None)).await, (502, "OpenAI models request failed: HTTP 500".into()));
+    let failed = format!("custom provider at {vendor_url}/fail/v1: models request failed: HTTP 500");
+    assert_eq!(script.refused(models("echo", None)).await, (502, failed));
     assert_eq!(script.refused(models("binary", None)).await, (400, "custom API key is invalid".into()));
 
     let import = ImportSigningIdentity {

@@ -3,8 +3,9 @@
 use seed_agents_sdk::{Ed25519Signer, Signer as _};
 
 use super::Context;
-use crate::args::Keygen;
+use crate::args::{Keygen, Whoami};
 use crate::failure::{Class, Failure};
+use crate::jq::Filter;
 use crate::key;
 use crate::output::{self, Output};
 
@@ -21,15 +22,20 @@ pub fn keygen(context: &Context, args: Keygen) -> Result<(), Output> {
     output::line(&signer.principal().to_string())
 }
 
-/// Prints `{"account", "signer", "keyFile", "server"}`.
-pub fn whoami(context: &Context) -> Result<(), Output> {
+/// Prints `{"account", "signer", "keyFile", "server"}` (or what `--jq` makes of it).
+pub fn whoami(context: &Context, args: Whoami) -> Result<(), Output> {
+    let jq = args.jq.as_deref().map(Filter::new).transpose()?;
     let path = key::path(context.key_file.as_deref())?;
     let signer = key::load(&path)?.principal();
     let account = context.account()?.unwrap_or(signer);
-    output::json_pretty(&serde_json::json!({
+    let value = serde_json::json!({
         "account": account.to_string(),
         "signer": signer.to_string(),
         "keyFile": path.display().to_string(),
         "server": context.server,
-    }))
+    });
+    match jq {
+        Some(filter) => output::filtered(&value, &filter),
+        None => output::json_pretty(&value),
+    }
 }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use seed_agents_sdk::{Client, Principal};
 
 use crate::args::{Cli, Command};
-use crate::failure::Failure;
+use crate::failure::{Class, Failure};
 use crate::key;
 use crate::output::Output;
 
@@ -47,16 +47,34 @@ impl Context {
     }
 }
 
-/// Runs the command the line names.
+/// Runs the command the line names. A server that cannot be reached is named, with how to name
+/// another.
 pub async fn run(cli: Cli) -> Result<(), Output> {
     let context = Context { server: cli.server, key_file: cli.key_file, account: cli.account };
-    match cli.command {
-        Command::Keygen(args) => keys::keygen(&context, args),
-        Command::Whoami => keys::whoami(&context),
-        Command::Call(args) => call::call(&context, args).await,
-        Command::Subscribe(args) => subscribe::subscribe(&context, args).await,
-        Command::Upload(args) => upload::upload(&context, args).await,
-        Command::Health => server::health(&context).await,
+    match command(&context, cli.command).await {
+        Err(Output::Failed(mut failure)) if failure.class == Class::Unreachable => {
+            failure.message = unreachable(&context.server, &failure.message);
+            Err(Output::Failed(failure))
+        }
+        other => other,
+    }
+}
+
+/// The message for a server that did not answer at `server`, because of `reason`.
+pub fn unreachable(server: &str, reason: &str) -> String {
+    format!(
+        "cannot reach the server at {server}: {reason}\n  Is it running there? Name another with --server URL or SEED_AGENTS_SERVER=URL."
+    )
+}
+
+async fn command(context: &Context, command: Command) -> Result<(), Output> {
+    match command {
+        Command::Keygen(args) => keys::keygen(context, args),
+        Command::Whoami(args) => keys::whoami(context, args),
+        Command::Call(args) => call::call(context, args).await,
+        Command::Subscribe(args) => subscribe::subscribe(context, args).await,
+        Command::Upload(args) => upload::upload(context, args).await,
+        Command::Health => server::health(context).await,
         Command::Version => server::version(),
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use seed_agents_sdk::protocol::AGENTS_PROTOCOL_VERSION;
 
 use super::Context;
-use crate::failure::{Class, Failure, chain, class_of_status};
+use crate::failure::{Class, Failure, class_of_status, root_cause};
 use crate::output::{self, Output};
 
 /// How long `health` waits for an answer.
@@ -19,7 +19,7 @@ pub async fn health(context: &Context) -> Result<(), Output> {
     }
     let url = format!("{base}/api/health");
     let http = seed_agents_sdk::default_http_client()?;
-    let unreachable = |error: reqwest::Error| Failure::new(Class::Unreachable, format!("GET {url}: {}", chain(&error)));
+    let unreachable = |error: reqwest::Error| Failure::new(Class::Unreachable, root_cause(&error));
     let response = http.get(&url).timeout(HEALTH_TIMEOUT).send().await.map_err(unreachable)?;
     let status = response.status().as_u16();
     let body = response.bytes().await.map_err(unreachable)?;

@@ -1,9 +1,12 @@
 //! `subscribe <key> [--after-seq N]`: the SDK's subscription as JSON lines on stdout.
 //!
 //! One line per [`Event`], each an object with a `type`. The SDK reconnects by itself and
-//! delivers every durable session event once and in `seq` order; a refusal of the key ends the
-//! command with exit code 8 after its line is printed (no status comes with a WebSocket refusal,
-//! so it is one class).
+//! delivers every durable session event once and in `seq` order; each lost connection, each failed
+//! attempt to reconnect and each return is also said on stderr. A refusal of the key ends the command with exit code 8 after its
+//! line is printed (no status comes with a WebSocket refusal, so it is one class); a first
+//! connection that does not succeed within `--connect-timeout` ends it with 11.
+
+use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use ipld_core::ipld::Ipld;
@@ -18,7 +21,8 @@ use crate::jq::Filter;
 use crate::json;
 use crate::output::{self, Output};
 
-/// Runs `subscribe` until interrupted, a fatal error, or the key is refused.
+/// Runs `subscribe` until interrupted, a fatal error, the key is refused, or the first connection
+/// times out.
 pub async fn subscribe(context: &Context, args: Subscribe) -> Result<(), Output> {
     let jq = args.jq.as_deref().map(Filter::new).transpose()?;
     let client = context.client()?;
@@ -27,8 +31,47 @@ pub async fn subscribe(context: &Context, args: Subscribe) -> Result<(), Output>
         builder = builder.after_seq(after);
     }
     let mut events = builder.start();
-    while let Some(event) = events.next().await {
+    let deadline =
+        (args.connect_timeout > 0).then(|| tokio::time::Instant::now() + Duration::from_secs(args.connect_timeout));
+    let mut connected = false;
+    let mut lost = false;
+    let mut last_reason = String::from("no answer");
+    loop {
+        let next = match deadline.filter(|_| !connected) {
+            Some(deadline) => match tokio::time::timeout_at(deadline, events.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    let reason = format!("no connection within {} s (last: {last_reason})", args.connect_timeout);
+                    return Err(Failure::new(Class::Unreachable, reason).into());
+                }
+            },
+            None => events.next().await,
+        };
+        let Some(event) = next else { return Ok(()) };
         let event = event?;
+        match &event {
+            Event::Subscribed { .. } | Event::Error { .. } => connected = true,
+            Event::Disconnected { reason } if !connected => {
+                eprintln!("seed-agents: cannot connect yet ({reason}); retrying");
+                last_reason.clone_from(reason);
+            }
+            Event::Disconnected { reason } => {
+                eprintln!("seed-agents: connection lost ({reason}); reconnecting");
+                lost = true;
+            }
+            Event::Retrying { reason, retry_in } if !connected => {
+                eprintln!("seed-agents: still cannot connect ({reason}); next attempt in {}", seconds(*retry_in));
+                last_reason.clone_from(reason);
+            }
+            Event::Retrying { reason, retry_in } => {
+                eprintln!("seed-agents: reconnect attempt failed ({reason}); next in {}", seconds(*retry_in));
+            }
+            Event::Resumed { .. } if lost => {
+                eprintln!("seed-agents: reconnected");
+                lost = false;
+            }
+            _ => {}
+        }
         match &jq {
             Some(filter) => output::filtered(&frame(&event), filter)?,
             None => output::json_line(&frame(&event))?,
@@ -42,7 +85,6 @@ pub async fn subscribe(context: &Context, args: Subscribe) -> Result<(), Output>
             );
         }
     }
-    Ok(())
 }
 
 /// The JSON line for one event.
@@ -61,10 +103,20 @@ pub fn frame(event: &Event) -> Value {
         }
         Event::Error { key, message, code } => json!({"type": "error", "key": key, "message": message, "code": code}),
         Event::Disconnected { reason } => json!({"type": "disconnected", "reason": reason}),
+        Event::Retrying { reason, retry_in } => {
+            json!({"type": "retrying", "reason": reason, "retryInMs": retry_in.as_millis()})
+        }
         Event::Resumed { refetch, partials_lost } => {
             json!({"type": "resumed", "refetch": refetch, "partialsLost": partials_lost})
         }
+        // A kind of event this build does not know by name.
+        other => json!({"type": "other", "event": format!("{other:?}")}),
     }
+}
+
+/// A delay as seconds with one decimal (`0.3 s`).
+fn seconds(delay: Duration) -> String {
+    format!("{:.1} s", delay.as_secs_f64())
 }
 
 /// A generated value as JSON (through its IPLD form, so bytes and integers keep their kind).

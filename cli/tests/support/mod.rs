@@ -52,32 +52,24 @@ pub struct Server {
     child: Child,
     pub url: String,
     pub dir: tempfile::TempDir,
+    port: u16,
+    args: Vec<String>,
 }
 
 impl Server {
     /// Starts the binary on a free loopback port over a fresh data directory.
     pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// [`Server::start`] with more arguments for the server (`--provider-url openai=…`).
+    pub fn start_with(args: &[String]) -> Server {
         let mut dir = tempfile::tempdir().expect("temp dir");
         let mut failures = Vec::new();
         for _ in 0..3 {
             let port = free_port();
-            let log = std::fs::File::create(dir.path().join("server.log")).expect("log file");
-            let child = Command::new(server_binary())
-                .arg("--listen")
-                .arg(format!("127.0.0.1:{port}"))
-                .arg("--data-dir")
-                .arg(dir.path().join("data"))
-                .env_remove("SEED_AGENTS_SECRET_KEY")
-                .env_remove("SEED_AGENTS_LISTEN")
-                .env_remove("SEED_AGENTS_DATA_DIR")
-                .env("RUST_LOG", "warn")
-                .env("SEED_AGENTS_HM_SERVER_URL", "http://127.0.0.1:9")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::from(log))
-                .spawn()
-                .expect("the server binary starts");
-            let mut server = Server { child, url: format!("http://127.0.0.1:{port}"), dir };
+            let child = spawn_server(dir.path(), port, args);
+            let mut server = Server { child, url: format!("http://127.0.0.1:{port}"), dir, port, args: args.to_vec() };
             match server.wait_listening(port) {
                 Ok(()) => return server,
                 Err(failure) => {
@@ -87,6 +79,21 @@ impl Server {
             }
         }
         panic!("the server did not start: {failures:?}");
+    }
+
+    /// Kills the server (connections drop) and waits until it has exited.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again, on the same port over the same data directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = spawn_server(self.dir.path(), self.port, &self.args);
+        if let Err(failure) = self.wait_listening(self.port) {
+            panic!("the server did not restart: {failure}");
+        }
     }
 
     fn wait_listening(&mut self, port: u16) -> Result<(), String> {
@@ -130,6 +137,43 @@ impl Drop for Server {
     }
 }
 
+/// The lines of `path` once it has at least `count` (a file another process writes), or a panic
+/// after a generous while (the deadline only keeps a broken test from hanging).
+pub fn wait_for_lines(path: &Path, count: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        if lines.len() >= count {
+            return lines;
+        }
+        assert!(Instant::now() < deadline, "{} has {} lines, not {count}: {text}", path.display(), lines.len());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The server binary on `port` over `dir`'s data directory, logging to `dir/server.log`.
+fn spawn_server(dir: &Path, port: u16, args: &[String]) -> Child {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("server.log")).expect("log file");
+    Command::new(server_binary())
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(args)
+        .env_remove("SEED_AGENTS_SECRET_KEY")
+        .env_remove("SEED_AGENTS_LISTEN")
+        .env_remove("SEED_AGENTS_DATA_DIR")
+        .env_remove("SEED_AGENTS_PROVIDER_URLS")
+        .env("RUST_LOG", "warn")
+        .env("SEED_AGENTS_HM_SERVER_URL", "http://127.0.0.1:9")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("the server binary starts")
+}
+
 /// A port nothing listens on (bound, then released).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
@@ -145,7 +189,24 @@ impl Cli {
     /// The CLI with none of the caller's `SEED_AGENTS_*` settings and its config directory in
     /// `home`, so the developer's own key is never read.
     pub fn new(home: &Path) -> Cli {
-        let mut command = Command::new(CLI);
+        Cli::with(Command::new(CLI), home)
+    }
+
+    /// `sh -c script` with the CLI first on `PATH` (as `seed-agents`) and the environment of
+    /// [`Cli::new`], run in `home`: for examples written as shell lines.
+    pub fn shell(home: &Path, script: &str) -> Cli {
+        let bin = Path::new(CLI).parent().expect("the CLI binary has a directory");
+        let path = std::env::join_paths(
+            std::iter::once(bin.to_path_buf())
+                .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+        )
+        .expect("PATH");
+        let mut command = Command::new("sh");
+        command.arg("-c").arg(script).env("PATH", path).current_dir(home);
+        Cli::with(command, home)
+    }
+
+    fn with(mut command: Command, home: &Path) -> Cli {
         for var in ["SEED_AGENTS_SERVER", "SEED_AGENTS_KEY_FILE", "SEED_AGENTS_ACCOUNT"] {
             command.env_remove(var);
         }
@@ -155,6 +216,12 @@ impl Cli {
 
     pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Cli {
         self.command.env(key, value);
+        self
+    }
+
+    /// Runs in `dir`.
+    pub fn current_dir(mut self, dir: &Path) -> Cli {
+        self.command.current_dir(dir);
         self
     }
 

@@ -142,7 +142,7 @@ impl crate::Response for ListModelProvidersResponse {
         AgentResponse::ListModelProvidersResponse(self)
     }
 }
-/// Lists the models a provider offers by asking the vendor's model-list endpoint with the provider's API key (a subscription provider answers a fixed list). The provider is the signed account's, or with `agentId` the agent's owner's (reader access or more; 404 `Agent not found` without). Errors: 404 `Model provider not found`; 400 `<type> API key is not configured` or `Required secret is not configured` when the key is missing; 502 `<label> request failed: HTTP <n>` or `<label> response is invalid` when the vendor fails (the request times out after 30 seconds).
+/// Lists the models a provider offers by asking the vendor's model-list endpoint with the provider's API key (a subscription provider answers a fixed list). The provider is the signed account's, or with `agentId` the agent's owner's (reader access or more; 404 `Agent not found` without). Errors: 404 `Model provider not found`; 400 `<type> API key is not configured` or `Required secret is not configured` when the key is missing; 502 `<type> provider at <base URL>: models request failed: HTTP <n>` (or `: unreachable`, `: timed out`) or `… models response is invalid` when the vendor fails (the request times out after 30 seconds).
 ///
 /// - Response: [`ListProviderModelsResponse`]
 /// - Effect: read (changes no state; safe to repeat)

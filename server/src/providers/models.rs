@@ -67,7 +67,8 @@ pub(crate) const SUBSCRIPTION_MODELS: [(&str, &str); 5] = [
 /// access errors of [`access::require`] (404 `Agent not found` for a caller with no role); 404
 /// `Model provider not found`; 400 `<type> API key is not configured` when the type needs a key
 /// and the record names none; 400 `Required secret is not configured` when the named secret is
-/// missing; 502 `<label> request failed: HTTP n` / `<label> response is invalid` from the vendor.
+/// missing; 502 `<type> provider at <base URL>: models request failed: HTTP n` / `… response is
+/// invalid` from the vendor.
 pub(crate) async fn list_provider_models(
     app: &App,
     caller: &Caller,
@@ -86,7 +87,9 @@ pub(crate) async fn list_provider_models(
                 None => None,
             };
             let key = key.as_ref().map(|key| api_key_text(provider_type, key)).transpose()?;
-            fetch_models(&app.http, provider_type.model_list_style(), &base_url, key, MODEL_LIST_TIMEOUT).await?
+            let style = provider_type.model_list_style();
+            let named = Named { provider_type: provider_type.as_str(), base_url: &base_url };
+            fetch_models_of(&app.http, style, &base_url, key, MODEL_LIST_TIMEOUT, &named).await?
         }
     };
     Ok(ListProviderModelsResponse { extra: Default::default(), models })
@@ -299,26 +302,60 @@ pub async fn fetch_models(
     api_key: Option<&str>,
     timeout: Duration,
 ) -> ApiResult<Vec<ProviderModelInfo>> {
+    fetch_models_of(http, style, base_url, api_key, timeout, &style.label()).await
+}
+
+/// A provider as its failures name it: `custom provider at http://host/v1`, its type and base
+/// URL (without user info or query), so a failure never names a vendor the provider is not.
+struct Named<'a> {
+    provider_type: &'a str,
+    base_url: &'a str,
+}
+
+impl std::fmt::Display for Named<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = Url::parse(self.base_url).map(|mut url| {
+            // Setting these fails only for URLs that cannot have them; then there is nothing to hide.
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.set_query(None);
+            url.to_string()
+        });
+        write!(f, "{} provider at {}: models", self.provider_type, shown.as_deref().unwrap_or("an invalid URL"))
+    }
+}
+
+/// [`fetch_models`], its failures prefixed with `label` (`<label> request failed: HTTP 500`).
+async fn fetch_models_of(
+    http: &reqwest::Client,
+    style: ModelListStyle,
+    base_url: &str,
+    api_key: Option<&str>,
+    timeout: Duration,
+    label: &(dyn std::fmt::Display + Sync),
+) -> ApiResult<Vec<ProviderModelInfo>> {
     let ModelListRequest { url, headers } = build_request(style, base_url, api_key)?;
     let unreachable = |error: reqwest::Error| {
         let reason = if error.is_timeout() { "timed out" } else { "unreachable" };
         // The URL may hold the key (Google): log the error without it.
-        tracing::warn!(label = style.label(), error = %error.without_url(), "model list request failed");
-        ApiError::upstream(format!("{} request failed: {reason}", style.label()))
+        tracing::warn!(label = %label, error = %error.without_url(), "model list request failed");
+        ApiError::upstream(format!("{label} request failed: {reason}"))
     };
+    let invalid = || ApiError::upstream(format!("{label} response is invalid"));
     let mut response = http.get(url).headers(headers).timeout(timeout).send().await.map_err(unreachable)?;
     let status = response.status();
     if !status.is_success() {
-        return Err(style.request_failed(status.as_u16()));
+        return Err(ApiError::upstream(format!("{label} request failed: HTTP {}", status.as_u16())));
     }
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
         if body.len() + chunk.len() > MAX_MODEL_LIST_BYTES {
-            return Err(style.invalid_response());
+            return Err(invalid());
         }
         body.extend_from_slice(&chunk);
     }
-    parse_models(style, &body)
+    // Every failure of `parse_models` is an answer not in the style's shape.
+    parse_models(style, &body).map_err(|_| invalid())
 }
 
 #[cfg(test)]
@@ -443,6 +480,14 @@ mod tests {
             let error = parse_models(style, body).unwrap_err();
             assert_eq!((error.kind(), error.message()), (ErrorKind::Upstream, message));
         }
+    }
+
+    #[test]
+    fn failures_name_the_provider_type_and_url_without_credentials() {
+        let named = Named { provider_type: "custom", base_url: "http://user:pw@127.0.0.1:9/v1?token=t" };
+        assert_eq!(named.to_string(), "custom provider at http://127.0.0.1:9/v1: models");
+        let bad = Named { provider_type: "ollama", base_url: "not a url" };
+        assert_eq!(bad.to_string(), "ollama provider at an invalid URL: models");
     }
 
     #[test]
