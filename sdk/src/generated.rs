@@ -166,7 +166,7 @@ impl Client {
     }
     /// Sends `DeleteMcpServer` and returns its `DeleteMcpServerResponse`.
     ///
-    /// Deletes one of the signed account's MCP servers, the secrets it owns, and its name from every agent's `mcpServers`. Account-scoped; 404 when the account has no server of that name. This server does not implement it yet and answers 501.
+    /// Deletes one of the signed account's MCP servers, the secrets it owns, and its name from every agent's `mcpServers`. Account-scoped; 404 when the account has no server of that name.
     pub async fn delete_mcp_server(
         &self,
         action: proto::DeleteMcpServer,
@@ -367,7 +367,7 @@ impl Client {
     }
     /// Sends `ListMcpServers` and returns its `ListMcpServersResponse`.
     ///
-    /// Lists the signed account's MCP servers, without header values or secrets. Account-scoped. This server does not implement it yet and answers 501.
+    /// Lists the signed account's MCP servers, without header values or secrets. Account-scoped.
     pub async fn list_mcp_servers(
         &self,
         action: proto::ListMcpServers,
@@ -454,7 +454,7 @@ impl Client {
     }
     /// Sends `RefreshMcpServer` and returns its `SetMcpServerResponse`.
     ///
-    /// Checks an MCP server again and refreshes its tool list. Account-scoped; 404 when the account has no server of that name. This server does not implement it yet and answers 501.
+    /// Checks an MCP server again and refreshes its tool list. Account-scoped; 404 when the account has no server of that name.
     pub async fn refresh_mcp_server(
         &self,
         action: proto::RefreshMcpServer,
@@ -526,7 +526,7 @@ impl Client {
     }
     /// Sends `SetMcpServer` and returns its `SetMcpServerResponse`.
     ///
-    /// Creates or replaces one of the signed account's MCP servers, then tries to reach it and list its tools; it is saved even when that fails (see `status`). Account-scoped; 400 for an invalid name, URL or headers. This server does not implement it yet and answers 501.
+    /// Creates or replaces one of the signed account's MCP servers, then tries to reach it and list its tools; it is saved even when that fails (see `status`). Account-scoped; 400 for an invalid name, URL or headers.
     pub async fn set_mcp_server(
         &self,
         action: proto::SetMcpServer,
