@@ -17,7 +17,7 @@ mod table;
 use std::fmt;
 use std::sync::Arc;
 
-use seed_agents_protocol::generated::{AgentAccessRole, ListModelProviders, ListSigningIdentities};
+use seed_agents_protocol::generated::{AgentAccessRole, ListMcpServers, ListModelProviders, ListSigningIdentities};
 use seed_agents_protocol::{ActionInfo, AgentResponse};
 use seed_agents_sdk::Error;
 
@@ -147,6 +147,11 @@ async fn owner_keeps(cell: &Cell, kept: OwnerKeeps) -> Result<(), String> {
                 ),
             }
         }
+        OwnerKeeps::McpServer => {
+            let servers = owner.call(ListMcpServers {}).await.map_err(failed)?.servers;
+            let url = servers.iter().find(|server| server.name == fixture::MCP_SERVER).map(|server| server.url.clone());
+            same("the owner's MCP server, at", url, Some(cell.download_url.clone()))
+        }
         OwnerKeeps::GrantedIdentity => {
             let identities = owner.call(ListSigningIdentities { agent_id: None }).await.map_err(failed)?.identities;
             let label = identities.iter().find(|identity| identity.name == cell.granted).map(|i| i.label.clone());
@@ -181,7 +186,7 @@ fn cell_code(expect: Expect) -> String {
     }
 }
 
-/// The whole matrix: 66 rows over 61 routed actions (57 in the table, 4 [`UNRELATED`]) × 7
+/// The whole matrix: 70 rows over 65 routed actions (61 in the table, 4 [`UNRELATED`]) × 7
 /// callers = 462 cells, each against fresh state. Every mismatching cell is reported, with the
 /// action, the caller, what was expected and what came back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,7 +212,7 @@ async fn authorization_matrix() {
         let codes: Vec<String> = row.expect.iter().map(|expect| format!("{:>5}", cell_code(*expect))).collect();
         println!("{:<62} {}", row.label, codes.join(" "));
     }
-    assert_eq!((rows.len(), actions, cells), (66, 57, 462), "the doc comment states the matrix size; update it");
+    assert_eq!((rows.len(), actions, cells), (70, 61, 490), "the doc comment states the matrix size; update it");
 
     let env = Arc::new(Env::start().await);
     let rows = Arc::new(rows);
