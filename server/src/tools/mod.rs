@@ -8,7 +8,8 @@
 //! Builtin documents are written for an agent before anything lists or reads its tools, and
 //! rewritten only when this build's CID differs from the stored one. Lambdas (authored tools) can
 //! be saved, listed, read and deleted, but this server has no code sandbox, so calling one
-//! answers an error saying so; their `granted` is false. MCP documents are projected from the
+//! answers an error saying so; their `granted` is true in listings, as upstream reports it
+//! (grants do not cover lambdas). MCP documents are projected from the
 //! owner's MCP servers for the agents granted them (`mcp::project`) and run through `mcp`.
 
 pub(crate) mod document;
@@ -81,6 +82,12 @@ pub(crate) fn is_granted(stored: &Stored, granted: &[Callable], definition: &Age
     }
 }
 
+/// `granted` as `ListAgentTools` shows it: [`is_granted`], and always for a lambda (the seed's
+/// "Lambdas: always true"; running one is refused for want of a sandbox, not by grants).
+pub(crate) fn listed_as_granted(stored: &Stored, granted: &[Callable], definition: &AgentDefinition) -> bool {
+    stored.document.kind == Kind::Lambda || is_granted(stored, granted, definition)
+}
+
 /// Whether an MCP tool's server is among the definition's `mcpServers`.
 pub(crate) fn mcp_granted(document: &ToolDocument, definition: &AgentDefinition) -> bool {
     let Some(server) = &document.server else { return false };
@@ -103,7 +110,7 @@ pub(crate) async fn list_agent_tools(
     let tools = documents(app, &access.owner_id, &access.agent_id)
         .await?
         .iter()
-        .map(|stored| info(stored, is_granted(stored, &granted, &definition)))
+        .map(|stored| info(stored, listed_as_granted(stored, &granted, &definition)))
         .collect::<ApiResult<Vec<_>>>()?;
     Ok(ListAgentToolsResponse { extra: Default::default(), agent_id: access.agent_id.into(), tools })
 }
@@ -167,11 +174,7 @@ pub(crate) async fn save_agent_tool(
     })
     .await?;
     changed(app, &access.owner_id, &access.agent_id);
-    Ok(SaveAgentToolResponse {
-        extra: Default::default(),
-        agent_id: access.agent_id.into(),
-        tool: info(&saved, false)?,
-    })
+    Ok(SaveAgentToolResponse { extra: Default::default(), agent_id: access.agent_id.into(), tool: info(&saved, true)? })
 }
 
 /// `DeleteAgentTool {agentId, name}` (writer): deletes a lambda; `deleted: false` when there is
