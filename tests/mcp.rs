@@ -109,18 +109,23 @@ async fn servers_are_discovered_over_both_transports_and_their_tools_run_in_mode
     let saved = user.call(set("tools", tools_config)).await.unwrap().server;
     assert_eq!(saved.status.state, McpServerStatusState::Ok, "{:?}", saved.status);
     assert_eq!(saved.transport, McpServerTransport::Http);
-    assert_eq!((saved.header_names.clone(), saved.secret_header_names.clone()), (vec!["x-plain".to_owned()], vec![
-        "authorization".to_owned()
-    ]));
+    assert_eq!(
+        (saved.header_names.clone(), saved.secret_header_names.clone()),
+        (vec!["x-plain".to_owned()], vec!["authorization".to_owned()])
+    );
     assert!(saved.has_secrets);
-    let names: Vec<(&str, &str)> = saved.tools.iter().map(|tool| (tool.name.as_str(), tool.tool_name.as_str())).collect();
-    assert_eq!(names, [
-        ("echo", "tools__echo"),
-        ("add", "tools__add"),
-        ("fail", "tools__fail"),
-        ("hang", "tools__hang"),
-        ("pixel", "tools__pixel")
-    ]);
+    let names: Vec<(&str, &str)> =
+        saved.tools.iter().map(|tool| (tool.name.as_str(), tool.tool_name.as_str())).collect();
+    assert_eq!(
+        names,
+        [
+            ("echo", "tools__echo"),
+            ("add", "tools__add"),
+            ("fail", "tools__fail"),
+            ("hang", "tools__hang"),
+            ("pixel", "tools__pixel")
+        ]
+    );
     let secret_seen = mcp.headers().iter().any(|headers| {
         headers.get("authorization").is_some_and(|value| value == "Bearer sekret-mcp-token")
             && headers.get("x-plain").is_some_and(|value| value == "visible")
@@ -176,7 +181,10 @@ async fn servers_are_discovered_over_both_transports_and_their_tools_run_in_mode
     provider.push(Script::text("Done."));
     user.call(say(&session_id, "use your tools")).await.unwrap();
     let offered = tool_names(&provider.requests()[0]);
-    assert!(offered.contains(&"tools__echo".to_owned()) && offered.contains(&"legacy__pixel".to_owned()), "{offered:?}");
+    assert!(
+        offered.contains(&"tools__echo".to_owned()) && offered.contains(&"legacy__pixel".to_owned()),
+        "{offered:?}"
+    );
     let done = results(&user, &session_id).await;
     assert_eq!(done.len(), 5, "{done:?}");
     let by_name = |name: &str| done.iter().find(|(tool, ..)| tool == name).unwrap().clone();
@@ -193,7 +201,13 @@ async fn servers_are_discovered_over_both_transports_and_their_tools_run_in_mode
     assert!(misfit.unwrap().starts_with("Validation failed for tool \"tools__add\":"));
     // The model read every result, errors included, and the turn ended normally.
     let second = &provider.requests()[1].body["messages"];
-    let contents: Vec<String> = second.as_array().unwrap().iter().filter(|message| message["role"] == "tool").map(|message| message["content"].as_str().unwrap_or_default().to_owned()).collect();
+    let contents: Vec<String> = second
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "tool")
+        .map(|message| message["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
     assert_eq!(contents.len(), 5);
     assert!(contents.iter().any(|content| content.contains("echo: hi")));
     assert!(contents.iter().any(|content| content.contains("it broke")));
@@ -229,8 +243,9 @@ async fn a_server_down_at_save_is_kept_and_refreshed_and_delete_cascades() {
         .await
         .unwrap();
     let mut later = config(&url);
-    later.secret_refs =
-        Some([("x-key".to_owned(), "mcp-later-key".to_owned()), ("x-other".to_owned(), "shared-key".to_owned())].into());
+    later.secret_refs = Some(
+        [("x-key".to_owned(), "mcp-later-key".to_owned()), ("x-other".to_owned(), "shared-key".to_owned())].into(),
+    );
     let agent = create_agent(&user, "Waiting", &["later"]).await;
     let other = create_agent(&user, "Other", &["later", "elsewhere"]).await;
     let saved = user.call(set("later", later)).await.unwrap().server;
@@ -246,7 +261,10 @@ async fn a_server_down_at_save_is_kept_and_refreshed_and_delete_cascades() {
     assert_eq!(mcp_tools(&user, &agent).await.len(), 5);
     assert_eq!(mcp_tools(&user, &other).await.len(), 5);
     assert!(mcp.headers().iter().any(|headers| headers.get("x-key").is_some_and(|value| value == "k1")));
-    assert_eq!(api_error(user.call(RefreshMcpServer { name: "nope".into() }).await), (404, "MCP server not found".into()));
+    assert_eq!(
+        api_error(user.call(RefreshMcpServer { name: "nope".into() }).await),
+        (404, "MCP server not found".into())
+    );
 
     user.call(DeleteMcpServer { name: "later".into() }).await.unwrap();
     assert!(user.call(ListMcpServers {}).await.unwrap().servers.is_empty());
@@ -259,7 +277,10 @@ async fn a_server_down_at_save_is_kept_and_refreshed_and_delete_cascades() {
     assert_eq!(granted(agent.clone()).await, Some(vec![]));
     assert_eq!(granted(other.clone()).await, Some(vec!["elsewhere".to_owned()]));
     // The secret named for the server went with it; the shared one stays.
-    assert_eq!(api_error(user.call(DeleteMcpServer { name: "later".into() }).await), (404, "MCP server not found".into()));
+    assert_eq!(
+        api_error(user.call(DeleteMcpServer { name: "later".into() }).await),
+        (404, "MCP server not found".into())
+    );
     let dir = server.stop().await;
     let conn = rusqlite::Connection::open(dir.path().join("seed-agents.sqlite")).unwrap();
     let mut names: Vec<String> = conn
@@ -280,8 +301,14 @@ async fn configs_are_validated_and_private_addresses_refused_without_the_flag() 
     fn refused<T: std::fmt::Debug>(result: Result<T, seed_agents_sdk::Error>) -> String {
         api_error(result).1
     }
-    assert!(refused(user.call(set("Bad Name", config("https://example.com/mcp"))).await).starts_with("Invalid MCP server name"));
-    assert_eq!(refused(user.call(set("x", config("ftp://example.com"))).await), "MCP server URL must be an http(s) URL");
+    assert!(
+        refused(user.call(set("Bad Name", config("https://example.com/mcp"))).await)
+            .starts_with("Invalid MCP server name")
+    );
+    assert_eq!(
+        refused(user.call(set("x", config("ftp://example.com"))).await),
+        "MCP server URL must be an http(s) URL"
+    );
     assert_eq!(
         refused(user.call(set("x", config("http://127.0.0.1:1/mcp"))).await),
         "MCP server URL is not allowed: 127.0.0.1 is a private or local network address"

@@ -33,11 +33,11 @@ use seed_agents_protocol::generated::{
     AgentDefinition, AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerPatch, AgentTriggerSource,
     AppendFileUploadChunk, BeginFileUpload, CommitFileUpload, CreateAgent, CreateAgentTrigger, CreateSession,
     CreateSigningIdentity, FileUploadTarget, GetAgent, GetAgentTrigger, GetSession, ImportSigningIdentity,
-    InvokeSessionTool, InvokeSessionToolVerb, ListAgentMemory, ListAgentTriggers, ListAgents, ListModelProviders,
-    ListMcpServers, ListProviderModels, ListSessions, ListSigningIdentities, McpServerConfig, McpServerStatusState,
-    MemoryUploadTarget, ModelProviderConfig, RefreshMcpServer, SetMcpServer,
-    ReadAgentMemoryFile, ReadSessionAttachment, SessionAttachmentUploadTarget, SetModelProvider, SetSecret,
-    UpdateAgentTrigger, UpdateSigningIdentity, UploadAgentMemoryFileToIpfs, WebhookSource, WriteAgentMemoryFile,
+    InvokeSessionTool, InvokeSessionToolVerb, ListAgentMemory, ListAgentTriggers, ListAgents, ListMcpServers,
+    ListModelProviders, ListProviderModels, ListSessions, ListSigningIdentities, McpServerConfig, McpServerStatusState,
+    MemoryUploadTarget, ModelProviderConfig, ReadAgentMemoryFile, ReadSessionAttachment, RefreshMcpServer,
+    SessionAttachmentUploadTarget, SetMcpServer, SetModelProvider, SetSecret, UpdateAgentTrigger,
+    UpdateSigningIdentity, UploadAgentMemoryFileToIpfs, WebhookSource, WriteAgentMemoryFile,
     WriteAgentMemoryFileContent,
 };
 use seed_agents_protocol::{

@@ -9,9 +9,10 @@ use seed_agents_protocol::generated::{
     AcceptAgentInvite, ActivitySource, AgentActivityCondition, AgentActivitySource, AgentCollaboratorRole,
     AgentDefinition, AgentTriggerInfo, AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerSource,
     AppendFileUploadChunk, BeginFileUpload, CreateAgent, CreateAgentTrigger, FileUploadTarget, ImportSigningIdentity,
-    InviteAgentCollaborator, ListAgentTriggers, MemoryUploadTarget, ModelProviderConfig, ModelProviderConfigAuthMode,
-    McpServerConfig, RemoveAgentCollaborator, SaveAgentTool, SetMcpServer, SessionAttachmentUploadTarget, SetAgentPublicChat, SetAgentPublicRead,
-    SetModelProvider, UploadSessionAttachment, UserMentionSource, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
+    InviteAgentCollaborator, ListAgentTriggers, McpServerConfig, MemoryUploadTarget, ModelProviderConfig,
+    ModelProviderConfigAuthMode, RemoveAgentCollaborator, SaveAgentTool, SessionAttachmentUploadTarget,
+    SetAgentPublicChat, SetAgentPublicRead, SetMcpServer, SetModelProvider, UploadSessionAttachment, UserMentionSource,
+    WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
 use seed_agents_protocol::{AccountId, AgentId, AttachmentId, Bytes, Ed25519Signer, RunId, SessionId, UploadId};
 use seed_agents_server::testing::runs::engine::Outcome;

@@ -23,9 +23,6 @@ use seed_agents_protocol::generated::{
     UploadSessionAttachment, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
 use seed_agents_protocol::generated::{
-    DeleteMcpServer, ListMcpServers, ListMcpServersResponse, McpServerConfig, RefreshMcpServer, SetMcpServer,
-};
-use seed_agents_protocol::generated::{
     AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerPatch, AgentTriggerSource, CombineAgentTriggers,
     CreateAgentTrigger, CreateAgentTriggerResponse, DeleteAgentTrigger, DeleteAgentTriggerResponse, GetAgentTrigger,
     GetAgentTriggerResponse, ListAgentTriggers, ListAgentTriggersResponse, UpdateAgentTrigger,
@@ -40,6 +37,9 @@ use seed_agents_protocol::generated::{
 use seed_agents_protocol::generated::{
     DeleteAgentTool, DeleteAgentToolResponse, ListAgentTools, ListAgentToolsResponse, SaveAgentTool,
     SaveAgentToolResponse,
+};
+use seed_agents_protocol::generated::{
+    DeleteMcpServer, ListMcpServers, ListMcpServersResponse, McpServerConfig, RefreshMcpServer, SetMcpServer,
 };
 use seed_agents_protocol::{
     Action, AgentAction, AgentResponse, Bytes, Ed25519Signer, Nullable, Response, Signer as _, Value,

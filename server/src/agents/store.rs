@@ -70,8 +70,8 @@ pub(crate) fn visible_agents(conn: &Connection, account_id: &str) -> ApiResult<V
 pub(crate) fn owned_definitions(conn: &Connection, account_id: &str) -> ApiResult<Vec<(String, AgentDefinition)>> {
     let mut statement =
         conn.prepare_cached("SELECT id, definition_cbor FROM agents WHERE account_id = ?1 ORDER BY id")?;
-    let rows = statement
-        .query_map(params![account_id], |row| Ok((row.get(0)?, row.get::<_, Cbor<AgentDefinition>>(1)?.0)))?;
+    let rows =
+        statement.query_map(params![account_id], |row| Ok((row.get(0)?, row.get::<_, Cbor<AgentDefinition>>(1)?.0)))?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 

@@ -200,6 +200,31 @@ mod tests {
     }
 
     #[test]
+    fn a_legacy_singular_mentioned_account_is_normalised() {
+        use protocol::generated::{AgentTriggerSource, CreateAgentTrigger};
+        let text = |value: &str| Ipld::String(value.into());
+        let map = |pairs: &[(&str, Ipld)]| Ipld::Map(pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect());
+        let source = map(&[("type", text("user-mention")), ("mentionedAccount", text("z6MkAlice"))]);
+        let trigger = map(&[("name", text("m")), ("prompt", text("p")), ("source", source)]);
+        let create = action("CreateAgentTrigger", &[("agentId", text("a")), ("trigger", trigger)]);
+        let decoded: CreateAgentTrigger = decode("CreateAgentTrigger", create).unwrap();
+        let AgentTriggerSource::UserMentionSource(source) = decoded.trigger.source else { panic!("not a mention") };
+        assert_eq!(source.mentioned_accounts, ["z6MkAlice"]);
+        assert!(source.extra.is_empty(), "the singular key is gone: {:?}", source.extra);
+        // A source with both keeps its list.
+        let both = map(&[
+            ("type", text("user-mention")),
+            ("mentionedAccount", text("z6MkAlice")),
+            ("mentionedAccounts", Ipld::List(vec![text("z6MkBob")])),
+        ]);
+        let trigger = map(&[("name", text("m")), ("source", both)]);
+        let create = action("CreateAgentTrigger", &[("agentId", text("a")), ("trigger", trigger)]);
+        let decoded: CreateAgentTrigger = decode("CreateAgentTrigger", create).unwrap();
+        let AgentTriggerSource::UserMentionSource(source) = decoded.trigger.source else { panic!("not a mention") };
+        assert_eq!(source.mentioned_accounts, ["z6MkBob"]);
+    }
+
+    #[test]
     fn decoding_without_a_handler_answers_as_dispatch_would() {
         let kind = |protocol, name, value| decode_for_fuzzing(protocol, name, value).unwrap_err().kind();
         assert!(decode_for_fuzzing(3, "ListAgents", action("ListAgents", &[])).is_ok());

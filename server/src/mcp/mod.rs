@@ -24,9 +24,9 @@ use reqwest::Url;
 use reqwest::header::{HeaderName, HeaderValue};
 use rusqlite::Connection;
 use seed_agents_protocol::generated::{
-    DeleteMcpServer, DeleteMcpServerResponse, ListMcpServers, ListMcpServersResponse, McpServerConfig,
-    McpServerStatus, McpServerStatusState, McpServerTransport, McpToolInfo, RedactedMcpServer, RefreshMcpServer,
-    SetMcpServer, SetMcpServerResponse,
+    DeleteMcpServer, DeleteMcpServerResponse, ListMcpServers, ListMcpServersResponse, McpServerConfig, McpServerStatus,
+    McpServerStatusState, McpServerTransport, McpToolInfo, RedactedMcpServer, RefreshMcpServer, SetMcpServer,
+    SetMcpServerResponse,
 };
 use seed_agents_protocol::{Value, wire};
 use serde::Serialize;
@@ -69,7 +69,11 @@ pub(crate) async fn list_mcp_servers(
 
 /// `SetMcpServer {name, config}`: validates, saves (keeping an existing record's id, creation
 /// time, tools and status), then discovers and answers what it found.
-pub(crate) async fn set_mcp_server(app: &App, caller: &Caller, action: SetMcpServer) -> ApiResult<SetMcpServerResponse> {
+pub(crate) async fn set_mcp_server(
+    app: &App,
+    caller: &Caller,
+    action: SetMcpServer,
+) -> ApiResult<SetMcpServerResponse> {
     let name = server_name(&action.name)?;
     let config = check_config(action.config, app.config.allow_private_network)?;
     let (account, now) = (caller.account_id.clone(), app.clock.now_ms());
@@ -109,7 +113,7 @@ pub(crate) async fn delete_mcp_server(
             let mut regranted = Vec::new();
             for (agent_id, mut definition) in agents::store::owned_definitions(conn, &account)? {
                 let Some(names) = definition.mcp_servers.as_mut() else { continue };
-                if !names.iter().any(|granted| *granted == deleting) {
+                if !names.contains(&deleting) {
                     continue;
                 }
                 names.retain(|granted| *granted != deleting);
@@ -163,7 +167,13 @@ async fn discover(app: &App, account: &str, name: &str) -> ApiResult<RedactedMcp
         }
         Err(reason) => {
             tracing::info!(server = %name, %reason, "MCP server discovery failed");
-            Discovery { state: McpServerStatusState::Error, error: Some(reason), transport: None, tools: None, checked_at }
+            Discovery {
+                state: McpServerStatusState::Error,
+                error: Some(reason),
+                transport: None,
+                tools: None,
+                checked_at,
+            }
         }
     };
     let (owner, recording) = (account.to_owned(), name.to_owned());
@@ -249,18 +259,21 @@ pub(crate) async fn run_tool(app: &App, owner: &str, document: &ToolDocument, ar
         Json::Object(fields) => fields,
         _ => Map::new(),
     };
-    let result = client::call(&endpoint, &remote, arguments, app.config.mcp_call_timeout).await.map_err(|failure| {
-        match failure {
-            CallFailure::Unreachable(reason) => {
-                ApiError::upstream(format!("MCP server {server} could not be reached: {reason}"))
-            }
-            CallFailure::TimedOut(after) => ApiError::new(
-                ErrorKind::TimedOut,
-                format!("MCP tool {remote} of server {server} did not answer within {}s", after.as_secs_f64()),
-            ),
-            CallFailure::Failed(reason) => ApiError::upstream(format!("MCP tool {remote} of server {server} failed: {reason}")),
-        }
-    })?;
+    let result =
+        client::call(&endpoint, &remote, arguments, app.config.mcp_call_timeout).await.map_err(
+            |failure| match failure {
+                CallFailure::Unreachable(reason) => {
+                    ApiError::upstream(format!("MCP server {server} could not be reached: {reason}"))
+                }
+                CallFailure::TimedOut(after) => ApiError::new(
+                    ErrorKind::TimedOut,
+                    format!("MCP tool {remote} of server {server} did not answer within {}s", after.as_secs_f64()),
+                ),
+                CallFailure::Failed(reason) => {
+                    ApiError::upstream(format!("MCP tool {remote} of server {server} failed: {reason}"))
+                }
+            },
+        )?;
     result_of(&server, &remote, &result)
 }
 
@@ -344,11 +357,7 @@ fn result_of(server: &str, remote: &str, result: &Json) -> ApiResult<Called> {
         }
     }
     let shown = if images.is_empty() { String::new() } else { format!(", {} image(s)", images.len()) };
-    Ok(Called {
-        summary: format!("Ran {remote} on MCP server {server}{shown}."),
-        output: Json::Object(output),
-        images,
-    })
+    Ok(Called { summary: format!("Ran {remote} on MCP server {server}{shown}."), output: Json::Object(output), images })
 }
 
 /// The connection settings of `row`: its URL, configured transport, and headers (secret ones
@@ -374,9 +383,13 @@ async fn endpoint(app: &App, account: &str, row: &ServerRow) -> Result<Endpoint,
             .await
             .map_err(|_| "the secrets could not be read".to_owned())?;
         for ((header, secret), sealed) in refs.iter().zip(sealed) {
-            let Some(sealed) = sealed else { return Err(format!("the secret {secret} for header {header} is not set")) };
+            let Some(sealed) = sealed else {
+                return Err(format!("the secret {secret} for header {header} is not set"));
+            };
             let opened = Zeroizing::new(
-                app.secrets.open(account, secret, &sealed).map_err(|_| format!("the secret {secret} could not be opened"))?,
+                app.secrets
+                    .open(account, secret, &sealed)
+                    .map_err(|_| format!("the secret {secret} could not be opened"))?,
             );
             let name =
                 HeaderName::from_bytes(header.as_bytes()).map_err(|_| format!("{header} is not a header name"))?;
@@ -438,7 +451,8 @@ fn check_config(config: McpServerConfig, allow_private_network: bool) -> ApiResu
         return Err(ApiError::invalid("MCP server URL must be an http(s) URL"));
     }
     if !allow_private_network {
-        guard::check_url(&url).map_err(|blocked| ApiError::invalid(format!("MCP server URL is not allowed: {blocked}")))?;
+        guard::check_url(&url)
+            .map_err(|blocked| ApiError::invalid(format!("MCP server URL is not allowed: {blocked}")))?;
     }
     let headers = config.headers.clone().unwrap_or_default();
     let secret_refs = config.secret_refs.clone().unwrap_or_default();
@@ -465,11 +479,7 @@ fn check_config(config: McpServerConfig, allow_private_network: bool) -> ApiResu
         }
         checked_refs.insert(name, bounded_string(&secret, "Secret name", MAX_NAME_BYTES)?);
     }
-    Ok(McpServerConfig {
-        url: url_text,
-        secret_refs: config.secret_refs.map(|_| checked_refs),
-        ..config
-    })
+    Ok(McpServerConfig { url: url_text, secret_refs: config.secret_refs.map(|_| checked_refs), ..config })
 }
 
 /// 400 unless `name` is a valid HTTP header name.
@@ -497,7 +507,8 @@ fn redact(row: ServerRow) -> RedactedMcpServer {
         })
         .collect();
     let header_names = row.config.headers.iter().flatten().map(|(name, _)| name.clone()).collect();
-    let secret_header_names: Vec<String> = row.config.secret_refs.iter().flatten().map(|(name, _)| name.clone()).collect();
+    let secret_header_names: Vec<String> =
+        row.config.secret_refs.iter().flatten().map(|(name, _)| name.clone()).collect();
     RedactedMcpServer {
         extra: Default::default(),
         created_at: row.created_at,

@@ -110,10 +110,7 @@ impl SseTransport {
 impl Transport<RoleClient> for SseTransport {
     type Error = SseError;
 
-    fn send(
-        &mut self,
-        item: ClientJsonRpcMessage,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+    fn send(&mut self, item: ClientJsonRpcMessage) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let mut request = self.client.post(self.endpoint.clone()).header(CONTENT_TYPE, "application/json");
         for (name, value) in &self.headers {
             request = request.header(name, value.clone());
@@ -128,27 +125,25 @@ impl Transport<RoleClient> for SseTransport {
         }
     }
 
-    fn receive(&mut self) -> impl Future<Output = Option<ServerJsonRpcMessage>> + Send {
-        async move {
-            loop {
-                let event = match self.events.next().await? {
-                    Ok(event) => event,
-                    Err(error) => {
-                        tracing::debug!(%error, "MCP event stream failed");
-                        return None;
-                    }
-                };
-                if event.data.len() > self.max_event_bytes {
-                    tracing::warn!(bytes = event.data.len(), "MCP server sent an event over the size limit");
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        loop {
+            let event = match self.events.next().await? {
+                Ok(event) => event,
+                Err(error) => {
+                    tracing::debug!(%error, "MCP event stream failed");
                     return None;
                 }
-                if !(event.event.is_empty() || event.event == "message") {
-                    continue;
-                }
-                match serde_json::from_str(&event.data) {
-                    Ok(message) => return Some(message),
-                    Err(error) => tracing::debug!(%error, "MCP server sent a message that is not JSON-RPC"),
-                }
+            };
+            if event.data.len() > self.max_event_bytes {
+                tracing::warn!(bytes = event.data.len(), "MCP server sent an event over the size limit");
+                return None;
+            }
+            if !(event.event.is_empty() || event.event == "message") {
+                continue;
+            }
+            match serde_json::from_str(&event.data) {
+                Ok(message) => return Some(message),
+                Err(error) => tracing::debug!(%error, "MCP server sent a message that is not JSON-RPC"),
             }
         }
     }

@@ -39,11 +39,9 @@ pub(super) async fn read(context: &Context<'_>, name: Option<&str>) -> ApiResult
     }
     let granted = agent_tools::granted(context.app, &context.definition);
     let stored = agent_tools::document(context.app, &context.owner_id, &context.agent_id, name).await?;
-    let Some(stored) =
-        stored.filter(|stored| {
-            stored.document.kind == Kind::Lambda || agent_tools::is_granted(stored, &granted, &context.definition)
-        })
-    else {
+    let Some(stored) = stored.filter(|stored| {
+        stored.document.kind == Kind::Lambda || agent_tools::is_granted(stored, &granted, &context.definition)
+    }) else {
         return listing(context, Some(format!("No tool named {name}."))).await;
     };
     #[derive(Serialize)]
