@@ -168,14 +168,19 @@ async fn run_actions_answer_and_refuse_as_upstream() {
         |runs: Vec<seed_agents_protocol::generated::RunInfo>| runs.into_iter().map(|run| run.id).collect::<Vec<_>>();
     assert_eq!(ids(owner.call(list(None, None, Some(&agent))).await.unwrap().runs), [failed.clone(), paused.clone()]);
     assert_eq!(
-        ids(owner.call(list(Some(&paused), Some(&session), None)).await.unwrap().runs),
-        vec![paused.clone()],
-        "root first"
+        api_error(owner.call(list(Some(&paused), Some(&session), None)).await),
+        (400, "ListRuns takes exactly one of rootRunId, sessionId, or agentId".into()),
+        "exactly one selector"
     );
+    assert_eq!(ids(owner.call(list(Some(&paused), None, None)).await.unwrap().runs), vec![paused.clone()]);
     let failed_only = ListRuns { status: Some(RunStatus::Failed), ..list(None, Some(&session), None) };
     assert_eq!(ids(owner.call(failed_only).await.unwrap().runs), vec![failed.clone()]);
     let one = ListRuns { limit: Some(1), ..list(None, None, Some(&agent)) };
     assert_eq!(ids(owner.call(one).await.unwrap().runs), vec![failed.clone()]);
+    // The filter is in the query: one waiting run fills a page of one, though a newer run is not
+    // waiting.
+    let waiting = ListRuns { status: Some(RunStatus::Waiting), limit: Some(1), ..list(None, None, Some(&agent)) };
+    assert_eq!(ids(owner.call(waiting).await.unwrap().runs), vec![paused.clone()]);
     for (limit, expected) in [(Ipld::Float(1.9), 1), (Ipld::String("5".into()), 2), (Ipld::Float(-4.0), 1)] {
         let fields = [("agentId", Ipld::String(agent.to_string())), ("limit", limit)];
         let bytes = owner.sign_map(action_map("ListRuns", &fields), now_ms(), Some(3)).await;
@@ -188,8 +193,8 @@ async fn run_actions_answer_and_refuse_as_upstream() {
     assert_eq!(api_error(stranger.call(list(Some(&paused), None, None)).await), (404, "Run not found".into()));
     assert_eq!(api_error(stranger.call(list(None, Some(&session), None)).await), (404, "Session not found".into()));
     assert_eq!(api_error(stranger.call(list(None, None, Some(&agent))).await), (404, "Agent not found".into()));
-    // Access is checked on the agent first (as upstream), then the chosen tree must be visible
-    // too: another agent's tree, even the same owner's, lists nothing.
+    // A tree is visible through its own agent: another agent's tree, even the same owner's, is
+    // not found for a member of this one.
     let sibling = owner.create_agent("Sibling").await;
     let sibling_session = owner.create_session(&sibling, None).await;
     let sibling_run = stage(&server, &owner.id, &sibling, &sibling_session, Stage::Paused).await;
@@ -201,9 +206,20 @@ async fn run_actions_answer_and_refuse_as_upstream() {
     };
     owner.call(invite).await.unwrap();
     reader.call(seed_agents_protocol::generated::AcceptAgentInvite { agent_id: agent.clone() }).await.unwrap();
-    assert_eq!(reader.call(list(Some(&sibling_run), None, Some(&agent))).await.unwrap().runs, []);
     assert_eq!(api_error(reader.call(list(Some(&sibling_run), None, None)).await), (404, "Run not found".into()));
-    assert_eq!(ids(reader.call(list(Some(&paused), None, Some(&agent))).await.unwrap().runs), vec![paused.clone()]);
+    assert_eq!(ids(reader.call(list(Some(&paused), None, None)).await.unwrap().runs), vec![paused.clone()]);
+
+    // A user verb waits for the parked turn as for a running one.
+    let verb = seed_agents_protocol::generated::InvokeSessionTool {
+        session_id: session.clone(),
+        verb: seed_agents_protocol::generated::InvokeSessionToolVerb::Read,
+        input: seed_agents_protocol::Value(Ipld::Map([("address".to_owned(), Ipld::String("~/self".into()))].into())),
+    };
+    assert_eq!(
+        api_error(owner.call(verb).await),
+        (409, "The agent is working in this thread right now; wait for its turn to finish".into()),
+        "a waiting run holds the session"
+    );
 
     // GetRunJournal: agent runs keep none; afterSeq is checked.
     let journal = owner.call(GetRunJournal { run_id: paused.clone(), after_seq: None }).await.unwrap();

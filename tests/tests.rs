@@ -29,6 +29,8 @@ mod identities;
 mod ipfs;
 // `/agents/ws` over real sockets: keys × roles, replay then live, limits, pings, shutdown.
 mod live;
+// MCP servers: both transports, projection, model turns calling their tools.
+mod mcp;
 // The agent memory filesystem: actions, path rules, reads, events, downloads.
 mod memory;
 // Keyset pagination: ties on `updatedAt` listed once each, in order.

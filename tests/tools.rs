@@ -74,7 +74,7 @@ async fn tool_documents_have_stable_cids_and_lambdas_are_saved_renamed_and_delet
     let saved = owner.call(save(&agent, word_count("word_count"), None)).await.unwrap().tool;
     assert_eq!(
         (saved.kind, saved.granted, saved.summary.as_str()),
-        (AgentToolInfoKind::Lambda, false, "Counts words in a text.")
+        (AgentToolInfoKind::Lambda, true, "Counts words in a text.")
     );
     assert!(saved.cid.starts_with("bafyrei") && saved.source.is_some());
     let event = tokio::time::timeout(Duration::from_secs(5), bus.recv()).await.unwrap().unwrap();

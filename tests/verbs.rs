@@ -277,14 +277,15 @@ async fn an_agent_turn_holding_the_session_refuses_user_verbs() {
     let session_id = owner.create_session(&agent, Some("Turns")).await;
     let db = database(&server);
 
-    // (kind, status, refused): upstream counts queued, claimed and running agent runs only; a
-    // parked (`waiting`) parent still converses, and workflow runs never hold the session.
+    // (kind, status, refused): every live agent run holds the session, a parked (`waiting`) one
+    // too, as the seed says (upstream counts queued, claimed and running only); workflow runs
+    // never hold it.
     let cases = [
         ("agent", "running", true),
         ("agent", "succeeded", false),
         ("agent", "queued", true),
         ("agent", "claimed", true),
-        ("agent", "waiting", false),
+        ("agent", "waiting", true),
         ("agent", "failed", false),
         ("workflow", "running", false),
         ("agent", "canceled", false),

@@ -161,8 +161,9 @@ fn exit_codes_name_the_class_of_failure() {
     assert!(refused.stderr().to_lowercase().contains("refused"), "the cause is named: {}", refused.stderr());
     server.cli(&key).run(["--server", &closed, "health"]).expect_code(11);
 
-    // MCP servers are not built: 501 is a server failure.
-    server.cli(&key).run(["call", "ListMcpServers"]).expect_code(9);
+    // Browser relay actions are not built: 501 is a server failure.
+    let browser = r#"{"sessionId": "s", "connectionId": "c"}"#;
+    server.cli(&key).run(["call", "ConnectSessionBrowser", browser]).expect_code(9);
 
     // Refused before anything is sent.
     let typo = server.cli(&key).run(["call", "GetAgent", r#"{"agentId": "a", "agentid": "b"}"#]);

@@ -166,7 +166,7 @@ impl Client {
     }
     /// Sends `DeleteMcpServer` and returns its `DeleteMcpServerResponse`.
     ///
-    /// Deletes one of the signed account's MCP servers, the secrets it owns, and its name from every agent's `mcpServers`. Account-scoped; 404 when the account has no server of that name. This server does not implement it yet and answers 501.
+    /// Deletes one of the signed account's MCP servers, the secrets it owns, and its name from every agent's `mcpServers`. Account-scoped; 404 when the account has no server of that name.
     pub async fn delete_mcp_server(
         &self,
         action: proto::DeleteMcpServer,
@@ -295,7 +295,7 @@ impl Client {
     }
     /// Sends `InvokeSessionTool` and returns its `InvokeSessionToolResponse`.
     ///
-    /// Runs one of the agent's verbs (`read`, `write` or `call`) as the user, inside the session, and records it there as a `tool_call` and `tool_result` event pair stamped actor `user`. Writer or owner (403 `Write access is required`; 404 `Session not found` without access). Fails with 409 `The agent is working in this thread right now; wait for its turn to finish` while an agent run of the session is queued or running. A verb that fails (bad address, missing file) is not an HTTP error: the answer carries `error` and is still recorded.
+    /// Runs one of the agent's verbs (`read`, `write` or `call`) as the user, inside the session, and records it there as a `tool_call` and `tool_result` event pair stamped actor `user`. Writer or owner (403 `Write access is required`; 404 `Session not found` without access). Fails with 409 `The agent is working in this thread right now; wait for its turn to finish` while an agent run of the session is live: queued, claimed, running, or waiting (on its children or a signal). A verb that fails (bad address, missing file) is not an HTTP error: the answer carries `error` and is still recorded.
     pub async fn invoke_session_tool(
         &self,
         action: proto::InvokeSessionTool,
@@ -340,7 +340,7 @@ impl Client {
     }
     /// Sends `ListAgentTools` and returns its `ListAgentToolsResponse`.
     ///
-    /// Lists an agent's tool documents (builtin and lambda tools) with their CIDs and whether each is granted. Reader or more (404 `Agent not found` without access).
+    /// Lists an agent's tool documents (builtin, lambda and MCP tools) with their CIDs and whether each is granted. Reader or more (404 `Agent not found` without access).
     pub async fn list_agent_tools(
         &self,
         action: proto::ListAgentTools,
@@ -367,7 +367,7 @@ impl Client {
     }
     /// Sends `ListMcpServers` and returns its `ListMcpServersResponse`.
     ///
-    /// Lists the signed account's MCP servers, without header values or secrets. Account-scoped. This server does not implement it yet and answers 501.
+    /// Lists the signed account's MCP servers, without header values or secrets. Account-scoped.
     pub async fn list_mcp_servers(
         &self,
         action: proto::ListMcpServers,
@@ -394,7 +394,7 @@ impl Client {
     }
     /// Sends `ListRuns` and returns its `ListRunsResponse`.
     ///
-    /// Lists runs chosen by one selector, the first present of `rootRunId` (a whole run tree, oldest first, not cut by `limit`), `sessionId` (the session's root runs, newest first) or `agentId` (the agent's runs, newest first). Without any selector: 400 `ListRuns requires rootRunId, sessionId, or agentId`. Reader or more on the agent concerned (404 `Agent not found`, `Session not found` or `Run not found` without access). `status` filters the fetched runs.
+    /// Lists runs chosen by exactly one selector: `rootRunId` (a run tree, oldest first), `sessionId` (the session's root runs, newest first) or `agentId` (the agent's runs, newest first). Without any selector: 400 `ListRuns requires rootRunId, sessionId, or agentId`; with more than one: 400 `ListRuns takes exactly one of rootRunId, sessionId, or agentId`. Reader or more on the agent concerned (404 `Agent not found`, `Session not found` or `Run not found` without access). `status` filters in the query, so a page holds up to `limit` runs of that status.
     pub async fn list_runs(&self, action: proto::ListRuns) -> ::std::result::Result<proto::ListRunsResponse, Error> {
         self.call(action).await
     }
@@ -454,7 +454,7 @@ impl Client {
     }
     /// Sends `RefreshMcpServer` and returns its `SetMcpServerResponse`.
     ///
-    /// Checks an MCP server again and refreshes its tool list. Account-scoped; 404 when the account has no server of that name. This server does not implement it yet and answers 501.
+    /// Checks an MCP server again and refreshes its tool list. Account-scoped; 404 when the account has no server of that name.
     pub async fn refresh_mcp_server(
         &self,
         action: proto::RefreshMcpServer,
@@ -526,7 +526,7 @@ impl Client {
     }
     /// Sends `SetMcpServer` and returns its `SetMcpServerResponse`.
     ///
-    /// Creates or replaces one of the signed account's MCP servers, then tries to reach it and list its tools; it is saved even when that fails (see `status`). Account-scoped; 400 for an invalid name, URL or headers. This server does not implement it yet and answers 501.
+    /// Creates or replaces one of the signed account's MCP servers, then tries to reach it and list its tools; it is saved even when that fails (see `status`). Account-scoped; 400 for an invalid name, URL or headers.
     pub async fn set_mcp_server(
         &self,
         action: proto::SetMcpServer,

@@ -30,6 +30,8 @@ pub enum ChangeReason {
     AgentInvitesChanged,
     /// `model-provider-changed`
     ModelProviderChanged,
+    /// `mcp-servers-changed`
+    McpServersChanged,
     /// `session-created`
     SessionCreated,
     /// `session-updated`
@@ -79,6 +81,7 @@ impl ChangeReason {
             Self::AgentCollaboratorsChanged => "agent-collaborators-changed",
             Self::AgentInvitesChanged => "agent-invites-changed",
             Self::ModelProviderChanged => "model-provider-changed",
+            Self::McpServersChanged => "mcp-servers-changed",
             Self::SessionCreated => "session-created",
             Self::SessionUpdated => "session-updated",
             Self::SessionDeleted => "session-deleted",

@@ -123,8 +123,8 @@ pub struct Config {
     #[arg(long, env = "SEED_AGENTS_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
 
-    /// Let server-side fetches (memory downloads) reach loopback, private and link-local
-    /// addresses. Off by default, so the server cannot be turned against its own network.
+    /// Let server-side fetches (memory downloads, MCP servers) reach loopback, private and
+    /// link-local addresses. Off by default, so the server cannot be turned against its own network.
     #[arg(long, env = "SEED_AGENTS_ALLOW_PRIVATE_NETWORK")]
     pub allow_private_network: bool,
 
@@ -160,6 +160,11 @@ pub struct Config {
     /// constants; tests shorten them).
     #[arg(skip)]
     pub run_limits: crate::runs::Limits,
+
+    /// Seconds an MCP server's tool may take to answer a call before the call fails (the model
+    /// reads that as the tool's error).
+    #[arg(long, env = "SEED_AGENTS_MCP_CALL_TIMEOUT", default_value = "60", value_parser = parse_seconds)]
+    pub mcp_call_timeout: Duration,
 }
 
 /// The default OAuth issuer of subscription sign-in (OpenAI's).
@@ -253,6 +258,7 @@ impl Config {
             upload_arrival_grace: crate::uploads::order::ARRIVAL_GRACE,
             db_queues: crate::db::Queues::default(),
             run_limits: crate::runs::Limits::default(),
+            mcp_call_timeout: Duration::from_secs(60),
         }
     }
 

@@ -22,6 +22,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "attachments",
             "collaborators",
             "identities",
+            "mcp",
             "memory",
             "providers",
             "runtime",

@@ -24,6 +24,7 @@ mod http;
 mod idempotency;
 mod identities;
 mod leftovers;
+mod mcp;
 mod memory;
 mod model;
 mod providers;

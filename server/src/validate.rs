@@ -33,6 +33,15 @@ fn is_js_whitespace(c: char) -> bool {
     )
 }
 
+/// Whether `name` is a slug: 1 to 32 of `a-z`, `0-9`, `_` and `-`, starting with a letter or a
+/// digit (MCP server names).
+pub(crate) fn is_slug(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    (1..=32).contains(&name.len())
+        && bytes.next().is_some_and(|first| first.is_ascii_lowercase() || first.is_ascii_digit())
+        && bytes.all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'_' || byte == b'-')
+}
+
 /// The protocol's usual string check: trimmed, then 400 `<label> is required` when blank and
 /// 400 `<label> is too large` when longer than `max_bytes` UTF-8 bytes. Returns the trimmed value.
 pub(crate) fn bounded_string(value: &str, label: &str, max_bytes: usize) -> ApiResult<String> {

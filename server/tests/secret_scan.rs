@@ -7,7 +7,9 @@
 //! the one its rotation made (each may appear only in the one response that hands it over; the
 //! webhook calls signed with them carry HMACs, never the secret), the access and refresh tokens
 //! of a "Sign in with ChatGPT" (a fake issuer hands out tokens that expire within the refresh
-//! margin, so the subscription turn refreshes them first), and the server's own `secret.key`. Each is looked for as raw bytes, lower and upper hex, base64 (standard and
+//! margin, so the subscription turn refreshes them first), an MCP server's token (a secret header
+//! value, which must reach the test MCP server and nothing else), and the server's own
+//! `secret.key`. Each is looked for as raw bytes, lower and upper hex, base64 (standard and
 //! URL-safe), base58btc, base32 and Rust's `{:?}` of a byte list; any 16-byte window of a form
 //! counts (32 or 40 for the low-entropy `{:?}` forms), so a truncated print is found too
 //! (`secret_scan/needles.rs`).
@@ -35,11 +37,11 @@ use seed_agents_protocol::generated::{
     AppendFileUploadChunk, BeginFileUpload, CommitFileUpload, CreateAgent, CreateAgentTrigger, CreateSession,
     CreateSigningIdentity, FileUploadTarget, GetAgent, GetAgentTrigger, GetProviderOAuthStatus, GetSession,
     ImportSigningIdentity, InvokeSessionTool, InvokeSessionToolVerb, ListAgentMemory, ListAgentTriggers, ListAgents,
-    ListModelProviders, ListProviderModels, ListSessions, ListSigningIdentities, MemoryUploadTarget,
-    ModelProviderConfig, ModelProviderConfigAuthMode, ReadAgentMemoryFile, ReadSessionAttachment,
-    SessionAttachmentUploadTarget, SetModelProvider, SetSecret, StartProviderOAuth, SubmitProviderOAuthCode,
-    UpdateAgentTrigger, UpdateSigningIdentity, UploadAgentMemoryFileToIpfs, WebhookSource, WriteAgentMemoryFile,
-    WriteAgentMemoryFileContent,
+    ListMcpServers, ListModelProviders, ListProviderModels, ListSessions, ListSigningIdentities, McpServerConfig,
+    McpServerStatusState, MemoryUploadTarget, ModelProviderConfig, ModelProviderConfigAuthMode, ReadAgentMemoryFile,
+    ReadSessionAttachment, RefreshMcpServer, SessionAttachmentUploadTarget, SetMcpServer, SetModelProvider, SetSecret,
+    StartProviderOAuth, SubmitProviderOAuthCode, UpdateAgentTrigger, UpdateSigningIdentity,
+    UploadAgentMemoryFileToIpfs, WebhookSource, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
 use seed_agents_protocol::{
     Action, AgentResponse, Bytes, Ed25519Signer, Principal, Response, Signer as _, Value, wire,
@@ -51,6 +53,7 @@ use needles::Needles;
 use recorder::Fake;
 
 use crate::support::fixtures;
+use crate::support::mcp::TestMcpServer;
 use crate::support::process::{Launch, ServerProcess};
 use crate::support::webhook;
 
@@ -60,12 +63,15 @@ async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server
     let vendor = Fake::start(vendor_answer).await;
     let hm = Fake::start(hm_answer).await;
     let issuer = Fake::start(issuer_answer).await;
+    let mcp = TestMcpServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let log = dir.path().join("stderr.log");
+    // Private networks allowed: the test MCP server is on loopback.
     let launch = Launch::new(crate::SERVER_BIN, &data_dir, &log)
         .arg("--hm-server-url")
         .arg(hm.url.clone())
+        .arg("--allow-private-network")
         .arg("--subscription-auth")
         .arg("--oauth-issuer-url")
         .arg(issuer.url.clone())
@@ -75,8 +81,16 @@ async fn no_secret_reaches_a_response_a_log_line_a_file_or_the_hypermedia_server
     let server = ServerProcess::start(&launch).await;
     let mut script = Script::new(&server.url);
 
-    let created = run_session(&mut script, &secrets, &vendor.url).await;
+    let created = run_session(&mut script, &secrets, &vendor.url, &mcp.http_url()).await;
     subscription_session(&mut script, &secrets).await;
+
+    // The MCP server got the token in the header the secret fills, the one place it may go.
+    let token = format!("Bearer {}", secrets.mcp_token);
+    assert!(
+        mcp.headers().iter().any(|headers| headers.get("authorization").is_some_and(|value| *value == *token)),
+        "the MCP server never got its token"
+    );
+    assert!(mcp.calls().iter().any(|(name, _)| name == "echo"), "the MCP tool was never called");
 
     // The vendor got the key where it belongs, and the scan can see it there.
     let vendor_requests = vendor.requests();
@@ -214,7 +228,7 @@ struct Created {
 
 /// The scripted session: secrets, providers and their models, identities, an agent, memory,
 /// chunked uploads, user verbs, and the reads of all of it; refusals on the way are expected.
-async fn run_session(script: &mut Script, secrets: &Secrets, vendor_url: &str) -> Created {
+async fn run_session(script: &mut Script, secrets: &Secrets, vendor_url: &str, mcp_url: &str) -> Created {
     let metadata = |pairs: &[(&str, &str)]| {
         Some(pairs.iter().map(|(key, value)| ((*key).to_owned(), Value(Ipld::String((*value).to_owned())))).collect())
     };
@@ -272,10 +286,25 @@ async fn run_session(script: &mut Script, secrets: &Secrets, vendor_url: &str) -
     script.ok(update).await;
     script.ok(ListSigningIdentities { agent_id: None }).await;
 
+    // An MCP server whose Authorization header is a secret: saved, listed, refreshed.
+    let token = SetSecret {
+        name: "mcp-scan-token".into(),
+        value: Bytes(format!("Bearer {}", secrets.mcp_token).into_bytes()),
+        metadata: None,
+    };
+    script.ok(token).await;
+    let mut mcp = McpServerConfig::new(mcp_url);
+    mcp.secret_refs = Some(BTreeMap::from([("authorization".to_owned(), "mcp-scan-token".to_owned())]));
+    let saved = script.ok(SetMcpServer { name: "scan".into(), config: mcp }).await.server;
+    assert_eq!(saved.status.state, McpServerStatusState::Ok, "{:?}", saved.status);
+    script.ok(ListMcpServers {}).await;
+    script.ok(RefreshMcpServer { name: "scan".into() }).await;
+
     let definition = AgentDefinition {
         model_provider: "vendor".into(),
         model: "gpt-5".into(),
         signing_key: Some(created.name.clone()),
+        mcp_servers: Some(vec!["scan".into()]),
         ..fixtures::definition("Scanned")
     };
     let agent_id = script.ok(CreateAgent { client_request_id: None, definition }).await.agent_id;
@@ -355,6 +384,12 @@ async fn run_session(script: &mut Script, secrets: &Secrets, vendor_url: &str) -
     ] {
         assert_eq!(script.ok(call).await.error, None);
     }
+    let mcp_call = InvokeSessionTool {
+        session_id: session_id.clone(),
+        verb: InvokeSessionToolVerb::Call,
+        input: Value(wire::json_to_ipld(&serde_json::json!({"tool": "scan__echo", "input": {"text": "hello"}}))),
+    };
+    assert_eq!(script.ok(mcp_call).await.error, None);
     script.ok(UploadAgentMemoryFileToIpfs { agent_id: agent_id.clone(), path: "notes.md".into() }).await;
 
     script.ok(GetAgent { agent_id: agent_id.clone() }).await;
@@ -499,6 +534,8 @@ struct Secrets {
     imported_name: String,
     /// The authorization code the "browser" brings back; the fake issuer's tokens derive from it.
     oauth_code: String,
+    /// An MCP server's bearer token.
+    mcp_token: String,
 }
 
 impl Secrets {
@@ -514,6 +551,10 @@ impl Secrets {
             imported_seed,
             imported_name: format!("hm-account-{}", &account[..16]),
             oauth_code: hex::encode(random::<24>()),
+            mcp_token: format!(
+                "mcp-{}",
+                random::<40>().iter().map(|byte| ALPHABET[*byte as usize % ALPHABET.len()] as char).collect::<String>()
+            ),
         }
     }
 
@@ -531,6 +572,7 @@ impl Secrets {
         needles.add("the first refresh token", tokens.first_refresh.as_bytes());
         needles.add("the refreshed access token", tokens.refreshed_access.as_bytes());
         needles.add("the refreshed refresh token", tokens.refreshed_refresh.as_bytes());
+        needles.add("the MCP token", self.mcp_token.as_bytes());
         needles
     }
 }

@@ -9,10 +9,10 @@ use seed_agents_protocol::generated::{
     AcceptAgentInvite, ActivitySource, AgentActivityCondition, AgentActivitySource, AgentCollaboratorRole,
     AgentDefinition, AgentTriggerInfo, AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerSource,
     AppendFileUploadChunk, BeginFileUpload, CreateAgent, CreateAgentTrigger, FileUploadTarget, ImportSigningIdentity,
-    InviteAgentCollaborator, ListAgentTriggers, MemoryUploadTarget, ModelProviderConfig, ModelProviderConfigAuthMode,
-    RemoveAgentCollaborator, SaveAgentTool, SessionAttachmentUploadTarget, SetAgentPublicChat, SetAgentPublicRead,
-    SetModelProvider, StartProviderOAuth, UploadSessionAttachment, UserMentionSource, WriteAgentMemoryFile,
-    WriteAgentMemoryFileContent,
+    InviteAgentCollaborator, ListAgentTriggers, McpServerConfig, MemoryUploadTarget, ModelProviderConfig,
+    ModelProviderConfigAuthMode, RemoveAgentCollaborator, SaveAgentTool, SessionAttachmentUploadTarget,
+    SetAgentPublicChat, SetAgentPublicRead, SetMcpServer, SetModelProvider, StartProviderOAuth,
+    UploadSessionAttachment, UserMentionSource, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
 use seed_agents_protocol::{
     AccountId, AgentId, AttachmentId, Bytes, Ed25519Signer, LoginId, RunId, SessionId, UploadId,
@@ -37,6 +37,8 @@ pub const ATTACHMENT_TEXT: &[u8] = b"attached words";
 pub const UPLOAD_BYTES: &[u8] = b"four";
 /// The subscription provider every owner has (its model list needs no vendor).
 pub const SUBSCRIPTION_PROVIDER: &str = "chatgpt";
+/// The owner's MCP server (on the origin below, which is no MCP server: it is saved in error).
+pub const MCP_SERVER: &str = "owner-mcp";
 /// The labels of the owner's two signing identities.
 pub const GRANTED_LABEL: &str = "Granted";
 pub const UNGRANTED_LABEL: &str = "Ungranted";
@@ -152,6 +154,8 @@ pub async fn cell(env: &Env, caller: Caller, staged: Option<Staged>, run: Option
     let owner = server.user();
     owner.ensure_provider().await;
     ok(owner.call(SetModelProvider { name: SUBSCRIPTION_PROVIDER.into(), provider: subscription() }).await, "provider");
+    let mcp = SetMcpServer { name: MCP_SERVER.into(), config: McpServerConfig::new(env.download_url.clone()) };
+    ok(owner.call(mcp).await, "mcp server");
     let granted = import_identity(&owner, GRANTED_LABEL).await;
     let ungranted = import_identity(&owner, UNGRANTED_LABEL).await;
     let definition = AgentDefinition { signing_key: Some(granted.clone()), ..definition("Matrix") };

@@ -17,7 +17,7 @@ mod table;
 use std::fmt;
 use std::sync::Arc;
 
-use seed_agents_protocol::generated::{AgentAccessRole, ListModelProviders, ListSigningIdentities};
+use seed_agents_protocol::generated::{AgentAccessRole, ListMcpServers, ListModelProviders, ListSigningIdentities};
 use seed_agents_protocol::{ActionInfo, AgentResponse};
 use seed_agents_sdk::Error;
 
@@ -146,6 +146,11 @@ async fn owner_keeps(cell: &Cell, kept: OwnerKeeps) -> Result<(), String> {
                     true,
                 ),
             }
+        }
+        OwnerKeeps::McpServer => {
+            let servers = owner.call(ListMcpServers {}).await.map_err(failed)?.servers;
+            let url = servers.iter().find(|server| server.name == fixture::MCP_SERVER).map(|server| server.url.clone());
+            same("the owner's MCP server, at", url, Some(cell.download_url.clone()))
         }
         OwnerKeeps::GrantedIdentity => {
             let identities = owner.call(ListSigningIdentities { agent_id: None }).await.map_err(failed)?.identities;

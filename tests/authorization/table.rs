@@ -39,6 +39,9 @@ use seed_agents_protocol::generated::{
     DeleteAgentTool, DeleteAgentToolResponse, ListAgentTools, ListAgentToolsResponse, SaveAgentTool,
     SaveAgentToolResponse,
 };
+use seed_agents_protocol::generated::{
+    DeleteMcpServer, ListMcpServers, ListMcpServersResponse, McpServerConfig, RefreshMcpServer, SetMcpServer,
+};
 use seed_agents_protocol::{
     Action, AgentAction, AgentResponse, Bytes, Ed25519Signer, Nullable, Response, Signer as _, Value,
 };
@@ -64,6 +67,7 @@ pub const NO_INVITE: Expect = Expect::Refused(404, "Agent invitation not found")
 pub const NO_PROVIDER: Expect = Expect::Refused(404, "Model provider not found");
 pub const NO_IDENTITY: Expect = Expect::Refused(404, "Signing identity not found");
 pub const NO_SIGN_IN: Expect = Expect::Refused(404, "Sign-in not found");
+pub const NO_MCP: Expect = Expect::Refused(404, "MCP server not found");
 pub const WRITE: Expect = Expect::Refused(403, "Write access is required");
 pub const OWNER: Expect = Expect::Refused(403, "Only the agent owner can do this");
 pub const SIGNING: Expect = Expect::Refused(403, "Only the agent owner can change signing accounts");
@@ -89,6 +93,8 @@ pub enum OwnerKeeps {
     SubscriptionProvider,
     /// Its granted signing identity, with its label.
     GrantedIdentity,
+    /// Its MCP server, at the URL the fixture set.
+    McpServer,
 }
 
 /// One row of the table.
@@ -770,6 +776,34 @@ pub fn table() -> Vec<Row> {
             |c| CancelProviderOAuth { login_id: c.login_id.clone() }.into_action(),
             [OK, NO_SIGN_IN, NO_SIGN_IN, NO_SIGN_IN, NO_SIGN_IN, NO_SIGN_IN, NO_SIGN_IN],
         ),
+        row("ListMcpServers", |_| ListMcpServers {}.into_action(), [OK, OK, OK, OK, OK, OK, OK]).shape(
+            |_, caller, answer| {
+                let got = response::<ListMcpServersResponse>(answer)?;
+                let names: Vec<String> = got.servers.into_iter().map(|server| server.name).collect();
+                let expected = if caller == Caller::Owner { vec![fixture::MCP_SERVER.to_owned()] } else { Vec::new() };
+                same("servers", names, expected)
+            },
+        ),
+        row(
+            "SetMcpServer (the owner's server name)",
+            |c| {
+                let config = McpServerConfig::new(format!("{}?set-by-actor", c.download_url));
+                SetMcpServer { name: fixture::MCP_SERVER.into(), config }.into_action()
+            },
+            [OK, OK, OK, OK, OK, OK, OK],
+        )
+        .owner_keeps(OwnerKeeps::McpServer),
+        row(
+            "RefreshMcpServer (the owner's server name)",
+            |_| RefreshMcpServer { name: fixture::MCP_SERVER.into() }.into_action(),
+            [OK, NO_MCP, NO_MCP, NO_MCP, NO_MCP, NO_MCP, NO_MCP],
+        ),
+        row(
+            "DeleteMcpServer (the owner's server name)",
+            |_| DeleteMcpServer { name: fixture::MCP_SERVER.into() }.into_action(),
+            [OK, NO_MCP, NO_MCP, NO_MCP, NO_MCP, NO_MCP, NO_MCP],
+        )
+        .owner_keeps(OwnerKeeps::McpServer),
         row(
             "SetSecret (the owner's identity name)",
             |c| {

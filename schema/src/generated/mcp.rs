@@ -9,7 +9,7 @@
 use super::envelope::{AgentAction, AgentResponse};
 use super::tools::JsonSchema;
 
-/// Deletes one of the signed account's MCP servers, the secrets it owns, and its name from every agent's `mcpServers`. Account-scoped; 404 when the account has no server of that name. This server does not implement it yet and answers 501.
+/// Deletes one of the signed account's MCP servers, the secrets it owns, and its name from every agent's `mcpServers`. Account-scoped; 404 when the account has no server of that name.
 ///
 /// - Response: [`DeleteMcpServerResponse`]
 /// - Effect: write
@@ -72,7 +72,7 @@ impl crate::Response for DeleteMcpServerResponse {
         AgentResponse::DeleteMcpServerResponse(self)
     }
 }
-/// Lists the signed account's MCP servers, without header values or secrets. Account-scoped. This server does not implement it yet and answers 501.
+/// Lists the signed account's MCP servers, without header values or secrets. Account-scoped.
 ///
 /// - Response: [`ListMcpServersResponse`]
 /// - Effect: read (changes no state; safe to repeat)
@@ -336,9 +336,9 @@ pub struct McpToolInfo {
     #[serde(rename = "inputSchema")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub input_schema: ::std::option::Option<::std::boxed::Box<JsonSchema>>,
-    /// Name under which agents see the tool.
-    pub name: ::std::string::String,
     /// The tool's name on the MCP server.
+    pub name: ::std::string::String,
+    /// The name agents call it by: `<server>__<name>`, with characters a model provider refuses replaced and a short hash added when the name had to change or be cut to 64 characters. Stable for a given server and tool name.
     #[serde(rename = "toolName")]
     pub tool_name: ::std::string::String,
     /// Fields this build does not know, kept as received and sent back unchanged (so
@@ -445,7 +445,7 @@ impl RedactedMcpServer {
         }
     }
 }
-/// Checks an MCP server again and refreshes its tool list. Account-scoped; 404 when the account has no server of that name. This server does not implement it yet and answers 501.
+/// Checks an MCP server again and refreshes its tool list. Account-scoped; 404 when the account has no server of that name.
 ///
 /// - Response: [`SetMcpServerResponse`]
 /// - Effect: write
@@ -475,7 +475,7 @@ impl crate::Action for RefreshMcpServer {
         AgentAction::RefreshMcpServer(self)
     }
 }
-/// Creates or replaces one of the signed account's MCP servers, then tries to reach it and list its tools; it is saved even when that fails (see `status`). Account-scoped; 400 for an invalid name, URL or headers. This server does not implement it yet and answers 501.
+/// Creates or replaces one of the signed account's MCP servers, then tries to reach it and list its tools; it is saved even when that fails (see `status`). Account-scoped; 400 for an invalid name, URL or headers.
 ///
 /// - Response: [`SetMcpServerResponse`]
 /// - Effect: write

@@ -264,7 +264,7 @@ impl crate::Response for GetRunResponse {
         AgentResponse::GetRunResponse(self)
     }
 }
-/// Lists runs chosen by one selector, the first present of `rootRunId` (a whole run tree, oldest first, not cut by `limit`), `sessionId` (the session's root runs, newest first) or `agentId` (the agent's runs, newest first). Without any selector: 400 `ListRuns requires rootRunId, sessionId, or agentId`. Reader or more on the agent concerned (404 `Agent not found`, `Session not found` or `Run not found` without access). `status` filters the fetched runs.
+/// Lists runs chosen by exactly one selector: `rootRunId` (a run tree, oldest first), `sessionId` (the session's root runs, newest first) or `agentId` (the agent's runs, newest first). Without any selector: 400 `ListRuns requires rootRunId, sessionId, or agentId`; with more than one: 400 `ListRuns takes exactly one of rootRunId, sessionId, or agentId`. Reader or more on the agent concerned (404 `Agent not found`, `Session not found` or `Run not found` without access). `status` filters in the query, so a page holds up to `limit` runs of that status.
 ///
 /// - Response: [`ListRunsResponse`]
 /// - Effect: read (changes no state; safe to repeat)

@@ -499,7 +499,7 @@ impl crate::Response for GetSessionResponse {
         AgentResponse::GetSessionResponse(self)
     }
 }
-/// Runs one of the agent's verbs (`read`, `write` or `call`) as the user, inside the session, and records it there as a `tool_call` and `tool_result` event pair stamped actor `user`. Writer or owner (403 `Write access is required`; 404 `Session not found` without access). Fails with 409 `The agent is working in this thread right now; wait for its turn to finish` while an agent run of the session is queued or running. A verb that fails (bad address, missing file) is not an HTTP error: the answer carries `error` and is still recorded.
+/// Runs one of the agent's verbs (`read`, `write` or `call`) as the user, inside the session, and records it there as a `tool_call` and `tool_result` event pair stamped actor `user`. Writer or owner (403 `Write access is required`; 404 `Session not found` without access). Fails with 409 `The agent is working in this thread right now; wait for its turn to finish` while an agent run of the session is live: queued, claimed, running, or waiting (on its children or a signal). A verb that fails (bad address, missing file) is not an HTTP error: the answer carries `error` and is still recorded.
 ///
 /// - Response: [`InvokeSessionToolResponse`]
 /// - Effect: write

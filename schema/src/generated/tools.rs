@@ -25,7 +25,7 @@ pub struct AgentToolInfo {
     pub description: ::std::string::String,
     /// Whether the tool is enabled.
     pub enabled: bool,
-    /// Whether the agent may call the tool: a builtin its definition grants (see `AgentDefinition.tools`). Lambdas are never granted on this server, which has no code sandbox to run them.
+    /// Whether the agent's grants offer the tool: a builtin its definition grants (see `AgentDefinition.tools`), a tool of an MCP server its `mcpServers` names, and always a lambda (as upstream says; this server has no code sandbox, so calling one answers that it cannot run).
     pub granted: bool,
     /// JSON Schema of the tool's input (the subset `JsonSchema` describes; 400 for anything else).
     pub input: ::std::collections::BTreeMap<::std::string::String, ::seed_agents_protocol::Value>,
@@ -937,7 +937,7 @@ impl ::std::convert::TryFrom<::std::string::String> for JsonSchemaTypeVariant6 {
         value.parse()
     }
 }
-/// Lists an agent's tool documents (builtin and lambda tools) with their CIDs and whether each is granted. Reader or more (404 `Agent not found` without access).
+/// Lists an agent's tool documents (builtin, lambda and MCP tools) with their CIDs and whether each is granted. Reader or more (404 `Agent not found` without access).
 ///
 /// - Response: [`ListAgentToolsResponse`]
 /// - Effect: read (changes no state; safe to repeat)

@@ -21,7 +21,7 @@ pub struct AccountChangeHint {
     #[serde(rename = "agentId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub agent_id: ::std::option::Option<AgentId>,
-    /// What changed, in kebab case, for example `agent-created`, `agent-updated`, `agent-deleted`, `agent-collaborators-changed`, `agent-invites-changed`, `agent-memory-changed`, `model-provider-changed`, `session-created`, `session-updated`, `session-deleted` or `session-event`. Clients must tolerate reasons they do not know.
+    /// What changed, in kebab case, for example `agent-created`, `agent-updated`, `agent-deleted`, `agent-collaborators-changed`, `agent-invites-changed`, `agent-memory-changed`, `model-provider-changed`, `mcp-servers-changed`, `session-created`, `session-updated`, `session-deleted` or `session-event`. Clients must tolerate reasons they do not know.
     pub reason: ::std::string::String,
     /// hm:// resources a write produced, version-pinned (session-event hints only).
     ///

@@ -168,7 +168,8 @@ fn normalize_tools(tools: &[String]) -> ApiResult<Vec<String>> {
 }
 
 /// MCP server grants are names of the owner's MCP servers. Like enabled models they are checked
-/// for shape only: a name with no server behind it grants nothing.
+/// for shape only (at most 16 server-name slugs, duplicates removed): a name with no server
+/// behind it grants nothing.
 fn normalize_mcp_servers(names: &[String]) -> ApiResult<Vec<String>> {
     if names.len() > MAX_MCP_SERVERS {
         return Err(ApiError::invalid("Too many MCP servers"));
@@ -177,6 +178,9 @@ fn normalize_mcp_servers(names: &[String]) -> ApiResult<Vec<String>> {
     let mut servers = Vec::new();
     for name in names {
         let name = bounded_string(name, "MCP server name", MAX_NAME_BYTES)?;
+        if !crate::validate::is_slug(&name) {
+            return Err(ApiError::invalid(format!("Invalid MCP server name: {name}")));
+        }
         if seen.insert(name.clone()) {
             servers.push(name);
         }
@@ -507,6 +511,10 @@ mod tests {
         rejects(&def, "MCP server name is required");
         def.mcp_servers = Some(vec!["s".repeat(257)]);
         rejects(&def, "MCP server name is too large");
+        def.mcp_servers = Some(vec!["s".repeat(33)]);
+        rejects(&def, &format!("Invalid MCP server name: {}", "s".repeat(33)));
+        def.mcp_servers = Some(strings(&["GitHub"]));
+        rejects(&def, "Invalid MCP server name: GitHub");
     }
 
     #[test]

@@ -93,6 +93,7 @@ pub(crate) async fn create_agent(app: &App, caller: &Caller, action: CreateAgent
                 let state_dir = agents_dir.join(&id);
                 std::fs::create_dir_all(&state_dir).map_err(ApiError::internal)?;
                 store::insert(conn, &id, &account, &definition, &state_dir, now)?;
+                crate::mcp::project::sync_agent(conn, &account, &id, &definition, now)?;
                 if let Some(trigger) = &trigger {
                     default_trigger::insert_or_skip(conn, &account, &id, trigger, now);
                 }
@@ -112,7 +113,7 @@ pub(crate) async fn create_agent(app: &App, caller: &Caller, action: CreateAgent
 pub(crate) async fn update_agent(app: &App, caller: &Caller, action: UpdateAgent) -> ApiResult<GetAgentResponse> {
     let now = app.clock.now_ms();
     let agent_id = action.agent_id.to_string();
-    let (response, owner) = access::write(app, caller, agent_id, Need::Write, move |conn, access| {
+    let (response, owner, tools_changed) = access::write(app, caller, agent_id, Need::Write, move |conn, access| {
         let lookups = AccountLookups { conn, account_id: &access.owner_id };
         let definition = definition::normalize_definition(&action.definition, &lookups)?;
         if access.role != Role::Owner {
@@ -122,11 +123,16 @@ pub(crate) async fn update_agent(app: &App, caller: &Caller, action: UpdateAgent
             }
         }
         store::set_definition(conn, &access.agent_id, &definition, now)?;
-        Ok((agent_response(conn, &access.agent_id, access.role)?, access.owner_id))
+        let tools_changed =
+            crate::mcp::project::sync_agent(conn, &access.owner_id, &access.agent_id, &definition, now)?;
+        Ok((agent_response(conn, &access.agent_id, access.role)?, access.owner_id, tools_changed))
     })
     .await?;
     app.bus.publish(Event::AgentChanged { agent_id: response.agent.id.to_string() });
-    app.bus.account_change(owner, ChangeReason::AgentUpdated, Some(&response.agent.id), None);
+    app.bus.account_change(&owner, ChangeReason::AgentUpdated, Some(&response.agent.id), None);
+    if tools_changed {
+        crate::tools::changed(app, &owner, &response.agent.id);
+    }
     Ok(response)
 }
 

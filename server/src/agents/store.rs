@@ -66,6 +66,15 @@ pub(crate) fn visible_agents(conn: &Connection, account_id: &str) -> ApiResult<V
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
+/// The id and definition of every agent `account_id` owns, by id.
+pub(crate) fn owned_definitions(conn: &Connection, account_id: &str) -> ApiResult<Vec<(String, AgentDefinition)>> {
+    let mut statement =
+        conn.prepare_cached("SELECT id, definition_cbor FROM agents WHERE account_id = ?1 ORDER BY id")?;
+    let rows =
+        statement.query_map(params![account_id], |row| Ok((row.get(0)?, row.get::<_, Cbor<AgentDefinition>>(1)?.0)))?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
 /// The effective role of a member (`owner`, `writer`, `reader`), lifted by public chat.
 pub(crate) fn member_role(member: &str, public_read: bool, public_chat: bool) -> Role {
     let role = match member {

@@ -341,6 +341,43 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX runs_completion_pending ON runs (finished_at, id)
         WHERE completion_pending = 1 AND finished_at IS NOT NULL AND kind = 'agent';
     "#,
+    // MCP servers (docs/protocol.md §G.5): an account's servers by name, their configuration
+    // (canonical CBOR of `McpServerConfig`; secret headers are secret names, never values), the
+    // transport discovery settled on, the tools of the last successful discovery and the last
+    // status. `tool_documents` is rebuilt so its `kind` may be `mcp` (tools projected from a
+    // granted server; SQLite cannot change a CHECK in place).
+    r#"
+    CREATE TABLE mcp_servers (
+        id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        config_cbor BLOB NOT NULL,
+        transport TEXT CHECK (transport IN ('http', 'sse')),
+        tools_cbor BLOB NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('ok', 'error', 'unknown')),
+        error TEXT,
+        checked_at INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        UNIQUE (account_id, name)
+    ) STRICT;
+
+    CREATE TABLE tool_documents_rebuilt (
+        account_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('builtin', 'lambda', 'mcp')),
+        cid TEXT NOT NULL,
+        doc_cbor BLOB NOT NULL,
+        enabled INTEGER NOT NULL DEFAULT 1,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (account_id, agent_id, name)
+    ) STRICT, WITHOUT ROWID;
+    INSERT INTO tool_documents_rebuilt SELECT * FROM tool_documents;
+    DROP TABLE tool_documents;
+    ALTER TABLE tool_documents_rebuilt RENAME TO tool_documents;
+    "#,
 ];
 
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.

@@ -34,6 +34,10 @@ macro_rules! routes {
             SubmitProviderOAuthCode => providers::oauth::submit_provider_oauth_code,
             GetProviderOAuthStatus => providers::oauth::get_provider_oauth_status,
             CancelProviderOAuth => providers::oauth::cancel_provider_oauth,
+            ListMcpServers => crate::mcp::list_mcp_servers,
+            SetMcpServer => crate::mcp::set_mcp_server,
+            RefreshMcpServer => crate::mcp::refresh_mcp_server,
+            DeleteMcpServer => crate::mcp::delete_mcp_server,
             ListSigningIdentities => crate::identities::list_signing_identities,
             CreateSigningIdentity => crate::identities::create_signing_identity,
             ImportSigningIdentity => crate::identities::import_signing_identity,
@@ -197,6 +201,31 @@ mod tests {
         map.insert("_".into(), Ipld::String(name.into()));
         map.insert("ts".into(), Ipld::Integer(1));
         Ipld::Map(map)
+    }
+
+    #[test]
+    fn a_legacy_singular_mentioned_account_is_normalised() {
+        use protocol::generated::{AgentTriggerSource, CreateAgentTrigger};
+        let text = |value: &str| Ipld::String(value.into());
+        let map = |pairs: &[(&str, Ipld)]| Ipld::Map(pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect());
+        let source = map(&[("type", text("user-mention")), ("mentionedAccount", text("z6MkAlice"))]);
+        let trigger = map(&[("name", text("m")), ("prompt", text("p")), ("source", source)]);
+        let create = action("CreateAgentTrigger", &[("agentId", text("a")), ("trigger", trigger)]);
+        let decoded: CreateAgentTrigger = decode("CreateAgentTrigger", create).unwrap();
+        let AgentTriggerSource::UserMentionSource(source) = decoded.trigger.source else { panic!("not a mention") };
+        assert_eq!(source.mentioned_accounts, ["z6MkAlice"]);
+        assert!(source.extra.is_empty(), "the singular key is gone: {:?}", source.extra);
+        // A source with both keeps its list.
+        let both = map(&[
+            ("type", text("user-mention")),
+            ("mentionedAccount", text("z6MkAlice")),
+            ("mentionedAccounts", Ipld::List(vec![text("z6MkBob")])),
+        ]);
+        let trigger = map(&[("name", text("m")), ("source", both)]);
+        let create = action("CreateAgentTrigger", &[("agentId", text("a")), ("trigger", trigger)]);
+        let decoded: CreateAgentTrigger = decode("CreateAgentTrigger", create).unwrap();
+        let AgentTriggerSource::UserMentionSource(source) = decoded.trigger.source else { panic!("not a mention") };
+        assert_eq!(source.mentioned_accounts, ["z6MkBob"]);
     }
 
     #[test]

@@ -88,8 +88,18 @@ pub(super) fn check(action: &str, fields: &BTreeMap<String, Ipld>) -> ApiResult<
 /// anything that is not a finite number counts as absent (the default applies).
 const LENIENT_INTEGERS: &[(&str, &str)] = &[("ListRuns", "limit")];
 
-/// Applies [`LENIENT_INTEGERS`] to `action`'s fields before typed decoding.
+/// Applies [`LENIENT_INTEGERS`] to `action`'s fields before typed decoding, and turns a trigger
+/// source's legacy singular `mentionedAccount` into `mentionedAccounts`.
 pub(super) fn lenient(action: &str, fields: &mut BTreeMap<String, Ipld>) {
+    match action {
+        "CreateAgentTrigger" => {
+            fields.get_mut("trigger").into_iter().for_each(crate::triggers::validate::legacy_mentions)
+        }
+        "UpdateAgentTrigger" => {
+            fields.get_mut("patch").into_iter().for_each(crate::triggers::validate::legacy_mentions)
+        }
+        _ => {}
+    }
     for (name, field) in LENIENT_INTEGERS {
         if *name != action {
             continue;

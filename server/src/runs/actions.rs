@@ -14,7 +14,7 @@ use super::store;
 use crate::access::{self, Need};
 use crate::app::App;
 use crate::caller::Caller;
-use crate::error::{ApiError, ApiResult, ErrorKind};
+use crate::error::{ApiError, ApiResult};
 use crate::validate::{MAX_NAME_BYTES, bounded_string};
 
 /// Runs per `ListRuns` page when the client does not say.
@@ -24,6 +24,9 @@ pub(crate) const MAX_PAGE: i64 = 200;
 
 /// `ListRuns` without a selector (upstream's words).
 const NO_SELECTOR: &str = "ListRuns requires rootRunId, sessionId, or agentId";
+
+/// The refusal of a `ListRuns` naming more than one selector.
+const MANY_SELECTORS: &str = "ListRuns takes exactly one of rootRunId, sessionId, or agentId";
 
 /// `GetRun {runId}` (reader of the run's agent).
 pub(crate) async fn get_run(app: &App, caller: &Caller, action: GetRun) -> ApiResult<GetRunResponse> {
@@ -54,31 +57,22 @@ pub(crate) async fn list_runs(app: &App, caller: &Caller, action: ListRuns) -> A
     let account = caller.account_id.clone();
     app.db
         .read(move |conn| {
+            // Exactly one selector (the seed's rule; upstream took the first by precedence).
             let selector = match (&action.root_run_id, &action.session_id, &action.agent_id) {
-                (Some(root), _, _) => Selector::Root(root),
-                (None, Some(session), _) => Selector::Session(session),
+                (Some(root), None, None) => Selector::Root(root),
+                (None, Some(session), None) => Selector::Session(session),
                 (None, None, Some(agent)) => Selector::Agent(agent),
                 (None, None, None) => return Err(ApiError::invalid(NO_SELECTOR)),
+                _ => return Err(ApiError::invalid(MANY_SELECTORS)),
             };
-            let checked = match (&action.agent_id, &action.session_id, &action.root_run_id) {
-                (Some(agent), _, _) => Selector::Agent(agent),
-                (None, Some(session), _) => Selector::Session(session),
-                (None, None, Some(root)) => Selector::Root(root),
-                (None, None, None) => return Err(ApiError::invalid(NO_SELECTOR)),
+            selector.require(conn, &account)?;
+            // The status filter is part of the query, so a page is full whenever enough runs match.
+            let status = action.status;
+            let runs = match selector {
+                Selector::Root(root) => store::tree_in(conn, root, status, limit)?,
+                Selector::Session(session) => store::session_roots(conn, session, status, limit)?,
+                Selector::Agent(agent) => store::agent_runs(conn, agent, status, limit)?,
             };
-            checked.require(conn, &account)?;
-            if selector != checked && !selector.visible(conn, &account)? {
-                return Ok(ListRunsResponse { extra: Default::default(), runs: Vec::new() });
-            }
-            let mut runs = match selector {
-                Selector::Root(root) => store::tree(conn, root)?,
-                Selector::Session(session) => store::session_roots(conn, session, limit)?,
-                Selector::Agent(agent) => store::agent_runs(conn, agent, limit)?,
-            };
-            if let Some(status) = action.status {
-                runs.retain(|run| run.status == status);
-            }
-            runs.truncate(limit as usize);
             Ok(ListRunsResponse { extra: Default::default(), runs })
         })
         .await
@@ -99,15 +93,6 @@ impl Selector<'_> {
             Selector::Root(root) => access::require_run(conn, root, account, Need::Read),
             Selector::Session(session) => access::require_session(conn, session, account, Need::Read),
             Selector::Agent(agent) => access::require(conn, agent, account, Need::Read),
-        }
-    }
-
-    /// Whether the caller may read what the selector names.
-    fn visible(self, conn: &rusqlite::Connection, account: &str) -> ApiResult<bool> {
-        match self.require(conn, account) {
-            Ok(_) => Ok(true),
-            Err(error) if matches!(error.kind(), ErrorKind::NotFound | ErrorKind::Forbidden) => Ok(false),
-            Err(error) => Err(error),
         }
     }
 }

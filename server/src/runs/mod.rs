@@ -42,7 +42,7 @@ pub(crate) use finish::{Usage, add_usage};
 pub(crate) use hooks::RunHooks;
 pub(crate) use queue::{Changes, NewRun, Queue, enqueue};
 
-pub(crate) use store::session_has_active_turn;
+pub(crate) use store::{session_has_active_turn, session_has_live_turn};
 
 #[cfg(test)]
 mod tests {

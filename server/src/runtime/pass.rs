@@ -57,7 +57,12 @@ pub(crate) enum Ended {
 /// What the request's read found.
 enum Read {
     /// The prompt, the replayed conversation and the callables the agent promoted.
-    Ready { system: String, messages: Vec<Message>, promoted: Vec<crate::tools::registry::Callable> },
+    Ready {
+        system: String,
+        messages: Vec<Message>,
+        promoted: Vec<crate::tools::registry::Callable>,
+        mcp: Vec<crate::model::ToolSpec>,
+    },
     /// The plan was settled under an earlier run: retire it first.
     Retire,
     /// Agent calls have no result (a crash interrupted them): answer them first.
@@ -216,11 +221,12 @@ impl Turn {
                     resumed,
                 };
                 let promoted = tools::promoted(&log, &granted);
-                Ok(Read::Ready { system, messages: replay::conversation(&log, &tail), promoted })
+                let mcp = crate::mcp::offered(conn, &owner_id, &agent_id, &definition)?;
+                Ok(Read::Ready { system, messages: replay::conversation(&log, &tail), promoted, mcp })
             })
             .await?;
-        let (system, messages, promoted) = match read {
-            Read::Ready { system, messages, promoted } => (system, messages, promoted),
+        let (system, messages, promoted, mcp) = match read {
+            Read::Ready { system, messages, promoted, mcp } => (system, messages, promoted, mcp),
             Read::Retire => {
                 let session_id = self.session_id.clone();
                 self.app.db.write(move |conn| plan::current(conn, &session_id, &run_id, now).map(drop)).await?;
@@ -233,6 +239,8 @@ impl Turn {
             }
         };
         let mut offered = tools::offered(&promoted);
+        // The granted MCP servers' tools after the promoted callables, before the verbs.
+        offered.splice(promoted.len()..promoted.len(), mcp);
         // `delegate` after `call`, while a child may still be spawned (a leaf at its depth budget
         // does not see it); `return_result` last, for a typed child.
         if self.depth < delegate::MAX_DEPTH {
@@ -597,9 +605,20 @@ async fn execute(
     let Some(tool) = Tool::named(&call.name) else {
         let promoted = crate::tools::registry::Callable::named(&call.name)
             .filter(|callable| offered.iter().any(|spec| spec.name == callable.name()));
-        let Some(callable) = promoted else { return Err(tools::unknown(&call.name)) };
-        let arguments = tools::check_callable(callable, call.arguments.clone())?;
-        let input = serde_json::json!({"tool": callable.name(), "input": arguments});
+        if let Some(callable) = promoted {
+            let arguments = tools::check_callable(callable, call.arguments.clone())?;
+            let input = serde_json::json!({"tool": callable.name(), "input": arguments});
+            return run_verb(turn, Tool::Call, &input).await;
+        }
+        // What else is offered is a granted MCP server's tool: checked here, run as `call`.
+        let Some(spec) = offered.iter().find(|spec| spec.name == call.name) else {
+            return Err(tools::unknown(&call.name));
+        };
+        let errors = crate::mcp::input_errors(&spec.parameters, &call.arguments);
+        if !errors.is_empty() {
+            return Err(format!("Validation failed for tool \"{}\":\n  - {}", call.name, errors.join("\n  - ")));
+        }
+        let input = serde_json::json!({"tool": call.name, "input": call.arguments});
         return run_verb(turn, Tool::Call, &input).await;
     };
     let arguments = tools::check(tool, call.arguments.clone())?;

@@ -31,6 +31,8 @@ pub(crate) enum Kind {
     Builtin,
     /// Authored source meant for a code sandbox.
     Lambda,
+    /// A tool of one of the owner's MCP servers, projected for an agent granted the server.
+    Mcp,
 }
 
 impl Kind {
@@ -39,6 +41,7 @@ impl Kind {
         match self {
             Kind::Builtin => "builtin",
             Kind::Lambda => "lambda",
+            Kind::Mcp => "mcp",
         }
     }
 }
@@ -83,6 +86,25 @@ pub(crate) struct ToolDocument {
     pub runtime: Option<Runtime>,
     /// A builtin's executor.
     pub binding: Option<String>,
+    /// An MCP tool's server (the owner's server name).
+    pub server: Option<String>,
+    /// An MCP tool's name on its server.
+    pub remote_name: Option<String>,
+}
+
+/// What an MCP server says about one of its tools, for [`ToolDocument::mcp`].
+#[derive(Debug, Clone)]
+pub(crate) struct McpInput<'a> {
+    /// The projected name (see `mcp::project::tool_name`).
+    pub name: String,
+    /// The server's name.
+    pub server: &'a str,
+    /// The tool's name on the server.
+    pub remote_name: &'a str,
+    /// The server's description of it.
+    pub description: Option<&'a str>,
+    /// Its input schema as the server gave it.
+    pub input: Json,
 }
 
 /// What an author gives for a lambda (from `SaveAgentTool` or `write ~/tools/<name>`).
@@ -112,6 +134,40 @@ impl ToolDocument {
             source: None,
             runtime: None,
             binding: Some(callable.name().to_owned()),
+            server: None,
+            remote_name: None,
+        }
+    }
+
+    /// The document of an MCP server's tool. Its description is the server's (cut to
+    /// [`MAX_DESCRIPTION_BYTES`]), or a line naming the tool; its input schema the server's without
+    /// `$schema`, always an object schema (model providers refuse anything else).
+    pub(crate) fn mcp(raw: McpInput<'_>) -> Self {
+        let fallback = format!("Tool {} of the MCP server {}.", raw.remote_name, raw.server);
+        let description = match raw.description.map(str::trim).filter(|text| !text.is_empty()) {
+            Some(text) => cut(text, MAX_DESCRIPTION_BYTES).to_owned(),
+            None => fallback,
+        };
+        let input = match raw.input {
+            Json::Object(mut schema) => {
+                schema.remove("$schema");
+                schema.insert("type".to_owned(), Json::String("object".to_owned()));
+                Json::Object(schema)
+            }
+            _ => serde_json::json!({"type": "object"}),
+        };
+        Self {
+            name: raw.name,
+            kind: Kind::Mcp,
+            summary: registry::first_sentence(&description),
+            description,
+            input,
+            output: None,
+            source: None,
+            runtime: None,
+            binding: None,
+            server: Some(raw.server.to_owned()),
+            remote_name: Some(raw.remote_name.to_owned()),
         }
     }
 
@@ -154,6 +210,8 @@ impl ToolDocument {
             source: Some(source),
             runtime: Some(if raw.runtime.as_deref() == Some("python") { Runtime::Python } else { Runtime::Typescript }),
             binding: None,
+            server: None,
+            remote_name: None,
         })
     }
 
@@ -180,6 +238,12 @@ impl ToolDocument {
         if let Some(binding) = &self.binding {
             fields.insert("binding".to_owned(), text(binding));
         }
+        if let Some(server) = &self.server {
+            fields.insert("server".to_owned(), text(server));
+        }
+        if let Some(remote_name) = &self.remote_name {
+            fields.insert("remoteName".to_owned(), text(remote_name));
+        }
         Ipld::Map(fields)
     }
 
@@ -203,10 +267,12 @@ impl ToolDocument {
         let kind = match text("kind").as_deref() {
             Some("builtin") => Kind::Builtin,
             Some("lambda") => Kind::Lambda,
+            Some("mcp") => Kind::Mcp,
             other => return Err(ApiError::internal(format!("a stored tool document has kind {other:?}"))),
         };
         let (summary, description) = (text("summary").unwrap_or_default(), text("description").unwrap_or_default());
         let (source, binding) = (text("source"), text("binding"));
+        let (server, remote_name) = (text("server"), text("remoteName"));
         let runtime = match text("runtime").as_deref() {
             Some("python") => Some(Runtime::Python),
             Some(_) => Some(Runtime::Typescript),
@@ -215,13 +281,16 @@ impl ToolDocument {
         let json = |value: Ipld| serde_json::to_value(Value(value)).map_err(ApiError::internal);
         let input = json(fields.remove("input").unwrap_or(Ipld::Map(BTreeMap::new())))?;
         let output = fields.remove("output").map(json).transpose()?;
-        Ok(Self { name, kind, summary, description, input, output, source, runtime, binding })
+        Ok(Self { name, kind, summary, description, input, output, source, runtime, binding, server, remote_name })
     }
 
     /// The contract as markdown: name, kind and version (CID), description, input and output
     /// schemas, and a lambda's source.
     pub(crate) fn contract_markdown(&self, cid: &str) -> String {
-        let runtime = self.runtime.map(|runtime| format!(" · {}", runtime.as_str())).unwrap_or_default();
+        let runtime = match (&self.server, &self.remote_name) {
+            (Some(server), Some(remote)) => format!(" · MCP server `{server}`, tool `{remote}`"),
+            _ => self.runtime.map(|runtime| format!(" · {}", runtime.as_str())).unwrap_or_default(),
+        };
         let mut parts = vec![
             format!("# {}", self.name),
             String::new(),
@@ -241,6 +310,18 @@ impl ToolDocument {
         }
         parts.join("\n")
     }
+}
+
+/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// `## <title>` and the schema as pretty JSON in a fence.

@@ -8,7 +8,9 @@
 //! Builtin documents are written for an agent before anything lists or reads its tools, and
 //! rewritten only when this build's CID differs from the stored one. Lambdas (authored tools) can
 //! be saved, listed, read and deleted, but this server has no code sandbox, so calling one
-//! answers an error saying so; their `granted` is false.
+//! answers an error saying so; their `granted` is true in listings, as upstream reports it
+//! (grants do not cover lambdas). MCP documents are projected from the
+//! owner's MCP servers for the agents granted them (`mcp::project`) and run through `mcp`.
 
 pub(crate) mod document;
 pub(crate) mod registry;
@@ -70,10 +72,26 @@ pub(crate) async fn document(app: &App, owner_id: &str, agent_id: &str, name: &s
     app.db.read(move |conn| store::get(conn, &owner, &agent, &name)).await
 }
 
-/// Whether `stored` is offered to the agent: a builtin in its grants (lambdas never run here).
-pub(crate) fn is_granted(stored: &Stored, granted: &[Callable]) -> bool {
-    stored.document.kind == Kind::Builtin
-        && Callable::named(&stored.document.name).is_some_and(|callable| granted.contains(&callable))
+/// Whether `stored` is offered to the agent: a builtin in its grants, or a tool of an MCP server
+/// its definition names (lambdas never run here).
+pub(crate) fn is_granted(stored: &Stored, granted: &[Callable], definition: &AgentDefinition) -> bool {
+    match stored.document.kind {
+        Kind::Builtin => Callable::named(&stored.document.name).is_some_and(|callable| granted.contains(&callable)),
+        Kind::Mcp => mcp_granted(&stored.document, definition),
+        Kind::Lambda => false,
+    }
+}
+
+/// `granted` as `ListAgentTools` shows it: [`is_granted`], and always for a lambda (the seed's
+/// "Lambdas: always true"; running one is refused for want of a sandbox, not by grants).
+pub(crate) fn listed_as_granted(stored: &Stored, granted: &[Callable], definition: &AgentDefinition) -> bool {
+    stored.document.kind == Kind::Lambda || is_granted(stored, granted, definition)
+}
+
+/// Whether an MCP tool's server is among the definition's `mcpServers`.
+pub(crate) fn mcp_granted(document: &ToolDocument, definition: &AgentDefinition) -> bool {
+    let Some(server) = &document.server else { return false };
+    definition.mcp_servers.as_ref().is_some_and(|names| names.contains(server))
 }
 
 /// `ListAgentTools {agentId}` (reader): every document with its CID and whether it is granted.
@@ -92,7 +110,7 @@ pub(crate) async fn list_agent_tools(
     let tools = documents(app, &access.owner_id, &access.agent_id)
         .await?
         .iter()
-        .map(|stored| info(stored, is_granted(stored, &granted)))
+        .map(|stored| info(stored, listed_as_granted(stored, &granted, &definition)))
         .collect::<ApiResult<Vec<_>>>()?;
     Ok(ListAgentToolsResponse { extra: Default::default(), agent_id: access.agent_id.into(), tools })
 }
@@ -132,6 +150,9 @@ pub(crate) async fn save_agent_tool(
                 Some(stored) if stored.document.kind == Kind::Builtin => {
                     return Err(ApiError::invalid("Builtin tools cannot be edited"));
                 }
+                Some(stored) if stored.document.kind == Kind::Mcp => {
+                    return Err(ApiError::invalid("MCP tools cannot be edited"));
+                }
                 Some(stored) => Some(stored),
             },
             None => None,
@@ -153,11 +174,7 @@ pub(crate) async fn save_agent_tool(
     })
     .await?;
     changed(app, &access.owner_id, &access.agent_id);
-    Ok(SaveAgentToolResponse {
-        extra: Default::default(),
-        agent_id: access.agent_id.into(),
-        tool: info(&saved, false)?,
-    })
+    Ok(SaveAgentToolResponse { extra: Default::default(), agent_id: access.agent_id.into(), tool: info(&saved, true)? })
 }
 
 /// `DeleteAgentTool {agentId, name}` (writer): deletes a lambda; `deleted: false` when there is
@@ -183,6 +200,11 @@ pub(crate) async fn delete_agent_tool(
 /// Deletes the lambda `name`: whether there was one; 400 for a builtin's name.
 pub(crate) fn delete_lambda(conn: &rusqlite::Connection, owner: &str, agent: &str, name: &str) -> ApiResult<bool> {
     let builtin = match store::get(conn, owner, agent, name)? {
+        Some(stored) if stored.document.kind == Kind::Mcp => {
+            return Err(ApiError::invalid(format!(
+                "\"{name}\" is a tool of an MCP server; remove the server from the agent's mcpServers instead"
+            )));
+        }
         Some(stored) => stored.document.kind == Kind::Builtin,
         None => Callable::named(name).is_some(),
     };
@@ -218,15 +240,16 @@ pub(crate) fn info(stored: &Stored, granted: bool) -> ApiResult<AgentToolInfo> {
         kind: match document.kind {
             Kind::Builtin => AgentToolInfoKind::Builtin,
             Kind::Lambda => AgentToolInfoKind::Lambda,
+            Kind::Mcp => AgentToolInfoKind::Mcp,
         },
         name: document.name.clone(),
         output: document.output.as_ref().map(map_of).transpose()?,
-        remote_name: None,
+        remote_name: document.remote_name.clone(),
         runtime: document.runtime.map(|runtime| match runtime {
             Runtime::Python => AgentToolInfoRuntime::Python,
             Runtime::Typescript => AgentToolInfoRuntime::Typescript,
         }),
-        server: None,
+        server: document.server.clone(),
         source: document.source.clone(),
         summary: document.summary.clone(),
         updated_at: stored.updated_at,

@@ -1,7 +1,7 @@
 //! The `tool_documents` table: one row per (owner account, agent, name).
 //!
-//! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE SET … = excluded.…` (PostgreSQL
-//! spells it the same) and a 0/1 integer `enabled`; the rest is portable SQL.
+//! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE SET … = excluded.… [WHERE …]`
+//! (PostgreSQL spells it the same) and a 0/1 integer `enabled`; the rest is portable SQL.
 
 use std::sync::LazyLock;
 
@@ -114,6 +114,34 @@ pub(crate) fn put_lambda(
     )?
     .execute(params![owner, agent, document.name, cid, bytes, now])?;
     Ok(())
+}
+
+/// Creates or replaces the MCP tool `document` (a replaced row keeps its `created_at` and
+/// `enabled`); refuses to replace a builtin or lambda of the same name.
+pub(crate) fn put_mcp(conn: &Connection, owner: &str, agent: &str, document: &ToolDocument, now: i64) -> ApiResult<()> {
+    if document.kind != Kind::Mcp {
+        return Err(ApiError::internal("only MCP documents are projected"));
+    }
+    let (cid, bytes) = document.encode()?;
+    conn.prepare_cached(
+        "INSERT INTO tool_documents (account_id, agent_id, name, kind, cid, doc_cbor, enabled, created_at, updated_at)
+         VALUES (?1, ?2, ?3, 'mcp', ?4, ?5, 1, ?6, ?6)
+         ON CONFLICT (account_id, agent_id, name) DO UPDATE SET
+             cid = excluded.cid, doc_cbor = excluded.doc_cbor, updated_at = excluded.updated_at
+         WHERE tool_documents.kind = 'mcp'",
+    )?
+    .execute(params![owner, agent, document.name, cid, bytes, now])?;
+    Ok(())
+}
+
+/// Every MCP document of the agent, by name.
+pub(crate) fn list_mcp(conn: &Connection, owner: &str, agent: &str) -> ApiResult<Vec<Stored>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT doc_cbor, cid, enabled, created_at, updated_at FROM tool_documents
+         WHERE account_id = ?1 AND agent_id = ?2 AND kind = 'mcp' ORDER BY name",
+    )?;
+    let rows = statement.query_map(params![owner, agent], raw)?.collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter().map(stored).collect()
 }
 
 /// Sets a row's `created_at` (a rename keeps the original's).

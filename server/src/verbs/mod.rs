@@ -221,9 +221,10 @@ async fn open<'a>(app: &'a App, caller: &Caller, session_id: &str) -> ApiResult<
     })
 }
 
-/// 409 while an agent run of the session is queued, claimed or running.
+/// 409 while an agent run of the session is live in any state: queued, claimed, running, or
+/// waiting on its children or a signal (the seed's rule).
 fn refuse_during_agent_turn(conn: &Connection, session_id: &str) -> ApiResult<()> {
-    if runs::session_has_active_turn(conn, session_id)? {
+    if runs::session_has_live_turn(conn, session_id)? {
         return Err(ApiError::conflict(AGENT_IS_WORKING));
     }
     Ok(())

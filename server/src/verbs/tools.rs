@@ -39,9 +39,9 @@ pub(super) async fn read(context: &Context<'_>, name: Option<&str>) -> ApiResult
     }
     let granted = agent_tools::granted(context.app, &context.definition);
     let stored = agent_tools::document(context.app, &context.owner_id, &context.agent_id, name).await?;
-    let Some(stored) =
-        stored.filter(|stored| stored.document.kind == Kind::Lambda || agent_tools::is_granted(stored, &granted))
-    else {
+    let Some(stored) = stored.filter(|stored| {
+        stored.document.kind == Kind::Lambda || agent_tools::is_granted(stored, &granted, &context.definition)
+    }) else {
         return listing(context, Some(format!("No tool named {name}."))).await;
     };
     #[derive(Serialize)]
@@ -101,10 +101,10 @@ pub(super) async fn write(context: &Context<'_>, name: &str, input: &Input<'_>) 
         .app
         .db
         .write(move |conn| {
-            if store::get(conn, &owner, &agent, &document.name)?
-                .is_some_and(|stored| stored.document.kind == Kind::Builtin)
-            {
-                return Err(ApiError::invalid("Builtin tools cannot be edited"));
+            match store::get(conn, &owner, &agent, &document.name)?.map(|stored| stored.document.kind) {
+                Some(Kind::Builtin) => return Err(ApiError::invalid("Builtin tools cannot be edited")),
+                Some(Kind::Mcp) => return Err(ApiError::invalid("MCP tools cannot be edited")),
+                _ => {}
             }
             store::put_lambda(conn, &owner, &agent, &document, now)
         })
@@ -135,8 +135,21 @@ pub(super) async fn call(context: &Context<'_>, input: &Value) -> ApiResult<Valu
     let granted = agent_tools::granted(context.app, &context.definition);
     let Some(callable) = Callable::named(name).filter(|callable| granted.contains(callable)) else {
         let stored = agent_tools::document(context.app, &context.owner_id, &context.agent_id, name).await?;
-        return match stored.filter(|stored| stored.document.kind == Kind::Lambda && stored.enabled) {
-            Some(lambda) => {
+        return match stored.filter(|stored| stored.enabled) {
+            Some(tool)
+                if tool.document.kind == Kind::Mcp && agent_tools::mcp_granted(&tool.document, &context.definition) =>
+            {
+                let errors = crate::mcp::input_errors(&tool.document.input, &arguments);
+                if !errors.is_empty() {
+                    return mismatch(name, tool.document.contract_markdown(&tool.cid), errors);
+                }
+                let called = crate::mcp::run_tool(context.app, &context.owner_id, &tool.document, arguments).await?;
+                for image in called.images {
+                    context.show_image(image);
+                }
+                record(called.summary, &called.output)
+            }
+            Some(lambda) if lambda.document.kind == Kind::Lambda => {
                 let errors = crate::tools::schema::value_errors(&lambda.document.input, &arguments);
                 if errors.is_empty() {
                     Err(ApiError::not_implemented(format!("Tool {name} is a lambda. {LAMBDA_NOT_RUNNABLE}")))
@@ -144,7 +157,7 @@ pub(super) async fn call(context: &Context<'_>, input: &Value) -> ApiResult<Valu
                     mismatch(name, lambda.document.contract_markdown(&lambda.cid), errors)
                 }
             }
-            None => listing(context, Some(format!("No callable tool named {name}. Here is what you can call."))).await,
+            _ => listing(context, Some(format!("No callable tool named {name}. Here is what you can call."))).await,
         };
     };
     let errors = crate::tools::schema::value_errors(callable.input_schema(), &arguments);
@@ -167,8 +180,10 @@ pub(super) async fn call(context: &Context<'_>, input: &Value) -> ApiResult<Valu
 async fn listing(context: &Context<'_>, summary: Option<String>) -> ApiResult<Value> {
     let granted = agent_tools::granted(context.app, &context.definition);
     let documents = agent_tools::documents(context.app, &context.owner_id, &context.agent_id).await?;
-    let callable: Vec<_> =
-        documents.iter().filter(|stored| stored.enabled && agent_tools::is_granted(stored, &granted)).collect();
+    let callable: Vec<_> = documents
+        .iter()
+        .filter(|stored| stored.enabled && agent_tools::is_granted(stored, &granted, &context.definition))
+        .collect();
     let authored: Vec<_> =
         documents.iter().filter(|stored| stored.enabled && stored.document.kind == Kind::Lambda).collect();
     let mut lines = vec!["# ~/tools".to_owned(), String::new(), "## Verbs (always available)".to_owned()];

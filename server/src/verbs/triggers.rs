@@ -201,7 +201,9 @@ pub(super) async fn write(context: &Context<'_>, name: &str, input: &Input<'_>) 
     };
     let name = existing.as_ref().map_or(name, |trigger| trigger.name.as_str()).to_owned();
     fields.insert("name".to_owned(), Ipld::String(name.clone()));
-    let trigger_input: AgentTriggerInput = wire::from_ipld(Ipld::Map(fields))
+    let mut fields = Ipld::Map(fields);
+    crate::triggers::validate::legacy_mentions(&mut fields);
+    let trigger_input: AgentTriggerInput = wire::from_ipld(fields)
         .map_err(|error| ApiError::invalid(format!("Trigger content does not fit: {error}. {CONTRACT}")))?;
     let trigger = actions::normalize_input(&trigger_input)?;
     if let AgentTriggerSource::WebhookSource(_) = trigger.source {

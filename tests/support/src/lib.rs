@@ -36,6 +36,8 @@ pub mod fixtures;
 #[cfg(feature = "server")]
 pub mod hm;
 #[cfg(feature = "server")]
+pub mod mcp;
+#[cfg(feature = "server")]
 pub mod oauth;
 #[cfg(feature = "server")]
 pub mod process;

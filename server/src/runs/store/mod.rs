@@ -128,21 +128,48 @@ pub(crate) fn tree(conn: &Connection, root: &str) -> ApiResult<Vec<RunInfo>> {
     runs.map_err(ApiError::internal)
 }
 
-/// The newest root runs of session `session_id` (not its delegated children), at most `limit`.
-pub(crate) fn session_roots(conn: &Connection, session_id: &str, limit: i64) -> rusqlite::Result<Vec<RunInfo>> {
+/// The runs of root `root`'s tree in `status` (any when `None`), oldest first, at most `limit`.
+pub(crate) fn tree_in(
+    conn: &Connection,
+    root: &str,
+    status: Option<RunStatus>,
+    limit: i64,
+) -> rusqlite::Result<Vec<RunInfo>> {
     let mut statement = conn.prepare_cached(&format!(
-        "SELECT {RUN_COLUMNS} FROM runs r WHERE r.session_id = ?1 AND r.id = r.root_run_id
-         ORDER BY r.created_at DESC, r.id DESC LIMIT +?2"
+        "SELECT {RUN_COLUMNS} FROM runs r WHERE r.root_run_id = ?1 AND (?2 IS NULL OR r.status = ?2)
+         ORDER BY r.created_at, r.id LIMIT +?3"
     ))?;
-    statement.query_map(params![session_id, limit], info_from_row)?.collect()
+    statement.query_map(params![root, status.map(Text), limit], info_from_row)?.collect()
 }
 
-/// The newest runs of agent `agent_id`, at most `limit`.
-pub(crate) fn agent_runs(conn: &Connection, agent_id: &str, limit: i64) -> rusqlite::Result<Vec<RunInfo>> {
+/// The newest root runs of session `session_id` (not its delegated children) in `status` (any
+/// when `None`), at most `limit`.
+pub(crate) fn session_roots(
+    conn: &Connection,
+    session_id: &str,
+    status: Option<RunStatus>,
+    limit: i64,
+) -> rusqlite::Result<Vec<RunInfo>> {
     let mut statement = conn.prepare_cached(&format!(
-        "SELECT {RUN_COLUMNS} FROM runs r WHERE r.agent_id = ?1 ORDER BY r.created_at DESC, r.id DESC LIMIT +?2"
+        "SELECT {RUN_COLUMNS} FROM runs r WHERE r.session_id = ?1 AND r.id = r.root_run_id
+         AND (?2 IS NULL OR r.status = ?2)
+         ORDER BY r.created_at DESC, r.id DESC LIMIT +?3"
     ))?;
-    statement.query_map(params![agent_id, limit], info_from_row)?.collect()
+    statement.query_map(params![session_id, status.map(Text), limit], info_from_row)?.collect()
+}
+
+/// The newest runs of agent `agent_id` in `status` (any when `None`), at most `limit`.
+pub(crate) fn agent_runs(
+    conn: &Connection,
+    agent_id: &str,
+    status: Option<RunStatus>,
+    limit: i64,
+) -> rusqlite::Result<Vec<RunInfo>> {
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs r WHERE r.agent_id = ?1 AND (?2 IS NULL OR r.status = ?2)
+         ORDER BY r.created_at DESC, r.id DESC LIMIT +?3"
+    ))?;
+    statement.query_map(params![agent_id, status.map(Text), limit], info_from_row)?.collect()
 }
 
 /// The root and the agent of run `run_id`, when it exists and still has an agent (runs outlive

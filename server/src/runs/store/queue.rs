@@ -129,6 +129,16 @@ pub(crate) fn session_has_active_turn(conn: &Connection, session_id: &str) -> ru
     .query_row(params![session_id], |row| row.get(0))
 }
 
+/// Whether an agent run of the session is live in any state: queued, claimed, running, or
+/// waiting (parked on children or a signal).
+pub(crate) fn session_has_live_turn(conn: &Connection, session_id: &str) -> rusqlite::Result<bool> {
+    conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = ?1 AND kind = 'agent'
+             AND status IN ('queued', 'claimed', 'running', 'waiting'))",
+    )?
+    .query_row(params![session_id], |row| row.get(0))
+}
+
 /// Whether any run of the session is queued, claimed, running or waiting.
 pub(crate) fn session_has_live_run(conn: &Connection, session_id: &str) -> rusqlite::Result<bool> {
     conn.prepare_cached(
