@@ -10,7 +10,7 @@ use serde_json::Value as Json;
 use sha2::{Digest as _, Sha256};
 
 use super::store;
-use crate::agents;
+use crate::agents::store as agent_rows;
 use crate::error::{ApiError, ApiResult};
 use crate::tools::document::{Kind, McpInput, ToolDocument};
 use crate::tools::store as documents;
@@ -97,7 +97,7 @@ pub(crate) fn sync_agent(
 /// documents changed.
 pub(crate) fn sync_granted(conn: &Connection, owner: &str, server: &str, now: i64) -> ApiResult<Vec<String>> {
     let mut changed = Vec::new();
-    for (agent_id, definition) in agents::store::owned_definitions(conn, owner)? {
+    for (agent_id, definition) in agent_rows::owned_definitions(conn, owner)? {
         let grants = definition.mcp_servers.as_ref().is_some_and(|names| names.iter().any(|name| name == server));
         if grants && sync_agent(conn, owner, &agent_id, &definition, now)? {
             changed.push(agent_id);

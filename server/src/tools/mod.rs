@@ -30,7 +30,7 @@ use seed_agents_protocol::{Value, wire};
 use serde_json::{Map, Value as Json};
 
 use crate::access::{self, Need};
-use crate::agents;
+use crate::agents::store as agent_rows;
 use crate::app::App;
 use crate::bus::ChangeReason;
 use crate::caller::Caller;
@@ -102,7 +102,7 @@ pub(crate) async fn list_agent_tools(
 ) -> ApiResult<ListAgentToolsResponse> {
     let agent_id = action.agent_id.clone();
     let (access, definition) = access::read(app, caller, agent_id, Need::Read, move |conn, access| {
-        let definition = agents::store::load_info(conn, &access.agent_id, access.role)?.definition;
+        let definition = agent_rows::load_info(conn, &access.agent_id, access.role)?.definition;
         Ok((access, definition))
     })
     .await?;
