@@ -30,7 +30,7 @@ pub struct Config {
 
     /// Largest request body, in bytes: the limit of the actions that carry a file inline
     /// (`WriteAgentMemoryFile`, `InvokeSessionTool`, an identity's icon). Upload chunks and
-    /// attachments have their own smaller limits and every other action 1 MiB; larger files go
+    /// attachments have their own smaller limits and every other action 4 MiB; larger files go
     /// through chunked uploads. Raise `--body-budget-bytes` with it.
     #[arg(long, env = "SEED_AGENTS_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
