@@ -522,8 +522,8 @@ async fn publishing_creates_and_updates_documents_of_the_agents_own_account() {
     assert_eq!(next_ref.links("heads"), Some(vec![next.cid.clone()]));
 
     // What is not built says so; another account needs a capability; options are per action.
-    let raw = owner.call(write(&session_id, &notes, Some("hi"), json!({ "action": "draft.create" }))).await;
-    assert!(raw.unwrap().error.unwrap().starts_with("The raw publishing command draft.create is not supported"));
+    let raw = owner.call(write(&session_id, &notes, Some("hi"), json!({ "action": "document.ref" }))).await;
+    assert!(raw.unwrap().error.unwrap().starts_with("The raw publishing command document.ref is not supported"));
     hm.answer("ListCapabilities", &[("targetId", &format!("hm://{UID}"))], json!({ "capabilities": [] }));
     let foreign = owner.call(write(&session_id, &format!("hm://{UID}/x"), Some("hi"), json!({ "name": "X" }))).await;
     assert_eq!(

@@ -1,7 +1,6 @@
 //! `write hm://…` beyond creating documents: comments and replies, delete, redirect, move, fork,
 //! publishing a memory file (`options.fromPath`), the raw commands (comment edits, the profile,
-//! contacts),
-//! and writing another account's documents through a capability. User verbs
+//! contacts, drafts written, revised and published), and writing another account's documents through a capability. User verbs
 //! (`InvokeSessionTool`) against the fake Hypermedia server, which checks every blob's
 //! signature, fields and links as the real server would (`support::hm`). Reads of documents are
 //! scripted from what was actually published; comment reads come from the published Comments.
@@ -23,6 +22,7 @@ struct Publisher {
     server: TestServer,
     owner: User,
     session_id: seed_agents_protocol::SessionId,
+    agent_id: seed_agents_protocol::AgentId,
     account: String,
 }
 
@@ -37,7 +37,7 @@ async fn publisher(hm: &FakeHm) -> Publisher {
     def.signing_key = Some(identity.name.clone());
     let agent_id = owner.call(CreateAgent { client_request_id: None, definition: def }).await.unwrap().agent_id;
     let session_id = owner.create_session(&agent_id, None).await;
-    Publisher { server, owner, session_id, account: identity.account_id.unwrap().into_string() }
+    Publisher { server, owner, session_id, agent_id, account: identity.account_id.unwrap().into_string() }
 }
 
 /// A published document: its genesis, its change (the version) and its Ref's generation.
@@ -558,8 +558,8 @@ async fn an_agent_grants_a_capability_that_lets_another_account_write() {
         error(owner.call(named).await)
             .starts_with("write hm:// (action \"capability.create\") does not understand option \"name\"")
     );
-    let other = write(session, &home, None, json!({ "action": "draft.create" }));
-    assert!(error(owner.call(other).await).starts_with("The raw publishing command draft.create is not supported"));
+    let other = write(session, &home, None, json!({ "action": "document.ref" }));
+    assert!(error(owner.call(other).await).starts_with("The raw publishing command document.ref is not supported"));
 
     let before = hm.blobs().len();
     let input = json!({ "delegate": format!("hm://{bea_account}"), "role": "writer", "label": "Bea" });
@@ -999,4 +999,150 @@ async fn the_prompt_lists_granted_identities_and_the_signer_option_takes_their_p
     let prompt = owner.call(GetSession::new(plain_session)).await.unwrap().system_prompt_markdown;
     assert!(!prompt.contains("<available_signing_identities>"));
     server.stop().await;
+}
+
+#[tokio::test]
+async fn a_draft_is_written_revised_and_published_then_removed_with_its_agent() {
+    let hm = FakeHm::start().await;
+    let p = publisher(&hm).await;
+    let (owner, session) = (&p.owner, p.session_id.as_str());
+    let notes = format!("hm://{}/notes", p.account);
+    let draft = |action: &str, content: Option<&str>, options: Json| {
+        let mut options = options;
+        options["action"] = json!(action);
+        write(session, &notes, content, options)
+    };
+
+    // Written: kept here, nothing published.
+    let (requests, blobs_before) = (hm.requests(), hm.blobs().len());
+    let created = output(
+        &owner
+            .call(draft(
+                "draft.create",
+                Some("# Birds\n\nA heron."),
+                json!({ "name": "Bird notes", "metadata": { "summary": "First" } }),
+            ))
+            .await
+            .unwrap(),
+    );
+    let id = created["draftId"].as_str().unwrap().to_owned();
+    assert_eq!((created["action"].as_str(), created["status"].as_str()), (Some("draft.create"), Some("idle")));
+    assert_eq!((created["target"].as_str(), created["edit"].as_bool()), (Some(notes.as_str()), Some(false)));
+    assert_eq!(created["metadata"], json!({ "name": "Bird notes", "summary": "First" }));
+    assert_eq!(hm.requests(), requests, "a draft reaches no server");
+    assert_eq!(
+        error(owner.call(draft("draft.create", Some("x"), json!({}))).await),
+        "draft.create requires a name: pass options.name (or options.metadata.name, or options.input.name)"
+    );
+
+    // Revised: new content, a metadata key merged, the name kept.
+    let revised = output(
+        &owner
+            .call(draft(
+                "draft.update",
+                Some("# Birds\n\nA heron and a crane."),
+                json!({ "input": { "draft": id }, "metadata": { "summary": "Second" } }),
+            ))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(revised["metadata"], json!({ "name": "Bird notes", "summary": "Second" }));
+    let got = output(&owner.call(draft("draft.get", None, json!({ "input": { "draftId": id } }))).await.unwrap());
+    assert_eq!(got["markdown"], "# Birds\n\nA heron and a crane.");
+    assert_eq!(got["name"], "Bird notes");
+
+    // Listed, newest change first; a second draft deleted.
+    let other = output(&owner.call(draft("draft.create", Some("Later."), json!({ "name": "Other" }))).await.unwrap());
+    let other_id = other["draftId"].as_str().unwrap().to_owned();
+    let listed = output(&owner.call(draft("draft.list", None, json!({}))).await.unwrap());
+    assert_eq!(listed["summary"], "2 drafts.");
+    let mut ids: Vec<&str> =
+        listed["drafts"].as_array().unwrap().iter().map(|d| d["draftId"].as_str().unwrap()).collect();
+    ids.sort_unstable();
+    let mut expected = [id.as_str(), other_id.as_str()];
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+    let deleted =
+        output(&owner.call(draft("draft.delete", None, json!({ "input": { "draft": other_id } }))).await.unwrap());
+    assert_eq!(deleted["deleted"], true);
+    assert_eq!(
+        error(owner.call(draft("draft.get", None, json!({ "input": { "draft": other_id } }))).await),
+        format!("Draft {other_id} not found")
+    );
+    let listed = output(&owner.call(draft("draft.list", None, json!({}))).await.unwrap());
+    assert_eq!(listed["drafts"].as_array().unwrap().len(), 1);
+
+    // A dry run publishes nothing; publishing signs the revised draft as a new document.
+    not_found(&hm, &notes);
+    let mut dry = write(session, &notes, None, json!({ "action": "draft.publish", "input": { "draft": id } }));
+    if let Ipld::Map(input) = &mut dry.input.0 {
+        input.insert("dryRun".into(), Ipld::Bool(true));
+    }
+    let dry = output(&owner.call(dry).await.unwrap());
+    assert_eq!(dry["dryRun"], true);
+    assert_eq!(hm.blobs().len(), blobs_before);
+    let published =
+        output(&owner.call(draft("draft.publish", None, json!({ "input": { "draft": id } }))).await.unwrap());
+    assert_eq!(published["summary"], format!("Published draft {id} to {notes} (created)."));
+    assert_eq!(
+        (published["action"].as_str(), published["draftId"].as_str()),
+        (Some("draft.publish"), Some(id.as_str()))
+    );
+    let blobs = hm.blobs();
+    let [genesis, change, version_ref] = &blobs[blobs_before..] else { panic!("expected three blobs") };
+    assert_eq!(change.signer().as_deref(), Some(p.account.as_str()));
+    assert_eq!(
+        ops(change),
+        [
+            "SetAttributes 2",
+            "ReplaceBlock Heading Birds",
+            "ReplaceBlock Paragraph A heron and a crane.",
+            "MoveBlocks 2"
+        ]
+    );
+    assert_eq!(published["version"], change.cid);
+    assert_eq!(version_ref.text("path"), Some("/notes"));
+    let got = output(&owner.call(draft("draft.get", None, json!({ "input": { "draft": id } }))).await.unwrap());
+    assert_eq!((got["status"].as_str(), got["edit"].as_bool()), (Some("published"), Some(true)));
+    assert_eq!(
+        (got["publishedId"].as_str(), got["publishedVersion"].as_str()),
+        (Some(notes.as_str()), Some(change.cid.as_str()))
+    );
+
+    // Revised and published again: an update of the document it created.
+    hm.answer(
+        "Resource",
+        &[("id", &notes)],
+        json!({ "type": "document", "document": { "content": [ { "block": { "id": "blockOld", "type": "Paragraph" } } ] } }),
+    );
+    hm.answer(
+        "ListChanges",
+        &[("targetId", &notes)],
+        json!({ "changes": [ { "id": genesis.cid, "deps": [] }, { "id": change.cid, "deps": [genesis.cid] } ] }),
+    );
+    owner.call(draft("draft.update", Some("Herons only."), json!({ "input": { "draft": id } }))).await.unwrap();
+    let again = output(&owner.call(draft("draft.publish", None, json!({ "input": { "draft": id } }))).await.unwrap());
+    assert_eq!(again["summary"], format!("Published draft {id} to {notes} (updated)."));
+    let blobs = hm.blobs();
+    let [next, _] = &blobs[blobs_before + 3..] else { panic!("expected two blobs") };
+    assert_eq!(next.links("deps"), Some(vec![change.cid.clone()]));
+    assert!(ops(next).contains(&"ReplaceBlock Paragraph Herons only.".to_owned()), "{:?}", ops(next));
+
+    // Drafts are the agent's own: another agent of the owner does not see them.
+    let mut def = definition("Other");
+    def.signing_key = None;
+    let other_agent = owner.call(CreateAgent { client_request_id: None, definition: def }).await.unwrap().agent_id;
+    let other_session = owner.create_session(&other_agent, None).await;
+    let foreign = write(&other_session, &notes, None, json!({ "action": "draft.get", "input": { "draft": id } }));
+    assert_eq!(error(owner.call(foreign).await), format!("Draft {id} not found"));
+
+    // Deleting the agent deletes its drafts.
+    let conn = rusqlite::Connection::open(p.server.dir.path().join("seed-agents.sqlite")).unwrap();
+    let count = |conn: &rusqlite::Connection| -> i64 {
+        conn.query_row("SELECT COUNT(*) FROM agent_drafts", [], |row| row.get(0)).unwrap()
+    };
+    assert_eq!(count(&conn), 1);
+    owner.call(seed_agents_protocol::generated::DeleteAgent { agent_id: p.agent_id.clone() }).await.unwrap();
+    assert_eq!(count(&conn), 0);
+    p.server.stop().await;
 }

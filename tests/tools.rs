@@ -1,6 +1,7 @@
 //! Agent tools: the `*AgentTool*` actions over tool documents (CIDs, lambdas saved, renamed and
 //! deleted, builtins read-only), `~/tools` and `call` as user verbs, and agent turns that search
-//! the fake Hypermedia server, miss, send bad input, and use `web_search` against a fake SearXNG
+//! the fake Hypermedia server, miss, send bad input, list a space with `query` and read a
+//! document's `attributes`, and use `web_search` against a fake SearXNG
 //! (offered only when one is configured).
 
 use std::time::Duration;
@@ -61,7 +62,7 @@ async fn tool_documents_have_stable_cids_and_lambdas_are_saved_renamed_and_delet
 
     let tools = list(&owner, &agent).await;
     let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_str()).collect();
-    assert_eq!(names, ["search", "web_search"]);
+    assert_eq!(names, ["attributes", "query", "search", "web_search"]);
     let search = named(&tools, "search");
     assert_eq!((search.kind, search.granted, search.enabled), (AgentToolInfoKind::Builtin, true, true));
     assert!(search.cid.starts_with("bafyrei"), "{}", search.cid);
@@ -105,7 +106,7 @@ async fn tool_documents_have_stable_cids_and_lambdas_are_saved_renamed_and_delet
     let clash = api_error(owner.call(save(&agent, word_count("other_count"), Some("token_count"))).await);
     assert_eq!(clash, (409, "A tool named \"other_count\" already exists".into()));
     let names: Vec<String> = list(&owner, &agent).await.into_iter().map(|tool| tool.name).collect();
-    assert_eq!(names, ["other_count", "search", "token_count", "web_search"]);
+    assert_eq!(names, ["attributes", "other_count", "query", "search", "token_count", "web_search"]);
 
     // Builtins are read-only; bad lambdas are refused with the reason.
     let missing = api_error(owner.call(save(&agent, word_count("x_count"), Some("nope"))).await);
@@ -127,7 +128,7 @@ async fn tool_documents_have_stable_cids_and_lambdas_are_saved_renamed_and_delet
     assert!(owner.call(delete("token_count")).await.unwrap().deleted);
     assert!(!owner.call(delete("token_count")).await.unwrap().deleted);
     let names: Vec<String> = list(&owner, &agent).await.into_iter().map(|tool| tool.name).collect();
-    assert_eq!(names, ["other_count", "search", "web_search"]);
+    assert_eq!(names, ["attributes", "other_count", "query", "search", "web_search"]);
     server.stop().await;
 }
 
@@ -189,15 +190,16 @@ async fn users_read_tools_and_call_search_through_the_hypermedia_server() {
     assert!(bad["validationErrors"][0].as_str().unwrap().starts_with("$.query: "), "{bad}");
     let miss = output(&owner.call(call(json!({"tool": "web_search", "input": {"query": "x"}}))).await.unwrap());
     assert_eq!(miss["summary"], "No callable tool named web_search. Here is what you can call.");
-    assert_eq!(miss["tools"], json!(["search"]));
+    assert_eq!(miss["tools"], json!(["attributes", "query", "search"]));
     assert_eq!(hm.searches().len(), 1, "neither reached the server (the failed one was refused before)");
 
     // The listing, a verb's contract, a document's contract with its CID.
     let listing = output(&owner.call(read("~/tools/")).await.unwrap());
-    assert_eq!(listing["summary"], "5 verbs and 1 callable tools.");
+    assert_eq!(listing["summary"], "5 verbs and 3 callable tools.");
     let markdown = listing["markdown"].as_str().unwrap();
     assert!(markdown.starts_with("# ~/tools\n\n## Verbs (always available)\n- read — "), "{markdown}");
-    assert!(markdown.contains("## Callable with the call verb\n- search — Search published"), "{markdown}");
+    assert!(markdown.contains("## Callable with the call verb\n- attributes — Get a Seed"), "{markdown}");
+    assert!(markdown.contains("\n- query — List the documents under a path of a Seed Hypermedia space, with their titles and update times.\n- search — Search published"), "{markdown}");
     let verb = output(&owner.call(read("~/tools/write")).await.unwrap());
     assert!(verb["markdown"].as_str().unwrap().contains("## Input schema\n```json\n"));
     let contract = output(&owner.call(read("~/tools/search")).await.unwrap());
@@ -220,7 +222,7 @@ async fn users_read_tools_and_call_search_through_the_hypermedia_server() {
     assert!(saved["summary"].as_str().unwrap().starts_with("Saved tool word_count (bafyrei"), "{saved}");
     assert_eq!(named(&list(&owner, &agent).await, "word_count").cid, saved["cid"].as_str().unwrap());
     let listing = output(&owner.call(read("~/tools")).await.unwrap());
-    assert_eq!(listing["tools"], json!(["search"]), "only what runs is callable");
+    assert_eq!(listing["tools"], json!(["attributes", "query", "search"]), "only what runs is callable");
     let markdown = listing["markdown"].as_str().unwrap();
     assert!(markdown.contains("## Authored tools (saved, not runnable on this server)\n- word_count — Counts words."));
     let refused = owner.call(call(json!({"tool": "word_count", "input": {"text": "a b"}}))).await.unwrap();
@@ -319,7 +321,10 @@ async fn a_model_searches_misses_and_corrects_itself_then_uses_search_as_its_own
         |start: &str| done.iter().find(|(_, output, _)| output["summary"].as_str().unwrap().starts_with(start));
     let found = &by_summary("Found 1 result").unwrap().1;
     assert_eq!(found["results"][0]["url"], "hm://z6MkA/intro");
-    assert_eq!(by_summary("No callable tool named bash.").unwrap().1["tools"], json!(["search"]));
+    assert_eq!(
+        by_summary("No callable tool named bash.").unwrap().1["tools"],
+        json!(["attributes", "query", "search"])
+    );
     let misfit = &by_summary("Input for search did not match").unwrap().1;
     assert!(misfit["validationErrors"][0].as_str().unwrap().starts_with("$.pageSize: "), "{misfit}");
     assert_eq!(hm.searches().len(), 1);
@@ -341,6 +346,94 @@ async fn a_model_searches_misses_and_corrects_itself_then_uses_search_as_its_own
     assert_eq!((name.as_str(), error), ("search", &None));
     assert_eq!(output["query"], "more");
     assert_eq!(hm.searches()[1].get("query").map(String::as_str), Some("more"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_model_lists_a_space_with_query_and_reads_attributes() {
+    const UID: &str = "z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK";
+    let provider = Provider::start().await;
+    let hm = FakeHm::start().await;
+    hm.set_documents(vec![
+        json!({"account": UID, "path": "/notes", "metadata": {"name": "Notes"}, "updateTime": "2026-01-03T00:00:00Z"}),
+        json!({"account": UID, "path": "/notes/birds", "metadata": {"name": "Birds"}, "updateTime": "2026-01-01T00:00:00Z"}),
+        json!({"account": UID, "path": "/notes/trees", "metadata": {"name": "Trees"}, "updateTime": "2026-01-02T00:00:00Z"}),
+        json!({"account": UID, "path": "/notes/trees/oak", "metadata": {"name": "Oak"}, "updateTime": "2026-01-04T00:00:00Z"}),
+        json!({"account": "z6MkOther", "path": "/notes/x", "metadata": {"name": "Elsewhere"}}),
+    ]);
+    hm.answer(
+        "Resource",
+        &[("id", &format!("hm://{UID}/notes/trees"))],
+        json!({"type": "document", "document": {"account": UID, "path": "/notes/trees", "version": "bafyv1",
+            "metadata": {"name": "Trees", "summary": "Woody plants"}, "content": [
+                {"block": {"id": "b1", "type": "Paragraph", "text": "SECRET BODY", "annotations": []}}]}}),
+    );
+    let (server, user, agent, session_id) = agent_setup(&provider, &hm, None).await;
+    let input = json!({"tool": "query", "input": {"space": format!("hm://{UID}/notes"), "mode": "AllDescendants",
+        "sort": "UpdateTime", "reverse": true, "limit": 2}});
+    provider.push(
+        Script::tool_call("q1", "call", &input.to_string())
+            .and_tool_call(
+                "q2",
+                "call",
+                &json!({"tool": "query", "input": {"space": UID, "path": "/notes"}}).to_string(),
+            )
+            .and_tool_call(
+                "a1",
+                "call",
+                &json!({"tool": "attributes", "input": {"url": format!("hm://{UID}/notes/trees")}}).to_string(),
+            ),
+    );
+    provider.push(Script::text("Listed."));
+    user.call(say(&session_id, "what is under notes?")).await.unwrap();
+    let done = results(&user, &session_id).await;
+    assert_eq!(done.len(), 3, "{done:?}");
+    assert!(done.iter().all(|(name, _, error)| name == "call" && error.is_none()), "{done:?}");
+    // The whole subtree, newest first, cut to two.
+    let newest = &done[0].1;
+    assert_eq!(newest["type"], "hypermedia_directory");
+    assert_eq!(newest["mode"], "AllDescendants");
+    let ids: Vec<&str> = newest["entries"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [format!("hm://{UID}/notes/trees/oak"), format!("hm://{UID}/notes/trees")]);
+    // One level, in the server's order, never another account's.
+    let children = &done[1].1;
+    assert_eq!(children["summary"], format!("2 documents under hm://{UID}/notes."));
+    assert_eq!(
+        children["entries"][0],
+        json!({"id": format!("hm://{UID}/notes/birds"), "title": "Birds",
+        "updateTime": "2026-01-01T00:00:00Z"})
+    );
+    // The attributes, without the body.
+    let attributes = &done[2].1;
+    assert_eq!((attributes["view"].as_str(), attributes["version"].as_str()), (Some("attributes"), Some("bafyv1")));
+    assert_eq!(attributes["metadata"], json!({"name": "Trees", "summary": "Woody plants"}));
+    assert!(!attributes.to_string().contains("SECRET BODY"), "{attributes}");
+    // The Query requests carried the callable's input in the server's shape.
+    let queries: Vec<_> = hm.queries().into_iter().filter(|(key, _)| key == "Query").collect();
+    let sent = |index: usize, name: &str| serde_json::from_str::<Json>(&queries[index].1[name]).unwrap();
+    assert_eq!(sent(0, "includes"), json!([{"space": UID, "path": "/notes", "mode": "AllDescendants"}]));
+    assert_eq!(sent(0, "sort"), json!([{"term": "UpdateTime", "reverse": true}]));
+    assert_eq!(sent(0, "limit"), json!(2));
+    assert_eq!(sent(1, "includes"), json!([{"space": UID, "path": "/notes", "mode": "Children"}]));
+    assert!(!queries[1].1.contains_key("sort"));
+    // The model saw the listing as the call's result.
+    let second = &provider.requests()[1].body["messages"];
+    assert!(second.to_string().contains("notes/trees/oak"));
+
+    // Granted like search: an agent whose tools name only search cannot call either.
+    let mut narrowed = definition("Scout");
+    narrowed.tools = Some(vec!["search".into()]);
+    user.call(seed_agents_protocol::generated::UpdateAgent { agent_id: agent.clone(), definition: narrowed })
+        .await
+        .unwrap();
+    provider.push(Script::tool_call("q3", "call", &input.to_string()));
+    provider.push(Script::text("Cannot."));
+    user.call(say(&session_id, "again")).await.unwrap();
+    let done = results(&user, &session_id).await;
+    assert_eq!(done[3].1["summary"], "No callable tool named query. Here is what you can call.");
+    assert_eq!(done[3].1["tools"], json!(["search"]));
+    let names: Vec<String> = list(&user, &agent).await.into_iter().filter(|t| t.granted).map(|t| t.name).collect();
+    assert_eq!(names, ["search"]);
     server.stop().await;
 }
 

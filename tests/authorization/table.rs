@@ -534,7 +534,17 @@ pub fn table() -> Vec<Row> {
         .shape(|_, _, answer| {
             let names: Vec<String> =
                 response::<ListAgentToolsResponse>(answer)?.tools.into_iter().map(|t| t.name).collect();
-            same("tools", names, vec!["search".into(), "web_search".into(), fixture::TOOL_NAME.into()])
+            same(
+                "tools",
+                names,
+                vec![
+                    "attributes".into(),
+                    "query".into(),
+                    "search".into(),
+                    "web_search".into(),
+                    fixture::TOOL_NAME.into(),
+                ],
+            )
         }),
         row(
             "SaveAgentTool",

@@ -378,6 +378,27 @@ const MIGRATIONS: &[&str] = &[
     DROP TABLE tool_documents;
     ALTER TABLE tool_documents_rebuilt RENAME TO tool_documents;
     "#,
+    // Drafts of Hypermedia documents an agent keeps with `write hm://` `draft.*` (docs/runtime.md
+    // §4.3): markdown content and metadata (JSON text of scalar attributes), the address it will
+    // be published at and whether publishing updates a document there; removed with the agent.
+    r#"
+    CREATE TABLE agent_drafts (
+        id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        content TEXT NOT NULL,
+        metadata_json TEXT NOT NULL,
+        target TEXT NOT NULL,
+        edit INTEGER NOT NULL CHECK (edit IN (0, 1)),
+        status TEXT NOT NULL CHECK (status IN ('idle', 'published')),
+        published_id TEXT,
+        published_version TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX agent_drafts_agent_updated ON agent_drafts (account_id, agent_id, updated_at DESC);
+    "#,
 ];
 
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.

@@ -101,7 +101,10 @@ impl Tool {
                  icon: an ipfs:// URL}; what you leave out stays). \"comment.update\" (content, options.input \
                  {comment: its id}) and \"comment.delete\" (options.input {comment}) change your own comments; \
                  \"contact.create\" at hm://<their account> (options.name) and \"contact.delete\" (options.input \
-                 {contact: its id}) keep your contacts.\n\
+                 {contact: its id}) keep your contacts. \"draft.create\" keeps a draft of the document at the \
+                 address (content, options.name) here without publishing it; \"draft.update\" (new content or \
+                 metadata), \"draft.get\", \"draft.delete\" and \"draft.publish\" take options.input {draft: its \
+                 id}, and \"draft.list\" lists your drafts.\n\
                  - hm://<your account>/<path> with options.fromPath (a ~/memory/ markdown file) publishes that \
                  file as the document, its frontmatter as metadata, creating or updating it (images it links in \
                  memory are published too); hm://<your account> alone takes the path from its name.\n\

@@ -3,7 +3,8 @@
 //!
 //! [`registry`] lists the callables and decides grants; [`document`](mod@document) builds, checks and
 //! content-addresses documents; [`store`] keeps them in `tool_documents`; [`schema`] is the JSON
-//! Schema subset contracts use; [`search`] and [`web_search`] run the two callables.
+//! Schema subset contracts use; [`search`] and [`web_search`] run those two callables (`query` and
+//! `attributes` run with the Hypermedia reads in `verbs`).
 //!
 //! Builtin documents are written for an agent before anything lists or reads its tools, and
 //! rewritten only when this build's CID differs from the stored one. Lambdas (authored tools) can

@@ -2,8 +2,10 @@
 //! each with its description and JSON Schema contract, and the grants that decide which of them
 //! an agent may run.
 //!
-//! This server has two: `search` (the configured Hypermedia server's Search API) and
-//! `web_search` (a self-hosted SearXNG, only when `--searxng-url` is set). `execute` and lambda
+//! This server has four: `search` (the configured Hypermedia server's Search API), `query` (its
+//! `Query` API: a document's children or descendants), `attributes` (a document's metadata
+//! without its body, through `Resource`), and `web_search` (a self-hosted SearXNG, only when
+//! `--searxng-url` is set). `execute` and lambda
 //! tools need a code sandbox, which this server does not provide, so `execute` is never granted
 //! and has no document here. The descriptions are ours.
 
@@ -20,6 +22,10 @@ use crate::model::ToolSpec;
 pub(crate) enum Callable {
     /// `search`: Seed Hypermedia content through the HM server's Search API.
     Search,
+    /// `query`: the documents under a path of a Hypermedia space, through the HM `Query` API.
+    Query,
+    /// `attributes`: a Hypermedia document's metadata without its body.
+    Attributes,
     /// `web_search`: the public web through SearXNG.
     WebSearch,
 }
@@ -35,6 +41,8 @@ pub(crate) const RESERVED_NAMES: &[&str] = &[
     "return_result",
     "continue_session",
     "search",
+    "query",
+    "attributes",
     "web_search",
     "execute",
     "navigate",
@@ -42,7 +50,8 @@ pub(crate) const RESERVED_NAMES: &[&str] = &[
 
 impl Callable {
     /// Every callable, in listing order.
-    pub(crate) const ALL: [Callable; 2] = [Callable::Search, Callable::WebSearch];
+    pub(crate) const ALL: [Callable; 4] =
+        [Callable::Search, Callable::Query, Callable::Attributes, Callable::WebSearch];
 
     /// The callable called `name` (legacy names normalised first).
     pub(crate) fn named(name: &str) -> Option<Callable> {
@@ -54,6 +63,8 @@ impl Callable {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Callable::Search => "search",
+            Callable::Query => "query",
+            Callable::Attributes => "attributes",
             Callable::WebSearch => "web_search",
         }
     }
@@ -66,6 +77,17 @@ impl Callable {
                  body and comment text. Each result has an hm:// URL you can pass to read. searchType picks \
                  keyword, semantic or hybrid ranking (hybrid by default); accountUid limits the search to one \
                  account; pageSize caps the results (1-50)."
+            }
+            Callable::Query => {
+                "List the documents under a path of a Seed Hypermedia space, with their titles and update times. \
+                 space is an account id or an hm:// URL (its path is used when path is absent); mode Children \
+                 lists one level (the default), AllDescendants the whole subtree; sort orders by a term, newest or \
+                 last first with reverse; limit caps the results (1-100, 50 by default)."
+            }
+            Callable::Attributes => {
+                "Get a Seed Hypermedia document's attributes (its metadata: name, summary, cover, layout and the \
+                 rest) and version, without its body. url is the document's hm:// URL, optionally with ?v= for a \
+                 version."
             }
             Callable::WebSearch => {
                 "Search the public web and get ranked results with title, URL and a snippet each. Read a result \
@@ -153,7 +175,7 @@ pub(crate) fn narrow(definition: &mut AgentDefinition, wanted: &[String]) {
     definition.tools = Some(base.into_iter().filter(|tool| wanted.contains(tool)).collect());
 }
 
-static INPUTS: LazyLock<[Json; 2]> = LazyLock::new(|| {
+static INPUTS: LazyLock<[Json; 4]> = LazyLock::new(|| {
     [
         json!({
             "type": "object",
@@ -172,6 +194,27 @@ static INPUTS: LazyLock<[Json; 2]> = LazyLock::new(|| {
             "type": "object",
             "additionalProperties": false,
             "properties": {
+                "space": {"type": "string", "minLength": 1, "description": "An account id (z6Mk…) or an hm:// URL."},
+                "path": {"type": "string", "description": "The path under the space, such as /notes; the space's root by default."},
+                "mode": {"type": "string", "enum": ["Children", "AllDescendants"], "description": "One level (the default) or the whole subtree."},
+                "sort": {"type": "string", "enum": ["Path", "Title", "CreateTime", "UpdateTime", "DisplayTime", "ActivityTime"], "description": "What the results are ordered by."},
+                "reverse": {"type": "boolean", "description": "Reverse the order."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "At most this many results; 50 by default."}
+            },
+            "required": ["space"]
+        }),
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "url": {"type": "string", "minLength": 1, "description": "The document's hm:// URL."}
+            },
+            "required": ["url"]
+        }),
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
                 "query": {"type": "string", "minLength": 1, "description": "What to search the web for."},
                 "count": {"type": "integer", "minimum": 1, "description": "At most this many results: 10 by default, 25 at most."},
                 "category": {"type": "string", "enum": ["general", "news"], "description": "news for recent events, general otherwise (the default)."},
@@ -183,8 +226,10 @@ static INPUTS: LazyLock<[Json; 2]> = LazyLock::new(|| {
     ]
 });
 
-static OUTPUTS: LazyLock<[Option<Json>; 2]> = LazyLock::new(|| {
+static OUTPUTS: LazyLock<[Option<Json>; 4]> = LazyLock::new(|| {
     [
+        None,
+        None,
         None,
         Some(json!({
             "type": "object",
@@ -231,9 +276,17 @@ mod tests {
     #[test]
     fn grants_need_a_backend_and_follow_the_definition() {
         let mut config = Config::new("d", "127.0.0.1:0".parse().unwrap());
-        assert_eq!(granted(&config, &definition(None)), [Callable::Search], "no SearXNG, no web_search");
+        assert_eq!(
+            granted(&config, &definition(None)),
+            [Callable::Search, Callable::Query, Callable::Attributes],
+            "no SearXNG, no web_search"
+        );
         config.searxng_url = Some("http://127.0.0.1:1".into());
-        assert_eq!(granted(&config, &definition(None)), [Callable::Search, Callable::WebSearch]);
+        assert_eq!(granted(&config, &definition(None)), Callable::ALL);
+        assert_eq!(
+            granted(&config, &definition(Some(&["query", "attributes"]))),
+            [Callable::Query, Callable::Attributes]
+        );
         assert_eq!(granted(&config, &definition(Some(&["web_search", "publish"]))), [Callable::WebSearch]);
         assert_eq!(granted(&config, &definition(Some(&[]))), []);
         assert_eq!(granted(&config, &definition(Some(&["execute_code"]))), [], "execute is never granted here");

@@ -10,6 +10,9 @@
 //! - `hm://<uid>/:profile`: `Account` as `hypermedia_profile`.
 //! - `activity:`: `ListEvents` with the options mapped as §4.2 says.
 //!
+//! The `query` and `attributes` callables (docs/runtime.md §4.4) run here too: `query` is the
+//! directory listing with a chosen mode, sort and limit, `attributes` the `:attributes` view.
+//!
 //! Markdown longer than 256 KiB is cut to 256 Ki characters plus `\n[truncated]` (§4.7).
 //! [`markdown`] renders document blocks.
 
@@ -122,7 +125,7 @@ pub(super) async fn read_from(
     match address.view.as_deref() {
         None => resource(hm, raw, address, json_format, false).await,
         Some(":attributes") => resource(hm, raw, address, json_format, true).await,
-        Some(":directory") => directory(hm, raw, address).await,
+        Some(":directory") => directory(hm, raw, address, &Listing::default()).await,
         Some(":profile") if address.path.is_empty() => profile(hm, raw, address).await,
         Some(":profile") => {
             Err(ApiError::invalid(format!("A profile belongs to an account: read hm://{}/:profile", address.uid)))
@@ -275,12 +278,58 @@ fn document_id(document: &Json) -> Option<String> {
     Some(format!("hm://{account}{path}"))
 }
 
-async fn directory(hm: &HmClient<'_>, raw: &str, address: &HmAddress) -> ApiResult<Value> {
+/// How a directory is listed: `mode` (`Children` when absent), an optional sort term and its
+/// direction, and a result limit.
+#[derive(Debug, Default)]
+struct Listing<'a> {
+    mode: Option<&'a str>,
+    sort: Option<(&'a str, bool)>,
+    limit: Option<u64>,
+}
+
+/// The `query` callable: `{space, path?, mode?, sort?, reverse?, limit?}` (input already checked
+/// against its schema) as a `Query` of the configured server.
+pub(crate) async fn query(context: &Context<'_>, input: &Json) -> ApiResult<Value> {
+    let space = input.get("space").and_then(Json::as_str).map(str::trim).unwrap_or_default();
+    let raw = if space.starts_with("hm://") { space.to_owned() } else { format!("hm://{space}") };
+    let mut address = HmAddress::parse(&raw)?;
+    if let Some(path) = input.get("path").and_then(Json::as_str) {
+        let within = HmAddress::parse(&format!("hm://{}/{}", address.uid, path.trim_start_matches('/')))?;
+        address.path = within.path;
+    }
+    address.view = None;
+    address.query = None;
+    let listing = Listing {
+        mode: input.get("mode").and_then(Json::as_str),
+        sort: input
+            .get("sort")
+            .and_then(Json::as_str)
+            .map(|term| (term, input.get("reverse").and_then(Json::as_bool).unwrap_or(false))),
+        limit: Some(input.get("limit").and_then(Json::as_u64).unwrap_or(50).clamp(1, 100)),
+    };
+    directory(&client(context), &raw, &address, &listing).await
+}
+
+/// The `attributes` callable: `{url}` (checked against its schema) as the `:attributes` view.
+pub(crate) async fn attributes(context: &Context<'_>, input: &Json) -> ApiResult<Value> {
+    let raw = input.get("url").and_then(Json::as_str).map(str::trim).unwrap_or_default();
+    let address = HmAddress::parse(raw)?;
+    if address.view.as_deref().is_some_and(|view| view != ":attributes") {
+        return Err(ApiError::invalid(format!("attributes takes a document's hm:// URL, not a view: {raw}")));
+    }
+    resource(&client(context), raw, &address, false, true).await
+}
+
+async fn directory(hm: &HmClient<'_>, raw: &str, address: &HmAddress, listing: &Listing<'_>) -> ApiResult<Value> {
+    let mode = listing.mode.unwrap_or("Children");
     let mut input = Map::new();
-    input.insert(
-        "includes".to_owned(),
-        json!([{ "space": address.uid, "path": address.api_path(), "mode": "Children" }]),
-    );
+    input.insert("includes".to_owned(), json!([{ "space": address.uid, "path": address.api_path(), "mode": mode }]));
+    if let Some((term, reverse)) = listing.sort {
+        input.insert("sort".to_owned(), json!([{ "term": term, "reverse": reverse }]));
+    }
+    if let Some(limit) = listing.limit {
+        input.insert("limit".to_owned(), json!(limit));
+    }
     let answer = hm.directory_query(&input).await.map_err(hm_error)?;
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
@@ -293,18 +342,21 @@ async fn directory(hm: &HmClient<'_>, raw: &str, address: &HmAddress) -> ApiResu
     }
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
-    struct Listing {
+    struct Directory<'a> {
         #[serde(rename = "type")]
         kind: &'static str,
         requested_id: String,
         id: String,
         server: String,
+        mode: &'a str,
         entries: Vec<Entry>,
         markdown: String,
     }
     let results = answer.get("results").and_then(Json::as_array).cloned().unwrap_or_default();
+    let keep = listing.limit.map_or(usize::MAX, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
     let entries: Vec<Entry> = results
         .iter()
+        .take(keep)
         .map(|result| {
             let id = match result.get("id") {
                 Some(Json::String(id)) => id.clone(),
@@ -330,11 +382,12 @@ async fn directory(hm: &HmClient<'_>, raw: &str, address: &HmAddress) -> ApiResu
     let summary = format!("{} under {id}.", super::plural(entries.len(), "document", "documents"));
     record(
         summary,
-        &Listing {
+        &Directory {
             kind: "hypermedia_directory",
             requested_id: raw.to_owned(),
             id,
             server: hm.base().to_owned(),
+            mode,
             entries,
             markdown,
         },

@@ -17,7 +17,9 @@
 //!   `options.input.delegate` write the signer's documents under the address ([`capability`]);
 //!   `profile.update` and `profile.alias`, the signing account's Profile ([`profile`]);
 //!   `comment.update` and `comment.delete`, a new version or a tombstone of one of the signer's
-//!   comments ([`comment_edit`]); `contact.create` and `contact.delete` ([`contact`]).
+//!   comments ([`comment_edit`]); `contact.create` and `contact.delete` ([`contact`]);
+//!   `draft.create`, `draft.update`, `draft.get`, `draft.list`, `draft.delete` and
+//!   `draft.publish`, drafts the agent keeps here ([`store`]) until it publishes one ([`draft`]).
 //!
 //! Comments may go on any account's documents. Document writes to another account's paths need
 //! a WRITER or AGENT capability that account gave the signer (found with `ListCapabilities`,
@@ -26,20 +28,21 @@
 //! exist on the server ([`links`]). Each action accepts its own options and refuses the others
 //! (`Input::known_options`). `dryRun: true` builds and signs the blobs and reports them without
 //! publishing. `options.fromPath` (with `signer` only) publishes a markdown file of the agent's
-//! memory as the document, creating or updating it ([`from_path`]). Not built: the `draft.*`
-//! commands (upstream keeps drafts in its own store), which answer 501. `options.input`
-//! is read by the raw commands and for `republish` (redirect) only.
+//! memory as the document, creating or updating it ([`from_path`]). `options.input` is read by
+//! the raw commands and for `republish` (redirect) only.
 
 mod capability;
 mod comment;
 mod comment_edit;
 mod contact;
 mod document;
+mod draft;
 mod from_path;
 mod links;
 mod markdown;
 mod profile;
 mod refs;
+mod store;
 
 use std::collections::BTreeMap;
 
@@ -96,6 +99,8 @@ enum Action {
     ContactCreate,
     /// `contact.delete`.
     ContactDelete,
+    /// `draft.create`, `draft.update`, … (drafts kept here).
+    Draft(draft::Command),
 }
 
 impl Action {
@@ -121,11 +126,12 @@ impl Action {
             "profile.alias" => Action::ProfileAlias,
             "contact.create" => Action::ContactCreate,
             "contact.delete" => Action::ContactDelete,
+            dotted if let Some(command) = draft::Command::named(dotted) => Action::Draft(command),
             dotted if dotted.contains('.') => {
                 return Err(ApiError::not_implemented(format!(
                     "The raw publishing command {dotted} is not supported by this server; it runs capability.create, \
-                     profile.update, profile.alias, comment.update, comment.delete, contact.create and \
-                     contact.delete, and actions document, update, comment, move, redirect, delete and fork"
+                     profile.update, profile.alias, comment.update, comment.delete, contact.create, \
+                     contact.delete and draft.*, and actions document, update, comment, move, redirect, delete and fork"
                 )));
             }
             other => {
@@ -153,6 +159,7 @@ impl Action {
             Action::ProfileAlias => "profile.alias",
             Action::ContactCreate => "contact.create",
             Action::ContactDelete => "contact.delete",
+            Action::Draft(command) => command.name(),
         }
     }
 
@@ -171,6 +178,7 @@ impl Action {
             | Action::ProfileAlias
             | Action::ContactDelete => &[],
             Action::ProfileUpdate | Action::ContactCreate => &["name"],
+            Action::Draft(_) => &["name", "metadata"],
         }
     }
 }
@@ -207,6 +215,9 @@ struct Output {
     profile: Option<profile::Published>,
     #[serde(skip_serializing_if = "Option::is_none")]
     dry_run: Option<bool>,
+    /// The draft a `draft.publish` published.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    draft_id: Option<String>,
     /// The memory file an `options.fromPath` write published.
     #[serde(skip_serializing_if = "Option::is_none")]
     memory_path: Option<String>,
@@ -277,6 +288,7 @@ pub(super) async fn write(context: &Context<'_>, raw: &str, input: &Input<'_>) -
         Action::ProfileAlias => profile::alias(&publish, raw).await,
         Action::ContactCreate => contact::create(&publish, raw).await,
         Action::ContactDelete => contact::delete(&publish).await,
+        Action::Draft(command) => draft::run(&publish, command, raw, content).await,
     }
 }
 
@@ -572,14 +584,16 @@ mod tests {
     }
 
     #[test]
-    fn each_action_has_its_options_and_raw_commands_are_not_built() {
+    fn each_action_has_its_options_and_unknown_raw_commands_are_not_built() {
         assert_eq!(Action::parse(None).unwrap(), Action::Document);
         let parse = |name: &str| Action::parse(Some(&Ipld::String(name.to_owned())));
         assert_eq!(parse("move").unwrap().options(), ["toPath"]);
         assert_eq!(parse("delete").unwrap().options(), [] as [&str; 0]);
         assert_eq!(parse("profile.update").unwrap().options(), ["name"]);
         assert_eq!(parse("comment.delete").unwrap().name(), "comment.delete");
-        assert_eq!(parse("draft.create").unwrap_err().kind(), crate::error::ErrorKind::NotImplemented);
+        assert_eq!(parse("draft.create").unwrap().name(), "draft.create");
+        assert_eq!(parse("draft.publish").unwrap().options(), ["name", "metadata"]);
+        assert_eq!(parse("draft.nope").unwrap_err().kind(), crate::error::ErrorKind::NotImplemented);
         assert_eq!(parse("contact.create").unwrap().options(), ["name"]);
         assert_eq!(parse("capability.grant").unwrap().name(), "capability.grant");
         assert_eq!(parse("publish").unwrap_err().kind(), crate::error::ErrorKind::Invalid);

@@ -169,6 +169,8 @@ pub(super) async fn call(context: &Context<'_>, input: &Value) -> ApiResult<Valu
             let (summary, output) = search::run(context.app, &context.owner_id, &arguments).await?;
             record(summary, &output)
         }
+        Callable::Query => super::hypermedia::query(context, &arguments).await,
+        Callable::Attributes => super::hypermedia::attributes(context, &arguments).await,
         Callable::WebSearch => {
             let (summary, output) = web_search::run(context.app, &arguments).await?;
             record(summary, &output)

@@ -22,6 +22,12 @@
 //! `GET /ipfs/<cid>` serves a published raw leaf's bytes as `text/plain` (single-chunk files
 //! only).
 //!
+//! `GET /api/Query` with no scripted route answers from the documents a test listed with
+//! [`FakeHm::set_documents`], as the real server does: the `includes` entry's space and path,
+//! `Children` one level down or `AllDescendants` the whole subtree, the first `sort` term
+//! (`reverse` flips it), then `limit`; each result `{id: {id, uid, path}, path, metadata,
+//! createTime, updateTime}` under `{in, results, mode}`.
+//!
 //! The activity feed: once a test pushes events ([`FakeHm::push_events`]), `GET /api/ListEvents`
 //! pages them newest first, `pageSize` at a time, with page tokens that stay valid while newer
 //! events arrive (like the real server's cursors); failures and delays can be injected, and
@@ -113,6 +119,7 @@ struct State {
     routes: Vec<Route>,
     queries: Vec<Query>,
     feed: FeedState,
+    documents: Vec<serde_json::Value>,
 }
 
 pub struct FakeHm {
@@ -281,6 +288,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
             });
         match (route, key.as_str(), params.get("__value")) {
             (Some(route), ..) => (route.status, route.body.clone()),
+            (None, "Query", _) => (200, serde_json::json!({ "json": directory_answer(&state.documents, &params) })),
             (None, "Comment", Some(id)) => match comment_answer(&state.blobs, id) {
                 Some(comment) => (200, serde_json::json!({ "json": comment })),
                 None => (500, serde_json::json!({ "error": format!("comment {id} not found") })),
@@ -311,6 +319,75 @@ fn read_request(path: &str) -> Option<Query> {
     let url = reqwest::Url::parse(&format!("http://fake{path}")).ok()?;
     let key = url.path().strip_prefix("/api/")?.to_owned();
     Some((key, url.query_pairs().map(|(name, value)| (name.into_owned(), value.into_owned())).collect()))
+}
+
+impl FakeHm {
+    /// The documents `GET /api/Query` lists: each `{account, path: "/a/b", metadata?,
+    /// createTime?, updateTime?}`.
+    pub fn set_documents(&self, documents: Vec<serde_json::Value>) {
+        self.state.lock().unwrap().documents = documents;
+    }
+}
+
+/// A `Query` answer from the listed documents (see the module documentation).
+fn directory_answer(documents: &[serde_json::Value], params: &BTreeMap<String, String>) -> serde_json::Value {
+    use serde_json::{Value, json};
+    let parse = |name: &str| params.get(name).and_then(|text| serde_json::from_str::<Value>(text).ok());
+    let Some(include) = parse("includes").and_then(|includes| includes.get(0).cloned()) else {
+        return Value::Null;
+    };
+    let space = include["space"].as_str().unwrap_or_default();
+    let segments = |path: &str| -> Vec<String> {
+        path.split('/').filter(|segment| !segment.is_empty()).map(str::to_owned).collect()
+    };
+    let base = segments(include["path"].as_str().unwrap_or_default());
+    let mode = include["mode"].as_str().unwrap_or("Children");
+    let mut found: Vec<&Value> = documents
+        .iter()
+        .filter(|document| document["account"].as_str() == Some(space))
+        .filter(|document| {
+            let path = segments(document["path"].as_str().unwrap_or_default());
+            path.len() > base.len()
+                && path[..base.len()] == base[..]
+                && (mode == "AllDescendants" || path.len() == base.len() + 1)
+        })
+        .collect();
+    if let Some(sort) = parse("sort").and_then(|sort| sort.get(0).cloned()) {
+        let key = |document: &Value| -> String {
+            match sort["term"].as_str() {
+                Some("Path") => document["path"].as_str().unwrap_or_default().to_owned(),
+                Some("Title") => document["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                Some("CreateTime") => document["createTime"].as_str().unwrap_or_default().to_owned(),
+                _ => document["updateTime"].as_str().unwrap_or_default().to_owned(),
+            }
+        };
+        found.sort_by_key(|document| key(document));
+        if sort["reverse"].as_bool() == Some(true) {
+            found.reverse();
+        }
+    }
+    if let Some(limit) = parse("limit").and_then(|limit| limit.as_u64()) {
+        found.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    }
+    let results: Vec<Value> = found
+        .iter()
+        .map(|document| {
+            let path = segments(document["path"].as_str().unwrap_or_default());
+            let id = format!("hm://{space}/{}", path.join("/"));
+            let mut result = json!({
+                "id": { "id": id, "uid": space, "path": path },
+                "path": path,
+                "metadata": document.get("metadata").cloned().unwrap_or_else(|| json!({})),
+            });
+            for time in ["createTime", "updateTime"] {
+                if let Some(value) = document.get(time) {
+                    result[time] = value.clone();
+                }
+            }
+            result
+        })
+        .collect();
+    json!({ "in": { "id": format!("hm://{space}"), "uid": space, "path": base }, "results": results, "mode": mode })
 }
 
 /// What `GET /api/Search` answers, and what it was asked.

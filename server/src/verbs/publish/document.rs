@@ -147,7 +147,7 @@ pub(super) async fn build(
 
 /// `SetAttributes` pairs from `options.metadata` (strings, numbers, booleans) and `options.name`
 /// (which wins).
-fn attributes(name: Option<&Ipld>, metadata: Option<&Ipld>) -> ApiResult<Vec<(Vec<String>, Ipld)>> {
+pub(super) fn attributes(name: Option<&Ipld>, metadata: Option<&Ipld>) -> ApiResult<Vec<(Vec<String>, Ipld)>> {
     let mut attributes: BTreeMap<String, Ipld> = BTreeMap::new();
     match metadata {
         None => {}
