@@ -68,6 +68,14 @@ async fn sign_in(user: &User, issuer: &Issuer) {
     );
 }
 
+/// Signs `user` in with a token that expires within the refresh margin; the tokens a refresh
+/// hands out afterwards live an hour.
+async fn sign_in_expiring_soon(user: &User, issuer: &Issuer) {
+    issuer.set_expires_in(60);
+    sign_in(user, issuer).await;
+    issuer.set_expires_in(3600);
+}
+
 fn subscription() -> ModelProviderConfig {
     ModelProviderConfig {
         extra: Default::default(),
@@ -263,10 +271,7 @@ async fn tokens_are_refreshed_ahead_of_expiry_and_after_a_401() {
     let server = server(&issuer, &provider).await;
     let user = server.user();
     let session_id = agent(&user).await;
-    // Signed in with a token that expires within the margin.
-    issuer.set_expires_in(60);
-    sign_in(&user, &issuer).await;
-    issuer.set_expires_in(3600);
+    sign_in_expiring_soon(&user, &issuer).await;
     provider.push(Script::text("Fresh."));
     user.call(say(&session_id, "one")).await.unwrap();
     assert_eq!(issuer.refreshes(), 1);
@@ -304,8 +309,7 @@ async fn a_refused_refresh_asks_the_owner_to_sign_in_again() {
     let server = server(&issuer, &provider).await;
     let user = server.user();
     let session_id = agent(&user).await;
-    issuer.set_expires_in(60);
-    sign_in(&user, &issuer).await;
+    sign_in_expiring_soon(&user, &issuer).await;
     issuer.refuse_refresh(true);
     let (status, message) = api_error(user.call(say(&session_id, "one")).await);
     assert_eq!(status, 400);
@@ -342,9 +346,7 @@ async fn two_turns_share_one_refresh() {
         .unwrap();
     let agent_id = got.session.agent_id;
     let second = user.create_session(&agent_id, None).await;
-    issuer.set_expires_in(60);
-    sign_in(&user, &issuer).await;
-    issuer.set_expires_in(3600);
+    sign_in_expiring_soon(&user, &issuer).await;
     let gate = Gate::new();
     issuer.hold_refreshes(&gate);
     provider.set_fallback(crate::support::provider::Fallback::Text("Done.".into()));

@@ -188,32 +188,30 @@ impl Issuer {
 /// One token request over `http`: a 2xx answer is handed back to `oauth2` to read; any other
 /// answer or failure is sorted here. (It owns its client so the future borrows nothing.)
 async fn send(http: reqwest::Client, request: oauth2::HttpRequest) -> Result<oauth2::HttpResponse, HttpFailure> {
-    {
-        let (head, body) = request.into_parts();
-        let sent = http.request(head.method, head.uri.to_string()).headers(head.headers).body(body).send();
-        let mut response = sent.await.map_err(|error| HttpFailure::unavailable(&error))?;
-        let status = response.status();
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|error| HttpFailure::unavailable(&error))? {
-            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(HttpFailure::Unavailable("The sign-in service sent an answer that is too large".into()));
-            }
-            body.extend_from_slice(&chunk);
+    let (head, body) = request.into_parts();
+    let sent = http.request(head.method, head.uri.to_string()).headers(head.headers).body(body).send();
+    let mut response = sent.await.map_err(|error| HttpFailure::unavailable(&error))?;
+    let status = response.status();
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|error| HttpFailure::unavailable(&error))? {
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(HttpFailure::Unavailable("The sign-in service sent an answer that is too large".into()));
         }
-        if status.is_success() {
-            let mut answer = oauth2::http::Response::builder().status(status);
-            if let Some(content_type) = response.headers().get(oauth2::http::header::CONTENT_TYPE) {
-                answer = answer.header(oauth2::http::header::CONTENT_TYPE, content_type);
-            }
-            return answer.body(body).map_err(|error| HttpFailure::Unavailable(error.to_string()));
+        body.extend_from_slice(&chunk);
+    }
+    if status.is_success() {
+        let mut answer = oauth2::http::Response::builder().status(status);
+        if let Some(content_type) = response.headers().get(oauth2::http::header::CONTENT_TYPE) {
+            answer = answer.header(oauth2::http::header::CONTENT_TYPE, content_type);
         }
-        let code = status.as_u16();
-        let reason = issuer_message(&body).unwrap_or_else(|| format!("HTTP {code}"));
-        if status.is_client_error() && code != 408 && code != 429 {
-            Err(HttpFailure::Refused(reason))
-        } else {
-            Err(HttpFailure::Unavailable(format!("The sign-in service failed: {reason}")))
-        }
+        return answer.body(body).map_err(|error| HttpFailure::Unavailable(error.to_string()));
+    }
+    let code = status.as_u16();
+    let reason = issuer_message(&body).unwrap_or_else(|| format!("HTTP {code}"));
+    if status.is_client_error() && code != 408 && code != 429 {
+        Err(HttpFailure::Refused(reason))
+    } else {
+        Err(HttpFailure::Unavailable(format!("The sign-in service failed: {reason}")))
     }
 }
 
@@ -228,13 +226,7 @@ enum HttpFailure {
 
 impl HttpFailure {
     fn unavailable(error: &dyn std::error::Error) -> Self {
-        let mut message = format!("The sign-in service could not be reached: {error}");
-        let mut source = error.source();
-        while let Some(cause) = source {
-            message.push_str(&format!(": {cause}"));
-            source = cause.source();
-        }
-        Self::Unavailable(message)
+        Self::Unavailable(format!("The sign-in service could not be reached: {}", super::error::error_chain(error)))
     }
 }
 

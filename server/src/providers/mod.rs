@@ -178,7 +178,7 @@ pub(crate) fn auth_from_secret(config: &ModelProviderConfig, oauth_secret: Oauth
 }
 
 /// Whether secret metadata carries a truthy `needsReauth` (JavaScript truthiness, as upstream).
-pub(crate) fn needs_reauth(metadata: &[u8]) -> bool {
+fn needs_reauth(metadata: &[u8]) -> bool {
     secrets::decode_metadata(metadata).and_then(|map| map.get("needsReauth").map(js_truthy)).unwrap_or(false)
 }
 

@@ -138,8 +138,7 @@ async fn store(
     provider_type: ProviderType,
     credentials: &crate::model::oauth::Credentials,
 ) -> ApiResult<()> {
-    let plaintext = Zeroizing::new(serde_json::to_vec(credentials).map_err(ApiError::internal)?);
-    let ciphertext = app.secrets.seal(account, name, &plaintext).map_err(ApiError::internal)?;
+    let ciphertext = super::subscription::seal(app, account, name, credentials)?;
     let metadata = secret_metadata(provider_type)?;
     let (account, name, now) = (account.to_owned(), name.to_owned(), app.clock.now_ms());
     app.db

@@ -46,6 +46,12 @@ pub(crate) struct Access {
     pub(crate) account_id: String,
 }
 
+impl From<&Credentials> for Access {
+    fn from(credentials: &Credentials) -> Self {
+        Self { token: Zeroizing::new(credentials.access.clone()), account_id: credentials.account_id.clone() }
+    }
+}
+
 fn sign_in_required(message: &'static str) -> ApiError {
     ApiError::unauthorized(message).with_code(CODE_SIGN_IN_REQUIRED)
 }
@@ -62,28 +68,22 @@ pub(crate) async fn access(app: &App, owner: &str, secret: &str, refused: Option
         let Some((sealed, metadata)) = stored else {
             return Err(sign_in_required(NOT_SIGNED_IN));
         };
-        if metadata.as_deref().is_some_and(super::needs_reauth) {
+        let mut metadata = metadata.as_deref().and_then(secrets::decode_metadata).unwrap_or_default();
+        if metadata.get("needsReauth").is_some_and(super::js_truthy) {
             return Err(sign_in_required(SIGN_IN_EXPIRED));
         }
-        let mut metadata = metadata.as_deref().and_then(secrets::decode_metadata).unwrap_or_default();
         let current = open(app, owner, secret, &sealed)?;
         let now = app.clock.now_ms();
         let stale = current.expires.saturating_sub(now) <= REFRESH_MARGIN_MS
             || refused.is_some_and(|token| token == current.access);
         if !stale {
-            return Ok(Access {
-                token: Zeroizing::new(current.access.clone()),
-                account_id: current.account_id.clone(),
-            });
+            return Ok(Access::from(&current));
         }
         match app.sign_ins.issuer().refresh(&current, now).await {
             Ok(fresh) => {
                 metadata.remove("needsReauth");
                 if replace(app, owner, secret, &sealed, &fresh, &metadata).await? {
-                    return Ok(Access {
-                        token: Zeroizing::new(fresh.access.clone()),
-                        account_id: fresh.account_id.clone(),
-                    });
+                    return Ok(Access::from(&fresh));
                 }
             }
             Err(SignInError::Refused(reason)) => {
@@ -121,6 +121,12 @@ fn open(app: &App, owner: &str, secret: &str, sealed: &[u8]) -> ApiResult<Creden
     })
 }
 
+/// `credentials` sealed as `owner`'s secret `secret` (the JSON of [`Credentials`]).
+pub(crate) fn seal(app: &App, owner: &str, secret: &str, credentials: &Credentials) -> ApiResult<Vec<u8>> {
+    let plaintext = Zeroizing::new(serde_json::to_vec(credentials).map_err(ApiError::internal)?);
+    app.secrets.seal(owner, secret, &plaintext).map_err(ApiError::internal)
+}
+
 /// Stores `fresh` over the secret if it still holds `expected`; whether it did.
 async fn replace(
     app: &App,
@@ -130,8 +136,7 @@ async fn replace(
     fresh: &Credentials,
     metadata: &BTreeMap<String, Ipld>,
 ) -> ApiResult<bool> {
-    let plaintext = Zeroizing::new(serde_json::to_vec(fresh).map_err(ApiError::internal)?);
-    let ciphertext = app.secrets.seal(owner, secret, &plaintext).map_err(ApiError::internal)?;
+    let ciphertext = seal(app, owner, secret, fresh)?;
     let metadata = wire::ipld_to_vec(&Ipld::Map(metadata.clone())).map_err(ApiError::internal)?;
     let (owner, secret, expected, now) = (owner.to_owned(), secret.to_owned(), expected.to_vec(), app.clock.now_ms());
     app.db
