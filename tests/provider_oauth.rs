@@ -31,10 +31,7 @@ async fn server(issuer: &Issuer, provider: &Provider) -> TestServer {
         config.oauth_issuer_url = issuer_url;
         config.session_title_generation = false;
         config.provider_timeout = Duration::from_secs(5);
-        config.provider_urls.push(
-            seed_agents_server::testing::model::vendors::parse_provider_url(&format!("openai-subscription={codex}"))
-                .unwrap(),
-        );
+        crate::support::route_provider(config, &format!("openai-subscription={codex}"));
     })
     .await
 }

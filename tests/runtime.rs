@@ -38,9 +38,7 @@ async fn start(provider: &Provider, titles: bool, dir: tempfile::TempDir) -> Tes
     TestServer::start_with(dir, |config| {
         config.session_title_generation = titles;
         config.provider_timeout = Duration::from_secs(2);
-        config.provider_urls.push(
-            seed_agents_server::testing::model::vendors::parse_provider_url(&format!("anthropic={anthropic}")).unwrap(),
-        );
+        crate::support::route_provider(config, &format!("anthropic={anthropic}"));
     })
     .await
 }

@@ -29,9 +29,7 @@ async fn setup(
     let server = TestServer::start_with(tempfile::tempdir().unwrap(), |config| {
         config.session_title_generation = false;
         config.provider_timeout = Duration::from_secs(2);
-        config.provider_urls.push(
-            seed_agents_server::testing::model::vendors::parse_provider_url(&format!("openai={openai}")).unwrap(),
-        );
+        crate::support::route_provider(config, &format!("openai={openai}"));
     })
     .await;
     let user = server.user();

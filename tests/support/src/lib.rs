@@ -62,4 +62,4 @@ pub mod vectors;
 #[cfg(feature = "server")]
 pub use fixtures::{custom_provider_config, definition, provider_config, say};
 #[cfg(feature = "server")]
-pub use server::{TestServer, User, action_map, api_error, error_body, now_ms};
+pub use server::{TestServer, User, action_map, api_error, error_body, now_ms, route_provider};

@@ -14,6 +14,13 @@ use seed_agents_server::{Clock, Config, RunningServer};
 
 use crate::fixtures::{definition, provider_config};
 
+/// Sends a provider type's requests where a `--provider-url` value says (`google=http://…`,
+/// `openai-subscription=http://…`): the scripted provider on loopback.
+pub fn route_provider(config: &mut Config, provider_url: &str) {
+    let parsed = seed_agents_server::testing::model::vendors::parse_provider_url(provider_url);
+    config.provider_urls.push(parsed.unwrap_or_else(|error| panic!("--provider-url {provider_url}: {error}")));
+}
+
 /// A server on 127.0.0.1:0 with its own data directory (removed on drop).
 pub struct TestServer {
     pub server: Option<RunningServer>,
