@@ -11,6 +11,8 @@ use seed_agents_test_support as support;
 
 // Every routed action × seven kinds of caller, as one table checked cell by cell.
 mod authorization;
+// `continue_session`: a conversation moved to a linked session.
+mod continuation;
 // Orchestration: delegated children, parked parents resumed with results, plans, cancellation.
 mod delegate;
 // The message endpoint: every rejection class, replays, and the routes around it.

@@ -1077,7 +1077,7 @@ pub struct MessageSessionResponse {
     /// Id of the assistant's reply event. Empty (`''`) when the turn was queued, backgrounded or parked, or when a duplicate `clientMessageId` arrived while the first turn was still running; follow the session to see the reply.
     #[serde(rename = "assistantEventId")]
     pub assistant_event_id: EventId,
-    /// When the agent continued the conversation in a new session, that session's id. This server does not send it yet.
+    /// When the agent continued the conversation in a new session during this turn (`continue_session`), that session's id; the turn's work goes on there.
     #[serde(rename = "continuedToSessionId")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_to_session_id: ::std::option::Option<SessionId>,
@@ -1802,11 +1802,11 @@ pub struct SessionInfo {
     #[serde(rename = "childSessionCount")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub child_session_count: ::std::option::Option<i64>,
-    /// The session this one continues. This server does not send it yet.
+    /// The session this one continues, when the agent moved the conversation here with `continue_session`.
     #[serde(rename = "continuedFrom")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_from: ::std::option::Option<SessionContinuationLink>,
-    /// The session this one was continued in. This server does not send it yet.
+    /// The newest session this one was continued in, when the agent moved the conversation on with `continue_session`.
     #[serde(rename = "continuedTo")]
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]
     pub continued_to: ::std::option::Option<SessionContinuationLink>,

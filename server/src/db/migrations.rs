@@ -399,6 +399,22 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX agent_drafts_agent_updated ON agent_drafts (account_id, agent_id, updated_at DESC);
     "#,
+    // Continuations (`continue_session`, docs/runtime.md §5.10): the session a conversation moved
+    // to, from which session, why, and the run that moved it. A session is continued from at most
+    // once (`to_session_id` is unique); one may be continued several times, the newest link
+    // showing as its `continuedTo`. Removed with either session.
+    r#"
+    CREATE TABLE session_continuations (
+        id TEXT PRIMARY KEY,
+        from_session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        to_session_id TEXT NOT NULL UNIQUE REFERENCES sessions (id) ON DELETE CASCADE,
+        run_id TEXT NOT NULL,
+        reason TEXT NOT NULL CHECK (reason IN ('context_pressure', 'other', 'phase_change', 'refocus',
+                                                'topic_change', 'user_request')),
+        created_at INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX session_continuations_from ON session_continuations (from_session_id, created_at DESC);
+    "#,
 ];
 
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.

@@ -268,7 +268,9 @@ pub(crate) async fn message_session(
         // Another turn took the session between our insert and the claim: the run waits its turn.
         InlineOutcome::NotClaimed | InlineOutcome::Requeued => answer(String::new()),
         InlineOutcome::Finished(Outcome::Succeeded(output) | Outcome::Canceled(output)) => {
-            answer(assistant_event_id(&output))
+            let mut response = answer(assistant_event_id(&output));
+            response.continued_to_session_id = continued_to(&output);
+            response
         }
         InlineOutcome::Finished(Outcome::Failed(failure)) => return Err(failure.to_api_error()),
         InlineOutcome::Finished(Outcome::Parked(_)) => answer(String::new()),
@@ -278,6 +280,17 @@ pub(crate) async fn message_session(
         app.db.write(move |conn| key.update(conn, &stored)).await?;
     }
     Ok(response)
+}
+
+/// The session a turn continued the conversation in (`continuedToSessionId` of its output).
+fn continued_to(output: &Ipld) -> Option<seed_agents_protocol::generated::SessionId> {
+    match output {
+        Ipld::Map(fields) => match fields.get("continuedToSessionId") {
+            Some(Ipld::String(id)) => Some(id.clone().into()),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 enum Written {

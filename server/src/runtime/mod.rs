@@ -17,6 +17,7 @@
 //! announced after its commit; partials are never stored; nothing here decides by parsing an
 //! error's text; a stopped turn keeps what it streamed.
 
+pub(crate) mod continuation;
 pub(crate) mod delegate;
 pub(crate) mod message;
 pub(crate) mod pass;
@@ -123,6 +124,12 @@ pub(crate) struct Turn {
     pub park: std::sync::Mutex<Vec<String>>,
     /// `return_result` state of a typed child's execution.
     pub typed: std::sync::Mutex<delegate::Typed>,
+    /// The session this execution continued the conversation in (`continue_session`).
+    pub continued: std::sync::Mutex<Option<String>>,
+    /// The run's queue (a continuation's run waits in the same one).
+    pub queue: crate::runs::queue::Queue,
+    /// Executions the run allows (a continuation's run allows as many).
+    pub max_attempts: u32,
 }
 
 impl std::fmt::Debug for Turn {
@@ -180,6 +187,14 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
                 }
             }
         };
+        // The conversation moved on: open plan steps went with it, nothing is owed here.
+        if let Some(continued_to) = lock(&turn.continued).clone() {
+            let mut output = output(&assistant_event_id, &[]);
+            if let Ipld::Map(fields) = &mut output {
+                fields.insert("continuedToSessionId".to_owned(), Ipld::String(continued_to));
+            }
+            return Outcome::Succeeded(output);
+        }
         let typed = std::mem::take(&mut *lock(&turn.typed));
         if let Some(payload) = typed.delivered {
             return Outcome::Succeeded(wire::json_to_ipld(&payload));
@@ -425,6 +440,9 @@ impl Turn {
             live_children,
             park: Default::default(),
             typed: Default::default(),
+            continued: Default::default(),
+            queue: run.queue,
+            max_attempts: run.max_attempts,
             endpoint,
             subscription: loaded.subscription,
             reasoning: loaded.reasoning,

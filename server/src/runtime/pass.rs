@@ -25,7 +25,7 @@ use seed_agents_protocol::{Value, wire};
 use serde_json::Value as Json;
 
 use super::tools::{self, Tool};
-use super::{MAX_TOKENS, Turn, delegate, plan, prompt, replay};
+use super::{MAX_TOKENS, Turn, continuation, delegate, plan, prompt, replay};
 use crate::bus::SessionFrame;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::model::{self, Message, ModelRequest, StreamEvent, ToolCall, ToolResult, Usage};
@@ -246,6 +246,10 @@ impl Turn {
         if self.depth < delegate::MAX_DEPTH {
             let at = offered.iter().position(|spec| spec.name == Tool::Call.name()).map_or(offered.len(), |i| i + 1);
             offered.insert(at, delegate::delegate_spec());
+        }
+        // `continue_session` after `status`, for a run that is no delegated child.
+        if continuation::offered_to(self) {
+            offered.push(continuation::spec());
         }
         if let Some(schema) = self.contract.as_ref().and_then(|spec| spec.output.as_ref()) {
             offered.push(delegate::return_result_spec(schema));
@@ -473,6 +477,10 @@ async fn pass(turn: &Turn) -> ApiResult<Ended> {
             if typed.delivered.is_some() || typed.rejected {
                 return Ok(Ended::Answered { assistant_event_id: last_said });
             }
+            // The conversation moved to another session: the turn ends there.
+            if super::lock(&turn.continued).is_some() {
+                return Ok(Ended::Answered { assistant_event_id: last_said });
+            }
         }
         if let Some(reason) = turn.stop.reason() {
             let assistant_event_id = if said_anything || reason == StopReason::Shutdown {
@@ -597,6 +605,9 @@ async fn execute(
             Err(error) => Err(model_error(&call.name, error)),
         };
     }
+    if call.name == continuation::NAME && is_offered(continuation::NAME) {
+        return continuation::call(turn, &call.id, &call.arguments).await.map(|output| (output, Vec::new()));
+    }
     if call.name == delegate::RETURN_RESULT
         && let Some(schema) = turn.contract.as_ref().and_then(|spec| spec.output.as_ref())
     {
@@ -653,7 +664,7 @@ async fn run_verb(turn: &Turn, tool: Tool, arguments: &Json) -> Result<(Json, Ve
 }
 
 /// The text the model reads for a failed tool.
-fn model_error(name: &str, error: ApiError) -> String {
+pub(super) fn model_error(name: &str, error: ApiError) -> String {
     if error.kind() == ErrorKind::Internal {
         tracing::warn!(tool = %name, error = %error.message(), "tool failed on the server's side");
         "The tool failed on the server's side; try again, or tell the user it is not working".to_owned()

@@ -277,7 +277,12 @@ pub(crate) fn check(tool: Tool, arguments: Json) -> Result<Json, String> {
     checked(tool.name(), tool.schema(), &VALIDATORS[tool as usize], arguments)
 }
 
-fn checked(name: &str, schema: &Json, validator: &jsonschema::Validator, arguments: Json) -> Result<Json, String> {
+pub(super) fn checked(
+    name: &str,
+    schema: &Json,
+    validator: &jsonschema::Validator,
+    arguments: Json,
+) -> Result<Json, String> {
     if validator.is_valid(&arguments) {
         return Ok(arguments);
     }

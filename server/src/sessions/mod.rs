@@ -110,6 +110,7 @@ pub(crate) async fn create_session(
                     owner_id: &access.owner_id,
                     agent_id: &access.agent_id,
                     title: title.as_deref(),
+                    title_source: store::TitleSource::System,
                     model_override: model_override.as_ref(),
                     thoroughness: action.thoroughness,
                 };

@@ -9,8 +9,8 @@
 use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{
-    ListSessions, RunPlan, SessionEvent, SessionEventPayload, SessionInfo, SessionInfoStatus, SessionModelOverride,
-    Thoroughness,
+    ListSessions, RunPlan, SessionContinuationLink, SessionContinuationReason, SessionEvent, SessionEventPayload,
+    SessionInfo, SessionInfoStatus, SessionModelOverride, Thoroughness,
 };
 use seed_agents_protocol::wire;
 
@@ -75,6 +75,7 @@ pub(crate) fn load_info(conn: &Connection, session_id: &str) -> ApiResult<Sessio
         .optional()?
         .ok_or_else(|| ApiError::not_found("Session not found"))?;
     session.started_by_trigger = crate::triggers::store::attribution(conn, session_id)?;
+    link_continuations(conn, &mut session)?;
     Ok(session)
 }
 
@@ -87,6 +88,9 @@ pub(crate) fn newest_top_level(conn: &Connection, agent_id: &str, limit: usize) 
     let rows = statement.query_map(params![agent_id, limit as i64], info_from_row)?;
     let mut sessions = rows.collect::<rusqlite::Result<Vec<_>>>()?;
     crate::triggers::store::attribute(conn, &mut sessions)?;
+    for session in &mut sessions {
+        link_continuations(conn, session)?;
+    }
     Ok(sessions)
 }
 
@@ -126,6 +130,9 @@ pub(crate) fn page(conn: &Connection, account: &str, action: &ListSessions, limi
     let rows = statement.query_map(rusqlite::params_from_iter(values.iter()), info_from_row)?;
     let mut sessions = rows.collect::<rusqlite::Result<Vec<_>>>()?;
     crate::triggers::store::attribute(conn, &mut sessions)?;
+    for session in &mut sessions {
+        link_continuations(conn, session)?;
+    }
     Ok(sessions)
 }
 
@@ -140,18 +147,20 @@ pub(crate) struct NewSession<'a> {
     pub(crate) agent_id: &'a str,
     /// Its title, when it has one yet.
     pub(crate) title: Option<&'a str>,
+    /// Who gave the title.
+    pub(crate) title_source: TitleSource,
     /// The model it uses instead of the agent's.
     pub(crate) model_override: Option<&'a SessionModelOverride>,
     /// How thoroughly its agent works.
     pub(crate) thoroughness: Option<Thoroughness>,
 }
 
-/// Inserts `session`, `idle`, its title the system's to replace.
+/// Inserts `session`, `idle`.
 pub(crate) fn insert(conn: &Connection, session: &NewSession<'_>, now: i64) -> ApiResult<()> {
     conn.prepare_cached(
         "INSERT INTO sessions (id, account_id, agent_id, title, title_source, status, model_override_cbor,
                                thoroughness, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, 'system', 'idle', ?5, ?6, ?7, ?7)",
+         VALUES (?1, ?2, ?3, ?4, ?8, 'idle', ?5, ?6, ?7, ?7)",
     )?
     .execute(params![
         session.id,
@@ -160,7 +169,8 @@ pub(crate) fn insert(conn: &Connection, session: &NewSession<'_>, now: i64) -> A
         session.title,
         session.model_override.map(Cbor),
         session.thoroughness.map(|value| value.to_string()),
-        now
+        now,
+        session.title_source.as_str()
     ])?;
     Ok(())
 }
@@ -591,4 +601,78 @@ mod tests {
             }
         }
     }
+}
+
+/// A continuation to record (`continue_session`, docs/runtime.md §5.10).
+#[derive(Debug)]
+pub(crate) struct NewContinuation<'a> {
+    /// Its id.
+    pub(crate) id: &'a str,
+    /// The session the conversation left.
+    pub(crate) from_session_id: &'a str,
+    /// The session it moved to.
+    pub(crate) to_session_id: &'a str,
+    /// The run that moved it.
+    pub(crate) run_id: &'a str,
+    /// Why.
+    pub(crate) reason: SessionContinuationReason,
+}
+
+/// Records a continuation.
+pub(crate) fn insert_continuation(conn: &Connection, continuation: &NewContinuation<'_>, now: i64) -> ApiResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO session_continuations (id, from_session_id, to_session_id, run_id, reason, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        continuation.id,
+        continuation.from_session_id,
+        continuation.to_session_id,
+        continuation.run_id,
+        continuation.reason.to_string(),
+        now
+    ])?;
+    Ok(())
+}
+
+/// The session run `run_id` continued its conversation in, if it did.
+pub(crate) fn continued_by_run(conn: &Connection, run_id: &str) -> ApiResult<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT to_session_id FROM session_continuations WHERE run_id = ?1")?
+        .query_row(params![run_id], |row| row.get(0))
+        .optional()?)
+}
+
+/// Sets `session`'s `continuedFrom` (the session it continues) and `continuedTo` (the newest
+/// session it was continued in), each with the other session's current title.
+fn link_continuations(conn: &Connection, session: &mut SessionInfo) -> ApiResult<()> {
+    let link = |row: &Row<'_>| -> rusqlite::Result<SessionContinuationLink> {
+        let reason: String = row.get(3)?;
+        Ok(SessionContinuationLink {
+            extra: Default::default(),
+            continuation_id: row.get(0)?,
+            created_at: row.get(1)?,
+            // The CHECK constraint admits only the protocol's reasons.
+            reason: reason.parse().unwrap_or(SessionContinuationReason::Other),
+            session_id: row.get::<_, String>(2)?.into(),
+            title: row.get(4)?,
+        })
+    };
+    session.continued_from = conn
+        .prepare_cached(
+            "SELECT c.id, c.created_at, c.from_session_id, c.reason, s.title
+             FROM session_continuations c JOIN sessions s ON s.id = c.from_session_id
+             WHERE c.to_session_id = ?1",
+        )?
+        .query_row(params![session.id.as_str()], link)
+        .optional()?;
+    session.continued_to = conn
+        .prepare_cached(
+            "SELECT c.id, c.created_at, c.to_session_id, c.reason, s.title
+             FROM session_continuations c JOIN sessions s ON s.id = c.to_session_id
+             WHERE c.from_session_id = ?1 ORDER BY c.created_at DESC, c.id DESC LIMIT 1",
+        )?
+        .query_row(params![session.id.as_str()], link)
+        .optional()?;
+    Ok(())
 }

@@ -255,6 +255,7 @@ fn open_thread(
         owner_id: &trigger.account,
         agent_id: &trigger.agent_id,
         title: Some(&trigger.name),
+        title_source: crate::sessions::store::TitleSource::System,
         model_override: None,
         thoroughness: None,
     };
