@@ -170,7 +170,7 @@ async fn a_parent_plans_two_steps_delegates_the_first_parks_and_finishes_the_sec
     assert!(!last_message(&requests[0].body).contains("<plan_state>"), "no plan yet in the first request");
     let tools: Vec<&str> =
         requests[0].body["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
-    assert_eq!(tools, ["read", "write", "call", "delegate", "plan", "status"]);
+    assert_eq!(tools, ["read", "write", "call", "delegate", "plan", "status", "continue_session"]);
     // The child ran with the parent's prompt for it, on its brief, with delegate (depth 1 < 3).
     let child_request = &requests[2].body;
     let system = child_request["messages"][0]["content"].as_str().unwrap();

@@ -83,7 +83,7 @@ async fn a_text_turn_streams_partials_and_stores_the_answer_with_its_meta() {
     assert_eq!(sent, format!("<message_sender>\n{{\"accountId\":\"{}\"}}\n</message_sender>\n\nhi", user.id));
     let tools: Vec<&str> =
         body["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
-    assert_eq!(tools, ["read", "write", "call", "delegate", "plan", "status"]);
+    assert_eq!(tools, ["read", "write", "call", "delegate", "plan", "status", "continue_session"]);
     assert_eq!(body["stream"], true);
 
     // Live: the user message, the partials in order, `done` just before the durable answer.

@@ -86,7 +86,7 @@ async fn a_text_turn_streams_partials_in_order_and_stores_the_answer() {
         .iter()
         .map(|tool| tool["name"].as_str().unwrap())
         .collect();
-    assert_eq!(tools, ["read", "write", "call", "delegate", "plan", "status"]);
+    assert_eq!(tools, ["read", "write", "call", "delegate", "plan", "status", "continue_session"]);
     // Every declared schema is in the form Gemini takes.
     let declared = body["tools"].to_string();
     for refused in ["additionalProperties", "$schema", "$ref", "const"] {

@@ -149,7 +149,7 @@ async fn a_reasoning_tool_loop_carries_encrypted_reasoning_and_streams_in_order(
         assert_eq!(body["include"], json!(["reasoning.encrypted_content"]));
         assert!(body["instructions"].as_str().unwrap().starts_with("You are helpful."));
         let tools: Vec<&str> = body["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-        assert_eq!(tools, ["read", "write", "call", "delegate", "plan", "status"]);
+        assert_eq!(tools, ["read", "write", "call", "delegate", "plan", "status", "continue_session"]);
         let input = body["input"].as_array().unwrap();
         assert_eq!(input[0]["role"], "user");
         assert!(input[0]["content"][0]["text"].as_str().unwrap().ends_with("note: buy milk"));

@@ -333,14 +333,20 @@ async fn a_model_searches_misses_and_corrects_itself_then_uses_search_as_its_own
     let second = &provider.requests()[1].body["messages"];
     assert_eq!(second[3]["tool_call_id"], "c1");
     assert!(second[3]["content"].as_str().unwrap().contains("hm://z6MkA/intro"));
-    assert_eq!(tool_names(&provider.requests()[0]), ["read", "write", "call", "delegate", "plan", "status"]);
+    assert_eq!(
+        tool_names(&provider.requests()[0]),
+        ["read", "write", "call", "delegate", "plan", "status", "continue_session"]
+    );
 
     // Next turn, `search` is a tool of its own (never `bash`), and runs as `call`.
     provider.push(Script::tool_call("c4", "search", r#"{"query":"more"}"#));
     provider.push(Script::text("More."));
     user.call(say(&session_id, "more")).await.unwrap();
     let requests = provider.requests();
-    assert_eq!(tool_names(&requests[2]), ["search", "read", "write", "call", "delegate", "plan", "status"]);
+    assert_eq!(
+        tool_names(&requests[2]),
+        ["search", "read", "write", "call", "delegate", "plan", "status", "continue_session"]
+    );
     let done = results(&user, &session_id).await;
     let (name, output, error) = done.last().unwrap();
     assert_eq!((name.as_str(), error), ("search", &None));
@@ -451,7 +457,7 @@ async fn web_search_is_offered_only_with_a_searxng_backend() {
     let done = results(&user, &session_id).await;
     assert_eq!(done[0].1["summary"], "No callable tool named web_search. Here is what you can call.");
     for request in provider.requests() {
-        assert_eq!(tool_names(&request), ["read", "write", "call", "delegate", "plan", "status"]);
+        assert_eq!(tool_names(&request), ["read", "write", "call", "delegate", "plan", "status", "continue_session"]);
         let call = request.body["tools"][2]["function"]["description"].as_str().unwrap().to_owned();
         assert!(!call.contains("web_search"), "{call}");
     }
@@ -485,8 +491,11 @@ async fn web_search_is_offered_only_with_a_searxng_backend() {
     user.call(say(&session_id, "can you search the web?")).await.unwrap();
     user.call(say(&session_id, "find the rust book")).await.unwrap();
     let requests = provider.requests();
-    assert_eq!(tool_names(&requests[0]), ["read", "write", "call", "delegate", "plan", "status"]);
-    assert_eq!(tool_names(&requests[2]), ["web_search", "read", "write", "call", "delegate", "plan", "status"]);
+    assert_eq!(tool_names(&requests[0]), ["read", "write", "call", "delegate", "plan", "status", "continue_session"]);
+    assert_eq!(
+        tool_names(&requests[2]),
+        ["web_search", "read", "write", "call", "delegate", "plan", "status", "continue_session"]
+    );
     let done = results(&user, &session_id).await;
     assert!(done[0].1["markdown"].as_str().unwrap().starts_with("# web_search\n\n> builtin tool · version `bafyrei"));
     let (name, found, error) = &done[1];
