@@ -1,0 +1,10 @@
+//! Workflow runs (docs/workflows.md): a script child whose every effect crosses `ctx` and is
+//! journaled, so a resume replays it from the top without doing completed work twice.
+//!
+//! - [`journal`]: the entry kinds and their content keys.
+//! - [`host`]: what an execution asks of the server (implemented over the app; faked in tests).
+
+#![allow(dead_code)] // The pump and the run executor that use these land next.
+
+pub(crate) mod host;
+pub(crate) mod journal;
