@@ -8,3 +8,4 @@
 
 pub(crate) mod host;
 pub(crate) mod journal;
+pub(crate) mod run;
