@@ -3,8 +3,10 @@
 //!
 //! - [`journal`]: the entry kinds and their content keys.
 //! - [`host`]: what an execution asks of the server (implemented over the app; faked in tests).
+//! - [`source`]: the authoring-time lint and the transform of the default export.
 
 #![allow(dead_code)] // The pump and the run executor that use these land next.
 
 pub(crate) mod host;
 pub(crate) mod journal;
+pub(crate) mod source;
