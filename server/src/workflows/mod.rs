@@ -14,3 +14,6 @@ pub(crate) mod journal;
 pub(crate) mod pump;
 pub(crate) mod source;
 pub(crate) mod vm;
+
+#[cfg(test)]
+mod tests;
