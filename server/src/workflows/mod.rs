@@ -3,9 +3,17 @@
 //!
 //! - [`journal`]: the entry kinds and their content keys.
 //! - [`host`]: what an execution asks of the server (implemented over the app; faked in tests).
-
-#![allow(dead_code)] // The pump and the run executor that use these land next.
+//! - [`source`]: the authoring-time lint and the transform of the default export.
+//! - [`vm`]: the script realm, on a thread of its own, with its limits.
+//! - [`pump`]: one execution, from the journal and the host to an [`Outcome`](pump::Outcome).
+//! - [`run`]: the executor of claimed workflow runs, and the host it gives the pump.
 
 pub(crate) mod host;
 pub(crate) mod journal;
+pub(crate) mod pump;
 pub(crate) mod run;
+pub(crate) mod source;
+pub(crate) mod vm;
+
+#[cfg(test)]
+mod tests;
