@@ -22,12 +22,12 @@ async fn setup(
     provider: &Provider,
     clock: Clock,
 ) -> (TestServer, User, seed_agents_protocol::AgentId, seed_agents_protocol::SessionId) {
-    let server = TestServer::start_with_clock(tempfile::tempdir().unwrap(), clock, |config| {
+    let server = TestServer::start_with_clock(tempfile::tempdir().unwrap(), clock.clone(), |config| {
         config.session_title_generation = false;
         config.provider_timeout = Duration::from_secs(5);
     })
     .await;
-    let user = server.user();
+    let user = server.user_on(&clock);
     user.call(SetModelProvider { name: "main".into(), provider: custom_provider_config(provider.openai_base()) })
         .await
         .unwrap();
