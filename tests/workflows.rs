@@ -84,7 +84,10 @@ async fn delegate_result(user: &User, session_id: &str) -> Json {
 async fn journal(user: &User, run_id: &str, after: Option<i64>) -> Vec<Json> {
     let action = GetRunJournal { run_id: run_id.into(), after_seq: after };
     let entries = user.call(action).await.unwrap().entries;
-    entries.iter().map(|entry| json!({"seq": entry.seq, "entry": serde_json::to_value(&entry.entry).unwrap()})).collect()
+    entries
+        .iter()
+        .map(|entry| json!({"seq": entry.seq, "entry": serde_json::to_value(&entry.entry).unwrap()}))
+        .collect()
 }
 
 #[tokio::test]
@@ -133,7 +136,10 @@ export default async function (input, ctx) {
         })
         .collect();
     assert_eq!(kinds[..5], ["log", "call write", "result", "call read", "result"], "{kinds:?}");
-    assert!(kinds.contains(&"now".to_owned()) && kinds.iter().filter(|kind| *kind == "result").count() == 4, "{kinds:?}");
+    assert!(
+        kinds.contains(&"now".to_owned()) && kinds.iter().filter(|kind| *kind == "result").count() == 4,
+        "{kinds:?}"
+    );
     let seqs: Vec<i64> = entries.iter().map(|entry| entry["seq"].as_i64().unwrap()).collect();
     assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
     // Paging by afterSeq.

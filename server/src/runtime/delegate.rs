@@ -396,7 +396,8 @@ async fn spawn_script(turn: &Turn, call_id: &str, script: &str, arguments: &Json
         .app
         .db
         .write(move |conn| {
-            let depth = crate::runs::store::depth(conn, &run_id)?.ok_or_else(|| ApiError::not_found("Run not found"))?;
+            let depth =
+                crate::runs::store::depth(conn, &run_id)?.ok_or_else(|| ApiError::not_found("Run not found"))?;
             if depth + 1 > MAX_DEPTH {
                 return Err(ApiError::invalid(format!("Workflow depth limit reached ({MAX_DEPTH})")));
             }
@@ -756,7 +757,8 @@ mod tests {
         let error = spawn_child(&conn, "r", "s", "a", "owner", "c", spec("x"), MAX_SPAWNS, 5).err().unwrap();
         assert_eq!(error.message(), "Sub-session depth limit reached (3); finish the work here.");
         let conn = db(2);
-        let spawned = spawn_child(&conn, "r", "s", "a", "owner", "c0", spec("First line\nmore"), MAX_SPAWNS, 5).ok().unwrap();
+        let spawned =
+            spawn_child(&conn, "r", "s", "a", "owner", "c0", spec("First line\nmore"), MAX_SPAWNS, 5).ok().unwrap();
         assert_eq!(spawned.title, "First line");
         let (depth, call): (i64, String) = conn
             .query_row("SELECT depth, parent_tool_call_id FROM runs WHERE parent_run_id = 'r'", [], |row| {

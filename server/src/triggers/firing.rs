@@ -210,7 +210,8 @@ fn wake_in(
         Some(payload) => payload.0.clone(),
         None => wire::to_ipld(&activity.value).map_err(ApiError::internal)?,
     };
-    let signal = runs::signal::Signal { name: &wake.signal, payload: Some(&payload), source: runs::signal::Source::Trigger };
+    let signal =
+        runs::signal::Signal { name: &wake.signal, payload: Some(&payload), source: runs::signal::Source::Trigger };
     // The run that took the signal, or why none did.
     let outcome: Result<String, &str> = match &wake.run_id {
         Some(run_id) => {

@@ -106,9 +106,9 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
         Err(error) => return Outcome::Failed(RunFailure::from_error(FailureCode::Internal, &error)),
     };
     let input = match &run.input {
-        Ipld::Map(fields) => fields.get("input").map_or(Json::Null, |value| {
-            serde_json::to_value(Value(value.clone())).unwrap_or(Json::Null)
-        }),
+        Ipld::Map(fields) => fields
+            .get("input")
+            .map_or(Json::Null, |value| serde_json::to_value(Value(value.clone())).unwrap_or(Json::Null)),
         _ => Json::Null,
     };
     let wait_seqs = start
@@ -423,7 +423,8 @@ impl Host for AppHost {
                     });
                 };
                 if terminal(child.status) {
-                    let output = serde_json::to_value(Value(child.output.clone())).ok().filter(|value| !value.is_null());
+                    let output =
+                        serde_json::to_value(Value(child.output.clone())).ok().filter(|value| !value.is_null());
                     let (status, error) = match child.status {
                         RunStatus::Succeeded => ("succeeded", None),
                         RunStatus::Canceled => ("canceled", None),

@@ -266,9 +266,7 @@ impl Hub {
             Event::SessionAppended { agent_id, event, .. } => self.appended(agent_id, event).await,
             Event::SessionChanged { session_id, agent_id } => self.session_changed(session_id, agent_id).await,
             Event::AgentChanged { agent_id } => self.agent_changed(agent_id).await,
-            Event::RunChanged { run, .. } => {
-                self.run_changed(run).await
-            }
+            Event::RunChanged { run, .. } => self.run_changed(run).await,
             Event::JournalAppended { root_run_id, entry } => {
                 self.journal_appended(root_run_id, entry);
                 Ok(())

@@ -18,7 +18,9 @@ use std::sync::Arc;
 
 use axum::extract::ws::Message;
 use ipld_core::ipld::Ipld;
-use seed_agents_protocol::generated::{RunInfo, RunInfoKind, RunJournalEntryInfo, SessionEvent, SessionInfo, Subscribe};
+use seed_agents_protocol::generated::{
+    RunInfo, RunInfoKind, RunJournalEntryInfo, SessionEvent, SessionInfo, Subscribe,
+};
 
 use super::registry::Sub;
 use crate::access::{self, Need, Role};

@@ -202,7 +202,8 @@ const CLAIMED_COLUMNS: &str =
 /// Whether run `r` may be claimed at all: an agent run with its agent and session, whose session
 /// no other agent run holds (claimed or running under a live lease, or under this process's); a
 /// workflow run with its agent (it holds no session).
-const ELIGIBLE: &str = "r.agent_id IS NOT NULL AND (r.kind = 'workflow' OR (r.kind = 'agent' AND r.session_id IS NOT NULL
+const ELIGIBLE: &str =
+    "r.agent_id IS NOT NULL AND (r.kind = 'workflow' OR (r.kind = 'agent' AND r.session_id IS NOT NULL
      AND NOT EXISTS (SELECT 1 FROM runs h WHERE h.session_id = r.session_id AND h.id != r.id AND h.kind = 'agent'
                        AND h.status IN ('claimed', 'running') AND (h.lease_owner = ?1 OR h.lease_expires_at > ?3))))";
 
@@ -232,7 +233,8 @@ pub(crate) struct Due {
 }
 
 /// [`due`]'s query (`?1` the owner, `?2` now).
-const DUE: &str = "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'waiting' AND not_before IS NOT NULL AND not_before <= ?2),
+const DUE: &str =
+    "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'waiting' AND not_before IS NOT NULL AND not_before <= ?2),
         EXISTS (SELECT 1 FROM runs WHERE status = 'queued' AND (not_before IS NULL OR not_before <= ?2))
         OR EXISTS (SELECT 1 FROM runs WHERE status IN ('claimed', 'running')
                      AND lease_owner IS NOT ?1 AND lease_expires_at <= ?2)";
