@@ -245,3 +245,98 @@ async fn scripts_with_ambient_authority_are_refused_and_a_throwing_script_fails_
     let got = user.call(GetRun { run_id: run.id.clone() }).await.unwrap();
     assert_eq!(got.run.status, RunStatus::Failed);
 }
+
+const FAN_OUT: &str = r#"
+export default async function (input, ctx) {
+  const briefs = ["Count A", "Count B", "Count C"];
+  const results = await ctx.parallel(briefs.map((brief) => () => ctx.delegate({brief, title: brief})));
+  return results.map((result) => result.text);
+}
+"#;
+
+/// The parent delegates [`FAN_OUT`] once, answers when its result is in; children echo their
+/// brief.
+fn fan_out_rule(body: &Json) -> Script {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.last().cloned().unwrap_or_default();
+    if last["role"] == "tool" {
+        return Script::text("All counted.");
+    }
+    let asked = last["content"].as_str().unwrap_or_default();
+    if asked.starts_with("Count") {
+        return Script::text(&format!("{asked}: done"));
+    }
+    Script::tool_call("d1", "delegate", &json!({"script": FAN_OUT}).to_string())
+}
+
+#[tokio::test]
+async fn a_script_fans_out_to_agent_children_and_collects_their_answers() {
+    use crate::support::provider::Fallback;
+    let provider = Provider::start().await;
+    provider.set_fallback(Fallback::Rule(fan_out_rule));
+    let (_server, user, _agent, session_id) = setup(&provider, Clock::system()).await;
+    user.call(say(&session_id, "count everything")).await.unwrap();
+    let run = workflow_with(&user, &session_id, RunStatus::Succeeded).await;
+    let result = delegate_result(&user, &session_id).await;
+    assert_eq!(result["output"], json!(["Count A: done", "Count B: done", "Count C: done"]), "{result}");
+
+    // Three agent children under the workflow, each in a session of its own under the parent's.
+    let runs = runs_of(&user, &session_id).await;
+    let children: Vec<&RunInfo> =
+        runs.iter().filter(|child| child.parent_run_id.as_deref() == Some(run.id.as_str())).collect();
+    assert_eq!(children.len(), 3, "{runs:?}");
+    assert!(
+        children.iter().all(|child| child.kind == RunInfoKind::Agent && child.depth == 2 && child.session_id.is_some())
+    );
+    let entries = journal(&user, &run.id, None).await;
+    let spawned: Vec<&Json> = entries.iter().filter(|entry| entry["entry"]["op"] == "agent").collect();
+    assert_eq!(spawned.len(), 3);
+    assert!(spawned.iter().all(|entry| entry["entry"]["childRunId"].as_str().is_some()), "{spawned:?}");
+    wait::until_true("the parent answers", || provider.request_count() >= 5).await;
+}
+
+#[tokio::test]
+async fn a_runaway_script_fails_its_run_while_the_server_answers_and_cancel_stops_a_busy_one() {
+    let provider = Provider::start().await;
+    let server = TestServer::start_with(tempfile::tempdir().unwrap(), |config| {
+        config.session_title_generation = false;
+        config.workflow_compute_slice = Duration::from_millis(300);
+    })
+    .await;
+    let user = server.user();
+    user.call(SetModelProvider { name: "main".into(), provider: custom_provider_config(provider.openai_base()) })
+        .await
+        .unwrap();
+    let agent_id =
+        user.call(CreateAgent { client_request_id: None, definition: definition("Lead") }).await.unwrap().agent_id;
+
+    // A loop with no effect: the compute slice ends it.
+    let spin = "export default async function (input, ctx) {\n  let n = 0;\n  while (true) { n++; }\n}";
+    let looping = user.create_session(&agent_id, None).await;
+    delegate_script(&provider, spin, json!(null));
+    user.call(say(&looping, "spin")).await.unwrap();
+    let run = workflow_with(&user, &looping, RunStatus::Failed).await;
+    let error = serde_json::to_value(run.error.as_ref().unwrap()).unwrap();
+    assert_eq!(error["code"], "fuel-exhausted", "{error}");
+    assert_eq!(delegate_result(&user, &looping).await["status"], "failed");
+
+    // A script that computes between effects, each slice short: cancel interrupts it.
+    let busy = "export default async function (input, ctx) {\n  for (;;) {\n    let n = 0;\n    \
+                while (n < 100000) { n++; }\n    await ctx.now();\n  }\n}";
+    let canceled = user.create_session(&agent_id, None).await;
+    delegate_script(&provider, busy, json!(null));
+    user.call(say(&canceled, "keep busy")).await.unwrap();
+    let run = workflow_with(&user, &canceled, RunStatus::Running).await;
+    let answered = user.call(seed_agents_protocol::generated::ListRuns {
+        agent_id: Some(agent_id.clone()),
+        limit: None,
+        root_run_id: None,
+        session_id: None,
+        status: None,
+    });
+    assert!(answered.await.is_ok(), "the server answers while a script computes");
+    let cancel = seed_agents_protocol::generated::CancelRun { run_id: run.id.clone() };
+    assert!(user.call(cancel).await.unwrap().canceled);
+    workflow_with(&user, &canceled, RunStatus::Canceled).await;
+    assert_eq!(delegate_result(&user, &canceled).await["status"], "canceled");
+}

@@ -135,7 +135,8 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
             ..State::default()
         }),
     });
-    let outcome = pump::run(host.clone(), &run.id, &start.source, input, start.journal, &Limits::default()).await;
+    let limits = Limits { fuel: app.config.workflow_compute_slice, ..Limits::default() };
+    let outcome = pump::run(host.clone(), &run.id, &start.source, input, start.journal, &limits).await;
     if let Err(error) = host.flush_plan().await {
         return Outcome::Failed(RunFailure::from_error(FailureCode::Internal, &error));
     }
