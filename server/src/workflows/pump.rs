@@ -265,6 +265,7 @@ struct Pump<'a> {
     host: &'a dyn Host,
     run_id: &'a str,
     park_after_ms: i64,
+    fuel: Duration,
     /// Journaled groups not yet replayed, by content key, oldest first.
     groups: HashMap<String, VecDeque<Vec<Entry>>>,
     /// The highest `callSeq` used so far.
@@ -295,6 +296,7 @@ impl<'a> Pump<'a> {
             host,
             run_id,
             park_after_ms: i64::try_from(limits.park_after.as_millis()).unwrap_or(i64::MAX),
+            fuel: limits.fuel,
             groups,
             last_seq,
             deliveries: Vec::new(),
@@ -317,12 +319,14 @@ impl<'a> Pump<'a> {
             if let Err(error) = self.take(current).await {
                 return Outcome::HostFailed(error);
             }
+            // Once the default export settled nothing delivered can change the outcome; what a
+            // floating promise still has in flight is dropped with the pump.
+            if let Some(finished) = self.finished.take() {
+                return self.finish(finished);
+            }
             if !self.deliveries.is_empty() {
                 slice = vm.deliver(std::mem::take(&mut self.deliveries)).await;
                 continue;
-            }
-            if let Some(finished) = self.finished.take() {
-                return self.finish(finished);
             }
             if self.host.canceled() {
                 return Outcome::Canceled;
@@ -389,7 +393,7 @@ impl<'a> Pump<'a> {
             Stop::Interrupted { stopped: false } if self.host.canceled() => Outcome::Canceled,
             Stop::Interrupted { stopped: false } => Outcome::Failed(WorkflowError::new(
                 codes::FUEL_EXHAUSTED,
-                "the workflow computed for longer than its fuel allows between two ctx calls",
+                format!("the workflow computed for more than {} ms without waiting on ctx", self.fuel.as_millis()),
             )),
             Stop::Failed(error) => Outcome::Failed(error),
             Stop::EngineGone(message) => Outcome::HostFailed(HostError { message, retryable: false }),
@@ -428,21 +432,37 @@ impl<'a> Pump<'a> {
 
     async fn handle(&mut self, request: Request) -> Result<(), HostError> {
         let Request { call_id, op, args } = request;
+        let effect = match op.as_str() {
+            "tool" => Effect::Tool,
+            "agent" => Effect::Agent,
+            "sleep" => Effect::Sleep,
+            "wait" => Effect::Wait,
+            "now" => Effect::Now,
+            "log" => Effect::Log,
+            "step" => Effect::Step,
+            "plan" => Effect::Plan,
+            "continueAsNew" => {
+                // Nothing is journaled or delivered: the call never resolves, this run ends here.
+                self.continuation.get_or_insert_with(|| args.get("state").cloned().unwrap_or(Json::Null));
+                return Ok(());
+            }
+            other => {
+                let message = format!("ctx has no operation `{other}`");
+                let value = json!({"code": codes::UNKNOWN_OP, "message": message});
+                self.deliveries.push(Delivery { call_id, ok: false, value });
+                return Ok(());
+            }
+        };
         let key = effect_key(&op, &args);
         let journaled = self.groups.get_mut(&key).and_then(VecDeque::pop_front).unwrap_or_default();
         let call_seq = journaled.first().map(|entry| entry.call_seq).unwrap_or_else(|| self.next_seq());
         let replay = Replay(journaled);
-        match op.as_str() {
-            "tool" => self.tool(call_id, call_seq, &key, &args, &replay).await,
-            "agent" => self.agent(call_id, call_seq, &key, &args, &replay).await,
-            "sleep" => self.sleep(call_id, call_seq, &key, &args, &replay).await,
-            "wait" => self.wait(call_id, call_seq, &key, &args, &replay).await,
-            "continueAsNew" => {
-                // Nothing is delivered: the call never resolves, this run ends here.
-                self.continuation.get_or_insert_with(|| args.get("state").cloned().unwrap_or(Json::Null));
-                Ok(())
-            }
-            "now" => {
+        match effect {
+            Effect::Tool => self.tool(call_id, call_seq, &key, &args, &replay).await,
+            Effect::Agent => self.agent(call_id, call_seq, &key, &args, &replay).await,
+            Effect::Sleep => self.sleep(call_id, call_seq, &key, &args, &replay).await,
+            Effect::Wait => self.wait(call_id, call_seq, &key, &args, &replay).await,
+            Effect::Now => {
                 let value = match replay.now() {
                     Some(value) => value,
                     None => {
@@ -454,7 +474,7 @@ impl<'a> Pump<'a> {
                 self.resolve(call_id, json!(value));
                 Ok(())
             }
-            "log" => {
+            Effect::Log => {
                 if !replay.has(|body| matches!(body, Body::Log { .. })) {
                     let level = args["level"]
                         .as_str()
@@ -467,7 +487,7 @@ impl<'a> Pump<'a> {
                 self.resolve(call_id, Json::Null);
                 Ok(())
             }
-            "step" => {
+            Effect::Step => {
                 let phase = if args["phase"].as_str() == Some("end") { StepPhase::End } else { StepPhase::Start };
                 let step_id = args["stepId"].as_str().map_or_else(|| format!("step-{call_seq}"), str::to_owned);
                 let label = text(&args["label"]);
@@ -480,7 +500,7 @@ impl<'a> Pump<'a> {
                 self.resolve(call_id, Json::Null);
                 Ok(())
             }
-            "plan" => {
+            Effect::Plan => {
                 let plan = normalize_plan(&args["plan"]);
                 let plan_json = serde_json::to_value(&plan).unwrap_or(Json::Null);
                 if !replay.has(|body| matches!(body, Body::Plan { .. })) {
@@ -489,15 +509,6 @@ impl<'a> Pump<'a> {
                 self.plan = plan;
                 self.host.update_plan(plan_json);
                 self.resolve(call_id, Json::Null);
-                Ok(())
-            }
-            other => {
-                let message = format!("ctx has no operation `{other}`");
-                self.deliveries.push(Delivery {
-                    call_id,
-                    ok: false,
-                    value: json!({"code": codes::UNKNOWN_OP, "message": message}),
-                });
                 Ok(())
             }
         }
@@ -794,6 +805,19 @@ fn normalize_plan(raw: &Json) -> RunPlan {
     let mut plan = RunPlan::new(steps);
     plan.title = raw["title"].as_str().filter(|title| !title.is_empty()).map(bounded);
     plan
+}
+
+/// The `ctx` operations that are journaled.
+#[derive(Debug, Clone, Copy)]
+enum Effect {
+    Tool,
+    Agent,
+    Sleep,
+    Wait,
+    Now,
+    Log,
+    Step,
+    Plan,
 }
 
 /// A journaled group being replayed (empty when the effect is new).
