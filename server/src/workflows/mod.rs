@@ -7,7 +7,7 @@
 //! - [`vm`]: the script realm, on a thread of its own, with its limits.
 //! - [`pump`]: one execution, from the journal and the host to an [`Outcome`](pump::Outcome).
 
-#![allow(dead_code)] // The pump and the run executor that use these land next.
+#![allow(dead_code)] // The run executor (the Host over the app, calling `pump::run`) lands next.
 
 pub(crate) mod host;
 pub(crate) mod journal;
