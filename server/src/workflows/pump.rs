@@ -319,6 +319,11 @@ impl<'a> Pump<'a> {
             if let Err(error) = self.take(current).await {
                 return Outcome::HostFailed(error);
             }
+            // Polled every turn, so a script that keeps asking for immediate answers (`ctx.now`
+            // in a loop) does not starve what is in flight.
+            if let Err(error) = self.collect_ready() {
+                return Outcome::HostFailed(error);
+            }
             // Once the default export settled nothing delivered can change the outcome; what a
             // floating promise still has in flight is dropped with the pump.
             if let Some(finished) = self.finished.take() {
@@ -340,14 +345,19 @@ impl<'a> Pump<'a> {
                 None => {}
             }
             // Whatever else finished meanwhile goes in the same batch.
-            while let Some(Some(ready)) = self.in_flight.next().now_or_never() {
-                match ready {
-                    Ok(delivery) => self.deliveries.push(delivery),
-                    Err(error) => return Outcome::HostFailed(error),
-                }
+            if let Err(error) = self.collect_ready() {
+                return Outcome::HostFailed(error);
             }
             slice = vm.deliver(std::mem::take(&mut self.deliveries)).await;
         }
+    }
+
+    /// Moves the answers of the effects that are done to the next batch, without waiting.
+    fn collect_ready(&mut self) -> Result<(), HostError> {
+        while let Some(Some(ready)) = self.in_flight.next().now_or_never() {
+            self.deliveries.push(ready?);
+        }
+        Ok(())
     }
 
     /// Nothing in flight and nothing to deliver: continue as new, park, or deadlock.

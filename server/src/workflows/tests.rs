@@ -543,6 +543,12 @@ async fn continue_as_new_ends_the_run_with_its_state() {
 }
 
 #[tokio::test]
+async fn a_floating_loop_of_ctx_calls_does_not_outlive_the_default_export() {
+    let source = "export default async function (input, ctx) {\n  (async () => { for (;;) await ctx.now(); })();\n  await ctx.call('echo', {});\n  return 'done';\n}\n";
+    assert_eq!(go(&Fake::new(), source, Json::Null).await, Outcome::Succeeded(json!("done")));
+}
+
+#[tokio::test]
 async fn awaiting_a_promise_outside_ctx_is_a_deadlock() {
     let source = "export default async function (input, ctx) {\n  await new Promise(() => {});\n}\n";
     assert_eq!(failed(go(&Fake::new(), source, Json::Null).await).code, codes::DEADLOCK);
