@@ -110,6 +110,7 @@ pub(crate) struct Vm {
     commands: mpsc::Sender<Command>,
     stop: Arc<AtomicBool>,
     /// Never joined here (that would block the caller); tests take it to see the thread end.
+    #[cfg_attr(not(test), allow(dead_code, reason = "only the tests join the realm's thread"))]
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
