@@ -25,28 +25,12 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use seed_agents_protocol::generated::{RunPlan, RunPlanStep, RunPlanStepStatus};
-use serde::Serialize;
 use serde_json::{Map, Value as Json, json};
 
+pub(crate) use super::error::{WorkflowError, codes};
 use super::host::{EventWait, Host, HostError};
 use super::journal::{Body, CallOp, EffectError, Entry, ResultStatus, StepPhase};
 use super::vm::{Delivery, Finished, Request, Slice, Stop, Vm, VmLimits};
-
-/// The codes of a failed execution ([`WorkflowError::code`]) the pump and the realm assign. An
-/// uncaught rejection keeps its own code (`tool-error`, `child-failed`, …).
-pub(crate) mod codes {
-    /// The script threw, or its source does not evaluate.
-    pub(crate) const WORKFLOW_ERROR: &str = "workflow-error";
-    /// One compute slice ran longer than [`Limits::fuel`](super::Limits::fuel).
-    pub(crate) const FUEL_EXHAUSTED: &str = "fuel-exhausted";
-    /// The engine ran out of a resource: memory past [`Limits::memory_bytes`](super::Limits),
-    /// or a string past its maximum length.
-    pub(crate) const OUT_OF_MEMORY: &str = "out-of-memory";
-    /// The script awaits something that can never resolve (a promise outside `ctx`).
-    pub(crate) const DEADLOCK: &str = "workflow-deadlock";
-    /// The script asked for an operation `ctx` does not have.
-    pub(crate) const UNKNOWN_OP: &str = "unknown-op";
-}
 
 /// What one execution may use.
 #[derive(Debug, Clone)]
@@ -109,31 +93,6 @@ pub(crate) enum Park {
         /// The signal name that answers it, when a signal can ([`answer_signal_for`]).
         answer_with: Option<String>,
     },
-}
-
-/// Why a workflow failed, with what the moment of failure knew.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct WorkflowError {
-    /// A stable code: one of [`codes`], or the code of the effect whose rejection went uncaught.
-    pub code: String,
-    /// What went wrong, in words.
-    pub message: String,
-    /// The script's stack; its `workflow.js:LINE` lines point into the stored source.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stack: Option<String>,
-    /// The tool of the failed `ctx.call` whose rejection went uncaught.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool: Option<String>,
-    /// That call's `callSeq` in the journal.
-    #[serde(rename = "callSeq", skip_serializing_if = "Option::is_none")]
-    pub call_seq: Option<u64>,
-}
-
-impl WorkflowError {
-    /// An error with only a code and a message.
-    pub(crate) fn new(code: &str, message: impl Into<String>) -> Self {
-        Self { code: code.to_owned(), message: message.into(), stack: None, tool: None, call_seq: None }
-    }
 }
 
 /// The signal an open wait is answered with when it names no criteria.

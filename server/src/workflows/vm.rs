@@ -27,7 +27,7 @@ use serde::Deserialize;
 use serde_json::Value as Json;
 use tokio::sync::oneshot;
 
-use super::pump::{WorkflowError, codes};
+use super::error::{WorkflowError, codes};
 use super::source;
 
 /// The realm's prelude: `ctx`, the pending-effect registry, the removal of `Date` and
