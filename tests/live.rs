@@ -636,3 +636,68 @@ async fn a_socket_on_both_a_session_and_its_account_gets_each_append_once() {
     assert!(late.is_empty(), "duplicates: {late:?}");
     server.stop().await;
 }
+
+/// A workflow's journal reaches `runs/<root>` subscribers: a subscription replays the tree's
+/// changes and then each workflow run's entries after `afterSeq`, and new entries arrive live,
+/// each once, in `seq` order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflow_journal_entries_replay_then_stream_to_the_runs_subscribers() {
+    use crate::support::provider::{Provider, Script};
+    use crate::support::{custom_provider_config, definition, say};
+    use seed_agents_protocol::generated::{CreateAgent, ListRuns, RunInfoKind, RunStatus, SetModelProvider, SignalRun};
+
+    let provider = Provider::start().await;
+    let server = TestServer::start_with(tempfile::tempdir().unwrap(), |config| {
+        config.session_title_generation = false;
+    })
+    .await;
+    let owner = server.user();
+    owner
+        .call(SetModelProvider { name: "main".into(), provider: custom_provider_config(provider.openai_base()) })
+        .await
+        .unwrap();
+    let agent = owner.call(CreateAgent { client_request_id: None, definition: definition("Lead") }).await.unwrap();
+    let session = owner.create_session(&agent.agent_id, None).await;
+    let script = "export default async function (input, ctx) {\n  await ctx.log('info', 'before');\n  \
+                  const got = await ctx.waitForEvent({signal: 'go'});\n  await ctx.log('info', 'after');\n  \
+                  return got.payload;\n}";
+    provider.push(Script::tool_call("d1", "delegate", &json!({"script": script}).to_string()));
+    provider.push(Script::text("Done."));
+    owner.call(say(&session, "run it")).await.unwrap();
+    let list =
+        |status| ListRuns { agent_id: None, limit: None, root_run_id: None, session_id: Some(session.clone()), status };
+    let root = owner.call(list(None)).await.unwrap().runs[0].id.clone();
+    let tree =
+        || ListRuns { agent_id: None, limit: None, root_run_id: Some(root.clone()), session_id: None, status: None };
+    let workflow = crate::support::wait::until_ok("the workflow parks", || async {
+        let runs = owner.call(tree()).await.unwrap().runs;
+        runs.into_iter().find(|run| run.kind == RunInfoKind::Workflow && run.status == RunStatus::Waiting).ok_or(())
+    })
+    .await;
+
+    let key = format!("runs/{root}");
+    let appends = |frames: &[Json]| -> Vec<(i64, String)> {
+        frames
+            .iter()
+            .filter(|frame| frame["_"] == "append" && frame["key"] == key.as_str())
+            .map(|frame| {
+                assert_eq!(frame["runId"], workflow.id.as_str(), "{frame}");
+                (frame["seq"].as_i64().unwrap(), frame["entry"]["kind"].as_str().unwrap().to_owned())
+            })
+            .collect()
+    };
+    // Replay: the tree's changes, then the entries so far (after afterSeq 1).
+    let mut socket = Socket::open(&server).await;
+    socket.send_subscribe(&owner, &key, Some(1), Some(3)).await;
+    let frames = socket.until(|frames| appends(frames).len() == 1).await;
+    assert_eq!(frames.iter().filter(|frame| frame["_"] == "change").count(), 2, "parent and workflow");
+    assert_eq!(appends(&frames), [(2, "wait".to_owned())]);
+
+    // Live: the delivery and what the script did after it.
+    let payload = Value(Ipld::String("onward".into()));
+    let signal = SignalRun { run_id: workflow.id.clone(), signal: "go".into(), payload: Some(payload) };
+    assert!(owner.call(signal).await.unwrap().delivered);
+    let frames = socket.until(|frames| appends(frames).len() == 2).await;
+    assert_eq!(appends(&frames), [(3, "event".to_owned()), (4, "log".to_owned())]);
+    server.stop().await;
+}

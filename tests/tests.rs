@@ -63,3 +63,5 @@ mod uploads;
 mod verbs;
 // Version skew: clients of each protocol get their shape; a raised minimum answers 426.
 mod versions;
+// Workflow runs: script children, their journal, waits, signals and timers.
+mod workflows;

@@ -12,7 +12,7 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use seed_agents_protocol::generated::{PartialPatch, RunInfo, SessionEvent};
+use seed_agents_protocol::generated::{PartialPatch, RunInfo, RunJournalEntryInfo, SessionEvent};
 use tokio::sync::broadcast;
 
 /// Why an account's view changed (the `reason` of an `account/<id>` change frame).
@@ -139,6 +139,13 @@ pub enum Event {
         /// The run ended and its end is left for the run-completed trigger monitor (it was
         /// started by a firing, or its account has an enabled trigger): the monitor scans.
         end_watched: bool,
+    },
+    /// A workflow run's journal grew (an `append` for `runs/<rootRunId>`).
+    JournalAppended {
+        /// The root of the run's tree.
+        root_run_id: String,
+        /// The entry, with its run and `seq`.
+        entry: Arc<RunJournalEntryInfo>,
     },
 }
 

@@ -165,6 +165,11 @@ pub struct Config {
     /// reads that as the tool's error).
     #[arg(long, env = "SEED_AGENTS_MCP_CALL_TIMEOUT", default_value = "60", value_parser = parse_seconds)]
     pub mcp_call_timeout: Duration,
+
+    /// Seconds a workflow script may compute between two `ctx` calls before its run fails
+    /// `fuel-exhausted` (docs/workflows.md §1); fractions allowed.
+    #[arg(long, env = "SEED_AGENTS_WORKFLOW_COMPUTE_SLICE", default_value = "2", value_parser = parse_seconds)]
+    pub workflow_compute_slice: Duration,
 }
 
 /// The default OAuth issuer of subscription sign-in (OpenAI's).
@@ -259,6 +264,7 @@ impl Config {
             db_queues: crate::db::Queues::default(),
             run_limits: crate::runs::Limits::default(),
             mcp_call_timeout: Duration::from_secs(60),
+            workflow_compute_slice: Duration::from_secs(2),
         }
     }
 

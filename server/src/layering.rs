@@ -33,6 +33,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "triggers",
             "uploads",
             "verbs",
+            "workflows",
         ],
     ),
     ("engine", &["runs"]),

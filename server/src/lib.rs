@@ -39,6 +39,7 @@ mod triggers;
 mod uploads;
 mod validate;
 mod verbs;
+mod workflows;
 mod ws;
 
 #[doc(hidden)]

@@ -44,7 +44,10 @@ impl RunningServer {
             tokio::task::spawn_blocking(move || crate::leftovers::remove(&config, std::time::SystemTime::now())).await;
         // Before anything can end a run or claim one.
         app.runs.install_hooks(Arc::new(Consumers));
-        app.runs.install(Arc::new(crate::runtime::AgentExecutor::new(&app)));
+        app.runs.install(Arc::new(ByKind {
+            agent: crate::runtime::AgentExecutor::new(&app),
+            workflow: crate::workflows::run::WorkflowExecutor::new(&app),
+        }));
         let listener = TcpListener::bind(address).await.map_err(|source| StartError::Listen { address, source })?;
         let addr = listener.local_addr().map_err(|source| StartError::Listen { address, source })?;
         let (shutdown, stopped) = oneshot::channel::<()>();
@@ -113,5 +116,28 @@ impl RunHooks for Consumers {
 
     fn step_done(&self, conn: &Connection, session_id: &str, step_id: &str, now_ms: i64) -> ApiResult<bool> {
         crate::runtime::plan::settle_step(conn, session_id, step_id, now_ms)
+    }
+}
+
+/// The run engine's one executor: agent turns to the model runtime, workflow runs to the
+/// script pump.
+#[derive(Debug)]
+struct ByKind {
+    agent: crate::runtime::AgentExecutor,
+    workflow: crate::workflows::run::WorkflowExecutor,
+}
+
+impl crate::runs::engine::Executor for ByKind {
+    fn execute(
+        &self,
+        run: crate::runs::engine::Claimed,
+        stop: crate::runs::engine::StopSignal,
+    ) -> futures_util::future::BoxFuture<'static, crate::runs::engine::Outcome> {
+        use crate::runs::engine::Executor;
+        // Called as trait functions: `.execute(` reads as SQL to the layer test.
+        match run.kind {
+            seed_agents_protocol::generated::RunInfoKind::Workflow => Executor::execute(&self.workflow, run, stop),
+            _ => Executor::execute(&self.agent, run, stop),
+        }
     }
 }

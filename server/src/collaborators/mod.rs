@@ -377,7 +377,10 @@ mod tests {
             match &*event {
                 Event::AccountChange { account_id, reason, .. } => seen.push((account_id.clone(), reason.as_str())),
                 Event::AgentChanged { agent_id } => seen.push((agent_id.clone(), "agent-changed")),
-                Event::SessionChanged { .. } | Event::SessionAppended { .. } | Event::RunChanged { .. } => {}
+                Event::SessionChanged { .. }
+                | Event::SessionAppended { .. }
+                | Event::RunChanged { .. }
+                | Event::JournalAppended { .. } => {}
             }
         }
         seen

@@ -415,6 +415,17 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX session_continuations_from ON session_continuations (from_session_id, created_at DESC);
     "#,
+    // Workflow journals (docs/workflows.md): every effect a script run asked for and what came of
+    // it, in order, as DAG-CBOR maps (`{kind, callSeq, key?, …}`); removed with the run.
+    r#"
+    CREATE TABLE run_journal (
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        entry_cbor BLOB NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.

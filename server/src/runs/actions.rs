@@ -10,6 +10,7 @@ use seed_agents_protocol::generated::{
 };
 
 use super::queue::Changes;
+use super::signal::{Signal, Source};
 use super::store;
 use crate::access::{self, Need};
 use crate::app::App;
@@ -116,30 +117,34 @@ pub(crate) async fn cancel_run(app: &App, caller: &Caller, action: CancelRun) ->
 }
 
 /// `SignalRun {runId, signal, payload?}` (writer), delivered by [`super::signal::deliver`]: a run
-/// parked on a budget pause resumes (any signal is the permission it waits for) and `delivered`
-/// is true. Event waits are not implemented (no run parks on one yet, and there is no run journal
-/// to deliver a payload into), so every other signal answers `delivered: false`, as upstream does
-/// when no wait matches.
+/// parked on a budget pause resumes (any signal is the permission it waits for); a workflow run
+/// parked on an event wait that takes the signal gets the payload journaled and wakes. Anything
+/// else answers `delivered: false`, as upstream does when no wait matches.
 pub(crate) async fn signal_run(app: &App, caller: &Caller, action: SignalRun) -> ApiResult<SignalRunResponse> {
     let (account, now) = (caller.account_id.clone(), app.clock.now_ms());
     let run_id = action.run_id.clone();
-    let (resumed, changes) = app
+    let (delivered, changes) = app
         .db
         .write(move |conn| {
             access::require_run(conn, &run_id, &account, Need::Write)?;
             bounded_string(&action.signal, "Signal", MAX_NAME_BYTES)?;
             let mut changes = Changes::default();
-            let resumed = super::signal::deliver(conn, &run_id, now, &mut changes)?;
-            Ok((resumed, changes))
+            let signal = Signal {
+                name: &action.signal,
+                payload: action.payload.as_ref().map(|payload| &payload.0),
+                source: Source::Signal,
+            };
+            let delivered = super::signal::deliver(conn, &run_id, &signal, now, &mut changes)?;
+            Ok((delivered, changes))
         })
         .await?;
     app.runs.publish(changes);
-    Ok(SignalRunResponse { extra: Default::default(), delivered: resumed, run_id: action.run_id })
+    Ok(SignalRunResponse { extra: Default::default(), delivered, run_id: action.run_id })
 }
 
-/// `GetRunJournal {runId, afterSeq?}` (reader): workflow journal entries after `afterSeq`
-/// (checked while decoding: 400 `afterSeq must be a non-negative integer`). Only workflow runs
-/// keep a journal and this server runs none, so the list is empty.
+/// `GetRunJournal {runId, afterSeq?}` (reader): a workflow run's journal entries after
+/// `afterSeq` (checked while decoding: 400 `afterSeq must be a non-negative integer`), in order,
+/// all of them (a journal is capped, docs/workflows.md); an agent run keeps none.
 pub(crate) async fn get_run_journal(
     app: &App,
     caller: &Caller,
@@ -147,6 +152,13 @@ pub(crate) async fn get_run_journal(
 ) -> ApiResult<GetRunJournalResponse> {
     let account = caller.account_id.clone();
     let run_id = action.run_id.clone();
-    app.db.read(move |conn| access::require_run(conn, &run_id, &account, Need::Read)).await?;
-    Ok(GetRunJournalResponse { extra: Default::default(), entries: Vec::new(), run_id: action.run_id })
+    let after = action.after_seq.unwrap_or(0);
+    let entries = app
+        .db
+        .read(move |conn| {
+            access::require_run(conn, &run_id, &account, Need::Read)?;
+            Ok(store::journal_after(conn, &run_id, after, None)?)
+        })
+        .await?;
+    Ok(GetRunJournalResponse { extra: Default::default(), entries, run_id: action.run_id })
 }

@@ -117,10 +117,9 @@ pub(crate) fn finalized(
     now_ms: i64,
     changes: &mut Changes,
 ) -> ApiResult<()> {
+    // An agent run or a workflow run (a script child answers its parent's `delegate` call the
+    // same way; it has no session of its own to settle).
     let Some(run) = store::delivery(conn, run_id)? else { return Ok(()) };
-    if run.kind != RunInfoKind::Agent {
-        return Ok(());
-    }
     if let (Some(session_id), Some(agent_id)) = (&run.session_id, &run.agent_id)
         && matches!(run.status, RunStatus::Succeeded | RunStatus::Failed)
         && !store::session_has_live_run(conn, session_id)?

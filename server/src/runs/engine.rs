@@ -200,6 +200,9 @@ impl Engine {
                 bus.publish(Event::RunChanged { run: Arc::new(run), end_watched });
             }
         }
+        for (root_run_id, entry) in changes.journal {
+            bus.publish(Event::JournalAppended { root_run_id, entry: Arc::new(entry) });
+        }
         for (owner, agent, event) in changes.events {
             crate::sessions::events::announce(bus, &owner, &agent, vec![event]);
         }

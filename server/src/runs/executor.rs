@@ -113,11 +113,23 @@ pub enum FailureCode {
     /// `sign-in-required`: the provider's subscription sign-in is missing, expired or revoked;
     /// the owner must sign in again.
     SignInRequired,
+    /// `workflow-error`: a workflow script threw (or a rejection it did not catch ended it).
+    WorkflowError,
+    /// `fuel-exhausted`: a workflow script computed longer than a slice allows without an effect.
+    FuelExhausted,
+    /// `out-of-memory`: a workflow script outgrew its memory limit.
+    OutOfMemory,
+    /// `workflow-deadlock`: a workflow script awaits something that can never resolve.
+    WorkflowDeadlock,
+    /// `journal-cap`: a workflow run outgrew its journal (entries or bytes).
+    JournalCap,
+    /// `not-supported`: the script used a feature this server does not run.
+    NotSupported,
 }
 
 impl FailureCode {
     /// Every code.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 15] = [
         Self::ProviderError,
         Self::ConfigError,
         Self::OutputSchema,
@@ -127,6 +139,12 @@ impl FailureCode {
         Self::NoExecutor,
         Self::RunFailed,
         Self::SignInRequired,
+        Self::WorkflowError,
+        Self::FuelExhausted,
+        Self::OutOfMemory,
+        Self::WorkflowDeadlock,
+        Self::JournalCap,
+        Self::NotSupported,
     ];
 
     /// The wire string.
@@ -141,6 +159,12 @@ impl FailureCode {
             Self::NoExecutor => "no-executor",
             Self::RunFailed => "run-failed",
             Self::SignInRequired => "sign-in-required",
+            Self::WorkflowError => "workflow-error",
+            Self::FuelExhausted => "fuel-exhausted",
+            Self::OutOfMemory => "out-of-memory",
+            Self::WorkflowDeadlock => "workflow-deadlock",
+            Self::JournalCap => "journal-cap",
+            Self::NotSupported => "not-supported",
         }
     }
 

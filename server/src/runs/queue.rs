@@ -9,7 +9,9 @@
 
 use ipld_core::ipld::Ipld;
 use rusqlite::Connection;
-use seed_agents_protocol::generated::{RunInfo, RunStatus, SessionEvent, SessionInfoStatus};
+use seed_agents_protocol::generated::{
+    RunInfo, RunInfoKind, RunJournalEntryInfo, RunStatus, SessionEvent, SessionInfoStatus,
+};
 
 pub use super::store::queue::{Claimed, Queue};
 use super::store::{self, NewRow};
@@ -74,6 +76,8 @@ fn insert(
         None => (id.clone(), 0),
     };
     let row = NewRow {
+        kind: RunInfoKind::Agent,
+        source_text: None,
         id: &id,
         account_id: &run.account_id,
         root_run_id: &root,
@@ -81,7 +85,7 @@ fn insert(
         depth,
         origin: run.origin,
         agent_id: &run.agent_id,
-        session_id: &run.session_id,
+        session_id: Some(&run.session_id),
         title: run.title.as_deref(),
         input: &run.input,
         queue: run.queue,
@@ -91,6 +95,60 @@ fn insert(
     store::insert(conn, &row, now_ms)?;
     changes.run(conn, &id)?;
     sync_session_status(conn, &run.session_id, now_ms, changes)?;
+    Ok(id)
+}
+
+/// A workflow run to enqueue: a script child of `parent_run_id`, with no session of its own and
+/// its source pinned on the row (docs/workflows.md).
+#[derive(Debug)]
+pub(crate) struct NewWorkflow {
+    /// The account it is stored under: the agent's owner.
+    pub account_id: String,
+    /// The agent whose grants its tool calls use.
+    pub agent_id: String,
+    /// The run that started it.
+    pub parent_run_id: String,
+    /// The parent's tool call it answers (`delegate {script}`), when one waits for it.
+    pub parent_tool_call_id: Option<String>,
+    /// Who started it (`agent`, `trigger`).
+    pub origin: &'static str,
+    /// Its name.
+    pub title: String,
+    /// The script.
+    pub source: String,
+    /// What the script receives (`{input, parentToolCallId?, …}`).
+    pub input: Ipld,
+}
+
+/// Inserts `run` as a queued `workflow` run on the background queue, executed once (a script
+/// resumes from its journal, so the engine never retries it); returns its id.
+pub(crate) fn enqueue_workflow(
+    conn: &Connection,
+    run: &NewWorkflow,
+    now_ms: i64,
+    changes: &mut Changes,
+) -> rusqlite::Result<String> {
+    let id = uuid::Uuid::now_v7().to_string();
+    let (root, depth) = store::root_and_depth(conn, &run.parent_run_id)?;
+    let row = NewRow {
+        kind: RunInfoKind::Workflow,
+        source_text: Some(&run.source),
+        id: &id,
+        account_id: &run.account_id,
+        root_run_id: &root,
+        parent_run_id: Some(&run.parent_run_id),
+        depth: depth + 1,
+        origin: run.origin,
+        agent_id: &run.agent_id,
+        session_id: None,
+        title: Some(&run.title),
+        input: &run.input,
+        queue: Queue::Background,
+        max_attempts: 1,
+        parent_tool_call_id: run.parent_tool_call_id.as_deref(),
+    };
+    store::insert(conn, &row, now_ms)?;
+    changes.run(conn, &id)?;
     Ok(id)
 }
 
@@ -105,6 +163,8 @@ pub struct Changes {
     pub(super) watched: Vec<String>,
     /// A run went back to the queue (a parent whose children all answered): wake the dispatcher.
     pub(super) wake: bool,
+    /// Journal entries appended, with their run's root (published to `runs/<root>`).
+    pub(super) journal: Vec<(String, RunJournalEntryInfo)>,
 }
 
 impl Changes {
@@ -131,6 +191,13 @@ impl Changes {
     /// Notes an appended session event (stored under `owner_id`, in a session of `agent_id`).
     pub fn event(&mut self, owner_id: &str, agent_id: &str, event: SessionEvent) {
         self.events.push((owner_id.to_owned(), agent_id.to_owned(), event));
+    }
+
+    /// Notes a journal entry appended to a workflow run (inside the transaction that appended it).
+    pub fn journal(&mut self, conn: &Connection, entry: RunJournalEntryInfo) -> rusqlite::Result<()> {
+        let (root, _) = store::root_and_depth(conn, &entry.run_id)?;
+        self.journal.push((root, entry));
+        Ok(())
     }
 
     /// Notes that a run became due, so the dispatcher should look now rather than at its tick.

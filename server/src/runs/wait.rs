@@ -35,6 +35,16 @@ pub enum Wait {
         /// When the wait gives up and the run is requeued anyway.
         #[serde(rename = "timeoutAt", default, skip_serializing_if = "Option::is_none")]
         timeout_at: Option<i64>,
+        /// What it waits for, in words (`RunWaitInfo.label`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
+        /// The signal that answers it (`RunWaitInfo.answerWith`), when a signal can.
+        #[serde(rename = "answerWith", default, skip_serializing_if = "Option::is_none")]
+        answer_with: Option<String>,
+        /// Every wait the script listens on while parked (parallel waits all register; any of
+        /// them wakes the run).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        listens: Vec<Listen>,
     },
     /// The run spent a budget; only a person resumes it (`SignalRun`).
     #[serde(rename = "budget-pause")]
@@ -43,6 +53,28 @@ pub enum Wait {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         note: Option<String>,
     },
+}
+
+/// One event wait of a parked workflow run: which journal call it settles and which signals
+/// take it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listen {
+    /// The wait's id.
+    #[serde(rename = "waitId")]
+    pub wait_id: String,
+    /// The journal `callSeq` of its `wait` entry (the delivery's `event` entry takes the same).
+    #[serde(rename = "callSeq")]
+    pub call_seq: u64,
+    /// The signal name it takes; `None` takes any signal (a wait that names no criteria).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+}
+
+impl Listen {
+    /// Whether a signal called `signal` answers this wait.
+    pub fn takes(&self, signal: &str) -> bool {
+        self.signal.as_deref().is_none_or(|wanted| wanted == signal)
+    }
 }
 
 impl Wait {
@@ -71,7 +103,12 @@ impl Wait {
                 RunWaitInfo { pending_children: Some(tool_call_ids.len() as i64), ..info(RunWaitInfoReason::Children) }
             }
             Wait::Timer { wake_at } => RunWaitInfo { wake_at: Some(*wake_at), ..info(RunWaitInfoReason::Timer) },
-            Wait::Event { timeout_at, .. } => RunWaitInfo { wake_at: *timeout_at, ..info(RunWaitInfoReason::Event) },
+            Wait::Event { timeout_at, label, answer_with, .. } => RunWaitInfo {
+                wake_at: *timeout_at,
+                label: label.clone(),
+                answer_with: answer_with.clone(),
+                ..info(RunWaitInfoReason::Event)
+            },
             Wait::BudgetPause { note } => RunWaitInfo { label: note.clone(), ..info(RunWaitInfoReason::BudgetPause) },
         }
     }
@@ -90,8 +127,21 @@ mod tests {
         assert_eq!(wire::from_slice::<Wait>(&bytes).unwrap(), children);
         assert_eq!(children.to_info().pending_children, Some(2));
         assert_eq!(children.wake_at(), None);
-        let event = Wait::Event { wait_id: "w".into(), timeout_at: Some(9) };
+        let listen = Listen { wait_id: "w".into(), call_seq: 3, signal: Some("approve".into()) };
+        let event = Wait::Event {
+            wait_id: "w".into(),
+            timeout_at: Some(9),
+            label: Some("Approval".into()),
+            answer_with: Some("approve".into()),
+            listens: vec![listen.clone()],
+        };
         assert_eq!((event.wake_at(), event.to_info().wake_at), (Some(9), Some(9)));
+        assert_eq!(event.to_info().answer_with.as_deref(), Some("approve"));
+        assert_eq!(event.to_info().label.as_deref(), Some("Approval"));
+        assert!(listen.takes("approve") && !listen.takes("reject"));
+        assert!(Listen { signal: None, ..listen }.takes("anything"), "a wait without a name takes any signal");
+        let bytes = wire::to_vec(&event).unwrap();
+        assert_eq!(wire::from_slice::<Wait>(&bytes).unwrap(), event);
         let pause = Wait::BudgetPause { note: Some("spent".into()) };
         assert_eq!(pause.to_info().label.as_deref(), Some("spent"));
         assert_eq!(pause.to_info().reason, RunWaitInfoReason::BudgetPause);

@@ -108,7 +108,7 @@ pub(crate) async fn call(turn: &Turn, call_id: &str, arguments: &Json) -> Result
             continue_in_new_session(conn, &from, &call_id, reason, brief, title, queue, max_attempts, now)
         })
         .await
-        .map_err(|error| super::pass::model_error(NAME, error))?;
+        .map_err(|error| super::tools::model_error(NAME, error))?;
     let Moved { session_id, continuation_id, title, events, changes } = moved;
     let app = &turn.app;
     app.runs.publish(changes);

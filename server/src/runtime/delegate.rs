@@ -36,6 +36,9 @@ use crate::sessions::store::{self as session_store, NewChild, TitleSource};
 pub(crate) const MAX_DEPTH: i64 = 3;
 /// Awaited children one run may spawn; also detached sessions one session may start.
 pub(crate) const MAX_SPAWNS: i64 = 10;
+/// Agent children one workflow run may spawn: a script is written to fan out (`ctx.parallel`),
+/// where a model's delegation is bounded by [`MAX_SPAWNS`].
+pub(crate) const MAX_WORKFLOW_SPAWNS: i64 = 64;
 /// Executions a child run may take (retries of retryable failures).
 pub(crate) const CHILD_MAX_ATTEMPTS: u32 = 3;
 /// Failed `return_result` calls before a typed child fails `output-schema`.
@@ -332,25 +335,128 @@ pub(crate) fn render_brief(input: &Json) -> String {
 }
 
 /// What a spawn did, to announce after its commit.
-struct Spawned {
-    session_id: String,
+pub(crate) struct Spawned {
+    /// The child's session.
+    pub session_id: String,
+    /// The child's run (`None` for a detached session's run, which nobody awaits).
+    pub run_id: Option<String>,
     title: String,
     agent_id: String,
     events: Vec<seed_agents_protocol::generated::SessionEvent>,
     changes: Changes,
 }
 
+impl Spawned {
+    /// Announces the spawn after its commit: the run and session changes, the brief, the
+    /// account's `session-created`; wakes the dispatcher.
+    pub(crate) fn announce(self, app: &crate::app::App, owner_id: &str) -> SpawnedChild {
+        let Spawned { session_id, run_id, title, agent_id, events, changes } = self;
+        app.runs.publish(changes);
+        app.bus.publish(Event::SessionChanged { session_id: session_id.clone(), agent_id: agent_id.clone() });
+        app.bus.account_change(owner_id, ChangeReason::SessionCreated, Some(&agent_id), Some(&session_id));
+        events::announce(&app.bus, owner_id, &agent_id, events);
+        app.runs.notify();
+        SpawnedChild { session_id, run_id, title }
+    }
+}
+
+/// A child once announced.
+#[derive(Debug)]
+pub(crate) struct SpawnedChild {
+    /// Its session.
+    pub session_id: String,
+    /// Its run.
+    pub run_id: Option<String>,
+    /// Its title.
+    pub title: String,
+}
+
+/// `delegate {script, input?, title?}` (docs/workflows.md): the script is checked, then runs as
+/// a workflow child answering this call; scripts are always awaited. Errors are the 400s the
+/// model reads.
+async fn spawn_script(turn: &Turn, call_id: &str, script: &str, arguments: &Json) -> ApiResult<Json> {
+    if arguments.get("await").and_then(Json::as_bool) == Some(false) {
+        return Err(ApiError::invalid("A script child is always awaited; drop `await: false`."));
+    }
+    let problems = crate::workflows::source::lint(script);
+    if !problems.is_empty() {
+        return Err(ApiError::invalid(format!("Workflow source rejected:\n- {}", problems.join("\n- "))));
+    }
+    let input = arguments.get("input").cloned().unwrap_or(Json::Null);
+    let title = arguments
+        .get("title")
+        .and_then(Json::as_str)
+        .filter(|title| !title.is_empty())
+        .map_or_else(|| "Workflow".to_owned(), str::to_owned);
+    let (run_id, session_id, agent_id, owner) =
+        (turn.run_id.clone(), turn.session_id.clone(), turn.agent_id.clone(), turn.owner_id.clone());
+    let (call_id, script, now) = (call_id.to_owned(), script.to_owned(), turn.app.clock.now_ms());
+    let spawn_title = title.clone();
+    let (child_run, changes) = turn
+        .app
+        .db
+        .write(move |conn| {
+            let depth =
+                crate::runs::store::depth(conn, &run_id)?.ok_or_else(|| ApiError::not_found("Run not found"))?;
+            if depth + 1 > MAX_DEPTH {
+                return Err(ApiError::invalid(format!("Workflow depth limit reached ({MAX_DEPTH})")));
+            }
+            let mut fields = BTreeMap::from([
+                ("input".to_owned(), wire::json_to_ipld(&input)),
+                ("parentToolCallId".to_owned(), Ipld::String(call_id.clone())),
+                ("parentToolName".to_owned(), Ipld::String(NAME.to_owned())),
+            ]);
+            if let Some((step_id, label)) = super::plan::running_step(conn, &session_id)? {
+                fields.insert("planStepId".to_owned(), Ipld::String(step_id));
+                fields.insert("planStepLabel".to_owned(), Ipld::String(label));
+            }
+            let run = crate::runs::queue::NewWorkflow {
+                account_id: owner,
+                agent_id,
+                parent_run_id: run_id,
+                parent_tool_call_id: Some(call_id),
+                origin: "agent",
+                title: spawn_title,
+                source: script,
+                input: Ipld::Map(fields),
+            };
+            let mut changes = Changes::default();
+            let child = crate::runs::queue::enqueue_workflow(conn, &run, now, &mut changes)?;
+            Ok((child, changes))
+        })
+        .await?;
+    turn.app.runs.publish(changes);
+    turn.app.runs.notify();
+    Ok(json!({"status": "spawned", "runId": child_run, "title": title}))
+}
+
+/// Starts an agent child of workflow run `run_id` from a `ctx.delegate` spec: a child session
+/// under `session_id` (the nearest session up the workflow's chain) and a background run whose
+/// result the script awaits; `key` stands in for the tool call a model parent would name. The
+/// depth limit applies; a workflow may start [`MAX_WORKFLOW_SPAWNS`] children.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn spawn_for_workflow(
+    conn: &Connection,
+    run_id: &str,
+    session_id: &str,
+    agent_id: &str,
+    owner: &str,
+    key: &str,
+    spec: Spec,
+    now: i64,
+) -> ApiResult<Spawned> {
+    spawn_child(conn, run_id, session_id, agent_id, owner, key, spec, MAX_WORKFLOW_SPAWNS, now)
+}
+
 /// Runs a `delegate` call of `turn` with id `call_id`: the live result, and whether the pass
 /// must park on the call (an awaited child). Errors are the 400s the model reads.
 pub(crate) async fn call(turn: &Turn, call_id: &str, arguments: &Json) -> ApiResult<(Json, bool)> {
-    if arguments.get("script").and_then(Json::as_str).is_some_and(|script| !script.is_empty()) {
-        return Err(ApiError::invalid(
-            "Script children are not supported by this server yet; delegate a model child with a brief instead.",
-        ));
-    }
     // A turn asked to stop starts no more work (a child spawned now would outlive its parent).
     if turn.stop.reason().is_some() {
         return Err(ApiError::invalid("This turn was stopped; no child was started."));
+    }
+    if let Some(script) = arguments.get("script").and_then(Json::as_str).filter(|script| !script.is_empty()) {
+        return spawn_script(turn, call_id, script, arguments).await.map(|output| (output, true));
     }
     let awaited = arguments.get("await").and_then(Json::as_bool) != Some(false);
     let (run_id, session_id, agent_id, owner) =
@@ -360,7 +466,9 @@ pub(crate) async fn call(turn: &Turn, call_id: &str, arguments: &Json) -> ApiRes
         let spec = normalize(arguments)?;
         turn.app
             .db
-            .write(move |conn| spawn_child(conn, &run_id, &session_id, &agent_id, &owner, &call_id_owned, spec, now))
+            .write(move |conn| {
+                spawn_child(conn, &run_id, &session_id, &agent_id, &owner, &call_id_owned, spec, MAX_SPAWNS, now)
+            })
             .await?
     } else {
         for field in ["agentId", "output", "tools"] {
@@ -382,12 +490,7 @@ pub(crate) async fn call(turn: &Turn, call_id: &str, arguments: &Json) -> ApiRes
             .write(move |conn| spawn_detached(conn, &run_id, &session_id, &agent_id, &owner, &brief, title, now))
             .await?
     };
-    let Spawned { session_id, title, agent_id, events, changes } = spawned;
-    turn.app.runs.publish(changes);
-    turn.app.bus.publish(Event::SessionChanged { session_id: session_id.clone(), agent_id: agent_id.clone() });
-    turn.app.bus.account_change(&turn.owner_id, ChangeReason::SessionCreated, Some(&agent_id), Some(&session_id));
-    events::announce(&turn.app.bus, &turn.owner_id, &agent_id, events);
-    turn.app.runs.notify();
+    let SpawnedChild { session_id, title, .. } = spawned.announce(&turn.app, &turn.owner_id);
     if awaited {
         Ok((json!({"status": "spawned", "sessionId": session_id, "title": title}), true))
     } else {
@@ -445,6 +548,7 @@ fn spawn_child(
     owner: &str,
     call_id: &str,
     spec: Spec,
+    max_spawns: i64,
     now: i64,
 ) -> ApiResult<Spawned> {
     let depth = crate::runs::store::depth(conn, run_id)?.ok_or_else(|| ApiError::not_found("Run not found"))?;
@@ -452,9 +556,9 @@ fn spawn_child(
         return Err(ApiError::invalid(format!("Sub-session depth limit reached ({MAX_DEPTH}); finish the work here.")));
     }
     let spawned = crate::runs::store::child_count(conn, run_id)?;
-    if spawned >= MAX_SPAWNS {
+    if spawned >= max_spawns {
         return Err(ApiError::invalid(format!(
-            "This run already spawned {MAX_SPAWNS} sub-sessions; finish the remaining work here."
+            "This run already spawned {max_spawns} sub-sessions; finish the remaining work here."
         )));
     }
     let child_agent = match &spec.agent_id {
@@ -496,7 +600,14 @@ fn spawn_child(
     let mut changes = Changes::default();
     let child_run = enqueue_child(conn, &run, call_id, now, &mut changes)?;
     session_store::set_spawning_run(conn, &child_session, &child_run)?;
-    Ok(Spawned { session_id: child_session, title, agent_id: child_agent, events: vec![event], changes })
+    Ok(Spawned {
+        session_id: child_session,
+        run_id: Some(child_run),
+        title,
+        agent_id: child_agent,
+        events: vec![event],
+        changes,
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -544,7 +655,14 @@ fn spawn_detached(
     };
     let mut changes = Changes::default();
     enqueue(conn, &run, now, &mut changes)?;
-    Ok(Spawned { session_id: child_session, title, agent_id: agent_id.to_owned(), events: vec![event], changes })
+    Ok(Spawned {
+        session_id: child_session,
+        run_id: None,
+        title,
+        agent_id: agent_id.to_owned(),
+        events: vec![event],
+        changes,
+    })
 }
 
 /// What `return_result` came to for this execution.
@@ -636,10 +754,11 @@ mod tests {
     #[test]
     fn depth_and_spawn_limits_refuse_with_upstreams_messages() {
         let conn = db(3);
-        let error = spawn_child(&conn, "r", "s", "a", "owner", "c", spec("x"), 5).err().unwrap();
+        let error = spawn_child(&conn, "r", "s", "a", "owner", "c", spec("x"), MAX_SPAWNS, 5).err().unwrap();
         assert_eq!(error.message(), "Sub-session depth limit reached (3); finish the work here.");
         let conn = db(2);
-        let spawned = spawn_child(&conn, "r", "s", "a", "owner", "c0", spec("First line\nmore"), 5).ok().unwrap();
+        let spawned =
+            spawn_child(&conn, "r", "s", "a", "owner", "c0", spec("First line\nmore"), MAX_SPAWNS, 5).ok().unwrap();
         assert_eq!(spawned.title, "First line");
         let (depth, call): (i64, String) = conn
             .query_row("SELECT depth, parent_tool_call_id FROM runs WHERE parent_run_id = 'r'", [], |row| {
@@ -648,14 +767,14 @@ mod tests {
             .unwrap();
         assert_eq!((depth, call.as_str()), (3, "c0"));
         for index in 1..10 {
-            spawn_child(&conn, "r", "s", "a", "owner", &format!("c{index}"), spec("x"), 5).ok().unwrap();
+            spawn_child(&conn, "r", "s", "a", "owner", &format!("c{index}"), spec("x"), MAX_SPAWNS, 5).ok().unwrap();
         }
-        let error = spawn_child(&conn, "r", "s", "a", "owner", "c10", spec("x"), 5).err().unwrap();
+        let error = spawn_child(&conn, "r", "s", "a", "owner", "c10", spec("x"), MAX_SPAWNS, 5).err().unwrap();
         assert_eq!(error.message(), "This run already spawned 10 sub-sessions; finish the remaining work here.");
         let other = normalize(&json!({"brief": "x", "agentId": "nobody"})).unwrap();
         let conn = db(0);
         assert_eq!(
-            spawn_child(&conn, "r", "s", "a", "owner", "c", other, 5).err().unwrap().message(),
+            spawn_child(&conn, "r", "s", "a", "owner", "c", other, MAX_SPAWNS, 5).err().unwrap().message(),
             "Agent not found"
         );
     }

@@ -389,7 +389,10 @@ impl Turn {
     /// Loads the agent and resolves its model (docs/runtime.md §1.3): the session's override
     /// replaces the agent's provider, model and reasoning level when its provider still exists.
     async fn prepare(app: Arc<App>, run: &Claimed, stop: StopSignal) -> ApiResult<Self> {
-        let (agent_id, session_id) = (run.agent_id.clone(), run.session_id.clone());
+        // The claim only hands agent runs with a session to this executor.
+        let session_id = run.session_id.clone().ok_or_else(|| ApiError::internal("An agent run has no session"))?;
+        let agent_id = run.agent_id.clone();
+        let turn_session = session_id.clone();
         let overrides = app.config.provider_urls.clone();
         let (run_id, input) = (run.id.clone(), run.input.clone());
         // One read for everything an execution starts from.
@@ -430,7 +433,7 @@ impl Turn {
             memory_root: PathBuf::from(&loaded.state_dir).join(crate::memory::path::MEMORY_DIR),
             app,
             run_id: run.id.clone(),
-            session_id: run.session_id.clone(),
+            session_id: turn_session,
             agent_id: run.agent_id.clone(),
             owner_id: loaded.owner_id,
             definition,

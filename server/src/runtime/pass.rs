@@ -602,7 +602,7 @@ async fn execute(
                 }
                 Ok((output, Vec::new()))
             }
-            Err(error) => Err(model_error(&call.name, error)),
+            Err(error) => Err(tools::model_error(&call.name, error)),
         };
     }
     if call.name == continuation::NAME && is_offered(continuation::NAME) {
@@ -638,7 +638,7 @@ async fn execute(
         Tool::Status => plan::status(turn, &arguments).await,
         Tool::Read | Tool::Write | Tool::Call => return run_verb(turn, tool, &arguments).await,
     };
-    result.map(|output| (output, Vec::new())).map_err(|error| model_error(&call.name, error))
+    result.map(|output| (output, Vec::new())).map_err(|error| tools::model_error(&call.name, error))
 }
 
 /// Runs `read`, `write` or `call` as the agent, with the images it showed a model that takes them.
@@ -660,15 +660,5 @@ async fn run_verb(turn: &Turn, tool: Tool, arguments: &Json) -> Result<(Json, Ve
     };
     output
         .map(|value| (serde_json::to_value(&value).unwrap_or(Json::Null), context.take_images()))
-        .map_err(|error| model_error(tool.name(), error))
-}
-
-/// The text the model reads for a failed tool.
-pub(super) fn model_error(name: &str, error: ApiError) -> String {
-    if error.kind() == ErrorKind::Internal {
-        tracing::warn!(tool = %name, error = %error.message(), "tool failed on the server's side");
-        "The tool failed on the server's side; try again, or tell the user it is not working".to_owned()
-    } else {
-        error.message().to_owned()
-    }
+        .map_err(|error| tools::model_error(tool.name(), error))
 }

@@ -16,6 +16,7 @@ use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{SessionActor, SessionEvent, SessionEventPayload};
 use serde_json::{Value as Json, json};
 
+use crate::error::{ApiError, ErrorKind};
 use crate::model::ToolSpec;
 use crate::tools::registry::Callable;
 
@@ -330,6 +331,16 @@ fn coerce(schema: &Json, arguments: Json) -> Json {
         }
     }
     Json::Object(fields)
+}
+
+/// The text the model reads for a failed tool.
+pub(super) fn model_error(name: &str, error: ApiError) -> String {
+    if error.kind() == ErrorKind::Internal {
+        tracing::warn!(tool = %name, error = %error.message(), "tool failed on the server's side");
+        "The tool failed on the server's side; try again, or tell the user it is not working".to_owned()
+    } else {
+        error.message().to_owned()
+    }
 }
 
 #[cfg(test)]

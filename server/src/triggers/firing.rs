@@ -179,7 +179,7 @@ pub(crate) fn fire_in(
         return Ok(FireOutcome::Duplicate);
     }
     if let Some(TriggerContinuation::WakeContinuation(wake)) = &trigger.continuation {
-        let run_id = wake_in(conn, &trigger, wake, &firing_id, now, published)?;
+        let run_id = wake_in(conn, &trigger, wake, activity, &firing_id, now, published)?;
         return Ok(FireOutcome::Woke { firing_id, run_id });
     }
     let (session_id, run_id) = open_thread(conn, &trigger, &firing_id, activity, now, published)?;
@@ -199,23 +199,31 @@ fn wake_in(
     conn: &Connection,
     trigger: &AgentTriggerInfo,
     wake: &WakeContinuation,
+    activity: &Activity,
     firing_id: &str,
     now: i64,
     published: &mut Published,
 ) -> ApiResult<Option<String>> {
     let changes = &mut published.changes;
+    // The continuation's payload, or else the activity that fired it (as upstream sends).
+    let payload = match &wake.payload {
+        Some(payload) => payload.0.clone(),
+        None => wire::to_ipld(&activity.value).map_err(ApiError::internal)?,
+    };
+    let signal =
+        runs::signal::Signal { name: &wake.signal, payload: Some(&payload), source: runs::signal::Source::Trigger };
     // The run that took the signal, or why none did.
     let outcome: Result<String, &str> = match &wake.run_id {
         Some(run_id) => {
             if !runs::store::of_account_agent(conn, run_id, &trigger.account, &trigger.agent_id)? {
                 Err("Run not found")
-            } else if runs::signal::deliver(conn, run_id, now, changes)? {
+            } else if runs::signal::deliver(conn, run_id, &signal, now, changes)? {
                 Ok(run_id.to_string())
             } else {
                 Err("The run is not waiting for this signal")
             }
         }
-        None => runs::signal::deliver_to_listener(conn, &trigger.account, &trigger.agent_id, now, changes)?
+        None => runs::signal::deliver_to_listener(conn, &trigger.account, &trigger.agent_id, &signal, now, changes)?
             .ok_or("No parked run of this agent is waiting for this signal"),
     };
     let (status, woken, error) = match outcome {

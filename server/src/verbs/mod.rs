@@ -352,6 +352,12 @@ pub(crate) async fn call_as_agent(context: &Context<'_>, input: &Value) -> ApiRe
     tools::call(context, input).await
 }
 
+/// `call {tool, input}` from a workflow script (`ctx.call`): as a model pass's, except that a
+/// tool it cannot call (404) or input that does not fit (400) is an error, not a listing.
+pub(crate) async fn call_from_script(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
+    tools::call_with(context, input, tools::Misses::Refuse).await
+}
+
 /// An address form upstream serves and this server does not yet (an execution failure: 400).
 fn not_yet(what: &str) -> ApiError {
     ApiError::invalid(format!("{what} not supported by this server yet"))

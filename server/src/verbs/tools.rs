@@ -124,9 +124,32 @@ pub(super) async fn write(context: &Context<'_>, name: &str, input: &Input<'_>) 
 
 /// `call {tool, input}` (docs/runtime.md §4.4).
 pub(super) async fn call(context: &Context<'_>, input: &Value) -> ApiResult<Value> {
+    call_with(context, input, Misses::Guide).await
+}
+
+/// How [`call_with`] answers a call it cannot run as asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Misses {
+    /// A model pass: a successful result showing the listing or the contract, so the model
+    /// corrects itself.
+    Guide,
+    /// A workflow script: an error (404 for a tool it cannot call, 400 for input that does not
+    /// fit), which its promise rejects with.
+    Refuse,
+}
+
+/// `call {tool, input}`, answering misses as `misses` says.
+pub(super) async fn call_with(context: &Context<'_>, input: &Value, misses: Misses) -> ApiResult<Value> {
     let fields = Input::new(input);
     let Some(name) = fields.text("tool").map(registry::normalise) else {
+        if misses == Misses::Refuse {
+            return Err(ApiError::invalid("call requires a tool name"));
+        }
         return listing(context, Some("call requires a tool name. Here is what you can call.".to_owned())).await;
+    };
+    let mismatch = |name: &str, contract: String, errors: Vec<String>| match misses {
+        Misses::Guide => mismatch(name, contract, errors),
+        Misses::Refuse => Err(ApiError::invalid(format!("Input for {name} does not fit: {}", errors.join("; ")))),
     };
     let arguments = match fields.get("input") {
         Some(value @ Ipld::Map(_)) => serde_json::to_value(Value(value.clone())).map_err(ApiError::internal)?,
@@ -157,6 +180,7 @@ pub(super) async fn call(context: &Context<'_>, input: &Value) -> ApiResult<Valu
                     mismatch(name, lambda.document.contract_markdown(&lambda.cid), errors)
                 }
             }
+            _ if misses == Misses::Refuse => Err(ApiError::not_found(format!("No callable tool named {name}"))),
             _ => listing(context, Some(format!("No callable tool named {name}. Here is what you can call."))).await,
         };
     };

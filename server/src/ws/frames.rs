@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use axum::extract::ws::Utf8Bytes;
-use seed_agents_protocol::generated::{AgentWsEvent, ErrorFrame};
+use seed_agents_protocol::generated::{AgentWsEvent, AppendFrame, ErrorFrame, RunJournalEntryInfo};
 use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
 
 use crate::error::ApiError;
@@ -26,6 +26,19 @@ impl OutFrame {
     /// A frame with no `seq` to dedupe by.
     pub(crate) fn plain(text: Utf8Bytes) -> Arc<Self> {
         Arc::new(Self { text, append: None })
+    }
+}
+
+/// The `append` frame of a workflow journal entry under `key` (`runs/<root>`).
+pub(crate) fn journal(key: String, entry: RunJournalEntryInfo) -> AppendFrame {
+    AppendFrame {
+        extra: Default::default(),
+        created_at: Some(entry.created_at),
+        entry: Some(entry.entry),
+        event: None,
+        key,
+        run_id: Some(entry.run_id),
+        seq: Some(entry.seq),
     }
 }
 

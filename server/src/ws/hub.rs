@@ -26,7 +26,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use seed_agents_protocol::generated::{
-    AccountChangeHint, AgentInfo, AgentWsEvent, AppendFrame, AppendPartialFrame, ChangeFrame, RunInfo, SessionEvent,
+    AccountChangeHint, AgentInfo, AgentWsEvent, AppendFrame, AppendPartialFrame, ChangeFrame, RunInfo,
+    RunJournalEntryInfo, SessionEvent,
 };
 use seed_agents_protocol::wire;
 use tokio::sync::{broadcast, watch};
@@ -200,6 +201,14 @@ impl Outgoing {
         outgoing
     }
 
+    /// The `append` frame of a workflow journal entry, under `key` (`runs/<root>`); deduplicated
+    /// against a replay by the entry's run and `seq`.
+    fn journal(key: String, entry: &RunJournalEntryInfo) -> Self {
+        let mut outgoing = Self::new(AgentWsEvent::AppendFrame(frames::journal(key, entry.clone())));
+        outgoing.append = Some((Arc::from(entry.run_id.as_str()), entry.seq));
+        outgoing
+    }
+
     /// The frame for a receiver of `protocol` with `role`; `None` when the agent snapshot says the
     /// receiver no longer sees the agent (its subscription ends a moment later).
     fn for_receiver(&mut self, protocol: u32, role: Role, member: bool) -> Option<Arc<OutFrame>> {
@@ -258,6 +267,10 @@ impl Hub {
             Event::SessionChanged { session_id, agent_id } => self.session_changed(session_id, agent_id).await,
             Event::AgentChanged { agent_id } => self.agent_changed(agent_id).await,
             Event::RunChanged { run, .. } => self.run_changed(run).await,
+            Event::JournalAppended { root_run_id, entry } => {
+                self.journal_appended(root_run_id, entry);
+                Ok(())
+            }
             Event::AccountChange { account_id, reason, agent_id, session_id } => {
                 self.account_change(account_id, *reason, agent_id.as_deref(), session_id.as_deref()).await
             }
@@ -327,6 +340,20 @@ impl Hub {
         drop(pending);
         self.changes.wake.notify_one();
         Ok(())
+    }
+
+    /// A workflow journal entry goes to its tree's key only (upstream sends no account-wide
+    /// frame for it).
+    fn journal_appended(&mut self, root_run_id: &str, entry: &RunJournalEntryInfo) {
+        let key = format!("runs/{root_run_id}");
+        let registry = self.registry();
+        if !registry.has(&key) {
+            return;
+        }
+        let mut targets = Targets::default();
+        targets.key(&registry, &key);
+        let mut outgoing = Outgoing::journal(key, entry);
+        targets.send(&registry, &mut outgoing);
     }
 
     /// A run's new state goes to its tree's key and, as upstream's `run-change`, to the

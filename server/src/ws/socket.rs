@@ -16,7 +16,7 @@ use std::time::Duration;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use futures_util::SinkExt as _;
 use seed_agents_protocol::generated::{
-    AgentWsEvent, AppendFrame, ChangeFrame, ConnectedFrame, SessionEvent, SubscribedFrame,
+    AgentWsEvent, AppendFrame, ChangeFrame, ConnectedFrame, RunJournalEntryInfo, SessionEvent, SubscribedFrame,
 };
 use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
 use seed_agents_protocol::wire;
@@ -223,9 +223,12 @@ impl Socket<'_> {
         self.send(frames::encode(&subscribed, protocol)).await.map_err(|()| Failure::Close(None))?;
         match replay {
             Replay::Nothing => Ok(()),
-            Replay::Runs(runs) => {
+            Replay::Runs(runs, entries) => {
                 for run in runs {
                     self.send_change(&accepted.registered, &run, protocol).await?;
+                }
+                for entry in entries {
+                    self.send_journal(&accepted.registered, entry, protocol).await?;
                 }
                 Ok(())
             }
@@ -277,6 +280,16 @@ impl Socket<'_> {
         });
         self.send(frames::encode(&frame, protocol)).await.map_err(|()| Failure::Close(None))?;
         let through = self.replayed.entry(session_id.clone()).or_default();
+        *through = (*through).max(seq);
+        Ok(())
+    }
+
+    /// Sends a replayed journal entry, remembering its `seq` so the live copy is dropped.
+    async fn send_journal(&mut self, key: &str, entry: RunJournalEntryInfo, protocol: u32) -> Result<(), Failure> {
+        let (run_id, seq): (Arc<str>, i64) = (Arc::from(entry.run_id.as_str()), entry.seq);
+        let frame = AgentWsEvent::AppendFrame(frames::journal(key.to_owned(), entry));
+        self.send(frames::encode(&frame, protocol)).await.map_err(|()| Failure::Close(None))?;
+        let through = self.replayed.entry(run_id).or_default();
         *through = (*through).max(seq);
         Ok(())
     }

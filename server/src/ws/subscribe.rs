@@ -18,7 +18,9 @@ use std::sync::Arc;
 
 use axum::extract::ws::Message;
 use ipld_core::ipld::Ipld;
-use seed_agents_protocol::generated::{RunInfo, SessionEvent, SessionInfo, Subscribe};
+use seed_agents_protocol::generated::{
+    RunInfo, RunInfoKind, RunJournalEntryInfo, SessionEvent, SessionInfo, Subscribe,
+};
 
 use super::registry::Sub;
 use crate::access::{self, Need, Role};
@@ -65,10 +67,13 @@ pub(crate) enum Plan {
         /// The client's `afterSeq` (0 when absent).
         after: i64,
     },
-    /// Every run of the tree rooted at `root`.
+    /// Every run of the tree rooted at `root`, then each workflow run's journal entries with
+    /// `seq > after`.
     Runs {
         /// The root run.
         root: String,
+        /// The client's `afterSeq` (0 when absent), applied per run.
+        after: i64,
     },
 }
 
@@ -84,8 +89,9 @@ pub(crate) enum Replay {
         /// Events with `seq > afterSeq`, oldest first, at most [`REPLAY_PAGE`].
         events: Vec<SessionEvent>,
     },
-    /// Every run of the tree, oldest first.
-    Runs(Vec<RunInfo>),
+    /// Every run of the tree, oldest first, then the journal entries of its workflow runs (per
+    /// run, in `seq` order).
+    Runs(Vec<RunInfo>, Vec<RunJournalEntryInfo>),
 }
 
 /// Reads what `plan` replays (its first page, for a session).
@@ -101,7 +107,18 @@ pub(crate) async fn load(app: &App, plan: Plan) -> ApiResult<Replay> {
                 })
                 .await
         }
-        Plan::Runs { root } => app.db.read(move |conn| Ok(Replay::Runs(runs::store::tree(conn, &root)?))).await,
+        Plan::Runs { root, after } => {
+            app.db
+                .read(move |conn| {
+                    let tree = runs::store::tree(conn, &root)?;
+                    let mut entries = Vec::new();
+                    for run in tree.iter().filter(|run| run.kind == RunInfoKind::Workflow) {
+                        entries.extend(runs::store::journal_after(conn, &run.id, after, None)?);
+                    }
+                    Ok(Replay::Runs(tree, entries))
+                })
+                .await
+        }
     }
 }
 
@@ -184,7 +201,7 @@ async fn authorize(app: &App, caller: Caller, action: Ipld) -> ApiResult<Accepte
                     let missing = || ApiError::not_found("Run not found");
                     let (root, agent) = runs::store::root_and_agent(conn, &id)?.ok_or_else(missing)?;
                     let access = access::resolve(conn, &agent, &account)?.ok_or_else(missing)?;
-                    Ok((format!("runs/{root}"), sub_of(&access), Plan::Runs { root }))
+                    Ok((format!("runs/{root}"), sub_of(&access), Plan::Runs { root, after }))
                 })
                 .await?
         }

@@ -70,6 +70,19 @@ impl TestServer {
         User::new(&self.url, signer, None)
     }
 
+    /// A new user with a fresh key that signs with `clock` (the server's manual clock, so its
+    /// envelopes stay inside the server's window as the clock moves).
+    pub fn user_on(&self, clock: &Clock) -> User {
+        let signer = Ed25519Signer::generate().expect("key");
+        let principal = signer.principal();
+        let clock = clock.clone();
+        let client = Client::builder(&self.url, Ed25519Signer::from_seed(&signer.seed()))
+            .clock(Arc::new(move || clock.now_ms()))
+            .build()
+            .expect("client");
+        User { signer: Arc::new(signer), id: AccountId::from(principal), principal, client: Arc::new(client) }
+    }
+
     /// Posts raw bytes with a content type; returns status, headers and body.
     pub async fn post_raw(&self, content_type: &str, body: Vec<u8>) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
         let response = self

@@ -86,7 +86,7 @@ async fn never_two_executions_in_one_session_even_with_inline_claims_racing() {
         let started = harness.next_started().await;
         // Let every racer try while this one holds its session.
         tokio::time::sleep(Duration::from_millis(30)).await;
-        executed.push((started.run.session_id.clone(), started.run.id.clone()));
+        executed.push((started.run.session_id.clone().unwrap_or_default(), started.run.id.clone()));
         started.finish(Outcome::Succeeded(Ipld::Null));
     }
     assert!(!harness.gate.overlapped.load(std::sync::atomic::Ordering::SeqCst), "two executions shared a session");

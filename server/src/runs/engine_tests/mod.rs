@@ -69,7 +69,7 @@ struct Gate {
 impl Executor for Gate {
     fn execute(&self, run: Claimed, stop: StopSignal) -> BoxFuture<'static, Outcome> {
         let (finish, finished) = oneshot::channel();
-        let session = run.session_id.clone();
+        let session = run.session_id.clone().unwrap_or_default();
         {
             let mut running = self.per_session.lock().unwrap();
             let count = running.entry(session.clone()).or_default();
@@ -331,6 +331,7 @@ impl Harness {
                 }
                 Event::SessionChanged { session_id, .. } => seen.push(format!("session {session_id}")),
                 Event::SessionAppended { event, .. } => seen.push(format!("session {} append", event.session_id)),
+                Event::JournalAppended { entry, .. } => seen.push(format!("journal {} {}", entry.run_id, entry.seq)),
                 Event::AccountChange { .. } | Event::AgentChanged { .. } => {}
             }
         }

@@ -28,12 +28,14 @@ mod cancel;
 mod children;
 mod completion;
 mod finish;
+mod journal;
 pub(crate) mod queue;
 
 pub(crate) use cancel::*;
 pub(crate) use children::*;
 pub(crate) use completion::*;
 pub(crate) use finish::*;
+pub(crate) use journal::*;
 pub(crate) use queue::*;
 
 /// Decodes a free-form CBOR column leniently: absent or undecodable is null.

@@ -37,8 +37,10 @@ pub struct Claimed {
     pub account_id: String,
     /// Its agent.
     pub agent_id: String,
-    /// Its session.
-    pub session_id: String,
+    /// Its session (a workflow run has none).
+    pub session_id: Option<String>,
+    /// An agent turn or a workflow script.
+    pub kind: RunInfoKind,
     /// What it was enqueued with.
     pub input: Ipld,
     /// The execution this is, from 1 (see [`CLAIM_SET`]: a resumed execution keeps its number).
@@ -51,9 +53,13 @@ pub struct Claimed {
     pub origin: String,
 }
 
-/// A run row to insert (always `kind = 'agent'`, `queued`, attempt 0).
+/// A run row to insert (`queued`, attempt 0).
 #[derive(Debug)]
 pub(crate) struct NewRow<'a> {
+    /// An agent turn or a workflow script.
+    pub kind: RunInfoKind,
+    /// A workflow's script, pinned on its run.
+    pub source_text: Option<&'a str>,
     /// Its id.
     pub id: &'a str,
     /// The account it is stored under.
@@ -68,8 +74,8 @@ pub(crate) struct NewRow<'a> {
     pub origin: &'a str,
     /// Its agent.
     pub agent_id: &'a str,
-    /// Its session.
-    pub session_id: &'a str,
+    /// Its session (a workflow run has none).
+    pub session_id: Option<&'a str>,
     /// Its name.
     pub title: Option<&'a str>,
     /// What the executor reads.
@@ -93,8 +99,8 @@ pub(crate) fn insert(conn: &Connection, run: &NewRow<'_>, now_ms: i64) -> rusqli
     conn.prepare_cached(
         "INSERT INTO runs (id, account_id, root_run_id, parent_run_id, depth, kind, origin, agent_id, session_id, title,
                            input_cbor, status, queue, attempt, max_attempts, created_at, updated_at,
-                           parent_tool_call_id)
-         VALUES (?1, ?2, ?3, ?4, ?5, 'agent', ?6, ?7, ?8, ?9, ?10, 'queued', ?11, 0, ?12, ?13, ?13, ?14)",
+                           parent_tool_call_id, source_text)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?15, ?6, ?7, ?8, ?9, ?10, 'queued', ?11, 0, ?12, ?13, ?13, ?14, ?16)",
     )?
     .execute(params![
         run.id,
@@ -110,7 +116,9 @@ pub(crate) fn insert(conn: &Connection, run: &NewRow<'_>, now_ms: i64) -> rusqli
         run.queue.as_str(),
         run.max_attempts.max(1),
         now_ms,
-        run.parent_tool_call_id
+        run.parent_tool_call_id,
+        Text(run.kind),
+        run.source_text
     ])?;
     Ok(())
 }
@@ -189,13 +197,15 @@ const CLAIM_SET: &str =
 
 /// The columns [`claimed_from_row`] reads.
 const CLAIMED_COLUMNS: &str =
-    "id, root_run_id, account_id, agent_id, session_id, input_cbor, attempt, max_attempts, queue, origin";
+    "id, root_run_id, account_id, agent_id, session_id, input_cbor, attempt, max_attempts, queue, origin, kind";
 
 /// Whether run `r` may be claimed at all: an agent run with its agent and session, whose session
-/// no other agent run holds (claimed or running under a live lease, or under this process's).
-const ELIGIBLE: &str = "r.kind = 'agent' AND r.agent_id IS NOT NULL AND r.session_id IS NOT NULL
+/// no other agent run holds (claimed or running under a live lease, or under this process's); a
+/// workflow run with its agent (it holds no session).
+const ELIGIBLE: &str =
+    "r.agent_id IS NOT NULL AND (r.kind = 'workflow' OR (r.kind = 'agent' AND r.session_id IS NOT NULL
      AND NOT EXISTS (SELECT 1 FROM runs h WHERE h.session_id = r.session_id AND h.id != r.id AND h.kind = 'agent'
-                       AND h.status IN ('claimed', 'running') AND (h.lease_owner = ?1 OR h.lease_expires_at > ?3))";
+                       AND h.status IN ('claimed', 'running') AND (h.lease_owner = ?1 OR h.lease_expires_at > ?3))))";
 
 fn claimed_from_row(row: &Row<'_>) -> rusqlite::Result<Claimed> {
     Ok(Claimed {
@@ -209,6 +219,7 @@ fn claimed_from_row(row: &Row<'_>) -> rusqlite::Result<Claimed> {
         max_attempts: row.get(7)?,
         queue: Queue::parse(&row.get::<_, String>(8)?),
         origin: row.get(9)?,
+        kind: row.get::<_, Text<RunInfoKind>>(10)?.0,
     })
 }
 
@@ -222,9 +233,10 @@ pub(crate) struct Due {
 }
 
 /// [`due`]'s query (`?1` the owner, `?2` now).
-const DUE: &str = "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'waiting' AND not_before IS NOT NULL AND not_before <= ?2),
-        EXISTS (SELECT 1 FROM runs WHERE status = 'queued' AND kind = 'agent' AND (not_before IS NULL OR not_before <= ?2))
-        OR EXISTS (SELECT 1 FROM runs WHERE status IN ('claimed', 'running') AND kind = 'agent'
+const DUE: &str =
+    "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'waiting' AND not_before IS NOT NULL AND not_before <= ?2),
+        EXISTS (SELECT 1 FROM runs WHERE status = 'queued' AND (not_before IS NULL OR not_before <= ?2))
+        OR EXISTS (SELECT 1 FROM runs WHERE status IN ('claimed', 'running')
                      AND lease_owner IS NOT ?1 AND lease_expires_at <= ?2)";
 
 /// What the dispatcher would find to do at `now_ms` (a read, so an idle tick writes nothing).
