@@ -75,7 +75,14 @@ pub(crate) trait Host: Send + Sync {
 
     /// Starts an agent child from a `delegate` spec (`{brief, title?, prompt?, agentId?, tools?,
     /// output?}`), queued; `step` is the innermost `ctx.step` label, for the child's plan step.
-    fn spawn_agent(&self, spec: Json, step: Option<String>) -> BoxFuture<'_, Result<Spawned, EffectError>>;
+    /// Idempotent per `call_seq`: a child this call already started (the execution ended before
+    /// its `call` entry was journaled) is returned instead of a second one.
+    fn spawn_agent(
+        &self,
+        call_seq: u64,
+        spec: Json,
+        step: Option<String>,
+    ) -> BoxFuture<'_, Result<Spawned, EffectError>>;
 
     /// Resolves when child run `child_run_id` has ended.
     fn await_child(&self, child_run_id: String) -> BoxFuture<'_, Result<ChildResolution, HostError>>;

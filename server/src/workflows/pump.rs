@@ -556,7 +556,7 @@ impl<'a> Pump<'a> {
             None => {
                 let spec = args.get("spec").cloned().unwrap_or(Json::Null);
                 let step = args["step"].as_str().map(str::to_owned);
-                match self.host.spawn_agent(spec.clone(), step).await {
+                match self.host.spawn_agent(call_seq, spec.clone(), step).await {
                     Ok(spawned) => {
                         let body = Body::Call {
                             op: CallOp::Agent,

@@ -370,16 +370,26 @@ impl Host for AppHost {
         })
     }
 
-    fn spawn_agent(&self, spec: Json, _step: Option<String>) -> BoxFuture<'_, Result<Spawned, EffectError>> {
+    fn spawn_agent(
+        &self,
+        call_seq: u64,
+        spec: Json,
+        _step: Option<String>,
+    ) -> BoxFuture<'_, Result<Spawned, EffectError>> {
         Box::pin(async move {
             let spec = crate::runtime::delegate::normalize(&spec).map_err(effect_error)?;
             let session_id = self.session()?.to_owned();
             let (run_id, agent_id, owner) = (self.run_id.clone(), self.agent_id.clone(), self.owner_id.clone());
-            let (key, now) = (format!("workflow-{}", uuid::Uuid::now_v7()), self.app.clock.now_ms());
+            // The child answers this call of the workflow: the same key on every execution, so a
+            // child started just before a crash is found again rather than started twice.
+            let (key, now) = (format!("workflow-call-{call_seq}"), self.app.clock.now_ms());
             let spawned = self
                 .app
                 .db
                 .write(move |conn| {
+                    if let Some(child) = crate::runs::store::child_answering(conn, &run_id, &key)? {
+                        return Ok(Err(child));
+                    }
                     crate::runtime::delegate::spawn_for_workflow(
                         conn,
                         &run_id,
@@ -390,12 +400,18 @@ impl Host for AppHost {
                         spec,
                         now,
                     )
+                    .map(Ok)
                 })
                 .await
                 .map_err(effect_error)?;
-            let child = spawned.announce(&self.app, &self.owner_id);
-            let child_run_id = child.run_id.ok_or_else(|| effect_error(ApiError::internal("no child run")))?;
-            Ok(Spawned { child_run_id, session_id: Some(child.session_id) })
+            match spawned {
+                Ok(spawned) => {
+                    let child = spawned.announce(&self.app, &self.owner_id);
+                    let child_run_id = child.run_id.ok_or_else(|| effect_error(ApiError::internal("no child run")))?;
+                    Ok(Spawned { child_run_id, session_id: Some(child.session_id) })
+                }
+                Err((child_run_id, session_id)) => Ok(Spawned { child_run_id, session_id }),
+            }
         })
     }
 

@@ -131,7 +131,12 @@ impl Host for Fake {
         })
     }
 
-    fn spawn_agent(&self, spec: Json, step: Option<String>) -> BoxFuture<'_, Result<Spawned, EffectError>> {
+    fn spawn_agent(
+        &self,
+        _call_seq: u64,
+        spec: Json,
+        step: Option<String>,
+    ) -> BoxFuture<'_, Result<Spawned, EffectError>> {
         Box::pin(async move {
             let mut spawned = self.spawned.lock().unwrap();
             spawned.push((spec.clone(), step));

@@ -87,6 +87,18 @@ pub(crate) fn child_count(conn: &Connection, run_id: &str) -> rusqlite::Result<i
         .query_row(params![run_id], |row| row.get(0))
 }
 
+/// The child of run `run_id` that answers its call `call_id`, with the child's session, if one
+/// was started.
+pub(crate) fn child_answering(
+    conn: &Connection,
+    run_id: &str,
+    call_id: &str,
+) -> rusqlite::Result<Option<(String, Option<String>)>> {
+    conn.prepare_cached("SELECT id, session_id FROM runs WHERE parent_run_id = ?1 AND parent_tool_call_id = ?2")?
+        .query_row(params![run_id, call_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()
+}
+
 /// The depth of run `run_id` and whether it has delegated children (answering one of its calls),
 /// when it exists.
 pub(crate) fn depth_and_children(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<(i64, bool)>> {
