@@ -609,7 +609,10 @@ async fn a_memory_bomb_fails_out_of_memory() {
     for bomb in ["new Array(1e6)", "new Array(1e6).fill(0)", "{s: 'x'.repeat(1 << 20) + a.length}"] {
         let source =
             format!("export default async function (input, ctx) {{\n  let a = [];\n  for (;;) a.push({bomb});\n}}\n");
-        let error = failed(go_with(&Fake::new(), &source, Json::Null, &tight()).await);
+        // Fuel for a minute: on a loaded machine 200 ms may run out before 16 MiB do, and only
+        // the memory limit is under test here.
+        let limits = Limits { fuel: Duration::from_secs(60), ..tight() };
+        let error = failed(go_with(&Fake::new(), &source, Json::Null, &limits).await);
         assert_eq!(error.code, codes::OUT_OF_MEMORY, "{bomb}: {error:?}");
     }
 }
@@ -617,7 +620,9 @@ async fn a_memory_bomb_fails_out_of_memory() {
 #[tokio::test]
 async fn deep_recursion_fails_with_a_clear_error() {
     let source = "function down(n) { return down(n + 1) + 1; }\nexport default async function (input, ctx) {\n  return down(0);\n}\n";
-    let error = failed(go_with(&Fake::new(), source, Json::Null, &tight()).await);
+    // Only the stack limit is under test: fuel enough for a loaded machine.
+    let limits = Limits { fuel: Duration::from_secs(60), ..tight() };
+    let error = failed(go_with(&Fake::new(), source, Json::Null, &limits).await);
     assert_eq!(error.code, codes::WORKFLOW_ERROR);
     assert!(error.message.contains("stack"), "{error:?}");
 }
