@@ -340,3 +340,53 @@ async fn a_runaway_script_fails_its_run_while_the_server_answers_and_cancel_stop
     workflow_with(&user, &canceled, RunStatus::Canceled).await;
     assert_eq!(delegate_result(&user, &canceled).await["status"], "canceled");
 }
+
+const ONE_CHILD: &str = r#"
+export default async function (input, ctx) {
+  const result = await ctx.delegate({brief: "Count once"});
+  return result.text;
+}
+"#;
+
+/// Parents delegate [`ONE_CHILD`]; its child answers slowly.
+fn one_child_rule(body: &Json) -> Script {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.last().cloned().unwrap_or_default();
+    if last["role"] == "tool" {
+        return Script::text("Counted.");
+    }
+    if last["content"].as_str().unwrap_or_default().starts_with("Count once") {
+        return Script::text("Once.").delay(Duration::from_millis(400));
+    }
+    Script::tool_call("d1", "delegate", &json!({"script": ONE_CHILD}).to_string())
+}
+
+#[tokio::test]
+async fn scripts_awaiting_children_park_and_free_their_execution_slots() {
+    use crate::support::provider::Fallback;
+    let provider = Provider::start().await;
+    provider.set_fallback(Fallback::Rule(one_child_rule));
+    // Two runs may execute at once: three scripts holding a slot each while their children wait
+    // for one would never finish.
+    let server = TestServer::start_with(tempfile::tempdir().unwrap(), |config| {
+        config.session_title_generation = false;
+        config.run_limits.max_in_flight = 2;
+    })
+    .await;
+    let user = server.user();
+    user.call(SetModelProvider { name: "main".into(), provider: custom_provider_config(provider.openai_base()) })
+        .await
+        .unwrap();
+    let agent_id =
+        user.call(CreateAgent { client_request_id: None, definition: definition("Lead") }).await.unwrap().agent_id;
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        let session = user.create_session(&agent_id, None).await;
+        user.call(say(&session, "count")).await.unwrap();
+        sessions.push(session);
+    }
+    for session in &sessions {
+        workflow_with(&user, session, RunStatus::Succeeded).await;
+        assert_eq!(delegate_result(&user, session).await["output"], "Once.");
+    }
+}

@@ -26,6 +26,9 @@ mod crash;
 // Delegating parents and their children survive SIGKILLs: each result delivered once.
 #[cfg(unix)]
 mod delegate_crash;
+// Workflow runs survive SIGKILLs: completed effects never redone, one signal and child each.
+#[cfg(unix)]
+mod workflow_crash;
 // The HTTP edge under hostile traffic: oversized and slow bodies, slow headers, a spent budget.
 #[cfg(unix)]
 mod edge;

@@ -213,10 +213,11 @@ fn deliver(
     changes: &mut Changes,
 ) -> ApiResult<()> {
     let Some(parent) = store::delivery(conn, parent_id)? else { return Ok(()) };
-    let (Some(session_id), Some(agent_id)) = (&parent.session_id, &parent.agent_id) else { return Ok(()) };
-    if parent.kind != RunInfoKind::Agent {
-        return Ok(());
+    if parent.kind == RunInfoKind::Workflow {
+        // A workflow reads its child's end itself, on the resume this requeue starts.
+        return wake_workflow(conn, parent_id, call_id, now_ms, changes);
     }
+    let (Some(session_id), Some(agent_id)) = (&parent.session_id, &parent.agent_id) else { return Ok(()) };
     if !has_result(conn, session_id, call_id)? {
         let output = Value(result_of(child));
         let payload = SessionEventPayload::ToolResultEvent(ToolResultEvent {
@@ -301,11 +302,29 @@ fn store_wait(conn: &Connection, run_id: &str, ids: Vec<String>, now_ms: i64, ch
     Ok(())
 }
 
+/// Requeues workflow run `run_id` when it is parked on the child answering `call_id`: a workflow
+/// resumes as soon as any child it awaits has ended, and its replay parks again on the rest
+/// (docs/workflows.md §3).
+fn wake_workflow(conn: &Connection, run_id: &str, call_id: &str, now_ms: i64, changes: &mut Changes) -> ApiResult<()> {
+    match wait_of(conn, run_id)? {
+        Some(ids) if ids.iter().any(|id| id == call_id) => store_wait(conn, run_id, Vec::new(), now_ms, changes),
+        _ => Ok(()),
+    }
+}
+
 /// The race closer after run `run_id` parked on children: calls already answered leave its wait
-/// set; with none left it is requeued. Whether it stays parked.
+/// set; with none left it is requeued. Whether it stays parked. A workflow (no session) is
+/// requeued when any child it waits on has already ended.
 pub(crate) fn park(conn: &Connection, run_id: &str, now_ms: i64, changes: &mut Changes) -> ApiResult<bool> {
     let Some(ids) = wait_of(conn, run_id)? else { return Ok(false) };
-    let Some(session_id) = store::session_of(conn, run_id)? else { return Ok(true) };
+    let Some(session_id) = store::session_of(conn, run_id)? else {
+        let ended = store::ended_child_calls(conn, run_id)?;
+        if ids.iter().any(|id| ended.contains(id)) {
+            store_wait(conn, run_id, Vec::new(), now_ms, changes)?;
+            return Ok(false);
+        }
+        return Ok(true);
+    };
     let answered = answered(conn, &session_id)?;
     let open: Vec<String> = ids.iter().filter(|id| !answered.contains(*id)).cloned().collect();
     if open.len() == ids.len() {

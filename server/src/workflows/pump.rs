@@ -82,6 +82,12 @@ pub(crate) enum Park {
         /// When to wake it, Unix epoch milliseconds.
         wake_at: i64,
     },
+    /// Agent children it awaits, and nothing else in flight: the run frees its execution slot
+    /// and resumes when any of them ends (its replay parks again on the rest).
+    Children {
+        /// The `callSeq` of each awaited child's `call` entry.
+        call_seqs: Vec<u64>,
+    },
     /// An event wait (the first the script registered; every wait it registered can wake it).
     Event {
         /// The wait.
@@ -94,6 +100,10 @@ pub(crate) enum Park {
         answer_with: Option<String>,
     },
 }
+
+/// How long a run whose only effects in flight are agent children waits for one of them to
+/// answer before it parks on them.
+pub(crate) const CHILD_PARK_GRACE: Duration = Duration::from_millis(250);
 
 /// The signal an open wait is answered with when it names no criteria.
 pub(crate) const DEFAULT_ANSWER_SIGNAL: &str = "answer";
@@ -231,6 +241,8 @@ struct Pump<'a> {
     last_seq: u64,
     deliveries: Vec<Delivery>,
     in_flight: FuturesUnordered<InFlight<'a>>,
+    /// The in-flight effects that wait on an agent child: their realm call id and `callSeq`.
+    child_calls: HashMap<u64, u64>,
     finished: Option<Finished>,
     continuation: Option<Json>,
     timer: Option<i64>,
@@ -260,6 +272,7 @@ impl<'a> Pump<'a> {
             last_seq,
             deliveries: Vec::new(),
             in_flight: FuturesUnordered::new(),
+            child_calls: HashMap::new(),
             finished: None,
             continuation: None,
             timer: None,
@@ -298,8 +311,25 @@ impl<'a> Pump<'a> {
             if self.in_flight.is_empty() {
                 return self.rest();
             }
-            match self.in_flight.next().await {
-                Some(Ok(delivery)) => self.deliveries.push(delivery),
+            let next = if self.only_children_in_flight() {
+                // Children that already ended answer within the grace (a read); running ones
+                // would hold an execution slot for as long as they run, so the run parks on them.
+                match tokio::time::timeout(CHILD_PARK_GRACE, self.in_flight.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        let mut call_seqs: Vec<u64> = self.child_calls.values().copied().collect();
+                        call_seqs.sort_unstable();
+                        return Outcome::Parked(Park::Children { call_seqs });
+                    }
+                }
+            } else {
+                self.in_flight.next().await
+            };
+            match next {
+                Some(Ok(delivery)) => {
+                    self.child_calls.remove(&delivery.call_id);
+                    self.deliveries.push(delivery);
+                }
                 Some(Err(error)) => return Outcome::HostFailed(error),
                 None => {}
             }
@@ -314,9 +344,21 @@ impl<'a> Pump<'a> {
     /// Moves the answers of the effects that are done to the next batch, without waiting.
     fn collect_ready(&mut self) -> Result<(), HostError> {
         while let Some(Some(ready)) = self.in_flight.next().now_or_never() {
-            self.deliveries.push(ready?);
+            let delivery = ready?;
+            self.child_calls.remove(&delivery.call_id);
+            self.deliveries.push(delivery);
         }
         Ok(())
+    }
+
+    /// Whether everything in flight waits on an agent child, with no timer, wait or successor
+    /// pending beside it (those keep the run resident, as before it awaited the children).
+    fn only_children_in_flight(&self) -> bool {
+        !self.child_calls.is_empty()
+            && self.in_flight.len() == self.child_calls.len()
+            && self.timer.is_none()
+            && self.event.is_none()
+            && self.continuation.is_none()
     }
 
     /// Nothing in flight and nothing to deliver: continue as new, park, or deadlock.
@@ -589,6 +631,7 @@ impl<'a> Pump<'a> {
             }
         };
         let host = self.host;
+        self.child_calls.insert(call_id, call_seq);
         self.in_flight.push(Box::pin(async move {
             let resolution = host.await_child(child_run_id).await?;
             // The whole resolution is the value: `ctx.delegate` unwraps it in the realm.

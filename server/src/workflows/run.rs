@@ -145,6 +145,9 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
         pump::Outcome::Succeeded(value) => Outcome::Succeeded(wire::json_to_ipld(&value)),
         pump::Outcome::Canceled => Outcome::Canceled(Ipld::Null),
         pump::Outcome::Parked(Park::Timer { wake_at }) => Outcome::Parked(Wait::Timer { wake_at }),
+        pump::Outcome::Parked(Park::Children { call_seqs }) => {
+            Outcome::Parked(Wait::Children { tool_call_ids: call_seqs.into_iter().map(child_key).collect() })
+        }
         pump::Outcome::Parked(Park::Event { wait_id, timeout_at, label, answer_with }) => {
             Outcome::Parked(Wait::Event { wait_id, timeout_at, label, answer_with, listens: state.listens })
         }
@@ -180,6 +183,12 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
             kind: ErrorKind::Internal,
         }),
     }
+}
+
+/// The call an agent child of a workflow answers (`runs.parent_tool_call_id`): the same for the
+/// call on every execution.
+fn child_key(call_seq: u64) -> String {
+    format!("workflow-call-{call_seq}")
 }
 
 fn failure(code: FailureCode, message: String) -> RunFailure {
@@ -382,7 +391,7 @@ impl Host for AppHost {
             let (run_id, agent_id, owner) = (self.run_id.clone(), self.agent_id.clone(), self.owner_id.clone());
             // The child answers this call of the workflow: the same key on every execution, so a
             // child started just before a crash is found again rather than started twice.
-            let (key, now) = (format!("workflow-call-{call_seq}"), self.app.clock.now_ms());
+            let (key, now) = (child_key(call_seq), self.app.clock.now_ms());
             let spawned = self
                 .app
                 .db

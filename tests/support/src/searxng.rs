@@ -13,6 +13,8 @@ use serde_json::{Value, json};
 struct Shared {
     answers: Mutex<VecDeque<Value>>,
     requests: Mutex<Vec<BTreeMap<String, String>>>,
+    /// When each request arrived, Unix epoch milliseconds (the servers' clock in these tests).
+    arrivals: Mutex<Vec<i64>>,
 }
 
 pub struct FakeSearxng {
@@ -42,6 +44,17 @@ impl FakeSearxng {
     pub fn requests(&self) -> Vec<BTreeMap<String, String>> {
         self.shared.requests.lock().unwrap().clone()
     }
+
+    /// Each request's `q` with when it arrived (Unix epoch milliseconds), in order.
+    pub fn queries_at(&self) -> Vec<(String, i64)> {
+        let requests = self.shared.requests.lock().unwrap();
+        let arrivals = self.shared.arrivals.lock().unwrap();
+        requests
+            .iter()
+            .zip(arrivals.iter())
+            .map(|(params, at)| (params.get("q").cloned().unwrap_or_default(), *at))
+            .collect()
+    }
 }
 
 impl Drop for FakeSearxng {
@@ -54,7 +67,13 @@ async fn search(State(shared): State<Arc<Shared>>, RawQuery(query): RawQuery) ->
     let params: BTreeMap<String, String> = reqwest::Url::parse(&format!("http://x/?{}", query.unwrap_or_default()))
         .map(|url| url.query_pairs().map(|(key, value)| (key.into_owned(), value.into_owned())).collect())
         .unwrap_or_default();
-    shared.requests.lock().unwrap().push(params);
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_millis() as i64);
+    // Both under the requests' lock, so the two lists stay in step.
+    let mut requests = shared.requests.lock().unwrap();
+    requests.push(params);
+    shared.arrivals.lock().unwrap().push(now);
+    drop(requests);
     let answer = shared.answers.lock().unwrap().pop_front();
     axum::Json(answer.unwrap_or_else(|| json!({"results": [], "unresponsive_engines": []})))
 }

@@ -207,7 +207,17 @@ pub(crate) fn parked_without_timer(conn: &Connection) -> rusqlite::Result<Vec<St
         .collect()
 }
 
-/// The children of run `run_id` answering one of its calls that ended.
+/// The calls of run `run_id` whose answering child has ended.
+pub(crate) fn ended_child_calls(conn: &Connection, run_id: &str) -> rusqlite::Result<Vec<String>> {
+    conn.prepare_cached(
+        "SELECT parent_tool_call_id FROM runs WHERE parent_run_id = ?1 AND parent_tool_call_id IS NOT NULL
+           AND status IN ('succeeded', 'failed', 'canceled')",
+    )?
+    .query_map(params![run_id], |row| row.get(0))?
+    .collect()
+}
+
+/// The ended children of run `run_id` that answer one of its calls.
 pub(crate) fn ended_children(conn: &Connection, run_id: &str) -> rusqlite::Result<Vec<String>> {
     conn.prepare_cached(
         "SELECT id FROM runs WHERE parent_run_id = ?1 AND parent_tool_call_id IS NOT NULL
