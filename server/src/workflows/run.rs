@@ -6,7 +6,9 @@
 //!
 //! Effects act as the run's agent, in the nearest session up the run's chain of parents (a
 //! script has no session of its own): `ctx.call` goes through the same verbs and callables a
-//! model pass uses, with their grants; `ctx.delegate` starts an agent child there.
+//! model pass uses, with their grants; `ctx.delegate` starts an agent child there. A workflow a
+//! trigger started has no session up its chain: its calls run without one (only `attachment:`
+//! addresses refuse) and its agent children open top-level threads.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -239,24 +241,15 @@ impl AppHost {
         Ok(())
     }
 
-    /// The nearest session up the run's chain, where its effects act.
-    fn session(&self) -> Result<&str, EffectError> {
-        self.session_id.as_deref().ok_or_else(|| EffectError {
-            code: "no-session".to_owned(),
-            message: "This workflow has no session to act in".to_owned(),
-            retryable: Some(false),
-        })
-    }
-
-    fn context(&self) -> Result<crate::verbs::Context<'_>, EffectError> {
-        Ok(crate::verbs::Context::for_agent(
+    fn context(&self) -> crate::verbs::Context<'_> {
+        crate::verbs::Context::for_agent(
             &self.app,
-            self.session()?,
+            self.session_id.as_deref(),
             &self.agent_id,
             &self.owner_id,
             self.definition.clone(),
             self.memory_root.clone(),
-        ))
+        )
     }
 }
 
@@ -356,7 +349,7 @@ impl Host for AppHost {
         _description: Option<String>,
     ) -> BoxFuture<'_, Result<Json, EffectError>> {
         Box::pin(async move {
-            let context = self.context()?;
+            let context = self.context();
             let output = match tool.as_str() {
                 "read" => crate::verbs::read(&context, &Value(wire::json_to_ipld(&input))).await,
                 "write" => crate::verbs::write(&context, &Value(wire::json_to_ipld(&input))).await,
@@ -373,7 +366,7 @@ impl Host for AppHost {
     fn spawn_agent(&self, spec: Json, _step: Option<String>) -> BoxFuture<'_, Result<Spawned, EffectError>> {
         Box::pin(async move {
             let spec = crate::runtime::delegate::normalize(&spec).map_err(effect_error)?;
-            let session_id = self.session()?.to_owned();
+            let session_id = self.session_id.clone();
             let (run_id, agent_id, owner) = (self.run_id.clone(), self.agent_id.clone(), self.owner_id.clone());
             let (key, now) = (format!("workflow-{}", uuid::Uuid::now_v7()), self.app.clock.now_ms());
             let spawned = self
@@ -383,7 +376,7 @@ impl Host for AppHost {
                     crate::runtime::delegate::spawn_for_workflow(
                         conn,
                         &run_id,
-                        &session_id,
+                        session_id.as_deref(),
                         &agent_id,
                         &owner,
                         &key,
