@@ -378,10 +378,7 @@ async fn spawn_script(turn: &Turn, call_id: &str, script: &str, arguments: &Json
     if arguments.get("await").and_then(Json::as_bool) == Some(false) {
         return Err(ApiError::invalid("A script child is always awaited; drop `await: false`."));
     }
-    let problems = crate::workflows::source::lint(script);
-    if !problems.is_empty() {
-        return Err(ApiError::invalid(format!("Workflow source rejected:\n- {}", problems.join("\n- "))));
-    }
+    crate::workflows::source::check(script)?;
     let input = arguments.get("input").cloned().unwrap_or(Json::Null);
     let title = arguments
         .get("title")
