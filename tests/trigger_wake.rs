@@ -9,8 +9,7 @@ use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
     AgentTriggerInfo, AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerPatch, AgentTriggerSource,
     CreateAgentTrigger, GetAgentTrigger, GetAgentTriggerResponse, GetRun, ListRuns, ListSessions, RunCompletedSource,
-    RunCompletedSourceStatus, RunStatus, TriggerContinuation, UpdateAgentTrigger, WakeContinuation,
-    WebhookSource,
+    RunCompletedSourceStatus, RunStatus, TriggerContinuation, UpdateAgentTrigger, WakeContinuation, WebhookSource,
 };
 use seed_agents_server::testing::runs::engine::Outcome;
 

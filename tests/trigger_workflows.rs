@@ -9,12 +9,11 @@ use std::time::Duration;
 
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{
-    AgentTriggerInfo, AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerPatch, AgentTriggerSource,
-    CreateAgent, CreateAgentTrigger, GetAgentTrigger, GetAgentTriggerResponse, GetRun, GetRunJournal, GetSession,
-    InvokeSessionTool, InvokeSessionToolVerb, ListSessions, MessageEventRole, ReadAgentMemoryFile, RunInfo,
-    RunInfoKind, RunInfoOrigin, RunStatus, ScriptContinuation, SessionActor, SessionEventPayload, SetModelProvider,
-    ToolContinuation, TriggerContinuation, TriggerFailurePolicy, TriggerFiringInfo, UpdateAgentTrigger,
-    WebhookSource,
+    AgentTriggerInfo, AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerPatch, AgentTriggerSource, CreateAgent,
+    CreateAgentTrigger, GetAgentTrigger, GetAgentTriggerResponse, GetRun, GetRunJournal, GetSession, InvokeSessionTool,
+    InvokeSessionToolVerb, ListSessions, MessageEventRole, ReadAgentMemoryFile, RunInfo, RunInfoKind, RunInfoOrigin,
+    RunStatus, ScriptContinuation, SessionActor, SessionEventPayload, SetModelProvider, ToolContinuation,
+    TriggerContinuation, TriggerFailurePolicy, TriggerFiringInfo, UpdateAgentTrigger, WebhookSource,
 };
 use seed_agents_protocol::{Value, wire};
 use serde_json::{Value as Json, json};
@@ -268,7 +267,8 @@ async fn a_failed_script_with_on_failure_thread_opens_a_thread_and_the_firing_ke
     assert!(asked, "the model reads the failure");
 
     // The thread's run answers no firing: its success leaves the firing failed.
-    let session = user.call(GetSession { session_id: session_id.clone(), after_seq: None, before_seq: None, limit: None });
+    let session =
+        user.call(GetSession { session_id: session_id.clone(), after_seq: None, before_seq: None, limit: None });
     let context = session.await.unwrap().trigger_context.expect("the thread is attributed to the firing");
     assert_eq!((context.status.as_str(), context.firing_id.as_str()), ("failed", firing.id.as_str()));
     let thread_run = wait::until_ok("the thread's run succeeds", || {
@@ -345,10 +345,8 @@ async fn script_and_tool_continuations_are_checked_when_written() {
         ]
         .into(),
     );
-    let action = action_map(
-        "CreateAgentTrigger",
-        &[("agentId", Ipld::String(agent_id.to_string())), ("trigger", trigger)],
-    );
+    let action =
+        action_map("CreateAgentTrigger", &[("agentId", Ipld::String(agent_id.to_string())), ("trigger", trigger)]);
     let (status, _, body) = server.post_raw("application/cbor", user.sign_map(action, now_ms(), Some(3)).await).await;
     let (message, _) = error_body(&body);
     assert_eq!(status, 400, "{message}");
@@ -361,7 +359,8 @@ async fn script_and_tool_continuations_are_checked_when_written() {
         expected_updated_at: None,
         patch: AgentTriggerPatch { continuation: Some(continuation), ..AgentTriggerPatch::default() },
     };
-    let (status, message) = api_error(user.call(update(script("export default 1; export default 2;", None, None))).await);
+    let (status, message) =
+        api_error(user.call(update(script("export default 1; export default 2;", None, None))).await);
     assert!(status == 400 && message.starts_with("Workflow source rejected:"), "{message}");
     assert!(get(&user, &plain.id).await.trigger.continuation.is_none());
     let good = "export default async function (input, ctx) { return input; }";

@@ -758,8 +758,9 @@ mod tests {
         let error = spawn_child(&conn, "r", Some("s"), "a", "owner", "c", spec("x"), MAX_SPAWNS, 5).err().unwrap();
         assert_eq!(error.message(), "Sub-session depth limit reached (3); finish the work here.");
         let conn = db(2);
-        let spawned =
-            spawn_child(&conn, "r", Some("s"), "a", "owner", "c0", spec("First line\nmore"), MAX_SPAWNS, 5).ok().unwrap();
+        let spawned = spawn_child(&conn, "r", Some("s"), "a", "owner", "c0", spec("First line\nmore"), MAX_SPAWNS, 5)
+            .ok()
+            .unwrap();
         assert_eq!(spawned.title, "First line");
         let (depth, call): (i64, String) = conn
             .query_row("SELECT depth, parent_tool_call_id FROM runs WHERE parent_run_id = 'r'", [], |row| {
@@ -768,7 +769,9 @@ mod tests {
             .unwrap();
         assert_eq!((depth, call.as_str()), (3, "c0"));
         for index in 1..10 {
-            spawn_child(&conn, "r", Some("s"), "a", "owner", &format!("c{index}"), spec("x"), MAX_SPAWNS, 5).ok().unwrap();
+            spawn_child(&conn, "r", Some("s"), "a", "owner", &format!("c{index}"), spec("x"), MAX_SPAWNS, 5)
+                .ok()
+                .unwrap();
         }
         let error = spawn_child(&conn, "r", Some("s"), "a", "owner", "c10", spec("x"), MAX_SPAWNS, 5).err().unwrap();
         assert_eq!(error.message(), "This run already spawned 10 sub-sessions; finish the remaining work here.");

@@ -120,8 +120,10 @@ pub(crate) async fn fire(app: &App, trigger_id: &str, firing_key: &str, activity
         })
         .await?;
     published.publish(app);
-    if matches!(outcome, FireOutcome::Fired { .. } | FireOutcome::Started { .. } | FireOutcome::Woke { run_id: Some(_), .. })
-    {
+    if matches!(
+        outcome,
+        FireOutcome::Fired { .. } | FireOutcome::Started { .. } | FireOutcome::Woke { run_id: Some(_), .. }
+    ) {
         app.runs.notify();
     }
     Ok(outcome)

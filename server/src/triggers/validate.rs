@@ -143,7 +143,10 @@ pub(crate) fn continuation(continuation: Option<TriggerContinuation>) -> ApiResu
         Some(TriggerContinuation::ScriptContinuation(script)) => {
             crate::workflows::source::check(&script.script)?;
             continuation_input(script.input.as_ref())?;
-            Ok(Some(TriggerContinuation::ScriptContinuation(ScriptContinuation { extra: Default::default(), ..script })))
+            Ok(Some(TriggerContinuation::ScriptContinuation(ScriptContinuation {
+                extra: Default::default(),
+                ..script
+            })))
         }
         Some(TriggerContinuation::ToolContinuation(tool)) => {
             continuation_input(tool.input.as_ref())?;

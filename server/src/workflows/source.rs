@@ -76,7 +76,9 @@ pub(crate) fn check(source: &str) -> crate::error::ApiResult<()> {
 /// journal as any workflow; `RunInfo.sourceText` shows it.
 pub(crate) fn one_call(tool: &str) -> String {
     let name = serde_json::Value::String(tool.to_owned()).to_string();
-    format!("export default async function (input, ctx) {{\n  return await ctx.call({name}, input.input ?? {{}});\n}}\n")
+    format!(
+        "export default async function (input, ctx) {{\n  return await ctx.call({name}, input.input ?? {{}});\n}}\n"
+    )
 }
 
 /// `source` with its first `export default` replaced by an assignment to [`MAIN_GLOBAL`], and

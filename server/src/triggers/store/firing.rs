@@ -72,7 +72,8 @@ pub(crate) fn set_firing_thread(conn: &Connection, id: &str, session_id: &str, r
 
 /// Links firing `id` to the session its failure opened (`onFailure: 'thread'`), its run kept.
 pub(crate) fn set_firing_session(conn: &Connection, id: &str, session_id: &str) -> ApiResult<()> {
-    conn.prepare_cached("UPDATE trigger_firings SET session_id = ?2 WHERE id = ?1")?.execute(params![id, session_id])?;
+    conn.prepare_cached("UPDATE trigger_firings SET session_id = ?2 WHERE id = ?1")?
+        .execute(params![id, session_id])?;
     Ok(())
 }
 
