@@ -352,13 +352,14 @@ pub(crate) fn open_failure_thread(
     now: i64,
     published: &mut Published,
 ) -> ApiResult<Option<String>> {
-    let Some((trigger_id, summary, activity)) = store::firing_activity(conn, firing_id)? else { return Ok(None) };
-    let Some(trigger) = store::load(conn, &trigger_id)? else { return Ok(None) };
+    let Some(recorded) = store::firing_activity(conn, firing_id)? else { return Ok(None) };
+    let Some(trigger) = store::load(conn, &recorded.trigger_id)? else { return Ok(None) };
     let what = match &trigger.continuation {
         Some(TriggerContinuation::ToolContinuation(tool)) => format!("call of the tool `{}`", tool.tool),
         _ => "workflow script".to_owned(),
     };
-    let activity = Activity { summary, value: activity, matched_conditions: None, parent_firing_id: None };
+    let activity =
+        Activity { summary: recorded.summary, value: recorded.value, matched_conditions: None, parent_firing_id: None };
     let reason = match failure.code {
         Some(code) => format!("{code}: {}", failure.message),
         None => failure.message.to_owned(),

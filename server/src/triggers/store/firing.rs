@@ -77,17 +77,28 @@ pub(crate) fn set_firing_session(conn: &Connection, id: &str, session_id: &str) 
     Ok(())
 }
 
-/// The trigger of firing `id`, its activity summary, and its activity as stored (an open map;
-/// empty when the stored bytes are not one).
-pub(crate) fn firing_activity(
-    conn: &Connection,
-    id: &str,
-) -> ApiResult<Option<(String, String, std::collections::BTreeMap<String, seed_agents_protocol::Value>)>> {
+/// What a firing recorded about its activity.
+#[derive(Debug, Clone)]
+pub(crate) struct FiringActivity {
+    /// The trigger that fired.
+    pub trigger_id: String,
+    /// The activity's one-line summary.
+    pub summary: String,
+    /// The activity as stored (an open map; empty when the stored bytes are not one).
+    pub value: std::collections::BTreeMap<String, seed_agents_protocol::Value>,
+}
+
+/// What firing `id` recorded about its activity, when it exists.
+pub(crate) fn firing_activity(conn: &Connection, id: &str) -> ApiResult<Option<FiringActivity>> {
     let row: Option<(String, String, Vec<u8>)> = conn
         .prepare_cached("SELECT trigger_id, activity_summary, activity_cbor FROM trigger_firings WHERE id = ?1")?
         .query_row(params![id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
         .optional()?;
-    Ok(row.map(|(trigger, summary, bytes)| (trigger, summary, wire::from_slice(&bytes).unwrap_or_default())))
+    Ok(row.map(|(trigger_id, summary, bytes)| FiringActivity {
+        trigger_id,
+        summary,
+        value: wire::from_slice(&bytes).unwrap_or_default(),
+    }))
 }
 
 /// Records how firing `id` ended: its status, why it failed, the run it reached.
