@@ -1,8 +1,8 @@
 //! `script` and `tool` trigger continuations end to end (docs/workflows.md §4): a webhook fires
 //! a root workflow run (no session) whose script gets `{input, activity}` and acts as the agent;
 //! a `tool` runs as the one-call script the server writes; the run's end settles the firing; a
-//! failure with `onFailure: 'thread'` opens a thread the scripted provider answers, and the
-//! firing keeps its failure; the continuations' validation at create, update and `write
+//! script's agent children open top-level threads; a failure with `onFailure: 'thread'` opens a
+//! thread the scripted provider answers, and the firing keeps its failure; the continuations' validation at create, update and `write
 //! ~/triggers/<name>`. A real server, webhooks over HTTP, the scripted provider on loopback.
 
 use std::time::Duration;
@@ -183,6 +183,49 @@ async fn a_script_continuation_runs_a_root_workflow_that_writes_memory_and_settl
     // A replayed delivery fires nothing more.
     let (status, _) = post(&server, &trigger.id, &secret, "msg_1", r#"{"event":"deploy"}"#).await;
     assert_eq!(status, 409);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_trigger_started_script_delegates_into_a_top_level_thread() {
+    let provider = Provider::start().await;
+    let (server, user, agent_id) = setup(&provider).await;
+    let source = r#"
+export default async function (input, ctx) {
+  const child = await ctx.delegate({brief: "Summarise " + input.activity.body.event, title: "Summary"});
+  return {text: child.text};
+}
+"#;
+    let (trigger, secret) = create(&user, &agent_id, hook("Summaries", Some(script(source, None, None)))).await;
+    let (status, answer) = post(&server, &trigger.id, &secret, "msg_1", r#"{"event":"release"}"#).await;
+    assert_eq!(status, 202, "{answer}");
+    let firing = firing_with(&user, &trigger.id, "succeeded").await;
+    let run_id = firing.run_id.unwrap();
+    let entries = journal(&user, &run_id).await;
+    let resolved = entries.iter().find(|entry| entry["kind"] == "result").map(|entry| &entry["output"]);
+    let resolved = resolved.unwrap_or_else(|| panic!("{entries:?}"));
+    assert_eq!((&resolved["status"], &resolved["output"]["text"]), (&json!("succeeded"), &json!("done")));
+
+    // The child's session has no parent session: a top-level thread of the agent, spawned by
+    // the workflow run.
+    let list = seed_agents_protocol::generated::ListSessions {
+        agent_id: Some(agent_id.clone()),
+        cursor: None,
+        exclude_triggered: None,
+        include_children: None,
+        limit: None,
+        parent_session_id: None,
+    };
+    let listed = user.call(list).await.unwrap().sessions;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let child = &listed[0];
+    assert_eq!((child.title.as_deref(), child.parent_session_id.as_ref()), (Some("Summary"), None));
+    let child_run = entries.iter().find_map(|entry| entry["childRunId"].as_str()).unwrap();
+    let child_run = run(&user, child_run).await;
+    assert_eq!(
+        (child_run.parent_run_id.as_deref(), child_run.depth, child_run.session_id.as_deref()),
+        (Some(&*run_id), 1, Some(child.id.as_str()))
+    );
     server.stop().await;
 }
 
