@@ -55,6 +55,8 @@ mod tools;
 mod trigger_monitors;
 // Wake continuations: a webhook that resumes a parked run, once.
 mod trigger_wake;
+// `script` and `tool` continuations: root workflow runs, their firings, failure threads.
+mod trigger_workflows;
 // Triggers: CRUD and validation, webhooks firing runs, run-completed chains.
 mod triggers;
 // Attachments and chunked uploads: limits, deletion, resuming across a restart.

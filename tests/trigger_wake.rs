@@ -9,8 +9,7 @@ use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
     AgentTriggerInfo, AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerPatch, AgentTriggerSource,
     CreateAgentTrigger, GetAgentTrigger, GetAgentTriggerResponse, GetRun, ListRuns, ListSessions, RunCompletedSource,
-    RunCompletedSourceStatus, RunStatus, ToolContinuation, TriggerContinuation, UpdateAgentTrigger, WakeContinuation,
-    WebhookSource,
+    RunCompletedSourceStatus, RunStatus, TriggerContinuation, UpdateAgentTrigger, WakeContinuation, WebhookSource,
 };
 use seed_agents_server::testing::runs::engine::Outcome;
 
@@ -188,13 +187,6 @@ async fn wake_continuations_are_checked_when_written() {
     for (continuation, code, message) in refusals {
         assert_eq!(api_error(owner.call(make(continuation)).await), (code, message.into()));
     }
-    let tool = TriggerContinuation::ToolContinuation(ToolContinuation {
-        extra: Default::default(),
-        input: None,
-        on_failure: None,
-        tool: "read".into(),
-    });
-    assert_eq!(api_error(owner.call(make(Some(tool))).await).0, 501, "tool continuations are not built");
 
     // Stored trimmed, with its payload; an update may switch a trigger to a wake.
     let (created, _) = create(&owner, &agent, hook("Hook", wake(" go ", Some(" run-1 ")))).await;

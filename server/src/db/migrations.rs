@@ -426,6 +426,16 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (run_id, seq)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // Trigger-started workflow runs (a `script` or `tool` continuation, docs/workflows.md §4):
+    // the run-completed monitor records their end on their firing, so the partial index of ends
+    // it has not handled holds them too (agent runs, and runs answering a firing). Workflow runs
+    // that ended before have nothing left to watch.
+    r#"
+    UPDATE runs SET completion_pending = 0 WHERE kind = 'workflow' AND finished_at IS NOT NULL;
+    DROP INDEX runs_completion_pending;
+    CREATE INDEX runs_completion_pending ON runs (finished_at, id)
+        WHERE completion_pending = 1 AND finished_at IS NOT NULL AND (kind = 'agent' OR trigger_firing_id IS NOT NULL);
+    "#,
 ];
 
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.

@@ -33,6 +33,9 @@ async fn receive(
         Ok(Delivered::Fired { firing_id, session_id, run_id }) => {
             accepted(serde_json::json!({ "firingId": firing_id, "sessionId": session_id, "runId": run_id }))
         }
+        Ok(Delivered::Started { firing_id, run_id }) => {
+            accepted(serde_json::json!({ "firingId": firing_id, "runId": run_id }))
+        }
         Ok(Delivered::Woke { firing_id, run_id }) => {
             let mut body = serde_json::json!({ "firingId": firing_id, "delivered": run_id.is_some() });
             if let Some(run_id) = run_id {

@@ -98,16 +98,17 @@ fn insert(
     Ok(id)
 }
 
-/// A workflow run to enqueue: a script child of `parent_run_id`, with no session of its own and
-/// its source pinned on the row (docs/workflows.md).
+/// A workflow run to enqueue: a script child of `parent_run_id` (or, with none, the root of its
+/// own tree: a trigger's `script` or `tool` continuation), with no session of its own and its
+/// source pinned on the row (docs/workflows.md).
 #[derive(Debug)]
 pub(crate) struct NewWorkflow {
     /// The account it is stored under: the agent's owner.
     pub account_id: String,
     /// The agent whose grants its tool calls use.
     pub agent_id: String,
-    /// The run that started it.
-    pub parent_run_id: String,
+    /// The run that started it; `None` for a root run (depth 0).
+    pub parent_run_id: Option<String>,
     /// The parent's tool call it answers (`delegate {script}`), when one waits for it.
     pub parent_tool_call_id: Option<String>,
     /// Who started it (`agent`, `trigger`).
@@ -129,15 +130,21 @@ pub(crate) fn enqueue_workflow(
     changes: &mut Changes,
 ) -> rusqlite::Result<String> {
     let id = uuid::Uuid::now_v7().to_string();
-    let (root, depth) = store::root_and_depth(conn, &run.parent_run_id)?;
+    let (root, depth) = match &run.parent_run_id {
+        Some(parent) => {
+            let (root, depth) = store::root_and_depth(conn, parent)?;
+            (root, depth + 1)
+        }
+        None => (id.clone(), 0),
+    };
     let row = NewRow {
         kind: RunInfoKind::Workflow,
         source_text: Some(&run.source),
         id: &id,
         account_id: &run.account_id,
         root_run_id: &root,
-        parent_run_id: Some(&run.parent_run_id),
-        depth: depth + 1,
+        parent_run_id: run.parent_run_id.as_deref(),
+        depth,
         origin: run.origin,
         agent_id: &run.agent_id,
         session_id: None,

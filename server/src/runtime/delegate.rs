@@ -378,10 +378,7 @@ async fn spawn_script(turn: &Turn, call_id: &str, script: &str, arguments: &Json
     if arguments.get("await").and_then(Json::as_bool) == Some(false) {
         return Err(ApiError::invalid("A script child is always awaited; drop `await: false`."));
     }
-    let problems = crate::workflows::source::lint(script);
-    if !problems.is_empty() {
-        return Err(ApiError::invalid(format!("Workflow source rejected:\n- {}", problems.join("\n- "))));
-    }
+    crate::workflows::source::check(script)?;
     let input = arguments.get("input").cloned().unwrap_or(Json::Null);
     let title = arguments
         .get("title")
@@ -413,7 +410,7 @@ async fn spawn_script(turn: &Turn, call_id: &str, script: &str, arguments: &Json
             let run = crate::runs::queue::NewWorkflow {
                 account_id: owner,
                 agent_id,
-                parent_run_id: run_id,
+                parent_run_id: Some(run_id),
                 parent_tool_call_id: Some(call_id),
                 origin: "agent",
                 title: spawn_title,
@@ -431,14 +428,15 @@ async fn spawn_script(turn: &Turn, call_id: &str, script: &str, arguments: &Json
 }
 
 /// Starts an agent child of workflow run `run_id` from a `ctx.delegate` spec: a child session
-/// under `session_id` (the nearest session up the workflow's chain) and a background run whose
-/// result the script awaits; `key` stands in for the tool call a model parent would name. The
-/// depth limit applies; a workflow may start [`MAX_WORKFLOW_SPAWNS`] children.
+/// under `session_id` (the nearest session up the workflow's chain; a top-level session when
+/// there is none, as for a workflow a trigger started) and a background run whose result the
+/// script awaits; `key` stands in for the tool call a model parent would name. The depth limit
+/// applies; a workflow may start [`MAX_WORKFLOW_SPAWNS`] children.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn spawn_for_workflow(
     conn: &Connection,
     run_id: &str,
-    session_id: &str,
+    session_id: Option<&str>,
     agent_id: &str,
     owner: &str,
     key: &str,
@@ -467,7 +465,7 @@ pub(crate) async fn call(turn: &Turn, call_id: &str, arguments: &Json) -> ApiRes
         turn.app
             .db
             .write(move |conn| {
-                spawn_child(conn, &run_id, &session_id, &agent_id, &owner, &call_id_owned, spec, MAX_SPAWNS, now)
+                spawn_child(conn, &run_id, Some(&session_id), &agent_id, &owner, &call_id_owned, spec, MAX_SPAWNS, now)
             })
             .await?
     } else {
@@ -506,13 +504,13 @@ pub(crate) async fn call(turn: &Turn, call_id: &str, arguments: &Json) -> ApiRes
     }
 }
 
-/// Inserts a child session and its first (user) message.
+/// Inserts a child session (top-level without `parent_session_id`) and its first (user) message.
 #[allow(clippy::too_many_arguments)]
 fn new_session(
     conn: &Connection,
     owner: &str,
     agent_id: &str,
-    parent_session_id: &str,
+    parent_session_id: Option<&str>,
     title: &str,
     title_source: TitleSource,
     brief: String,
@@ -543,7 +541,7 @@ fn new_session(
 fn spawn_child(
     conn: &Connection,
     run_id: &str,
-    session_id: &str,
+    session_id: Option<&str>,
     agent_id: &str,
     owner: &str,
     call_id: &str,
@@ -582,7 +580,9 @@ fn spawn_child(
         ("spec".to_owned(), wire::json_to_ipld(&spec.to_json())),
         ("parentToolCallId".to_owned(), Ipld::String(call_id.to_owned())),
     ]);
-    if let Some((step_id, label)) = super::plan::running_step(conn, session_id)? {
+    if let Some(session_id) = session_id
+        && let Some((step_id, label)) = super::plan::running_step(conn, session_id)?
+    {
         input.insert("planStepId".to_owned(), Ipld::String(step_id));
         input.insert("planStepLabel".to_owned(), Ipld::String(label));
     }
@@ -637,7 +637,8 @@ fn spawn_detached(
     let brief = render_brief(brief);
     let title_source = if title.is_some() { TitleSource::Agent } else { TitleSource::System };
     let title = title.unwrap_or_else(|| super::message::run_title(&brief));
-    let (child_session, event) = new_session(conn, owner, agent_id, session_id, &title, title_source, brief, now)?;
+    let (child_session, event) =
+        new_session(conn, owner, agent_id, Some(session_id), &title, title_source, brief, now)?;
     let input = BTreeMap::from([
         ("kind".to_owned(), Ipld::String("session-message".into())),
         ("userEventIds".to_owned(), Ipld::List(vec![Ipld::String(event.id.to_string())])),
@@ -763,11 +764,12 @@ mod tests {
     #[test]
     fn depth_and_spawn_limits_refuse_with_upstreams_messages() {
         let conn = db(3);
-        let error = spawn_child(&conn, "r", "s", "a", "owner", "c", spec("x"), MAX_SPAWNS, 5).err().unwrap();
+        let error = spawn_child(&conn, "r", Some("s"), "a", "owner", "c", spec("x"), MAX_SPAWNS, 5).err().unwrap();
         assert_eq!(error.message(), "Sub-session depth limit reached (3); finish the work here.");
         let conn = db(2);
-        let spawned =
-            spawn_child(&conn, "r", "s", "a", "owner", "c0", spec("First line\nmore"), MAX_SPAWNS, 5).ok().unwrap();
+        let spawned = spawn_child(&conn, "r", Some("s"), "a", "owner", "c0", spec("First line\nmore"), MAX_SPAWNS, 5)
+            .ok()
+            .unwrap();
         assert_eq!(spawned.title, "First line");
         let (depth, call): (i64, String) = conn
             .query_row("SELECT depth, parent_tool_call_id FROM runs WHERE parent_run_id = 'r'", [], |row| {
@@ -776,14 +778,16 @@ mod tests {
             .unwrap();
         assert_eq!((depth, call.as_str()), (3, "c0"));
         for index in 1..10 {
-            spawn_child(&conn, "r", "s", "a", "owner", &format!("c{index}"), spec("x"), MAX_SPAWNS, 5).ok().unwrap();
+            spawn_child(&conn, "r", Some("s"), "a", "owner", &format!("c{index}"), spec("x"), MAX_SPAWNS, 5)
+                .ok()
+                .unwrap();
         }
-        let error = spawn_child(&conn, "r", "s", "a", "owner", "c10", spec("x"), MAX_SPAWNS, 5).err().unwrap();
+        let error = spawn_child(&conn, "r", Some("s"), "a", "owner", "c10", spec("x"), MAX_SPAWNS, 5).err().unwrap();
         assert_eq!(error.message(), "This run already spawned 10 sub-sessions; finish the remaining work here.");
         let other = normalize(&json!({"brief": "x", "agentId": "nobody"})).unwrap();
         let conn = db(0);
         assert_eq!(
-            spawn_child(&conn, "r", "s", "a", "owner", "c", other, MAX_SPAWNS, 5).err().unwrap().message(),
+            spawn_child(&conn, "r", Some("s"), "a", "owner", "c", other, MAX_SPAWNS, 5).err().unwrap().message(),
             "Agent not found"
         );
     }

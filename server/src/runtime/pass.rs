@@ -646,7 +646,7 @@ async fn run_verb(turn: &Turn, tool: Tool, arguments: &Json) -> Result<(Json, Ve
     let input = Value(wire::json_to_ipld(arguments));
     let context = crate::verbs::Context::for_agent(
         &turn.app,
-        &turn.session_id,
+        Some(&turn.session_id),
         &turn.agent_id,
         &turn.owner_id,
         turn.definition.clone(),

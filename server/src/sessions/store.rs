@@ -390,8 +390,9 @@ pub(crate) struct NewChild<'a> {
     pub(crate) owner_id: &'a str,
     /// Its agent.
     pub(crate) agent_id: &'a str,
-    /// The session that spawned it.
-    pub(crate) parent_session_id: &'a str,
+    /// The session that spawned it; `None` for a child of a workflow with no session up its
+    /// chain (a trigger's), which is a top-level session.
+    pub(crate) parent_session_id: Option<&'a str>,
     /// Its title.
     pub(crate) title: &'a str,
     /// Who gave the title.

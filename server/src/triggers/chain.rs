@@ -1,12 +1,14 @@
 //! Run-completed triggers (docs/protocol.md §E.3): when a run of an account reaches a final
 //! status, its enabled `run-completed` triggers whose filters match fire, loop-guarded.
 //!
-//! The monitor takes finished agent runs it has not handled yet (`runs.completion_pending`, read
+//! The monitor takes finished agent runs, and finished workflow runs answering a firing (a
+//! `script` or `tool` continuation's), it has not handled yet (`runs.completion_pending`, read
 //! through a partial index that holds only those, so a scan costs the work left, not the run
 //! history), a batch at a time, in one write transaction per batch: it records each run's outcome
-//! on the firing that started it, fires the matching triggers (firing key `run-completed:<runId>`)
-//! for runs that finished within [`LOOKBACK_MS`] (a run that ended long before the monitor saw it,
-//! across a long downtime, starts no chain), and clears the mark. A crash before the commit
+//! on the firing that started it (opening a thread for a failed workflow whose continuation says
+//! `onFailure: 'thread'`), fires the matching triggers (firing key `run-completed:<runId>`) for
+//! agent runs that finished within [`LOOKBACK_MS`] (a run that ended long before the monitor saw
+//! it, across a long downtime, starts no chain), and clears the mark. A crash before the commit
 //! leaves the batch to the next scan; after it, nothing is done twice. It scans when a run ends on
 //! the bus that it has to look at (one scan for every end already queued) and every [`POLL`] (a
 //! lagging bus loses nothing).
@@ -20,7 +22,9 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 use seed_agents_protocol::Value;
-use seed_agents_protocol::generated::{AgentTriggerSource, RunCompletedSource, RunCompletedSourceStatus, RunStatus};
+use seed_agents_protocol::generated::{
+    AgentTriggerSource, RunCompletedSource, RunCompletedSourceStatus, RunInfoKind, RunStatus,
+};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::task::JoinHandle;
 
@@ -104,8 +108,9 @@ pub async fn scan(app: &App) -> ApiResult<usize> {
             let runs = runs_store::pending_completions(conn, BATCH)?;
             let mut fired = false;
             for run in &runs {
-                settle_firing(conn, run, now)?;
-                if run.finished_at >= now - LOOKBACK_MS {
+                fired |= settle_firing(conn, run, now, &mut published)?;
+                // Run-completed triggers watch agent runs (docs/protocol.md §E.3).
+                if run.kind == RunInfoKind::Agent && run.finished_at >= now - LOOKBACK_MS {
                     fired |= fire_matching(conn, run, now, &mut published)?;
                 }
                 runs_store::clear_completion_pending(conn, &run.id)?;
@@ -120,12 +125,33 @@ pub async fn scan(app: &App) -> ApiResult<usize> {
     Ok(handled)
 }
 
-/// Records the run's outcome on the firing that started it (and a failure on its trigger).
-fn settle_firing(conn: &Connection, run: &Completed, now: i64) -> ApiResult<()> {
-    let Some(firing_id) = &run.firing_id else { return Ok(()) };
+/// Records the run's outcome on the firing that started it (and a failure on its trigger); for
+/// a failed workflow run whose continuation asked for one, opens the failure thread. Whether a
+/// run was queued.
+fn settle_firing(conn: &Connection, run: &Completed, now: i64, published: &mut Published) -> ApiResult<bool> {
+    let Some(firing_id) = &run.firing_id else { return Ok(false) };
     let error =
         (run.status == RunStatus::Failed).then(|| run.error.clone().unwrap_or_else(|| "The run failed".to_owned()));
-    store::settle_firing(conn, firing_id, &run.status.to_string(), error.as_deref(), now)
+    store::settle_firing(conn, firing_id, &run.status.to_string(), error.as_deref(), now)?;
+    let Some(message) = error.as_deref().filter(|_| run.kind == RunInfoKind::Workflow) else { return Ok(false) };
+    let Some(row) = runs_store::delivery(conn, &run.id)? else { return Ok(false) };
+    if field(&row.input, firing::ON_FAILURE).as_deref() != Some("thread") {
+        return Ok(false);
+    }
+    let code = field(&row.error, "code");
+    let failure = firing::Failure { run_id: &run.id, code: code.as_deref(), message };
+    Ok(firing::open_failure_thread(conn, firing_id, &failure, now, published)?.is_some())
+}
+
+/// A text field of a stored map.
+fn field(value: &ipld_core::ipld::Ipld, key: &str) -> Option<String> {
+    match value {
+        ipld_core::ipld::Ipld::Map(fields) => match fields.get(key) {
+            Some(ipld_core::ipld::Ipld::String(text)) => Some(text.clone()),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// Fires the account's matching run-completed triggers for `run`; whether any fired.
@@ -144,7 +170,9 @@ fn fire_matching(conn: &Connection, run: &Completed, now: i64, published: &mut P
         let activity = activity(run);
         let key = format!("run-completed:{}", run.id);
         match firing::fire_in(conn, &trigger_id, &key, &activity, now, published)? {
-            FireOutcome::Fired { .. } | FireOutcome::Woke { run_id: Some(_), .. } => fired = true,
+            FireOutcome::Fired { .. } | FireOutcome::Started { .. } | FireOutcome::Woke { run_id: Some(_), .. } => {
+                fired = true
+            }
             FireOutcome::Woke { run_id: None, .. } | FireOutcome::Duplicate | FireOutcome::Inactive => {}
         }
     }
@@ -282,6 +310,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(run("watched", "owner"), 1, "an enabled trigger of the account may fire");
+        conn.execute(
+            "INSERT INTO runs (id, account_id, root_run_id, kind, origin, input_cbor, status, created_at, updated_at,
+                               finished_at)
+             VALUES ('script', 'owner', 'script', 'workflow', 'agent', x'a0', 'succeeded', 1, 1, 1)",
+            [],
+        )
+        .unwrap();
+        assert!(!settle_unwatched(&conn, "script").unwrap(), "run-completed triggers watch agent runs only");
         assert_eq!(run("elsewhere", "other"), 0, "another account's trigger never fires for it");
         conn.execute("UPDATE agent_triggers SET enabled = 0", []).unwrap();
         assert_eq!(run("disabled", "owner"), 0, "a disabled trigger does not watch");
@@ -291,6 +327,7 @@ mod tests {
     fn filters_match_status_agent_and_title() {
         let run = Completed {
             id: "r".into(),
+            kind: RunInfoKind::Agent,
             account_id: "o".into(),
             agent_id: Some("a".into()),
             session_id: None,

@@ -12,7 +12,11 @@
 //!
 //! A trigger whose continuation is `wake` opens no session: in the same transaction as its
 //! firing row, the signal is delivered like `SignalRun` (see `wake_in`) and the firing records
-//! whether a run took it.
+//! whether a run took it. A `script` or `tool` continuation opens no session either: in the same
+//! transaction a root workflow run is queued (see `start_workflow`; a `tool` runs as a
+//! one-call script the server writes, docs/workflows.md §4), and the run-completed monitor
+//! records its end on the firing (`chain`), opening a thread when it failed and the
+//! continuation asks for one (`open_failure_thread`).
 
 use std::collections::BTreeMap;
 
@@ -20,7 +24,7 @@ use ipld_core::ipld::Ipld;
 use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     AgentActivityCondition, AgentTriggerInfo, AgentTriggerInfoPrompt, MessageEvent, MessageEventRole, MessageEventType,
-    SessionActor, SessionEvent, SessionEventPayload, TriggerContinuation, WakeContinuation,
+    SessionActor, SessionEvent, SessionEventPayload, TriggerContinuation, TriggerFailurePolicy, WakeContinuation,
 };
 use seed_agents_protocol::{Value, wire};
 
@@ -30,7 +34,7 @@ use crate::bus::{ChangeReason, Event};
 use crate::error::{ApiError, ApiResult};
 use crate::runs::{
     self,
-    queue::{Changes, NewRun, Queue},
+    queue::{Changes, NewRun, NewWorkflow, Queue},
 };
 use crate::sessions::events;
 
@@ -40,8 +44,11 @@ pub(crate) const MAX_ATTEMPTS: u32 = 3;
 pub(crate) const MAX_KEY_BYTES: usize = 1024;
 /// The largest activity (canonical CBOR) a firing stores and hands to the run.
 pub(crate) const MAX_ACTIVITY_BYTES: usize = 256 * 1024;
-/// Firing status: the session is open and its run queued (or running).
+/// Firing status: the session is open and its run queued (or running); for a `script` or `tool`
+/// continuation, its workflow run is queued (or running).
 pub(crate) const STARTED: &str = "started";
+/// The run input key of a `script` or `tool` continuation's failure policy, when it is `thread`.
+pub(crate) const ON_FAILURE: &str = "onFailure";
 /// Firing status of a `wake` continuation: the signal reached a parked run (`runId`), which
 /// went back to the queue.
 pub(crate) const DELIVERED: &str = "delivered";
@@ -83,6 +90,14 @@ pub(crate) enum FireOutcome {
         /// firing's status is then `no-listener` and its `error` says why).
         run_id: Option<String>,
     },
+    /// The trigger's continuation is `script` or `tool`: the firing was recorded and a root
+    /// workflow run queued (no session).
+    Started {
+        /// The firing's id.
+        firing_id: String,
+        /// The workflow run answering it.
+        run_id: String,
+    },
     /// This key already fired this trigger (or a trigger merged into it): nothing was written.
     Duplicate,
     /// The trigger is gone, disabled or merged into another: nothing was written.
@@ -105,7 +120,10 @@ pub(crate) async fn fire(app: &App, trigger_id: &str, firing_key: &str, activity
         })
         .await?;
     published.publish(app);
-    if matches!(outcome, FireOutcome::Fired { .. } | FireOutcome::Woke { run_id: Some(_), .. }) {
+    if matches!(
+        outcome,
+        FireOutcome::Fired { .. } | FireOutcome::Started { .. } | FireOutcome::Woke { run_id: Some(_), .. }
+    ) {
         app.runs.notify();
     }
     Ok(outcome)
@@ -117,7 +135,8 @@ pub(crate) struct Published {
     changes: Changes,
     appended: Vec<(String, String, SessionEvent)>,
     fired: Vec<(String, String, String)>,
-    woke: Vec<(String, String)>,
+    /// Triggers (as `(owner, agent)`) whose firings changed without opening a session.
+    updated: Vec<(String, String)>,
 }
 
 impl Published {
@@ -132,7 +151,7 @@ impl Published {
             app.bus.account_change(&owner, ChangeReason::SessionCreated, Some(&agent), Some(&session));
             app.bus.account_change(&owner, ChangeReason::TriggerUpdated, Some(&agent), None);
         }
-        for (owner, agent) in self.woke {
+        for (owner, agent) in self.updated {
             app.bus.account_change(&owner, ChangeReason::TriggerUpdated, Some(&agent), None);
         }
         app.runs.publish(self.changes);
@@ -178,11 +197,26 @@ pub(crate) fn fire_in(
     if !store::insert_firing(conn, &firing, now)? {
         return Ok(FireOutcome::Duplicate);
     }
-    if let Some(TriggerContinuation::WakeContinuation(wake)) = &trigger.continuation {
-        let run_id = wake_in(conn, &trigger, wake, activity, &firing_id, now, published)?;
-        return Ok(FireOutcome::Woke { firing_id, run_id });
+    let workflow = match &trigger.continuation {
+        Some(TriggerContinuation::WakeContinuation(wake)) => {
+            let run_id = wake_in(conn, &trigger, wake, activity, &firing_id, now, published)?;
+            return Ok(FireOutcome::Woke { firing_id, run_id });
+        }
+        Some(TriggerContinuation::ScriptContinuation(script)) => {
+            Some((script.script.clone(), script.input.as_ref(), script.on_failure))
+        }
+        Some(TriggerContinuation::ToolContinuation(tool)) => {
+            Some((crate::workflows::source::one_call(&tool.tool), tool.input.as_ref(), tool.on_failure))
+        }
+        Some(TriggerContinuation::NewThreadContinuation(_)) | None => None,
+    };
+    if let Some((source, input, on_failure)) = workflow {
+        let started = Started { source, input, on_failure };
+        let run_id = start_workflow(conn, &trigger, &firing_id, started, activity, now, published)?;
+        return Ok(FireOutcome::Started { firing_id, run_id });
     }
-    let (session_id, run_id) = open_thread(conn, &trigger, &firing_id, activity, now, published)?;
+    let content = message_text(&prompt_of(&trigger), &trigger.name, activity);
+    let (session_id, run_id) = open_thread(conn, &trigger, Some(&firing_id), content, now, published)?;
     store::set_firing_thread(conn, &firing_id, &session_id, &run_id)?;
     store::mark_fired(conn, trigger_id, now)?;
     published.fired.push((trigger.account.clone(), trigger.agent_id.to_string(), session_id.clone()));
@@ -234,8 +268,122 @@ fn wake_in(
     if woken.is_some() {
         store::mark_fired(conn, &trigger.id, now)?;
     }
-    published.woke.push((trigger.account.clone(), trigger.agent_id.to_string()));
+    published.updated.push((trigger.account.clone(), trigger.agent_id.to_string()));
     Ok(woken)
+}
+
+/// What a `script` or `tool` continuation runs.
+struct Started<'a> {
+    /// The script (for a `tool`, the one-call script the server writes).
+    source: String,
+    /// The continuation's `input`.
+    input: Option<&'a Value>,
+    /// What a failure does.
+    on_failure: Option<TriggerFailurePolicy>,
+}
+
+/// A `script` or `tool` continuation's firing: a root workflow run of the trigger's agent
+/// (origin `trigger`, no session, `trigger_firing_id` the firing) whose script receives
+/// `{input, activity}`; the firing records the run and stays `started` until the run-completed
+/// monitor records the run's end. A `thread` failure policy is copied onto the run, so an edit
+/// of the trigger never changes what a queued run's failure does.
+fn start_workflow(
+    conn: &Connection,
+    trigger: &AgentTriggerInfo,
+    firing_id: &str,
+    started: Started<'_>,
+    activity: &Activity,
+    now: i64,
+    published: &mut Published,
+) -> ApiResult<String> {
+    let given = started.input.map_or(Ipld::Null, |input| input.0.clone());
+    let activity_value = wire::to_ipld(&activity.value).map_err(ApiError::internal)?;
+    let script_input =
+        Ipld::Map(BTreeMap::from([("input".to_owned(), given), ("activity".to_owned(), activity_value)]));
+    let mut fields = BTreeMap::from([
+        ("input".to_owned(), script_input),
+        ("triggerFiringId".to_owned(), Ipld::String(firing_id.to_owned())),
+    ]);
+    if started.on_failure == Some(TriggerFailurePolicy::Thread) {
+        fields.insert(ON_FAILURE.to_owned(), Ipld::String(TriggerFailurePolicy::Thread.to_string()));
+    }
+    let run = NewWorkflow {
+        account_id: trigger.account.clone(),
+        agent_id: trigger.agent_id.to_string(),
+        parent_run_id: None,
+        parent_tool_call_id: None,
+        origin: "trigger",
+        title: trigger.name.clone(),
+        source: started.source,
+        input: Ipld::Map(fields),
+    };
+    let run_id = crate::runs::queue::enqueue_workflow(conn, &run, now, &mut published.changes)?;
+    runs::store::set_trigger_firing(conn, &run_id, firing_id)?;
+    // The run snapshot noted by `enqueue_workflow` predates the firing id; note it again.
+    published.changes.run(conn, &run_id)?;
+    store::set_firing_outcome(conn, firing_id, STARTED, None, Some(&run_id), now)?;
+    store::mark_fired(conn, &trigger.id, now)?;
+    published.updated.push((trigger.account.clone(), trigger.agent_id.to_string()));
+    Ok(run_id)
+}
+
+/// How a `script` or `tool` continuation's run failed, for the thread its failure opens.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure<'a> {
+    /// The failed run.
+    pub run_id: &'a str,
+    /// Its error code, when it has one.
+    pub code: Option<&'a str>,
+    /// Its error message.
+    pub message: &'a str,
+}
+
+/// Opens the thread a failed `script` or `tool` continuation asks for (`onFailure: 'thread'`),
+/// in the caller's transaction (the one that records the failure on firing `firing_id`): a
+/// session titled after the trigger, the trigger's prompt with the activity and a
+/// `<trigger_failure>` note saying what failed and why (one user message, actor `trigger`), and a
+/// background agent run. The firing's `sessionId` becomes the thread (its `runId` stays the
+/// failed run); the thread's run does not answer the firing, so its end leaves the firing's
+/// `failed` alone. Returns the session, or `None` when the trigger or firing is gone.
+pub(crate) fn open_failure_thread(
+    conn: &Connection,
+    firing_id: &str,
+    failure: &Failure<'_>,
+    now: i64,
+    published: &mut Published,
+) -> ApiResult<Option<String>> {
+    let Some(recorded) = store::firing_activity(conn, firing_id)? else { return Ok(None) };
+    let Some(trigger) = store::load(conn, &recorded.trigger_id)? else { return Ok(None) };
+    let what = match &trigger.continuation {
+        Some(TriggerContinuation::ToolContinuation(tool)) => format!("call of the tool `{}`", tool.tool),
+        _ => "workflow script".to_owned(),
+    };
+    let activity =
+        Activity { summary: recorded.summary, value: recorded.value, matched_conditions: None, parent_firing_id: None };
+    let reason = match failure.code {
+        Some(code) => format!("{code}: {}", failure.message),
+        None => failure.message.to_owned(),
+    };
+    let escape = crate::runtime::replay::escape;
+    let content = format!(
+        "{}\n\n<trigger_failure run=\"{}\">\nThe trigger's {what} failed, so this thread was started for you to deal \
+         with it.\n{}\n</trigger_failure>",
+        message_text(&prompt_of(&trigger), &trigger.name, &activity),
+        escape(failure.run_id),
+        escape(&reason)
+    );
+    let (session_id, _) = open_thread(conn, &trigger, None, content, now, published)?;
+    store::set_firing_session(conn, firing_id, &session_id)?;
+    published.fired.push((trigger.account.clone(), trigger.agent_id.to_string(), session_id.clone()));
+    Ok(Some(session_id))
+}
+
+/// The trigger's prompt as markdown.
+fn prompt_of(trigger: &AgentTriggerInfo) -> String {
+    match &trigger.prompt {
+        AgentTriggerInfoPrompt::String(text) => text.clone(),
+        AgentTriggerInfoPrompt::Array(blocks) => crate::agents::prompt::blocks_to_markdown(blocks),
+    }
 }
 
 /// The summary as stored: one line, at most 512 bytes (cut on a character boundary).
@@ -248,12 +396,14 @@ fn summary(summary: &str) -> String {
     if line.is_empty() { "Trigger fired".to_owned() } else { line[..end].to_owned() }
 }
 
-/// The new thread: a session titled after the trigger, the prompt message, the run.
+/// The new thread: a session titled after the trigger, the user message `content` (actor
+/// `trigger`, with the prompt as its markdown), the run. With `firing_id`, the run answers that
+/// firing (`trigger_firing_id`, so its end settles the firing).
 fn open_thread(
     conn: &Connection,
     trigger: &AgentTriggerInfo,
-    firing_id: &str,
-    activity: &Activity,
+    firing_id: Option<&str>,
+    content: String,
     now: i64,
     published: &mut Published,
 ) -> ApiResult<(String, String)> {
@@ -268,11 +418,6 @@ fn open_thread(
         thoroughness: None,
     };
     crate::sessions::store::insert(conn, &session, now)?;
-    let prompt = match &trigger.prompt {
-        AgentTriggerInfoPrompt::String(text) => text.clone(),
-        AgentTriggerInfoPrompt::Array(blocks) => crate::agents::prompt::blocks_to_markdown(blocks),
-    };
-    let content = message_text(&prompt, &trigger.name, activity);
     let payload = SessionEventPayload::MessageEvent(MessageEvent {
         extra: Default::default(),
         actor: Some(SessionActor::Trigger),
@@ -282,7 +427,7 @@ fn open_thread(
         content,
         context_lines: None,
         meta: None,
-        raw_markdown: Some(prompt),
+        raw_markdown: Some(prompt_of(trigger)),
         role: MessageEventRole::User,
         tool_call_id: None,
         type_: MessageEventType::Message,
@@ -292,8 +437,10 @@ fn open_thread(
         ("kind".to_owned(), Ipld::String("session-message".to_owned())),
         ("userEventIds".to_owned(), Ipld::List(vec![Ipld::String(event.id.to_string())])),
         ("queuedBehindAnotherTurn".to_owned(), Ipld::Bool(false)),
-        ("triggerFiringId".to_owned(), Ipld::String(firing_id.to_owned())),
     ]);
+    if let Some(firing_id) = firing_id {
+        input.insert("triggerFiringId".to_owned(), Ipld::String(firing_id.to_owned()));
+    }
     if let Some(thread) = super::thread::Thread::of(trigger.continuation.as_ref()) {
         super::thread::store(&mut input, &thread);
     }
@@ -310,9 +457,11 @@ fn open_thread(
         parent_run_id: None,
     };
     let run_id = crate::runs::queue::enqueue(conn, &run, now, &mut published.changes)?;
-    runs::store::set_trigger_firing(conn, &run_id, firing_id)?;
-    // The run snapshot noted by `enqueue` predates the firing id; note it again.
-    published.changes.run(conn, &run_id)?;
+    if let Some(firing_id) = firing_id {
+        runs::store::set_trigger_firing(conn, &run_id, firing_id)?;
+        // The run snapshot noted by `enqueue` predates the firing id; note it again.
+        published.changes.run(conn, &run_id)?;
+    }
     published.appended.push((trigger.account.clone(), trigger.agent_id.to_string(), event));
     Ok((session_id, run_id))
 }

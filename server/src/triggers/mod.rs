@@ -64,7 +64,7 @@ impl sink::FiringSink for FireSink {
                 parent_firing_id: None,
             };
             let outcome = fire(&app, &found.trigger_id, &found.firing_key, activity).await?;
-            Ok(matches!(outcome, FireOutcome::Fired { .. } | FireOutcome::Woke { .. }))
+            Ok(matches!(outcome, FireOutcome::Fired { .. } | FireOutcome::Started { .. } | FireOutcome::Woke { .. }))
         })
     }
 }

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use seed_agents_protocol::generated::{
     ActivitySource, AgentActivityCondition, AgentActivitySource, AgentDefinitionSystemPrompt, AgentPromptBlock,
     AgentScheduleTrigger, AgentTriggerSource, CommentReplySource, DocumentAuthorCommentSource, DocumentCommentSource,
-    IntervalSchedule, NewThreadContinuation, OnceSchedule, RunCompletedSource, ScheduleSource, SiteUpdateSource,
-    TriggerContinuation, UserMentionSource, WakeContinuation, WeeklySchedule,
+    IntervalSchedule, NewThreadContinuation, OnceSchedule, RunCompletedSource, ScheduleSource, ScriptContinuation,
+    SiteUpdateSource, ToolContinuation, TriggerContinuation, UserMentionSource, WakeContinuation, WeeklySchedule,
 };
 
 use crate::agents::prompt;
@@ -95,10 +95,17 @@ pub(crate) fn prompt(input: Option<AgentDefinitionSystemPrompt>) -> ApiResult<Pr
 
 /// The most tool names a new-thread continuation narrows to.
 pub(crate) const MAX_THREAD_TOOLS: usize = 64;
+/// The largest `input` of a `tool` or `script` continuation (canonical CBOR), like the activity
+/// a firing stores beside it.
+pub(crate) const MAX_INPUT_BYTES: usize = 256 * 1024;
 
-/// The continuation: a new thread or a `wake` (signal and run id trimmed, each required when
+/// The continuation: a new thread, a `wake` (signal and run id trimmed, each required when
 /// present and at most 256 bytes; the payload is kept as sent, like upstream, within the
-/// envelope's own size cap); `tool` and `script` answer 501.
+/// envelope's own size cap), a `script` (linted as `delegate {script}` is: 400 `Workflow source
+/// rejected:`) or a `tool` (its name trimmed, required, at most 256 bytes: a verb or a callable,
+/// checked against the agent's grants when it fires, since grants change). A `script` or `tool`
+/// input is kept as sent, at most [`MAX_INPUT_BYTES`]; `onFailure` is `none` (the default) or
+/// `thread`.
 ///
 /// A new thread's `systemPrompt` is trimmed and checked like a trigger prompt (required when
 /// present, at most 64 KiB); its `tools` are trimmed, non-empty names (at most
@@ -133,10 +140,33 @@ pub(crate) fn continuation(continuation: Option<TriggerContinuation>) -> ApiResu
                 payload: wake.payload,
             })))
         }
-        Some(TriggerContinuation::ToolContinuation(_) | TriggerContinuation::ScriptContinuation(_)) => {
-            Err(ApiError::not_implemented("Tool and script continuations are not supported by this server yet"))
+        Some(TriggerContinuation::ScriptContinuation(script)) => {
+            crate::workflows::source::check(&script.script)?;
+            continuation_input(script.input.as_ref())?;
+            Ok(Some(TriggerContinuation::ScriptContinuation(ScriptContinuation {
+                extra: Default::default(),
+                ..script
+            })))
+        }
+        Some(TriggerContinuation::ToolContinuation(tool)) => {
+            continuation_input(tool.input.as_ref())?;
+            Ok(Some(TriggerContinuation::ToolContinuation(ToolContinuation {
+                extra: Default::default(),
+                tool: bounded_string(&tool.tool, "Trigger tool", MAX_NAME_BYTES)?,
+                ..tool
+            })))
         }
     }
+}
+
+/// A `tool` or `script` continuation's input: any value up to [`MAX_INPUT_BYTES`].
+fn continuation_input(input: Option<&seed_agents_protocol::Value>) -> ApiResult<()> {
+    let Some(input) = input else { return Ok(()) };
+    let bytes = seed_agents_protocol::wire::to_vec(input).map_err(ApiError::internal)?;
+    if bytes.len() > MAX_INPUT_BYTES {
+        return Err(ApiError::invalid(format!("Trigger input is too large (at most {MAX_INPUT_BYTES} bytes)")));
+    }
+    Ok(())
 }
 
 /// A new thread's tool names: trimmed, non-empty, deduplicated, at most [`MAX_THREAD_TOOLS`].
@@ -621,5 +651,49 @@ mod tests {
         assert!(continuation(wake(&"s".repeat(256), None)).is_ok(), "256 bytes is the limit");
         assert_eq!(message(continuation(wake("go", Some("")))), "Trigger run ID is required");
         assert_eq!(message(continuation(wake("go", Some(&"r".repeat(257))))), "Trigger run ID is too large");
+    }
+
+    #[test]
+    fn script_and_tool_continuations_are_checked() {
+        use seed_agents_protocol::Value;
+        use seed_agents_protocol::generated::TriggerFailurePolicy;
+        let script = |source: &str, input: Option<Value>| {
+            Some(TriggerContinuation::ScriptContinuation(ScriptContinuation {
+                extra: [("unknown".to_owned(), Value::from(ipld_core::ipld::Ipld::Integer(1)))].into(),
+                input,
+                on_failure: Some(TriggerFailurePolicy::Thread),
+                script: source.into(),
+            }))
+        };
+        let good = "export default async function (input, ctx) { return input; }";
+        let Some(TriggerContinuation::ScriptContinuation(kept)) = continuation(script(good, None)).unwrap() else {
+            panic!("a script stays a script")
+        };
+        assert_eq!((&*kept.script, kept.on_failure, kept.extra.len()), (good, Some(TriggerFailurePolicy::Thread), 0));
+        let refused = message(continuation(script("export default async function () { return Date.now(); }", None)));
+        assert!(refused.starts_with("Workflow source rejected:\n- Date is not available"), "{refused}");
+        assert!(message(continuation(script("", None))).contains("exactly one `export default"));
+        let huge = Value::from(ipld_core::ipld::Ipld::String("x".repeat(MAX_INPUT_BYTES)));
+        assert_eq!(
+            message(continuation(script(good, Some(huge.clone())))),
+            format!("Trigger input is too large (at most {MAX_INPUT_BYTES} bytes)")
+        );
+
+        let tool = |name: &str, input: Option<Value>| {
+            Some(TriggerContinuation::ToolContinuation(ToolContinuation {
+                extra: Default::default(),
+                input,
+                on_failure: None,
+                tool: name.into(),
+            }))
+        };
+        let Some(TriggerContinuation::ToolContinuation(kept)) = continuation(tool(" write ", None)).unwrap() else {
+            panic!("a tool stays a tool")
+        };
+        assert_eq!((&*kept.tool, kept.on_failure), ("write", None));
+        assert_eq!(message(continuation(tool("  ", None))), "Trigger tool is required");
+        assert_eq!(message(continuation(tool(&"t".repeat(257), None))), "Trigger tool is too large");
+        assert!(continuation(tool("no_such_tool_yet", None)).is_ok(), "grants are checked when it fires");
+        assert!(message(continuation(tool("write", Some(huge)))).starts_with("Trigger input is too large"));
     }
 }

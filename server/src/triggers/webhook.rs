@@ -96,6 +96,13 @@ pub(crate) enum Delivered {
         /// The run it queued.
         run_id: String,
     },
+    /// A `script` or `tool` continuation queued its workflow run.
+    Started {
+        /// The firing.
+        firing_id: String,
+        /// The workflow run it queued.
+        run_id: String,
+    },
     /// A `wake` continuation delivered its signal (to the parked run `run_id`, if one listened).
     Woke {
         /// The firing.
@@ -204,6 +211,7 @@ pub(crate) async fn deliver(
     match firing::fire(app, &trigger_id, &format!("webhook:{}", signed.id), activity).await? {
         FireOutcome::Fired { firing_id, session_id, run_id } => Ok(Delivered::Fired { firing_id, session_id, run_id }),
         FireOutcome::Woke { firing_id, run_id } => Ok(Delivered::Woke { firing_id, run_id }),
+        FireOutcome::Started { firing_id, run_id } => Ok(Delivered::Started { firing_id, run_id }),
         FireOutcome::Duplicate => Err(ApiError::conflict("This webhook-id was already received")),
         FireOutcome::Inactive => Err(ApiError::conflict("This trigger is disabled")),
     }

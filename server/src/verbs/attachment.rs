@@ -38,7 +38,7 @@ fn is_text(mime_type: Option<&str>) -> bool {
 }
 
 pub(super) async fn read(context: &Context<'_>, id: String) -> ApiResult<Value> {
-    let dir = attachments::session_dir(&attachments::root(&context.app.config), &context.session_id)?;
+    let dir = attachments::session_dir(&attachments::root(&context.app.config), context.session()?)?;
     let (info, data) = blocking(move || attachments::read(&dir, &id)).await?;
     let mime_type = info.mime_type.as_deref();
     let mut shown =

@@ -149,7 +149,7 @@ pub(super) async fn write(context: &Context<'_>, input: &Input<'_>) -> ApiResult
         }
         (None, Some(Ipld::String(id))) => {
             let root = crate::attachments::root(&context.app.config);
-            let dir = crate::attachments::session_dir(&root, &context.session_id)?;
+            let dir = crate::attachments::session_dir(&root, context.session()?)?;
             let id = id.trim().to_owned();
             let (info, file) = blocking(move || crate::attachments::store::open(&dir, &id)).await?;
             let published = ipfs::publish_file(&client, file).await?;

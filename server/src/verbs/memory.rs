@@ -159,7 +159,7 @@ async fn from_url(context: &Context<'_>, raw: &str, url: &str) -> ApiResult<Valu
 }
 
 async fn from_attachment(context: &Context<'_>, raw: &str, id: String) -> ApiResult<Value> {
-    let dir = crate::attachments::session_dir(&crate::attachments::root(&context.app.config), &context.session_id)?;
+    let dir = crate::attachments::session_dir(&crate::attachments::root(&context.app.config), context.session()?)?;
     let (root, raw) = (context.memory_root.clone(), raw.to_owned());
     let (info, entry) = blocking(move || {
         let (info, data) = crate::attachments::read(&dir, &id)?;

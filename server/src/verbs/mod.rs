@@ -56,7 +56,9 @@ const AGENT_IS_WORKING: &str = "The agent is working in this thread right now; w
 /// What a verb runs against: the session, its agent, and who asked.
 pub(crate) struct Context<'a> {
     app: &'a App,
-    session_id: String,
+    /// The session: none for a workflow a trigger started (docs/workflows.md §3), where only
+    /// the session-bound addresses (`attachment:`) refuse.
+    session_id: Option<String>,
     agent_id: String,
     owner_id: String,
     definition: AgentDefinition,
@@ -68,10 +70,11 @@ pub(crate) struct Context<'a> {
 }
 
 impl<'a> Context<'a> {
-    /// The context of the session's agent itself (a model pass), rather than of a user.
+    /// The context of the session's agent itself (a model pass or a workflow), rather than of a
+    /// user; `session_id` is `None` for a workflow with no session up its chain.
     pub(crate) fn for_agent(
         app: &'a App,
-        session_id: &str,
+        session_id: Option<&str>,
         agent_id: &str,
         owner_id: &str,
         definition: AgentDefinition,
@@ -79,7 +82,7 @@ impl<'a> Context<'a> {
     ) -> Self {
         Self {
             app,
-            session_id: session_id.to_owned(),
+            session_id: session_id.map(str::to_owned),
             agent_id: agent_id.to_owned(),
             owner_id: owner_id.to_owned(),
             definition,
@@ -98,6 +101,16 @@ impl<'a> Context<'a> {
     pub(crate) fn take_images(&self) -> Vec<crate::model::Image> {
         let Some(images) = &self.model_images else { return Vec::new() };
         std::mem::take(&mut *images.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// The session the verb runs in, for what belongs to one (its attachments); a clear refusal
+    /// for a workflow a trigger started, which has none.
+    fn session(&self) -> ApiResult<&str> {
+        self.session_id.as_deref().ok_or_else(|| {
+            ApiError::invalid(
+                "This workflow was started by a trigger and has no thread: attachments belong to a thread, so                  attachment: addresses cannot be used here",
+            )
+        })
     }
 
     /// Whether the caller is a model that takes images.
@@ -212,7 +225,7 @@ async fn open<'a>(app: &'a App, caller: &Caller, session_id: &str) -> ApiResult<
         .await?;
     Ok(Context {
         app,
-        session_id: session_id.to_owned(),
+        session_id: Some(session_id.to_owned()),
         agent_id: access.agent_id,
         owner_id: access.owner_id,
         memory_root: PathBuf::from(&agent.state_dir).join(crate::memory::path::MEMORY_DIR),

@@ -38,8 +38,9 @@ const RECENT_FIRINGS: usize = 5;
 /// What `write ~/triggers/<name>` content must be, and every source shape.
 const CONTRACT: &str = "write ~/triggers/<name> with JSON content {source, prompt, enabled?, continuation?} creates \
 the trigger or replaces it. prompt: markdown text. enabled: default true. continuation: {kind: 'newThread'} (the \
-default) or {kind: 'wake', signal, runId?, payload?} to resume a parked run of this agent instead of starting a \
-thread. source, one of:\n\
+default), {kind: 'wake', signal, runId?, payload?} to resume a parked run of this agent, {kind: 'script', script, \
+input?, onFailure?: 'none'|'thread'} to run a workflow script (it receives {input, activity}), or {kind: 'tool', \
+tool, input?, onFailure?} to make one tool call, instead of starting a thread. source, one of:\n\
 - {type: 'user-mention', mentionedAccounts: [accountId], resourcePrefix?: 'hm://<account>[/path]'}\n\
 - {type: 'comment-reply', repliedToAccounts: [accountId], resourcePrefix?}\n\
 - {type: 'document-author-comment', documentAuthors: [accountId], resourcePrefix?}\n\

@@ -6,7 +6,9 @@
 //!
 //! Effects act as the run's agent, in the nearest session up the run's chain of parents (a
 //! script has no session of its own): `ctx.call` goes through the same verbs and callables a
-//! model pass uses, with their grants; `ctx.delegate` starts an agent child there.
+//! model pass uses, with their grants; `ctx.delegate` starts an agent child there. A workflow a
+//! trigger started has no session up its chain: its calls run without one (only `attachment:`
+//! addresses refuse) and its agent children open top-level threads.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -248,24 +250,15 @@ impl AppHost {
         Ok(())
     }
 
-    /// The nearest session up the run's chain, where its effects act.
-    fn session(&self) -> Result<&str, EffectError> {
-        self.session_id.as_deref().ok_or_else(|| EffectError {
-            code: "no-session".to_owned(),
-            message: "This workflow has no session to act in".to_owned(),
-            retryable: Some(false),
-        })
-    }
-
-    fn context(&self) -> Result<crate::verbs::Context<'_>, EffectError> {
-        Ok(crate::verbs::Context::for_agent(
+    fn context(&self) -> crate::verbs::Context<'_> {
+        crate::verbs::Context::for_agent(
             &self.app,
-            self.session()?,
+            self.session_id.as_deref(),
             &self.agent_id,
             &self.owner_id,
             self.definition.clone(),
             self.memory_root.clone(),
-        ))
+        )
     }
 }
 
@@ -365,7 +358,7 @@ impl Host for AppHost {
         _description: Option<String>,
     ) -> BoxFuture<'_, Result<Json, EffectError>> {
         Box::pin(async move {
-            let context = self.context()?;
+            let context = self.context();
             let output = match tool.as_str() {
                 "read" => crate::verbs::read(&context, &Value(wire::json_to_ipld(&input))).await,
                 "write" => crate::verbs::write(&context, &Value(wire::json_to_ipld(&input))).await,
@@ -387,7 +380,7 @@ impl Host for AppHost {
     ) -> BoxFuture<'_, Result<Spawned, EffectError>> {
         Box::pin(async move {
             let spec = crate::runtime::delegate::normalize(&spec).map_err(effect_error)?;
-            let session_id = self.session()?.to_owned();
+            let session_id = self.session_id.clone();
             let (run_id, agent_id, owner) = (self.run_id.clone(), self.agent_id.clone(), self.owner_id.clone());
             // The child answers this call of the workflow: the same key on every execution, so a
             // child started just before a crash is found again rather than started twice.
@@ -402,7 +395,7 @@ impl Host for AppHost {
                     crate::runtime::delegate::spawn_for_workflow(
                         conn,
                         &run_id,
-                        &session_id,
+                        session_id.as_deref(),
                         &agent_id,
                         &owner,
                         &key,

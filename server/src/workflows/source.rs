@@ -61,6 +61,26 @@ pub(crate) fn lint(source: &str) -> Vec<String> {
     errors
 }
 
+/// [`lint`] as an answer: a 400 `Workflow source rejected:` with one line per problem.
+pub(crate) fn check(source: &str) -> crate::error::ApiResult<()> {
+    let problems = lint(source);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(crate::error::ApiError::invalid(format!("Workflow source rejected:\n- {}", problems.join("\n- "))))
+}
+
+/// The script a trigger's `tool` continuation runs (docs/workflows.md §4): one `ctx.call` of
+/// `tool` (JSON-encoded, so any name stays a string literal) with the continuation's input (`{}`
+/// when it has none), whose result is the run's output. It goes through the same executor and
+/// journal as any workflow; `RunInfo.sourceText` shows it.
+pub(crate) fn one_call(tool: &str) -> String {
+    let name = serde_json::Value::String(tool.to_owned()).to_string();
+    format!(
+        "export default async function (input, ctx) {{\n  return await ctx.call({name}, input.input ?? {{}});\n}}\n"
+    )
+}
+
 /// `source` with its first `export default` replaced by an assignment to [`MAIN_GLOBAL`], and
 /// the newlines that stood between the two words kept, so every line keeps its number.
 pub(crate) fn transform(source: &str) -> String {
@@ -78,6 +98,16 @@ pub(crate) fn transform(source: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_continuation_runs_one_call_whatever_its_name() {
+        let script = one_call("write");
+        assert!(lint(&script).is_empty(), "{:?}", lint(&script));
+        assert!(script.contains(r#"ctx.call("write", input.input ?? {})"#), "{script}");
+        let odd = one_call("a\"b\\c\n`${x}`");
+        assert!(odd.contains(r#"ctx.call("a\"b\\c\n`${x}`", "#), "{odd}");
+        assert_eq!(odd.lines().count(), 3, "the name cannot add a line");
+    }
 
     const GOOD: &str = "export default async function (input, ctx) {\n  return await ctx.now();\n}\n";
 

@@ -1,15 +1,16 @@
 //! Ended runs the run-completed trigger monitor has not handled (`runs.completion_pending`, read
-//! through the partial index `runs_completion_pending`, which holds exactly those; each `WHERE`
-//! repeats its condition so SQLite can use it; `INDEXED BY` is SQLite's, a second backend drops
-//! it).
+//! through the partial index `runs_completion_pending`, which holds exactly those: agent runs,
+//! and workflow runs answering a trigger firing; each `WHERE` repeats its condition so SQLite can
+//! use it; `INDEXED BY` is SQLite's, a second backend drops it).
 
 use super::*;
 
-/// Whether an ended agent run is left for the run-completed monitor.
+/// Whether an ended run is left for the run-completed monitor.
 pub(crate) fn completion_pending(conn: &Connection) -> rusqlite::Result<bool> {
     conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM runs INDEXED BY runs_completion_pending
-                        WHERE completion_pending = 1 AND finished_at IS NOT NULL AND kind = 'agent')",
+                        WHERE completion_pending = 1 AND finished_at IS NOT NULL
+                          AND (kind = 'agent' OR trigger_firing_id IS NOT NULL))",
     )?
     .query_row([], |row| row.get(0))
 }
@@ -19,6 +20,8 @@ pub(crate) fn completion_pending(conn: &Connection) -> rusqlite::Result<bool> {
 pub(crate) struct Completed {
     /// The run.
     pub id: String,
+    /// An agent turn, or a workflow answering a trigger firing.
+    pub kind: RunInfoKind,
     /// The account it is stored under.
     pub account_id: String,
     /// Its agent.
@@ -37,19 +40,21 @@ pub(crate) struct Completed {
     pub error: Option<String>,
 }
 
-/// Up to `limit` ended agent runs left for the monitor, oldest end first.
+/// Up to `limit` ended runs left for the monitor, oldest end first.
 pub(crate) fn pending_completions(conn: &Connection, limit: i64) -> rusqlite::Result<Vec<Completed>> {
     conn.prepare_cached(
         "SELECT r.id, r.account_id, r.agent_id, r.session_id, r.title, r.status, r.finished_at, r.trigger_firing_id,
-                r.error_cbor
+                r.error_cbor, r.kind
          FROM runs r INDEXED BY runs_completion_pending
-         WHERE r.completion_pending = 1 AND r.finished_at IS NOT NULL AND r.kind = 'agent'
+         WHERE r.completion_pending = 1 AND r.finished_at IS NOT NULL
+           AND (r.kind = 'agent' OR r.trigger_firing_id IS NOT NULL)
          ORDER BY r.finished_at, r.id LIMIT ?1",
     )?
     .query_map(params![limit], |row| {
         let error: Option<Vec<u8>> = row.get(8)?;
         Ok(Completed {
             id: row.get(0)?,
+            kind: row.get::<_, Text<RunInfoKind>>(9)?.0,
             account_id: row.get(1)?,
             agent_id: row.get(2)?,
             session_id: row.get(3)?,

@@ -70,6 +70,37 @@ pub(crate) fn set_firing_thread(conn: &Connection, id: &str, session_id: &str, r
     Ok(())
 }
 
+/// Links firing `id` to the session its failure opened (`onFailure: 'thread'`), its run kept.
+pub(crate) fn set_firing_session(conn: &Connection, id: &str, session_id: &str) -> ApiResult<()> {
+    conn.prepare_cached("UPDATE trigger_firings SET session_id = ?2 WHERE id = ?1")?
+        .execute(params![id, session_id])?;
+    Ok(())
+}
+
+/// What a firing recorded about its activity.
+#[derive(Debug, Clone)]
+pub(crate) struct FiringActivity {
+    /// The trigger that fired.
+    pub trigger_id: String,
+    /// The activity's one-line summary.
+    pub summary: String,
+    /// The activity as stored (an open map; empty when the stored bytes are not one).
+    pub value: std::collections::BTreeMap<String, seed_agents_protocol::Value>,
+}
+
+/// What firing `id` recorded about its activity, when it exists.
+pub(crate) fn firing_activity(conn: &Connection, id: &str) -> ApiResult<Option<FiringActivity>> {
+    let row: Option<(String, String, Vec<u8>)> = conn
+        .prepare_cached("SELECT trigger_id, activity_summary, activity_cbor FROM trigger_firings WHERE id = ?1")?
+        .query_row(params![id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?;
+    Ok(row.map(|(trigger_id, summary, bytes)| FiringActivity {
+        trigger_id,
+        summary,
+        value: wire::from_slice(&bytes).unwrap_or_default(),
+    }))
+}
+
 /// Records how firing `id` ended: its status, why it failed, the run it reached.
 pub(crate) fn set_firing_outcome(
     conn: &Connection,
@@ -137,15 +168,16 @@ pub(crate) fn opening_run_input(conn: &Connection, session_id: &str) -> ApiResul
 }
 
 /// Clears the run-completed monitor's mark (`runs.completion_pending`) on run `run_id` when
-/// nothing can watch its end: it was not started by a firing and its account has no enabled
-/// trigger. Whether the mark stays (the end is left for the monitor).
+/// nothing can watch its end: it was not started by a firing, and it is a workflow run
+/// (run-completed triggers watch agent runs) or its account has no enabled trigger. Whether the
+/// mark stays (the end is left for the monitor).
 pub(crate) fn clear_unwatched_completion(conn: &Connection, run_id: &str) -> ApiResult<bool> {
     let settled = conn
         .prepare_cached(
             "UPDATE runs SET completion_pending = 0
-         WHERE id = ?1 AND trigger_firing_id IS NULL AND NOT EXISTS (
+         WHERE id = ?1 AND trigger_firing_id IS NULL AND (kind != 'agent' OR NOT EXISTS (
              SELECT 1 FROM agent_triggers t
-             WHERE t.account_id = runs.account_id AND t.enabled = 1 AND t.merged_into IS NULL)",
+             WHERE t.account_id = runs.account_id AND t.enabled = 1 AND t.merged_into IS NULL))",
         )?
         .execute(params![run_id])?;
     Ok(settled == 0)
