@@ -755,7 +755,8 @@ mod tests {
     #[test]
     fn a_workflows_child_is_found_again_by_the_call_it_answers() {
         let conn = db(0);
-        let spawned = spawn_for_workflow(&conn, "r", "s", "a", "owner", "workflow-call-3", spec("x"), 5).ok().unwrap();
+        let spawned =
+            spawn_for_workflow(&conn, "r", Some("s"), "a", "owner", "workflow-call-3", spec("x"), 5).ok().unwrap();
         let found = crate::runs::store::child_answering(&conn, "r", "workflow-call-3").unwrap();
         assert_eq!(found, Some((spawned.run_id.clone().unwrap(), Some(spawned.session_id.clone()))));
         assert_eq!(crate::runs::store::child_answering(&conn, "r", "workflow-call-4").unwrap(), None);
