@@ -49,7 +49,7 @@ async fn runs_of(user: &User, session_id: &str) -> Vec<RunInfo> {
         ListRuns { agent_id: None, limit: None, root_run_id: None, session_id: Some(session_id.into()), status: None };
     let roots = user.call(list).await.unwrap().runs;
     let root = roots.last().expect("a run").id.clone();
-    let tree = ListRuns { agent_id: None, limit: None, root_run_id: Some(root), session_id: None, status: None };
+    let tree = ListRuns { agent_id: None, limit: Some(200), root_run_id: Some(root), session_id: None, status: None };
     user.call(tree).await.unwrap().runs
 }
 
@@ -389,4 +389,56 @@ async fn scripts_awaiting_children_park_and_free_their_execution_slots() {
         workflow_with(&user, session, RunStatus::Succeeded).await;
         assert_eq!(delegate_result(&user, session).await["output"], "Once.");
     }
+}
+
+const FIFTY: &str = r#"
+export default async function (input, ctx) {
+  const indexes = Array.from({length: 50}, (_, i) => i);
+  const results = await ctx.parallel(indexes.map((i) => () => ctx.delegate({brief: "Count " + i})));
+  return results.map((result) => result.text);
+}
+"#;
+
+/// The parent delegates [`FIFTY`]; each child echoes its brief.
+fn fifty_rule(body: &Json) -> Script {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.last().cloned().unwrap_or_default();
+    if last["role"] == "tool" {
+        return Script::text("All fifty counted.");
+    }
+    let brief = messages.iter().find(|message| message["role"] == "user");
+    let brief = brief.and_then(|message| message["content"].as_str()).unwrap_or_default();
+    if brief.starts_with("Count ") {
+        return Script::text(&format!("{brief}: done"));
+    }
+    Script::tool_call("d1", "delegate", &json!({"script": FIFTY}).to_string())
+}
+
+#[tokio::test]
+async fn a_script_fans_out_to_fifty_children_and_its_journal_pages_in_order() {
+    use crate::support::provider::Fallback;
+    let provider = Provider::start().await;
+    provider.set_fallback(Fallback::Rule(fifty_rule));
+    let (_server, user, _agent, session_id) = setup(&provider, Clock::system()).await;
+    user.call(say(&session_id, "count to fifty")).await.unwrap();
+    let run = workflow_with(&user, &session_id, RunStatus::Succeeded).await;
+    let result = delegate_result(&user, &session_id).await;
+    let expected: Vec<String> = (0..50).map(|index| format!("Count {index}: done")).collect();
+    assert_eq!(result["output"], json!(expected), "in call order, whatever order they finished in");
+    let runs = runs_of(&user, &session_id).await;
+    assert_eq!(runs.iter().filter(|child| child.parent_run_id.as_deref() == Some(run.id.as_str())).count(), 50);
+
+    // The journal reads back whole and in order, page by page.
+    let whole = journal(&user, &run.id, None).await;
+    let spawned = whole.iter().filter(|entry| entry["entry"]["op"] == "agent").count();
+    let results = whole.iter().filter(|entry| entry["entry"]["kind"] == "result").count();
+    assert_eq!((spawned, results), (50, 50));
+    let mut paged = Vec::new();
+    let mut after = 0;
+    while paged.len() < whole.len() {
+        let page: Vec<Json> = journal(&user, &run.id, Some(after)).await.into_iter().take(17).collect();
+        after = page.last().unwrap()["seq"].as_i64().unwrap();
+        paged.extend(page);
+    }
+    assert_eq!(paged, whole);
 }
