@@ -243,7 +243,7 @@ async fn routes_headers_and_cors() {
     server.stop().await;
 }
 
-/// The body limit is chosen from the action name `http::body::parse_prefix` finds in the first
+/// The body limit is chosen from the action name `body::parse_prefix` (server core) finds in the first
 /// bytes (512 of them) before the envelope is verified. On real signed envelopes of every action's
 /// full example (`snapshots/payloads/v3`), for an account's own key and a delegate, with and
 /// without `protocol`, it must find the name there, so each action gets its own limit.

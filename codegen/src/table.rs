@@ -13,6 +13,7 @@ pub fn protocol_items(model: &Model) -> TokenStream {
     let mut impls = Vec::new();
     let mut infos = Vec::new();
     let mut action_names = Vec::new();
+    let mut visits = Vec::new();
     for def in model.of_kind(Kind::Action) {
         let ty = format_ident!("{}", def.name);
         let name = &def.name;
@@ -25,6 +26,7 @@ pub fn protocol_items(model: &Model) -> TokenStream {
             Some(Effect::Write) | None => quote!(crate::action::Effect::Write),
         };
         action_names.push(quote!(Self::#ty(_) => #name));
+        visits.push(quote!(#name => visitor.visit::<#ty>()));
         infos.push(quote!(crate::action::ActionInfo {
             name: #name, response: #response, since: #since, http: #http, effect: #effect
         }));
@@ -88,6 +90,15 @@ pub fn protocol_items(model: &Model) -> TokenStream {
             /// The wire name (`_`) of the action.
             pub fn name(&self) -> &'static str {
                 match self { #(#action_names),* }
+            }
+
+            /// Runs `visitor` with the generated type of the action named `name`; `None` for a
+            /// name the protocol does not know.
+            pub fn visit<V: crate::action::ActionVisitor>(name: &str, visitor: V) -> ::std::option::Option<V::Output> {
+                ::std::option::Option::Some(match name {
+                    #(#visits,)*
+                    _ => return ::std::option::Option::None,
+                })
             }
         }
 

@@ -3,9 +3,11 @@
 //!
 //! Input: the first byte picks the action from `generated::ACTIONS`, the second the client's
 //! protocol (1 to 3), the rest is DAG-CBOR for the action value (its `_` is set to the name).
-//! `dispatch::decode_for_fuzzing` runs what `dispatch` runs before a handler: the compat upgrade,
-//! the shape checks of `dispatch/shape.rs` and typed decoding. It must not panic and may only
-//! refuse as a client error (400), a 426 for an old protocol, or a 501 for an unrouted action.
+//! `action::decode_named` (the server's core crate) runs what the server's `dispatch` runs before a
+//! handler: the compat upgrade, the lenient fields and hand checks, and typed decoding as the
+//! action's generated type (for every action of the protocol, routed or not: `Subscribe` is decoded
+//! the same way over the WebSocket). It must not panic and may only refuse as a client error
+//! (400) or a 426 for an old protocol.
 //! The same value also goes through the protocol's `AgentAction` union (the SDK's decoding), after
 //! the leniency the server applies to a few fields (`ListRuns.limit`): what the server accepts
 //! must decode there too, and a typed value's encoding must survive a second round trip byte for
@@ -17,8 +19,8 @@ use ipld_core::ipld::Ipld;
 use libfuzzer_sys::fuzz_target;
 use seed_agents_protocol::generated::ACTIONS;
 use seed_agents_protocol::{AGENTS_PROTOCOL_VERSION, AgentAction, wire};
-use seed_agents_server::testing::dispatch::{decode_for_fuzzing, lenient_for_fuzzing};
-use seed_agents_server::testing::error::ErrorKind;
+use seed_agents_server_core::action::{self, decode_named};
+use seed_agents_server_core::error::ErrorKind;
 
 fuzz_target!(|data: &[u8]| {
     let [pick, protocol, cbor @ ..] = data else { return };
@@ -29,10 +31,10 @@ fuzz_target!(|data: &[u8]| {
         map.insert("_".into(), Ipld::String(name.into()));
     }
 
-    let server = decode_for_fuzzing(protocol, name, value.clone());
+    let server = decode_named(protocol, name, value.clone());
     if let Err(error) = &server {
         match error.kind() {
-            ErrorKind::Invalid | ErrorKind::NotImplemented => {}
+            ErrorKind::Invalid => {}
             ErrorKind::UpdateRequired => assert!(protocol < AGENTS_PROTOCOL_VERSION, "426 at the current protocol"),
             other => panic!("{name}: refused as {other:?}: {}", error.message()),
         }
@@ -40,7 +42,7 @@ fuzz_target!(|data: &[u8]| {
     }
 
     let mut lenient = value.clone();
-    lenient_for_fuzzing(name, &mut lenient);
+    action::lenient(name, &mut lenient);
     let typed = wire::from_ipld::<AgentAction>(lenient);
     if server.is_ok() && protocol == AGENTS_PROTOCOL_VERSION && matches!(value, Ipld::Map(_)) {
         assert!(typed.is_ok(), "{name}: the server accepts what AgentAction refuses: {typed:?}");

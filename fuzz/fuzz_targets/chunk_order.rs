@@ -1,4 +1,4 @@
-//! The upload chunk order (`server/src/uploads/order.rs`) under arbitrary arrivals, on paused time.
+//! The upload chunk order (`server-core/src/upload_order.rs`) under arbitrary arrivals, on paused time.
 //!
 //! Each chunk runs the steps `uploads::append_file_upload_chunk` takes around `AppendOrder`, with
 //! a `tokio::sync::Mutex` holding `received` as the staging lock and a sleep as the write:
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
-use seed_agents_server::testing::uploads::{AppendOrder, WAIT};
+use seed_agents_server_core::upload_order::{AppendOrder, WAIT};
 use tokio::runtime::Runtime;
 use tokio::sync::Mutex;
 use tokio::task::LocalSet;

@@ -8,7 +8,7 @@
 //! - `SignedEnvelope::decode` and `decode_owned` agree, and the received signing bytes they keep
 //!   equal the re-encoded ones;
 //! - verifying (several clocks, with and without a `KeyCache`) gives one answer either way;
-//! - the HTTP body prefix parser (`http::body::parse_prefix`, which picks the body limit before
+//! - the HTTP body prefix parser (`body::parse_prefix` of the server's core crate, which picks the body limit before
 //!   the body is authenticated) never names an action other than the one the decoder reads, and
 //!   a shorter prefix never names one that the whole body does not.
 
@@ -22,7 +22,7 @@ use libfuzzer_sys::fuzz_target;
 use seed_agents_protocol::envelope::{KeyCache, SignedEnvelope, TIMESTAMP_WINDOW_MS};
 use seed_agents_protocol::value::is_js_integer;
 use seed_agents_protocol::wire;
-use seed_agents_server::testing::http::body::{self, BodyLimits, Prefix};
+use seed_agents_server_core::body::{self, BodyLimits, Prefix};
 
 /// Shared by every run, as a server shares it between requests.
 static KEYS: LazyLock<KeyCache> = LazyLock::new(KeyCache::new);

@@ -1,4 +1,4 @@
-//! Arbitrary UTF-8 strings as client memory paths (`server/src/memory/path.rs`).
+//! Arbitrary UTF-8 strings as client memory paths (`server-core/src/memory_path.rs`).
 //!
 //! `MemoryPath::parse` must not panic and refuses only with a 400. An accepted path is normalised:
 //! no `..`, `.` or empty segment, no leading `/`, no `\` or NUL, at most `MAX_BYTES` bytes and
@@ -10,8 +10,8 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use seed_agents_server::testing::error::ErrorKind;
-use seed_agents_server::testing::memory::path::{MAX_BYTES, MAX_DEPTH, MemoryPath};
+use seed_agents_server_core::error::ErrorKind;
+use seed_agents_server_core::memory_path::{MAX_BYTES, MAX_DEPTH, MemoryPath};
 
 fuzz_target!(|raw: &str| {
     let path = match MemoryPath::parse(raw) {

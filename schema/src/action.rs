@@ -87,6 +87,37 @@ impl Effect {
     }
 }
 
+/// Typed work on the action a wire name (`_`) names, for code that holds only the name at run
+/// time: [`crate::AgentAction::visit`] calls [`ActionVisitor::visit`] with the action's generated
+/// type. Every action has one, WebSocket-only ones included (which have no [`Action`] impl).
+///
+/// ```
+/// use seed_agents_protocol::AgentAction;
+/// use seed_agents_protocol::action::ActionVisitor;
+///
+/// struct TypeName;
+/// impl ActionVisitor for TypeName {
+///     type Output = &'static str;
+///     fn visit<A: seed_agents_protocol::action::ActionType>(self) -> &'static str {
+///         std::any::type_name::<A>()
+///     }
+/// }
+/// assert!(AgentAction::visit("ListAgents", TypeName).is_some_and(|name| name.ends_with("::ListAgents")));
+/// assert_eq!(AgentAction::visit("NoSuchAction", TypeName), None);
+/// ```
+pub trait ActionVisitor {
+    /// What the work gives.
+    type Output;
+    /// Runs the work with `A`, the generated type of the named action.
+    fn visit<A: ActionType>(self) -> Self::Output;
+}
+
+/// What every generated action type is, whatever its transport: what [`ActionVisitor::visit`]
+/// may rely on.
+pub trait ActionType: Serialize + DeserializeOwned + Clone + std::fmt::Debug + Send + Sync + 'static {}
+
+impl<T: Serialize + DeserializeOwned + Clone + std::fmt::Debug + Send + Sync + 'static> ActionType for T {}
+
 impl ActionInfo {
     /// The row of the action named `name`.
     pub fn find(name: &str) -> Option<&'static ActionInfo> {
@@ -123,6 +154,25 @@ mod tests {
         use crate::generated as proto;
         assert_eq!(<proto::ListAgents as Action>::EFFECT, Effect::Read);
         assert_eq!(<proto::MessageSession as Action>::EFFECT, Effect::Write);
+    }
+
+    #[test]
+    fn every_action_in_the_table_is_visited_with_its_own_type() {
+        struct TypeName;
+        impl ActionVisitor for TypeName {
+            type Output = &'static str;
+            fn visit<A: ActionType>(self) -> &'static str {
+                std::any::type_name::<A>()
+            }
+        }
+        for info in crate::generated::ACTIONS {
+            let visited = crate::AgentAction::visit(info.name, TypeName);
+            assert!(
+                visited.is_some_and(|name| name.ends_with(&format!("::{}", info.name))),
+                "{}: {visited:?}",
+                info.name
+            );
+        }
     }
 
     /// A guard rail for new actions: reads are named `List*`, `Get*` or `Read*` (and `Subscribe`),

@@ -35,7 +35,7 @@ pub struct App {
     /// When the server started (for `uptime`).
     pub started: Instant,
     /// Upload chunks that arrived ahead of their predecessor (pipelined clients).
-    pub upload_order: crate::uploads::order::AppendOrder,
+    pub upload_order: seed_agents_server_core::upload_order::AppendOrder,
     /// The run engine: claims, executes, cancels and finishes runs.
     pub runs: crate::runs::Engine,
     /// Subscription sign-ins in progress and the refresh locks of signed-in secrets.
@@ -92,7 +92,7 @@ impl App {
             .map_err(|_| data_dir_error("another seed-agents-server is already using this directory".to_owned()))?;
         let secrets = SecretKey::load(dir, std::env::var(SecretKey::ENV).ok().as_deref())?;
         let db = Db::open_with(&config.database_path(), config.db_queues)?;
-        let upload_order = crate::uploads::order::AppendOrder::with_grace(config.upload_arrival_grace);
+        let upload_order = seed_agents_server_core::upload_order::AppendOrder::with_grace(config.upload_arrival_grace);
         let http = outbound_http_client().map_err(|error| StartError::HttpClient(error.to_string()))?;
         let issuer = crate::model::oauth::Issuer::new(&config.oauth_issuer_url).map_err(StartError::HttpClient)?;
         let bus = Bus::new();

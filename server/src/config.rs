@@ -151,7 +151,7 @@ pub struct Config {
     pub min_client_protocol: u32,
     /// How long an upload chunk that arrived ahead of its predecessor waits for it to arrive
     /// (not a flag: tests that skip ahead on purpose shorten it, tests of pipelining lengthen it).
-    #[arg(skip = crate::uploads::order::ARRIVAL_GRACE)]
+    #[arg(skip = seed_agents_server_core::upload_order::ARRIVAL_GRACE)]
     pub upload_arrival_grace: Duration,
     /// How much work may wait for the database (not a flag: tests shrink it to show the 503).
     #[arg(skip)]
@@ -260,7 +260,7 @@ impl Config {
             subscription_auth: false,
             oauth_issuer_url: DEFAULT_OAUTH_ISSUER_URL.to_owned(),
             min_client_protocol: MIN_CLIENT_PROTOCOL,
-            upload_arrival_grace: crate::uploads::order::ARRIVAL_GRACE,
+            upload_arrival_grace: seed_agents_server_core::upload_order::ARRIVAL_GRACE,
             db_queues: crate::db::Queues::default(),
             run_limits: crate::runs::Limits::default(),
             mcp_call_timeout: Duration::from_secs(60),

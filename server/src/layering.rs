@@ -57,13 +57,11 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     // The App holds the in-memory state of a few features; each is a leaf module.
     ("app", "runtime::titles", "automatic titles in progress"),
     ("app", "verbs::in_flight", "user verbs in progress"),
-    ("app", "uploads::order", "chunks waiting for their predecessor"),
     ("app", "providers::signin", "subscription sign-ins in progress"),
     ("app", "secrets::crypto", "the key that seals secrets"),
     ("app", "runs", "the run engine handle"),
     // The configuration holds these values as their owners type them.
     ("config", "runs::Limits", "the engine's knobs"),
-    ("config", "uploads::order::ARRIVAL_GRACE", "the default chunk grace"),
 ];
 
 /// The connection methods that run SQL (rusqlite's `Connection` and `Statement`).

@@ -1,8 +1,8 @@
-//! What this workspace's own tests, benches and fuzz targets reach inside the server: the app's
-//! state, the run engine's parts a scripted executor needs, the trigger monitors driven on a
-//! manual clock, the Hypermedia blob builders a fake server checks against, and the parsers the
-//! fuzz targets drive. Not the server's API: hidden from its docs, and free to change with any
-//! commit.
+//! What this workspace's own tests and benches reach inside the server: the app's state, the run
+//! engine's parts a scripted executor needs, the trigger monitors driven on a manual clock, the
+//! Hypermedia blob builders a fake server checks against, and the body limits. Not the server's
+//! API: hidden from its docs, and free to change with any commit. (The fuzz targets drive the
+//! server's core crate, `seed-agents-server-core`, and never build the server.)
 //!
 //! The paths mirror the modules they come from, so a test names `testing::runs::engine::Outcome`
 //! where the server names `runs::engine::Outcome`.
@@ -11,7 +11,7 @@ pub use crate::app::App;
 
 /// Failures.
 pub mod error {
-    pub use crate::error::ErrorKind;
+    pub use seed_agents_server_core::error::ErrorKind;
 }
 
 /// In-process events.
@@ -99,29 +99,11 @@ pub mod hm {
     }
 }
 
-/// The body prefix parser the envelope fuzz target drives.
+/// The body limits.
 pub mod http {
     /// The body limits.
     pub mod body {
-        pub use crate::http::body::{BodyLimits, Prefix, action_limit, limit_for, parse_prefix};
-    }
-}
-
-/// The dispatch path without a handler, for the actions fuzz target.
-pub mod dispatch {
-    pub use crate::dispatch::{decode_for_fuzzing, lenient_for_fuzzing};
-}
-
-/// The chunk order the chunk-order fuzz target drives.
-pub mod uploads {
-    pub use crate::uploads::order::{AppendOrder, WAIT};
-}
-
-/// Memory paths, for the memory-path fuzz target.
-pub mod memory {
-    /// Memory paths.
-    pub mod path {
-        pub use crate::memory::path::{MAX_BYTES, MAX_DEPTH, MemoryPath};
+        pub use seed_agents_server_core::body::{BodyLimits, Prefix, action_limit, limit_for, parse_prefix};
     }
 }
 

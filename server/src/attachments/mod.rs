@@ -29,8 +29,8 @@ use crate::error::{ApiError, ApiResult};
 
 pub(crate) use store::{infer_mime_type, read, store_bytes, store_staged};
 
-/// The largest attachment: 100 MiB.
-pub(crate) const MAX_ATTACHMENT_BYTES: u64 = 100 * 1024 * 1024;
+/// The largest attachment: 100 MiB (the body limit of `UploadSessionAttachment` is decided by it).
+pub(crate) use seed_agents_server_core::body::MAX_ATTACHMENT_BYTES;
 /// The most attachments one session holds.
 pub(crate) const MAX_ATTACHMENTS_PER_SESSION: usize = 200;
 /// Names longer than this (UTF-8 bytes) keep only their last 64 characters.

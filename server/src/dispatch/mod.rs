@@ -1,7 +1,8 @@
 //! From a verified action to response bytes: typed decoding, then the feature handler.
 //!
 //! Each action named in [`dispatch`] decodes into its generated type (400 when its fields do not
-//! fit) and runs its handler; the response is encoded as canonical DAG-CBOR with its `_`.
+//! fit; the rules are `seed_agents_server_core::action`'s) and runs its handler; the response is
+//! encoded as canonical DAG-CBOR with its `_`.
 //! Actions of the protocol this build does not implement yet answer 501 and say so; names the
 //! protocol does not know answer 400 `Unsupported action: <name>`.
 
@@ -9,18 +10,16 @@ use std::sync::Arc;
 
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
-use seed_agents_protocol::{self as protocol, ActionInfo, AgentResponse, Response, wire};
+use seed_agents_protocol::{self as protocol, AgentResponse, Response, wire};
+use seed_agents_server_core::action::{decode, unrouted};
 
 use crate::app::App;
 use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::{agents, collaborators, memory, providers, runs, secrets, sessions, signers};
 
-mod shape;
-
-/// The actions this server routes, each with its handler: the one list [`dispatch`] and
-/// [`decode_for_fuzzing`] are both built from. `$then` names a local macro taking
-/// `Action => handler,` lines.
+/// The actions this server routes, each with its handler: the one list. `$then` names a local
+/// macro taking `Action => handler,` lines.
 macro_rules! routes {
     ($then:ident) => {
         $then! {
@@ -115,50 +114,6 @@ pub(crate) async fn dispatch(app: &Arc<App>, caller: &Caller, name: &str, action
     routes!(route)
 }
 
-/// Everything [`dispatch`] does to an action before its handler runs (the compat upgrade for
-/// `protocol`, the shape checks, typed decoding, the answer for an unrouted name), without
-/// running it.
-///
-/// Exists for the fuzzer (`fuzz/fuzz_targets/actions.rs`), which must reach this path without
-/// an `App`; not part of the server's API.
-#[doc(hidden)]
-pub fn decode_for_fuzzing(protocol: u32, name: &str, action: Ipld) -> ApiResult<()> {
-    let action = seed_agents_compat::upgrade_action(protocol, name, action)?;
-    macro_rules! decode_only {
-        ($($action:ident => $handler:path,)*) => {
-            match name {
-                $(stringify!($action) => decode::<protocol::generated::$action>(name, action).map(drop),)*
-                other => Err(unrouted(other)),
-            }
-        };
-    }
-    routes!(decode_only)
-}
-
-/// What [`dispatch`] does to a few fields before typed decoding, as upstream reads them leniently
-/// (`ListRuns.limit`: a fraction is floored, a non-number ignored; see `shape::lenient`).
-///
-/// Exists for the fuzzer, which compares what the server accepts with what the protocol's
-/// `AgentAction` union decodes; not part of the server's API.
-#[doc(hidden)]
-pub fn lenient_for_fuzzing(name: &str, action: &mut Ipld) {
-    if let Ipld::Map(fields) = action {
-        shape::lenient(name, fields);
-    }
-}
-
-/// Decodes a verified action map as `A`, with the shape checks and messages of [`shape`].
-pub(crate) fn decode<A: serde::de::DeserializeOwned>(name: &str, mut action: Ipld) -> ApiResult<A> {
-    if let Ipld::Map(fields) = &mut action {
-        shape::lenient(name, fields);
-        shape::check(name, fields)?;
-    }
-    shape::integers_fit(name, &action)?;
-    wire::from_ipld(action).map_err(|error| match error {
-        wire::WireError::Decode(reason) | wire::WireError::Encode(reason) => shape::decode_error(name, &reason),
-    })
-}
-
 /// Encodes a response in the shape the caller's protocol reads.
 async fn encode<R: Response>(app: &App, caller: &Caller, response: R) -> ApiResult<Vec<u8>> {
     let response = response.into_response();
@@ -181,71 +136,36 @@ async fn encode<R: Response>(app: &App, caller: &Caller, response: R) -> ApiResu
     wire::ipld_to_vec(&value).map_err(ApiError::internal)
 }
 
-fn unrouted(name: &str) -> ApiError {
-    match ActionInfo::find(name) {
-        Some(_) => ApiError::not_implemented(format!("{name} is not supported by this server yet")),
-        None => ApiError::invalid(format!("Unsupported action: {name}")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
     use crate::error::ErrorKind;
 
-    fn action(name: &str, fields: &[(&str, Ipld)]) -> Ipld {
-        let mut map: BTreeMap<String, Ipld> =
-            fields.iter().map(|(key, value)| ((*key).to_owned(), value.clone())).collect();
-        map.insert("_".into(), Ipld::String(name.into()));
-        map.insert("ts".into(), Ipld::Integer(1));
-        Ipld::Map(map)
-    }
-
+    /// The browser actions are in the protocol but not routed: `dispatch` answers 501 for them
+    /// after the compat upgrade, and 400 for a name the protocol does not know.
     #[test]
-    fn a_legacy_singular_mentioned_account_is_normalised() {
-        use protocol::generated::{AgentTriggerSource, CreateAgentTrigger};
-        let text = |value: &str| Ipld::String(value.into());
-        let map = |pairs: &[(&str, Ipld)]| Ipld::Map(pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect());
-        let source = map(&[("type", text("user-mention")), ("mentionedAccount", text("z6MkAlice"))]);
-        let trigger = map(&[("name", text("m")), ("prompt", text("p")), ("source", source)]);
-        let create = action("CreateAgentTrigger", &[("agentId", text("a")), ("trigger", trigger)]);
-        let decoded: CreateAgentTrigger = decode("CreateAgentTrigger", create).unwrap();
-        let AgentTriggerSource::UserMentionSource(source) = decoded.trigger.source else { panic!("not a mention") };
-        assert_eq!(source.mentioned_accounts, ["z6MkAlice"]);
-        assert!(source.extra.is_empty(), "the singular key is gone: {:?}", source.extra);
-        // A source with both keeps its list.
-        let both = map(&[
-            ("type", text("user-mention")),
-            ("mentionedAccount", text("z6MkAlice")),
-            ("mentionedAccounts", Ipld::List(vec![text("z6MkBob")])),
-        ]);
-        let trigger = map(&[("name", text("m")), ("source", both)]);
-        let create = action("CreateAgentTrigger", &[("agentId", text("a")), ("trigger", trigger)]);
-        let decoded: CreateAgentTrigger = decode("CreateAgentTrigger", create).unwrap();
-        let AgentTriggerSource::UserMentionSource(source) = decoded.trigger.source else { panic!("not a mention") };
-        assert_eq!(source.mentioned_accounts, ["z6MkBob"]);
-    }
-
-    #[test]
-    fn decoding_without_a_handler_answers_as_dispatch_would() {
-        let kind = |protocol, name, value| decode_for_fuzzing(protocol, name, value).unwrap_err().kind();
-        assert!(decode_for_fuzzing(3, "ListAgents", action("ListAgents", &[])).is_ok());
-        let missing = decode_for_fuzzing(3, "GetAgent", action("GetAgent", &[])).unwrap_err();
-        assert_eq!((missing.kind(), missing.message()), (ErrorKind::Invalid, "Agent ID is required"));
-        let flag = [("agentId", Ipld::String("a".into())), ("publicRead", Ipld::Integer(1))];
-        assert_eq!(kind(3, "SetAgentPublicRead", action("SetAgentPublicRead", &flag)), ErrorKind::Invalid);
-        // Known to the protocol but not routed yet: 501, as `dispatch` answers.
-        let browser = action("ConnectSessionBrowser", &[]);
-        assert_eq!(kind(3, "ConnectSessionBrowser", browser), ErrorKind::NotImplemented);
-        assert_eq!(kind(3, "Nope", action("Nope", &[])), ErrorKind::Invalid);
-        // An integer no union can read back, deep in an open value.
-        let metadata = Ipld::Map(BTreeMap::from([("n".to_owned(), Ipld::Integer(i128::from(i64::MIN) - 1))]));
-        let secret = [("name", Ipld::String("k".into())), ("value", Ipld::Bytes(vec![1])), ("metadata", metadata)];
-        assert_eq!(kind(3, "SetSecret", action("SetSecret", &secret)), ErrorKind::Invalid);
-        // The compat upgrade runs first.
-        let combine = action("CombineAgentTriggers", &[]);
-        assert_eq!(kind(2, "CombineAgentTriggers", combine), ErrorKind::UpdateRequired);
+    fn only_the_protocol_s_unrouted_actions_are_not_implemented() {
+        macro_rules! names {
+            ($($action:ident => $handler:path,)*) => {
+                [$(stringify!($action)),*]
+            };
+        }
+        let routed = routes!(names);
+        let unrouted_names: Vec<&str> =
+            protocol::generated::ACTIONS.iter().map(|info| info.name).filter(|name| !routed.contains(name)).collect();
+        assert_eq!(
+            unrouted_names,
+            [
+                "ConnectSessionBrowser",
+                "DisconnectSessionBrowser",
+                "PollSessionBrowser",
+                "ResolveSessionBrowser",
+                "Subscribe"
+            ]
+        );
+        for name in unrouted_names {
+            assert_eq!(unrouted(name).kind(), ErrorKind::NotImplemented, "{name}");
+        }
+        assert_eq!(unrouted("Nope").kind(), ErrorKind::Invalid);
     }
 }

@@ -47,7 +47,7 @@ pub(crate) async fn get_run(app: &App, caller: &Caller, action: GetRun) -> ApiRe
 /// oldest first (not limited by the query), a session's root runs newest first, or an agent's
 /// runs newest first. `status` filters what was fetched and the page is cut to `limit` (default
 /// 50, clamped to 1..=200; a non-integer number is floored and anything else means the default,
-/// see `dispatch::shape`), as upstream does.
+/// see `seed_agents_server_core::action`), as upstream does.
 ///
 /// Access is checked as upstream checks it, on the first selector present of agentId, sessionId,
 /// rootRunId (its 404 or 403). When that is not the selector that chooses the runs, the chosen

@@ -27,30 +27,9 @@ const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 const EVENT_TYPES: &[&str] =
     &["doc-update", "comment", "citation", "capability", "contact", "document-update", "change", "ref"];
 
-/// Rewrites, anywhere in `value`, a `user-mention` source's legacy singular `mentionedAccount`
-/// into `mentionedAccounts` (docs/protocol.md §E.1: the seed still accepts it on input). A
-/// source that already has `mentionedAccounts` keeps it; the singular key is dropped either way.
-/// Runs on the generic value, before typed decoding would refuse the source.
-pub(crate) fn legacy_mentions(value: &mut ipld_core::ipld::Ipld) {
-    use ipld_core::ipld::Ipld;
-    let mut pending = vec![value];
-    while let Some(value) = pending.pop() {
-        match value {
-            Ipld::Map(fields) => {
-                let is_mention = matches!(fields.get("type"), Some(Ipld::String(kind)) if kind == "user-mention");
-                if is_mention
-                    && let Some(single) = fields.remove("mentionedAccount")
-                    && !fields.contains_key("mentionedAccounts")
-                {
-                    fields.insert("mentionedAccounts".to_owned(), Ipld::List(vec![single]));
-                }
-                pending.extend(fields.values_mut());
-            }
-            Ipld::List(items) => pending.extend(items.iter_mut()),
-            _ => {}
-        }
-    }
-}
+/// A `user-mention` source's legacy singular `mentionedAccount`, rewritten (docs/protocol.md §E.1);
+/// typed decoding of the trigger actions does it too.
+pub(crate) use seed_agents_server_core::action::legacy_mentions;
 
 /// A trigger checked and ready to store.
 #[derive(Debug, Clone)]

@@ -11,11 +11,10 @@
 //! - Every operation takes the staging file's lock before reading the row (see `staging`).
 //! - Chunks go straight from the request to the file; nothing buffers more than the chunk.
 //! - A chunk that arrives ahead of the one before it (a pipelining client) waits for it once
-//!   (see `order`), so a client may keep two appends in flight.
+//!   (see `seed_agents_server_core::upload_order`), so a client may keep two appends in flight.
 //! - A committed file appears at its target by one rename, so it is never seen half-written.
 
 pub(crate) mod memory_target;
-pub(crate) mod order;
 mod staging;
 mod store;
 mod sweep;
@@ -39,8 +38,8 @@ use crate::memory::path::MemoryPath;
 
 pub(crate) use sweep::spawn_sweeper;
 
-/// The largest chunk: 8 MiB.
-pub(crate) const MAX_CHUNK_BYTES: i64 = 8 * 1024 * 1024;
+/// The largest chunk: 8 MiB (the body limit of `AppendFileUploadChunk` is decided by it).
+pub(crate) use seed_agents_server_core::body::MAX_CHUNK_BYTES;
 /// The largest upload into memory: 2 GiB.
 pub(crate) const MAX_MEMORY_UPLOAD_BYTES: i64 = 2 * 1024 * 1024 * 1024;
 /// Uploads untouched this long expire.

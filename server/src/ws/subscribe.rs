@@ -169,7 +169,7 @@ pub(crate) async fn accept(edge: &Edge, bytes: Vec<u8>) -> Result<Accepted, Refu
 
 /// Decodes a verified `Subscribe` action and authorizes its key for `caller`.
 async fn authorize(app: &App, caller: Caller, action: Ipld) -> ApiResult<Accepted> {
-    let action: Subscribe = crate::dispatch::decode("Subscribe", action)?;
+    let action: Subscribe = seed_agents_server_core::action::decode("Subscribe", action)?;
     let after = action.after_seq.unwrap_or(0);
     let Some((kind, id)) = action.key.split_once('/').filter(|(_, id)| !id.is_empty() && !id.contains('/')) else {
         return Err(ApiError::invalid(NOT_AUTHORIZED));

@@ -1,4 +1,5 @@
-//! Pipelined appends: a chunk that arrives ahead of its predecessor waits for it.
+//! Pipelined appends: a chunk that arrives ahead of its predecessor waits for it (the server's
+//! `uploads` feature holds one [`AppendOrder`] in its `App`).
 //!
 //! A client may send chunk N+1 before chunk N is answered (the SDK keeps two in flight, so
 //! signing and sending the next chunk overlap the server's write and fsync of this one). The two
@@ -34,7 +35,7 @@ pub const WAIT: Duration = Duration::from_secs(30);
 
 /// How long it waits when no other append is in the server yet (its predecessor may be on the
 /// wire, or being verified).
-pub(crate) const ARRIVAL_GRACE: Duration = Duration::from_secs(2);
+pub const ARRIVAL_GRACE: Duration = Duration::from_secs(2);
 
 /// Appends in the server, per upload, and the chunks waiting for a predecessor.
 #[derive(Debug)]

@@ -1,18 +1,67 @@
-//! Upstream's messages for fields whose wrong type typed decoding would otherwise report in
-//! serde's words.
+//! From a verified action map to its typed action: what the server does to an action before its
+//! handler runs.
+//!
+//! [`decode`] reads a few fields leniently, as upstream does ([`lenient`]), runs upstream's hand
+//! checks of a few fields, refuses integers no union can read back, and decodes the map as the
+//! action's generated type. The server's `dispatch` runs the compat upgrade for the caller's
+//! protocol first, then [`decode`] for the routed action's type; [`decode_named`] does the same
+//! for any action of the protocol by its name (what the `actions` fuzz target drives).
 //!
 //! Typed decoding refuses a map that does not fit the generated type, with a message such as
 //! ``invalid type: string "x", expected a boolean``. Where upstream checks a field by hand and
 //! clients may show its message, the same check runs here first on the generic value, with
 //! upstream's text. Everything else falls back to `<field> is required` (a missing field) or
-//! `Invalid <Action>: <reason>`. One check of our own comes first too: [`integers_fit`] refuses
+//! `Invalid <Action>: <reason>`. One check of our own comes first too: `integers_fit` refuses
 //! integers below -2^63, which the protocol's unions cannot read back.
 
 use std::collections::BTreeMap;
 
 use ipld_core::ipld::Ipld;
+use seed_agents_protocol::action::{ActionType, ActionVisitor};
+use seed_agents_protocol::{ActionInfo, AgentAction, wire};
 
 use crate::error::{ApiError, ApiResult};
+
+/// Decodes a verified action map as `A`, the type of the action named `name`: [`lenient`], the
+/// hand checks with upstream's messages, then typed decoding (400 when the fields do not fit).
+pub fn decode<A: serde::de::DeserializeOwned>(name: &str, mut action: Ipld) -> ApiResult<A> {
+    if let Ipld::Map(fields) = &mut action {
+        lenient_fields(name, fields);
+        check(name, fields)?;
+    }
+    integers_fit(name, &action)?;
+    wire::from_ipld(action).map_err(|error| match error {
+        wire::WireError::Decode(reason) | wire::WireError::Encode(reason) => decode_error(name, &reason),
+    })
+}
+
+/// Everything the server does to an action before its handler runs, for any action of the
+/// protocol by its name: the compat upgrade from the client's `protocol`, then [`decode`] as the
+/// named action's generated type (the value is dropped). A name the protocol does not know is
+/// refused as [`unrouted`] refuses it.
+pub fn decode_named(protocol: u32, name: &str, action: Ipld) -> ApiResult<()> {
+    struct Decode<'a> {
+        name: &'a str,
+        action: Ipld,
+    }
+    impl ActionVisitor for Decode<'_> {
+        type Output = ApiResult<()>;
+        fn visit<A: ActionType>(self) -> ApiResult<()> {
+            decode::<A>(self.name, self.action).map(drop)
+        }
+    }
+    let action = seed_agents_compat::upgrade_action(protocol, name, action)?;
+    AgentAction::visit(name, Decode { name, action }).unwrap_or_else(|| Err(unrouted(name)))
+}
+
+/// The answer to an action the server does not route: 501 for one the protocol knows (not
+/// implemented yet), 400 `Unsupported action: <name>` for any other name.
+pub fn unrouted(name: &str) -> ApiError {
+    match ActionInfo::find(name) {
+        Some(_) => ApiError::not_implemented(format!("{name} is not supported by this server yet")),
+        None => ApiError::invalid(format!("Unsupported action: {name}")),
+    }
+}
 
 /// What a field must hold.
 #[derive(Debug, Clone, Copy)]
@@ -63,7 +112,7 @@ const LABELS: &[(&str, &str)] = &[
 ];
 
 /// Runs the hand checks for `action`.
-pub(super) fn check(action: &str, fields: &BTreeMap<String, Ipld>) -> ApiResult<()> {
+fn check(action: &str, fields: &BTreeMap<String, Ipld>) -> ApiResult<()> {
     for (name, field, want, message) in RULES {
         if *name != action {
             continue;
@@ -88,16 +137,21 @@ pub(super) fn check(action: &str, fields: &BTreeMap<String, Ipld>) -> ApiResult<
 /// anything that is not a finite number counts as absent (the default applies).
 const LENIENT_INTEGERS: &[(&str, &str)] = &[("ListRuns", "limit")];
 
-/// Applies [`LENIENT_INTEGERS`] to `action`'s fields before typed decoding, and turns a trigger
-/// source's legacy singular `mentionedAccount` into `mentionedAccounts`.
-pub(super) fn lenient(action: &str, fields: &mut BTreeMap<String, Ipld>) {
+/// What the server does to a few fields of the action named `name` before typed decoding, as
+/// upstream reads them leniently: `LENIENT_INTEGERS` (`ListRuns.limit`: a fraction is floored, a
+/// non-number dropped), and a trigger source's legacy singular `mentionedAccount` becomes
+/// `mentionedAccounts` ([`legacy_mentions`]). [`decode`] applies it; the fuzz targets apply it
+/// before they compare with the protocol's own decoding.
+pub fn lenient(name: &str, action: &mut Ipld) {
+    if let Ipld::Map(fields) = action {
+        lenient_fields(name, fields);
+    }
+}
+
+fn lenient_fields(action: &str, fields: &mut BTreeMap<String, Ipld>) {
     match action {
-        "CreateAgentTrigger" => {
-            fields.get_mut("trigger").into_iter().for_each(crate::triggers::validate::legacy_mentions)
-        }
-        "UpdateAgentTrigger" => {
-            fields.get_mut("patch").into_iter().for_each(crate::triggers::validate::legacy_mentions)
-        }
+        "CreateAgentTrigger" => fields.get_mut("trigger").into_iter().for_each(legacy_mentions),
+        "UpdateAgentTrigger" => fields.get_mut("patch").into_iter().for_each(legacy_mentions),
         _ => {}
     }
     for (name, field) in LENIENT_INTEGERS {
@@ -125,7 +179,7 @@ pub(super) fn lenient(action: &str, fields: &mut BTreeMap<String, Ipld>) {
 /// integers (serde issue 1682), so every response or event that later carried the stored value
 /// would fail to decode: in the SDK, for every reader of a shared agent, and in the server's own
 /// idempotent replays.
-pub(super) fn integers_fit(action: &str, value: &Ipld) -> ApiResult<()> {
+fn integers_fit(action: &str, value: &Ipld) -> ApiResult<()> {
     let mut pending = vec![value];
     while let Some(value) = pending.pop() {
         match value {
@@ -141,7 +195,7 @@ pub(super) fn integers_fit(action: &str, value: &Ipld) -> ApiResult<()> {
 }
 
 /// The 400 for a map that typed decoding refused.
-pub(super) fn decode_error(action: &str, reason: &str) -> ApiError {
+fn decode_error(action: &str, reason: &str) -> ApiError {
     if let Some(field) = reason.strip_prefix("missing field `").and_then(|rest| rest.split('`').next()) {
         return match LABELS.iter().find(|(name, _)| *name == field) {
             Some((_, label)) if label.starts_with("Invalid") => ApiError::invalid(*label),
@@ -152,12 +206,99 @@ pub(super) fn decode_error(action: &str, reason: &str) -> ApiError {
     ApiError::invalid(format!("Invalid {action}: {reason}"))
 }
 
+/// Rewrites, anywhere in `value`, a `user-mention` source's legacy singular `mentionedAccount`
+/// into `mentionedAccounts` (docs/protocol.md §E.1: the seed still accepts it on input). A
+/// source that already has `mentionedAccounts` keeps it; the singular key is dropped either way.
+/// Runs on the generic value, before typed decoding would refuse the source.
+pub fn legacy_mentions(value: &mut Ipld) {
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        match value {
+            Ipld::Map(fields) => {
+                let is_mention = matches!(fields.get("type"), Some(Ipld::String(kind)) if kind == "user-mention");
+                if is_mention
+                    && let Some(single) = fields.remove("mentionedAccount")
+                    && !fields.contains_key("mentionedAccounts")
+                {
+                    fields.insert("mentionedAccounts".to_owned(), Ipld::List(vec![single]));
+                }
+                pending.extend(fields.values_mut());
+            }
+            Ipld::List(items) => pending.extend(items.iter_mut()),
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     fn map(entries: &[(&str, Ipld)]) -> BTreeMap<String, Ipld> {
         entries.iter().map(|(key, value)| ((*key).to_owned(), value.clone())).collect()
+    }
+
+    fn action(name: &str, fields: &[(&str, Ipld)]) -> Ipld {
+        let mut fields = map(fields);
+        fields.insert("_".into(), Ipld::String(name.into()));
+        fields.insert("ts".into(), Ipld::Integer(1));
+        Ipld::Map(fields)
+    }
+
+    #[test]
+    fn a_legacy_singular_mentioned_account_is_normalised() {
+        use seed_agents_protocol::generated::{AgentTriggerSource, CreateAgentTrigger};
+        let text = |value: &str| Ipld::String(value.into());
+        let source = Ipld::Map(map(&[("type", text("user-mention")), ("mentionedAccount", text("z6MkAlice"))]));
+        let trigger = Ipld::Map(map(&[("name", text("m")), ("prompt", text("p")), ("source", source)]));
+        let create = action("CreateAgentTrigger", &[("agentId", text("a")), ("trigger", trigger)]);
+        let decoded: CreateAgentTrigger = decode("CreateAgentTrigger", create).unwrap();
+        let AgentTriggerSource::UserMentionSource(source) = decoded.trigger.source else { panic!("not a mention") };
+        assert_eq!(source.mentioned_accounts, ["z6MkAlice"]);
+        assert!(source.extra.is_empty(), "the singular key is gone: {:?}", source.extra);
+        // A source with both keeps its list.
+        let both = Ipld::Map(map(&[
+            ("type", text("user-mention")),
+            ("mentionedAccount", text("z6MkAlice")),
+            ("mentionedAccounts", Ipld::List(vec![text("z6MkBob")])),
+        ]));
+        let trigger = Ipld::Map(map(&[("name", text("m")), ("source", both)]));
+        let create = action("CreateAgentTrigger", &[("agentId", text("a")), ("trigger", trigger)]);
+        let decoded: CreateAgentTrigger = decode("CreateAgentTrigger", create).unwrap();
+        let AgentTriggerSource::UserMentionSource(source) = decoded.trigger.source else { panic!("not a mention") };
+        assert_eq!(source.mentioned_accounts, ["z6MkBob"]);
+    }
+
+    #[test]
+    fn decoding_by_name_answers_as_the_server_would() {
+        let kind = |protocol, name, value| decode_named(protocol, name, value).unwrap_err().kind();
+        assert!(decode_named(3, "ListAgents", action("ListAgents", &[])).is_ok());
+        let missing = decode_named(3, "GetAgent", action("GetAgent", &[])).unwrap_err();
+        assert_eq!((missing.kind(), missing.message()), (ErrorKind::Invalid, "Agent ID is required"));
+        let flag = [("agentId", Ipld::String("a".into())), ("publicRead", Ipld::Integer(1))];
+        assert_eq!(kind(3, "SetAgentPublicRead", action("SetAgentPublicRead", &flag)), ErrorKind::Invalid);
+        // A WebSocket-only action decodes as its own type too, with upstream's checks.
+        let subscribe = [("afterSeq", Ipld::Integer(-1))];
+        let error = decode_named(3, "Subscribe", action("Subscribe", &subscribe)).unwrap_err();
+        assert_eq!(error.message(), "afterSeq must be a non-negative integer");
+        assert_eq!(kind(3, "Nope", action("Nope", &[])), ErrorKind::Invalid);
+        // An integer no union can read back, deep in an open value.
+        let metadata = Ipld::Map(map(&[("n", Ipld::Integer(i128::from(i64::MIN) - 1))]));
+        let secret = [("name", Ipld::String("k".into())), ("value", Ipld::Bytes(vec![1])), ("metadata", metadata)];
+        assert_eq!(kind(3, "SetSecret", action("SetSecret", &secret)), ErrorKind::Invalid);
+        // The compat upgrade runs first.
+        let combine = action("CombineAgentTriggers", &[]);
+        assert_eq!(kind(2, "CombineAgentTriggers", combine), ErrorKind::UpdateRequired);
+    }
+
+    #[test]
+    fn unrouted_actions_are_not_implemented_and_unknown_names_unsupported() {
+        let browser = unrouted("ConnectSessionBrowser");
+        assert_eq!(browser.kind(), ErrorKind::NotImplemented);
+        assert_eq!(browser.message(), "ConnectSessionBrowser is not supported by this server yet");
+        let unknown = unrouted("Nope");
+        assert_eq!((unknown.kind(), unknown.message()), (ErrorKind::Invalid, "Unsupported action: Nope"));
     }
 
     #[test]
@@ -194,7 +335,7 @@ mod tests {
     fn lenient_integers_are_floored_or_dropped() {
         let limit = |value: Ipld| {
             let mut fields = map(&[("limit", value), ("other", Ipld::Float(1.5))]);
-            lenient("ListRuns", &mut fields);
+            lenient_fields("ListRuns", &mut fields);
             assert_eq!(fields.get("other"), Some(&Ipld::Float(1.5)), "other fields are left alone");
             fields.get("limit").cloned()
         };
@@ -205,7 +346,7 @@ mod tests {
         assert_eq!(limit(Ipld::Null), None);
         assert_eq!(limit(Ipld::Float(f64::INFINITY)), None);
         let mut untouched = map(&[("limit", Ipld::Float(2.5))]);
-        lenient("ListSessions", &mut untouched);
+        lenient_fields("ListSessions", &mut untouched);
         assert_eq!(untouched.get("limit"), Some(&Ipld::Float(2.5)));
         let seq = |value| check("GetSessionEvent", &map(&[("seq", value)])).map_err(|error| error.message().to_owned());
         assert_eq!(seq(Ipld::Integer(-1)), Err("seq must be a non-negative integer".into()));
@@ -220,7 +361,7 @@ mod tests {
         let nested = Ipld::Map(map(&[("a", Ipld::List(vec![Ipld::Null, Ipld::Map(map(&[("b", below.clone())]))]))]));
         let error = integers_fit("SetSecret", &nested).unwrap_err();
         assert_eq!(error.message(), "Invalid SetSecret: integer -9223372036854775809 is below -2^63");
-        assert_eq!(error.kind(), crate::error::ErrorKind::Invalid);
+        assert_eq!(error.kind(), ErrorKind::Invalid);
         assert!(integers_fit("SetSecret", &below).is_err());
         let fits = [Ipld::Integer(i64::MIN.into()), Ipld::Integer(u64::MAX.into()), Ipld::Float(-1e30)];
         assert!(integers_fit("SetSecret", &Ipld::List(fits.to_vec())).is_ok());
