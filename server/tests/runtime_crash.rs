@@ -12,11 +12,12 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use seed_agents_protocol::generated::{
-    CreateAgent, CreateSession, GetSession, ListRuns, RunStatus, SessionEvent, SessionInfoStatus, SetModelProvider,
+    CreateAgent, CreateSession, GetSession, ListRuns, MessageEventRole, RunStatus, SessionEvent, SessionEventPayload,
+    SessionInfoStatus, SetModelProvider,
 };
 use seed_agents_sdk::Client;
 
-use crate::support::crash::{self, Lcg};
+use crate::support::crash::{self, DATABASE_FILE, Lcg};
 use crate::support::fixtures::{custom_provider_config, definition, say};
 use crate::support::process::{Launch, ServerProcess, free_port};
 use crate::support::provider::{Fallback, Provider, Script};
@@ -145,5 +146,93 @@ async fn turns_survive_sigkill_at_random_points() {
         "{kills} kills in {:.1} s; {total} durable events checked after every restart",
         started.elapsed().as_secs_f64()
     );
+    server.terminate().await;
+}
+
+/// A pass's final answer is durable before its run ends; a server that dies between the two
+/// finds the answer recorded on the run at the boot sweep's re-execution and ends the run from
+/// it, rather than asking the model to answer again (docs/runtime.md §6.3). The state such a
+/// crash leaves is made by hand, on the real binary's database, between two starts: a finished
+/// turn is turned back into one that was running when the server died.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_recorded_before_a_crash_is_not_asked_for_again() {
+    let provider = Provider::start().await;
+    provider.set_fallback(Fallback::Text("Asked again.".into()));
+    provider.push(Script::text("The only answer."));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let launch = Launch::new(crate::SERVER_BIN, &data, &dir.path().join("server.log"))
+        .port(free_port())
+        .arg("--session-title-generation")
+        .arg("false");
+    let server = ServerProcess::start(&launch).await;
+    let owner = client(&server.url);
+    let custom = custom_provider_config(provider.openai_base());
+    owner.set_model_provider(SetModelProvider { name: "main".into(), provider: custom }).await.unwrap();
+    let agent = CreateAgent { client_request_id: None, definition: definition("answered") };
+    let agent = owner.create_agent(agent).await.unwrap().agent_id;
+    let create = CreateSession {
+        agent_id: agent,
+        client_request_id: None,
+        model_override: None,
+        thoroughness: None,
+        title: None,
+    };
+    let session = owner.create_session(create).await.unwrap().session_id;
+    let answer = owner.message_session(say(&session, "hello")).await.unwrap().assistant_event_id;
+    assert!(!answer.is_empty(), "the turn answered");
+    server.terminate().await;
+
+    // The run as the crash would have left it: still running, its answer recorded, no output.
+    let conn = rusqlite::Connection::open(data.join(DATABASE_FILE)).unwrap();
+    let (run_id, recorded): (String, Option<String>) = conn
+        .query_row("SELECT id, answered_event_id FROM runs WHERE session_id = ?1", [session.as_str()], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(recorded.as_deref(), Some(answer.as_str()), "the answer is recorded with the run");
+    conn.execute(
+        "UPDATE runs SET status = 'running', output_cbor = NULL, finished_at = NULL, lease_owner = 'gone',
+             lease_expires_at = 0 WHERE id = ?1",
+        [run_id.as_str()],
+    )
+    .unwrap();
+    conn.execute("UPDATE sessions SET status = 'streaming' WHERE id = ?1", [session.as_str()]).unwrap();
+    drop(conn);
+
+    let server = ServerProcess::start(&launch).await;
+    let owner = client(&server.url);
+    let (owner_ref, run_ref) = (&owner, &run_id);
+    wait::until_ok_within(Duration::from_secs(30), "the re-executed run ends", || async move {
+        let runs = owner_ref
+            .list_runs(ListRuns {
+                agent_id: None,
+                limit: None,
+                root_run_id: Some(run_ref.clone().into()),
+                session_id: None,
+                status: None,
+            })
+            .await
+            .map_err(|error| error.to_string())?
+            .runs;
+        match runs.into_iter().find(|run| run.id.as_str() == run_ref) {
+            Some(run) if run.status == RunStatus::Succeeded => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(provider.request_count(), 1, "the model was not asked again");
+    let (events, status) = log(&owner, &session).await;
+    let answers: Vec<&str> = events
+        .iter()
+        .filter_map(|event| match &event.event {
+            SessionEventPayload::MessageEvent(message) if message.role == MessageEventRole::Assistant => {
+                Some(message.content.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answers, ["The only answer."], "one answer in the log");
+    assert_eq!(status, SessionInfoStatus::Idle);
     server.terminate().await;
 }

@@ -436,6 +436,13 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX runs_completion_pending ON runs (finished_at, id)
         WHERE completion_pending = 1 AND finished_at IS NOT NULL AND (kind = 'agent' OR trigger_firing_id IS NOT NULL);
     "#,
+    // The answer an agent run's last pass gave (docs/runtime.md §6.3): set in the transaction
+    // that appends a pass's final assistant message, cleared by a continuation notice. An
+    // execution that finds it set (the server died between the answer and the run's end) ends
+    // from it instead of asking the model to answer again.
+    r#"
+    ALTER TABLE runs ADD COLUMN answered_event_id TEXT;
+    "#,
 ];
 
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.

@@ -119,6 +119,9 @@ pub(crate) struct Turn {
     pub resumed: bool,
     /// The calls of its children still working when the execution started (read with the rest).
     pub live_children: Vec<String>,
+    /// The final answer an earlier execution of the run recorded before the server died between
+    /// it and the run's end: this execution ends from it without asking the model again.
+    pub answered: Option<String>,
     /// Awaited `delegate` calls of the current pass: the pass ends after its tool batch and the
     /// run parks on them.
     pub park: std::sync::Mutex<Vec<String>>,
@@ -154,8 +157,13 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
     }
     title::start(&turn);
     let mut continuations = 0;
+    // An answer an earlier execution recorded stands: the post-pass checks below run on it.
+    let mut recorded = turn.answered.clone();
     loop {
-        let ended = pass::run(&turn).await;
+        let ended = match recorded.take() {
+            Some(assistant_event_id) => pass::Ended::Answered { assistant_event_id },
+            None => pass::run(&turn).await,
+        };
         let assistant_event_id = match ended {
             pass::Ended::Stopped { assistant_event_id } => {
                 return Outcome::Canceled(output(&assistant_event_id, &[]));
@@ -272,6 +280,17 @@ async fn execute(app: Arc<App>, run: Claimed, stop: StopSignal) -> Outcome {
         }
         return turn.answered(&assistant_event_id, &open).await;
     }
+}
+
+/// What an append does to the run's recorded answer (docs/runtime.md §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Leaves it as it is.
+    Keep,
+    /// Records the appended event as the answer of the run's last pass.
+    Set,
+    /// Clears it: the turn goes on.
+    Clear,
 }
 
 fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -396,7 +415,7 @@ impl Turn {
         let overrides = app.config.provider_urls.clone();
         let (run_id, input) = (run.id.clone(), run.input.clone());
         // One read for everything an execution starts from.
-        let (loaded, contract, thread, depth, resumed, live_children) = app
+        let (loaded, contract, thread, depth, resumed, live_children, answered) = app
             .db
             .read(move |conn| {
                 let loaded = load(conn, &agent_id, &session_id, &overrides)?;
@@ -404,7 +423,8 @@ impl Turn {
                 let thread = crate::triggers::thread::of_run(conn, &input, &session_id)?;
                 let (depth, children) = crate::runs::store::depth_and_children(conn, &run_id)?.unwrap_or((0, false));
                 let live = if children { crate::runs::children::live_children_of(conn, &run_id)? } else { Vec::new() };
-                Ok((loaded, contract, thread, depth, children, live))
+                let answered = crate::runs::store::answered(conn, &run_id)?;
+                Ok((loaded, contract, thread, depth, children, live, answered))
             })
             .await?;
         let endpoint = match &loaded.subscription {
@@ -441,6 +461,7 @@ impl Turn {
             depth,
             resumed,
             live_children,
+            answered,
             park: Default::default(),
             typed: Default::default(),
             continued: Default::default(),
@@ -503,19 +524,22 @@ impl Turn {
             tool_call_id: None,
             type_: MessageEventType::Message,
         });
-        self.append(payload).await
+        // The turn goes on past the answer it recorded: a crash from here re-asks the model.
+        self.append_with_usage(payload, None, Answer::Clear).await
     }
 
     /// Appends one durable event, announces it, and returns its id.
     pub(crate) async fn append(&self, payload: SessionEventPayload) -> ApiResult<String> {
-        self.append_with_usage(payload, None).await
+        self.append_with_usage(payload, None, Answer::Keep).await
     }
 
-    /// [`Self::append`], adding a step's usage to the run in the same transaction.
+    /// [`Self::append`], adding a step's usage to the run in the same transaction, and recording
+    /// or clearing the run's answer there as `answer` says.
     pub(crate) async fn append_with_usage(
         &self,
         payload: SessionEventPayload,
         usage: Option<&model::Usage>,
+        answer: Answer,
     ) -> ApiResult<String> {
         let (session_id, now) = (self.session_id.clone(), self.app.clock.now_ms());
         let (run_id, usage) = (self.run_id.clone(), usage.map(run_usage));
@@ -527,6 +551,11 @@ impl Turn {
                     crate::runs::add_usage(conn, &run_id, usage)?;
                 }
                 let event = events::append(conn, &session_id, payload, now)?;
+                match answer {
+                    Answer::Keep => {}
+                    Answer::Set => crate::runs::store::set_answered(conn, &run_id, Some(event.id.as_str()))?,
+                    Answer::Clear => crate::runs::store::set_answered(conn, &run_id, None)?,
+                }
                 crate::sessions::store::touch(conn, &session_id, now)?;
                 Ok(event)
             })

@@ -266,7 +266,7 @@ impl Turn {
 
     /// Appends the assistant message of a step (after `done`), returning its id.
     async fn say(&self, partial: &Partial, text: String, meta: SessionEventMeta) -> ApiResult<String> {
-        self.say_with_usage(partial, text, meta, None).await
+        self.say_with_usage(partial, text, meta, None, super::Answer::Keep).await
     }
 
     /// [`Self::say`], adding the step's usage to the run in the same write.
@@ -276,6 +276,7 @@ impl Turn {
         text: String,
         meta: SessionEventMeta,
         usage: Option<&Usage>,
+        answer: super::Answer,
     ) -> ApiResult<String> {
         self.partial(partial, PartialPatch { done: Some(true), ..Default::default() });
         self.append_with_usage(
@@ -294,6 +295,7 @@ impl Turn {
                 type_: MessageEventType::Message,
             }),
             usage,
+            answer,
         )
         .await
     }
@@ -450,6 +452,8 @@ async fn pass(turn: &Turn) -> ApiResult<Ended> {
                     text.clone(),
                     turn.meta(Some(&step.usage), duration, Some(turn_meta)),
                     Some(&step.usage),
+                    // A step without calls ends the pass: its text is the pass's answer.
+                    if step.tool_calls.is_empty() { super::Answer::Set } else { super::Answer::Keep },
                 )
                 .await?;
             said_anything = true;

@@ -115,6 +115,22 @@ pub(crate) fn end(
     Ok(())
 }
 
+/// Records (or, with `None`, clears) the answer the last pass of run `run_id` gave: the event id
+/// of its final assistant message (docs/runtime.md §6.3).
+pub(crate) fn set_answered(conn: &Connection, run_id: &str, event_id: Option<&str>) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE runs SET answered_event_id = ?2 WHERE id = ?1")?.execute(params![run_id, event_id])?;
+    Ok(())
+}
+
+/// The answer run `run_id`'s last pass gave and no continuation followed, if any.
+pub(crate) fn answered(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT answered_event_id FROM runs WHERE id = ?1")?
+        .query_row(params![run_id], |row| row.get::<_, Option<String>>(0))
+        .optional()?
+        .flatten())
+}
+
 /// Parks a run on `wait` (woken by the dispatcher at its wake time, if any), its lease cleared.
 pub(crate) fn park(conn: &Connection, run_id: &str, wait: &Wait, now_ms: i64) -> rusqlite::Result<()> {
     conn.prepare_cached(
