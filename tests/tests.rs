@@ -49,6 +49,8 @@ mod runtime;
 mod runtime_google;
 // Agent turns on OpenAI's Responses API: encrypted reasoning through a tool loop, failures.
 mod runtime_responses;
+// The code sandbox and `execute`: results, limits, escape attempts (needs bubblewrap).
+mod sandbox;
 // Agent tools: tool documents, `~/tools`, `call`, and turns that use them.
 mod tools;
 // The schedule and activity monitors, on virtual time and the fake feed.

@@ -166,6 +166,20 @@ pub struct Config {
     #[arg(long, env = "SEED_AGENTS_MCP_CALL_TIMEOUT", default_value = "60", value_parser = parse_seconds)]
     pub mcp_call_timeout: Duration,
 
+    /// How agents' code runs (the `execute` callable, docs/sandbox.md): `namespaces`, a fresh
+    /// bubblewrap sandbox per execution (when bwrap is missing or its probe fails, `execute` is
+    /// not offered and `/api/health` says why), or `off`.
+    #[arg(long, env = "SEED_AGENTS_EXEC_BACKEND", value_enum, default_value_t = ExecBackend::Namespaces)]
+    pub exec_backend: ExecBackend,
+
+    /// Code executions running at once, server-wide; more wait their turn.
+    #[arg(long, env = "SEED_AGENTS_EXEC_CONCURRENCY", default_value_t = 2)]
+    pub exec_concurrency: usize,
+
+    /// Code executions running at once for one account; more wait their turn.
+    #[arg(long, env = "SEED_AGENTS_EXEC_PER_ACCOUNT", default_value_t = 1)]
+    pub exec_per_account: usize,
+
     /// Seconds a workflow script may compute between two `ctx` calls before its run fails
     /// `fuel-exhausted` (docs/workflows.md §1); fractions allowed.
     #[arg(long, env = "SEED_AGENTS_WORKFLOW_COMPUTE_SLICE", default_value = "2", value_parser = parse_seconds)]
@@ -222,6 +236,15 @@ pub(crate) fn parse_seconds(value: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("not a duration in seconds: {value}"))
 }
 
+/// How agents' code runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExecBackend {
+    /// A bubblewrap sandbox per execution: Linux namespaces, seccomp, rlimits, control groups.
+    Namespaces,
+    /// No code execution.
+    Off,
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -265,6 +288,9 @@ impl Config {
             run_limits: crate::runs::Limits::default(),
             mcp_call_timeout: Duration::from_secs(60),
             workflow_compute_slice: Duration::from_secs(2),
+            exec_backend: ExecBackend::Namespaces,
+            exec_concurrency: 2,
+            exec_per_account: 1,
         }
     }
 

@@ -3,17 +3,18 @@
 //!
 //! [`registry`] lists the callables and decides grants; [`document`](mod@document) builds, checks and
 //! content-addresses documents; [`store`] keeps them in `tool_documents`; [`schema`] is the JSON
-//! Schema subset contracts use; [`search`] and [`web_search`] run those two callables (`query` and
-//! `attributes` run with the Hypermedia reads in `verbs`).
+//! Schema subset contracts use; [`search`], [`web_search`] and [`execute`] run those three
+//! callables (`query` and `attributes` run with the Hypermedia reads in `verbs`).
 //!
 //! Builtin documents are written for an agent before anything lists or reads its tools, and
 //! rewritten only when this build's CID differs from the stored one. Lambdas (authored tools) can
-//! be saved, listed, read and deleted, but this server has no code sandbox, so calling one
+//! be saved, listed, read and deleted, but this server does not run them yet, so calling one
 //! answers an error saying so; their `granted` is true in listings, as upstream reports it
 //! (grants do not cover lambdas). MCP documents are projected from the
 //! owner's MCP servers for the agents granted them (`mcp::project`) and run through `mcp`.
 
 pub(crate) mod document;
+pub(crate) mod execute;
 pub(crate) mod registry;
 pub(crate) mod schema;
 pub(crate) mod search;
@@ -41,8 +42,8 @@ use registry::Callable;
 use store::Stored;
 
 /// Why a lambda does not run here (the error of calling one, and a note in its contract).
-pub(crate) const LAMBDA_NOT_RUNNABLE: &str = "Lambda tools run in a code sandbox, which this server does not provide: it \
-                                       can save, list and show them, but not run them.";
+pub(crate) const LAMBDA_NOT_RUNNABLE: &str =
+    "Lambda tools run in the code sandbox, and this server does not run them yet: it can save, list and show them.";
 
 /// The longest tool name accepted before the name rules apply, in bytes.
 const MAX_NAME_BYTES: usize = 256;
@@ -107,7 +108,7 @@ pub(crate) async fn list_agent_tools(
         Ok((access, definition))
     })
     .await?;
-    let granted = registry::granted(&app.config, &definition);
+    let granted = granted(app, &definition);
     let tools = documents(app, &access.owner_id, &access.agent_id)
         .await?
         .iter()
@@ -224,7 +225,12 @@ pub(crate) fn changed(app: &App, owner_id: &str, agent_id: &str) {
 
 /// The callables granted to an agent of `definition` on this server.
 pub(crate) fn granted(app: &App, definition: &AgentDefinition) -> Vec<Callable> {
-    registry::granted(&app.config, definition)
+    registry::granted(backends(app), definition)
+}
+
+/// Which callables that need a backend have one here.
+pub(crate) fn backends(app: &App) -> registry::Backends {
+    registry::Backends { web_search: app.config.searxng_url.is_some(), execute: app.sandbox.availability().available }
 }
 
 /// A stored document as the protocol shows it.

@@ -6,7 +6,7 @@
 //! deletes one. `call {tool, input}` runs a granted callable after checking `input` against its
 //! contract; a miss is a successful result that shows the listing, and input that does not fit
 //! is a successful result with the contract and what was wrong, so the caller can correct itself.
-//! Lambdas are found and their input checked, then refused: this server has no sandbox.
+//! Lambdas are found and their input checked, then refused: this server does not run them yet.
 
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::Value;
@@ -18,7 +18,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::runtime::tools::Tool;
 use crate::tools::document::{self, Kind, LambdaInput, ToolDocument};
 use crate::tools::registry::{self, Callable};
-use crate::tools::{self as agent_tools, LAMBDA_NOT_RUNNABLE, search, store, web_search};
+use crate::tools::{self as agent_tools, LAMBDA_NOT_RUNNABLE, execute, search, store, web_search};
 
 /// The options `write ~/tools/<name>` understands.
 const WRITE_OPTIONS: &[&str] = &["delete", "tool"];
@@ -197,6 +197,24 @@ pub(super) async fn call_with(context: &Context<'_>, input: &Value, misses: Miss
         Callable::Attributes => super::hypermedia::attributes(context, &arguments).await,
         Callable::WebSearch => {
             let (summary, output) = web_search::run(context.app, &arguments).await?;
+            record(summary, &output)
+        }
+        Callable::Execute => {
+            let (sender, mut receiver) = tokio::sync::mpsc::channel(4);
+            let sender = context.output_tail.is_some().then_some(sender);
+            let running = execute::run(context.app, &context.owner_id, &context.memory_root, &arguments, sender);
+            let forwarding = async {
+                while let Some(progress) = receiver.recv().await {
+                    if let Some(tail) = &context.output_tail {
+                        tail(progress.output_tail);
+                    }
+                }
+            };
+            let (ran, ()) = tokio::join!(running, forwarding);
+            let (summary, output) = ran?;
+            if !output.changed_files.is_empty() {
+                context.memory_changed();
+            }
             record(summary, &output)
         }
     }
