@@ -29,6 +29,8 @@ mod hypermedia_writes;
 mod identities;
 // Memory files uploaded to IPFS through the fake Hypermedia server.
 mod ipfs;
+// Lambda tools run in the code sandbox, called by a user or a model (docs/sandbox.md).
+mod lambdas;
 // `/agents/ws` over real sockets: keys × roles, replay then live, limits, pings, shutdown.
 mod live;
 // MCP servers: both transports, projection, model turns calling their tools.

@@ -209,7 +209,7 @@ async fn users_read_tools_and_call_search_through_the_hypermedia_server() {
     let hidden = output(&owner.call(read("~/tools/web_search")).await.unwrap());
     assert_eq!(hidden["summary"], "No tool named web_search.", "an ungranted builtin reads as unknown");
 
-    // An authored tool: saved and listed, its input checked, then refused (lambdas do not run here yet).
+    // An authored tool: saved and listed, its input checked, then refused (this server runs no code).
     let document = json!({"description": "Counts words.", "input": {"type": "object", "properties": {"text": {"type": "string"}},
                                                                      "required": ["text"]}, "source": "def main(i): return 1",
                           "runtime": "python"});
@@ -224,9 +224,10 @@ async fn users_read_tools_and_call_search_through_the_hypermedia_server() {
     let listing = output(&owner.call(read("~/tools")).await.unwrap());
     assert_eq!(listing["tools"], json!(["attributes", "query", "search"]), "only what runs is callable");
     let markdown = listing["markdown"].as_str().unwrap();
-    assert!(markdown.contains("## Authored tools (saved, not runnable on this server)\n- word_count — Counts words."));
+    assert!(markdown.contains("## Authored tools (lambdas)\n- word_count — Counts words."), "{markdown}");
     let refused = owner.call(call(json!({"tool": "word_count", "input": {"text": "a b"}}))).await.unwrap();
-    assert!(refused.error.as_deref().unwrap().contains("this server does not run them yet"), "{refused:?}");
+    let refused = refused.error.unwrap();
+    assert!(refused.contains("python does not run on this server: Code execution is disabled"), "{refused}");
     let misfit = output(&owner.call(call(json!({"tool": "word_count", "input": {}}))).await.unwrap());
     assert!(misfit["contract"].as_str().unwrap().contains("> lambda tool · version `bafyrei"), "{misfit}");
     let not_json = invoke(&session_id, InvokeSessionToolVerb::Write, json!({"address": "~/tools/x_y", "content": "{"}));

@@ -221,7 +221,9 @@ impl Turn {
                     resumed,
                 };
                 let promoted = tools::promoted(&log, &granted);
-                let mcp = crate::mcp::offered(conn, &owner_id, &agent_id, &definition)?;
+                let mut mcp = crate::mcp::offered(conn, &owner_id, &agent_id, &definition)?;
+                // The agent's lambdas that run here, after its MCP tools (docs/sandbox.md).
+                mcp.extend(crate::tools::offered_lambdas(conn, &owner_id, &agent_id, &granted)?);
                 Ok(Read::Ready { system, messages: replay::conversation(&log, &tail), promoted, mcp })
             })
             .await?;
@@ -239,7 +241,8 @@ impl Turn {
             }
         };
         let mut offered = tools::offered(&promoted);
-        // The granted MCP servers' tools after the promoted callables, before the verbs.
+        // The granted MCP servers' tools and the lambdas after the promoted callables, before the
+        // verbs.
         offered.splice(promoted.len()..promoted.len(), mcp);
         // `delegate` after `call`, while a child may still be spawned (a leaf at its depth budget
         // does not see it); `return_result` last, for a typed child.
@@ -626,7 +629,8 @@ async fn execute(
             let input = serde_json::json!({"tool": callable.name(), "input": arguments});
             return run_verb(turn, Tool::Call, &input, Some((partial, call))).await;
         }
-        // What else is offered is a granted MCP server's tool: checked here, run as `call`.
+        // What else is offered is a granted MCP server's tool or a lambda: checked here against
+        // its schema, run as `call`.
         let Some(spec) = offered.iter().find(|spec| spec.name == call.name) else {
             return Err(tools::unknown(&call.name));
         };

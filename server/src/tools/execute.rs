@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use super::fields;
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
-use crate::sandbox::{ExecRequest, Progress, Runtime, SandboxErrorCode};
+use crate::sandbox::{ExecOutcome, ExecRequest, Progress, Runtime, SandboxErrorCode};
 
 /// The timeout when the call names none.
 pub(crate) const DEFAULT_TIMEOUT_SECS: f64 = 60.0;
@@ -76,26 +76,15 @@ pub(crate) async fn run(
         .unwrap_or(DEFAULT_TIMEOUT_SECS)
         .clamp(1.0, MAX_TIMEOUT_SECS);
     let timeout = Duration::from_secs_f64(seconds);
-    let root = memory_root.to_path_buf();
-    let before = snapshot(root.clone()).await?;
     let request = ExecRequest {
         account_id: account_id.to_owned(),
         runtime,
         code: code.to_owned(),
-        workspace: root.clone(),
+        workspace: memory_root.to_path_buf(),
         timeout,
         progress,
     };
-    let outcome = app.sandbox.run(request).await.map_err(|error| match error.code {
-        SandboxErrorCode::Unavailable => {
-            ApiError::unavailable(format!("Code execution is not available on this server: {}", error.message))
-        }
-        SandboxErrorCode::RuntimeUnavailable => ApiError::invalid(error.message),
-        SandboxErrorCode::Start => ApiError::upstream(format!("Could not start the code sandbox: {}", error.message)),
-        SandboxErrorCode::Failed => ApiError::upstream(format!("Code execution failed: {}", error.message)),
-    })?;
-    let after = snapshot(root).await?;
-    let changed_files = diff(&before, &after);
+    let (outcome, changed_files) = run_tracked(app, request).await?;
     let mut stderr = outcome.stderr;
     if outcome.timed_out {
         let note = format!("[stopped after the {}s timeout]", seconds.round());
@@ -126,6 +115,23 @@ pub(crate) async fn run(
         changed_files,
     };
     Ok((summary, output))
+}
+
+/// Runs `request` in the sandbox, with the files of its workspace that it added, changed or
+/// removed; a sandbox that could not start or be read is an error (lambda tools run this way too).
+pub(crate) async fn run_tracked(app: &App, request: ExecRequest) -> ApiResult<(ExecOutcome, Vec<ChangedFile>)> {
+    let root = request.workspace.clone();
+    let before = snapshot(root.clone()).await?;
+    let outcome = app.sandbox.run(request).await.map_err(|error| match error.code {
+        SandboxErrorCode::Unavailable => {
+            ApiError::unavailable(format!("Code execution is not available on this server: {}", error.message))
+        }
+        SandboxErrorCode::RuntimeUnavailable => ApiError::invalid(error.message),
+        SandboxErrorCode::Start => ApiError::upstream(format!("Could not start the code sandbox: {}", error.message)),
+        SandboxErrorCode::Failed => ApiError::upstream(format!("Code execution failed: {}", error.message)),
+    })?;
+    let after = snapshot(root).await?;
+    Ok((outcome, diff(&before, &after)))
 }
 
 /// A file's size and modification time.
