@@ -113,6 +113,16 @@ pub struct Config {
     #[arg(long, env = "SEED_AGENTS_WS_QUEUE", default_value_t = 1024)]
     pub ws_queue: usize,
 
+    /// Bytes of frames waiting for one WebSocket before its client counts as too slow and is
+    /// disconnected (it resumes from its last `seq`).
+    #[arg(long, env = "SEED_AGENTS_WS_QUEUE_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub ws_queue_bytes: usize,
+
+    /// Bytes of frames waiting for all of one account's WebSockets together; a socket whose next
+    /// frame would pass it is disconnected as too slow.
+    #[arg(long, env = "SEED_AGENTS_WS_ACCOUNT_QUEUE_BYTES", default_value_t = 32 * 1024 * 1024)]
+    pub ws_account_queue_bytes: usize,
+
     /// Seconds between pings to a WebSocket's peer; a peer silent for two and a half intervals is
     /// dropped.
     #[arg(long, env = "SEED_AGENTS_WS_PING_INTERVAL", default_value = "20", value_parser = parse_seconds)]
@@ -277,6 +287,8 @@ impl Config {
             ws_per_account: 64,
             ws_subscriptions: 64,
             ws_queue: 1024,
+            ws_queue_bytes: 4 * 1024 * 1024,
+            ws_account_queue_bytes: 32 * 1024 * 1024,
             ws_ping_interval: Duration::from_secs(20),
             allow_private_network: false,
             hm_server_url: DEFAULT_HM_SERVER_URL.to_owned(),
