@@ -91,6 +91,6 @@ mod tests {
     #[test]
     fn the_filter_compiles_to_whole_instructions() {
         let program = super::program().unwrap();
-        assert!(!program.is_empty() && program.len() % 8 == 0, "{}", program.len());
+        assert!(!program.is_empty() && program.len().is_multiple_of(8), "{}", program.len());
     }
 }
