@@ -4,11 +4,13 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt as _;
 use seed_agents_protocol::generated::{
     GetSession, InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, ListAgentTools,
     ReadAgentMemoryFile, SessionEventPayload, SetModelProvider,
 };
 use seed_agents_protocol::{AgentId, SessionId, Value, wire};
+use seed_agents_sdk::subscription::Event as Live;
 use seed_agents_server::ExecBackend;
 use serde_json::{Value as Json, json};
 
@@ -306,15 +308,30 @@ async fn a_model_writes_a_file_with_execute_and_reads_it_next_turn() {
         .unwrap()
         .agent_id;
     let session = user.create_session(&agent, None).await;
+    let mut live = user.client.subscribe(format!("sessions/{session}")).start();
+    assert!(matches!(live.next().await, Some(Ok(Live::Subscribed { .. }))));
     provider.push(Script::tool_call(
         "e1",
         "call",
-        r#"{"tool":"execute","input":{"runtime":"python","code":"open('answer.txt','w').write(str(6*7))"}}"#,
+        r#"{"tool":"execute","input":{"runtime":"python","code":"print('working on it', flush=True)\nopen('answer.txt','w').write(str(6*7))"}}"#,
     ));
     provider.push(Script::text("Written."));
     provider.push(Script::tool_call("r1", "read", r#"{"address":"~/memory/answer.txt"}"#));
     provider.push(Script::text("It says 42."));
     user.call(say(&session, "compute the answer into a file")).await.unwrap();
+    // The running call's output went out live as its activity.
+    let tail = loop {
+        match tokio::time::timeout(Duration::from_secs(10), live.next()).await.unwrap().unwrap().unwrap() {
+            Live::Partial { patch, .. } => {
+                if let Some(activity) = patch.activity.filter(|activity| activity.output_tail.is_some()) {
+                    break activity;
+                }
+            }
+            _ => continue,
+        }
+    };
+    assert_eq!(tail.output_tail.as_deref(), Some("working on it\n"));
+    assert_eq!((tail.tool_name.as_deref(), tail.tool_call_id.as_deref()), (Some("call"), Some("e1")));
     user.call(say(&session, "what does the file say?")).await.unwrap();
     let events = user
         .call(GetSession { session_id: session.clone(), after_seq: None, before_seq: None, limit: None })
