@@ -242,6 +242,13 @@ async fn bombs_loops_floods_and_leftovers_are_contained() {
     let after = shell(&user, &session, "echo fine", 30).await;
     assert_eq!(after["stdout"], "fine\n", "the next execution runs: {after}");
 
+    // At most 64 processes (and bubblewrap's) at once: the rest of the 200 forks fail.
+    let code = "import os, time\nstarted = 0\nfor _ in range(200):\n    try:\n        if os.fork() == 0:\n            \
+                time.sleep(5)\n            os._exit(0)\n        started += 1\n    except OSError:\n        pass\nprint(started)";
+    let ran = python(&user, &session, code, 30).await;
+    let count: u64 = ran["stdout"].as_str().unwrap().trim().parse().unwrap_or_else(|_| panic!("{ran}"));
+    assert!((10..=65).contains(&count), "{count} processes started: {ran}");
+
     // A memory bomb fails inside the sandbox.
     let ran = python(&user, &session, "x = bytearray(2 * 1024 ** 3)\nprint('allocated')", 30).await;
     assert_eq!(ran["success"], false, "{ran}");
