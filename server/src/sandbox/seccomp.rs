@@ -6,8 +6,6 @@
 //! modules, io_uring (which runs work outside these checks), swap, the clock, handles by inode,
 //! userfaultfd. A denied call fails with `EPERM`; everything else is allowed.
 
-use std::collections::BTreeMap;
-
 /// The syscalls the filter denies.
 #[cfg(target_os = "linux")]
 const DENIED: &[i64] = &[
@@ -61,6 +59,8 @@ const DENIED: &[i64] = &[
 /// machine's byte order. An error names what could not be built (an unsupported architecture).
 #[cfg(target_os = "linux")]
 pub(crate) fn program() -> Result<Vec<u8>, String> {
+    use std::collections::BTreeMap;
+
     use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
 
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|error| error.to_string())?;
@@ -82,7 +82,6 @@ pub(crate) fn program() -> Result<Vec<u8>, String> {
 /// No seccomp off Linux (and no sandbox: the probe says so first).
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn program() -> Result<Vec<u8>, String> {
-    let _: BTreeMap<i64, ()> = BTreeMap::new();
     Err("seccomp filters exist only on Linux".to_owned())
 }
 

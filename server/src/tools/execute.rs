@@ -86,13 +86,19 @@ pub(crate) async fn run(
         timeout,
         progress,
     };
-    let outcome = app.sandbox.run(request).await.map_err(|error| match error.code {
-        SandboxErrorCode::Unavailable => {
-            ApiError::unavailable(format!("Code execution is not available on this server: {}", error.message))
+    let outcome = app.sandbox.run(request).await.map_err(|error| {
+        let code = error.code.as_str();
+        match error.code {
+            SandboxErrorCode::Unavailable => {
+                ApiError::unavailable(format!("Code execution is not available on this server: {}", error.message))
+            }
+            SandboxErrorCode::RuntimeUnavailable => ApiError::invalid(error.message),
+            SandboxErrorCode::Start => {
+                ApiError::upstream(format!("Could not start the code sandbox: {}", error.message))
+            }
+            SandboxErrorCode::Failed => ApiError::upstream(format!("Code execution failed: {}", error.message)),
         }
-        SandboxErrorCode::RuntimeUnavailable => ApiError::invalid(error.message),
-        SandboxErrorCode::Start => ApiError::upstream(format!("Could not start the code sandbox: {}", error.message)),
-        SandboxErrorCode::Failed => ApiError::upstream(format!("Code execution failed: {}", error.message)),
+        .with_code(code)
     })?;
     let after = snapshot(root).await?;
     let changed_files = diff(&before, &after);
