@@ -370,7 +370,7 @@ fn probe() -> (Availability, Option<Arc<Host>>) {
             .stdin(Stdio::null())
             .output()
             .map_err(|error| format!("cannot start bwrap: {error}"))?;
-        drop(group);
+        group.remove_blocking();
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout).into_owned())
         } else {
