@@ -255,6 +255,18 @@ async fn bombs_loops_floods_and_leftovers_are_contained() {
     assert!(!ran["stdout"].as_str().unwrap().contains("allocated"), "{ran}");
     assert!(ran["stderr"].as_str().unwrap().contains("MemoryError"), "{ran}");
 
+    // Processes that stay under the address-space limit one by one meet the execution's memory
+    // cap together: the kernel kills one of them (where a memory group caps it: on a root server
+    // here and in CI).
+    let code = "import os\nchildren = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n        \
+                block = b'x' * (400 * 1024 * 1024)\n        os._exit(0)\n    children.append(pid)\n\
+                print(sorted(os.WEXITSTATUS(s) if os.WIFEXITED(s) else -os.WTERMSIG(s) for s in (os.waitpid(p, 0)[1] for p in children)))";
+    let limits = health(&server).await["codeExecLimits"].clone();
+    if limits.as_array().unwrap().contains(&json!("memory-cgroup")) {
+        let ran = python(&user, &session, code, 60).await;
+        assert!(ran["stdout"].as_str().unwrap().contains("-9"), "none was killed: {ran}");
+    }
+
     // An infinite loop is stopped at its timeout.
     let ran = shell(&user, &session, "echo looping; while :; do :; done", 1).await;
     assert_eq!(
