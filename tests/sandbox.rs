@@ -349,7 +349,8 @@ async fn a_model_writes_a_file_with_execute_and_reads_it_next_turn() {
             _ => continue,
         }
     };
-    assert_eq!(tail.output_tail.as_deref(), Some("working on it\n"));
+    // (Unbuffered, python may write the line and its newline apart.)
+    assert!(tail.output_tail.as_deref().is_some_and(|tail| tail.starts_with("working on it")), "{tail:?}");
     assert_eq!((tail.tool_name.as_deref(), tail.tool_call_id.as_deref()), (Some("call"), Some("e1")));
     user.call(say(&session, "what does the file say?")).await.unwrap();
     let events = user
