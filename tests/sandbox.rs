@@ -276,14 +276,15 @@ async fn bombs_loops_floods_and_leftovers_are_contained() {
     assert_eq!(ran["stdout"], "looping\n");
     assert!(ran["summary"].as_str().unwrap().starts_with("Ran shell code (timed out after 1s, "), "{ran}");
 
-    // 100 MB of output: the first 64 KiB kept, the server's memory unmoved.
+    // 256 MB of output: the first 64 KiB kept, the server's memory far from holding it (other tests
+    // share this process, so the bound is half the flood, not zero).
     let before = rss_kib();
-    let ran = shell(&user, &session, "head -c 100000000 /dev/zero | tr '\\0' x; echo end >&2", 120).await;
+    let ran = shell(&user, &session, "head -c 256000000 /dev/zero | tr '\\0' x; echo end >&2", 120).await;
     let grown = rss_kib().saturating_sub(before);
     assert_eq!((ran["exitCode"].clone(), ran["truncated"].clone()), (json!(0), json!(true)), "{}", ran["summary"]);
     assert_eq!(ran["stdout"].as_str().unwrap().len(), 64 * 1024);
     assert_eq!(ran["stderr"], "end\n");
-    assert!(grown < 48 * 1024, "the server grew by {grown} KiB reading 100 MB of output");
+    assert!(grown < 128 * 1024, "the server grew by {grown} KiB reading 256 MB of output");
 
     // A process left in the background dies with the execution.
     let marker = format!("seed-sandbox-leftover-{}", uuid_like());
