@@ -185,18 +185,26 @@ async fn the_server_and_the_host_stay_out_of_reach() {
     assert!(!std::path::Path::new("/").join(&marker).exists());
     assert!(!std::path::Path::new("/tmp").join(&marker).exists());
 
-    // Symlinks made inside point nowhere the server follows.
-    let ran =
-        shell(&user, &session, &format!("ln -s /etc/passwd passwd && ln -s '{data_dir}/seed-agents.sqlite' db"), 30)
-            .await;
-    assert_eq!(ran["exitCode"], 0, "{ran}");
-    for link in ["passwd", "db"] {
-        let read = invoke(&session, InvokeSessionToolVerb::Read, json!({"address": format!("~/memory/{link}")}));
-        let refused = user.call(read).await.unwrap();
-        assert!(refused.error.is_some(), "the server followed {link}: {refused:?}");
-        let direct = user.call(ReadAgentMemoryFile { agent_id: agent.clone(), path: link.into() }).await;
-        assert!(direct.is_err(), "ReadAgentMemoryFile followed {link}");
-    }
+    // No symlinks or FIFOs can be made (a memory operation of the server running at the same time
+    // must not meet one swapped in); a symlink put there otherwise is never followed.
+    let ran = shell(
+        &user,
+        &session,
+        "ln -s /etc/passwd passwd || echo no-symlink; mkfifo pipe || echo no-fifo; \
+         python3 -c 'import os; os.symlink(\"/\", \"root\")' 2>/dev/null || echo no-python-symlink; ls",
+        30,
+    )
+    .await;
+    assert_eq!(ran["stdout"], "no-symlink\nno-fifo\nno-python-symlink\n", "{ran}");
+    let memory = server.dir.path().join("agents").join(agent.to_string()).join("memory");
+    assert!(memory.is_dir(), "{}", memory.display());
+    std::os::unix::fs::symlink(server.dir.path().join("seed-agents.sqlite"), memory.join("db")).unwrap();
+    let read = invoke(&session, InvokeSessionToolVerb::Read, json!({"address": "~/memory/db"}));
+    assert!(user.call(read).await.unwrap().error.is_some(), "the server followed a symlink");
+    let direct = user.call(ReadAgentMemoryFile { agent_id: agent.clone(), path: "db".into() }).await;
+    assert!(direct.is_err(), "ReadAgentMemoryFile followed a symlink");
+    let ran = shell(&user, &session, "cat db >/dev/null 2>&1 || echo unreadable", 30).await;
+    assert_eq!(ran["stdout"], "unreadable\n", "inside, the link points into the sandbox's own tree: {ran}");
 
     // No network: a listener on the host's loopback is unreachable.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
