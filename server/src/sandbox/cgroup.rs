@@ -212,6 +212,20 @@ impl Group {
             }
         }
     }
+
+    /// [`Self::remove`] on a thread that may block (the start-up probe's).
+    pub(crate) fn remove_blocking(mut self) {
+        for dir in std::mem::take(&mut self.dirs) {
+            for _ in 0..100 {
+                match std::fs::remove_dir(&dir) {
+                    Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
 }
 
 impl Drop for Group {

@@ -10,6 +10,14 @@
 //! bubblewrap, and with it the sandbox's PID namespace: every process the code left behind dies
 //! with the namespace's init, at the timeout or when the program exits.
 //!
+//! A server running as root runs bubblewrap as root: the sandbox's user then maps to root, which
+//! has no capabilities in the sandbox but passes file permission checks as root, so the
+//! machine-wide parts of `/proc` (`/proc/sys` first: `kernel.core_pattern` would run a program as
+//! root on the host) are bound read-only or hidden, as container runtimes do for root without
+//! capabilities. Running bubblewrap as an unprivileged user instead (`setpriv`) was measured and
+//! set aside: bubblewrap resolves bind sources as that user, so an interpreter under `/root` (a
+//! version manager's) cannot be bound, and the workspace would have to change owner.
+//!
 //! [`Sandbox::new`] probes once per process, by running a trivial program in a real sandbox (and
 //! `python3 -c pass` for the python runtime), and [`Sandbox::availability`] reports the result.
 //! [`Sandbox::run`] queues executions behind a server-wide and a per-account limit, reads both
@@ -58,6 +66,20 @@ const SANDBOX_ID: &str = "1000";
 const CAPS: Caps = Caps { pids: PROCESSES + 4, memory_bytes: MEMORY_BYTES + TMP_BYTES };
 /// The signal the wrapper ends itself with when it cannot join a control group (`SIGUSR1`).
 const JOIN_FAILED: i32 = 10;
+/// Parts of `/proc` that act on the whole machine, bound read-only over the sandbox's own.
+const READ_ONLY_PROC: &[&str] = &[
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/scsi",
+];
+/// Parts of `/proc` that show the machine's internals, hidden behind `/dev/null`.
+const HIDDEN_PROC: &[&str] =
+    &["/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug"];
 /// What `PATH` holds inside, after the python interpreter's own folder.
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
@@ -348,7 +370,7 @@ fn probe() -> (Availability, Option<Arc<Host>>) {
             .stdin(Stdio::null())
             .output()
             .map_err(|error| format!("cannot start bwrap: {error}"))?;
-        drop(group);
+        group.remove_blocking();
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout).into_owned())
         } else {
@@ -507,10 +529,22 @@ fn bwrap_args(host: &Host, runtime: Runtime, workspace: &Path, timeout: Duration
             path = format!("{}:{path}", bin.to_string_lossy());
         }
     }
+    args.extend(["--proc".into(), "/proc".into()]);
+    // For a server running as root the sandbox's user is root to the kernel's file permission
+    // checks (without capabilities): the kernel-wide files of /proc are made read-only or hidden,
+    // as container runtimes do (docs/sandbox.md).
+    for dir in READ_ONLY_PROC {
+        if Path::new(dir).exists() {
+            args.extend(["--ro-bind".into(), (*dir).into(), (*dir).into()]);
+        }
+    }
+    for file in HIDDEN_PROC {
+        if Path::new(file).exists() {
+            args.extend(["--ro-bind".into(), "/dev/null".into(), (*file).into()]);
+        }
+    }
     args.extend(
         [
-            "--proc",
-            "/proc",
             "--dev",
             "/dev",
             "--size",

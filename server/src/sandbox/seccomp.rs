@@ -4,9 +4,9 @@
 //! The list closes the kernel interfaces a namespace sandbox leaves reachable and code has no use
 //! for: tracing other processes, mounting, keyrings, BPF, perf events, new namespaces, kexec and
 //! modules, io_uring (which runs work outside these checks), swap, the clock, handles by inode,
-//! userfaultfd. A denied call fails with `EPERM`; everything else is allowed.
-
-use std::collections::BTreeMap;
+//! userfaultfd; and making symlinks and FIFOs, which a server memory operation running at the
+//! same time could be tricked into following or blocking on. A denied call fails with `EPERM`;
+//! everything else is allowed.
 
 /// The syscalls the filter denies.
 #[cfg(target_os = "linux")]
@@ -55,17 +55,30 @@ const DENIED: &[i64] = &[
     libc::SYS_adjtimex,
     libc::SYS_fanotify_init,
     libc::SYS_lookup_dcookie,
+    // No symlinks or FIFOs: the server's memory operations check a path and then use it, and code
+    // running at the same time must not be able to swap a symlink (out of the memory folder) or a
+    // FIFO (a read that never ends) in between.
+    libc::SYS_symlinkat,
+    libc::SYS_mknodat,
 ];
+
+/// The same, for system calls only some architectures have.
+#[cfg(target_arch = "x86_64")]
+const DENIED_HERE: &[i64] = &[libc::SYS_symlink, libc::SYS_mknod];
+#[cfg(all(target_os = "linux", not(target_arch = "x86_64")))]
+const DENIED_HERE: &[i64] = &[];
 
 /// The filter as bubblewrap reads it: the BPF instructions, each `struct sock_filter` in this
 /// machine's byte order. An error names what could not be built (an unsupported architecture).
 #[cfg(target_os = "linux")]
 pub(crate) fn program() -> Result<Vec<u8>, String> {
+    use std::collections::BTreeMap;
+
     use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
 
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|error| error.to_string())?;
     let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> =
-        DENIED.iter().map(|syscall| (*syscall, Vec::new())).collect();
+        DENIED.iter().chain(DENIED_HERE).map(|syscall| (*syscall, Vec::new())).collect();
     let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch)
         .map_err(|error| error.to_string())?;
     let program: BpfProgram = filter.try_into().map_err(|error: seccompiler::BackendError| error.to_string())?;
@@ -82,7 +95,6 @@ pub(crate) fn program() -> Result<Vec<u8>, String> {
 /// No seccomp off Linux (and no sandbox: the probe says so first).
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn program() -> Result<Vec<u8>, String> {
-    let _: BTreeMap<i64, ()> = BTreeMap::new();
     Err("seccomp filters exist only on Linux".to_owned())
 }
 
@@ -91,6 +103,6 @@ mod tests {
     #[test]
     fn the_filter_compiles_to_whole_instructions() {
         let program = super::program().unwrap();
-        assert!(!program.is_empty() && program.len() % 8 == 0, "{}", program.len());
+        assert!(!program.is_empty() && program.len().is_multiple_of(8), "{}", program.len());
     }
 }

@@ -122,13 +122,19 @@ pub(crate) async fn run(
 pub(crate) async fn run_tracked(app: &App, request: ExecRequest) -> ApiResult<(ExecOutcome, Vec<ChangedFile>)> {
     let root = request.workspace.clone();
     let before = snapshot(root.clone()).await?;
-    let outcome = app.sandbox.run(request).await.map_err(|error| match error.code {
-        SandboxErrorCode::Unavailable => {
-            ApiError::unavailable(format!("Code execution is not available on this server: {}", error.message))
+    let outcome = app.sandbox.run(request).await.map_err(|error| {
+        let code = error.code.as_str();
+        match error.code {
+            SandboxErrorCode::Unavailable => {
+                ApiError::unavailable(format!("Code execution is not available on this server: {}", error.message))
+            }
+            SandboxErrorCode::RuntimeUnavailable => ApiError::invalid(error.message),
+            SandboxErrorCode::Start => {
+                ApiError::upstream(format!("Could not start the code sandbox: {}", error.message))
+            }
+            SandboxErrorCode::Failed => ApiError::upstream(format!("Code execution failed: {}", error.message)),
         }
-        SandboxErrorCode::RuntimeUnavailable => ApiError::invalid(error.message),
-        SandboxErrorCode::Start => ApiError::upstream(format!("Could not start the code sandbox: {}", error.message)),
-        SandboxErrorCode::Failed => ApiError::upstream(format!("Code execution failed: {}", error.message)),
+        .with_code(code)
     })?;
     let after = snapshot(root).await?;
     Ok((outcome, diff(&before, &after)))
