@@ -701,3 +701,60 @@ async fn workflow_journal_entries_replay_then_stream_to_the_runs_subscribers() {
     assert_eq!(appends(&frames), [(3, "event".to_owned()), (4, "log".to_owned())]);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_stops_is_cut_off_by_the_bytes_its_frames_would_pin() {
+    // The frame bound is out of reach: only the byte bound can cut the reader off.
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with(dir, |config| {
+        config.ws_queue = 100_000;
+        config.ws_queue_bytes = 512 * 1024;
+    })
+    .await;
+    let owner = server.user();
+    let agent = owner.create_agent("bytes").await;
+    let session = owner.create_session(&agent, None).await;
+    let mut stalled = Socket::open(&server).await;
+    assert_eq!(stalled.subscribe(&owner, &format!("sessions/{session}")).await["_"], "subscribed");
+    let mut watching = Socket::open(&server).await;
+    assert_eq!(watching.subscribe(&owner, &format!("sessions/{session}")).await["_"], "subscribed");
+
+    // The stalled reader reads nothing more while 64 KiB writes append (each a `tool_call` with
+    // the content, then its `tool_result`): far more than the kernel's socket buffers and the
+    // 512 KiB bound together, far fewer frames than the frame bound.
+    let content = "x".repeat(64 * 1024);
+    let writes = 200;
+    for index in 0..writes {
+        owner.call(write(&session, &format!("f{index}.txt"), &content)).await.unwrap();
+        // A reader that keeps up is never cut off.
+        watching.until(|frames| frames.iter().filter(|frame| frame["_"] == "append").count() == 2).await;
+    }
+
+    // The stalled reader finds what the kernel held, then the end of the socket; never all of it.
+    let mut appends = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let ended = loop {
+        match tokio::time::timeout_at(deadline, stalled.ws.next()).await.expect("the socket ends") {
+            Some(Ok(Message::Text(text))) => {
+                let frame: Json = serde_json::from_str(text.as_str()).unwrap();
+                if frame["_"] == "append" {
+                    appends += 1;
+                }
+            }
+            Some(Ok(Message::Close(frame))) => break frame.map(|frame| u16::from(frame.code)),
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => break None,
+        }
+    };
+    assert!(appends < 2 * writes, "cut off after {appends} of {} appends", 2 * writes);
+    assert!(matches!(ended, Some(1013) | None), "closed as too slow or dropped: {ended:?}");
+    // Its client resumes from the last `seq` it saw, and the socket that kept up is still there.
+    let mut resumed = Socket::open(&server).await;
+    resumed.send_subscribe(&owner, &format!("sessions/{session}"), Some(appends), Some(3)).await;
+    let frames = resumed
+        .until(|frames| frames.iter().filter(|frame| frame["_"] == "append").count() as i64 == 2 * writes - appends)
+        .await;
+    assert!(frames.iter().any(|frame| frame["_"] == "subscribed"), "{frames:?}");
+    owner.call(write(&session, "last.txt", "done")).await.unwrap();
+    watching.until(|frames| frames.iter().filter(|frame| frame["_"] == "append").count() == 2).await;
+}

@@ -29,6 +29,8 @@ mod hypermedia_writes;
 mod identities;
 // Memory files uploaded to IPFS through the fake Hypermedia server.
 mod ipfs;
+// Lambda tools run in the code sandbox, called by a user or a model (docs/sandbox.md).
+mod lambdas;
 // `/agents/ws` over real sockets: keys × roles, replay then live, limits, pings, shutdown.
 mod live;
 // MCP servers: both transports, projection, model turns calling their tools.
@@ -49,6 +51,8 @@ mod runtime;
 mod runtime_google;
 // Agent turns on OpenAI's Responses API: encrypted reasoning through a tool loop, failures.
 mod runtime_responses;
+// The code sandbox and `execute`: results, limits, escape attempts (needs bubblewrap).
+mod sandbox;
 // Agent tools: tool documents, `~/tools`, `call`, and turns that use them.
 mod tools;
 // The schedule and activity monitors, on virtual time and the fake feed.

@@ -62,7 +62,7 @@ async fn tool_documents_have_stable_cids_and_lambdas_are_saved_renamed_and_delet
 
     let tools = list(&owner, &agent).await;
     let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_str()).collect();
-    assert_eq!(names, ["attributes", "query", "search", "web_search"]);
+    assert_eq!(names, ["attributes", "execute", "query", "search", "web_search"]);
     let search = named(&tools, "search");
     assert_eq!((search.kind, search.granted, search.enabled), (AgentToolInfoKind::Builtin, true, true));
     assert!(search.cid.starts_with("bafyrei"), "{}", search.cid);
@@ -106,7 +106,7 @@ async fn tool_documents_have_stable_cids_and_lambdas_are_saved_renamed_and_delet
     let clash = api_error(owner.call(save(&agent, word_count("other_count"), Some("token_count"))).await);
     assert_eq!(clash, (409, "A tool named \"other_count\" already exists".into()));
     let names: Vec<String> = list(&owner, &agent).await.into_iter().map(|tool| tool.name).collect();
-    assert_eq!(names, ["attributes", "other_count", "query", "search", "token_count", "web_search"]);
+    assert_eq!(names, ["attributes", "execute", "other_count", "query", "search", "token_count", "web_search"]);
 
     // Builtins are read-only; bad lambdas are refused with the reason.
     let missing = api_error(owner.call(save(&agent, word_count("x_count"), Some("nope"))).await);
@@ -128,7 +128,7 @@ async fn tool_documents_have_stable_cids_and_lambdas_are_saved_renamed_and_delet
     assert!(owner.call(delete("token_count")).await.unwrap().deleted);
     assert!(!owner.call(delete("token_count")).await.unwrap().deleted);
     let names: Vec<String> = list(&owner, &agent).await.into_iter().map(|tool| tool.name).collect();
-    assert_eq!(names, ["attributes", "other_count", "query", "search", "web_search"]);
+    assert_eq!(names, ["attributes", "execute", "other_count", "query", "search", "web_search"]);
     server.stop().await;
 }
 
@@ -209,7 +209,7 @@ async fn users_read_tools_and_call_search_through_the_hypermedia_server() {
     let hidden = output(&owner.call(read("~/tools/web_search")).await.unwrap());
     assert_eq!(hidden["summary"], "No tool named web_search.", "an ungranted builtin reads as unknown");
 
-    // An authored tool: saved and listed, its input checked, then refused (no sandbox here).
+    // An authored tool: saved and listed, its input checked, then refused (this server runs no code).
     let document = json!({"description": "Counts words.", "input": {"type": "object", "properties": {"text": {"type": "string"}},
                                                                      "required": ["text"]}, "source": "def main(i): return 1",
                           "runtime": "python"});
@@ -224,12 +224,10 @@ async fn users_read_tools_and_call_search_through_the_hypermedia_server() {
     let listing = output(&owner.call(read("~/tools")).await.unwrap());
     assert_eq!(listing["tools"], json!(["attributes", "query", "search"]), "only what runs is callable");
     let markdown = listing["markdown"].as_str().unwrap();
-    assert!(markdown.contains("## Authored tools (saved, not runnable on this server)\n- word_count — Counts words."));
+    assert!(markdown.contains("## Authored tools (lambdas)\n- word_count — Counts words."), "{markdown}");
     let refused = owner.call(call(json!({"tool": "word_count", "input": {"text": "a b"}}))).await.unwrap();
-    assert!(
-        refused.error.as_deref().unwrap().contains("code sandbox, which this server does not provide"),
-        "{refused:?}"
-    );
+    let refused = refused.error.unwrap();
+    assert!(refused.contains("python does not run on this server: Code execution is disabled"), "{refused}");
     let misfit = output(&owner.call(call(json!({"tool": "word_count", "input": {}}))).await.unwrap());
     assert!(misfit["contract"].as_str().unwrap().contains("> lambda tool · version `bafyrei"), "{misfit}");
     let not_json = invoke(&session_id, InvokeSessionToolVerb::Write, json!({"address": "~/tools/x_y", "content": "{"}));

@@ -1,5 +1,5 @@
 //! The application state every feature receives: the database, the event bus, the configuration,
-//! the secret key, the clock, the outbound clients, and the state of the features that keep some
+//! the secret key, the clock, the outbound clients, the code sandbox, and the state of the features that keep some
 //! in memory (the run engine, user verbs and titles in progress, upload chunk order, sign-ins).
 
 use std::net::SocketAddr;
@@ -38,6 +38,8 @@ pub struct App {
     pub upload_order: seed_agents_server_core::upload_order::AppendOrder,
     /// The run engine: claims, executes, cancels and finishes runs.
     pub runs: crate::runs::Engine,
+    /// The code sandbox (`execute`), probed at start.
+    pub(crate) sandbox: crate::sandbox::Sandbox,
     /// Subscription sign-ins in progress and the refresh locks of signed-in secrets.
     pub(crate) sign_ins: crate::providers::signin::SignIns,
     /// Holds the data directory's lock file for the life of the server.
@@ -105,7 +107,13 @@ impl App {
                 idle: config.provider_timeout,
             },
         );
+        let sandbox = crate::sandbox::Sandbox::new(crate::sandbox::Settings {
+            enabled: config.exec_backend == crate::config::ExecBackend::Namespaces,
+            concurrency: config.exec_concurrency,
+            per_account: config.exec_per_account,
+        });
         Ok(Self {
+            sandbox,
             runs,
             db,
             bus,

@@ -113,6 +113,16 @@ pub struct Config {
     #[arg(long, env = "SEED_AGENTS_WS_QUEUE", default_value_t = 1024)]
     pub ws_queue: usize,
 
+    /// Bytes of frames waiting for one WebSocket before its client counts as too slow and is
+    /// disconnected (it resumes from its last `seq`).
+    #[arg(long, env = "SEED_AGENTS_WS_QUEUE_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub ws_queue_bytes: usize,
+
+    /// Bytes of frames waiting for all of one account's WebSockets together; a socket whose next
+    /// frame would pass it is disconnected as too slow.
+    #[arg(long, env = "SEED_AGENTS_WS_ACCOUNT_QUEUE_BYTES", default_value_t = 32 * 1024 * 1024)]
+    pub ws_account_queue_bytes: usize,
+
     /// Seconds between pings to a WebSocket's peer; a peer silent for two and a half intervals is
     /// dropped.
     #[arg(long, env = "SEED_AGENTS_WS_PING_INTERVAL", default_value = "20", value_parser = parse_seconds)]
@@ -165,6 +175,20 @@ pub struct Config {
     /// reads that as the tool's error).
     #[arg(long, env = "SEED_AGENTS_MCP_CALL_TIMEOUT", default_value = "60", value_parser = parse_seconds)]
     pub mcp_call_timeout: Duration,
+
+    /// How agents' code runs (the `execute` callable, docs/sandbox.md): `namespaces`, a fresh
+    /// bubblewrap sandbox per execution (when bwrap is missing or its probe fails, `execute` is
+    /// not offered and `/api/health` says why), or `off`.
+    #[arg(long, env = "SEED_AGENTS_EXEC_BACKEND", value_enum, default_value_t = ExecBackend::Namespaces)]
+    pub exec_backend: ExecBackend,
+
+    /// Code executions running at once, server-wide; more wait their turn.
+    #[arg(long, env = "SEED_AGENTS_EXEC_CONCURRENCY", default_value_t = 2)]
+    pub exec_concurrency: usize,
+
+    /// Code executions running at once for one account; more wait their turn.
+    #[arg(long, env = "SEED_AGENTS_EXEC_PER_ACCOUNT", default_value_t = 1)]
+    pub exec_per_account: usize,
 
     /// Seconds a workflow script may compute between two `ctx` calls before its run fails
     /// `fuel-exhausted` (docs/workflows.md §1); fractions allowed.
@@ -222,6 +246,15 @@ pub(crate) fn parse_seconds(value: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("not a duration in seconds: {value}"))
 }
 
+/// How agents' code runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExecBackend {
+    /// A bubblewrap sandbox per execution: Linux namespaces, seccomp, rlimits, control groups.
+    Namespaces,
+    /// No code execution.
+    Off,
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -254,6 +287,8 @@ impl Config {
             ws_per_account: 64,
             ws_subscriptions: 64,
             ws_queue: 1024,
+            ws_queue_bytes: 4 * 1024 * 1024,
+            ws_account_queue_bytes: 32 * 1024 * 1024,
             ws_ping_interval: Duration::from_secs(20),
             allow_private_network: false,
             hm_server_url: DEFAULT_HM_SERVER_URL.to_owned(),
@@ -265,6 +300,9 @@ impl Config {
             run_limits: crate::runs::Limits::default(),
             mcp_call_timeout: Duration::from_secs(60),
             workflow_compute_slice: Duration::from_secs(2),
+            exec_backend: ExecBackend::Namespaces,
+            exec_concurrency: 2,
+            exec_per_account: 1,
         }
     }
 

@@ -38,7 +38,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("engine", &["runs"]),
     ("shared", &["app", "access", "caller", "config", "idempotency"]),
-    ("storage and clients", &["db", "bus", "hm", "model"]),
+    ("storage and clients", &["db", "bus", "hm", "model", "sandbox"]),
     ("foundation", &["error", "validate", "clock", "durable"]),
 ];
 

@@ -30,6 +30,7 @@ mod model;
 mod providers;
 mod runs;
 mod runtime;
+mod sandbox;
 mod secrets;
 mod server;
 mod sessions;
@@ -50,6 +51,6 @@ mod layering;
 
 pub use app::StartError;
 pub use clock::Clock;
-pub use config::{Config, LogFormat};
+pub use config::{Config, ExecBackend, LogFormat};
 pub use seed_agents_protocol as protocol;
 pub use server::RunningServer;

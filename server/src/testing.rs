@@ -57,6 +57,13 @@ pub mod runs {
 }
 
 /// The agent runtime's visible texts.
+/// The code sandbox, which its bench drives directly (docs/sandbox.md).
+pub mod sandbox {
+    pub use crate::sandbox::{
+        Availability, ExecOutcome, ExecRequest, Progress, Runtime, Sandbox, SandboxError, SandboxErrorCode, Settings,
+    };
+}
+
 pub mod runtime {
     pub use crate::runtime::INTERRUPTED;
 

@@ -539,6 +539,7 @@ pub fn table() -> Vec<Row> {
                 names,
                 vec![
                     "attributes".into(),
+                    "execute".into(),
                     "query".into(),
                     "search".into(),
                     "web_search".into(),

@@ -226,6 +226,8 @@ fn json(value: serde_json::Value) -> Response {
 /// `GET /api/health`: liveness plus what this build offers.
 async fn health(State(edge): State<Arc<Edge>>) -> Response {
     let app = &edge.app;
+    let exec = app.sandbox.availability();
+    let runtimes: Vec<&str> = exec.runtimes.iter().map(|runtime| runtime.name()).collect();
     json(serde_json::json!({
         "status": "ok",
         "uptime": app.started.elapsed().as_secs_f64(),
@@ -235,10 +237,11 @@ async fn health(State(edge): State<Arc<Edge>>) -> Response {
         "hmServerUrl": app.config.hm_server_url,
         "webTools": {"search": app.config.searxng_url.is_some(), "readBrowser": false},
         "subscriptionAuth": app.config.subscription_auth,
-        "codeExec": false,
-        "codeExecReason": "Code execution is not built into this server yet",
-        "codeExecReasonCode": "not-built",
-        "codeExecRuntimes": [],
+        "codeExec": exec.available,
+        "codeExecReason": exec.reason,
+        "codeExecReasonCode": exec.reason_code,
+        "codeExecRuntimes": runtimes,
+        "codeExecLimits": exec.limits,
     }))
 }
 

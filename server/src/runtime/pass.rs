@@ -221,7 +221,9 @@ impl Turn {
                     resumed,
                 };
                 let promoted = tools::promoted(&log, &granted);
-                let mcp = crate::mcp::offered(conn, &owner_id, &agent_id, &definition)?;
+                let mut mcp = crate::mcp::offered(conn, &owner_id, &agent_id, &definition)?;
+                // The agent's lambdas that run here, after its MCP tools (docs/sandbox.md).
+                mcp.extend(crate::tools::offered_lambdas(conn, &owner_id, &agent_id, &granted)?);
                 Ok(Read::Ready { system, messages: replay::conversation(&log, &tail), promoted, mcp })
             })
             .await?;
@@ -239,7 +241,8 @@ impl Turn {
             }
         };
         let mut offered = tools::offered(&promoted);
-        // The granted MCP servers' tools after the promoted callables, before the verbs.
+        // The granted MCP servers' tools and the lambdas after the promoted callables, before the
+        // verbs.
         offered.splice(promoted.len()..promoted.len(), mcp);
         // `delegate` after `call`, while a child may still be spawned (a leaf at its depth budget
         // does not see it); `return_result` last, for a typed child.
@@ -546,7 +549,7 @@ async fn run_tools(
                     },
                 );
             }
-            let outcome = execute(turn, call, offered).await;
+            let outcome = execute(turn, partial, call, offered).await;
             (index, outcome, started.elapsed().as_millis() as i64)
         })
         .collect();
@@ -594,6 +597,7 @@ fn detail(arguments: &Json) -> Option<String> {
 /// callable promoted in this pass (in `offered`) runs as `call {tool, input}`.
 async fn execute(
     turn: &Turn,
+    partial: &Partial,
     call: &ToolCall,
     offered: &[crate::model::ToolSpec],
 ) -> Result<(Json, Vec<crate::model::Image>), String> {
@@ -623,9 +627,10 @@ async fn execute(
         if let Some(callable) = promoted {
             let arguments = tools::check_callable(callable, call.arguments.clone())?;
             let input = serde_json::json!({"tool": callable.name(), "input": arguments});
-            return run_verb(turn, Tool::Call, &input).await;
+            return run_verb(turn, Tool::Call, &input, Some((partial, call))).await;
         }
-        // What else is offered is a granted MCP server's tool: checked here, run as `call`.
+        // What else is offered is a granted MCP server's tool or a lambda: checked here against
+        // its schema, run as `call`.
         let Some(spec) = offered.iter().find(|spec| spec.name == call.name) else {
             return Err(tools::unknown(&call.name));
         };
@@ -634,19 +639,25 @@ async fn execute(
             return Err(format!("Validation failed for tool \"{}\":\n  - {}", call.name, errors.join("\n  - ")));
         }
         let input = serde_json::json!({"tool": call.name, "input": call.arguments});
-        return run_verb(turn, Tool::Call, &input).await;
+        return run_verb(turn, Tool::Call, &input, Some((partial, call))).await;
     };
     let arguments = tools::check(tool, call.arguments.clone())?;
     let result = match tool {
         Tool::Plan => plan::apply(turn, &arguments).await,
         Tool::Status => plan::status(turn, &arguments).await,
-        Tool::Read | Tool::Write | Tool::Call => return run_verb(turn, tool, &arguments).await,
+        Tool::Read | Tool::Write | Tool::Call => return run_verb(turn, tool, &arguments, Some((partial, call))).await,
     };
     result.map(|output| (output, Vec::new())).map_err(|error| tools::model_error(&call.name, error))
 }
 
-/// Runs `read`, `write` or `call` as the agent, with the images it showed a model that takes them.
-async fn run_verb(turn: &Turn, tool: Tool, arguments: &Json) -> Result<(Json, Vec<crate::model::Image>), String> {
+/// Runs `read`, `write` or `call` as the agent, with the images it showed a model that takes them;
+/// a running tool's live output (`execute`) goes out as the call's activity (`live`).
+async fn run_verb(
+    turn: &Turn,
+    tool: Tool,
+    arguments: &Json,
+    live: Option<(&Partial, &ToolCall)>,
+) -> Result<(Json, Vec<crate::model::Image>), String> {
     let input = Value(wire::json_to_ipld(arguments));
     let context = crate::verbs::Context::for_agent(
         &turn.app,
@@ -657,6 +668,22 @@ async fn run_verb(turn: &Turn, tool: Tool, arguments: &Json) -> Result<(Json, Ve
         turn.memory_root.clone(),
     );
     let context = if crate::model::accepts_images(&turn.endpoint.model) { context.showing_images() } else { context };
+    let context = match live {
+        Some((partial, call)) => context.showing_output(Box::new(move |tail: String| {
+            turn.activity(
+                partial,
+                AgentRunActivity {
+                    extra: Default::default(),
+                    detail: detail(&call.arguments),
+                    output_tail: Some(tail),
+                    phase: AgentRunActivityPhase::Tool,
+                    tool_call_id: Some(call.id.clone().into()),
+                    tool_name: Some(call.name.clone()),
+                },
+            );
+        })),
+        None => context,
+    };
     let output = match tool {
         Tool::Read => crate::verbs::read(&context, &input).await,
         Tool::Write => crate::verbs::write(&context, &input).await,

@@ -183,7 +183,7 @@ pub(crate) async fn get_session(app: &App, caller: &Caller, action: GetSession) 
     }
     let limit = action.limit.map(|limit| limit.clamp(1, MAX_EVENT_PAGE));
     let (account, now) = (caller.account_id.clone(), app.clock.now_ms());
-    let web_search = app.config.searxng_url.is_some();
+    let backends = crate::tools::backends(app);
     app.db
         .read(move |conn| {
             let access = access::require_session(conn, &action.session_id, &account, Need::Read)?;
@@ -207,7 +207,7 @@ pub(crate) async fn get_session(app: &App, caller: &Caller, action: GetSession) 
                 thread.apply(&mut agent.definition);
             }
             let memory_root = std::path::Path::new(&agent.state_dir).join(crate::memory::path::MEMORY_DIR);
-            let callables = crate::tools::registry::granted_with(web_search, &agent.definition);
+            let callables = crate::tools::registry::granted(backends, &agent.definition);
             let inputs = crate::runtime::prompt::Inputs {
                 definition: &agent.definition,
                 owner_id: &access.owner_id,

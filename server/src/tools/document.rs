@@ -306,7 +306,7 @@ impl ToolDocument {
         if let Some(source) = &self.source {
             let fence = if self.runtime == Some(Runtime::Python) { "python" } else { "ts" };
             parts.extend([String::new(), format!("## Source\n```{fence}\n{source}\n```")]);
-            parts.extend([String::new(), format!("> {}", super::LAMBDA_NOT_RUNNABLE)]);
+            parts.extend([String::new(), format!("> {}", super::LAMBDA_RUNTIMES)]);
         }
         parts.join("\n")
     }

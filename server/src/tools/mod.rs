@@ -3,17 +3,20 @@
 //!
 //! [`registry`] lists the callables and decides grants; [`document`](mod@document) builds, checks and
 //! content-addresses documents; [`store`] keeps them in `tool_documents`; [`schema`] is the JSON
-//! Schema subset contracts use; [`search`] and [`web_search`] run those two callables (`query` and
-//! `attributes` run with the Hypermedia reads in `verbs`).
+//! Schema subset contracts use; [`search`], [`web_search`] and [`execute`] run those three
+//! callables (`query` and `attributes` run with the Hypermedia reads in `verbs`).
 //!
 //! Builtin documents are written for an agent before anything lists or reads its tools, and
 //! rewritten only when this build's CID differs from the stored one. Lambdas (authored tools) can
-//! be saved, listed, read and deleted, but this server has no code sandbox, so calling one
-//! answers an error saying so; their `granted` is true in listings, as upstream reports it
-//! (grants do not cover lambdas). MCP documents are projected from the
+//! be saved, listed, read and deleted; python lambdas run in the code sandbox ([`lambda`]) for an
+//! agent granted `execute`, and are offered to its model as tools of their own (TypeScript
+//! lambdas do not run yet, and calling one says so); their `granted` is true in listings, as
+//! upstream reports it. MCP documents are projected from the
 //! owner's MCP servers for the agents granted them (`mcp::project`) and run through `mcp`.
 
 pub(crate) mod document;
+pub(crate) mod execute;
+pub(crate) mod lambda;
 pub(crate) mod registry;
 pub(crate) mod schema;
 pub(crate) mod search;
@@ -40,9 +43,10 @@ use document::{Kind, LambdaInput, Runtime, ToolDocument};
 use registry::Callable;
 use store::Stored;
 
-/// Why a lambda does not run here (the error of calling one, and a note in its contract).
-pub(crate) const LAMBDA_NOT_RUNNABLE: &str = "Lambda tools run in a code sandbox, which this server does not provide: it \
-                                       can save, list and show them, but not run them.";
+/// Where lambdas run (a note in their contracts, the `~/tools` listing and a save's answer).
+pub(crate) const LAMBDA_RUNTIMES: &str = "Lambda tools run in the code sandbox, for agents granted execute: python \
+                                          lambdas run where code execution is available; TypeScript lambdas do not \
+                                          run on this server yet.";
 
 /// The longest tool name accepted before the name rules apply, in bytes.
 const MAX_NAME_BYTES: usize = 256;
@@ -73,18 +77,48 @@ pub(crate) async fn document(app: &App, owner_id: &str, agent_id: &str, name: &s
     app.db.read(move |conn| store::get(conn, &owner, &agent, &name)).await
 }
 
-/// Whether `stored` is offered to the agent: a builtin in its grants, or a tool of an MCP server
-/// its definition names (lambdas never run here).
+/// Whether `stored` is offered to the agent: a builtin in its grants, a tool of an MCP server
+/// its definition names, or a lambda that runs here ([`lambda_runs`]).
 pub(crate) fn is_granted(stored: &Stored, granted: &[Callable], definition: &AgentDefinition) -> bool {
     match stored.document.kind {
         Kind::Builtin => Callable::named(&stored.document.name).is_some_and(|callable| granted.contains(&callable)),
         Kind::Mcp => mcp_granted(&stored.document, definition),
-        Kind::Lambda => false,
+        Kind::Lambda => lambda_runs(&stored.document, granted),
     }
 }
 
+/// Whether lambda `document` runs for an agent granted `granted`: a python lambda, where the
+/// sandbox runs python (`execute` is granted only where code execution is available, and the
+/// probe found python when it is).
+pub(crate) fn lambda_runs(document: &ToolDocument, granted: &[Callable]) -> bool {
+    document.runtime == Some(Runtime::Python) && granted.contains(&Callable::Execute)
+}
+
+/// The enabled lambdas of `agent` that run for it, as the model's tools (their input schemas as
+/// parameters).
+pub(crate) fn offered_lambdas(
+    conn: &rusqlite::Connection,
+    owner: &str,
+    agent: &str,
+    granted: &[Callable],
+) -> ApiResult<Vec<crate::model::ToolSpec>> {
+    if !granted.contains(&Callable::Execute) {
+        return Ok(Vec::new());
+    }
+    Ok(store::list(conn, owner, agent)?
+        .into_iter()
+        .filter(|stored| stored.enabled && stored.document.kind == Kind::Lambda)
+        .filter(|stored| lambda_runs(&stored.document, granted))
+        .map(|stored| crate::model::ToolSpec {
+            name: stored.document.name,
+            description: stored.document.description,
+            parameters: stored.document.input,
+        })
+        .collect())
+}
+
 /// `granted` as `ListAgentTools` shows it: [`is_granted`], and always for a lambda (the seed's
-/// "Lambdas: always true"; running one is refused for want of a sandbox, not by grants).
+/// "Lambdas: always true", whether or not this host runs it).
 pub(crate) fn listed_as_granted(stored: &Stored, granted: &[Callable], definition: &AgentDefinition) -> bool {
     stored.document.kind == Kind::Lambda || is_granted(stored, granted, definition)
 }
@@ -107,7 +141,7 @@ pub(crate) async fn list_agent_tools(
         Ok((access, definition))
     })
     .await?;
-    let granted = registry::granted(&app.config, &definition);
+    let granted = granted(app, &definition);
     let tools = documents(app, &access.owner_id, &access.agent_id)
         .await?
         .iter()
@@ -224,7 +258,12 @@ pub(crate) fn changed(app: &App, owner_id: &str, agent_id: &str) {
 
 /// The callables granted to an agent of `definition` on this server.
 pub(crate) fn granted(app: &App, definition: &AgentDefinition) -> Vec<Callable> {
-    registry::granted(&app.config, definition)
+    registry::granted(backends(app), definition)
+}
+
+/// Which callables that need a backend have one here.
+pub(crate) fn backends(app: &App) -> registry::Backends {
+    registry::Backends { web_search: app.config.searxng_url.is_some(), execute: app.sandbox.availability().available }
 }
 
 /// A stored document as the protocol shows it.

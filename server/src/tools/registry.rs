@@ -2,19 +2,19 @@
 //! each with its description and JSON Schema contract, and the grants that decide which of them
 //! an agent may run.
 //!
-//! This server has four: `search` (the configured Hypermedia server's Search API), `query` (its
+//! This server has five: `search` (the configured Hypermedia server's Search API), `query` (its
 //! `Query` API: a document's children or descendants), `attributes` (a document's metadata
-//! without its body, through `Resource`), and `web_search` (a self-hosted SearXNG, only when
-//! `--searxng-url` is set). `execute` and lambda
-//! tools need a code sandbox, which this server does not provide, so `execute` is never granted
-//! and has no document here. The descriptions are ours.
+//! without its body, through `Resource`), `web_search` (a self-hosted SearXNG, only when
+//! `--searxng-url` is set), and `execute` (python or shell code in the code sandbox with the
+//! agent's memory as its workspace, docs/sandbox.md; granted only when the sandbox's probe
+//! succeeded). Python lambda tools run in the same sandbox for agents granted `execute`
+//! (`tools::lambda`); TypeScript lambdas do not run yet. The descriptions are ours.
 
 use std::sync::LazyLock;
 
 use seed_agents_protocol::generated::AgentDefinition;
 use serde_json::{Value as Json, json};
 
-use crate::config::Config;
 use crate::model::ToolSpec;
 
 /// A service callable.
@@ -28,6 +28,8 @@ pub(crate) enum Callable {
     Attributes,
     /// `web_search`: the public web through SearXNG.
     WebSearch,
+    /// `execute`: code in the sandbox, with the agent's memory as `/workspace`.
+    Execute,
 }
 
 /// Names no lambda may take: the verbs and every callable upstream knows, runnable here or not.
@@ -50,8 +52,8 @@ pub(crate) const RESERVED_NAMES: &[&str] = &[
 
 impl Callable {
     /// Every callable, in listing order.
-    pub(crate) const ALL: [Callable; 4] =
-        [Callable::Search, Callable::Query, Callable::Attributes, Callable::WebSearch];
+    pub(crate) const ALL: [Callable; 5] =
+        [Callable::Search, Callable::Query, Callable::Attributes, Callable::WebSearch, Callable::Execute];
 
     /// The callable called `name` (legacy names normalised first).
     pub(crate) fn named(name: &str) -> Option<Callable> {
@@ -66,6 +68,7 @@ impl Callable {
             Callable::Query => "query",
             Callable::Attributes => "attributes",
             Callable::WebSearch => "web_search",
+            Callable::Execute => "execute",
         }
     }
 
@@ -93,6 +96,12 @@ impl Callable {
                 "Search the public web and get ranked results with title, URL and a snippet each. Read a result \
                  by passing its URL to read. Pick the news category for recent events, and timeRange to keep \
                  results recent; count caps the results (default 10, at most 25)."
+            }
+            Callable::Execute => {
+                "Run python or shell code in a fresh sandbox and get its exit code, stdout and stderr. Your \
+                 memory is the working directory (/workspace), so the code reads and writes the same files \
+                 read and write see; files it changes are listed. The sandbox has no network. timeout_secs \
+                 bounds the run (60 by default, 1-300); each output stream is cut at 64 KiB."
             }
         }
     }
@@ -146,17 +155,33 @@ pub(crate) fn first_sentence(text: &str) -> String {
     }
 }
 
-/// The callables an agent may run here: those this server can run (`web_search` needs a SearXNG
-/// URL) that the definition's `tools` names (normalised), or all of them when it names none.
-pub(crate) fn granted(config: &Config, definition: &AgentDefinition) -> Vec<Callable> {
-    granted_with(config.searxng_url.is_some(), definition)
+/// Which callables that need a backend have one on this server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Backends {
+    /// `web_search`: a SearXNG URL is configured.
+    pub(crate) web_search: bool,
+    /// `execute`: the code sandbox's probe succeeded.
+    pub(crate) execute: bool,
 }
 
-/// [`granted`], given whether `web_search` has a backend.
-pub(crate) fn granted_with(web_search: bool, definition: &AgentDefinition) -> Vec<Callable> {
+impl Backends {
+    /// Whether `callable` can run here.
+    fn runs(self, callable: Callable) -> bool {
+        match callable {
+            Callable::WebSearch => self.web_search,
+            Callable::Execute => self.execute,
+            _ => true,
+        }
+    }
+}
+
+/// The callables an agent may run here: those this server can run (`web_search` needs a SearXNG
+/// URL, `execute` the sandbox) that the definition's `tools` names (normalised), or all of them
+/// when it names none.
+pub(crate) fn granted(backends: Backends, definition: &AgentDefinition) -> Vec<Callable> {
     Callable::ALL
         .into_iter()
-        .filter(|callable| *callable != Callable::WebSearch || web_search)
+        .filter(|callable| backends.runs(*callable))
         .filter(|callable| match &definition.tools {
             None => true,
             Some(tools) => tools.iter().any(|name| normalise(name.trim()) == callable.name()),
@@ -175,7 +200,7 @@ pub(crate) fn narrow(definition: &mut AgentDefinition, wanted: &[String]) {
     definition.tools = Some(base.into_iter().filter(|tool| wanted.contains(tool)).collect());
 }
 
-static INPUTS: LazyLock<[Json; 4]> = LazyLock::new(|| {
+static INPUTS: LazyLock<[Json; 5]> = LazyLock::new(|| {
     [
         json!({
             "type": "object",
@@ -223,10 +248,20 @@ static INPUTS: LazyLock<[Json; 4]> = LazyLock::new(|| {
             },
             "required": ["query"]
         }),
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "runtime": {"type": "string", "enum": ["python", "shell"], "description": "python runs the code with python3; shell with /bin/sh."},
+                "code": {"type": "string", "minLength": 1, "description": "The program."},
+                "timeout_secs": {"type": "number", "description": "Seconds before the run is stopped: 60 by default, clamped to 1-300."}
+            },
+            "required": ["runtime", "code"]
+        }),
     ]
 });
 
-static OUTPUTS: LazyLock<[Option<Json>; 4]> = LazyLock::new(|| {
+static OUTPUTS: LazyLock<[Option<Json>; 5]> = LazyLock::new(|| {
     [
         None,
         None,
@@ -249,6 +284,29 @@ static OUTPUTS: LazyLock<[Option<Json>; 4]> = LazyLock::new(|| {
                 },
                 "partial": {"type": "boolean", "description": "Some engines did not answer, so results may be missing."},
                 "markdown": {"type": "string", "description": "The results as a readable list."}
+            }
+        })),
+        Some(json!({
+            "type": "object",
+            "properties": {
+                "summary": {"type": "string", "description": "How the run ended, in one line."},
+                "exitCode": {"type": "integer", "description": "The program's exit code; -1 when it was stopped at its timeout."},
+                "success": {"type": "boolean", "description": "Whether it exited 0."},
+                "stdout": {"type": "string", "description": "Its standard output (the first 64 KiB)."},
+                "stderr": {"type": "string", "description": "Its standard error (the first 64 KiB)."},
+                "truncated": {"type": "boolean", "description": "stdout or stderr was cut at 64 KiB."},
+                "durationMs": {"type": "integer"},
+                "timedOut": {"type": "boolean", "description": "It was stopped at its timeout."},
+                "changedFiles": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "path": {"type": "string", "description": "The memory file's path."},
+                            "change": {"type": "string", "enum": ["added", "modified", "removed"]}
+                        }
+                    }
+                }
             }
         })),
     ]
@@ -275,21 +333,19 @@ mod tests {
 
     #[test]
     fn grants_need_a_backend_and_follow_the_definition() {
-        let mut config = Config::new("d", "127.0.0.1:0".parse().unwrap());
+        let none = Backends::default();
         assert_eq!(
-            granted(&config, &definition(None)),
+            granted(none, &definition(None)),
             [Callable::Search, Callable::Query, Callable::Attributes],
-            "no SearXNG, no web_search"
+            "no SearXNG, no web_search; no sandbox, no execute"
         );
-        config.searxng_url = Some("http://127.0.0.1:1".into());
-        assert_eq!(granted(&config, &definition(None)), Callable::ALL);
-        assert_eq!(
-            granted(&config, &definition(Some(&["query", "attributes"]))),
-            [Callable::Query, Callable::Attributes]
-        );
-        assert_eq!(granted(&config, &definition(Some(&["web_search", "publish"]))), [Callable::WebSearch]);
-        assert_eq!(granted(&config, &definition(Some(&[]))), []);
-        assert_eq!(granted(&config, &definition(Some(&["execute_code"]))), [], "execute is never granted here");
+        let all = Backends { web_search: true, execute: true };
+        assert_eq!(granted(all, &definition(None)), Callable::ALL);
+        assert_eq!(granted(all, &definition(Some(&["query", "attributes"]))), [Callable::Query, Callable::Attributes]);
+        assert_eq!(granted(all, &definition(Some(&["web_search", "publish"]))), [Callable::WebSearch]);
+        assert_eq!(granted(all, &definition(Some(&[]))), []);
+        assert_eq!(granted(all, &definition(Some(&["execute_code"]))), [Callable::Execute], "the legacy name");
+        assert_eq!(granted(none, &definition(Some(&["execute"]))), [], "never without the sandbox");
     }
 
     #[test]
@@ -301,7 +357,7 @@ mod tests {
             assert!(jsonschema::validator_for(callable.input_schema()).is_ok());
             assert!(callable.summary().ends_with('.') && callable.summary().len() <= 140, "{}", callable.summary());
         }
-        assert_eq!(Callable::named("execute_code"), None);
+        assert_eq!(Callable::named("execute_code"), Some(Callable::Execute));
         assert_eq!(normalise("execute_code"), "execute");
         assert_eq!(first_sentence("One. Two."), "One.");
         let long = format!("{}. Next.", "x".repeat(200));

@@ -67,7 +67,12 @@ pub(crate) struct Context<'a> {
     /// Images for the model to see with the result (`read attachment:`): present only when the
     /// caller is a model that takes images.
     model_images: Option<std::sync::Mutex<Vec<crate::model::Image>>>,
+    /// Shown the live output tail of a running `execute` (a model pass's activity partials).
+    output_tail: Option<OutputTail<'a>>,
 }
+
+/// Receives the live output tail of a running tool.
+pub(crate) type OutputTail<'a> = Box<dyn Fn(String) + Send + Sync + 'a>;
 
 impl<'a> Context<'a> {
     /// The context of the session's agent itself (a model pass or a workflow), rather than of a
@@ -88,7 +93,14 @@ impl<'a> Context<'a> {
             definition,
             memory_root,
             model_images: None,
+            output_tail: None,
         }
+    }
+
+    /// Shows `tail` the live output of a running `execute`.
+    pub(crate) fn showing_output(mut self, tail: OutputTail<'a>) -> Self {
+        self.output_tail = Some(tail);
+        self
     }
 
     /// Lets verbs show images to the model (it takes image input).
@@ -231,6 +243,7 @@ async fn open<'a>(app: &'a App, caller: &Caller, session_id: &str) -> ApiResult<
         memory_root: PathBuf::from(&agent.state_dir).join(crate::memory::path::MEMORY_DIR),
         definition: agent.definition,
         model_images: None,
+        output_tail: None,
     })
 }
 

@@ -6,7 +6,7 @@
 //! deletes one. `call {tool, input}` runs a granted callable after checking `input` against its
 //! contract; a miss is a successful result that shows the listing, and input that does not fit
 //! is a successful result with the contract and what was wrong, so the caller can correct itself.
-//! Lambdas are found and their input checked, then refused: this server has no sandbox.
+//! Lambdas are found and their input checked, then refused: this server does not run them yet.
 
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::Value;
@@ -18,7 +18,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::runtime::tools::Tool;
 use crate::tools::document::{self, Kind, LambdaInput, ToolDocument};
 use crate::tools::registry::{self, Callable};
-use crate::tools::{self as agent_tools, LAMBDA_NOT_RUNNABLE, search, store, web_search};
+use crate::tools::{self as agent_tools, LAMBDA_RUNTIMES, execute, lambda, search, store, web_search};
 
 /// The options `write ~/tools/<name>` understands.
 const WRITE_OPTIONS: &[&str] = &["delete", "tool"];
@@ -117,7 +117,7 @@ pub(super) async fn write(context: &Context<'_>, name: &str, input: &Input<'_>) 
         kind: &'static str,
     }
     record(
-        format!("Saved tool {saved} ({cid}). Its contract is in ~/tools now. {LAMBDA_NOT_RUNNABLE}"),
+        format!("Saved tool {saved} ({cid}). Its contract is in ~/tools now. {LAMBDA_RUNTIMES}"),
         &Saved { name: &saved, cid: &cid, kind: Kind::Lambda.as_str() },
     )
 }
@@ -172,13 +172,28 @@ pub(super) async fn call_with(context: &Context<'_>, input: &Value, misses: Miss
                 }
                 record(called.summary, &called.output)
             }
-            Some(lambda) if lambda.document.kind == Kind::Lambda => {
-                let errors = crate::tools::schema::value_errors(&lambda.document.input, &arguments);
-                if errors.is_empty() {
-                    Err(ApiError::not_implemented(format!("Tool {name} is a lambda. {LAMBDA_NOT_RUNNABLE}")))
-                } else {
-                    mismatch(name, lambda.document.contract_markdown(&lambda.cid), errors)
+            Some(tool) if tool.document.kind == Kind::Lambda => {
+                let errors = crate::tools::schema::value_errors(&tool.document.input, &arguments);
+                if !errors.is_empty() {
+                    return mismatch(name, tool.document.contract_markdown(&tool.cid), errors);
                 }
+                let executes = granted.contains(&Callable::Execute);
+                let (summary, output) = with_tail(context, |progress| {
+                    lambda::run(
+                        context.app,
+                        &context.owner_id,
+                        &context.memory_root,
+                        &tool.document,
+                        &arguments,
+                        executes,
+                        progress,
+                    )
+                })
+                .await?;
+                if !output.changed_files.is_empty() {
+                    context.memory_changed();
+                }
+                record(summary, &output)
             }
             _ if misses == Misses::Refuse => Err(ApiError::not_found(format!("No callable tool named {name}"))),
             _ => listing(context, Some(format!("No callable tool named {name}. Here is what you can call."))).await,
@@ -199,7 +214,37 @@ pub(super) async fn call_with(context: &Context<'_>, input: &Value, misses: Miss
             let (summary, output) = web_search::run(context.app, &arguments).await?;
             record(summary, &output)
         }
+        Callable::Execute => {
+            let (summary, output) = with_tail(context, |progress| {
+                execute::run(context.app, &context.owner_id, &context.memory_root, &arguments, progress)
+            })
+            .await?;
+            if !output.changed_files.is_empty() {
+                context.memory_changed();
+            }
+            record(summary, &output)
+        }
     }
+}
+
+/// Runs a sandboxed execution `run` makes from a progress sender, forwarding its live output
+/// tail to the context's listener while it runs (no sender when nobody listens).
+async fn with_tail<'c, T, F, Fut>(context: &'c Context<'_>, run: F) -> ApiResult<T>
+where
+    F: FnOnce(Option<tokio::sync::mpsc::Sender<crate::sandbox::Progress>>) -> Fut,
+    Fut: std::future::Future<Output = ApiResult<T>> + 'c,
+{
+    let (sender, mut receiver) = tokio::sync::mpsc::channel(4);
+    let running = run(context.output_tail.is_some().then_some(sender));
+    let forwarding = async {
+        while let Some(progress) = receiver.recv().await {
+            if let Some(tail) = &context.output_tail {
+                tail(progress.output_tail);
+            }
+        }
+    };
+    let (ran, ()) = tokio::join!(running, forwarding);
+    ran
 }
 
 /// The `~/tools` listing, with `summary` replacing the count line when given.
@@ -220,7 +265,7 @@ async fn listing(context: &Context<'_>, summary: Option<String>) -> ApiResult<Va
     }
     lines.extend(callable.iter().map(|stored| format!("- {} — {}", stored.document.name, stored.document.summary)));
     if !authored.is_empty() {
-        lines.extend([String::new(), "## Authored tools (saved, not runnable on this server)".to_owned()]);
+        lines.extend([String::new(), "## Authored tools (lambdas)".to_owned()]);
         lines.extend(authored.iter().map(|stored| format!("- {} — {}", stored.document.name, stored.document.summary)));
     }
     lines.extend([
@@ -228,7 +273,7 @@ async fn listing(context: &Context<'_>, summary: Option<String>) -> ApiResult<Va
         "write ~/tools/<name> with JSON content {description, input, output?, source, runtime?} saves an authored \
          (lambda) tool: TypeScript `export default (input) => result` or python `def main(input): return result`."
             .to_owned(),
-        LAMBDA_NOT_RUNNABLE.to_owned(),
+        LAMBDA_RUNTIMES.to_owned(),
     ]);
     #[derive(Serialize)]
     struct Listing {

@@ -20,6 +20,10 @@ pub(crate) struct WsLimits {
     pub subscriptions: usize,
     /// Frames queued for one socket before it counts as fallen behind.
     pub queue_frames: usize,
+    /// Bytes of frames queued for one socket before it counts as fallen behind.
+    pub queue_bytes: usize,
+    /// Bytes of frames queued for all of one account's sockets together.
+    pub account_queue_bytes: usize,
     /// How often a socket pings its peer.
     pub ping_interval: Duration,
     /// How long one frame may take to go out before the peer counts as gone.
@@ -34,6 +38,8 @@ impl WsLimits {
             per_account: config.ws_per_account,
             subscriptions: config.ws_subscriptions,
             queue_frames: config.ws_queue,
+            queue_bytes: config.ws_queue_bytes,
+            account_queue_bytes: config.ws_account_queue_bytes,
             ping_interval: config.ws_ping_interval,
             send_timeout: config.body_timeout,
         }

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use tokio::sync::{Notify, mpsc};
 
@@ -39,6 +39,55 @@ impl Signal {
     }
 }
 
+/// The bytes of frames queued for one socket, counted against its own bound and its account's
+/// total (schema/PROTOCOL.md, "Limits, with codes"): a frame that would take either past its bound is not
+/// queued, and the socket counts as fallen behind.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    socket: AtomicUsize,
+    socket_max: usize,
+    account: Arc<AtomicUsize>,
+    account_max: usize,
+}
+
+impl Budget {
+    /// A socket's budget of `socket_max` bytes, within its account's `account` counter of
+    /// `account_max`.
+    pub(crate) fn new(socket_max: usize, account: Arc<AtomicUsize>, account_max: usize) -> Self {
+        Self { socket: AtomicUsize::new(0), socket_max, account, account_max }
+    }
+
+    /// Takes `bytes` for a frame about to be queued, unless that would pass either bound.
+    fn take(&self, bytes: usize) -> bool {
+        let socket = self.socket.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        let account = self.account.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        if socket > self.socket_max || account > self.account_max {
+            self.give(bytes);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back the `bytes` of a frame that left the queue.
+    pub(crate) fn give(&self, bytes: usize) {
+        self.socket.fetch_sub(bytes, Ordering::AcqRel);
+        self.account.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// Gives back whatever the socket still had queued (it closed; its queue is dropped). Call it
+    /// only once the socket is out of the registry, so nothing is queued after.
+    pub(crate) fn release(&self) {
+        let left = self.socket.swap(0, Ordering::AcqRel);
+        self.account.fetch_sub(left, Ordering::AcqRel);
+    }
+
+    /// Bytes queued for the socket now.
+    #[cfg(test)]
+    fn queued(&self) -> usize {
+        self.socket.load(Ordering::Acquire)
+    }
+}
+
 /// A socket bound to an account (by its first accepted `Subscribe`).
 #[derive(Debug)]
 pub(crate) struct Bound {
@@ -48,14 +97,25 @@ pub(crate) struct Bound {
     pub protocol: u32,
     /// Frames for the socket's task to send.
     pub queue: mpsc::Sender<Arc<OutFrame>>,
+    /// What the queued frames may weigh.
+    pub budget: Arc<Budget>,
     /// Out-of-band wake-ups.
     pub signal: Arc<Signal>,
 }
 
 impl Bound {
-    /// Queues `frame`; a full queue marks the socket as fallen behind instead of waiting.
+    /// Queues `frame`; a full queue, or one that would pass its byte bounds, marks the socket as
+    /// fallen behind instead of waiting.
     pub(crate) fn send(&self, frame: &Arc<OutFrame>) {
-        if let Err(mpsc::error::TrySendError::Full(_)) = self.queue.try_send(frame.clone()) {
+        let bytes = frame.text.len();
+        if !self.budget.take(bytes) {
+            self.signal.overflow();
+            return;
+        }
+        if let Err(mpsc::error::TrySendError::Full(_) | mpsc::error::TrySendError::Closed(_)) =
+            self.queue.try_send(frame.clone())
+        {
+            self.budget.give(bytes);
             self.signal.overflow();
         }
     }
@@ -90,8 +150,8 @@ pub(crate) struct Registry {
     by_socket: HashMap<SocketId, HashSet<Arc<str>>>,
     /// `(socket, key)` pairs per agent (for revocation).
     by_agent: HashMap<Arc<str>, HashSet<(SocketId, Arc<str>)>>,
-    /// Bound sockets per account.
-    per_account: HashMap<Arc<str>, usize>,
+    /// Bound sockets per account, and the bytes queued for all of them.
+    per_account: HashMap<Arc<str>, (usize, Arc<AtomicUsize>)>,
     /// How many `account/<id>` keys have subscribers.
     account_keys: usize,
 }
@@ -103,13 +163,18 @@ fn is_account_key(key: &str) -> bool {
 impl Registry {
     /// Binds `socket` to its account, unless the account already has `limit` sockets.
     pub(crate) fn bind(&mut self, socket: SocketId, bound: Bound, limit: usize) -> Result<(), Refused> {
-        let count = self.per_account.entry(bound.account_id.clone()).or_default();
+        let (count, _) = self.per_account.entry(bound.account_id.clone()).or_default();
         if *count >= limit {
             return Err(Refused::AccountFull);
         }
         *count += 1;
         self.sockets.insert(socket, bound);
         Ok(())
+    }
+
+    /// The counter of bytes queued for all of `account`'s sockets (for a socket about to bind).
+    pub(crate) fn account_bytes(&mut self, account: &Arc<str>) -> Arc<AtomicUsize> {
+        self.per_account.entry(account.clone()).or_default().1.clone()
     }
 
     /// The bound socket `socket`.
@@ -181,7 +246,7 @@ impl Registry {
             }
         }
         if let Some(bound) = self.sockets.remove(&socket)
-            && let Some(count) = self.per_account.get_mut(&bound.account_id)
+            && let Some((count, _)) = self.per_account.get_mut(&bound.account_id)
         {
             *count -= 1;
             if *count == 0 {
@@ -235,7 +300,45 @@ mod tests {
 
     fn bound(account: &str) -> (Bound, mpsc::Receiver<Arc<OutFrame>>) {
         let (queue, frames) = mpsc::channel(1);
-        (Bound { account_id: account.into(), protocol: 3, queue, signal: Arc::default() }, frames)
+        let budget = Arc::new(Budget::new(usize::MAX, Arc::default(), usize::MAX));
+        (Bound { account_id: account.into(), protocol: 3, queue, budget, signal: Arc::default() }, frames)
+    }
+
+    #[test]
+    fn queued_bytes_stay_within_the_socket_and_account_bounds() {
+        let frame = |bytes: usize| OutFrame::plain("x".repeat(bytes).into());
+        let account = Arc::new(AtomicUsize::new(0));
+        let socket = |max: usize| {
+            let (queue, frames) = mpsc::channel(100);
+            let budget = Arc::new(Budget::new(max, account.clone(), 250));
+            (Bound { account_id: "alice".into(), protocol: 3, queue, budget, signal: Arc::default() }, frames)
+        };
+        let (first, mut first_frames) = socket(100);
+        for _ in 0..3 {
+            first.send(&frame(30));
+        }
+        assert!(!first.signal.overflowed());
+        first.send(&frame(30));
+        assert!(first.signal.overflowed(), "a fourth frame of 30 bytes would pass the socket's 100");
+        assert_eq!((first.budget.queued(), account.load(Ordering::Acquire)), (90, 90));
+        // A frame that leaves the queue gives its bytes back.
+        let sent = first_frames.try_recv().unwrap();
+        first.budget.give(sent.text.len());
+        assert_eq!((first.budget.queued(), account.load(Ordering::Acquire)), (60, 60));
+
+        // The account's total bounds its sockets together.
+        let (second, _second_frames) = socket(1000);
+        for _ in 0..6 {
+            second.send(&frame(30));
+        }
+        assert!(!second.signal.overflowed());
+        second.send(&frame(30));
+        assert!(second.signal.overflowed(), "the account's 250 bytes, not the socket's 1000, stopped it");
+        assert_eq!((second.budget.queued(), account.load(Ordering::Acquire)), (180, 240));
+        // A closed socket gives back what it still had queued.
+        first.budget.release();
+        second.budget.release();
+        assert_eq!(account.load(Ordering::Acquire), 0);
     }
 
     fn sub(agent: &str) -> Sub {

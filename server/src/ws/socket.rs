@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use super::frames::{self, OutFrame};
 use super::live::{Live, WsLimits};
-use super::registry::{Bound, Signal, SocketId};
+use super::registry::{Bound, Budget, Signal, SocketId};
 use super::subscribe::{self, Accepted, Refused, Replay};
 use crate::edge::Edge;
 use crate::error::ApiError;
@@ -64,12 +64,17 @@ pub(crate) async fn run(edge: Arc<Edge>, socket: WebSocket, id: SocketId, permit
         queue: Some(queue),
         frames,
         signal: Arc::new(Signal::default()),
+        budget: None,
         account: None,
         replayed: HashMap::new(),
         last_heard: Instant::now(),
     };
     let reason = task.serve().await;
     live.registry().remove_socket(id);
+    // Out of the registry, nothing more is queued: what is left in the queue is dropped with it.
+    if let Some(budget) = &task.budget {
+        budget.release();
+    }
     if let Some((code, reason)) = reason {
         let close = CloseFrame { code, reason: reason.into() };
         let _ = tokio::time::timeout(limits.send_timeout, task.ws.send(Message::Close(Some(close)))).await;
@@ -87,6 +92,8 @@ struct Socket<'a> {
     queue: Option<mpsc::Sender<Arc<OutFrame>>>,
     frames: mpsc::Receiver<Arc<OutFrame>>,
     signal: Arc<Signal>,
+    /// The bytes its queue may hold, once bound.
+    budget: Option<Arc<Budget>>,
     /// The account and protocol of the first accepted `Subscribe`.
     account: Option<(Arc<str>, u32)>,
     /// Per session, the highest `seq` a replay sent: queued appends up to it are duplicates.
@@ -196,10 +203,22 @@ impl Socket<'_> {
     /// Binds the socket to `account` (its first accepted subscription).
     async fn bind(&mut self, account: Arc<str>, protocol: u32) -> Result<(), Failure> {
         let queue = self.queue.take().ok_or(Failure::Close(None))?;
-        let bound = Bound { account_id: account.clone(), protocol, queue, signal: self.signal.clone() };
-        let outcome = self.live.registry().bind(self.id, bound, self.limits.per_account);
+        let outcome = {
+            let mut registry = self.live.registry();
+            let account_bytes = registry.account_bytes(&account);
+            let budget = Arc::new(Budget::new(self.limits.queue_bytes, account_bytes, self.limits.account_queue_bytes));
+            let bound = Bound {
+                account_id: account.clone(),
+                protocol,
+                queue,
+                budget: budget.clone(),
+                signal: self.signal.clone(),
+            };
+            registry.bind(self.id, bound, self.limits.per_account).map(|()| budget)
+        };
         match outcome {
-            Ok(()) => {
+            Ok(budget) => {
+                self.budget = Some(budget);
                 self.account = Some((account, protocol));
                 Ok(())
             }
@@ -301,6 +320,9 @@ impl Socket<'_> {
             let mut next = Some(first);
             let mut taken = 0;
             while let Some(frame) = next.take() {
+                if let Some(budget) = &self.budget {
+                    budget.give(frame.text.len());
+                }
                 let replayed = frame
                     .append
                     .as_ref()

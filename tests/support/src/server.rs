@@ -10,7 +10,7 @@ use seed_agents_protocol::{
     AccountId, Action, AgentId, AgentResponse, Ed25519Signer, Principal, SessionId, Signer, UnsignedEnvelope, wire,
 };
 use seed_agents_sdk::{Client, Error};
-use seed_agents_server::{Clock, Config, RunningServer};
+use seed_agents_server::{Clock, Config, ExecBackend, RunningServer};
 
 use crate::fixtures::{definition, provider_config};
 
@@ -54,6 +54,9 @@ impl TestServer {
         // Nothing leaves loopback: a test that talks to a Hypermedia server sets its fake here;
         // the others (the activity monitor included) reach a closed loopback port.
         config.hm_server_url = Self::CLOSED_HM_SERVER.to_owned();
+        // No code sandbox unless a test asks for one (`ExecBackend::Namespaces`): the other tests'
+        // tool listings and grants stay the same on hosts with and without bubblewrap.
+        config.exec_backend = ExecBackend::Off;
         adjust(&mut config);
         let server = RunningServer::start(config, clock).await.expect("server starts");
         let url = format!("http://{}", server.addr());
