@@ -1,8 +1,9 @@
 //! Lambda tools (docs/sandbox.md, "Lambda tools") on a real bubblewrap: a python lambda saved
 //! with `write ~/tools/<name>` runs in the code sandbox when called, with the agent's memory as
-//! its workspace; its value, what it printed and the files it changed come back; failures say
-//! how it ended; an agent without `execute` is refused; a model is offered it as a tool of its
-//! own and calls it. These tests fail (they do not skip) without bubblewrap: CI installs it.
+//! its workspace, a TypeScript one in a QuickJS realm with its types stripped; their value, what
+//! they printed and the files they changed come back; failures say how they ended; an agent
+//! without `execute` is refused; a model is offered both as tools of their own and calls them.
+//! These tests fail (they do not skip) without bubblewrap: CI installs it.
 
 use std::time::Duration;
 
@@ -54,13 +55,25 @@ async fn save(user: &User, session: &str, name: &str, source: &str, input: Json,
     output(&user.call(write).await.unwrap());
 }
 
+/// Saves a TypeScript lambda `name` with `source`.
+async fn save_ts(user: &User, session: &str, name: &str, source: &str, input: Json) {
+    let document = json!({"description": format!("The {name} lambda."), "input": input, "source": source,
+                          "runtime": "typescript"});
+    let write = invoke(
+        session,
+        InvokeSessionToolVerb::Write,
+        json!({"address": format!("~/tools/{name}"), "content": document.to_string()}),
+    );
+    output(&user.call(write).await.unwrap());
+}
+
 async fn call(user: &User, session: &str, tool: &str, input: Json) -> InvokeSessionToolResponse {
     let call = invoke(session, InvokeSessionToolVerb::Call, json!({"tool": tool, "input": input}));
     user.call(call).await.unwrap()
 }
 
 #[tokio::test]
-async fn a_python_lambda_runs_in_the_sandbox_and_reports_how_it_ended() {
+async fn lambdas_run_when_called_and_report_how_they_ended() {
     let (server, user, agent, session) = setup().await;
     let words = json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]});
     let source = "import os\n\
@@ -125,17 +138,26 @@ async fn a_python_lambda_runs_in_the_sandbox_and_reports_how_it_ended() {
     .await;
     let error = call(&user, &session, "misfit_out", json!({})).await.error.unwrap();
     assert!(error.contains("does not fit its output schema"), "{error}");
-    // A TypeScript lambda does not run here yet, and says so.
-    let document =
-        json!({"description": "Adds.", "input": {"type": "object"}, "source": "export default (i: {}) => 1"});
-    let write = invoke(
+    // A TypeScript lambda runs too, its types stripped, in a realm with no file access; its
+    // failures say what was thrown and what it printed.
+    save_ts(&user, &session, "ts_add", "export default (input: { a: number; b: number }): number => {\n  console.log('adding');\n  return input.a + input.b;\n};", json!({"type": "object"})).await;
+    let added = output(&call(&user, &session, "ts_add", json!({"a": 2, "b": 40})).await);
+    assert_eq!((added["result"].clone(), added["logs"].clone()), (json!(42), json!("adding")), "{added}");
+    assert!(added.get("changedFiles").is_none(), "{added}");
+    save_ts(
+        &user,
         &session,
-        InvokeSessionToolVerb::Write,
-        json!({"address": "~/tools/ts_tool", "content": document.to_string()}),
-    );
-    output(&user.call(write).await.unwrap());
-    let error = call(&user, &session, "ts_tool", json!({})).await.error.unwrap();
-    assert!(error.contains("TypeScript lambdas do not run on this server yet"), "{error}");
+        "ts_throw",
+        "export function main(input: unknown) {\n  console.log('trying');\n  throw new Error('bad input');\n}",
+        json!({"type": "object"}),
+    )
+    .await;
+    let error = call(&user, &session, "ts_throw", json!({})).await.error.unwrap();
+    assert!(error.starts_with("Tool ts_throw failed. bad input"), "{error}");
+    assert!(error.ends_with("It printed:\ntrying"), "{error}");
+    save_ts(&user, &session, "ts_broken", "export default (input: number => 1", json!({"type": "object"})).await;
+    let error = call(&user, &session, "ts_broken", json!({})).await.error.unwrap();
+    assert!(error.contains("does not parse"), "{error}");
     server.stop().await;
 }
 
@@ -153,7 +175,7 @@ async fn an_agent_without_execute_may_not_run_lambdas() {
 }
 
 #[tokio::test]
-async fn a_model_is_offered_a_lambda_and_calls_it() {
+async fn a_model_is_offered_lambdas_in_both_runtimes_and_calls_them() {
     let provider = Provider::start().await;
     let (server, user, _, _) = setup().await;
     user.call(SetModelProvider { name: "main".into(), provider: custom_provider_config(provider.openai_base()) })
@@ -164,8 +186,9 @@ async fn a_model_is_offered_a_lambda_and_calls_it() {
     let session = user.create_session(&agent, None).await;
     let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
     save(&user, &session, "square", "def main(input):\n    return input['n'] ** 2", schema.clone(), None).await;
-    provider.push(Script::tool_call("s1", "square", r#"{"n":12}"#));
-    provider.push(Script::text("144."));
+    save_ts(&user, &session, "cube", "export default ({ n }: { n: number }) => n ** 3;", schema.clone()).await;
+    provider.push(Script::tool_call("s1", "square", r#"{"n":12}"#).and_tool_call("c1", "cube", r#"{"n":3}"#));
+    provider.push(Script::text("144 and 27."));
     user.call(say(&session, "square twelve")).await.unwrap();
 
     let requests = provider.requests();
@@ -177,8 +200,16 @@ async fn a_model_is_offered_a_lambda_and_calls_it() {
         .collect();
     assert_eq!(offered.len(), 1, "the lambda is a tool of its own");
     assert_eq!(offered[0]["function"]["parameters"], schema);
-    let answered = &requests[1].body["messages"].as_array().unwrap().last().unwrap()["content"];
-    assert!(answered.as_str().unwrap().contains("\"result\":144"), "{answered}");
+    let tools = requests[0].body["tools"].as_array().unwrap();
+    assert!(tools.iter().any(|tool| tool["function"]["name"] == "cube"), "the TypeScript lambda is offered too");
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let results: Vec<&str> = messages
+        .iter()
+        .filter(|message| message["role"] == "tool")
+        .filter_map(|message| message["content"].as_str())
+        .collect();
+    assert_eq!(results.len(), 2, "{messages:?}");
+    assert!(results[0].contains("\"result\":144") && results[1].contains("\"result\":27"), "{results:?}");
     let events = user
         .call(GetSession { session_id: session.clone(), after_seq: None, before_seq: None, limit: None })
         .await

@@ -21,8 +21,11 @@ use crate::app::App;
 use crate::error::{ApiError, ApiResult};
 use crate::sandbox::{ExecRequest, Progress, Runtime};
 
-/// How long a lambda may run.
+/// How long a python lambda may run.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a TypeScript lambda may compute (it has no I/O to wait on).
+pub(crate) const TYPESCRIPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The error code of a lambda that ran and failed (non-zero exit, timeout, no or bad result).
 pub(crate) const CODE_LAMBDA_FAILED: &str = "lambda-failed";
@@ -66,16 +69,16 @@ pub(crate) async fn run(
     progress: Option<mpsc::Sender<Progress>>,
 ) -> ApiResult<(String, Output)> {
     let name = &document.name;
-    let program = match document.runtime {
-        Some(Language::Python) => python_program(document.source.as_deref().unwrap_or_default(), input),
-        _ => {
-            return Err(ApiError::invalid(format!(
-                "Tool {name} is a TypeScript lambda; TypeScript lambdas do not run on this server yet (only python \
-                 lambdas run, in the code sandbox)."
-            ))
-            .with_code("runtime-unavailable"));
+    let source = document.source.as_deref().unwrap_or_default();
+    if document.runtime != Some(Language::Python) {
+        if !executes {
+            return Err(not_granted(name));
         }
-    };
+        let (summary, output) = run_typescript(name, source, input).await?;
+        fits_output(document, &output.result)?;
+        return Ok((summary, output));
+    }
+    let program = python_program(source, input);
     if !app.sandbox.availability().runtimes.contains(&Runtime::Python) {
         let why = app.sandbox.availability().reason.clone().unwrap_or_else(|| "python does not run here".to_owned());
         return Err(ApiError::invalid(format!(
@@ -84,10 +87,7 @@ pub(crate) async fn run(
         .with_code("runtime-unavailable"));
     }
     if !executes {
-        return Err(ApiError::forbidden(format!(
-            "Tool {name} is a lambda, and lambdas run only for agents granted execute; this agent's tools do not include \
-             it."
-        )));
+        return Err(not_granted(name));
     }
     let request = ExecRequest {
         account_id: account_id.to_owned(),
@@ -106,13 +106,7 @@ pub(crate) async fn run(
         timed_out: outcome.timed_out,
     };
     let finished = finish(&ran, TIMEOUT.as_secs()).map_err(|message| lambda_failed(name, message))?;
-    if let Some(schema) = &document.output {
-        let errors = super::schema::value_errors(schema, &finished.result);
-        if !errors.is_empty() {
-            let message = format!("Its result does not fit its output schema: {}", errors.join("; "));
-            return Err(lambda_failed(name, message));
-        }
-    }
+    fits_output(document, &finished.result)?;
     let changed = match changed_files.len() {
         0 => String::new(),
         1 => ", 1 memory file changed".to_owned(),
@@ -121,6 +115,56 @@ pub(crate) async fn run(
     let summary = format!("Ran {name} ({}ms{changed}).", outcome.duration_ms);
     let logs = Some(finished.logs).filter(|logs| !logs.is_empty());
     Ok((summary, Output { result: finished.result, logs, changed_files, duration_ms: outcome.duration_ms }))
+}
+
+/// An error when `result` does not fit the lambda's output schema.
+fn fits_output(document: &ToolDocument, result: &Json) -> ApiResult<()> {
+    let Some(schema) = &document.output else { return Ok(()) };
+    let errors = super::schema::value_errors(schema, result);
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let message = format!("Its result does not fit its output schema: {}", errors.join("; "));
+    Err(lambda_failed(&document.name, message))
+}
+
+fn not_granted(name: &str) -> ApiError {
+    ApiError::forbidden(format!(
+        "Tool {name} is a lambda, and lambdas run only for agents granted execute; this agent's tools do not include it."
+    ))
+}
+
+/// A TypeScript lambda: its types stripped, then run in a QuickJS realm on a blocking thread
+/// (`tools::typescript`), with no access to memory or anything else.
+async fn run_typescript(name: &str, source: &str, input: &Json) -> ApiResult<(String, Output)> {
+    let code = super::typescript::strip_types(source).map_err(|message| lambda_failed(name, message))?;
+    let input = input.to_string();
+    let started = std::time::Instant::now();
+    let ran = tokio::task::spawn_blocking(move || super::typescript::run(&code, &input, TYPESCRIPT_TIMEOUT))
+        .await
+        .map_err(ApiError::internal)?;
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let returned = ran.map_err(|failed| {
+        let logs = failed.logs.join("\n");
+        let message =
+            if logs.is_empty() { failed.message } else { format!("{}\nIt printed:\n{}", failed.message, tail(&logs)) };
+        lambda_failed(name, message)
+    })?;
+    let result: Json = serde_json::from_str(&returned.json)
+        .map_err(|error| lambda_failed(name, format!("Its result is not JSON: {error}")))?;
+    let logs = Some(tail(&returned.logs.join("\n"))).filter(|logs| !logs.is_empty());
+    let summary = format!("Ran {name} ({duration_ms}ms).");
+    Ok((summary, Output { result, logs, changed_files: Vec::new(), duration_ms }))
+}
+
+/// The last [`LOG_TAIL_CHARS`] characters of `text`.
+fn tail(text: &str) -> String {
+    let count = text.chars().count();
+    if count <= LOG_TAIL_CHARS {
+        return text.to_owned();
+    }
+    let kept: String = text.chars().skip(count - LOG_TAIL_CHARS).collect();
+    format!("[earlier output left out]\n{kept}")
 }
 
 fn lambda_failed(name: &str, message: String) -> ApiError {

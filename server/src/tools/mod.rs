@@ -8,10 +8,9 @@
 //!
 //! Builtin documents are written for an agent before anything lists or reads its tools, and
 //! rewritten only when this build's CID differs from the stored one. Lambdas (authored tools) can
-//! be saved, listed, read and deleted; python lambdas run in the code sandbox ([`lambda`]) for an
-//! agent granted `execute`, and are offered to its model as tools of their own (TypeScript
-//! lambdas do not run yet, and calling one says so); their `granted` is true in listings, as
-//! upstream reports it. MCP documents are projected from the
+//! be saved, listed, read and deleted; for an agent granted `execute` they run ([`lambda`]: python
+//! in the code sandbox, TypeScript in a QuickJS realm, [`typescript`]) and are offered to its
+//! model as tools of their own; their `granted` is true in listings, as upstream reports it. MCP documents are projected from the
 //! owner's MCP servers for the agents granted them (`mcp::project`) and run through `mcp`.
 
 pub(crate) mod document;
@@ -21,6 +20,7 @@ pub(crate) mod registry;
 pub(crate) mod schema;
 pub(crate) mod search;
 pub(crate) mod store;
+pub(crate) mod typescript;
 pub(crate) mod web_search;
 
 use std::collections::BTreeMap;
@@ -44,9 +44,9 @@ use registry::Callable;
 use store::Stored;
 
 /// Where lambdas run (a note in their contracts, the `~/tools` listing and a save's answer).
-pub(crate) const LAMBDA_RUNTIMES: &str = "Lambda tools run in the code sandbox, for agents granted execute: python \
-                                          lambdas run where code execution is available; TypeScript lambdas do not \
-                                          run on this server yet.";
+pub(crate) const LAMBDA_RUNTIMES: &str = "Lambda tools run for agents granted execute: python lambdas in the code \
+                                          sandbox with memory as their workspace, TypeScript lambdas in a JavaScript \
+                                          realm with no file or network access.";
 
 /// The longest tool name accepted before the name rules apply, in bytes.
 const MAX_NAME_BYTES: usize = 256;
@@ -87,11 +87,11 @@ pub(crate) fn is_granted(stored: &Stored, granted: &[Callable], definition: &Age
     }
 }
 
-/// Whether lambda `document` runs for an agent granted `granted`: a python lambda, where the
-/// sandbox runs python (`execute` is granted only where code execution is available, and the
-/// probe found python when it is).
-pub(crate) fn lambda_runs(document: &ToolDocument, granted: &[Callable]) -> bool {
-    document.runtime == Some(Runtime::Python) && granted.contains(&Callable::Execute)
+/// Whether lambda `document` runs for an agent granted `granted`: any lambda of an agent granted
+/// `execute` (granted only where code execution is available; a python lambda runs in the
+/// sandbox, whose probe found python, a TypeScript one in a QuickJS realm).
+pub(crate) fn lambda_runs(_document: &ToolDocument, granted: &[Callable]) -> bool {
+    granted.contains(&Callable::Execute)
 }
 
 /// The enabled lambdas of `agent` that run for it, as the model's tools (their input schemas as

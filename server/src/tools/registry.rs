@@ -7,8 +7,8 @@
 //! without its body, through `Resource`), `web_search` (a self-hosted SearXNG, only when
 //! `--searxng-url` is set), and `execute` (python or shell code in the code sandbox with the
 //! agent's memory as its workspace, docs/sandbox.md; granted only when the sandbox's probe
-//! succeeded). Python lambda tools run in the same sandbox for agents granted `execute`
-//! (`tools::lambda`); TypeScript lambdas do not run yet. The descriptions are ours.
+//! succeeded). Lambda tools run for agents granted `execute` (`tools::lambda`). The descriptions
+//! are ours.
 
 use std::sync::LazyLock;
 

@@ -6,7 +6,7 @@
 //! deletes one. `call {tool, input}` runs a granted callable after checking `input` against its
 //! contract; a miss is a successful result that shows the listing, and input that does not fit
 //! is a successful result with the contract and what was wrong, so the caller can correct itself.
-//! Lambdas are found and their input checked, then refused: this server does not run them yet.
+//! Lambdas are found and their input checked, then run (`tools::lambda`).
 
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::Value;
