@@ -98,11 +98,7 @@ pub(crate) async fn run(
     let success = exit_code == 0 && !outcome.timed_out;
     let ended =
         if outcome.timed_out { format!("timed out after {}s", seconds.round()) } else { format!("exit {exit_code}") };
-    let changed = match changed_files.len() {
-        0 => String::new(),
-        1 => ", 1 memory file changed".to_owned(),
-        count => format!(", {count} memory files changed"),
-    };
+    let changed = changed_note(&changed_files);
     let summary = format!("Ran {} code ({ended}, {}ms{changed}).", runtime.name(), outcome.duration_ms);
     let output = Output {
         exit_code,
@@ -138,6 +134,16 @@ pub(crate) async fn run_tracked(app: &App, request: ExecRequest) -> ApiResult<(E
     })?;
     let after = snapshot(root).await?;
     Ok((outcome, diff(&before, &after)))
+}
+
+/// How many memory files a run changed, for its summary: `, 1 memory file changed`, `, N memory
+/// files changed`, or nothing.
+pub(crate) fn changed_note(changed: &[ChangedFile]) -> String {
+    match changed.len() {
+        0 => String::new(),
+        1 => ", 1 memory file changed".to_owned(),
+        count => format!(", {count} memory files changed"),
+    }
 }
 
 /// A file's size and modification time.

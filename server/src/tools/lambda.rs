@@ -70,16 +70,8 @@ pub(crate) async fn run(
 ) -> ApiResult<(String, Output)> {
     let name = &document.name;
     let source = document.source.as_deref().unwrap_or_default();
-    if document.runtime != Some(Language::Python) {
-        if !executes {
-            return Err(not_granted(name));
-        }
-        let (summary, output) = run_typescript(name, source, input).await?;
-        fits_output(document, &output.result)?;
-        return Ok((summary, output));
-    }
-    let program = python_program(source, input);
-    if !app.sandbox.availability().runtimes.contains(&Runtime::Python) {
+    let python = document.runtime == Some(Language::Python);
+    if python && !app.sandbox.availability().runtimes.contains(&Runtime::Python) {
         let why = app.sandbox.availability().reason.clone().unwrap_or_else(|| "python does not run here".to_owned());
         return Err(ApiError::invalid(format!(
             "Tool {name} is a python lambda, and python does not run on this server: {why}"
@@ -87,12 +79,34 @@ pub(crate) async fn run(
         .with_code("runtime-unavailable"));
     }
     if !executes {
-        return Err(not_granted(name));
+        return Err(ApiError::forbidden(format!(
+            "Tool {name} is a lambda, and lambdas run only for agents granted execute; this agent's tools do not \
+             include it."
+        )));
     }
+    let (summary, output) = if python {
+        run_python(app, account_id, memory_root, name, source, input, progress).await?
+    } else {
+        run_typescript(name, source, input).await?
+    };
+    fits_output(document, &output.result)?;
+    Ok((summary, output))
+}
+
+/// A python lambda: its program run in the code sandbox with memory as `/workspace`.
+async fn run_python(
+    app: &App,
+    account_id: &str,
+    memory_root: &Path,
+    name: &str,
+    source: &str,
+    input: &Json,
+    progress: Option<mpsc::Sender<Progress>>,
+) -> ApiResult<(String, Output)> {
     let request = ExecRequest {
         account_id: account_id.to_owned(),
         runtime: Runtime::Python,
-        code: program,
+        code: python_program(source, input),
         workspace: memory_root.to_path_buf(),
         timeout: TIMEOUT,
         progress,
@@ -106,13 +120,7 @@ pub(crate) async fn run(
         timed_out: outcome.timed_out,
     };
     let finished = finish(&ran, TIMEOUT.as_secs()).map_err(|message| lambda_failed(name, message))?;
-    fits_output(document, &finished.result)?;
-    let changed = match changed_files.len() {
-        0 => String::new(),
-        1 => ", 1 memory file changed".to_owned(),
-        count => format!(", {count} memory files changed"),
-    };
-    let summary = format!("Ran {name} ({}ms{changed}).", outcome.duration_ms);
+    let summary = format!("Ran {name} ({}ms{}).", outcome.duration_ms, execute::changed_note(&changed_files));
     let logs = Some(finished.logs).filter(|logs| !logs.is_empty());
     Ok((summary, Output { result: finished.result, logs, changed_files, duration_ms: outcome.duration_ms }))
 }
@@ -126,12 +134,6 @@ fn fits_output(document: &ToolDocument, result: &Json) -> ApiResult<()> {
     }
     let message = format!("Its result does not fit its output schema: {}", errors.join("; "));
     Err(lambda_failed(&document.name, message))
-}
-
-fn not_granted(name: &str) -> ApiError {
-    ApiError::forbidden(format!(
-        "Tool {name} is a lambda, and lambdas run only for agents granted execute; this agent's tools do not include it."
-    ))
 }
 
 /// A TypeScript lambda: its types stripped, then run in a QuickJS realm on a blocking thread
