@@ -8,13 +8,14 @@
 use std::time::Duration;
 
 use seed_agents_protocol::generated::{
-    CreateAgent, GetSession, InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, ListAgentTools,
-    SessionEventPayload, SetModelProvider,
+    CreateAgent, GetSession, InvokeSessionToolResponse, InvokeSessionToolVerb, ListAgentTools, SessionEventPayload,
+    SetModelProvider,
 };
-use seed_agents_protocol::{AgentId, SessionId, Value, wire};
+use seed_agents_protocol::{AgentId, SessionId};
 use seed_agents_server::ExecBackend;
 use serde_json::{Value as Json, json};
 
+use crate::support::fixtures::{invoke, tool_output as output};
 use crate::support::provider::{Provider, Script};
 use crate::support::{TestServer, User, custom_provider_config, definition, say};
 
@@ -29,15 +30,6 @@ async fn setup() -> (TestServer, User, AgentId, SessionId) {
     let agent = user.create_agent("Lambdas").await;
     let session = user.create_session(&agent, None).await;
     (server, user, agent, session)
-}
-
-fn invoke(session_id: &str, verb: InvokeSessionToolVerb, input: Json) -> InvokeSessionTool {
-    InvokeSessionTool { input: Value(wire::to_ipld(&input).unwrap()), session_id: session_id.into(), verb }
-}
-
-fn output(response: &InvokeSessionToolResponse) -> Json {
-    assert_eq!(response.error, None, "{response:?}");
-    serde_json::to_value(response.output.as_ref().unwrap()).unwrap()
 }
 
 /// Saves a python lambda `name` with `source` and the given schemas.

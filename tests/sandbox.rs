@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use seed_agents_protocol::generated::{
-    GetSession, InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, ListAgentTools,
-    ReadAgentMemoryFile, SessionEventPayload, SetModelProvider,
+    GetSession, InvokeSessionToolVerb, ListAgentTools, ReadAgentMemoryFile, SessionEventPayload, SetModelProvider,
 };
-use seed_agents_protocol::{AgentId, SessionId, Value, wire};
+use seed_agents_protocol::{AgentId, SessionId};
 use seed_agents_sdk::subscription::Event as Live;
 use seed_agents_server::ExecBackend;
 use serde_json::{Value as Json, json};
 
+use crate::support::fixtures::{invoke, tool_output as output};
 use crate::support::provider::{Provider, Script};
 use crate::support::{TestServer, User, custom_provider_config, definition, say};
 
@@ -42,15 +42,6 @@ async fn health(server: &TestServer) -> Json {
     let response = server.http.get(format!("{}/api/health", server.url)).send().await.unwrap();
     assert_eq!(response.status(), 200);
     serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
-}
-
-fn invoke(session_id: &str, verb: InvokeSessionToolVerb, input: Json) -> InvokeSessionTool {
-    InvokeSessionTool { input: Value(wire::to_ipld(&input).unwrap()), session_id: session_id.into(), verb }
-}
-
-fn output(response: &InvokeSessionToolResponse) -> Json {
-    assert_eq!(response.error, None, "{response:?}");
-    serde_json::to_value(response.output.as_ref().unwrap()).unwrap()
 }
 
 /// `call {tool: "execute", input}` as the user: the output.

@@ -9,13 +9,13 @@ use std::time::Duration;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{
     AgentToolInfo, AgentToolInfoKind, AgentToolInput, AgentToolInputRuntime, DeleteAgentTool, GetSession,
-    InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, ListAgentTools, SaveAgentTool,
-    SessionEventPayload, SetModelProvider,
+    InvokeSessionToolVerb, ListAgentTools, SaveAgentTool, SessionEventPayload, SetModelProvider,
 };
 use seed_agents_protocol::{Value, wire};
 use seed_agents_server::testing::bus::{ChangeReason, Event};
 use serde_json::{Value as Json, json};
 
+use crate::support::fixtures::{invoke, tool_output as output};
 use crate::support::hm::FakeHm;
 use crate::support::provider::{Provider, Script};
 use crate::support::searxng::FakeSearxng;
@@ -130,15 +130,6 @@ async fn tool_documents_have_stable_cids_and_lambdas_are_saved_renamed_and_delet
     let names: Vec<String> = list(&owner, &agent).await.into_iter().map(|tool| tool.name).collect();
     assert_eq!(names, ["attributes", "execute", "other_count", "query", "search", "web_search"]);
     server.stop().await;
-}
-
-fn invoke(session_id: &str, verb: InvokeSessionToolVerb, input: Json) -> InvokeSessionTool {
-    InvokeSessionTool { input: Value(wire::to_ipld(&input).unwrap()), session_id: session_id.into(), verb }
-}
-
-fn output(response: &InvokeSessionToolResponse) -> Json {
-    assert_eq!(response.error, None, "{response:?}");
-    serde_json::to_value(response.output.as_ref().unwrap()).unwrap()
 }
 
 #[tokio::test]

@@ -2,9 +2,10 @@
 //! integration tests.
 
 use seed_agents_protocol::generated::{
-    AgentDefinition, AgentDefinitionSystemPrompt, MessageSession, MessageSessionContentPart, ModelProviderConfig,
-    TextContentPart,
+    AgentDefinition, AgentDefinitionSystemPrompt, InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb,
+    MessageSession, MessageSessionContentPart, ModelProviderConfig, TextContentPart,
 };
+use seed_agents_protocol::{Value, wire};
 
 /// An OpenAI provider referring to the secret `openai-key` (which need not exist: nothing here
 /// calls the vendor).
@@ -54,4 +55,15 @@ pub fn custom_provider_config(base_url: String) -> ModelProviderConfig {
 /// `MessageSession` with one text part.
 pub fn say(session_id: &str, text: impl Into<String>) -> MessageSession {
     MessageSession::new(vec![MessageSessionContentPart::TextContentPart(TextContentPart::new(text))], session_id)
+}
+
+/// `InvokeSessionTool` with `verb` and JSON `input` in session `session_id`.
+pub fn invoke(session_id: &str, verb: InvokeSessionToolVerb, input: serde_json::Value) -> InvokeSessionTool {
+    InvokeSessionTool { input: Value(wire::to_ipld(&input).unwrap()), session_id: session_id.into(), verb }
+}
+
+/// The output of a verb that succeeded, as JSON (a verb that failed fails the test).
+pub fn tool_output(response: &InvokeSessionToolResponse) -> serde_json::Value {
+    assert_eq!(response.error, None, "{response:?}");
+    serde_json::to_value(response.output.as_ref().unwrap()).unwrap()
 }
