@@ -153,8 +153,9 @@ pub enum Event {
 /// published: durable appends and partials.
 #[derive(Debug, Clone, Copy)]
 pub enum SessionFrame<'a> {
-    /// A durable event, just committed.
-    Append(&'a SessionEvent),
+    /// Durable events of the session, just committed together, in `seq` order: they go out to
+    /// each subscriber as one delivery (one wake-up, one write).
+    Appends(&'a [SessionEvent]),
     /// A piece of the assistant message `partial_id` being written (never stored).
     Partial {
         /// The message being written.

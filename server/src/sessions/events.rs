@@ -70,9 +70,11 @@ pub(crate) fn tail(
 /// not a session change (upstream sends none for it either: its clients refetch on every
 /// `change`); status and title changes are announced where they happen.
 pub(crate) fn announce(bus: &Bus, owner_id: &str, agent_id: &str, events: Vec<SessionEvent>) {
+    for same_session in events.chunk_by(|a, b| a.session_id == b.session_id) {
+        bus.to_session(&same_session[0].session_id, SessionFrame::Appends(same_session));
+    }
     for event in events {
         let session_id = event.session_id.clone();
-        bus.to_session(&session_id, SessionFrame::Append(&event));
         bus.publish(Event::SessionAppended {
             owner_id: owner_id.to_owned(),
             agent_id: agent_id.to_owned(),

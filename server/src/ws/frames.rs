@@ -12,9 +12,18 @@ use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
 
 use crate::error::ApiError;
 
-/// A frame ready to send, shared by the sockets it goes to.
+/// What one queue slot carries to a socket: one frame, or the frames of one commit (a session's
+/// appends committed together go out in one slot, so each socket wakes and writes once for them),
+/// encoded once per shape and shared by the sockets that read that shape.
 #[derive(Debug)]
 pub(crate) struct OutFrame {
+    parts: Vec<Part>,
+    bytes: usize,
+}
+
+/// One frame of an [`OutFrame`].
+#[derive(Debug)]
+pub(crate) struct Part {
     /// The JSON text.
     pub text: Utf8Bytes,
     /// For a session `append`: the session and the event's `seq`, so a socket can drop what its
@@ -23,9 +32,25 @@ pub(crate) struct OutFrame {
 }
 
 impl OutFrame {
+    /// The frames `parts`, in order.
+    pub(crate) fn new(parts: Vec<Part>) -> Arc<Self> {
+        let bytes = parts.iter().map(|part| part.text.len()).sum();
+        Arc::new(Self { parts, bytes })
+    }
+
     /// A frame with no `seq` to dedupe by.
     pub(crate) fn plain(text: Utf8Bytes) -> Arc<Self> {
-        Arc::new(Self { text, append: None })
+        Self::new(vec![Part { text, append: None }])
+    }
+
+    /// The frames, in order.
+    pub(crate) fn parts(&self) -> &[Part] {
+        &self.parts
+    }
+
+    /// The bytes of text the frames hold (what a socket's queue budget counts).
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
     }
 }
 

@@ -32,7 +32,7 @@ use seed_agents_protocol::generated::{
 use seed_agents_protocol::wire;
 use tokio::sync::{broadcast, watch};
 
-use super::frames::{self, OutFrame};
+use super::frames::{self, OutFrame, Part};
 use super::live::Live;
 use super::registry::{Registry, SocketId, Sub};
 use crate::access::{self, Role};
@@ -168,81 +168,108 @@ async fn session_snapshots(edge: Arc<Edge>, changes: Arc<SessionChanges>, mut sh
 
 /// What a frame is made of.
 enum Source {
-    /// The same frame for every receiver.
-    Frame(Box<AgentWsEvent>),
+    /// The same frames for every receiver (several: a session's appends of one commit), each
+    /// with the session (or run) and `seq` a replay dedupes it by.
+    Frames(Vec<(AgentWsEvent, Option<(Arc<str>, i64)>)>),
     /// An agent snapshot under `key`: each receiver sees its own `accessRole`.
     Agent { key: String, info: Box<AgentInfo> },
 }
 
-/// A frame to deliver and the shapes it is encoded in, built lazily per `(protocol, role)`.
+/// The shape a receiver reads: its protocol's, and for agent snapshots its role.
+type Shape = (u32, Option<Role>);
+
+/// A frame to deliver and the shapes it is encoded in, built lazily per [`Shape`].
 struct Outgoing {
     source: Source,
-    append: Option<(Arc<str>, i64)>,
-    encoded: HashMap<(u32, Option<Role>), Arc<OutFrame>>,
+    /// The shape encoded last: receivers nearly all read the same one, so most skip the map.
+    last: Option<(Shape, Arc<OutFrame>)>,
+    encoded: HashMap<Shape, Arc<OutFrame>>,
 }
 
 impl Outgoing {
     fn new(frame: AgentWsEvent) -> Self {
-        Self { source: Source::Frame(Box::new(frame)), append: None, encoded: HashMap::new() }
+        Self::frames(vec![(frame, None)])
     }
 
-    /// The `append` frame of a session event, under `key` (`sessions/<id>`).
-    fn append(key: String, event: &SessionEvent) -> Self {
-        let mut outgoing = Self::new(AgentWsEvent::AppendFrame(AppendFrame {
-            extra: Default::default(),
-            created_at: None,
-            entry: None,
-            event: Some(event.clone()),
-            key,
-            run_id: None,
-            seq: None,
-        }));
-        outgoing.append = Some((Arc::from(event.session_id.as_str()), event.seq));
-        outgoing
+    fn frames(frames: Vec<(AgentWsEvent, Option<(Arc<str>, i64)>)>) -> Self {
+        Self { source: Source::Frames(frames), last: None, encoded: HashMap::new() }
+    }
+
+    fn agent(key: String, info: AgentInfo) -> Self {
+        Self { source: Source::Agent { key, info: Box::new(info) }, last: None, encoded: HashMap::new() }
+    }
+
+    /// The `append` frames of a session's events, under `key` (`sessions/<id>`), in one delivery.
+    fn appends(key: &str, events: &[SessionEvent]) -> Self {
+        let frames = events
+            .iter()
+            .map(|event| {
+                let frame = AgentWsEvent::AppendFrame(AppendFrame {
+                    extra: Default::default(),
+                    created_at: None,
+                    entry: None,
+                    event: Some(event.clone()),
+                    key: key.to_owned(),
+                    run_id: None,
+                    seq: None,
+                });
+                (frame, Some((Arc::from(event.session_id.as_str()), event.seq)))
+            })
+            .collect();
+        Self::frames(frames)
     }
 
     /// The `append` frame of a workflow journal entry, under `key` (`runs/<root>`); deduplicated
     /// against a replay by the entry's run and `seq`.
     fn journal(key: String, entry: &RunJournalEntryInfo) -> Self {
-        let mut outgoing = Self::new(AgentWsEvent::AppendFrame(frames::journal(key, entry.clone())));
-        outgoing.append = Some((Arc::from(entry.run_id.as_str()), entry.seq));
-        outgoing
+        let dedupe = Some((Arc::from(entry.run_id.as_str()), entry.seq));
+        Self::frames(vec![(AgentWsEvent::AppendFrame(frames::journal(key, entry.clone())), dedupe)])
     }
 
     /// The frame for a receiver of `protocol` with `role`; `None` when the agent snapshot says the
     /// receiver no longer sees the agent (its subscription ends a moment later).
     fn for_receiver(&mut self, protocol: u32, role: Role, member: bool) -> Option<Arc<OutFrame>> {
-        let shape = frames::shape(protocol);
         let role = match &self.source {
-            Source::Frame(_) => None,
+            Source::Frames(_) => None,
             Source::Agent { info, .. } => Some(current_role(role, member, info)?),
         };
-        let (source, append) = (&self.source, &self.append);
-        self.encoded
-            .entry((shape, role))
-            .or_insert_with(|| {
-                let text = match source {
-                    Source::Frame(frame) => frames::encode(frame, protocol),
-                    Source::Agent { key, info } => {
-                        let mut info = (**info).clone();
-                        info.access_role = role.map(Role::wire);
-                        match wire::to_ipld(&info) {
-                            Ok(value) => frames::encode(
-                                &AgentWsEvent::ChangeFrame(ChangeFrame {
-                                    extra: Default::default(),
-                                    key: key.clone(),
-                                    value: value.into(),
-                                }),
-                                protocol,
-                            ),
-                            Err(error) => frames::error(&ApiError::internal(error), None, protocol),
-                        }
-                    }
-                };
-                Arc::new(OutFrame { text, append: append.clone() })
-            })
-            .clone()
-            .into()
+        let shape = (frames::shape(protocol), role);
+        if let Some((last, frame)) = &self.last
+            && *last == shape
+        {
+            return Some(frame.clone());
+        }
+        let source = &self.source;
+        let frame = self.encoded.entry(shape).or_insert_with(|| encode(source, protocol, role)).clone();
+        self.last = Some((shape, frame.clone()));
+        Some(frame)
+    }
+}
+
+/// `source` as a receiver of `protocol` (with `role`, for an agent snapshot) reads it.
+fn encode(source: &Source, protocol: u32, role: Option<Role>) -> Arc<OutFrame> {
+    match source {
+        Source::Frames(list) => OutFrame::new(
+            list.iter()
+                .map(|(frame, append)| Part { text: frames::encode(frame, protocol), append: append.clone() })
+                .collect(),
+        ),
+        Source::Agent { key, info } => {
+            let mut info = (**info).clone();
+            info.access_role = role.map(Role::wire);
+            let text = match wire::to_ipld(&info) {
+                Ok(value) => frames::encode(
+                    &AgentWsEvent::ChangeFrame(ChangeFrame {
+                        extra: Default::default(),
+                        key: key.clone(),
+                        value: value.into(),
+                    }),
+                    protocol,
+                ),
+                Err(error) => frames::error(&ApiError::internal(error), None, protocol),
+            };
+            OutFrame::plain(text)
+        }
     }
 }
 
@@ -317,7 +344,7 @@ impl Hub {
         if targets.is_empty() {
             return Ok(());
         }
-        let mut outgoing = Outgoing::append(key, event);
+        let mut outgoing = Outgoing::appends(&key, std::slice::from_ref(&**event));
         targets.send(&registry, &mut outgoing);
         Ok(())
     }
@@ -401,11 +428,7 @@ impl Hub {
             self.revoke_agent(agent).await?;
             return Ok(());
         };
-        let mut outgoing = Outgoing {
-            source: Source::Agent { key: key.clone(), info: Box::new(info) },
-            append: None,
-            encoded: HashMap::new(),
-        };
+        let mut outgoing = Outgoing::agent(key.clone(), info);
         let registry = self.registry();
         let mut targets = Targets::default();
         targets.key(&registry, &key);
@@ -553,27 +576,33 @@ impl SessionSink for Live {
     }
 }
 
+/// Hands `frame` to every subscriber of `sessions/<session_id>`: one key, so each subscriber once,
+/// straight from the registry.
 fn to_session(live: &Live, session_id: &str, frame: SessionFrame<'_>) {
     let key = format!("sessions/{session_id}");
     let registry = live.registry();
-    let mut targets = Targets::default();
-    targets.key(&registry, &key);
-    if targets.is_empty() {
+    if !registry.has(&key) {
         return;
     }
     let mut outgoing = match frame {
-        SessionFrame::Append(event) => Outgoing::append(key, event),
+        SessionFrame::Appends(events) => Outgoing::appends(&key, events),
         SessionFrame::Partial { partial_id, patch } => {
             Outgoing::new(AgentWsEvent::AppendPartialFrame(AppendPartialFrame {
                 extra: Default::default(),
-                key,
+                key: key.clone(),
                 partial_id: partial_id.to_owned(),
                 patch: patch.clone(),
                 run_id: None,
             }))
         }
     };
-    targets.send(&registry, &mut outgoing);
+    for (socket, sub) in registry.subscribers(&key) {
+        if let Some(bound) = registry.socket(socket)
+            && let Some(frame) = outgoing.for_receiver(bound.protocol, sub.role, sub.member)
+        {
+            bound.send(&frame);
+        }
+    }
 }
 
 /// Ends every subscription to `key` with an `error` frame.

@@ -6,6 +6,8 @@
 //! happens while it is held.
 
 use std::collections::{HashMap, HashSet};
+
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -107,7 +109,7 @@ impl Bound {
     /// Queues `frame`; a full queue, or one that would pass its byte bounds, marks the socket as
     /// fallen behind instead of waiting.
     pub(crate) fn send(&self, frame: &Arc<OutFrame>) {
-        let bytes = frame.text.len();
+        let bytes = frame.bytes();
         if !self.budget.take(bytes) {
             self.signal.overflow();
             return;
@@ -144,10 +146,12 @@ pub(crate) enum Refused {
 /// The registry.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    sockets: HashMap<SocketId, Bound>,
-    keys: HashMap<Arc<str>, HashMap<SocketId, Sub>>,
+    // Maps keyed by socket id hash with Fx: the ids are the server's own counter, never a
+    // client's choice, and the hub looks one up for every frame it hands to a socket.
+    sockets: FxHashMap<SocketId, Bound>,
+    keys: HashMap<Arc<str>, FxHashMap<SocketId, Sub>>,
     /// Keys per socket (for limits and for removal).
-    by_socket: HashMap<SocketId, HashSet<Arc<str>>>,
+    by_socket: FxHashMap<SocketId, HashSet<Arc<str>>>,
     /// `(socket, key)` pairs per agent (for revocation).
     by_agent: HashMap<Arc<str>, HashSet<(SocketId, Arc<str>)>>,
     /// Bound sockets per account, and the bytes queued for all of them.
@@ -290,7 +294,7 @@ impl Registry {
     /// Bound sockets and subscriptions.
     #[cfg(test)]
     fn counts(&self) -> (usize, usize) {
-        (self.sockets.len(), self.keys.values().map(HashMap::len).sum())
+        (self.sockets.len(), self.keys.values().map(|subscribers| subscribers.len()).sum())
     }
 }
 
@@ -323,7 +327,7 @@ mod tests {
         assert_eq!((first.budget.queued(), account.load(Ordering::Acquire)), (90, 90));
         // A frame that leaves the queue gives its bytes back.
         let sent = first_frames.try_recv().unwrap();
-        first.budget.give(sent.text.len());
+        first.budget.give(sent.bytes());
         assert_eq!((first.budget.queued(), account.load(Ordering::Acquire)), (60, 60));
 
         // The account's total bounds its sockets together.

@@ -67,7 +67,7 @@ pub(crate) async fn run(edge: Arc<Edge>, socket: WebSocket, id: SocketId, permit
         budget: None,
         account: None,
         replayed: HashMap::new(),
-        last_heard: Instant::now(),
+        unanswered_ping: None,
     };
     let reason = task.serve().await;
     live.registry().remove_socket(id);
@@ -98,8 +98,9 @@ struct Socket<'a> {
     account: Option<(Arc<str>, u32)>,
     /// Per session, the highest `seq` a replay sent: queued appends up to it are duplicates.
     replayed: HashMap<Arc<str>, i64>,
-    /// When the peer last sent anything (a pong, a frame).
-    last_heard: Instant,
+    /// When the first ping the peer has not answered went out: anything the peer sends (a pong,
+    /// a frame) answers it.
+    unanswered_ping: Option<Instant>,
 }
 
 /// Why the loop ended: a close frame to send, or none (the peer is gone).
@@ -115,12 +116,40 @@ impl Socket<'_> {
             return None;
         }
         let mut shutdown = self.live.shutdown_signal();
+        let signal = self.signal.clone();
         let mut ping = tokio::time::interval_at(Instant::now() + self.limits.ping_interval, self.limits.ping_interval);
+        // The waits that outlive one frame are armed once and polled again on each turn of the
+        // loop, not rebuilt: arming a `Notify` wait takes its lock, and a socket that follows a
+        // busy session wakes once per queued frame.
+        let shutting_down = shutdown.changed();
+        tokio::pin!(shutting_down);
+        let fell_behind = signal.notify.notified();
+        tokio::pin!(fell_behind);
         loop {
             tokio::select! {
+                // Queued frames first: nearly every wake-up is for one, and a ready branch ends
+                // the select before the branches after it are polled. Nothing after it starves
+                // for long: the queue holds what the hub queued, a falling-behind socket is
+                // checked for before each frame goes out (`forward`), and silence is judged
+                // from unanswered pings, not from how long the peer was left unread.
+                biased;
+                Some(frame) = self.frames.recv() => {
+                    match self.forward(frame).await {
+                        Ok(()) => {}
+                        Err(ending) => return ending,
+                    }
+                }
+                () = &mut fell_behind => {
+                    if signal.overflowed() {
+                        tracing::info!(socket = self.id, "closing a WebSocket that fell behind");
+                        return Some((close_code::AGAIN, TOO_SLOW));
+                    }
+                    fell_behind.set(signal.notify.notified());
+                }
+                _ = &mut shutting_down => return Some((close_code::AWAY, SHUTTING_DOWN)),
                 message = self.ws.recv() => match message {
                     Some(Ok(message)) => {
-                        self.last_heard = Instant::now();
+                        self.unanswered_ping = None;
                         // Boxed: subscribing (verification, database reads, replay) takes far more
                         // state than waiting does, and an idle socket should not carry it.
                         if let Err(ending) = Box::pin(self.on_message(message)).await {
@@ -133,26 +162,16 @@ impl Socket<'_> {
                     }
                     None => return None,
                 },
-                Some(frame) = self.frames.recv() => {
-                    if self.forward(frame).await.is_err() {
-                        return None;
-                    }
-                }
-                () = self.signal.notify.notified() => {
-                    if self.signal.overflowed() {
-                        tracing::info!(socket = self.id, "closing a WebSocket that fell behind");
-                        return Some((close_code::AGAIN, TOO_SLOW));
-                    }
-                }
                 _ = ping.tick() => {
-                    if self.last_heard.elapsed() > silence_limit(self.limits.ping_interval) {
+                    let now = Instant::now();
+                    let sent = *self.unanswered_ping.get_or_insert(now);
+                    if now.duration_since(sent) > silence_limit(self.limits.ping_interval) {
                         return Some((close_code::AWAY, NO_PONG));
                     }
                     if self.send_message(Message::Ping(Default::default())).await.is_err() {
                         return None;
                     }
                 }
-                _ = shutdown.changed() => return Some((close_code::AWAY, SHUTTING_DOWN)),
             }
         }
     }
@@ -314,38 +333,49 @@ impl Socket<'_> {
     }
 
     /// Sends a queued live frame and those queued behind it (up to [`BATCH`]), flushed once, so a
-    /// burst costs one write; frames a replay already sent are skipped.
-    async fn forward(&mut self, first: Arc<OutFrame>) -> Result<(), ()> {
+    /// burst costs one write; frames a replay already sent are skipped. A socket that fell behind
+    /// sends nothing more: a frame queued after one it lost would leave a gap.
+    async fn forward(&mut self, first: Arc<OutFrame>) -> Result<(), Ending> {
+        let signal = self.signal.clone();
         let send = async {
             let mut next = Some(first);
             let mut taken = 0;
             while let Some(frame) = next.take() {
                 if let Some(budget) = &self.budget {
-                    budget.give(frame.text.len());
+                    budget.give(frame.bytes());
                 }
-                let replayed = frame
-                    .append
-                    .as_ref()
-                    .is_some_and(|(session, seq)| self.replayed.get(session).is_some_and(|through| seq <= through));
-                if !replayed {
-                    self.ws.feed(Message::Text(frame.text.clone())).await?;
+                if signal.overflowed() {
+                    return Ok(false);
+                }
+                for part in frame.parts() {
+                    let replayed = part
+                        .append
+                        .as_ref()
+                        .is_some_and(|(session, seq)| self.replayed.get(session).is_some_and(|through| seq <= through));
+                    if !replayed {
+                        self.ws.feed(Message::Text(part.text.clone())).await?;
+                    }
                 }
                 taken += 1;
                 if taken < BATCH {
                     next = self.frames.try_recv().ok();
                 }
             }
-            self.ws.flush().await
+            self.ws.flush().await.map(|()| true)
         };
         match tokio::time::timeout(self.limits.send_timeout, send).await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) => {
+                tracing::info!(socket = self.id, "closing a WebSocket that fell behind");
+                Err(Some((close_code::AGAIN, TOO_SLOW)))
+            }
             Ok(Err(error)) => {
                 tracing::debug!(%error, "WebSocket write failed");
-                Err(())
+                Err(None)
             }
             Err(_) => {
                 tracing::debug!(socket = self.id, "WebSocket write timed out");
-                Err(())
+                Err(None)
             }
         }
     }
