@@ -48,6 +48,17 @@ pub(crate) fn backup(config: &Config, to: &Path) -> Result<Summary, String> {
     if !files::is_missing_or_empty(to).map_err(io_error("read", to))? {
         return Err(format!("{} is not empty; back up into a new directory", to.display()));
     }
+    let rotating = || {
+        super::rotate::interrupted_in(&config.data_dir).then(|| {
+            "a secret key rotation is under way or was interrupted (secret.key.next exists): the database and \
+             secret.key may not match. Run `seed-agents-server rotate-secret-key` (or start the server) to finish \
+             it, then back up"
+                .to_owned()
+        })
+    };
+    if let Some(refusal) = rotating() {
+        return Err(refusal);
+    }
     files::create_dir(to, true).map_err(io_error("create", to))?;
     let created_at_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_millis() as i64);
@@ -90,6 +101,22 @@ pub(crate) fn backup(config: &Config, to: &Path) -> Result<Summary, String> {
             )
         }
     };
+    // A rotation that ran meanwhile (beside no server) may have committed after the snapshot:
+    // the key copied must open the snapshot's secrets, or no manifest is written.
+    if let Some(refusal) = rotating() {
+        return Err(refusal);
+    }
+    if key == KeySource::File {
+        let copied = SecretKey::read_file(&to.join(SecretKey::FILE_NAME)).map_err(|error| error.to_string())?;
+        let conn = maintenance::open_read_only(&snapshot).map_err(|error| error.to_string())?;
+        let (total, unopened) = super::rotate::unopened(&conn, &copied).map_err(|error| error.to_string())?;
+        if unopened > 0 {
+            return Err(format!(
+                "{unopened} of {total} secrets in the snapshot do not open with secret.key (was the key rotated \
+                 during the backup?); back up again"
+            ));
+        }
+    }
     let manifest = Manifest {
         format: FORMAT,
         created_at_ms,
