@@ -5,7 +5,8 @@
 //! every secret still opens; and `doctor` finding what it should.
 //!
 //! `cargo test -p seed-agents-server --test tests ops:: -- --nocapture` prints the backup's
-//! figures (`OPS_SESSIONS` sessions created before it, default 200).
+//! figures (`OPS_SESSIONS` sessions created before it, default 200; `OPS_MEMORY_MIB` memory files
+//! of 1 MiB, default none).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -72,6 +73,12 @@ async fn backup_under_load_restores_every_acknowledged_write() {
     for n in 0..5 {
         let content = WriteAgentMemoryFileContent::String(memory_text(n));
         let path = format!("notes/{n}.md");
+        client.call(WriteAgentMemoryFile { agent_id: agent_id.clone(), content, path }).await.unwrap();
+    }
+    let mib: usize = std::env::var("OPS_MEMORY_MIB").ok().and_then(|n| n.parse().ok()).unwrap_or(0);
+    for n in 0..mib {
+        let content = WriteAgentMemoryFileContent::Bytes(Bytes(vec![n as u8; 1 << 20]));
+        let path = format!("bulk/{n}.bin");
         client.call(WriteAgentMemoryFile { agent_id: agent_id.clone(), content, path }).await.unwrap();
     }
     client

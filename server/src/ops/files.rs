@@ -234,3 +234,67 @@ pub(crate) fn sync_up_to(dir: &Path, root: &Path) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_paths_stay_inside_the_directory() {
+        assert_eq!(manifest_path(Path::new("agents/a/memory/n.md")).unwrap(), "agents/a/memory/n.md");
+        assert_eq!(relative_path("agents/a/memory/n.md").unwrap(), PathBuf::from("agents/a/memory/n.md"));
+        for bad in ["", "/etc/passwd", "../secret.key", "agents/../../x", "./x"] {
+            assert!(relative_path(bad).is_err(), "{bad:?}");
+        }
+        assert!(manifest_path(Path::new("../x")).is_err());
+    }
+
+    #[test]
+    fn walk_sorts_content_files_from_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::new(dir.path(), "127.0.0.1:0".parse().unwrap());
+        let memory = dir.path().join("agents/a/memory");
+        fs::create_dir_all(&memory).unwrap();
+        fs::write(memory.join("n.md"), b"n").unwrap();
+        fs::write(memory.join(".seed-memory-abc123.tmp"), b"half").unwrap();
+        fs::create_dir_all(dir.path().join("session-attachments/s")).unwrap();
+        fs::write(dir.path().join("session-attachments/s/.abc123.bin.tmp"), b"half").unwrap();
+        fs::write(dir.path().join("seed-agents.sqlite"), b"not walked").unwrap();
+        std::os::unix::fs::symlink("/etc", memory.join("link")).unwrap();
+        let tree = walk(&config).unwrap();
+        assert_eq!(tree.files, [PathBuf::from("agents/a/memory/n.md")]);
+        assert_eq!(tree.temps.len(), 2);
+        assert_eq!(tree.strange, [PathBuf::from("agents/a/memory/link")]);
+        assert!(tree.dirs.contains(&PathBuf::from("session-attachments/s")));
+    }
+
+    #[test]
+    fn copies_are_hashed_as_they_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("source");
+        let content: Vec<u8> = (0..200_000u32).map(|n| n as u8).collect();
+        fs::write(&source, &content).unwrap();
+        let target = dir.path().join("target");
+        let entry = copy_hashed(File::open(&source).unwrap(), &target, "t".into(), true).unwrap();
+        assert_eq!(entry.bytes, 200_000);
+        assert_eq!(entry.sha256, hex::encode(Sha256::digest(&content)));
+        assert_eq!(fs::read(&target).unwrap(), content);
+        assert_eq!(hash_file(&target, "t".into()).unwrap(), entry);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(fs::metadata(&target).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_half_restored_directory_does_not_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::new(dir.path(), "127.0.0.1:0".parse().unwrap());
+        fs::write(dir.path().join(crate::app::RESTORE_MARKER), b"").unwrap();
+        let error = crate::app::DataDirLock::take(&config).unwrap_err();
+        assert!(error.to_string().contains("a restore into this directory did not finish"), "{error}");
+        fs::remove_file(dir.path().join(crate::app::RESTORE_MARKER)).unwrap();
+        let held = crate::app::DataDirLock::take(&config).unwrap();
+        assert!(crate::app::DataDirLock::try_take(dir.path()).unwrap().is_none());
+        drop(held);
+        assert!(crate::app::DataDirLock::try_take(dir.path()).unwrap().is_some());
+    }
+}
