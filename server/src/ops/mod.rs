@@ -16,32 +16,42 @@ use crate::config::Config;
 /// An operator's command.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
-    /// Back up the data directory while the server runs: a consistent snapshot of the database,
-    /// the agents' files, attachments, staged uploads and the secret key, with a manifest of
-    /// SHA-256 checksums. The backup holds the key: keep it as safe as the server.
+    /// Back up the data directory, also while the server runs.
+    ///
+    /// A consistent snapshot of the database, the agents' files, attachments, staged uploads and
+    /// the secret key, with a manifest of SHA-256 checksums. The backup holds the key: keep it as
+    /// safe as the server.
     Backup {
         /// The backup directory (must be missing or empty; created with mode 0700).
         #[arg(long, value_name = "DIR")]
         to: PathBuf,
     },
-    /// Check a backup: every file against the manifest, the database's integrity_check, and
+    /// Check a backup.
+    ///
+    /// Every file against the manifest, the database's integrity_check and schema version, and
     /// that every stored secret opens with the backup's key.
     Verify {
         /// The backup directory.
         #[arg(long, value_name = "DIR")]
         from: PathBuf,
     },
-    /// Restore a backup into --data-dir, which must be missing or empty (verifies it first).
+    /// Restore a backup into --data-dir, which must be missing or empty.
+    ///
+    /// The backup is verified first; a server refuses to start on a restore that did not finish.
     Restore {
         /// The backup directory.
         #[arg(long, value_name = "DIR")]
         from: PathBuf,
     },
-    /// Re-encrypt every stored secret under a new secret.key, in one transaction, with the
-    /// server stopped; safe to interrupt (run it again, or start the server, to finish).
+    /// Re-encrypt every stored secret under a new secret.key (server stopped).
+    ///
+    /// One transaction; safe to interrupt at any point (run it again, or start the server, to
+    /// finish or undo it). Refused when the key comes from SEED_AGENTS_SECRET_KEY.
     RotateSecretKey,
-    /// Check the data directory (database integrity, the key file, secrets, orphaned and temp
-    /// files, free disk) and say what to do; exits 1 when something needs fixing.
+    /// Check the data directory and say what to fix.
+    ///
+    /// Database integrity, the key file, stored secrets, orphaned and temp files, free disk;
+    /// exits 1 when something needs fixing.
     Doctor,
 }
 
