@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use super::files::{self, Tree};
-use crate::app::{DataDirLock, RESTORE_MARKER};
+use crate::app::{DataDirLock, LOCK_FILE, RESTORE_MARKER};
 use crate::config::Config;
 use crate::db::maintenance;
 use crate::secrets::crypto::SecretKey;
@@ -52,14 +52,21 @@ pub(crate) fn examine(config: &Config) -> Vec<Finding> {
         say(Level::Problem, format!("{} is not a directory", dir.display()), Some("check --data-dir"));
         return findings;
     }
-    let lock = match DataDirLock::try_take(dir) {
-        Ok(lock) => lock,
-        Err(error) => {
-            say(Level::Problem, format!("cannot open {}: {error}", dir.join("server.lock").display()), None);
-            None
+    // Every server start creates the lock file: without one, no server runs (and doctor does not
+    // create it).
+    let has_lock_file = dir.join(LOCK_FILE).exists();
+    let lock = if has_lock_file {
+        match DataDirLock::try_take(dir) {
+            Ok(lock) => lock,
+            Err(error) => {
+                say(Level::Problem, format!("cannot open {}: {error}", dir.join(LOCK_FILE).display()), None);
+                None
+            }
         }
+    } else {
+        None
     };
-    let running = lock.is_none();
+    let running = has_lock_file && lock.is_none();
     if running {
         say(Level::Note, "a server is running on this directory".to_owned(), None);
     }
