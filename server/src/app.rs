@@ -43,7 +43,7 @@ pub struct App {
     /// Subscription sign-ins in progress and the refresh locks of signed-in secrets.
     pub(crate) sign_ins: crate::providers::signin::SignIns,
     /// Holds the data directory's lock file for the life of the server.
-    _lock: std::fs::File,
+    _lock: DataDirLock,
 }
 
 /// Why the server could not start.
@@ -63,6 +63,9 @@ pub enum StartError {
     /// The secret key could not be loaded.
     #[error(transparent)]
     SecretKey(#[from] SecretKeyError),
+    /// A secret key rotation was interrupted and could not be finished or undone.
+    #[error("an interrupted secret key rotation could not be finished: {0}")]
+    KeyRotation(String),
     /// The outbound HTTP client could not be built (TLS setup).
     #[error("cannot build the outbound HTTP client: {0}")]
     HttpClient(String),
@@ -80,18 +83,14 @@ impl App {
     /// Opens the data directory (creating it), takes its lock, opens the database (migrating it)
     /// and loads the secret key.
     pub fn open(config: Config, clock: Clock) -> Result<Self, StartError> {
+        let lock = DataDirLock::take(&config)?;
+        Self::open_locked(config, clock, lock)
+    }
+
+    /// [`App::open`] for a caller that already holds the data directory's lock (the server
+    /// finishes an interrupted key rotation between taking it and loading the key).
+    pub(crate) fn open_locked(config: Config, clock: Clock, lock: DataDirLock) -> Result<Self, StartError> {
         let dir = &config.data_dir;
-        let data_dir_error = |message: String| StartError::DataDir { path: dir.display().to_string(), message };
-        std::fs::create_dir_all(dir).map_err(|error| data_dir_error(error.to_string()))?;
-        std::fs::create_dir_all(config.agents_dir()).map_err(|error| data_dir_error(error.to_string()))?;
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join("server.lock"))
-            .map_err(|error| data_dir_error(error.to_string()))?;
-        lock.try_lock()
-            .map_err(|_| data_dir_error("another seed-agents-server is already using this directory".to_owned()))?;
         let secrets = SecretKey::load(dir, std::env::var(SecretKey::ENV).ok().as_deref())?;
         let db = Db::open_with(&config.database_path(), config.db_queues)?;
         let upload_order = seed_agents_server_core::upload_order::AppendOrder::with_grace(config.upload_arrival_grace);
@@ -129,6 +128,54 @@ impl App {
             sign_ins: crate::providers::signin::SignIns::new(issuer),
             _lock: lock,
         })
+    }
+}
+
+/// The data directory's lock (`server.lock`, an exclusive `flock`): a server holds it for its
+/// whole life, and the operator's commands that change the directory (`restore`,
+/// `rotate-secret-key`) take it too, so they never run beside a server.
+#[derive(Debug)]
+pub(crate) struct DataDirLock {
+    /// Held, never read: the lock lasts as long as the open file.
+    _file: std::fs::File,
+}
+
+/// The marker a restore leaves until every file is in place (server/README.md "Operations"): a
+/// directory holding it is refused, so a half-restored directory never starts as a server.
+pub(crate) const RESTORE_MARKER: &str = ".restore-incomplete";
+
+/// The name of the lock file in the data directory.
+pub(crate) const LOCK_FILE: &str = "server.lock";
+
+impl DataDirLock {
+    /// Creates the data directory and its `agents/` folder when missing and takes the lock;
+    /// refuses when another process holds it or a restore into the directory did not finish.
+    pub(crate) fn take(config: &Config) -> Result<Self, StartError> {
+        let dir = &config.data_dir;
+        let data_dir_error = |message: String| StartError::DataDir { path: dir.display().to_string(), message };
+        std::fs::create_dir_all(dir).map_err(|error| data_dir_error(error.to_string()))?;
+        let lock = Self::try_take(dir)
+            .map_err(|error| data_dir_error(error.to_string()))?
+            .ok_or_else(|| data_dir_error("another seed-agents-server is already using this directory".to_owned()))?;
+        if dir.join(RESTORE_MARKER).exists() {
+            return Err(data_dir_error(
+                "a restore into this directory did not finish; empty it and run `seed-agents-server restore` again"
+                    .to_owned(),
+            ));
+        }
+        std::fs::create_dir_all(config.agents_dir()).map_err(|error| data_dir_error(error.to_string()))?;
+        Ok(lock)
+    }
+
+    /// Takes the lock of the existing directory `dir` (creating the lock file), or `None` when
+    /// another process holds it.
+    pub(crate) fn try_take(dir: &std::path::Path) -> std::io::Result<Option<Self>> {
+        let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(LOCK_FILE))?;
+        match lock.try_lock() {
+            Ok(()) => Ok(Some(Self { _file: lock })),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(error)) => Err(error),
+        }
     }
 }
 

@@ -21,7 +21,7 @@ pub struct Config {
     pub listen: SocketAddr,
 
     /// Directory for the database, the secret key file and agent state.
-    #[arg(long, env = "SEED_AGENTS_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
+    #[arg(long, env = "SEED_AGENTS_DATA_DIR", default_value = DEFAULT_DATA_DIR, global = true)]
     pub data_dir: PathBuf,
 
     /// Log line format.

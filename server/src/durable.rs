@@ -247,7 +247,7 @@ impl Drop for Cleanup {
 }
 
 /// Fsyncs a directory, so the renames and creations in it survive a crash.
-fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 

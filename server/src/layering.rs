@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 /// The layers, top first. A module may name its own layer's modules and those of the layers
 /// below it, never those above.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("wiring", &["lib", "main", "server", "leftovers", "testing"]),
+    ("wiring", &["lib", "main", "server", "leftovers", "ops", "testing"]),
     ("edge", &["edge", "http", "ws", "auth", "dispatch"]),
     (
         "features",

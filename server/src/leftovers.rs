@@ -18,6 +18,21 @@ use std::time::SystemTime;
 use crate::config::Config;
 use crate::durable::{self, Removed};
 
+/// Every kind of temp file a durable write of the server can leave behind, wherever it is: the
+/// key's, memory writes', attachments'. `doctor` reports files so named and `backup` skips them.
+const TEMPS: [durable::TempOptions; 4] = [
+    crate::secrets::crypto::KEY_TEMP,
+    crate::memory::store::TEMP,
+    crate::attachments::store::TEMPS[0],
+    crate::attachments::store::TEMPS[1],
+];
+
+/// Whether a file named `name` is the temp file of an interrupted durable write (or of one in
+/// flight, while a server runs).
+pub(crate) fn is_temp(name: &str) -> bool {
+    TEMPS.iter().any(|options| options.names(name))
+}
+
 /// Removes the leftovers (see the module docs) modified before `before`; logs what it removed
 /// and any directory it could not read, and answers the totals.
 pub(crate) fn remove(config: &Config, before: SystemTime) -> Removed {

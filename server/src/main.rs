@@ -1,12 +1,28 @@
-//! `seed-agents-server`: serves the Seed Agents signed action API until SIGINT or SIGTERM.
+//! `seed-agents-server`: serves the Seed Agents signed action API until SIGINT or SIGTERM; or,
+//! given a command (`backup`, `verify`, `restore`, `rotate-secret-key`, `doctor`), runs it on the
+//! data directory and exits.
 
 use clap::Parser;
 use seed_agents_server::LogFormat;
-use seed_agents_server::{Clock, Config, RunningServer};
+use seed_agents_server::{Clock, Command, Config, RunningServer};
 use tracing_subscriber::EnvFilter;
 
+// The command line: the server's flags, and an optional operator's command.
+#[derive(Debug, Parser)]
+#[command(name = "seed-agents-server", version, about)]
+struct Cli {
+    #[command(flatten)]
+    config: Config,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
 fn main() -> std::process::ExitCode {
-    let config = Config::parse();
+    let Cli { config, command } = Cli::parse();
+    if let Some(command) = command {
+        init_logging(config.log_format);
+        return seed_agents_server::run_command(&command, &config);
+    }
     tune_allocator();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,

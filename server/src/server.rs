@@ -37,7 +37,10 @@ impl RunningServer {
     /// Opens the app and binds `config.listen` (use port 0 for an ephemeral port).
     pub async fn start(config: Config, clock: Clock) -> Result<Self, StartError> {
         let address = config.listen;
-        let app = Arc::new(App::open(config, clock)?);
+        // The lock first, then an interrupted key rotation finished or undone, then the key.
+        let lock = crate::app::DataDirLock::take(&config)?;
+        crate::ops::rotate::finish_interrupted(&config).map_err(StartError::KeyRotation)?;
+        let app = Arc::new(App::open_locked(config, clock, lock)?);
         // Before anything that writes starts, so every temp file found is an earlier process's.
         let config = app.config.clone();
         let _ =

@@ -49,6 +49,10 @@ mod model_wire_google;
 // The model client against the scripted provider's OpenAI Responses API: requests, streamed
 // answers, encrypted reasoning handed back, retries and failures.
 mod responses_wire;
+// The operator's commands: a backup under load restored whole, a key rotation killed anywhere,
+// doctor's findings.
+#[cfg(unix)]
+mod ops;
 // Streaming turns survive SIGKILLs at random points: durable events stay, in order, once.
 #[cfg(unix)]
 mod runtime_crash;

@@ -110,6 +110,26 @@ pub(crate) fn runnable(conn: &Connection, agent_id: &str) -> ApiResult<Option<Ru
         .optional()?)
 }
 
+/// The id of every agent.
+pub(crate) fn all_ids(conn: &Connection) -> ApiResult<std::collections::HashSet<String>> {
+    let mut statement = conn.prepare_cached("SELECT id FROM agents")?;
+    let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Points every agent's state directory at `<agents_dir>/<id>` (a restore into another data
+/// directory: the rows name the directory they were created in); how many rows changed.
+pub(crate) fn relocate_state_dirs(conn: &Connection, agents_dir: &Path) -> ApiResult<usize> {
+    let mut moved = 0;
+    for id in all_ids(conn)? {
+        let state_dir = agents_dir.join(&id);
+        moved += conn
+            .prepare_cached("UPDATE agents SET state_dir = ?2 WHERE id = ?1 AND state_dir IS NOT ?2")?
+            .execute(params![id, state_dir.to_string_lossy()])?;
+    }
+    Ok(moved)
+}
+
 /// Agent `agent_id`'s state directory (an error when the agent does not exist).
 pub(crate) fn state_dir(conn: &Connection, agent_id: &str) -> ApiResult<String> {
     Ok(conn

@@ -13,6 +13,7 @@
 //!   HTTP) instead of waiting behind an unbounded backlog.
 
 mod cbor;
+pub(crate) mod maintenance;
 mod migrations;
 
 use std::path::Path;
@@ -93,6 +94,14 @@ pub enum DbError {
         found: i64,
         /// The newest version this build knows.
         supported: i64,
+    },
+    /// A file operation on a database file failed (a snapshot's fsync, say).
+    #[error("database {path}: {source}")]
+    Io {
+        /// The database file.
+        path: String,
+        /// What the system said.
+        source: std::io::Error,
     },
     /// The writer thread could not start.
     #[error("could not start the database writer thread: {0}")]

@@ -73,6 +73,18 @@ impl SecretKey {
         }
     }
 
+    /// Reads the existing key file at `path` (the checks of [`SecretKey::load`]; never creates
+    /// one).
+    pub(crate) fn read_file(path: &Path) -> Result<Self, SecretKeyError> {
+        read_key_file(File::open(path).map_err(io_error("open", path))?, path)
+    }
+
+    /// Generates a new random key and writes it to `path` durably with mode 0600, replacing any
+    /// file there (key rotation writes the next key this way).
+    pub(crate) fn create_file(path: &Path) -> Result<Self, SecretKeyError> {
+        create_key_file(path)
+    }
+
     /// Builds a key from raw bytes. The caller's array is a copy; it should drop it promptly.
     #[must_use]
     pub fn from_bytes(mut bytes: [u8; KEY_LEN]) -> Self {

@@ -145,3 +145,29 @@ pub(crate) fn set_metadata_if_unchanged(
         .execute(params![account_id, name, expected, metadata_cbor, now])?;
     Ok(changed > 0)
 }
+
+/// A stored secret as key rotation and `doctor` see it: the row id, the `(account, name)` its
+/// sealing is bound to, and the sealed value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SealedRow {
+    pub(crate) id: String,
+    pub(crate) account_id: String,
+    pub(crate) name: String,
+    pub(crate) sealed: Vec<u8>,
+}
+
+/// Every stored secret, sealed, in id order.
+pub(crate) fn all_sealed(conn: &Connection) -> ApiResult<Vec<SealedRow>> {
+    let mut statement = conn.prepare_cached("SELECT id, account_id, name, ciphertext FROM secrets ORDER BY id")?;
+    let rows = statement.query_map([], |row| {
+        Ok(SealedRow { id: row.get(0)?, account_id: row.get(1)?, name: row.get(2)?, sealed: row.get(3)? })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Replaces the sealed value of secret row `id` (key rotation: the same plaintext under another
+/// key; `updated_at` stays, since the secret did not change).
+pub(crate) fn set_sealed(conn: &Connection, id: &str, sealed: &[u8]) -> ApiResult<()> {
+    conn.prepare_cached("UPDATE secrets SET ciphertext = ?2 WHERE id = ?1")?.execute(params![id, sealed])?;
+    Ok(())
+}

@@ -55,6 +55,33 @@ fn sealed_name(trigger_id: &str) -> String {
     format!("webhook-trigger:{trigger_id}")
 }
 
+/// A stored webhook secret as key rotation and `doctor` see it: the trigger, and the owner and
+/// name its sealing is bound to.
+#[derive(Debug, Clone)]
+pub(crate) struct SealedWebhookSecret {
+    /// The trigger.
+    pub(crate) trigger_id: String,
+    /// Its owner (the first half of the associated data).
+    pub(crate) owner_id: String,
+    /// The sealing name (the second half).
+    pub(crate) name: String,
+    /// The sealed secret.
+    pub(crate) sealed: Vec<u8>,
+}
+
+/// Every trigger's sealed webhook secret.
+pub(crate) fn all_sealed(conn: &Connection) -> ApiResult<Vec<SealedWebhookSecret>> {
+    Ok(store::all_webhook_secrets(conn)?
+        .into_iter()
+        .map(|(trigger_id, owner_id, sealed)| SealedWebhookSecret {
+            name: sealed_name(&trigger_id),
+            trigger_id,
+            owner_id,
+            sealed,
+        })
+        .collect())
+}
+
 /// Mints, seals and stores a new secret for trigger `trigger_id` (replacing any previous one);
 /// returns it as `whsec_<base64>`, the only time it is shown.
 pub(crate) fn rotate_secret(app: &App, conn: &Connection, owner_id: &str, trigger_id: &str) -> ApiResult<String> {

@@ -38,6 +38,16 @@ use crate::memory::path::MemoryPath;
 
 pub(crate) use sweep::spawn_sweeper;
 
+/// Where staging files live (`<dataDir>/uploads`).
+pub(crate) fn staging_dir(config: &crate::config::Config) -> std::path::PathBuf {
+    staging::dir(config)
+}
+
+/// The id of every upload row, expired or not (`doctor` looks for staging files without one).
+pub(crate) fn all_ids(conn: &rusqlite::Connection) -> ApiResult<std::collections::HashSet<String>> {
+    Ok(store::all(conn, i64::MIN)?.into_iter().map(|(id, _)| id).collect())
+}
+
 /// The largest chunk: 8 MiB (the body limit of `AppendFileUploadChunk` is decided by it).
 pub(crate) use seed_agents_server_core::body::MAX_CHUNK_BYTES;
 /// The largest upload into memory: 2 GiB.

@@ -158,6 +158,15 @@ pub(crate) fn set_webhook_secret(conn: &Connection, id: &str, sealed: Option<&[u
     Ok(())
 }
 
+/// Every trigger with a webhook secret: its id, owner and sealed secret, in id order.
+pub(crate) fn all_webhook_secrets(conn: &Connection) -> ApiResult<Vec<(String, String, Vec<u8>)>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT id, account_id, webhook_secret FROM agent_triggers WHERE webhook_secret IS NOT NULL ORDER BY id",
+    )?;
+    let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 /// The owner of trigger `id` and its sealed webhook secret, when the trigger exists.
 pub(crate) fn webhook_secret(conn: &Connection, id: &str) -> ApiResult<Option<(String, Option<Vec<u8>>)>> {
     Ok(conn

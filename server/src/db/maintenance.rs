@@ -1,0 +1,107 @@
+//! The database as the operator's commands see it (`backup`, `verify`, `restore`,
+//! `rotate-secret-key`, `doctor`; server/README.md "Operations"): a plain connection of its own,
+//! never the server's writer or readers, and the whole-file operations SQLite offers.
+//!
+//! Invariants:
+//! - a snapshot is one read transaction of the source: SQLite's online backup API copies every
+//!   page in a single step, so the copy is the database as of one commit, and (in WAL mode) the
+//!   server's writer goes on meanwhile;
+//! - a snapshot is a self-contained file (rollback journal, not WAL), fsynced before it is
+//!   reported done.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::{DbError, configure, migrations};
+
+/// The schema version this build writes (SQLite's `user_version` after the migrations).
+pub(crate) const SCHEMA_VERSION: i64 = migrations::SCHEMA_VERSION;
+
+fn sqlite_error(path: &Path) -> impl Fn(rusqlite::Error) -> DbError + '_ {
+    move |source| DbError::Sqlite { path: path.display().to_string(), source }
+}
+
+/// Opens the database at `path` for writing (creating it when missing), configured as the
+/// server's writer is (WAL, `synchronous=FULL`, foreign keys) and migrated to this build's schema.
+pub(crate) fn open_writable(path: &Path) -> Result<Connection, DbError> {
+    let mut conn = Connection::open(path).map_err(sqlite_error(path))?;
+    configure(&conn, false).map_err(sqlite_error(path))?;
+    migrations::apply(&mut conn, &path.display().to_string())?;
+    Ok(conn)
+}
+
+/// Opens an existing database read-only, with the readers' settings.
+pub(crate) fn open_read_only(path: &Path) -> Result<Connection, DbError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(sqlite_error(path))?;
+    configure(&conn, true).map_err(sqlite_error(path))?;
+    Ok(conn)
+}
+
+/// Copies the live database at `source` into a new file at `target` (which must not exist) as
+/// of one commit, then switches the copy to a rollback journal and fsyncs it. Answers the
+/// copy's schema version.
+pub(crate) fn snapshot(source: &Path, target: &Path) -> Result<i64, DbError> {
+    let io_error = |source| DbError::Io { path: target.display().to_string(), source };
+    if target.exists() {
+        return Err(io_error(std::io::Error::from(std::io::ErrorKind::AlreadyExists)));
+    }
+    let from = open_read_only(source)?;
+    let mut to = Connection::open(target).map_err(sqlite_error(target))?;
+    {
+        let backup = rusqlite::backup::Backup::new(&from, &mut to).map_err(sqlite_error(target))?;
+        // -1: every page in one step, under one read transaction of the source. In smaller steps
+        // a write by the server between two steps would restart the copy, possibly forever.
+        // (rusqlite's `run_to_completion` takes only positive step sizes.)
+        let mut waits = 0;
+        loop {
+            match backup.step(-1).map_err(sqlite_error(target))? {
+                rusqlite::backup::StepResult::Done => break,
+                // A lock held for a moment (a checkpoint): try again, for up to ten seconds.
+                _ if waits < 1000 => {
+                    waits += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                _ => {
+                    return Err(sqlite_error(target)(rusqlite::Error::SqliteFailure(
+                        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                        Some("the database stayed locked for ten seconds".to_owned()),
+                    )));
+                }
+            }
+        }
+    }
+    drop(from);
+    to.pragma_update(None, "journal_mode", "DELETE").map_err(sqlite_error(target))?;
+    let version = schema_version(&to).map_err(sqlite_error(target))?;
+    to.close().map_err(|(_, source)| sqlite_error(target)(source))?;
+    std::fs::File::open(target).and_then(|file| file.sync_all()).map_err(io_error)?;
+    Ok(version)
+}
+
+/// The schema version stored in the database (`user_version`).
+pub(crate) fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.pragma_query_value(None, "user_version", |row| row.get(0))
+}
+
+/// `PRAGMA integrity_check`: `["ok"]` for a sound file, else SQLite's findings (at most 100).
+pub(crate) fn integrity_check(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut findings = Vec::new();
+    conn.pragma_query(None, "integrity_check", |row| {
+        findings.push(row.get::<_, String>(0)?);
+        Ok(())
+    })?;
+    Ok(findings)
+}
+
+/// Runs `work` in one write transaction (`BEGIN IMMEDIATE`), committing when it answers `Ok`.
+pub(crate) fn in_transaction<T, E: From<rusqlite::Error>>(
+    conn: &mut Connection,
+    work: impl FnOnce(&Connection) -> Result<T, E>,
+) -> Result<T, E> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let outcome = work(&tx)?;
+    tx.commit()?;
+    Ok(outcome)
+}
