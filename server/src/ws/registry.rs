@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use tokio::sync::{Notify, mpsc};
 
@@ -101,6 +101,8 @@ pub(crate) struct Bound {
     pub budget: Arc<Budget>,
     /// Out-of-band wake-ups.
     pub signal: Arc<Signal>,
+    /// Frames dropped server-wide because their socket fell behind (`/metrics`).
+    pub dropped: Arc<AtomicU64>,
 }
 
 impl Bound {
@@ -109,6 +111,7 @@ impl Bound {
     pub(crate) fn send(&self, frame: &Arc<OutFrame>) {
         let bytes = frame.text.len();
         if !self.budget.take(bytes) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
             self.signal.overflow();
             return;
         }
@@ -116,6 +119,7 @@ impl Bound {
             self.queue.try_send(frame.clone())
         {
             self.budget.give(bytes);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
             self.signal.overflow();
         }
     }
@@ -301,7 +305,17 @@ mod tests {
     fn bound(account: &str) -> (Bound, mpsc::Receiver<Arc<OutFrame>>) {
         let (queue, frames) = mpsc::channel(1);
         let budget = Arc::new(Budget::new(usize::MAX, Arc::default(), usize::MAX));
-        (Bound { account_id: account.into(), protocol: 3, queue, budget, signal: Arc::default() }, frames)
+        (
+            Bound {
+                account_id: account.into(),
+                protocol: 3,
+                queue,
+                budget,
+                signal: Arc::default(),
+                dropped: Arc::default(),
+            },
+            frames,
+        )
     }
 
     #[test]
@@ -311,7 +325,17 @@ mod tests {
         let socket = |max: usize| {
             let (queue, frames) = mpsc::channel(100);
             let budget = Arc::new(Budget::new(max, account.clone(), 250));
-            (Bound { account_id: "alice".into(), protocol: 3, queue, budget, signal: Arc::default() }, frames)
+            (
+                Bound {
+                    account_id: "alice".into(),
+                    protocol: 3,
+                    queue,
+                    budget,
+                    signal: Arc::default(),
+                    dropped: Arc::default(),
+                },
+                frames,
+            )
         };
         let (first, mut first_frames) = socket(100);
         for _ in 0..3 {
