@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
-use seed_agents_protocol::Bytes;
 use seed_agents_protocol::generated::{
     AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerSource, BeginFileUpload, CreateAgent, CreateAgentTrigger,
     DeleteAgentMemoryFile, FileUploadTarget, GetAgent, ListAgentMemory, ListAgents, MemoryUploadTarget, SetSecret,
     UploadSessionAttachment, WebhookSource, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
+use seed_agents_protocol::{Action as _, Bytes};
 use seed_agents_sdk::ErrorCode;
 use seed_agents_sdk::subscription::Event as Live;
 
@@ -166,13 +166,15 @@ async fn metrics_count_what_a_scripted_workload_did() {
     assert_eq!(requests("MessageSession", 502), 1.0);
     assert_eq!(sample(&samples, "seed_agents_http_request_duration_seconds_count{action=\"ListAgents\"}"), 3.0);
     assert_eq!(
-        sample(&samples, "seed_agents_http_request_duration_seconds_bucket{action=\"ListAgents\",le=\"+Inf\"}"),
+        sample(&samples, "seed_agents_http_request_duration_seconds_bucket{le=\"+Inf\",action=\"ListAgents\"}"),
         3.0
     );
-    // Every batch the writer committed has its latency.
+    // Every batch the writer committed has its latency (the engine's own writes go on in the
+    // background, so one may land between the two reads of a scrape).
     let batches = sample(&samples, "seed_agents_db_write_batch_size_count");
     assert!(batches >= 8.0, "{batches}");
-    assert_eq!(sample(&samples, "seed_agents_db_commit_duration_seconds_count"), batches);
+    let commits = sample(&samples, "seed_agents_db_commit_duration_seconds_count");
+    assert!((commits - batches).abs() <= 1.0, "{commits} commits, {batches} batches");
     assert_eq!(sample(&samples, "seed_agents_runs{state=\"succeeded\"}"), 2.0);
     assert_eq!(sample(&samples, "seed_agents_runs{state=\"failed\"}"), 1.0);
     assert_eq!(sample(&samples, "seed_agents_runs{state=\"queued\"}"), 0.0);
@@ -233,13 +235,6 @@ async fn writes_past_the_burst_get_429_with_retry_after_and_reads_and_other_acco
     assert_eq!(refused.status(), Some(429), "{refused:?}");
     assert_eq!(refused.code(), Some(ErrorCode::RateLimited));
     assert_eq!(refused.retry_after(), Some(Duration::from_secs(1)));
-    // Reads are not limited, however many.
-    for _ in 0..50 {
-        once.call(ListAgents {}).await.unwrap();
-    }
-    // Another account has its own bucket.
-    let other = server.user();
-    other.client.with_max_retries(0).call(secret("mine")).await.unwrap();
     // Steady state: after the wait the server asked for, one more write passes, the next not.
     tokio::time::sleep(refused.retry_after().unwrap()).await;
     once.call(secret("s4")).await.unwrap();
@@ -251,6 +246,15 @@ async fn writes_past_the_burst_get_429_with_retry_after_and_reads_and_other_acco
     assert_eq!(headers["retry-after"], "1");
     let (message, code) = crate::support::error_body(&bytes);
     assert_eq!((message.as_str(), code.as_deref()), ("Too many requests; try again later", Some("rate_limited")));
+    // Reads are not limited, however many.
+    for _ in 0..50 {
+        once.call(ListAgents {}).await.unwrap();
+    }
+    // Another account has its own bucket.
+    let other = server.user();
+    for index in 0..3 {
+        other.client.with_max_retries(0).call(secret(&format!("mine{index}"))).await.unwrap();
+    }
     let (_, samples) = scrape(&server).await;
     assert_eq!(sample(&samples, "seed_agents_rate_limited_total{bucket=\"writes\"}"), 3.0);
     assert_eq!(sample(&samples, "seed_agents_http_requests_total{action=\"SetSecret\",status=\"429\"}"), 3.0);
@@ -266,7 +270,10 @@ async fn the_sdk_waits_out_retry_after_and_the_write_goes_through() {
         user.call(secret(&format!("s{index}"))).await.unwrap();
     }
     let (_, samples) = scrape(&server).await;
-    assert_eq!(sample(&samples, "seed_agents_rate_limited_total{bucket=\"writes\"}"), 2.0);
+    // The fourth write waited a second; the fifth, a moment later, found the bucket empty again
+    // unless this machine stalled for a second in between.
+    let refused = sample(&samples, "seed_agents_rate_limited_total{bucket=\"writes\"}");
+    assert!((1.0..=2.0).contains(&refused), "{refused}");
     assert_eq!(sample(&samples, "seed_agents_http_requests_total{action=\"SetSecret\",status=\"200\"}"), 5.0);
     server.stop().await;
 }
@@ -317,6 +324,7 @@ async fn the_storage_quota_refuses_with_413_and_writes_nothing() {
     })
     .await;
     let user = server.user();
+    user.ensure_provider().await;
     let agent_id =
         user.call(CreateAgent { client_request_id: None, definition: definition("Full") }).await.unwrap().agent_id;
     let session_id = user.create_session(&agent_id, None).await;

@@ -48,14 +48,16 @@ pub(crate) struct Histogram {
     sum_micros: AtomicU64,
 }
 
-/// What a [`Histogram`] holds at one moment.
+/// What a [`Histogram`] holds at one moment, in the shape `prometheus-client` encodes (it sums
+/// the buckets itself).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct HistogramSnapshot {
     /// The sum of the observed values.
     pub sum: f64,
     /// How many were observed.
     pub count: u64,
-    /// `(upper bound, cumulative count)` per bound, `+Inf` last.
+    /// `(upper bound, count in this bucket alone)` per bound, the `+Inf` bucket last with
+    /// `f64::MAX` as its bound.
     pub buckets: Vec<(f64, u64)>,
 }
 
@@ -84,18 +86,21 @@ impl Histogram {
         self.count.load(Ordering::Relaxed)
     }
 
-    /// The cumulative buckets, the count and the sum. The atomics are read one by one, so a
-    /// value recorded meanwhile may show in a bucket and not yet in the count; the count is taken
-    /// as the `+Inf` bucket's, so the two always agree.
+    /// The buckets, the count and the sum. The atomics are read one by one, so a value recorded
+    /// meanwhile may show in a bucket and not yet in the count; the count is taken as the sum of
+    /// the buckets, so the two always agree.
     pub(crate) fn snapshot(&self) -> HistogramSnapshot {
-        let mut cumulative = 0;
-        let mut buckets = Vec::with_capacity(self.buckets.len());
-        for (index, bucket) in self.buckets.iter().enumerate() {
-            cumulative += bucket.load(Ordering::Relaxed);
-            buckets.push((self.bounds.get(index).copied().unwrap_or(f64::INFINITY), cumulative));
-        }
+        let buckets: Vec<(f64, u64)> = self
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(index, bucket)| {
+                (self.bounds.get(index).copied().unwrap_or(f64::MAX), bucket.load(Ordering::Relaxed))
+            })
+            .collect();
+        let count = buckets.iter().map(|(_, count)| count).sum();
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        HistogramSnapshot { sum, count: cumulative, buckets }
+        HistogramSnapshot { sum, count, buckets }
     }
 }
 
@@ -124,14 +129,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn histogram_buckets_are_cumulative_with_inf_last() {
+    fn histogram_buckets_count_apart_with_inf_last() {
         let histogram = Histogram::new(&[1.0, 2.0]);
         for value in [0.5, 1.0, 1.5, 3.0, 9.0] {
             histogram.observe(value);
         }
         let snapshot = histogram.snapshot();
         assert_eq!(snapshot.count, 5);
-        assert_eq!(snapshot.buckets, vec![(1.0, 2), (2.0, 3), (f64::INFINITY, 5)]);
+        assert_eq!(snapshot.buckets, vec![(1.0, 2), (2.0, 1), (f64::MAX, 2)]);
         assert!((snapshot.sum - 15.0).abs() < 1e-6);
     }
 }

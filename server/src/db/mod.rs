@@ -406,9 +406,10 @@ fn writer_loop(conn: Connection, jobs: mpsc::Receiver<Job>, stats: &WriterStats)
             }
         }
         let started = std::time::Instant::now();
-        stats.batch_size.observe(batch.len() as f64);
+        let size = batch.len();
         let commit = run_batch(&conn, batch);
         stats.commit_seconds.observe_duration(started.elapsed());
+        stats.batch_size.observe(size as f64);
         let error = commit.result.err().map(ApiError::internal);
         for completion in commit.completions {
             completion(error.as_ref());
