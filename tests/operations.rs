@@ -210,7 +210,18 @@ async fn ready_reports_the_database_the_migrations_and_the_writer() {
             serde_json::json!({"status": "ready", "checks": {"database": "ok", "migrations": "ok", "writer": "ok"}})
         );
     }
-    server.stop().await;
+    // With the database closed under it, the server is alive but not ready, and says why.
+    let app = server.server.as_ref().unwrap().app().clone();
+    tokio::task::spawn_blocking(move || app.db.close()).await.unwrap();
+    let response = server.http.get(format!("{}/api/ready", server.url)).send().await.unwrap();
+    assert_eq!(response.status(), 503);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["status"], "not-ready");
+    assert_eq!(body["checks"]["writer"], "the database writer is not running");
+    assert_ne!(body["checks"]["database"], "ok");
+    let health = server.http.get(format!("{}/api/health", server.url)).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    drop(server);
 }
 
 /// A server whose writes are limited to one a second after a burst of three.

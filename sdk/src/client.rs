@@ -29,7 +29,7 @@ pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_MAX_RETRIES: usize = 3;
 
 /// The longest `Retry-After` a call waits out by itself; a server asking for longer gets its
-/// [`ErrorCode::RateLimited`] error handed to the caller at once.
+/// [`ErrorCode::RateLimited`](crate::ErrorCode::RateLimited) error handed to the caller at once.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// A source of the current time in Unix milliseconds (the `ts` of each action).

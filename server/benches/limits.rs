@@ -6,9 +6,11 @@
 //! by the next. Three phases, each on a fresh server binary (a child process, `RUST_LOG=warn`):
 //!
 //! 1. `quiet`: the victim alone, default limits (the baseline);
-//! 2. `flood, limited`: `--rate-writes-per-second 200 --rate-writes-burst 400`, so most of the
-//!    flood is refused with 429 before it reaches the database;
-//! 3. `flood, unlimited`: `--rate-writes-per-second 0`, every flood write committed.
+//! 2. `polite, limited`: `--rate-writes-per-second 200 --rate-writes-burst 400`, the flooder an
+//!    SDK client that waits out each 429's `Retry-After` (as `Client::call` does by default);
+//! 3. `hostile, limited`: the same limits, the flooder sending its next write at once after a
+//!    429 (each refused before it reaches the database, but each still verified);
+//! 4. `flood, unlimited`: `--rate-writes-per-second 0`, every flood write committed.
 //!
 //! For each it prints the victim's writes per second and latency (p50, p99, max), and the flood's
 //! requests per second and the share refused. Every victim write must succeed: at 100 writes a
@@ -37,9 +39,9 @@ fn write(index: u64) -> SetSecret {
     SetSecret { metadata: None, name: format!("s{}", index % 64), value: Bytes(b"value".to_vec()) }
 }
 
-fn client(server: &Server) -> Client {
+fn client(server: &Server, retries: usize) -> Client {
     Client::builder(&format!("http://{}", server.addr), Ed25519Signer::generate().unwrap())
-        .max_retries(0)
+        .max_retries(retries)
         .build()
         .unwrap()
 }
@@ -52,20 +54,24 @@ struct Row {
     flood_refused: u64,
 }
 
-async fn phase(name: &'static str, args: &[&str], flood: usize, seconds: f64) -> Row {
+/// One phase: a fresh server with `args`; `flood` writes in flight from one account whose client
+/// retries a 429 after `Retry-After` up to `retries` times (0: it ignores it and sends the next).
+async fn phase(name: &'static str, args: &[&str], flood: usize, retries: usize, seconds: f64) -> Row {
     let dir = tempfile::tempdir().unwrap();
     let (mut command, addr) = server_command(SERVER_BIN, dir.path());
     command.args(args);
     let mut server = Server::spawn(name, (command, addr));
     server.wait_ready();
-    let victim = client(&server);
+    let victim = client(&server, 0);
     // Warm the connection and the account.
     victim.call(write(0)).await.unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let (sent, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    // One account, many writes in flight (the SDK client is cheap to clone).
+    let flooding = client(&server, retries);
     let flooders: Vec<_> = (0..flood)
         .map(|_| {
-            let flooder = client(&server);
+            let flooder = flooding.clone();
             let (stop, sent, refused) = (stop.clone(), sent.clone(), refused.clone());
             tokio::spawn(async move {
                 let mut index = 0;
@@ -146,9 +152,10 @@ async fn main() {
     let limited = ["--rate-writes-per-second", "200", "--rate-writes-burst", "400"];
     let unlimited = ["--rate-writes-per-second", "0"];
     let mut rows = vec![
-        phase("quiet", &[], 0, seconds).await,
-        phase("flood, limited", &limited, flood, seconds).await,
-        phase("flood, unlimited", &unlimited, flood, seconds).await,
+        phase("quiet", &[], 0, 0, seconds).await,
+        phase("polite, limited", &limited, flood, 3, seconds).await,
+        phase("hostile, limited", &limited, flood, 0, seconds).await,
+        phase("flood, unlimited", &unlimited, flood, 0, seconds).await,
     ];
     for row in &mut rows {
         print(row);
