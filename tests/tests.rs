@@ -37,6 +37,8 @@ mod live;
 mod mcp;
 // The agent memory filesystem: actions, path rules, reads, events, downloads.
 mod memory;
+// Operating it: `/metrics`, `/api/ready`, per-account rate limits and the storage quota.
+mod operations;
 // Keyset pagination: ties on `updatedAt` listed once each, in order.
 mod pagination;
 // "Sign in with ChatGPT": sign-ins against a fake issuer, subscription turns, token refreshes.

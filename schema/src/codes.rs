@@ -21,3 +21,12 @@ pub const SIGN_IN_CODE_REFUSED: &str = "sign_in_code_refused";
 /// HTTP 400 to `SubmitProviderOAuthCode` for a sign-in that already ended (completed, failed,
 /// canceled, replaced or timed out).
 pub const SIGN_IN_ENDED: &str = "sign_in_ended";
+
+/// HTTP 429 to a request past one of its account's rate limits (writes, turns, uploads, bytes of
+/// file content); the `Retry-After` header says how many seconds to wait. The request changed
+/// nothing, so it may be sent again (newly signed) after that wait.
+pub const RATE_LIMITED: &str = "rate_limited";
+
+/// HTTP 413 to a write that would take its account past its storage quota (memory files and
+/// attachments together); nothing was written.
+pub const QUOTA_EXCEEDED: &str = "quota_exceeded";

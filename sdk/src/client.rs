@@ -28,6 +28,10 @@ pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(600);
 /// default.
 pub const DEFAULT_MAX_RETRIES: usize = 3;
 
+/// The longest `Retry-After` a call waits out by itself; a server asking for longer gets its
+/// [`ErrorCode::RateLimited`](crate::ErrorCode::RateLimited) error handed to the caller at once.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
 /// A source of the current time in Unix milliseconds (the `ts` of each action).
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
@@ -265,6 +269,9 @@ impl Client {
             .with_jitter()
             .with_max_times(retries)
             .build();
+        // A rate-limit refusal was decided before the action ran, so any call, safe or not, may
+        // be sent again once the server's `Retry-After` has passed.
+        let mut rate_limited = 0;
         let answer = loop {
             let (body, _) = self.sign_map(map.clone()).await?;
             let timeout = if A::EFFECT == Effect::Read { self.request_timeout } else { self.write_timeout };
@@ -273,6 +280,15 @@ impl Client {
                     Some(delay) => tokio::time::sleep(delay).await,
                     None => return Err(error),
                 },
+                Err(error) if error.code() == Some(ErrorCode::RateLimited) && rate_limited < self.max_retries => {
+                    match error.retry_after() {
+                        Some(wait) if wait <= MAX_RETRY_AFTER => {
+                            rate_limited += 1;
+                            tokio::time::sleep(wait).await;
+                        }
+                        _ => return Err(error),
+                    }
+                }
                 other => break other?,
             }
         };
@@ -392,6 +408,12 @@ impl Client {
         if let Some(protocol) = server_protocol {
             self.server_protocol.store(protocol, Ordering::Relaxed);
         }
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|text| text.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
         let bytes = response.bytes().await.map_err(Error::Transport)?;
         let decoded = match wire::from_slice::<AgentResponse>(&bytes) {
             Ok(decoded) => decoded,
@@ -405,7 +427,7 @@ impl Client {
                     message: error.message,
                 })
             }
-            AgentResponse::Error(error) => Err(api_error(status, error)),
+            AgentResponse::Error(error) => Err(api_error(status, error, retry_after)),
             other if !(200..300).contains(&status) => Err(Error::Decode {
                 status,
                 bytes,
@@ -423,12 +445,13 @@ struct Answer {
     response: AgentResponse,
 }
 
-fn api_error(status: u16, error: ErrorResponse) -> Error {
+fn api_error(status: u16, error: ErrorResponse, retry_after: Option<Duration>) -> Error {
     Error::Api {
         status,
         message: error.message,
         code: error.code.map(ErrorCode::from),
         received: error.received.and_then(|received| u64::try_from(received).ok()),
+        retry_after,
     }
 }
 

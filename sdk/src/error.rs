@@ -28,6 +28,9 @@ pub enum Error {
         code: Option<ErrorCode>,
         /// With [`ErrorCode::UploadOffsetMismatch`]: the bytes the upload holds.
         received: Option<u64>,
+        /// The server's `Retry-After`, in seconds, when it sent one (with
+        /// [`ErrorCode::RateLimited`], and with a busy server's 503).
+        retry_after: Option<std::time::Duration>,
     },
     /// The server refuses this client's protocol version as too old (HTTP 426,
     /// `protocol_too_old`): the app must be updated.
@@ -136,6 +139,13 @@ pub enum ErrorCode {
     /// `sign_in_required`: the turn's subscription provider must be signed in again (offer "Sign
     /// in with ChatGPT").
     SignInRequired,
+    /// `rate_limited`: past one of the account's rate limits (HTTP 429); nothing was done, and
+    /// the same call may be sent again after [`Error::retry_after`]. [`Client::call`](crate::Client::call)
+    /// does so itself, up to its retry count.
+    RateLimited,
+    /// `quota_exceeded`: the write would take the account past its storage quota (HTTP 413);
+    /// nothing was written.
+    QuotaExceeded,
     /// Any other code, as sent.
     Other(String),
 }
@@ -150,6 +160,8 @@ impl ErrorCode {
             ErrorCode::SubscriptionLimit => "subscription_limit",
             ErrorCode::SocketLimit => "socket_limit",
             ErrorCode::SignInRequired => seed_agents_protocol::codes::SIGN_IN_REQUIRED,
+            ErrorCode::RateLimited => seed_agents_protocol::codes::RATE_LIMITED,
+            ErrorCode::QuotaExceeded => seed_agents_protocol::codes::QUOTA_EXCEEDED,
             ErrorCode::Other(code) => code,
         }
     }
@@ -164,6 +176,8 @@ impl From<String> for ErrorCode {
             "subscription_limit" => ErrorCode::SubscriptionLimit,
             "socket_limit" => ErrorCode::SocketLimit,
             seed_agents_protocol::codes::SIGN_IN_REQUIRED => ErrorCode::SignInRequired,
+            seed_agents_protocol::codes::RATE_LIMITED => ErrorCode::RateLimited,
+            seed_agents_protocol::codes::QUOTA_EXCEEDED => ErrorCode::QuotaExceeded,
             _ => ErrorCode::Other(code),
         }
     }
@@ -205,7 +219,7 @@ impl Error {
     /// assert_eq!(conflict.code(), Some(ErrorCode::UploadOffsetMismatch));
     /// ```
     pub fn api(status: u16, message: impl Into<String>, code: Option<ErrorCode>) -> Self {
-        Error::Api { status, message: message.into(), code, received: None }
+        Error::Api { status, message: message.into(), code, received: None, retry_after: None }
     }
 
     /// An upload that stopped at `received` bytes because of `source`.
@@ -230,6 +244,16 @@ impl Error {
             Error::Api { code, .. } => code.clone(),
             Error::ProtocolTooOld { .. } => Some(ErrorCode::ProtocolTooOld),
             Error::Upload { source, .. } => source.code(),
+            _ => None,
+        }
+    }
+
+    /// How long the server asked the client to wait before sending again (`Retry-After`), when
+    /// it said.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Error::Api { retry_after, .. } => *retry_after,
+            Error::Upload { source, .. } => source.retry_after(),
             _ => None,
         }
     }

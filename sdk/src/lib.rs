@@ -9,7 +9,7 @@ mod upload;
 
 pub use client::{
     Client, ClientBuilder, Clock, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RETRIES, DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_WRITE_TIMEOUT, default_http_client,
+    DEFAULT_WRITE_TIMEOUT, MAX_RETRY_AFTER, default_http_client,
 };
 pub use error::{DecodeError, Error, ErrorCode};
 pub use seed_agents_protocol as protocol;

@@ -224,7 +224,9 @@ impl<R: AsyncRead + Unpin, P: FnMut(Progress)> Sender<'_, R, P> {
                     if self.rewind(known).await? {
                         attempts = 0;
                     }
-                    tokio::time::sleep(Duration::from_millis(100 << attempts)).await;
+                    // A rate-limit refusal says how long to wait (bounded like every retry here).
+                    let asked = error.retry_after().unwrap_or_default().min(crate::client::MAX_RETRY_AFTER);
+                    tokio::time::sleep(Duration::from_millis(100 << attempts).max(asked)).await;
                 }
             }
         }
@@ -400,7 +402,7 @@ fn joined<T>(result: Result<Result<T, Error>, tokio::task::JoinError>) -> Result
 fn retryable(error: &Error) -> bool {
     match error {
         Error::Transport(_) => true,
-        Error::Api { code: Some(ErrorCode::UploadOffsetMismatch), .. } => true,
+        Error::Api { code: Some(ErrorCode::UploadOffsetMismatch | ErrorCode::RateLimited), .. } => true,
         Error::Api { status, .. } => *status >= 500,
         _ => false,
     }
@@ -429,6 +431,7 @@ mod tests {
             message: "Chunk offset 0 does not match 8388608 bytes received".to_owned(),
             code: Some(ErrorCode::UploadOffsetMismatch),
             received,
+            retry_after: None,
         }
     }
 

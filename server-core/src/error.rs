@@ -104,12 +104,14 @@ pub struct ApiError {
     code: Option<&'static str>,
     /// With code `upload_offset_mismatch`: the bytes of the upload the server holds.
     received: Option<i64>,
+    /// With code `rate_limited`: the seconds to wait before sending again (`Retry-After`).
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
     /// An error of any kind.
     pub fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
-        Self { kind, message: message.into(), code: None, received: None }
+        Self { kind, message: message.into(), code: None, received: None, retry_after: None }
     }
 
     /// Bad input.
@@ -172,6 +174,17 @@ impl ApiError {
     pub fn with_received(mut self, received: i64) -> Self {
         self.received = Some(received);
         self
+    }
+
+    /// Adds the seconds a client must wait before sending again (with code `rate_limited`).
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    /// The seconds to wait before sending again, sent as `Retry-After`.
+    pub fn retry_after(&self) -> Option<u64> {
+        self.retry_after
     }
 
     /// The bytes an upload holds, sent with an offset conflict.

@@ -42,6 +42,10 @@ pub struct App {
     pub(crate) sandbox: crate::sandbox::Sandbox,
     /// Subscription sign-ins in progress and the refresh locks of signed-in secrets.
     pub(crate) sign_ins: crate::providers::signin::SignIns,
+    /// Per-account rate limits (`limits`).
+    pub(crate) limits: crate::limits::RateLimits,
+    /// What the runtime and the triggers count for `/metrics`.
+    pub(crate) telemetry: crate::telemetry::Telemetry,
     /// Holds the data directory's lock file for the life of the server.
     _lock: DataDirLock,
 }
@@ -111,6 +115,7 @@ impl App {
             concurrency: config.exec_concurrency,
             per_account: config.exec_per_account,
         });
+        let limits = crate::limits::RateLimits::new(&config);
         Ok(Self {
             sandbox,
             runs,
@@ -126,6 +131,8 @@ impl App {
             started: Instant::now(),
             upload_order,
             sign_ins: crate::providers::signin::SignIns::new(issuer),
+            limits,
+            telemetry: crate::telemetry::Telemetry::default(),
             _lock: lock,
         })
     }

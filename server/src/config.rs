@@ -194,6 +194,58 @@ pub struct Config {
     /// `fuel-exhausted` (docs/workflows.md §1); fractions allowed.
     #[arg(long, env = "SEED_AGENTS_WORKFLOW_COMPUTE_SLICE", default_value = "2", value_parser = parse_seconds)]
     pub workflow_compute_slice: Duration,
+
+    /// Address of the Prometheus metrics listener (`GET /metrics`, server/README.md "Metrics").
+    /// Off unless given: metrics are for the operator's network, not the API's clients.
+    #[arg(long, env = "SEED_AGENTS_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Writes one account may send per second, sustained (reads are never limited; turns and
+    /// uploads have their own buckets); past the burst a write is answered 429 `rate_limited`
+    /// with `Retry-After`. `0`: unlimited.
+    #[arg(long, env = "SEED_AGENTS_RATE_WRITES_PER_SECOND", default_value_t = DEFAULT_RATE_PER_SECOND)]
+    pub rate_writes_per_second: u32,
+
+    /// Writes one account may send at once before `--rate-writes-per-second` applies.
+    #[arg(long, env = "SEED_AGENTS_RATE_WRITES_BURST", default_value_t = DEFAULT_RATE_BURST)]
+    pub rate_writes_burst: u32,
+
+    /// Turns (`MessageSession`, `RetrySession`) one account may start per second, sustained.
+    /// `0`: unlimited.
+    #[arg(long, env = "SEED_AGENTS_RATE_TURNS_PER_SECOND", default_value_t = DEFAULT_RATE_PER_SECOND)]
+    pub rate_turns_per_second: u32,
+
+    /// Turns one account may start at once before `--rate-turns-per-second` applies.
+    #[arg(long, env = "SEED_AGENTS_RATE_TURNS_BURST", default_value_t = DEFAULT_RATE_BURST)]
+    pub rate_turns_burst: u32,
+
+    /// Upload requests (`BeginFileUpload`, `AppendFileUploadChunk`, `CommitFileUpload`,
+    /// `AbortFileUpload`, `UploadSessionAttachment`) one account may send per second, sustained.
+    /// `0`: unlimited.
+    #[arg(long, env = "SEED_AGENTS_RATE_UPLOADS_PER_SECOND", default_value_t = DEFAULT_RATE_PER_SECOND)]
+    pub rate_uploads_per_second: u32,
+
+    /// Upload requests one account may send at once before `--rate-uploads-per-second` applies.
+    #[arg(long, env = "SEED_AGENTS_RATE_UPLOADS_BURST", default_value_t = DEFAULT_RATE_BURST)]
+    pub rate_uploads_burst: u32,
+
+    /// Bytes of file content (the request bodies of `WriteAgentMemoryFile`,
+    /// `AppendFileUploadChunk` and `UploadSessionAttachment`) one account may send per hour,
+    /// sustained. `0`: unlimited.
+    #[arg(long, env = "SEED_AGENTS_RATE_MEMORY_BYTES_PER_HOUR", default_value_t = DEFAULT_RATE_MEMORY_BYTES_PER_HOUR)]
+    pub rate_memory_bytes_per_hour: u64,
+
+    /// Bytes of file content one account may send at once before
+    /// `--rate-memory-bytes-per-hour` applies (at least `--max-body-bytes`, or a largest body
+    /// could never pass).
+    #[arg(long, env = "SEED_AGENTS_RATE_MEMORY_BYTES_BURST", default_value_t = DEFAULT_RATE_MEMORY_BYTES_BURST)]
+    pub rate_memory_bytes_burst: u64,
+
+    /// Bytes one account may keep in its agents' memory files and its sessions' attachments
+    /// together; a write past it is answered 413 `quota_exceeded` and writes nothing. `0`:
+    /// unlimited.
+    #[arg(long, env = "SEED_AGENTS_STORAGE_QUOTA_BYTES", default_value_t = 0)]
+    pub storage_quota_bytes: u64,
 }
 
 /// The default OAuth issuer of subscription sign-in (OpenAI's).
@@ -237,6 +289,16 @@ pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 32 << 20;
 pub(crate) const DEFAULT_BODY_BUDGET_BYTES: usize = 128 << 20;
 /// Default minimum body rate: 16 KiB/s.
 pub(crate) const DEFAULT_BODY_MIN_RATE: u64 = 16 * 1024;
+/// Default sustained rate of each per-account request bucket (writes, turns, uploads): high
+/// enough that one busy client (the benches drive one account at hundreds of turns a second) is
+/// never refused; an operator of a shared server lowers it (server/README.md, "Rate limits").
+pub(crate) const DEFAULT_RATE_PER_SECOND: u32 = 1000;
+/// Default burst of each per-account request bucket.
+pub(crate) const DEFAULT_RATE_BURST: u32 = 2000;
+/// Default sustained file bytes per account: 64 GiB an hour.
+pub(crate) const DEFAULT_RATE_MEMORY_BYTES_PER_HOUR: u64 = 64 << 30;
+/// Default burst of file bytes per account: 4 GiB.
+pub(crate) const DEFAULT_RATE_MEMORY_BYTES_BURST: u64 = 4 << 30;
 /// Default bound on concurrent HTTP connections.
 pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
@@ -300,6 +362,16 @@ impl Config {
             run_limits: crate::runs::Limits::default(),
             mcp_call_timeout: Duration::from_secs(60),
             workflow_compute_slice: Duration::from_secs(2),
+            metrics_listen: None,
+            rate_writes_per_second: DEFAULT_RATE_PER_SECOND,
+            rate_writes_burst: DEFAULT_RATE_BURST,
+            rate_turns_per_second: DEFAULT_RATE_PER_SECOND,
+            rate_turns_burst: DEFAULT_RATE_BURST,
+            rate_uploads_per_second: DEFAULT_RATE_PER_SECOND,
+            rate_uploads_burst: DEFAULT_RATE_BURST,
+            rate_memory_bytes_per_hour: DEFAULT_RATE_MEMORY_BYTES_PER_HOUR,
+            rate_memory_bytes_burst: DEFAULT_RATE_MEMORY_BYTES_BURST,
+            storage_quota_bytes: 0,
             exec_backend: ExecBackend::Namespaces,
             exec_concurrency: 2,
             exec_per_account: 1,
@@ -309,6 +381,11 @@ impl Config {
     /// The SQLite database file.
     pub fn database_path(&self) -> PathBuf {
         self.data_dir.join("seed-agents.sqlite")
+    }
+
+    /// Where every session's attachments live.
+    pub fn attachments_dir(&self) -> PathBuf {
+        self.data_dir.join("session-attachments")
     }
 
     /// Where agents' state directories live.

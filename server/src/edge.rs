@@ -10,6 +10,7 @@ use seed_agents_protocol::envelope::KeyCache;
 use crate::app::App;
 use crate::auth::replay::ReplayGuard;
 use crate::http::body::{BodyBudget, BodyLimits};
+use crate::http::metrics::RequestStats;
 use crate::ws::live::{Live, WsLimits};
 
 /// The state of the HTTP routes and WebSocket sockets.
@@ -25,6 +26,8 @@ pub(crate) struct Edge {
     pub(crate) bodies: BodyBudget,
     /// WebSocket subscriptions; also the app's session-frame sink (`bus::SessionSink`).
     pub(crate) live: Arc<Live>,
+    /// Requests answered, by action and status (`/metrics`).
+    pub(crate) requests: RequestStats,
 }
 
 impl Edge {
@@ -40,7 +43,14 @@ impl Edge {
         }
         let bodies = BodyBudget::new(config.body_budget_bytes);
         let live = Arc::new(Live::new(WsLimits::of(config)));
-        Self { keys: KeyCache::new(), replay: ReplayGuard::new(ReplayGuard::DEFAULT_CAPACITY), bodies, live, app }
+        Self {
+            keys: KeyCache::new(),
+            replay: ReplayGuard::new(ReplayGuard::DEFAULT_CAPACITY),
+            bodies,
+            live,
+            requests: RequestStats::default(),
+            app,
+        }
     }
 
     /// How request bodies are bounded, from the configuration.

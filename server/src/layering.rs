@@ -25,6 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "mcp",
             "memory",
             "providers",
+            "quota",
             "runtime",
             "secrets",
             "sessions",
@@ -37,9 +38,9 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("engine", &["runs"]),
-    ("shared", &["app", "access", "caller", "config", "idempotency"]),
+    ("shared", &["app", "access", "caller", "config", "idempotency", "limits"]),
     ("storage and clients", &["db", "bus", "hm", "model", "sandbox"]),
-    ("foundation", &["error", "validate", "clock", "durable"]),
+    ("foundation", &["error", "validate", "clock", "durable", "telemetry"]),
 ];
 
 /// The transport's crates: only the edge and the wiring may name them.

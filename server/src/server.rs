@@ -31,6 +31,18 @@ pub struct RunningServer {
     dispatcher: JoinHandle<()>,
     /// The trigger monitors (`triggers::spawn_monitors`), until shutdown stops them.
     trigger_monitors: Option<crate::triggers::Monitors>,
+    /// The `--metrics-listen` listener: its address, its stop signal and its task.
+    metrics: Option<MetricsListener>,
+    /// Drops the rate-limit buckets of idle accounts every minute (`limits`).
+    limits_sweeper: JoinHandle<()>,
+}
+
+/// The metrics listener (`http::metrics`), on its own address.
+#[derive(Debug)]
+struct MetricsListener {
+    addr: SocketAddr,
+    shutdown: oneshot::Sender<()>,
+    task: JoinHandle<std::io::Result<()>>,
 }
 
 impl RunningServer {
@@ -65,10 +77,57 @@ impl RunningServer {
         let task = tokio::spawn(crate::http::serve::serve(listener, router, limits, async move {
             let _ = stopped.await;
         }));
+        let metrics = match app.config.metrics_listen {
+            None => None,
+            Some(address) => {
+                let listener =
+                    TcpListener::bind(address).await.map_err(|source| StartError::Listen { address, source })?;
+                let addr = listener.local_addr().map_err(|source| StartError::Listen { address, source })?;
+                let (shutdown, stopped) = oneshot::channel::<()>();
+                let task = tokio::spawn(crate::http::serve::serve(
+                    listener,
+                    crate::http::metrics::router(edge.clone()),
+                    crate::http::serve::ConnectionLimits { max_connections: 16, header_timeout: limits.header_timeout },
+                    async move {
+                        let _ = stopped.await;
+                    },
+                ));
+                Some(MetricsListener { addr, shutdown, task })
+            }
+        };
         let upload_sweeper = crate::uploads::spawn_sweeper(&app);
         let dispatcher = app.runs.start();
         let trigger_monitors = Some(crate::triggers::spawn_monitors(&app));
-        Ok(Self { addr, edge, shutdown: Some(shutdown), task, upload_sweeper, hub, dispatcher, trigger_monitors })
+        let limits_sweeper = tokio::spawn({
+            let app = Arc::downgrade(&app);
+            async move {
+                let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
+                loop {
+                    every.tick().await;
+                    match app.upgrade() {
+                        Some(app) => app.limits.forget_idle(),
+                        None => break,
+                    }
+                }
+            }
+        });
+        Ok(Self {
+            addr,
+            edge,
+            shutdown: Some(shutdown),
+            task,
+            upload_sweeper,
+            hub,
+            dispatcher,
+            trigger_monitors,
+            metrics,
+            limits_sweeper,
+        })
+    }
+
+    /// The address of the metrics listener, when `--metrics-listen` asked for one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|metrics| metrics.addr)
     }
 
     /// The bound address.
@@ -96,7 +155,12 @@ impl RunningServer {
             let _ = shutdown.send(());
         }
         let served = (&mut self.task).await.unwrap_or_else(|error| Err(std::io::Error::other(error)));
+        if let Some(metrics) = self.metrics.take() {
+            let _ = metrics.shutdown.send(());
+            let _ = metrics.task.await;
+        }
         self.upload_sweeper.abort();
+        self.limits_sweeper.abort();
         let db = self.edge.app.db.clone();
         tokio::task::spawn_blocking(move || db.close()).await.map_err(std::io::Error::other)?;
         served

@@ -1567,7 +1567,7 @@ impl ::std::convert::TryFrom<::std::string::String> for EnvelopeType {
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
 #[cfg_attr(not(feature = "exhaustive"), non_exhaustive)]
 pub struct Error {
-    /// Machine-readable error class, when there is one. Known codes: `protocol_too_old` (HTTP 426: the client's protocol is below the server's minimum), `update_required` (HTTP 426: the action or a value in it needs a newer protocol than the client declared) and `upload_offset_mismatch` (HTTP 409: an `AppendFileUploadChunk` offset is not the upload's `received`, which the error carries). Clients must tolerate codes they do not know.
+    /// Machine-readable error class, when there is one. Known codes: `protocol_too_old` (HTTP 426: the client's protocol is below the server's minimum), `update_required` (HTTP 426: the action or a value in it needs a newer protocol than the client declared) and `upload_offset_mismatch` (HTTP 409: an `AppendFileUploadChunk` offset is not the upload's `received`, which the error carries), `rate_limited` (HTTP 429: past one of the account's rate limits; nothing was done, and the `Retry-After` header says how many seconds to wait before sending it again) and `quota_exceeded` (HTTP 413: the write would take the account past its storage quota; nothing was written). Clients must tolerate codes they do not know.
     ///
     /// Since protocol 2.
     #[serde(default, skip_serializing_if = "::std::option::Option::is_none")]

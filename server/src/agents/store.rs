@@ -137,6 +137,13 @@ pub(crate) fn state_dir(conn: &Connection, agent_id: &str) -> ApiResult<String> 
         .query_row(params![agent_id], |row| row.get(0))?)
 }
 
+/// The state directories of every agent `owner` owns (the storage quota walks their memory).
+pub(crate) fn owned_state_dirs(conn: &Connection, owner: &str) -> ApiResult<Vec<String>> {
+    let mut statement = conn.prepare_cached("SELECT state_dir FROM agents WHERE account_id = ?1")?;
+    let dirs = statement.query_map(params![owner], |row| row.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+    Ok(dirs)
+}
+
 /// The owner of agent `agent_id` and its public read and chat flags, when it exists.
 pub(crate) fn owner_and_flags(conn: &Connection, agent_id: &str) -> ApiResult<Option<(String, bool, bool)>> {
     Ok(conn

@@ -38,7 +38,7 @@ pub(crate) const MAX_NAME_BYTES: usize = 256;
 
 /// Where every session's attachments live.
 pub(crate) fn root(config: &Config) -> PathBuf {
-    config.data_dir.join("session-attachments")
+    config.attachments_dir()
 }
 
 /// One session's attachment directory; 400 `Invalid session id` unless the id is
@@ -85,8 +85,9 @@ pub(crate) async fn upload_session_attachment(
     caller: &Caller,
     action: UploadSessionAttachment,
 ) -> ApiResult<UploadSessionAttachmentResponse> {
-    require_session(app, caller, &action.session_id, Need::Chat).await?;
+    let owner = require_session(app, caller, &action.session_id, Need::Chat).await?;
     let dir = session_dir(&root(&app.config), &action.session_id)?;
+    crate::quota::check(app, &owner, action.content.0.len() as u64, 0).await?;
     let now = app.clock.now_ms();
     let UploadSessionAttachment { content: Bytes(content), mime_type, name, session_id } = action;
     let attachment =
@@ -131,10 +132,12 @@ pub(crate) async fn remove_for_sessions(app: &App, session_ids: Vec<String>) {
 }
 
 /// 404 `Session not found` unless the caller has `need` on the session's agent.
-pub(crate) async fn require_session(app: &App, caller: &Caller, session_id: &str, need: Need) -> ApiResult<()> {
+pub(crate) async fn require_session(app: &App, caller: &Caller, session_id: &str, need: Need) -> ApiResult<String> {
     let account = caller.account_id.clone();
     let session_id = session_id.to_owned();
-    app.db.read(move |conn| access::require_session(conn, &session_id, &account, need).map(|_| ())).await
+    app.db
+        .read(move |conn| access::require_session(conn, &session_id, &account, need).map(|access| access.owner_id))
+        .await
 }
 
 /// Runs blocking file work off the async executor.

@@ -27,6 +27,8 @@ use crate::error::{ApiError, ApiResult};
 
 pub(crate) use cbor::{Cbor, Generic, Text};
 
+use crate::telemetry::{BATCH_BUCKETS, Histogram, LATENCY_BUCKETS};
+
 /// The most writes committed in one transaction.
 const MAX_BATCH: usize = 256;
 
@@ -121,6 +123,8 @@ pub struct Db {
 }
 
 struct Inner {
+    /// What the writer counts (`/metrics`).
+    stats: Arc<WriterStats>,
     writer: Mutex<Option<mpsc::SyncSender<Job>>>,
     writer_thread: Mutex<Option<thread::JoinHandle<()>>>,
     reads: crossbeam_channel::Sender<ReadMessage>,
@@ -165,12 +169,15 @@ impl Db {
             reader_threads.push(thread);
         }
         let (sender, receiver) = mpsc::sync_channel::<Job>(queues.writes.max(1));
+        let stats = Arc::new(WriterStats::default());
+        let writer_stats = stats.clone();
         let thread = thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || writer_loop(writer, receiver))
+            .spawn(move || writer_loop(writer, receiver, &writer_stats))
             .map_err(DbError::Thread)?;
         Ok(Self {
             inner: Arc::new(Inner {
+                stats,
                 writer: Mutex::new(Some(sender)),
                 writer_thread: Mutex::new(Some(thread)),
                 reads,
@@ -241,6 +248,17 @@ impl Db {
             queued?;
             answer.await.map_err(|_| ApiError::internal("database reader dropped a read"))?
         }
+    }
+
+    /// What the writer counted: batch sizes and commit latency.
+    pub(crate) fn writer_stats(&self) -> &WriterStats {
+        &self.inner.stats
+    }
+
+    /// Whether the writer thread is running and takes writes (readiness).
+    pub(crate) fn writer_alive(&self) -> bool {
+        lock(&self.inner.writer).is_some()
+            && lock(&self.inner.writer_thread).as_ref().is_some_and(|thread| !thread.is_finished())
     }
 
     /// Stops accepting writes, lets the writer finish what is queued, and waits for it.
@@ -363,7 +381,31 @@ fn reader_loop(conn: Connection, queue: crossbeam_channel::Receiver<ReadMessage>
     drop(conn);
 }
 
-fn writer_loop(conn: Connection, jobs: mpsc::Receiver<Job>) {
+/// What the writer counts, as atomics (`/metrics`): writes per batch and each batch's time from
+/// `BEGIN` to the end of `COMMIT` (the fsync included).
+#[derive(Debug)]
+pub(crate) struct WriterStats {
+    /// Writes per committed batch.
+    pub batch_size: Histogram,
+    /// Seconds from `BEGIN` to the end of `COMMIT`.
+    pub commit_seconds: Histogram,
+}
+
+impl Default for WriterStats {
+    fn default() -> Self {
+        Self { batch_size: Histogram::new(BATCH_BUCKETS), commit_seconds: Histogram::new(LATENCY_BUCKETS) }
+    }
+}
+
+/// The schema version the database is at, read on a reader connection (readiness).
+pub(crate) fn schema_version(conn: &Connection) -> ApiResult<i64> {
+    Ok(conn.pragma_query_value(None, "user_version", |row| row.get(0))?)
+}
+
+/// The schema version this build migrates to.
+pub(crate) const SCHEMA_VERSION: i64 = migrations::SCHEMA_VERSION;
+
+fn writer_loop(conn: Connection, jobs: mpsc::Receiver<Job>, stats: &WriterStats) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -372,7 +414,11 @@ fn writer_loop(conn: Connection, jobs: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
+        let started = std::time::Instant::now();
+        let size = batch.len();
         let commit = run_batch(&conn, batch);
+        stats.commit_seconds.observe_duration(started.elapsed());
+        stats.batch_size.observe(size as f64);
         let error = commit.result.err().map(ApiError::internal);
         for completion in commit.completions {
             completion(error.as_ref());

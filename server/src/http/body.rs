@@ -64,11 +64,15 @@ impl BodyBudget {
         Self { permits: Arc::new(Semaphore::new(kib)), bytes }
     }
 
-    /// Bytes reserved right now.
-    #[cfg(test)]
-    fn in_use(&self) -> usize {
+    /// Bytes reserved right now (`/metrics`).
+    pub(crate) fn in_use(&self) -> usize {
         let total = self.bytes.div_ceil(1024).clamp(1, Semaphore::MAX_PERMITS);
         (total - self.permits.available_permits()) * 1024
+    }
+
+    /// The whole budget, in bytes.
+    pub(crate) fn total(&self) -> usize {
+        self.bytes
     }
 
     /// An empty reservation.

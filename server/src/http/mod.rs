@@ -3,6 +3,7 @@
 //! unauthenticated bodies ([`body`]). The only place that knows HTTP statuses ([`status`]).
 
 pub(crate) mod body;
+pub(crate) mod metrics;
 pub(crate) mod serve;
 mod webhook;
 
@@ -34,6 +35,8 @@ pub(crate) fn router(edge: Arc<Edge>) -> Router {
         .route("/agents/api/message", post(message).options(preflight))
         .route("/api/health", get(health))
         .route("/agents/api/health", get(health))
+        .route("/api/ready", get(ready))
+        .route("/agents/api/ready", get(ready))
         .route("/api/version", get(version))
         .route("/agents/api/version", get(version))
         .merge(crate::ws::routes())
@@ -80,7 +83,7 @@ async fn message(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Body) 
     );
     async move {
         let started = Instant::now();
-        let mut progress = Progress { protocol: AGENTS_PROTOCOL_VERSION, body_read: false };
+        let mut progress = Progress { protocol: AGENTS_PROTOCOL_VERSION, body_read: false, action: None };
         let outcome = handle_message(&edge, &headers, body, &mut progress).await;
         let response = match outcome {
             Ok(bytes) => cbor(StatusCode::OK, bytes),
@@ -95,8 +98,10 @@ async fn message(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Body) 
         };
         let span = tracing::Span::current();
         let status = response.status().as_u16();
+        let elapsed = started.elapsed();
+        edge.requests.record(progress.action.as_deref(), status, elapsed);
         span.record("status", status);
-        span.record("duration_us", started.elapsed().as_micros() as u64);
+        span.record("duration_us", elapsed.as_micros() as u64);
         // A saturated server answering 503 is expected under load; one log line per refusal
         // would make an attack fill the disk as well.
         if status >= 500 && status != 503 {
@@ -116,6 +121,8 @@ struct Progress {
     protocol: u32,
     /// Whether the whole body was read (else the connection is closed after the answer).
     body_read: bool,
+    /// The action's name, once its envelope verified (the `action` label of `/metrics`).
+    action: Option<String>,
 }
 
 /// What a request that took longer than `--request-timeout` hears.
@@ -134,12 +141,16 @@ async fn handle_message(
     let app = &edge.app;
     let (bytes, reservation) = body::read(headers, body, &edge.body_limits(), &edge.bodies).await?;
     progress.body_read = true;
+    let body_bytes = bytes.len();
     let answer = async {
         let verified = auth::verify(edge, bytes, Transport::Http).await?;
         progress.protocol = verified.caller.protocol;
+        progress.action = Some(verified.action_name.clone());
         let span = tracing::Span::current();
         span.record("action", verified.action_name.as_str());
         span.record("account", verified.caller.account_id.as_str());
+        // Before the action runs: a refused request changed nothing.
+        app.limits.check(&verified.caller.account_id, &verified.action_name, body_bytes)?;
         crate::dispatch::dispatch(app, &verified.caller, &verified.action_name, verified.action).await
     };
     let answer = match tokio::time::timeout(app.config.request_timeout, answer).await {
@@ -191,7 +202,9 @@ pub(crate) fn error_response(error: &ApiError, protocol: u32) -> Response {
     }
     .unwrap_or_default();
     let mut response = cbor(status(error.kind()), bytes);
-    if error.kind() == ErrorKind::Unavailable {
+    if let Some(seconds) = error.retry_after() {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    } else if error.kind() == ErrorKind::Unavailable {
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     response
@@ -243,6 +256,31 @@ async fn health(State(edge): State<Arc<Edge>>) -> Response {
         "codeExecRuntimes": runtimes,
         "codeExecLimits": exec.limits,
     }))
+}
+
+/// `GET /api/ready`: whether this server can answer actions now: the database answers a read on
+/// a reader connection, its schema is the version this build migrates to, and the writer thread
+/// runs. 200 `{status: "ready", checks}` or 503 `{status: "not-ready", checks}`, each check `"ok"`
+/// or what is wrong (server/README.md, "Health and readiness").
+async fn ready(State(edge): State<Arc<Edge>>) -> Response {
+    let app = &edge.app;
+    let (database, migrations) = match app.db.read(crate::db::schema_version).await {
+        Ok(version) if version == crate::db::SCHEMA_VERSION => ("ok".to_owned(), "ok".to_owned()),
+        Ok(version) => {
+            ("ok".to_owned(), format!("schema version {version}, this build needs {}", crate::db::SCHEMA_VERSION))
+        }
+        Err(error) => (error.message().to_owned(), "unknown".to_owned()),
+    };
+    let writer = if app.db.writer_alive() { "ok" } else { "the database writer is not running" };
+    let ok = database == "ok" && migrations == "ok" && writer == "ok";
+    let mut response = json(serde_json::json!({
+        "status": if ok { "ready" } else { "not-ready" },
+        "checks": {"database": database, "migrations": migrations, "writer": writer},
+    }));
+    if !ok {
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    }
+    response
 }
 
 /// `GET /api/version`: build information.

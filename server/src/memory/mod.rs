@@ -121,6 +121,15 @@ pub(crate) async fn write_agent_memory_file(
         WriteAgentMemoryFileContent::String(text) => text.into_bytes(),
         WriteAgentMemoryFileContent::Bytes(bytes) => bytes.0,
     };
+    if app.config.storage_quota_bytes > 0 {
+        // The file it replaces (if any) frees its bytes.
+        let target = path.under(&memory.root);
+        let replaced = blocking(move || {
+            Ok(path::lstat(&target).ok().flatten().filter(|meta| meta.is_file()).map_or(0, |meta| meta.len()))
+        })
+        .await?;
+        crate::quota::check(app, &memory.owner_id, content.len() as u64, replaced).await?;
+    }
     let root = memory.root.clone();
     let entry = blocking(move || store::write(&root, &path, &content)).await?;
     changed(app, &memory);

@@ -42,6 +42,8 @@ pub struct Client {
     http: reqwest::Client,
     timeouts: Timeouts,
     retry: Retry,
+    /// Failed steps per [`ModelErrorKind`] (in [`ModelErrorKind::ALL`]'s order), for `/metrics`.
+    errors: std::sync::Arc<[std::sync::atomic::AtomicU64; ModelErrorKind::ALL.len()]>,
 }
 
 /// One step's request, ready to send as often as the retry policy allows.
@@ -58,7 +60,7 @@ impl Client {
     /// A client over `http` (its connection pool, TLS and proxy settings) with the default
     /// [`Retry`] policy.
     pub fn new(http: reqwest::Client, timeouts: Timeouts) -> Self {
-        Self { http, timeouts, retry: Retry::default() }
+        Self { http, timeouts, retry: Retry::default(), errors: Default::default() }
     }
 
     /// The same client with another retry policy (tests use short waits).
@@ -77,7 +79,19 @@ impl Client {
         on_event: &mut (dyn FnMut(super::StreamEvent) + Send),
     ) -> Result<Step, ModelError> {
         let key = endpoint.api_key.as_ref().map_or("", |key| key.as_str());
-        self.run(endpoint, request, on_event).await.map_err(|error| error.redact(key))
+        self.run(endpoint, request, on_event).await.map_err(|error| {
+            if let Some(at) = ModelErrorKind::ALL.iter().position(|kind| *kind == error.kind) {
+                self.errors[at].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            error.redact(key)
+        })
+    }
+
+    /// Failed steps so far, per kind of failure (`/metrics`).
+    pub fn errors(&self) -> impl Iterator<Item = (ModelErrorKind, u64)> + '_ {
+        ModelErrorKind::ALL
+            .into_iter()
+            .zip(self.errors.iter().map(|count| count.load(std::sync::atomic::Ordering::Relaxed)))
     }
 
     async fn run(

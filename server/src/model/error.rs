@@ -37,6 +37,24 @@ pub enum ModelErrorKind {
     Unsupported,
 }
 
+impl ModelErrorKind {
+    /// Every kind.
+    pub const ALL: [Self; 6] =
+        [Self::Http, Self::Connect, Self::Timeout, Self::Stream, Self::FinishReason, Self::Unsupported];
+
+    /// A stable name (the `type` label of `/metrics`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Http => "http",
+            Self::Connect => "connect",
+            Self::Timeout => "timeout",
+            Self::Stream => "stream",
+            Self::FinishReason => "finish_reason",
+            Self::Unsupported => "unsupported",
+        }
+    }
+}
+
 impl ModelError {
     pub(crate) fn new(kind: ModelErrorKind, message: impl Into<String>) -> Self {
         Self { kind, status: None, message: bounded(message.into()) }

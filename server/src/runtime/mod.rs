@@ -75,7 +75,12 @@ impl Executor for AgentExecutor {
         let app = self.app.upgrade();
         Box::pin(async move {
             match app {
-                Some(app) => execute(app, run, stop).await,
+                Some(app) => {
+                    let started = std::time::Instant::now();
+                    let outcome = execute(app.clone(), run, stop).await;
+                    app.telemetry.turns.observe_duration(started.elapsed());
+                    outcome
+                }
                 // The server is gone; the next start's boot sweep resumes the run.
                 None => Outcome::Canceled(Ipld::Null),
             }

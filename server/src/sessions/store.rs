@@ -67,6 +67,16 @@ fn parse_thoroughness(value: &str) -> Option<Thoroughness> {
     }
 }
 
+/// The ids of every session of the agents `owner` owns, whoever opened them (the storage quota
+/// walks their attachments).
+pub(crate) fn ids_of_owned_agents(conn: &Connection, owner: &str) -> ApiResult<Vec<String>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT sessions.id FROM sessions JOIN agents ON agents.id = sessions.agent_id WHERE agents.account_id = ?1",
+    )?;
+    let ids = statement.query_map(params![owner], |row| row.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+    Ok(ids)
+}
+
 /// One session; 404 `Session not found` when missing.
 pub(crate) fn load_info(conn: &Connection, session_id: &str) -> ApiResult<SessionInfo> {
     let mut session = conn

@@ -69,6 +69,12 @@ struct Upload {
     owner_id: String,
 }
 
+/// Uploads in progress (not expired), server-wide (`/metrics`).
+pub(crate) async fn in_flight(app: &App) -> ApiResult<i64> {
+    let since = app.clock.now_ms() - TTL_MS;
+    app.db.read(move |conn| store::in_flight(conn, since)).await
+}
+
 /// `BeginFileUpload {target, size}`: validates the target now, so a long upload cannot fail at
 /// the end; answers the id and the chunk size.
 pub(crate) async fn begin_file_upload(
@@ -82,21 +88,24 @@ pub(crate) async fn begin_file_upload(
     match &action.target {
         FileUploadTarget::MemoryUploadTarget(target) => {
             let (agent_id, account) = (target.agent_id.clone(), caller.account_id.clone());
-            let state_dir = app.db.read(move |conn| memory_state_dir(conn, &agent_id, &account)).await?;
+            let (state_dir, owner) = app.db.read(move |conn| memory_access(conn, &agent_id, &account)).await?;
             let path = MemoryPath::parse(&target.path)?;
             blocking(move || memory_target::check(&memory_target::root(&state_dir), &path)).await?;
             if action.size > MAX_MEMORY_UPLOAD_BYTES {
                 return Err(ApiError::too_large("Upload exceeds the maximum file size"));
             }
+            // Early, so a client does not send a file the commit would refuse.
+            crate::quota::check(app, &owner, action.size as u64, 0).await?;
         }
         FileUploadTarget::SessionAttachmentUploadTarget(target) => {
-            attachments::require_session(app, caller, &target.session_id, Need::Chat).await?;
+            let owner = attachments::require_session(app, caller, &target.session_id, Need::Chat).await?;
             if crate::validate::js_trim(&target.name).is_empty() {
                 return Err(ApiError::invalid("Attachment name is required"));
             }
             if action.size as u64 > attachments::MAX_ATTACHMENT_BYTES {
                 return Err(ApiError::too_large("Upload exceeds the maximum attachment size"));
             }
+            crate::quota::check(app, &owner, action.size as u64, 0).await?;
         }
     }
     let id = uuid::Uuid::new_v4().to_string();
@@ -223,8 +232,12 @@ pub(crate) async fn commit_file_upload(
         Ok(file)
     })
     .await?;
-    let committed = match upload.target {
-        FileUploadTarget::MemoryUploadTarget(target) => {
+    // Again at the commit: the account's other writes may have used the room since the begin.
+    // A refusal ends the upload (its staged bytes are removed below) and writes nothing.
+    let quota = crate::quota::check(app, &upload.owner_id, size, 0).await;
+    let committed = match (quota, upload.target) {
+        (Err(refused), _) => Err(refused),
+        (Ok(()), FileUploadTarget::MemoryUploadTarget(target)) => {
             let state_dir = upload.state_dir.ok_or_else(|| ApiError::internal("memory upload without a state dir"))?;
             let agent_id = target.agent_id.clone();
             let committed = blocking(move || {
@@ -242,7 +255,7 @@ pub(crate) async fn commit_file_upload(
                 entry: Some(entry),
             })
         }
-        FileUploadTarget::SessionAttachmentUploadTarget(target) => {
+        (Ok(()), FileUploadTarget::SessionAttachmentUploadTarget(target)) => {
             let root = attachments::root(&app.config);
             blocking(move || {
                 let dir = attachments::session_dir(&root, &target.session_id)?;
@@ -331,11 +344,6 @@ async fn locked(app: &App, caller: &Caller, upload_id: &str) -> ApiResult<(std::
         })
         .await?;
     Ok((file, upload))
-}
-
-/// The agent's state directory, when the account may write to it.
-fn memory_state_dir(conn: &Connection, agent_id: &str, account: &str) -> ApiResult<PathBuf> {
-    memory_access(conn, agent_id, account).map(|(state_dir, _)| state_dir)
 }
 
 /// The agent's state directory and owner, when the account may write to it.

@@ -17,6 +17,13 @@ pub(crate) fn active_count(conn: &Connection, account_id: &str, since: i64) -> A
         .query_row(params![account_id, since], |row| row.get(0))?)
 }
 
+/// How many uploads of any account were touched at or after `since` (`/metrics`).
+pub(crate) fn in_flight(conn: &Connection, since: i64) -> ApiResult<i64> {
+    Ok(conn
+        .prepare_cached("SELECT COUNT(*) FROM uploads WHERE updated_at >= ?1")?
+        .query_row([since], |row| row.get(0))?)
+}
+
 /// An upload to insert, nothing received yet.
 #[derive(Debug)]
 pub(crate) struct NewUpload<'a> {

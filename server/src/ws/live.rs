@@ -57,6 +57,8 @@ pub(crate) struct Live {
     pub(super) next_id: AtomicU64,
     /// `true` once shutdown started: sockets close with 1001.
     pub(super) shutdown: watch::Sender<bool>,
+    /// Frames dropped because their socket fell behind (`/metrics`).
+    pub(crate) dropped: Arc<AtomicU64>,
 }
 
 impl Live {
@@ -69,6 +71,7 @@ impl Live {
             sockets: Arc::new(Semaphore::new(max_sockets)),
             next_id: AtomicU64::new(1),
             shutdown: watch::channel(false).0,
+            dropped: Arc::default(),
         }
     }
 

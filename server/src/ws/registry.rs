@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use tokio::sync::{Notify, mpsc};
 
@@ -103,6 +103,8 @@ pub(crate) struct Bound {
     pub budget: Arc<Budget>,
     /// Out-of-band wake-ups.
     pub signal: Arc<Signal>,
+    /// Frames dropped server-wide because their socket fell behind (`/metrics`).
+    pub dropped: Arc<AtomicU64>,
 }
 
 impl Bound {
@@ -111,6 +113,7 @@ impl Bound {
     pub(crate) fn send(&self, frame: &Arc<OutFrame>) {
         let bytes = frame.bytes();
         if !self.budget.take(bytes) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
             self.signal.overflow();
             return;
         }
@@ -118,6 +121,7 @@ impl Bound {
             self.queue.try_send(frame.clone())
         {
             self.budget.give(bytes);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
             self.signal.overflow();
         }
     }
@@ -305,7 +309,17 @@ mod tests {
     fn bound(account: &str) -> (Bound, mpsc::Receiver<Arc<OutFrame>>) {
         let (queue, frames) = mpsc::channel(1);
         let budget = Arc::new(Budget::new(usize::MAX, Arc::default(), usize::MAX));
-        (Bound { account_id: account.into(), protocol: 3, queue, budget, signal: Arc::default() }, frames)
+        (
+            Bound {
+                account_id: account.into(),
+                protocol: 3,
+                queue,
+                budget,
+                signal: Arc::default(),
+                dropped: Arc::default(),
+            },
+            frames,
+        )
     }
 
     #[test]
@@ -315,7 +329,17 @@ mod tests {
         let socket = |max: usize| {
             let (queue, frames) = mpsc::channel(100);
             let budget = Arc::new(Budget::new(max, account.clone(), 250));
-            (Bound { account_id: "alice".into(), protocol: 3, queue, budget, signal: Arc::default() }, frames)
+            (
+                Bound {
+                    account_id: "alice".into(),
+                    protocol: 3,
+                    queue,
+                    budget,
+                    signal: Arc::default(),
+                    dropped: Arc::default(),
+                },
+                frames,
+            )
         };
         let (first, mut first_frames) = socket(100);
         for _ in 0..3 {

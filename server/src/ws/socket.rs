@@ -232,6 +232,7 @@ impl Socket<'_> {
                 queue,
                 budget: budget.clone(),
                 signal: self.signal.clone(),
+                dropped: self.live.dropped.clone(),
             };
             registry.bind(self.id, bound, self.limits.per_account).map(|()| budget)
         };

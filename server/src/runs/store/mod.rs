@@ -206,6 +206,20 @@ pub(crate) fn set_trigger_firing(conn: &Connection, run_id: &str, firing_id: &st
     Ok(())
 }
 
+/// Runs per status, and the queued runs whose `not_before` has passed (`/metrics`).
+pub(crate) fn count_by_status(conn: &Connection, now: i64) -> ApiResult<(Vec<(String, i64)>, i64)> {
+    let mut statement = conn.prepare_cached("SELECT status, COUNT(*) FROM runs GROUP BY status")?;
+    let counts = statement
+        .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let due = conn
+        .prepare_cached(
+            "SELECT COUNT(*) FROM runs WHERE status = 'queued' AND (not_before IS NULL OR not_before <= ?1)",
+        )?
+        .query_row([now], |row| row.get(0))?;
+    Ok((counts, due))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
