@@ -113,7 +113,7 @@ impl Bound {
     pub(crate) fn send(&self, frame: &Arc<OutFrame>) {
         let bytes = frame.bytes();
         if !self.budget.take(bytes) {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.dropped.fetch_add(frame.parts().len() as u64, Ordering::Relaxed);
             self.signal.overflow();
             return;
         }
@@ -121,7 +121,7 @@ impl Bound {
             self.queue.try_send(frame.clone())
         {
             self.budget.give(bytes);
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.dropped.fetch_add(frame.parts().len() as u64, Ordering::Relaxed);
             self.signal.overflow();
         }
     }
