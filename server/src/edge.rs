@@ -10,7 +10,7 @@ use seed_agents_protocol::envelope::KeyCache;
 use crate::app::App;
 use crate::auth::replay::ReplayGuard;
 use crate::http::body::{BodyBudget, BodyLimits};
-use crate::http::metrics::RequestStats;
+use crate::http::requests::RequestStats;
 use crate::ws::live::{Live, WsLimits};
 
 /// The state of the HTTP routes and WebSocket sockets.

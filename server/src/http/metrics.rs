@@ -1,13 +1,12 @@
 //! `GET /metrics` on the `--metrics-listen` address (server/README.md, "Metrics"): what the server
 //! counts, in the Prometheus text format (OpenMetrics) written by `prometheus-client`.
 //!
-//! The counts are plain atomics kept beside what they count ([`RequestStats`] here, the writer's
+//! The counts are plain atomics kept beside what they count ([`RequestStats`](super::requests::RequestStats), the writer's
 //! in `db`, the model client's, the WebSockets', `telemetry` for the runtime and triggers); the
 //! store-backed gauges (runs by state, queue depth, uploads in flight) are read on a reader
 //! connection at scrape time. Every label value comes from a closed set: action names of the
 //! protocol (`other` for anything else), HTTP statuses, error kinds, bucket names.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
@@ -21,62 +20,9 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::edge::Edge;
-use crate::error::ErrorKind;
-use crate::telemetry::{Counter, FIRING_KINDS, Histogram, HistogramSnapshot, LATENCY_BUCKETS};
+use crate::telemetry::{FIRING_KINDS, HistogramSnapshot};
 
 /// The label of a request whose action is not one of the protocol's (or was never read).
-const OTHER_ACTION: &str = "other";
-
-/// Requests by action and status, and their latency by action: one counter per pair and one
-/// histogram per action, allocated up front, so recording is a map lookup and atomic adds.
-#[derive(Debug)]
-pub(crate) struct RequestStats {
-    /// Action name -> index; the index one past the last is [`OTHER_ACTION`].
-    actions: HashMap<&'static str, usize>,
-    names: Vec<&'static str>,
-    /// Every status `/api/message` can answer, `200` first.
-    statuses: Vec<u16>,
-    /// `names.len() × statuses.len()`, row by action.
-    counts: Box<[Counter]>,
-    /// One per action name.
-    latency: Box<[Histogram]>,
-}
-
-impl Default for RequestStats {
-    fn default() -> Self {
-        let mut names: Vec<&'static str> =
-            seed_agents_protocol::generated::ACTIONS.iter().map(|info| info.name).collect();
-        names.push(OTHER_ACTION);
-        let actions = names.iter().enumerate().map(|(index, name)| (*name, index)).collect();
-        let mut statuses = vec![200];
-        for kind in ErrorKind::ALL {
-            let status = super::status(kind).as_u16();
-            if !statuses.contains(&status) {
-                statuses.push(status);
-            }
-        }
-        let counts = (0..names.len() * statuses.len()).map(|_| Counter::default()).collect();
-        let latency = names.iter().map(|_| Histogram::new(LATENCY_BUCKETS)).collect();
-        Self { actions, names, statuses, counts, latency }
-    }
-}
-
-impl RequestStats {
-    /// Records one answered request.
-    pub(crate) fn record(&self, action: Option<&str>, status: u16, elapsed: std::time::Duration) {
-        let other = self.names.len() - 1;
-        let row = action.and_then(|name| self.actions.get(name).copied()).unwrap_or(other);
-        // A status outside the list (none today) is counted as a 500.
-        let column = self
-            .statuses
-            .iter()
-            .position(|each| *each == status)
-            .unwrap_or_else(|| self.statuses.iter().position(|each| *each == 500).unwrap_or(0));
-        self.counts[row * self.statuses.len() + column].inc();
-        self.latency[row].observe_duration(elapsed);
-    }
-}
-
 /// The metrics routes (served on their own listener, never on the API's).
 pub(crate) fn router(edge: Arc<Edge>) -> Router {
     Router::new().route("/metrics", get(metrics)).with_state(edge)

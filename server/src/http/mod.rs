@@ -4,8 +4,12 @@
 
 pub(crate) mod body;
 pub(crate) mod metrics;
+pub(crate) mod requests;
 pub(crate) mod serve;
+mod status;
 mod webhook;
+
+pub(crate) use status::status;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -208,26 +212,6 @@ pub(crate) fn error_response(error: &ApiError, protocol: u32) -> Response {
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     response
-}
-
-/// The HTTP status of each kind of failure: the one place the server decides it.
-pub(crate) fn status(kind: ErrorKind) -> StatusCode {
-    match kind {
-        ErrorKind::Invalid => StatusCode::BAD_REQUEST,
-        ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
-        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
-        ErrorKind::NotFound => StatusCode::NOT_FOUND,
-        ErrorKind::Conflict => StatusCode::CONFLICT,
-        ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-        ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        ErrorKind::TooMany => StatusCode::TOO_MANY_REQUESTS,
-        ErrorKind::TimedOut => StatusCode::REQUEST_TIMEOUT,
-        ErrorKind::UpdateRequired => StatusCode::UPGRADE_REQUIRED,
-        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        ErrorKind::Upstream => StatusCode::BAD_GATEWAY,
-        ErrorKind::NotImplemented => StatusCode::NOT_IMPLEMENTED,
-        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-    }
 }
 
 fn json(value: serde_json::Value) -> Response {

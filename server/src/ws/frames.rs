@@ -21,14 +21,17 @@ pub(crate) struct OutFrame {
     bytes: usize,
 }
 
+/// For a session `append` (or a run's journal entry): the session (or run) and the `seq` a
+/// socket dedupes it by against what its replay already sent.
+pub(crate) type Dedupe = Option<(Arc<str>, i64)>;
+
 /// One frame of an [`OutFrame`].
 #[derive(Debug)]
 pub(crate) struct Part {
     /// The JSON text.
     pub text: Utf8Bytes,
-    /// For a session `append`: the session and the event's `seq`, so a socket can drop what its
-    /// replay already sent.
-    pub append: Option<(Arc<str>, i64)>,
+    /// What a socket dedupes it by.
+    pub append: Dedupe,
 }
 
 impl OutFrame {

@@ -32,7 +32,7 @@ use seed_agents_protocol::generated::{
 use seed_agents_protocol::wire;
 use tokio::sync::{broadcast, watch};
 
-use super::frames::{self, OutFrame, Part};
+use super::frames::{self, Dedupe, OutFrame, Part};
 use super::live::Live;
 use super::registry::{Registry, SocketId, Sub};
 use crate::access::{self, Role};
@@ -170,7 +170,7 @@ async fn session_snapshots(edge: Arc<Edge>, changes: Arc<SessionChanges>, mut sh
 enum Source {
     /// The same frames for every receiver (several: a session's appends of one commit), each
     /// with the session (or run) and `seq` a replay dedupes it by.
-    Frames(Vec<(AgentWsEvent, Option<(Arc<str>, i64)>)>),
+    Frames(Vec<(AgentWsEvent, Dedupe)>),
     /// An agent snapshot under `key`: each receiver sees its own `accessRole`.
     Agent { key: String, info: Box<AgentInfo> },
 }
@@ -191,7 +191,7 @@ impl Outgoing {
         Self::frames(vec![(frame, None)])
     }
 
-    fn frames(frames: Vec<(AgentWsEvent, Option<(Arc<str>, i64)>)>) -> Self {
+    fn frames(frames: Vec<(AgentWsEvent, Dedupe)>) -> Self {
         Self { source: Source::Frames(frames), last: None, encoded: HashMap::new() }
     }
 
