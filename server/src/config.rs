@@ -108,8 +108,8 @@ pub struct Config {
     #[arg(long, env = "SEED_AGENTS_WS_SUBSCRIPTIONS", default_value_t = 64)]
     pub ws_subscriptions: usize,
 
-    /// Frames waiting for one WebSocket before its client counts as too slow and is disconnected
-    /// (it resumes from its last `seq`).
+    /// Deliveries waiting for one WebSocket (a frame, or the appends of one commit) before its
+    /// client counts as too slow and is disconnected (it resumes from its last `seq`).
     #[arg(long, env = "SEED_AGENTS_WS_QUEUE", default_value_t = 1024)]
     pub ws_queue: usize,
 
