@@ -442,3 +442,28 @@ async fn downloads_refuse_private_destinations_by_default() {
     assert!(paths(&owner, &agent).await.is_empty());
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_download_past_the_storage_quota_stops_and_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with(dir, |config| {
+        config.allow_private_network = true;
+        config.storage_quota_bytes = 1024 * 1024;
+    })
+    .await;
+    let owner = server.user();
+    let agent = owner.create_agent("Quota").await;
+    let origin = origin().await;
+    // 4 MiB, chunked (no length up front): refused once it passes the 1 MiB the quota leaves.
+    let refused = owner.call(fetch(&agent, &format!("http://{origin}/files/big"), Some("big.bin"))).await.unwrap_err();
+    assert_eq!(
+        (refused.status(), refused.code()),
+        (Some(413), Some(seed_agents_sdk::ErrorCode::QuotaExceeded)),
+        "{refused:?}"
+    );
+    assert!(owner.call(ListAgentMemory { agent_id: agent.clone() }).await.unwrap().entries.is_empty());
+    // What fits still downloads.
+    let notes = owner.call(fetch(&agent, &format!("http://{origin}/files/notes.txt"), Some("n.txt"))).await.unwrap();
+    assert_eq!(notes.entry.size, 5);
+    server.stop().await;
+}

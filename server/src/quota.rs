@@ -24,6 +24,33 @@ pub(crate) async fn check(app: &App, owner: &str, adding: u64, freeing: u64) -> 
     if quota == 0 {
         return Ok(());
     }
+    let used = used(app, owner).await?;
+    if used.saturating_sub(freeing).saturating_add(adding) > quota {
+        return Err(exceeded(format!(
+            "Storage quota exceeded: {used} of {quota} bytes in use, this write needs {adding} more"
+        )));
+    }
+    Ok(())
+}
+
+/// The bytes `owner` may still store: `None` when there is no quota. For a write whose size is
+/// known only once it has arrived (a download), which stops at this many bytes.
+pub(crate) async fn room(app: &App, owner: &str) -> ApiResult<Option<u64>> {
+    let quota = app.config.storage_quota_bytes;
+    if quota == 0 {
+        return Ok(None);
+    }
+    let used = used(app, owner).await?;
+    Ok(Some(quota.saturating_sub(used)))
+}
+
+/// The refusal: 413 `quota_exceeded`, saying why.
+pub(crate) fn exceeded(message: String) -> ApiError {
+    ApiError::too_large(message).with_code(QUOTA_EXCEEDED)
+}
+
+/// The bytes `owner` stores now: its agents' memory files and their sessions' attachments.
+async fn used(app: &App, owner: &str) -> ApiResult<u64> {
     let owner = owner.to_owned();
     let (dirs, sessions) = app
         .db
@@ -34,20 +61,13 @@ pub(crate) async fn check(app: &App, owner: &str, adding: u64, freeing: u64) -> 
         })
         .await?;
     let attachments = app.config.attachments_dir();
-    let used = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let memory = dirs.iter().map(|dir| PathBuf::from(dir).join(crate::memory::path::MEMORY_DIR));
         let attached = sessions.iter().map(|session| attachments.join(session));
         memory.chain(attached).map(|dir| bytes_under(&dir)).sum::<u64>()
     })
     .await
-    .map_err(ApiError::internal)?;
-    if used.saturating_sub(freeing).saturating_add(adding) > quota {
-        return Err(ApiError::too_large(format!(
-            "Storage quota exceeded: {used} of {quota} bytes in use, this write needs {adding} more"
-        ))
-        .with_code(QUOTA_EXCEEDED));
-    }
-    Ok(())
+    .map_err(ApiError::internal)
 }
 
 /// The bytes of the regular files under `dir` (none when it does not exist); symlinks are not

@@ -29,6 +29,9 @@ pub(crate) struct Options {
     pub idle_timeout: Duration,
     /// Now, for the `download-<ms>` default name.
     pub now_ms: i64,
+    /// The bytes the storage quota leaves the owner (`crate::quota::room`): a download that
+    /// passes them stops with 413 `quota_exceeded` and stores nothing. `None`: no quota.
+    pub room: Option<u64>,
 }
 
 /// What a download stored.
@@ -84,6 +87,7 @@ pub(crate) async fn download(
     })
     .await?;
     let mut file = tokio::fs::File::from_std(file);
+    let mut received: u64 = 0;
     loop {
         let chunk = match tokio::time::timeout(options.idle_timeout, response.chunk()).await {
             Err(_) => {
@@ -94,6 +98,15 @@ pub(crate) async fn download(
             Ok(Ok(None)) => break,
             Ok(Ok(Some(chunk))) => chunk,
         };
+        received = received.saturating_add(chunk.len() as u64);
+        if let Some(room) = options.room
+            && received > room
+        {
+            // The temporary file goes with `temp`: nothing is stored.
+            return Err(crate::quota::exceeded(format!(
+                "Storage quota exceeded: the download from {url} passed the {room} bytes the quota leaves"
+            )));
+        }
         file.write_all(&chunk).await.map_err(ApiError::internal)?;
     }
     // Wait for tokio's last background write; `commit` fsyncs and renames on the blocking pool.
@@ -254,7 +267,8 @@ mod tests {
         let addr = stalling_server().await;
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("memory");
-        let options = Options { allow_private_network: true, idle_timeout: Duration::from_millis(300), now_ms: 1 };
+        let options =
+            Options { allow_private_network: true, idle_timeout: Duration::from_millis(300), now_ms: 1, room: None };
         let error = download(root.clone(), &format!("http://{addr}/slow.txt"), None, options).await.unwrap_err();
         assert_eq!(error.kind(), ErrorKind::Upstream);
         assert_eq!(error.message(), format!("Download of http://{addr}/slow.txt failed: no data received for 300 ms"));
@@ -267,7 +281,7 @@ mod tests {
     #[tokio::test]
     async fn private_destinations_are_refused_before_connecting() {
         let dir = tempfile::tempdir().unwrap();
-        let options = Options { allow_private_network: false, idle_timeout: IDLE_TIMEOUT, now_ms: 1 };
+        let options = Options { allow_private_network: false, idle_timeout: IDLE_TIMEOUT, now_ms: 1, room: None };
         for (target, host) in [
             ("http://127.0.0.1:9/x", "127.0.0.1"),
             ("http://10.0.0.1/x", "10.0.0.1"),

@@ -190,6 +190,7 @@ pub(crate) async fn download_agent_memory_file(
         allow_private_network: app.config.allow_private_network,
         idle_timeout: download::IDLE_TIMEOUT,
         now_ms: app.clock.now_ms(),
+        room: crate::quota::room(app, &memory.owner_id).await?,
     };
     let done = download::download(memory.root.clone(), &action.url, action.path.as_deref(), options).await?;
     changed(app, &memory);

@@ -62,6 +62,7 @@ pub(super) async fn read(context: &Context<'_>, raw: &str, input: &Input<'_>) ->
         allow_private_network: true,
         idle_timeout: download::IDLE_TIMEOUT,
         now_ms: context.app.clock.now_ms(),
+        room: crate::quota::room(context.app, &context.owner_id).await?,
     };
     let done = download::download(context.memory_root.clone(), &url, Some(&path), options).await?;
     context.memory_changed();

@@ -138,6 +138,7 @@ async fn from_url(context: &Context<'_>, raw: &str, url: &str) -> ApiResult<Valu
         allow_private_network: context.app.config.allow_private_network,
         idle_timeout: download::IDLE_TIMEOUT,
         now_ms: context.app.clock.now_ms(),
+        room: crate::quota::room(context.app, &context.owner_id).await?,
     };
     let done = download::download(context.memory_root.clone(), url, Some(raw), options).await?;
     #[derive(Serialize)]
@@ -168,12 +169,14 @@ async fn from_url(context: &Context<'_>, raw: &str, url: &str) -> ApiResult<Valu
 
 async fn from_attachment(context: &Context<'_>, raw: &str, id: String) -> ApiResult<Value> {
     let dir = crate::attachments::session_dir(&crate::attachments::root(&context.app.config), context.session()?)?;
-    let (root, raw) = (context.memory_root.clone(), raw.to_owned());
-    let (info, entry) = blocking(move || {
-        let (info, data) = crate::attachments::read(&dir, &id)?;
-        let target = if raw.is_empty() { format!("attachments/{}", info.name) } else { raw };
-        let entry = store::write(&root, &MemoryPath::parse(&target)?, &data)?;
-        Ok((info, entry))
+    let (info, data) = blocking(move || crate::attachments::read(&dir, &id)).await?;
+    // The copy counts toward the storage quota like any other write (nothing it replaces is
+    // subtracted: a copy over an existing file is refused a little early, never let through).
+    crate::quota::check(context.app, &context.owner_id, data.len() as u64, 0).await?;
+    let (root, raw, name) = (context.memory_root.clone(), raw.to_owned(), info.name.clone());
+    let entry = blocking(move || {
+        let target = if raw.is_empty() { format!("attachments/{name}") } else { raw };
+        store::write(&root, &MemoryPath::parse(&target)?, &data)
     })
     .await?;
     #[derive(Serialize)]
