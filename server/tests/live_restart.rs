@@ -172,13 +172,46 @@ async fn a_subscription_survives_three_sigkills_with_every_seq_once_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_is_disconnected_and_memory_stays_flat() {
+    // The frame bound alone (64 deliveries of two 32 KiB frames each): 64 MiB of frames due.
+    let stalled = stall(&["--ws-queue", "64", "--body-timeout", "2"], 32, 64).await;
+    assert!(stalled.growth_kib < 64 * 1024, "memory stayed flat: grew {} KiB", stalled.growth_kib);
+}
+
+/// The byte bound alone: frames large enough that the default frame bound (1,024 deliveries,
+/// here 128 MiB) would pin far more than the byte bound lets the socket hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_stops_is_cut_off_at_its_byte_bound_and_rss_stays_within_it() {
+    const BOUND_KIB: u64 = 2 * 1024;
+    let bound = (BOUND_KIB * 1024).to_string();
+    // A long write timeout (it is the body timeout), so the bounds and not a timed-out write
+    // are what end the socket.
+    let stalled = stall(&["--ws-queue-bytes", &bound, "--body-timeout", "60"], 64, 96).await;
+    // What the bound lets the queue hold, plus a constant for everything else the writes cost the
+    // server (request bodies in flight, SQLite's page cache, the allocator's arenas).
+    let constant_kib = 16 * 1024;
+    assert!(
+        stalled.growth_kib < BOUND_KIB + constant_kib,
+        "RSS grew {} KiB: more than the {BOUND_KIB} KiB bound plus {constant_kib} KiB",
+        stalled.growth_kib
+    );
+}
+
+/// What a stalled reader cost the server.
+struct Stalled {
+    growth_kib: u64,
+}
+
+/// Starts a server with `args`, subscribes a socket that then stops reading, and appends writes
+/// of `content_kib` KiB (two frames each) until more than `due_mib` MiB of frames were due to it.
+/// Checks that the server cut the socket off (it got far fewer frames than were due, then a
+/// close) and returns how much the server's RSS grew meanwhile.
+async fn stall(args: &[&str], content_kib: usize, due_mib: u64) -> Stalled {
     let data = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
-    let launch = Launch::new(crate::SERVER_BIN, data.path(), &logs.path().join("server.log"))
-        .arg("--ws-queue")
-        .arg("64")
-        .arg("--body-timeout")
-        .arg("2");
+    let mut launch = Launch::new(crate::SERVER_BIN, data.path(), &logs.path().join("server.log"));
+    for arg in args {
+        launch = launch.arg(*arg);
+    }
     let server = ServerProcess::start(&launch).await;
     let owner = client(&server.url);
     let session_id = session(&owner).await;
@@ -201,10 +234,10 @@ async fn a_client_that_stops_reading_is_disconnected_and_memory_stays_flat() {
     }
     let idle = rss_kib(server.pid());
 
-    // 32 KiB of content per write: each tool_call frame carries it. Two frames per write; the
-    // writers go on until more than 64 MiB of frames were due to the stalled socket.
-    let content = "y".repeat(32 * 1024);
-    let enough = (64 << 20) / (2 * 32 * 1024) + 1;
+    // Each write's tool_call frame carries the content: two frames per write.
+    let frame_bytes = content_kib as u64 * 1024;
+    let content = "y".repeat(content_kib * 1024);
+    let enough = (due_mib << 20) / (2 * frame_bytes) + 1;
     let stop = Arc::new(AtomicBool::new(false));
     let acknowledged = Arc::new(AtomicU64::new(0));
     let writers: Vec<_> = (0..2)
@@ -227,16 +260,15 @@ async fn a_client_that_stops_reading_is_disconnected_and_memory_stays_flat() {
     }
     peak = peak.max(rss_kib(server.pid()));
     let writes = acknowledged.load(Ordering::Relaxed);
-    let stream_bytes = writes * 2 * 32 * 1024;
+    let stream_bytes = writes * 2 * frame_bytes;
     println!(
-        "{writes} writes (~{} MiB of frames for the stalled socket); server RSS idle {} MiB, peak {} MiB, growth {} MiB",
+        "{writes} writes (~{} MiB of frames for the stalled socket); server RSS idle {} MiB, peak {} MiB, growth {} KiB",
         stream_bytes >> 20,
         idle / 1024,
         peak / 1024,
-        (peak - idle) / 1024
+        peak - idle
     );
-    assert!(stream_bytes > 64 << 20, "enough was sent to overflow any buffer ({writes} writes)");
-    assert!(peak - idle < 64 * 1024, "memory stayed flat: grew {} KiB", peak - idle);
+    assert!(stream_bytes > due_mib << 20, "enough was sent to overflow the bound ({writes} writes)");
 
     // Reading again: what the kernel held, then the close (the server gave up on this client).
     let mut frames = 0;
@@ -250,4 +282,5 @@ async fn a_client_that_stops_reading_is_disconnected_and_memory_stays_flat() {
     println!("the stalled socket got {frames} frames, then {closed:?}");
     assert!((frames as u64) < writes * 2, "it was cut off, not served everything");
     server.terminate().await;
+    Stalled { growth_kib: peak - idle }
 }
