@@ -8,10 +8,11 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use seed_agents_protocol::generated::{
     AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerSource, BeginFileUpload, CreateAgent, CreateAgentTrigger,
-    DeleteAgentMemoryFile, FileUploadTarget, GetAgent, ListAgentMemory, ListAgents, MemoryUploadTarget, SetSecret,
-    UploadSessionAttachment, WebhookSource, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
+    DeleteAgentMemoryFile, FileUploadTarget, GetAgent, InvokeSessionTool, InvokeSessionToolVerb, ListAgentMemory,
+    ListAgents, MemoryUploadTarget, SetSecret, UploadSessionAttachment, WebhookSource, WriteAgentMemoryFile,
+    WriteAgentMemoryFileContent,
 };
-use seed_agents_protocol::{Action as _, Bytes};
+use seed_agents_protocol::{Action as _, Bytes, Value};
 use seed_agents_sdk::ErrorCode;
 use seed_agents_sdk::subscription::Event as Live;
 
@@ -364,6 +365,25 @@ async fn the_storage_quota_refuses_with_413_and_writes_nothing() {
     // Room again once a file is gone.
     user.call(DeleteAgentMemoryFile { agent_id: agent_id.clone(), path: "a.bin".into() }).await.unwrap();
     user.call(attachment).await.unwrap();
+    assert!(paths(user.clone(), agent_id.clone()).await.is_empty());
+    // Copying an attachment into memory counts like any write: 2,000 + 6,000 in attachments, and
+    // a 6,000-byte copy would pass 10,000.
+    let big = UploadSessionAttachment {
+        content: Bytes(vec![2; 6000]),
+        mime_type: None,
+        name: "y.bin".into(),
+        session_id: session_id.clone(),
+    };
+    let big = user.call(big).await.unwrap().attachment;
+    let input = serde_json::json!({ "address": "~/memory/y.bin", "options": { "fromAttachment": big.id } });
+    let copy = InvokeSessionTool {
+        input: Value(seed_agents_protocol::wire::to_ipld(&input).unwrap()),
+        session_id: session_id.clone(),
+        verb: InvokeSessionToolVerb::Write,
+    };
+    let copied = user.call(copy).await.unwrap();
+    let error = copied.error.unwrap_or_default();
+    assert!(error.starts_with("Storage quota exceeded"), "{error:?}");
     assert!(paths(user.clone(), agent_id.clone()).await.is_empty());
     server.stop().await;
 }
