@@ -6,11 +6,10 @@
 //! happens while it is held.
 
 use std::collections::{HashMap, HashSet};
-
-use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
+use rustc_hash::FxHashMap;
 use tokio::sync::{Notify, mpsc};
 
 use super::frames::OutFrame;
@@ -113,17 +112,21 @@ impl Bound {
     pub(crate) fn send(&self, frame: &Arc<OutFrame>) {
         let bytes = frame.bytes();
         if !self.budget.take(bytes) {
-            self.dropped.fetch_add(frame.parts().len() as u64, Ordering::Relaxed);
-            self.signal.overflow();
+            self.fell_behind(frame);
             return;
         }
         if let Err(mpsc::error::TrySendError::Full(_) | mpsc::error::TrySendError::Closed(_)) =
             self.queue.try_send(frame.clone())
         {
             self.budget.give(bytes);
-            self.dropped.fetch_add(frame.parts().len() as u64, Ordering::Relaxed);
-            self.signal.overflow();
+            self.fell_behind(frame);
         }
+    }
+
+    /// `frame` was not queued: it counts as dropped and the socket as fallen behind.
+    fn fell_behind(&self, frame: &OutFrame) {
+        self.dropped.fetch_add(frame.parts().len() as u64, Ordering::Relaxed);
+        self.signal.overflow();
     }
 }
 
@@ -307,40 +310,28 @@ mod tests {
     use super::*;
 
     fn bound(account: &str) -> (Bound, mpsc::Receiver<Arc<OutFrame>>) {
-        let (queue, frames) = mpsc::channel(1);
-        let budget = Arc::new(Budget::new(usize::MAX, Arc::default(), usize::MAX));
-        (
-            Bound {
-                account_id: account.into(),
-                protocol: 3,
-                queue,
-                budget,
-                signal: Arc::default(),
-                dropped: Arc::default(),
-            },
-            frames,
-        )
+        bound_with(account, 1, Budget::new(usize::MAX, Arc::default(), usize::MAX))
+    }
+
+    /// A socket of `account` with a queue of `frames` slots and `budget`.
+    fn bound_with(account: &str, frames: usize, budget: Budget) -> (Bound, mpsc::Receiver<Arc<OutFrame>>) {
+        let (queue, frames) = mpsc::channel(frames);
+        let bound = Bound {
+            account_id: account.into(),
+            protocol: 3,
+            queue,
+            budget: Arc::new(budget),
+            signal: Arc::default(),
+            dropped: Arc::default(),
+        };
+        (bound, frames)
     }
 
     #[test]
     fn queued_bytes_stay_within_the_socket_and_account_bounds() {
         let frame = |bytes: usize| OutFrame::plain("x".repeat(bytes).into());
         let account = Arc::new(AtomicUsize::new(0));
-        let socket = |max: usize| {
-            let (queue, frames) = mpsc::channel(100);
-            let budget = Arc::new(Budget::new(max, account.clone(), 250));
-            (
-                Bound {
-                    account_id: "alice".into(),
-                    protocol: 3,
-                    queue,
-                    budget,
-                    signal: Arc::default(),
-                    dropped: Arc::default(),
-                },
-                frames,
-            )
-        };
+        let socket = |max: usize| bound_with("alice", 100, Budget::new(max, account.clone(), 250));
         let (first, mut first_frames) = socket(100);
         for _ in 0..3 {
             first.send(&frame(30));

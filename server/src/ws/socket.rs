@@ -134,15 +134,13 @@ impl Socket<'_> {
                 // from unanswered pings, not from how long the peer was left unread.
                 biased;
                 Some(frame) = self.frames.recv() => {
-                    match self.forward(frame).await {
-                        Ok(()) => {}
-                        Err(ending) => return ending,
+                    if let Err(ending) = self.forward(frame, &signal).await {
+                        return ending;
                     }
                 }
                 () = &mut fell_behind => {
                     if signal.overflowed() {
-                        tracing::info!(socket = self.id, "closing a WebSocket that fell behind");
-                        return Some((close_code::AGAIN, TOO_SLOW));
+                        return self.too_slow();
                     }
                     fell_behind.set(signal.notify.notified());
                 }
@@ -336,8 +334,7 @@ impl Socket<'_> {
     /// Sends a queued live frame and those queued behind it (up to [`BATCH`]), flushed once, so a
     /// burst costs one write; frames a replay already sent are skipped. A socket that fell behind
     /// sends nothing more: a frame queued after one it lost would leave a gap.
-    async fn forward(&mut self, first: Arc<OutFrame>) -> Result<(), Ending> {
-        let signal = self.signal.clone();
+    async fn forward(&mut self, first: Arc<OutFrame>, signal: &Signal) -> Result<(), Ending> {
         let send = async {
             let mut next = Some(first);
             let mut taken = 0;
@@ -366,10 +363,7 @@ impl Socket<'_> {
         };
         match tokio::time::timeout(self.limits.send_timeout, send).await {
             Ok(Ok(true)) => Ok(()),
-            Ok(Ok(false)) => {
-                tracing::info!(socket = self.id, "closing a WebSocket that fell behind");
-                Err(Some((close_code::AGAIN, TOO_SLOW)))
-            }
+            Ok(Ok(false)) => Err(self.too_slow()),
             Ok(Err(error)) => {
                 tracing::debug!(%error, "WebSocket write failed");
                 Err(None)
@@ -379,6 +373,12 @@ impl Socket<'_> {
                 Err(None)
             }
         }
+    }
+
+    /// The ending of a socket that fell behind: its client resumes from its last `seq`.
+    fn too_slow(&self) -> Ending {
+        tracing::info!(socket = self.id, "closing a WebSocket that fell behind");
+        Some((close_code::AGAIN, TOO_SLOW))
     }
 
     async fn send(&mut self, text: Utf8Bytes) -> Result<(), ()> {
