@@ -117,6 +117,12 @@ pub(crate) struct Telemetry {
 
 /// What a trigger firing started: a new thread, a wake-up of a parked run, a workflow run.
 pub(crate) const FIRING_KINDS: [&str; 3] = ["thread", "wake", "workflow"];
+/// Where each kind sits in [`FIRING_KINDS`] (and in `Telemetry::trigger_firings`).
+pub(crate) const FIRED_THREAD: usize = 0;
+/// See [`FIRED_THREAD`].
+pub(crate) const FIRED_WAKE: usize = 1;
+/// See [`FIRED_THREAD`].
+pub(crate) const FIRED_WORKFLOW: usize = 2;
 
 impl Default for Telemetry {
     fn default() -> Self {

@@ -1,8 +1,9 @@
 //! `GET /metrics` on the `--metrics-listen` address (server/README.md, "Metrics"): what the server
 //! counts, in the Prometheus text format (OpenMetrics) written by `prometheus-client`.
 //!
-//! The counts are plain atomics kept beside what they count ([`RequestStats`](super::requests::RequestStats), the writer's
-//! in `db`, the model client's, the WebSockets', `telemetry` for the runtime and triggers); the
+//! The counts are plain atomics kept beside what they count (`http::requests` for the edge's,
+//! the writer's in `db`, the model client's, the WebSockets', `telemetry` for the runtime and
+//! triggers); the
 //! store-backed gauges (runs by state, queue depth, uploads in flight) are read on a reader
 //! connection at scrape time. Every label value comes from a closed set: action names of the
 //! protocol (`other` for anything else), HTTP statuses, error kinds, bucket names.
@@ -22,7 +23,6 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::edge::Edge;
 use crate::telemetry::{FIRING_KINDS, HistogramSnapshot};
 
-/// The label of a request whose action is not one of the protocol's (or was never read).
 /// The metrics routes (served on their own listener, never on the API's).
 pub(crate) fn router(edge: Arc<Edge>) -> Router {
     Router::new().route("/metrics", get(metrics)).with_state(edge)
@@ -86,20 +86,8 @@ impl Scrape {
             })
             .collect();
         let uploads_in_flight = crate::uploads::in_flight(app).await?;
-        let stats = &edge.requests;
-        let mut requests = Vec::new();
-        let mut latency = Vec::new();
-        for (row, name) in stats.names.iter().enumerate() {
-            for (column, status) in stats.statuses.iter().enumerate() {
-                let count = stats.counts[row * stats.statuses.len() + column].get();
-                if count > 0 {
-                    requests.push((*name, *status, count));
-                }
-            }
-            if stats.latency[row].count() > 0 {
-                latency.push((*name, stats.latency[row].snapshot()));
-            }
-        }
+        let requests = edge.requests.counts().collect();
+        let latency = edge.requests.latencies().collect();
         let writer = app.db.writer_stats();
         Ok(Self {
             requests,

@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 
 use crate::error::ErrorKind;
-use crate::telemetry::{Counter, Histogram, LATENCY_BUCKETS};
+use crate::telemetry::{Counter, Histogram, HistogramSnapshot, LATENCY_BUCKETS};
 
+/// The label of a request whose action is not one of the protocol's (or was never read).
 const OTHER_ACTION: &str = "other";
 
 /// Requests by action and status, and their latency by action: one counter per pair and one
@@ -14,13 +15,13 @@ const OTHER_ACTION: &str = "other";
 pub(crate) struct RequestStats {
     /// Action name -> index; the index one past the last is [`OTHER_ACTION`].
     actions: HashMap<&'static str, usize>,
-    pub(super) names: Vec<&'static str>,
+    names: Vec<&'static str>,
     /// Every status `/api/message` can answer, `200` first.
-    pub(super) statuses: Vec<u16>,
+    statuses: Vec<u16>,
     /// `names.len() × statuses.len()`, row by action.
-    pub(super) counts: Box<[Counter]>,
+    counts: Box<[Counter]>,
     /// One per action name.
-    pub(super) latency: Box<[Histogram]>,
+    latency: Box<[Histogram]>,
 }
 
 impl Default for RequestStats {
@@ -55,5 +56,23 @@ impl RequestStats {
             .unwrap_or_else(|| self.statuses.iter().position(|each| *each == 500).unwrap_or(0));
         self.counts[row * self.statuses.len() + column].inc();
         self.latency[row].observe_duration(elapsed);
+    }
+
+    /// `(action, status, count)` for every pair answered at least once.
+    pub(crate) fn counts(&self) -> impl Iterator<Item = (&'static str, u16, u64)> + '_ {
+        let width = self.statuses.len();
+        self.counts.iter().enumerate().filter_map(move |(at, counter)| {
+            let count = counter.get();
+            (count > 0).then(|| (self.names[at / width], self.statuses[at % width], count))
+        })
+    }
+
+    /// `(action, latency)` for every action answered at least once.
+    pub(crate) fn latencies(&self) -> impl Iterator<Item = (&'static str, HistogramSnapshot)> + '_ {
+        self.names
+            .iter()
+            .zip(self.latency.iter())
+            .filter(|(_, histogram)| histogram.count() > 0)
+            .map(|(name, histogram)| (*name, histogram.snapshot()))
     }
 }

@@ -138,7 +138,7 @@ pub(crate) struct Published {
     /// Triggers (as `(owner, agent)`) whose firings changed without opening a session.
     updated: Vec<(String, String)>,
     /// Firings recorded, per kind (`telemetry::FIRING_KINDS`: thread, wake, workflow).
-    firings: [u64; 3],
+    firings: [u64; crate::telemetry::FIRING_KINDS.len()],
 }
 
 impl Published {
@@ -205,7 +205,7 @@ pub(crate) fn fire_in(
     let workflow = match &trigger.continuation {
         Some(TriggerContinuation::WakeContinuation(wake)) => {
             let run_id = wake_in(conn, &trigger, wake, activity, &firing_id, now, published)?;
-            published.firings[1] += 1;
+            published.firings[crate::telemetry::FIRED_WAKE] += 1;
             return Ok(FireOutcome::Woke { firing_id, run_id });
         }
         Some(TriggerContinuation::ScriptContinuation(script)) => {
@@ -219,7 +219,7 @@ pub(crate) fn fire_in(
     if let Some((source, input, on_failure)) = workflow {
         let started = Started { source, input, on_failure };
         let run_id = start_workflow(conn, &trigger, &firing_id, started, activity, now, published)?;
-        published.firings[2] += 1;
+        published.firings[crate::telemetry::FIRED_WORKFLOW] += 1;
         return Ok(FireOutcome::Started { firing_id, run_id });
     }
     let content = message_text(&prompt_of(&trigger), &trigger.name, activity);
@@ -227,7 +227,7 @@ pub(crate) fn fire_in(
     store::set_firing_thread(conn, &firing_id, &session_id, &run_id)?;
     store::mark_fired(conn, trigger_id, now)?;
     published.fired.push((trigger.account.clone(), trigger.agent_id.to_string(), session_id.clone()));
-    published.firings[0] += 1;
+    published.firings[crate::telemetry::FIRED_THREAD] += 1;
     Ok(FireOutcome::Fired { firing_id, session_id, run_id })
 }
 
