@@ -378,9 +378,12 @@ impl Config {
         }
     }
 
+    /// The SQLite database file's name in the data directory (and in a backup).
+    pub const DATABASE_FILE: &'static str = "seed-agents.sqlite";
+
     /// The SQLite database file.
     pub fn database_path(&self) -> PathBuf {
-        self.data_dir.join("seed-agents.sqlite")
+        self.data_dir.join(Self::DATABASE_FILE)
     }
 
     /// Where every session's attachments live.

@@ -15,8 +15,7 @@ use rusqlite::{Connection, OpenFlags};
 
 use super::{DbError, configure, migrations};
 
-/// The schema version this build writes (SQLite's `user_version` after the migrations).
-pub(crate) const SCHEMA_VERSION: i64 = migrations::SCHEMA_VERSION;
+pub(crate) use super::migrations::{SCHEMA_VERSION, schema_version};
 
 fn sqlite_error(path: &Path) -> impl Fn(rusqlite::Error) -> DbError + '_ {
     move |source| DbError::Sqlite { path: path.display().to_string(), source }
@@ -78,11 +77,6 @@ pub(crate) fn snapshot(source: &Path, target: &Path) -> Result<i64, DbError> {
     to.close().map_err(|(_, source)| sqlite_error(target)(source))?;
     std::fs::File::open(target).and_then(|file| file.sync_all()).map_err(io_error)?;
     Ok(version)
-}
-
-/// The schema version stored in the database (`user_version`).
-pub(crate) fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.pragma_query_value(None, "user_version", |row| row.get(0))
 }
 
 /// `PRAGMA integrity_check`: `["ok"]` for a sound file, else SQLite's findings (at most 100).

@@ -445,10 +445,15 @@ const MIGRATIONS: &[&str] = &[
     "#,
 ];
 
+/// The schema version stored in the database (SQLite's `user_version`: the migrations applied).
+pub(crate) fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.pragma_query_value(None, "user_version", |row| row.get(0))
+}
+
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.
 pub(super) fn apply(conn: &mut Connection, path: &str) -> Result<(), DbError> {
     let sqlite = |source| DbError::Sqlite { path: path.to_owned(), source };
-    let found: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0)).map_err(sqlite)?;
+    let found = schema_version(conn).map_err(sqlite)?;
     if found > SCHEMA_VERSION {
         return Err(DbError::TooNew { path: path.to_owned(), found, supported: SCHEMA_VERSION });
     }

@@ -397,14 +397,6 @@ impl Default for WriterStats {
     }
 }
 
-/// The schema version the database is at, read on a reader connection (readiness).
-pub(crate) fn schema_version(conn: &Connection) -> ApiResult<i64> {
-    Ok(conn.pragma_query_value(None, "user_version", |row| row.get(0))?)
-}
-
-/// The schema version this build migrates to.
-pub(crate) const SCHEMA_VERSION: i64 = migrations::SCHEMA_VERSION;
-
 fn writer_loop(conn: Connection, jobs: mpsc::Receiver<Job>, stats: &WriterStats) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];

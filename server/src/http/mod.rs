@@ -248,11 +248,10 @@ async fn health(State(edge): State<Arc<Edge>>) -> Response {
 /// or what is wrong (server/README.md, "Health and readiness").
 async fn ready(State(edge): State<Arc<Edge>>) -> Response {
     let app = &edge.app;
-    let (database, migrations) = match app.db.read(crate::db::schema_version).await {
-        Ok(version) if version == crate::db::SCHEMA_VERSION => ("ok".to_owned(), "ok".to_owned()),
-        Ok(version) => {
-            ("ok".to_owned(), format!("schema version {version}, this build needs {}", crate::db::SCHEMA_VERSION))
-        }
+    use crate::db::maintenance::{SCHEMA_VERSION, schema_version};
+    let (database, migrations) = match app.db.read(|conn| Ok(schema_version(conn)?)).await {
+        Ok(version) if version == SCHEMA_VERSION => ("ok".to_owned(), "ok".to_owned()),
+        Ok(version) => ("ok".to_owned(), format!("schema version {version}, this build needs {SCHEMA_VERSION}")),
         Err(error) => (error.message().to_owned(), "unknown".to_owned()),
     };
     let writer = if app.db.writer_alive() { "ok" } else { "the database writer is not running" };

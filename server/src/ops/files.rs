@@ -17,7 +17,7 @@ pub(crate) const MANIFEST: &str = "manifest.json";
 /// The format of the manifest this build writes and reads.
 pub(crate) const FORMAT: u32 = 1;
 /// The database file's name, in a data directory and in a backup.
-pub(crate) const DATABASE: &str = "seed-agents.sqlite";
+pub(crate) const DATABASE: &str = Config::DATABASE_FILE;
 /// Temp files of the backup and restore copies (hidden, and never a name the server uses).
 pub(crate) const COPY_TEMP: TempOptions = TempOptions { prefix: ".seed-copy-", suffix: ".tmp", owner_only: true };
 
