@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use governor::clock::Clock as _;
 use governor::{DefaultKeyedRateLimiter, Quota};
-use seed_agents_protocol::Effect;
+use seed_agents_protocol::{ActionInfo, Effect};
 
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult, ErrorKind};
@@ -64,9 +64,9 @@ pub(crate) fn bucket_of(action: &str) -> Option<Bucket> {
         | "AbortFileUpload"
         | "UploadSessionAttachment" => Some(Bucket::Uploads),
         // An action this build does not know counts as a write (as for the replay guard).
-        name => match seed_agents_protocol::generated::ACTIONS.iter().find(|info| info.name == name) {
-            Some(info) if info.effect == Effect::Read => None,
-            _ => Some(Bucket::Writes),
+        name => match ActionInfo::find(name).map_or(Effect::Write, |info| info.effect) {
+            Effect::Read => None,
+            Effect::Write => Some(Bucket::Writes),
         },
     }
 }

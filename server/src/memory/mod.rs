@@ -121,19 +121,31 @@ pub(crate) async fn write_agent_memory_file(
         WriteAgentMemoryFileContent::String(text) => text.into_bytes(),
         WriteAgentMemoryFileContent::Bytes(bytes) => bytes.0,
     };
-    if app.config.storage_quota_bytes > 0 {
-        // The file it replaces (if any) frees its bytes.
-        let target = path.under(&memory.root);
-        let replaced = blocking(move || {
-            Ok(path::lstat(&target).ok().flatten().filter(|meta| meta.is_file()).map_or(0, |meta| meta.len()))
-        })
-        .await?;
-        crate::quota::check(app, &memory.owner_id, content.len() as u64, replaced).await?;
-    }
+    check_quota(app, &memory.owner_id, &memory.root, &path, content.len()).await?;
     let root = memory.root.clone();
     let entry = blocking(move || store::write(&root, &path, &content)).await?;
     changed(app, &memory);
     Ok(WriteAgentMemoryFileResponse { extra: Default::default(), agent_id: memory.agent_id.into(), entry })
+}
+
+/// Refuses a write of `bytes` to `path` under the memory `root` that would take `owner` past the
+/// storage quota (`crate::quota`); the file it replaces, if any, frees its bytes.
+pub(crate) async fn check_quota(
+    app: &App,
+    owner: &str,
+    root: &std::path::Path,
+    path: &MemoryPath,
+    bytes: usize,
+) -> ApiResult<()> {
+    if app.config.storage_quota_bytes == 0 {
+        return Ok(());
+    }
+    let target = path.under(root);
+    let replaced = blocking(move || {
+        Ok(path::lstat(&target).ok().flatten().filter(|meta| meta.is_file()).map_or(0, |meta| meta.len()))
+    })
+    .await?;
+    crate::quota::check(app, owner, bytes as u64, replaced).await
 }
 
 /// `DeleteAgentMemoryFile {agentId, path}` (writer): a file, or a directory recursively;

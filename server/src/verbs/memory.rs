@@ -118,14 +118,7 @@ pub(super) async fn write(context: &Context<'_>, raw: String, input: &Input<'_>)
             }
         };
         let path = MemoryPath::parse(&raw)?;
-        if context.app.config.storage_quota_bytes > 0 {
-            let target = path.under(&root);
-            let replaced = blocking(move || {
-                Ok(std::fs::symlink_metadata(&target).ok().filter(|meta| meta.is_file()).map_or(0, |meta| meta.len()))
-            })
-            .await?;
-            crate::quota::check(context.app, &context.owner_id, content.len() as u64, replaced).await?;
-        }
+        crate::memory::check_quota(context.app, &context.owner_id, &root, &path, content.len()).await?;
         let entry = blocking(move || store::write(&root, &path, &content)).await?;
         record(format!("Wrote {} ({} bytes).", entry.path, entry.size), &entry)?
     };
