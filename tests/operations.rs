@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use seed_agents_protocol::generated::{
-    AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerSource, BeginFileUpload, CreateAgent, CreateAgentTrigger,
-    DeleteAgentMemoryFile, FileUploadTarget, GetAgent, InvokeSessionTool, InvokeSessionToolVerb, ListAgentMemory,
-    ListAgents, MemoryUploadTarget, SetSecret, UploadSessionAttachment, WebhookSource, WriteAgentMemoryFile,
-    WriteAgentMemoryFileContent,
+    BeginFileUpload, CreateAgent, CreateAgentTrigger, DeleteAgentMemoryFile, FileUploadTarget, GetAgent,
+    InvokeSessionTool, InvokeSessionToolVerb, ListAgentMemory, ListAgents, MemoryUploadTarget, SetSecret,
+    UploadSessionAttachment, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
 use seed_agents_protocol::{Action as _, Bytes, Value};
 use seed_agents_sdk::ErrorCode;
 use seed_agents_sdk::subscription::Event as Live;
 
+use crate::support::fixtures::webhook_trigger;
 use crate::support::provider::{Fallback, Provider, Script};
 use crate::support::wait::until;
 use crate::support::webhook::{now_seconds, signed};
@@ -42,17 +42,6 @@ async fn scrape(server: &TestServer) -> (String, BTreeMap<String, f64>) {
 
 fn sample(samples: &BTreeMap<String, f64>, key: &str) -> f64 {
     *samples.get(key).unwrap_or_else(|| panic!("no sample {key} in {samples:#?}"))
-}
-
-fn webhook_trigger(name: &str) -> AgentTriggerInput {
-    AgentTriggerInput {
-        extra: Default::default(),
-        continuation: None,
-        enabled: None,
-        name: name.into(),
-        prompt: Some(AgentTriggerInputPrompt::String("Handle it.".into())),
-        source: AgentTriggerSource::WebhookSource(WebhookSource { extra: Default::default() }),
-    }
 }
 
 fn write(agent_id: &str, path: &str, bytes: usize) -> WriteAgentMemoryFile {
@@ -116,7 +105,7 @@ async fn metrics_count_what_a_scripted_workload_did() {
         .call(CreateAgentTrigger {
             agent_id: agent_id.clone(),
             client_request_id: None,
-            trigger: webhook_trigger("Hook"),
+            trigger: webhook_trigger("Hook", "Handle it."),
         })
         .await
         .unwrap();

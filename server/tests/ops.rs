@@ -17,13 +17,12 @@ use std::time::{Duration, Instant};
 
 use seed_agents_protocol::Bytes;
 use seed_agents_protocol::generated::{
-    AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerSource, CreateAgent, CreateAgentTrigger, CreateSession,
-    GetSession, ReadAgentMemoryFile, SetModelProvider, SetSecret, WebhookSource, WriteAgentMemoryFile,
-    WriteAgentMemoryFileContent,
+    CreateAgent, CreateAgentTrigger, CreateSession, GetSession, ReadAgentMemoryFile, SetModelProvider, SetSecret,
+    WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
 
 use crate::support::crash;
-use crate::support::fixtures::{custom_provider_config, definition, provider_config};
+use crate::support::fixtures::{custom_provider_config, definition, provider_config, webhook_trigger};
 use crate::support::provider::{Fallback, Provider};
 use crate::support::webhook;
 
@@ -269,14 +268,7 @@ async fn rotation_killed_anywhere_leaves_every_secret_readable() {
     }
     let agent_id =
         client.call(CreateAgent { client_request_id: None, definition: definition("Hooked") }).await.unwrap().agent_id;
-    let trigger = AgentTriggerInput {
-        extra: Default::default(),
-        continuation: None,
-        enabled: None,
-        name: "Hook".into(),
-        prompt: Some(AgentTriggerInputPrompt::String("Called.".into())),
-        source: AgentTriggerSource::WebhookSource(WebhookSource { extra: Default::default() }),
-    };
+    let trigger = webhook_trigger("Hook", "Called.");
     let created = client.call(CreateAgentTrigger { agent_id, client_request_id: None, trigger }).await.unwrap();
     let (trigger_id, secret) = (created.trigger.id.to_string(), created.webhook_secret.unwrap());
     assert_eq!(deliver(&server.url, &trigger_id, &secret, "setup").await, 202);

@@ -33,15 +33,15 @@ use std::str::FromStr;
 use ipld_core::ipld::Ipld;
 use rusqlite::{Connection, OpenFlags, params};
 use seed_agents_protocol::generated::{
-    AgentDefinition, AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerPatch, AgentTriggerSource,
-    AppendFileUploadChunk, BeginFileUpload, CommitFileUpload, CreateAgent, CreateAgentTrigger, CreateSession,
-    CreateSigningIdentity, FileUploadTarget, GetAgent, GetAgentTrigger, GetProviderOAuthStatus, GetSession,
-    ImportSigningIdentity, InvokeSessionTool, InvokeSessionToolVerb, ListAgentMemory, ListAgentTriggers, ListAgents,
-    ListMcpServers, ListModelProviders, ListProviderModels, ListSessions, ListSigningIdentities, McpServerConfig,
-    McpServerStatusState, MemoryUploadTarget, ModelProviderConfig, ModelProviderConfigAuthMode, ReadAgentMemoryFile,
-    ReadSessionAttachment, RefreshMcpServer, SessionAttachmentUploadTarget, SetMcpServer, SetModelProvider, SetSecret,
-    StartProviderOAuth, SubmitProviderOAuthCode, UpdateAgentTrigger, UpdateSigningIdentity,
-    UploadAgentMemoryFileToIpfs, WebhookSource, WriteAgentMemoryFile, WriteAgentMemoryFileContent,
+    AgentDefinition, AgentTriggerPatch, AgentTriggerSource, AppendFileUploadChunk, BeginFileUpload, CommitFileUpload,
+    CreateAgent, CreateAgentTrigger, CreateSession, CreateSigningIdentity, FileUploadTarget, GetAgent, GetAgentTrigger,
+    GetProviderOAuthStatus, GetSession, ImportSigningIdentity, InvokeSessionTool, InvokeSessionToolVerb,
+    ListAgentMemory, ListAgentTriggers, ListAgents, ListMcpServers, ListModelProviders, ListProviderModels,
+    ListSessions, ListSigningIdentities, McpServerConfig, McpServerStatusState, MemoryUploadTarget,
+    ModelProviderConfig, ModelProviderConfigAuthMode, ReadAgentMemoryFile, ReadSessionAttachment, RefreshMcpServer,
+    SessionAttachmentUploadTarget, SetMcpServer, SetModelProvider, SetSecret, StartProviderOAuth,
+    SubmitProviderOAuthCode, UpdateAgentTrigger, UpdateSigningIdentity, UploadAgentMemoryFileToIpfs, WebhookSource,
+    WriteAgentMemoryFile, WriteAgentMemoryFileContent,
 };
 use seed_agents_protocol::{
     Action, AgentResponse, Bytes, Ed25519Signer, Principal, Response, Signer as _, Value, wire,
@@ -313,14 +313,7 @@ async fn run_session(script: &mut Script, secrets: &Secrets, vendor_url: &str, m
     script.ok(ListSigningIdentities { agent_id: Some(agent_id.clone()) }).await;
 
     // A webhook trigger: its secret, a signed call, a rotation, the old secret refused, reads.
-    let trigger = AgentTriggerInput {
-        extra: Default::default(),
-        continuation: None,
-        enabled: None,
-        name: "Hook".into(),
-        prompt: Some(AgentTriggerInputPrompt::String("Handle the hook.".into())),
-        source: AgentTriggerSource::WebhookSource(WebhookSource { extra: Default::default() }),
-    };
+    let trigger = fixtures::webhook_trigger("Hook", "Handle the hook.");
     let made = script.ok(CreateAgentTrigger { agent_id: agent_id.clone(), client_request_id: None, trigger }).await;
     let (trigger_id, first_secret) = (made.trigger.id, made.webhook_secret.unwrap());
     assert_eq!(script.webhook(&trigger_id, &first_secret, "msg_1", r#"{"event":"one"}"#).await, 202);

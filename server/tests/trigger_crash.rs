@@ -20,13 +20,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use seed_agents_protocol::generated::{
-    AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerSource, CreateAgent, CreateAgentTrigger, SetModelProvider,
-    WebhookSource,
-};
+use seed_agents_protocol::generated::{CreateAgent, CreateAgentTrigger, SetModelProvider};
 
 use crate::support::crash;
-use crate::support::fixtures::{custom_provider_config, definition};
+use crate::support::fixtures::{custom_provider_config, definition, webhook_trigger};
 use crate::support::process::ServerProcess;
 use crate::support::provider::{Fallback, Provider};
 use crate::support::webhook;
@@ -92,14 +89,7 @@ async fn firings_survive_sigkill_once_each() {
         .unwrap();
     let agent_id =
         client.call(CreateAgent { client_request_id: None, definition: definition("Hooked") }).await.unwrap().agent_id;
-    let trigger = AgentTriggerInput {
-        extra: Default::default(),
-        continuation: None,
-        enabled: None,
-        name: "Deploy hook".into(),
-        prompt: Some(AgentTriggerInputPrompt::String("A deploy happened.".into())),
-        source: AgentTriggerSource::WebhookSource(WebhookSource { extra: Default::default() }),
-    };
+    let trigger = webhook_trigger("Deploy hook", "A deploy happened.");
     let created =
         client.call(CreateAgentTrigger { agent_id: agent_id.clone(), client_request_id: None, trigger }).await.unwrap();
     let trigger_id = created.trigger.id;

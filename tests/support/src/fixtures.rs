@@ -2,10 +2,23 @@
 //! integration tests.
 
 use seed_agents_protocol::generated::{
-    AgentDefinition, AgentDefinitionSystemPrompt, InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb,
-    MessageSession, MessageSessionContentPart, ModelProviderConfig, TextContentPart,
+    AgentDefinition, AgentDefinitionSystemPrompt, AgentTriggerInput, AgentTriggerInputPrompt, AgentTriggerSource,
+    InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, MessageSession, MessageSessionContentPart,
+    ModelProviderConfig, TextContentPart, WebhookSource,
 };
 use seed_agents_protocol::{Value, wire};
+
+/// An enabled webhook trigger named `name` whose firings open a thread with `prompt`.
+pub fn webhook_trigger(name: &str, prompt: &str) -> AgentTriggerInput {
+    AgentTriggerInput {
+        extra: Default::default(),
+        continuation: None,
+        enabled: None,
+        name: name.into(),
+        prompt: Some(AgentTriggerInputPrompt::String(prompt.into())),
+        source: AgentTriggerSource::WebhookSource(WebhookSource { extra: Default::default() }),
+    }
+}
 
 /// An OpenAI provider referring to the secret `openai-key` (which need not exist: nothing here
 /// calls the vendor).
