@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::ws::Utf8Bytes;
 use seed_agents_protocol::generated::{AgentWsEvent, AppendFrame, ErrorFrame, RunJournalEntryInfo};
 use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::error::ApiError;
 

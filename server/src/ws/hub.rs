@@ -558,7 +558,7 @@ impl Hub {
         tracing::warn!(missed, "the WebSocket hub fell behind the event bus; closing bound sockets");
         self.audiences.clear();
         for (_, bound) in self.registry().sockets() {
-            bound.signal.overflow();
+            bound.outbox.overflow();
         }
     }
 }

@@ -27,12 +27,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::Router;
-use axum::extract::State;
-use axum::extract::ws::{WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
-use axum::http::{StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
 use tokio::task::JoinHandle;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
 use crate::edge::Edge;
 
@@ -44,8 +48,9 @@ pub(crate) const MAX_CLIENT_FRAME: usize = 64 * 1024;
 /// larger frame still arrives whole, the buffer grows for it).
 pub(crate) const READ_BUFFER: usize = 512;
 
-/// Bytes of frames gathered before a write when several go out together (see `socket::BATCH`).
-pub(crate) const WRITE_BUFFER: usize = 4 * 1024;
+/// What the WebSocket library may hold unwritten: only its pings, pongs and close frame go
+/// through it (the socket writes its own frames, `socket`), and each is written at once.
+const LIBRARY_WRITE_BUFFER: usize = 64 * 1024;
 
 /// The route: `GET /agents/ws`.
 pub(crate) fn routes() -> Router<Arc<Edge>> {
@@ -57,14 +62,48 @@ pub(crate) fn spawn_hub(edge: &Arc<Edge>) -> JoinHandle<()> {
     tokio::spawn(hub::run(edge.clone(), edge.app.bus.subscribe(), edge.live.shutdown_signal()))
 }
 
-async fn upgrade(
-    State(edge): State<Arc<Edge>>,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> Response {
+/// The WebSocket protocol's settings for every socket.
+fn config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(0)
+        .max_write_buffer_size(LIBRARY_WRITE_BUFFER)
+        .max_message_size(Some(MAX_CLIENT_FRAME))
+        .max_frame_size(Some(MAX_CLIENT_FRAME))
+}
+
+/// An HTTP/1.1 WebSocket opening handshake (RFC 6455 §4.2.1): its `Sec-WebSocket-Key` and the
+/// connection to upgrade, or `None` when the request is not one.
+fn handshake(request: &mut Request) -> Option<(HeaderValue, OnUpgrade)> {
+    let headers = request.headers();
+    let opening = request.method() == Method::GET
+        && request.version() == Version::HTTP_11
+        && has_token(headers, header::CONNECTION, "upgrade")
+        && has_token(headers, header::UPGRADE, "websocket")
+        && headers.get(header::SEC_WEBSOCKET_VERSION).is_some_and(|version| version == "13");
+    let key = headers.get(header::SEC_WEBSOCKET_KEY).filter(|_| opening)?.clone();
+    let upgrade = request.extensions_mut().remove::<OnUpgrade>()?;
+    Some((key, upgrade))
+}
+
+/// Whether the comma-separated header `name` lists `token` (case-insensitively).
+fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|listed| listed.trim().eq_ignore_ascii_case(token))
+}
+
+async fn upgrade(State(edge): State<Arc<Edge>>, mut request: Request) -> Response {
     let text = |status, body: &'static str| {
         (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
     };
-    let Ok(upgrade) = upgrade else {
+    let Some((key, on_upgrade)) = handshake(&mut request) else {
+        return text(StatusCode::BAD_REQUEST, "WebSocket upgrade failed");
+    };
+    let Ok(accept) = HeaderValue::try_from(derive_accept_key(key.as_bytes())) else {
         return text(StatusCode::BAD_REQUEST, "WebSocket upgrade failed");
     };
     if *edge.live.shutdown.borrow() {
@@ -75,12 +114,21 @@ async fn upgrade(
         return text(StatusCode::SERVICE_UNAVAILABLE, "Too many live connections");
     };
     let id = edge.live.next_id.fetch_add(1, Ordering::Relaxed);
-    upgrade
-        .read_buffer_size(READ_BUFFER)
-        // Frames sent together (a burst of queued live frames) share a write up to this size.
-        .write_buffer_size(WRITE_BUFFER)
-        .max_write_buffer_size(1 << 20)
-        .max_message_size(MAX_CLIENT_FRAME)
-        .max_frame_size(MAX_CLIENT_FRAME)
-        .on_upgrade(move |socket| socket::run(edge, socket, id, permit))
+    tokio::spawn(async move {
+        let upgraded = match on_upgrade.await {
+            Ok(upgraded) => upgraded,
+            Err(error) => {
+                tracing::debug!(%error, "WebSocket upgrade failed");
+                return;
+            }
+        };
+        let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config())).await;
+        socket::run(edge, ws, id, permit).await;
+    });
+    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    response
 }

@@ -5,12 +5,12 @@
 //! It lives behind one `std::sync::Mutex`: every operation is a few map lookups and no `.await`
 //! happens while it is held.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rustc_hash::FxHashMap;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 
 use super::frames::OutFrame;
 use crate::access::Role;
@@ -18,16 +18,128 @@ use crate::access::Role;
 /// A socket's number, unique for the life of the server.
 pub(crate) type SocketId = u64;
 
-/// What the hub can tell a socket without going through its (possibly full) queue.
-#[derive(Debug, Default)]
-pub(crate) struct Signal {
-    /// Set when the socket's queue overflowed: it must close, its client resumes from its cursor.
+/// A bound socket's outgoing queue: what the hub hands it, the bounds on what it may hold, and
+/// the one wake-up its task waits on.
+///
+/// One allocation per socket, and nothing more until frames are queued: an idle socket costs a
+/// few machine words here (ARCHITECTURE.md, "Bounded resources"). The hub pushes under a
+/// lock held for one `VecDeque` push; the socket takes frames out the same way. Anything that
+/// would take the queue past its slots or bytes marks the socket as fallen behind instead: it
+/// closes (1013) and its client resumes from its cursor.
+#[derive(Debug)]
+pub(crate) struct Outbox {
+    frames: Mutex<VecDeque<Arc<OutFrame>>>,
+    /// Deliveries the queue may hold.
+    slots: usize,
+    /// Set when the socket fell behind: it must close.
     overflowed: AtomicBool,
-    /// Wakes the socket's task.
+    /// Wakes the socket's task: a delivery was queued, or it fell behind.
     pub notify: Notify,
+    /// The bytes queued frames hold, against the socket's bound.
+    bytes: AtomicUsize,
+    bytes_max: usize,
+    /// The account's counter of bytes queued for all its sockets, and its bound; set when the
+    /// socket binds (nothing is queued for a socket before).
+    account: OnceLock<(Arc<AtomicUsize>, usize)>,
 }
 
-impl Signal {
+/// Queues this short past their use keep no more room than this many deliveries.
+const KEPT_SLOTS: usize = 8;
+
+impl Outbox {
+    /// An empty queue of at most `slots` deliveries and `bytes_max` bytes.
+    pub(crate) fn new(slots: usize, bytes_max: usize) -> Self {
+        Self {
+            frames: Mutex::default(),
+            slots: slots.max(1),
+            overflowed: AtomicBool::new(false),
+            notify: Notify::new(),
+            bytes: AtomicUsize::new(0),
+            bytes_max,
+            account: OnceLock::new(),
+        }
+    }
+
+    /// Counts the queue's bytes against `account` too (of at most `account_max` bytes).
+    pub(crate) fn bind(&self, account: Arc<AtomicUsize>, account_max: usize) {
+        let _ = self.account.set((account, account_max));
+    }
+
+    fn queue(&self) -> MutexGuard<'_, VecDeque<Arc<OutFrame>>> {
+        self.frames.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Queues `frame` and wakes the socket, unless that would take the queue past its slots or
+    /// its (or its account's) bytes: then the socket falls behind. `false` when it did.
+    fn push(&self, frame: &Arc<OutFrame>) -> bool {
+        if self.overflowed() || !self.take(frame.bytes()) {
+            return false;
+        }
+        let queued = {
+            let mut queue = self.queue();
+            let room = queue.len() < self.slots;
+            if room {
+                queue.push_back(frame.clone());
+            }
+            room
+        };
+        if !queued {
+            self.give(frame.bytes());
+            return false;
+        }
+        self.notify.notify_one();
+        true
+    }
+
+    /// The next queued delivery, its bytes given back.
+    pub(crate) fn pop(&self) -> Option<Arc<OutFrame>> {
+        let frame = {
+            let mut queue = self.queue();
+            let frame = queue.pop_front();
+            if frame.is_none() && queue.capacity() > KEPT_SLOTS {
+                queue.shrink_to(KEPT_SLOTS);
+            }
+            frame
+        };
+        if let Some(frame) = &frame {
+            self.give(frame.bytes());
+        }
+        frame
+    }
+
+    /// Takes `bytes` for a frame about to be queued, unless that would pass either bound.
+    fn take(&self, bytes: usize) -> bool {
+        let socket = self.bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        let account_over = match self.account.get() {
+            Some((account, max)) => account.fetch_add(bytes, Ordering::AcqRel) + bytes > *max,
+            None => false,
+        };
+        if socket > self.bytes_max || account_over {
+            self.give(bytes);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back the `bytes` of a frame that left the queue.
+    fn give(&self, bytes: usize) {
+        self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+        if let Some((account, _)) = self.account.get() {
+            account.fetch_sub(bytes, Ordering::AcqRel);
+        }
+    }
+
+    /// Drops what is still queued and gives its bytes back (the socket closed). Call it only once
+    /// the socket is out of the registry, so nothing is queued after.
+    pub(crate) fn release(&self) {
+        let dropped = std::mem::take(&mut *self.queue());
+        drop(dropped);
+        let left = self.bytes.swap(0, Ordering::AcqRel);
+        if let Some((account, _)) = self.account.get() {
+            account.fetch_sub(left, Ordering::AcqRel);
+        }
+    }
+
     /// Marks the socket as fallen behind and wakes it.
     pub(crate) fn overflow(&self) {
         self.overflowed.store(true, Ordering::Release);
@@ -38,54 +150,11 @@ impl Signal {
     pub(crate) fn overflowed(&self) -> bool {
         self.overflowed.load(Ordering::Acquire)
     }
-}
-
-/// The bytes of frames queued for one socket, counted against its own bound and its account's
-/// total (schema/PROTOCOL.md, "Limits, with codes"): a frame that would take either past its bound is not
-/// queued, and the socket counts as fallen behind.
-#[derive(Debug)]
-pub(crate) struct Budget {
-    socket: AtomicUsize,
-    socket_max: usize,
-    account: Arc<AtomicUsize>,
-    account_max: usize,
-}
-
-impl Budget {
-    /// A socket's budget of `socket_max` bytes, within its account's `account` counter of
-    /// `account_max`.
-    pub(crate) fn new(socket_max: usize, account: Arc<AtomicUsize>, account_max: usize) -> Self {
-        Self { socket: AtomicUsize::new(0), socket_max, account, account_max }
-    }
-
-    /// Takes `bytes` for a frame about to be queued, unless that would pass either bound.
-    fn take(&self, bytes: usize) -> bool {
-        let socket = self.socket.fetch_add(bytes, Ordering::AcqRel) + bytes;
-        let account = self.account.fetch_add(bytes, Ordering::AcqRel) + bytes;
-        if socket > self.socket_max || account > self.account_max {
-            self.give(bytes);
-            return false;
-        }
-        true
-    }
-
-    /// Gives back the `bytes` of a frame that left the queue.
-    pub(crate) fn give(&self, bytes: usize) {
-        self.socket.fetch_sub(bytes, Ordering::AcqRel);
-        self.account.fetch_sub(bytes, Ordering::AcqRel);
-    }
-
-    /// Gives back whatever the socket still had queued (it closed; its queue is dropped). Call it
-    /// only once the socket is out of the registry, so nothing is queued after.
-    pub(crate) fn release(&self) {
-        let left = self.socket.swap(0, Ordering::AcqRel);
-        self.account.fetch_sub(left, Ordering::AcqRel);
-    }
 
     /// Bytes queued for the socket now.
     #[cfg(test)]
     fn queued(&self) -> usize {
-        self.socket.load(Ordering::Acquire)
+        self.bytes.load(Ordering::Acquire)
     }
 }
 
@@ -96,37 +165,27 @@ pub(crate) struct Bound {
     pub account_id: Arc<str>,
     /// The protocol its client declared (the shape of its frames).
     pub protocol: u32,
-    /// Frames for the socket's task to send.
-    pub queue: mpsc::Sender<Arc<OutFrame>>,
-    /// What the queued frames may weigh.
-    pub budget: Arc<Budget>,
-    /// Out-of-band wake-ups.
-    pub signal: Arc<Signal>,
+    /// Its outgoing queue.
+    pub outbox: Arc<Outbox>,
     /// Frames dropped server-wide because their socket fell behind (`/metrics`).
     pub dropped: Arc<AtomicU64>,
+    /// The keys it is subscribed to (for limits and for removal).
+    keys: Vec<Arc<str>>,
 }
 
 impl Bound {
+    /// A socket of `account_id` speaking `protocol`, with no subscriptions yet.
+    pub(crate) fn new(account_id: Arc<str>, protocol: u32, outbox: Arc<Outbox>, dropped: Arc<AtomicU64>) -> Self {
+        Self { account_id, protocol, outbox, dropped, keys: Vec::new() }
+    }
+
     /// Queues `frame`; a full queue, or one that would pass its byte bounds, marks the socket as
     /// fallen behind instead of waiting.
     pub(crate) fn send(&self, frame: &Arc<OutFrame>) {
-        let bytes = frame.bytes();
-        if !self.budget.take(bytes) {
-            self.fell_behind(frame);
-            return;
+        if !self.outbox.push(frame) {
+            self.dropped.fetch_add(frame.parts().len() as u64, Ordering::Relaxed);
+            self.outbox.overflow();
         }
-        if let Err(mpsc::error::TrySendError::Full(_) | mpsc::error::TrySendError::Closed(_)) =
-            self.queue.try_send(frame.clone())
-        {
-            self.budget.give(bytes);
-            self.fell_behind(frame);
-        }
-    }
-
-    /// `frame` was not queued: it counts as dropped and the socket as fallen behind.
-    fn fell_behind(&self, frame: &OutFrame) {
-        self.dropped.fetch_add(frame.parts().len() as u64, Ordering::Relaxed);
-        self.signal.overflow();
     }
 }
 
@@ -148,6 +207,8 @@ pub(crate) enum Refused {
     AccountFull,
     /// The socket has as many subscriptions as it may.
     SocketFull,
+    /// The socket is not bound to an account (it subscribes only once bound).
+    NotBound,
 }
 
 /// The registry.
@@ -157,8 +218,6 @@ pub(crate) struct Registry {
     // client's choice, and the hub looks one up for every frame it hands to a socket.
     sockets: FxHashMap<SocketId, Bound>,
     keys: HashMap<Arc<str>, FxHashMap<SocketId, Sub>>,
-    /// Keys per socket (for limits and for removal).
-    by_socket: FxHashMap<SocketId, HashSet<Arc<str>>>,
     /// `(socket, key)` pairs per agent (for revocation).
     by_agent: HashMap<Arc<str>, HashSet<(SocketId, Arc<str>)>>,
     /// Bound sockets per account, and the bytes queued for all of them.
@@ -196,12 +255,16 @@ impl Registry {
     /// Subscribes a bound socket to `key` (again: its access is refreshed), unless it already has
     /// `limit` other keys.
     pub(crate) fn subscribe(&mut self, socket: SocketId, key: &str, sub: Sub, limit: usize) -> Result<(), Refused> {
-        let keys = self.by_socket.entry(socket).or_default();
-        if !keys.contains(key) && keys.len() >= limit {
-            return Err(Refused::SocketFull);
-        }
-        let key: Arc<str> = keys.get(key).cloned().unwrap_or_else(|| Arc::from(key));
-        keys.insert(key.clone());
+        let keys = &mut self.sockets.get_mut(&socket).ok_or(Refused::NotBound)?.keys;
+        let key: Arc<str> = match keys.iter().find(|known| &***known == key) {
+            Some(known) => known.clone(),
+            None if keys.len() >= limit => return Err(Refused::SocketFull),
+            None => {
+                let key: Arc<str> = Arc::from(key);
+                keys.push(key.clone());
+                key
+            }
+        };
         if let Some(agent) = &sub.agent_id {
             self.by_agent.entry(agent.clone()).or_default().insert((socket, key.clone()));
         }
@@ -215,8 +278,8 @@ impl Registry {
 
     /// Drops one subscription.
     pub(crate) fn unsubscribe(&mut self, socket: SocketId, key: &str) {
-        if let Some(keys) = self.by_socket.get_mut(&socket) {
-            keys.remove(key);
+        if let Some(bound) = self.sockets.get_mut(&socket) {
+            bound.keys.retain(|known| &**known != key);
         }
         let Some(subscribers) = self.keys.get_mut(key) else { return };
         let Some(sub) = subscribers.remove(&socket) else { return };
@@ -229,7 +292,7 @@ impl Registry {
         if let Some(agent) = &sub.agent_id
             && let Some(pairs) = self.by_agent.get_mut(agent)
         {
-            pairs.retain(|(id, pair_key)| !(*id == socket && &**pair_key == key));
+            pairs.remove(&(socket, Arc::from(key)));
             if pairs.is_empty() {
                 self.by_agent.remove(agent);
             }
@@ -238,8 +301,9 @@ impl Registry {
 
     /// Forgets a socket and all its subscriptions.
     pub(crate) fn remove_socket(&mut self, socket: SocketId) {
-        for key in self.by_socket.remove(&socket).unwrap_or_default() {
-            if let Some(subscribers) = self.keys.get_mut(&key) {
+        let Some(bound) = self.sockets.remove(&socket) else { return };
+        for key in &bound.keys {
+            if let Some(subscribers) = self.keys.get_mut(key) {
                 if let Some(Sub { agent_id: Some(agent), .. }) = subscribers.remove(&socket)
                     && let Some(pairs) = self.by_agent.get_mut(&agent)
                 {
@@ -249,16 +313,14 @@ impl Registry {
                     }
                 }
                 if subscribers.is_empty() {
-                    self.keys.remove(&key);
-                    if is_account_key(&key) {
+                    self.keys.remove(key);
+                    if is_account_key(key) {
                         self.account_keys -= 1;
                     }
                 }
             }
         }
-        if let Some(bound) = self.sockets.remove(&socket)
-            && let Some((count, _)) = self.per_account.get_mut(&bound.account_id)
-        {
+        if let Some((count, _)) = self.per_account.get_mut(&bound.account_id) {
             *count -= 1;
             if *count == 0 {
                 self.per_account.remove(&bound.account_id);
@@ -309,55 +371,62 @@ impl Registry {
 mod tests {
     use super::*;
 
-    fn bound(account: &str) -> (Bound, mpsc::Receiver<Arc<OutFrame>>) {
-        bound_with(account, 1, Budget::new(usize::MAX, Arc::default(), usize::MAX))
+    fn bound(account: &str) -> Bound {
+        bound_with(account, Outbox::new(1, usize::MAX))
     }
 
-    /// A socket of `account` with a queue of `frames` slots and `budget`.
-    fn bound_with(account: &str, frames: usize, budget: Budget) -> (Bound, mpsc::Receiver<Arc<OutFrame>>) {
-        let (queue, frames) = mpsc::channel(frames);
-        let bound = Bound {
-            account_id: account.into(),
-            protocol: 3,
-            queue,
-            budget: Arc::new(budget),
-            signal: Arc::default(),
-            dropped: Arc::default(),
-        };
-        (bound, frames)
+    /// A socket of `account` with `outbox`.
+    fn bound_with(account: &str, outbox: Outbox) -> Bound {
+        Bound::new(account.into(), 3, Arc::new(outbox), Arc::default())
     }
 
     #[test]
     fn queued_bytes_stay_within_the_socket_and_account_bounds() {
         let frame = |bytes: usize| OutFrame::plain("x".repeat(bytes).into());
         let account = Arc::new(AtomicUsize::new(0));
-        let socket = |max: usize| bound_with("alice", 100, Budget::new(max, account.clone(), 250));
-        let (first, mut first_frames) = socket(100);
+        let socket = |max: usize| {
+            let outbox = Outbox::new(100, max);
+            outbox.bind(account.clone(), 250);
+            bound_with("alice", outbox)
+        };
+        let first = socket(100);
         for _ in 0..3 {
             first.send(&frame(30));
         }
-        assert!(!first.signal.overflowed());
+        assert!(!first.outbox.overflowed());
         first.send(&frame(30));
-        assert!(first.signal.overflowed(), "a fourth frame of 30 bytes would pass the socket's 100");
-        assert_eq!((first.budget.queued(), account.load(Ordering::Acquire)), (90, 90));
+        assert!(first.outbox.overflowed(), "a fourth frame of 30 bytes would pass the socket's 100");
+        assert_eq!((first.outbox.queued(), account.load(Ordering::Acquire)), (90, 90));
         // A frame that leaves the queue gives its bytes back.
-        let sent = first_frames.try_recv().unwrap();
-        first.budget.give(sent.bytes());
-        assert_eq!((first.budget.queued(), account.load(Ordering::Acquire)), (60, 60));
+        assert!(first.outbox.pop().is_some());
+        assert_eq!((first.outbox.queued(), account.load(Ordering::Acquire)), (60, 60));
 
         // The account's total bounds its sockets together.
-        let (second, _second_frames) = socket(1000);
+        let second = socket(1000);
         for _ in 0..6 {
             second.send(&frame(30));
         }
-        assert!(!second.signal.overflowed());
+        assert!(!second.outbox.overflowed());
         second.send(&frame(30));
-        assert!(second.signal.overflowed(), "the account's 250 bytes, not the socket's 1000, stopped it");
-        assert_eq!((second.budget.queued(), account.load(Ordering::Acquire)), (180, 240));
+        assert!(second.outbox.overflowed(), "the account's 250 bytes, not the socket's 1000, stopped it");
+        assert_eq!((second.outbox.queued(), account.load(Ordering::Acquire)), (180, 240));
         // A closed socket gives back what it still had queued.
-        first.budget.release();
-        second.budget.release();
+        first.outbox.release();
+        second.outbox.release();
         assert_eq!(account.load(Ordering::Acquire), 0);
+        assert!(second.outbox.pop().is_none(), "a released queue holds nothing");
+    }
+
+    #[test]
+    fn a_drained_queue_gives_back_the_room_a_burst_took() {
+        let outbox = Outbox::new(1024, usize::MAX);
+        let frame = OutFrame::plain("{}".to_owned().into());
+        for _ in 0..500 {
+            assert!(outbox.push(&frame));
+        }
+        assert!(outbox.queue().capacity() >= 500);
+        while outbox.pop().is_some() {}
+        assert!(outbox.queue().capacity() <= KEPT_SLOTS);
     }
 
     fn sub(agent: &str) -> Sub {
@@ -367,11 +436,10 @@ mod tests {
     #[test]
     fn limits_and_removal_keep_every_index_consistent() {
         let mut registry = Registry::default();
-        let (first, _a) = bound("alice");
-        let (second, _b) = bound("alice");
-        registry.bind(1, first, 2).unwrap();
-        registry.bind(2, second, 2).unwrap();
-        assert_eq!(registry.bind(3, bound("alice").0, 2), Err(Refused::AccountFull));
+        assert_eq!(registry.subscribe(1, "agents/x", sub("x"), 2), Err(Refused::NotBound));
+        registry.bind(1, bound("alice"), 2).unwrap();
+        registry.bind(2, bound("alice"), 2).unwrap();
+        assert_eq!(registry.bind(3, bound("alice"), 2), Err(Refused::AccountFull));
         registry.subscribe(1, "agents/x", sub("x"), 2).unwrap();
         registry.subscribe(1, "sessions/s", sub("x"), 2).unwrap();
         registry.subscribe(1, "sessions/s", sub("x"), 2).unwrap();
@@ -383,22 +451,25 @@ mod tests {
         assert_eq!(registry.of_agent("x").len(), 3);
         registry.unsubscribe(1, "sessions/s");
         assert_eq!(registry.of_agent("x").len(), 2);
+        // Unsubscribed, the key no longer counts against the socket's limit.
+        registry.subscribe(1, "agents/y", sub("y"), 2).unwrap();
         registry.remove_socket(1);
         registry.remove_socket(2);
         assert_eq!(registry.counts(), (0, 0));
         assert!(!registry.has_account_keys());
         assert!(registry.of_agent("x").is_empty() && !registry.has("sessions/s"));
-        assert!(registry.per_account.is_empty() && registry.by_socket.is_empty() && registry.by_agent.is_empty());
-        registry.bind(3, bound("alice").0, 1).unwrap();
+        assert!(registry.per_account.is_empty() && registry.by_agent.is_empty());
+        registry.bind(3, bound("alice"), 1).unwrap();
     }
 
     #[test]
     fn a_full_queue_marks_the_socket_instead_of_waiting() {
-        let (bound, _frames) = bound("alice");
+        let bound = bound("alice");
         let frame = OutFrame::plain("{}".to_owned().into());
         bound.send(&frame);
-        assert!(!bound.signal.overflowed());
+        assert!(!bound.outbox.overflowed());
         bound.send(&frame);
-        assert!(bound.signal.overflowed());
+        assert!(bound.outbox.overflowed());
+        assert_eq!(bound.dropped.load(Ordering::Relaxed), 1);
     }
 }

@@ -8,27 +8,45 @@
 //! gap nor a duplicate between the two. The queue is bounded: a socket whose client does not read
 //! fast enough is closed (1013) rather than buffered without limit, and its client resumes from
 //! its last `seq`.
+//!
+//! Server frames are written straight to the connection, framed here (with tungstenite's
+//! `FrameHeader`) in a buffer that lives for one write: the WebSocket library's own write buffer
+//! keeps the capacity of the largest burst it ever sent, for the life of the socket, and an idle
+//! socket should hold none (ARCHITECTURE.md, "Bounded resources"). Pings, pongs and the
+//! close frame still go through the library, and whatever it has pending is flushed before a
+//! frame of ours goes out, so the two never interleave.
 
-use std::collections::HashMap;
+use std::future::Future;
+use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
-use futures_util::SinkExt as _;
+use futures_util::{SinkExt as _, StreamExt as _};
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
 use seed_agents_protocol::generated::{
     AgentWsEvent, AppendFrame, ChangeFrame, ConnectedFrame, RunJournalEntryInfo, SessionEvent, SubscribedFrame,
 };
 use seed_agents_protocol::version::AGENTS_PROTOCOL_VERSION;
 use seed_agents_protocol::wire;
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::io::AsyncWriteExt as _;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::FrameHeader;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
-use super::frames::{self, OutFrame};
-use super::live::{Live, WsLimits};
-use super::registry::{Bound, Budget, Signal, SocketId};
+use super::frames;
+use super::live::WsLimits;
+use super::registry::{self, Bound, Outbox, SocketId};
 use super::subscribe::{self, Accepted, Refused, Replay};
 use crate::edge::Edge;
 use crate::error::ApiError;
+
+/// An upgraded connection, as the socket task reads and writes it.
+pub(crate) type Stream = WebSocketStream<TokioIo<Upgraded>>;
 
 /// Queued frames sent together, at most.
 const BATCH: usize = 32;
@@ -51,101 +69,101 @@ pub(crate) fn too_many_subscriptions(limit: usize) -> ApiError {
 }
 
 /// Serves one upgraded socket until it closes.
-pub(crate) async fn run(edge: Arc<Edge>, socket: WebSocket, id: SocketId, permit: OwnedSemaphorePermit) {
-    let live = &edge.live;
-    let limits = live.limits;
-    let (queue, frames) = mpsc::channel(limits.queue_frames.max(1));
-    let mut task = Socket {
-        edge: &edge,
-        live,
-        limits,
-        id,
-        ws: socket,
-        queue: Some(queue),
-        frames,
-        signal: Arc::new(Signal::default()),
-        budget: None,
-        account: None,
-        replayed: HashMap::new(),
-        unanswered_ping: None,
-    };
-    let reason = task.serve().await;
-    live.registry().remove_socket(id);
-    // Out of the registry, nothing more is queued: what is left in the queue is dropped with it.
-    if let Some(budget) = &task.budget {
-        budget.release();
-    }
-    if let Some((code, reason)) = reason {
-        let close = CloseFrame { code, reason: reason.into() };
-        let _ = tokio::time::timeout(limits.send_timeout, task.ws.send(Message::Close(Some(close)))).await;
-    }
-    drop(permit);
+///
+/// The socket is built before its future is, so the future holds it once: an idle socket's task
+/// is this future, and its size is most of what the socket costs.
+pub(crate) fn run(
+    edge: Arc<Edge>,
+    ws: Stream,
+    id: SocketId,
+    permit: OwnedSemaphorePermit,
+) -> impl Future<Output = ()> + Send {
+    let limits = &edge.live.limits;
+    let outbox = Arc::new(Outbox::new(limits.queue_frames, limits.queue_bytes));
+    let socket = Socket { edge, id, ws, outbox, account: None, replayed: Vec::new(), unanswered_ping: None };
+    socket.run(permit)
 }
 
-struct Socket<'a> {
-    edge: &'a Edge,
-    live: &'a Live,
-    limits: WsLimits,
+struct Socket {
+    edge: Arc<Edge>,
     id: SocketId,
-    ws: WebSocket,
-    /// Given to the registry when the socket binds to an account.
-    queue: Option<mpsc::Sender<Arc<OutFrame>>>,
-    frames: mpsc::Receiver<Arc<OutFrame>>,
-    signal: Arc<Signal>,
-    /// The bytes its queue may hold, once bound.
-    budget: Option<Arc<Budget>>,
+    ws: Stream,
+    /// Its outgoing queue; the hub reaches it once the socket is bound.
+    outbox: Arc<Outbox>,
     /// The account and protocol of the first accepted `Subscribe`.
     account: Option<(Arc<str>, u32)>,
-    /// Per session, the highest `seq` a replay sent: queued appends up to it are duplicates.
-    replayed: HashMap<Arc<str>, i64>,
+    /// Per session (or run), the highest `seq` a replay sent: queued appends up to it are
+    /// duplicates. A socket has a few subscriptions, so a list.
+    replayed: Vec<(Arc<str>, i64)>,
     /// When the first ping the peer has not answered went out: anything the peer sends (a pong,
     /// a frame) answers it.
     unanswered_ping: Option<Instant>,
 }
 
 /// Why the loop ended: a close frame to send, or none (the peer is gone).
-type Ending = Option<(u16, &'static str)>;
+type Ending = Option<(CloseCode, &'static str)>;
 
-impl Socket<'_> {
-    async fn serve(&mut self) -> Ending {
+impl Socket {
+    async fn run(mut self, permit: OwnedSemaphorePermit) {
+        let reason = self.serve().await;
+        self.edge.live.registry().remove_socket(self.id);
+        // Out of the registry, nothing more is queued: what is left is dropped.
+        self.outbox.release();
+        if let Some((code, reason)) = reason {
+            let close = CloseFrame { code, reason: reason.into() };
+            let timeout = self.limits().send_timeout;
+            let _ = tokio::time::timeout(timeout, self.ws.send(Message::Close(Some(close)))).await;
+        }
+        drop(permit);
+    }
+
+    fn limits(&self) -> &WsLimits {
+        &self.edge.live.limits
+    }
+
+    /// The `connected` frame (built apart from `serve`, so it is not held across its waits).
+    fn connected(&self) -> Utf8Bytes {
         let connected = AgentWsEvent::ConnectedFrame(ConnectedFrame {
             extra: Default::default(),
             connected_at: self.edge.app.clock.now_ms(),
         });
-        if self.send(frames::encode(&connected, AGENTS_PROTOCOL_VERSION)).await.is_err() {
+        frames::encode(&connected, AGENTS_PROTOCOL_VERSION)
+    }
+
+    async fn serve(&mut self) -> Ending {
+        let connected = self.connected();
+        if self.send(connected).await.is_err() {
             return None;
         }
-        let mut shutdown = self.live.shutdown_signal();
-        let signal = self.signal.clone();
-        let mut ping = tokio::time::interval_at(Instant::now() + self.limits.ping_interval, self.limits.ping_interval);
+        let mut shutdown = self.edge.live.shutdown_signal();
+        let outbox = self.outbox.clone();
+        let interval = self.limits().ping_interval;
+        let mut ping = tokio::time::interval_at(Instant::now() + interval, interval);
         // The waits that outlive one frame are armed once and polled again on each turn of the
         // loop, not rebuilt: arming a `Notify` wait takes its lock, and a socket that follows a
-        // busy session wakes once per queued frame.
+        // busy session wakes once per delivery.
         let shutting_down = shutdown.changed();
         tokio::pin!(shutting_down);
-        let fell_behind = signal.notify.notified();
-        tokio::pin!(fell_behind);
+        let woken = outbox.notify.notified();
+        tokio::pin!(woken);
         loop {
             tokio::select! {
-                // Queued frames first: nearly every wake-up is for one, and a ready branch ends
-                // the select before the branches after it are polled. Nothing after it starves
-                // for long: the queue holds what the hub queued, a falling-behind socket is
-                // checked for before each frame goes out (`forward`), and silence is judged
+                // Queued deliveries first: nearly every wake-up is for one, and a ready branch
+                // ends the select before the branches after it are polled. Nothing after it
+                // starves for long: the queue holds what the hub queued, a falling-behind socket
+                // is checked for before each delivery goes out (`forward`), and silence is judged
                 // from unanswered pings, not from how long the peer was left unread.
                 biased;
-                Some(frame) = self.frames.recv() => {
-                    if let Err(ending) = self.forward(frame, &signal).await {
+                () = &mut woken => {
+                    // Re-armed before the queue is read: a delivery queued from here on wakes
+                    // the next turn (a `Notify` keeps one wake-up for a wait not yet polled).
+                    woken.set(outbox.notify.notified());
+                    if let Err(ending) = self.forward(&outbox).await {
                         return ending;
                     }
                 }
-                () = &mut fell_behind => {
-                    if signal.overflowed() {
-                        return self.too_slow();
-                    }
-                    fell_behind.set(signal.notify.notified());
-                }
-                _ = &mut shutting_down => return Some((close_code::AWAY, SHUTTING_DOWN)),
-                message = self.ws.recv() => match message {
+                _ = &mut shutting_down => return Some((CloseCode::Away, SHUTTING_DOWN)),
+                message = self.ws.next() => match message {
                     Some(Ok(message)) => {
                         self.unanswered_ping = None;
                         // Boxed: subscribing (verification, database reads, replay) takes far more
@@ -156,15 +174,15 @@ impl Socket<'_> {
                     }
                     Some(Err(error)) => {
                         tracing::debug!(%error, "WebSocket read failed");
-                        return Some((close_code::PROTOCOL, "Invalid WebSocket frame"));
+                        return Some((CloseCode::Protocol, "Invalid WebSocket frame"));
                     }
                     None => return None,
                 },
                 _ = ping.tick() => {
                     let now = Instant::now();
                     let sent = *self.unanswered_ping.get_or_insert(now);
-                    if now.duration_since(sent) > silence_limit(self.limits.ping_interval) {
-                        return Some((close_code::AWAY, NO_PONG));
+                    if now.duration_since(sent) > silence_limit(interval) {
+                        return Some((CloseCode::Away, NO_PONG));
                     }
                     if self.send_message(Message::Ping(Default::default())).await.is_err() {
                         return None;
@@ -192,7 +210,7 @@ impl Socket<'_> {
     }
 
     async fn subscribe(&mut self, bytes: Vec<u8>) -> Result<(), Failure> {
-        let accepted = subscribe::accept(self.edge, bytes).await.map_err(Failure::Refused)?;
+        let accepted = subscribe::accept(&self.edge, bytes).await.map_err(Failure::Refused)?;
         let account: Arc<str> = Arc::from(accepted.caller.account_id.as_str());
         let refuse = |error: ApiError| Failure::Refused(Refused { error, key: Some(accepted.key.clone()) });
         match &self.account {
@@ -202,15 +220,19 @@ impl Socket<'_> {
             Some(_) => {}
             None => self.bind(account, accepted.caller.protocol).await?,
         }
-        let limit = self.limits.subscriptions;
-        let registered = self.live.registry().subscribe(self.id, &accepted.registered, accepted.sub.clone(), limit);
-        registered.map_err(|_| refuse(too_many_subscriptions(limit)))?;
+        let limit = self.limits().subscriptions;
+        let registered =
+            self.edge.live.registry().subscribe(self.id, &accepted.registered, accepted.sub.clone(), limit);
+        registered.map_err(|refused| match refused {
+            registry::Refused::NotBound => refuse(ApiError::internal("a WebSocket subscribed before it was bound")),
+            registry::Refused::SocketFull | registry::Refused::AccountFull => refuse(too_many_subscriptions(limit)),
+        })?;
         // Registered first, read second: an event committed after this read is queued live, one
         // committed before it is in the replay, and one in both is dropped from the queue.
         let replay = match subscribe::load(&self.edge.app, accepted.plan.clone()).await {
             Ok(replay) => replay,
             Err(error) => {
-                self.live.registry().unsubscribe(self.id, &accepted.registered);
+                self.edge.live.registry().unsubscribe(self.id, &accepted.registered);
                 return Err(refuse(error));
             }
         };
@@ -219,31 +241,22 @@ impl Socket<'_> {
 
     /// Binds the socket to `account` (its first accepted subscription).
     async fn bind(&mut self, account: Arc<str>, protocol: u32) -> Result<(), Failure> {
-        let queue = self.queue.take().ok_or(Failure::Close(None))?;
+        let limits = *self.limits();
         let outcome = {
-            let mut registry = self.live.registry();
-            let account_bytes = registry.account_bytes(&account);
-            let budget = Arc::new(Budget::new(self.limits.queue_bytes, account_bytes, self.limits.account_queue_bytes));
-            let bound = Bound {
-                account_id: account.clone(),
-                protocol,
-                queue,
-                budget: budget.clone(),
-                signal: self.signal.clone(),
-                dropped: self.live.dropped.clone(),
-            };
-            registry.bind(self.id, bound, self.limits.per_account).map(|()| budget)
+            let mut registry = self.edge.live.registry();
+            self.outbox.bind(registry.account_bytes(&account), limits.account_queue_bytes);
+            let bound = Bound::new(account.clone(), protocol, self.outbox.clone(), self.edge.live.dropped.clone());
+            registry.bind(self.id, bound, limits.per_account)
         };
         match outcome {
-            Ok(budget) => {
-                self.budget = Some(budget);
+            Ok(()) => {
                 self.account = Some((account, protocol));
                 Ok(())
             }
             Err(_) => {
                 let error = ApiError::too_many(ACCOUNT_FULL).with_code(SOCKET_LIMIT);
                 let _ = self.send(frames::error(&error, None, protocol)).await;
-                Err(Failure::Close(Some((close_code::AGAIN, ACCOUNT_FULL))))
+                Err(Failure::Close(Some((CloseCode::Again, ACCOUNT_FULL))))
             }
         }
     }
@@ -316,8 +329,7 @@ impl Socket<'_> {
             seq: None,
         });
         self.send(frames::encode(&frame, protocol)).await.map_err(|()| Failure::Close(None))?;
-        let through = self.replayed.entry(session_id.clone()).or_default();
-        *through = (*through).max(seq);
+        self.replayed_through(session_id, seq);
         Ok(())
     }
 
@@ -326,51 +338,48 @@ impl Socket<'_> {
         let (run_id, seq): (Arc<str>, i64) = (Arc::from(entry.run_id.as_str()), entry.seq);
         let frame = AgentWsEvent::AppendFrame(frames::journal(key.to_owned(), entry));
         self.send(frames::encode(&frame, protocol)).await.map_err(|()| Failure::Close(None))?;
-        let through = self.replayed.entry(run_id).or_default();
-        *through = (*through).max(seq);
+        self.replayed_through(&run_id, seq);
         Ok(())
     }
 
-    /// Sends a queued live frame and those queued behind it (up to [`BATCH`]), flushed once, so a
-    /// burst costs one write; frames a replay already sent are skipped. A socket that fell behind
-    /// sends nothing more: a frame queued after one it lost would leave a gap.
-    async fn forward(&mut self, first: Arc<OutFrame>, signal: &Signal) -> Result<(), Ending> {
-        let send = async {
-            let mut next = Some(first);
+    /// Remembers that a replay sent `stream`'s events up to `seq`.
+    fn replayed_through(&mut self, stream: &Arc<str>, seq: i64) {
+        match self.replayed.iter_mut().find(|(known, _)| known == stream) {
+            Some((_, through)) => *through = (*through).max(seq),
+            None => self.replayed.push((stream.clone(), seq)),
+        }
+    }
+
+    /// Whether a replay already sent `stream`'s event `seq`.
+    fn was_replayed(&self, stream: &str, seq: i64) -> bool {
+        self.replayed.iter().any(|(known, through)| &**known == stream && seq <= *through)
+    }
+
+    /// Sends what is queued, [`BATCH`] deliveries to a write, until the queue is empty; frames a
+    /// replay already sent are skipped. A socket that fell behind sends nothing more: a frame
+    /// queued after one it lost would leave a gap.
+    async fn forward(&mut self, outbox: &Outbox) -> Result<(), Ending> {
+        loop {
+            let mut out = Vec::new();
             let mut taken = 0;
-            while let Some(frame) = next.take() {
-                if let Some(budget) = &self.budget {
-                    budget.give(frame.bytes());
+            while taken < BATCH {
+                if outbox.overflowed() {
+                    return Err(self.too_slow());
                 }
-                if signal.overflowed() {
-                    return Ok(false);
-                }
-                for part in frame.parts() {
-                    let replayed = part
-                        .append
-                        .as_ref()
-                        .is_some_and(|(session, seq)| self.replayed.get(session).is_some_and(|through| seq <= through));
+                let Some(delivery) = outbox.pop() else { break };
+                taken += 1;
+                for part in delivery.parts() {
+                    let replayed = part.append.as_ref().is_some_and(|(stream, seq)| self.was_replayed(stream, *seq));
                     if !replayed {
-                        self.ws.feed(Message::Text(part.text.clone())).await?;
+                        frame_into(&mut out, part.text.as_bytes());
                     }
                 }
-                taken += 1;
-                if taken < BATCH {
-                    next = self.frames.try_recv().ok();
-                }
             }
-            self.ws.flush().await.map(|()| true)
-        };
-        match tokio::time::timeout(self.limits.send_timeout, send).await {
-            Ok(Ok(true)) => Ok(()),
-            Ok(Ok(false)) => Err(self.too_slow()),
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "WebSocket write failed");
-                Err(None)
+            if !out.is_empty() {
+                self.write(&out).await.map_err(|()| None)?;
             }
-            Err(_) => {
-                tracing::debug!(socket = self.id, "WebSocket write timed out");
-                Err(None)
+            if taken < BATCH {
+                return Ok(());
             }
         }
     }
@@ -378,16 +387,28 @@ impl Socket<'_> {
     /// The ending of a socket that fell behind: its client resumes from its last `seq`.
     fn too_slow(&self) -> Ending {
         tracing::info!(socket = self.id, "closing a WebSocket that fell behind");
-        Some((close_code::AGAIN, TOO_SLOW))
+        Some((CloseCode::Again, TOO_SLOW))
     }
 
+    /// Sends one text frame.
     async fn send(&mut self, text: Utf8Bytes) -> Result<(), ()> {
-        self.send_message(Message::Text(text)).await
+        let mut out = Vec::new();
+        frame_into(&mut out, text.as_bytes());
+        self.write(&out).await
     }
 
-    /// Sends one message; a peer that does not take it within `send_timeout` is gone.
-    async fn send_message(&mut self, message: Message) -> Result<(), ()> {
-        match tokio::time::timeout(self.limits.send_timeout, self.ws.send(message)).await {
+    /// Writes framed bytes to the connection, after what the WebSocket library has pending (an
+    /// answer to a ping); a peer that does not take them within `send_timeout` is gone.
+    async fn write(&mut self, framed: &[u8]) -> Result<(), ()> {
+        let timeout = self.limits().send_timeout;
+        let ws = &mut self.ws;
+        let write = async {
+            ws.flush().await.map_err(io::Error::other)?;
+            let connection = ws.get_mut();
+            connection.write_all(framed).await?;
+            connection.flush().await
+        };
+        match tokio::time::timeout(timeout, write).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(error)) => {
                 tracing::debug!(%error, "WebSocket write failed");
@@ -399,6 +420,33 @@ impl Socket<'_> {
             }
         }
     }
+
+    /// Sends one message through the WebSocket library (pings); a peer that does not take it
+    /// within `send_timeout` is gone.
+    async fn send_message(&mut self, message: Message) -> Result<(), ()> {
+        match tokio::time::timeout(self.limits().send_timeout, self.ws.send(message)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "WebSocket write failed");
+                Err(())
+            }
+            Err(_) => {
+                tracing::debug!(socket = self.id, "WebSocket write timed out");
+                Err(())
+            }
+        }
+    }
+}
+
+/// Appends `text` to `out` as one unmasked text frame (RFC 6455 §5.2: a server's frames carry no
+/// mask).
+fn frame_into(out: &mut Vec<u8>, text: &[u8]) {
+    let header = FrameHeader { opcode: OpCode::Data(Data::Text), ..FrameHeader::default() };
+    let length = text.len() as u64;
+    out.reserve(header.len(length) + text.len());
+    // Writing into a `Vec` cannot fail.
+    let _ = header.format(length, out);
+    out.extend_from_slice(text);
 }
 
 /// Why a subscription did not go through: an `error` frame (the socket stays open), or the end of

@@ -16,11 +16,12 @@
 
 use std::sync::Arc;
 
-use axum::extract::ws::Message;
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{
     RunInfo, RunInfoKind, RunJournalEntryInfo, SessionEvent, SessionInfo, Subscribe,
 };
+
+use tokio_tungstenite::tungstenite::Message;
 
 use super::registry::Sub;
 use crate::access::{self, Need, Role};
@@ -130,7 +131,7 @@ pub(crate) fn frame_bytes(message: Message) -> Option<Result<Vec<u8>, ApiError>>
         Message::Text(text) => {
             Some(serde_json::from_str::<Vec<u8>>(text.as_str()).map_err(|_| ApiError::invalid(BAD_TEXT)))
         }
-        Message::Ping(_) | Message::Pong(_) | Message::Close(_) => None,
+        Message::Ping(_) | Message::Pong(_) | Message::Close(_) | Message::Frame(_) => None,
     }
 }
 
