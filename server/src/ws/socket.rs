@@ -80,8 +80,14 @@ pub(crate) fn run(
 ) -> impl Future<Output = ()> + Send {
     let limits = &edge.live.limits;
     let outbox = Arc::new(Outbox::new(limits.queue_frames, limits.queue_bytes));
-    let socket = Socket { edge, id, ws, outbox, account: None, replayed: Vec::new(), unanswered_ping: None };
-    socket.run(permit)
+    let mut socket = Socket { edge, id, ws, outbox, account: None, replayed: Vec::new(), unanswered_ping: None };
+    // An `async` block, not an `async fn` taking the socket: a function's arguments are moved
+    // into locals of its future, which would then hold the socket twice.
+    async move {
+        let reason = socket.serve().await;
+        socket.close(reason).await;
+        drop(permit);
+    }
 }
 
 struct Socket {
@@ -104,8 +110,8 @@ struct Socket {
 type Ending = Option<(CloseCode, &'static str)>;
 
 impl Socket {
-    async fn run(mut self, permit: OwnedSemaphorePermit) {
-        let reason = self.serve().await;
+    /// Leaves the registry, and says why to the peer when there is a reason to.
+    async fn close(&mut self, reason: Ending) {
         self.edge.live.registry().remove_socket(self.id);
         // Out of the registry, nothing more is queued: what is left is dropped.
         self.outbox.release();
@@ -114,7 +120,6 @@ impl Socket {
             let timeout = self.limits().send_timeout;
             let _ = tokio::time::timeout(timeout, self.ws.send(Message::Close(Some(close)))).await;
         }
-        drop(permit);
     }
 
     fn limits(&self) -> &WsLimits {
@@ -132,7 +137,9 @@ impl Socket {
 
     async fn serve(&mut self) -> Ending {
         let connected = self.connected();
-        if self.send(connected).await.is_err() {
+        // Boxed, like every wait but the idle one: the future of a write is larger than the
+        // waiting state, and an idle socket should not carry it.
+        if Box::pin(self.send(connected)).await.is_err() {
             return None;
         }
         let mut shutdown = self.edge.live.shutdown_signal();
@@ -158,7 +165,7 @@ impl Socket {
                     // Re-armed before the queue is read: a delivery queued from here on wakes
                     // the next turn (a `Notify` keeps one wake-up for a wait not yet polled).
                     woken.set(outbox.notify.notified());
-                    if let Err(ending) = self.forward(&outbox).await {
+                    if let Err(ending) = Box::pin(self.forward(&outbox)).await {
                         return ending;
                     }
                 }
@@ -184,7 +191,7 @@ impl Socket {
                     if now.duration_since(sent) > silence_limit(interval) {
                         return Some((CloseCode::Away, NO_PONG));
                     }
-                    if self.send_message(Message::Ping(Default::default())).await.is_err() {
+                    if Box::pin(self.send_message(Message::Ping(Default::default()))).await.is_err() {
                         return None;
                     }
                 }
