@@ -74,8 +74,15 @@ pub(crate) async fn verify(edge: &Edge, bytes: Vec<u8>, transport: Transport) ->
     let now = app.clock.now_ms();
     let ts = envelope.timestamp_ms();
     let signature = envelope.signature();
+    // A `Subscribe` decompresses its signer's key without the cache: a socket's key is used once,
+    // and the many readers of a public session would otherwise fill the cache (it starts over
+    // when full, dropping the keys of the signers who send requests) and hold memory per reader.
+    let keys = match transport {
+        Transport::Http => Some(&edge.keys),
+        Transport::WebSocket => None,
+    };
     let verified = envelope
-        .verify_with(now, TIMESTAMP_WINDOW_MS, Some(&edge.keys))
+        .verify_with(now, TIMESTAMP_WINDOW_MS, keys)
         .map_err(|error| ApiError::unauthorized(error.to_string()))?;
     let action = verified.action();
     let keyed = action.contains_key("clientRequestId") || action.contains_key("clientMessageId");

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::{Semaphore, watch};
 
-use super::registry::Registry;
+use super::registry::{Outbox, Registry, SocketId};
 use crate::config::Config;
 
 /// How sockets are bounded (from the configuration).
@@ -90,9 +90,34 @@ impl Live {
         self.limits.max_sockets - self.sockets.available_permits()
     }
 
+    /// Counts a socket as open, unless the server is shutting down (`false`: it closes at once).
+    pub(crate) fn open(&self, socket: SocketId, outbox: Arc<Outbox>) -> bool {
+        let mut registry = self.registry();
+        registry.open(socket, outbox);
+        // Under the lock `shut_down` takes after raising the flag: a socket opened before it
+        // looked is told by it, one opened after sees the flag here.
+        !*self.shutdown.borrow()
+    }
+
+    /// Every `ping_interval`, tells each open socket to ping its peer, until shutdown. One timer
+    /// for all of them instead of one each (ARCHITECTURE.md, "Bounded resources").
+    pub(crate) async fn pinger(self: Arc<Self>) {
+        let interval = self.limits.ping_interval;
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut shutdown = self.shutdown_signal();
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => self.registry().open_sockets().for_each(Outbox::ping),
+                _ = shutdown.wait_for(|closing| *closing) => return,
+            }
+        }
+    }
+
     /// Closes every socket with 1001 and waits (at most `wait`) for them to finish.
     pub(crate) async fn shut_down(&self, wait: Duration) {
         self.shutdown.send_replace(true);
+        self.registry().open_sockets().for_each(Outbox::close);
         let all = self.limits.max_sockets as u32;
         if tokio::time::timeout(wait, self.sockets.acquire_many(all)).await.is_err() {
             tracing::warn!(open = self.open_sockets(), "WebSockets still open after the shutdown wait");

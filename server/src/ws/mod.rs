@@ -43,10 +43,12 @@ use crate::edge::Edge;
 /// The largest frame a client may send: a `Subscribe` envelope is a few hundred bytes.
 pub(crate) const MAX_CLIENT_FRAME: usize = 64 * 1024;
 
-/// Bytes a socket reads from its connection at a time: a `Subscribe` frame is a few hundred bytes
-/// and pongs are tiny (tungstenite's default is 128 KiB, held by every socket for its life; a
-/// larger frame still arrives whole, the buffer grows for it).
-pub(crate) const READ_BUFFER: usize = 512;
+/// Bytes a socket reads from its connection at a time. The library keeps its read buffer for the
+/// socket's life, at the largest size a frame made it (it reserves a frame's whole length on top
+/// of what it already read): with 128 bytes, a `Subscribe` of a few hundred bytes leaves about its
+/// own size behind, where 512 left twice that (massif). Pongs are tiny, and a larger frame still
+/// arrives whole, in a few more reads. tungstenite's default is 128 KiB.
+pub(crate) const READ_BUFFER: usize = 128;
 
 /// What the WebSocket library may hold unwritten: only its pings, pongs and close frame go
 /// through it (the socket writes its own frames, `socket`), and each is written at once.
@@ -57,8 +59,9 @@ pub(crate) fn routes() -> Router<Arc<Edge>> {
     Router::new().route("/agents/ws", get(upgrade))
 }
 
-/// Starts the hub (before any socket can subscribe).
+/// Starts the hub (before any socket can subscribe) and the pinger (which ends at shutdown).
 pub(crate) fn spawn_hub(edge: &Arc<Edge>) -> JoinHandle<()> {
+    tokio::spawn(edge.live.clone().pinger());
     tokio::spawn(hub::run(edge.clone(), edge.app.bus.subscribe(), edge.live.shutdown_signal()))
 }
 

@@ -18,8 +18,9 @@ use crate::access::Role;
 /// A socket's number, unique for the life of the server.
 pub(crate) type SocketId = u64;
 
-/// A bound socket's outgoing queue: what the hub hands it, the bounds on what it may hold, and
-/// the one wake-up its task waits on.
+/// A socket's outgoing queue and its one wake-up: what the hub hands it, the bounds on what it may
+/// hold, and the flags the pinger and shutdown raise (so a socket waits on one thing, not on a
+/// timer and a shutdown signal of its own).
 ///
 /// One allocation per socket, and nothing more until frames are queued: an idle socket costs a
 /// few machine words here (ARCHITECTURE.md, "Bounded resources"). The hub pushes under a
@@ -33,7 +34,12 @@ pub(crate) struct Outbox {
     slots: usize,
     /// Set when the socket fell behind: it must close.
     overflowed: AtomicBool,
-    /// Wakes the socket's task: a delivery was queued, or it fell behind.
+    /// Set by the pinger: the socket pings its peer (or, silent too long, closes).
+    ping_due: AtomicBool,
+    /// Set when the server shuts down: the socket closes (1001).
+    closing: AtomicBool,
+    /// Wakes the socket's task: a delivery was queued, it fell behind, a ping is due, or the
+    /// server is shutting down.
     pub notify: Notify,
     /// The bytes queued frames hold, against the socket's bound.
     bytes: AtomicUsize,
@@ -53,6 +59,8 @@ impl Outbox {
             frames: Mutex::default(),
             slots: slots.max(1),
             overflowed: AtomicBool::new(false),
+            ping_due: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             notify: Notify::new(),
             bytes: AtomicUsize::new(0),
             bytes_max,
@@ -151,6 +159,28 @@ impl Outbox {
         self.overflowed.load(Ordering::Acquire)
     }
 
+    /// Tells the socket a ping is due.
+    pub(crate) fn ping(&self) {
+        self.ping_due.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    /// Whether a ping is due (and it is no longer).
+    pub(crate) fn take_ping(&self) -> bool {
+        self.ping_due.swap(false, Ordering::AcqRel)
+    }
+
+    /// Tells the socket the server is shutting down.
+    pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    /// Whether the server is shutting down.
+    pub(crate) fn closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
     /// Bytes queued for the socket now.
     #[cfg(test)]
     fn queued(&self) -> usize {
@@ -217,6 +247,8 @@ pub(crate) struct Registry {
     // Maps keyed by socket id hash with Fx: the ids are the server's own counter, never a
     // client's choice, and the hub looks one up for every frame it hands to a socket.
     sockets: FxHashMap<SocketId, Bound>,
+    /// Every open socket's queue, bound or not (for pings and shutdown).
+    open: FxHashMap<SocketId, Arc<Outbox>>,
     keys: HashMap<Arc<str>, FxHashMap<SocketId, Sub>>,
     /// `(socket, key)` pairs per agent (for revocation).
     by_agent: HashMap<Arc<str>, HashSet<(SocketId, Arc<str>)>>,
@@ -231,6 +263,16 @@ fn is_account_key(key: &str) -> bool {
 }
 
 impl Registry {
+    /// Counts a socket as open, until [`Self::remove_socket`].
+    pub(crate) fn open(&mut self, socket: SocketId, outbox: Arc<Outbox>) {
+        self.open.insert(socket, outbox);
+    }
+
+    /// Every open socket's queue.
+    pub(crate) fn open_sockets(&self) -> impl Iterator<Item = &Outbox> {
+        self.open.values().map(|outbox| &**outbox)
+    }
+
     /// Binds `socket` to its account, unless the account already has `limit` sockets.
     pub(crate) fn bind(&mut self, socket: SocketId, bound: Bound, limit: usize) -> Result<(), Refused> {
         let (count, _) = self.per_account.entry(bound.account_id.clone()).or_default();
@@ -261,6 +303,8 @@ impl Registry {
             None if keys.len() >= limit => return Err(Refused::SocketFull),
             None => {
                 let key: Arc<str> = Arc::from(key);
+                // Most sockets follow one key: room for exactly that, not the four a push makes.
+                keys.reserve_exact(1);
                 keys.push(key.clone());
                 key
             }
@@ -301,6 +345,7 @@ impl Registry {
 
     /// Forgets a socket and all its subscriptions.
     pub(crate) fn remove_socket(&mut self, socket: SocketId) {
+        self.open.remove(&socket);
         let Some(bound) = self.sockets.remove(&socket) else { return };
         for key in &bound.keys {
             if let Some(subscribers) = self.keys.get_mut(key) {
@@ -453,8 +498,13 @@ mod tests {
         assert_eq!(registry.of_agent("x").len(), 2);
         // Unsubscribed, the key no longer counts against the socket's limit.
         registry.subscribe(1, "agents/y", sub("y"), 2).unwrap();
+        registry.open(1, Arc::new(Outbox::new(1, 1)));
+        registry.open(4, Arc::new(Outbox::new(1, 1)));
+        assert_eq!(registry.open_sockets().count(), 2);
         registry.remove_socket(1);
         registry.remove_socket(2);
+        registry.remove_socket(4);
+        assert_eq!(registry.open_sockets().count(), 0);
         assert_eq!(registry.counts(), (0, 0));
         assert!(!registry.has_account_keys());
         assert!(registry.of_agent("x").is_empty() && !registry.has("sessions/s"));

@@ -136,40 +136,48 @@ impl Socket {
     }
 
     async fn serve(&mut self) -> Ending {
+        if !self.edge.live.open(self.id, self.outbox.clone()) {
+            return Some((CloseCode::Away, SHUTTING_DOWN));
+        }
         let connected = self.connected();
         // Boxed, like every wait but the idle one: the future of a write is larger than the
         // waiting state, and an idle socket should not carry it.
         if Box::pin(self.send(connected)).await.is_err() {
             return None;
         }
-        let mut shutdown = self.edge.live.shutdown_signal();
         let outbox = self.outbox.clone();
-        let interval = self.limits().ping_interval;
-        let mut ping = tokio::time::interval_at(Instant::now() + interval, interval);
-        // The waits that outlive one frame are armed once and polled again on each turn of the
-        // loop, not rebuilt: arming a `Notify` wait takes its lock, and a socket that follows a
-        // busy session wakes once per delivery.
-        let shutting_down = shutdown.changed();
-        tokio::pin!(shutting_down);
+        // Everything but the peer's frames reaches the socket through its outbox's one wake-up
+        // (deliveries, falling behind, pings, shutdown): an idle socket waits on two things. The
+        // wait is armed once and polled again on each turn of the loop, not rebuilt: arming a
+        // `Notify` wait takes its lock, and a socket that follows a busy session wakes once per
+        // delivery.
         let woken = outbox.notify.notified();
         tokio::pin!(woken);
         loop {
             tokio::select! {
-                // Queued deliveries first: nearly every wake-up is for one, and a ready branch
+                // The outbox first: nearly every wake-up is for a delivery, and a ready branch
                 // ends the select before the branches after it are polled. Nothing after it
                 // starves for long: the queue holds what the hub queued, a falling-behind socket
                 // is checked for before each delivery goes out (`forward`), and silence is judged
                 // from unanswered pings, not from how long the peer was left unread.
                 biased;
                 () = &mut woken => {
-                    // Re-armed before the queue is read: a delivery queued from here on wakes
-                    // the next turn (a `Notify` keeps one wake-up for a wait not yet polled).
+                    // Re-armed before the flags and the queue are read: anything raised from
+                    // here on wakes the next turn (a `Notify` keeps one wake-up for a wait not yet
+                    // polled).
                     woken.set(outbox.notify.notified());
+                    if outbox.closing() {
+                        return Some((CloseCode::Away, SHUTTING_DOWN));
+                    }
+                    if outbox.take_ping()
+                        && let Err(ending) = Box::pin(self.ping()).await
+                    {
+                        return ending;
+                    }
                     if let Err(ending) = Box::pin(self.forward(&outbox)).await {
                         return ending;
                     }
                 }
-                _ = &mut shutting_down => return Some((CloseCode::Away, SHUTTING_DOWN)),
                 message = self.ws.next() => match message {
                     Some(Ok(message)) => {
                         self.unanswered_ping = None;
@@ -185,18 +193,18 @@ impl Socket {
                     }
                     None => return None,
                 },
-                _ = ping.tick() => {
-                    let now = Instant::now();
-                    let sent = *self.unanswered_ping.get_or_insert(now);
-                    if now.duration_since(sent) > silence_limit(interval) {
-                        return Some((CloseCode::Away, NO_PONG));
-                    }
-                    if Box::pin(self.send_message(Message::Ping(Default::default()))).await.is_err() {
-                        return None;
-                    }
-                }
             }
         }
+    }
+
+    /// Pings the peer, unless it has been silent too long (`Err`: the socket ends).
+    async fn ping(&mut self) -> Result<(), Ending> {
+        let now = Instant::now();
+        let sent = *self.unanswered_ping.get_or_insert(now);
+        if now.duration_since(sent) > silence_limit(self.limits().ping_interval) {
+            return Err(Some((CloseCode::Away, NO_PONG)));
+        }
+        self.send_message(Message::Ping(Default::default())).await.map_err(|()| None)
     }
 
     /// Handles one message from the peer; `Err` ends the socket.
