@@ -49,6 +49,9 @@ pub(crate) struct Outbox {
     account: OnceLock<(Arc<AtomicUsize>, usize)>,
 }
 
+// Every open socket has one, for its whole life: grow it knowingly.
+const _: () = assert!(std::mem::size_of::<Outbox>() <= 128, "a socket's outbox grew");
+
 /// Queues this short past their use keep no more room than this many deliveries.
 const KEPT_SLOTS: usize = 8;
 

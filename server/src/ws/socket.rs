@@ -90,6 +90,11 @@ pub(crate) fn run(
     }
 }
 
+// An idle socket's task holds its `Socket` and a small waiting state, and that is most of what an
+// idle socket costs (ARCHITECTURE.md, "Bounded resources"): grow it knowingly. Most of it is
+// tungstenite's `WebSocketStream` (328 bytes).
+const _: () = assert!(std::mem::size_of::<Socket>() <= 448, "a socket's state grew");
+
 struct Socket {
     edge: Arc<Edge>,
     id: SocketId,
