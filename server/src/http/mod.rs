@@ -155,10 +155,7 @@ async fn handle_message(
         span.record("account", verified.caller.account_id.as_str());
         // Before the action runs: a refused request changed nothing.
         app.limits.check(&verified.caller.account_id, &verified.action_name, body_bytes)?;
-        // Boxed: the dispatch future holds the state of the largest handler, and unboxed it is
-        // copied into every future that wraps it (this block, the timeout, the request span,
-        // axum's handler future), on every request.
-        Box::pin(crate::dispatch::dispatch(app, &verified.caller, &verified.action_name, verified.action)).await
+        crate::dispatch::dispatch(app, &verified.caller, &verified.action_name, verified.action).await
     };
     let answer = match tokio::time::timeout(app.config.request_timeout, answer).await {
         Ok(answer) => answer,
