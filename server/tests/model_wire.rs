@@ -48,7 +48,8 @@ pub(crate) fn request(text: &str) -> ModelRequest {
             name: "read".into(),
             description: "Read anything you can address.".into(),
             parameters: json!({"type": "object", "additionalProperties": false,
-                "properties": {"address": {"type": "string"}}, "required": ["address"]}),
+                "properties": {"address": {"type": "string"}}, "required": ["address"]})
+            .into(),
         }],
         ..ModelRequest::default()
     }

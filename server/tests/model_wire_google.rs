@@ -42,7 +42,8 @@ fn request(text: &str) -> ModelRequest {
             name: "read".into(),
             description: "Read anything you can address.".into(),
             parameters: json!({"type": "object", "additionalProperties": false,
-                "properties": {"address": {"type": "string", "minLength": 1}}, "required": ["address"]}),
+                "properties": {"address": {"type": "string", "minLength": 1}}, "required": ["address"]})
+            .into(),
         }],
         ..ModelRequest::default()
     }

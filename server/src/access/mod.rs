@@ -78,15 +78,16 @@ pub(crate) struct Access {
 
 /// The role of `account_id` on `agent_id`, or `None` when it has none (or the agent is missing).
 pub(crate) fn resolve(conn: &Connection, agent_id: &str, account_id: &str) -> ApiResult<Option<Access>> {
-    let Some(store::Standing { owner_id, public_read, public_chat, member_role }) =
-        store::standing(conn, agent_id, account_id)?
-    else {
-        return Ok(None);
-    };
+    Ok(store::standing(conn, agent_id, account_id)?.and_then(|standing| decide(agent_id, standing, account_id)))
+}
+
+/// The access `standing` on agent `agent_id` gives `account_id`, if any.
+fn decide(agent_id: &str, standing: store::Standing, account_id: &str) -> Option<Access> {
+    let store::Standing { owner_id, public_read, public_chat, member_role } = standing;
     let access =
         |role, member| Some(Access { agent_id: agent_id.to_owned(), owner_id: owner_id.clone(), role, member });
     if owner_id == account_id {
-        return Ok(access(Role::Owner, true));
+        return access(Role::Owner, true);
     }
     let member = match member_role.as_deref() {
         Some("writer") => Some(Role::Writer),
@@ -98,11 +99,11 @@ pub(crate) fn resolve(conn: &Connection, agent_id: &str, account_id: &str) -> Ap
         (true, false) => Some(Role::Reader),
         _ => None,
     };
-    Ok(match (member, public) {
+    match (member, public) {
         (Some(member_role), public) => access(public.map_or(member_role, |public| public.max(member_role)), true),
         (None, Some(public)) => access(public, false),
         (None, None) => None,
-    })
+    }
 }
 
 /// The prologue of most agent-scoped actions: a read transaction in which `caller` must have
@@ -163,8 +164,8 @@ pub(crate) fn check(access: &Access, need: Need) -> ApiResult<()> {
 /// session is missing or its agent is invisible to the caller.
 pub(crate) fn require_session(conn: &Connection, session_id: &str, account_id: &str, need: Need) -> ApiResult<Access> {
     let missing = || ApiError::not_found("Session not found");
-    let agent_id = store::agent_of_session(conn, session_id)?.ok_or_else(missing)?;
-    let access = resolve(conn, &agent_id, account_id)?.ok_or_else(missing)?;
+    let (agent_id, standing) = store::session_standing(conn, session_id, account_id)?.ok_or_else(missing)?;
+    let access = decide(&agent_id, standing, account_id).ok_or_else(missing)?;
     check(&access, need)?;
     Ok(access)
 }

@@ -43,11 +43,31 @@ pub(super) fn standing(conn: &Connection, agent_id: &str, account_id: &str) -> A
         .optional()?)
 }
 
-/// The agent of session `session_id`, when the session exists.
-pub(super) fn agent_of_session(conn: &Connection, session_id: &str) -> ApiResult<Option<String>> {
+/// The agent of session `session_id` and the standing of `account_id` on it, when the session
+/// and its agent exist (what [`standing`] reads, with the session's agent, in one statement).
+pub(super) fn session_standing(
+    conn: &Connection,
+    session_id: &str,
+    account_id: &str,
+) -> ApiResult<Option<(String, Standing)>> {
     Ok(conn
-        .prepare_cached("SELECT agent_id FROM sessions WHERE id = ?1")?
-        .query_row(params![session_id], |row| row.get(0))
+        .prepare_cached(
+            "SELECT s.agent_id, a.account_id, a.public_read, a.public_chat, c.role
+             FROM sessions s
+             JOIN agents a ON a.id = s.agent_id
+             LEFT JOIN agent_collaborators c
+               ON c.agent_id = a.id AND c.account_id = ?2 AND c.status = 'accepted'
+             WHERE s.id = ?1",
+        )?
+        .query_row(params![session_id, account_id], |row| {
+            let standing = Standing {
+                owner_id: row.get(1)?,
+                public_read: row.get(2)?,
+                public_chat: row.get(3)?,
+                member_role: row.get(4)?,
+            };
+            Ok((row.get(0)?, standing))
+        })
         .optional()?)
 }
 

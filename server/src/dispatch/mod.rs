@@ -105,7 +105,11 @@ pub(crate) async fn dispatch(app: &Arc<App>, caller: &Caller, name: &str, action
             match name {
                 $(stringify!($action) => {
                     let action: protocol::generated::$action = decode(name, action)?;
-                    encode(app, caller, $handler(app, caller, action).await?).await
+                    // Boxed, so this future is small: unboxed it would hold the largest
+                    // handler's state, and be copied whole into each future wrapping it (the
+                    // request's timeout and span, axum's handler future) on every request.
+                    let response = Box::pin($handler(app, caller, action)).await?;
+                    encode(app, caller, response).await
                 })*
                 other => Err(unrouted(other)),
             }

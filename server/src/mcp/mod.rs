@@ -224,7 +224,7 @@ pub(crate) fn offered(
         .map(|stored| crate::model::ToolSpec {
             name: stored.document.name,
             description: stored.document.description,
-            parameters: stored.document.input,
+            parameters: stored.document.input.into(),
         })
         .collect())
 }

@@ -358,7 +358,8 @@ pub struct ToolSpec {
     /// What it does, for the model.
     pub description: String,
     /// Its arguments as JSON Schema (Anthropic gets only `type`, `properties` and `required`).
-    pub parameters: serde_json::Value,
+    /// Shared: the built-in tools' schemas are offered on every step of every pass.
+    pub parameters: std::sync::Arc<serde_json::Value>,
 }
 
 /// Something the provider streamed, pushed to the caller as it arrives.
@@ -608,12 +609,13 @@ pub(crate) mod test_support {
                     name: "read".into(),
                     description: "Read anything you can address.".into(),
                     parameters: json!({"type": "object", "additionalProperties": false,
-                        "properties": {"address": {"type": "string", "minLength": 1}}, "required": ["address"]}),
+                        "properties": {"address": {"type": "string", "minLength": 1}}, "required": ["address"]})
+                    .into(),
                 },
                 ToolSpec {
                     name: "status".into(),
                     description: "Set the session title.".into(),
-                    parameters: json!({"type": "object", "properties": {"title": {"type": "string"}}}),
+                    parameters: json!({"type": "object", "properties": {"title": {"type": "string"}}}).into(),
                 },
             ],
             reasoning: None,

@@ -13,7 +13,7 @@
 //! belongs to the task that delegated it. A run continues at most once.
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use ipld_core::ipld::Ipld;
 use rusqlite::Connection;
@@ -45,7 +45,7 @@ const DESCRIPTION: &str = "Move this conversation to a fresh session and carry o
      reason says why (context_pressure, topic_change, phase_change, refocus, user_request, other); title \
      names the new session. This turn ends after the call; you answer the brief in the new session.";
 
-static SCHEMA: LazyLock<Json> = LazyLock::new(|| {
+static SCHEMA: LazyLock<Arc<Json>> = LazyLock::new(|| {
     json!({
         "type": "object",
         "additionalProperties": false,
@@ -59,6 +59,7 @@ static SCHEMA: LazyLock<Json> = LazyLock::new(|| {
         },
         "required": ["reason", "brief"]
     })
+    .into()
 });
 
 static VALIDATOR: LazyLock<jsonschema::Validator> =

@@ -259,18 +259,17 @@ pub(crate) fn contract(conn: &Connection, run_id: &str, input: &Ipld, session_id
 }
 
 /// The contract every run of a delegated child's session runs under (the one its spawning run
-/// stored), or `None` for any other session.
-pub(crate) fn session_contract(conn: &Connection, session_id: &str) -> ApiResult<Option<Spec>> {
-    spawning_contract(conn, session_id, None)
+/// stored), or `None` for any other session; `spawning_run` is the session's `runId` (the run
+/// that spawned it, when it is a delegated child), read by the caller.
+pub(crate) fn contract_of_spawning_run(conn: &Connection, spawning_run: Option<&str>) -> ApiResult<Option<Spec>> {
+    let Some(spawning) = spawning_run else { return Ok(None) };
+    Ok(crate::runs::store::input(conn, spawning)?.as_ref().and_then(spec_in))
 }
 
 /// The spec stored by the run that spawned `session_id`, unless that run is `except`.
 fn spawning_contract(conn: &Connection, session_id: &str, except: Option<&str>) -> ApiResult<Option<Spec>> {
     let spawning = session_store::spawning_run(conn, session_id)?;
-    let Some(spawning) = spawning.filter(|spawning| Some(spawning.as_str()) != except) else {
-        return Ok(None);
-    };
-    Ok(crate::runs::store::input(conn, &spawning)?.as_ref().and_then(spec_in))
+    contract_of_spawning_run(conn, spawning.as_deref().filter(|spawning| Some(*spawning) != except))
 }
 
 fn spec_in(input: &Ipld) -> Option<Spec> {
@@ -309,7 +308,8 @@ pub(crate) fn delegate_spec() -> ToolSpec {
                 "input": {},
                 "script": {"type": "string"}
             }
-        }),
+        })
+        .into(),
     }
 }
 
@@ -321,7 +321,7 @@ pub(crate) fn return_result_spec(schema: &Json) -> ToolSpec {
                       a payload that fits the required schema; a payload that does not fit comes back with what \
                       to fix. Delivering it ends your task."
             .to_owned(),
-        parameters: schema.clone(),
+        parameters: schema.clone().into(),
     }
 }
 

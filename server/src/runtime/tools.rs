@@ -10,7 +10,7 @@
 //! The descriptions are ours. Each says what the tool is for and what its input means, in the
 //! few lines a model reads before choosing a tool.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use ipld_core::ipld::Ipld;
 use seed_agents_protocol::generated::{SessionActor, SessionEvent, SessionEventPayload};
@@ -143,12 +143,12 @@ impl Tool {
         ToolSpec {
             name: self.name().to_owned(),
             description: self.description().to_owned(),
-            parameters: self.schema().clone(),
+            parameters: SCHEMAS[self as usize].clone(),
         }
     }
 }
 
-static SCHEMAS: LazyLock<[Json; 5]> = LazyLock::new(|| {
+static SCHEMAS: LazyLock<[Arc<Json>; 5]> = LazyLock::new(|| {
     [
         json!({
             "type": "object",
@@ -210,6 +210,7 @@ static SCHEMAS: LazyLock<[Json; 5]> = LazyLock::new(|| {
             }
         }),
     ]
+    .map(Arc::new)
 });
 
 static VALIDATORS: LazyLock<Vec<jsonschema::Validator>> = LazyLock::new(|| {

@@ -200,10 +200,14 @@ pub(crate) async fn get_session(app: &App, caller: &Caller, action: GetSession) 
             // What the agent's next pass is told (the live parts: time, members, `<space>`), with
             // a delegated child's contract or a trigger thread's own instructions and tools, applied
             // in the order the runtime applies them.
-            if let Some(spec) = crate::runtime::delegate::session_contract(conn, &action.session_id)? {
+            // The session row read above (same snapshot) names the spawning run, and says whether
+            // a trigger firing opened the session: without one there is no thread and no context.
+            let spawning_run = session.run_id.as_ref().map(|run| run.as_str());
+            if let Some(spec) = crate::runtime::delegate::contract_of_spawning_run(conn, spawning_run)? {
                 spec.apply(&mut agent.definition);
             }
-            if let Some(thread) = crate::triggers::thread::of_session(conn, &action.session_id)? {
+            let fired = session.started_by_trigger.is_some();
+            if fired && let Some(thread) = crate::triggers::thread::of_session(conn, &action.session_id)? {
                 thread.apply(&mut agent.definition);
             }
             let memory_root = std::path::Path::new(&agent.state_dir).join(crate::memory::path::MEMORY_DIR);
@@ -224,7 +228,10 @@ pub(crate) async fn get_session(app: &App, caller: &Caller, action: GetSession) 
                 has_more_before: has_more_before.filter(|_| limit.is_some() || action.before_seq.is_some()),
                 session,
                 system_prompt_markdown,
-                trigger_context: crate::triggers::store::context(conn, &action.session_id)?,
+                trigger_context: match fired {
+                    true => crate::triggers::store::context(conn, &action.session_id)?,
+                    false => None,
+                },
             })
         })
         .await

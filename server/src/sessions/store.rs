@@ -21,9 +21,15 @@ use crate::error::{ApiError, ApiResult};
 // recompiles the cached statement whenever the value changes; the unary `+` keeps it a runtime
 // expression (the test `limits_do_not_recompile_cached_statements` checks it).
 
-const SESSION_COLUMNS: &str = "s.id, s.account_id, s.agent_id, s.title, s.status, s.parent_session_id, s.run_id, \
-     s.model_override_cbor, s.thoroughness, s.description, \
-     (SELECT COUNT(*) FROM sessions c WHERE c.parent_session_id = s.id), s.created_at, s.updated_at, s.plan_cbor";
+/// The columns [`info_from_row`] reads, as a literal (so `concat!` can build whole statements).
+macro_rules! session_columns {
+    () => {
+        "s.id, s.account_id, s.agent_id, s.title, s.status, s.parent_session_id, s.run_id, \
+         s.model_override_cbor, s.thoroughness, s.description, \
+         (SELECT COUNT(*) FROM sessions c WHERE c.parent_session_id = s.id), s.created_at, s.updated_at, s.plan_cbor"
+    };
+}
+const SESSION_COLUMNS: &str = session_columns!();
 
 fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
     let model_override = row.get::<_, Option<Cbor<SessionModelOverride>>>(7)?.map(|Cbor(value)| value);
@@ -78,14 +84,28 @@ pub(crate) fn ids_of_owned_agents(conn: &Connection, owner: &str) -> ApiResult<V
 }
 
 /// One session; 404 `Session not found` when missing.
+///
+/// The row also says whether the session was continued from or to another, so the link
+/// statements run only for a session that has links (most have none; this is on every
+/// `GetSession` and every session snapshot a subscriber gets).
 pub(crate) fn load_info(conn: &Connection, session_id: &str) -> ApiResult<SessionInfo> {
-    let mut session = conn
-        .prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?1"))?
-        .query_row(params![session_id], info_from_row)
+    let (mut session, continued_from, continued_to) = conn
+        .prepare_cached(concat!(
+            "SELECT ",
+            session_columns!(),
+            ", EXISTS (SELECT 1 FROM session_continuations c WHERE c.to_session_id = s.id),
+               EXISTS (SELECT 1 FROM session_continuations c WHERE c.from_session_id = s.id)
+             FROM sessions s WHERE s.id = ?1"
+        ))?
+        .query_row(params![session_id], |row| {
+            Ok((info_from_row(row)?, row.get::<_, bool>(14)?, row.get::<_, bool>(15)?))
+        })
         .optional()?
         .ok_or_else(|| ApiError::not_found("Session not found"))?;
     session.started_by_trigger = crate::triggers::store::attribution(conn, session_id)?;
-    link_continuations(conn, &mut session)?;
+    if continued_from || continued_to {
+        link_continuations(conn, &mut session)?;
+    }
     Ok(session)
 }
 

@@ -10,7 +10,7 @@
 //! succeeded). Lambda tools run for agents granted `execute` (`tools::lambda`). The descriptions
 //! are ours.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use seed_agents_protocol::generated::AgentDefinition;
 use serde_json::{Value as Json, json};
@@ -126,7 +126,7 @@ impl Callable {
         ToolSpec {
             name: self.name().to_owned(),
             description: self.description().to_owned(),
-            parameters: self.input_schema().clone(),
+            parameters: INPUTS[self as usize].clone(),
         }
     }
 }
@@ -200,7 +200,7 @@ pub(crate) fn narrow(definition: &mut AgentDefinition, wanted: &[String]) {
     definition.tools = Some(base.into_iter().filter(|tool| wanted.contains(tool)).collect());
 }
 
-static INPUTS: LazyLock<[Json; 5]> = LazyLock::new(|| {
+static INPUTS: LazyLock<[Arc<Json>; 5]> = LazyLock::new(|| {
     [
         json!({
             "type": "object",
@@ -259,6 +259,7 @@ static INPUTS: LazyLock<[Json; 5]> = LazyLock::new(|| {
             "required": ["runtime", "code"]
         }),
     ]
+    .map(Arc::new)
 });
 
 static OUTPUTS: LazyLock<[Option<Json>; 5]> = LazyLock::new(|| {

@@ -502,7 +502,8 @@ mod tests {
             tools: vec![ToolSpec {
                 name: "lookup".into(),
                 description: "Look up.".into(),
-                parameters: json!({"type": "object", "properties": {"x": {"$ref": "https://example.com/s.json"}}}),
+                parameters: json!({"type": "object", "properties": {"x": {"$ref": "https://example.com/s.json"}}})
+                    .into(),
             }],
             ..ModelRequest::default()
         };

@@ -113,7 +113,7 @@ fn tool(spec: &ToolSpec) -> Value {
         "function": {
             "name": spec.name,
             "description": spec.description,
-            "parameters": spec.parameters,
+            "parameters": *spec.parameters,
             "strict": false,
         },
     })

@@ -170,7 +170,7 @@ fn tool(spec: &ToolSpec) -> Value {
         "type": "function",
         "name": spec.name,
         "description": spec.description,
-        "parameters": spec.parameters,
+        "parameters": *spec.parameters,
         "strict": false,
     })
 }
