@@ -35,7 +35,7 @@ use crate::config::Config;
 use crate::db::maintenance;
 use crate::durable;
 use crate::error::{ApiError, ApiResult};
-use crate::secrets::crypto::SecretKey;
+use crate::secrets::crypto::{Sealed, SecretKey};
 
 /// The next key's file while a rotation is under way.
 pub(crate) const NEXT_KEY_FILE: &str = "secret.key.next";
@@ -49,29 +49,14 @@ enum Slot {
     Webhook(String),
 }
 
-/// One sealed value and the `(account, name)` its sealing is bound to.
-struct SealedValue {
-    slot: Slot,
-    account: String,
-    name: String,
-    sealed: Vec<u8>,
-}
+/// One sealed value, by its slot.
+type SealedValue = Sealed<Slot>;
 
 /// Every sealed value the database holds: the secrets (API keys, signing identities, MCP
 /// headers, subscription tokens) and the triggers' webhook secrets.
 fn sealed_values(conn: &Connection) -> ApiResult<Vec<SealedValue>> {
-    let secrets = crate::secrets::store::all_sealed(conn)?.into_iter().map(|row| SealedValue {
-        slot: Slot::Secret(row.id),
-        account: row.account_id,
-        name: row.name,
-        sealed: row.sealed,
-    });
-    let webhooks = crate::triggers::webhook::all_sealed(conn)?.into_iter().map(|row| SealedValue {
-        slot: Slot::Webhook(row.trigger_id),
-        account: row.owner_id,
-        name: row.name,
-        sealed: row.sealed,
-    });
+    let secrets = crate::secrets::store::all_sealed(conn)?.into_iter().map(|row| row.at(Slot::Secret));
+    let webhooks = crate::triggers::webhook::all_sealed(conn)?.into_iter().map(|row| row.at(Slot::Webhook));
     Ok(secrets.chain(webhooks).collect())
 }
 
@@ -83,7 +68,7 @@ fn write_back(conn: &Connection, slot: &Slot, sealed: &[u8]) -> ApiResult<()> {
 }
 
 fn opens(key: &SecretKey, value: &SealedValue) -> bool {
-    key.open(&value.account, &value.name, &value.sealed).map(Zeroizing::new).is_ok()
+    key.open(&value.account_id, &value.name, &value.sealed).map(Zeroizing::new).is_ok()
 }
 
 /// How many sealed values the database holds, and how many of them do not open with `key`.
@@ -198,9 +183,9 @@ fn reseal(conn: &Connection, current: &SecretKey, next: &SecretKey) -> ApiResult
     let values = sealed_values(conn)?;
     for value in &values {
         let plaintext =
-            Zeroizing::new(current.open(&value.account, &value.name, &value.sealed).map_err(ApiError::internal)?);
-        let sealed = next.seal(&value.account, &value.name, &plaintext).map_err(ApiError::internal)?;
-        write_back(conn, &value.slot, &sealed)?;
+            Zeroizing::new(current.open(&value.account_id, &value.name, &value.sealed).map_err(ApiError::internal)?);
+        let sealed = next.seal(&value.account_id, &value.name, &plaintext).map_err(ApiError::internal)?;
+        write_back(conn, &value.at, &sealed)?;
     }
     pause_at("resealed");
     Ok(values.len())

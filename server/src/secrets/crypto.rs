@@ -36,6 +36,27 @@ const AAD_DOMAIN: &[u8] = b"seed-agents/secret";
 /// The new key file's temp file: hidden, beside it, owner-only from the start.
 pub(crate) const KEY_TEMP: TempOptions = TempOptions { prefix: ".secret.key.tmp-", suffix: "", owner_only: true };
 
+/// A stored sealed value as key rotation and `doctor` see it: where it is stored (`at`), the
+/// `(account, name)` its sealing is bound to, and the sealed bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Sealed<At> {
+    /// Where it is stored (a `secrets` row id, a trigger id, …).
+    pub(crate) at: At,
+    /// The account the sealing is bound to (the first half of the associated data).
+    pub(crate) account_id: String,
+    /// The name it is bound to (the second half).
+    pub(crate) name: String,
+    /// The sealed bytes.
+    pub(crate) sealed: Vec<u8>,
+}
+
+impl<At> Sealed<At> {
+    /// The same value, its place said another way.
+    pub(crate) fn at<To>(self, to: impl FnOnce(At) -> To) -> Sealed<To> {
+        Sealed { at: to(self.at), account_id: self.account_id, name: self.name, sealed: self.sealed }
+    }
+}
+
 /// The server's secret-encryption key (XChaCha20-Poly1305, 32 bytes).
 ///
 /// The key bytes are held only inside the cipher, which zeroes them when dropped (the

@@ -6,6 +6,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::crypto::Sealed;
 use crate::error::ApiResult;
 
 /// The id and timestamps of a stored secret row.
@@ -146,21 +147,11 @@ pub(crate) fn set_metadata_if_unchanged(
     Ok(changed > 0)
 }
 
-/// A stored secret as key rotation and `doctor` see it: the row id, the `(account, name)` its
-/// sealing is bound to, and the sealed value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SealedRow {
-    pub(crate) id: String,
-    pub(crate) account_id: String,
-    pub(crate) name: String,
-    pub(crate) sealed: Vec<u8>,
-}
-
 /// Every stored secret, sealed, in id order.
-pub(crate) fn all_sealed(conn: &Connection) -> ApiResult<Vec<SealedRow>> {
+pub(crate) fn all_sealed(conn: &Connection) -> ApiResult<Vec<Sealed<String>>> {
     let mut statement = conn.prepare_cached("SELECT id, account_id, name, ciphertext FROM secrets ORDER BY id")?;
     let rows = statement.query_map([], |row| {
-        Ok(SealedRow { id: row.get(0)?, account_id: row.get(1)?, name: row.get(2)?, sealed: row.get(3)? })
+        Ok(Sealed { at: row.get(0)?, account_id: row.get(1)?, name: row.get(2)?, sealed: row.get(3)? })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }

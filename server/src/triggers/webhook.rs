@@ -38,6 +38,7 @@ use super::firing::{self, Activity, FireOutcome};
 use super::store;
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
+use crate::secrets::crypto::Sealed;
 
 /// The largest body a webhook accepts, in bytes.
 pub(crate) const MAX_BODY_BYTES: usize = 256 * 1024;
@@ -55,28 +56,14 @@ fn sealed_name(trigger_id: &str) -> String {
     format!("webhook-trigger:{trigger_id}")
 }
 
-/// A stored webhook secret as key rotation and `doctor` see it: the trigger, and the owner and
-/// name its sealing is bound to.
-#[derive(Debug, Clone)]
-pub(crate) struct SealedWebhookSecret {
-    /// The trigger.
-    pub(crate) trigger_id: String,
-    /// Its owner (the first half of the associated data).
-    pub(crate) owner_id: String,
-    /// The sealing name (the second half).
-    pub(crate) name: String,
-    /// The sealed secret.
-    pub(crate) sealed: Vec<u8>,
-}
-
 /// Every trigger's sealed webhook secret.
-pub(crate) fn all_sealed(conn: &Connection) -> ApiResult<Vec<SealedWebhookSecret>> {
+pub(crate) fn all_sealed(conn: &Connection) -> ApiResult<Vec<Sealed<String>>> {
     Ok(store::all_webhook_secrets(conn)?
         .into_iter()
-        .map(|(trigger_id, owner_id, sealed)| SealedWebhookSecret {
+        .map(|(trigger_id, owner_id, sealed)| Sealed {
             name: sealed_name(&trigger_id),
-            trigger_id,
-            owner_id,
+            at: trigger_id,
+            account_id: owner_id,
             sealed,
         })
         .collect())
