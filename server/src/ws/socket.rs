@@ -428,32 +428,32 @@ impl Socket {
             connection.write_all(framed).await?;
             connection.flush().await
         };
-        match tokio::time::timeout(timeout, write).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "WebSocket write failed");
-                Err(())
-            }
-            Err(_) => {
-                tracing::debug!(socket = self.id, "WebSocket write timed out");
-                Err(())
-            }
-        }
+        finished(self.id, timeout, write).await
     }
 
     /// Sends one message through the WebSocket library (pings); a peer that does not take it
     /// within `send_timeout` is gone.
     async fn send_message(&mut self, message: Message) -> Result<(), ()> {
-        match tokio::time::timeout(self.limits().send_timeout, self.ws.send(message)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "WebSocket write failed");
-                Err(())
-            }
-            Err(_) => {
-                tracing::debug!(socket = self.id, "WebSocket write timed out");
-                Err(())
-            }
+        finished(self.id, self.limits().send_timeout, self.ws.send(message)).await
+    }
+}
+
+/// Waits for a write to `socket`'s peer: one that fails, or that the peer does not take within
+/// `timeout`, means the peer is gone (`Err`).
+async fn finished<E: std::fmt::Display>(
+    socket: SocketId,
+    timeout: Duration,
+    write: impl Future<Output = Result<(), E>>,
+) -> Result<(), ()> {
+    match tokio::time::timeout(timeout, write).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "WebSocket write failed");
+            Err(())
+        }
+        Err(_) => {
+            tracing::debug!(socket, "WebSocket write timed out");
+            Err(())
         }
     }
 }
