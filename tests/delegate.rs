@@ -209,7 +209,7 @@ async fn a_parent_plans_two_steps_delegates_the_first_parks_and_finishes_the_sec
             Ok(conn
                 .prepare("SELECT id, attempt FROM runs ORDER BY created_at")?
                 .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-                .collect::<rusqlite::Result<_>>()?)
+                .collect::<seed_agents_server::testing::db::Result<_>>()?)
         })
         .await
         .unwrap();

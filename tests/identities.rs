@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use ipld_core::ipld::Ipld;
-use rusqlite::{OptionalExtension, params};
 use seed_agents_protocol::generated::{
     AcceptAgentInvite, AgentActivitySource, AgentCollaboratorRole, AgentTriggerSource, CreateAgent,
     CreateSigningIdentity, DeleteAgent, DeleteSigningIdentity, ImportSigningIdentity, InviteAgentCollaborator,
@@ -13,6 +12,7 @@ use seed_agents_protocol::generated::{
 };
 use seed_agents_protocol::{Bytes, Ed25519Signer, Signer as _, Value, wire};
 use seed_agents_sdk::Error;
+use seed_agents_server::testing::db::OptionalExtension;
 
 use crate::support::hm::{FakeHm, Published};
 use crate::support::{TestServer, User, api_error, definition};
@@ -43,7 +43,7 @@ async fn stored_seed(server: &TestServer, account: &str, name: &str) -> Vec<u8> 
             .read(move |conn| {
                 Ok(conn.query_row(
                     "SELECT ciphertext FROM secrets WHERE account_id = ?1 AND name = ?2",
-                    params![account, name],
+                    (account, name),
                     |row| row.get(0),
                 )?)
             })
@@ -179,7 +179,7 @@ async fn create_publishes_the_profile_and_home_document_and_stores_the_seed_seal
     let rows: Vec<u8> = app
         .db
         .read(move |conn| {
-            Ok(conn.query_row("SELECT ciphertext FROM secrets WHERE name = ?1", params![name], |row| row.get(0))?)
+            Ok(conn.query_row("SELECT ciphertext FROM secrets WHERE name = ?1", (name,), |row| row.get(0))?)
         })
         .await
         .unwrap();
@@ -465,7 +465,7 @@ async fn triggers(server: &TestServer, agent_id: &str) -> Vec<TriggerRow> {
                  FROM agent_triggers WHERE agent_id = ?1",
             )?;
             let rows = statement
-                .query_map(params![agent_id], |row| {
+                .query_map((agent_id,), |row| {
                     Ok((
                         row.get(0)?,
                         row.get(1)?,
@@ -478,7 +478,7 @@ async fn triggers(server: &TestServer, agent_id: &str) -> Vec<TriggerRow> {
                         row.get(8)?,
                     ))
                 })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
+                .collect::<seed_agents_server::testing::db::Result<Vec<_>>>()?;
             Ok(rows)
         })
         .await
@@ -579,7 +579,7 @@ async fn a_trigger_that_cannot_be_stored_does_not_fail_create_agent() {
         .db
         .read(move |conn| {
             Ok(conn
-                .query_row("SELECT id FROM agents WHERE id = ?1", params![agent_id.as_str()], |row| row.get(0))
+                .query_row("SELECT id FROM agents WHERE id = ?1", (agent_id.as_str(),), |row| row.get(0))
                 .optional()?)
         })
         .await

@@ -50,7 +50,7 @@ impl Harness {
                 conn.execute(
                     "INSERT INTO agents (id, account_id, definition_cbor, state_dir, status, created_at, updated_at)
                      VALUES (?1, ?2, x'a0', '/tmp/agent', 'active', 1, 1) ON CONFLICT DO NOTHING",
-                    rusqlite::params![agent, account],
+                    (agent, account),
                 )?;
                 Ok(())
             })
@@ -69,7 +69,7 @@ impl Harness {
                     "INSERT INTO agent_triggers (id, account_id, agent_id, name, enabled, source_cbor, prompt,
                                                  created_at, updated_at)
                      VALUES (?1, ?2, ?3, ?1, 1, ?4, 'Respond.', ?5, ?5)",
-                    rusqlite::params![id, account, agent, source, created_at],
+                    (id, account, agent, source, created_at),
                 )?;
                 Ok(())
             })

@@ -96,7 +96,10 @@ impl App {
     pub(crate) fn open_locked(config: Config, clock: Clock, lock: DataDirLock) -> Result<Self, StartError> {
         let dir = &config.data_dir;
         let secrets = SecretKey::load(dir, std::env::var(SecretKey::ENV).ok().as_deref())?;
-        let db = Db::open_with(&config.database_path(), config.db_queues)?;
+        let db = match &config.database_url {
+            Some(url) => Db::open_postgres(url, config.db_queues)?,
+            None => Db::open_with(&config.database_path(), config.db_queues)?,
+        };
         let upload_order = seed_agents_server_core::upload_order::AppendOrder::with_grace(config.upload_arrival_grace);
         let http = outbound_http_client().map_err(|error| StartError::HttpClient(error.to_string()))?;
         let issuer = crate::model::oauth::Issuer::new(&config.oauth_issuer_url).map_err(StartError::HttpClient)?;

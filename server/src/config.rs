@@ -24,6 +24,12 @@ pub struct Config {
     #[arg(long, env = "SEED_AGENTS_DATA_DIR", default_value = DEFAULT_DATA_DIR, global = true)]
     pub data_dir: PathBuf,
 
+    /// The database: unset, the SQLite file in the data directory (the default); or a PostgreSQL
+    /// URL, `postgres://user@host:port/database` (docs/postgres.md). Files (agents' memory,
+    /// attachments, uploads) stay in the data directory either way.
+    #[arg(long, env = "SEED_AGENTS_DATABASE_URL")]
+    pub database_url: Option<String>,
+
     /// Log line format.
     #[arg(long, env = "SEED_AGENTS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -332,6 +338,7 @@ impl Config {
         Self {
             listen,
             data_dir: data_dir.into(),
+            database_url: None,
             log_format: LogFormat::Text,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             body_budget_bytes: DEFAULT_BODY_BUDGET_BYTES,

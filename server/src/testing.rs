@@ -21,7 +21,9 @@ pub mod bus {
 
 /// The database.
 pub mod db {
-    pub use crate::db::Db;
+    pub use crate::db::{
+        Connection, Db, Error, FromSql, MappedRows, OptionalExtension, Params, Result, Row, Rows, Statement, ToSql,
+    };
 }
 
 /// The run engine's parts a scripted executor and staged runs need.

@@ -5,7 +5,7 @@
 //! `runs`) because access sits below every feature (ARCHITECTURE.md rule 9: decided in one
 //! place) and may not call their stores. All portable SQL.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Connection, OptionalExtension, params};
 
 use crate::error::ApiResult;
 

@@ -6,7 +6,7 @@
 //! Best effort: building or storing it never fails `CreateAgent`. The row is built before the
 //! agent's writes, and stored under a savepoint that is rolled back on error.
 
-use rusqlite::Connection;
+use crate::db::Connection;
 use seed_agents_protocol::generated::{
     ActivitySource, AgentActivityCondition, AgentActivitySource, AgentDefinition, AgentTriggerSource,
     CommentReplySource, DocumentAuthorCommentSource, UserMentionSource,

@@ -10,7 +10,7 @@ pub(crate) mod store;
 
 use std::path::PathBuf;
 
-use rusqlite::Connection;
+use crate::db::Connection;
 use seed_agents_protocol::generated::{
     AgentDefinition, CreateAgent, CreateAgentResponse, DeleteAgent, DeleteAgentResponse, GetAgent, GetAgentResponse,
     ListAgents, ListAgentsResponse, UpdateAgent,

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::db::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{AgentDefinition, AgentInfo, AgentInfoStatus};
 
 use crate::access::Role;
@@ -17,7 +17,7 @@ use crate::error::{ApiError, ApiResult};
 pub(crate) const AGENT_COLUMNS: &str = "a.id, a.account_id, a.definition_cbor, a.state_dir, a.status, a.public_read, a.public_chat, a.created_at, a.updated_at";
 
 /// An agent row as the protocol shows it, with the viewer's role.
-pub(crate) fn info_from_row(row: &Row<'_>, role: Role) -> rusqlite::Result<AgentInfo> {
+pub(crate) fn info_from_row(row: &Row<'_>, role: Role) -> crate::db::Result<AgentInfo> {
     let Cbor(definition) = row.get::<_, Cbor<AgentDefinition>>(2)?;
     let status: String = row.get(4)?;
     Ok(AgentInfo {
@@ -63,7 +63,7 @@ pub(crate) fn visible_agents(conn: &Connection, account_id: &str) -> ApiResult<V
         let (public_read, public_chat): (bool, bool) = (row.get(5)?, row.get(6)?);
         info_from_row(row, member_role(&member, public_read, public_chat))
     })?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    Ok(rows.collect::<crate::db::Result<Vec<_>>>()?)
 }
 
 /// The id and definition of every agent `account_id` owns, by id.
@@ -72,7 +72,7 @@ pub(crate) fn owned_definitions(conn: &Connection, account_id: &str) -> ApiResul
         conn.prepare_cached("SELECT id, definition_cbor FROM agents WHERE account_id = ?1 ORDER BY id")?;
     let rows =
         statement.query_map(params![account_id], |row| Ok((row.get(0)?, row.get::<_, Cbor<AgentDefinition>>(1)?.0)))?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    Ok(rows.collect::<crate::db::Result<Vec<_>>>()?)
 }
 
 /// The effective role of a member (`owner`, `writer`, `reader`), lifted by public chat.
@@ -114,7 +114,7 @@ pub(crate) fn runnable(conn: &Connection, agent_id: &str) -> ApiResult<Option<Ru
 pub(crate) fn all_ids(conn: &Connection) -> ApiResult<std::collections::HashSet<String>> {
     let mut statement = conn.prepare_cached("SELECT id FROM agents")?;
     let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::db::Result<_>>()?)
 }
 
 /// Points every agent's state directory at `<agents_dir>/<id>` (a restore into another data
@@ -140,7 +140,7 @@ pub(crate) fn state_dir(conn: &Connection, agent_id: &str) -> ApiResult<String> 
 /// The state directories of every agent `owner` owns (the storage quota walks their memory).
 pub(crate) fn owned_state_dirs(conn: &Connection, owner: &str) -> ApiResult<Vec<String>> {
     let mut statement = conn.prepare_cached("SELECT state_dir FROM agents WHERE account_id = ?1")?;
-    let dirs = statement.query_map(params![owner], |row| row.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+    let dirs = statement.query_map(params![owner], |row| row.get(0))?.collect::<crate::db::Result<Vec<String>>>()?;
     Ok(dirs)
 }
 
@@ -219,14 +219,14 @@ pub(crate) fn delete(conn: &Connection, agent_id: &str) -> ApiResult<Deleted> {
     let sessions = conn
         .prepare_cached("SELECT id FROM sessions WHERE agent_id = ?1")?
         .query_map(params![agent_id], |row| row.get::<_, String>(0))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<crate::db::Result<Vec<_>>>()?;
     let state_dir: String = conn
         .prepare_cached("SELECT state_dir FROM agents WHERE id = ?1")?
         .query_row(params![agent_id], |row| row.get(0))?;
     let members = conn
         .prepare_cached("SELECT account_id FROM agent_collaborators WHERE agent_id = ?1")?
         .query_map(params![agent_id], |row| row.get::<_, String>(0))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<crate::db::Result<Vec<_>>>()?;
     conn.prepare_cached("DELETE FROM agents WHERE id = ?1")?.execute(params![agent_id])?;
     Ok(Deleted { state_dir, members, sessions })
 }

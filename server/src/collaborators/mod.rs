@@ -254,7 +254,7 @@ where
 mod tests {
     use std::sync::Arc;
 
-    use rusqlite::params;
+    use crate::db::params;
     use seed_agents_protocol::generated::{AgentDefinition, AgentInviteInfo};
     use seed_agents_protocol::wire;
 

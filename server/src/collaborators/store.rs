@@ -3,7 +3,7 @@
 //! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE … RETURNING` (PostgreSQL spells it
 //! the same), a bound boolean in `(?2 OR status = 'accepted')`, and 0/1 integer flags.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::db::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{AgentCollaboratorInfo, AgentCollaboratorRole, AgentDefinition, AgentInviteInfo};
 
 use crate::db::{Cbor, Text};
@@ -41,7 +41,7 @@ pub(super) fn agent_summary(conn: &Connection, agent_id: &str) -> ApiResult<Agen
 /// The columns [`collaborator_from_row`] reads, in order.
 const COLLABORATOR_COLUMNS: &str = "account_id, role, status, created_at, updated_at";
 
-fn collaborator_from_row(row: &Row<'_>) -> rusqlite::Result<AgentCollaboratorInfo> {
+fn collaborator_from_row(row: &Row<'_>) -> crate::db::Result<AgentCollaboratorInfo> {
     Ok(AgentCollaboratorInfo {
         extra: Default::default(),
         account_id: row.get::<_, String>(0)?.into(),
@@ -58,7 +58,7 @@ pub(crate) fn accepted(conn: &Connection, agent_id: &str) -> ApiResult<Vec<(Stri
         "SELECT account_id, role FROM agent_collaborators WHERE agent_id = ?1 AND status = 'accepted'",
     )?;
     let rows = statement.query_map(params![agent_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::db::Result<_>>()?)
 }
 
 /// The agent's accepted collaborators by when they joined: `(account, role)`, the role as stored.
@@ -68,7 +68,7 @@ pub(crate) fn accepted_by_joining(conn: &Connection, agent_id: &str) -> ApiResul
          ORDER BY created_at, account_id",
     )?;
     let rows = statement.query_map(params![agent_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::db::Result<_>>()?)
 }
 
 /// The agent's members, accepted first then newest update first; pending ones only when asked.
@@ -79,7 +79,7 @@ pub(super) fn members(conn: &Connection, agent_id: &str, with_pending: bool) -> 
          ORDER BY status, updated_at DESC, account_id"
     ))?;
     let rows = statement.query_map(params![agent_id, with_pending], collaborator_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    Ok(rows.collect::<crate::db::Result<Vec<_>>>()?)
 }
 
 /// The pending invitations of `account_id`, newest update first.
@@ -101,7 +101,7 @@ pub(super) fn pending_invites(conn: &Connection, account_id: &str) -> ApiResult<
             updated_at: row.get(5)?,
         })
     })?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    Ok(rows.collect::<crate::db::Result<Vec<_>>>()?)
 }
 
 /// Creates a pending invitation, or updates the role of an existing row; returns the row.

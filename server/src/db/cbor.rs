@@ -7,8 +7,8 @@
 //! expected shape is a broken invariant, and surfaces as the row's conversion error (logged and
 //! answered as an internal error by the caller's `?`).
 
+use crate::db::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, Value, ValueRef};
 use ipld_core::ipld::Ipld;
-use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use seed_agents_protocol::wire::{self, WireError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -72,8 +72,8 @@ impl<T: Decode> FromSql for Cbor<T> {
 }
 
 impl<T: Encode> ToSql for Cbor<T> {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        self.0.encode().map(ToSqlOutput::from).map_err(|error| rusqlite::Error::ToSqlConversionFailure(Box::new(error)))
+    fn to_sql(&self) -> crate::db::Result<ToSqlOutput<'_>> {
+        self.0.encode().map(|bytes| ToSqlOutput::Owned(Value::Blob(bytes))).map_err(crate::db::Error::parameter)
     }
 }
 
@@ -90,8 +90,8 @@ impl<T: std::str::FromStr> FromSql for Text<T> {
 }
 
 impl<T: std::fmt::Display> ToSql for Text<T> {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(ToSqlOutput::from(self.0.to_string()))
+    fn to_sql(&self) -> crate::db::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Owned(Value::Text(self.0.to_string())))
     }
 }
 
@@ -99,7 +99,7 @@ impl<T: std::fmt::Display> ToSql for Text<T> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use rusqlite::{Connection, params};
+    use crate::db::{Connection, Error, params};
     use serde::Deserialize;
 
     use super::*;
@@ -141,8 +141,12 @@ mod tests {
         conn.execute("INSERT INTO t (id, v) VALUES (1, x'a0'), (2, x'ff'), (3, 'text')", []).unwrap();
         let read =
             |id: i64| conn.query_row("SELECT v FROM t WHERE id = ?1", [id], |row| row.get::<_, Cbor<RunInfoError>>(0));
-        assert!(matches!(read(1), Err(rusqlite::Error::FromSqlConversionFailure(..))), "an empty map lacks the fields");
-        assert!(matches!(read(2), Err(rusqlite::Error::FromSqlConversionFailure(..))), "not CBOR");
-        assert!(matches!(read(3), Err(rusqlite::Error::InvalidColumnType(..))), "not a BLOB");
+        let other = |result| matches!(result, Err(Error::Column { source: FromSqlError::Other(_), .. }));
+        assert!(other(read(1)), "an empty map lacks the fields");
+        assert!(other(read(2)), "not CBOR");
+        assert!(
+            matches!(read(3), Err(Error::Column { found: "TEXT", source: FromSqlError::InvalidType, .. })),
+            "not a BLOB"
+        );
     }
 }

@@ -11,7 +11,9 @@
 
 use std::path::Path;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::OpenFlags;
+
+use super::Connection;
 
 use super::{DbError, configure, migrations};
 
@@ -24,16 +26,20 @@ fn sqlite_error(path: &Path) -> impl Fn(rusqlite::Error) -> DbError + '_ {
 /// Opens the database at `path` for writing (creating it when missing), configured as the
 /// server's writer is (WAL, `synchronous=FULL`, foreign keys) and migrated to this build's schema.
 pub(crate) fn open_writable(path: &Path) -> Result<Connection, DbError> {
-    let mut conn = Connection::open(path).map_err(sqlite_error(path))?;
+    let mut conn = rusqlite::Connection::open(path).map_err(sqlite_error(path))?;
     configure(&conn, false).map_err(sqlite_error(path))?;
     migrations::apply(&mut conn, &path.display().to_string())?;
-    Ok(conn)
+    Ok(Connection::sqlite(conn))
 }
 
 /// Opens an existing database read-only, with the readers' settings.
 pub(crate) fn open_read_only(path: &Path) -> Result<Connection, DbError> {
+    open_sqlite_read_only(path).map(Connection::sqlite)
+}
+
+fn open_sqlite_read_only(path: &Path) -> Result<rusqlite::Connection, DbError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags).map_err(sqlite_error(path))?;
+    let conn = rusqlite::Connection::open_with_flags(path, flags).map_err(sqlite_error(path))?;
     configure(&conn, true).map_err(sqlite_error(path))?;
     Ok(conn)
 }
@@ -46,8 +52,8 @@ pub(crate) fn snapshot(source: &Path, target: &Path) -> Result<i64, DbError> {
     if target.exists() {
         return Err(io_error(std::io::Error::from(std::io::ErrorKind::AlreadyExists)));
     }
-    let from = open_read_only(source)?;
-    let mut to = Connection::open(target).map_err(sqlite_error(target))?;
+    let from = open_sqlite_read_only(source)?;
+    let mut to = rusqlite::Connection::open(target).map_err(sqlite_error(target))?;
     {
         let backup = rusqlite::backup::Backup::new(&from, &mut to).map_err(sqlite_error(target))?;
         // -1: every page in one step, under one read transaction of the source. In smaller steps
@@ -73,14 +79,17 @@ pub(crate) fn snapshot(source: &Path, target: &Path) -> Result<i64, DbError> {
     }
     drop(from);
     to.pragma_update(None, "journal_mode", "DELETE").map_err(sqlite_error(target))?;
-    let version = schema_version(&to).map_err(sqlite_error(target))?;
+    let version = migrations::sqlite_schema_version(&to).map_err(sqlite_error(target))?;
     to.close().map_err(|(_, source)| sqlite_error(target)(source))?;
     std::fs::File::open(target).and_then(|file| file.sync_all()).map_err(io_error)?;
     Ok(version)
 }
 
 /// `PRAGMA integrity_check`: `["ok"]` for a sound file, else SQLite's findings (at most 100).
-pub(crate) fn integrity_check(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+pub(crate) fn integrity_check(conn: &Connection) -> super::Result<Vec<String>> {
+    let Some(conn) = conn.as_sqlite() else {
+        return Err(super::Error::Unsupported("an integrity check of a PostgreSQL database"));
+    };
     let mut findings = Vec::new();
     conn.pragma_query(None, "integrity_check", |row| {
         findings.push(row.get::<_, String>(0)?);
@@ -90,12 +99,22 @@ pub(crate) fn integrity_check(conn: &Connection) -> rusqlite::Result<Vec<String>
 }
 
 /// Runs `work` in one write transaction (`BEGIN IMMEDIATE`), committing when it answers `Ok`.
-pub(crate) fn in_transaction<T, E: From<rusqlite::Error>>(
+pub(crate) fn in_transaction<T, E: From<super::Error>>(
     conn: &mut Connection,
     work: impl FnOnce(&Connection) -> Result<T, E>,
 ) -> Result<T, E> {
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let outcome = work(&tx)?;
-    tx.commit()?;
-    Ok(outcome)
+    conn.execute_batch(match conn.dialect() {
+        super::Dialect::Sqlite => "BEGIN IMMEDIATE",
+        super::Dialect::Postgres => "BEGIN",
+    })?;
+    match work(conn) {
+        Ok(outcome) => {
+            conn.execute_batch("COMMIT")?;
+            Ok(outcome)
+        }
+        Err(error) => {
+            conn.execute_batch("ROLLBACK")?;
+            Err(error)
+        }
+    }
 }

@@ -445,15 +445,23 @@ const MIGRATIONS: &[&str] = &[
     "#,
 ];
 
-/// The schema version stored in the database (SQLite's `user_version`: the migrations applied).
-pub(crate) fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
+/// The schema version stored in the database: the migrations applied.
+pub(crate) fn schema_version(conn: &super::Connection) -> super::Result<i64> {
+    match conn.as_sqlite() {
+        Some(sqlite) => Ok(sqlite_schema_version(sqlite)?),
+        None => super::pg::schema_version(conn),
+    }
+}
+
+/// SQLite's `user_version`.
+pub(crate) fn sqlite_schema_version(conn: &Connection) -> rusqlite::Result<i64> {
     conn.pragma_query_value(None, "user_version", |row| row.get(0))
 }
 
 /// Brings the database at `conn` to [`SCHEMA_VERSION`], or refuses one that is newer.
 pub(super) fn apply(conn: &mut Connection, path: &str) -> Result<(), DbError> {
     let sqlite = |source| DbError::Sqlite { path: path.to_owned(), source };
-    let found = schema_version(conn).map_err(sqlite)?;
+    let found = sqlite_schema_version(conn).map_err(sqlite)?;
     if found > SCHEMA_VERSION {
         return Err(DbError::TooNew { path: path.to_owned(), found, supported: SCHEMA_VERSION });
     }

@@ -15,17 +15,23 @@
 mod cbor;
 pub(crate) mod maintenance;
 mod migrations;
+mod pg;
+#[cfg(test)]
+mod pg_tests;
+mod sql;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::OpenFlags;
 use tokio::sync::oneshot;
 
 use crate::error::{ApiError, ApiResult};
 
 pub(crate) use cbor::{Cbor, Generic, Text};
+pub use sql::{Connection, Error, FromSql, MappedRows, OptionalExtension, Params, Result, Row, Rows, Statement, ToSql};
+pub(crate) use sql::{Dialect, FromSqlError, FromSqlResult, ToSqlOutput, Value, ValueRef, params, params_from_iter};
 
 use crate::telemetry::{BATCH_BUCKETS, Histogram, LATENCY_BUCKETS};
 
@@ -84,6 +90,14 @@ pub enum DbError {
         /// What SQLite said.
         source: rusqlite::Error,
     },
+    /// PostgreSQL refused, or could not be reached.
+    #[error("database {url}: {source}")]
+    Postgres {
+        /// The database's URL, without its password.
+        url: String,
+        /// What went wrong.
+        source: Error,
+    },
     /// The file was written by a newer server.
     #[error(
         "database {path} has schema version {found}, newer than this server understands ({supported}); \
@@ -112,7 +126,11 @@ pub enum DbError {
 
 /// A write: given the connection inside the batch's transaction (or `None` when the transaction
 /// could not begin, so the work must not run), it does its work and says how to complete.
-type Job = Box<dyn FnOnce(Option<&Connection>) -> Completion + Send>;
+///
+/// It also answers whether the transaction is still sound: `false` when one of its savepoint
+/// statements failed, after which PostgreSQL would turn the batch's `COMMIT` into a silent
+/// rollback, so the batch is rolled back and every job of it hears the failure.
+type Job = Box<dyn FnOnce(Option<&Connection>) -> (Completion, bool) + Send>;
 /// Runs after the batch's commit (with `None`) or its failure (with the error).
 type Completion = Box<dyn FnOnce(Option<&ApiError>) + Send>;
 
@@ -150,21 +168,71 @@ impl Db {
     pub fn open_with(path: &Path, queues: Queues) -> Result<Self, DbError> {
         let display = path.display().to_string();
         let sqlite = |source| DbError::Sqlite { path: display.clone(), source };
-        let mut writer = Connection::open(path).map_err(sqlite)?;
+        let mut writer = rusqlite::Connection::open(path).map_err(sqlite)?;
         configure(&writer, false).map_err(sqlite)?;
         migrations::apply(&mut writer, &display)?;
-        // `Stop` messages at shutdown must fit too: room for one per reader beyond the bound.
-        let readers = readers();
-        let (reads, read_queue) = crossbeam_channel::bounded::<ReadMessage>(queues.reads.max(1) + readers);
-        let mut reader_threads = Vec::with_capacity(readers);
-        for index in 0..readers {
+        let writer = Connection::sqlite(writer);
+        let mut connections = Vec::with_capacity(readers());
+        for _ in 0..readers() {
             let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-            let reader = Connection::open_with_flags(path, flags).map_err(sqlite)?;
+            let reader = rusqlite::Connection::open_with_flags(path, flags).map_err(sqlite)?;
             configure(&reader, true).map_err(sqlite)?;
+            connections.push(Connection::sqlite(reader));
+        }
+        Self::start(writer, connections, None, queues)
+    }
+
+    /// Connects to the PostgreSQL database at `url` (`postgres://user@host:port/database`),
+    /// applies pending migrations, and starts the writer and reader threads, each with its own
+    /// connection (docs/postgres.md). A lost connection is opened again before the next job.
+    pub fn open_postgres(url: &str, queues: Queues) -> Result<Self, DbError> {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(DbError::Postgres {
+                url: pg::redacted(url),
+                source: Error::Unsupported("a database URL other than postgres://… or postgresql://…"),
+            });
+        }
+        // The synchronous client runs its own small runtime, which must not start inside the
+        // caller's (the server opens its database from async code): connect from a plain thread.
+        let connect = || -> Result<(Connection, Vec<Connection>), DbError> {
+            let writer = pg::open(url)?;
+            let mut connections = Vec::with_capacity(readers());
+            for _ in 0..readers() {
+                let client =
+                    pg::Client::connect(url).map_err(|source| DbError::Postgres { url: pg::redacted(url), source })?;
+                connections.push(Connection::postgres(client));
+            }
+            Ok((writer, connections))
+        };
+        let (writer, connections) = thread::scope(|scope| {
+            thread::Builder::new()
+                .spawn_scoped(scope, connect)
+                .map_err(DbError::Thread)?
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })?;
+        Self::start(writer, connections, Some(url.into()), queues)
+    }
+
+    fn start(
+        writer: Connection,
+        connections: Vec<Connection>,
+        reconnect: Option<Arc<str>>,
+        queues: Queues,
+    ) -> Result<Self, DbError> {
+        let name = match writer.dialect() {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgres",
+        };
+        // `Stop` messages at shutdown must fit too: room for one per reader beyond the bound.
+        let (reads, read_queue) = crossbeam_channel::bounded::<ReadMessage>(queues.reads.max(1) + connections.len());
+        let mut reader_threads = Vec::with_capacity(connections.len());
+        for (index, reader) in connections.into_iter().enumerate() {
             let queue = read_queue.clone();
+            let reconnect = reconnect.clone();
             let thread = thread::Builder::new()
-                .name(format!("sqlite-reader-{index}"))
-                .spawn(move || reader_loop(reader, queue))
+                .name(format!("{name}-reader-{index}"))
+                .spawn(move || reader_loop(reader, reconnect, queue))
                 .map_err(DbError::Thread)?;
             reader_threads.push(thread);
         }
@@ -172,8 +240,8 @@ impl Db {
         let stats = Arc::new(WriterStats::default());
         let writer_stats = stats.clone();
         let thread = thread::Builder::new()
-            .name("sqlite-writer".into())
-            .spawn(move || writer_loop(writer, receiver, &writer_stats))
+            .name(format!("{name}-writer"))
+            .spawn(move || writer_loop(writer, reconnect, receiver, &writer_stats))
             .map_err(DbError::Thread)?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -198,18 +266,19 @@ impl Db {
     {
         let (reply, answer) = oneshot::channel::<ApiResult<T>>();
         let job: Job = Box::new(move |conn: Option<&Connection>| {
-            let outcome = match conn {
+            let (outcome, sound) = match conn {
                 Some(conn) => run_in_savepoint(conn, work),
-                None => Err(ApiError::internal("the write transaction could not begin")),
+                None => (Err(ApiError::internal("the write transaction could not begin")), true),
             };
-            Box::new(move |commit_error: Option<&ApiError>| {
+            let completion: Completion = Box::new(move |commit_error: Option<&ApiError>| {
                 let outcome = match (outcome, commit_error) {
                     (Ok(_), Some(error)) => Err(error.clone()),
                     (outcome, _) => outcome,
                 };
                 // The caller may have gone away (client disconnected); the write stands.
                 let _ = reply.send(outcome);
-            })
+            });
+            (completion, sound)
         });
         let queued = match lock(&self.inner.writer).as_ref() {
             None => Err(ApiError::internal("database writer is closed")),
@@ -286,16 +355,16 @@ impl Db {
 
 /// Records that `account_id` exists (every account the server has seen has a row). Call inside a
 /// write.
-pub(crate) fn ensure_account(conn: &Connection, account_id: &str, now_ms: i64) -> rusqlite::Result<()> {
+pub(crate) fn ensure_account(conn: &Connection, account_id: &str, now_ms: i64) -> Result<()> {
     conn.prepare_cached("INSERT INTO accounts (id, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
-        .execute(rusqlite::params![account_id, now_ms])?;
+        .execute(params![account_id, now_ms])?;
     Ok(())
 }
 
 /// Runs `work` under a savepoint nested in the caller's transaction: when it fails, what it
 /// wrote is rolled back and the transaction goes on (the error is returned, as `work`'s type:
-/// a caller that only logs a `rusqlite::Error` keeps it out of the internal-error log).
-pub(crate) fn savepoint<T, E: From<rusqlite::Error>>(
+/// a caller that only logs an [`Error`] keeps it out of the internal-error log).
+pub(crate) fn savepoint<T, E: From<Error>>(
     conn: &Connection,
     work: impl FnOnce(&Connection) -> Result<T, E>,
 ) -> Result<T, E> {
@@ -311,10 +380,10 @@ pub(crate) fn savepoint<T, E: From<rusqlite::Error>>(
 /// A migrated in-memory database with foreign keys on, for unit tests of the features' SQL.
 #[cfg(test)]
 pub(crate) fn migrated_in_memory() -> Connection {
-    let mut conn = Connection::open_in_memory().expect("in-memory database");
+    let mut conn = rusqlite::Connection::open_in_memory().expect("in-memory database");
     conn.pragma_update(None, "foreign_keys", "ON").expect("foreign keys on");
     migrations::apply(&mut conn, ":memory:").expect("migrations apply");
-    conn
+    Connection::sqlite(conn)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -322,7 +391,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn configure(conn: &Connection, read_only: bool) -> rusqlite::Result<()> {
+fn configure(conn: &rusqlite::Connection, read_only: bool) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     if !read_only {
         conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -342,14 +411,18 @@ fn configure(conn: &Connection, read_only: bool) -> rusqlite::Result<()> {
 }
 
 /// Runs a statement without parameters through the statement cache (no parse per call).
-fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+fn run_cached(conn: &Connection, sql: &str) -> Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(drop)
 }
 
 /// Runs a read inside one read transaction, so every statement of it sees the same snapshot
 /// (an access check and the rows it guards agree), and the WAL read lock is taken once.
 fn run_in_snapshot<T>(conn: &Connection, work: impl FnOnce(&Connection) -> ApiResult<T>) -> ApiResult<T> {
-    if let Err(error) = run_cached(conn, "BEGIN") {
+    let begin = match conn.dialect() {
+        Dialect::Sqlite => run_cached(conn, "BEGIN"),
+        Dialect::Postgres => conn.execute_batch("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
+    };
+    if let Err(error) = begin {
         return Err(ApiError::internal(error));
     }
     // A panic in one read must not take its reader thread with it.
@@ -362,20 +435,29 @@ fn run_in_snapshot<T>(conn: &Connection, work: impl FnOnce(&Connection) -> ApiRe
     outcome
 }
 
-fn run_in_savepoint<T>(conn: &Connection, work: impl FnOnce(&Connection) -> ApiResult<T>) -> ApiResult<T> {
-    run_cached(conn, "SAVEPOINT job")?;
+/// Runs one write of a batch under its own savepoint; answers its outcome and whether the
+/// savepoint's statements succeeded (the transaction is still sound).
+fn run_in_savepoint<T>(conn: &Connection, work: impl FnOnce(&Connection) -> ApiResult<T>) -> (ApiResult<T>, bool) {
+    if let Err(error) = run_cached(conn, "SAVEPOINT job") {
+        return (Err(ApiError::internal(error)), false);
+    }
     // A panic in one write must not take the writer thread (and every later write) with it.
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(conn)))
         .unwrap_or_else(|_| Err(ApiError::internal("a database write panicked")));
-    if outcome.is_err() {
-        run_cached(conn, "ROLLBACK TO job")?;
+    if outcome.is_err()
+        && let Err(error) = run_cached(conn, "ROLLBACK TO job")
+    {
+        return (Err(ApiError::internal(error)), false);
     }
-    run_cached(conn, "RELEASE job")?;
-    outcome
+    if let Err(error) = run_cached(conn, "RELEASE job") {
+        return (Err(ApiError::internal(error)), false);
+    }
+    (outcome, true)
 }
 
-fn reader_loop(conn: Connection, queue: crossbeam_channel::Receiver<ReadMessage>) {
+fn reader_loop(mut conn: Connection, reconnect: Option<Arc<str>>, queue: crossbeam_channel::Receiver<ReadMessage>) {
     while let Ok(ReadMessage::Job(job)) = queue.recv() {
+        reconnect_if_lost(&mut conn, reconnect.as_deref());
         job(&conn);
     }
     drop(conn);
@@ -397,8 +479,25 @@ impl Default for WriterStats {
     }
 }
 
-fn writer_loop(conn: Connection, jobs: mpsc::Receiver<Job>, stats: &WriterStats) {
+/// Opens a PostgreSQL connection again when the last one was lost (the server restarted, a
+/// network blip): the job then runs on the new one, or fails as before when it cannot be opened.
+fn reconnect_if_lost(conn: &mut Connection, url: Option<&str>) {
+    let Some(url) = url else { return };
+    if !conn.as_postgres().is_some_and(pg::Client::is_closed) {
+        return;
+    }
+    match pg::Client::connect(url) {
+        Ok(client) => {
+            tracing::info!("reconnected to PostgreSQL");
+            *conn = Connection::postgres(client);
+        }
+        Err(error) => tracing::warn!(%error, "reconnecting to PostgreSQL failed"),
+    }
+}
+
+fn writer_loop(mut conn: Connection, reconnect: Option<Arc<str>>, jobs: mpsc::Receiver<Job>, stats: &WriterStats) {
     while let Ok(first) = jobs.recv() {
+        reconnect_if_lost(&mut conn, reconnect.as_deref());
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
@@ -416,26 +515,47 @@ fn writer_loop(conn: Connection, jobs: mpsc::Receiver<Job>, stats: &WriterStats)
             completion(error.as_ref());
         }
     }
-    if let Err(error) = conn.execute_batch("PRAGMA optimize") {
+    if let Some(sqlite) = conn.as_sqlite()
+        && let Err(error) = sqlite.execute_batch("PRAGMA optimize")
+    {
         tracing::warn!(%error, "PRAGMA optimize at shutdown failed");
     }
-    if let Err((_, error)) = conn.close() {
+    if let Err(error) = conn.close() {
         tracing::error!(%error, "closing the database writer failed");
     }
 }
 
 struct BatchOutcome {
-    result: rusqlite::Result<()>,
+    result: Result<()>,
     completions: Vec<Completion>,
 }
 
 fn run_batch(conn: &Connection, batch: Vec<Job>) -> BatchOutcome {
-    if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
+    let begin = match conn.dialect() {
+        Dialect::Sqlite => conn.execute_batch("BEGIN IMMEDIATE"),
+        Dialect::Postgres => conn.execute_batch(&format!("BEGIN; SELECT pg_advisory_xact_lock({})", pg::WRITE_LOCK)),
+    };
+    if let Err(error) = begin {
+        if conn.dialect() == Dialect::Postgres {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
         // Run nothing; every job hears the failure.
-        let failed: Vec<Completion> = batch.into_iter().map(|job| job(None)).collect();
+        let failed: Vec<Completion> = batch.into_iter().map(|job| job(None).0).collect();
         return BatchOutcome { result: Err(error), completions: failed };
     }
-    let completions: Vec<Completion> = batch.into_iter().map(|job| job(Some(conn))).collect();
+    let mut sound = true;
+    let completions: Vec<Completion> = batch
+        .into_iter()
+        .map(|job| {
+            let (completion, ok) = job(Some(conn));
+            sound &= ok;
+            completion
+        })
+        .collect();
+    if !sound {
+        let _ = conn.execute_batch("ROLLBACK");
+        return BatchOutcome { result: Err(Error::Aborted), completions };
+    }
     let result = conn.execute_batch("COMMIT");
     if result.is_err() {
         let _ = conn.execute_batch("ROLLBACK");
@@ -457,12 +577,12 @@ mod tests {
         let conn = migrated_in_memory();
         conn.execute_batch("BEGIN").unwrap();
         ensure_account(&conn, "before", 1).unwrap();
-        let failed: rusqlite::Result<()> = savepoint(&conn, |conn| {
+        let failed: crate::db::Result<()> = savepoint(&conn, |conn| {
             ensure_account(conn, "inside", 1)?;
             conn.execute("INSERT INTO accounts (id, created_at) VALUES ('before', 1)", []).map(drop)
         });
         assert!(failed.is_err(), "the duplicate id fails the savepoint's work");
-        let kept: rusqlite::Result<()> = savepoint(&conn, |conn| ensure_account(conn, "after", 1));
+        let kept: crate::db::Result<()> = savepoint(&conn, |conn| ensure_account(conn, "after", 1));
         kept.unwrap();
         conn.execute_batch("COMMIT").unwrap();
         let ids: Vec<String> = conn
@@ -470,7 +590,7 @@ mod tests {
             .unwrap()
             .query_map([], |row| row.get(0))
             .unwrap()
-            .collect::<rusqlite::Result<_>>()
+            .collect::<crate::db::Result<_>>()
             .unwrap();
         assert_eq!(ids, ["after", "before"], "what failed inside is gone; before and after stay");
     }

@@ -7,7 +7,7 @@
 
 mod store;
 
-use rusqlite::Connection;
+use crate::db::Connection;
 use seed_agents_protocol::{Response, wire};
 use serde::Serialize;
 

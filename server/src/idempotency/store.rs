@@ -1,7 +1,7 @@
 //! The `action_idempotency` table: `(account, action, key)` → the request's canonical bytes and
 //! the response it was answered. All portable SQL.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Connection, OptionalExtension, params};
 use seed_agents_protocol::AgentResponse;
 
 use crate::db::Cbor;

@@ -11,9 +11,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::db::Connection;
 use ed25519_dalek::SigningKey;
 use ipld_core::ipld::Ipld;
-use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     CreateSigningIdentity, CreateSigningIdentityResponse, DeleteSigningIdentity, DeleteSigningIdentityResponse,
     ImportSigningIdentity, ImportSigningIdentityResponse, ListSigningIdentities, ListSigningIdentitiesResponse,

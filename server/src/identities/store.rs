@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::db::{Connection, OptionalExtension, params};
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, OptionalExtension, params};
 use seed_agents_protocol::wire;
 
 use crate::error::{ApiError, ApiResult};
@@ -103,7 +103,7 @@ pub(super) fn identities(conn: &Connection, account_id: &str) -> ApiResult<Vec<L
              WHERE account_id = ?1 AND metadata_cbor IS NOT NULL ORDER BY created_at DESC, rowid DESC",
         )?
         .query_map(params![account_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<crate::db::Result<_>>()?;
     Ok(rows
         .into_iter()
         .filter_map(|(id, name, metadata, created_at, updated_at)| {

@@ -19,10 +19,10 @@ pub(crate) mod store;
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::db::Connection;
 use base64::Engine as _;
 use reqwest::Url;
 use reqwest::header::{HeaderName, HeaderValue};
-use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     DeleteMcpServer, DeleteMcpServerResponse, ListMcpServers, ListMcpServersResponse, McpServerConfig, McpServerStatus,
     McpServerStatusState, McpServerTransport, McpToolInfo, RedactedMcpServer, RefreshMcpServer, SetMcpServer,

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::Connection;
+use crate::db::Connection;
 use seed_agents_protocol::generated::AgentDefinition;
 use serde_json::Value as Json;
 use sha2::{Digest as _, Sha256};

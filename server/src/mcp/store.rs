@@ -4,7 +4,7 @@
 //! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE SET … = excluded.…` (PostgreSQL
 //! spells it the same); the rest is portable SQL.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Connection, OptionalExtension, params};
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{McpServerConfig, McpServerStatusState, McpServerTransport};
 use serde::{Deserialize, Serialize};
@@ -82,7 +82,7 @@ fn state_text(state: McpServerStatusState) -> &'static str {
     }
 }
 
-fn row_from_sql(row: &rusqlite::Row<'_>) -> rusqlite::Result<ServerRow> {
+fn row_from_sql(row: &crate::db::Row<'_>) -> crate::db::Result<ServerRow> {
     Ok(ServerRow {
         id: row.get(0)?,
         name: row.get(1)?,
@@ -102,7 +102,7 @@ pub(crate) fn load_all(conn: &Connection, account_id: &str) -> ApiResult<Vec<Ser
     let mut statement =
         conn.prepare_cached(&format!("SELECT {COLUMNS} FROM mcp_servers WHERE account_id = ?1 ORDER BY name"))?;
     let rows = statement.query_map(params![account_id], row_from_sql)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    Ok(rows.collect::<crate::db::Result<Vec<_>>>()?)
 }
 
 /// The server `name` of `account_id`, when it exists.

@@ -27,7 +27,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::Connection;
+use crate::db::Connection;
 use zeroize::Zeroizing;
 
 use crate::app::DataDirLock;

@@ -18,8 +18,8 @@ pub(crate) mod subscription;
 
 use std::collections::BTreeSet;
 
+use crate::db::Connection;
 use ipld_core::ipld::Ipld;
-use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     DeleteModelProvider, DeleteModelProviderResponse, ListModelProviders, ListModelProvidersResponse,
     ModelProviderConfig, ModelProviderConfigAuthMode, RedactedModelProvider, RedactedModelProviderAuthMode,

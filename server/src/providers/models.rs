@@ -20,9 +20,9 @@
 
 use std::time::Duration;
 
+use crate::db::Connection;
 use reqwest::Url;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
-use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     ListProviderModels, ListProviderModelsResponse, ModelProviderConfigAuthMode, ProviderModelInfo,
 };

@@ -4,7 +4,7 @@
 //! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE … RETURNING` (PostgreSQL spells it
 //! the same); the rest is portable SQL.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Connection, OptionalExtension, params};
 use seed_agents_protocol::generated::ModelProviderConfig;
 
 use crate::db::Cbor;
@@ -29,7 +29,7 @@ pub(crate) struct ProviderRow {
 
 const PROVIDER_COLUMNS: &str = "id, name, type, config_cbor, created_at, updated_at";
 
-fn row_from_sql(row: &rusqlite::Row<'_>) -> rusqlite::Result<ProviderRow> {
+fn row_from_sql(row: &crate::db::Row<'_>) -> crate::db::Result<ProviderRow> {
     Ok(ProviderRow {
         id: row.get(0)?,
         name: row.get(1)?,
@@ -46,7 +46,7 @@ pub(crate) fn load_all(conn: &Connection, account_id: &str) -> ApiResult<Vec<Pro
         "SELECT {PROVIDER_COLUMNS} FROM model_providers WHERE account_id = ?1 ORDER BY updated_at DESC, name ASC"
     ))?;
     let rows = statement.query_map(params![account_id], row_from_sql)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    Ok(rows.collect::<crate::db::Result<Vec<_>>>()?)
 }
 
 /// The provider `name` of `account_id`, when it exists.

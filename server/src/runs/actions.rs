@@ -89,7 +89,7 @@ enum Selector<'a> {
 
 impl Selector<'_> {
     /// Reader access to what the selector names, with the protocol's 404/403.
-    fn require(self, conn: &rusqlite::Connection, account: &str) -> ApiResult<access::Access> {
+    fn require(self, conn: &crate::db::Connection, account: &str) -> ApiResult<access::Access> {
         match self {
             Selector::Root(root) => access::require_run(conn, root, account, Need::Read),
             Selector::Session(session) => access::require_session(conn, session, account, Need::Read),

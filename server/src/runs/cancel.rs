@@ -7,8 +7,8 @@
 //! live executor here holds (a lease of a process that is gone) ends `canceled` at once too, and
 //! whatever result its executor might still send is dropped (canceled is sticky).
 
+use crate::db::Connection;
 use ipld_core::ipld::Ipld;
-use rusqlite::Connection;
 use seed_agents_protocol::generated::RunStatus;
 use seed_agents_protocol::wire;
 

@@ -18,8 +18,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use crate::db::Connection;
 use ipld_core::ipld::Ipld;
-use rusqlite::Connection;
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
     MessageEvent, MessageEventRole, MessageEventType, RunInfoKind, RunStatus, SessionActor, SessionEventPayload,
@@ -361,7 +361,7 @@ pub(crate) fn boot_reconcile(conn: &Connection, now_ms: i64, changes: &mut Chang
 
 #[cfg(test)]
 mod tests {
-    use rusqlite::params;
+    use crate::db::params;
     use seed_agents_protocol::wire;
 
     use super::*;

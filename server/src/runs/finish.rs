@@ -14,8 +14,8 @@
 //! into its parent (`usage.children`). Usage accumulates ([`add_usage`]); it is
 //! never overwritten (upstream's quirk, docs/runtime.md §3.3).
 
+use crate::db::Connection;
 use ipld_core::ipld::Ipld;
-use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     ErrorEvent, ErrorEventType, RunInfoKind, RunStatus, RunUsageInfo, RunUsageInfoChildren, SessionEventPayload,
 };

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rusqlite::Connection;
+use crate::db::Connection;
 
 use crate::error::ApiResult;
 

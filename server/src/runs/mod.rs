@@ -46,7 +46,7 @@ pub(crate) use store::{session_has_active_turn, session_has_live_turn};
 
 #[cfg(test)]
 mod tests {
-    use rusqlite::{Connection, params};
+    use crate::db::{Connection, params};
 
     use super::*;
     use crate::db::migrated_in_memory;
@@ -65,7 +65,7 @@ mod tests {
         conn
     }
 
-    fn insert(conn: &Connection, id: &str, kind: &str, status: &str) -> rusqlite::Result<usize> {
+    fn insert(conn: &Connection, id: &str, kind: &str, status: &str) -> crate::db::Result<usize> {
         conn.execute(
             "INSERT INTO runs (id, account_id, root_run_id, kind, origin, agent_id, session_id, input_cbor,
                                status, queue, created_at, updated_at)
@@ -108,7 +108,7 @@ mod tests {
             .unwrap()
             .query_map(params!["s"], |row| row.get::<_, String>(3))
             .unwrap()
-            .collect::<rusqlite::Result<_>>()
+            .collect::<crate::db::Result<_>>()
             .unwrap();
         assert!(
             plan.iter().any(|step| step.contains("USING INDEX runs_by_session_status (session_id=? AND status=?)")),

@@ -7,8 +7,8 @@
 //! transition changed is noted in a [`Changes`], published once the transaction committed
 //! (ARCHITECTURE.md rule 5).
 
+use crate::db::Connection;
 use ipld_core::ipld::Ipld;
-use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     RunInfo, RunInfoKind, RunJournalEntryInfo, RunStatus, SessionEvent, SessionInfoStatus,
 };
@@ -44,7 +44,7 @@ pub struct NewRun {
 /// id (a time-ordered UUID). The new run and a session status change are noted in `changes`:
 /// publish them after the commit with [`Engine::publish`](super::Engine::publish), which also
 /// wakes the dispatcher.
-pub fn enqueue(conn: &Connection, run: &NewRun, now_ms: i64, changes: &mut Changes) -> rusqlite::Result<String> {
+pub fn enqueue(conn: &Connection, run: &NewRun, now_ms: i64, changes: &mut Changes) -> crate::db::Result<String> {
     insert(conn, run, None, now_ms, changes)
 }
 
@@ -56,7 +56,7 @@ pub(crate) fn enqueue_child(
     parent_tool_call_id: &str,
     now_ms: i64,
     changes: &mut Changes,
-) -> rusqlite::Result<String> {
+) -> crate::db::Result<String> {
     insert(conn, run, Some(parent_tool_call_id), now_ms, changes)
 }
 
@@ -66,7 +66,7 @@ fn insert(
     parent_tool_call_id: Option<&str>,
     now_ms: i64,
     changes: &mut Changes,
-) -> rusqlite::Result<String> {
+) -> crate::db::Result<String> {
     let id = uuid::Uuid::now_v7().to_string();
     let (root, depth) = match &run.parent_run_id {
         Some(parent) => {
@@ -128,7 +128,7 @@ pub(crate) fn enqueue_workflow(
     run: &NewWorkflow,
     now_ms: i64,
     changes: &mut Changes,
-) -> rusqlite::Result<String> {
+) -> crate::db::Result<String> {
     let id = uuid::Uuid::now_v7().to_string();
     let (root, depth) = match &run.parent_run_id {
         Some(parent) => {
@@ -176,7 +176,7 @@ pub struct Changes {
 
 impl Changes {
     /// Notes run `run_id` as it is now (inside the transaction that changed it).
-    pub fn run(&mut self, conn: &Connection, run_id: &str) -> rusqlite::Result<()> {
+    pub fn run(&mut self, conn: &Connection, run_id: &str) -> crate::db::Result<()> {
         if let Some(run) = store::load_info(conn, run_id)? {
             self.runs.push(run);
         }
@@ -201,7 +201,7 @@ impl Changes {
     }
 
     /// Notes a journal entry appended to a workflow run (inside the transaction that appended it).
-    pub fn journal(&mut self, conn: &Connection, entry: RunJournalEntryInfo) -> rusqlite::Result<()> {
+    pub fn journal(&mut self, conn: &Connection, entry: RunJournalEntryInfo) -> crate::db::Result<()> {
         let (root, _) = store::root_and_depth(conn, &entry.run_id)?;
         self.journal.push((root, entry));
         Ok(())
@@ -236,7 +236,7 @@ pub(crate) fn sync_session_status(
     session_id: &str,
     now_ms: i64,
     changes: &mut Changes,
-) -> rusqlite::Result<Synced> {
+) -> crate::db::Result<Synced> {
     let Some((stored, agent_id)) = session_store::status_and_agent(conn, session_id)? else {
         return Ok(Synced::default());
     };
@@ -273,7 +273,7 @@ pub(crate) fn start_running(
     owner: &str,
     now_ms: i64,
     changes: &mut Changes,
-) -> rusqlite::Result<bool> {
+) -> crate::db::Result<bool> {
     let started = store::start_running(conn, run_id, owner, now_ms)?;
     if started {
         changes.run(conn, run_id)?;
@@ -291,13 +291,13 @@ pub(crate) fn boot_sweep(
     owner: &str,
     now_ms: i64,
     changes: &mut Changes,
-) -> rusqlite::Result<usize> {
+) -> crate::db::Result<usize> {
     let moved = store::requeue_others_claims(conn, owner, now_ms)?;
     requeued(conn, moved, now_ms, changes)
 }
 
 /// Requeues parked runs whose wake time came (a timer, an event wait's timeout). Returns how many.
-pub(crate) fn wake_due(conn: &Connection, now_ms: i64, changes: &mut Changes) -> rusqlite::Result<usize> {
+pub(crate) fn wake_due(conn: &Connection, now_ms: i64, changes: &mut Changes) -> crate::db::Result<usize> {
     let moved = store::requeue_due_waits(conn, now_ms)?;
     requeued(conn, moved, now_ms, changes)
 }
@@ -308,7 +308,7 @@ fn requeued(
     moved: Vec<store::Moved>,
     now_ms: i64,
     changes: &mut Changes,
-) -> rusqlite::Result<usize> {
+) -> crate::db::Result<usize> {
     for (run_id, session_id) in &moved {
         changes.run(conn, run_id)?;
         if let Some(session_id) = session_id {

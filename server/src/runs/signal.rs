@@ -13,8 +13,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::db::Connection;
 use ipld_core::ipld::Ipld;
-use rusqlite::Connection;
 
 use super::queue::Changes;
 use super::store;

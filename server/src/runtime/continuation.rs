@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
+use crate::db::Connection;
 use ipld_core::ipld::Ipld;
-use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     MessageEvent, MessageEventRole, MessageEventType, SessionContinuationReason, SessionEvent, SessionEventMeta,
     SessionEventMetaContinuedFrom, SessionEventPayload,

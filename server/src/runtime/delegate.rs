@@ -18,8 +18,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::db::Connection;
 use ipld_core::ipld::Ipld;
-use rusqlite::Connection;
 use seed_agents_protocol::generated::{MessageEvent, MessageEventRole, MessageEventType, SessionEventPayload};
 use seed_agents_protocol::wire;
 use serde_json::{Value as Json, json};
@@ -699,7 +699,7 @@ pub(crate) fn return_result(typed: &std::sync::Mutex<Typed>, schema: &Json, payl
 
 #[cfg(test)]
 mod tests {
-    use rusqlite::params;
+    use crate::db::params;
 
     use super::*;
 

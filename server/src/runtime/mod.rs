@@ -358,7 +358,7 @@ fn output(assistant_event_id: &str, open_steps: &[String]) -> Ipld {
 /// The agent tool calls of a session that have no result, oldest first: `(call id, tool name)`.
 ///
 /// Calls a child still works on (or a parked run waits on) are pending, not dangling.
-fn dangling_calls(conn: &rusqlite::Connection, session_id: &str) -> ApiResult<Vec<(String, String)>> {
+fn dangling_calls(conn: &crate::db::Connection, session_id: &str) -> ApiResult<Vec<(String, String)>> {
     let all = events::after(conn, session_id, 0, i64::MAX, None)?;
     // A call without any result has no agent result either: nothing dangles.
     if !replay::has_unanswered_calls(&all) {
@@ -613,7 +613,7 @@ fn queued_behind(input: &Ipld) -> Option<Vec<String>> {
 }
 
 fn load(
-    conn: &rusqlite::Connection,
+    conn: &crate::db::Connection,
     agent_id: &str,
     session_id: &str,
     overrides: &[crate::model::vendors::ProviderUrl],

@@ -7,7 +7,7 @@
 //! stamped `settledAt` and copied onto its owner run; the next run retires it. A turn that ends
 //! with open steps is sent back (see `obligations`).
 
-use rusqlite::Connection;
+use crate::db::Connection;
 use seed_agents_protocol::generated::{RunPlan, RunPlanStep, RunPlanStepResolvedBy, RunPlanStepStatus};
 use serde_json::{Value as Json, json};
 

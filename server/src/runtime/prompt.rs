@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use rusqlite::Connection;
+use crate::db::Connection;
 use seed_agents_protocol::generated::{AgentDefinition, AgentDefinitionSystemPrompt, AgentMemoryEntryType};
 
 use crate::agents;

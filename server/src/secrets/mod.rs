@@ -125,7 +125,7 @@ pub(crate) fn decode_metadata(bytes: &[u8]) -> Option<BTreeMap<String, Ipld>> {
 
 #[cfg(test)]
 mod tests {
-    use rusqlite::Connection;
+    use crate::db::Connection;
 
     use super::store::{delete_secret, load_metadata, load_sealed, upsert};
     use super::*;

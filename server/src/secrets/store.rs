@@ -4,7 +4,7 @@
 //! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE … RETURNING` (PostgreSQL spells it
 //! the same); the rest is portable SQL.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Connection, OptionalExtension, params};
 
 use super::crypto::Sealed;
 use crate::error::ApiResult;
@@ -153,7 +153,7 @@ pub(crate) fn all_sealed(conn: &Connection) -> ApiResult<Vec<Sealed<String>>> {
     let rows = statement.query_map([], |row| {
         Ok(Sealed { at: row.get(0)?, account_id: row.get(1)?, name: row.get(2)?, sealed: row.get(3)? })
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::db::Result<_>>()?)
 }
 
 /// Replaces the sealed value of secret row `id` (key rotation: the same plaintext under another

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use rusqlite::Connection;
+use crate::db::Connection;
 use seed_agents_protocol::generated::{SessionEvent, SessionEventPayload};
 
 use super::store;

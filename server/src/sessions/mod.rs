@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use rusqlite::Connection;
+use crate::db::Connection;
 use seed_agents_protocol::Nullable;
 use seed_agents_protocol::generated::{
     CreateSession, CreateSessionResponse, DeleteSession, DeleteSessionResponse, GetSession, GetSessionEvent,

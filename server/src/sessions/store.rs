@@ -6,8 +6,8 @@
 //! SQLite-only constructs, for a second backend: `LIMIT +?n` (below); `WITH RECURSIVE` with
 //! `UNION ALL` in [`parent_chain_depth`] (portable); `EXISTS`/`COUNT` subqueries read as columns.
 
+use crate::db::{Connection, OptionalExtension, Row, params};
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{
     ListSessions, RunPlan, SessionContinuationLink, SessionContinuationReason, SessionEvent, SessionEventPayload,
     SessionInfo, SessionInfoStatus, SessionModelOverride, Thoroughness,
@@ -31,7 +31,7 @@ macro_rules! session_columns {
 }
 const SESSION_COLUMNS: &str = session_columns!();
 
-fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
+fn info_from_row(row: &Row<'_>) -> crate::db::Result<SessionInfo> {
     let model_override = row.get::<_, Option<Cbor<SessionModelOverride>>>(7)?.map(|Cbor(value)| value);
     let status: String = row.get(4)?;
     let thoroughness: Option<String> = row.get(8)?;
@@ -79,7 +79,7 @@ pub(crate) fn ids_of_owned_agents(conn: &Connection, owner: &str) -> ApiResult<V
     let mut statement = conn.prepare_cached(
         "SELECT sessions.id FROM sessions JOIN agents ON agents.id = sessions.agent_id WHERE agents.account_id = ?1",
     )?;
-    let ids = statement.query_map(params![owner], |row| row.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+    let ids = statement.query_map(params![owner], |row| row.get(0))?.collect::<crate::db::Result<Vec<String>>>()?;
     Ok(ids)
 }
 
@@ -116,7 +116,7 @@ pub(crate) fn newest_top_level(conn: &Connection, agent_id: &str, limit: usize) 
          ORDER BY s.updated_at DESC, s.id DESC LIMIT +?2"
     ))?;
     let rows = statement.query_map(params![agent_id, limit as i64], info_from_row)?;
-    let mut sessions = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut sessions = rows.collect::<crate::db::Result<Vec<_>>>()?;
     crate::triggers::store::attribute(conn, &mut sessions)?;
     for session in &mut sessions {
         link_continuations(conn, session)?;
@@ -127,8 +127,8 @@ pub(crate) fn newest_top_level(conn: &Connection, agent_id: &str, limit: usize) 
 /// One page (plus one row, to tell whether more exist).
 pub(crate) fn page(conn: &Connection, account: &str, action: &ListSessions, limit: i64) -> ApiResult<Vec<SessionInfo>> {
     let mut sql = format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE ");
-    let mut values: Vec<rusqlite::types::Value> = Vec::new();
-    let mut bind = |value: rusqlite::types::Value| {
+    let mut values: Vec<crate::db::Value> = Vec::new();
+    let mut bind = |value: crate::db::Value| {
         values.push(value);
         format!("?{}", values.len())
     };
@@ -157,8 +157,8 @@ pub(crate) fn page(conn: &Connection, account: &str, action: &ListSessions, limi
     }
     sql.push_str(&format!(" ORDER BY s.updated_at DESC, s.id DESC LIMIT +{}", bind((limit + 1).into())));
     let mut statement = conn.prepare_cached(&sql)?;
-    let rows = statement.query_map(rusqlite::params_from_iter(values.iter()), info_from_row)?;
-    let mut sessions = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    let rows = statement.query_map(crate::db::params_from_iter(values.iter()), info_from_row)?;
+    let mut sessions = rows.collect::<crate::db::Result<Vec<_>>>()?;
     crate::triggers::store::attribute(conn, &mut sessions)?;
     for session in &mut sessions {
         link_continuations(conn, session)?;
@@ -271,7 +271,7 @@ pub(crate) fn insert_event(
     Ok(())
 }
 
-fn event_from_row(row: &Row<'_>) -> rusqlite::Result<SessionEvent> {
+fn event_from_row(row: &Row<'_>) -> crate::db::Result<SessionEvent> {
     Ok(SessionEvent {
         extra: Default::default(),
         id: row.get::<_, String>(0)?.into(),
@@ -297,7 +297,7 @@ pub(crate) fn events_after(
          WHERE session_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq LIMIT +?4",
     )?;
     let rows = statement.query_map(params![session_id, after, before, limit], event_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::db::Result<_>>()?)
 }
 
 /// Events of `session_id` with `after < seq < before`, newest first; at most `limit` of them.
@@ -313,7 +313,7 @@ pub(crate) fn events_before(
          WHERE session_id = ?1 AND seq > ?2 AND seq < ?3 ORDER BY seq DESC LIMIT +?4",
     )?;
     let rows = statement.query_map(params![session_id, after, before, limit], event_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::db::Result<_>>()?)
 }
 
 /// The newest `limit` events of `session_id`, oldest first, each read leniently (an event this
@@ -322,7 +322,7 @@ pub(crate) fn newest_events_lenient(conn: &Connection, session_id: &str, limit: 
     let mut events = conn
         .prepare_cached("SELECT event_cbor FROM session_events WHERE session_id = ?1 ORDER BY seq DESC LIMIT +?2")?
         .query_map(params![session_id, limit], |row| row.get::<_, Vec<u8>>(0))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<crate::db::Result<Vec<_>>>()?;
     events.reverse();
     Ok(events.iter().map(|bytes| wire::from_slice(bytes).unwrap_or(Ipld::Null)).collect())
 }
@@ -336,7 +336,7 @@ pub(crate) fn agent_events_lenient(conn: &Connection, agent_id: &str, limit: i64
              WHERE s.agent_id = ?1 ORDER BY e.created_at DESC, e.seq DESC LIMIT +?2",
         )?
         .query_map(params![agent_id, limit], |row| Ok((row.get::<_, String>(0)?, row.get::<_, Vec<u8>>(1)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<crate::db::Result<Vec<_>>>()?;
     Ok(rows.into_iter().map(|(session, bytes)| (session, wire::from_slice(&bytes).unwrap_or(Ipld::Null))).collect())
 }
 
@@ -382,14 +382,14 @@ pub(crate) fn threads(conn: &Connection, agent_id: &str) -> ApiResult<Vec<Thread
             updated_at: row.get(4)?,
         })
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::db::Result<_>>()?)
 }
 
 /// The id of every session.
 pub(crate) fn all_ids(conn: &Connection) -> ApiResult<std::collections::HashSet<String>> {
     let mut statement = conn.prepare_cached("SELECT id FROM sessions")?;
     let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::db::Result<_>>()?)
 }
 
 /// Who gave a session its title (`sessions.title_source`): the system's provisional one is
@@ -557,14 +557,14 @@ pub(crate) fn set_generated_title(
 }
 
 // What the run engine reads and writes of a session, inside the transaction that changes a run
-// (the status mirror, the touch after an appended event): `rusqlite::Result`, as the engine's
+// (the status mirror, the touch after an appended event): `crate::db::Result`, as the engine's
 // queue functions answer.
 
 /// A session's status mirror and its agent, when the session exists.
 pub(crate) fn status_and_agent(
     conn: &Connection,
     session_id: &str,
-) -> rusqlite::Result<Option<(SessionInfoStatus, String)>> {
+) -> crate::db::Result<Option<(SessionInfoStatus, String)>> {
     conn.prepare_cached("SELECT status, agent_id FROM sessions WHERE id = ?1")?
         .query_row(params![session_id], |row| Ok((row.get::<_, Text<SessionInfoStatus>>(0)?.0, row.get(1)?)))
         .optional()
@@ -576,7 +576,7 @@ pub(crate) fn set_status(
     session_id: &str,
     status: SessionInfoStatus,
     now: i64,
-) -> rusqlite::Result<()> {
+) -> crate::db::Result<()> {
     conn.prepare_cached("UPDATE sessions SET status = ?2, updated_at = ?3 WHERE id = ?1")?.execute(params![
         session_id,
         Text(status),
@@ -586,21 +586,21 @@ pub(crate) fn set_status(
 }
 
 /// The owner (where its rows are stored) and the agent of a session, when it exists.
-pub(crate) fn owner_and_agent(conn: &Connection, session_id: &str) -> rusqlite::Result<Option<(String, String)>> {
+pub(crate) fn owner_and_agent(conn: &Connection, session_id: &str) -> crate::db::Result<Option<(String, String)>> {
     conn.prepare_cached("SELECT account_id, agent_id FROM sessions WHERE id = ?1")?
         .query_row(params![session_id], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()
 }
 
 /// Marks a session updated (after an event was appended to it).
-pub(crate) fn touch(conn: &Connection, session_id: &str, now: i64) -> rusqlite::Result<()> {
+pub(crate) fn touch(conn: &Connection, session_id: &str, now: i64) -> crate::db::Result<()> {
     conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?.execute(params![session_id, now])?;
     Ok(())
 }
 
 /// The run that spawned a delegated child's session (`sessions.run_id`), when the session exists
 /// and has one.
-pub(crate) fn spawning_run(conn: &Connection, session_id: &str) -> rusqlite::Result<Option<String>> {
+pub(crate) fn spawning_run(conn: &Connection, session_id: &str) -> crate::db::Result<Option<String>> {
     Ok(conn
         .prepare_cached("SELECT run_id FROM sessions WHERE id = ?1")?
         .query_row(params![session_id], |row| row.get::<_, Option<String>>(0))
@@ -610,17 +610,16 @@ pub(crate) fn spawning_run(conn: &Connection, session_id: &str) -> rusqlite::Res
 
 #[cfg(test)]
 mod tests {
-    use super::*;
 
     #[test]
     fn limits_do_not_recompile_cached_statements() {
-        let conn = Connection::open_in_memory().unwrap();
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
         conn.execute_batch("CREATE TABLE t (n INTEGER); INSERT INTO t VALUES (1), (2), (3);").unwrap();
         for sql in ["SELECT n FROM t ORDER BY n LIMIT +?1", "SELECT n FROM t ORDER BY n LIMIT ?1"] {
             for limit in [1, 2, 3] {
                 let mut statement = conn.prepare_cached(sql).unwrap();
                 let rows: Vec<i64> =
-                    statement.query_map([limit], |row| row.get(0)).unwrap().collect::<Result<_, _>>().unwrap();
+                    statement.query_map([limit], |row| row.get(0)).unwrap().collect::<rusqlite::Result<_>>().unwrap();
                 assert_eq!(rows.len(), limit as usize);
             }
             let statement = conn.prepare_cached(sql).unwrap();
@@ -677,7 +676,7 @@ pub(crate) fn continued_by_run(conn: &Connection, run_id: &str) -> ApiResult<Opt
 /// Sets `session`'s `continuedFrom` (the session it continues) and `continuedTo` (the newest
 /// session it was continued in), each with the other session's current title.
 fn link_continuations(conn: &Connection, session: &mut SessionInfo) -> ApiResult<()> {
-    let link = |row: &Row<'_>| -> rusqlite::Result<SessionContinuationLink> {
+    let link = |row: &Row<'_>| -> crate::db::Result<SessionContinuationLink> {
         let reason: String = row.get(3)?;
         Ok(SessionContinuationLink {
             extra: Default::default(),

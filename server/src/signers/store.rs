@@ -4,7 +4,7 @@
 //! SQLite-only constructs, for a second backend: `INSERT … ON CONFLICT (…) DO UPDATE SET … =
 //! excluded.…` (PostgreSQL spells it the same).
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Connection, OptionalExtension, params};
 
 use crate::error::ApiResult;
 

@@ -97,7 +97,7 @@ pub(crate) fn lambda_runs(_document: &ToolDocument, granted: &[Callable]) -> boo
 /// The enabled lambdas of `agent` that run for it, as the model's tools (their input schemas as
 /// parameters).
 pub(crate) fn offered_lambdas(
-    conn: &rusqlite::Connection,
+    conn: &crate::db::Connection,
     owner: &str,
     agent: &str,
     granted: &[Callable],
@@ -233,7 +233,7 @@ pub(crate) async fn delete_agent_tool(
 }
 
 /// Deletes the lambda `name`: whether there was one; 400 for a builtin's name.
-pub(crate) fn delete_lambda(conn: &rusqlite::Connection, owner: &str, agent: &str, name: &str) -> ApiResult<bool> {
+pub(crate) fn delete_lambda(conn: &crate::db::Connection, owner: &str, agent: &str, name: &str) -> ApiResult<bool> {
     let builtin = match store::get(conn, owner, agent, name)? {
         Some(stored) if stored.document.kind == Kind::Mcp => {
             return Err(ApiError::invalid(format!(

@@ -5,7 +5,7 @@
 
 use std::sync::LazyLock;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Connection, OptionalExtension, params};
 
 use super::document::{Kind, ToolDocument};
 use super::registry::Callable;
@@ -169,7 +169,7 @@ pub(crate) fn delete(conn: &Connection, owner: &str, agent: &str, name: &str) ->
 
 type Raw = (Vec<u8>, String, bool, i64, i64);
 
-fn raw(row: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
+fn raw(row: &crate::db::Row<'_>) -> crate::db::Result<Raw> {
     Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
 }
 

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use rusqlite::Connection;
+use crate::db::Connection;
 use seed_agents_protocol::generated::{
     ActivitySource, AgentDefinitionSystemPrompt, AgentTriggerInfo, AgentTriggerInfoPrompt, AgentTriggerInput,
     AgentTriggerInputPrompt, AgentTriggerPatchPrompt, AgentTriggerSource, CombineAgentTriggers, CreateAgentTrigger,

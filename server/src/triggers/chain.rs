@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rusqlite::Connection;
+use crate::db::Connection;
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
     AgentTriggerSource, RunCompletedSource, RunCompletedSourceStatus, RunInfoKind, RunStatus,
@@ -241,7 +241,7 @@ fn activity(run: &Completed) -> Activity {
 
 #[cfg(test)]
 mod tests {
-    use rusqlite::params;
+    use crate::db::params;
 
     use super::*;
     use crate::db::migrated_in_memory;

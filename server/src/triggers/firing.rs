@@ -20,8 +20,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::db::Connection;
 use ipld_core::ipld::Ipld;
-use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     AgentActivityCondition, AgentTriggerInfo, AgentTriggerInfoPrompt, MessageEvent, MessageEventRole, MessageEventType,
     SessionActor, SessionEvent, SessionEventPayload, TriggerContinuation, TriggerFailurePolicy, WakeContinuation,

@@ -246,7 +246,7 @@ pub async fn check(db: &Db, sink: &dyn FiringSink, now: i64) -> ApiResult<Schedu
     Ok(tick)
 }
 
-fn enabled_schedules(conn: &rusqlite::Connection) -> ApiResult<Vec<Row>> {
+fn enabled_schedules(conn: &crate::db::Connection) -> ApiResult<Vec<Row>> {
     Ok(store::enabled_with_schedule_state(conn)?
         .into_iter()
         .filter_map(|scheduled| match scheduled.trigger.source {

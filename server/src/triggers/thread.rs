@@ -9,8 +9,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::db::Connection;
 use ipld_core::ipld::Ipld;
-use rusqlite::Connection;
 use seed_agents_protocol::generated::{AgentDefinition, AgentDefinitionSystemPrompt, TriggerContinuation};
 
 use crate::error::ApiResult;

@@ -26,11 +26,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::db::Connection;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac};
 use ipld_core::ipld::Ipld;
-use rusqlite::Connection;
 use seed_agents_protocol::Value;
 use sha2::Sha256;
 

@@ -21,7 +21,7 @@ mod sweep;
 
 use std::path::PathBuf;
 
-use rusqlite::Connection;
+use crate::db::Connection;
 use seed_agents_protocol::codes::UPLOAD_OFFSET_MISMATCH;
 use seed_agents_protocol::generated::{
     AbortFileUpload, AbortFileUploadResponse, AppendFileUploadChunk, AppendFileUploadChunkResponse, BeginFileUpload,
@@ -44,7 +44,7 @@ pub(crate) fn staging_dir(config: &crate::config::Config) -> std::path::PathBuf 
 }
 
 /// The id of every upload row, expired or not (`doctor` looks for staging files without one).
-pub(crate) fn all_ids(conn: &rusqlite::Connection) -> ApiResult<std::collections::HashSet<String>> {
+pub(crate) fn all_ids(conn: &crate::db::Connection) -> ApiResult<std::collections::HashSet<String>> {
     Ok(store::all(conn, i64::MIN)?.into_iter().map(|(id, _)| id).collect())
 }
 

@@ -4,7 +4,7 @@
 //! SQLite-only constructs, for a second backend: `updated_at < ?1` read as a boolean column (in
 //! [`all`]). Everything else is portable.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Connection, OptionalExtension, params};
 use seed_agents_protocol::generated::FileUploadTarget;
 
 use crate::db::Cbor;
@@ -92,7 +92,7 @@ pub(crate) fn delete(conn: &Connection, id: &str) -> ApiResult<()> {
 pub(crate) fn all(conn: &Connection, cutoff: i64) -> ApiResult<Vec<(String, bool)>> {
     let mut statement = conn.prepare_cached("SELECT id, updated_at < ?1 FROM uploads")?;
     let rows = statement.query_map(params![cutoff], |row| Ok((row.get(0)?, row.get(1)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::db::Result<_>>()?)
 }
 
 /// Deletes upload `id`'s row if it is still expired (last touched before `cutoff`); how many

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::db::params;
 use proptest::prelude::*;
-use rusqlite::params;
 use seed_agents_protocol::generated::{
     AbortFileUpload, AppendFileUploadChunk, BeginFileUpload, CommitFileUpload, FileUploadTarget, MemoryUploadTarget,
     SessionAttachmentUploadTarget,

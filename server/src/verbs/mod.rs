@@ -28,8 +28,8 @@ mod web;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::db::Connection;
 use ipld_core::ipld::Ipld;
-use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     AgentDefinition, InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, SessionActor,
     SessionEventPayload, ToolCallEvent, ToolCallEventType, ToolResultEvent, ToolResultEventType,

@@ -11,8 +11,8 @@
 //! `options.delete: true` deletes. Webhook sources are refused here: their secret would land in
 //! the session log, so a person creates them with `CreateAgentTrigger`.
 
+use crate::db::Connection;
 use ipld_core::ipld::Ipld;
-use rusqlite::Connection;
 use seed_agents_protocol::generated::{
     AgentScheduleTrigger, AgentTriggerInfo, AgentTriggerInfoPrompt, AgentTriggerInput, AgentTriggerSource,
     IntervalScheduleUnit,

@@ -626,7 +626,7 @@ fn not_found_message(key: &str) -> &'static str {
     }
 }
 
-fn load_audience(conn: &rusqlite::Connection, agent: &str) -> ApiResult<Option<Audience>> {
+fn load_audience(conn: &crate::db::Connection, agent: &str) -> ApiResult<Option<Audience>> {
     let Some((owner, public_read, public_chat)) = crate::agents::store::owner_and_flags(conn, agent)? else {
         return Ok(None);
     };

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use ipld_core::ipld::Ipld;
 use seed_agents_server::testing::App;
+use seed_agents_server::testing::db::ToSql;
 use seed_agents_server::testing::error::ErrorKind;
 use seed_agents_server::testing::runs::engine::{Claimed, Executor, Outcome, RunFailure, StopReason, StopSignal};
 use seed_agents_server::testing::runs::finish::{self, Backoff, Lease};
@@ -137,7 +138,7 @@ pub async fn stage(
             let id = queue::enqueue(conn, &run, now, &mut changes)?;
             let outcome = match stage {
                 Stage::Queued => {
-                    conn.execute("UPDATE runs SET not_before = ?2 WHERE id = ?1", rusqlite::params![id, i64::MAX])?;
+                    conn.execute("UPDATE runs SET not_before = ?2 WHERE id = ?1", &[&id as &dyn ToSql, &i64::MAX][..])?;
                     return Ok((id, changes));
                 }
                 Stage::Paused => Outcome::Parked(Wait::BudgetPause { note: Some("budget spent".into()) }),

@@ -3,8 +3,8 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::db::params;
 use ipld_core::ipld::Ipld;
-use rusqlite::params;
 
 use super::{Harness, START, failure, limits};
 use crate::error::{ApiError, ErrorKind};

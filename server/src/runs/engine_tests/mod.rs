@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::db::params;
 use futures_util::future::BoxFuture;
 use ipld_core::ipld::Ipld;
-use rusqlite::params;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -217,8 +217,8 @@ impl Harness {
     }
 
     /// Runs SQL on the writer.
-    async fn sql(&self, sql: &'static str, values: Vec<rusqlite::types::Value>) {
-        self.app.db.write(move |conn| Ok(conn.execute(sql, rusqlite::params_from_iter(values))?)).await.unwrap();
+    async fn sql(&self, sql: &'static str, values: Vec<crate::db::Value>) {
+        self.app.db.write(move |conn| Ok(conn.execute(sql, crate::db::params_from_iter(values))?)).await.unwrap();
     }
 
     /// A run's `(status, attempt, not_before, lease_owner)`.

@@ -18,7 +18,7 @@ pub(crate) struct Live {
 
 /// The queued, claimed, running or waiting members of the tree rooted at `run_id` (the run and
 /// its descendants over `parent_run_id`), oldest first.
-pub(crate) fn live_tree(conn: &Connection, run_id: &str) -> rusqlite::Result<Vec<Live>> {
+pub(crate) fn live_tree(conn: &Connection, run_id: &str) -> crate::db::Result<Vec<Live>> {
     conn.prepare_cached(
         "WITH RECURSIVE tree(id) AS (
            SELECT id FROM runs WHERE id = ?1
@@ -40,7 +40,7 @@ pub(crate) fn live_tree(conn: &Connection, run_id: &str) -> rusqlite::Result<Vec
 }
 
 /// Ends run `run_id` `canceled`, no wait or lease left.
-pub(crate) fn cancel(conn: &Connection, run_id: &str, now_ms: i64) -> rusqlite::Result<()> {
+pub(crate) fn cancel(conn: &Connection, run_id: &str, now_ms: i64) -> crate::db::Result<()> {
     conn.prepare_cached(
         "UPDATE runs SET status = 'canceled', wait_cbor = NULL, lease_owner = NULL, lease_expires_at = NULL,
              not_before = NULL, finished_at = ?2, updated_at = ?2 WHERE id = ?1",
@@ -50,7 +50,7 @@ pub(crate) fn cancel(conn: &Connection, run_id: &str, now_ms: i64) -> rusqlite::
 }
 
 /// The live (queued, claimed, running or waiting) runs of session `session_id`, oldest first.
-pub(crate) fn live_in_session(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<String>> {
+pub(crate) fn live_in_session(conn: &Connection, session_id: &str) -> crate::db::Result<Vec<String>> {
     conn.prepare_cached(
         "SELECT id FROM runs WHERE session_id = ?1 AND status IN ('queued', 'claimed', 'running', 'waiting')
          ORDER BY created_at, id",
@@ -60,7 +60,7 @@ pub(crate) fn live_in_session(conn: &Connection, session_id: &str) -> rusqlite::
 }
 
 /// The live (queued, claimed, running or waiting) runs of agent `agent_id`, oldest first.
-pub(crate) fn live_of_agent(conn: &Connection, agent_id: &str) -> rusqlite::Result<Vec<String>> {
+pub(crate) fn live_of_agent(conn: &Connection, agent_id: &str) -> crate::db::Result<Vec<String>> {
     conn.prepare_cached(
         "SELECT id FROM runs WHERE agent_id = ?1 AND status IN ('queued', 'claimed', 'running', 'waiting')
          ORDER BY created_at, id",
@@ -82,7 +82,7 @@ pub(crate) struct Paused {
 }
 
 /// Run `run_id` while it is `waiting`.
-pub(crate) fn paused(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<Paused>> {
+pub(crate) fn paused(conn: &Connection, run_id: &str) -> crate::db::Result<Option<Paused>> {
     conn.prepare_cached("SELECT wait_cbor, budget_cbor, session_id FROM runs WHERE id = ?1 AND status = 'waiting'")?
         .query_row(params![run_id], |row| {
             Ok(Paused { wait: lenient_wait(row.get(0)?), budget: row.get(1)?, session_id: row.get(2)? })
@@ -96,7 +96,7 @@ pub(crate) fn resume_with_budget(
     run_id: &str,
     budget: Option<&[u8]>,
     now_ms: i64,
-) -> rusqlite::Result<()> {
+) -> crate::db::Result<()> {
     conn.prepare_cached(
         "UPDATE runs SET status = 'queued', wait_cbor = NULL, not_before = NULL, budget_cbor = ?2, updated_at = ?3
          WHERE id = ?1",
@@ -111,13 +111,13 @@ pub(crate) fn parked_of_agent(
     conn: &Connection,
     account_id: &str,
     agent_id: &str,
-) -> rusqlite::Result<Vec<(String, Option<Wait>)>> {
+) -> crate::db::Result<Vec<(String, Option<Wait>)>> {
     let parked: Vec<(String, Option<Vec<u8>>)> = conn
         .prepare_cached(
             "SELECT id, wait_cbor FROM runs WHERE account_id = ?1 AND agent_id = ?2 AND status = 'waiting'
              ORDER BY created_at, id",
         )?
         .query_map(params![account_id, agent_id], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<crate::db::Result<_>>()?;
     Ok(parked.into_iter().map(|(id, wait)| (id, lenient_wait(wait))).collect())
 }

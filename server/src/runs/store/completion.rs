@@ -6,7 +6,7 @@
 use super::*;
 
 /// Whether an ended run is left for the run-completed monitor.
-pub(crate) fn completion_pending(conn: &Connection) -> rusqlite::Result<bool> {
+pub(crate) fn completion_pending(conn: &Connection) -> crate::db::Result<bool> {
     conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM runs INDEXED BY runs_completion_pending
                         WHERE completion_pending = 1 AND finished_at IS NOT NULL
@@ -41,7 +41,7 @@ pub(crate) struct Completed {
 }
 
 /// Up to `limit` ended runs left for the monitor, oldest end first.
-pub(crate) fn pending_completions(conn: &Connection, limit: i64) -> rusqlite::Result<Vec<Completed>> {
+pub(crate) fn pending_completions(conn: &Connection, limit: i64) -> crate::db::Result<Vec<Completed>> {
     conn.prepare_cached(
         "SELECT r.id, r.account_id, r.agent_id, r.session_id, r.title, r.status, r.finished_at, r.trigger_firing_id,
                 r.error_cbor, r.kind
@@ -80,7 +80,7 @@ fn error_message(bytes: &[u8]) -> Option<String> {
 }
 
 /// Clears the monitor's mark on run `run_id`.
-pub(crate) fn clear_completion_pending(conn: &Connection, run_id: &str) -> rusqlite::Result<()> {
+pub(crate) fn clear_completion_pending(conn: &Connection, run_id: &str) -> crate::db::Result<()> {
     conn.prepare_cached("UPDATE runs SET completion_pending = 0 WHERE id = ?1")?.execute(params![run_id])?;
     Ok(())
 }

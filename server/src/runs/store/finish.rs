@@ -46,7 +46,7 @@ pub(crate) struct Finishing {
 }
 
 /// Run `run_id` as finishing reads it.
-pub(crate) fn finishing(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<Finishing>> {
+pub(crate) fn finishing(conn: &Connection, run_id: &str) -> crate::db::Result<Option<Finishing>> {
     conn.prepare_cached(
         "SELECT status, lease_owner, attempt, max_attempts, session_id, kind, parent_run_id, output_cbor, error_cbor
          FROM runs WHERE id = ?1",
@@ -68,7 +68,7 @@ pub(crate) fn finishing(conn: &Connection, run_id: &str) -> rusqlite::Result<Opt
 }
 
 /// The stored wait of run `run_id` (an error when the run does not exist).
-pub(crate) fn wait(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<Wait>> {
+pub(crate) fn wait(conn: &Connection, run_id: &str) -> crate::db::Result<Option<Wait>> {
     Ok(conn
         .prepare_cached("SELECT wait_cbor FROM runs WHERE id = ?1")?
         .query_row(params![run_id], |row| row.get::<_, Option<Cbor<Wait>>>(0))?
@@ -82,7 +82,7 @@ pub(crate) fn requeue_for_retry(
     failure: &StoredFailure,
     not_before: i64,
     now_ms: i64,
-) -> rusqlite::Result<()> {
+) -> crate::db::Result<()> {
     conn.prepare_cached(
         "UPDATE runs SET status = 'queued', error_cbor = ?2, lease_owner = NULL, lease_expires_at = NULL,
              not_before = ?3, attempt = attempt + 1, updated_at = ?4 WHERE id = ?1",
@@ -99,7 +99,7 @@ pub(crate) fn end(
     output: Option<&Ipld>,
     error: Option<&StoredFailure>,
     now_ms: i64,
-) -> rusqlite::Result<()> {
+) -> crate::db::Result<()> {
     conn.prepare_cached(
         "UPDATE runs SET status = ?2, output_cbor = COALESCE(?3, output_cbor), error_cbor = ?4, wait_cbor = NULL,
              lease_owner = NULL, lease_expires_at = NULL, not_before = NULL, finished_at = ?5, updated_at = ?5
@@ -117,13 +117,13 @@ pub(crate) fn end(
 
 /// Records (or, with `None`, clears) the answer the last pass of run `run_id` gave: the event id
 /// of its final assistant message (docs/runtime.md §6.3).
-pub(crate) fn set_answered(conn: &Connection, run_id: &str, event_id: Option<&str>) -> rusqlite::Result<()> {
+pub(crate) fn set_answered(conn: &Connection, run_id: &str, event_id: Option<&str>) -> crate::db::Result<()> {
     conn.prepare_cached("UPDATE runs SET answered_event_id = ?2 WHERE id = ?1")?.execute(params![run_id, event_id])?;
     Ok(())
 }
 
 /// The answer run `run_id`'s last pass gave and no continuation followed, if any.
-pub(crate) fn answered(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<String>> {
+pub(crate) fn answered(conn: &Connection, run_id: &str) -> crate::db::Result<Option<String>> {
     Ok(conn
         .prepare_cached("SELECT answered_event_id FROM runs WHERE id = ?1")?
         .query_row(params![run_id], |row| row.get::<_, Option<String>>(0))
@@ -132,7 +132,7 @@ pub(crate) fn answered(conn: &Connection, run_id: &str) -> rusqlite::Result<Opti
 }
 
 /// Parks a run on `wait` (woken by the dispatcher at its wake time, if any), its lease cleared.
-pub(crate) fn park(conn: &Connection, run_id: &str, wait: &Wait, now_ms: i64) -> rusqlite::Result<()> {
+pub(crate) fn park(conn: &Connection, run_id: &str, wait: &Wait, now_ms: i64) -> crate::db::Result<()> {
     conn.prepare_cached(
         "UPDATE runs SET status = 'waiting', wait_cbor = ?2, lease_owner = NULL, lease_expires_at = NULL,
              not_before = ?3, updated_at = ?4 WHERE id = ?1",
@@ -142,7 +142,7 @@ pub(crate) fn park(conn: &Connection, run_id: &str, wait: &Wait, now_ms: i64) ->
 }
 
 /// The usage of run `run_id`, when it has any.
-pub(crate) fn usage(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunUsageInfo>> {
+pub(crate) fn usage(conn: &Connection, run_id: &str) -> crate::db::Result<Option<RunUsageInfo>> {
     Ok(conn
         .prepare_cached("SELECT usage_cbor FROM runs WHERE id = ?1")?
         .query_row(params![run_id], |row| row.get::<_, Option<Cbor<RunUsageInfo>>>(0))
@@ -152,13 +152,13 @@ pub(crate) fn usage(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<
 }
 
 /// Replaces run `run_id`'s usage.
-pub(crate) fn set_usage(conn: &Connection, run_id: &str, usage: &RunUsageInfo) -> rusqlite::Result<()> {
+pub(crate) fn set_usage(conn: &Connection, run_id: &str, usage: &RunUsageInfo) -> crate::db::Result<()> {
     conn.prepare_cached("UPDATE runs SET usage_cbor = ?2 WHERE id = ?1")?.execute(params![run_id, Cbor(usage)])?;
     Ok(())
 }
 
 /// Copies a settled plan onto the run that owned it.
-pub(crate) fn set_plan(conn: &Connection, run_id: &str, plan: &RunPlan) -> rusqlite::Result<()> {
+pub(crate) fn set_plan(conn: &Connection, run_id: &str, plan: &RunPlan) -> crate::db::Result<()> {
     conn.prepare_cached("UPDATE runs SET plan_cbor = ?2 WHERE id = ?1")?.execute(params![run_id, Cbor(plan)])?;
     Ok(())
 }

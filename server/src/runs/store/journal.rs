@@ -2,8 +2,8 @@
 //! An entry is stored as the DAG-CBOR map it is on the wire (`RunJournalEntryInfo.entry`); the
 //! workflow feature gives the maps their types, this store only keeps and pages them.
 
+use crate::db::{Connection, OptionalExtension, params};
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, OptionalExtension, params};
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::RunJournalEntryInfo;
 
@@ -16,7 +16,7 @@ pub(crate) fn append_entry(
     run_id: &str,
     entry: Ipld,
     now_ms: i64,
-) -> rusqlite::Result<RunJournalEntryInfo> {
+) -> crate::db::Result<RunJournalEntryInfo> {
     let seq: i64 = conn
         .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM run_journal WHERE run_id = ?1")?
         .query_row(params![run_id], |row| row.get(0))?;
@@ -32,7 +32,7 @@ pub(crate) fn journal_after(
     run_id: &str,
     after_seq: i64,
     limit: Option<i64>,
-) -> rusqlite::Result<Vec<RunJournalEntryInfo>> {
+) -> crate::db::Result<Vec<RunJournalEntryInfo>> {
     conn.prepare_cached(
         "SELECT seq, entry_cbor, created_at FROM run_journal WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT +?3",
     )?
@@ -44,7 +44,7 @@ pub(crate) fn journal_after(
 }
 
 /// How many entries run `run_id`'s journal has and their stored size in bytes.
-pub(crate) fn journal_size(conn: &Connection, run_id: &str) -> rusqlite::Result<(i64, i64)> {
+pub(crate) fn journal_size(conn: &Connection, run_id: &str) -> crate::db::Result<(i64, i64)> {
     conn.prepare_cached("SELECT COUNT(*), COALESCE(SUM(LENGTH(entry_cbor)), 0) FROM run_journal WHERE run_id = ?1")?
         .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
 }
@@ -60,7 +60,7 @@ fn info(run_id: &str, seq: i64, entry: Ipld, created_at: i64) -> RunJournalEntry
 
 /// A workflow run's pinned script and where its effects act: `(source, nearest session)`, the
 /// session being the closest one up its chain of parents (a script has none of its own).
-pub(crate) fn workflow_source(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<(String, Option<String>)>> {
+pub(crate) fn workflow_source(conn: &Connection, run_id: &str) -> crate::db::Result<Option<(String, Option<String>)>> {
     let source: Option<Option<String>> = conn
         .prepare_cached("SELECT source_text FROM runs WHERE id = ?1 AND kind = 'workflow'")?
         .query_row(params![run_id], |row| row.get(0))

@@ -14,8 +14,8 @@
 
 use std::sync::LazyLock;
 
+use crate::db::{Connection, OptionalExtension, Row, params};
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{RunInfo, RunInfoKind, RunPlan, RunStatus, RunUsageInfo, UnmetObligation};
 use seed_agents_protocol::wire;
 use serde::{Deserialize, Serialize};
@@ -56,7 +56,7 @@ const RUN_COLUMNS: &str = "r.id, r.account_id, r.root_run_id, r.parent_run_id, r
      r.finished_at, (SELECT COUNT(*) FROM runs c WHERE c.parent_run_id = r.id), r.output_cbor, r.input_cbor";
 
 /// A run row selected with [`RUN_COLUMNS`].
-fn info_from_row(row: &Row<'_>) -> rusqlite::Result<RunInfo> {
+fn info_from_row(row: &Row<'_>) -> crate::db::Result<RunInfo> {
     Ok(RunInfo {
         extra: Default::default(),
         id: row.get::<_, String>(0)?.into(),
@@ -90,7 +90,7 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<RunInfo> {
 }
 
 /// `input.planStepId` / `input.planStepLabel`: the plan step a delegated child works on.
-fn plan_step(row: &Row<'_>, index: usize, key: &str) -> rusqlite::Result<Option<String>> {
+fn plan_step(row: &Row<'_>, index: usize, key: &str) -> crate::db::Result<Option<String>> {
     let Some(bytes) = row.get::<_, Option<Vec<u8>>>(index)? else { return Ok(None) };
     // Inputs are free-form: anything else names no step.
     Ok(match wire::decode_ipld(&bytes) {
@@ -103,7 +103,7 @@ fn plan_step(row: &Row<'_>, index: usize, key: &str) -> rusqlite::Result<Option<
 }
 
 /// `output.unmetObligations` of a run that ended owing work (docs/runtime.md §5.8).
-fn unmet_obligations(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Vec<UnmetObligation>>> {
+fn unmet_obligations(row: &Row<'_>, index: usize) -> crate::db::Result<Option<Vec<UnmetObligation>>> {
     #[derive(serde::Deserialize)]
     struct Output {
         #[serde(rename = "unmetObligations")]
@@ -115,7 +115,7 @@ fn unmet_obligations(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Vec
 }
 
 /// Run `run_id` as clients see it, when it exists.
-pub(crate) fn load_info(conn: &Connection, run_id: &str) -> rusqlite::Result<Option<RunInfo>> {
+pub(crate) fn load_info(conn: &Connection, run_id: &str) -> crate::db::Result<Option<RunInfo>> {
     conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs r WHERE r.id = ?1"))?
         .query_row(params![run_id], info_from_row)
         .optional()
@@ -126,7 +126,7 @@ pub(crate) fn tree(conn: &Connection, root: &str) -> ApiResult<Vec<RunInfo>> {
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {RUN_COLUMNS} FROM runs r WHERE r.root_run_id = ?1 ORDER BY r.created_at, r.id"
     ))?;
-    let runs = statement.query_map(params![root], info_from_row)?.collect::<rusqlite::Result<Vec<_>>>();
+    let runs = statement.query_map(params![root], info_from_row)?.collect::<crate::db::Result<Vec<_>>>();
     runs.map_err(ApiError::internal)
 }
 
@@ -136,7 +136,7 @@ pub(crate) fn tree_in(
     root: &str,
     status: Option<RunStatus>,
     limit: i64,
-) -> rusqlite::Result<Vec<RunInfo>> {
+) -> crate::db::Result<Vec<RunInfo>> {
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {RUN_COLUMNS} FROM runs r WHERE r.root_run_id = ?1 AND (?2 IS NULL OR r.status = ?2)
          ORDER BY r.created_at, r.id LIMIT +?3"
@@ -151,7 +151,7 @@ pub(crate) fn session_roots(
     session_id: &str,
     status: Option<RunStatus>,
     limit: i64,
-) -> rusqlite::Result<Vec<RunInfo>> {
+) -> crate::db::Result<Vec<RunInfo>> {
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {RUN_COLUMNS} FROM runs r WHERE r.session_id = ?1 AND r.id = r.root_run_id
          AND (?2 IS NULL OR r.status = ?2)
@@ -166,7 +166,7 @@ pub(crate) fn agent_runs(
     agent_id: &str,
     status: Option<RunStatus>,
     limit: i64,
-) -> rusqlite::Result<Vec<RunInfo>> {
+) -> crate::db::Result<Vec<RunInfo>> {
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {RUN_COLUMNS} FROM runs r WHERE r.agent_id = ?1 AND (?2 IS NULL OR r.status = ?2)
          ORDER BY r.created_at DESC, r.id DESC LIMIT +?3"
@@ -184,7 +184,7 @@ pub(crate) fn root_and_agent(conn: &Connection, run_id: &str) -> ApiResult<Optio
 }
 
 /// Whether run `run_id` exists and belongs to agent `agent_id`.
-pub(crate) fn of_agent(conn: &Connection, run_id: &str, agent_id: &str) -> rusqlite::Result<bool> {
+pub(crate) fn of_agent(conn: &Connection, run_id: &str, agent_id: &str) -> crate::db::Result<bool> {
     conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND agent_id = ?2)")?
         .query_row(params![run_id, agent_id], |row| row.get(0))
 }
@@ -195,13 +195,13 @@ pub(crate) fn of_account_agent(
     run_id: &str,
     account_id: &str,
     agent_id: &str,
-) -> rusqlite::Result<bool> {
+) -> crate::db::Result<bool> {
     conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND account_id = ?2 AND agent_id = ?3)")?
         .query_row(params![run_id, account_id, agent_id], |row| row.get(0))
 }
 
 /// Records that run `run_id` answers trigger firing `firing_id`.
-pub(crate) fn set_trigger_firing(conn: &Connection, run_id: &str, firing_id: &str) -> rusqlite::Result<()> {
+pub(crate) fn set_trigger_firing(conn: &Connection, run_id: &str, firing_id: &str) -> crate::db::Result<()> {
     conn.prepare_cached("UPDATE runs SET trigger_firing_id = ?2 WHERE id = ?1")?.execute(params![run_id, firing_id])?;
     Ok(())
 }
@@ -211,7 +211,7 @@ pub(crate) fn count_by_status(conn: &Connection, now: i64) -> ApiResult<(Vec<(St
     let mut statement = conn.prepare_cached("SELECT status, COUNT(*) FROM runs GROUP BY status")?;
     let counts = statement
         .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<crate::db::Result<Vec<_>>>()?;
     let due = conn
         .prepare_cached(
             "SELECT COUNT(*) FROM runs WHERE status = 'queued' AND (not_before IS NULL OR not_before <= ?1)",

@@ -89,13 +89,13 @@ pub(crate) struct NewRow<'a> {
 }
 
 /// The root and depth of run `run_id` (an error when it does not exist).
-pub(crate) fn root_and_depth(conn: &Connection, run_id: &str) -> rusqlite::Result<(String, i64)> {
+pub(crate) fn root_and_depth(conn: &Connection, run_id: &str) -> crate::db::Result<(String, i64)> {
     conn.prepare_cached("SELECT root_run_id, depth FROM runs WHERE id = ?1")?
         .query_row(params![run_id], |row| Ok((row.get(0)?, row.get(1)?)))
 }
 
 /// Inserts `run` as `queued`.
-pub(crate) fn insert(conn: &Connection, run: &NewRow<'_>, now_ms: i64) -> rusqlite::Result<()> {
+pub(crate) fn insert(conn: &Connection, run: &NewRow<'_>, now_ms: i64) -> crate::db::Result<()> {
     conn.prepare_cached(
         "INSERT INTO runs (id, account_id, root_run_id, parent_run_id, depth, kind, origin, agent_id, session_id, title,
                            input_cbor, status, queue, attempt, max_attempts, created_at, updated_at,
@@ -129,7 +129,7 @@ pub(crate) fn insert(conn: &Connection, run: &NewRow<'_>, now_ms: i64) -> rusqli
 /// in the middle of a turn. As upstream decides it, a `waiting` run (parked on children, a timer,
 /// an event or a budget pause) does not count, since a parked parent still converses and its resume
 /// queues behind new turns; workflow runs do not count either. Served by `runs_by_session_status`.
-pub(crate) fn session_has_active_turn(conn: &Connection, session_id: &str) -> rusqlite::Result<bool> {
+pub(crate) fn session_has_active_turn(conn: &Connection, session_id: &str) -> crate::db::Result<bool> {
     conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = ?1 AND kind = 'agent'
              AND status IN ('queued', 'claimed', 'running'))",
@@ -139,7 +139,7 @@ pub(crate) fn session_has_active_turn(conn: &Connection, session_id: &str) -> ru
 
 /// Whether an agent run of the session is live in any state: queued, claimed, running, or
 /// waiting (parked on children or a signal).
-pub(crate) fn session_has_live_turn(conn: &Connection, session_id: &str) -> rusqlite::Result<bool> {
+pub(crate) fn session_has_live_turn(conn: &Connection, session_id: &str) -> crate::db::Result<bool> {
     conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = ?1 AND kind = 'agent'
              AND status IN ('queued', 'claimed', 'running', 'waiting'))",
@@ -148,7 +148,7 @@ pub(crate) fn session_has_live_turn(conn: &Connection, session_id: &str) -> rusq
 }
 
 /// Whether any run of the session is queued, claimed, running or waiting.
-pub(crate) fn session_has_live_run(conn: &Connection, session_id: &str) -> rusqlite::Result<bool> {
+pub(crate) fn session_has_live_run(conn: &Connection, session_id: &str) -> crate::db::Result<bool> {
     conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = ?1
              AND status IN ('queued', 'claimed', 'running', 'waiting'))",
@@ -157,7 +157,7 @@ pub(crate) fn session_has_live_run(conn: &Connection, session_id: &str) -> rusql
 }
 
 /// The status of session `session_id`'s newest run.
-pub(crate) fn latest_status(conn: &Connection, session_id: &str) -> rusqlite::Result<Option<RunStatus>> {
+pub(crate) fn latest_status(conn: &Connection, session_id: &str) -> crate::db::Result<Option<RunStatus>> {
     Ok(conn
         .prepare_cached("SELECT status FROM runs WHERE session_id = ?1 ORDER BY created_at DESC, id DESC LIMIT 1")?
         .query_row(params![session_id], |row| row.get::<_, Text<RunStatus>>(0))
@@ -177,7 +177,7 @@ pub(crate) struct Latest {
 }
 
 /// Session `session_id`'s newest run.
-pub(crate) fn latest(conn: &Connection, session_id: &str) -> rusqlite::Result<Option<Latest>> {
+pub(crate) fn latest(conn: &Connection, session_id: &str) -> crate::db::Result<Option<Latest>> {
     conn.prepare_cached(
         "SELECT id, status, title FROM runs WHERE session_id = ?1 ORDER BY created_at DESC, id DESC LIMIT 1",
     )?
@@ -207,7 +207,7 @@ const ELIGIBLE: &str =
      AND NOT EXISTS (SELECT 1 FROM runs h WHERE h.session_id = r.session_id AND h.id != r.id AND h.kind = 'agent'
                        AND h.status IN ('claimed', 'running') AND (h.lease_owner = ?1 OR h.lease_expires_at > ?3))))";
 
-fn claimed_from_row(row: &Row<'_>) -> rusqlite::Result<Claimed> {
+fn claimed_from_row(row: &Row<'_>) -> crate::db::Result<Claimed> {
     Ok(Claimed {
         id: row.get(0)?,
         root_run_id: row.get(1)?,
@@ -240,7 +240,7 @@ const DUE: &str =
                      AND lease_owner IS NOT ?1 AND lease_expires_at <= ?2)";
 
 /// What the dispatcher would find to do at `now_ms` (a read, so an idle tick writes nothing).
-pub(crate) fn due(conn: &Connection, owner: &str, now_ms: i64) -> rusqlite::Result<Due> {
+pub(crate) fn due(conn: &Connection, owner: &str, now_ms: i64) -> crate::db::Result<Due> {
     conn.prepare_cached(DUE)?.query_row(params![owner, now_ms], |row| Ok(Due { wake: row.get(0)?, claim: row.get(1)? }))
 }
 
@@ -270,7 +270,7 @@ pub(crate) fn claim_next(
     owner: &str,
     now_ms: i64,
     lease_until: i64,
-) -> rusqlite::Result<Option<Claimed>> {
+) -> crate::db::Result<Option<Claimed>> {
     conn.prepare_cached(&CLAIM_NEXT)?.query_row(params![owner, lease_until, now_ms], claimed_from_row).optional()
 }
 
@@ -296,13 +296,13 @@ pub fn claim_run(
     owner: &str,
     now_ms: i64,
     lease_until: i64,
-) -> rusqlite::Result<Option<Claimed>> {
+) -> crate::db::Result<Option<Claimed>> {
     conn.prepare_cached(&CLAIM_RUN)?.query_row(params![owner, lease_until, now_ms, run_id], claimed_from_row).optional()
 }
 
 /// Moves a run `owner` claimed to `running` (its first start is `started_at`); false when the
 /// run is no longer this owner's claim.
-pub(crate) fn start_running(conn: &Connection, run_id: &str, owner: &str, now_ms: i64) -> rusqlite::Result<bool> {
+pub(crate) fn start_running(conn: &Connection, run_id: &str, owner: &str, now_ms: i64) -> crate::db::Result<bool> {
     Ok(conn
         .prepare_cached(
             "UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?3), updated_at = ?3
@@ -313,7 +313,7 @@ pub(crate) fn start_running(conn: &Connection, run_id: &str, owner: &str, now_ms
 }
 
 /// Extends `owner`'s lease on a claimed or running run; false when the lease is no longer its.
-pub(crate) fn renew_lease(conn: &Connection, run_id: &str, owner: &str, lease_until: i64) -> rusqlite::Result<bool> {
+pub(crate) fn renew_lease(conn: &Connection, run_id: &str, owner: &str, lease_until: i64) -> crate::db::Result<bool> {
     Ok(conn
         .prepare_cached(
             "UPDATE runs SET lease_expires_at = ?3
@@ -326,13 +326,13 @@ pub(crate) fn renew_lease(conn: &Connection, run_id: &str, owner: &str, lease_un
 /// A run a bulk transition moved: `(run, session)`.
 pub(crate) type Moved = (String, Option<String>);
 
-fn moved(conn: &Connection, sql: &str, values: impl rusqlite::Params) -> rusqlite::Result<Vec<Moved>> {
+fn moved(conn: &Connection, sql: &str, values: impl crate::db::Params) -> crate::db::Result<Vec<Moved>> {
     conn.prepare_cached(sql)?.query_map(values, |row| Ok((row.get(0)?, row.get(1)?)))?.collect()
 }
 
 /// Every claimed or running run of another lease owner than `owner` back to `queued`, its lease
 /// cleared and its `attempt` kept (the boot sweep).
-pub(crate) fn requeue_others_claims(conn: &Connection, owner: &str, now_ms: i64) -> rusqlite::Result<Vec<Moved>> {
+pub(crate) fn requeue_others_claims(conn: &Connection, owner: &str, now_ms: i64) -> crate::db::Result<Vec<Moved>> {
     moved(
         conn,
         "UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1
@@ -342,7 +342,7 @@ pub(crate) fn requeue_others_claims(conn: &Connection, owner: &str, now_ms: i64)
 }
 
 /// Every parked run whose wake time came (a timer, an event wait's timeout) back to `queued`.
-pub(crate) fn requeue_due_waits(conn: &Connection, now_ms: i64) -> rusqlite::Result<Vec<Moved>> {
+pub(crate) fn requeue_due_waits(conn: &Connection, now_ms: i64) -> crate::db::Result<Vec<Moved>> {
     moved(
         conn,
         "UPDATE runs SET status = 'queued', wait_cbor = NULL, not_before = NULL, updated_at = ?1
@@ -358,6 +358,7 @@ mod tests {
 
     /// The query plan of `sql` (its `detail` column).
     fn plan(conn: &Connection, sql: &str) -> Vec<String> {
+        let conn = conn.as_sqlite().expect("a SQLite connection");
         let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         let count = statement.parameter_count();
         let values: Vec<rusqlite::types::Value> = (0..count).map(|_| rusqlite::types::Value::Integer(1)).collect();

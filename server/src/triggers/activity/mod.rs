@@ -303,7 +303,7 @@ fn unique_keys(events: &[Event]) -> Vec<String> {
 }
 
 /// Enabled activity triggers by account (one account's, when given), oldest first.
-fn activity_triggers(conn: &rusqlite::Connection, account: Option<&str>) -> ApiResult<BTreeMap<String, Vec<Trigger>>> {
+fn activity_triggers(conn: &crate::db::Connection, account: Option<&str>) -> ApiResult<BTreeMap<String, Vec<Trigger>>> {
     let mut triggers: BTreeMap<String, Vec<Trigger>> = BTreeMap::new();
     for store::Enabled { id, account_id, created_at, source } in store::enabled_triggers(conn, account)? {
         if matching::is_activity_source(&source) {

@@ -11,8 +11,8 @@
 //! a cast); `EXISTS (…)` read as a boolean column; and, in [`clear_unwatched_completion`], an
 //! `UPDATE` whose subquery names the updated table (`runs.account_id`).
 
+use crate::db::{Connection, OptionalExtension, Row, params};
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{
     AgentActivityCondition, AgentPromptBlock, AgentSessionTriggerSummary, AgentTriggerInfo, AgentTriggerInfoPrompt,
     AgentTriggerSource, SessionInfo, TriggerContinuation, TriggerFiringInfo,
@@ -45,11 +45,11 @@ pub(crate) const SESSIONS_SHOWN: i64 = 50;
 const COLUMNS: &str = "id, account_id, agent_id, name, enabled, source_cbor, prompt, prompt_cbor, continuation_cbor, \
      created_at, updated_at, last_checked_at, last_fired_at, last_error, merged_into";
 
-fn blob_error(index: usize, error: wire::WireError) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Blob, Box::new(error))
+fn blob_error(index: usize, error: wire::WireError) -> crate::db::Error {
+    crate::db::Error::column(index, error)
 }
 
-fn info_from_row(row: &Row<'_>) -> rusqlite::Result<AgentTriggerInfo> {
+fn info_from_row(row: &Row<'_>) -> crate::db::Result<AgentTriggerInfo> {
     let source: Vec<u8> = row.get(5)?;
     let source: AgentTriggerSource = wire::from_slice(&source).map_err(|error| blob_error(5, error))?;
     let prompt_text: String = row.get(6)?;
@@ -98,7 +98,7 @@ pub(crate) fn list(conn: &Connection, agent_id: &str) -> ApiResult<Vec<AgentTrig
         "SELECT {COLUMNS} FROM agent_triggers WHERE agent_id = ?1 ORDER BY updated_at DESC, id DESC"
     ))?;
     let rows = statement.query_map(params![agent_id], info_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::db::Result<_>>()?)
 }
 
 /// An agent's triggers as the system prompt lists them: `(name, enabled)`, by name.
@@ -106,7 +106,7 @@ pub(crate) fn names(conn: &Connection, agent_id: &str) -> ApiResult<Vec<(String,
     let mut statement =
         conn.prepare_cached("SELECT name, enabled FROM agent_triggers WHERE agent_id = ?1 ORDER BY name, id")?;
     let rows = statement.query_map(params![agent_id], |row| Ok((row.get(0)?, row.get::<_, i64>(1)? != 0)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::db::Result<_>>()?)
 }
 
 /// The trigger and the caller's access to its agent: 404 `Agent trigger not found` when the
@@ -126,7 +126,7 @@ pub(crate) fn require(
 const FIRING_COLUMNS: &str =
     "f.id, f.activity_key, f.activity_summary, f.created_at, f.error, f.matched_cbor, f.run_id, f.session_id, f.status";
 
-fn firing_from_row(row: &Row<'_>) -> rusqlite::Result<TriggerFiringInfo> {
+fn firing_from_row(row: &Row<'_>) -> crate::db::Result<TriggerFiringInfo> {
     Ok(TriggerFiringInfo {
         extra: Default::default(),
         id: row.get::<_, String>(0)?.into(),
@@ -141,7 +141,7 @@ fn firing_from_row(row: &Row<'_>) -> rusqlite::Result<TriggerFiringInfo> {
     })
 }
 
-fn matched(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Vec<AgentActivityCondition>>> {
+fn matched(row: &Row<'_>, index: usize) -> crate::db::Result<Option<Vec<AgentActivityCondition>>> {
     let bytes: Option<Vec<u8>> = row.get(index)?;
     bytes.map(|bytes| wire::from_slice(&bytes).map_err(|error| blob_error(index, error))).transpose()
 }
@@ -153,7 +153,7 @@ pub(crate) fn firings(conn: &Connection, trigger_id: &str) -> ApiResult<Vec<Trig
          ORDER BY f.created_at DESC, f.id DESC LIMIT +?2"
     ))?;
     let rows = statement.query_map(params![trigger_id, FIRINGS_SHOWN], firing_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::db::Result<_>>()?)
 }
 
 /// The ids of the sessions a trigger's firings opened, newest first (at most [`SESSIONS_SHOWN`]).
@@ -163,7 +163,7 @@ pub(crate) fn session_ids(conn: &Connection, trigger_id: &str) -> ApiResult<Vec<
          ORDER BY f.created_at DESC, f.id DESC LIMIT +?2",
     )?;
     let rows = statement.query_map(params![trigger_id, SESSIONS_SHOWN], |row| row.get(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::db::Result<_>>()?)
 }
 
 /// Which trigger firing opened session `session_id`, as `SessionInfo.startedByTrigger` shows it.

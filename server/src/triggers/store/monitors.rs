@@ -34,7 +34,7 @@ pub(crate) fn enabled_unmerged(conn: &Connection, account_id: &str) -> ApiResult
              WHERE account_id = ?1 AND enabled = 1 AND merged_into IS NULL",
         )?
         .query_map(params![account_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<crate::db::Result<_>>()?;
     Ok(enabled(rows))
 }
 
@@ -46,7 +46,7 @@ pub(crate) fn enabled_triggers(conn: &Connection, account_id: Option<&str>) -> A
              WHERE enabled = 1 AND (?1 IS NULL OR account_id = ?1) ORDER BY created_at, id",
         )?
         .query_map([account_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<crate::db::Result<_>>()?;
     Ok(enabled(rows))
 }
 
@@ -71,7 +71,7 @@ pub(crate) fn enabled_with_schedule_state(conn: &Connection) -> ApiResult<Vec<Sc
              WHERE t.enabled = 1 ORDER BY t.created_at, t.id",
         )?
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<crate::db::Result<_>>()?;
     Ok(rows
         .into_iter()
         .filter_map(|(id, account_id, created_at, source, last_scheduled_at, last_error)| {

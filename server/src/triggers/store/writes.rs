@@ -34,7 +34,7 @@ pub(crate) fn insert(
 
 /// Inserts an enabled trigger `id` for `agent_id` (stored under `owner_id`) with a text prompt
 /// and no continuation (an agent's default trigger; its caller logs a failure and goes on, so the
-/// error stays a `rusqlite::Error`).
+/// error stays a `crate::db::Error`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn insert_enabled(
     conn: &Connection,
@@ -45,7 +45,7 @@ pub(crate) fn insert_enabled(
     source: &AgentTriggerSource,
     prompt: &str,
     now: i64,
-) -> rusqlite::Result<()> {
+) -> crate::db::Result<()> {
     conn.prepare_cached(
         "INSERT INTO agent_triggers
            (id, account_id, agent_id, name, enabled, source_cbor, prompt, created_at, updated_at)
@@ -164,7 +164,7 @@ pub(crate) fn all_webhook_secrets(conn: &Connection) -> ApiResult<Vec<(String, S
         "SELECT id, account_id, webhook_secret FROM agent_triggers WHERE webhook_secret IS NOT NULL ORDER BY id",
     )?;
     let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::db::Result<_>>()?)
 }
 
 /// The owner of trigger `id` and its sealed webhook secret, when the trigger exists.

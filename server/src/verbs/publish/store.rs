@@ -3,7 +3,7 @@
 //!
 //! Portable SQL; `edit` is a 0/1 integer.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::db::{Connection, OptionalExtension, Row, params};
 
 use crate::error::ApiResult;
 
@@ -31,7 +31,7 @@ pub(crate) struct Draft {
 const COLUMNS: &str = "id, name, content, metadata_json, target, edit, status, published_id, published_version, \
                        created_at, updated_at";
 
-fn draft(row: &Row<'_>) -> rusqlite::Result<Draft> {
+fn draft(row: &Row<'_>) -> crate::db::Result<Draft> {
     Ok(Draft {
         id: row.get(0)?,
         name: row.get(1)?,
@@ -86,7 +86,7 @@ pub(crate) fn list(conn: &Connection, owner: &str, agent: &str, limit: u32) -> A
     );
     let mut statement = conn.prepare_cached(&sql)?;
     let rows = statement.query_map(params![owner, agent, limit], draft)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    Ok(rows.collect::<crate::db::Result<Vec<_>>>()?)
 }
 
 /// How many drafts the agent keeps.

@@ -1,0 +1,356 @@
+//! PostgreSQL under the SQL interface (`db/sql.rs`): the client one database thread owns, its
+//! statement cache, the rewriting of SQLite's `?N` placeholders to `$N`, and the conversion of
+//! values to and from PostgreSQL's types (docs/postgres.md).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use bytes::BytesMut;
+use postgres::types::{IsNull, ToSql as PgToSql, Type, to_sql_checked};
+
+use super::DbError;
+use super::migrations::SCHEMA_VERSION;
+use super::sql::{Connection, Error, FromSqlError, Params, Result, Value, ValueRef};
+
+/// The schema version `postgres/schema.sql` creates: the SQLite migrations it stands for.
+const BASE_VERSION: i64 = 14;
+
+/// The PostgreSQL forms of the SQLite migrations after [`BASE_VERSION`], in order.
+const MIGRATIONS: &[&str] = &[];
+
+const _: () = assert!(
+    BASE_VERSION + MIGRATIONS.len() as i64 == SCHEMA_VERSION,
+    "every SQLite migration needs its PostgreSQL form in db/pg.rs"
+);
+
+/// The advisory lock held while migrating: servers started together migrate one at a time.
+const MIGRATION_LOCK: i64 = 0x5eed_a6e7_0001;
+
+/// The transaction-scoped advisory lock every write batch takes first: as with SQLite, one
+/// batch writes at a time, now across every process on the database (docs/postgres.md).
+pub(super) const WRITE_LOCK: i64 = 0x5eed_a6e7_0002;
+
+/// `url` with its password (if any) replaced, for messages and logs.
+pub(crate) fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    match rest.split_once('@') {
+        Some((credentials, host)) if credentials.contains(':') => {
+            let user = credentials.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// The schema version recorded in the database.
+pub(super) fn schema_version(conn: &Connection) -> Result<i64> {
+    conn.query_row("SELECT version FROM seed_agents_schema", [], |row| row.get(0))
+}
+
+/// Connects to `url` and brings its schema to [`SCHEMA_VERSION`], or refuses a database written
+/// by a newer server. Several servers starting together take turns.
+pub(super) fn open(url: &str) -> std::result::Result<Connection, DbError> {
+    let failed = |source: Error| DbError::Postgres { url: redacted(url), source };
+    let conn = Connection::postgres(Client::connect(url).map_err(failed)?);
+    conn.execute_batch(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})")).map_err(failed)?;
+    let migrated = migrate(&conn, url);
+    let unlocked = conn.execute_batch(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})")).map_err(failed);
+    migrated?;
+    unlocked?;
+    Ok(conn)
+}
+
+fn migrate(conn: &Connection, url: &str) -> std::result::Result<(), DbError> {
+    let failed = |source: Error| DbError::Postgres { url: redacted(url), source };
+    conn.execute_batch("CREATE TABLE IF NOT EXISTS seed_agents_schema (version BIGINT NOT NULL)").map_err(failed)?;
+    let found: Option<i64> = conn
+        .query_row("SELECT version FROM seed_agents_schema", [], |row| row.get(0))
+        .map(Some)
+        .or_else(|error| if matches!(error, Error::NoRows) { Ok(None) } else { Err(error) })
+        .map_err(failed)?;
+    if let Some(found) = found
+        && found > SCHEMA_VERSION
+    {
+        return Err(DbError::TooNew { path: redacted(url), found, supported: SCHEMA_VERSION });
+    }
+    let in_transaction = |sql: &str, version: i64, first: bool| -> Result<()> {
+        conn.execute_batch("BEGIN")?;
+        let outcome = (|| {
+            conn.execute_batch(sql)?;
+            if first {
+                conn.execute("INSERT INTO seed_agents_schema (version) VALUES (?1)", crate::db::params![version])?;
+            } else {
+                conn.execute("UPDATE seed_agents_schema SET version = ?1", crate::db::params![version])?;
+            }
+            conn.execute_batch("COMMIT")
+        })();
+        if outcome.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        outcome
+    };
+    let mut version = match found {
+        Some(version) => version,
+        None => {
+            in_transaction(include_str!("postgres/schema.sql"), BASE_VERSION, true).map_err(failed)?;
+            tracing::info!(version = BASE_VERSION, "created the PostgreSQL schema");
+            BASE_VERSION
+        }
+    };
+    while version < SCHEMA_VERSION {
+        let Some(sql) = usize::try_from(version - BASE_VERSION).ok().and_then(|index| MIGRATIONS.get(index)) else {
+            return Err(failed(Error::Unsupported("a PostgreSQL schema older than this build's baseline")));
+        };
+        version += 1;
+        in_transaction(sql, version, false).map_err(failed)?;
+        tracing::info!(version, "applied database migration");
+    }
+    Ok(())
+}
+
+/// Statements kept prepared per connection. The stores' statements are fixed strings (a few
+/// hundred in all); past this the cache starts over rather than grow.
+const CACHED_STATEMENTS: usize = 512;
+
+/// A PostgreSQL connection, owned by one database thread.
+pub(crate) struct Client {
+    client: RefCell<postgres::Client>,
+    statements: RefCell<HashMap<Box<str>, postgres::Statement>>,
+}
+
+impl Client {
+    /// Connects to `url` (`postgres://user@host:port/database`), without TLS: the database is
+    /// expected on loopback or a private network (docs/postgres.md).
+    pub(crate) fn connect(url: &str) -> Result<Self> {
+        let client = postgres::Client::connect(url, postgres::NoTls)?;
+        Ok(Client { client: RefCell::new(client), statements: RefCell::new(HashMap::new()) })
+    }
+
+    /// Whether the connection to the server is gone.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.client.borrow().is_closed()
+    }
+
+    /// Closes the connection.
+    pub(super) fn close(self) -> Result<()> {
+        Ok(self.client.into_inner().close()?)
+    }
+
+    /// The prepared statement for `sql` (SQLite placeholders), from the cache.
+    pub(super) fn prepare(&self, sql: &str) -> Result<postgres::Statement> {
+        if let Some(statement) = self.statements.borrow().get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.prepare_once(sql)?;
+        let mut statements = self.statements.borrow_mut();
+        if statements.len() >= CACHED_STATEMENTS {
+            statements.clear();
+        }
+        statements.insert(sql.into(), statement.clone());
+        Ok(statement)
+    }
+
+    /// `sql` prepared without caching it.
+    pub(super) fn prepare_once(&self, sql: &str) -> Result<postgres::Statement> {
+        Ok(self.client.borrow_mut().prepare(&placeholders(sql))?)
+    }
+
+    /// Runs a statement; answers the rows it changed.
+    pub(super) fn execute<P: Params>(&self, statement: &postgres::Statement, params: P) -> Result<usize> {
+        let values = values(params)?;
+        let refs: Vec<&(dyn PgToSql + Sync)> = values.iter().map(|value| value as &(dyn PgToSql + Sync)).collect();
+        let changed = self.client.borrow_mut().execute(statement, &refs)?;
+        Ok(usize::try_from(changed).unwrap_or(usize::MAX))
+    }
+
+    /// A statement's rows.
+    pub(super) fn query<P: Params>(&self, statement: &postgres::Statement, params: P) -> Result<Vec<postgres::Row>> {
+        let values = values(params)?;
+        let refs: Vec<&(dyn PgToSql + Sync)> = values.iter().map(|value| value as &(dyn PgToSql + Sync)).collect();
+        Ok(self.client.borrow_mut().query(statement, &refs)?)
+    }
+
+    /// Runs statements without parameters.
+    pub(super) fn batch_execute(&self, sql: &str) -> Result<()> {
+        Ok(self.client.borrow_mut().batch_execute(sql)?)
+    }
+}
+
+/// The parameters as owned values (a PostgreSQL statement takes them all at once).
+fn values<P: Params>(params: P) -> Result<Vec<Param>> {
+    let mut values = Vec::new();
+    params.each(&mut |value| {
+        let output = value.to_sql()?;
+        values.push(Param(match output.value() {
+            ValueRef::Null => Value::Null,
+            ValueRef::Integer(value) => Value::Integer(value),
+            ValueRef::Real(value) => Value::Real(value),
+            ValueRef::Text(text) => Value::Text(text.to_owned()),
+            ValueRef::Blob(bytes) => Value::Blob(bytes.to_vec()),
+        }));
+        Ok(())
+    })?;
+    Ok(values)
+}
+
+/// SQLite's placeholders (`?N`, and `?` numbered after the highest so far) as PostgreSQL's `$N`,
+/// outside string literals, quoted identifiers and comments.
+pub(super) fn placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.chars().peekable();
+    let mut highest = 0_u32;
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                out.push(c);
+                // Until the closing quote; a doubled quote is an escaped one and stays inside.
+                while let Some(inner) = chars.next() {
+                    out.push(inner);
+                    if inner == c {
+                        if chars.peek() == Some(&c) {
+                            out.push(c);
+                            chars.next();
+                        } else {
+                            break;
+                        }
+                    }
+                }
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                out.push(c);
+                for inner in chars.by_ref() {
+                    out.push(inner);
+                    if inner == '\n' {
+                        break;
+                    }
+                }
+            }
+            '?' => {
+                let mut digits = String::new();
+                while let Some(digit) = chars.peek().copied().filter(char::is_ascii_digit) {
+                    digits.push(digit);
+                    chars.next();
+                }
+                let number = match digits.parse::<u32>() {
+                    Ok(number) => number,
+                    Err(_) => highest + 1,
+                };
+                highest = highest.max(number);
+                out.push('$');
+                out.push_str(&number.to_string());
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Column `index` of a PostgreSQL row as one of SQLite's storage classes.
+pub(super) fn column(row: &postgres::Row, index: usize) -> Result<ValueRef<'_>> {
+    let Some(column) = row.columns().get(index) else {
+        return Err(Error::Column { index, found: "no column", source: FromSqlError::InvalidType });
+    };
+    let ty = column.type_();
+    let value = if *ty == Type::INT8 {
+        row.try_get::<_, Option<i64>>(index)?.map_or(ValueRef::Null, ValueRef::Integer)
+    } else if *ty == Type::INT4 {
+        row.try_get::<_, Option<i32>>(index)?.map_or(ValueRef::Null, |value| ValueRef::Integer(value.into()))
+    } else if *ty == Type::INT2 {
+        row.try_get::<_, Option<i16>>(index)?.map_or(ValueRef::Null, |value| ValueRef::Integer(value.into()))
+    } else if *ty == Type::BOOL {
+        row.try_get::<_, Option<bool>>(index)?.map_or(ValueRef::Null, |value| ValueRef::Integer(value.into()))
+    } else if *ty == Type::FLOAT8 {
+        row.try_get::<_, Option<f64>>(index)?.map_or(ValueRef::Null, ValueRef::Real)
+    } else if *ty == Type::FLOAT4 {
+        row.try_get::<_, Option<f32>>(index)?.map_or(ValueRef::Null, |value| ValueRef::Real(value.into()))
+    } else if *ty == Type::BYTEA {
+        row.try_get::<_, Option<&[u8]>>(index)?.map_or(ValueRef::Null, ValueRef::Blob)
+    } else if <&str as postgres::types::FromSql>::accepts(ty) {
+        row.try_get::<_, Option<&str>>(index)?.map_or(ValueRef::Null, ValueRef::Text)
+    } else {
+        return Err(Error::Column {
+            index,
+            found: "an unsupported PostgreSQL type",
+            source: FromSqlError::Other(format!("column {:?} has type {ty}", column.name()).into()),
+        });
+    };
+    Ok(value)
+}
+
+/// A parameter bound to a PostgreSQL statement, converted to the type the statement expects.
+#[derive(Debug)]
+struct Param(Value);
+
+impl PgToSql for Param {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match &self.0 {
+            Value::Null => Ok(IsNull::Yes),
+            Value::Integer(value) => {
+                if *ty == Type::INT8 {
+                    value.to_sql(ty, out)
+                } else if *ty == Type::INT4 {
+                    i32::try_from(*value)?.to_sql(ty, out)
+                } else if *ty == Type::INT2 {
+                    i16::try_from(*value)?.to_sql(ty, out)
+                } else if *ty == Type::BOOL {
+                    (*value != 0).to_sql(ty, out)
+                } else if *ty == Type::FLOAT8 {
+                    (*value as f64).to_sql(ty, out)
+                } else {
+                    Err(format!("an integer cannot be bound to a parameter of type {ty}").into())
+                }
+            }
+            Value::Real(value) => {
+                if *ty == Type::FLOAT8 {
+                    value.to_sql(ty, out)
+                } else if *ty == Type::FLOAT4 {
+                    (*value as f32).to_sql(ty, out)
+                } else {
+                    Err(format!("a real cannot be bound to a parameter of type {ty}").into())
+                }
+            }
+            Value::Text(text) => {
+                if <&str as PgToSql>::accepts(ty) {
+                    text.as_str().to_sql(ty, out)
+                } else {
+                    Err(format!("text cannot be bound to a parameter of type {ty}").into())
+                }
+            }
+            Value::Blob(bytes) => {
+                if *ty == Type::BYTEA {
+                    bytes.as_slice().to_sql(ty, out)
+                } else {
+                    Err(format!("bytes cannot be bound to a parameter of type {ty}").into())
+                }
+            }
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::placeholders;
+
+    #[test]
+    fn placeholders_are_numbered_outside_quotes_and_comments() {
+        assert_eq!(
+            placeholders("SELECT a FROM t WHERE a = ?1 AND b = ?12"),
+            "SELECT a FROM t WHERE a = $1 AND b = $12"
+        );
+        assert_eq!(placeholders("VALUES (?, ?, ?5, ?)"), "VALUES ($1, $2, $5, $6)");
+        assert_eq!(
+            placeholders("SELECT '?1', \"a?\", 'it''s ?' -- ?3\n, ?2"),
+            "SELECT '?1', \"a?\", 'it''s ?' -- ?3\n, $2"
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! The database layer on PostgreSQL: migration, the SQL interface's values, group commit with
+//! savepoints, and the refusal of a newer schema. They need a PostgreSQL server: the URL of one
+//! (with the right to create databases) in `SEED_AGENTS_TEST_POSTGRES_URL`; `.ci/run` starts one
+//! with `scripts/pg-cluster.sh`. Each test makes a database of its own and drops it after.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::*;
+use crate::error::ErrorKind;
+
+/// The cluster's URL, or `None` (the test says it was skipped) when none is configured.
+fn cluster() -> Option<String> {
+    let url = std::env::var("SEED_AGENTS_TEST_POSTGRES_URL").ok().filter(|url| !url.is_empty());
+    if url.is_none() {
+        eprintln!("skipped: SEED_AGENTS_TEST_POSTGRES_URL is not set (scripts/pg-cluster.sh starts a cluster)");
+    }
+    url
+}
+
+/// A new empty database on the cluster, dropped when this is dropped.
+struct Scratch {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl Scratch {
+    fn new(admin: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let name = format!("seed_db_test_{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        admin_sql(admin, &format!("CREATE DATABASE {name}")).expect("the test cluster answers");
+        let base = admin.rsplit_once('/').map_or(admin, |(base, _)| base);
+        Scratch { admin: admin.to_owned(), url: format!("{base}/{name}"), name }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = admin_sql(&self.admin, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+    }
+}
+
+/// Runs `sql` on the cluster's admin database, from a plain thread (the synchronous client
+/// cannot run inside the test's runtime).
+fn admin_sql(admin: &str, sql: &str) -> Result<()> {
+    let (admin, sql) = (admin.to_owned(), sql.to_owned());
+    std::thread::spawn(move || Connection::postgres(pg::Client::connect(&admin)?).execute_batch(&sql))
+        .join()
+        .expect("the admin thread does not panic")
+}
+
+#[tokio::test]
+async fn a_new_database_is_migrated_and_values_round_trip() {
+    let Some(admin) = cluster() else { return };
+    let scratch = Scratch::new(&admin);
+    let db = Db::open_postgres(&scratch.url, Queues::default()).unwrap();
+    let version = db.read(|conn| Ok(migrations::schema_version(conn)?)).await.unwrap();
+    assert_eq!(version, migrations::SCHEMA_VERSION);
+
+    db.write(|conn| {
+        ensure_account(conn, "acct", 5)?;
+        ensure_account(conn, "acct", 6)?;
+        conn.execute_batch("CREATE TABLE t (i BIGINT, r DOUBLE PRECISION, s TEXT, b BYTEA, n BIGINT)")?;
+        conn.execute(
+            "INSERT INTO t VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![7_i64, 1.5_f64, "seven", vec![0_u8, 1, 2], None::<i64>],
+        )?;
+        Ok(())
+    })
+    .await
+    .unwrap();
+    let (row, created) = db
+        .read(|conn| {
+            let row = conn.query_row("SELECT i, r, s, b, n, i = 7 FROM t WHERE s = ?1", params!["seven"], |row| {
+                Ok((
+                    row.get::<_, u32>(0)?,
+                    row.get::<_, f64>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, Vec<u8>>(3)?,
+                    row.get::<_, Option<i64>>(4)?,
+                    row.get::<_, bool>(5)?,
+                ))
+            })?;
+            let created: i64 =
+                conn.query_row("SELECT created_at FROM accounts WHERE id = ?1", params!["acct"], |row| row.get(0))?;
+            Ok((row, created))
+        })
+        .await
+        .unwrap();
+    assert_eq!(row, (7, 1.5, "seven".to_owned(), vec![0, 1, 2], None, true));
+    assert_eq!(created, 5, "the second insert did nothing");
+    let missing = db
+        .read(|conn| Ok(conn.query_row("SELECT i FROM t WHERE s = 'x'", [], |row| row.get::<_, i64>(0)).optional()?));
+    assert_eq!(missing.await.unwrap(), None);
+    db.close();
+
+    // Opened again: nothing to migrate, the rows are there.
+    let db = Db::open_postgres(&scratch.url, Queues::default()).unwrap();
+    let count = db.read(|conn| Ok(conn.query_row("SELECT COUNT(*) FROM t", [], |row| row.get::<_, i64>(0))?));
+    assert_eq!(count.await.unwrap(), 1);
+    db.close();
+}
+
+#[tokio::test]
+async fn a_failed_write_rolls_back_alone_within_a_batch_and_a_broken_savepoint_rolls_back_all() {
+    let Some(admin) = cluster() else { return };
+    let scratch = Scratch::new(&admin);
+    let db = Db::open_postgres(&scratch.url, Queues::default()).unwrap();
+    // Queued together, so they very likely share a batch; each must stand or fall alone.
+    let first = db.write(|conn| Ok(ensure_account(conn, "a", 1)?));
+    let failing = db.write(|conn| {
+        ensure_account(conn, "b", 1)?;
+        conn.execute("INSERT INTO no_such_table VALUES (1)", [])?;
+        Ok(())
+    });
+    let last = db.write(|conn| Ok(ensure_account(conn, "c", 1)?));
+    first.await.unwrap();
+    assert_eq!(failing.await.unwrap_err().kind(), ErrorKind::Internal);
+    last.await.unwrap();
+    let ids = db.read(|conn| {
+        let mut statement = conn.prepare("SELECT id FROM accounts ORDER BY id")?;
+        Ok(statement.query_map([], |row| row.get::<_, String>(0))?.collect::<Result<Vec<_>>>()?)
+    });
+    assert_eq!(ids.await.unwrap(), ["a", "c"]);
+
+    // A write that swallows an SQL error and answers Ok leaves the transaction aborted: its
+    // savepoint cannot be released, so the whole batch is rolled back and says so.
+    let swallowing = db.write(|conn| {
+        ensure_account(conn, "d", 1)?;
+        let _ = conn.execute("INSERT INTO no_such_table VALUES (1)", []);
+        Ok(())
+    });
+    assert_eq!(swallowing.await.unwrap_err().kind(), ErrorKind::Internal);
+    let d = db.read(|conn| {
+        Ok(conn.query_row("SELECT COUNT(*) FROM accounts WHERE id = 'd'", [], |row| row.get::<_, i64>(0))?)
+    });
+    assert_eq!(d.await.unwrap(), 0, "nothing of the aborted batch was committed");
+    db.write(|conn| Ok(ensure_account(conn, "e", 1)?)).await.expect("the next batch commits");
+    db.close();
+}
+
+#[tokio::test]
+async fn a_database_of_a_newer_schema_is_refused() {
+    let Some(admin) = cluster() else { return };
+    let scratch = Scratch::new(&admin);
+    let db = Db::open_postgres(&scratch.url, Queues::default()).unwrap();
+    db.write(|conn| Ok(conn.execute("UPDATE seed_agents_schema SET version = version + 1", [])?)).await.unwrap();
+    db.close();
+    match Db::open_postgres(&scratch.url, Queues::default()) {
+        Err(DbError::TooNew { found, supported, .. }) => assert_eq!(found, supported + 1),
+        other => panic!("expected TooNew, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_url_that_is_not_postgres_is_refused_and_a_password_is_never_shown() {
+    let refused = Db::open_postgres("mysql://user:hunter2@localhost/db", Queues::default()).unwrap_err();
+    let message = refused.to_string();
+    assert!(message.contains("postgres://"), "{message}");
+    assert!(!message.contains("hunter2"), "{message}");
+    assert_eq!(pg::redacted("postgres://me:secret@host:5432/db"), "postgres://me:***@host:5432/db");
+    assert_eq!(pg::redacted("postgres://me@host/db"), "postgres://me@host/db");
+}
