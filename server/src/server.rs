@@ -51,7 +51,11 @@ impl RunningServer {
         let address = config.listen;
         // The lock first, then an interrupted key rotation finished or undone, then the key.
         let lock = crate::app::DataDirLock::take(&config)?;
-        crate::ops::rotate::finish_interrupted(&config).map_err(StartError::KeyRotation)?;
+        // On a thread of its own: with PostgreSQL it opens the database with the synchronous
+        // client, which must not start (or stop) inside this runtime.
+        std::thread::scope(|scope| scope.spawn(|| crate::ops::rotate::finish_interrupted(&config)).join())
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            .map_err(StartError::KeyRotation)?;
         let app = Arc::new(App::open_locked(config, clock, lock)?);
         // Before anything that writes starts, so every temp file found is an earlier process's.
         let config = app.config.clone();

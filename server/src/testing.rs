@@ -21,6 +21,12 @@ pub mod bus {
 
 /// The database.
 pub mod db {
+    /// `url` with its connections using schema `schema` (created when missing), so each test
+    /// server has a schema of its own in one PostgreSQL database.
+    pub fn postgres_schema(url: &str, schema: &str) -> Result<String, String> {
+        crate::db::pg_with_schema(url, schema)
+    }
+
     pub use crate::db::{
         Connection, Db, Error, FromSql, MappedRows, OptionalExtension, Params, Result, Row, Rows, Statement, ToSql,
     };

@@ -124,7 +124,7 @@ pub(crate) fn relocate_state_dirs(conn: &Connection, agents_dir: &Path) -> ApiRe
     for id in all_ids(conn)? {
         let state_dir = agents_dir.join(&id);
         moved += conn
-            .prepare_cached("UPDATE agents SET state_dir = ?2 WHERE id = ?1 AND state_dir IS NOT ?2")?
+            .prepare_cached("UPDATE agents SET state_dir = ?2 WHERE id = ?1 AND state_dir IS DISTINCT FROM ?2")?
             .execute(params![id, state_dir.to_string_lossy()])?;
     }
     Ok(moved)

@@ -1,7 +1,7 @@
 //! The `agent_collaborators` rows of an agent and the public flags of its row.
 //!
 //! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE … RETURNING` (PostgreSQL spells it
-//! the same), a bound boolean in `(?2 OR status = 'accepted')`, and 0/1 integer flags.
+//! the same), a bound boolean compared as `?2 <> 0`, and 0/1 integer flags.
 
 use crate::db::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{AgentCollaboratorInfo, AgentCollaboratorRole, AgentDefinition, AgentInviteInfo};
@@ -75,7 +75,7 @@ pub(crate) fn accepted_by_joining(conn: &Connection, agent_id: &str) -> ApiResul
 pub(super) fn members(conn: &Connection, agent_id: &str, with_pending: bool) -> ApiResult<Vec<AgentCollaboratorInfo>> {
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {COLLABORATOR_COLUMNS} FROM agent_collaborators
-         WHERE agent_id = ?1 AND (?2 OR status = 'accepted')
+         WHERE agent_id = ?1 AND (?2 <> 0 OR status = 'accepted')
          ORDER BY status, updated_at DESC, account_id"
     ))?;
     let rows = statement.query_map(params![agent_id, with_pending], collaborator_from_row)?;

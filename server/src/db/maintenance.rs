@@ -32,6 +32,20 @@ pub(crate) fn open_writable(path: &Path) -> Result<Connection, DbError> {
     Ok(Connection::sqlite(conn))
 }
 
+/// Connects to the PostgreSQL database at `url` for an operator command, without migrating it
+/// (commands run outside the async runtime, so the synchronous client may start here).
+pub(crate) fn open_postgres(url: &str) -> Result<Connection, DbError> {
+    super::pg::Client::connect(url)
+        .map(Connection::postgres)
+        .map_err(|source| DbError::Postgres { url: super::pg::redacted(url), source })
+}
+
+/// Connects to the PostgreSQL database at `url` for an operator command and migrates it, as
+/// [`open_writable`] does a SQLite file. Outside the async runtime only.
+pub(crate) fn open_writable_postgres(url: &str) -> Result<Connection, DbError> {
+    super::pg::open(url)
+}
+
 /// Opens an existing database read-only, with the readers' settings.
 pub(crate) fn open_read_only(path: &Path) -> Result<Connection, DbError> {
     open_sqlite_read_only(path).map(Connection::sqlite)

@@ -30,6 +30,7 @@ use tokio::sync::oneshot;
 use crate::error::{ApiError, ApiResult};
 
 pub(crate) use cbor::{Cbor, Generic, Text};
+pub(crate) use pg::{redacted as redacted_url, with_schema as pg_with_schema};
 pub use sql::{Connection, Error, FromSql, MappedRows, OptionalExtension, Params, Result, Row, Rows, Statement, ToSql};
 pub(crate) use sql::{Dialect, FromSqlError, FromSqlResult, ToSqlOutput, Value, ValueRef, params, params_from_iter};
 
@@ -97,6 +98,15 @@ pub enum DbError {
         url: String,
         /// What went wrong.
         source: Error,
+    },
+    /// Another server process (or operator command) uses the PostgreSQL database.
+    #[error(
+        "database {url}: another seed-agents-server process uses it; several processes on one \
+         database are not supported yet: give each server its own database or schema (docs/postgres.md)"
+    )]
+    InUse {
+        /// The database's URL, without its password.
+        url: String,
     },
     /// The file was written by a newer server.
     #[error(
@@ -457,7 +467,7 @@ fn run_in_savepoint<T>(conn: &Connection, work: impl FnOnce(&Connection) -> ApiR
 
 fn reader_loop(mut conn: Connection, reconnect: Option<Arc<str>>, queue: crossbeam_channel::Receiver<ReadMessage>) {
     while let Ok(ReadMessage::Job(job)) = queue.recv() {
-        reconnect_if_lost(&mut conn, reconnect.as_deref());
+        reconnect_if_lost(&mut conn, reconnect.as_deref(), false);
         job(&conn);
     }
     drop(conn);
@@ -481,7 +491,7 @@ impl Default for WriterStats {
 
 /// Opens a PostgreSQL connection again when the last one was lost (the server restarted, a
 /// network blip): the job then runs on the new one, or fails as before when it cannot be opened.
-fn reconnect_if_lost(conn: &mut Connection, url: Option<&str>) {
+fn reconnect_if_lost(conn: &mut Connection, url: Option<&str>, writer: bool) {
     let Some(url) = url else { return };
     if !conn.as_postgres().is_some_and(pg::Client::is_closed) {
         return;
@@ -490,6 +500,9 @@ fn reconnect_if_lost(conn: &mut Connection, url: Option<&str>) {
         Ok(client) => {
             tracing::info!("reconnected to PostgreSQL");
             *conn = Connection::postgres(client);
+            if writer && !pg::take_process_lock(conn).unwrap_or(false) {
+                tracing::error!("another server process took this database while the connection was down");
+            }
         }
         Err(error) => tracing::warn!(%error, "reconnecting to PostgreSQL failed"),
     }
@@ -497,7 +510,7 @@ fn reconnect_if_lost(conn: &mut Connection, url: Option<&str>) {
 
 fn writer_loop(mut conn: Connection, reconnect: Option<Arc<str>>, jobs: mpsc::Receiver<Job>, stats: &WriterStats) {
     while let Ok(first) = jobs.recv() {
-        reconnect_if_lost(&mut conn, reconnect.as_deref());
+        reconnect_if_lost(&mut conn, reconnect.as_deref(), true);
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
@@ -533,7 +546,7 @@ struct BatchOutcome {
 fn run_batch(conn: &Connection, batch: Vec<Job>) -> BatchOutcome {
     let begin = match conn.dialect() {
         Dialect::Sqlite => conn.execute_batch("BEGIN IMMEDIATE"),
-        Dialect::Postgres => conn.execute_batch(&format!("BEGIN; SELECT pg_advisory_xact_lock({})", pg::WRITE_LOCK)),
+        Dialect::Postgres => conn.execute_batch(pg::BEGIN_WRITE),
     };
     if let Err(error) = begin {
         if conn.dialect() == Dialect::Postgres {

@@ -23,12 +23,31 @@ const _: () = assert!(
     "every SQLite migration needs its PostgreSQL form in db/pg.rs"
 );
 
-/// The advisory lock held while migrating: servers started together migrate one at a time.
-const MIGRATION_LOCK: i64 = 0x5eed_a6e7_0001;
+/// Takes the advisory lock held while migrating: servers started together migrate one at a time.
+/// Locks are named after the schema, so deployments in different schemas of one database (each
+/// its own `search_path`, docs/postgres.md) do not wait for each other.
+const LOCK_MIGRATIONS: &str =
+    "SELECT pg_advisory_lock(hashtextextended('seed-agents migrations ' || current_schema(), 0))";
+const UNLOCK_MIGRATIONS: &str =
+    "SELECT pg_advisory_unlock(hashtextextended('seed-agents migrations ' || current_schema(), 0))";
 
-/// The transaction-scoped advisory lock every write batch takes first: as with SQLite, one
-/// batch writes at a time, now across every process on the database (docs/postgres.md).
-pub(super) const WRITE_LOCK: i64 = 0x5eed_a6e7_0002;
+/// Begins a write batch: a transaction whose first statement takes the schema's write lock
+/// (released at its end), so as with SQLite one batch writes at a time, now across every
+/// process on the database (docs/postgres.md).
+pub(super) const BEGIN_WRITE: &str =
+    "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('seed-agents writes ' || current_schema(), 0))";
+
+/// Takes, for the life of the connection, the lock that says a server process uses the
+/// schema; answers whether it was free. Several processes on one database are not supported
+/// yet (docs/postgres.md): a second one is refused at start instead of stealing the first
+/// one's runs at its boot sweep.
+pub(super) fn take_process_lock(conn: &Connection) -> Result<bool> {
+    conn.query_row(
+        "SELECT pg_try_advisory_lock(hashtextextended('seed-agents server ' || current_schema(), 0))",
+        [],
+        |row| row.get(0),
+    )
+}
 
 /// `url` with its password (if any) replaced, for messages and logs.
 pub(crate) fn redacted(url: &str) -> String {
@@ -42,6 +61,22 @@ pub(crate) fn redacted(url: &str) -> String {
     }
 }
 
+/// `url` with its connections using schema `schema` (created when missing): the form tests and
+/// benches use to give each server a schema of its own in one database.
+pub(crate) fn with_schema(url: &str, schema: &str) -> std::result::Result<String, String> {
+    if !schema.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+        return Err(format!("schema name {schema:?}: use a-z, 0-9 and _"));
+    }
+    let (admin, sql) = (url.to_owned(), format!("CREATE SCHEMA IF NOT EXISTS {schema}"));
+    // A plain thread: the synchronous client cannot run inside the caller's runtime.
+    std::thread::spawn(move || Connection::postgres(Client::connect(&admin)?).execute_batch(&sql))
+        .join()
+        .map_err(|_| "creating the schema panicked".to_owned())?
+        .map_err(|error| format!("creating schema {schema} in {}: {error}", redacted(url)))?;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Ok(format!("{url}{separator}options=-c%20search_path%3D{schema}"))
+}
+
 /// The schema version recorded in the database.
 pub(super) fn schema_version(conn: &Connection) -> Result<i64> {
     conn.query_row("SELECT version FROM seed_agents_schema", [], |row| row.get(0))
@@ -52,11 +87,14 @@ pub(super) fn schema_version(conn: &Connection) -> Result<i64> {
 pub(super) fn open(url: &str) -> std::result::Result<Connection, DbError> {
     let failed = |source: Error| DbError::Postgres { url: redacted(url), source };
     let conn = Connection::postgres(Client::connect(url).map_err(failed)?);
-    conn.execute_batch(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})")).map_err(failed)?;
+    conn.execute_batch(LOCK_MIGRATIONS).map_err(failed)?;
     let migrated = migrate(&conn, url);
-    let unlocked = conn.execute_batch(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})")).map_err(failed);
+    let unlocked = conn.execute_batch(UNLOCK_MIGRATIONS).map_err(failed);
     migrated?;
     unlocked?;
+    if !take_process_lock(&conn).map_err(failed)? {
+        return Err(DbError::InUse { url: redacted(url) });
+    }
     Ok(conn)
 }
 
@@ -152,7 +190,7 @@ impl Client {
 
     /// `sql` prepared without caching it.
     pub(super) fn prepare_once(&self, sql: &str) -> Result<postgres::Statement> {
-        Ok(self.client.borrow_mut().prepare(&placeholders(sql))?)
+        Ok(self.client.borrow_mut().prepare(&translate(sql))?)
     }
 
     /// Runs a statement; answers the rows it changed.
@@ -191,6 +229,22 @@ fn values<P: Params>(params: P) -> Result<Vec<Param>> {
         Ok(())
     })?;
     Ok(values)
+}
+
+/// A store's SQL as PostgreSQL takes it: [`placeholders`] rewritten, and the two SQLite-only
+/// spellings the stores use for SQLite's planner dropped: the `+` of `LIMIT +?N` (it keeps
+/// SQLite from recompiling a cached statement per limit; PostgreSQL would type the parameter as
+/// a double) and `INDEXED BY index` (PostgreSQL's planner finds the partial index itself). Neither
+/// appears inside a string literal of a store.
+pub(super) fn translate(sql: &str) -> String {
+    let mut out = placeholders(sql).replace("LIMIT +$", "LIMIT $");
+    while let Some(start) = out.find("INDEXED BY ") {
+        let name_end = out[start + "INDEXED BY ".len()..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(out.len(), |end| start + "INDEXED BY ".len() + end);
+        out.replace_range(start..name_end, "");
+    }
+    out
 }
 
 /// SQLite's placeholders (`?N`, and `?` numbered after the highest so far) as PostgreSQL's `$N`,
@@ -339,7 +393,15 @@ impl PgToSql for Param {
 
 #[cfg(test)]
 mod tests {
-    use super::placeholders;
+    use super::{placeholders, translate};
+
+    #[test]
+    fn sqlite_planner_hints_are_dropped() {
+        assert_eq!(
+            translate("SELECT 1 FROM runs INDEXED BY runs_completion_pending WHERE a = ?1 LIMIT +?2"),
+            "SELECT 1 FROM runs  WHERE a = $1 LIMIT $2"
+        );
+    }
 
     #[test]
     fn placeholders_are_numbered_outside_quotes_and_comments() {

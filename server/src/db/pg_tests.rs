@@ -140,6 +140,22 @@ async fn a_failed_write_rolls_back_alone_within_a_batch_and_a_broken_savepoint_r
 }
 
 #[tokio::test]
+async fn a_second_process_on_the_database_is_refused_until_the_first_closes() {
+    let Some(admin) = cluster() else { return };
+    let scratch = Scratch::new(&admin);
+    let first = Db::open_postgres(&scratch.url, Queues::default()).unwrap();
+    match Db::open_postgres(&scratch.url, Queues::default()) {
+        Err(DbError::InUse { url }) => assert_eq!(url, scratch.url),
+        other => panic!("expected InUse, got {other:?}"),
+    }
+    // Another schema of the same database is another deployment.
+    let other = pg::with_schema(&scratch.url, "other_deployment").unwrap();
+    Db::open_postgres(&other, Queues::default()).expect("another schema opens").close();
+    first.close();
+    Db::open_postgres(&scratch.url, Queues::default()).expect("free again once the first closed").close();
+}
+
+#[tokio::test]
 async fn a_database_of_a_newer_schema_is_refused() {
     let Some(admin) = cluster() else { return };
     let scratch = Scratch::new(&admin);

@@ -35,8 +35,22 @@ pub(crate) struct Summary {
     pub(crate) key: KeySource,
 }
 
+/// Backups hold the SQLite database; a PostgreSQL database is backed up with PostgreSQL's own
+/// tools (docs/postgres.md, "Backups").
+fn refuse_postgres(config: &Config, command: &str) -> Result<(), String> {
+    match config.database_url {
+        Some(_) => Err(format!(
+            "{command} works on the SQLite database in the data directory; this server uses PostgreSQL \
+             (--database-url): back it up with pg_dump and the data directory with your file backups \
+             (docs/postgres.md)"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Takes a backup of the data directory of `config` into `to` (missing or empty).
 pub(crate) fn backup(config: &Config, to: &Path) -> Result<Summary, String> {
+    refuse_postgres(config, "backup")?;
     let io_error = |what: &str, path: &Path| {
         let (what, path) = (what.to_owned(), path.display().to_string());
         move |error: io::Error| format!("cannot {what} {path}: {error}")
@@ -280,6 +294,7 @@ pub(crate) struct Restored {
 /// server from starting on a half-restored directory, points the agents' state directories at
 /// the new place, and removes the marker last.
 pub(crate) fn restore(config: &Config, from: &Path) -> Result<Restored, String> {
+    refuse_postgres(config, "restore")?;
     let target = &config.data_dir;
     let io_error = |what: &str, path: &Path| {
         let (what, path) = (what.to_owned(), path.display().to_string());

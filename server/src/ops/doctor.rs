@@ -138,6 +138,16 @@ fn check_key(dir: &Path, say: &mut impl FnMut(Level, String, Option<&str>)) -> O
 }
 
 fn check_database(config: &Config, key: Option<&SecretKey>, say: &mut impl FnMut(Level, String, Option<&str>)) {
+    if let Some(url) = &config.database_url {
+        match maintenance::open_postgres(url) {
+            Ok(conn) => {
+                say(Level::Ok, format!("database {}: connected", crate::db::redacted_url(url)), None);
+                check_schema_and_secrets(&conn, key, say);
+            }
+            Err(error) => say(Level::Problem, error.to_string(), Some("check --database-url and that PostgreSQL runs")),
+        }
+        return;
+    }
     let path = config.database_path();
     if !path.exists() {
         say(Level::Note, format!("{} does not exist yet (created on first start)", path.display()), None);
@@ -159,7 +169,16 @@ fn check_database(config: &Config, key: Option<&SecretKey>, say: &mut impl FnMut
         ),
         Err(error) => say(Level::Problem, format!("database integrity_check failed: {error}"), None),
     }
-    match maintenance::schema_version(&conn) {
+    check_schema_and_secrets(&conn, key, say);
+}
+
+/// The schema version, and whether every stored secret opens with the key.
+fn check_schema_and_secrets(
+    conn: &crate::db::Connection,
+    key: Option<&SecretKey>,
+    say: &mut impl FnMut(Level, String, Option<&str>),
+) {
+    match maintenance::schema_version(conn) {
         Ok(version) if version > maintenance::SCHEMA_VERSION => say(
             Level::Problem,
             format!("database schema version {version} is newer than this build's {}", maintenance::SCHEMA_VERSION),
@@ -178,10 +197,10 @@ fn check_database(config: &Config, key: Option<&SecretKey>, say: &mut impl FnMut
     }
     let Some(key) = key else { return };
     // A database older than this build may lack the tables; the server migrates it first.
-    if maintenance::schema_version(&conn).is_ok_and(|version| version != maintenance::SCHEMA_VERSION) {
+    if maintenance::schema_version(conn).is_ok_and(|version| version != maintenance::SCHEMA_VERSION) {
         return;
     }
-    match super::rotate::unopened(&conn, key) {
+    match super::rotate::unopened(conn, key) {
         Ok((total, 0)) => say(Level::Ok, format!("all {total} stored secrets open with the key"), None),
         Ok((total, unopened)) => say(
             Level::Problem,
@@ -247,10 +266,11 @@ fn check_files(config: &Config, say: &mut impl FnMut(Level, String, Option<&str>
             Some("move them out of the data directory"),
         );
     }
-    let conn = match maintenance::open_read_only(&config.database_path()) {
-        Ok(conn) => conn,
-        Err(_) => return,
+    let opened = match &config.database_url {
+        Some(url) => maintenance::open_postgres(url),
+        None => maintenance::open_read_only(&config.database_path()),
     };
+    let Ok(conn) = opened else { return };
     let known = (|| -> crate::error::ApiResult<_> {
         Ok((
             crate::agents::store::all_ids(&conn)?,

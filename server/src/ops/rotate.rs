@@ -88,6 +88,16 @@ pub(crate) enum Interrupted {
     Undone,
 }
 
+/// The database of `config`, migrated: the SQLite file, or PostgreSQL when `--database-url` is
+/// set. Rotation runs before the server starts or as a command, outside the async runtime.
+fn open(config: &Config) -> Result<Connection, String> {
+    match &config.database_url {
+        Some(url) => maintenance::open_writable_postgres(url),
+        None => maintenance::open_writable(&config.database_path()),
+    }
+    .map_err(|error| error.to_string())
+}
+
 /// Finishes or undoes a rotation interrupted in the data directory of `config` (see the module
 /// docs). The caller holds the data directory's lock. Nothing to do when the key comes from the
 /// environment or `secret.key.next` does not exist.
@@ -97,7 +107,7 @@ pub(crate) fn finish_interrupted(config: &Config) -> Result<Interrupted, String>
         return Ok(Interrupted::None);
     }
     let key_path = config.data_dir.join(SecretKey::FILE_NAME);
-    let conn = maintenance::open_writable(&config.database_path()).map_err(|error| error.to_string())?;
+    let conn = open(config)?;
     let values = sealed_values(&conn).map_err(|error| error.to_string())?;
     drop(conn);
     let next = SecretKey::read_file(&next_path).map_err(|error| error.to_string());
@@ -146,7 +156,7 @@ pub(crate) fn rotate(config: &Config) -> Result<Rotated, String> {
     }
     let dir = &config.data_dir;
     let key_path = dir.join(SecretKey::FILE_NAME);
-    if !key_path.is_file() || !config.database_path().is_file() {
+    if !key_path.is_file() || (config.database_url.is_none() && !config.database_path().is_file()) {
         return Err(format!("{} holds no secret.key and database to rotate; is --data-dir right?", dir.display()));
     }
     let _lock = DataDirLock::try_take(dir)
@@ -158,7 +168,7 @@ pub(crate) fn rotate(config: &Config) -> Result<Rotated, String> {
         })?;
     let earlier = finish_interrupted(config)?;
     let current = SecretKey::read_file(&key_path).map_err(|error| error.to_string())?;
-    let mut conn = maintenance::open_writable(&config.database_path()).map_err(|error| error.to_string())?;
+    let mut conn = open(config)?;
     let (total, unopened) = unopened(&conn, &current).map_err(|error| error.to_string())?;
     if unopened > 0 {
         return Err(format!(

@@ -46,7 +46,7 @@ pub(crate) fn after(
     before: i64,
     limit: Option<i64>,
 ) -> ApiResult<Vec<SessionEvent>> {
-    store::events_after(conn, session_id, after, before, limit.unwrap_or(-1))
+    store::events_after(conn, session_id, after, before, limit.unwrap_or(i64::MAX))
 }
 
 /// The newest `limit` events of `session_id` with `after < seq < before`, oldest first, and

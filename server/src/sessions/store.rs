@@ -284,7 +284,7 @@ fn event_from_row(row: &Row<'_>) -> crate::db::Result<SessionEvent> {
 }
 
 /// Events of `session_id` with `after < seq < before`, oldest first; at most `limit` of them
-/// (`-1`: all).
+/// (`i64::MAX`: all).
 pub(crate) fn events_after(
     conn: &Connection,
     session_id: &str,

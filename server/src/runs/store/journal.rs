@@ -36,7 +36,7 @@ pub(crate) fn journal_after(
     conn.prepare_cached(
         "SELECT seq, entry_cbor, created_at FROM run_journal WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT +?3",
     )?
-    .query_map(params![run_id, after_seq, limit.unwrap_or(-1)], |row| {
+    .query_map(params![run_id, after_seq, limit.unwrap_or(i64::MAX)], |row| {
         let Cbor(Generic(entry)) = row.get::<_, Cbor<Generic>>(1)?;
         Ok(info(run_id, row.get(0)?, entry, row.get(2)?))
     })?

@@ -138,7 +138,7 @@ pub(crate) fn tree_in(
     limit: i64,
 ) -> crate::db::Result<Vec<RunInfo>> {
     let mut statement = conn.prepare_cached(&format!(
-        "SELECT {RUN_COLUMNS} FROM runs r WHERE r.root_run_id = ?1 AND (?2 IS NULL OR r.status = ?2)
+        "SELECT {RUN_COLUMNS} FROM runs r WHERE r.root_run_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR r.status = ?2)
          ORDER BY r.created_at, r.id LIMIT +?3"
     ))?;
     statement.query_map(params![root, status.map(Text), limit], info_from_row)?.collect()
@@ -154,7 +154,7 @@ pub(crate) fn session_roots(
 ) -> crate::db::Result<Vec<RunInfo>> {
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {RUN_COLUMNS} FROM runs r WHERE r.session_id = ?1 AND r.id = r.root_run_id
-         AND (?2 IS NULL OR r.status = ?2)
+         AND (CAST(?2 AS TEXT) IS NULL OR r.status = ?2)
          ORDER BY r.created_at DESC, r.id DESC LIMIT +?3"
     ))?;
     statement.query_map(params![session_id, status.map(Text), limit], info_from_row)?.collect()
@@ -168,7 +168,7 @@ pub(crate) fn agent_runs(
     limit: i64,
 ) -> crate::db::Result<Vec<RunInfo>> {
     let mut statement = conn.prepare_cached(&format!(
-        "SELECT {RUN_COLUMNS} FROM runs r WHERE r.agent_id = ?1 AND (?2 IS NULL OR r.status = ?2)
+        "SELECT {RUN_COLUMNS} FROM runs r WHERE r.agent_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR r.status = ?2)
          ORDER BY r.created_at DESC, r.id DESC LIMIT +?3"
     ))?;
     statement.query_map(params![agent_id, status.map(Text), limit], info_from_row)?.collect()

@@ -192,8 +192,7 @@ pub(crate) fn latest(conn: &Connection, session_id: &str) -> crate::db::Result<O
 /// [`requeue_for_retry`]); a claim that resumes the same execution (after a boot sweep, a
 /// reclaimed lease or a parked run's wake-up) keeps it, so recovery never eats the retry budget
 /// (upstream's bookkeeping quirk, docs/runtime.md §8.16).
-const CLAIM_SET: &str =
-    "status = 'claimed', lease_owner = ?1, lease_expires_at = ?2, attempt = MAX(attempt, 1), updated_at = ?3";
+const CLAIM_SET: &str = "status = 'claimed', lease_owner = ?1, lease_expires_at = ?2, attempt = CASE WHEN attempt < 1 THEN 1 ELSE attempt END, updated_at = ?3";
 
 /// The columns [`claimed_from_row`] reads.
 const CLAIMED_COLUMNS: &str =
@@ -237,7 +236,7 @@ const DUE: &str =
     "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'waiting' AND not_before IS NOT NULL AND not_before <= ?2),
         EXISTS (SELECT 1 FROM runs WHERE status = 'queued' AND (not_before IS NULL OR not_before <= ?2))
         OR EXISTS (SELECT 1 FROM runs WHERE status IN ('claimed', 'running')
-                     AND lease_owner IS NOT ?1 AND lease_expires_at <= ?2)";
+                     AND lease_owner IS DISTINCT FROM ?1 AND lease_expires_at <= ?2)";
 
 /// What the dispatcher would find to do at `now_ms` (a read, so an idle tick writes nothing).
 pub(crate) fn due(conn: &Connection, owner: &str, now_ms: i64) -> crate::db::Result<Due> {
@@ -282,9 +281,9 @@ fn next_candidate() -> String {
             WHERE r.status = 'queued' AND (r.not_before IS NULL OR r.not_before <= ?3) AND {ELIGIBLE}
            UNION ALL
            SELECT r.id, r.queue, r.created_at FROM runs r
-            WHERE r.status IN ('claimed', 'running') AND r.lease_owner IS NOT ?1 AND r.lease_expires_at <= ?3
+            WHERE r.status IN ('claimed', 'running') AND r.lease_owner IS DISTINCT FROM ?1 AND r.lease_expires_at <= ?3
               AND {ELIGIBLE}
-         ) ORDER BY CASE queue WHEN 'interactive' THEN 0 ELSE 1 END, created_at, id LIMIT 1"
+         ) AS candidates ORDER BY CASE queue WHEN 'interactive' THEN 0 ELSE 1 END, created_at, id LIMIT 1"
     )
 }
 
@@ -336,7 +335,7 @@ pub(crate) fn requeue_others_claims(conn: &Connection, owner: &str, now_ms: i64)
     moved(
         conn,
         "UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1
-         WHERE status IN ('claimed', 'running') AND lease_owner IS NOT ?2 RETURNING id, session_id",
+         WHERE status IN ('claimed', 'running') AND lease_owner IS DISTINCT FROM ?2 RETURNING id, session_id",
         params![now_ms, owner],
     )
 }

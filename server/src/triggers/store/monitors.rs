@@ -43,7 +43,7 @@ pub(crate) fn enabled_triggers(conn: &Connection, account_id: Option<&str>) -> A
     let rows = conn
         .prepare_cached(
             "SELECT id, account_id, created_at, source_cbor FROM agent_triggers
-             WHERE enabled = 1 AND (?1 IS NULL OR account_id = ?1) ORDER BY created_at, id",
+             WHERE enabled = 1 AND (CAST(?1 AS TEXT) IS NULL OR account_id = ?1) ORDER BY created_at, id",
         )?
         .query_map([account_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
         .collect::<crate::db::Result<_>>()?;
@@ -115,7 +115,7 @@ pub(crate) fn save_schedule_state(conn: &Connection, id: &str, scheduled_at: i64
 pub(crate) fn mark_schedule_fired(conn: &Connection, id: &str, once: bool, now: i64) -> ApiResult<()> {
     conn.prepare_cached(
         "UPDATE agent_triggers SET last_fired_at = ?2, last_error = NULL,
-                enabled = CASE WHEN ?3 THEN 0 ELSE enabled END
+                enabled = CASE WHEN ?3 <> 0 THEN 0 ELSE enabled END
          WHERE id = ?1",
     )?
     .execute(params![id, now, once])?;
