@@ -14,6 +14,7 @@ use seed_agents_server::testing::hm::{Blob, blob, document};
 use serde_json::{Value as Json, json};
 
 use crate::hypermedia::{ops, output, start, write};
+use crate::support::db::read_db;
 use crate::support::hm::{FakeHm, Published, comment_record_id};
 use crate::support::{TestServer, User, definition};
 
@@ -1137,12 +1138,11 @@ async fn a_draft_is_written_revised_and_published_then_removed_with_its_agent() 
     assert_eq!(error(owner.call(foreign).await), format!("Draft {id} not found"));
 
     // Deleting the agent deletes its drafts.
-    let conn = rusqlite::Connection::open(p.server.dir.path().join("seed-agents.sqlite")).unwrap();
-    let count = |conn: &rusqlite::Connection| -> i64 {
-        conn.query_row("SELECT COUNT(*) FROM agent_drafts", [], |row| row.get(0)).unwrap()
-    };
-    assert_eq!(count(&conn), 1);
+    async fn count(server: &TestServer) -> i64 {
+        read_db(server, |conn| conn.query_row("SELECT COUNT(*) FROM agent_drafts", [], |row| row.get(0))).await
+    }
+    assert_eq!(count(&p.server).await, 1);
     owner.call(seed_agents_protocol::generated::DeleteAgent { agent_id: p.agent_id.clone() }).await.unwrap();
-    assert_eq!(count(&conn), 0);
+    assert_eq!(count(&p.server).await, 0);
     p.server.stop().await;
 }

@@ -14,8 +14,9 @@ use seed_agents_protocol::{Bytes, Ed25519Signer, Signer as _, Value, wire};
 use seed_agents_sdk::Error;
 use seed_agents_server::testing::db::OptionalExtension;
 
+use crate::support::db::{read_db, write_db};
 use crate::support::hm::{FakeHm, Published};
-use crate::support::{TestServer, User, api_error, definition};
+use crate::support::{TestServer, User, api_error, definition, postgres_url};
 
 async fn start(hm_url: &str) -> TestServer {
     let url = hm_url.to_owned();
@@ -560,29 +561,22 @@ async fn a_trigger_that_cannot_be_stored_does_not_fail_create_agent() {
     let owner = server.user();
     owner.ensure_provider().await;
     let identity = create(&owner, Some("Ada")).await;
-    // Break the table behind the server's back: the insert fails, the agent is still created.
-    let app = server.server.as_ref().unwrap().app().clone();
-    app.db
-        .write(|conn| {
-            conn.execute_batch(
-                "CREATE TRIGGER refuse_triggers BEFORE INSERT ON agent_triggers BEGIN SELECT RAISE(ABORT, 'no'); END;",
-            )?;
-            Ok(())
-        })
-        .await
-        .unwrap();
+    // Break the table behind the server's back: the insert fails, the agent is still created. A
+    // trigger that refuses every row, in each database's own trigger language.
+    let refuse = if postgres_url().is_some() {
+        "CREATE FUNCTION refuse_triggers() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'no'; END $$;
+         CREATE TRIGGER refuse_triggers BEFORE INSERT ON agent_triggers FOR EACH ROW EXECUTE FUNCTION refuse_triggers();"
+    } else {
+        "CREATE TRIGGER refuse_triggers BEFORE INSERT ON agent_triggers BEGIN SELECT RAISE(ABORT, 'no'); END;"
+    };
+    write_db(&server, move |conn| conn.execute_batch(refuse)).await;
     let mut def = definition("Sturdy");
     def.signing_key = Some(identity.name.clone());
     let agent_id = owner.call(CreateAgent { client_request_id: None, definition: def }).await.unwrap().agent_id;
     assert!(triggers(&server, &agent_id).await.is_empty());
-    let exists: Option<String> = app
-        .db
-        .read(move |conn| {
-            Ok(conn
-                .query_row("SELECT id FROM agents WHERE id = ?1", (agent_id.as_str(),), |row| row.get(0))
-                .optional()?)
-        })
-        .await
-        .unwrap();
+    let exists: Option<String> = read_db(&server, move |conn| {
+        conn.query_row("SELECT id FROM agents WHERE id = ?1", (agent_id.as_str(),), |row| row.get(0)).optional()
+    })
+    .await;
     assert!(exists.is_some());
 }

@@ -7,15 +7,16 @@ use std::time::Duration;
 
 use futures_util::{SinkExt as _, StreamExt as _};
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, params};
 use seed_agents_protocol::Value;
 use seed_agents_protocol::generated::{
     AcceptAgentInvite, AgentCollaboratorRole, DeleteSession, InviteAgentCollaborator, InvokeSessionTool,
     InvokeSessionToolVerb, RemoveAgentCollaborator, SetAgentPublicChat, SetAgentPublicRead,
 };
+use seed_agents_server::testing::db::ToSql;
 use serde_json::{Value as Json, json};
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::support::db::{EMPTY_MAP, write_db};
 use crate::support::{TestServer, User, action_map, now_ms};
 
 type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -113,25 +114,24 @@ fn write(session_id: &str, path: &str, content: &str) -> InvokeSessionTool {
     InvokeSessionTool { input: Value(input), session_id: session_id.into(), verb: InvokeSessionToolVerb::Write }
 }
 
-fn database(server: &TestServer) -> Connection {
-    let conn = Connection::open(server.dir.path().join("seed-agents.sqlite")).unwrap();
-    conn.busy_timeout(Duration::from_secs(5)).unwrap();
-    conn
-}
-
 /// A root run and a child of it, for `runs/` keys.
-fn insert_runs(server: &TestServer, owner: &User, agent_id: &str, session_id: &str) -> (String, String) {
+async fn insert_runs(server: &TestServer, owner: &User, agent_id: &str, session_id: &str) -> (String, String) {
     let (root, child) = (format!("root-{agent_id}"), format!("child-{agent_id}"));
-    let conn = database(server);
-    for (id, parent, created) in [(&root, None, 1), (&child, Some(&root), 2)] {
-        conn.execute(
-            "INSERT INTO runs (id, account_id, root_run_id, parent_run_id, kind, origin, agent_id, session_id,
-                               title, input_cbor, status, queue, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, 'agent', 'user', ?5, ?6, 'Turn', x'a0', 'succeeded', 'interactive', ?7, ?7)",
-            params![id, owner.id.as_str(), root, parent, agent_id, session_id, created],
-        )
-        .unwrap();
-    }
+    let (owner, agent_id, session_id) = (owner.id.to_string(), agent_id.to_owned(), session_id.to_owned());
+    let rows = [(root.clone(), None, 1_i64), (child.clone(), Some(root.clone()), 2)];
+    let root_run = root.clone();
+    write_db(server, move |conn| {
+        for (id, parent, created) in rows {
+            conn.execute(
+                "INSERT INTO runs (id, account_id, root_run_id, parent_run_id, kind, origin, agent_id, session_id,
+                                   title, input_cbor, status, queue, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, 'agent', 'user', ?5, ?6, 'Turn', ?8, 'succeeded', 'interactive', ?7, ?7)",
+                &[&id as &dyn ToSql, &owner, &root_run, &parent, &agent_id, &session_id, &created, &EMPTY_MAP][..],
+            )?;
+        }
+        Ok(())
+    })
+    .await;
     (root, child)
 }
 
@@ -152,7 +152,7 @@ async fn every_key_kind_for_every_role() {
     for (name, public_read, public_chat) in [("private", false, false), ("public", true, false), ("chat", true, true)] {
         let agent = owner.create_agent(name).await;
         let session = owner.create_session(&agent, None).await;
-        let (root, child) = insert_runs(&server, &owner, &agent, &session);
+        let (root, child) = insert_runs(&server, &owner, &agent, &session).await;
         if public_read {
             owner.call(SetAgentPublicRead { agent_id: agent.clone(), public_read: true }).await.unwrap();
         }

@@ -14,6 +14,7 @@ use seed_agents_protocol::{Bytes, Value, wire};
 use seed_agents_server::testing::bus::{ChangeReason, Event};
 use serde_json::{Value as Json, json};
 
+use crate::support::db::read_db;
 use crate::support::mcp::TestMcpServer;
 use crate::support::provider::{Provider, Script};
 use crate::support::{TestServer, User, api_error, custom_provider_config, definition, say};
@@ -281,17 +282,16 @@ async fn a_server_down_at_save_is_kept_and_refreshed_and_delete_cascades() {
         api_error(user.call(DeleteMcpServer { name: "later".into() }).await),
         (404, "MCP server not found".into())
     );
-    let dir = server.stop().await;
-    let conn = rusqlite::Connection::open(dir.path().join("seed-agents.sqlite")).unwrap();
-    let mut names: Vec<String> = conn
-        .prepare("SELECT name FROM secrets WHERE account_id = ?1 ORDER BY name")
-        .unwrap()
-        .query_map([user.id.to_string()], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let account = user.id.to_string();
+    let mut names: Vec<String> = read_db(&server, move |conn| {
+        conn.prepare("SELECT name FROM secrets WHERE account_id = ?1 ORDER BY name")?
+            .query_map((account,), |row| row.get(0))?
+            .collect()
+    })
+    .await;
     names.sort();
     assert_eq!(names, ["shared-key"]);
+    server.stop().await;
 }
 
 #[tokio::test]

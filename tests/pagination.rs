@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use seed_agents_protocol::generated::{CreateSession, ListSessions, SessionListCursor};
 
 use crate::support::TestServer;
+use crate::support::db::write_db;
 
 fn list(
     agent_id: Option<seed_agents_protocol::AgentId>,
@@ -28,22 +29,25 @@ async fn every_session_exactly_once_across_pages_with_tied_timestamps() {
     let owner = server.user();
     let agent_a = owner.create_agent("A").await;
     let agent_b = owner.create_agent("B").await;
-    let mut created = BTreeSet::new();
+    let mut created = Vec::new();
     for index in 0..90 {
         let agent_id = if index % 3 == 0 { agent_b.clone() } else { agent_a.clone() };
         let create =
             CreateSession { agent_id, client_request_id: None, model_override: None, thoroughness: None, title: None };
-        created.insert(owner.call(create).await.unwrap().session_id);
+        created.push(owner.call(create).await.unwrap().session_id);
     }
-    // Three timestamps shared by 30 sessions each, like a trigger firing over a batch of events.
-    let app = server.server.as_ref().unwrap().app().clone();
-    app.db
-        .write(|conn| {
-            conn.execute("UPDATE sessions SET updated_at = 1000 + (rowid % 3)", [])?;
-            Ok(())
-        })
-        .await
-        .unwrap();
+    // Three timestamps shared by 30 sessions each, like a trigger firing over a batch of events:
+    // the n-th session created (from 1) gets 1000 + n % 3, so B's 30 share one and A's 60 two.
+    let stamps: Vec<(String, i64)> =
+        created.iter().zip(1..).map(|(id, position)| (id.to_string(), 1000 + position % 3)).collect();
+    write_db(&server, move |conn| {
+        for (id, updated_at) in stamps {
+            conn.execute("UPDATE sessions SET updated_at = ?2 WHERE id = ?1", (id, updated_at))?;
+        }
+        Ok(())
+    })
+    .await;
+    let created: BTreeSet<_> = created.into_iter().collect();
 
     for (agent, expected) in [(None, created.len()), (Some(agent_a.clone()), 60), (Some(agent_b.clone()), 30)] {
         for limit in [1, 7, 30, 200] {

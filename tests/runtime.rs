@@ -11,6 +11,7 @@ use seed_agents_protocol::generated::{
 };
 use seed_agents_sdk::subscription::Event as Live;
 
+use crate::support::db::write_db_at;
 use crate::support::provider::{Gate, Provider, Script};
 use crate::support::transcript::{read_log, transcript};
 use crate::support::wait;
@@ -595,14 +596,15 @@ async fn an_interrupted_tool_call_is_answered_before_the_next_turn() {
         .map(|(key, value)| (key.to_owned(), value))
         .collect(),
     );
-    let db = rusqlite::Connection::open(dir.path().join("seed-agents.sqlite")).unwrap();
-    db.execute(
-        "INSERT INTO session_events (id, session_id, seq, event_cbor, created_at)
-         SELECT 'lost', ?1, MAX(seq) + 1, ?2, 1 FROM session_events WHERE session_id = ?1",
-        rusqlite::params![session_id.as_str(), seed_agents_protocol::wire::ipld_to_vec(&call).unwrap()],
-    )
-    .unwrap();
-    drop(db);
+    let (session, call) = (session_id.to_string(), seed_agents_protocol::wire::ipld_to_vec(&call).unwrap());
+    write_db_at(dir.path(), move |conn| {
+        conn.execute(
+            "INSERT INTO session_events (id, session_id, seq, event_cbor, created_at)
+             SELECT 'lost', ?1, MAX(seq) + 1, ?2, 1 FROM session_events WHERE session_id = ?1",
+            (session, call),
+        )
+    })
+    .await;
 
     let server = start(&provider, false, dir).await;
     let user = User::new(&server.url, (*user.signer).clone(), None);

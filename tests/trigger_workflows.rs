@@ -18,6 +18,7 @@ use seed_agents_protocol::generated::{
 use seed_agents_protocol::{Value, wire};
 use serde_json::{Value as Json, json};
 
+use crate::support::db::read_db;
 use crate::support::provider::{Fallback, Provider};
 use crate::support::transcript::read_log;
 use crate::support::wait;
@@ -334,22 +335,22 @@ async fn a_failed_script_with_on_failure_thread_opens_a_thread_and_the_firing_ke
     .await;
     assert_eq!((thread_run.kind, thread_run.origin), (RunInfoKind::Agent, RunInfoOrigin::Trigger));
     // The monitor has handled the thread's end once no ended run is left for it.
-    let db = server.dir.path().join("seed-agents.sqlite");
-    wait::until_true("the thread run's end is handled", || !pending(&db)).await;
+    wait::until("the thread run's end is handled", || async { !pending(&server).await }).await;
     assert_eq!(firing_with(&user, &trigger.id, "failed").await.error.as_deref(), Some(&*error));
     server.stop().await;
 }
 
-/// Whether an ended run is still left for the run-completed monitor (read from the database file).
-fn pending(db: &std::path::Path) -> bool {
-    let conn = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM runs WHERE completion_pending = 1 AND finished_at IS NOT NULL
-                          AND (kind = 'agent' OR trigger_firing_id IS NOT NULL))",
-        [],
-        |row| row.get(0),
-    )
-    .unwrap()
+/// Whether an ended run is still left for the run-completed monitor (read from the database).
+async fn pending(server: &TestServer) -> bool {
+    read_db(server, |conn| {
+        conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE completion_pending = 1 AND finished_at IS NOT NULL
+                              AND (kind = 'agent' OR trigger_firing_id IS NOT NULL))",
+            [],
+            |row| row.get(0),
+        )
+    })
+    .await
 }
 
 #[tokio::test]

@@ -19,6 +19,7 @@ use seed_agents_protocol::generated::{
 };
 use seed_agents_sdk::subscription::Event as Live;
 
+use crate::support::db::read_db;
 use crate::support::provider::{Fallback, Provider};
 use crate::support::runs;
 use crate::support::wait::until;
@@ -352,16 +353,12 @@ async fn a_signed_webhook_fires_once_and_the_firing_shows_everywhere() {
     user.call(DeleteAgent { agent_id: agent_id.clone() }).await.unwrap();
     let gone = user.call(GetAgentTrigger { trigger_id: trigger.id.clone() }).await;
     assert_eq!(api_error(gone), (404, "Agent trigger not found".into()));
-    let conn = rusqlite::Connection::open_with_flags(
-        server.dir.path().join("seed-agents.sqlite"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
-    let run: (Option<String>, Option<String>, String) = conn
-        .query_row("SELECT agent_id, trigger_firing_id, origin FROM runs", [], |row| {
+    let run: (Option<String>, Option<String>, String) = read_db(&server, |conn| {
+        conn.query_row("SELECT agent_id, trigger_firing_id, origin FROM runs", [], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
-        .unwrap();
+    })
+    .await;
     assert_eq!(run, (None, None, "trigger".to_owned()));
     server.stop().await;
 }
@@ -545,22 +542,17 @@ async fn a_run_completed_chain_stops_at_the_loop_guard() {
 
     // The user's run fires both; First's run fires Second (Second's run fires First); the runs of
     // those see their own trigger in their ancestry and stop. Four firings, then quiet.
-    let db = server.dir.path().join("seed-agents.sqlite");
     let settled = || {
-        let db = db.clone();
-        async move {
-            let conn = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-            let firings: i64 = conn.query_row("SELECT COUNT(*) FROM trigger_firings", [], |row| row.get(0)).unwrap();
-            let open: i64 = conn
-                .query_row(
-                    "SELECT COUNT(*) FROM runs r WHERE r.status NOT IN ('succeeded', 'failed', 'canceled')
-                        OR r.completion_pending = 1",
-                    [],
-                    |row| row.get(0),
-                )
-                .unwrap();
-            firings == 4 && open == 0
-        }
+        read_db(&server, |conn| {
+            let firings: i64 = conn.query_row("SELECT COUNT(*) FROM trigger_firings", [], |row| row.get(0))?;
+            let open: i64 = conn.query_row(
+                "SELECT COUNT(*) FROM runs r WHERE r.status NOT IN ('succeeded', 'failed', 'canceled')
+                    OR r.completion_pending = 1",
+                [],
+                |row| row.get(0),
+            )?;
+            Ok(firings == 4 && open == 0)
+        })
     };
     until("four firings and every run handled", settled).await;
     let (a, b) = (get(&user, &first.id).await, get(&user, &second.id).await);

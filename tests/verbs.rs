@@ -4,7 +4,6 @@
 //! session (run rows written straight into the live database).
 
 use ipld_core::ipld::Ipld;
-use rusqlite::{Connection, params};
 use seed_agents_protocol::generated::{
     AcceptAgentInvite, AgentCollaboratorRole, DeleteAgent, DeleteSession, GetSession, InviteAgentCollaborator,
     InvokeSessionTool, InvokeSessionToolResponse, InvokeSessionToolVerb, ReadAgentMemoryFile, SessionActor,
@@ -12,7 +11,9 @@ use seed_agents_protocol::generated::{
 };
 use seed_agents_protocol::{Bytes, Value};
 use seed_agents_server::testing::bus::{ChangeReason, Event};
+use seed_agents_server::testing::db::ToSql;
 
+use crate::support::db::{EMPTY_MAP, read_db, write_db};
 use crate::support::{TestServer, User, action_map, api_error, error_body, now_ms};
 
 fn map(fields: &[(&str, Ipld)]) -> Value {
@@ -236,32 +237,40 @@ async fn each_invocation_appends_a_call_and_its_result() {
 
 const AGENT_IS_WORKING: &str = "The agent is working in this thread right now; wait for its turn to finish";
 
-/// A read-write connection to the running server's database (WAL lets both write).
-fn database(server: &TestServer) -> Connection {
-    let conn = Connection::open(server.dir.path().join("seed-agents.sqlite")).unwrap();
-    conn.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
-    conn.pragma_update(None, "foreign_keys", "ON").unwrap();
-    conn
-}
-
-/// Puts run `id` of the agent's session in `status` (inserting it the first time).
-fn set_run(conn: &Connection, id: &str, owner: &User, agent_id: &str, session_id: &str, kind: &str, status: &str) {
-    conn.execute(
-        "INSERT INTO runs (id, account_id, root_run_id, kind, origin, agent_id, session_id, input_cbor, status,
-                           queue, created_at, updated_at)
-         VALUES (?1, ?2, ?1, ?3, 'user', ?4, ?5, x'a0', ?6, 'interactive', 1, 1)
-         ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, status = excluded.status",
-        params![id, owner.id.as_str(), kind, agent_id, session_id, status],
-    )
-    .unwrap();
+/// Puts run `id` of the agent's session in `status` (inserting it the first time), through the
+/// server's own write connection.
+async fn set_run(
+    server: &TestServer,
+    id: &str,
+    owner: &User,
+    agent_id: &str,
+    session_id: &str,
+    kind: &str,
+    status: &str,
+) {
+    let row = [id, owner.id.as_str(), kind, agent_id, session_id, status].map(str::to_owned);
+    write_db(server, move |conn| {
+        let [id, owner, kind, agent_id, session_id, status] = &row;
+        conn.execute(
+            "INSERT INTO runs (id, account_id, root_run_id, kind, origin, agent_id, session_id, input_cbor, status,
+                               queue, created_at, updated_at)
+             VALUES (?1, ?2, ?1, ?3, 'user', ?4, ?5, ?7, ?6, 'interactive', 1, 1)
+             ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, status = excluded.status",
+            &[id as &dyn ToSql, owner, kind, agent_id, session_id, status, &EMPTY_MAP][..],
+        )
+    })
+    .await;
 }
 
 /// The run's `(agent_id, session_id)`.
-fn run_owners(conn: &Connection, id: &str) -> (Option<String>, Option<String>) {
-    conn.query_row("SELECT agent_id, session_id FROM runs WHERE id = ?1", params![id], |row| {
-        Ok((row.get(0)?, row.get(1)?))
+async fn run_owners(server: &TestServer, id: &str) -> (Option<String>, Option<String>) {
+    let id = id.to_owned();
+    read_db(server, move |conn| {
+        conn.query_row("SELECT agent_id, session_id FROM runs WHERE id = ?1", (id,), |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
     })
-    .unwrap()
+    .await
 }
 
 async fn event_count(user: &User, session_id: &str) -> usize {
@@ -275,7 +284,6 @@ async fn an_agent_turn_holding_the_session_refuses_user_verbs() {
     let owner = server.user();
     let agent = owner.create_agent("Busy").await;
     let session_id = owner.create_session(&agent, Some("Turns")).await;
-    let db = database(&server);
 
     // (kind, status, refused): every live agent run holds the session, a parked (`waiting`) one
     // too, as the seed says (upstream counts queued, claimed and running only); workflow runs
@@ -291,7 +299,7 @@ async fn an_agent_turn_holding_the_session_refuses_user_verbs() {
         ("agent", "canceled", false),
     ];
     for (kind, status, refused) in cases {
-        set_run(&db, "run-1", &owner, &agent, &session_id, kind, status);
+        set_run(&server, "run-1", &owner, &agent, &session_id, kind, status).await;
         let before = event_count(&owner, &session_id).await;
         let answer = owner.call(read(&session_id, "~/self")).await;
         if refused {
@@ -304,7 +312,7 @@ async fn an_agent_turn_holding_the_session_refuses_user_verbs() {
     }
 
     // A refused write changes nothing: the verb never ran.
-    set_run(&db, "run-1", &owner, &agent, &session_id, "agent", "running");
+    set_run(&server, "run-1", &owner, &agent, &session_id, "agent", "running").await;
     let refused = owner.call(write(&session_id, "~/memory/late.md", "x")).await;
     assert_eq!(api_error(refused), (409, AGENT_IS_WORKING.into()));
     let file = owner.call(ReadAgentMemoryFile { agent_id: agent.clone(), path: "late.md".into() }).await;
@@ -323,11 +331,10 @@ async fn runs_outlive_their_session_and_agent() {
     let owner = server.user();
     let agent = owner.create_agent("Mortal").await;
     let session_id = owner.create_session(&agent, Some("Gone")).await;
-    let db = database(&server);
-    set_run(&db, "run-1", &owner, &agent, &session_id, "agent", "succeeded");
+    set_run(&server, "run-1", &owner, &agent, &session_id, "agent", "succeeded").await;
 
     owner.call(DeleteSession { session_id: session_id.clone() }).await.unwrap();
-    assert_eq!(run_owners(&db, "run-1"), (Some(agent.to_string()), None), "session_id is nulled");
+    assert_eq!(run_owners(&server, "run-1").await, (Some(agent.to_string()), None), "session_id is nulled");
     owner.call(DeleteAgent { agent_id: agent.clone() }).await.unwrap();
-    assert_eq!(run_owners(&db, "run-1"), (None, None), "agent_id is nulled");
+    assert_eq!(run_owners(&server, "run-1").await, (None, None), "agent_id is nulled");
 }

@@ -8,6 +8,8 @@
 //!   what the SDK would never send. Re-exported at the root.
 //! - `process`: the real `seed-agents-server` binary as a child process, started, waited for,
 //!   SIGKILLed or SIGTERMed, reaped on drop; `crash`: what the kill-and-restart tests share.
+//! - `db`: a test server's database read and written through the server's own SQL interface
+//!   (SQLite or PostgreSQL alike).
 //! - `bench`: child-process servers for the benchmarks and what `/proc` says about them.
 //! - `fixtures`: fixed inputs (a provider, an agent definition, a message).
 //! - `provider`: a scripted model provider on loopback, speaking each codec's stream (chat
@@ -31,6 +33,8 @@
 pub mod bench;
 #[cfg(feature = "server")]
 pub mod crash;
+#[cfg(feature = "server")]
+pub mod db;
 #[cfg(feature = "server")]
 pub mod fixtures;
 #[cfg(feature = "server")]
@@ -62,4 +66,4 @@ pub mod vectors;
 #[cfg(feature = "server")]
 pub use fixtures::{custom_provider_config, definition, provider_config, say};
 #[cfg(feature = "server")]
-pub use server::{TestServer, User, action_map, api_error, error_body, now_ms, route_provider};
+pub use server::{TestServer, User, action_map, api_error, error_body, now_ms, postgres_url, route_provider};

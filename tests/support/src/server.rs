@@ -57,6 +57,7 @@ impl TestServer {
         // No code sandbox unless a test asks for one (`ExecBackend::Namespaces`): the other tests'
         // tool listings and grants stay the same on hosts with and without bubblewrap.
         config.exec_backend = ExecBackend::Off;
+        config.database_url = postgres_for(dir.path());
         adjust(&mut config);
         let server = RunningServer::start(config, clock).await.expect("server starts");
         let url = format!("http://{}", server.addr());
@@ -202,4 +203,30 @@ pub fn action_map(name: &str, fields: &[(&str, Ipld)]) -> BTreeMap<String, Ipld>
         map.insert((*key).to_owned(), value.clone());
     }
     map
+}
+
+/// The PostgreSQL cluster the black-box tests run against instead of SQLite: the one at
+/// `SEED_AGENTS_TEST_POSTGRES_URL`, when `SEED_AGENTS_TEST_DATABASE=postgres` (docs/postgres.md;
+/// `.ci/run` runs the suite both ways, with the URL set for the database layer's own tests in the
+/// SQLite run too).
+pub fn postgres_url() -> Option<String> {
+    match std::env::var("SEED_AGENTS_TEST_DATABASE").as_deref() {
+        Ok("postgres") => {}
+        Ok("sqlite" | "") | Err(std::env::VarError::NotPresent) => return None,
+        Ok(other) => panic!("SEED_AGENTS_TEST_DATABASE={other}: expected postgres or sqlite"),
+        Err(error) => panic!("SEED_AGENTS_TEST_DATABASE: {error}"),
+    }
+    let url = std::env::var("SEED_AGENTS_TEST_POSTGRES_URL").ok().filter(|url| !url.is_empty());
+    Some(url.expect("SEED_AGENTS_TEST_DATABASE=postgres needs SEED_AGENTS_TEST_POSTGRES_URL (scripts/pg-cluster.sh)"))
+}
+
+/// The database URL of a server whose data directory is `dir`: a schema of its own, named
+/// after the directory (a server restarted in the same directory finds its rows again).
+pub(crate) fn postgres_for(dir: &std::path::Path) -> Option<String> {
+    use std::hash::{Hash, Hasher};
+    let url = postgres_url()?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    dir.hash(&mut hasher);
+    let schema = format!("t_{:016x}", hasher.finish());
+    Some(seed_agents_server::testing::db::postgres_schema(&url, &schema).expect("the test PostgreSQL cluster answers"))
 }
