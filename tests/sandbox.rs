@@ -189,7 +189,10 @@ async fn the_server_and_the_host_stay_out_of_reach() {
     assert_eq!(ran["stdout"], "no-symlink\nno-fifo\nno-python-symlink\n", "{ran}");
     let memory = server.dir.path().join("agents").join(agent.to_string()).join("memory");
     assert!(memory.is_dir(), "{}", memory.display());
-    std::os::unix::fs::symlink(server.dir.path().join("seed-agents.sqlite"), memory.join("db")).unwrap();
+    // A file the server holds in the data directory on either database: the secret key.
+    let target = server.dir.path().join("secret.key");
+    assert!(target.is_file(), "{}", target.display());
+    std::os::unix::fs::symlink(target, memory.join("db")).unwrap();
     let read = invoke(&session, InvokeSessionToolVerb::Read, json!({"address": "~/memory/db"}));
     assert!(user.call(read).await.unwrap().error.is_some(), "the server followed a symlink");
     let direct = user.call(ReadAgentMemoryFile { agent_id: agent.clone(), path: "db".into() }).await;
