@@ -16,7 +16,7 @@ the same tables, and for each table:
 
 Extra PostgreSQL columns are allowed only where they stand in for SQLite's implicit rowid (see
 ROWID_STAND_INS, and server/src/db/postgres/schema.sql); extra tables only for the bookkeeping the
-Rust code owns (--ignore-table, default `schema_version`). Exits 1 on any difference, 2 when it
+Rust code owns (--ignore-table, default `seed_agents_schema`). Exits 1 on any difference, 2 when it
 cannot run. Standard library and the `psql` client only.
 """
 
@@ -410,10 +410,10 @@ def main():
         "--ignore-table",
         action="append",
         default=None,
-        help="a PostgreSQL table the SQLite schema does not have (default: schema_version)",
+        help="a PostgreSQL table the SQLite schema does not have (default: seed_agents_schema)",
     )
     args = parser.parse_args()
-    ignored = args.ignore_table if args.ignore_table is not None else ["schema_version"]
+    ignored = args.ignore_table if args.ignore_table is not None else ["seed_agents_schema"]
 
     migrations = read_migrations(args.migrations)
     sqlite, others = sqlite_schema(migrations)

@@ -376,3 +376,36 @@ async fn the_storage_quota_refuses_with_413_and_writes_nothing() {
     assert!(paths(user.clone(), agent_id.clone()).await.is_empty());
     server.stop().await;
 }
+
+/// On PostgreSQL the database outlives the data directory: a server started with another
+/// directory (a new `secret.key`) beside secrets sealed with the old key refuses to start and says
+/// why, instead of sealing new secrets with a key the old ones do not open with. (With SQLite the
+/// database lives in the directory, so the two cannot part; the check runs on PostgreSQL only.)
+#[tokio::test]
+async fn a_postgres_server_with_another_key_than_its_secrets_refuses_to_start() {
+    if crate::support::postgres_url().is_none() {
+        eprintln!("a PostgreSQL-only check: the suite runs on SQLite");
+        return;
+    }
+    let server = TestServer::start().await;
+    let secret = seed_agents_protocol::generated::SetSecret {
+        name: "api-key".into(),
+        value: Bytes(b"sk-kept".to_vec()),
+        metadata: None,
+    };
+    server.user().call(secret).await.unwrap();
+    let dir = server.stop().await;
+    let key = dir.path().join("secret.key");
+    let kept = std::fs::read(&key).unwrap();
+    std::fs::remove_file(&key).unwrap();
+    let refused =
+        seed_agents_server::RunningServer::start(TestServer::config(dir.path()), seed_agents_server::Clock::system())
+            .await
+            .map(|_| ())
+            .expect_err("a new key beside old secrets");
+    let message = refused.to_string();
+    assert!(message.contains("1 of 1 secrets stored in the database do not open"), "{message}");
+    // With the right key back, it starts.
+    std::fs::write(&key, kept).unwrap();
+    TestServer::start_in(dir).await.stop().await;
+}

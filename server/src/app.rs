@@ -68,6 +68,21 @@ pub enum StartError {
     #[error(transparent)]
     SecretKey(#[from] SecretKeyError),
     /// A secret key rotation was interrupted and could not be finished or undone.
+    /// Stored secrets do not open with the key (a PostgreSQL database is not in the data
+    /// directory, so a new data directory would otherwise start with a new key beside them).
+    #[error(
+        "{unopened} of {total} secrets stored in the database do not open with the secret key of this data \
+         directory: give this server the key the database's secrets were sealed with ({key_file} or \
+         SEED_AGENTS_SECRET_KEY; docs/postgres.md)"
+    )]
+    KeyMismatch {
+        /// Secrets that do not open.
+        unopened: usize,
+        /// Secrets stored.
+        total: usize,
+        /// The key file's path.
+        key_file: String,
+    },
     #[error("an interrupted secret key rotation could not be finished: {0}")]
     KeyRotation(String),
     /// The outbound HTTP client could not be built (TLS setup).

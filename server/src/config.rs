@@ -27,7 +27,7 @@ pub struct Config {
     /// The database: unset, the SQLite file in the data directory (the default); or a PostgreSQL
     /// URL, `postgres://user@host:port/database` (docs/postgres.md). Files (agents' memory,
     /// attachments, uploads) stay in the data directory either way.
-    #[arg(long, env = "SEED_AGENTS_DATABASE_URL")]
+    #[arg(long, env = "SEED_AGENTS_DATABASE_URL", global = true)]
     pub database_url: Option<String>,
 
     /// Log line format.

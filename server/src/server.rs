@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::edge::Edge;
 use crate::error::ApiResult;
 use crate::runs::RunHooks;
+use crate::secrets::crypto::SecretKey;
 
 /// A server running on a Tokio runtime: its address and a way to stop it.
 #[derive(Debug)]
@@ -57,6 +58,13 @@ impl RunningServer {
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             .map_err(StartError::KeyRotation)?;
         let app = Arc::new(App::open_locked(config, clock, lock)?);
+        if app.config.database_url.is_some()
+            && let Err(error) = check_key_opens_secrets(&app).await
+        {
+            // Closed now, so the schema's lock is free when this returns.
+            app.db.close();
+            return Err(error);
+        }
         // Before anything that writes starts, so every temp file found is an earlier process's.
         let config = app.config.clone();
         let _ =
@@ -211,4 +219,20 @@ impl crate::runs::engine::Executor for ByKind {
             _ => Executor::execute(&self.agent, run, stop),
         }
     }
+}
+
+/// On PostgreSQL: refuses to start when the stored secrets do not open with the data directory's
+/// key. With SQLite the database and the key live in one directory and start together; the
+/// database on a PostgreSQL server outlives a data directory, and a new one would make a new key.
+async fn check_key_opens_secrets(app: &Arc<App>) -> Result<(), StartError> {
+    let reader = app.clone();
+    let read = app.db.read(move |conn| crate::ops::rotate::unopened(conn, &reader.secrets));
+    let (total, unopened) = read.await.map_err(|error| {
+        StartError::KeyRotation(format!("cannot read the stored secrets to check the key: {}", error.message()))
+    })?;
+    if unopened > 0 {
+        let key_file = app.config.data_dir.join(SecretKey::FILE_NAME).display().to_string();
+        return Err(StartError::KeyMismatch { unopened, total, key_file });
+    }
+    Ok(())
 }

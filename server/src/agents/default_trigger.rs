@@ -86,7 +86,9 @@ pub(crate) fn build_or_skip(
     agent_id_hint: &str,
     definition: &AgentDefinition,
 ) -> Option<TriggerRow> {
-    build(conn, owner, definition).unwrap_or_else(|error| {
+    // Under a savepoint: on PostgreSQL a failed statement aborts the transaction until rolled
+    // back, and the caller's writes go on after this.
+    crate::db::savepoint(conn, |conn| build(conn, owner, definition)).unwrap_or_else(|error| {
         tracing::warn!(agent = agent_id_hint, %error, "could not build the default trigger; the agent gets none");
         None
     })

@@ -123,6 +123,14 @@ pub(crate) fn in_transaction<T, E: From<super::Error>>(
     })?;
     match work(conn) {
         Ok(outcome) => {
+            // PostgreSQL answers `COMMIT` of an aborted transaction with a silent rollback; a
+            // statement first fails instead.
+            if conn.dialect() == super::Dialect::Postgres
+                && let Err(error) = conn.execute_batch("SELECT 1")
+            {
+                conn.execute_batch("ROLLBACK")?;
+                return Err(error.into());
+            }
             conn.execute_batch("COMMIT")?;
             Ok(outcome)
         }

@@ -111,7 +111,7 @@ pub enum DbError {
     /// The file was written by a newer server.
     #[error(
         "database {path} has schema version {found}, newer than this server understands ({supported}); \
-         run the newer server, or point --data-dir at another directory"
+         run the newer server, or start this one on another database (--data-dir, --database-url)"
     )]
     TooNew {
         /// The database file.
@@ -460,14 +460,19 @@ fn run_in_savepoint<T>(conn: &Connection, work: impl FnOnce(&Connection) -> ApiR
         return (Err(ApiError::internal(error)), false);
     }
     if let Err(error) = run_cached(conn, "RELEASE job") {
-        return (Err(ApiError::internal(error)), false);
+        // On PostgreSQL a statement of the job failed and the job went on (it swallowed the
+        // error): the transaction is aborted until the savepoint is rolled back. Undo the job
+        // alone, as SQLite would have kept the rest of it; only if even that fails is the
+        // transaction broken.
+        let recovered = run_cached(conn, "ROLLBACK TO job").and_then(|()| run_cached(conn, "RELEASE job"));
+        return (Err(ApiError::internal(error)), recovered.is_ok());
     }
     (outcome, true)
 }
 
 fn reader_loop(mut conn: Connection, reconnect: Option<Arc<str>>, queue: crossbeam_channel::Receiver<ReadMessage>) {
     while let Ok(ReadMessage::Job(job)) = queue.recv() {
-        reconnect_if_lost(&mut conn, reconnect.as_deref(), false);
+        reconnect_if_lost(&mut conn, reconnect.as_deref());
         job(&conn);
     }
     drop(conn);
@@ -490,32 +495,52 @@ impl Default for WriterStats {
 }
 
 /// Opens a PostgreSQL connection again when the last one was lost (the server restarted, a
-/// network blip): the job then runs on the new one, or fails as before when it cannot be opened.
-fn reconnect_if_lost(conn: &mut Connection, url: Option<&str>, writer: bool) {
-    let Some(url) = url else { return };
-    if !conn.as_postgres().is_some_and(pg::Client::is_closed) {
-        return;
+/// network blip, a proxy that closed it while idle): the job then runs on the new one, or fails
+/// as before when it cannot be opened. Answers whether it opened a new one.
+fn reconnect_if_lost(conn: &mut Connection, url: Option<&str>) -> bool {
+    let Some(url) = url else { return false };
+    if conn.as_postgres().is_none_or(pg::Client::is_usable) {
+        return false;
     }
     match pg::Client::connect(url) {
         Ok(client) => {
             tracing::info!("reconnected to PostgreSQL");
             *conn = Connection::postgres(client);
-            if writer && !pg::take_process_lock(conn).unwrap_or(false) {
-                tracing::error!("another server process took this database while the connection was down");
-            }
+            true
         }
-        Err(error) => tracing::warn!(%error, "reconnecting to PostgreSQL failed"),
+        Err(error) => {
+            tracing::warn!(%error, "reconnecting to PostgreSQL failed");
+            false
+        }
     }
 }
 
 fn writer_loop(mut conn: Connection, reconnect: Option<Arc<str>>, jobs: mpsc::Receiver<Job>, stats: &WriterStats) {
+    // On PostgreSQL the writer's connection holds the schema's process lock (`pg::open`); a new
+    // connection must take it again before it writes.
+    let mut holds_lock = true;
     while let Ok(first) = jobs.recv() {
-        reconnect_if_lost(&mut conn, reconnect.as_deref(), true);
+        if reconnect_if_lost(&mut conn, reconnect.as_deref()) {
+            holds_lock = false;
+        }
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
                 Ok(job) => batch.push(job),
                 Err(_) => break,
+            }
+        }
+        if conn.dialect() == Dialect::Postgres && !holds_lock {
+            holds_lock = pg::take_process_lock(&conn).unwrap_or(false);
+            if !holds_lock {
+                tracing::error!(
+                    "another server process holds this database's lock; writes are refused until it is free"
+                );
+                let error = ApiError::internal("another server process holds the database");
+                for job in batch {
+                    (job(None).0)(Some(&error));
+                }
+                continue;
             }
         }
         let started = std::time::Instant::now();
@@ -565,6 +590,11 @@ fn run_batch(conn: &Connection, batch: Vec<Job>) -> BatchOutcome {
             completion
         })
         .collect();
+    // PostgreSQL answers `COMMIT` of an aborted transaction with a rollback, not an error: a
+    // statement first tells the two apart.
+    if sound && conn.dialect() == Dialect::Postgres {
+        sound = conn.execute_batch("SELECT 1").is_ok();
+    }
     if !sound {
         let _ = conn.execute_batch("ROLLBACK");
         return BatchOutcome { result: Err(Error::Aborted), completions };

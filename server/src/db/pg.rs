@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use postgres::types::{IsNull, ToSql as PgToSql, Type, to_sql_checked};
@@ -51,13 +52,33 @@ pub(super) fn take_process_lock(conn: &Connection) -> Result<bool> {
 
 /// `url` with its password (if any) replaced, for messages and logs.
 pub(crate) fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    match rest.split_once('@') {
-        Some((credentials, host)) if credentials.contains(':') => {
-            let user = credentials.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:***@{host}")
+    let (address, query) = match url.split_once('?') {
+        Some((address, query)) => (address, Some(query)),
+        None => (url, None),
+    };
+    let address = match address.split_once("://") {
+        // The credentials end at the last `@` (a password may hold an unencoded one).
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((credentials, host)) if credentials.contains(':') => {
+                let user = credentials.split(':').next().unwrap_or_default();
+                format!("{scheme}://{user}:***@{host}")
+            }
+            _ => address.to_owned(),
+        },
+        None => address.to_owned(),
+    };
+    match query {
+        None => address,
+        Some(query) => {
+            let parameters: Vec<String> = query
+                .split('&')
+                .map(|parameter| match parameter.split_once('=') {
+                    Some((name, _)) if name.eq_ignore_ascii_case("password") => format!("{name}=***"),
+                    _ => parameter.to_owned(),
+                })
+                .collect();
+            format!("{address}?{}", parameters.join("&"))
         }
-        _ => url.to_owned(),
     }
 }
 
@@ -87,25 +108,43 @@ pub(super) fn schema_version(conn: &Connection) -> Result<i64> {
 pub(super) fn open(url: &str) -> std::result::Result<Connection, DbError> {
     let failed = |source: Error| DbError::Postgres { url: redacted(url), source };
     let conn = Connection::postgres(Client::connect(url).map_err(failed)?);
+    // The search path must name an existing schema, or the locks below (named after it) would
+    // lock nothing.
+    let schema: Option<String> = conn.query_row("SELECT current_schema()", [], |row| row.get(0)).map_err(failed)?;
+    if schema.is_none() {
+        return Err(failed(Error::Unsupported("a search_path that names no existing schema")));
+    }
+    // The process lock before migrating: a newer build must not migrate the schema under a
+    // server that still runs on it.
+    if !take_process_lock(&conn).map_err(failed)? {
+        return Err(DbError::InUse { url: redacted(url) });
+    }
     conn.execute_batch(LOCK_MIGRATIONS).map_err(failed)?;
     let migrated = migrate(&conn, url);
     let unlocked = conn.execute_batch(UNLOCK_MIGRATIONS).map_err(failed);
     migrated?;
     unlocked?;
-    if !take_process_lock(&conn).map_err(failed)? {
-        return Err(DbError::InUse { url: redacted(url) });
-    }
     Ok(conn)
 }
 
 fn migrate(conn: &Connection, url: &str) -> std::result::Result<(), DbError> {
     let failed = |source: Error| DbError::Postgres { url: redacted(url), source };
-    conn.execute_batch("CREATE TABLE IF NOT EXISTS seed_agents_schema (version BIGINT NOT NULL)").map_err(failed)?;
-    let found: Option<i64> = conn
-        .query_row("SELECT version FROM seed_agents_schema", [], |row| row.get(0))
-        .map(Some)
-        .or_else(|error| if matches!(error, Error::NoRows) { Ok(None) } else { Err(error) })
+    // Created only when missing, so a role that may only read and write rows starts a migrated
+    // database.
+    let exists: bool =
+        conn.query_row("SELECT to_regclass('seed_agents_schema') IS NOT NULL", [], |row| row.get(0)).map_err(failed)?;
+    if !exists {
+        conn.execute_batch("CREATE TABLE seed_agents_schema (version BIGINT NOT NULL)").map_err(failed)?;
+    }
+    let versions: Vec<i64> = conn
+        .prepare("SELECT version FROM seed_agents_schema")
+        .and_then(|mut statement| statement.query_map([], |row| row.get(0))?.collect())
         .map_err(failed)?;
+    let found = match versions[..] {
+        [] => None,
+        [version] => Some(version),
+        _ => return Err(failed(Error::Unsupported("a seed_agents_schema table with more than one row"))),
+    };
     if let Some(found) = found
         && found > SCHEMA_VERSION
     {
@@ -154,14 +193,57 @@ const CACHED_STATEMENTS: usize = 512;
 pub(crate) struct Client {
     client: RefCell<postgres::Client>,
     statements: RefCell<HashMap<Box<str>, postgres::Statement>>,
+    /// When a statement last ran.
+    used: std::cell::Cell<Instant>,
 }
+
+/// How long a connection may sit unused before it is checked before the next job.
+const IDLE_CHECK: Duration = Duration::from_secs(10);
 
 impl Client {
     /// Connects to `url` (`postgres://user@host:port/database`), without TLS: the database is
     /// expected on loopback or a private network (docs/postgres.md).
+    ///
+    /// Unless the URL says otherwise, a connection attempt gives up after 10 s and a peer silent
+    /// for 30 s (keepalives, unacknowledged writes) counts as gone. The session ends a
+    /// transaction left idle for 60 s, so a writer cut off mid-batch cannot hold the write lock
+    /// until TCP notices.
     pub(crate) fn connect(url: &str) -> Result<Self> {
-        let client = postgres::Client::connect(url, postgres::NoTls)?;
-        Ok(Client { client: RefCell::new(client), statements: RefCell::new(HashMap::new()) })
+        let mut config: postgres::Config = url.parse()?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        if !url.contains("keepalives_idle") {
+            config.keepalives_idle(Duration::from_secs(30));
+        }
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(Duration::from_secs(30));
+        }
+        let mut client = config.connect(postgres::NoTls)?;
+        client.batch_execute("SET idle_in_transaction_session_timeout = '60s'")?;
+        Ok(Client {
+            client: RefCell::new(client),
+            statements: RefCell::new(HashMap::new()),
+            used: std::cell::Cell::new(Instant::now()),
+        })
+    }
+
+    /// Whether the connection answers: checked before a job when it sat unused for a while,
+    /// since a peer or proxy that closed it is noticed only by the next statement.
+    pub(crate) fn is_usable(&self) -> bool {
+        if self.is_closed() {
+            return false;
+        }
+        if self.used.get().elapsed() < IDLE_CHECK {
+            return true;
+        }
+        self.touch().simple_query("").is_ok()
+    }
+
+    /// The client, noting that it is used now.
+    fn touch(&self) -> std::cell::RefMut<'_, postgres::Client> {
+        self.used.set(Instant::now());
+        self.client.borrow_mut()
     }
 
     /// Whether the connection to the server is gone.
@@ -190,14 +272,14 @@ impl Client {
 
     /// `sql` prepared without caching it.
     pub(super) fn prepare_once(&self, sql: &str) -> Result<postgres::Statement> {
-        Ok(self.client.borrow_mut().prepare(&translate(sql))?)
+        Ok(self.touch().prepare(&translate(sql))?)
     }
 
     /// Runs a statement; answers the rows it changed.
     pub(super) fn execute<P: Params>(&self, statement: &postgres::Statement, params: P) -> Result<usize> {
         let values = values(params)?;
         let refs: Vec<&(dyn PgToSql + Sync)> = values.iter().map(|value| value as &(dyn PgToSql + Sync)).collect();
-        let changed = self.client.borrow_mut().execute(statement, &refs)?;
+        let changed = self.touch().execute(statement, &refs)?;
         Ok(usize::try_from(changed).unwrap_or(usize::MAX))
     }
 
@@ -205,12 +287,12 @@ impl Client {
     pub(super) fn query<P: Params>(&self, statement: &postgres::Statement, params: P) -> Result<Vec<postgres::Row>> {
         let values = values(params)?;
         let refs: Vec<&(dyn PgToSql + Sync)> = values.iter().map(|value| value as &(dyn PgToSql + Sync)).collect();
-        Ok(self.client.borrow_mut().query(statement, &refs)?)
+        Ok(self.touch().query(statement, &refs)?)
     }
 
     /// Runs statements without parameters.
     pub(super) fn batch_execute(&self, sql: &str) -> Result<()> {
-        Ok(self.client.borrow_mut().batch_execute(sql)?)
+        Ok(self.touch().batch_execute(sql)?)
     }
 }
 
@@ -352,8 +434,6 @@ impl PgToSql for Param {
                     i16::try_from(*value)?.to_sql(ty, out)
                 } else if *ty == Type::BOOL {
                     (*value != 0).to_sql(ty, out)
-                } else if *ty == Type::FLOAT8 {
-                    (*value as f64).to_sql(ty, out)
                 } else {
                     Err(format!("an integer cannot be bound to a parameter of type {ty}").into())
                 }

@@ -39,6 +39,19 @@ impl TestServer {
         Self::start_with(dir, |_| {}).await
     }
 
+    /// The configuration a test server in `dir` starts with (before a test's own changes).
+    pub fn config(dir: &std::path::Path) -> Config {
+        let mut config = Config::new(dir, "127.0.0.1:0".parse().expect("address"));
+        // Nothing leaves loopback: a test that talks to a Hypermedia server sets its fake here;
+        // the others (the activity monitor included) reach a closed loopback port.
+        config.hm_server_url = Self::CLOSED_HM_SERVER.to_owned();
+        // No code sandbox unless a test asks for one (`ExecBackend::Namespaces`): the other tests'
+        // tool listings and grants stay the same on hosts with and without bubblewrap.
+        config.exec_backend = ExecBackend::Off;
+        config.database_url = postgres_for(dir);
+        config
+    }
+
     /// A Hypermedia server address nothing listens on (the discard port on loopback).
     pub const CLOSED_HM_SERVER: &'static str = "http://127.0.0.1:9";
 
@@ -50,14 +63,7 @@ impl TestServer {
     /// [`Self::start_with`] on `clock` (a manual clock moves the server's time; sign with the
     /// same clock, or the envelopes fall outside its window).
     pub async fn start_with_clock(dir: tempfile::TempDir, clock: Clock, adjust: impl FnOnce(&mut Config)) -> Self {
-        let mut config = Config::new(dir.path(), "127.0.0.1:0".parse().expect("address"));
-        // Nothing leaves loopback: a test that talks to a Hypermedia server sets its fake here;
-        // the others (the activity monitor included) reach a closed loopback port.
-        config.hm_server_url = Self::CLOSED_HM_SERVER.to_owned();
-        // No code sandbox unless a test asks for one (`ExecBackend::Namespaces`): the other tests'
-        // tool listings and grants stay the same on hosts with and without bubblewrap.
-        config.exec_backend = ExecBackend::Off;
-        config.database_url = postgres_for(dir.path());
+        let mut config = Self::config(dir.path());
         adjust(&mut config);
         let server = RunningServer::start(config, clock).await.expect("server starts");
         let url = format!("http://{}", server.addr());

@@ -10,7 +10,7 @@
 -- applies the SQLite migrations to a scratch SQLite database and compares the result, table by
 -- table, with a PostgreSQL database that this file (and later migrations) set up.
 --
--- The `schema_version` bookkeeping table is not here: the Rust code owns it.
+-- The `seed_agents_schema` bookkeeping table is not here: the Rust code owns it.
 --
 -- Translation rules:
 -- - INTEGER -> BIGINT (the Rust code reads every integer as i64; 0/1 flags such as

@@ -4,12 +4,12 @@
 //! trigger-scoped actions; every insert and update of the actions, of firing, and of the
 //! monitors' progress.
 //!
-//! SQLite-only constructs, for a second backend: `INSERT … ON CONFLICT (…) DO NOTHING` and
-//! `DO UPDATE SET … = excluded.…` (PostgreSQL spells them the same); booleans stored as 0/1
-//! integers (`enabled = 1`); `CASE WHEN ?3 THEN 0 …` on a bound boolean; `LIMIT +?n` (see
-//! `sessions::store`); `?1 IS NULL OR account_id = ?1` on an untyped parameter (PostgreSQL needs
-//! a cast); `EXISTS (…)` read as a boolean column; and, in [`clear_unwatched_completion`], an
-//! `UPDATE` whose subquery names the updated table (`runs.account_id`).
+//! What the SQL relies on, on either database: `INSERT … ON CONFLICT (…) DO NOTHING` and
+//! `DO UPDATE SET … = excluded.…`; booleans stored as 0/1 integers (`enabled = 1`), a bound one
+//! compared as `?3 <> 0`; `LIMIT +?n` (see `sessions::store`; `db::pg` drops the `+`);
+//! `CAST(?1 AS TEXT) IS NULL OR account_id = ?1` (PostgreSQL must know the parameter's type);
+//! `EXISTS (…)` read as a boolean column; and, in [`clear_unwatched_completion`], an `UPDATE`
+//! whose subquery names the updated table (`runs.account_id`).
 
 use crate::db::{Connection, OptionalExtension, Row, params};
 use ipld_core::ipld::Ipld;
