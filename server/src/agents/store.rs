@@ -1,8 +1,8 @@
 //! The `agents` table: agent rows as the protocol shows them, and their inserts, updates and
 //! deletes.
 //!
-//! For a second backend: `public_read`/`public_chat` are 0/1 integers read as booleans; the rest
-//! is portable SQL.
+//! What the SQL relies on: `public_read`/`public_chat` are 0/1 integers read as booleans; the
+//! rest is plain SQL both databases take.
 
 use std::path::Path;
 

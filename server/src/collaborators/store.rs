@@ -1,7 +1,7 @@
 //! The `agent_collaborators` rows of an agent and the public flags of its row.
 //!
-//! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE … RETURNING` (PostgreSQL spells it
-//! the same), a bound boolean compared as `?2 <> 0`, and 0/1 integer flags.
+//! What the SQL relies on: `INSERT … ON CONFLICT (…) DO UPDATE … RETURNING` (spelled the same by
+//! both databases), a bound boolean compared as `?2 <> 0`, and 0/1 integer flags.
 
 use crate::db::{Connection, OptionalExtension, Row, params};
 use seed_agents_protocol::generated::{AgentCollaboratorInfo, AgentCollaboratorRole, AgentDefinition, AgentInviteInfo};

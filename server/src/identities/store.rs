@@ -1,8 +1,8 @@
 //! Signing identities as the `secrets` table keeps them: key secrets whose metadata marks them
 //! (`kind: hm-account-key`) and holds their account id, label, icon and description.
 //!
-//! SQLite-only constructs, for a second backend: `rowid` as the tie-break of a listing (a second
-//! backend needs a sequence column).
+//! What the SQL relies on: `rowid` as the tie-break of a listing (SQLite's implicit one; on
+//! PostgreSQL `secrets` has a `rowid` identity column, db/postgres/schema.sql).
 
 use std::collections::BTreeMap;
 

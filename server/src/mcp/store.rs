@@ -1,8 +1,8 @@
 //! The `mcp_servers` table: an account's MCP servers by name, with the tools and status of their
 //! last discovery.
 //!
-//! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE SET … = excluded.…` (PostgreSQL
-//! spells it the same); the rest is portable SQL.
+//! What the SQL relies on: `INSERT … ON CONFLICT (…) DO UPDATE SET … = excluded.…`, spelled the
+//! same by both databases; the rest is plain SQL.
 
 use crate::db::{Connection, OptionalExtension, params};
 use seed_agents_protocol::Value;

@@ -1,8 +1,8 @@
 //! The `model_providers` table: an account's provider records, stored as canonical CBOR under
 //! `(account_id, name)`.
 //!
-//! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE … RETURNING` (PostgreSQL spells it
-//! the same); the rest is portable SQL.
+//! What the SQL relies on: `INSERT … ON CONFLICT (…) DO UPDATE … RETURNING`, spelled the same
+//! by both databases; the rest is plain SQL.
 
 use crate::db::{Connection, OptionalExtension, params};
 use seed_agents_protocol::generated::ModelProviderConfig;

@@ -1,8 +1,8 @@
 //! The `secrets` table: sealed values under `(account_id, name)` with their metadata; the values
 //! are sealed before they reach this module and opened after they leave it.
 //!
-//! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE … RETURNING` (PostgreSQL spells it
-//! the same); the rest is portable SQL.
+//! What the SQL relies on: `INSERT … ON CONFLICT (…) DO UPDATE … RETURNING`, spelled the same
+//! by both databases; the rest is plain SQL.
 
 use crate::db::{Connection, OptionalExtension, params};
 

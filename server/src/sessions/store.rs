@@ -3,8 +3,9 @@
 //! engine and the runtime read and write of a session, and the statements under `events` (which
 //! keeps the log's rules: the next `seq`, announcing after the commit).
 //!
-//! SQLite-only constructs, for a second backend: `LIMIT +?n` (below); `WITH RECURSIVE` with
-//! `UNION ALL` in [`parent_chain_depth`] (portable); `EXISTS`/`COUNT` subqueries read as columns.
+//! What the SQL relies on: `LIMIT +?n` (below; `db::pg` drops the `+`); `WITH RECURSIVE` with
+//! `UNION ALL` in [`parent_chain_depth`]; `EXISTS`/`COUNT` subqueries read as columns; a bound
+//! `i64::MAX` for "no limit" (PostgreSQL refuses SQLite's `-1`).
 
 use crate::db::{Connection, OptionalExtension, Row, params};
 use ipld_core::ipld::Ipld;

@@ -1,8 +1,8 @@
 //! The `account_authorizations` table: which signers may act for an account, and the
 //! capability that says so.
 //!
-//! SQLite-only constructs, for a second backend: `INSERT … ON CONFLICT (…) DO UPDATE SET … =
-//! excluded.…` (PostgreSQL spells it the same).
+//! What the SQL relies on: `INSERT … ON CONFLICT (…) DO UPDATE SET … = excluded.…`, spelled the
+//! same by both databases.
 
 use crate::db::{Connection, OptionalExtension, params};
 

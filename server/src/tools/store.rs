@@ -1,7 +1,7 @@
 //! The `tool_documents` table: one row per (owner account, agent, name).
 //!
-//! For a second backend: `INSERT … ON CONFLICT (…) DO UPDATE SET … = excluded.… [WHERE …]`
-//! (PostgreSQL spells it the same) and a 0/1 integer `enabled`; the rest is portable SQL.
+//! What the SQL relies on: `INSERT … ON CONFLICT (…) DO UPDATE SET … = excluded.… [WHERE …]`
+//! (spelled the same by both databases) and a 0/1 integer `enabled`; the rest is plain SQL.
 
 use std::sync::LazyLock;
 

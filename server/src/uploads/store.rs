@@ -1,8 +1,8 @@
 //! The `uploads` table: one row per upload in progress (its target, declared size, the bytes
 //! durably received, its staging file), read and written by the upload actions and the sweep.
 //!
-//! SQLite-only constructs, for a second backend: `updated_at < ?1` read as a boolean column (in
-//! [`all`]). Everything else is portable.
+//! What the SQL relies on: `updated_at < ?1` read as a boolean column (in [`all`]; an integer in
+//! SQLite, a boolean in PostgreSQL, both read as `bool`). Everything else is plain SQL.
 
 use crate::db::{Connection, OptionalExtension, params};
 use seed_agents_protocol::generated::FileUploadTarget;

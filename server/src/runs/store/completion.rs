@@ -1,7 +1,8 @@
 //! Ended runs the run-completed trigger monitor has not handled (`runs.completion_pending`, read
 //! through the partial index `runs_completion_pending`, which holds exactly those: agent runs,
 //! and workflow runs answering a trigger firing; each `WHERE` repeats its condition so SQLite can
-//! use it; `INDEXED BY` is SQLite's, a second backend drops it).
+//! use it; `INDEXED BY` is SQLite's, and `db::pg` drops it for PostgreSQL, whose planner finds
+//! the partial index itself).
 
 use super::*;
 

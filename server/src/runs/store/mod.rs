@@ -6,11 +6,11 @@
 //! What a transition changed is the caller's to note (`queue::Changes`); the order of statements
 //! inside a transaction stays the caller's too.
 //!
-//! SQLite-only constructs, for a second backend: `UPDATE … RETURNING` (claims, the boot sweep,
-//! wake-ups: PostgreSQL has it too); the two-argument scalar `MAX(attempt, 1)` (PostgreSQL:
-//! `GREATEST`); `IS NOT` on nullable columns (PostgreSQL: `IS DISTINCT FROM`); `LIMIT +?n` (a
-//! unary plus keeps one cached statement for every limit, see `sessions::store`; PostgreSQL takes
-//! a plain parameter); `EXISTS (…)` read as a boolean column.
+//! What the SQL relies on, written so both databases take it: `UPDATE … RETURNING` (claims, the
+//! boot sweep, wake-ups); a `CASE` where SQLite alone has a two-argument `MAX`; `IS DISTINCT FROM`
+//! on nullable columns; `CAST(?n AS TEXT) IS NULL` for an optional filter (PostgreSQL must know
+//! the parameter's type); `LIMIT +?n` (a unary plus keeps one cached SQLite statement for every
+//! limit, see `sessions::store`; `db::pg` drops it); `EXISTS (…)` read as a boolean column.
 
 use std::sync::LazyLock;
 
