@@ -1,8 +1,8 @@
-//! The trigger monitors against a real SQLite file and the fake Hypermedia feed on loopback:
-//! schedules stepped through virtual time with a manual clock, and the activity monitor scripted
-//! through mentions, replies, author comments, citation twins, pagination and racing polls. A
-//! counting in-memory sink stands in for the firing table; it records each (trigger, key) once,
-//! as the unique index downstream does.
+//! The trigger monitors against a real database (the suite's: SQLite, or PostgreSQL) and the fake
+//! Hypermedia feed on loopback: schedules stepped through virtual time with a manual clock, and
+//! the activity monitor scripted through mentions, replies, author comments, citation twins,
+//! pagination and racing polls. A counting in-memory sink stands in for the firing table; it
+//! records each (trigger, key) once, as the unique index downstream does.
 
 mod activity;
 mod schedule;
@@ -16,6 +16,7 @@ use seed_agents_server::testing::db::Db;
 use seed_agents_server::testing::triggers::activity::{ActivityMonitor, FeedSettings};
 use seed_agents_server::testing::triggers::sink::MemorySink;
 
+use crate::support::db::{EMPTY_MAP, open_db_at};
 use crate::support::hm::FakeHm;
 
 /// A database in a temporary directory, a manual clock, the fake feed and a counting sink.
@@ -30,7 +31,7 @@ struct Harness {
 impl Harness {
     async fn new(now_ms: i64) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(&dir.path().join("agents.sqlite")).unwrap();
+        let db = open_db_at(dir.path());
         Self { dir, db, clock: Clock::manual(now_ms), hm: FakeHm::start().await, sink: MemorySink::new() }
     }
 
@@ -38,7 +39,7 @@ impl Harness {
     async fn restart(&mut self) {
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || db.close()).await.unwrap();
-        self.db = Db::open(&self.dir.path().join("agents.sqlite")).unwrap();
+        self.db = open_db_at(self.dir.path());
     }
 
     /// An agent of `account`; returns its id.
@@ -49,8 +50,8 @@ impl Harness {
             .write(move |conn| {
                 conn.execute(
                     "INSERT INTO agents (id, account_id, definition_cbor, state_dir, status, created_at, updated_at)
-                     VALUES (?1, ?2, x'a0', '/tmp/agent', 'active', 1, 1) ON CONFLICT DO NOTHING",
-                    (agent, account),
+                     VALUES (?1, ?2, ?3, '/tmp/agent', 'active', 1, 1) ON CONFLICT DO NOTHING",
+                    (agent, account, EMPTY_MAP),
                 )?;
                 Ok(())
             })

@@ -33,6 +33,18 @@ where
     crate::runs::app(server).db.write(move |conn| Ok(work(conn)?)).await.expect("write the database")
 }
 
+/// The database a server with data directory `dir` uses (its SQLite file, or the PostgreSQL
+/// schema [`TestServer`] names after `dir`), opened and migrated, for a test that drives a part
+/// of the server (a trigger monitor, say) without the whole server.
+pub fn open_db_at(dir: &Path) -> Db {
+    let config = Config::new(dir, "127.0.0.1:0".parse().expect("address"));
+    match postgres_for(dir) {
+        Some(url) => Db::open_postgres(&url, config.db_queues),
+        None => Db::open_with(&config.database_path(), config.db_queues),
+    }
+    .expect("open the database")
+}
+
 /// Runs `work` in a write transaction on the database of a stopped server whose data directory is
 /// `dir` (its SQLite file, or the PostgreSQL schema [`TestServer`] names after `dir`), then closes
 /// that database again, so a server restarted in `dir` finds the rows.
@@ -41,12 +53,7 @@ where
     T: Send + 'static,
     F: FnOnce(&Connection) -> Result<T> + Send + 'static,
 {
-    let config = Config::new(dir, "127.0.0.1:0".parse().expect("address"));
-    let db = match postgres_for(dir) {
-        Some(url) => Db::open_postgres(&url, config.db_queues),
-        None => Db::open_with(&config.database_path(), config.db_queues),
-    }
-    .expect("open the stopped server's database");
+    let db = open_db_at(dir);
     let answer = db.write(move |conn| Ok(work(conn)?)).await.expect("write the database");
     // Closing joins the database threads: off the async workers.
     tokio::task::spawn_blocking(move || db.close()).await.expect("close the database");
