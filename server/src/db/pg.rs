@@ -305,6 +305,9 @@ fn values<P: Params>(params: P) -> Result<Vec<Param>> {
             ValueRef::Null => Value::Null,
             ValueRef::Integer(value) => Value::Integer(value),
             ValueRef::Real(value) => Value::Real(value),
+            // PostgreSQL's text cannot hold U+0000; refused here, before the statement runs, so
+            // the transaction goes on and the caller hears a bad-input error.
+            ValueRef::Text(text) if text.contains('\0') => return Err(Error::NulInText),
             ValueRef::Text(text) => Value::Text(text.to_owned()),
             ValueRef::Blob(bytes) => Value::Blob(bytes.to_vec()),
         }));

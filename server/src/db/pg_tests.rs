@@ -160,6 +160,26 @@ async fn a_second_process_on_the_database_is_refused_until_the_first_closes() {
 }
 
 #[tokio::test]
+async fn text_holding_nul_is_refused_as_bad_input_and_the_batch_goes_on() {
+    let Some(admin) = cluster() else { return };
+    let scratch = Scratch::new(&admin);
+    let db = Db::open_postgres(&scratch.url, Queues::default()).unwrap();
+    let before = db.write(|conn| Ok(ensure_account(conn, "a", 1)?));
+    let nul = db.write(|conn| Ok(ensure_account(conn, "b\0c", 1)?));
+    let after = db.write(|conn| Ok(ensure_account(conn, "d", 1)?));
+    before.await.unwrap();
+    let refused = nul.await.unwrap_err();
+    assert_eq!((refused.kind(), refused.message()), (ErrorKind::Invalid, "Text must not contain the character U+0000"));
+    after.await.unwrap();
+    let ids = db.read(|conn| {
+        let mut statement = conn.prepare("SELECT id FROM accounts ORDER BY id")?;
+        Ok(statement.query_map([], |row| row.get::<_, String>(0))?.collect::<Result<Vec<_>>>()?)
+    });
+    assert_eq!(ids.await.unwrap(), ["a", "d"]);
+    db.close();
+}
+
+#[tokio::test]
 async fn a_database_of_a_newer_schema_is_refused() {
     let Some(admin) = cluster() else { return };
     let scratch = Scratch::new(&admin);

@@ -178,6 +178,9 @@ pub enum Error {
         /// Why.
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
+    /// Text holding U+0000, which PostgreSQL cannot store.
+    #[error("text holds the character U+0000, which PostgreSQL cannot store")]
+    NulInText,
     /// A savepoint of a write batch could not be released or rolled back: the batch was rolled
     /// back whole.
     #[error("a write's savepoint failed; the batch was rolled back")]
@@ -207,11 +210,15 @@ impl Error {
     }
 }
 
-/// A database failure is an internal error: logged, answered with the generic message.
+/// A database failure is an internal error: logged, answered with the generic message. Text
+/// the database cannot store is the caller's bad input.
 impl From<Error> for ApiError {
     #[track_caller]
     fn from(error: Error) -> Self {
-        ApiError::internal(error)
+        match error {
+            Error::NulInText => ApiError::invalid("Text must not contain the character U+0000"),
+            error => ApiError::internal(error),
+        }
     }
 }
 
