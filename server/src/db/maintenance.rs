@@ -35,9 +35,7 @@ pub(crate) fn open_writable(path: &Path) -> Result<Connection, DbError> {
 /// Connects to the PostgreSQL database at `url` for an operator command, without migrating it
 /// (commands run outside the async runtime, so the synchronous client may start here).
 pub(crate) fn open_postgres(url: &str) -> Result<Connection, DbError> {
-    super::pg::Client::connect(url)
-        .map(Connection::postgres)
-        .map_err(|source| DbError::Postgres { url: super::pg::redacted(url), source })
+    super::pg::connect(url)
 }
 
 /// Connects to the PostgreSQL database at `url` for an operator command and migrates it, as

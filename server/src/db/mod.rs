@@ -208,9 +208,7 @@ impl Db {
             let writer = pg::open(url)?;
             let mut connections = Vec::with_capacity(readers());
             for _ in 0..readers() {
-                let client =
-                    pg::Client::connect(url).map_err(|source| DbError::Postgres { url: pg::redacted(url), source })?;
-                connections.push(Connection::postgres(client));
+                connections.push(pg::connect(url)?);
             }
             Ok((writer, connections))
         };

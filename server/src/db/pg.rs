@@ -82,17 +82,27 @@ pub(crate) fn redacted(url: &str) -> String {
     }
 }
 
+/// A connection to `url`; a failure names the URL without its password.
+pub(super) fn connect(url: &str) -> std::result::Result<Connection, DbError> {
+    Client::connect(url).map(Connection::postgres).map_err(|source| DbError::Postgres { url: redacted(url), source })
+}
+
+/// Runs `sql` (statements without parameters) on a new connection to `url`, from a thread of its
+/// own: the synchronous client must not start inside the caller's async runtime.
+pub(super) fn run_detached(url: &str, sql: &str) -> Result<()> {
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    std::thread::spawn(move || Connection::postgres(Client::connect(&url)?).execute_batch(&sql))
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
 /// `url` with its connections using schema `schema` (created when missing): the form tests and
 /// benches use to give each server a schema of its own in one database.
 pub(crate) fn with_schema(url: &str, schema: &str) -> std::result::Result<String, String> {
     if !schema.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
         return Err(format!("schema name {schema:?}: use a-z, 0-9 and _"));
     }
-    let (admin, sql) = (url.to_owned(), format!("CREATE SCHEMA IF NOT EXISTS {schema}"));
-    // A plain thread: the synchronous client cannot run inside the caller's runtime.
-    std::thread::spawn(move || Connection::postgres(Client::connect(&admin)?).execute_batch(&sql))
-        .join()
-        .map_err(|_| "creating the schema panicked".to_owned())?
+    run_detached(url, &format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
         .map_err(|error| format!("creating schema {schema} in {}: {error}", redacted(url)))?;
     let separator = if url.contains('?') { '&' } else { '?' };
     Ok(format!("{url}{separator}options=-c%20search_path%3D{schema}"))
@@ -107,7 +117,7 @@ pub(super) fn schema_version(conn: &Connection) -> Result<i64> {
 /// by a newer server. Several servers starting together take turns.
 pub(super) fn open(url: &str) -> std::result::Result<Connection, DbError> {
     let failed = |source: Error| DbError::Postgres { url: redacted(url), source };
-    let conn = Connection::postgres(Client::connect(url).map_err(failed)?);
+    let conn = connect(url)?;
     // The search path must name an existing schema, or the locks below (named after it) would
     // lock nothing.
     let schema: Option<String> = conn.query_row("SELECT current_schema()", [], |row| row.get(0)).map_err(failed)?;

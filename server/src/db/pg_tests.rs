@@ -40,13 +40,20 @@ impl Drop for Scratch {
     }
 }
 
-/// Runs `sql` on the cluster's admin database, from a plain thread (the synchronous client
-/// cannot run inside the test's runtime).
+/// Runs `sql` on the cluster's admin database (the synchronous client cannot run inside the
+/// test's runtime: `run_detached` uses a thread of its own).
 fn admin_sql(admin: &str, sql: &str) -> Result<()> {
-    let (admin, sql) = (admin.to_owned(), sql.to_owned());
-    std::thread::spawn(move || Connection::postgres(pg::Client::connect(&admin)?).execute_batch(&sql))
-        .join()
-        .expect("the admin thread does not panic")
+    pg::run_detached(admin, sql)
+}
+
+/// The ids of the accounts from `from` on, in order.
+async fn account_ids(db: &Db, from: &'static str) -> Vec<String> {
+    db.read(move |conn| {
+        let mut statement = conn.prepare("SELECT id FROM accounts WHERE id >= ?1 ORDER BY id")?;
+        Ok(statement.query_map(params![from], |row| row.get::<_, String>(0))?.collect::<Result<Vec<_>>>()?)
+    })
+    .await
+    .unwrap()
 }
 
 #[tokio::test]
@@ -71,23 +78,14 @@ async fn a_new_database_is_migrated_and_values_round_trip() {
     .unwrap();
     let (row, created) = db
         .read(|conn| {
-            let row = conn.query_row("SELECT i, r, s, b, n, i = 7 FROM t WHERE s = ?1", params!["seven"], |row| {
-                Ok((
-                    row.get::<_, u32>(0)?,
-                    row.get::<_, f64>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, Vec<u8>>(3)?,
-                    row.get::<_, Option<i64>>(4)?,
-                    row.get::<_, bool>(5)?,
-                ))
-            })?;
+            let row = conn.query_row(sql::SAMPLE_QUERY, [], sql::sample_row)?;
             let created: i64 =
                 conn.query_row("SELECT created_at FROM accounts WHERE id = ?1", params!["acct"], |row| row.get(0))?;
             Ok((row, created))
         })
         .await
         .unwrap();
-    assert_eq!(row, (7, 1.5, "seven".to_owned(), vec![0, 1, 2], None, true));
+    assert_eq!(row, sql::sample());
     assert_eq!(created, 5, "the second insert did nothing");
     let missing = db
         .read(|conn| Ok(conn.query_row("SELECT i FROM t WHERE s = 'x'", [], |row| row.get::<_, i64>(0)).optional()?));
@@ -117,11 +115,7 @@ async fn a_failed_write_rolls_back_alone_within_a_batch_even_when_it_swallowed_t
     first.await.unwrap();
     assert_eq!(failing.await.unwrap_err().kind(), ErrorKind::Internal);
     last.await.unwrap();
-    let ids = db.read(|conn| {
-        let mut statement = conn.prepare("SELECT id FROM accounts ORDER BY id")?;
-        Ok(statement.query_map([], |row| row.get::<_, String>(0))?.collect::<Result<Vec<_>>>()?)
-    });
-    assert_eq!(ids.await.unwrap(), ["a", "c"]);
+    assert_eq!(account_ids(&db, "").await, ["a", "c"]);
 
     // A write that swallows an SQL error and answers Ok leaves PostgreSQL's transaction aborted:
     // its savepoint cannot be released. It is rolled back and fails alone; its neighbours commit.
@@ -135,11 +129,7 @@ async fn a_failed_write_rolls_back_alone_within_a_batch_even_when_it_swallowed_t
     before.await.unwrap();
     assert_eq!(swallowing.await.unwrap_err().kind(), ErrorKind::Internal);
     after.await.unwrap();
-    let ids = db.read(|conn| {
-        let mut statement = conn.prepare("SELECT id FROM accounts WHERE id >= 'd' ORDER BY id")?;
-        Ok(statement.query_map([], |row| row.get::<_, String>(0))?.collect::<Result<Vec<_>>>()?)
-    });
-    assert_eq!(ids.await.unwrap(), ["d", "f"]);
+    assert_eq!(account_ids(&db, "d").await, ["d", "f"]);
     db.close();
 }
 
@@ -171,11 +161,7 @@ async fn text_holding_nul_is_refused_as_bad_input_and_the_batch_goes_on() {
     let refused = nul.await.unwrap_err();
     assert_eq!((refused.kind(), refused.message()), (ErrorKind::Invalid, "Text must not contain the character U+0000"));
     after.await.unwrap();
-    let ids = db.read(|conn| {
-        let mut statement = conn.prepare("SELECT id FROM accounts ORDER BY id")?;
-        Ok(statement.query_map([], |row| row.get::<_, String>(0))?.collect::<Result<Vec<_>>>()?)
-    });
-    assert_eq!(ids.await.unwrap(), ["a", "d"]);
+    assert_eq!(account_ids(&db, "").await, ["a", "d"]);
     db.close();
 }
 

@@ -785,6 +785,27 @@ impl FromSql for Value {
     }
 }
 
+/// A row of every storage class and a comparison, as the value tests of both databases read it
+/// back from table `t` (`i, r, s, b, n`) after inserting `7, 1.5, 'seven', [0, 1, 2], NULL`.
+#[cfg(test)]
+pub(super) type Sample = (u32, f64, String, Vec<u8>, Option<i64>, bool);
+
+/// The query [`sample_row`] reads.
+#[cfg(test)]
+pub(super) const SAMPLE_QUERY: &str = "SELECT i, r, s, b, n, i = 7 FROM t WHERE s = 'seven'";
+
+/// The columns of [`SAMPLE_QUERY`] as their Rust types.
+#[cfg(test)]
+pub(super) fn sample_row(row: &Row<'_>) -> Result<Sample> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?))
+}
+
+/// What [`sample_row`] reads back.
+#[cfg(test)]
+pub(super) fn sample() -> Sample {
+    (7, 1.5, "seven".to_owned(), vec![0, 1, 2], None, true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -802,19 +823,8 @@ mod tests {
             .execute("INSERT INTO t VALUES (?1, ?2, ?3, ?4, ?5)", params![7_i64, 1.5_f64, "seven", blob, None::<i64>])
             .unwrap();
         assert_eq!(changed, 1);
-        let row = conn
-            .query_row("SELECT i, r, s, b, n, i = 7 FROM t", [], |row| {
-                Ok((
-                    row.get::<_, u32>(0)?,
-                    row.get::<_, f64>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, Vec<u8>>(3)?,
-                    row.get::<_, Option<i64>>(4)?,
-                    row.get::<_, bool>(5)?,
-                ))
-            })
-            .unwrap();
-        assert_eq!(row, (7, 1.5, "seven".to_owned(), vec![0, 1, 2], None, true));
+        let row = conn.query_row(SAMPLE_QUERY, [], sample_row).unwrap();
+        assert_eq!(row, sample());
     }
 
     #[test]
